@@ -1,0 +1,25 @@
+# The README's two commands: `make demo` and `make test`. Each creates .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/headrace demo
+
+test: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/core.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,168 @@
+"""Delivery to one subscription: its cursor, one batch at a time, awaited.
+
+A slow consumer slows only its own cursor; the others keep their own pace. A consumer that
+raises is told through ``on_error``, the failure handler hears of it, the batch is
+dead-lettered with reason ``delivery_failed`` (so it stays findable), and delivery goes on,
+unless the subscription is faulted (``fault_on_error``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+
+from cache.protocols import CachedBatch, QueueCacheCursor
+from streams.batch import BatchKind, Event
+from streams.deadletters import DeadLetter
+from streams.errors import DeliveryTimeoutError
+from streams.failures import DeliveryFailure
+from streams.ids import StreamId
+from streams.tokens import SequenceToken
+
+from .context import AgentContext
+
+log = logging.getLogger("headrace.agent")
+
+
+class StreamConsumer:
+    """One subscription on one stream, in the agent that owns the stream's queue."""
+
+    def __init__(
+        self,
+        subscription_id: str,
+        stream_id: StreamId,
+        observer: Any,
+        cursor: QueueCacheCursor,
+        context: AgentContext,
+        *,
+        start_token: SequenceToken | None = None,
+        durable: bool = False,
+    ) -> None:
+        self.subscription_id = subscription_id
+        self.stream_id = stream_id
+        self.observer = observer
+        self.cursor = cursor
+        self.durable = durable
+        self.delivered_batches = 0
+        self.failures = 0
+        self.faulted = False
+        self._context = context
+        self._start_token = start_token
+        self._wake = anyio.Event()
+        self._closed = False
+        self._delivering = False
+        self._scope: anyio.CancelScope | None = None
+
+    @property
+    def idle(self) -> bool:
+        """Caught up (or closed) and not in the middle of a delivery."""
+        return not self._delivering and (self._closed or self.cursor.current() is None)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop delivering. An idle consumer stops at once; a busy one after its batch."""
+        if self._closed:
+            return
+        self._closed = True
+        self.cursor.close()
+        if self._scope is not None and not self._delivering:
+            self._scope.cancel()
+        self._wake.set()
+
+    async def run(self) -> None:
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            while not self._closed:
+                item = self.cursor.current()
+                if item is None:
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+                    continue
+                self._delivering = True
+                try:
+                    await self._deliver(item)
+                finally:
+                    self._delivering = False
+                self.cursor.advance()
+
+    async def _deliver(self, item: CachedBatch) -> None:
+        kind = item.container.kind
+        observer = self.observer
+        batch: list[Event] = []
+        try:
+            with anyio.fail_after(self._context.options.max_event_delivery_time):
+                if kind is BatchKind.DATA:
+                    batch = self._batch_of(item)
+                    if batch:
+                        await observer.on_next(batch)
+                elif kind is BatchKind.COMPLETED:
+                    await observer.on_completed()
+                elif kind is BatchKind.WATERMARK:
+                    await observer.on_watermark(float(item.container.values[0]))
+            self.delivered_batches += 1
+        except TimeoutError:
+            await self._failed(item, batch, DeliveryTimeoutError(
+                f"consumer {self.subscription_id} on {self.stream_id} took longer than "
+                f"max_event_delivery_time ({self._context.options.max_event_delivery_time}s)"
+            ))
+        except Exception as exc:  # a consumer's bug must not stop the agent
+            await self._failed(item, batch, exc)
+
+    def _batch_of(self, item: CachedBatch) -> list[Event]:
+        events = item.events
+        start = self._start_token
+        if start is not None:
+            self._start_token = None
+            if start.sequence_number == item.message.sequence_number and start.event_index:
+                return events[start.event_index :]
+        return list(events)  # a list of its own per consumer, the Event objects shared
+
+    async def _failed(self, item: CachedBatch, batch: list[Event], error: Exception) -> None:
+        self.failures += 1
+        options = self._context.options
+        self.faulted = options.fault_on_error
+        token = batch[0].token if batch else item.message.token
+        if getattr(self.observer, "has_on_error", True):
+            try:
+                await self.observer.on_error(error)
+            except Exception:
+                log.exception("on_error of %s raised", self.subscription_id)
+        if batch:
+            await self._context.dead_letters.add(
+                [
+                    DeadLetter(
+                        "delivery_failed",
+                        stream=str(self.stream_id),
+                        queue=item.message.queue.number,
+                        sequence_number=e.token.sequence_number,
+                        value=e.value,
+                        event_time=e.event_time,
+                        detail=f"{self.subscription_id}: {error!r}",
+                    )
+                    for e in batch
+                ]
+            )
+        await self._context.failure_handler.on_delivery_failure(
+            DeliveryFailure(self.subscription_id, self.stream_id, token, error, self.faulted)
+        )
+        if self.faulted:
+            if self.durable:
+                await self._context.pubsub.fault_subscription(self.subscription_id)
+            self._closed = True
+            self.cursor.close()
+
+    async def report_error(self, error: Exception) -> None:
+        """Tell the consumer and the failure handler of an error outside a delivery
+        (a cache miss when its cursor was created)."""
+        if getattr(self.observer, "has_on_error", True):
+            try:
+                await self.observer.on_error(error)
+            except Exception:
+                log.exception("on_error of %s raised", self.subscription_id)
+        await self._context.failure_handler.on_delivery_failure(
+            DeliveryFailure(self.subscription_id, self.stream_id, None, error, False)
+        )

@@ -1,0 +1,376 @@
+"""The pulling agent: one per owned queue (Orleans' ``PersistentStreamPullingAgent``).
+
+On a timer, and at once when a producer in this process wakes it, the agent reads as many
+records as its cache has room for, decodes them (dead-lettering what is not a batch
+container), activates the consumers of streams it has not seen, adds the batches to the cache
+and wakes the consumers whose streams got data. It never overlaps its own reads, backs off
+when the queue fails, and acknowledges to the queue only the positions every consumer has
+finished with.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from cache.protocols import QueueCache
+from streams.adapters.protocols import QueueAdapterReceiver
+from streams.batch import BatchContainer, QueueMessage
+from streams.consumers import InProcessSubscription
+from streams.deadletters import DeadLetter
+from streams.errors import CacheMissError, DecodeError
+from streams.ids import QueueId, StreamId
+from streams.observer import as_observer
+from streams.pubsub import SubscriptionRecord, SubscriptionState
+from streams.tokens import SequenceToken
+
+from .consumer import StreamConsumer
+from .context import AgentContext
+
+log = logging.getLogger("headrace.agent")
+
+
+class _StreamState:
+    """What the agent knows of one active stream."""
+
+    __slots__ = ("consumers", "activations", "last_activity", "ready")
+
+    def __init__(self) -> None:
+        self.consumers: dict[str, StreamConsumer] = {}
+        self.activations: dict[type, Any] = {}  # one instance per consumer type
+        self.last_activity = time.monotonic()
+        self.ready = anyio.Event()
+
+
+class PullingAgent:
+    """Reads one queue into one cache and delivers to each consumer through its cursor."""
+
+    def __init__(
+        self,
+        queue: QueueId,
+        receiver: QueueAdapterReceiver,
+        cache: QueueCache,
+        context: AgentContext,
+    ) -> None:
+        self.queue = queue
+        self.receiver = receiver
+        self.cache = cache
+        self.context = context
+        self.read_messages = 0
+        self.read_failures = 0
+        self.pressure_skips = 0
+        self._streams: dict[StreamId, _StreamState] = {}
+        self._unacked: deque[int] = deque()
+        self._wake = anyio.Event()
+        self._stopping = False
+        self._stopped = anyio.Event()
+        self._tg: TaskGroup | None = None
+        self._pump_lock = anyio.Lock()
+        self._last_read_count = 0
+        self._last_inactivity_sweep = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        options = self.context.options
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await self._retrying(self.receiver.initialize)
+                task_status.started()
+                while not self._stopping:
+                    read = await self._pump()
+                    if read and read >= self._last_room and not self._stopping:
+                        await anyio.sleep(0)  # more may be waiting: read again, but let others run
+                        continue
+                    with anyio.move_on_after(options.get_queue_msgs_timer_period):
+                        await self._wake.wait()
+                    self._wake = anyio.Event()
+                await self._shutdown()
+                tg.cancel_scope.cancel()
+        finally:
+            self._stopped.set()
+
+    def wake(self) -> None:
+        """A producer in this process enqueued to this queue: read now, not at the next tick."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop reading, let in-flight deliveries finish (within ``shutdown_timeout``),
+        acknowledge what was delivered and release the queue."""
+        self._stopping = True
+        self._wake.set()
+        await self._stopped.wait()
+
+    async def drain(self) -> None:
+        """Return once the queue is read to its end and every consumer has caught up."""
+        while True:
+            self.wake()
+            read = await self._pump()
+            if read == 0 and self.idle and not self._unread_pressure():
+                await self._ack()
+                return
+            await anyio.sleep(0.005)
+
+    @property
+    def idle(self) -> bool:
+        return all(c.idle for s in self._streams.values() for c in s.consumers.values())
+
+    def _unread_pressure(self) -> bool:
+        return self.cache.is_under_pressure()
+
+    async def _shutdown(self) -> None:
+        with anyio.move_on_after(self.context.options.shutdown_timeout) as scope:
+            while not self.idle:
+                await anyio.sleep(0.01)
+        if scope.cancelled_caught:
+            log.warning("%s: shutdown timed out with deliveries in flight; they will be redelivered", self.queue)
+        await self._ack()
+        await self.receiver.shutdown()
+        for sid in list(self._streams):
+            self._close_stream(sid)
+        await anyio.sleep(0)  # let the on_deactivate hooks run
+
+    # -- reading ---------------------------------------------------------------------
+    _last_room = 0
+
+    async def _pump(self) -> int:
+        async with self._pump_lock:  # never overlap reads: timer, wake-ups and drain share it
+            return await self._pump_once()
+
+    async def _pump_once(self) -> int:
+        cache = self.cache
+        cache.try_purge()
+        if cache.is_under_pressure():
+            self.pressure_skips += 1
+            await self._ack()
+            return 0
+        self._last_room = room = cache.get_max_add_count()
+        messages = await self._retrying(self.receiver.get_queue_messages, room)
+        if messages is None:
+            return 0
+        if messages:
+            await self._add(messages)
+            self.read_messages += len(messages)
+        await self._ack()
+        self._sweep_inactive()
+        return len(messages)
+
+    async def _add(self, messages: list[QueueMessage]) -> None:
+        decoded: list[tuple[QueueMessage, BatchContainer]] = []
+        letters: list[DeadLetter] = []
+        unacked = self._unacked
+        for message in messages:
+            unacked.append(message.sequence_number)
+            try:
+                decoded.append((message, BatchContainer.decode(message.payload)))
+            except DecodeError as exc:
+                letters.append(
+                    DeadLetter(
+                        "undecodable",
+                        queue=message.queue.number,
+                        sequence_number=message.sequence_number,
+                        payload=message.payload,
+                        detail=str(exc),
+                    )
+                )
+        if letters:
+            log.warning("%s: %d record(s) are not batch containers; dead-lettered", self.queue, len(letters))
+            await self.context.dead_letters.add(letters)
+        streams = self._streams
+        for sid in {c.stream_id for _, c in decoded}:
+            state = streams.get(sid)
+            if state is None:
+                state = await self._open_stream(sid)
+            if not state.ready.is_set():
+                await state.ready.wait()
+        now = time.monotonic()
+        for sid in self.cache.add(decoded):
+            state = streams[sid]
+            state.last_activity = now
+            for consumer in state.consumers.values():
+                consumer.wake()
+
+    async def _retrying(self, fn: Any, *args: Any) -> Any:
+        """Call the receiver, backing off on failure; log once per outage, not per retry."""
+        failures = 0
+        while True:
+            try:
+                result = await fn(*args)
+            except Exception as exc:
+                if self._stopping and failures:
+                    return None
+                failures += 1
+                self.read_failures += 1
+                if failures == 1:
+                    log.warning("%s: queue unavailable (%r); backing off", self.queue, exc)
+                delay = min(self.context.options.max_read_backoff, 0.05 * 2 ** min(failures, 16))
+                await anyio.sleep(delay * (0.5 + random.random() / 2))
+                continue
+            if failures:
+                log.warning("%s: queue available again after %d failed attempts", self.queue, failures)
+            return result
+
+    # -- acknowledging ---------------------------------------------------------------
+    def _ack_point(self) -> float:
+        """The oldest queue position still needed by a cursor or held by a consumer."""
+        point: float = math.inf
+        needed = self.cache.oldest_needed()
+        if needed is not None:
+            point = needed
+        for state in self._streams.values():
+            for observer in state.activations.values():
+                hold = getattr(observer, "checkpoint_hold", None)
+                token = hold() if hold is not None else None
+                if token is not None:
+                    point = min(point, token.sequence_number)
+        return point
+
+    async def _ack(self) -> None:
+        unacked = self._unacked
+        if not unacked:
+            return
+        point = self._ack_point()
+        tokens = []
+        while unacked and unacked[0] < point:
+            tokens.append(SequenceToken(unacked.popleft()))
+        if tokens:
+            await self._retrying(self.receiver.messages_delivered, tokens)
+
+    # -- consumers ---------------------------------------------------------------------
+    async def _open_stream(self, sid: StreamId, skip: str | None = None) -> _StreamState:
+        """Attach every consumer of a newly active stream (``skip`` is attached by the
+        caller, from its own token)."""
+        state = self._streams[sid] = _StreamState()
+        registry = self.context.registry
+        try:
+            for cls in registry.implicit_types(sid.namespace):
+                await self._attach(state, sid, f"implicit:{registry.type_name(cls)}", self._activation(state, sid, cls))
+            for sub in registry.observers(sid):
+                if sub.subscription_id != skip:
+                    await self._attach(state, sid, sub.subscription_id, as_observer(sub.observer))
+            for record in await self.context.pubsub.subscriptions(sid):
+                if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
+                    cls = registry.get_type(record.consumer_type)
+                    await self._attach(state, sid, record.subscription_id, self._activation(state, sid, cls), durable=True)
+        finally:
+            state.ready.set()
+        return state
+
+    def _activation(self, state: _StreamState, sid: StreamId, cls: type) -> Any:
+        """One instance per stream id and consumer type, like an Orleans grain activation."""
+        observer = state.activations.get(cls)
+        if observer is None:
+            instance = cls(sid)
+            observer = state.activations[cls] = as_observer(instance)
+            self._spawn(self._call_hook, instance, "on_activate")
+        return observer
+
+    async def _attach(
+        self,
+        state: _StreamState,
+        sid: StreamId,
+        subscription_id: str,
+        observer: Any,
+        token: SequenceToken | None = None,
+        *,
+        durable: bool = False,
+    ) -> StreamConsumer:
+        miss: CacheMissError | None = None
+        try:
+            cursor = self.cache.create_cursor(sid, token)
+        except CacheMissError as exc:
+            miss = exc
+            oldest = self.cache.oldest_cached_token()
+            cursor = self.cache.create_cursor(sid, oldest)
+        consumer = StreamConsumer(
+            subscription_id, sid, observer, cursor, self.context,
+            start_token=None if miss else token, durable=durable,
+        )
+        state.consumers[subscription_id] = consumer
+        if miss is not None:
+            await consumer.report_error(miss)
+        self._spawn(consumer.run)
+        consumer.wake()
+        return consumer
+
+    def _spawn(self, fn: Any, *args: Any) -> None:
+        assert self._tg is not None, "the agent is not running"
+        self._tg.start_soon(fn, *args)
+
+    @staticmethod
+    async def _call_hook(instance: Any, name: str) -> None:
+        hook = getattr(instance, name, None)
+        if hook is None:
+            return
+        try:
+            result = hook()
+            if hasattr(result, "__await__"):
+                await result
+        except Exception:
+            log.exception("%s of %s raised", name, type(instance).__qualname__)
+
+    async def add_subscription(
+        self, subscription: InProcessSubscription | SubscriptionRecord
+    ) -> None:
+        """A subscription made while this agent runs: attach it now, from its token."""
+        sid = subscription.stream_id
+        state = self._streams.get(sid)
+        if state is None:
+            state = await self._open_stream(sid, skip=subscription.subscription_id)
+        await state.ready.wait()
+        if subscription.subscription_id in state.consumers:
+            return
+        if isinstance(subscription, InProcessSubscription):
+            await self._attach(state, sid, subscription.subscription_id, as_observer(subscription.observer), subscription.token)
+        else:
+            cls = self.context.registry.get_type(subscription.consumer_type)
+            await self._attach(
+                state, sid, subscription.subscription_id, self._activation(state, sid, cls),
+                subscription.start_token, durable=True,
+            )
+
+    def remove_subscription(self, stream_id: StreamId, subscription_id: str) -> None:
+        state = self._streams.get(stream_id)
+        if state is None:
+            return
+        consumer = state.consumers.pop(subscription_id, None)
+        if consumer is not None:
+            consumer.close()
+
+    def _close_stream(self, sid: StreamId) -> None:
+        state = self._streams.pop(sid)
+        for consumer in state.consumers.values():
+            consumer.close()
+        for observer in state.activations.values():
+            self._spawn(self._call_hook, observer.target, "on_deactivate")
+
+    def _sweep_inactive(self) -> None:
+        """Drop streams with no new data for ``stream_inactivity_period`` and no active cursor."""
+        now = time.monotonic()
+        period = self.context.options.stream_inactivity_period
+        if now - self._last_inactivity_sweep < min(period, 60.0):
+            return
+        self._last_inactivity_sweep = now
+        for sid, state in list(self._streams.items()):
+            if now - state.last_activity >= period and all(c.idle for c in state.consumers.values()):
+                self._close_stream(sid)
+
+    # -- status ----------------------------------------------------------------------------
+    def stream_ids(self) -> list[StreamId]:
+        return list(self._streams)
+
+    def consumers(self, stream_id: StreamId) -> list[StreamConsumer]:
+        state = self._streams.get(stream_id)
+        return list(state.consumers.values()) if state else []
+
+
+def new_subscription_id() -> str:
+    return uuid.uuid4().hex

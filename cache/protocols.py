@@ -1,0 +1,61 @@
+"""The interface between a pulling agent and its queue cache (Orleans' ``IQueueCache``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from streams.batch import BatchContainer, Event, QueueMessage
+from streams.ids import StreamId
+from streams.tokens import SequenceToken
+
+
+class CachedBatch(Protocol):
+    message: QueueMessage
+    container: BatchContainer
+
+    @property
+    def events(self) -> list[Event]: ...
+
+
+class QueueCacheCursor(Protocol):
+    """One consumer's position in the cache, on one stream."""
+
+    stream_id: StreamId
+
+    def current(self) -> CachedBatch | None:
+        """The batch to deliver next, or ``None`` when the cursor has caught up."""
+        ...
+
+    def advance(self) -> None:
+        """The current batch is finished; move to the stream's next one."""
+
+    def close(self) -> None: ...
+
+
+class QueueCache(Protocol):
+    def add(self, messages: Iterable[tuple[QueueMessage, BatchContainer]]) -> set[StreamId]:
+        """Add decoded messages in queue order; return the streams that got data."""
+        ...
+
+    def get_max_add_count(self) -> int:
+        """How many messages the agent may read now (0 when under pressure)."""
+        ...
+
+    def is_under_pressure(self) -> bool: ...
+
+    def try_purge(self) -> int:
+        """Drop batches no cursor needs, only as far as room is needed; return how many."""
+        ...
+
+    def create_cursor(self, stream_id: StreamId, token: SequenceToken | None) -> QueueCacheCursor:
+        """A cursor at ``token`` (raising ``CacheMissError`` if that is older than the
+        cache), or, with no token, at the next batch of the stream to arrive."""
+        ...
+
+    def oldest_needed(self) -> int | None:
+        """The queue sequence number of the oldest batch a cursor still needs, if any."""
+        ...
+
+    @property
+    def size(self) -> int: ...

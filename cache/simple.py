@@ -1,0 +1,232 @@
+"""The simple queue cache: a bounded window of a queue, shared by every consumer of it.
+
+Like Orleans' ``SimpleQueueCache``, the cache is split into buckets (10 by default) and tracks
+which cursors stand in each, so it knows without scanning that the oldest bucket is no longer
+needed. Unlike it, each cached batch links to the next batch of the same stream, so a cursor
+steps straight to its own stream's data instead of walking past every other stream's.
+
+Nothing a cursor still needs is ever dropped: when the cache is full and its oldest bucket
+holds a cursor, the cache is *under pressure* and the agent stops reading the queue.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from streams.batch import BatchContainer, BatchKind, Event, QueueMessage
+from streams.errors import CacheMissError, ConfigurationError
+from streams.ids import StreamId
+from streams.tokens import SequenceToken
+
+
+class SimpleCachedBatch:
+    """One queue message in the cache, linked to the next batch of its stream."""
+
+    __slots__ = ("position", "message", "container", "next", "_events")
+
+    def __init__(self, position: int, message: QueueMessage, container: BatchContainer) -> None:
+        self.position = position  # the cache's own dense counter, for buckets
+        self.message = message
+        self.container = container
+        self.next: SimpleCachedBatch | None = None
+        self._events: list[Event] | None = None
+
+    @property
+    def events(self) -> list[Event]:
+        # Decoded into Event objects once, on first delivery, and shared by every cursor.
+        if self._events is None:
+            self._events = (
+                self.container.events(self.message.sequence_number)
+                if self.container.kind is BatchKind.DATA
+                else []
+            )
+        return self._events
+
+
+class _StreamEntry:
+    __slots__ = ("head", "tail", "waiting")
+
+    def __init__(self) -> None:
+        self.head: SimpleCachedBatch | None = None
+        self.tail: SimpleCachedBatch | None = None
+        self.waiting: set[SimpleCacheCursor] = set()  # caught-up cursors
+
+
+class SimpleCacheCursor:
+    """A consumer's position on one stream. ``current()`` is ``None`` once caught up; the
+    cache moves a caught-up cursor onto its stream's next batch when that arrives."""
+
+    __slots__ = ("stream_id", "_cache", "_item", "_min_sequence", "_closed")
+
+    def __init__(self, cache: SimpleQueueCache, stream_id: StreamId, min_sequence: int) -> None:
+        self.stream_id = stream_id
+        self._cache = cache
+        self._item: SimpleCachedBatch | None = None
+        self._min_sequence = min_sequence  # skip batches before the subscription's token
+        self._closed = False
+
+    def current(self) -> SimpleCachedBatch | None:
+        return self._item
+
+    def advance(self) -> None:
+        item = self._item
+        if item is None or self._closed:
+            return
+        self._cache._move(self, item.next)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._cache._move(self, None, waiting=False)
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+class SimpleQueueCache:
+    """A bounded queue cache [4096 batches, 10 buckets] with one cursor per consumer.
+
+    >>> cache = SimpleQueueCache(max_size=100, buckets=10)
+    >>> cache.get_max_add_count()
+    100
+    """
+
+    def __init__(self, max_size: int = 4096, buckets: int = 10) -> None:
+        if max_size < 1 or buckets < 1 or buckets > max_size:
+            raise ConfigurationError(
+                f"cache_size ({max_size}) and cache_buckets ({buckets}) must be positive, "
+                "with no more buckets than batches"
+            )
+        self.max_size = max_size
+        self._bucket_size = -(-max_size // buckets)
+        self._items: deque[SimpleCachedBatch] = deque()
+        self._streams: dict[StreamId, _StreamEntry] = {}
+        # bucket number -> cursors standing on a batch of that bucket
+        self._buckets: dict[int, set[SimpleCacheCursor]] = {}
+        self._next_position = 0
+        self._first_sequence: int | None = None  # first queue position ever cached
+        self._purged_through = -1  # last queue position dropped from the cache
+
+    # -- the agent's side -------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return len(self._items)
+
+    def is_under_pressure(self) -> bool:
+        return len(self._items) >= self.max_size
+
+    def get_max_add_count(self) -> int:
+        return max(0, self.max_size - len(self._items))
+
+    def add(self, messages: Iterable[tuple[QueueMessage, BatchContainer]]) -> set[StreamId]:
+        touched: set[StreamId] = set()
+        streams, items = self._streams, self._items
+        for message, container in messages:
+            if self._first_sequence is None:
+                self._first_sequence = message.sequence_number
+            item = SimpleCachedBatch(self._next_position, message, container)
+            self._next_position += 1
+            items.append(item)
+            sid = container.stream_id
+            entry = streams.get(sid)
+            if entry is None:
+                entry = streams[sid] = _StreamEntry()
+            if entry.tail is None:
+                entry.head = item
+            else:
+                entry.tail.next = item
+            entry.tail = item
+            if entry.waiting:
+                for cursor in list(entry.waiting):
+                    self._move(cursor, item)
+            touched.add(sid)
+        return touched
+
+    def try_purge(self) -> int:
+        """Drop whole buckets from the oldest end while no cursor stands in them, keeping
+        delivered history for rewinds until the room is needed."""
+        purged = 0
+        items, size = self._items, self._bucket_size
+        while items and len(items) > self.max_size - size:
+            bucket = items[0].position // size
+            if self._buckets.get(bucket):
+                break
+            while items and items[0].position // size == bucket:
+                self._drop_head()
+                purged += 1
+        return purged
+
+    def oldest_needed(self) -> int | None:
+        for bucket in sorted(self._buckets):
+            cursors = self._buckets[bucket]
+            if cursors:
+                return min(c._item.message.sequence_number for c in cursors if c._item)
+        return None
+
+    def create_cursor(self, stream_id: StreamId, token: SequenceToken | None) -> SimpleCacheCursor:
+        """Raises :class:`CacheMissError` when ``token`` is older than the cache; the caller
+        reports it and asks again with no token (the oldest data still cached)."""
+        if token is not None and self._is_miss(token.sequence_number):
+            raise CacheMissError(
+                f"stream {stream_id}: token {token} is older than the queue cache "
+                f"(oldest cached position {self._purged_through + 1 if self._first_sequence is not None else '-'}); "
+                "resuming from the oldest data still available"
+            )
+        min_sequence = -1 if token is None else token.sequence_number
+        cursor = SimpleCacheCursor(self, stream_id, min_sequence)
+        entry = self._streams.get(stream_id)
+        start = None
+        if token is not None and entry is not None:
+            start = entry.head
+            while start is not None and start.message.sequence_number < min_sequence:
+                start = start.next
+        self._move(cursor, start)
+        return cursor
+
+    def oldest_cached_token(self) -> SequenceToken | None:
+        return self._items[0].message.token if self._items else None
+
+    # -- internals --------------------------------------------------------------------
+    def _is_miss(self, sequence_number: int) -> bool:
+        if sequence_number <= self._purged_through:
+            return True
+        return self._first_sequence is not None and sequence_number < self._first_sequence
+
+    def _move(
+        self, cursor: SimpleCacheCursor, item: SimpleCachedBatch | None, *, waiting: bool = True
+    ) -> None:
+        old = cursor._item
+        if old is not None:
+            self._buckets[old.position // self._bucket_size].discard(cursor)
+        else:
+            entry = self._streams.get(cursor.stream_id)
+            if entry is not None:
+                entry.waiting.discard(cursor)
+        while item is not None and item.message.sequence_number < cursor._min_sequence:
+            item = item.next
+        cursor._item = item
+        if item is not None:
+            self._buckets.setdefault(item.position // self._bucket_size, set()).add(cursor)
+        elif waiting:
+            entry = self._streams.get(cursor.stream_id)
+            if entry is None:
+                entry = self._streams[cursor.stream_id] = _StreamEntry()
+            entry.waiting.add(cursor)
+
+    def _drop_head(self) -> None:
+        item = self._items.popleft()
+        self._purged_through = item.message.sequence_number
+        bucket = item.position // self._bucket_size
+        if bucket in self._buckets and not self._buckets[bucket] and (
+            not self._items or self._items[0].position // self._bucket_size != bucket
+        ):
+            del self._buckets[bucket]
+        sid = item.container.stream_id
+        entry = self._streams[sid]
+        entry.head = item.next
+        if entry.head is None:
+            entry.tail = None
+            if not entry.waiting:
+                del self._streams[sid]

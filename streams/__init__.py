@@ -1,0 +1,69 @@
+"""headrace: Orleans-style persistent streams on asyncio, feeding Apache Spark.
+
+>>> from streams import StreamProvider, StreamId
+>>> provider = StreamProvider.memory(queues=8)
+"""
+
+from .adapters.generator import GeneratorConfig
+from .adapters.protocols import (
+    QueueAdapter,
+    QueueAdapterFactory,
+    QueueAdapterReceiver,
+    QueueMapper,
+    RewindableReceiver,
+)
+from .batch import BatchContainer, BatchKind, Event, QueueMessage
+from .deadletters import DeadLetter, DeadLetterStore
+from .errors import (
+    CacheMissError,
+    ConfigurationError,
+    DecodeError,
+    DeliveryTimeoutError,
+    EncodeError,
+    HeadraceError,
+    ProviderClosedError,
+    QueueAdapterError,
+)
+from .failures import DeliveryFailure, StreamFailureHandler
+from .ids import QueueId, StreamId
+from .observer import StreamObserver
+from .options import StreamProviderOptions
+from .provider import StreamProvider
+from .pubsub import PubSubStore, SubscriptionRecord
+from .stream import Stream, StreamSubscriptionHandle
+from .tokens import SequenceToken
+
+__all__ = [
+    "BatchContainer",
+    "BatchKind",
+    "CacheMissError",
+    "ConfigurationError",
+    "DeadLetter",
+    "DeadLetterStore",
+    "DecodeError",
+    "DeliveryFailure",
+    "DeliveryTimeoutError",
+    "EncodeError",
+    "Event",
+    "GeneratorConfig",
+    "HeadraceError",
+    "ProviderClosedError",
+    "PubSubStore",
+    "QueueAdapter",
+    "QueueAdapterError",
+    "QueueAdapterFactory",
+    "QueueAdapterReceiver",
+    "QueueId",
+    "QueueMapper",
+    "QueueMessage",
+    "RewindableReceiver",
+    "SequenceToken",
+    "Stream",
+    "StreamFailureHandler",
+    "StreamId",
+    "StreamObserver",
+    "StreamProvider",
+    "StreamProviderOptions",
+    "StreamSubscriptionHandle",
+    "SubscriptionRecord",
+]

@@ -1,0 +1,85 @@
+"""The memory adapter: queues in this process, for tests and one-process use."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Sequence
+
+from balancer.mapper import HashRingQueueMapper
+
+from ..batch import QueueMessage
+from ..ids import QueueId, StreamId
+from ..tokens import SequenceToken
+
+
+class _MemoryQueue:
+    __slots__ = ("records", "next_sequence", "delivered")
+
+    def __init__(self) -> None:
+        self.records: deque[QueueMessage] = deque()
+        self.next_sequence = 0
+        self.delivered = 0  # records acknowledged, for tests and status
+
+
+class MemoryQueueAdapter:
+    """Queues held in memory; records are removed when read, like Orleans' memory streams.
+
+    Not rewindable: history lives only in the pulling agents' caches.
+    """
+
+    name = "memory"
+    is_rewindable = False
+
+    def __init__(self, queues: int = 8) -> None:
+        self.mapper = HashRingQueueMapper(queues)
+        self._queues = {q: _MemoryQueue() for q in self.mapper.get_all_queues()}
+
+    async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
+        q = self._queues[queue]
+        q.records.append(QueueMessage(queue, q.next_sequence, payload, time.time()))
+        q.next_sequence += 1
+
+    def create_receiver(self, queue: QueueId) -> MemoryQueueReceiver:
+        return MemoryQueueReceiver(queue, self._queues[queue])
+
+    def depth(self, queue: QueueId) -> int:
+        """Records enqueued and not yet read."""
+        return len(self._queues[queue].records)
+
+    def delivered(self, queue: QueueId) -> int:
+        return self._queues[queue].delivered
+
+    async def close(self) -> None:
+        return None
+
+
+class MemoryQueueReceiver:
+    def __init__(self, queue: QueueId, state: _MemoryQueue) -> None:
+        self.queue = queue
+        self._state = state
+
+    async def initialize(self) -> None:
+        return None
+
+    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        records = self._state.records
+        n = min(max_count, len(records))
+        return [records.popleft() for _ in range(n)]
+
+    async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
+        self._state.delivered += len(tokens)
+
+    async def shutdown(self) -> None:
+        return None
+
+
+class MemoryAdapterFactory:
+    def __init__(self, queues: int = 8) -> None:
+        self._adapter = MemoryQueueAdapter(queues)
+
+    async def create_adapter(self) -> MemoryQueueAdapter:
+        return self._adapter
+
+    def get_queue_mapper(self) -> HashRingQueueMapper:
+        return self._adapter.mapper

@@ -1,0 +1,81 @@
+"""The queue-adapter layer: the only code that knows which durable queue lies below.
+
+The shapes follow Orleans' ``IQueueAdapterFactory``, ``IQueueAdapter`` and
+``IQueueAdapterReceiver``. Everything above (agents, caches, consumers) talks to these
+protocols only, so the memory, generator, embedded and Kafka adapters are interchangeable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..batch import QueueMessage
+from ..ids import QueueId, StreamId
+from ..tokens import SequenceToken
+
+
+class QueueMapper(Protocol):
+    """Maps stream ids to queues; lists every queue."""
+
+    def get_all_queues(self) -> list[QueueId]: ...
+
+    def get_queue_for_stream(self, stream_id: StreamId) -> QueueId: ...
+
+
+@runtime_checkable
+class QueueAdapterReceiver(Protocol):
+    """Reads one queue for the pulling agent that owns it."""
+
+    queue: QueueId
+
+    async def initialize(self) -> None:
+        """Prepare to read from the queue's checkpoint (or the configured start)."""
+
+    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        """Up to ``max_count`` records in queue order, or ``[]`` when there are none now."""
+        ...
+
+    async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
+        """Acknowledge records every consumer has finished with.
+
+        ``tokens`` are a contiguous run in queue order, following the previous call's; a
+        durable adapter checkpoints the last one (Orleans' ``MessagesDeliveredAsync``).
+        """
+
+    async def shutdown(self) -> None:
+        """Flush the checkpoint and release the queue's resources."""
+
+
+@runtime_checkable
+class RewindableReceiver(QueueAdapterReceiver, Protocol):
+    """A receiver that can re-read retained history (rewind, detached-cursor catch-up)."""
+
+    async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:
+        """Up to ``max_count`` records from ``start_sequence`` (or the oldest retained)."""
+        ...
+
+
+@runtime_checkable
+class QueueAdapter(Protocol):
+    """The producer side of the queues, and the maker of receivers."""
+
+    name: str
+    is_rewindable: bool
+
+    async def queue_message_batch(
+        self, queue: QueueId, stream_id: StreamId, payload: bytes
+    ) -> None:
+        """Durably enqueue one encoded batch container; return once it is accepted."""
+
+    def create_receiver(self, queue: QueueId) -> QueueAdapterReceiver: ...
+
+    async def close(self) -> None: ...
+
+
+class QueueAdapterFactory(Protocol):
+    """Builds the adapter and names the queue layout (Orleans' ``IQueueAdapterFactory``)."""
+
+    async def create_adapter(self) -> QueueAdapter: ...
+
+    def get_queue_mapper(self) -> QueueMapper: ...

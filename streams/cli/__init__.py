@@ -1,0 +1,51 @@
+"""The ``headrace`` command: one entry point, a subcommand per job.
+
+Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args)``.
+A user's mistake ends as one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ..errors import HeadraceError
+
+# name -> module under streams.cli; each module has add_parser(subparsers) and run(args) -> int
+SUBCOMMANDS = ("simulate",)
+
+EXIT_USAGE = 2
+
+
+class CliError(HeadraceError):
+    """A user mistake on the command line: printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="headrace",
+        description="Persistent streams on asyncio, with event-time consumers that feed Spark.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"{__name__}.{name}")
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    module = importlib.import_module(f"{__name__}.{args.command}")
+    try:
+        return int(module.run(args) or 0)
+    except (HeadraceError, ValueError, OSError) as exc:
+        print(f"headrace {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

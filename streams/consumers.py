@@ -1,0 +1,92 @@
+"""Who consumes what: implicit consumer types per namespace, named consumer types for
+durable explicit subscriptions, and in-process observers per stream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .errors import ConfigurationError
+from .ids import StreamId
+from .tokens import SequenceToken
+
+T = TypeVar("T", bound=type)
+
+
+@dataclass(frozen=True, slots=True)
+class InProcessSubscription:
+    subscription_id: str
+    stream_id: StreamId
+    observer: Any
+    token: SequenceToken | None
+
+
+class ConsumerRegistry:
+    """The provider's table of consumers; agents consult it when a stream becomes active."""
+
+    def __init__(self) -> None:
+        self._implicit: dict[str, list[type]] = {}
+        self._types: dict[str, type] = {}
+        self._observers: dict[StreamId, dict[str, InProcessSubscription]] = {}
+
+    # -- consumer types -------------------------------------------------------------
+    def register_type(self, cls: type, name: str | None = None) -> str:
+        name = name or f"{cls.__module__}.{cls.__qualname__}"
+        known = self._types.get(name)
+        if known is not None and known is not cls:
+            raise ConfigurationError(f"consumer type name {name!r} is already registered")
+        if not callable(getattr(cls, "on_next", None)):
+            raise ConfigurationError(f"consumer type {cls.__qualname__} needs an on_next(batch) method")
+        self._types[name] = cls
+        cls.__headrace_consumer_name__ = name  # type: ignore[attr-defined]
+        return name
+
+    def register_implicit(self, namespace: str, cls: type) -> None:
+        self.register_type(cls)
+        types = self._implicit.setdefault(namespace, [])
+        if cls not in types:
+            types.append(cls)
+
+    def type_name(self, cls: type) -> str | None:
+        name = getattr(cls, "__headrace_consumer_name__", None)
+        return name if name is not None and self._types.get(name) is cls else None
+
+    def get_type(self, name: str) -> type:
+        try:
+            return self._types[name]
+        except KeyError:
+            raise ConfigurationError(
+                f"consumer type {name!r} is not registered in this process; register it with "
+                "@provider.consumer() before starting the worker"
+            ) from None
+
+    def implicit_types(self, namespace: str) -> list[type]:
+        return self._implicit.get(namespace, [])
+
+    def has_implicit(self, namespace: str) -> bool:
+        return namespace in self._implicit
+
+    # -- in-process observers -------------------------------------------------------
+    def add_observer(self, subscription: InProcessSubscription) -> None:
+        self._observers.setdefault(subscription.stream_id, {})[subscription.subscription_id] = subscription
+
+    def remove_observer(self, stream_id: StreamId, subscription_id: str) -> bool:
+        subs = self._observers.get(stream_id)
+        if not subs or subscription_id not in subs:
+            return False
+        del subs[subscription_id]
+        if not subs:
+            del self._observers[stream_id]
+        return True
+
+    def observers(self, stream_id: StreamId) -> list[InProcessSubscription]:
+        return list(self._observers.get(stream_id, {}).values())
+
+
+def consumer_decorator(registry: ConsumerRegistry, name: str | None) -> Callable[[T], T]:
+    def decorate(cls: T) -> T:
+        registry.register_type(cls, name)
+        return cls
+
+    return decorate

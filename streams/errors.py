@@ -1,0 +1,47 @@
+"""Every error headrace raises on purpose derives from :class:`HeadraceError`."""
+
+from __future__ import annotations
+
+
+class HeadraceError(Exception):
+    """Base class of headrace's own errors."""
+
+
+class ConfigurationError(HeadraceError):
+    """A setting, option or argument is wrong; the message names it and says what is allowed."""
+
+
+class EncodeError(HeadraceError, TypeError):
+    """A value given to ``on_next`` cannot be encoded; nothing was enqueued."""
+
+
+class DecodeError(HeadraceError):
+    """Bytes read from a queue are not a headrace batch container."""
+
+
+class CacheMissError(HeadraceError):
+    """A cursor asked for data older than the queue cache holds.
+
+    The consumer is told through ``on_error`` and delivery continues from the oldest
+    data still available, so the gap is always visible, never silent.
+    """
+
+
+class QueueAdapterError(HeadraceError):
+    """A queue adapter could not read or write its durable queue."""
+
+
+class DeliveryTimeoutError(HeadraceError, TimeoutError):
+    """A consumer did not finish a batch within ``max_event_delivery_time``."""
+
+
+class ProviderClosedError(HeadraceError):
+    """The provider is not running (use ``async with provider:`` or ``provider.client()``)."""
+
+
+class StoreError(HeadraceError):
+    """The embedded store (``path/headrace.db``) could not be read or written."""
+
+
+class WorkerNameInUseError(HeadraceError):
+    """Another live worker already goes by this name, or took it over from this one."""

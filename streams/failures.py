@@ -1,0 +1,45 @@
+"""Being told when delivery fails (Orleans' ``IStreamFailureHandler``)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from .ids import StreamId
+from .tokens import SequenceToken
+
+log = logging.getLogger("headrace.delivery")
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFailure:
+    subscription_id: str
+    stream_id: StreamId
+    token: SequenceToken | None
+    error: BaseException
+    faulted: bool  # the subscription was faulted because of it
+
+
+class StreamFailureHandler(Protocol):
+    """Called for every failed delivery and every cache miss."""
+
+    async def on_delivery_failure(self, failure: DeliveryFailure) -> None: ...
+
+
+class LoggingFailureHandler:
+    """The default handler: one warning line per failure, and a count."""
+
+    def __init__(self) -> None:
+        self.failures: int = 0
+
+    async def on_delivery_failure(self, failure: DeliveryFailure) -> None:
+        self.failures += 1
+        log.warning(
+            "delivery failed: stream=%s subscription=%s token=%s faulted=%s error=%r",
+            failure.stream_id,
+            failure.subscription_id,
+            failure.token,
+            failure.faulted,
+            failure.error,
+        )

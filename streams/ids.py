@@ -1,0 +1,68 @@
+"""Stream identities and queue identities, with hashes that are stable across processes."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+
+StreamKey = str | int | uuid.UUID
+
+
+def stable_hash(data: bytes) -> int:
+    """A 32-bit hash that is the same in every process and run (unlike ``hash()``)."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "big")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class StreamId:
+    """A stream's identity: a namespace and a key within it.
+
+    >>> StreamId("sensors", "s-1")
+    StreamId('sensors', 's-1')
+    >>> StreamId("sensors", "s-1").uniform_hash == StreamId("sensors", "s-1").uniform_hash
+    True
+    """
+
+    namespace: str
+    key: str
+    uniform_hash: int = field(init=False, compare=False, repr=False)
+
+    def __init__(self, namespace: str, key: StreamKey) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise TypeError(f"a stream namespace is a non-empty str, not {namespace!r}")
+        if not isinstance(key, (str, int, uuid.UUID)) or isinstance(key, bool):
+            raise TypeError(f"a stream key is a str, int or UUID, not {type(key).__name__}")
+        object.__setattr__(self, "namespace", namespace)
+        object.__setattr__(self, "key", str(key))
+        object.__setattr__(
+            self, "uniform_hash", stable_hash(f"{namespace}\x00{key}".encode())
+        )
+
+    def __repr__(self) -> str:
+        return f"StreamId({self.namespace!r}, {self.key!r})"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.key}"
+
+    @classmethod
+    def parse(cls, text: str) -> StreamId:
+        """Read the ``namespace/key`` form that ``str()`` writes."""
+        namespace, sep, key = text.partition("/")
+        if not sep or not namespace:
+            raise ValueError(f"a stream id reads 'namespace/key', not {text!r}")
+        return cls(namespace, key)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class QueueId:
+    """One partition of the durable queues (Kafka partition ``number`` at scale).
+
+    >>> str(QueueId(3))
+    'queue-3'
+    """
+
+    number: int
+
+    def __str__(self) -> str:
+        return f"queue-{self.number}"

@@ -1,0 +1,81 @@
+"""Observers: what consumes a stream, in whatever shape the user wrote it.
+
+A consumer may be a callable (sync or async) taking a batch, or an object with ``on_next``
+and optionally ``on_error``, ``on_completed`` and ``on_watermark``, each sync or async.
+:func:`as_observer` turns any of these into one :class:`StreamObserver`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, runtime_checkable
+
+from .batch import Event
+
+
+@runtime_checkable
+class StreamObserver(Protocol):
+    """The shape the runtime delivers to (Orleans' ``IAsyncObserver``)."""
+
+    async def on_next(self, batch: list[Event]) -> None: ...
+
+    async def on_error(self, error: BaseException) -> None: ...
+
+    async def on_completed(self) -> None: ...
+
+    async def on_watermark(self, watermark: float) -> None: ...
+
+
+async def _maybe_await(result: Any) -> None:
+    if inspect.isawaitable(result):
+        await result
+
+
+def _lift(fn: Callable[..., Any] | None) -> Callable[..., Awaitable[None]] | None:
+    """An async function that calls ``fn`` and awaits it if it returned an awaitable."""
+    if fn is None:
+        return None
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    async def call(*args: Any) -> None:
+        result = fn(*args)
+        if result is not None and inspect.isawaitable(result):
+            await result
+
+    return call
+
+
+async def _nothing(*_: Any) -> None:
+    return None
+
+
+class _AdaptedObserver:
+    __slots__ = ("target", "on_next", "on_error", "on_completed", "on_watermark", "has_on_error")
+
+    def __init__(self, target: Any, on_next: Callable[..., Any]) -> None:
+        self.target = target
+        self.on_next = _lift(on_next)
+        on_error = getattr(target, "on_error", None) if target is not on_next else None
+        self.has_on_error = on_error is not None
+        self.on_error = _lift(on_error) or _nothing
+        self.on_completed = _lift(getattr(target, "on_completed", None)) or _nothing
+        self.on_watermark = _lift(getattr(target, "on_watermark", None)) or _nothing
+
+
+def as_observer(target: Any) -> _AdaptedObserver:
+    """Adapt a callable or an observer-like object.
+
+    >>> seen = []
+    >>> observer = as_observer(seen.extend)
+    """
+    on_next = getattr(target, "on_next", None)
+    if on_next is not None and callable(on_next):
+        return _AdaptedObserver(target, on_next)
+    if callable(target):
+        return _AdaptedObserver(target, target)
+    raise TypeError(
+        f"a stream observer is a callable taking a batch, or an object with on_next(batch); "
+        f"got {type(target).__name__}"
+    )

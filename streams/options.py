@@ -1,0 +1,42 @@
+"""Settings of a stream provider and its agents (Orleans' defaults in brackets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class StreamProviderOptions:
+    """Every runtime setting, with Orleans' defaults.
+
+    >>> StreamProviderOptions(cache_size=1024).cache_size
+    1024
+    """
+
+    get_queue_msgs_timer_period: float = 0.1  # agent poll period [100 ms]
+    cache_size: int = 4096  # batches per agent cache
+    cache_buckets: int = 10
+    max_event_delivery_time: float = 60.0  # per batch, per consumer [1 min]
+    stream_inactivity_period: float = 1800.0  # [30 min]
+    fault_on_error: bool = False  # fault an explicit subscription whose consumer raises
+    shutdown_timeout: float = 10.0  # draining in-flight deliveries at shutdown
+    max_read_backoff: float = 5.0  # ceiling of the read-retry backoff
+    slow_consumer_timeout: float | None = None  # detach a cursor holding a full cache
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+                raise ConfigurationError(f"{f.name} must be positive, got {value!r}")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: object) -> StreamProviderOptions:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown provider option {unknown[0]!r}; known options: {', '.join(sorted(known))}"
+            )
+        return cls(**kwargs)  # type: ignore[arg-type]

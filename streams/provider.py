@@ -1,0 +1,239 @@
+"""The stream provider: the entry point of the public API (Orleans' ``PersistentStreamProvider``).
+
+``async with provider:`` runs a *worker*: pulling agents for the queues it owns, delivering to
+consumers. ``async with provider.client():`` only publishes (Orleans' cluster client).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import anyio
+
+from agents.context import AgentContext
+from agents.manager import AgentManager
+from agents.pulling_agent import PullingAgent, new_subscription_id
+from cache.simple import SimpleQueueCache
+
+from .adapters.generator import GeneratorAdapterFactory, GeneratorConfig
+from .adapters.memory import MemoryAdapterFactory
+from .adapters.protocols import QueueAdapter, QueueAdapterFactory
+from .consumers import ConsumerRegistry, InProcessSubscription, consumer_decorator
+from .deadletters import DeadLetterStore, MemoryDeadLetterStore
+from .errors import ConfigurationError, ProviderClosedError
+from .failures import LoggingFailureHandler, StreamFailureHandler
+from .ids import QueueId, StreamId
+from .options import StreamProviderOptions
+from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
+from .stream import Stream, StreamSubscriptionHandle
+from .tokens import SequenceToken
+
+log = logging.getLogger("headrace.provider")
+T = TypeVar("T", bound=type)
+
+
+class StreamProvider:
+    """Persistent streams over partitioned queues.
+
+    >>> provider = StreamProvider.memory(queues=8)
+    >>> @provider.implicit("sensors")
+    ... class Average:
+    ...     def __init__(self, stream_id): self.n = 0
+    ...     async def on_next(self, batch): self.n += len(batch)
+    """
+
+    def __init__(
+        self,
+        factory: QueueAdapterFactory,
+        *,
+        pubsub: PubSubStore | None = None,
+        dead_letters: DeadLetterStore | None = None,
+        failure_handler: StreamFailureHandler | None = None,
+        options: StreamProviderOptions | None = None,
+        **option_kwargs: Any,
+    ) -> None:
+        if options is not None and option_kwargs:
+            raise ConfigurationError("pass either options= or option keywords, not both")
+        self.options = options or StreamProviderOptions.from_kwargs(**option_kwargs)
+        self.factory = factory
+        self.mapper = factory.get_queue_mapper()
+        self.pubsub: PubSubStore = pubsub or MemoryPubSubStore()
+        self.dead_letters: DeadLetterStore = dead_letters or MemoryDeadLetterStore()
+        self.failure_handler: StreamFailureHandler = failure_handler or LoggingFailureHandler()
+        self.registry = ConsumerRegistry()
+        self._adapter: QueueAdapter | None = None
+        self._manager: AgentManager | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    # -- constructors --------------------------------------------------------------
+    @classmethod
+    def memory(cls, queues: int = 8, **options: Any) -> StreamProvider:
+        """Queues in this process's memory: for tests and one-process use."""
+        return cls(MemoryAdapterFactory(queues), **options)
+
+    @classmethod
+    def generator(cls, config: GeneratorConfig | None = None, queues: int = 8, **options: Any) -> StreamProvider:
+        """Queues that make their own test data (see :class:`GeneratorConfig`)."""
+        return cls(GeneratorAdapterFactory(config, queues), **options)
+
+    # -- consumer registration -----------------------------------------------------
+    def implicit(self, namespace: str) -> Callable[[T], T]:
+        """Register a consumer type activated for every stream of ``namespace``: one
+        instance per stream id, built as ``cls(stream_id)``, on the worker owning the queue."""
+
+        def decorate(cls: T) -> T:
+            self.registry.register_implicit(namespace, cls)
+            return cls
+
+        return decorate
+
+    def consumer(self, name: str | None = None) -> Callable[[T], T]:
+        """Register a consumer type for durable explicit subscriptions
+        (``await stream.subscribe(MyConsumer)``); ``name`` defaults to module.qualname."""
+        return consumer_decorator(self.registry, name)
+
+    # -- streams -----------------------------------------------------------------------
+    def get_stream(self, stream_id: StreamId) -> Stream:
+        if not isinstance(stream_id, StreamId):
+            raise TypeError(f"get_stream takes a StreamId, not {type(stream_id).__name__}")
+        return Stream(self, stream_id)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._adapter is not None
+
+    @property
+    def is_worker(self) -> bool:
+        return self._manager is not None
+
+    async def __aenter__(self) -> StreamProvider:
+        await self._start(worker=True)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool | None:
+        stack, self._stack = self._stack, None
+        try:
+            assert stack is not None
+            return await stack.__aexit__(*exc_info)  # type: ignore[arg-type]
+        finally:
+            self._adapter = None
+            self._manager = None
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[StreamProvider]:
+        """Open the provider to publish only, with no pulling agents."""
+        await self._start(worker=False)
+        try:
+            yield self
+        finally:
+            await self.__aexit__(None, None, None)
+
+    async def _start(self, *, worker: bool) -> None:
+        if self._stack is not None:
+            raise ConfigurationError("this provider is already running")
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            adapter = await self.factory.create_adapter()
+            stack.push_async_callback(adapter.close)
+            if worker:
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                context = AgentContext(
+                    self.options, self.registry, self.pubsub, self.dead_letters, self.failure_handler
+                )
+                manager = AgentManager(adapter, context, self._new_cache)
+                stack.push_async_callback(manager.stop)
+                self._adapter, self._manager = adapter, manager
+                await manager.start(tg, self.mapper.get_all_queues())
+            self._adapter = adapter
+        except BaseException:
+            self._adapter = self._manager = None
+            await stack.aclose()
+            raise
+        self._stack = stack
+
+    def _new_cache(self, queue: QueueId) -> SimpleQueueCache:
+        return SimpleQueueCache(self.options.cache_size, self.options.cache_buckets)
+
+    async def drain(self) -> None:
+        """Wait until this worker has read its queues to the end and every consumer has
+        finished everything read (a test and quickstart convenience; bound it with
+        ``anyio.fail_after``)."""
+        if self._manager is None:
+            raise ProviderClosedError("drain() needs a running worker: use `async with provider:`")
+        await self._manager.drain()
+
+    @property
+    def agents(self) -> list[PullingAgent]:
+        return self._manager.agents if self._manager else []
+
+    # -- the stream handles' plumbing ----------------------------------------------------
+    def _require_running(self, what: str) -> QueueAdapter:
+        if self._adapter is None:
+            raise ProviderClosedError(
+                f"{what} needs a running provider: use `async with provider:` (a worker) "
+                "or `async with provider.client():` (publish only)"
+            )
+        return self._adapter
+
+    async def _enqueue(self, stream_id: StreamId, payload: bytes) -> None:
+        adapter = self._require_running("publishing")
+        queue = self.mapper.get_queue_for_stream(stream_id)
+        await adapter.queue_message_batch(queue, stream_id, payload)
+        if self._manager is not None:
+            agent = self._manager.agent_for(queue)
+            if agent is not None:
+                agent.wake()
+
+    async def _subscribe(self, stream_id: StreamId, observer: Any, token: SequenceToken | None) -> StreamSubscriptionHandle:
+        if token is not None and not isinstance(token, SequenceToken):
+            raise TypeError(f"token is a SequenceToken, not {type(token).__name__}")
+        subscription_id = new_subscription_id()
+        subscription: InProcessSubscription | SubscriptionRecord
+        type_name = self.registry.type_name(observer) if isinstance(observer, type) else None
+        if type_name is not None:
+            self._require_running("a durable subscription")
+            subscription = SubscriptionRecord(subscription_id, stream_id, type_name, token)
+            await self.pubsub.add_subscription(subscription)
+        elif isinstance(observer, type):
+            raise ConfigurationError(
+                f"{observer.__qualname__} is a class that is not a registered consumer type; "
+                "decorate it with @provider.consumer() or pass an instance"
+            )
+        else:
+            from .observer import as_observer
+
+            as_observer(observer)  # fail now, not at the first delivery
+            subscription = InProcessSubscription(subscription_id, stream_id, observer, token)
+            self.registry.add_observer(subscription)
+        agent = self._local_agent(stream_id)
+        if agent is not None:
+            await agent.add_subscription(subscription)
+        return StreamSubscriptionHandle(self, stream_id, subscription_id, type_name is not None)
+
+    async def _unsubscribe(self, handle: StreamSubscriptionHandle) -> None:
+        if handle.durable:
+            await self.pubsub.remove_subscription(handle.subscription_id)
+        else:
+            self.registry.remove_observer(handle.stream_id, handle.subscription_id)
+        agent = self._local_agent(handle.stream_id)
+        if agent is not None:
+            agent.remove_subscription(handle.stream_id, handle.subscription_id)
+
+    async def _handles(self, stream_id: StreamId) -> list[StreamSubscriptionHandle]:
+        handles = [
+            StreamSubscriptionHandle(self, stream_id, s.subscription_id, False)
+            for s in self.registry.observers(stream_id)
+        ]
+        for record in await self.pubsub.subscriptions(stream_id):
+            handles.append(StreamSubscriptionHandle(self, stream_id, record.subscription_id, True))
+        return handles
+
+    def _local_agent(self, stream_id: StreamId) -> PullingAgent | None:
+        if self._manager is None:
+            return None
+        return self._manager.agent_for(self.mapper.get_queue_for_stream(stream_id))

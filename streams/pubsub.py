@@ -1,0 +1,67 @@
+"""Pub-sub: who consumes which stream.
+
+Implicit subscriptions are a registry of consumer types by namespace (like Orleans'
+``[ImplicitStreamSubscription]``). Explicit subscriptions of a consumer *type* are durable
+records in a :class:`PubSubStore`, so they survive restarts and follow the queue when it
+moves. In-process observers are not stored: they live as long as the process.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from .ids import StreamId
+from .tokens import SequenceToken
+
+
+class SubscriptionState(enum.Enum):
+    ACTIVE = "active"
+    FAULTED = "faulted"
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRecord:
+    """A durable explicit subscription: this consumer type reads this stream from this token."""
+
+    subscription_id: str
+    stream_id: StreamId
+    consumer_type: str
+    start_token: SequenceToken | None = None
+    state: SubscriptionState = SubscriptionState.ACTIVE
+
+
+class PubSubStore(Protocol):
+    """Where durable subscriptions live (memory for tests, the embedded store, ...)."""
+
+    async def add_subscription(self, record: SubscriptionRecord) -> None: ...
+
+    async def remove_subscription(self, subscription_id: str) -> None: ...
+
+    async def fault_subscription(self, subscription_id: str) -> None: ...
+
+    async def subscriptions(self, stream_id: StreamId | None = None) -> list[SubscriptionRecord]:
+        """The records of one stream, or of every stream."""
+        ...
+
+
+class MemoryPubSubStore:
+    """A :class:`PubSubStore` in this process's memory."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, SubscriptionRecord] = {}
+
+    async def add_subscription(self, record: SubscriptionRecord) -> None:
+        self._records[record.subscription_id] = record
+
+    async def remove_subscription(self, subscription_id: str) -> None:
+        self._records.pop(subscription_id, None)
+
+    async def fault_subscription(self, subscription_id: str) -> None:
+        record = self._records.get(subscription_id)
+        if record is not None:
+            self._records[subscription_id] = replace(record, state=SubscriptionState.FAULTED)
+
+    async def subscriptions(self, stream_id: StreamId | None = None) -> list[SubscriptionRecord]:
+        return [r for r in self._records.values() if stream_id is None or r.stream_id == stream_id]

@@ -1,0 +1,103 @@
+"""A stream handle: the producer side (``on_next``) and the consumer side (``subscribe``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .batch import BatchContainer, BatchKind, to_seconds
+from .errors import EncodeError
+from .ids import StreamId
+from .tokens import SequenceToken
+
+if TYPE_CHECKING:
+    from .provider import StreamProvider
+
+EventTime = float | int | datetime | None
+
+
+class StreamSubscriptionHandle:
+    """Returned by :meth:`Stream.subscribe`; ``unsubscribe()`` ends the subscription."""
+
+    def __init__(self, provider: StreamProvider, stream_id: StreamId, subscription_id: str, durable: bool) -> None:
+        self._provider = provider
+        self.stream_id = stream_id
+        self.subscription_id = subscription_id
+        self.durable = durable
+
+    async def unsubscribe(self) -> None:
+        await self._provider._unsubscribe(self)
+
+    def __repr__(self) -> str:
+        return f"StreamSubscriptionHandle({self.stream_id!r}, {self.subscription_id!r})"
+
+
+class Stream:
+    """One stream of a provider.
+
+    >>> async def publish(provider):
+    ...     stream = provider.get_stream(StreamId("sensors", "s-1"))
+    ...     await stream.on_next({"temp": 21.5}, event_time=1_700_000_000.0)
+    """
+
+    def __init__(self, provider: StreamProvider, stream_id: StreamId) -> None:
+        self._provider = provider
+        self.stream_id = stream_id
+
+    def __repr__(self) -> str:
+        return f"Stream({self.stream_id!r})"
+
+    # -- producing -------------------------------------------------------------------
+    async def on_next(self, value: Any, *, event_time: EventTime = None) -> None:
+        """Publish one event. Returns once the queue has accepted it.
+
+        ``event_time`` is POSIX seconds or an aware datetime; without it the event time is
+        the arrival time. A value msgpack cannot encode raises :class:`EncodeError` and
+        nothing is enqueued.
+        """
+        times = None if event_time is None else [to_seconds(event_time)]
+        await self._publish(BatchKind.DATA, [value], times)
+
+    async def on_next_batch(
+        self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None
+    ) -> None:
+        """Publish several events as one batch container (one queue record)."""
+        values = list(values)
+        times = None
+        if event_times is not None:
+            if len(event_times) != len(values):
+                raise EncodeError(
+                    f"on_next_batch got {len(values)} values and {len(event_times)} event times"
+                )
+            times = [to_seconds(t) for t in event_times]
+        if values:
+            await self._publish(BatchKind.DATA, values, times)
+
+    async def advance_time(self, watermark: EventTime) -> None:
+        """Publish punctuation (a StreamInsight CTI): no event with an earlier event time is
+        expected any more. It travels in the queue, in order with the events."""
+        await self._publish(BatchKind.WATERMARK, [to_seconds(watermark)], None)
+
+    async def on_completed(self) -> None:
+        """End the stream: every consumer's ``on_completed`` runs after all earlier events."""
+        await self._publish(BatchKind.COMPLETED, [], None)
+
+    async def _publish(self, kind: BatchKind, values: list[Any], times: list[float | None] | None) -> None:
+        container = BatchContainer(self.stream_id, kind, time.time(), values, times)
+        await self._provider._enqueue(self.stream_id, container.encode())
+
+    # -- consuming -------------------------------------------------------------------
+    async def subscribe(self, observer: Any, token: SequenceToken | None = None) -> StreamSubscriptionHandle:
+        """Subscribe an observer, from ``token`` if given (a rewind), else from now.
+
+        ``observer`` is a callable taking a batch (sync or async), an object with
+        ``on_next(batch)`` and optionally ``on_error``, ``on_completed``, ``on_watermark``;
+        or a consumer type registered with ``@provider.consumer()``, which makes a durable
+        subscription kept in the pub-sub store.
+        """
+        return await self._provider._subscribe(self.stream_id, observer, token)
+
+    async def get_all_subscription_handles(self) -> list[StreamSubscriptionHandle]:
+        return await self._provider._handles(self.stream_id)

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import pytest
+
+from cache.simple import SimpleQueueCache
+from streams import BatchContainer, BatchKind, CacheMissError, QueueId, QueueMessage, SequenceToken, StreamId
+
+A, B = StreamId("ns", "a"), StreamId("ns", "b")
+
+
+def msgs(streams, start=0):
+    out = []
+    for i, sid in enumerate(streams, start):
+        c = BatchContainer(sid, BatchKind.DATA, 0.0, [i])
+        out.append((QueueMessage(QueueId(0), i, c.encode()), c))
+    return out
+
+
+def drain(cursor):
+    got = []
+    while (item := cursor.current()) is not None:
+        got.append(item.message.sequence_number)
+        cursor.advance()
+    return got
+
+
+def test_cursor_sees_only_its_stream_in_order():
+    cache = SimpleQueueCache(100, 10)
+    a, b = cache.create_cursor(A, None), cache.create_cursor(B, None)
+    assert cache.add(msgs([A, B, A, A, B])) == {A, B}
+    assert drain(a) == [0, 2, 3]
+    assert drain(b) == [1, 4]
+    cache.add(msgs([B, A], start=5))
+    assert drain(a) == [6] and drain(b) == [5]
+
+
+def test_purge_keeps_what_a_cursor_needs_and_pressure_stops_reads():
+    cache = SimpleQueueCache(max_size=20, buckets=4)  # buckets of 5
+    slow, fast = cache.create_cursor(A, None), cache.create_cursor(B, None)
+    cache.add(msgs([A] + [B] * 19))
+    assert drain(fast) == list(range(1, 20))
+    assert cache.is_under_pressure() and cache.get_max_add_count() == 0
+    assert cache.try_purge() == 0  # the slow cursor stands in the oldest bucket
+    assert cache.oldest_needed() == 0
+    assert cache.size == 20
+    slow.advance()  # it finishes batch 0 and catches up
+    assert cache.oldest_needed() is None
+    assert cache.try_purge() == 5  # one bucket: just enough room
+    assert cache.get_max_add_count() == 5 and not cache.is_under_pressure()
+
+
+def test_history_is_kept_until_room_is_needed_so_rewinds_hit_the_cache():
+    cache = SimpleQueueCache(max_size=20, buckets=4)
+    cache.add(msgs([A, B] * 5))
+    assert cache.try_purge() == 0  # plenty of room: keep it
+    late = cache.create_cursor(A, SequenceToken(4))
+    assert drain(late) == [4, 6, 8]
+
+
+def test_token_older_than_cache_is_a_miss():
+    cache = SimpleQueueCache(max_size=10, buckets=2)
+    cache.add(msgs([A] * 10))
+    assert cache.try_purge() == 5
+    with pytest.raises(CacheMissError, match="older than the queue cache"):
+        cache.create_cursor(A, SequenceToken(3))
+    cursor = cache.create_cursor(A, cache.oldest_cached_token())
+    assert drain(cursor) == [5, 6, 7, 8, 9]
+
+
+def test_closed_cursor_releases_its_bucket():
+    cache = SimpleQueueCache(max_size=10, buckets=2)
+    cursor = cache.create_cursor(A, None)
+    cache.add(msgs([A] * 10))
+    assert cache.try_purge() == 0
+    cursor.close()
+    assert cursor.current() is None
+    assert cache.try_purge() == 5
+
+
+def test_bad_sizes_are_refused():
+    from streams import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="cache_size"):
+        SimpleQueueCache(0, 1)

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import msgpack
+import pytest
+
+from balancer.mapper import HashRingQueueMapper
+from streams import BatchContainer, BatchKind, DecodeError, EncodeError, QueueId, SequenceToken, StreamId
+
+
+def test_stream_id_hash_is_stable_across_processes():
+    code = "from streams import StreamId; print(StreamId('sensors', 's-1').uniform_hash)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={"PYTHONHASHSEED": "123"},
+    ).stdout
+    assert int(out) == StreamId("sensors", "s-1").uniform_hash
+    assert StreamId("sensors", "s-1") == StreamId("sensors", "s-1")
+    assert StreamId("sensors", 7) == StreamId("sensors", "7")
+
+
+def test_stream_id_rejects_bad_parts():
+    with pytest.raises(TypeError, match="namespace"):
+        StreamId("", "x")
+    with pytest.raises(TypeError, match="key"):
+        StreamId("ns", 1.5)  # type: ignore[arg-type]
+    assert StreamId.parse("a/b/c") == StreamId("a", "b/c")
+    with pytest.raises(ValueError):
+        StreamId.parse("nokey")
+
+
+def test_hash_ring_mapper_spreads_streams_and_is_deterministic():
+    mapper = HashRingQueueMapper(8)
+    counts = {q: 0 for q in mapper.get_all_queues()}
+    for i in range(8000):
+        counts[mapper.get_queue_for_stream(StreamId("ns", str(i)))] += 1
+    assert set(counts) == {QueueId(i) for i in range(8)}
+    assert min(counts.values()) > 700 and max(counts.values()) < 1300
+    again = HashRingQueueMapper(8)
+    assert all(
+        again.get_queue_for_stream(StreamId("ns", str(i))) == mapper.get_queue_for_stream(StreamId("ns", str(i)))
+        for i in range(100)
+    )
+
+
+def test_token_order_and_parse():
+    assert SequenceToken(1, 5) < SequenceToken(2, 0) < SequenceToken(2, 1)
+    assert SequenceToken.parse("12:3") == SequenceToken(12, 3)
+    with pytest.raises(ValueError, match="SEQ:INDEX"):
+        SequenceToken.parse("x")
+
+
+def test_batch_container_round_trip_with_event_times():
+    sid = StreamId("ns", "k")
+    c = BatchContainer(sid, BatchKind.DATA, 100.0, [{"a": 1}, [1, 2], "x"], [10.0, None, 12.5])
+    back = BatchContainer.decode(c.encode())
+    events = back.events(42)
+    assert [e.value for e in events] == [{"a": 1}, [1, 2], "x"]
+    assert [e.event_time for e in events] == [10.0, 100.0, 12.5]
+    assert [str(e.token) for e in events] == ["42:0", "42:1", "42:2"]
+    assert all(e.stream_id == sid and e.arrival_time == 100.0 for e in events)
+
+
+def test_unencodable_value_names_its_type():
+    c = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 1.0, [{"ok": 1, "bad": {1, 2}}])
+    with pytest.raises(EncodeError, match=r"value\[0\]\['bad'\] of type 'set'"):
+        c.encode()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"\xc1garbage", msgpack.packb({"not": "a container"}), msgpack.packb(["hr1", 9, "n", "k", 1.0, [], None]),
+     msgpack.packb(["hr1", 0, "n", "k", 1.0, [1, 2], [1.0]])],
+)
+def test_foreign_or_corrupt_bytes_are_refused(payload):
+    with pytest.raises(DecodeError):
+        BatchContainer.decode(payload)
