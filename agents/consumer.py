@@ -9,12 +9,13 @@ unless the subscription is faulted (``fault_on_error``).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import anyio
 
 from cache.protocols import CachedBatch, QueueCacheCursor
-from streams.batch import BatchKind, Event
+from streams.batch import BatchKind, Event, EventBatch
 from streams.deadletters import DeadLetter
 from streams.errors import DeliveryTimeoutError
 from streams.failures import DeliveryFailure
@@ -54,6 +55,8 @@ class StreamConsumer:
         self._closed = False
         self._delivering = False
         self._scope: anyio.CancelScope | None = None
+        self._deadline = 0.0
+        self._timed_out = False
 
     @property
     def idle(self) -> bool:
@@ -73,55 +76,71 @@ class StreamConsumer:
             self._scope.cancel()
         self._wake.set()
 
+    def check_deadline(self, now: float) -> None:
+        """Called by the agent's timer: cancel a delivery past ``max_event_delivery_time``.
+
+        A watchdog instead of a timeout around every batch: a deadline costs one float per
+        delivery, where a timer per batch cost a quarter of the agent's time."""
+        if self._delivering and now > self._deadline and self._scope is not None:
+            self._timed_out = True
+            self._scope.cancel()
+
     async def run(self) -> None:
-        with anyio.CancelScope() as scope:
-            self._scope = scope
-            while not self._closed:
+        while not self._closed:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                await self._deliver_all()
+            if self._timed_out:
+                self._timed_out = self._delivering = False
                 item = self.cursor.current()
-                if item is None:
-                    await self._wake.wait()
-                    self._wake = anyio.Event()
-                    continue
-                self._delivering = True
-                try:
-                    await self._deliver(item)
-                finally:
-                    self._delivering = False
-                self.cursor.advance()
+                if item is not None:
+                    await self._failed(item, self._batch_of(item), DeliveryTimeoutError(
+                        f"consumer {self.subscription_id} on {self.stream_id} took longer than "
+                        f"max_event_delivery_time ({self._context.options.max_event_delivery_time}s)"
+                    ))
+                    self.cursor.advance()
+
+    async def _deliver_all(self) -> None:
+        limit = self._context.options.max_event_delivery_time
+        while not self._closed:
+            item = self.cursor.current()
+            if item is None:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            self._deadline = time.monotonic() + limit
+            self._delivering = True
+            await self._deliver(item)
+            self._delivering = False
+            self.cursor.advance()
 
     async def _deliver(self, item: CachedBatch) -> None:
-        kind = item.container.kind
+        kind = item.kind
         observer = self.observer
-        batch: list[Event] = []
+        batch: EventBatch | list[Event] = []
         try:
-            with anyio.fail_after(self._context.options.max_event_delivery_time):
-                if kind is BatchKind.DATA:
-                    batch = self._batch_of(item)
-                    if batch:
-                        await observer.on_next(batch)
-                elif kind is BatchKind.COMPLETED:
-                    await observer.on_completed()
-                elif kind is BatchKind.WATERMARK:
-                    await observer.on_watermark(float(item.container.values[0]))
+            if kind is BatchKind.DATA:
+                batch = self._batch_of(item)
+                if batch:
+                    await observer.on_next(batch)
+            elif kind is BatchKind.COMPLETED:
+                await observer.on_completed()
+            elif kind is BatchKind.WATERMARK:
+                await observer.on_watermark(float(item.container.values[0]))
             self.delivered_batches += 1
-        except TimeoutError:
-            await self._failed(item, batch, DeliveryTimeoutError(
-                f"consumer {self.subscription_id} on {self.stream_id} took longer than "
-                f"max_event_delivery_time ({self._context.options.max_event_delivery_time}s)"
-            ))
         except Exception as exc:  # a consumer's bug must not stop the agent
             await self._failed(item, batch, exc)
 
-    def _batch_of(self, item: CachedBatch) -> list[Event]:
+    def _batch_of(self, item: CachedBatch) -> EventBatch:
         events = item.events
         start = self._start_token
         if start is not None:
             self._start_token = None
             if start.sequence_number == item.message.sequence_number and start.event_index:
-                return events[start.event_index :]
-        return list(events)  # a list of its own per consumer, the Event objects shared
+                return events.from_index(start.event_index)
+        return events
 
-    async def _failed(self, item: CachedBatch, batch: list[Event], error: Exception) -> None:
+    async def _failed(self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception) -> None:
         self.failures += 1
         options = self._context.options
         self.faulted = options.fault_on_error

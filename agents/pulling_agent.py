@@ -76,6 +76,7 @@ class PullingAgent:
         self._pump_lock = anyio.Lock()
         self._last_read_count = 0
         self._last_inactivity_sweep = time.monotonic()
+        self._last_deadline_check = 0.0
 
     # -- lifecycle -------------------------------------------------------------------
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -86,6 +87,7 @@ class PullingAgent:
                 await self._retrying(self.receiver.initialize)
                 task_status.started()
                 while not self._stopping:
+                    self._check_deadlines()
                     read = await self._pump()
                     if read and read >= self._last_room and not self._stopping:
                         await anyio.sleep(0)  # more may be waiting: read again, but let others run
@@ -97,6 +99,15 @@ class PullingAgent:
                 tg.cancel_scope.cancel()
         finally:
             self._stopped.set()
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        if now - self._last_deadline_check < min(0.1, self.context.options.max_event_delivery_time / 4):
+            return
+        self._last_deadline_check = now
+        for state in self._streams.values():
+            for consumer in state.consumers.values():
+                consumer.check_deadline(now)
 
     def wake(self) -> None:
         """A producer in this process enqueued to this queue: read now, not at the next tick."""
@@ -117,6 +128,7 @@ class PullingAgent:
             if read == 0 and self.idle and not self._unread_pressure():
                 await self._ack()
                 return
+            self._check_deadlines()
             await anyio.sleep(0.005)
 
     @property
@@ -129,6 +141,7 @@ class PullingAgent:
     async def _shutdown(self) -> None:
         with anyio.move_on_after(self.context.options.shutdown_timeout) as scope:
             while not self.idle:
+                self._check_deadlines()
                 await anyio.sleep(0.01)
         if scope.cancelled_caught:
             log.warning("%s: shutdown timed out with deliveries in flight; they will be redelivered", self.queue)

@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from streams.batch import BatchContainer, Event, QueueMessage
+from streams.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
 from streams.ids import StreamId
 from streams.tokens import SequenceToken
 
 
 class CachedBatch(Protocol):
     message: QueueMessage
-    container: BatchContainer
+    stream_id: StreamId
+    kind: BatchKind
 
     @property
-    def events(self) -> list[Event]: ...
+    def container(self) -> BatchContainer: ...
+
+    @property
+    def events(self) -> EventBatch: ...
 
 
 class QueueCacheCursor(Protocol):

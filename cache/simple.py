@@ -14,43 +14,62 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from streams.batch import BatchContainer, BatchKind, Event, QueueMessage
+from streams.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
 from streams.errors import CacheMissError, ConfigurationError
 from streams.ids import StreamId
 from streams.tokens import SequenceToken
 
 
 class SimpleCachedBatch:
-    """One queue message in the cache, linked to the next batch of its stream."""
+    """One queue message in the cache, linked to the next batch of its stream.
 
-    __slots__ = ("position", "message", "container", "next", "_events")
+    Its decoded form is kept only while a cursor of its stream has yet to pass it; after
+    that only the raw bytes stay (for rewinds, decoded again on demand). Holding fewer
+    Python objects keeps the garbage collector's work, and so the agent, fast.
+    """
 
-    def __init__(self, position: int, message: QueueMessage, container: BatchContainer) -> None:
+    __slots__ = ("position", "message", "stream_id", "kind", "next", "pending", "_container", "_events")
+
+    def __init__(self, position: int, message: QueueMessage, container: BatchContainer, pending: int) -> None:
         self.position = position  # the cache's own dense counter, for buckets
         self.message = message
-        self.container = container
+        self.stream_id = container.stream_id
+        self.kind = container.kind
         self.next: SimpleCachedBatch | None = None
-        self._events: list[Event] | None = None
+        self.pending = pending  # cursors of the stream that have not passed it yet
+        self._container: BatchContainer | None = container
+        self._events: EventBatch | None = None
 
     @property
-    def events(self) -> list[Event]:
-        # Decoded into Event objects once, on first delivery, and shared by every cursor.
-        if self._events is None:
-            self._events = (
-                self.container.events(self.message.sequence_number)
-                if self.container.kind is BatchKind.DATA
-                else []
-            )
-        return self._events
+    def container(self) -> BatchContainer:
+        if self._container is None:
+            return BatchContainer.decode(self.message.payload)
+        return self._container
+
+    @property
+    def events(self) -> EventBatch:
+        # Made once, on first delivery, and shared by every cursor.
+        events = self._events
+        if events is None:
+            events = self.container.events(self.message.sequence_number)
+            if self.pending > 0:
+                self._events = events
+        return events
+
+    def passed(self) -> None:
+        self.pending -= 1
+        if self.pending <= 0:
+            self._container = self._events = None
 
 
 class _StreamEntry:
-    __slots__ = ("head", "tail", "waiting")
+    __slots__ = ("head", "tail", "waiting", "cursors")
 
     def __init__(self) -> None:
         self.head: SimpleCachedBatch | None = None
         self.tail: SimpleCachedBatch | None = None
         self.waiting: set[SimpleCacheCursor] = set()  # caught-up cursors
+        self.cursors = 0  # open cursors on the stream
 
 
 class SimpleCacheCursor:
@@ -73,11 +92,13 @@ class SimpleCacheCursor:
         item = self._item
         if item is None or self._closed:
             return
+        item.passed()
         self._cache._move(self, item.next)
 
     def close(self) -> None:
         if not self._closed:
             self._cache._move(self, None, waiting=False)
+            self._cache._entry(self.stream_id).cursors -= 1
             self._closed = True
 
     @property
@@ -126,13 +147,13 @@ class SimpleQueueCache:
         for message, container in messages:
             if self._first_sequence is None:
                 self._first_sequence = message.sequence_number
-            item = SimpleCachedBatch(self._next_position, message, container)
-            self._next_position += 1
-            items.append(item)
             sid = container.stream_id
             entry = streams.get(sid)
             if entry is None:
                 entry = streams[sid] = _StreamEntry()
+            item = SimpleCachedBatch(self._next_position, message, container, entry.cursors)
+            self._next_position += 1
+            items.append(item)
             if entry.tail is None:
                 entry.head = item
             else:
@@ -176,9 +197,10 @@ class SimpleQueueCache:
             )
         min_sequence = -1 if token is None else token.sequence_number
         cursor = SimpleCacheCursor(self, stream_id, min_sequence)
-        entry = self._streams.get(stream_id)
+        entry = self._entry(stream_id)
+        entry.cursors += 1
         start = None
-        if token is not None and entry is not None:
+        if token is not None:
             start = entry.head
             while start is not None and start.message.sequence_number < min_sequence:
                 start = start.next
@@ -210,10 +232,13 @@ class SimpleQueueCache:
         if item is not None:
             self._buckets.setdefault(item.position // self._bucket_size, set()).add(cursor)
         elif waiting:
-            entry = self._streams.get(cursor.stream_id)
-            if entry is None:
-                entry = self._streams[cursor.stream_id] = _StreamEntry()
-            entry.waiting.add(cursor)
+            self._entry(cursor.stream_id).waiting.add(cursor)
+
+    def _entry(self, stream_id: StreamId) -> _StreamEntry:
+        entry = self._streams.get(stream_id)
+        if entry is None:
+            entry = self._streams[stream_id] = _StreamEntry()
+        return entry
 
     def _drop_head(self) -> None:
         item = self._items.popleft()
@@ -223,10 +248,10 @@ class SimpleQueueCache:
             not self._items or self._items[0].position // self._bucket_size != bucket
         ):
             del self._buckets[bucket]
-        sid = item.container.stream_id
+        sid = item.stream_id
         entry = self._streams[sid]
         entry.head = item.next
         if entry.head is None:
             entry.tail = None
-            if not entry.waiting:
+            if not entry.waiting and entry.cursors <= 0:
                 del self._streams[sid]

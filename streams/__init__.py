@@ -12,7 +12,7 @@ from .adapters.protocols import (
     QueueMapper,
     RewindableReceiver,
 )
-from .batch import BatchContainer, BatchKind, Event, QueueMessage
+from .batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
 from .deadletters import DeadLetter, DeadLetterStore
 from .errors import (
     CacheMissError,
@@ -45,6 +45,7 @@ __all__ = [
     "DeliveryTimeoutError",
     "EncodeError",
     "Event",
+    "EventBatch",
     "GeneratorConfig",
     "HeadraceError",
     "ProviderClosedError",

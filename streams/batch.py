@@ -33,10 +33,11 @@ class Event:
     """One event as a consumer sees it.
 
     ``event_time`` and ``arrival_time`` are POSIX seconds (floats); with no event time given
-    at ``on_next`` the event time is the arrival time.
+    at ``on_next`` the event time is the arrival time. ``token`` is its queue position.
     """
 
-    __slots__ = ("value", "event_time", "arrival_time", "token", "stream_id")
+    # The token is made on demand: a consumer that never looks at it costs no object.
+    __slots__ = ("value", "event_time", "arrival_time", "stream_id", "_sequence", "_index")
 
     def __init__(
         self,
@@ -49,8 +50,24 @@ class Event:
         self.value = value
         self.event_time = event_time
         self.arrival_time = arrival_time
-        self.token = token
         self.stream_id = stream_id
+        self._sequence = token.sequence_number
+        self._index = token.event_index
+
+    @classmethod
+    def _at(cls, value: Any, event_time: float, arrival_time: float, sequence: int, index: int, stream_id: StreamId) -> Event:
+        event = cls.__new__(cls)
+        event.value = value
+        event.event_time = event_time
+        event.arrival_time = arrival_time
+        event.stream_id = stream_id
+        event._sequence = sequence
+        event._index = index
+        return event
+
+    @property
+    def token(self) -> SequenceToken:
+        return SequenceToken(self._sequence, self._index)
 
     def __repr__(self) -> str:
         return (
@@ -61,12 +78,100 @@ class Event:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Event):
             return NotImplemented
-        return (self.token, self.stream_id, self.value, self.event_time) == (
-            other.token,
+        return (self._sequence, self._index, self.stream_id, self.value, self.event_time) == (
+            other._sequence,
+            other._index,
             other.stream_id,
             other.value,
             other.event_time,
         )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class EventBatch(Sequence[Event]):
+    """The events of one batch container, as a consumer receives them: an immutable
+    sequence shared by every consumer of the stream.
+
+    Like Orleans' ``IBatchContainer.GetEvents``, it makes :class:`Event` objects only when
+    they are looked at; ``values`` and ``event_times`` give the raw columns directly.
+
+    >>> batch = EventBatch(StreamId("ns", "k"), 7, 100.0, ["a", "b"], None)
+    >>> len(batch), batch.values, str(batch[1].token)
+    (2, ['a', 'b'], '7:1')
+    """
+
+    __slots__ = ("stream_id", "sequence_number", "arrival_time", "_values", "_times", "_start", "_events")
+
+    def __init__(
+        self,
+        stream_id: StreamId,
+        sequence_number: int,
+        arrival_time: float,
+        values: list[Any],
+        event_times: list[float | None] | None,
+        start: int = 0,
+    ) -> None:
+        self.stream_id = stream_id
+        self.sequence_number = sequence_number
+        self.arrival_time = arrival_time
+        self._values = values
+        self._times = event_times
+        self._start = start
+        self._events: list[Event] | None = None
+
+    def __len__(self) -> int:
+        return len(self._values) - self._start
+
+    @property
+    def values(self) -> list[Any]:
+        """The event values, in order (do not modify: other consumers share them)."""
+        return self._values[self._start :] if self._start else self._values
+
+    @property
+    def event_times(self) -> list[float]:
+        arrival, times = self.arrival_time, self._times
+        if times is None:
+            return [arrival] * len(self)
+        return [arrival if t is None else t for t in times[self._start :]]
+
+    def _materialize(self) -> list[Event]:
+        events = self._events
+        if events is None:
+            sid, arrival, seq, at = self.stream_id, self.arrival_time, self.sequence_number, Event._at
+            start, values, times = self._start, self._values, self._times
+            if times is None:
+                events = [at(values[i], arrival, arrival, seq, i, sid) for i in range(start, len(values))]
+            else:
+                events = [
+                    at(values[i], arrival if times[i] is None else times[i], arrival, seq, i, sid)
+                    for i in range(start, len(values))
+                ]
+            self._events = events
+        return events
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._materialize()[index]
+
+    def __iter__(self) -> Any:
+        return iter(self._materialize())
+
+    def from_index(self, event_index: int) -> EventBatch:
+        """The same batch without its first ``event_index`` events (a token inside it)."""
+        return EventBatch(
+            self.stream_id, self.sequence_number, self.arrival_time, self._values, self._times,
+            max(self._start, event_index),
+        )
+
+    def __repr__(self) -> str:
+        return f"EventBatch({self.stream_id!r}, {self.sequence_number}, {len(self)} events)"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EventBatch):
+            return list(self) == list(other)
+        if isinstance(other, (list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -100,9 +205,24 @@ def _unencodable(value: Any, path: str = "value") -> str:
             if found:
                 return found
         return ""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return f"{path}, an int outside msgpack's 64-bit range,"
     if value is None or isinstance(value, (str, int, float, bool, bytes)):
         return ""
     return f"{path} of type {type(value).__name__!r}"
+
+
+_STREAM_IDS: dict[tuple[str, str], StreamId] = {}
+
+
+def _stream_id(namespace: str, key: str) -> StreamId:
+    """Decoded stream ids are interned: a busy queue repeats the same few thousand."""
+    sid = _STREAM_IDS.get((namespace, key))
+    if sid is None:
+        if len(_STREAM_IDS) >= 100_000:
+            _STREAM_IDS.clear()
+        sid = _STREAM_IDS[(namespace, key)] = StreamId(namespace, key)
+    return sid
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +268,7 @@ class BatchContainer:
         _, kind, namespace, key, arrival, values, times = obj
         try:
             container = BatchContainer(
-                StreamId(namespace, key), BatchKind(kind), float(arrival), values, times
+                _stream_id(namespace, key), BatchKind(kind), float(arrival), values, times
             )
         except (TypeError, ValueError) as exc:
             raise DecodeError(f"malformed batch container: {exc}") from None
@@ -158,18 +278,12 @@ class BatchContainer:
             raise DecodeError("malformed batch container: values and event times disagree")
         return container
 
-    def events(self, sequence_number: int) -> list[Event]:
+    def events(self, sequence_number: int) -> EventBatch:
         """The container's events, with tokens ``sequence_number:i``."""
-        sid, arrival, times = self.stream_id, self.arrival_time, self.event_times
-        if times is None:
-            return [
-                Event(v, arrival, arrival, SequenceToken(sequence_number, i), sid)
-                for i, v in enumerate(self.values)
-            ]
-        return [
-            Event(v, arrival if t is None else t, arrival, SequenceToken(sequence_number, i), sid)
-            for i, (v, t) in enumerate(zip(self.values, times))
-        ]
+        return EventBatch(
+            self.stream_id, sequence_number, self.arrival_time, list(self.values),
+            None if self.event_times is None else list(self.event_times),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,12 @@ class ProviderClosedError(HeadraceError):
     """The provider is not running (use ``async with provider:`` or ``provider.client()``)."""
 
 
-class StoreError(HeadraceError):
-    """The embedded store (``path/headrace.db``) could not be read or written."""
+class StoreError(QueueAdapterError):
+    """The embedded store (``path/headrace.db``) could not be read or written.
+
+    A :class:`QueueAdapterError` because the embedded queues live there too: a pulling agent
+    treats it like any failed read and retries with backoff.
+    """
 
 
 class WorkerNameInUseError(HeadraceError):

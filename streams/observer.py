@@ -11,14 +11,14 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from .batch import Event
+from .batch import EventBatch
 
 
 @runtime_checkable
 class StreamObserver(Protocol):
     """The shape the runtime delivers to (Orleans' ``IAsyncObserver``)."""
 
-    async def on_next(self, batch: list[Event]) -> None: ...
+    async def on_next(self, batch: EventBatch) -> None: ...
 
     async def on_error(self, error: BaseException) -> None: ...
 

@@ -77,3 +77,9 @@ def test_unencodable_value_names_its_type():
 def test_foreign_or_corrupt_bytes_are_refused(payload):
     with pytest.raises(DecodeError):
         BatchContainer.decode(payload)
+
+
+def test_int_beyond_64_bits_is_named():
+    c = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 1.0, [1, 2**70])
+    with pytest.raises(EncodeError, match=r"value\[1\], an int outside msgpack's 64-bit range"):
+        c.encode()

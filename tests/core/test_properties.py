@@ -14,7 +14,7 @@ from .conftest import Recorder
 operations = st.lists(
     st.tuples(
         st.integers(min_value=0, max_value=5),  # stream
-        st.lists(st.integers(), min_size=1, max_size=4),  # one on_next_batch, or on_next if 1
+        st.lists(st.integers(min_value=-(2**63), max_value=2**64 - 1), min_size=1, max_size=4),  # one on_next_batch, or on_next if 1
     ),
     min_size=1,
     max_size=40,

@@ -1,0 +1,30 @@
+"""Small helpers shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def rss_mb() -> float:
+    """This process's resident set size now, in MiB (Linux)."""
+    with open(f"/proc/{os.getpid()}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+class Stopwatch:
+    def __enter__(self) -> Stopwatch:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start
