@@ -281,8 +281,7 @@ class BatchContainer:
     def events(self, sequence_number: int) -> EventBatch:
         """The container's events, with tokens ``sequence_number:i``."""
         return EventBatch(
-            self.stream_id, sequence_number, self.arrival_time, list(self.values),
-            None if self.event_times is None else list(self.event_times),
+            self.stream_id, sequence_number, self.arrival_time, self.values, self.event_times  # type: ignore[arg-type]
         )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ..errors import HeadraceError
 
 # name -> module under streams.cli; each module has add_parser(subparsers) and run(args) -> int
-SUBCOMMANDS = ("simulate",)
+SUBCOMMANDS = ("demo",)
 
 EXIT_USAGE = 2
 

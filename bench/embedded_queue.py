@@ -1,0 +1,121 @@
+"""Throughput of the embedded queue adapter: producer insert rates and receiver read rate.
+
+Run: ``.venv/bin/python bench/embedded_queue.py [--records N]``. Every figure is measured in
+this run, side by side, on fresh stores in a temporary directory; a record is one batch
+container of ``--events`` small events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapter
+from streams.batch import BatchContainer, BatchKind
+from streams.ids import StreamId
+from streams.store import Synchronous
+
+QUEUES = 8
+STREAMS = 64
+
+
+def _payloads(events: int) -> list[tuple[StreamId, bytes]]:
+    out = []
+    for s in range(STREAMS):
+        sid = StreamId("bench", f"device-{s}")
+        values = [{"device": s, "reading": i * 0.5, "ok": True} for i in range(events)]
+        out.append((sid, BatchContainer(sid, BatchKind.DATA, time.time(), values).encode()))
+    return out
+
+
+async def _sequential(adapter: EmbeddedQueueAdapter, items: list, n: int) -> None:
+    for i in range(n):
+        queue, sid, payload = items[i % len(items)]
+        await adapter.queue_message_batch(queue, sid, payload)
+
+
+async def _concurrent(adapter: EmbeddedQueueAdapter, items: list, n: int, producers: int = 32) -> None:
+    async def producer(k: int) -> None:
+        for i in range(k, n, producers):
+            queue, sid, payload = items[i % len(items)]
+            await adapter.queue_message_batch(queue, sid, payload)
+
+    async with anyio.create_task_group() as tg:
+        for k in range(producers):
+            tg.start_soon(producer, k)
+
+
+async def _batched(adapter: EmbeddedQueueAdapter, items: list, n: int, size: int = 500) -> None:
+    for start in range(0, n, size):
+        await adapter.queue_message_batches(
+            [items[i % len(items)] for i in range(start, min(n, start + size))]
+        )
+
+
+async def _read_all(adapter: EmbeddedQueueAdapter) -> int:
+    total = 0
+    for queue in adapter.mapper.get_all_queues():
+        receiver = adapter.create_receiver(queue)
+        await receiver.initialize()
+        while batch := await receiver.get_queue_messages(1000):
+            total += len(batch)
+            await receiver.messages_delivered([m.token for m in batch])
+        await receiver.shutdown()
+    return total
+
+
+async def _rate(
+    synchronous: Synchronous,
+    write: Callable[[EmbeddedQueueAdapter, list, int], Awaitable[None]],
+    n: int,
+    events: int,
+    read: bool = False,
+) -> tuple[float, float | None]:
+    with tempfile.TemporaryDirectory() as path:
+        async with EmbeddedAdapterFactory(path, QUEUES, synchronous=synchronous) as factory:
+            adapter = await factory.create_adapter()
+            mapper = factory.get_queue_mapper()
+            items = [(mapper.get_queue_for_stream(sid), sid, p) for sid, p in _payloads(events)]
+            t0 = time.perf_counter()
+            await write(adapter, items, n)
+            write_rate = n / (time.perf_counter() - t0)
+            read_rate = None
+            if read:
+                t0 = time.perf_counter()
+                got = await _read_all(adapter)
+                read_rate = got / (time.perf_counter() - t0)
+                assert got == n, (got, n)
+            return write_rate, read_rate
+
+
+async def main(records: int, events: int) -> None:
+    print(f"embedded queue adapter: {QUEUES} queues, {STREAMS} streams, "
+          f"{events} events per record, rates in records/s")
+    rows = []
+    for sync in ("NORMAL", "FULL"):
+        # FULL fsyncs every commit: fewer records keep the unbatched runs short.
+        n_single = records if sync == "NORMAL" else max(200, records // 20)
+        seq, _ = await _rate(sync, _sequential, n_single, events)
+        conc, _ = await _rate(sync, _concurrent, records, events)
+        bat, read = await _rate(sync, _batched, records, events, read=True)
+        rows.append((sync, seq, conc, bat, read))
+    print(f"{'synchronous':<12}{'sequential':>12}{'32 concurrent':>15}"
+          f"{'batches of 500':>16}{'read':>12}")
+    for sync, seq, conc, bat, read in rows:
+        print(f"{sync:<12}{seq:>12,.0f}{conc:>15,.0f}{bat:>16,.0f}{read:>12,.0f}")
+    normal, full = rows
+    print(f"ratios: concurrent/sequential (group commit) NORMAL {normal[2] / normal[1]:.1f}x, "
+          f"batched/sequential NORMAL {normal[3] / normal[1]:.1f}x; "
+          f"NORMAL/FULL sequential {normal[1] / full[1]:.1f}x, batched {normal[3] / full[3]:.1f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--events", type=int, default=10)
+    args = parser.parse_args()
+    anyio.run(main, args.records, args.events)
