@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -49,6 +50,7 @@ class StreamConsumer:
         self.delivered_batches = 0
         self.failures = 0
         self.faulted = False
+        self.detached = 0
         self._context = context
         self._start_token = start_token
         self._wake = anyio.Event()
@@ -103,8 +105,12 @@ class StreamConsumer:
     async def _deliver_all(self) -> None:
         limit = self._context.options.max_event_delivery_time
         while not self._closed:
-            item = self.cursor.current()
+            cursor = self.cursor
+            item = cursor.current()
             if item is None:
+                if getattr(cursor, "needs_fill", False):
+                    await cursor.fill()  # type: ignore[attr-defined]
+                    continue
                 await self._wake.wait()
                 self._wake = anyio.Event()
                 continue
@@ -112,7 +118,20 @@ class StreamConsumer:
             self._delivering = True
             await self._deliver(item)
             self._delivering = False
-            self.cursor.advance()
+            cursor.advance()
+
+    def detach(self, make_cursor: Callable[[int], QueueCacheCursor]) -> None:
+        """Move this consumer off the cache onto a cursor of its own over the durable queue,
+        from the batch it still needs (``make_cursor(sequence_number)``)."""
+        item = self.cursor.current()
+        if item is None or self._closed:
+            return
+        # Mid-delivery, the batch is being finished: the new cursor starts after it.
+        start = item.message.sequence_number + (1 if self._delivering else 0)
+        old, self.cursor = self.cursor, make_cursor(start)
+        old.close()
+        self.detached += 1
+        self._wake.set()
 
     async def _deliver(self, item: CachedBatch) -> None:
         kind = item.kind

@@ -22,7 +22,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cache.protocols import QueueCache
-from streams.adapters.protocols import QueueAdapterReceiver
+from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
 from streams.batch import BatchContainer, QueueMessage
 from streams.consumers import InProcessSubscription
 from streams.deadletters import DeadLetter
@@ -33,6 +33,7 @@ from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
+from .rewind import RewindCursor
 from .context import AgentContext
 
 log = logging.getLogger("headrace.agent")
@@ -77,6 +78,7 @@ class PullingAgent:
         self._last_read_count = 0
         self._last_inactivity_sweep = time.monotonic()
         self._last_deadline_check = 0.0
+        self._pressure_since: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -161,6 +163,7 @@ class PullingAgent:
     async def _pump_once(self) -> int:
         cache = self.cache
         cache.try_purge()
+        self._detach_slow_consumers()
         if cache.is_under_pressure():
             self.pressure_skips += 1
             await self._ack()
@@ -239,6 +242,10 @@ class PullingAgent:
         if needed is not None:
             point = needed
         for state in self._streams.values():
+            for consumer in state.consumers.values():
+                position = getattr(consumer.cursor, "position", None)
+                if position is not None:  # a cursor reading history from the queue
+                    point = min(point, position)
             for observer in state.activations.values():
                 hold = getattr(observer, "checkpoint_hold", None)
                 token = hold() if hold is not None else None
@@ -297,12 +304,16 @@ class PullingAgent:
         durable: bool = False,
     ) -> StreamConsumer:
         miss: CacheMissError | None = None
+        cursor: Any
         try:
             cursor = self.cache.create_cursor(sid, token)
         except CacheMissError as exc:
-            miss = exc
-            oldest = self.cache.oldest_cached_token()
-            cursor = self.cache.create_cursor(sid, oldest)
+            assert token is not None
+            if self._rewindable:
+                cursor = self._rewind_cursor(sid, token.sequence_number)
+            else:
+                miss = exc
+                cursor = self.cache.create_cursor(sid, self.cache.oldest_cached_token())
         consumer = StreamConsumer(
             subscription_id, sid, observer, cursor, self.context,
             start_token=None if miss else token, durable=durable,
@@ -313,6 +324,41 @@ class PullingAgent:
         self._spawn(consumer.run)
         consumer.wake()
         return consumer
+
+    @property
+    def _rewindable(self) -> bool:
+        return isinstance(self.receiver, RewindableReceiver)
+
+    def _rewind_cursor(self, sid: StreamId, start_sequence: int) -> RewindCursor:
+        return RewindCursor(sid, self.receiver, self.cache, start_sequence)  # type: ignore[arg-type]
+
+    def _detach_slow_consumers(self) -> None:
+        """A consumer holding a full cache longer than ``slow_consumer_timeout`` is moved onto
+        the durable queue, so the others go on (it catches up from there)."""
+        timeout = self.context.options.slow_consumer_timeout
+        if timeout is None or not self._rewindable:
+            self._pressure_since = None
+            return
+        now = time.monotonic()
+        if not self.cache.is_under_pressure():
+            self._pressure_since = None
+            return
+        if self._pressure_since is None:
+            self._pressure_since = now
+            return
+        if now - self._pressure_since < timeout:
+            return
+        oldest = self.cache.oldest_needed()
+        for state in self._streams.values():
+            for consumer in state.consumers.values():
+                item = consumer.cursor.current()
+                if item is not None and item.message.sequence_number == oldest:
+                    log.warning(
+                        "%s: consumer %s on %s held the cache full for %.0fs; detached to read from the queue",
+                        self.queue, consumer.subscription_id, consumer.stream_id, now - self._pressure_since,
+                    )
+                    consumer.detach(lambda seq, sid=consumer.stream_id: self._rewind_cursor(sid, seq))
+        self._pressure_since = None
 
     def _spawn(self, fn: Any, *args: Any) -> None:
         assert self._tg is not None, "the agent is not running"

@@ -49,3 +49,7 @@ class StoreError(QueueAdapterError):
 
 class WorkerNameInUseError(HeadraceError):
     """Another live worker already goes by this name, or took it over from this one."""
+
+
+class StreamCompletedError(HeadraceError):
+    """Something arrived for an input after its completion (``on_completed`` or ``flush``)."""

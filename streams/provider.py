@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -18,7 +19,9 @@ from agents.manager import AgentManager
 from agents.pulling_agent import PullingAgent, new_subscription_id
 from cache.simple import SimpleQueueCache
 
+from .adapters.embedded import EmbeddedAdapterFactory
 from .adapters.generator import GeneratorAdapterFactory, GeneratorConfig
+from .adapters.retention import RetentionPolicy
 from .adapters.memory import MemoryAdapterFactory
 from .adapters.protocols import QueueAdapter, QueueAdapterFactory
 from .consumers import ConsumerRegistry, InProcessSubscription, consumer_decorator
@@ -28,6 +31,7 @@ from .failures import LoggingFailureHandler, StreamFailureHandler
 from .ids import QueueId, StreamId
 from .options import StreamProviderOptions
 from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
+from .store import Synchronous
 from .stream import Stream, StreamSubscriptionHandle
 from .tokens import SequenceToken
 
@@ -73,6 +77,26 @@ class StreamProvider:
     def memory(cls, queues: int = 8, **options: Any) -> StreamProvider:
         """Queues in this process's memory: for tests and one-process use."""
         return cls(MemoryAdapterFactory(queues), **options)
+
+    @classmethod
+    def embedded(
+        cls,
+        path: str | os.PathLike[str],
+        queues: int = 8,
+        *,
+        retention: RetentionPolicy | None = None,
+        synchronous: Synchronous = "NORMAL",
+        **options: Any,
+    ) -> StreamProvider:
+        """Durable queues, checkpoints, pub-sub and dead letters in one SQLite store under
+        ``path`` (the default on one machine; several processes may open it)."""
+        factory = EmbeddedAdapterFactory(path, queues, retention=retention, synchronous=synchronous)
+        return cls(
+            factory,
+            pubsub=factory.create_pubsub_store(),
+            dead_letters=factory.create_dead_letter_store(),
+            **options,
+        )
 
     @classmethod
     def generator(cls, config: GeneratorConfig | None = None, queues: int = 8, **options: Any) -> StreamProvider:

@@ -1,0 +1,110 @@
+"""Reading a stream's history from the durable queue, for cursors the cache cannot serve.
+
+A subscription from a token older than the cache, or a slow consumer detached so it no longer
+holds the cache full, gets a :class:`RewindCursor`: it reads the queue itself from its position
+(``RewindableReceiver.read_range``), keeps its own stream's batches, and joins the cache with an
+ordinary cursor as soon as the cache holds everything from its position on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from cache.protocols import QueueCache, QueueCacheCursor
+from streams.adapters.protocols import RewindableReceiver
+from streams.batch import BatchContainer, EventBatch, QueueMessage
+from streams.errors import CacheMissError, DecodeError
+from streams.ids import StreamId
+from streams.tokens import SequenceToken
+
+
+class _HistoryBatch:
+    """A batch read from the durable queue (the cache's batch shape, not in the cache)."""
+
+    __slots__ = ("message", "container", "stream_id", "kind", "_events")
+
+    def __init__(self, message: QueueMessage, container: BatchContainer) -> None:
+        self.message = message
+        self.container = container
+        self.stream_id = container.stream_id
+        self.kind = container.kind
+        self._events: EventBatch | None = None
+
+    @property
+    def events(self) -> EventBatch:
+        if self._events is None:
+            self._events = self.container.events(self.message.sequence_number)
+        return self._events
+
+
+class RewindCursor:
+    """A cursor that catches up from the durable queue, then continues in the cache."""
+
+    def __init__(
+        self,
+        stream_id: StreamId,
+        receiver: RewindableReceiver,
+        cache: QueueCache,
+        start_sequence: int,
+        read_size: int = 512,
+    ) -> None:
+        self.stream_id = stream_id
+        self._receiver = receiver
+        self._cache = cache
+        self._next_sequence = start_sequence  # next queue position to read
+        self._buffer: deque[_HistoryBatch] = deque()
+        self._joined: QueueCacheCursor | None = None
+        self._read_size = read_size
+        self._closed = False
+        self.history_batches = 0  # read from the durable queue, for status and tests
+
+    @property
+    def needs_fill(self) -> bool:
+        return self._joined is None and not self._buffer and not self._closed
+
+    @property
+    def position(self) -> int | None:
+        """The oldest queue position this cursor still needs (None once in the cache)."""
+        if self._joined is not None or self._closed:
+            return None
+        return self._buffer[0].message.sequence_number if self._buffer else self._next_sequence
+
+    def current(self) -> _HistoryBatch | None:  # type: ignore[override]
+        if self._joined is not None:
+            return self._joined.current()  # type: ignore[return-value]
+        return self._buffer[0] if self._buffer else None
+
+    def advance(self) -> None:
+        if self._joined is not None:
+            self._joined.advance()
+        elif self._buffer:
+            self._buffer.popleft()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._joined is not None:
+            self._joined.close()
+        self._buffer.clear()
+
+    async def fill(self) -> None:
+        """Join the cache if it now holds our position, else read the next run of history."""
+        try:
+            self._joined = self._cache.create_cursor(self.stream_id, SequenceToken(self._next_sequence))
+            return
+        except CacheMissError:
+            pass
+        messages = await self._receiver.read_range(self._next_sequence, self._read_size)
+        if not messages:
+            # Retention removed our position and the cache has moved past it too: continue
+            # from the oldest data the cache holds (what a plain cache miss does).
+            self._joined = self._cache.create_cursor(self.stream_id, self._cache.oldest_cached_token())
+            return
+        for message in messages:
+            try:
+                container = BatchContainer.decode(message.payload)
+            except DecodeError:
+                continue  # the agent dead-lettered it when it first read it
+            if container.stream_id == self.stream_id:
+                self._buffer.append(_HistoryBatch(message, container))
+                self.history_batches += 1
+        self._next_sequence = messages[-1].sequence_number + 1

@@ -1,0 +1,464 @@
+"""The embedded adapter: durable partitioned queues in the embedded store (the default on one
+machine, no server).
+
+Each queue is a log of records with dense sequence numbers 0, 1, 2, ... assigned at insert,
+inside the write transaction, so producers in several processes never collide or leave gaps.
+A record stays after it is read: receivers read forward from a position, and any retained
+sequence number can be read again (rewind). The owner of a queue checkpoints the last record
+every consumer has finished with, resumes after it when restarted, and applies the retention
+policy.
+
+>>> import anyio, tempfile
+>>> from streams.batch import BatchContainer, BatchKind
+>>> from streams.ids import StreamId
+>>> async def main():
+...     async with EmbeddedAdapterFactory(tempfile.mkdtemp(), queues=2) as factory:
+...         adapter = await factory.create_adapter()
+...         sid = StreamId("sensors", "s-1")
+...         queue = factory.get_queue_mapper().get_queue_for_stream(sid)
+...         payload = BatchContainer(sid, BatchKind.DATA, 0.0, [1, 2]).encode()
+...         await adapter.queue_message_batch(queue, sid, payload)
+...         receiver = adapter.create_receiver(queue)
+...         await receiver.initialize()
+...         [message] = await receiver.get_queue_messages(10)
+...         await receiver.messages_delivered([message.token])
+...         await receiver.shutdown()
+...         return BatchContainer.decode(message.payload).values
+>>> anyio.run(main)
+[1, 2]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from balancer.mapper import HashRingQueueMapper
+
+from ..batch import QueueMessage
+from ..deadletters_embedded import EmbeddedDeadLetterStore
+from ..errors import ConfigurationError
+from ..ids import QueueId, StreamId
+from ..pubsub_embedded import EmbeddedPubSubStore
+from ..store import EmbeddedStore, Migration, Synchronous
+from ..tokens import SequenceToken
+from .group_commit import GroupCommitter
+from .retention import RetentionPolicy, RetentionReport
+
+log = logging.getLogger("headrace.embedded")
+
+QUEUE_SCHEMA: list[Migration] = [
+    [
+        # queue_count: the layout every process must agree on (stream -> queue mapping).
+        "CREATE TABLE queue_meta(key TEXT PRIMARY KEY, value NOT NULL)",
+        # next_seq survives retention emptying a queue, so a sequence number is never reused.
+        "CREATE TABLE queue_heads(queue INTEGER PRIMARY KEY, next_seq INTEGER NOT NULL)",
+        "CREATE TABLE queue_records("
+        " queue INTEGER NOT NULL, seq INTEGER NOT NULL, stream TEXT NOT NULL,"
+        " payload BLOB NOT NULL, enqueued REAL NOT NULL, PRIMARY KEY (queue, seq))",
+        "CREATE TABLE checkpoints("
+        " queue INTEGER PRIMARY KEY, seq INTEGER NOT NULL, updated REAL NOT NULL)",
+    ],
+]
+
+_Row = tuple[int, str, bytes]  # queue number, "namespace/key", payload
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePositions:
+    """Where a queue stands: records ``first_retained .. next_sequence-1`` are readable,
+    and ``checkpoint`` is the last one acknowledged (``None``: nothing yet)."""
+
+    queue: QueueId
+    first_retained: int
+    next_sequence: int
+    checkpoint: int | None
+
+    @property
+    def retained(self) -> int:
+        return self.next_sequence - self.first_retained
+
+    @property
+    def unacknowledged(self) -> int:
+        start = 0 if self.checkpoint is None else self.checkpoint + 1
+        return self.next_sequence - max(start, self.first_retained)
+
+
+# -- SQL shared by the adapter and its receivers (run in worker threads) ---------------------
+
+
+def _select(queue: QueueId, start: int, limit: int, conn: sqlite3.Connection) -> list[QueueMessage]:
+    rows = conn.execute(
+        "SELECT seq, payload, enqueued FROM queue_records"
+        " WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT ?",
+        (queue.number, start, limit),
+    ).fetchall()
+    return [QueueMessage(queue, seq, payload, enqueued) for seq, payload, enqueued in rows]
+
+
+def _read_checkpoint(queue: QueueId, conn: sqlite3.Connection) -> int | None:
+    row = conn.execute("SELECT seq FROM checkpoints WHERE queue = ?", (queue.number,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _write_checkpoint(queue: QueueId, seq: int, conn: sqlite3.Connection) -> None:
+    # max(): a checkpoint never moves back, even if a former owner of the queue writes late.
+    conn.execute(
+        "INSERT INTO checkpoints(queue, seq, updated) VALUES (?, ?, ?)"
+        " ON CONFLICT(queue) DO UPDATE SET seq = max(seq, excluded.seq), updated = excluded.updated",
+        (queue.number, seq, time.time()),
+    )
+
+
+def _positions(queue: QueueId, conn: sqlite3.Connection) -> QueuePositions:
+    (next_seq,) = conn.execute(
+        "SELECT next_seq FROM queue_heads WHERE queue = ?", (queue.number,)
+    ).fetchone()
+    (first,) = conn.execute(
+        "SELECT min(seq) FROM queue_records WHERE queue = ?", (queue.number,)
+    ).fetchone()
+    return QueuePositions(
+        queue, next_seq if first is None else first, next_seq, _read_checkpoint(queue, conn)
+    )
+
+
+def _retain(
+    queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Connection
+) -> RetentionReport:
+    """One retention pass over one queue; always removes a prefix, so what is retained stays
+    a contiguous run of sequence numbers."""
+    positions = _positions(queue, conn)
+    checkpoint = -1 if positions.checkpoint is None else positions.checkpoint
+    expire_to = -1  # acknowledged records up to here go
+    if policy.max_age is not None:
+        (expire_to,) = conn.execute(
+            "SELECT coalesce(max(seq), -1) FROM queue_records"
+            " WHERE queue = ? AND seq <= ? AND enqueued < ?",
+            (queue.number, checkpoint, now - policy.max_age),
+        ).fetchone()
+    drop_to = -1  # the size limit forces everything up to here out, acknowledged or not
+    if policy.max_records_per_queue is not None:
+        drop_to = positions.next_sequence - policy.max_records_per_queue - 1
+        expire_to = max(expire_to, min(drop_to, checkpoint))
+    delete = "DELETE FROM queue_records WHERE queue = ? AND seq >= ? AND seq <= ?"
+    expired = conn.execute(delete, (queue.number, positions.first_retained, expire_to)).rowcount
+    report = RetentionReport(queue, expired=expired)
+    if drop_to > checkpoint:
+        first = max(checkpoint + 1, positions.first_retained)
+        dropped = conn.execute(delete, (queue.number, first, drop_to)).rowcount
+        if dropped:
+            report = RetentionReport(queue, expired, dropped, first, drop_to)
+            log.warning(
+                "%s: retention dropped %d unacknowledged records (seq %d..%d) to keep "
+                "max_records_per_queue=%d; consumers will not see them",
+                queue, dropped, first, drop_to, policy.max_records_per_queue,
+            )
+    return report
+
+
+# -- the adapter ------------------------------------------------------------------------------
+
+
+class EmbeddedQueueAdapter:
+    """Producer side of the embedded queues, and maker of their receivers.
+
+    Concurrent :meth:`queue_message_batch` calls share one transaction (group commit), and
+    :meth:`queue_message_batches` writes many records in one; both return once the records
+    are committed. :meth:`check_layout` (which :class:`EmbeddedAdapterFactory` calls) records
+    the queue count in the store, or refuses a store made with another count.
+    """
+
+    name = "embedded"
+    is_rewindable = True
+
+    def __init__(
+        self,
+        store: EmbeddedStore,
+        mapper: HashRingQueueMapper,
+        *,
+        retention: RetentionPolicy | None = None,
+        checkpoint_persist_interval: float = 0.2,
+        checkpoint_persist_every: int = 1000,
+    ) -> None:
+        if checkpoint_persist_interval < 0 or checkpoint_persist_every < 1:
+            raise ConfigurationError(
+                "checkpoint_persist_interval is seconds >= 0 and checkpoint_persist_every "
+                f"an int >= 1, not {checkpoint_persist_interval!r} and {checkpoint_persist_every!r}"
+            )
+        store.require_schema("queue", QUEUE_SCHEMA)
+        self.store = store
+        self.mapper = mapper
+        self.retention = retention if retention is not None else RetentionPolicy()
+        self._persist_interval = checkpoint_persist_interval
+        self._persist_every = checkpoint_persist_every
+        self._queues = set(mapper.get_all_queues())
+        self._committer: GroupCommitter[_Row] = GroupCommitter(self._insert)
+
+    async def check_layout(self) -> None:
+        """Record the queue count in a new store; raise ConfigurationError if the store was
+        made with another count (streams would map to different queues)."""
+        await self.store.write(self._record_layout)
+
+    def _record_layout(self, conn: sqlite3.Connection) -> None:
+        queues = self.mapper.queue_count
+        conn.execute(
+            "INSERT OR IGNORE INTO queue_meta(key, value) VALUES ('queue_count', ?)", (queues,)
+        )
+        (recorded,) = conn.execute(
+            "SELECT value FROM queue_meta WHERE key = 'queue_count'"
+        ).fetchone()
+        if recorded != queues:
+            raise ConfigurationError(
+                f"the embedded store {str(self.store.path)!r} has {recorded} queues, not "
+                f"{queues}: open it with queues={recorded} (a store's queue count is fixed)"
+            )
+        conn.executemany(
+            "INSERT OR IGNORE INTO queue_heads(queue, next_seq) VALUES (?, 0)",
+            [(q,) for q in range(queues)],
+        )
+
+    # -- producing ---------------------------------------------------------------------------
+
+    async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
+        """Durably enqueue one encoded batch container."""
+        await self.queue_message_batches([(queue, stream_id, payload)])
+
+    async def queue_message_batches(
+        self, items: Sequence[tuple[QueueId, StreamId, bytes]]
+    ) -> None:
+        """Durably enqueue many encoded batch containers, in one transaction, in order.
+
+        >>> # await adapter.queue_message_batches([(queue, sid, payload1), (queue, sid, payload2)])
+        """
+        rows: list[_Row] = []
+        for queue, stream_id, payload in items:
+            if queue not in self._queues:
+                raise ConfigurationError(
+                    f"{queue} is not one of this store's {len(self._queues)} queues"
+                )
+            rows.append((queue.number, str(stream_id), bytes(payload)))
+        await self._committer.submit(rows)
+
+    def _insert(self, rows: list[_Row]) -> None:
+        with self.store.transaction() as conn:
+            heads: dict[int, int] = dict(conn.execute("SELECT queue, next_seq FROM queue_heads"))
+            touched: set[int] = set()
+            now = time.time()
+            records = []
+            for queue, stream, payload in rows:
+                seq = heads[queue]
+                heads[queue] = seq + 1
+                touched.add(queue)
+                records.append((queue, seq, stream, payload, now))
+            conn.executemany(
+                "INSERT INTO queue_records(queue, seq, stream, payload, enqueued)"
+                " VALUES (?, ?, ?, ?, ?)",
+                records,
+            )
+            conn.executemany(
+                "UPDATE queue_heads SET next_seq = ? WHERE queue = ?",
+                [(heads[q], q) for q in touched],
+            )
+
+    # -- consuming and housekeeping ----------------------------------------------------------
+
+    def create_receiver(self, queue: QueueId) -> EmbeddedQueueReceiver:
+        if queue not in self._queues:
+            raise ConfigurationError(f"{queue} is not one of this store's {len(self._queues)} queues")
+        return EmbeddedQueueReceiver(
+            self.store,
+            queue,
+            retention=self.retention,
+            checkpoint_persist_interval=self._persist_interval,
+            checkpoint_persist_every=self._persist_every,
+        )
+
+    async def positions(self, queue: QueueId) -> QueuePositions:
+        """The queue's retained range and checkpoint, as committed in the store."""
+        return await self.store.read(partial(_positions, queue))
+
+    async def apply_retention(
+        self, policy: RetentionPolicy | None = None, now: float | None = None
+    ) -> list[RetentionReport]:
+        """Run one retention pass over every queue now (receivers also do it every
+        ``policy.interval`` for their own queue). ``now`` defaults to the wall clock."""
+        policy = policy or self.retention
+        at = time.time() if now is None else now
+        return [
+            await self.store.write(partial(_retain, queue, policy, at))
+            for queue in sorted(self._queues)
+        ]
+
+    async def close(self) -> None:
+        """Release the store's connections (receivers flush their checkpoints on
+        ``shutdown``, before this). The store reconnects if it is used again."""
+        self.store.close()
+
+
+class EmbeddedQueueReceiver:
+    """Reads one embedded queue for the pulling agent that owns it.
+
+    Acknowledgements are persisted as a checkpoint at most every
+    ``checkpoint_persist_interval`` seconds or every ``checkpoint_persist_every`` calls
+    (Orleans' checkpointer ``PersistInterval``), and on :meth:`shutdown`; after a crash the
+    records acknowledged since the last persisted checkpoint are read again (at least once).
+    The receiver also applies the retention policy to its queue every ``retention.interval``.
+    """
+
+    def __init__(
+        self,
+        store: EmbeddedStore,
+        queue: QueueId,
+        *,
+        retention: RetentionPolicy | None = None,
+        checkpoint_persist_interval: float = 0.2,
+        checkpoint_persist_every: int = 1000,
+    ) -> None:
+        self.queue = queue
+        self._store = store
+        self._retention = retention
+        self._persist_interval = checkpoint_persist_interval
+        self._persist_every = checkpoint_persist_every
+        self._position = 0  # next sequence number to read
+        self._acknowledged: int | None = None
+        self._persisted: int | None = None
+        self._acks_since_persist = 0
+        self._last_persist = float("-inf")
+        self._next_retention = float("-inf")  # a first pass on the first read
+
+    @property
+    def checkpoint(self) -> int | None:
+        """The last acknowledged sequence number (persisted or about to be)."""
+        return self._acknowledged
+
+    async def initialize(self) -> None:
+        """Resume after the persisted checkpoint (from the oldest record when there is none)."""
+        checkpoint = await self._store.read(partial(_read_checkpoint, self.queue))
+        self._acknowledged = self._persisted = checkpoint
+        self._position = 0 if checkpoint is None else checkpoint + 1
+
+    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        if max_count <= 0:
+            return []
+        now = time.monotonic()
+        if self._checkpoint_due(now):
+            await self._persist_checkpoint(now)
+        if self._retention is not None and now >= self._next_retention:
+            self._next_retention = now + self._retention.interval
+            await self._store.write(partial(_retain, self.queue, self._retention, time.time()))
+        messages = await self.read_range(self._position, max_count)
+        if messages:
+            self._position = messages[-1].sequence_number + 1
+        return messages
+
+    async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:
+        """Up to ``max_count`` records from ``start_sequence`` (or the oldest retained one
+        after it), without moving the read position: rewinds and cursor catch-up."""
+        if max_count <= 0:
+            return []
+        return await self._store.read(partial(_select, self.queue, start_sequence, max_count))
+
+    async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
+        if not tokens:
+            return
+        last = max(token.sequence_number for token in tokens)
+        if self._acknowledged is not None and last <= self._acknowledged:
+            return
+        self._acknowledged = last
+        self._acks_since_persist += 1
+        now = time.monotonic()
+        if self._checkpoint_due(now):
+            await self._persist_checkpoint(now)
+
+    def _checkpoint_due(self, now: float) -> bool:
+        if self._acknowledged is None or self._acknowledged == self._persisted:
+            return False
+        return (
+            now - self._last_persist >= self._persist_interval
+            or self._acks_since_persist >= self._persist_every
+        )
+
+    async def _persist_checkpoint(self, now: float) -> None:
+        seq = self._acknowledged
+        if seq is None or seq == self._persisted:
+            return
+        await self._store.write(partial(_write_checkpoint, self.queue, seq))
+        self._persisted = seq
+        self._acks_since_persist = 0
+        self._last_persist = now
+
+    async def shutdown(self) -> None:
+        """Persist the last acknowledgement."""
+        await self._persist_checkpoint(time.monotonic())
+
+
+class EmbeddedAdapterFactory:
+    """The embedded store under ``path`` with ``queues`` queues: the adapter, its queue
+    mapper, and the pub-sub and dead-letter stores that share the same database.
+
+    ``synchronous`` is ``"NORMAL"`` (survives a process crash; the default) or ``"FULL"``
+    (also survives power loss, at the disk's fsync rate); see :mod:`streams.store`.
+
+    >>> import anyio, tempfile
+    >>> async def main():
+    ...     async with EmbeddedAdapterFactory(tempfile.mkdtemp(), queues=4) as factory:
+    ...         adapter = await factory.create_adapter()
+    ...         return adapter.is_rewindable, factory.get_queue_mapper().queue_count
+    >>> anyio.run(main)
+    (True, 4)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        queues: int = 8,
+        *,
+        retention: RetentionPolicy | None = None,
+        synchronous: Synchronous = "NORMAL",
+        busy_timeout: float = 10.0,
+        checkpoint_persist_interval: float = 0.2,
+        checkpoint_persist_every: int = 1000,
+    ) -> None:
+        if not isinstance(queues, int) or isinstance(queues, bool) or queues < 1:
+            raise ConfigurationError(f"queues is a positive int, not {queues!r}")
+        self.store = EmbeddedStore(path, synchronous=synchronous, busy_timeout=busy_timeout)
+        self._mapper = HashRingQueueMapper(queues)
+        self._adapter = EmbeddedQueueAdapter(
+            self.store,
+            self._mapper,
+            retention=retention,
+            checkpoint_persist_interval=checkpoint_persist_interval,
+            checkpoint_persist_every=checkpoint_persist_every,
+        )
+        self._layout_checked = False
+
+    async def create_adapter(self) -> EmbeddedQueueAdapter:
+        """The adapter (the same one on every call); checks the store's queue count."""
+        if not self._layout_checked:
+            await self._adapter.check_layout()
+            self._layout_checked = True
+        return self._adapter
+
+    def get_queue_mapper(self) -> HashRingQueueMapper:
+        return self._mapper
+
+    def create_pubsub_store(self) -> EmbeddedPubSubStore:
+        return EmbeddedPubSubStore(self.store)
+
+    def create_dead_letter_store(self) -> EmbeddedDeadLetterStore:
+        return EmbeddedDeadLetterStore(self.store)
+
+    async def close(self) -> None:
+        """Release the store's connections (see :meth:`EmbeddedStore.close`)."""
+        await self._adapter.close()
+
+    async def __aenter__(self) -> EmbeddedAdapterFactory:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
