@@ -38,7 +38,9 @@ async def _sequential(adapter: EmbeddedQueueAdapter, items: list, n: int) -> Non
         await adapter.queue_message_batch(queue, sid, payload)
 
 
-async def _concurrent(adapter: EmbeddedQueueAdapter, items: list, n: int, producers: int = 32) -> None:
+async def _concurrent(
+    adapter: EmbeddedQueueAdapter, items: list, n: int, producers: int = 32
+) -> None:
     async def producer(k: int) -> None:
         for i in range(k, n, producers):
             queue, sid, payload = items[i % len(items)]
@@ -93,8 +95,10 @@ async def _rate(
 
 
 async def main(records: int, events: int) -> None:
-    print(f"embedded queue adapter: {QUEUES} queues, {STREAMS} streams, "
-          f"{events} events per record, rates in records/s")
+    print(
+        f"embedded queue adapter: {QUEUES} queues, {STREAMS} streams, "
+        f"{events} events per record, rates in records/s"
+    )
     rows = []
     for sync in ("NORMAL", "FULL"):
         # FULL fsyncs every commit: fewer records keep the unbatched runs short.
@@ -103,14 +107,18 @@ async def main(records: int, events: int) -> None:
         conc, _ = await _rate(sync, _concurrent, records, events)
         bat, read = await _rate(sync, _batched, records, events, read=True)
         rows.append((sync, seq, conc, bat, read))
-    print(f"{'synchronous':<12}{'sequential':>12}{'32 concurrent':>15}"
-          f"{'batches of 500':>16}{'read':>12}")
+    print(
+        f"{'synchronous':<12}{'sequential':>12}{'32 concurrent':>15}"
+        f"{'batches of 500':>16}{'read':>12}"
+    )
     for sync, seq, conc, bat, read in rows:
         print(f"{sync:<12}{seq:>12,.0f}{conc:>15,.0f}{bat:>16,.0f}{read:>12,.0f}")
     normal, full = rows
-    print(f"ratios: concurrent/sequential (group commit) NORMAL {normal[2] / normal[1]:.1f}x, "
-          f"batched/sequential NORMAL {normal[3] / normal[1]:.1f}x; "
-          f"NORMAL/FULL sequential {normal[1] / full[1]:.1f}x, batched {normal[3] / full[3]:.1f}x")
+    print(
+        f"ratios: concurrent/sequential (group commit) NORMAL {normal[2] / normal[1]:.1f}x, "
+        f"batched/sequential NORMAL {normal[3] / normal[1]:.1f}x; "
+        f"NORMAL/FULL sequential {normal[1] / full[1]:.1f}x, batched {normal[3] / full[3]:.1f}x"
+    )
 
 
 if __name__ == "__main__":

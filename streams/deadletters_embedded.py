@@ -95,8 +95,15 @@ class EmbeddedDeadLetterStore:
             value, detail = _encode_value(letter)
             rows.append(
                 (
-                    letter.reason, letter.stream, letter.queue, letter.sequence_number,
-                    letter.payload, value, letter.event_time, detail, letter.recorded_at,
+                    letter.reason,
+                    letter.stream,
+                    letter.queue,
+                    letter.sequence_number,
+                    letter.payload,
+                    value,
+                    letter.event_time,
+                    detail,
+                    letter.recorded_at,
                 )
             )
         if rows:
@@ -158,9 +165,7 @@ class EmbeddedDeadLetterStore:
 
         def mark(conn: sqlite3.Connection) -> int:
             return sum(
-                conn.execute(
-                    "UPDATE deadletters SET replayed_at = ? WHERE id = ?", row
-                ).rowcount
+                conn.execute("UPDATE deadletters SET replayed_at = ? WHERE id = ?", row).rowcount
                 for row in rows
             )
 

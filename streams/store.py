@@ -79,6 +79,7 @@ class EmbeddedStore:
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = busy_timeout
         self._lock = threading.Lock()
+        self._migration_lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._generation = 0  # bumped by close(): connections of an older one are not reused
         self._schemas: dict[str, Sequence[Migration]] = {}
@@ -104,17 +105,16 @@ class EmbeddedStore:
             self._unmigrated.append(area)
 
     def _migrate_pending(self, conn: sqlite3.Connection) -> None:
-        with self._lock:
-            pending, self._unmigrated = self._unmigrated, []
-        try:
-            for area in pending:
+        # One thread migrates; the others wait here rather than use tables not yet made.
+        with self._migration_lock:
+            for area in list(self._unmigrated):
                 self._migrate(conn, area, self._schemas[area])
-        except BaseException:
-            with self._lock:
-                self._unmigrated[:0] = pending  # retried on the next use
-            raise
+                with self._lock:
+                    self._unmigrated.remove(area)
 
-    def _migrate(self, conn: sqlite3.Connection, area: str, migrations: Sequence[Migration]) -> None:
+    def _migrate(
+        self, conn: sqlite3.Connection, area: str, migrations: Sequence[Migration]
+    ) -> None:
         with self._transaction_on(conn):
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_versions("

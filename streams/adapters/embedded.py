@@ -110,7 +110,8 @@ def _write_checkpoint(queue: QueueId, seq: int, conn: sqlite3.Connection) -> Non
     # max(): a checkpoint never moves back, even if a former owner of the queue writes late.
     conn.execute(
         "INSERT INTO checkpoints(queue, seq, updated) VALUES (?, ?, ?)"
-        " ON CONFLICT(queue) DO UPDATE SET seq = max(seq, excluded.seq), updated = excluded.updated",
+        " ON CONFLICT(queue) DO UPDATE"
+        " SET seq = max(seq, excluded.seq), updated = excluded.updated",
         (queue.number, seq, time.time()),
     )
 
@@ -156,7 +157,11 @@ def _retain(
             log.warning(
                 "%s: retention dropped %d unacknowledged records (seq %d..%d) to keep "
                 "max_records_per_queue=%d; consumers will not see them",
-                queue, dropped, first, drop_to, policy.max_records_per_queue,
+                queue,
+                dropped,
+                first,
+                drop_to,
+                policy.max_records_per_queue,
             )
     return report
 
@@ -224,17 +229,17 @@ class EmbeddedQueueAdapter:
 
     # -- producing ---------------------------------------------------------------------------
 
-    async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
+    async def queue_message_batch(
+        self, queue: QueueId, stream_id: StreamId, payload: bytes
+    ) -> None:
         """Durably enqueue one encoded batch container."""
         await self.queue_message_batches([(queue, stream_id, payload)])
 
-    async def queue_message_batches(
-        self, items: Sequence[tuple[QueueId, StreamId, bytes]]
-    ) -> None:
-        """Durably enqueue many encoded batch containers, in one transaction, in order.
-
-        >>> # await adapter.queue_message_batches([(queue, sid, payload1), (queue, sid, payload2)])
-        """
+    async def queue_message_batches(self, items: Sequence[tuple[QueueId, StreamId, bytes]]) -> None:
+        """Durably enqueue many encoded batch containers, in one transaction, in order:
+        ``await adapter.queue_message_batches([(queue, sid, first), (queue, sid, second)])``.
+        A producer with many records to send gets far higher throughput this way (see
+        ``bench/embedded_queue.py``)."""
         rows: list[_Row] = []
         for queue, stream_id, payload in items:
             if queue not in self._queues:
@@ -269,7 +274,9 @@ class EmbeddedQueueAdapter:
 
     def create_receiver(self, queue: QueueId) -> EmbeddedQueueReceiver:
         if queue not in self._queues:
-            raise ConfigurationError(f"{queue} is not one of this store's {len(self._queues)} queues")
+            raise ConfigurationError(
+                f"{queue} is not one of this store's {len(self._queues)} queues"
+            )
         return EmbeddedQueueReceiver(
             self.store,
             queue,

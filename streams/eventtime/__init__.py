@@ -1,0 +1,63 @@
+"""Event time: ordering policies, watermarks, windows and aggregates, as a pure core.
+
+The contract is ``docs/event-time.md``. The core is synchronous and does no I/O; the runtime
+(and ``headrace simulate``) feeds it observations and forwards what it returns.
+
+>>> from streams.eventtime import OrderingPolicy, Processor, Tumbling
+>>> p = Processor(OrderingPolicy(out_of_order=5.0), Tumbling(60.0), group_by="device")
+"""
+
+from .aggregates import Collect, Combined, Count, First, Last, Max, Mean, Min, Reducer, Sum
+from .metrics import Counters, EventTimeMetrics
+from .policy import Action, EventLike, Extractor, OrderingPolicy, Reason
+from .processor import (
+    ADJUSTED,
+    DEAD_LETTER,
+    DROPPED,
+    KEPT,
+    EventOutcome,
+    Output,
+    Processor,
+    WatermarkAdvance,
+    WindowResult,
+)
+from .watermark import EVERY_EVENT, MergedWatermark, Watermark, WatermarkGeneration
+from .windows import Hopping, Tumbling, WindowAssigner, WindowSpec, WindowStore
+
+__all__ = [
+    "ADJUSTED",
+    "DEAD_LETTER",
+    "DROPPED",
+    "EVERY_EVENT",
+    "KEPT",
+    "Action",
+    "Collect",
+    "Combined",
+    "Count",
+    "Counters",
+    "EventLike",
+    "EventOutcome",
+    "EventTimeMetrics",
+    "Extractor",
+    "First",
+    "Hopping",
+    "Last",
+    "Max",
+    "Mean",
+    "MergedWatermark",
+    "Min",
+    "OrderingPolicy",
+    "Output",
+    "Processor",
+    "Reason",
+    "Reducer",
+    "Sum",
+    "Tumbling",
+    "Watermark",
+    "WatermarkAdvance",
+    "WatermarkGeneration",
+    "WindowAssigner",
+    "WindowResult",
+    "WindowSpec",
+    "WindowStore",
+]

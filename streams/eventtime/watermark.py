@@ -1,0 +1,201 @@
+"""Watermarks: one per partition or substream, and the minimum over merged inputs.
+
+A watermark ``W`` is a promise about event time: nothing below it is expected any more. It
+moves only forwards, from three sources: the events themselves (the newest timestamp minus the
+out-of-order delay, generated at a chosen frequency: StreamInsight's
+``AdvanceTimeGenerationSettings``), the processing clock (arrival time minus the late-arrival
+tolerance, ASA's rule for a silent partition), and explicit punctuation or an imported
+watermark (StreamInsight CTIs).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+from ..errors import ConfigurationError
+
+NEVER = -math.inf
+FOREVER = math.inf
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkGeneration:
+    """How often events generate a watermark (StreamInsight's generation frequency).
+
+    Exactly one of: every ``events`` events (1: every event, the default), or whenever the
+    newest event time has moved by ``duration`` seconds since the last generated watermark.
+    The generated value is always ``newest timestamp - out_of_order``.
+
+    >>> WatermarkGeneration.every(events=10)
+    WatermarkGeneration(events=10, duration=None)
+    >>> WatermarkGeneration.every(duration=5.0).events is None
+    True
+    """
+
+    events: int | None = 1
+    duration: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.events is None) == (self.duration is None):
+            raise ConfigurationError(
+                "watermark generation takes exactly one of events=N or duration=T"
+            )
+        if self.events is not None and (
+            not isinstance(self.events, int) or isinstance(self.events, bool) or self.events < 1
+        ):
+            raise ConfigurationError(f"generation every N events needs N >= 1, not {self.events!r}")
+        if self.duration is not None and not (
+            isinstance(self.duration, (int, float)) and 0 < self.duration < FOREVER
+        ):
+            raise ConfigurationError(
+                f"generation every T of event time needs T > 0 seconds, not {self.duration!r}"
+            )
+
+    @classmethod
+    def every(cls, *, events: int | None = None, duration: float | None = None) -> WatermarkGeneration:
+        """Every ``events`` events, or every ``duration`` seconds of event time."""
+        return cls(events=events, duration=duration)
+
+    @property
+    def every_event(self) -> bool:
+        return self.events == 1
+
+
+EVERY_EVENT = WatermarkGeneration()
+
+
+class Watermark:
+    """The watermark of one partition or one substream, and what it has seen.
+
+    ``value`` only grows. ``observe(ts)`` records a kept timestamp and returns the candidate
+    the generation frequency produces now (``-inf`` when it produces none); the caller takes
+    the maximum with its other sources and calls :meth:`raise_to`.
+
+    >>> w = Watermark("p0", WatermarkGeneration.every(events=2), delay=1.0)
+    >>> w.observe(10.0), w.observe(12.0)
+    (-inf, 11.0)
+    >>> w.raise_to(11.0), w.raise_to(3.0), w.value
+    (True, False, 11.0)
+    """
+
+    __slots__ = (
+        "name",
+        "value",
+        "max_timestamp",
+        "last_ingest",
+        "delay",
+        "_every",
+        "_duration",
+        "_count",
+        "_mark",
+        "_generates",
+    )
+
+    def __init__(
+        self,
+        name: Hashable,
+        generation: WatermarkGeneration | None = EVERY_EVENT,
+        delay: float = 0.0,
+        start: float = NEVER,
+    ) -> None:
+        self.name = name
+        self.value = start
+        self.max_timestamp = NEVER
+        self.last_ingest = NEVER  # arrival time of the last kept event (idle timeouts)
+        self.delay = delay
+        self._generates = generation is not None  # None: imported, never generated
+        self._every = generation.events if generation is not None else None
+        self._duration = generation.duration if generation is not None else None
+        self._count = 0
+        self._mark = NEVER
+
+    def observe(self, timestamp: float) -> float:
+        """Record one kept event's timestamp; the generated candidate, or ``-inf``."""
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        if not self._generates:
+            return NEVER
+        if self._every is not None:
+            self._count += 1
+            if self._count < self._every:
+                return NEVER
+            self._count = 0
+        elif self.max_timestamp < self._mark + self._duration:  # type: ignore[operator]
+            return NEVER
+        else:
+            self._mark = self.max_timestamp
+        return self.max_timestamp - self.delay
+
+    def raise_to(self, value: float) -> bool:
+        """Move to at least ``value``; True when it moved."""
+        if value > self.value:
+            self.value = value
+            return True
+        return False
+
+    def __repr__(self) -> str:
+        return f"Watermark({self.name!r}, value={self.value})"
+
+
+class MergedWatermark:
+    """The minimum of several inputs' watermarks, and which input holds it back.
+
+    ASA emits nothing at ``t`` until every merged partition has passed ``t``; StreamInsight's
+    union and join release up to the oldest CTI. The *holder* is the input with the lowest
+    watermark (the first declared, among equals).
+
+    >>> m = MergedWatermark(["p0", "p1"])
+    >>> m.update("p0", 5.0), m.value, m.holder
+    (False, -inf, 'p1')
+    >>> m.update("p1", 7.0), m.value, m.holder
+    (True, 5.0, 'p0')
+    """
+
+    __slots__ = ("_values", "value", "holder", "_reported")
+
+    def __init__(self, inputs: Iterable[Hashable]) -> None:
+        self._values: dict[Hashable, float] = {name: NEVER for name in inputs}
+        if not self._values:
+            raise ConfigurationError("a merged watermark needs at least one input")
+        self.value = NEVER
+        self.holder: Hashable = next(iter(self._values))
+        self._reported: Hashable | None = None
+
+    def update(self, name: Hashable, value: float) -> bool:
+        """Input ``name``'s watermark is now ``value``; True when the minimum moved."""
+        values = self._values
+        was_holder = name == self.holder
+        values[name] = value
+        if not was_holder:
+            if value > self.value:
+                self._note_held_back(name)
+            return False
+        holder = min(values, key=values.__getitem__)  # first minimal in declaration order
+        self.holder = holder
+        lowest = values[holder]
+        if lowest > self.value:
+            self.value = lowest
+            self._reported = None
+            return True
+        return False
+
+    def _note_held_back(self, moved: Hashable) -> None:
+        # One log line per episode: the holder held the minimum while another input moved on.
+        if self._reported != self.holder:
+            self._reported = self.holder
+            log.info(
+                "merged watermark held at %s by input %r (input %r is at %s)",
+                self.value,
+                self.holder,
+                moved,
+                self._values[moved],
+            )
+
+    def values(self) -> dict[Hashable, float]:
+        """Each input's watermark."""
+        return dict(self._values)

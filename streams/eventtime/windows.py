@@ -1,0 +1,256 @@
+"""Windows: tumbling and hopping specs, the assigner, and the store of open windows.
+
+Window ``j`` spans ``[origin + j*hop, origin + j*hop + size)``. State is kept per *pane*, the
+largest slice every window is a whole number of: the window itself for tumbling windows and
+for hopping windows with gaps (``hop >= size``), ``gcd(size, hop)`` for overlapping ones. An
+event updates one pane whatever the overlap, and a window's result merges its panes
+(the reducers' ``merge``). A pane is dropped when the last window containing it closes.
+
+Closing is decided by one watermark: a window is closed once ``W >= end + allowed_lateness``.
+Closed is therefore a fact about ``W`` and never about stored state, so a late record cannot
+re-open (re-create) a window that was already emitted; it is dead-lettered instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from ..errors import ConfigurationError
+from .watermark import FOREVER, NEVER
+
+
+def _check(name: str, value: Any, *, positive: bool, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > 0 if positive else value >= 0)
+    )
+    if not ok:
+        bound = "> 0" if positive else ">= 0"
+        raise ConfigurationError(
+            f"{name} must be a number of seconds {bound}{' or None' if optional else ''}, "
+            f"not {value!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Tumbling:
+    """Back-to-back windows of ``size`` seconds (Atlas ``$tumblingWindow``).
+
+    ``allowed_lateness``: how long a window stays open after the watermark passes its end.
+    ``idle_timeout``: processing time after which an idle source's window closes anyway.
+    ``origin``: where window boundaries are aligned (0: the epoch).
+
+    >>> Tumbling(300).bounds(1)
+    (300.0, 600.0)
+    """
+
+    size: float
+    allowed_lateness: float = 0.0
+    idle_timeout: float | None = None
+    origin: float = 0.0
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def hop(self) -> float:
+        return self.size
+
+    def bounds(self, j: float) -> tuple[float, float]:
+        """Start and end of window ``j``."""
+        start = self.origin + j * self.hop
+        return float(start), float(start + self.size)
+
+
+@dataclass(frozen=True, slots=True)
+class Hopping:
+    """Windows of ``size`` seconds opening every ``hop`` seconds (Atlas ``$hoppingWindow``).
+
+    ``hop < size`` overlaps windows; ``hop > size`` leaves gaps whose events belong to no
+    window. Other fields as :class:`Tumbling`.
+
+    >>> Hopping(20, 5).bounds(3)
+    (15.0, 35.0)
+    """
+
+    size: float
+    hop: float
+    allowed_lateness: float = 0.0
+    idle_timeout: float | None = None
+    origin: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check("hop", self.hop, positive=True)
+        _validate(self)
+
+    def bounds(self, j: float) -> tuple[float, float]:
+        """Start and end of window ``j``."""
+        start = self.origin + j * self.hop
+        return float(start), float(start + self.size)
+
+
+WindowSpec = Tumbling | Hopping
+
+
+def _validate(spec: WindowSpec) -> None:
+    _check("size", spec.size, positive=True)
+    _check("allowed_lateness", spec.allowed_lateness, positive=False)
+    _check("idle_timeout", spec.idle_timeout, positive=False, optional=True)
+    if not (isinstance(spec.origin, (int, float)) and math.isfinite(spec.origin)):
+        raise ConfigurationError(f"origin must be a number of seconds, not {spec.origin!r}")
+
+
+def _gcd(a: float, b: float) -> float:
+    """The largest duration both ``a`` and ``b`` are whole multiples of (decimal exact)."""
+    fa, fb = Fraction(repr(a)), Fraction(repr(b))
+    num = math.gcd(fa.numerator * fb.denominator, fb.numerator * fa.denominator)
+    return float(Fraction(num, fa.denominator * fb.denominator))
+
+
+class WindowAssigner:
+    """Pane and window arithmetic for one :data:`WindowSpec`.
+
+    Indexes are integral floats (exact below 2**53), so the hot path never converts to int.
+
+    >>> a = WindowAssigner(Hopping(size=20, hop=5))
+    >>> a.step, a.pane_of(17.0), list(a.windows_of_pane(3.0))
+    (5.0, 3.0, [0.0, 1.0, 2.0, 3.0])
+    >>> list(a.panes_of_window(1.0))
+    [1.0, 2.0, 3.0, 4.0]
+    """
+
+    __slots__ = ("spec", "size", "hop", "origin", "lateness", "step", "gaps", "per_window", "per_hop")
+
+    def __init__(self, spec: WindowSpec) -> None:
+        self.spec = spec
+        self.size = float(spec.size)
+        self.hop = float(spec.hop)
+        self.origin = float(spec.origin)
+        self.lateness = float(spec.allowed_lateness)
+        self.gaps = self.hop > self.size
+        # Pane length: the window itself when windows do not overlap, else gcd(size, hop).
+        self.step = self.hop if self.hop >= self.size else _gcd(self.size, self.hop)
+        self.per_window = 1.0 if self.hop >= self.size else round(self.size / self.step)
+        self.per_hop = 1.0 if self.hop >= self.size else round(self.hop / self.step)
+
+    def pane_of(self, timestamp: float) -> float | None:
+        """The pane holding ``timestamp``, or None when it falls in a gap between windows."""
+        offset = timestamp - self.origin
+        pane = offset // self.step
+        if self.gaps and offset - pane * self.step >= self.size:
+            return None
+        return pane
+
+    def windows_of_pane(self, pane: float) -> list[float]:
+        """The windows (indexes) containing ``pane``, oldest first."""
+        last = pane // self.per_hop
+        first = -((self.per_window - 1 - pane) // self.per_hop)  # ceil((pane - m + 1) / r)
+        return _frange(first, last)
+
+    def panes_of_window(self, window: float) -> list[float]:
+        """The panes making up ``window``."""
+        first = window * self.per_hop
+        return _frange(first, first + self.per_window - 1)
+
+    def retired_by(self, window: float) -> list[float]:
+        """The panes no later window contains, once ``window`` has closed."""
+        first = window * self.per_hop
+        return _frange(first, first + self.per_hop - 1)
+
+    def end(self, window: float) -> float:
+        return self.origin + window * self.hop + self.size
+
+    def close_time(self, window: float) -> float:
+        """The watermark at which ``window`` closes: its end plus the allowed lateness."""
+        return self.origin + window * self.hop + self.size + self.lateness
+
+    def pane_closed(self, pane: float, watermark: float) -> bool:
+        """True when every window containing ``pane`` has closed at ``watermark``."""
+        return self.close_time(pane // self.per_hop) <= watermark
+
+
+def _frange(first: float, last: float) -> list[float]:
+    # Pane and window indexes are integral floats, like the hot path computes them.
+    return [float(i) for i in range(int(first), int(last) + 1)]
+
+
+class WindowStore:
+    """The open panes governed by one watermark (a partition, the merged inputs, or a
+    substream), and the windows scheduled to close.
+
+    ``panes[pane][key] = [accumulator, first_token]``: the first token any event of that key
+    brought into the pane (the runtime must not checkpoint past the oldest one still held).
+    """
+
+    __slots__ = ("assigner", "panes", "watermark", "next_close", "_due", "_scheduled", "order")
+
+    def __init__(self, assigner: WindowAssigner, order: int = 0, watermark: float = NEVER) -> None:
+        self.assigner = assigner
+        self.panes: dict[float, dict[Any, list[Any]]] = {}
+        self.watermark = watermark  # the watermark that closes these windows
+        self.next_close = FOREVER  # close_time of the earliest scheduled window
+        self._due: list[float] = []  # heap of scheduled window indexes
+        self._scheduled: set[float] = set()
+        self.order = order  # creation order: ties between stores close in this order
+
+    def open_pane(self, pane: float) -> dict[Any, list[Any]]:
+        """Create ``pane`` and schedule every still-open window containing it."""
+        bucket: dict[Any, list[Any]] = {}
+        self.panes[pane] = bucket
+        a = self.assigner
+        for window in a.windows_of_pane(pane):
+            if window not in self._scheduled and a.close_time(window) > self.watermark:
+                self._scheduled.add(window)
+                heapq.heappush(self._due, window)
+        self.next_close = a.close_time(self._due[0])
+        return bucket
+
+    def earliest_end(self) -> float:
+        """End of the earliest open window (``inf`` when none is open)."""
+        return self.assigner.end(self._due[0]) if self._due else FOREVER
+
+    def pop_due(self) -> list[float]:
+        """Unschedule and return the windows the watermark has closed, oldest first."""
+        a, due, w = self.assigner, self._due, self.watermark
+        closed = []
+        while due and a.close_time(due[0]) <= w:
+            window = heapq.heappop(due)
+            self._scheduled.discard(window)
+            closed.append(window)
+        self.next_close = a.close_time(due[0]) if due else FOREVER
+        return closed
+
+    def collect(self, window: float, merge: Any, init: Any) -> dict[Any, Any]:
+        """Each key's accumulator over ``window``'s panes, then retire finished panes."""
+        a, panes = self.assigner, self.panes
+        if a.per_window == 1.0:
+            bucket = panes.pop(window * a.per_hop, None) or {}
+            return {key: state[0] for key, state in bucket.items()}
+        accs: dict[Any, Any] = {}
+        for p in a.panes_of_window(window):
+            bucket = panes.get(p)
+            if bucket:
+                for key, state in bucket.items():
+                    accs[key] = merge(accs[key] if key in accs else init(), state[0])
+        for p in a.retired_by(window):
+            panes.pop(p, None)
+        return accs
+
+    def open_windows(self) -> list[float]:
+        """The scheduled (open, non-empty) windows, oldest first."""
+        return sorted(self._due)
+
+    def keys_of(self, window: float) -> list[Any]:
+        """The keys with data in ``window``, in order of first appearance."""
+        seen: dict[Any, None] = {}
+        for p in self.assigner.panes_of_window(window):
+            seen.update(dict.fromkeys(self.panes.get(p, ())))
+        return list(seen)
