@@ -75,7 +75,7 @@ class PullingAgent:
         self._stopped = anyio.Event()
         self._tg: TaskGroup | None = None
         self._pump_lock = anyio.Lock()
-        self._last_read_count = 0
+        self._last_room = 0  # how many records the last read asked for
         self._last_inactivity_sweep = time.monotonic()
         self._last_deadline_check = 0.0
         self._pressure_since: float | None = None
@@ -127,7 +127,7 @@ class PullingAgent:
         while True:
             self.wake()
             read = await self._pump()
-            if read == 0 and self.idle and not self._unread_pressure():
+            if read == 0 and self.idle and not self.cache.is_under_pressure():
                 await self._ack()
                 return
             self._check_deadlines()
@@ -136,9 +136,6 @@ class PullingAgent:
     @property
     def idle(self) -> bool:
         return all(c.idle for s in self._streams.values() for c in s.consumers.values())
-
-    def _unread_pressure(self) -> bool:
-        return self.cache.is_under_pressure()
 
     async def _shutdown(self) -> None:
         with anyio.move_on_after(self.context.options.shutdown_timeout) as scope:
@@ -154,8 +151,6 @@ class PullingAgent:
         await anyio.sleep(0)  # let the on_deactivate hooks run
 
     # -- reading ---------------------------------------------------------------------
-    _last_room = 0
-
     async def _pump(self) -> int:
         async with self._pump_lock:  # never overlap reads: timer, wake-ups and drain share it
             return await self._pump_once()

