@@ -10,11 +10,12 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ..errors import HeadraceError
 
 # name -> module under streams.cli; each module has add_parser(subparsers) and run(args) -> int
-SUBCOMMANDS = ("demo",)
+SUBCOMMANDS = ("demo", "simulate")
 
 EXIT_USAGE = 2
 
@@ -23,12 +24,19 @@ class CliError(HeadraceError):
     """A user mistake on the command line: printed as one line, exit code 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (no usage dump) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="headrace",
         description="Persistent streams on asyncio, with event-time consumers that feed Spark.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"{__name__}.{name}")
         module.add_parser(subparsers)

@@ -226,4 +226,4 @@ class Combined(Generic[A]):
         return a
 
     def result(self, acc: list[Any]) -> dict[str, Any]:
-        return {n: r.result(x) for n, r, x in zip(self._names, self._reducers, acc)}
+        return {n: r.result(x) for n, r, x in zip(self._names, self._reducers, acc, strict=True)}

@@ -133,6 +133,10 @@ class Processor:
     windows; ``imports`` maps an input to the input whose watermark it follows instead of
     generating its own. With ``policy.over`` (substreams) there is one input, and windows are
     per substream key, each closed by its own watermark.
+
+    The runtime maps a queue's batch containers onto the calls: ``DATA`` to :meth:`on_events`,
+    ``WATERMARK`` (a producer's ``advance_time``) to :meth:`advance_time`, ``COMPLETED`` to
+    :meth:`on_completed`; a timer with nothing to deliver calls :meth:`on_tick`.
     """
 
     def __init__(
@@ -202,7 +206,6 @@ class Processor:
         # Substream mode: key -> (watermark, store). Otherwise every input shares self._store.
         self._lanes: dict[Hashable, tuple[Watermark, WindowStore | None]] = {}
         self._pending: list[WindowStore] = []
-        self._finished = False
 
     # ------------------------------------------------------------------ observations
 
@@ -263,7 +266,6 @@ class Processor:
             if not inp.completed:
                 self._lift(inp, FOREVER, None, out)
                 inp.completed = True
-        self._finished = True
         return self._done(out)
 
     # ------------------------------------------------------------------ state
@@ -360,13 +362,11 @@ class Processor:
                 arr = rec.arrival_time
                 if arr > clock:
                     clock = arr
-                    # Only a clock that moved can pass a timeout: after this input's event at
-                    # ``arr`` its timeouts are all due at ``arr`` or later.
-                    if arr > idle_check:
-                        mark.value, mark.max_timestamp = w, newest
-                        self._idle(inp, arr, out, strict=True)
-                        w, idle_check = mark.value, inp.idle_check
-                        next_close = store.next_close if store is not None else FOREVER
+                if arr > idle_check:  # a timeout fell due before this event arrived
+                    mark.value, mark.max_timestamp = w, newest
+                    self._idle(inp, arr, out, strict=True)
+                    w, idle_check = mark.value, inp.idle_check
+                    next_close = store.next_close if store is not None else FOREVER
                 if ts_of is None:
                     et = rec.event_time
                 else:

@@ -10,7 +10,7 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from .aggregates import Collect
@@ -47,7 +47,7 @@ class ReplayOptions:
     """The processor a replay builds: the policy, the window (its count per window lists
     event indexes), whether windows are per key, and whether to flush at the end."""
 
-    policy: OrderingPolicy = OrderingPolicy()
+    policy: OrderingPolicy = field(default_factory=OrderingPolicy)
     window: WindowSpec | None = None
     group_by_key: bool = False
     flush: bool = False

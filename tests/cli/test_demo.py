@@ -30,3 +30,11 @@ def test_no_command_prints_help_and_exit_2():
     result = headrace()
     assert result.returncode == 2
     assert "usage: headrace" in result.stdout
+
+
+def test_unknown_option_is_one_line():
+    result = headrace("demo", "--nope")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "headrace: error: unrecognized arguments: --nope (see --help)"
+    ]

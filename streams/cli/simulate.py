@@ -1,0 +1,360 @@
+"""``headrace simulate``: replay a sample of observations through the event-time core.
+
+Reads a CSV with a header (columns ``arrival_time``, ``event_time``, optional ``key`` and
+``value``; a row with an empty ``event_time`` is a tick: the clock moved, nothing arrived)
+and prints one JSON object per line: each event's fate, each closed window, each watermark
+step. Times are all numbers (seconds) or all ISO-8601; the output uses the same form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, tzinfo
+from typing import Any, NoReturn, TextIO
+
+from ..errors import HeadraceError
+from ..eventtime.policy import OrderingPolicy
+from ..eventtime.processor import EventOutcome, WatermarkAdvance, WindowResult
+from ..eventtime.replay import ReplayOptions, Row, TraceItem, replay, summarize
+from ..eventtime.windows import Hopping, Tumbling, WindowSpec
+from . import CliError
+
+COLUMNS = ("arrival_time", "event_time", "key", "value")
+SWEEPABLE = ("out_of_order", "late_arrival", "early_arrival", "allowed_lateness", "idle_timeout")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)?$")
+
+EXAMPLES = """examples:
+  headrace simulate sample.csv
+  headrace simulate --out-of-order 5s --late-arrival 15s sample.csv
+  headrace simulate --window tumbling:5m --allowed-lateness 2m --action accept --flush sample.csv
+  headrace simulate --window hopping:20s:5s --group-by-key --plot sample.png sample.csv
+  headrace simulate --sweep out_of_order=0s,30s,1m sample.csv
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="replay a CSV sample through the event-time core (what-if for tolerances)",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    # Values are parsed in run(), so that every mistake is reported the same way: one line.
+    parser.error = _one_line_error  # type: ignore[method-assign]
+    d = "a duration: 250ms, 5s, 2m, 1h or seconds"
+    parser.add_argument("file", metavar="FILE.csv", help="the sample to replay")
+    parser.add_argument("--out-of-order", default="0", metavar="D", help=f"out-of-order tolerance ({d}; default 0)")
+    parser.add_argument("--late-arrival", metavar="D", help="late-arrival tolerance (default off)")
+    parser.add_argument("--early-arrival", metavar="D", help="early-arrival tolerance (default off)")
+    parser.add_argument(
+        "--action", default="adjust", metavar="ACTION", help="adjust | drop | accept (default adjust)"
+    )
+    parser.add_argument("--substreams", action="store_true", help="one watermark per key (TIMESTAMP BY … OVER key)")
+    parser.add_argument("--group-by-key", action="store_true", help="windows per key (always, with --substreams)")
+    parser.add_argument("--window", metavar="SPEC", help="tumbling:SIZE or hopping:SIZE:HOP")
+    parser.add_argument("--allowed-lateness", metavar="D", help="keep windows open D after the watermark passes")
+    parser.add_argument("--idle-timeout", metavar="D", help="close an idle source's windows after D of processing time")
+    parser.add_argument("--flush", action="store_true", help="close every open window at the end of input")
+    parser.add_argument("--plot", metavar="FILE.png", help="also draw event time against arrival time")
+    parser.add_argument(
+        "--sweep", metavar="NAME=V1,V2,…", help=f"print a table over values of one of: {', '.join(SWEEPABLE)}"
+    )
+
+
+_DURATION_OPTIONS = ("--out-of-order", "--late-arrival", "--early-arrival", "--allowed-lateness", "--idle-timeout")
+
+
+def _one_line_error(message: str) -> NoReturn:
+    # argparse reads "--out-of-order -5s" as a missing value followed by an unknown flag.
+    missing = re.match(r"argument (--[a-z-]+): expected one argument", message)
+    if missing and missing.group(1) in _DURATION_OPTIONS:
+        message += " (a duration like 250ms, 5s, 2m, 1h; it cannot be negative)"
+    print(f"headrace simulate: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = _options(args)
+    sweep = parse_sweep(args.sweep) if args.sweep else None
+    if sweep and sweep[0] in ("allowed_lateness", "idle_timeout") and options.window is None:
+        raise CliError(f"--sweep {sweep[0]} needs --window")
+    if args.plot and not args.plot.lower().endswith(".png"):
+        raise CliError(f"--plot takes a .png file name, not {args.plot!r}")
+    form = TimeForm()
+    rows = read_rows(args.file, form)
+    trace = replay(rows, options)
+    if args.plot:
+        from .simulate_plot import draw  # matplotlib only when asked for
+
+        try:
+            draw(args.plot, rows, trace, options, form)
+        except OSError as exc:
+            raise CliError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
+    if sweep:
+        print_sweep(sys.stdout, rows, options, *sweep)
+    else:
+        write_lines(sys.stdout, trace, form)
+    return 0
+
+
+# ---------------------------------------------------------------------- options
+
+
+def parse_duration(text: str, option: str) -> float:
+    """``250ms``, ``5s``, ``2m``, ``1h`` or a plain number of seconds.
+
+    >>> parse_duration("250ms", "--x"), parse_duration("2m", "--x"), parse_duration("1.5", "--x")
+    (0.25, 120.0, 1.5)
+    """
+    cleaned = text.strip().lower()
+    if cleaned.startswith("-"):
+        raise CliError(f"{option}: a duration cannot be negative: {text!r}")
+    match = _DURATION.match(cleaned)
+    if not match:
+        raise CliError(f"{option}: {text!r} is not a duration (like 250ms, 5s, 2m, 1h or seconds)")
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def _optional(text: str | None, option: str) -> float | None:
+    return None if text is None else parse_duration(text, option)
+
+
+def parse_window(text: str) -> WindowSpec:
+    """``tumbling:SIZE`` or ``hopping:SIZE:HOP``."""
+    kind, _, rest = text.partition(":")
+    parts = rest.split(":") if rest else []
+    if kind == "tumbling" and len(parts) == 1:
+        size = parse_duration(parts[0], "--window size")
+        hop = size
+    elif kind == "hopping" and len(parts) == 2:
+        size = parse_duration(parts[0], "--window size")
+        hop = parse_duration(parts[1], "--window hop")
+    else:
+        raise CliError(f"--window takes tumbling:SIZE or hopping:SIZE:HOP, not {text!r}")
+    if size <= 0 or hop <= 0:
+        raise CliError(f"--window: sizes and hops must be more than 0, not {text!r}")
+    return Tumbling(size) if kind == "tumbling" else Hopping(size, hop)
+
+
+def parse_sweep(text: str) -> tuple[str, list[tuple[str, float | None]]]:
+    """``NAME=V1,V2,…``: the setting a sweep varies and its values (``off`` turns an
+    optional tolerance off).
+
+    >>> parse_sweep("out_of_order=0s,30s,1m")
+    ('out_of_order', [('0s', 0.0), ('30s', 30.0), ('1m', 60.0)])
+    """
+    name, sep, values = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep or name not in SWEEPABLE:
+        raise CliError(f"--sweep takes NAME=V1,V2,… with NAME one of {', '.join(SWEEPABLE)}, not {text!r}")
+    labels = [v.strip() for v in values.split(",")]
+    if not values.strip() or any(not v for v in labels):
+        raise CliError(f"--sweep {name}: give values separated by commas, like {name}=0s,30s,1m")
+    parsed: list[tuple[str, float | None]] = []
+    for label in labels:
+        if label == "off":
+            if name in ("out_of_order", "allowed_lateness"):
+                raise CliError(f"--sweep {name}: 'off' applies to late_arrival, early_arrival, idle_timeout")
+            parsed.append((label, None))
+        else:
+            parsed.append((label, parse_duration(label, f"--sweep {name}")))
+    return name, parsed
+
+
+def _options(args: argparse.Namespace) -> ReplayOptions:
+    window = parse_window(args.window) if args.window else None
+    lateness = _optional(args.allowed_lateness, "--allowed-lateness")
+    idle = _optional(args.idle_timeout, "--idle-timeout")
+    if window is None and (lateness is not None or idle is not None):
+        raise CliError("--allowed-lateness and --idle-timeout need --window")
+    if window is not None:
+        window = replace(window, allowed_lateness=lateness or 0.0, idle_timeout=idle)
+    if args.action not in ("adjust", "drop", "accept"):
+        raise CliError(f"--action takes adjust, drop or accept, not {args.action!r}")
+    policy = OrderingPolicy(
+        over="key" if args.substreams else None,
+        out_of_order=parse_duration(args.out_of_order, "--out-of-order"),
+        late_arrival=_optional(args.late_arrival, "--late-arrival"),
+        early_arrival=_optional(args.early_arrival, "--early-arrival"),
+        action=args.action,
+    )
+    return ReplayOptions(policy, window, group_by_key=args.group_by_key, flush=args.flush)
+
+
+# ---------------------------------------------------------------------- input
+
+
+class TimeForm:
+    """How a sample writes its times (numbers of seconds, or ISO-8601), learnt from the
+    first one; the output writes times the same way.
+
+    >>> f = TimeForm(); f.parse("2024-05-01T12:07:00Z", "x"), f.format(1714565220.0)
+    (1714565220.0, '2024-05-01T12:07:00Z')
+    """
+
+    def __init__(self) -> None:
+        self.iso: bool | None = None
+        self._tz: tzinfo | None = None
+        self._zulu = False
+
+    def parse(self, text: str, where: str) -> float:
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = None
+        if seconds is not None:
+            if not math.isfinite(seconds):
+                raise CliError(f"{where}: {text!r} is not a finite time")
+            self._learn(False, text, where)
+            return seconds
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise CliError(f"{where}: {text!r} is neither a number of seconds nor an ISO-8601 time") from None
+        self._learn(True, text, where, moment.tzinfo)
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+    def _learn(self, iso: bool, text: str, where: str, tz: tzinfo | None = None) -> None:
+        if self.iso is None:
+            self.iso, self._tz, self._zulu = iso, tz, text.upper().endswith("Z")
+        elif self.iso != iso:
+            first = "ISO-8601 times" if self.iso else "numbers of seconds"
+            raise CliError(f"{where}: {text!r} breaks the form of the earlier times ({first}): use one form")
+
+    def format(self, t: float) -> float | int | str:
+        if not self.iso:
+            rounded = round(t, 9)  # window bounds are computed in floating point
+            return int(rounded) if rounded.is_integer() else rounded
+        moment = datetime.fromtimestamp(t, tz=UTC)
+        if self._tz is None:
+            return moment.replace(tzinfo=None).isoformat()
+        text = moment.astimezone(self._tz).isoformat()
+        return text[:-6] + "Z" if self._zulu and text.endswith("+00:00") else text
+
+    def to_datetime(self, t: float) -> datetime:
+        """A naive UTC datetime, for plotting."""
+        return datetime.fromtimestamp(t, tz=UTC).replace(tzinfo=None)
+
+
+def read_rows(path: str, form: TimeForm) -> list[Row]:
+    """The sample's rows, checked: known columns, well-formed times, arrival never going
+    backwards. Every error names the line and row."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return _rows(csv.reader(f), form, path)
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise CliError(f"{path} is not a readable CSV file: {exc}") from None
+
+
+def _rows(reader: Any, form: TimeForm, path: str) -> list[Row]:
+    header = next(reader, None)
+    if header is None:
+        raise CliError(f"{path} is empty: the first line names the columns ({', '.join(COLUMNS)})")
+    names = [name.strip() for name in header]
+    for name in names:
+        if name not in COLUMNS:
+            raise CliError(f"{path}: unknown column {name!r} (the columns are {', '.join(COLUMNS)})")
+    if len(set(names)) != len(names):
+        raise CliError(f"{path}: a column appears twice in the header")
+    for needed in ("arrival_time", "event_time"):
+        if needed not in names:
+            raise CliError(f"{path}: the header has no {needed} column")
+    rows: list[Row] = []
+    previous = -math.inf
+    for fields in reader:
+        line = reader.line_num
+        if not any(field.strip() for field in fields):
+            continue  # blank line
+        where = f"line {line} (row {len(rows)})"
+        if len(fields) > len(names):
+            raise CliError(f"{where}: {len(fields)} fields for {len(names)} columns")
+        cells = dict(zip(names, (field.strip() for field in fields)))
+        arrival_text = cells.get("arrival_time", "")
+        if not arrival_text:
+            raise CliError(f"{where}: arrival_time is empty")
+        arrival = form.parse(arrival_text, f"{where}, arrival_time")
+        if arrival < previous:
+            raise CliError(f"{where}: arrival_time {arrival_text} goes backwards (arrival times never decrease)")
+        previous = arrival
+        event_text = cells.get("event_time", "")
+        event_time = form.parse(event_text, f"{where}, event_time") if event_text else None
+        rows.append(Row(len(rows), arrival, event_time, cells.get("key") or None, cells.get("value") or None))
+    return rows
+
+
+# ---------------------------------------------------------------------- output
+
+
+def to_json(item: TraceItem, form: TimeForm) -> dict[str, Any] | None:
+    """The output object for one trace item (None for the final +infinity watermark)."""
+    t: Callable[[float], Any] = form.format
+    if isinstance(item, EventOutcome):
+        row = item.record
+        return {
+            "type": "event",
+            "index": row.index,
+            "key": row.key,
+            "event_time": t(row.event_time),
+            "arrival_time": t(row.arrival_time),
+            "timestamp": None if item.timestamp is None else t(item.timestamp),
+            "status": item.status,
+            "reason": item.reason,
+        }
+    if isinstance(item, WindowResult):
+        return {
+            "type": "window",
+            "key": item.key,
+            "start": t(item.start),
+            "end": t(item.end),
+            "count": len(item.value),
+            "events": item.value,
+            "closed_at": None if item.closed_at is None else t(item.closed_at),
+            "final": item.final,
+        }
+    if isinstance(item, WatermarkAdvance) and item.arrival_time is not None and math.isfinite(item.watermark):
+        return {
+            "type": "watermark",
+            "arrival_time": t(item.arrival_time),
+            "substream": item.substream,
+            "watermark": t(item.watermark),
+        }
+    return None
+
+
+def write_lines(out: TextIO, trace: Sequence[TraceItem], form: TimeForm) -> None:
+    for item in trace:
+        obj = to_json(item, form)
+        if obj is not None:
+            out.write(json.dumps(obj) + "\n")
+
+
+def print_sweep(
+    out: TextIO, rows: Sequence[Row], options: ReplayOptions, name: str, values: list[tuple[str, float | None]]
+) -> None:
+    """One line per value: how many events it adjusts, drops and dead-letters, and the
+    mean processing delay until an event's result is final."""
+    header = (name, "events", "adjusted", "dropped", "dead_lettered", "windows", "mean_delay_s")
+    lines = [header]
+    for label, value in values:
+        try:
+            varied = options.with_setting(name, value)
+        except (HeadraceError, ValueError) as exc:
+            raise CliError(f"--sweep {name}={label}: {exc}") from None
+        s = summarize(rows, replay(rows, varied), varied)
+        delay = "-" if math.isnan(s.mean_delay) else f"{s.mean_delay:.3f}"
+        lines.append((label, s.events, s.adjusted, s.dropped, s.dead_lettered, s.windows, delay))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    for line in lines:
+        cells = [str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
+        out.write("  ".join(cells) + "\n")
