@@ -111,14 +111,27 @@ class StreamConsumer:
                 if getattr(cursor, "needs_fill", False):
                     await cursor.fill()  # type: ignore[attr-defined]
                     continue
-                await self._wake.wait()
-                self._wake = anyio.Event()
+                await self._idle()
                 continue
             self._deadline = time.monotonic() + limit
             self._delivering = True
             await self._deliver(item)
             self._delivering = False
             cursor.advance()
+
+    async def _idle(self) -> None:
+        """Wait for data; an event-time consumer meanwhile ticks on the agent's period, so a
+        silent stream's watermark still advances (late-arrival rule, idle timeouts)."""
+        tick = getattr(self.observer, "on_tick", None)
+        if tick is None:
+            await self._wake.wait()
+        else:
+            with anyio.move_on_after(self._context.options.get_queue_msgs_timer_period):
+                await self._wake.wait()
+            if not self._wake.is_set():
+                await tick(time.time())
+                return
+        self._wake = anyio.Event()
 
     def detach(self, make_cursor: Callable[[int], QueueCacheCursor]) -> None:
         """Move this consumer off the cache onto a cursor of its own over the durable queue,

@@ -34,6 +34,7 @@ from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
 from .rewind import RewindCursor
+from .timed import EventTimeObserver, event_time_of
 from .context import AgentContext
 
 log = logging.getLogger("headrace.agent")
@@ -42,11 +43,12 @@ log = logging.getLogger("headrace.agent")
 class _StreamState:
     """What the agent knows of one active stream."""
 
-    __slots__ = ("consumers", "activations", "last_activity", "ready")
+    __slots__ = ("consumers", "activations", "instances", "last_activity", "ready")
 
     def __init__(self) -> None:
         self.consumers: dict[str, StreamConsumer] = {}
-        self.activations: dict[type, Any] = {}  # one instance per consumer type
+        self.activations: dict[type, Any] = {}  # consumer type -> the observer delivered to
+        self.instances: dict[type, Any] = {}  # consumer type -> the user's instance
         self.last_activity = time.monotonic()
         self.ready = anyio.Event()
 
@@ -242,7 +244,7 @@ class PullingAgent:
                 if position is not None:  # a cursor reading history from the queue
                     point = min(point, position)
             for observer in state.activations.values():
-                hold = getattr(observer, "checkpoint_hold", None)
+                hold = getattr(observer.target, "checkpoint_hold", None)
                 token = hold() if hold is not None else None
                 if token is not None:
                     point = min(point, token.sequence_number)
@@ -283,8 +285,10 @@ class PullingAgent:
         """One instance per stream id and consumer type, like an Orleans grain activation."""
         observer = state.activations.get(cls)
         if observer is None:
-            instance = cls(sid)
-            observer = state.activations[cls] = as_observer(instance)
+            instance = state.instances[cls] = cls(sid)
+            spec = event_time_of(instance)
+            target = instance if spec is None else EventTimeObserver(instance, spec, sid, self.context.dead_letters)
+            observer = state.activations[cls] = as_observer(target)
             self._spawn(self._call_hook, instance, "on_activate")
         return observer
 
@@ -403,8 +407,8 @@ class PullingAgent:
         state = self._streams.pop(sid)
         for consumer in state.consumers.values():
             consumer.close()
-        for observer in state.activations.values():
-            self._spawn(self._call_hook, observer.target, "on_deactivate")
+        for instance in state.instances.values():
+            self._spawn(self._call_hook, instance, "on_deactivate")
 
     def _sweep_inactive(self) -> None:
         """Drop streams with no new data for ``stream_inactivity_period`` and no active cursor."""
@@ -424,6 +428,15 @@ class PullingAgent:
     def consumers(self, stream_id: StreamId) -> list[StreamConsumer]:
         state = self._streams.get(stream_id)
         return list(state.consumers.values()) if state else []
+
+    async def abandon(self) -> None:
+        """Stop at once: no more reads or deliveries, no acknowledgement, no checkpoint (the
+        queue's lease is gone and another worker may read it already). What was in flight is
+        delivered again from the last checkpoint by the queue's next owner."""
+        self._stopping = True
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+        await self._stopped.wait()
 
 
 def new_subscription_id() -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .errors import ConfigurationError
+from .eventtime.spec import EventTime
 from .ids import StreamId
 from .tokens import SequenceToken
 
@@ -36,8 +37,14 @@ class ConsumerRegistry:
         known = self._types.get(name)
         if known is not None and known is not cls:
             raise ConfigurationError(f"consumer type name {name!r} is already registered")
-        if not callable(getattr(cls, "on_next", None)):
-            raise ConfigurationError(f"consumer type {cls.__qualname__} needs an on_next(batch) method")
+        spec = getattr(cls, "event_time", None)
+        if isinstance(spec, EventTime):
+            spec.check_consumer(cls)
+        elif not callable(getattr(cls, "on_next", None)):
+            raise ConfigurationError(
+                f"consumer type {cls.__qualname__} needs an on_next(batch) method, or an "
+                "event_time = EventTime(...) declaration with on_window(result)"
+            )
         self._types[name] = cls
         cls.__headrace_consumer_name__ = name  # type: ignore[attr-defined]
         return name

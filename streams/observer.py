@@ -52,7 +52,7 @@ async def _nothing(*_: Any) -> None:
 
 
 class _AdaptedObserver:
-    __slots__ = ("target", "on_next", "on_error", "on_completed", "on_watermark", "has_on_error")
+    __slots__ = ("target", "on_next", "on_error", "on_completed", "on_watermark", "on_tick", "has_on_error")
 
     def __init__(self, target: Any, on_next: Callable[..., Any]) -> None:
         self.target = target
@@ -62,6 +62,7 @@ class _AdaptedObserver:
         self.on_error = _lift(on_error) or _nothing
         self.on_completed = _lift(getattr(target, "on_completed", None)) or _nothing
         self.on_watermark = _lift(getattr(target, "on_watermark", None)) or _nothing
+        self.on_tick = _lift(getattr(target, "on_tick", None))  # event-time consumers only
 
 
 def as_observer(target: Any) -> _AdaptedObserver:

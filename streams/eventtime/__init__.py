@@ -21,6 +21,7 @@ from .processor import (
     WatermarkAdvance,
     WindowResult,
 )
+from .spec import EventTime
 from .watermark import EVERY_EVENT, MergedWatermark, Watermark, WatermarkGeneration
 from .windows import Hopping, Tumbling, WindowAssigner, WindowSpec, WindowStore
 
@@ -37,6 +38,7 @@ __all__ = [
     "Counters",
     "EventLike",
     "EventOutcome",
+    "EventTime",
     "EventTimeMetrics",
     "Extractor",
     "First",

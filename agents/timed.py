@@ -1,0 +1,84 @@
+"""Driving the event-time core for one consumer activation.
+
+An activation whose type declares ``event_time = EventTime(...)`` is wrapped in an
+:class:`EventTimeObserver`: batches go through its processor (ordering policy, watermark,
+windows); closed windows go to the type's ``on_window``, refused events to the dead-letter
+store, and the checkpoint is held at the oldest event still in an open window, so a crash
+loses no window (the queue replays it).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+
+from streams.batch import EventBatch
+from streams.deadletters import DeadLetterStore
+from streams.eventtime.processor import Output
+from streams.eventtime.spec import EventTime
+from streams.ids import StreamId
+from streams.observer import _lift, _nothing
+from streams.tokens import SequenceToken
+
+
+def event_time_of(instance: Any) -> EventTime | None:
+    spec = getattr(instance, "event_time", None)
+    return spec if isinstance(spec, EventTime) else None
+
+
+class EventTimeObserver:
+    """The observer the runtime delivers to, for an event-time consumer activation."""
+
+    def __init__(self, target: Any, spec: EventTime, stream_id: StreamId, dead_letters: DeadLetterStore) -> None:
+        self.target = target
+        self.stream_id = stream_id
+        self.processor = spec.processor(str(stream_id))
+        self._partition = str(stream_id)
+        self._dead_letters = dead_letters
+        self._lock = anyio.Lock()  # an activation may have several subscriptions
+        spec.check_consumer(type(target))
+        self._on_window = _lift(getattr(target, "on_window", None))
+        self._on_events = _lift(getattr(target, "on_events", None))
+        self.on_error = _lift(getattr(target, "on_error", None)) or _nothing
+        self.has_on_error = getattr(target, "on_error", None) is not None
+        self._user_completed = _lift(getattr(target, "on_completed", None)) or _nothing
+        self._user_watermark = _lift(getattr(target, "on_watermark", None))
+        self._last_watermark = self.processor.watermark
+
+    async def on_next(self, batch: EventBatch) -> None:
+        async with self._lock:
+            await self._emit(self.processor.on_events(batch, self._partition))
+
+    async def on_watermark(self, watermark: float) -> None:
+        async with self._lock:
+            await self._emit(self.processor.advance_time(watermark, time.time(), self._partition))
+
+    async def on_completed(self) -> None:
+        async with self._lock:
+            await self._emit(self.processor.on_completed(self._partition, time.time()))
+        await self._user_completed()
+
+    async def on_tick(self, now: float) -> None:
+        """The processing clock moved and nothing arrived (a silent stream)."""
+        if self._lock.locked():
+            return
+        async with self._lock:
+            await self._emit(self.processor.on_tick(now))
+
+    def checkpoint_hold(self) -> SequenceToken | None:
+        token = self.processor.held_since()
+        return token if isinstance(token, SequenceToken) else None
+
+    async def _emit(self, out: Output) -> None:
+        if out.dead_letters:
+            await self._dead_letters.add(out.dead_letters)
+        if self._on_window is not None:
+            for result in out.windows:
+                await self._on_window(result)
+        if self._on_events is not None and out.events:
+            await self._on_events(out.events)
+        if self._user_watermark is not None and out.watermark > self._last_watermark:
+            self._last_watermark = out.watermark
+            await self._user_watermark(out.watermark)
