@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -52,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"{__name__}.{args.command}")
     try:
         return int(module.run(args) or 0)
+    except BrokenPipeError:
+        # The reader went away (`headrace simulate … | head`): stop quietly, as cat does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (HeadraceError, ValueError, OSError) as exc:
         print(f"headrace {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
