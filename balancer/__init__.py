@@ -13,7 +13,6 @@ from .base import BalancerOptions, QueueBalancerBase
 from .best_fit import best_fit_distribution, ideal_distribution, sticky_distribution
 from .clock import Clock, ManualClock, SystemClock
 from .dynamic import BestFitBalancer, mature_workers
-from .kafka_assignor import BestFitPartitionAssignor
 from .lease_based import LeaseBasedQueueBalancer, target_queue_count
 from .leases import MemoryLeaseProvider, TableLeaseProvider
 from .mapper import HashRingQueueMapper
@@ -64,3 +63,13 @@ __all__ = [
     "sticky_distribution",
     "target_queue_count",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The Kafka assignor pulls in aiokafka: load it only when asked for, so that importing the
+    # queue mapper (every producer, every Spark planner process) stays light.
+    if name == "BestFitPartitionAssignor":
+        from .kafka_assignor import BestFitPartitionAssignor
+
+        return BestFitPartitionAssignor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

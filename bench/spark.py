@@ -1,0 +1,242 @@
+"""Throughput of the ``headrace`` DataSource, next to a minimal Arrow source, in one run.
+
+Both read the same rows into Spark's ``noop`` sink on the same session:
+
+* ``headrace``: the handoff log of an embedded store (SQLite index, one Arrow IPC segment per
+  append, two partitions), through :mod:`spark_sink.datasource`;
+* ``minimal``: a bare Python DataSource that memory-maps one Arrow IPC file holding the same
+  rows and yields its record batches, two partitions: the floor any Python source pays.
+
+Each is read as a batch query and as a streaming query (``availableNow``), after a warm-up;
+the best of ``--repeat`` runs is reported, and the ratio headrace/minimal (aim: >= 0.8).
+
+    .venv/bin/python bench/spark.py [--rows 2000000] [--segment-rows 5000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from itertools import pairwise
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming import DataStreamReader
+from pyspark.sql.types import StructType
+
+import spark_sink
+from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
+from spark_sink.storage import BATCH_ROWS
+from streams.store import EmbeddedStore
+
+STREAM = "bench"
+PARTITIONS = 2
+SCHEMA = HandoffSchema.windows({"count": "bigint", "total": "double"})
+Reader = DataFrameReader | DataStreamReader
+
+
+class MinimalArrowSource(DataSource):
+    """Memory-maps one Arrow IPC file and yields its batches, split in two partitions."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "minimal_arrow"
+
+    def schema(self) -> StructType:
+        return StructType.fromJson(SCHEMA.spark_json())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return MinimalArrowReader(self.options["path"])
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return MinimalArrowStreamReader(self.options["path"])
+
+
+def _halves(path: str) -> list[InputPartition]:
+    with pa.memory_map(path) as source:
+        n = pa.ipc.open_file(source).num_record_batches
+    cut = [n * i // PARTITIONS for i in range(PARTITIONS + 1)]
+    return [InputPartition((path, lo, hi)) for lo, hi in pairwise(cut)]
+
+
+def _batches(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    path, lo, hi = partition.value
+    with pa.memory_map(path) as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(lo, hi):
+            yield reader.get_batch(i)
+
+
+class MinimalArrowReader(DataSourceReader):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def partitions(self) -> list[InputPartition]:
+        return _halves(self.path)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _batches(partition)
+
+
+class MinimalArrowStreamReader(DataSourceStreamReader):
+    """The whole file is one micro-batch: offset 0 → 1."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"file": 0}
+
+    def latestOffset(self, start: dict[str, int], limit: object) -> dict[str, int]:
+        return {"file": 1}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return _halves(self.path) if start["file"] < end["file"] else []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _batches(partition)
+
+
+def make_rows(rows: int) -> pa.Table:
+    """Window results: 1-minute windows over 1000 keys, with a count and a total."""
+    i = np.arange(rows, dtype=np.int64)
+    start = (1_700_000_000 + (i // 1000) * 60) * 1_000_000
+    keys = np.array([f"key-{k:04d}" for k in range(1000)], dtype=object)
+    micros = pa.timestamp("us", tz="UTC")
+    return SCHEMA.to_table(
+        pa.table(
+            {
+                "window_start": pa.array(start, micros),
+                "window_end": pa.array(start + 60_000_000, micros),
+                "key": pa.array(keys[i % 1000], pa.string()),
+                "count": i % 97,
+                "total": (i % 1013) * 0.5,
+            }
+        )
+    )
+
+
+def build_store(path: str, table: pa.Table, segment_rows: int) -> None:
+    """Hand ``table`` off as the runtime would: one append per segment, alternating
+    partitions, each in its own transaction."""
+    with EmbeddedStore(path) as store:
+        writer = HandoffWriter(HandoffLog(store), STREAM, SCHEMA)
+        for n, offset in enumerate(range(0, table.num_rows, segment_rows)):
+            with store.transaction() as conn:
+                writer.append(conn, n % PARTITIONS, table.slice(offset, segment_rows))
+
+
+def write_ipc(path: str, table: pa.Table) -> None:
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+            writer.write_batch(batch)
+
+
+def best_rates(runs: dict[str, Callable[[], None]], rows: int, repeat: int) -> dict[str, float]:
+    """Warm each run up once, then time them in turns (so that load from elsewhere on the
+    machine falls on both alike); the best rows per second of each."""
+    for run in runs.values():
+        run()
+    best = {name: float("inf") for name in runs}
+    for _ in range(repeat):
+        for name, run in runs.items():
+            began = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - began)
+    return {name: rows / seconds for name, seconds in best.items()}
+
+
+def batch_run(df: Callable[[], DataFrame]) -> Callable[[], None]:
+    return lambda: df().write.format("noop").mode("overwrite").save()
+
+
+def stream_run(df: Callable[[], DataFrame], workdir: str) -> Callable[[], None]:
+    def run() -> None:
+        checkpoint = tempfile.mkdtemp(dir=workdir)  # a fresh query reads everything
+        (
+            df()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--segment-rows", type=int, default=5_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(f"local[{PARTITIONS}]")
+        .appName("headrace-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_sink.register(spark)
+    spark.dataSource.register(MinimalArrowSource)
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="headrace-bench-") as workdir:
+            compare(spark, workdir, args)
+    finally:
+        spark.stop()
+
+
+def compare(spark: SparkSession, workdir: str, args: argparse.Namespace) -> None:
+    """Build the same rows as a handoff log and as one IPC file; print both read rates."""
+    table = make_rows(args.rows)
+    store, ipc = os.path.join(workdir, "store"), os.path.join(workdir, "rows.arrow")
+    build_store(store, table, args.segment_rows)
+    write_ipc(ipc, table)
+    segments = -(-args.rows // args.segment_rows)
+
+    def headrace(reader: Reader) -> DataFrame:
+        return reader.format("headrace").option("path", store).option("stream", STREAM).load()
+
+    def minimal(reader: Reader) -> DataFrame:
+        return reader.format("minimal_arrow").option("path", ipc).load()
+
+    def make_run(mode: str, source: Callable[[Reader], DataFrame]) -> Callable[[], None]:
+        if mode == "batch":
+            return batch_run(lambda: source(spark.read))
+        return stream_run(lambda: source(spark.readStream), workdir)
+
+    print(
+        f"{args.rows:,} rows ({table.nbytes / 2**20:.0f} MiB in Arrow), {PARTITIONS} partitions, "
+        f"handoff log of {segments} segments of {args.segment_rows:,} rows; "
+        f"best of {args.repeat} after a warm-up"
+    )
+    print(f"{'mode':<8} {'source':<9} {'rows/s':>12}")
+    for mode in ("batch", "stream"):
+        runs = {"headrace": make_run(mode, headrace), "minimal": make_run(mode, minimal)}
+        rates = best_rates(runs, args.rows, args.repeat)
+        for name, rate in rates.items():
+            print(f"{mode:<8} {name:<9} {rate:12,.0f}")
+        print(f"{mode:<8} ratio headrace/minimal = {rates['headrace'] / rates['minimal']:.2f}")
+    print("(each stream run includes starting and stopping a query, ~2 s here, alike for both)")
+
+
+if __name__ == "__main__":
+    main()

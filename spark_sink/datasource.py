@@ -1,0 +1,189 @@
+"""The ``headrace`` Spark DataSource: batch and streaming reads of a handoff stream.
+
+Example::
+
+    spark_sink.register(spark)
+    averages = (spark.readStream.format("headrace")
+                .option("path", "/var/lib/headrace").option("stream", "averages").load())
+
+Where each piece runs: the DataSource and the stream reader's offset methods run in a
+long-lived Python process of the Spark driver; ``read`` runs in executor workers on a pickled
+copy of the reader. Neither shares memory with the headrace runtime, so everything goes
+through the durable log, and readers hold nothing unpicklable across a pickle.
+
+Exactly-once: offsets are dense and immutable once committed, Spark checkpoints each batch's
+``{partition: offset}`` range before running it and re-runs the same range after a failure,
+and ``read`` of a range always yields the same rows; an idempotent sink (files, Delta,
+``foreachBatch`` keyed by batch id) therefore receives every handed-off row exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from .errors import HandoffDataLostError, HandoffSchemaError
+from .offsets import Offsets, admit, decode_offsets, encode_offsets, split_ranges
+from .options import ReadOptions
+from .storage import HandoffSplit, HandoffStorage
+
+NAME = "headrace"
+
+
+class _HandoffReading:
+    """What the batch and the stream reader share: options, storage, splits, ``read``."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self._storage: HandoffStorage | None = None
+        _check_schema(self.storage, options.stream, schema)
+
+    @property
+    def storage(self) -> HandoffStorage:
+        if self._storage is None:
+            self._storage = self.options.open_storage()
+        return self._storage
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get a pickled copy: no database connection travels with it.
+        state = self.__dict__.copy()
+        state["_storage"] = None
+        return state
+
+    def _partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        ranges = split_ranges(start, end, self.options.max_rows_per_split)
+        return [InputPartition(split) for split in self.storage.plan(self.options.stream, ranges)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if partition.value is None:  # Spark's placeholder when a batch read has no splits
+            return iter(())
+        split: HandoffSplit = partition.value
+        return split.batches()
+
+
+class HeadraceBatchReader(_HandoffReading, DataSourceReader):
+    """``spark.read``: every row handed off (and not trimmed) when the query is planned."""
+
+    def partitions(self) -> list[InputPartition]:
+        stream = self.options.stream
+        return self._partitions(
+            self.storage.start_offsets(stream), self.storage.end_offsets(stream)
+        )
+
+
+class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream``: micro-batches over ``{partition: offset}`` ranges."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        super().__init__(options, schema)
+        self._target: Offsets | None = None  # availableNow: the end fixed at query start
+
+    def initialOffset(self) -> dict[str, int]:
+        stream = self.options.stream
+        if self.options.starting_offsets == "latest":
+            return encode_offsets(self.storage.end_offsets(stream))
+        return encode_offsets(self.storage.start_offsets(stream))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_records_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.storage.end_offsets(self.options.stream)
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        begin = decode_offsets(start)
+        latest = self._target if self._target is not None else self._end_offsets()
+        for partition, offset in begin.items():
+            if latest.get(partition, 0) < offset:
+                raise HandoffDataLostError(
+                    f"handoff stream {self.options.stream!r} partition {partition} ends at "
+                    f"{latest.get(partition, 0)} but this query has read up to {offset}: the "
+                    "store was replaced; use a new checkpoint location"
+                )
+        if isinstance(limit, ReadMaxRows):
+            latest = admit(begin, latest, limit.max_rows)
+        return encode_offsets(latest)
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        return encode_offsets(self._end_offsets())
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return self._partitions(decode_offsets(start), decode_offsets(end))
+
+    def commit(self, end: dict[str, int]) -> None:
+        # Spark may never commit the last batch; that only delays trimming, never loses data.
+        if self.options.trim_on_commit:
+            self.storage.trim(self.options.stream, decode_offsets(end))
+
+    def stop(self) -> None:
+        if self._storage is not None:
+            self._storage.close()
+            self._storage = None
+
+    def _end_offsets(self) -> Offsets:
+        return self.storage.end_offsets(self.options.stream)
+
+
+class HeadraceDataSource(DataSource):
+    """The ``headrace`` format: a handoff stream of a headrace store, for Spark.
+
+    Options: see :class:`ReadOptions`. The schema is the stream's declared output; a schema
+    given with ``.schema(...)`` must be that one.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        options = ReadOptions.parse(self.options)
+        storage = options.open_storage()
+        try:
+            return StructType.fromJson(storage.schema(options.stream).spark_json())
+        finally:
+            storage.close()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return HeadraceBatchReader(ReadOptions.parse(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return HeadraceStreamReader(ReadOptions.parse(self.options), schema)
+
+
+def _check_schema(storage: HandoffStorage, stream: str, requested: StructType) -> None:
+    declared = storage.schema(stream)
+    if requested.jsonValue() != declared.spark_json():
+        raise HandoffSchemaError(
+            f"handoff stream {stream!r} declares ({declared.ddl()}); Spark was given "
+            f"({_ddl(requested)}), which its consumer did not declare: drop .schema(...) "
+            "to read the declared columns"
+        )
+
+
+def _ddl(schema: StructType) -> str:
+    return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("headrace")`` available in ``spark`` (once per session).
+
+    Example: ``spark_sink.register(spark); spark.read.format("headrace")...``
+    """
+    spark.dataSource.register(HeadraceDataSource)

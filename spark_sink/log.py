@@ -1,0 +1,352 @@
+"""The embedded handoff log: Arrow IPC segments on disk, indexed in the store's SQLite db.
+
+Layout under a store directory ``path`` (shared with the embedded queues, checkpoints, ...)::
+
+    path/headrace.db                                    handoff_* tables (streams.store)
+    path/handoff/<stream>/<partition>/<offset>-<tag>.arrow    one file per append
+
+Offsets are dense per (stream, partition): an append of ``n`` rows takes offsets
+``[end, end + n)``. A segment exists for readers only once its index row is committed, and
+that row is written in the *caller's* transaction, so a handoff commits or vanishes together
+with whatever else the caller writes there (its input checkpoint). A file whose index row
+never committed is an orphan: readers never see it, and :meth:`HandoffLog.remove_orphans`
+deletes it once the partition has moved past its offset.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from streams.errors import ConfigurationError
+from streams.store import EmbeddedStore, Migration
+
+from .errors import (
+    HandoffDataLostError,
+    HandoffSchemaError,
+    HandoffStoreNotFoundError,
+    UnknownHandoffStreamError,
+)
+from .schema import HandoffSchema
+from .segments import first_offset_of, fsync_dir, segment_name, write_segment
+
+HANDOFF_DIR = "handoff"
+_STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+HANDOFF_SCHEMA: list[Migration] = [
+    [
+        "CREATE TABLE handoff_streams("
+        " stream TEXT PRIMARY KEY,"
+        " schema TEXT NOT NULL)",  # HandoffSchema.to_json()
+        "CREATE TABLE handoff_partitions("
+        " stream TEXT NOT NULL, partition INTEGER NOT NULL,"
+        " start_offset INTEGER NOT NULL,"  # the first offset still retained (trim moves it)
+        " end_offset INTEGER NOT NULL,"  # the offset the next append takes
+        " PRIMARY KEY (stream, partition)) WITHOUT ROWID",
+        "CREATE TABLE handoff_segments("
+        " stream TEXT NOT NULL, partition INTEGER NOT NULL,"
+        " first_offset INTEGER NOT NULL, row_count INTEGER NOT NULL,"
+        " file TEXT NOT NULL,"  # relative to the store directory
+        " PRIMARY KEY (stream, partition, first_offset)) WITHOUT ROWID",
+    ],
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One committed segment file: rows ``[first_offset, end_offset)`` of a partition."""
+
+    partition: int
+    first_offset: int
+    row_count: int
+    file: str  # relative to the store directory
+
+    @property
+    def end_offset(self) -> int:
+        return self.first_offset + self.row_count
+
+
+def check_stream_name(stream: str) -> str:
+    if not isinstance(stream, str) or not _STREAM_NAME.match(stream):
+        raise ConfigurationError(
+            f"handoff stream name {stream!r} must be letters, digits, '_', '.', '-' "
+            "(it names a directory)"
+        )
+    return stream
+
+
+class HandoffLog:
+    """The handoff log of one embedded store: declared streams, offsets, segments, trimming.
+
+    >>> import tempfile
+    >>> log = HandoffLog(EmbeddedStore(tempfile.mkdtemp()))
+    >>> log.declare("averages", HandoffSchema.windows({"mean": "double"}))
+    >>> log.end_offsets("averages")
+    {}
+    """
+
+    def __init__(self, store: EmbeddedStore, *, create_tables: bool = True) -> None:
+        if create_tables:
+            store.require_schema("handoff", HANDOFF_SCHEMA)
+        self.store = store
+        self.path = os.path.abspath(store.path)
+        self._database = os.path.realpath(store.database)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> HandoffLog:
+        """The log of an existing store, for readers (Spark): a wrong path is an error, not
+        a new empty store, and opening writes nothing (no schema migration)."""
+        if not os.path.isfile(os.path.join(path, EmbeddedStore.FILE_NAME)):
+            raise HandoffStoreNotFoundError(
+                f"no headrace store at {os.fspath(path)!r} (no {EmbeddedStore.FILE_NAME} "
+                "there): the path option names the store directory the runtime writes to"
+            )
+        store = EmbeddedStore(path)
+        with store.snapshot() as conn:
+            (tables,) = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+                ("handoff_streams",),
+            ).fetchone()
+        if not tables:
+            store.close()
+            raise UnknownHandoffStreamError(
+                f"the store at {os.fspath(path)!r} has no handoff streams yet: start the "
+                "runtime with a consumer that hands off to Spark first"
+            )
+        return cls(store, create_tables=False)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- declarations -------------------------------------------------------------------
+
+    def declare(self, stream: str, schema: HandoffSchema) -> None:
+        """Record ``stream``'s output schema; declaring it again must declare the same."""
+        check_stream_name(stream)
+        with self.store.transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO handoff_streams (stream, schema) VALUES (?, ?)",
+                (stream, schema.to_json()),
+            )
+            (stored,) = conn.execute(
+                "SELECT schema FROM handoff_streams WHERE stream = ?", (stream,)
+            ).fetchone()
+        if stored != schema.to_json():
+            raise HandoffSchemaError(
+                f"handoff stream {stream!r} is already declared as "
+                f"({HandoffSchema.from_json(stored).ddl()}), not ({schema.ddl()}): a changed "
+                "output needs a new stream name"
+            )
+
+    def schema(self, stream: str) -> HandoffSchema:
+        """The declared output of ``stream``."""
+        row = self._query("SELECT schema FROM handoff_streams WHERE stream = ?", (stream,))
+        if not row:
+            known = ", ".join(sorted(self.streams())) or "none yet"
+            raise UnknownHandoffStreamError(
+                f"no handoff stream {stream!r} in the store at {self.path!r} "
+                f"(declared streams: {known}); the stream option names a consumer's output"
+            )
+        return HandoffSchema.from_json(row[0][0])
+
+    def streams(self) -> dict[str, HandoffSchema]:
+        """Every declared stream and its schema."""
+        rows = self._query("SELECT stream, schema FROM handoff_streams", ())
+        return {stream: HandoffSchema.from_json(text) for stream, text in rows}
+
+    # -- offsets and segments -----------------------------------------------------------
+
+    def start_offsets(self, stream: str) -> dict[int, int]:
+        """The first retained offset of each partition that has ever received rows."""
+        return self._offsets(stream, "start_offset")
+
+    def end_offsets(self, stream: str) -> dict[int, int]:
+        """The offset the next append takes, per partition (everything below is readable)."""
+        return self._offsets(stream, "end_offset")
+
+    def _offsets(self, stream: str, column: str) -> dict[int, int]:
+        rows = self._query(
+            f"SELECT partition, {column} FROM handoff_partitions WHERE stream = ? "
+            "ORDER BY partition",
+            (stream,),
+        )
+        return dict(rows)
+
+    def segments(self, stream: str, partition: int, start: int, end: int) -> list[Segment]:
+        """The committed segments that together hold offsets ``[start, end)``.
+
+        Raises :class:`HandoffDataLostError` when part of the range is no longer retained.
+        """
+        if start >= end:
+            return []
+        rows = self._query(
+            "SELECT first_offset, row_count, file FROM handoff_segments "
+            "WHERE stream = ? AND partition = ? AND first_offset < ? "
+            "AND first_offset + row_count > ? ORDER BY first_offset",
+            (stream, partition, end, start),
+        )
+        found = [Segment(partition, first, count, file) for first, count, file in rows]
+        covered, gap_end = start, end
+        for segment in found:
+            if segment.first_offset > covered:
+                gap_end = segment.first_offset
+                break
+            covered = segment.end_offset
+        if covered < end:
+            raise HandoffDataLostError(
+                f"offsets {covered}..{gap_end} of handoff stream {stream!r} partition {partition} "
+                f"are not in the log at {self.path!r} (trimmed after another reader's commit, "
+                "or the store was replaced): restart the query with a new checkpoint"
+            )
+        return found
+
+    def partition_dir(self, stream: str, partition: int) -> str:
+        return os.path.join(self.path, HANDOFF_DIR, stream, str(partition))
+
+    def append(
+        self, conn: sqlite3.Connection, stream: str, partition: int, table: pa.Table
+    ) -> Segment:
+        """Write ``table`` as the next segment of ``stream``/``partition`` and index it in
+        ``conn``'s open write transaction. The caller commits; until it does, no reader sees
+        the rows. ``table`` must already match the declared schema.
+        """
+        self._check_same_db(conn)
+        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+            raise ConfigurationError(f"a handoff partition is an int >= 0, not {partition!r}")
+        if not conn.in_transaction:
+            raise ConfigurationError(
+                "append runs inside the caller's write transaction (store.transaction() or "
+                "store.write(fn)), so that the handoff commits with the caller's checkpoint"
+            )
+        row = conn.execute(
+            "SELECT end_offset FROM handoff_partitions WHERE stream = ? AND partition = ?",
+            (stream, partition),
+        ).fetchone()
+        first = row[0] if row else 0
+        directory = self.partition_dir(stream, partition)
+        self._make_dirs(directory)
+        file = os.path.join(directory, segment_name(first))
+        write_segment(file, table)
+        try:
+            conn.execute(
+                "INSERT INTO handoff_partitions (stream, partition, start_offset, end_offset) "
+                "VALUES (?, ?, 0, ?) ON CONFLICT (stream, partition) "
+                "DO UPDATE SET end_offset = excluded.end_offset",
+                (stream, partition, first + table.num_rows),
+            )
+            relative = os.path.relpath(file, self.path)
+            conn.execute(
+                "INSERT INTO handoff_segments "
+                "(stream, partition, first_offset, row_count, file) VALUES (?, ?, ?, ?, ?)",
+                (stream, partition, first, table.num_rows, relative),
+            )
+        except BaseException:
+            _unlink(file)
+            raise
+        return Segment(partition, first, table.num_rows, relative)
+
+    # -- housekeeping -------------------------------------------------------------------
+
+    def trim(self, stream: str, partition: int, up_to: int) -> int:
+        """Delete the segments that lie wholly below offset ``up_to``; return how many.
+
+        Offsets stay as they are: trimming only raises the partition's start offset.
+        """
+        with self.store.transaction() as conn:
+            doomed = conn.execute(
+                "SELECT first_offset + row_count, file FROM handoff_segments "
+                "WHERE stream = ? AND partition = ? AND first_offset + row_count <= ?",
+                (stream, partition, up_to),
+            ).fetchall()
+            if doomed:
+                conn.execute(
+                    "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? "
+                    "AND first_offset + row_count <= ?",
+                    (stream, partition, up_to),
+                )
+                conn.execute(
+                    "UPDATE handoff_partitions SET start_offset = MAX(start_offset, ?) "
+                    "WHERE stream = ? AND partition = ?",
+                    (max(end for end, _ in doomed), stream, partition),
+                )
+        # Unlinked only after the commit: a crash in between leaves orphans, removed later.
+        for _, file in doomed:
+            _unlink(os.path.join(self.path, file))
+        return len(doomed)
+
+    def remove_orphans(self, stream: str) -> int:
+        """Delete segment files that can never be committed; return how many.
+
+        A file is dead when its index row is absent and its partition has already moved
+        past its first offset (a crash or rollback before the commit, or a trim interrupted
+        before its unlink). A file at the current end may still be committing: it is kept.
+        """
+        root = Path(self.path, HANDOFF_DIR, stream)
+        if not root.is_dir():
+            return 0
+        with self.store.snapshot() as conn:  # one snapshot for the index and the offsets
+            indexed = {
+                file
+                for (file,) in conn.execute(
+                    "SELECT file FROM handoff_segments WHERE stream = ?", (stream,)
+                )
+            }
+            ends = dict(
+                conn.execute(
+                    "SELECT partition, end_offset FROM handoff_partitions WHERE stream = ?",
+                    (stream,),
+                ).fetchall()
+            )
+        removed = 0
+        for directory in root.iterdir():
+            if not directory.name.isdigit():
+                continue
+            end = ends.get(int(directory.name), 0)
+            for file in directory.iterdir():
+                first = first_offset_of(file.name)
+                if first is None or first >= end:
+                    continue
+                if os.path.relpath(file, self.path) not in indexed:
+                    _unlink(str(file))
+                    removed += 1
+        return removed
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _query(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        with self.store.snapshot() as conn:
+            return conn.execute(sql, args).fetchall()
+
+    def _check_same_db(self, conn: sqlite3.Connection) -> None:
+        for _, name, file in conn.execute("PRAGMA database_list"):
+            if name == "main" and os.path.realpath(file) == self._database:
+                return
+        raise ConfigurationError(
+            f"append needs a connection to {self._database!r}, the store the handoff log "
+            "lives in, so that the handoff commits with the caller's checkpoint"
+        )
+
+    @staticmethod
+    def _make_dirs(directory: str) -> None:
+        if os.path.isdir(directory):
+            return
+        os.makedirs(directory, exist_ok=True)
+        # New directory entries must survive a crash, like the files inside them: fsync
+        # the parents of <partition>, <stream> and handoff/.
+        parent = directory
+        for _ in range(3):
+            parent = os.path.dirname(parent)
+            fsync_dir(parent)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,82 @@
+"""Fixtures of the Spark handoff tests: one Spark session for the whole run (a session
+costs ~10 s to start), raw events, and the same windows as Spark computes them from the raw
+events."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from handoff_testkit import (
+    BASE,
+    STREAM,
+    WINDOW_SECONDS,
+    Handoff,
+    RawEvent,
+    WindowRow,
+    collect_windows,
+)
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import spark_sink
+from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
+from streams.store import EmbeddedStore
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    # Spark's Python workers must run this interpreter, where headrace is installed.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("headrace-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    spark_sink.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def events() -> list[RawEvent]:
+    rng = random.Random(6)
+    span = 100 * WINDOW_SECONDS
+    return [
+        (
+            (BASE + rng.randrange(span)) * 1_000_000 + rng.randrange(1_000_000),
+            f"k{rng.randrange(5)}",
+            float(rng.randrange(100)),
+        )
+        for _ in range(6000)
+    ]
+
+
+@pytest.fixture(scope="session")
+def expected(spark: SparkSession, events: list[RawEvent]) -> list[WindowRow]:
+    """The same windows computed by Spark itself over the raw events."""
+    raw = spark.createDataFrame(events, "micros long, key string, value double").withColumn(
+        "ts", F.timestamp_micros("micros")
+    )
+    windows = raw.groupBy(F.window("ts", f"{WINDOW_SECONDS} seconds"), "key").agg(
+        F.count("*").alias("count"), F.sum("value").alias("total")
+    )
+    return collect_windows(windows, "window.start", "window.end")
+
+
+@pytest.fixture
+def handoff(tmp_path: Path) -> Iterator[Handoff]:
+    store = EmbeddedStore(tmp_path / "store")
+    log = HandoffLog(store)
+    schema = HandoffSchema.windows({"count": "bigint", "total": "double"})
+    yield Handoff(tmp_path / "store", store, log, HandoffWriter(log, STREAM, schema))
+    store.close()
