@@ -16,11 +16,14 @@ import pytest
 import pytest_asyncio
 
 from streams.adapters.embedded import EmbeddedAdapterFactory
+from streams.adapters.kafka import KafkaAdapterFactory
 from streams.adapters.memory import MemoryAdapterFactory
 from streams.adapters.protocols import QueueAdapter
 from streams.adapters.retention import RetentionPolicy
 from streams.ids import QueueId, StreamId
 from streams.store import EmbeddedStore
+
+from tests.kafka_broker import produce_raw
 
 from .harness import AdapterHarness, HarnessSpec, ProducerSpec, shutdown_all
 
@@ -100,6 +103,39 @@ async def embedded_harness(
     await factories[-1].close()
 
 
+@asynccontextmanager
+async def kafka_harness(
+    request: pytest.FixtureRequest, spec: HarnessSpec
+) -> AsyncIterator[AdapterHarness]:
+    # A topic of its own on the session's Tansu broker; Tansu's memory storage has no
+    # producer ids, hence no idempotent producer.
+    bootstrap: str = request.getfixturevalue("kafka_broker")
+    topic: str = request.getfixturevalue("kafka_topic")
+    settings = {"bootstrap_servers": bootstrap, "topic": topic, "queues": QUEUES, "idempotent": False}
+    factories = [KafkaAdapterFactory(**settings)]
+    adapter = await factories[0].create_adapter()
+
+    async def reopen() -> QueueAdapter:
+        await factories[-1].close()
+        factories.append(KafkaAdapterFactory(**settings))
+        opened.adapter = await factories[-1].create_adapter()
+        return opened.adapter
+
+    async def write_foreign(queue: QueueId, payload: bytes) -> None:
+        await produce_raw(bootstrap, topic, queue.number, payload)
+
+    opened = AdapterHarness(
+        spec,
+        adapter,
+        factories[0].get_queue_mapper(),
+        write_foreign,
+        reopen=reopen,
+        producer=ProducerSpec("streams.adapters.kafka:KafkaAdapterFactory", settings),
+    )
+    yield opened
+    await factories[-1].close()
+
+
 HARNESSES: list[HarnessSpec] = [
     HarnessSpec("memory", memory_harness),
     HarnessSpec(
@@ -110,9 +146,8 @@ HARNESSES: list[HarnessSpec] = [
         retention=True,
         multiprocess=True,
     ),
-    # More adapters go here, e.g.
-    # HarnessSpec("kafka", kafka_harness, rewindable=True, durable=True, retention=True,
-    #             multiprocess=True),
+    # Kafka's retention is the broker's (by age and size, read or not): no "retention" here.
+    HarnessSpec("kafka", kafka_harness, rewindable=True, durable=True, multiprocess=True),
 ]
 
 

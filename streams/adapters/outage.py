@@ -1,0 +1,201 @@
+"""Riding out an outage of the server that holds the queues.
+
+Clients back off between retries (:class:`Backoff`), and the adapter logs an outage once when
+it starts and once when it ends, however many retries and clients it involves
+(:class:`OutageLog`). The client library's own record of each failed attempt is lowered to
+DEBUG, and their number is given in the recovery line instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+
+from ..errors import QueueAdapterError
+
+T = TypeVar("T")
+
+
+class Backoff:
+    """Growing delays between retries: ``initial``, then doubling up to ``maximum``, each
+    with up to 20 % jitter so that many clients do not retry in step.
+
+    >>> backoff = Backoff(initial=0.1, maximum=0.4)
+    >>> delays = [backoff.next() for _ in range(4)]
+    >>> [0.1 <= delays[0] <= 0.12, 0.2 <= delays[1] <= 0.24, 0.4 <= delays[3] <= 0.48]
+    [True, True, True]
+    """
+
+    def __init__(self, initial: float = 0.05, maximum: float = 2.0) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self._delay = initial
+
+    def next(self) -> float:
+        delay = self._delay
+        self._delay = min(self.maximum, self._delay * 2)
+        return delay * (1 + random.uniform(0, 0.2))
+
+    def reset(self) -> None:
+        self._delay = self.initial
+
+
+class _DemoteRetries(logging.Filter):
+    """Lowers a client library's records of failed connection attempts to DEBUG, and
+    counts them: the outage log reports the outage once instead of once per attempt."""
+
+    def __init__(self, failure: re.Pattern[str]) -> None:
+        super().__init__()
+        self.failure = failure
+        self.demoted = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and self.failure.search(record.getMessage()):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            self.demoted += 1
+        return True
+
+
+_demoters: dict[str, _DemoteRetries] = {}
+
+
+def _demote_retries(library: str, failure: re.Pattern[str]) -> _DemoteRetries:
+    """The filter for the library whose loggers are ``library`` and ``library.*``.
+
+    A filter on a logger sees only that logger's own records, so it goes on every logger
+    of the library that exists now (libraries create theirs when imported).
+    """
+    demoter = _demoters.setdefault(library, _DemoteRetries(failure))
+    for name in [library, *logging.root.manager.loggerDict]:
+        if name == library or name.startswith(library + "."):
+            logger = logging.getLogger(name)
+            if demoter not in logger.filters:
+                logger.addFilter(demoter)
+    return demoter
+
+
+class OutageLog:
+    """Whether ``server`` is reachable, as its clients report it; logs each outage once.
+
+    Clients call :meth:`failed` on every failed attempt and :meth:`recovered` on success;
+    only the first failure of an outage and its end are logged. A failure that began
+    before the last recovery (a client that had not yet noticed) belongs to the outage
+    that just ended, and is not logged as a new one.
+
+    ``client_library`` and ``client_failure`` name the client library's loggers and the
+    messages with which it reports each failed attempt; those records are lowered to DEBUG
+    (and counted in the recovery line), so an outage makes two log lines, not hundreds.
+
+    >>> outage = OutageLog("Kafka at 127.0.0.1:9092", logging.getLogger("demo"))
+    >>> outage.failed("connection refused"), outage.failed("connection refused")
+    (True, False)
+    >>> outage.ongoing
+    True
+    >>> outage.recovered(); outage.ongoing
+    False
+    """
+
+    def __init__(
+        self,
+        server: str,
+        logger: logging.Logger,
+        client_library: str | None = None,
+        client_failure: re.Pattern[str] | None = None,
+    ) -> None:
+        self.server = server
+        self._log = logger
+        self._demoter = (
+            _demote_retries(client_library, client_failure)
+            if client_library and client_failure
+            else None
+        )
+        self._started: float | None = None  # monotonic; None: reachable
+        self._announced = False
+        self._last_started = self._last_ended = float("-inf")
+        self._demoted_at_start = 0
+        self.outages = 0  # outages announced so far (status and tests)
+
+    @property
+    def ongoing(self) -> bool:
+        return self._started is not None
+
+    def failed(self, reason: str, since: float | None = None) -> bool:
+        """Report a failed attempt (``since``: when, on the monotonic clock, the failing
+        began). Returns whether this started a new outage, which is then logged."""
+        if self._started is not None:
+            return False
+        since = time.monotonic() if since is None else since
+        straggler = since <= self._last_ended
+        self._started = self._last_started if straggler else time.monotonic()
+        self._announced = not straggler
+        self._demoted_at_start = self._demoted()
+        if straggler:
+            return False
+        self.outages += 1
+        self._log.warning(
+            "%s is unreachable (%s); retrying with back-off, positions and data are kept",
+            self.server,
+            reason,
+        )
+        return True
+
+    def recovered(self) -> None:
+        """Report a successful attempt; ends (and logs the end of) an ongoing outage."""
+        if self._started is None:
+            return
+        if self._announced:
+            self._log.warning(
+                "%s is reachable again after %.1f s (client retries logged at DEBUG: %d)",
+                self.server,
+                time.monotonic() - self._started,
+                self._demoted() - self._demoted_at_start,
+            )
+        self._last_started, self._started = self._started, None
+        self._last_ended = time.monotonic()
+
+    def _demoted(self) -> int:
+        return self._demoter.demoted if self._demoter is not None else 0
+
+
+async def retry_transient(
+    operation: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    outage: OutageLog,
+    is_transient: Callable[[BaseException], bool],
+    give_up_after: float,
+    attempt_timeout: float | None = None,
+) -> T:
+    """Run ``operation`` until it succeeds, backing off after transient failures (and
+    attempts longer than ``attempt_timeout``); after ``give_up_after`` seconds of failures,
+    raise :class:`QueueAdapterError` naming ``what`` failed and why."""
+    began = time.monotonic()
+    backoff = Backoff()
+    while True:
+        try:
+            if attempt_timeout is None:
+                result = await operation()
+            else:
+                with anyio.fail_after(attempt_timeout):
+                    result = await operation()
+        except Exception as exc:  # sorted into transient and not just below
+            if not (isinstance(exc, TimeoutError) or is_transient(exc)):
+                raise
+            reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            outage.failed(reason, since=began)
+            waited = time.monotonic() - began
+            if waited >= give_up_after:
+                raise QueueAdapterError(
+                    f"{what} failed: {outage.server} has been unreachable for {waited:.0f} s "
+                    f"({reason}); check that it is running and reachable from here"
+                ) from None
+            await anyio.sleep(min(backoff.next(), max(0.0, give_up_after - waited)))
+        else:
+            outage.recovered()
+            return result

@@ -1,0 +1,108 @@
+"""Outage bookkeeping (streams/adapters/outage.py): one log line when an outage starts and
+one when it ends, however many failures are reported, and retries that give up clearly."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+import pytest
+
+from streams.adapters.outage import OutageLog, retry_transient
+from streams.errors import QueueAdapterError
+
+LOG = logging.getLogger("headrace.test-outage")
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_many_failures_make_one_outage_with_one_line_at_each_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outage = OutageLog("server A", LOG)
+    assert [outage.failed("refused") for _ in range(5)] == [True, False, False, False, False]
+    outage.recovered()
+    outage.recovered()
+    lines = warnings(caplog)
+    assert len(lines) == 2 and outage.outages == 1 and not outage.ongoing
+    assert lines[0] == (
+        "server A is unreachable (refused); retrying with back-off, positions and data are kept"
+    )
+    assert lines[1].startswith("server A is reachable again after ")
+
+
+def test_a_client_that_noticed_late_does_not_start_a_new_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outage = OutageLog("server A", LOG)
+    began = time.monotonic()
+    outage.failed("refused")
+    outage.recovered()
+    assert outage.failed("no answer", since=began) is False  # it failed during that outage
+    outage.recovered()
+    assert len(warnings(caplog)) == 2
+    assert outage.failed("refused again") is True  # a failure that began after: a new outage
+    assert outage.outages == 2 and len(warnings(caplog)) == 3
+
+
+def test_the_client_librarys_retry_records_are_lowered_to_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = logging.getLogger("fakeclient.conn")  # exists before the outage log, as at import
+    caplog.set_level(logging.INFO)
+    outage = OutageLog("server A", LOG, "fakeclient", re.compile("Unable to connect"))
+    client.error("Unable to connect to node 1")
+    client.error("Topic authorization failed")  # not a connection failure: stays an error
+    outage.failed("refused")
+    client.error("Unable to connect to node 1")
+    outage.recovered()
+    assert warnings(caplog)[0] == "Topic authorization failed"
+    assert warnings(caplog)[2].endswith("(client retries logged at DEBUG: 1)")
+    assert len(warnings(caplog)) == 3
+
+
+async def test_retry_transient_retries_until_success() -> None:
+    outage = OutageLog("server A", LOG)
+    attempts: list[int] = []
+
+    async def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ConnectionRefusedError("refused")
+        return "done"
+
+    result = await retry_transient(
+        flaky, what="x", outage=outage, is_transient=lambda e: True, give_up_after=10
+    )
+    assert (result, len(attempts), outage.outages, outage.ongoing) == ("done", 3, 1, False)
+
+
+async def test_retry_transient_raises_other_errors_at_once_and_gives_up_clearly() -> None:
+    outage = OutageLog("server A", LOG)
+
+    async def broken() -> None:
+        raise ValueError("a bug, not an outage")
+
+    async def down() -> None:
+        raise ConnectionRefusedError("refused")
+
+    def transient(exc: BaseException) -> bool:
+        return isinstance(exc, ConnectionError)
+
+    with pytest.raises(ValueError, match="a bug"):
+        await retry_transient(
+            broken, what="x", outage=outage, is_transient=transient, give_up_after=10
+        )
+    assert not outage.ongoing
+    with pytest.raises(
+        QueueAdapterError,
+        match=r"^enqueueing failed: server A has been unreachable for 0 s "
+        r"\(ConnectionRefusedError: refused\); check that it is running",
+    ):
+        await retry_transient(
+            down, what="enqueueing", outage=outage, is_transient=transient, give_up_after=0.2
+        )
+    assert outage.ongoing
