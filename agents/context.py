@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from streams.consumers import ConsumerRegistry
 from streams.deadletters import DeadLetterStore
@@ -18,3 +20,5 @@ class AgentContext:
     pubsub: PubSubStore
     dead_letters: DeadLetterStore
     failure_handler: StreamFailureHandler
+    # handoff stream name -> spark_sink.HandoffSink, for consumer types that declare a handoff
+    handoff_sinks: Mapping[str, Any] = field(default_factory=dict)

@@ -1,13 +1,22 @@
 """The agent manager: the pulling agents of one worker (Orleans' ``PersistentStreamPullingManager``).
 
-It starts one :class:`PullingAgent` per queue this worker owns and stops them on the way out.
-Which queues are owned is the balancer's decision; with none, a worker owns every queue.
+It runs one :class:`PullingAgent` per queue this worker owns. Which queues are owned is the
+queue balancer's decision; with none, a worker owns every queue. With one, the manager
+follows the balancer's changes (see :mod:`balancer.protocols` for the hand-off rules):
+
+- a queue *added*: start its agent, which reads from the checkpoint;
+- a queue *removed*: stop its agent (no more reads; in-flight deliveries finish within
+  ``shutdown_timeout``; what was delivered is acknowledged and checkpointed), and only then
+  :meth:`~balancer.protocols.QueueBalancer.release` the queue to its next owner;
+- a queue *lost* (its lease is already gone): abandon its agent at once, without
+  acknowledging or checkpointing; the lease's epoch fences any write it still attempts.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup
@@ -19,25 +28,66 @@ from streams.ids import QueueId
 from .context import AgentContext
 from .pulling_agent import PullingAgent
 
+if TYPE_CHECKING:  # balancer imports streams, which imports this module
+    from balancer.protocols import QueueBalancer, QueueDistributionChange
+
 log = logging.getLogger("headrace.agent")
 
 
 class AgentManager:
+    """The agents of one worker, following ``balancer`` when there is one. Use::
+
+        manager = AgentManager(adapter, context, cache_factory, balancer)
+        await manager.start(task_group, "worker-1", mapper.get_all_queues())
+        ...                     # agents come and go as the balancer moves queues
+        await manager.stop()    # agents stopped and checkpointed, then the leases freed
+    """
+
     def __init__(
         self,
         adapter: QueueAdapter,
         context: AgentContext,
         cache_factory: Callable[[QueueId], QueueCache],
+        balancer: QueueBalancer | None = None,
     ) -> None:
         self.adapter = adapter
         self.context = context
+        self.balancer = balancer
         self._cache_factory = cache_factory
         self._agents: dict[QueueId, PullingAgent] = {}
+        self._leaving: dict[QueueId, PullingAgent] = {}  # stopping, lease not yet released
+        self._all_left = anyio.Event()
+        self._all_left.set()
+        self._stopping = False
         self._tg: TaskGroup | None = None
 
-    async def start(self, tg: TaskGroup, queues: Iterable[QueueId]) -> None:
+    async def start(self, tg: TaskGroup, worker: str, queues: Sequence[QueueId]) -> None:
+        """Start reading in ``tg``: every one of ``queues`` with no balancer; otherwise join
+        the balancer as ``worker``, start agents for its first share and keep following it
+        (its maintenance loop runs in ``tg``)."""
         self._tg = tg
-        for queue in queues:
+        if self.balancer is None:
+            for queue in queues:
+                await self.add_queue(queue)
+            return
+        self.balancer.subscribe(self.on_queue_distribution_change)
+        try:
+            await self.balancer.initialize(worker, queues)  # the first share comes as a change
+        except BaseException:
+            self.balancer.unsubscribe(self.on_queue_distribution_change)
+            raise
+        tg.start_soon(self.balancer.run)
+
+    async def on_queue_distribution_change(self, change: QueueDistributionChange) -> None:
+        """The balancer's listener. Quick, as it holds up the balancer's next round: hand-backs
+        run in the task group."""
+        for queue in change.lost:
+            await self._abandon(queue)
+        for queue in change.removed:
+            self._hand_back(queue)
+        if self._stopping:
+            return  # leaving: a queue picked up now is released with the rest at shutdown
+        for queue in change.added:
             await self.add_queue(queue)
 
     async def add_queue(self, queue: QueueId) -> PullingAgent:
@@ -54,11 +104,36 @@ class AgentManager:
         return agent
 
     async def remove_queue(self, queue: QueueId) -> None:
-        """Stop the agent of a queue this worker no longer owns: drain, checkpoint, release."""
+        """Stop the agent of a queue this worker no longer owns: no more reads, in-flight
+        deliveries finish (within ``shutdown_timeout``), acknowledge and checkpoint; then,
+        with a balancer, release the queue."""
         agent = self._agents.pop(queue, None)
-        if agent is not None:
+        if agent is None:
+            return
+        self._leaving[queue] = agent
+        self._all_left = anyio.Event()
+        try:
             await agent.stop()
             log.info("%s: agent stopped", queue)
+        finally:
+            try:
+                if self.balancer is not None:
+                    await self.balancer.release(queue)
+            finally:
+                del self._leaving[queue]
+                if not self._leaving:
+                    self._all_left.set()
+
+    def _hand_back(self, queue: QueueId) -> None:
+        assert self._tg is not None, "the agent manager is not started"
+        if queue in self._agents:
+            self._tg.start_soon(self.remove_queue, queue)
+
+    async def _abandon(self, queue: QueueId) -> None:
+        agent = self._agents.pop(queue, None) or self._leaving.get(queue)
+        if agent is not None:
+            await agent.abandon()
+            log.warning("%s: lease lost; agent abandoned without a checkpoint", queue)
 
     def agent_for(self, queue: QueueId) -> PullingAgent | None:
         return self._agents.get(queue)
@@ -67,12 +142,28 @@ class AgentManager:
     def agents(self) -> list[PullingAgent]:
         return list(self._agents.values())
 
+    @property
+    def queues(self) -> frozenset[QueueId]:
+        """The queues this worker's agents are reading now."""
+        return frozenset(self._agents)
+
     async def drain(self) -> None:
         async with anyio.create_task_group() as tg:
             for agent in self._agents.values():
                 tg.start_soon(agent.drain)
 
     async def stop(self) -> None:
-        async with anyio.create_task_group() as tg:
-            for queue in list(self._agents):
-                tg.start_soon(self.remove_queue, queue)
+        """Leave gracefully: stop every agent (as for a removed queue), wait for hand-backs
+        under way, then shut the balancer down, which frees the leases at once so other
+        workers take the queues over without waiting for them to expire."""
+        self._stopping = True
+        # Shielded: a cancelled worker (Ctrl-C) still hands its queues back rather than
+        # leaving them idle until the leases expire. Bounded by the agents' shutdown_timeout.
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for queue in list(self._agents):
+                    tg.start_soon(self.remove_queue, queue)
+            await self._all_left.wait()
+            if self.balancer is not None:
+                self.balancer.unsubscribe(self.on_queue_distribution_change)
+                await self.balancer.shutdown()

@@ -281,13 +281,24 @@ class PullingAgent:
             state.ready.set()
         return state
 
+    def _handoff_for(self, cls: type, sid: StreamId) -> Any:
+        """Where this consumer type's closed windows go, if it declares a handoff to Spark."""
+        handoff = getattr(cls, "handoff", None)
+        sink = self.context.handoff_sinks.get(getattr(handoff, "stream", None))
+        if sink is None:
+            return None
+        consumer = self.context.registry.type_name(cls) or cls.__qualname__
+        return lambda windows: sink.write(str(sid), consumer, self.queue.number, windows)
+
     def _activation(self, state: _StreamState, sid: StreamId, cls: type) -> Any:
         """One instance per stream id and consumer type, like an Orleans grain activation."""
         observer = state.activations.get(cls)
         if observer is None:
             instance = state.instances[cls] = cls(sid)
             spec = event_time_of(instance)
-            target = instance if spec is None else EventTimeObserver(instance, spec, sid, self.context.dead_letters)
+            target = instance if spec is None else EventTimeObserver(
+                instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid)
+            )
             observer = state.activations[cls] = as_observer(target)
             self._spawn(self._call_hook, instance, "on_activate")
         return observer

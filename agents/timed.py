@@ -10,13 +10,14 @@ loses no window (the queue replays it).
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 
 from streams.batch import EventBatch
 from streams.deadletters import DeadLetterStore
-from streams.eventtime.processor import Output
+from streams.eventtime.processor import Output, WindowResult
 from streams.eventtime.spec import EventTime
 from streams.ids import StreamId
 from streams.observer import _lift, _nothing
@@ -31,8 +32,16 @@ def event_time_of(instance: Any) -> EventTime | None:
 class EventTimeObserver:
     """The observer the runtime delivers to, for an event-time consumer activation."""
 
-    def __init__(self, target: Any, spec: EventTime, stream_id: StreamId, dead_letters: DeadLetterStore) -> None:
+    def __init__(
+        self,
+        target: Any,
+        spec: EventTime,
+        stream_id: StreamId,
+        dead_letters: DeadLetterStore,
+        handoff: Callable[[list[WindowResult]], Awaitable[Any]] | None = None,
+    ) -> None:
         self.target = target
+        self._handoff = handoff
         self.stream_id = stream_id
         self.processor = spec.processor(str(stream_id))
         self._partition = str(stream_id)
@@ -74,6 +83,8 @@ class EventTimeObserver:
     async def _emit(self, out: Output) -> None:
         if out.dead_letters:
             await self._dead_letters.add(out.dead_letters)
+        if self._handoff is not None and out.windows:
+            await self._handoff(out.windows)  # durable before anyone else hears of them
         if self._on_window is not None:
             for result in out.windows:
                 await self._on_window(result)

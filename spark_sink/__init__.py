@@ -25,6 +25,7 @@ from .errors import (
     HandoffStoreNotFoundError,
     UnknownHandoffStreamError,
 )
+from .handoff import Handoff, HandoffSink
 from .log import HandoffLog, Segment
 from .options import ReadOptions
 from .schema import HandoffColumn, HandoffSchema
@@ -32,6 +33,8 @@ from .storage import EmbeddedStorage, HandoffSplit, HandoffStorage, OffsetRange
 from .writer import HandoffWriter
 
 __all__ = [
+    "Handoff",
+    "HandoffSink",
     "EmbeddedStorage",
     "HandoffColumn",
     "HandoffDataLostError",

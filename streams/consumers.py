@@ -68,6 +68,10 @@ class ConsumerRegistry:
                 "@provider.consumer() before starting the worker"
             ) from None
 
+    def types(self) -> list[type]:
+        """Every registered consumer type."""
+        return list(self._types.values())
+
     def implicit_types(self, namespace: str) -> list[type]:
         return self._implicit.get(namespace, [])
 

@@ -7,10 +7,12 @@ consumers. ``async with provider.client():`` only publishes (Orleans' cluster cl
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -35,8 +37,22 @@ from .store import Synchronous
 from .stream import Stream, StreamSubscriptionHandle
 from .tokens import SequenceToken
 
+if TYPE_CHECKING:  # balancer imports streams: no import cycle at run time
+    from balancer.base import BalancerOptions
+    from balancer.protocols import QueueBalancer
+
 log = logging.getLogger("headrace.provider")
 T = TypeVar("T", bound=type)
+
+_providers_in_process = itertools.count(1)
+
+
+def default_worker_name() -> str:
+    """``hostname-pid`` for the first provider of a process, then ``hostname-pid-2``, ...:
+    unique on the machine, so providers never collide by default."""
+    n = next(_providers_in_process)
+    base = f"{socket.gethostname()}-{os.getpid()}"
+    return base if n == 1 else f"{base}-{n}"
 
 
 class StreamProvider:
@@ -47,6 +63,12 @@ class StreamProvider:
     ... class Average:
     ...     def __init__(self, stream_id): self.n = 0
     ...     async def on_next(self, batch): self.n += len(batch)
+
+    Workers: each ``async with provider:`` is one worker, named ``worker_name`` (unique among
+    live workers; by default ``hostname-pid``). A ``balancer`` decides which queues it reads;
+    with none, the adapter factory's default if it has one (an embedded store: workers
+    sharing it balance the queues among themselves, timed by ``balancer_options``), else
+    every queue.
     """
 
     def __init__(
@@ -56,11 +78,26 @@ class StreamProvider:
         pubsub: PubSubStore | None = None,
         dead_letters: DeadLetterStore | None = None,
         failure_handler: StreamFailureHandler | None = None,
+        balancer: QueueBalancer | None = None,
+        balancer_options: BalancerOptions | None = None,
+        worker_name: str | None = None,
         options: StreamProviderOptions | None = None,
         **option_kwargs: Any,
     ) -> None:
         if options is not None and option_kwargs:
             raise ConfigurationError("pass either options= or option keywords, not both")
+        if balancer_options is not None and (
+            balancer is not None or not hasattr(factory, "create_queue_balancer")
+        ):
+            raise ConfigurationError(
+                "balancer_options set the timings of an embedded store's default balancer; "
+                "a balancer of your own takes its options itself"
+            )
+        if worker_name is not None and (not isinstance(worker_name, str) or not worker_name):
+            raise ConfigurationError(f"worker_name is a non-empty str, not {worker_name!r}")
+        self.worker_name = worker_name or default_worker_name()
+        self.balancer = balancer
+        self.balancer_options = balancer_options
         self.options = options or StreamProviderOptions.from_kwargs(**option_kwargs)
         self.factory = factory
         self.mapper = factory.get_queue_mapper()
@@ -89,7 +126,10 @@ class StreamProvider:
         **options: Any,
     ) -> StreamProvider:
         """Durable queues, checkpoints, pub-sub and dead letters in one SQLite store under
-        ``path`` (the default on one machine; several processes may open it)."""
+        ``path`` (the default on one machine; several processes may open it). Workers on one
+        store form a cluster by themselves: each ``async with`` of such a provider, in any
+        process, is one more worker sharing the queues (``balancer_options=BalancerOptions(
+        lease_length=...)`` sets how soon a dead worker's queues move)."""
         factory = EmbeddedAdapterFactory(path, queues, retention=retention, synchronous=synchronous)
         return cls(
             factory,
@@ -167,18 +207,43 @@ class StreamProvider:
             if worker:
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 context = AgentContext(
-                    self.options, self.registry, self.pubsub, self.dead_letters, self.failure_handler
+                    self.options, self.registry, self.pubsub, self.dead_letters, self.failure_handler,
+                    await self._handoff_sinks(),
                 )
-                manager = AgentManager(adapter, context, self._new_cache)
-                stack.push_async_callback(manager.stop)
+                manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
+                stack.push_async_callback(manager.stop)  # agents first, then the leases
                 self._adapter, self._manager = adapter, manager
-                await manager.start(tg, self.mapper.get_all_queues())
+                await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
             self._adapter = adapter
         except BaseException:
             self._adapter = self._manager = None
             await stack.aclose()
             raise
         self._stack = stack
+
+    def _worker_balancer(self) -> QueueBalancer | None:
+        if self.balancer is not None:
+            return self.balancer
+        default = getattr(self.factory, "create_queue_balancer", None)  # a fresh one per run
+        return default(self.balancer_options) if default is not None else None
+
+    async def _handoff_sinks(self) -> dict[str, Any]:
+        """One sink per handoff stream that a registered consumer type declares."""
+        from spark_sink.handoff import HandoffSink, handoff_of  # Spark's side loads only if used
+
+        sinks: dict[str, Any] = {}
+        for cls in self.registry.types():
+            handoff = handoff_of(cls)
+            if handoff is None or handoff.stream in sinks:
+                continue
+            store = getattr(self.factory, "store", None)
+            if store is None:
+                raise ConfigurationError(
+                    f"{cls.__qualname__} hands off to Spark ({handoff.stream!r}): that needs the "
+                    "embedded store, StreamProvider.embedded(path)"
+                )
+            sinks[handoff.stream] = await anyio.to_thread.run_sync(HandoffSink, store, handoff)
+        return sinks
 
     def _new_cache(self, queue: QueueId) -> SimpleQueueCache:
         return SimpleQueueCache(self.options.cache_size, self.options.cache_buckets)

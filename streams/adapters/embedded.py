@@ -34,9 +34,10 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from balancer.mapper import HashRingQueueMapper
 
@@ -49,6 +50,12 @@ from ..store import EmbeddedStore, Migration, Synchronous
 from ..tokens import SequenceToken
 from .group_commit import GroupCommitter
 from .retention import RetentionPolicy, RetentionReport
+
+if TYPE_CHECKING:  # the balancer package imports streams: imported lazily at run time
+    from balancer.base import BalancerOptions
+    from balancer.lease_based import LeaseBasedQueueBalancer
+    from balancer.protocols import Lease
+    from balancer.sqlite_store import SqliteLeaseProvider
 
 log = logging.getLogger("headrace.embedded")
 
@@ -67,6 +74,25 @@ QUEUE_SCHEMA: list[Migration] = [
 ]
 
 _Row = tuple[int, str, bytes]  # queue number, "namespace/key", payload
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseFence:
+    """The lease a receiver reads its queue under
+    (:meth:`EmbeddedQueueAdapter.fence_with_leases`).
+
+    ``condition`` and ``parameters``: SQL that holds only while that lease is still the
+    queue's current one in the store (:meth:`SqliteLeaseProvider.fence_condition`); a
+    checkpoint lands only then. ``held``: whether this worker still holds the lease by its
+    own clock (renewals extend it); a receiver reads only while it does.
+    """
+
+    condition: str
+    parameters: Mapping[str, Any]
+    held: Callable[[], bool]
+
+
+NO_LEASE = LeaseFence("0", {}, lambda: False)  # made while no lease was held: never reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +132,22 @@ def _read_checkpoint(queue: QueueId, conn: sqlite3.Connection) -> int | None:
     return None if row is None else int(row[0])
 
 
-def _write_checkpoint(queue: QueueId, seq: int, conn: sqlite3.Connection) -> None:
+def _write_checkpoint(
+    queue: QueueId, seq: int, fence: LeaseFence | None, conn: sqlite3.Connection
+) -> bool:
+    """Store ``seq`` as the queue's checkpoint if ``fence`` (the writer's lease) still holds;
+    return whether it did."""
+    condition, params = (fence.condition, fence.parameters) if fence is not None else ("1", {})
     # max(): a checkpoint never moves back, even if a former owner of the queue writes late.
-    conn.execute(
-        "INSERT INTO checkpoints(queue, seq, updated) VALUES (?, ?, ?)"
+    # (``WHERE`` also keeps SQLite from reading ON CONFLICT as part of the SELECT.)
+    cursor = conn.execute(
+        "INSERT INTO checkpoints(queue, seq, updated)"
+        f" SELECT :queue, :seq, :updated WHERE {condition}"
         " ON CONFLICT(queue) DO UPDATE"
         " SET seq = max(seq, excluded.seq), updated = excluded.updated",
-        (queue.number, seq, time.time()),
+        {**params, "queue": queue.number, "seq": seq, "updated": time.time()},
     )
+    return cursor.rowcount > 0
 
 
 def _positions(queue: QueueId, conn: sqlite3.Connection) -> QueuePositions:
@@ -203,6 +237,34 @@ class EmbeddedQueueAdapter:
         self._persist_every = checkpoint_persist_every
         self._queues = set(mapper.get_all_queues())
         self._committer: GroupCommitter[_Row] = GroupCommitter(self._insert)
+        self._fence_for: Callable[[QueueId], LeaseFence] | None = None
+
+    def fence_with_leases(
+        self, leases: SqliteLeaseProvider, lease_of: Callable[[QueueId], Lease | None]
+    ) -> None:
+        """Fence every receiver made from now on by the lease its queue has then
+        (``lease_of``: this worker's view, e.g. a balancer's ``get_lease``; ``leases``: the
+        lease table in this store). The receiver reads only while this worker still holds
+        that lease, and its checkpoints land only while it is still the queue's current one.
+        """
+
+        def fence_for(queue: QueueId) -> LeaseFence:
+            lease = lease_of(queue)
+            if lease is None:
+                return NO_LEASE
+
+            def held() -> bool:
+                current = lease_of(queue)
+                return (
+                    current is not None
+                    and current.epoch == lease.epoch
+                    and current.is_held_at(time.time())
+                )
+
+            condition, parameters = leases.fence_condition(lease)
+            return LeaseFence(condition, parameters, held)
+
+        self._fence_for = fence_for
 
     async def check_layout(self) -> None:
         """Record the queue count in a new store; raise ConfigurationError if the store was
@@ -283,6 +345,7 @@ class EmbeddedQueueAdapter:
             retention=self.retention,
             checkpoint_persist_interval=self._persist_interval,
             checkpoint_persist_every=self._persist_every,
+            fence=self._fence_for(queue) if self._fence_for is not None else None,
         )
 
     async def positions(self, queue: QueueId) -> QueuePositions:
@@ -315,6 +378,11 @@ class EmbeddedQueueReceiver:
     (Orleans' checkpointer ``PersistInterval``), and on :meth:`shutdown`; after a crash the
     records acknowledged since the last persisted checkpoint are read again (at least once).
     The receiver also applies the retention policy to its queue every ``retention.interval``.
+
+    With a ``fence`` (the lease it reads under), it reads only while its worker holds that
+    lease, and a checkpoint is written only while the lease is still the queue's current
+    one; once one is refused, :attr:`fenced_out` is set and the receiver reads nothing
+    more: a stale owner never overwrites a newer one's checkpoint.
     """
 
     def __init__(
@@ -325,9 +393,12 @@ class EmbeddedQueueReceiver:
         retention: RetentionPolicy | None = None,
         checkpoint_persist_interval: float = 0.2,
         checkpoint_persist_every: int = 1000,
+        fence: LeaseFence | None = None,
     ) -> None:
         self.queue = queue
         self._store = store
+        self._fence = fence
+        self.fenced_out = False  # a checkpoint was refused: the queue has a newer owner
         self._retention = retention
         self._persist_interval = checkpoint_persist_interval
         self._persist_every = checkpoint_persist_every
@@ -350,7 +421,7 @@ class EmbeddedQueueReceiver:
         self._position = 0 if checkpoint is None else checkpoint + 1
 
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
-        if max_count <= 0:
+        if max_count <= 0 or not self._may_read():
             return []
         now = time.monotonic()
         if self._checkpoint_due(now):
@@ -366,9 +437,12 @@ class EmbeddedQueueReceiver:
     async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:
         """Up to ``max_count`` records from ``start_sequence`` (or the oldest retained one
         after it), without moving the read position: rewinds and cursor catch-up."""
-        if max_count <= 0:
+        if max_count <= 0 or not self._may_read():
             return []
         return await self._store.read(partial(_select, self.queue, start_sequence, max_count))
+
+    def _may_read(self) -> bool:
+        return not self.fenced_out and (self._fence is None or self._fence.held())
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
@@ -392,9 +466,17 @@ class EmbeddedQueueReceiver:
 
     async def _persist_checkpoint(self, now: float) -> None:
         seq = self._acknowledged
-        if seq is None or seq == self._persisted:
+        if seq is None or seq == self._persisted or self.fenced_out:
             return
-        await self._store.write(partial(_write_checkpoint, self.queue, seq))
+        if not await self._store.write(partial(_write_checkpoint, self.queue, seq, self._fence)):
+            self.fenced_out = True
+            log.warning(
+                "%s: checkpoint %d refused: this worker's lease on the queue has ended and "
+                "another worker may own it; this receiver stops reading",
+                self.queue,
+                seq,
+            )
+            return
         self._persisted = seq
         self._acks_since_persist = 0
         self._last_persist = now
@@ -459,6 +541,27 @@ class EmbeddedAdapterFactory:
 
     def create_dead_letter_store(self) -> EmbeddedDeadLetterStore:
         return EmbeddedDeadLetterStore(self.store)
+
+    def create_queue_balancer(
+        self, options: BalancerOptions | None = None
+    ) -> LeaseBasedQueueBalancer:
+        """The balancer of the worker processes sharing this store: lease-based, over
+        membership and leases kept in the store; the adapter's checkpoints are fenced by
+        those leases. A worker silent for half a lease (and at least three balancing rounds)
+        is dead to the others, so its queues move as soon as its leases expire."""
+        from balancer import BalancerOptions, LeaseBasedQueueBalancer
+        from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
+
+        options = options or BalancerOptions()
+        leases = SqliteLeaseProvider(self.store)
+        suspicion_timeout = max(options.lease_length / 2, 3 * options.refresh_period)
+        balancer = LeaseBasedQueueBalancer(
+            SqliteMembership(self.store, suspicion_timeout=suspicion_timeout),
+            leases,
+            options=options,
+        )
+        self._adapter.fence_with_leases(leases, balancer.get_lease)
+        return balancer
 
     async def close(self) -> None:
         """Release the store's connections (see :meth:`EmbeddedStore.close`)."""

@@ -1,5 +1,9 @@
 """A worker process for crash tests: consumes the ``crash`` namespace of an embedded store and
-appends every delivered event as ``value token`` to an output file (flushed per batch)."""
+appends every delivered event as ``value token`` to an output file (flushed per batch).
+
+It prints ``ready`` once it reads every queue: a killed predecessor's leases must expire
+first (short leases here: within a second), so that each worker really reads before it is
+killed in turn."""
 
 from __future__ import annotations
 
@@ -7,11 +11,14 @@ import sys
 
 import anyio
 
+from balancer import BalancerOptions
 from streams import StreamId, StreamProvider
+
+LEASES = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
 
 
 def main(path: str, output: str, queues: int) -> None:
-    provider = StreamProvider.embedded(path, queues=queues)
+    provider = StreamProvider.embedded(path, queues=queues, balancer_options=LEASES)
     out = open(output, "a", buffering=1)
 
     @provider.implicit("crash")
@@ -25,6 +32,8 @@ def main(path: str, output: str, queues: int) -> None:
 
     async def run() -> None:
         async with provider:
+            while len(provider.agents) < queues:
+                await anyio.sleep(0.02)
             print("ready", flush=True)
             await anyio.sleep_forever()
 
