@@ -18,7 +18,7 @@ import anyio
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.batch import BatchKind, Event, EventBatch
 from streams.deadletters import DeadLetter
-from streams.errors import DeliveryTimeoutError
+from streams.errors import DecodeError, DeliveryTimeoutError
 from streams.failures import DeliveryFailure
 from streams.ids import StreamId
 from streams.tokens import SequenceToken
@@ -176,6 +176,9 @@ class StreamConsumer:
         self.failures += 1
         options = self._context.options
         self.faulted = options.fault_on_error
+        if isinstance(error, DecodeError):
+            await self._undecodable(item, error)
+            batch = []  # its values cannot be read: the raw record is what is kept
         token = batch[0].token if batch else item.message.token
         if getattr(self.observer, "has_on_error", True):
             try:
@@ -205,6 +208,26 @@ class StreamConsumer:
                 await self._context.pubsub.fault_subscription(self.subscription_id)
             self._closed = True
             self.cursor.close()
+
+    async def _undecodable(self, item: CachedBatch, error: DecodeError) -> None:
+        """A batch whose header was sound but whose values are not: dead-letter the raw
+        record once, whichever consumer met it first."""
+        container = item.container
+        if container.dead_lettered:
+            return
+        container.dead_lettered = True
+        await self._context.dead_letters.add(
+            [
+                DeadLetter(
+                    "undecodable",
+                    stream=str(self.stream_id),
+                    queue=item.message.queue.number,
+                    sequence_number=item.message.sequence_number,
+                    payload=item.message.payload,
+                    detail=str(error),
+                )
+            ]
+        )
 
     async def report_error(self, error: Exception) -> None:
         """Tell the consumer and the failure handler of an error outside a delivery

@@ -33,6 +33,7 @@ from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
+from .latency import LatencyHistogram
 from .rewind import RewindCursor
 from .timed import EventTimeObserver, event_time_of
 from .context import AgentContext
@@ -70,6 +71,7 @@ class PullingAgent:
         self.read_messages = 0
         self.read_failures = 0
         self.pressure_skips = 0
+        self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._streams: dict[StreamId, _StreamState] = {}
         self._unacked: deque[int] = deque()
         self._wake = anyio.Event()
@@ -77,7 +79,6 @@ class PullingAgent:
         self._stopped = anyio.Event()
         self._tg: TaskGroup | None = None
         self._pump_lock = anyio.Lock()
-        self._last_room = 0  # how many records the last read asked for
         self._last_inactivity_sweep = time.monotonic()
         self._last_deadline_check = 0.0
         self._pressure_since: float | None = None
@@ -93,8 +94,10 @@ class PullingAgent:
                 while not self._stopping:
                     self._check_deadlines()
                     read = await self._pump()
-                    if read and read >= self._last_room and not self._stopping:
-                        await anyio.sleep(0)  # more may be waiting: read again, but let others run
+                    if read and not self._stopping:
+                        # A read that returned data may have left more behind (queues hand out
+                        # what one fetch brings): read again at once, letting others run first.
+                        await anyio.sleep(0)
                         continue
                     with anyio.move_on_after(options.get_queue_msgs_timer_period):
                         await self._wake.wait()
@@ -165,8 +168,10 @@ class PullingAgent:
             self.pressure_skips += 1
             await self._ack()
             return 0
-        self._last_room = room = cache.get_max_add_count()
+        room = cache.get_max_add_count()
+        started = time.perf_counter()
         messages = await self._retrying(self.receiver.get_queue_messages, room)
+        self.read_latency.observe(time.perf_counter() - started)
         if messages is None:
             return 0
         if messages:
@@ -448,6 +453,16 @@ class PullingAgent:
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
         await self._stopped.wait()
+
+    def event_time_activations(self) -> list[EventTimeObserver]:
+        """The event-time activations of the streams now active here, read-only (metrics
+        read their processors' counters and watermarks)."""
+        return [
+            observer.target
+            for state in self._streams.values()
+            for observer in state.activations.values()
+            if isinstance(observer.target, EventTimeObserver)
+        ]
 
 
 def new_subscription_id() -> str:

@@ -29,6 +29,9 @@ class BatchKind(enum.IntEnum):
     COMPLETED = 2  # the producer called on_completed()
 
 
+_KINDS = {int(k): k for k in BatchKind}  # a dict lookup: BatchKind(n) is slow on a hot path
+
+
 class Event:
     """One event as a consumer sees it.
 
@@ -93,44 +96,43 @@ class EventBatch(Sequence[Event]):
     """The events of one batch container, as a consumer receives them: an immutable
     sequence shared by every consumer of the stream.
 
-    Like Orleans' ``IBatchContainer.GetEvents``, it makes :class:`Event` objects only when
-    they are looked at; ``values`` and ``event_times`` give the raw columns directly.
+    Like Orleans' ``IBatchContainer.GetEvents``, it decodes values and makes :class:`Event`
+    objects only when they are looked at: ``len(batch)`` costs nothing, ``batch.values`` and
+    ``batch.event_times`` give the columns without event objects.
 
-    >>> batch = EventBatch(StreamId("ns", "k"), 7, 100.0, ["a", "b"], None)
+    >>> batch = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a", "b"]).events(7)
     >>> len(batch), batch.values, str(batch[1].token)
     (2, ['a', 'b'], '7:1')
     """
 
-    __slots__ = ("stream_id", "sequence_number", "arrival_time", "_values", "_times", "_start", "_events")
+    __slots__ = ("container", "sequence_number", "_start", "_events")
 
-    def __init__(
-        self,
-        stream_id: StreamId,
-        sequence_number: int,
-        arrival_time: float,
-        values: list[Any],
-        event_times: list[float | None] | None,
-        start: int = 0,
-    ) -> None:
-        self.stream_id = stream_id
+    def __init__(self, container: BatchContainer, sequence_number: int, start: int = 0) -> None:
+        self.container = container
         self.sequence_number = sequence_number
-        self.arrival_time = arrival_time
-        self._values = values
-        self._times = event_times
         self._start = start
         self._events: list[Event] | None = None
 
+    @property
+    def stream_id(self) -> StreamId:
+        return self.container.stream_id
+
+    @property
+    def arrival_time(self) -> float:
+        return self.container.arrival_time
+
     def __len__(self) -> int:
-        return len(self._values) - self._start
+        return self.container.count - self._start
 
     @property
     def values(self) -> list[Any]:
         """The event values, in order (do not modify: other consumers share them)."""
-        return self._values[self._start :] if self._start else self._values
+        values = self.container.values
+        return values[self._start :] if self._start else values  # type: ignore[return-value]
 
     @property
     def event_times(self) -> list[float]:
-        arrival, times = self.arrival_time, self._times
+        arrival, times = self.arrival_time, self.container.event_times
         if times is None:
             return [arrival] * len(self)
         return [arrival if t is None else t for t in times[self._start :]]
@@ -138,8 +140,9 @@ class EventBatch(Sequence[Event]):
     def _materialize(self) -> list[Event]:
         events = self._events
         if events is None:
-            sid, arrival, seq, at = self.stream_id, self.arrival_time, self.sequence_number, Event._at
-            start, values, times = self._start, self._values, self._times
+            container, seq, at = self.container, self.sequence_number, Event._at
+            sid, arrival, values, times = container.stream_id, container.arrival_time, container.values, container.event_times
+            start = self._start
             if times is None:
                 events = [at(values[i], arrival, arrival, seq, i, sid) for i in range(start, len(values))]
             else:
@@ -158,18 +161,13 @@ class EventBatch(Sequence[Event]):
 
     def from_index(self, event_index: int) -> EventBatch:
         """The same batch without its first ``event_index`` events (a token inside it)."""
-        return EventBatch(
-            self.stream_id, self.sequence_number, self.arrival_time, self._values, self._times,
-            max(self._start, event_index),
-        )
+        return EventBatch(self.container, self.sequence_number, max(self._start, event_index))
 
     def __repr__(self) -> str:
         return f"EventBatch({self.stream_id!r}, {self.sequence_number}, {len(self)} events)"
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, EventBatch):
-            return list(self) == list(other)
-        if isinstance(other, (list, tuple)):
+        if isinstance(other, (EventBatch, list, tuple)):
             return list(self) == list(other)
         return NotImplemented
 
@@ -225,17 +223,75 @@ def _stream_id(namespace: str, key: str) -> StreamId:
     return sid
 
 
-@dataclass(frozen=True, slots=True)
-class BatchContainer:
-    """The decoded form of one queue message."""
+_ARRAY_HEADERS = {0xDC: 2, 0xDD: 4}  # msgpack array16 and array32: bytes of the length
+_NIL = 0xC0
 
-    stream_id: StreamId
-    kind: BatchKind
-    arrival_time: float
-    values: Sequence[Any]
-    event_times: Sequence[float | None] | None = None
+
+def _array_length(payload: bytes, at: int) -> int:
+    """The element count of the msgpack array starting at ``payload[at]``."""
+    first = payload[at]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F
+    size = _ARRAY_HEADERS.get(first)
+    if size is None:
+        raise DecodeError("malformed batch container: values are not a list")
+    return int.from_bytes(payload[at + 1 : at + 1 + size], "big")
+
+
+class BatchContainer:
+    """One queue message: events of one stream, or a watermark, or a completion.
+
+    A decoded container reads only its header (stream, kind, arrival time, event count) and
+    checks the structure of the rest; values and event times are decoded on first access,
+    so routing a batch through the agent and cache costs no per-event work.
+    """
+
+    __slots__ = ("stream_id", "kind", "arrival_time", "count", "_values", "_times", "_payload", "dead_lettered")
+
+    def __init__(
+        self,
+        stream_id: StreamId,
+        kind: BatchKind,
+        arrival_time: float,
+        values: Sequence[Any],
+        event_times: Sequence[float | None] | None = None,
+    ) -> None:
+        self.stream_id = stream_id
+        self.kind = kind
+        self.arrival_time = arrival_time
+        self.count = len(values)
+        self._values: Sequence[Any] | None = values
+        self._times = event_times
+        self._payload: bytes | None = None
+        self.dead_lettered = False  # set by the first consumer that found the body undecodable
+
+    @property
+    def values(self) -> Sequence[Any]:
+        if self._values is None:
+            self._decode_body()
+        return self._values  # type: ignore[return-value]
+
+    @property
+    def event_times(self) -> Sequence[float | None] | None:
+        if self._values is None:
+            self._decode_body()
+        return self._times
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BatchContainer):
+            return NotImplemented
+        return (self.stream_id, self.kind, self.arrival_time, list(self.values), self.event_times) == (
+            other.stream_id, other.kind, other.arrival_time, list(other.values), other.event_times,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"BatchContainer({self.stream_id!r}, {self.kind.name}, {self.count} events)"
 
     def encode(self) -> bytes:
+        if self._payload is not None:
+            return self._payload
         try:
             return msgpack.packb(
                 [
@@ -259,30 +315,49 @@ class BatchContainer:
 
     @staticmethod
     def decode(payload: bytes) -> BatchContainer:
+        """Read the header and check the structure; raises :class:`DecodeError` for bytes
+        that are not a batch container (foreign, truncated, corrupt)."""
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+        unpacker.feed(payload)
         try:
-            obj = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
-        except Exception as exc:  # msgpack raises several types for corrupt input
-            raise DecodeError(f"not msgpack: {exc}") from None
-        if not (isinstance(obj, list) and len(obj) == 7 and obj[0] == MAGIC):
-            raise DecodeError("not a headrace batch container (bad header)")
-        _, kind, namespace, key, arrival, values, times = obj
-        try:
-            container = BatchContainer(
-                _stream_id(namespace, key), BatchKind(kind), float(arrival), values, times
-            )
-        except (TypeError, ValueError) as exc:
-            raise DecodeError(f"malformed batch container: {exc}") from None
-        if not isinstance(values, list) or (
-            times is not None and (not isinstance(times, list) or len(times) != len(values))
-        ):
-            raise DecodeError("malformed batch container: values and event times disagree")
+            if unpacker.read_array_header() != 7 or unpacker.unpack() != MAGIC:
+                raise DecodeError("not a headrace batch container (bad header)")
+            kind, namespace, key, arrival = (unpacker.unpack() for _ in range(4))
+            at = unpacker.tell()
+            count = _array_length(payload, at)
+            unpacker.skip()  # the values, checked for structure in one call, not decoded
+            times_at = unpacker.tell()
+            unpacker.skip()
+            if unpacker.tell() != len(payload):
+                raise DecodeError("malformed batch container: trailing bytes")
+            if payload[times_at] != _NIL and _array_length(payload, times_at) != count:
+                raise DecodeError("malformed batch container: values and event times disagree")
+            container = BatchContainer(_stream_id(namespace, key), _KINDS[kind], float(arrival), ())
+        except DecodeError:
+            raise
+        except Exception as exc:  # msgpack and the checks raise several types for bad input
+            raise DecodeError(f"not a headrace batch container: {exc!r}") from None
+        container.count = count
+        container._values = None
+        container._payload = payload
         return container
+
+    @property
+    def payload(self) -> bytes | None:
+        """The bytes this container was decoded from (None for one built in this process)."""
+        return self._payload
+
+    def _decode_body(self) -> None:
+        try:
+            obj = msgpack.unpackb(self._payload, raw=False, strict_map_key=False, use_list=True)
+        except Exception as exc:  # e.g. a string that is not UTF-8, which skip() does not check
+            raise DecodeError(f"malformed batch container: {exc!r}") from None
+        self._times = obj[6]
+        self._values = obj[5]
 
     def events(self, sequence_number: int) -> EventBatch:
         """The container's events, with tokens ``sequence_number:i``."""
-        return EventBatch(
-            self.stream_id, sequence_number, self.arrival_time, self.values, self.event_times  # type: ignore[arg-type]
-        )
+        return EventBatch(self, sequence_number)
 
 
 @dataclass(frozen=True, slots=True)

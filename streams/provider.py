@@ -11,8 +11,8 @@ import itertools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 
@@ -23,6 +23,7 @@ from cache.simple import SimpleQueueCache
 
 from .adapters.embedded import EmbeddedAdapterFactory
 from .adapters.generator import GeneratorAdapterFactory, GeneratorConfig
+from .adapters.kafka import KafkaAdapterFactory
 from .adapters.retention import RetentionPolicy
 from .adapters.memory import MemoryAdapterFactory
 from .adapters.protocols import QueueAdapter, QueueAdapterFactory
@@ -33,7 +34,9 @@ from .failures import LoggingFailureHandler, StreamFailureHandler
 from .ids import QueueId, StreamId
 from .options import StreamProviderOptions
 from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
-from .store import Synchronous
+from .deadletters_embedded import EmbeddedDeadLetterStore
+from .pubsub_embedded import EmbeddedPubSubStore
+from .store import EmbeddedStore, Synchronous
 from .stream import Stream, StreamSubscriptionHandle
 from .tokens import SequenceToken
 
@@ -100,6 +103,8 @@ class StreamProvider:
         self.balancer_options = balancer_options
         self.options = options or StreamProviderOptions.from_kwargs(**option_kwargs)
         self.factory = factory
+        # The local store for the Spark handoff (the embedded adapter's own, or one given to .kafka)
+        self.store: EmbeddedStore | None = getattr(factory, "store", None)
         self.mapper = factory.get_queue_mapper()
         self.pubsub: PubSubStore = pubsub or MemoryPubSubStore()
         self.dead_letters: DeadLetterStore = dead_letters or MemoryDeadLetterStore()
@@ -137,6 +142,40 @@ class StreamProvider:
             dead_letters=factory.create_dead_letter_store(),
             **options,
         )
+
+    @classmethod
+    def kafka(
+        cls,
+        bootstrap_servers: str | Sequence[str],
+        topic: str,
+        queues: int = 8,
+        *,
+        group_id: str = "headrace",
+        start: Literal["earliest", "latest"] = "earliest",
+        store: str | os.PathLike[str] | None = None,
+        kafka: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> StreamProvider:
+        """Queues on a Kafka topic: queue ``i`` is partition ``i``, offsets committed under
+        ``group_id``; with no committed offset a queue starts at ``start``.
+
+        ``store`` is a local directory for what is not on Kafka: durable pub-sub, dead
+        letters and the Spark handoff log (without it, pub-sub and dead letters live in
+        memory). ``kafka`` holds :class:`~streams.adapters.kafka.KafkaSettings` fields, e.g.
+        ``{"client_options": {"security_protocol": "SSL", ...}}``.
+
+        >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
+        """
+        factory = KafkaAdapterFactory(bootstrap_servers, topic, queues, group_id, start, **(kafka or {}))
+        local = None if store is None else EmbeddedStore(store)
+        provider = cls(
+            factory,
+            pubsub=None if local is None else EmbeddedPubSubStore(local),
+            dead_letters=None if local is None else EmbeddedDeadLetterStore(local),
+            **options,
+        )
+        provider.store = local
+        return provider
 
     @classmethod
     def generator(cls, config: GeneratorConfig | None = None, queues: int = 8, **options: Any) -> StreamProvider:
@@ -229,18 +268,20 @@ class StreamProvider:
 
     async def _handoff_sinks(self) -> dict[str, Any]:
         """One sink per handoff stream that a registered consumer type declares."""
-        from spark_sink.handoff import HandoffSink, handoff_of  # Spark's side loads only if used
+        if not any(hasattr(cls, "handoff") for cls in self.registry.types()):
+            return {}  # nothing hands off: do not load Spark's side (pyspark, pyarrow) at all
+        from spark_sink.handoff import HandoffSink, handoff_of
 
         sinks: dict[str, Any] = {}
         for cls in self.registry.types():
             handoff = handoff_of(cls)
             if handoff is None or handoff.stream in sinks:
                 continue
-            store = getattr(self.factory, "store", None)
+            store = self.store
             if store is None:
                 raise ConfigurationError(
-                    f"{cls.__qualname__} hands off to Spark ({handoff.stream!r}): that needs the "
-                    "embedded store, StreamProvider.embedded(path)"
+                    f"{cls.__qualname__} hands off to Spark ({handoff.stream!r}): that needs a "
+                    "local store, StreamProvider.embedded(path) or .kafka(..., store=path)"
                 )
             sinks[handoff.stream] = await anyio.to_thread.run_sync(HandoffSink, store, handoff)
         return sinks

@@ -416,3 +416,25 @@ async def test_client_publishes_without_agents():
     async with provider:
         await drained(provider)
     assert rec.values == [1]  # the memory queue kept it until a worker read it
+
+
+async def test_a_batch_whose_values_do_not_decode_is_dead_lettered_once():
+    from streams import BatchContainer, BatchKind
+
+    provider = StreamProvider.memory(queues=1)
+    sid = StreamId("ns", "utf")
+    first, second = Recorder(), Recorder()
+    good = BatchContainer(sid, BatchKind.DATA, 1.0, ["abc"]).encode()
+    broken = good.replace(b"\xa3abc", b"\xa3\xff\xfe\xfd")  # a str that is not UTF-8
+    assert BatchContainer.decode(broken).count == 1  # the structure is sound: it reaches the cache
+    async with provider:
+        await provider.get_stream(sid).subscribe(first)
+        await provider.get_stream(sid).subscribe(second)
+        adapter = provider._adapter
+        await adapter.queue_message_batch(provider.mapper.get_queue_for_stream(sid), sid, broken)
+        await provider.get_stream(sid).on_next("after")
+        await drained(provider)
+        letters = await provider.dead_letters.list()
+    assert first.values == second.values == ["after"]
+    assert len(first.errors) == len(second.errors) == 1
+    assert [(d.reason, d.payload) for d in letters] == [("undecodable", broken)]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import anyio
+import pytest
 
 from streams import QueueId, SequenceToken, StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
@@ -110,9 +111,9 @@ async def test_foreign_record_is_dead_lettered_with_its_bytes_and_the_agent_goes
     assert [(d.queue, d.sequence_number, d.payload) for d in letters] == [(0, 1, b"\x00not a container")]
 
 
-def _start_worker(path: Path, output: Path) -> subprocess.Popen[str]:
+def _start_worker(where: str, output: Path) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), str(path), str(output), "2"],
+        [sys.executable, str(WORKER), where, str(output), "2"],
         stdout=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
@@ -120,15 +121,23 @@ def _start_worker(path: Path, output: Path) -> subprocess.Popen[str]:
     return proc
 
 
-async def test_sigkill_at_random_moments_loses_nothing_acknowledged(tmp_path):
-    store, output = tmp_path / "store", tmp_path / "delivered.txt"
+@pytest.mark.parametrize("adapter", ["embedded", "kafka"])
+async def test_sigkill_at_random_moments_loses_nothing_acknowledged(adapter, tmp_path, request):
+    output = tmp_path / "delivered.txt"
     output.touch()
+    if adapter == "kafka":
+        bootstrap, topic = request.getfixturevalue("kafka_broker"), request.getfixturevalue("kafka_topic")
+        where = f"kafka:{bootstrap}/{topic}"
+        client_provider = StreamProvider.kafka(bootstrap, topic, queues=2, kafka={"idempotent": False})
+    else:
+        where = f"embedded:{tmp_path / 'store'}"
+        client_provider = StreamProvider.embedded(tmp_path / "store", queues=2)
     rng = random.Random(7)
     published: list[str] = []
     sids = [StreamId("crash", str(i)) for i in range(6)]
-    async with StreamProvider.embedded(store, queues=2).client() as client:
+    async with client_provider.client() as client:
         for _round in range(4):
-            proc = _start_worker(store, output)
+            proc = _start_worker(where, output)
             for n in range(150):  # publish while the worker reads, then kill it mid-flight
                 value = f"r{_round}-{n}"
                 await client.get_stream(sids[n % len(sids)]).on_next_batch([value])
@@ -138,7 +147,7 @@ async def test_sigkill_at_random_moments_loses_nothing_acknowledged(tmp_path):
             await anyio.sleep(rng.uniform(0, 0.3))
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-    proc = _start_worker(store, output)  # a last worker finishes the backlog
+    proc = _start_worker(where, output)  # a last worker finishes the backlog
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

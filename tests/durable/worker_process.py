@@ -1,5 +1,6 @@
-"""A worker process for crash tests: consumes the ``crash`` namespace of an embedded store and
-appends every delivered event as ``value token`` to an output file (flushed per batch).
+"""A worker process for crash tests: consumes the ``crash`` namespace of an embedded store (or of
+a Kafka topic) and appends every delivered event as ``value token`` to an output file (flushed
+per batch).
 
 It prints ``ready`` once it reads every queue: a killed predecessor's leases must expire
 first (short leases here: within a second), so that each worker really reads before it is
@@ -17,8 +18,18 @@ from streams import StreamId, StreamProvider
 LEASES = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
 
 
-def main(path: str, output: str, queues: int) -> None:
-    provider = StreamProvider.embedded(path, queues=queues, balancer_options=LEASES)
+def open_provider(where: str, queues: int) -> StreamProvider:
+    """``embedded:PATH`` or ``kafka:HOST:PORT/TOPIC``."""
+    kind, _, rest = where.partition(":")
+    if kind == "kafka":
+        bootstrap, _, topic = rest.partition("/")
+        # The test broker (Tansu, memory storage) has no idempotent producer.
+        return StreamProvider.kafka(bootstrap, topic, queues=queues, kafka={"idempotent": False})
+    return StreamProvider.embedded(rest, queues=queues, balancer_options=LEASES)
+
+
+def main(where: str, output: str, queues: int) -> None:
+    provider = open_provider(where, queues)
     out = open(output, "a", buffering=1)
 
     @provider.implicit("crash")

@@ -1,6 +1,10 @@
-"""Kafka adapter read and write rates next to raw aiokafka, on the test broker (Tansu).
+"""headrace over Kafka next to raw aiokafka, on the test broker (Tansu), in one run.
 
 One run starts a Tansu broker on a loopback port, then measures:
+
+- runtime: the whole path a worker runs (pulling agents, queue caches, cursors, a counting
+  consumer per stream) reading a pre-filled topic, against a raw ``AIOKafkaConsumer`` reading
+  the same topic; and the same runtime over the embedded store filled with the same records;
 
 - produce: the adapter's ``queue_message_batches`` (stream keys, explicit partitions,
   acks=all) into one topic, against raw ``AIOKafkaProducer.send`` of the same records into a
@@ -13,7 +17,7 @@ Rates are records/s and events/s (each record is a batch container of ``--events
 read ratios are against raw aiokafka with one consumer for all partitions. The reads run
 ``--rounds`` times, alternating, and each row shows its best round (the machine is shared).
 
-    python bench/kafka_raw.py [--records 100000] [--events 10] [--queues 4] [--rounds 3]
+    python bench/kafka.py [--records 30000] [--events 100] [--queues 4] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+import shutil
+import tempfile
+
+import anyio
+
+from streams import StreamProvider
+from streams.adapters.embedded import EmbeddedAdapterFactory
 from streams.adapters.kafka import KafkaAdapterFactory, KafkaQueueReceiver
 from streams.batch import BatchContainer, BatchKind
 from streams.ids import QueueId, StreamId
@@ -66,7 +77,9 @@ class Table:
     async def measure(self, name: str, work: Awaitable[int]) -> None:
         began = time.perf_counter()
         count = await work
-        seconds = time.perf_counter() - began
+        self.record(name, count, time.perf_counter() - began)
+
+    def record(self, name: str, count: int, seconds: float) -> None:
         if name not in self.best or seconds < self.best[name][1]:
             self.best[name] = (count, seconds)
 
@@ -133,6 +146,31 @@ async def read_all(receiver: KafkaQueueReceiver, expected: int, decode: bool) ->
     return read
 
 
+async def runtime_read(provider: StreamProvider, records: int, events: int) -> tuple[int, float]:
+    """Start a worker on pre-filled queues and count the events its consumers receive.
+
+    Returns the records read and the seconds from the moment the worker is up (its
+    receivers connected and positioned, as the raw consumers are before their clock starts)."""
+    expected_events = records * events
+    delivered = 0
+
+    @provider.implicit("bench")
+    class Count:
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_next(self, batch) -> None:  # type: ignore[no-untyped-def]
+            nonlocal delivered
+            delivered += len(batch)
+
+    async with provider:
+        began = time.perf_counter()
+        while delivered < expected_events:
+            await anyio.sleep(0.005)
+        seconds = time.perf_counter() - began
+    return delivered // events, seconds
+
+
 async def run(records: int, events: int, queues: int, rounds: int) -> None:
     with TansuBroker() as broker:
         bootstrap, topic = broker.bootstrap, "bench"
@@ -161,9 +199,32 @@ async def run(records: int, events: int, queues: int, rounds: int) -> None:
             "produce  raw aiokafka send", raw_produce(bootstrap, "bench-raw", items)
         )
 
+        # The embedded store, filled with the same records, for the runtime over it.
+        pristine = Path(tempfile.mkdtemp(prefix="headrace-bench-")) / "store"
+        async with EmbeddedAdapterFactory(pristine, queues=queues) as embedded:
+            filler = await embedded.create_adapter()
+            for start in range(0, len(items), 1000):
+                await filler.queue_message_batches(items[start : start + 1000])
+
         # Reads: clients are connected and positioned before the clock starts.
         partitions = list(range(queues))
-        for _ in range(rounds):
+        for round_no in range(rounds):
+            table.record(
+                "consume  headrace runtime on Kafka (agents, caches, consumers)",
+                *await runtime_read(
+                    StreamProvider.kafka(
+                        bootstrap, topic, queues, group_id=f"bench-{round_no}", kafka={"idempotent": False}
+                    ),
+                    records,
+                    events,
+                ),
+            )
+            store = pristine.with_name(f"round-{round_no}")  # unread: no checkpoint yet
+            shutil.copytree(pristine, store)
+            table.record(
+                "consume  headrace runtime on the embedded store",
+                *await runtime_read(StreamProvider.embedded(store, queues), records, events),
+            )
             one = await raw_consumer(bootstrap, topic, partitions)
             await table.measure(RAW, raw_read(one, records))
             several = {p: await raw_consumer(bootstrap, topic, [p]) for p in partitions}
@@ -188,8 +249,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--events", type=int, default=10, help="events in each batch container")
+    parser.add_argument("--records", type=int, default=30_000)
+    parser.add_argument("--events", type=int, default=100, help="events in each batch container")
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="read rounds; the best is shown")
     args = parser.parse_args()
