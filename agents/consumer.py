@@ -180,11 +180,7 @@ class StreamConsumer:
             await self._undecodable(item, error)
             batch = []  # its values cannot be read: the raw record is what is kept
         token = batch[0].token if batch else item.message.token
-        if getattr(self.observer, "has_on_error", True):
-            try:
-                await self.observer.on_error(error)
-            except Exception:
-                log.exception("on_error of %s raised", self.subscription_id)
+        await self._tell_observer(error)
         if batch:
             await self._context.dead_letters.add(
                 [
@@ -229,14 +225,17 @@ class StreamConsumer:
             ]
         )
 
-    async def report_error(self, error: Exception) -> None:
-        """Tell the consumer and the failure handler of an error outside a delivery
-        (a cache miss when its cursor was created)."""
+    async def _tell_observer(self, error: Exception) -> None:
         if getattr(self.observer, "has_on_error", True):
             try:
                 await self.observer.on_error(error)
-            except Exception:
+            except Exception:  # a consumer's on_error must not stop its delivery either
                 log.exception("on_error of %s raised", self.subscription_id)
+
+    async def report_error(self, error: Exception) -> None:
+        """Tell the consumer and the failure handler of an error outside a delivery
+        (a cache miss when its cursor was created)."""
+        await self._tell_observer(error)
         await self._context.failure_handler.on_delivery_failure(
             DeliveryFailure(self.subscription_id, self.stream_id, None, error, False)
         )

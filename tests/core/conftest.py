@@ -30,6 +30,18 @@ class Recorder:
         return [e.value for e in self.events]
 
 
+class GatedRecorder(Recorder):
+    """A consumer stuck in its first delivery until ``gate`` is set: a slow or stalled one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = anyio.Event()
+
+    async def on_next(self, batch: list[Event]) -> None:
+        await self.gate.wait()
+        await super().on_next(batch)
+
+
 @pytest.fixture
 def recorder_factory():
     return Recorder

@@ -16,7 +16,7 @@ from streams import (
     StreamProvider,
 )
 
-from .conftest import Recorder, drained
+from .conftest import GatedRecorder, Recorder, drained
 
 
 async def test_per_stream_order_with_many_streams_over_few_queues():
@@ -57,15 +57,8 @@ async def test_several_consumers_on_one_stream_each_get_everything():
 async def test_slow_consumer_does_not_slow_others_while_cache_has_room():
     provider = StreamProvider.memory(queues=1, cache_size=1000, cache_buckets=10)
     sid = StreamId("ns", "s")
-    gate = anyio.Event()
     fast = Recorder()
-
-    class Slow(Recorder):
-        async def on_next(self, batch):
-            await gate.wait()
-            await super().on_next(batch)
-
-    slow = Slow()
+    slow = GatedRecorder()
     async with provider:
         stream = provider.get_stream(sid)
         await stream.subscribe(slow)
@@ -77,7 +70,7 @@ async def test_slow_consumer_does_not_slow_others_while_cache_has_room():
                 await anyio.sleep(0.01)
         assert fast.values == list(range(50))
         assert slow.values == []  # still stuck on its first batch
-        gate.set()
+        slow.gate.set()
         await drained(provider)
     assert slow.values == list(range(50))
 
@@ -85,15 +78,8 @@ async def test_slow_consumer_does_not_slow_others_while_cache_has_room():
 async def test_stalled_consumer_stops_reads_and_memory_stays_bounded():
     provider = StreamProvider.memory(queues=1, cache_size=40, cache_buckets=4)
     stalled_sid, other_sid = StreamId("ns", "stalled"), StreamId("ns", "other")
-    gate = anyio.Event()
     other = Recorder()
-
-    class Stalled(Recorder):
-        async def on_next(self, batch):
-            await gate.wait()
-            await super().on_next(batch)
-
-    stalled = Stalled()
+    stalled = GatedRecorder()
     async with provider:
         await provider.get_stream(stalled_sid).subscribe(stalled)
         await provider.get_stream(other_sid).subscribe(other)
@@ -109,7 +95,7 @@ async def test_stalled_consumer_stops_reads_and_memory_stays_bounded():
         assert adapter.depth(agent.queue) == 301 - 40  # the rest waits in the queue
         assert len(other.events) == 39  # the other consumer got all the cache held
         assert stalled.values == []
-        gate.set()
+        stalled.gate.set()
         await drained(provider)
     assert other.values == list(range(300))  # nothing was evicted under the stalled cursor
     assert stalled.values == ["first"]

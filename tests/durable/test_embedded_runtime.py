@@ -17,7 +17,7 @@ import pytest
 from streams import QueueId, SequenceToken, StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
 
-from ..core.conftest import Recorder, drained
+from ..core.conftest import GatedRecorder, Recorder, drained
 
 WORKER = Path(__file__).with_name("worker_process.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,15 +65,8 @@ async def test_slow_consumer_is_detached_and_catches_up_from_the_queue(tmp_path)
     provider = StreamProvider.embedded(
         tmp_path, queues=1, cache_size=20, cache_buckets=4, slow_consumer_timeout=0.2
     )
-    gate = anyio.Event()
     fast = Recorder()
-
-    class Slow(Recorder):
-        async def on_next(self, batch):
-            await gate.wait()
-            await super().on_next(batch)
-
-    slow = Slow()
+    slow = GatedRecorder()
     async with provider:
         await provider.get_stream(slow_sid).subscribe(slow)
         await provider.get_stream(fast_sid).subscribe(fast)
@@ -84,7 +77,7 @@ async def test_slow_consumer_is_detached_and_catches_up_from_the_queue(tmp_path)
         with anyio.fail_after(10):
             while len(fast.events) < 100:  # more than the cache holds: only a detach allows it
                 await anyio.sleep(0.02)
-        gate.set()
+        slow.gate.set()
         await drained(provider)
         (consumer,) = provider.agents[0].consumers(slow_sid)
     assert fast.values == list(range(100))
