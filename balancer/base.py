@@ -60,6 +60,16 @@ class BalancerOptions:
                 f"renew_period ({self.renew_period!r} s), or renewals come late"
             )
 
+    @property
+    def suspicion_timeout(self) -> float:
+        """How long a worker of an embedded store may stay silent before the others count it
+        dead: half a lease, and at least three balancing rounds.
+
+        >>> BalancerOptions(lease_length=10, renew_period=4, refresh_period=1).suspicion_timeout
+        5.0
+        """
+        return max(self.lease_length / 2, 3 * self.refresh_period)
+
 
 class QueueBalancerBase(abc.ABC):
     """A :class:`~balancer.protocols.QueueBalancer` whose queues are held under leases.

@@ -150,7 +150,8 @@ def _write_checkpoint(
     return cursor.rowcount > 0
 
 
-def _positions(queue: QueueId, conn: sqlite3.Connection) -> QueuePositions:
+def queue_positions(queue: QueueId, conn: sqlite3.Connection) -> QueuePositions:
+    """Where ``queue`` stands in the store, read on ``conn`` (a snapshot, for consistency)."""
     (next_seq,) = conn.execute(
         "SELECT next_seq FROM queue_heads WHERE queue = ?", (queue.number,)
     ).fetchone()
@@ -162,12 +163,24 @@ def _positions(queue: QueueId, conn: sqlite3.Connection) -> QueuePositions:
     )
 
 
+def recorded_queue_count(conn: sqlite3.Connection) -> int | None:
+    """The queue count the store was made with; ``None`` while no queues have been made.
+    Reads only: safe on a store another process is using."""
+    made = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'queue_meta'"
+    ).fetchone()
+    if not made:
+        return None
+    row = conn.execute("SELECT value FROM queue_meta WHERE key = 'queue_count'").fetchone()
+    return None if row is None else int(row[0])
+
+
 def _retain(
     queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Connection
 ) -> RetentionReport:
     """One retention pass over one queue; always removes a prefix, so what is retained stays
     a contiguous run of sequence numbers."""
-    positions = _positions(queue, conn)
+    positions = queue_positions(queue, conn)
     checkpoint = -1 if positions.checkpoint is None else positions.checkpoint
     expire_to = -1  # acknowledged records up to here go
     if policy.max_age is not None:
@@ -350,7 +363,7 @@ class EmbeddedQueueAdapter:
 
     async def positions(self, queue: QueueId) -> QueuePositions:
         """The queue's retained range and checkpoint, as committed in the store."""
-        return await self.store.read(partial(_positions, queue))
+        return await self.store.read(partial(queue_positions, queue))
 
     async def apply_retention(
         self, policy: RetentionPolicy | None = None, now: float | None = None
@@ -554,9 +567,8 @@ class EmbeddedAdapterFactory:
 
         options = options or BalancerOptions()
         leases = SqliteLeaseProvider(self.store)
-        suspicion_timeout = max(options.lease_length / 2, 3 * options.refresh_period)
         balancer = LeaseBasedQueueBalancer(
-            SqliteMembership(self.store, suspicion_timeout=suspicion_timeout),
+            SqliteMembership(self.store, suspicion_timeout=options.suspicion_timeout),
             leases,
             options=options,
         )

@@ -16,7 +16,7 @@ from typing import NoReturn
 from ..errors import HeadraceError
 
 # name -> module under streams.cli; each module has add_parser(subparsers) and run(args) -> int
-SUBCOMMANDS = ("demo", "simulate", "worker")
+SUBCOMMANDS = ("demo", "simulate", "worker", "produce", "status", "dlq")
 
 EXIT_USAGE = 2
 

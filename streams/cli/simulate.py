@@ -23,13 +23,11 @@ from ..errors import HeadraceError
 from ..eventtime.policy import OrderingPolicy
 from ..eventtime.processor import EventOutcome, WatermarkAdvance, WindowResult
 from ..eventtime.replay import ReplayOptions, Row, TraceItem, replay, summarize
-from ..eventtime.windows import Hopping, Tumbling, WindowSpec
+from ..timetext import parse_duration, parse_instant, parse_window
 from . import CliError
 
 COLUMNS = ("arrival_time", "event_time", "key", "value")
 SWEEPABLE = ("out_of_order", "late_arrival", "early_arrival", "allowed_lateness", "idle_timeout")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)?$")
 
 EXAMPLES = """examples:
   headrace simulate sample.csv
@@ -109,40 +107,8 @@ def run(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- options
 
 
-def parse_duration(text: str, option: str) -> float:
-    """``250ms``, ``5s``, ``2m``, ``1h`` or a plain number of seconds.
-
-    >>> parse_duration("250ms", "--x"), parse_duration("2m", "--x"), parse_duration("1.5", "--x")
-    (0.25, 120.0, 1.5)
-    """
-    cleaned = text.strip().lower()
-    if cleaned.startswith("-"):
-        raise CliError(f"{option}: a duration cannot be negative: {text!r}")
-    match = _DURATION.match(cleaned)
-    if not match:
-        raise CliError(f"{option}: {text!r} is not a duration (like 250ms, 5s, 2m, 1h or seconds)")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
-
-
 def _optional(text: str | None, option: str) -> float | None:
     return None if text is None else parse_duration(text, option)
-
-
-def parse_window(text: str) -> WindowSpec:
-    """``tumbling:SIZE`` or ``hopping:SIZE:HOP``."""
-    kind, _, rest = text.partition(":")
-    parts = rest.split(":") if rest else []
-    if kind == "tumbling" and len(parts) == 1:
-        size = parse_duration(parts[0], "--window size")
-        hop = size
-    elif kind == "hopping" and len(parts) == 2:
-        size = parse_duration(parts[0], "--window size")
-        hop = parse_duration(parts[1], "--window hop")
-    else:
-        raise CliError(f"--window takes tumbling:SIZE or hopping:SIZE:HOP, not {text!r}")
-    if size <= 0 or hop <= 0:
-        raise CliError(f"--window: sizes and hops must be more than 0, not {text!r}")
-    return Tumbling(size) if kind == "tumbling" else Hopping(size, hop)
 
 
 def parse_sweep(text: str) -> tuple[str, list[tuple[str, float | None]]]:
@@ -171,7 +137,7 @@ def parse_sweep(text: str) -> tuple[str, list[tuple[str, float | None]]]:
 
 
 def _options(args: argparse.Namespace) -> ReplayOptions:
-    window = parse_window(args.window) if args.window else None
+    window = parse_window(args.window, "--window") if args.window else None
     lateness = _optional(args.allowed_lateness, "--allowed-lateness")
     idle = _optional(args.idle_timeout, "--idle-timeout")
     if window is None and (lateness is not None or idle is not None):
@@ -207,21 +173,9 @@ class TimeForm:
         self._zulu = False
 
     def parse(self, text: str, where: str) -> float:
-        try:
-            seconds = float(text)
-        except ValueError:
-            seconds = None
-        if seconds is not None:
-            if not math.isfinite(seconds):
-                raise CliError(f"{where}: {text!r} is not a finite time")
-            self._learn(False, text, where)
-            return seconds
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise CliError(f"{where}: {text!r} is neither a number of seconds nor an ISO-8601 time") from None
-        self._learn(True, text, where, moment.tzinfo)
-        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+        seconds, moment = parse_instant(text, where)
+        self._learn(moment is not None, text, where, None if moment is None else moment.tzinfo)
+        return seconds
 
     def _learn(self, iso: bool, text: str, where: str, tz: tzinfo | None = None) -> None:
         if self.iso is None:

@@ -8,27 +8,39 @@ runs until SIGTERM or SIGINT, then leaves gracefully: its agents finish their in
 deliveries and checkpoint, and it hands its queues back at once instead of letting their
 leases expire. A second signal ends it at once.
 
-A config file (TOML) may hold the same settings: ``app``, ``name``, ``log_level``; options
-given on the command line win.
+Logs go to stderr, one line per record with the worker, queue and stream it concerns
+(``key=value`` text, or JSON with ``--log-format json``). With ``--metrics-port`` the worker
+serves Prometheus metrics at ``http://127.0.0.1:PORT/metrics``.
+
+With a local store, the worker writes its agents' status there (cache fill, pressure,
+watermarks) every ``status_interval`` for ``headrace status`` to show.
+
+The configuration (``--config``, else ``$HEADRACE_CONFIG``, else ``./headrace.toml`` when
+there is one) may hold these settings in its ``[worker]`` section: ``app``, ``name``,
+``log_level``, ``log_format``, ``metrics_port``, ``status_interval`` (default 5s); options
+on the command line win. The worker exports the file's path as ``HEADRACE_CONFIG``, so an
+application that builds its provider with ``load_config().provider()`` reads the same file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import signal
 import sys
-import tomllib
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
 
+from ..config import CONFIG_ENV, load_config
 from ..errors import HeadraceError
+from ..observability import configure_logging, serve_metrics
+from ..observability.logs import FORMATS, LEVELS
 from ..provider import StreamProvider
+from ..status_reporter import StatusReporter
 from . import EXIT_USAGE, CliError
 
 log = logging.getLogger("headrace.worker")
@@ -36,11 +48,9 @@ log = logging.getLogger("headrace.worker")
 EXAMPLES = """examples:
   headrace worker --app myapp.streams:provider
   headrace worker --app myapp.streams:provider --name worker-1
-  headrace worker --config worker.toml        # app = "myapp.streams:provider", name = "worker-1"
+  headrace worker --config headrace.toml     # [worker] app = "myapp.streams:provider", name = "worker-1"
+  headrace worker --app myapp.streams:provider --log-format json --metrics-port 9464
 """
-
-CONFIG_KEYS = ("app", "name", "log_level")
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -54,8 +64,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.error = _one_line_error  # type: ignore[method-assign]
     parser.add_argument("--app", metavar="MODULE:ATTR", help="the provider to run, e.g. myapp:provider")
     parser.add_argument("--name", help="this worker's name, unique among live workers (default: hostname-pid)")
-    parser.add_argument("--config", metavar="FILE.toml", help="read app, name and log_level from a TOML file")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, help="default info")
+    parser.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        help="the configuration; its [worker] section may hold these settings (see above)",
+    )
+    parser.add_argument("--log-level", choices=LEVELS, help="default info")
+    parser.add_argument("--log-format", choices=FORMATS, help="text (key=value, the default) or json")
+    parser.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1:PORT"
+    )
 
 
 def _one_line_error(message: str) -> NoReturn:
@@ -64,38 +82,28 @@ def _one_line_error(message: str) -> NoReturn:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = {**_read_config(args.config), **{k: v for k, v in vars(args).items() if v is not None}}
-    if not settings.get("app"):
-        raise CliError("say which provider to run: --app module:attribute (or app = ... in --config)")
-    level = settings.get("log_level", "info")
-    if level not in LOG_LEVELS:
-        raise CliError(f"log_level is one of {', '.join(LOG_LEVELS)}, not {level!r}")
-    provider = load_provider(settings["app"])
-    if "name" in settings:
-        if not isinstance(settings["name"], str) or not settings["name"]:
-            raise CliError(f"a worker name is a non-empty string, not {settings['name']!r}")
-        provider.worker_name = settings["name"]
-    logging.basicConfig(
-        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    config = load_config(args.config)
+    settings = config.worker
+    app = args.app or settings.app
+    if not app:
+        raise CliError("say which provider to run: --app module:attribute (or app = ... in [worker] of the config)")
+    name = args.name if args.name is not None else settings.name
+    if name is not None and not name:
+        raise CliError("a worker name is a non-empty string")
+    port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
+    if config.file is not None:
+        os.environ[CONFIG_ENV] = str(config.file.resolve())
+    provider = load_provider(app)
+    if name is not None:
+        provider.worker_name = name
+    configure_logging(
+        args.log_level or settings.log_level, args.log_format or settings.log_format, worker=provider.worker_name
     )
     try:
-        anyio.run(serve, provider)
+        anyio.run(serve, provider, port, settings.status_interval)
     except BaseExceptionGroup as group:
         raise _single_headrace_error(group) from None
     return 0
-
-
-def _read_config(path: str | None) -> Mapping[str, Any]:
-    if path is None:
-        return {}
-    try:
-        config = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise CliError(f"cannot read the config file {path!r}: {exc}") from None
-    unknown = sorted(set(config) - set(CONFIG_KEYS))
-    if unknown:
-        raise CliError(f"unknown key {unknown[0]!r} in {path!r}; known keys: {', '.join(CONFIG_KEYS)}")
-    return config
 
 
 def load_provider(spec: str) -> StreamProvider:
@@ -127,20 +135,27 @@ def load_provider(spec: str) -> StreamProvider:
     return target
 
 
-async def serve(provider: StreamProvider) -> None:
+async def serve(provider: StreamProvider, metrics_port: int | None = None, status_interval: float = 5.0) -> None:
     """Run ``provider`` as a worker until SIGTERM or SIGINT, then leave gracefully (a second
-    signal ends the process at once)."""
+    signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics;
+    with a local store, write its agents' status there every ``status_interval`` seconds."""
     async with anyio.create_task_group() as tg:
         leave = anyio.Event()
         await tg.start(_watch_signals, leave)
-        async with provider:
-            queues = sorted(agent.queue.number for agent in provider.agents)
-            print(
-                f"headrace worker {provider.worker_name}: running, reading queues {queues} "
-                f"of {len(provider.mapper.get_all_queues())}",
-                flush=True,
-            )
-            await leave.wait()
+        async with provider, contextlib.AsyncExitStack() as metrics:
+            if metrics_port is not None:
+                metrics.enter_context(serve_metrics(provider, metrics_port))
+            async with anyio.create_task_group() as reporting:
+                if provider.store is not None:
+                    await reporting.start(StatusReporter(provider, provider.store, status_interval).run)
+                queues = sorted(agent.queue.number for agent in provider.agents)
+                print(
+                    f"headrace worker {provider.worker_name}: running, reading queues {queues} "
+                    f"of {len(provider.mapper.get_all_queues())}",
+                    flush=True,
+                )
+                await leave.wait()
+                reporting.cancel_scope.cancel()
             log.info("%s: leaving; handing back %d queues", provider.worker_name, len(provider.agents))
         tg.cancel_scope.cancel()
     print(f"headrace worker {provider.worker_name}: left", flush=True)

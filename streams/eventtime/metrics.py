@@ -13,7 +13,8 @@ from typing import Any
 
 @dataclass(slots=True)
 class Counters:
-    """Event counts by fate. An event both late and out of order counts in both families.
+    """Event counts by fate. An event both late and out of order counts in both families
+    (and once in ``adjusted``, when both moved its timestamp).
 
     ``*_accepted`` count events kept unchanged under ``action="accept"``.
     """
@@ -26,6 +27,7 @@ class Counters:
     out_of_order_adjusted: int = 0
     out_of_order_dropped: int = 0
     out_of_order_accepted: int = 0
+    adjusted: int = 0  # events whose timestamp moved (late, out of order or both), once each
     window_closed: int = 0  # dead-lettered: every window for it had closed
     invalid_timestamp: int = 0  # dead-lettered: TIMESTAMP BY found no usable time
     windows_emitted: int = 0

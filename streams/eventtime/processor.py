@@ -407,6 +407,7 @@ class Processor:
                             ts = arr - late
                             status = ADJUSTED
                             counters.late_arrival_adjusted += 1
+                            counters.adjusted += 1
                         elif accept:
                             counters.late_arrival_accepted += 1
                         else:
@@ -417,6 +418,8 @@ class Processor:
                     reason = Reason.OUT_OF_ORDER
                     if adjust:
                         ts = w
+                        if status != ADJUSTED:  # not already counted as late
+                            counters.adjusted += 1
                         status = ADJUSTED
                         counters.out_of_order_adjusted += 1
                     elif accept:

@@ -209,7 +209,7 @@ async def test_workers_share_the_queues_through_a_kill_a_join_and_a_leave(tmp_pa
 async def test_a_second_worker_under_a_live_name_is_refused(tmp_path):
     cluster = Cluster(tmp_path)
     config = tmp_path / "twin.toml"
-    config.write_text('app = "tests.cluster.worker_app:app"\nname = "w1"\n')
+    config.write_text('[worker]\napp = "tests.cluster.worker_app:app"\nname = "w1"\n')
     cluster.start("w1")
     try:
         twin = cluster.launch("twin", "--config", str(config))

@@ -61,6 +61,18 @@ def test_late_then_out_of_order_reports_out_of_order():
     p, got = fates(OrderingPolicy(late_arrival=30, out_of_order=5), [(100, 100), (60, 100)])
     assert got[1] == ("adjusted", "out_of_order", 95.0)
     assert (p.counters.late_arrival_adjusted, p.counters.out_of_order_adjusted) == (1, 1)
+    assert p.counters.adjusted == 1  # one event, however many rules moved it
+
+
+def test_adjusted_counts_each_moved_event_once():
+    # kept; late only (-> 170 >= W 95); kept; out of order only (190 < W 195); late, then
+    # out of order (-> 173 < W 195 -> 195)
+    p, got = fates(OrderingPolicy(late_arrival=30, out_of_order=5), [
+        (100, 100), (130, 200), (200, 201), (190, 202), (50, 203),
+    ])
+    assert [status for status, _, _ in got] == ["kept", "adjusted", "kept", "adjusted", "adjusted"]
+    assert (p.counters.late_arrival_adjusted, p.counters.out_of_order_adjusted) == (2, 2)
+    assert p.counters.adjusted == 3
 
 
 def test_dropped_events_become_dead_letters_with_the_original_record():

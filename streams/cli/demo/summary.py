@@ -1,0 +1,94 @@
+"""The demo's closing account: every published record has exactly one fate.
+
+The counts come from independent places, so agreeing means something: the producers' own
+tally, the windows the last stage (Spark) received and the events counted in them, the
+dead-letter store, the handoff log's offsets, and the event-time processors' counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Dead-letter reasons of events an ordering policy dropped; every other reason is a record
+# the runtime could not use (corrupt, no timestamp, windows closed, consumer failure).
+POLICY_DROPS = ("early_arrival", "late_arrival", "out_of_order")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    label: str
+    left: int
+    right: int
+
+    @property
+    def ok(self) -> bool:
+        return self.left == self.right
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """What was published against where it went.
+
+    >>> ledger = Ledger(published=100, corrupt=2, processed=100, in_windows=97, adjusted=9,
+    ...                 dead_letters={"early_arrival": 2, "invalid_timestamp": 1, "undecodable": 2},
+    ...                 windows_handed_off=12, windows_received=12)
+    >>> (ledger.kept, ledger.dropped, ledger.dead_lettered, ledger.reconciled)
+    (88, 2, 3, True)
+    """
+
+    published: int  # events the producers published, with a time or not
+    corrupt: int  # raw records that were never events
+    processed: int  # events the event-time consumers observed
+    in_windows: int  # events counted in the windows the last stage received
+    adjusted: int  # of those, events whose timestamp was moved
+    dead_letters: Mapping[str, int]  # the dead-letter store, by reason
+    windows_handed_off: int
+    windows_received: int
+
+    @property
+    def kept(self) -> int:
+        return self.in_windows - self.adjusted
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.dead_letters.get(reason, 0) for reason in POLICY_DROPS)
+
+    @property
+    def dead_lettered(self) -> int:
+        return sum(n for reason, n in self.dead_letters.items() if reason not in POLICY_DROPS)
+
+    def checks(self, reader: str = "the reader") -> list[Check]:
+        return [
+            Check(
+                "published = kept + adjusted + dropped + dead-lettered",
+                self.published + self.corrupt,
+                self.kept + self.adjusted + self.dropped + self.dead_lettered,
+            ),
+            Check("every published event reached its consumer once", self.published, self.processed),
+            Check("corrupt records dead-lettered", self.corrupt, self.dead_letters.get("undecodable", 0)),
+            Check(f"windows handed off = windows {reader} received", self.windows_handed_off, self.windows_received),
+        ]
+
+    @property
+    def reconciled(self) -> bool:
+        return all(check.ok for check in self.checks())
+
+    def lines(self, reader: str) -> list[str]:
+        """The summary, as printed."""
+        reasons = lambda names: ", ".join(f"{r} {self.dead_letters.get(r, 0):,}" for r in names)  # noqa: E731
+        other = sorted(r for r, n in self.dead_letters.items() if r not in POLICY_DROPS and n)
+        out = [
+            f"  published      {self.published + self.corrupt:>9,}  "
+            f"({self.published:,} toll reports, {self.corrupt:,} corrupt records)",
+            f"  kept           {self.kept:>9,}  in a window, timestamp as reported",
+            f"  adjusted       {self.adjusted:>9,}  in a window, timestamp moved (late or out of order)",
+            f"  dropped        {self.dropped:>9,}  {reasons(POLICY_DROPS)}",
+            f"  dead-lettered  {self.dead_lettered:>9,}  {reasons(other) or '-'}",
+            f"  windows        {self.windows_handed_off:>9,}  handed off; {reader} received {self.windows_received:,} "
+            f"holding {self.in_windows:,} events",
+        ]
+        for check in self.checks(reader):
+            mark, sign = ("ok", "=") if check.ok else ("MISMATCH", "!=")
+            out.append(f"  {mark:<8} {check.label}: {check.left:,} {sign} {check.right:,}")
+        return out

@@ -1,0 +1,253 @@
+"""``headrace dlq``: list, show and replay dead letters.
+
+Dead letters are what the runtime refused or could not deliver, kept in the store with a
+reason (``late_arrival``, ``out_of_order``, ``early_arrival``, ``window_closed``,
+``invalid_timestamp``, ``delivery_failed``, ``undecodable``, ...). ``replay`` publishes a dead
+letter's value again, with its event time, to its stream (or to ``--to``), then marks it
+replayed: every consumer of that stream sees it as a new event. A dead letter is kept after
+its replay; ``replay`` refuses one already replayed unless ``--again``. An ``undecodable``
+dead letter is a raw record that never decoded: it has no value to publish and cannot be
+replayed (``show`` prints its bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from ..deadletters_embedded import EmbeddedDeadLetterStore, StoredDeadLetter
+from ..ids import StreamId
+from ..provider import StreamProvider
+from . import CliError
+from .common import add_config_options, add_row, console, existing_store, load_cli_config, plural, table, utc_text
+
+EXAMPLES = """examples:
+  headrace dlq list --path ./store
+  headrace dlq list --path ./store --reason late_arrival --limit 20 --json
+  headrace dlq show --path ./store 42
+  headrace dlq replay --path ./store 42 43
+  headrace dlq replay --path ./store --reason delivery_failed
+  headrace dlq replay --path ./store 42 --to sensors/s-1-reprocessed
+"""
+
+_PAGE = 500  # dead letters read, and events published, at a time
+_PREVIEW = 60  # characters of a value in the list
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "dlq",
+        help="list, show and replay dead letters",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    listing = actions.add_parser("list", help="dead letters, oldest first", epilog=EXAMPLES,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_options(listing)
+    listing.add_argument("--reason", help="only this reason")
+    listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
+    listing.add_argument("--after", type=int, default=0, metavar="ID", help="only ids above ID (the next page)")
+    listing.add_argument("--pending", action="store_true", help="only those not replayed yet")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    show = actions.add_parser("show", help="one dead letter in full", epilog=EXAMPLES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_options(show)
+    show.add_argument("id", type=int, metavar="ID")
+    show.add_argument("--json", action="store_true", help="as one JSON object")
+
+    replay = actions.add_parser("replay", help="publish dead letters' values again", epilog=EXAMPLES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_options(replay)
+    replay.add_argument("ids", type=int, nargs="*", metavar="ID", help="the dead letters to replay")
+    replay.add_argument("--reason", help="replay every dead letter of this reason not replayed yet")
+    replay.add_argument("--to", metavar="NS/KEY", help="publish to this stream instead of each one's own")
+    replay.add_argument("--again", action="store_true", help="also replay dead letters replayed before")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    with existing_store(config) as store:
+        letters = EmbeddedDeadLetterStore(store)
+        if args.action == "list":
+            anyio.run(_list, letters, args)
+        elif args.action == "show":
+            anyio.run(_show, letters, args.id, args.json)
+        else:
+            anyio.run(_replay, letters, config.provider(), args)
+    return 0
+
+
+# -- list and show ----------------------------------------------------------------------------
+
+
+def as_json(stored: StoredDeadLetter) -> dict[str, Any]:
+    """A dead letter as plain JSON types (raw bytes as hex)."""
+    letter = stored.letter
+    return {
+        "id": stored.letter_id,
+        "reason": letter.reason,
+        "stream": letter.stream,
+        "queue": letter.queue,
+        "sequence_number": letter.sequence_number,
+        "event_time": letter.event_time,
+        "recorded_at": letter.recorded_at,
+        "replayed_at": stored.replayed_at,
+        "detail": letter.detail,
+        "value": letter.value,
+        "payload": None if letter.payload is None else letter.payload.hex(),
+    }
+
+
+def _dumps(obj: Any, **kwargs: Any) -> str:
+    # A value may hold bytes (msgpack has them, JSON does not): written as hex.
+    return json.dumps(obj, default=lambda x: x.hex() if isinstance(x, bytes) else repr(x), **kwargs)
+
+
+async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace) -> None:
+    if args.limit < 1:
+        raise CliError(f"--limit is at least 1, not {args.limit}")
+    found = await letters.entries(args.reason, args.limit + 1, after_id=args.after,
+                                  replayed=False if args.pending else None)
+    shown, more = found[: args.limit], len(found) > args.limit
+    if args.json:
+        for stored in shown:
+            print(_dumps(as_json(stored)))
+        return
+    if not shown:
+        print("no dead letters" + (f" with reason {args.reason!r}" if args.reason else "") + (f" after id {args.after}" if args.after else ""))
+        return
+    rows = table("dead letters", "id", "reason", "stream", "queue:seq", "event time", "replayed", "value")
+    for stored in shown:
+        letter = stored.letter
+        add_row(
+            rows,
+            str(stored.letter_id),
+            letter.reason,
+            letter.stream or "-",
+            "-" if letter.queue is None else f"{letter.queue}:{_opt(letter.sequence_number)}",
+            "-" if letter.event_time is None else utc_text(letter.event_time),
+            "-" if stored.replayed_at is None else utc_text(stored.replayed_at),
+            _preview(letter.value, letter.payload),
+        )
+    console().print(rows)
+    if more:
+        print(f"more after id {shown[-1].letter_id}: --after {shown[-1].letter_id}")
+
+
+async def _show(letters: EmbeddedDeadLetterStore, letter_id: int, as_one_json: bool) -> None:
+    stored = await _get(letters, letter_id)
+    if as_one_json:
+        print(_dumps(as_json(stored)))
+        return
+    letter = stored.letter
+    fields = [
+        ("id", stored.letter_id),
+        ("reason", letter.reason),
+        ("stream", letter.stream or "-"),
+        ("queue", _opt(letter.queue)),
+        ("sequence", _opt(letter.sequence_number)),
+        ("event time", "-" if letter.event_time is None else f"{utc_text(letter.event_time)} ({letter.event_time})"),
+        ("recorded", utc_text(letter.recorded_at)),
+        ("replayed", "no" if stored.replayed_at is None else utc_text(stored.replayed_at)),
+        ("detail", letter.detail or "-"),
+    ]
+    for name, value in fields:
+        print(f"{name + ':':<12}{value}")
+    if letter.payload is not None:
+        print(f"{'raw record:':<12}{len(letter.payload):,} bytes that never decoded (cannot be replayed)")
+        print(letter.payload.hex(" ", 1))
+    else:
+        print("value:")
+        print(_dumps(letter.value, indent=2, ensure_ascii=False))
+
+
+async def _get(letters: EmbeddedDeadLetterStore, letter_id: int) -> StoredDeadLetter:
+    stored = await letters.get(letter_id)
+    if stored is None:
+        raise CliError(f"no dead letter with id {letter_id} (`headrace dlq list` shows the ids)")
+    return stored
+
+
+# -- replay -----------------------------------------------------------------------------------
+
+
+async def _replay(letters: EmbeddedDeadLetterStore, provider: StreamProvider, args: argparse.Namespace) -> None:
+    if bool(args.ids) == bool(args.reason):
+        raise CliError("say what to replay: dead letter ids, or --reason R (not both)")
+    target = StreamId.parse(args.to) if args.to else None
+    if args.ids:
+        chosen = [await _get(letters, letter_id) for letter_id in dict.fromkeys(args.ids)]
+    else:
+        chosen = await _all_of_reason(letters, args.reason, again=args.again)
+        if not chosen:
+            print(f"nothing to replay: no dead letters with reason {args.reason!r}" + ("" if args.again else " not replayed yet"))
+            return
+    for stored in chosen:
+        _check_replayable(stored, target, args.again)
+    counts: dict[str, int] = {}
+    async with provider.client():
+        for stream_id, batch in _by_stream(chosen, target):
+            await provider.get_stream(stream_id).on_next_batch(
+                [s.letter.value for s in batch], event_times=[s.letter.event_time for s in batch]
+            )
+            counts[str(stream_id)] = counts.get(str(stream_id), 0) + len(batch)
+    await letters.mark_replayed([s.letter_id for s in chosen])
+    where = ", ".join(f"{n:,} to {stream}" for stream, n in counts.items())
+    print(f"headrace dlq: replayed {plural(len(chosen), 'dead letter')}: {where}")
+
+
+async def _all_of_reason(letters: EmbeddedDeadLetterStore, reason: str, *, again: bool) -> list[StoredDeadLetter]:
+    chosen: list[StoredDeadLetter] = []
+    while page := await letters.entries(reason, _PAGE, after_id=chosen[-1].letter_id if chosen else 0,
+                                        replayed=None if again else False):
+        chosen.extend(page)
+    return chosen
+
+
+def _check_replayable(stored: StoredDeadLetter, target: StreamId | None, again: bool) -> None:
+    letter, n = stored.letter, stored.letter_id
+    if letter.payload is not None:
+        raise CliError(
+            f"dead letter {n} ({letter.reason}) is a raw record that never decoded: there is no value "
+            f"to publish, so it cannot be replayed (`headrace dlq show {n}` prints its bytes); nothing was replayed"
+        )
+    if stored.replayed_at is not None and not again:
+        raise CliError(
+            f"dead letter {n} was replayed already, at {utc_text(stored.replayed_at)}: add --again to "
+            "replay it once more; nothing was replayed"
+        )
+    if target is None and letter.stream is None:
+        raise CliError(f"dead letter {n} names no stream: give --to NS/KEY; nothing was replayed")
+
+
+def _by_stream(chosen: Sequence[StoredDeadLetter], target: StreamId | None) -> list[tuple[StreamId, list[StoredDeadLetter]]]:
+    """Runs of consecutive dead letters with one destination, at most ``_PAGE`` long: order
+    is kept within each stream."""
+    runs: list[tuple[StreamId, list[StoredDeadLetter]]] = []
+    for stored in chosen:
+        stream_id = target or StreamId.parse(stored.letter.stream or "")
+        if runs and runs[-1][0] == stream_id and len(runs[-1][1]) < _PAGE:
+            runs[-1][1].append(stored)
+        else:
+            runs.append((stream_id, [stored]))
+    return runs
+
+
+# -- formatting -------------------------------------------------------------------------------
+
+
+def _opt(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
+def _preview(value: Any, payload: bytes | None) -> str:
+    text = f"<{len(payload)} raw bytes>" if payload is not None else _dumps(value, ensure_ascii=False)
+    return text if len(text) <= _PREVIEW else text[: _PREVIEW - 1] + "…"

@@ -1,0 +1,130 @@
+"""``headrace status``: a cluster on an embedded store, as tables (or one JSON object).
+
+Workers (live, suspected or left, by their heartbeats), each queue (its owner and lease
+epoch, records retained, checkpoint and checkpoint lag: records written but not yet
+acknowledged by every consumer), dead letters by reason, and the Spark handoff streams with
+their end offsets. Cache fill, pressure and watermarks come from what running workers write
+every ``status_interval``; a worker that stopped writing is not shown there. Reading the
+store changes nothing in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable
+
+from rich.console import Console
+
+from ..status import ClusterStatus, read_status
+from .common import add_config_options, add_row, console, existing_store, load_cli_config, plural, table, utc_text
+
+EXAMPLES = """examples:
+  headrace status --path ./store
+  headrace status --config headrace.toml
+  headrace status --path ./store --json | jq '.queues[] | select(.checkpoint_lag > 1000)'
+"""
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="show workers, queues, checkpoint lag, cache and watermarks, dead letters, handoff",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the same as one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    with existing_store(config) as store:
+        status = read_status(store, suspicion_timeout=config.balancer.suspicion_timeout)
+    if args.json:
+        print(json.dumps(status.as_dict()))
+        return 0
+    render(status, console())
+    return 0
+
+
+def render(status: ClusterStatus, out: Console) -> None:
+    now = status.taken_at
+    live = sum(1 for w in status.workers if w.state == "live")
+    queues = "no queues yet" if status.queue_count is None else plural(status.queue_count, "queue")
+    out.print(f"headrace store {status.store}: {queues}, {plural(live, 'live worker')} at {utc_text(now)}")
+
+    if status.workers:
+        rows = table("workers", "worker", "state", "last heartbeat", "queues")
+        for w in status.workers:
+            heartbeat = f"{_ago(now, w.last_heartbeat)} ago" if w.left_at is None else f"left {_ago(now, w.left_at)} ago"
+            add_row(rows, w.name, w.state, heartbeat, _ranges(w.queues) or "-")
+        out.print(rows)
+    else:
+        out.print("workers: none has joined (start one with `headrace worker`)")
+
+    if status.queues:
+        agents = any(q.agent is not None for q in status.queues)
+        extra = ("cache", "pressure", "streams", "watermark", "delay") if agents else ()
+        rows = table("queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", *extra)
+        for q in status.queues:
+            row = [
+                str(q.queue),
+                q.owner or "-",
+                _opt(q.epoch),
+                f"{q.retained:,}",
+                f"{q.next_sequence:,}",
+                _opt(q.checkpoint),
+                f"{q.checkpoint_lag:,}",
+            ]
+            if agents:
+                a = q.agent
+                row += (
+                    ["-"] * len(extra)
+                    if a is None
+                    else [
+                        f"{a.cache_size:,}/{a.cache_max:,}",
+                        "yes" if a.under_pressure else "no",
+                        f"{a.streams:,}",
+                        "-" if a.watermark_min is None else utc_text(a.watermark_min),
+                        "-" if a.watermark_delay is None else f"{a.watermark_delay:,.1f} s",
+                    ]
+                )
+            add_row(rows, *row)
+        out.print(rows)
+        if not agents:
+            out.print("cache and watermarks: no running worker has reported them")
+
+    if status.dead_letters:
+        rows = table("dead letters", "reason", "count", "replayed")
+        for d in status.dead_letters:
+            add_row(rows, d.reason, f"{d.count:,}", f"{d.replayed:,}")
+        out.print(rows)
+    else:
+        out.print("dead letters: none")
+
+    if status.handoff:
+        rows = table("Spark handoff", "stream", "partitions", "end offsets", "rows retained")
+        for h in status.handoff:
+            ends = ", ".join(f"{p}:{o:,}" for p, o in sorted(h.end_offsets.items()))
+            add_row(rows, h.stream, str(len(h.end_offsets)), ends or "-", f"{h.retained:,}")
+        out.print(rows)
+
+
+def _ago(now: float, t: float) -> str:
+    return f"{max(0.0, now - t):,.1f} s"
+
+
+def _opt(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def _ranges(numbers: Iterable[int]) -> str:
+    """``0-3, 6`` for ``[0, 1, 2, 3, 6]``."""
+    spans: list[list[int]] = []
+    for n in sorted(numbers):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)

@@ -1,0 +1,41 @@
+"""Observability: a worker's state as Prometheus metrics, and structured logs.
+
+>>> from streams.observability import configure_logging, serve_metrics, take_snapshot
+
+``docs/observability.md`` lists every metric and the log format.
+"""
+
+from .logs import (
+    JsonFormatter,
+    KeyValueFormatter,
+    LogContextFilter,
+    configure_logging,
+    log_context,
+)
+from .metrics import HeadraceCollector, MetricsServer, metric_families, serve_metrics
+from .snapshot import (
+    DEAD_LETTER_REASONS,
+    EventTimeTotals,
+    QueueSnapshot,
+    WorkerSnapshot,
+    dead_letter_counts,
+    take_snapshot,
+)
+
+__all__ = [
+    "DEAD_LETTER_REASONS",
+    "EventTimeTotals",
+    "HeadraceCollector",
+    "JsonFormatter",
+    "KeyValueFormatter",
+    "LogContextFilter",
+    "MetricsServer",
+    "QueueSnapshot",
+    "WorkerSnapshot",
+    "configure_logging",
+    "dead_letter_counts",
+    "log_context",
+    "metric_families",
+    "serve_metrics",
+    "take_snapshot",
+]

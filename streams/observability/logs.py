@@ -1,0 +1,174 @@
+"""Structured logs: every line says which worker, queue and stream it is about.
+
+A :class:`LogContextFilter` on the handler gives each record three attributes, ``worker``,
+``queue`` and ``stream``, the first of these that names them:
+
+1. the record's own arguments: the runtime passes :class:`~streams.ids.QueueId` and
+   :class:`~streams.ids.StreamId` objects to its log calls (``log.warning("%s: ...", queue)``),
+   so an agent's lines name their queue without any bookkeeping on the hot path;
+2. :func:`log_context` (a context variable: it follows the code into the tasks and worker
+   threads it starts);
+3. the filter's defaults (``configure_logging(worker=...)``), else ``None``.
+
+Two formats: ``key=value`` text (logfmt) and one JSON object per line.
+
+>>> import io, logging
+>>> out = io.StringIO()
+>>> handler = configure_logging("info", "text", stream=out, worker="w1", logger="headrace.doc")
+>>> logging.getLogger("headrace.doc").warning("%s: queue unavailable", QueueId(3))
+>>> print(out.getvalue().split(" ", 1)[1], end="")
+level=warning logger=headrace.doc worker=w1 queue=3 stream=- msg="queue-3: queue unavailable"
+>>> logging.getLogger("headrace.doc").removeHandler(handler)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import sys
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal, TextIO
+
+from ..errors import ConfigurationError
+from ..ids import QueueId, StreamId
+
+FIELDS = ("worker", "queue", "stream")
+LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("text", "json")
+LogFormat = Literal["text", "json"]
+
+_context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("headrace_log_context", default={})
+
+
+@contextlib.contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Name the worker, queue or stream of every record logged inside the block (and in
+    the tasks and worker threads started from it).
+
+    >>> with log_context(worker="w1", stream=StreamId("tolls", "plaza-1")):
+    ...     pass
+    """
+    _check_fields(fields)
+    token = _context.set({**_context.get(), **fields})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def _check_fields(fields: Mapping[str, Any]) -> None:
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ConfigurationError(f"the log fields are {', '.join(FIELDS)}, not {unknown[0]!r}")
+
+
+class LogContextFilter(logging.Filter):
+    """Sets ``record.worker``, ``record.queue`` and ``record.stream`` (see the module's
+    docstring for where they come from); lets every record through."""
+
+    def __init__(self, **defaults: Any) -> None:
+        super().__init__()
+        _check_fields(defaults)
+        self.defaults = defaults
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fields = {**self.defaults, **_context.get(), **_from_arguments(record.args)}
+        for name in FIELDS:
+            setattr(record, name, _plain(fields.get(name)))
+        return True
+
+
+def _from_arguments(args: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    values = args.values() if isinstance(args, Mapping) else args if isinstance(args, tuple) else ()
+    for value in values:
+        if isinstance(value, QueueId):
+            found.setdefault("queue", value)
+        elif isinstance(value, StreamId):
+            found.setdefault("stream", value)
+    return found
+
+
+def _plain(value: Any) -> str | int | None:
+    """A field as the formats write it: a queue as its number, a stream as ``ns/key``."""
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, QueueId):
+        return value.number
+    return str(value)
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    moment = datetime.fromtimestamp(record.created, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class KeyValueFormatter(logging.Formatter):
+    """``ts=… level=… logger=… worker=… queue=… stream=… msg="…"`` (logfmt): a value with
+    spaces, quotes or ``=`` is quoted as a JSON string; an unknown field is ``-``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        pairs = [
+            ("ts", _timestamp(record)),
+            ("level", record.levelname.lower()),
+            ("logger", record.name),
+            *((name, getattr(record, name, None)) for name in FIELDS),
+            ("msg", record.getMessage()),
+        ]
+        line = " ".join(f"{key}={_logfmt(value)}" for key, value in pairs)
+        if record.exc_info:
+            line += f" exc={_logfmt(self.formatException(record.exc_info))}"
+        return line
+
+
+def _logfmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = str(value)
+    if text and not any(c in text for c in ' ="\\\n\t'):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``worker``, ``queue``,
+    ``stream``, ``msg`` (and ``exc`` with a traceback); an unknown field is ``null``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            **{name: getattr(record, name, None) for name in FIELDS},
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(
+    level: str = "info",
+    fmt: LogFormat = "text",
+    *,
+    stream: TextIO | None = None,
+    logger: str = "",
+    **defaults: Any,
+) -> logging.Handler:
+    """Send ``logger``'s records (the root's by default) at ``level`` and above to ``stream``
+    (stderr), as ``fmt`` (``text`` or ``json``), with the worker, queue and stream fields;
+    ``defaults`` (``worker=...``) fill a field nothing else names. Returns the handler."""
+    if level not in LEVELS:
+        raise ConfigurationError(f"a log level is one of {', '.join(LEVELS)}, not {level!r}")
+    if fmt not in FORMATS:
+        raise ConfigurationError(f"a log format is one of {', '.join(FORMATS)}, not {fmt!r}")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(LogContextFilter(**defaults))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
+    target = logging.getLogger(logger)
+    target.addHandler(handler)
+    target.setLevel(level.upper())
+    return handler

@@ -1,0 +1,185 @@
+"""A worker's live state, read in one pass into plain values.
+
+Everything here is read on the worker's event loop, from counters the runtime keeps anyway
+(agents, caches, consumers, event-time processors): taking a snapshot adds nothing to the
+hot path. The Prometheus collector and the demo's status line both start from one.
+
+>>> import anyio
+>>> from streams import StreamProvider
+>>> async def main():
+...     async with StreamProvider.memory(queues=2, worker_name="w1") as provider:
+...         return take_snapshot(provider)
+>>> snapshot = anyio.run(main)
+>>> snapshot.worker, [q.queue for q in snapshot.queues]
+('w1', [0, 1])
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agents.latency import HistogramSnapshot
+from streams.deadletters import DeadLetterStore
+from streams.eventtime.metrics import Counters
+from streams.eventtime.policy import Reason
+
+if TYPE_CHECKING:
+    from agents.pulling_agent import PullingAgent
+    from streams.provider import StreamProvider
+
+# Every reason the runtime dead-letters with; an adapter's own reasons count as "other".
+DEAD_LETTER_REASONS: tuple[str, ...] = (
+    *(reason.value for reason in Reason),
+    "undecodable",
+    "delivery_failed",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EventTimeTotals:
+    """The event-time activations of some streams, added up.
+
+    ``counters``: the processors' :class:`~streams.eventtime.metrics.Counters`, summed.
+    ``watermark``: the lowest watermark among activations still running (None when none has
+    one: not started, or every stream completed); ``delay``: the highest watermark delay
+    among them (processing clock minus watermark, ASA's *watermark delay*).
+    """
+
+    activations: int = 0
+    counters: Mapping[str, int] = field(default_factory=lambda: Counters().as_dict())
+    watermark: float | None = None
+    delay: float | None = None
+    open_windows: int = 0
+
+    @property
+    def late(self) -> int:
+        c = self.counters
+        return c["late_arrival_adjusted"] + c["late_arrival_dropped"] + c["late_arrival_accepted"]
+
+    @property
+    def out_of_order(self) -> int:
+        c = self.counters
+        return c["out_of_order_adjusted"] + c["out_of_order_dropped"] + c["out_of_order_accepted"]
+
+    @property
+    def dropped(self) -> int:
+        """Events the ordering policy dropped (early, or late/out of order under ``drop``)."""
+        c = self.counters
+        return c["early_arrival"] + c["late_arrival_dropped"] + c["out_of_order_dropped"]
+
+    @property
+    def refused(self) -> int:
+        """Events the core dead-lettered itself: no usable timestamp, or every window closed."""
+        c = self.counters
+        return c["window_closed"] + c["invalid_timestamp"]
+
+    @classmethod
+    def combine(cls, parts: Iterable[EventTimeTotals]) -> EventTimeTotals:
+        parts = list(parts)
+        counters = dict(Counters().as_dict())
+        for part in parts:
+            for name, value in part.counters.items():
+                counters[name] += value
+        marks = [p.watermark for p in parts if p.watermark is not None]
+        delays = [p.delay for p in parts if p.delay is not None]
+        return cls(
+            activations=sum(p.activations for p in parts),
+            counters=counters,
+            watermark=min(marks) if marks else None,
+            delay=max(delays) if delays else None,
+            open_windows=sum(p.open_windows for p in parts),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """One pulling agent: its queue, cache, consumers and event-time activations."""
+
+    queue: int
+    records_read: int
+    read_failures: int
+    pressure_skips: int
+    read_latency: HistogramSnapshot
+    cache_size: int
+    cache_max_size: int
+    under_pressure: bool
+    streams: int
+    consumers: int
+    delivered_batches: int
+    delivery_failures: int
+    faulted: int
+    event_time: EventTimeTotals
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSnapshot:
+    """One worker's agents at ``taken_at`` (POSIX seconds)."""
+
+    worker: str
+    taken_at: float
+    queues: tuple[QueueSnapshot, ...]
+
+    @property
+    def event_time(self) -> EventTimeTotals:
+        return EventTimeTotals.combine(q.event_time for q in self.queues)
+
+    @property
+    def records_read(self) -> int:
+        return sum(q.records_read for q in self.queues)
+
+
+def take_snapshot(provider: StreamProvider) -> WorkerSnapshot:
+    """Read ``provider``'s agents now. Call it on the provider's event loop (the state it
+    reads changes there); a worker that is not running has no queues."""
+    agents = sorted(provider.agents, key=lambda a: a.queue.number)
+    return WorkerSnapshot(provider.worker_name, time.time(), tuple(_queue(a) for a in agents))
+
+
+def _queue(agent: PullingAgent) -> QueueSnapshot:
+    consumers = [c for sid in agent.stream_ids() for c in agent.consumers(sid)]
+    cache = agent.cache
+    return QueueSnapshot(
+        queue=agent.queue.number,
+        records_read=agent.read_messages,
+        read_failures=agent.read_failures,
+        pressure_skips=agent.pressure_skips,
+        read_latency=agent.read_latency.snapshot(),
+        cache_size=cache.size,
+        cache_max_size=getattr(cache, "max_size", 0),  # not every cache has a fixed bound
+        under_pressure=cache.is_under_pressure(),
+        streams=len(agent.stream_ids()),
+        consumers=len(consumers),
+        delivered_batches=sum(c.delivered_batches for c in consumers),
+        delivery_failures=sum(c.failures for c in consumers),
+        faulted=sum(1 for c in consumers if c.faulted),
+        event_time=_event_time(agent),
+    )
+
+
+def _event_time(agent: PullingAgent) -> EventTimeTotals:
+    parts = []
+    for activation in agent.event_time_activations():
+        m = activation.processor.metrics()
+        running = math.isfinite(m.watermark)  # not before the first event, not completed
+        parts.append(
+            EventTimeTotals(
+                activations=1,
+                counters=m.counters,
+                watermark=m.watermark if running else None,
+                delay=m.delay if running and math.isfinite(m.delay) else None,
+                open_windows=m.open_windows,
+            )
+        )
+    return EventTimeTotals.combine(parts)
+
+
+async def dead_letter_counts(store: DeadLetterStore) -> dict[str, int]:
+    """Dead letters kept in ``store``, by reason (``other`` for reasons not listed in
+    :data:`DEAD_LETTER_REASONS`). The store is shared: every worker of it sees the same."""
+    counts = {reason: await store.count(reason) for reason in DEAD_LETTER_REASONS}
+    counts["other"] = await store.count() - sum(counts.values())
+    return counts

@@ -1,0 +1,195 @@
+"""A cluster's status, read from its embedded store: what ``headrace status`` shows.
+
+Everything comes from the tables the runtime keeps anyway (membership, leases, queue heads,
+checkpoints, dead letters, the handoff log), plus the rows workers write about their agents
+(:mod:`streams.status_reporter`): cache fill, pressure, watermarks. Reading writes nothing,
+and a table a store does not have yet (no worker ran, nothing was dead-lettered) reads empty.
+
+>>> import tempfile
+>>> from streams.store import EmbeddedStore
+>>> status = read_status(EmbeddedStore(tempfile.mkdtemp()), suspicion_timeout=30.0)
+>>> status.queue_count, status.workers, status.dead_letters
+(None, [], [])
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from balancer.protocols import MemberRecord
+
+from .adapters.embedded import queue_positions, recorded_queue_count
+from .ids import QueueId
+from .status_reporter import AgentStatus, read_agent_statuses
+from .store import EmbeddedStore
+
+WorkerState = Literal["live", "suspected", "left"]
+_DEFAULT_LEASE_CATEGORY = "default"  # the embedded store's balancer's leases
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """A member of the cluster: ``live`` (heard from within the suspicion timeout),
+    ``suspected`` (silent for longer: dead to the others) or ``left`` (left gracefully)."""
+
+    name: str
+    state: WorkerState
+    joined_at: float
+    last_heartbeat: float
+    left_at: float | None
+    queues: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """One queue: its owner (the holder of a current lease), how much it retains, and how far
+    behind its checkpoint is (``checkpoint_lag = next_sequence - 1 - checkpoint``, the
+    records written but not yet acknowledged by every consumer)."""
+
+    queue: int
+    owner: str | None
+    epoch: int | None
+    lease_expires: float | None
+    first_retained: int
+    next_sequence: int
+    retained: int
+    checkpoint: int | None
+    checkpoint_lag: int
+    agent: AgentStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterCount:
+    reason: str
+    count: int
+    replayed: int
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffStatus:
+    """A Spark handoff stream: the offset the next append takes, per partition, and the
+    rows still retained (not yet trimmed)."""
+
+    stream: str
+    end_offsets: dict[int, int]
+    retained: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    store: str
+    taken_at: float
+    suspicion_timeout: float
+    queue_count: int | None
+    workers: list[WorkerStatus] = field(default_factory=list)
+    queues: list[QueueStatus] = field(default_factory=list)
+    dead_letters: list[DeadLetterCount] = field(default_factory=list)
+    handoff: list[HandoffStatus] = field(default_factory=list)
+    agents: list[AgentStatus] = field(default_factory=list)  # fresh rows not shown with a queue
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON types (partitions as string keys, as JSON needs)."""
+        data = asdict(self)
+        for item in data["handoff"]:
+            item["end_offsets"] = {str(p): o for p, o in item["end_offsets"].items()}
+        return data
+
+
+def read_status(store: EmbeddedStore, *, suspicion_timeout: float, now: float | None = None) -> ClusterStatus:
+    """The status of the cluster on ``store``; workers silent for more than
+    ``suspicion_timeout`` seconds are ``suspected`` (use ``BalancerOptions.suspicion_timeout``)."""
+    at = time.time() if now is None else now
+    with store.snapshot() as conn:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        count = recorded_queue_count(conn)
+        leases = _leases(conn, at) if "lease_queues" in tables else {}
+        agents = read_agent_statuses(conn, at)
+        queues = [_queue(conn, q, leases.get(q), agents) for q in range(count or 0)]
+        members = _members(conn) if "membership_workers" in tables else []
+        letters = _dead_letters(conn) if "deadletters" in tables else []
+    owned: dict[str, list[int]] = {}
+    for queue in queues:
+        if queue.owner is not None:
+            owned.setdefault(queue.owner, []).append(queue.queue)
+    workers = [
+        WorkerStatus(
+            m.worker, _state(m, at, suspicion_timeout), m.joined_at, m.last_heartbeat, m.left_at, owned.get(m.worker, [])
+        )
+        for m in members
+    ]
+    handoff = _handoff(store) if "handoff_streams" in tables else []
+    shown = {id(q.agent) for q in queues}
+    others = [a for a in agents if id(a) not in shown]
+    return ClusterStatus(str(store.path), at, suspicion_timeout, count, workers, queues, letters, handoff, others)
+
+
+def _state(member: MemberRecord, now: float, suspicion_timeout: float) -> WorkerState:
+    if member.left_at is not None:
+        return "left"
+    return "live" if member.is_live(now, suspicion_timeout) else "suspected"
+
+
+def _leases(conn: sqlite3.Connection, now: float) -> dict[int, tuple[str | None, int, float | None]]:
+    """queue -> (owner, epoch, expiry) of its lease; owner and expiry ``None`` when free or expired."""
+    rows = conn.execute(
+        "SELECT queue, owner, epoch, expires_at FROM lease_queues WHERE category = ?", (_DEFAULT_LEASE_CATEGORY,)
+    )
+    return {
+        queue: (owner, epoch, expires) if owner is not None and expires > now else (None, epoch, None)
+        for queue, owner, epoch, expires in rows
+    }
+
+
+def _queue(
+    conn: sqlite3.Connection,
+    number: int,
+    lease: tuple[str | None, int, float | None] | None,
+    agents: list[AgentStatus],
+) -> QueueStatus:
+    positions = queue_positions(QueueId(number), conn)
+    owner, epoch, expires = lease if lease is not None else (None, None, None)
+    # While a queue moves, its old and new owners may both have a fresh row: the owner's wins.
+    reports = sorted((a for a in agents if a.queue == number), key=lambda a: (a.worker == owner, a.updated))
+    agent = reports[-1] if reports else None
+    checkpoint = positions.checkpoint
+    return QueueStatus(
+        queue=number,
+        owner=owner,
+        epoch=epoch,
+        lease_expires=expires,
+        first_retained=positions.first_retained,
+        next_sequence=positions.next_sequence,
+        retained=positions.retained,
+        checkpoint=checkpoint,
+        checkpoint_lag=positions.next_sequence - 1 - (-1 if checkpoint is None else checkpoint),
+        agent=agent,
+    )
+
+
+def _members(conn: sqlite3.Connection) -> list[MemberRecord]:
+    rows = conn.execute(
+        "SELECT worker, incarnation, joined_at, last_heartbeat, left_at FROM membership_workers ORDER BY worker"
+    )
+    return [MemberRecord(*row) for row in rows]
+
+
+def _dead_letters(conn: sqlite3.Connection) -> list[DeadLetterCount]:
+    rows = conn.execute(
+        "SELECT reason, count(*), count(replayed_at) FROM deadletters GROUP BY reason ORDER BY reason"
+    )
+    return [DeadLetterCount(*row) for row in rows]
+
+
+def _handoff(store: EmbeddedStore) -> list[HandoffStatus]:
+    from spark_sink.log import HandoffLog  # pyarrow loads only for a store with a handoff
+
+    log = HandoffLog(store, create_tables=False)
+    result = []
+    for stream in sorted(log.streams()):
+        ends, starts = log.end_offsets(stream), log.start_offsets(stream)
+        retained = sum(end - starts.get(p, 0) for p, end in ends.items())
+        result.append(HandoffStatus(stream, ends, retained))
+    return result

@@ -1,0 +1,170 @@
+"""A worker's live status, written to the embedded store for ``headrace status`` to read.
+
+Cache fill, pressure and watermarks live only in a worker's memory. A :class:`StatusReporter`
+running in the worker writes one row per pulling agent to ``status_agents`` every
+``interval`` seconds, replacing that worker's rows, and removes them when the worker stops.
+Each row says until when it is fresh (three intervals), so a reader can tell a worker that
+stopped reporting (it died) from one that reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import astuple, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .errors import ConfigurationError, HeadraceError
+from .observability.snapshot import QueueSnapshot, take_snapshot
+from .store import EmbeddedStore, Migration
+
+if TYPE_CHECKING:
+    from .provider import StreamProvider
+
+log = logging.getLogger("headrace.status")
+
+STATUS_SCHEMA: list[Migration] = [
+    [
+        "CREATE TABLE status_agents("
+        " worker TEXT NOT NULL, queue INTEGER NOT NULL,"
+        " cache_size INTEGER NOT NULL, cache_max INTEGER NOT NULL, under_pressure INTEGER NOT NULL,"
+        " streams INTEGER NOT NULL, read_messages INTEGER NOT NULL, read_failures INTEGER NOT NULL,"
+        " watermark_min REAL, watermark_delay REAL,"
+        " updated REAL NOT NULL, fresh_until REAL NOT NULL,"
+        " PRIMARY KEY (worker, queue))",
+    ],
+]
+
+FRESH_FOR = 3  # a row stays fresh for this many reporting intervals
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatus:
+    """One pulling agent as its worker last saw it (from a worker snapshot,
+    :func:`streams.observability.take_snapshot`).
+
+    ``watermark_min``: the lowest watermark among the queue's running event-time activations
+    (``None`` when there is none); ``watermark_delay``: the highest watermark delay among them
+    (processing clock minus watermark, in seconds).
+    """
+
+    worker: str
+    queue: int
+    cache_size: int
+    cache_max: int
+    under_pressure: bool
+    streams: int
+    read_messages: int
+    read_failures: int
+    watermark_min: float | None
+    watermark_delay: float | None
+    updated: float
+    fresh_until: float
+
+    @classmethod
+    def of(cls, worker: str, queue: QueueSnapshot, taken_at: float, interval: float) -> AgentStatus:
+        return cls(
+            worker=worker,
+            queue=queue.queue,
+            cache_size=queue.cache_size,
+            cache_max=queue.cache_max_size,
+            under_pressure=queue.under_pressure,
+            streams=queue.streams,
+            read_messages=queue.records_read,
+            read_failures=queue.read_failures,
+            watermark_min=queue.event_time.watermark,
+            watermark_delay=queue.event_time.delay,
+            updated=taken_at,
+            fresh_until=taken_at + FRESH_FOR * interval,
+        )
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> AgentStatus:
+        values = dict(zip(_NAMES, row))
+        values["under_pressure"] = bool(values["under_pressure"])  # SQLite keeps 0 or 1
+        return cls(**values)
+
+
+_NAMES = [f.name for f in fields(AgentStatus)]
+COLUMNS = ", ".join(_NAMES)
+
+
+def read_agent_statuses(conn: sqlite3.Connection, now: float) -> list[AgentStatus]:
+    """The fresh rows of ``status_agents`` (none if no worker ever reported), by queue."""
+    made = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'status_agents'"
+    ).fetchone()
+    if not made:
+        return []
+    rows = conn.execute(
+        f"SELECT {COLUMNS} FROM status_agents WHERE fresh_until >= ? ORDER BY queue, worker", (now,)
+    ).fetchall()
+    return [AgentStatus.from_row(row) for row in rows]
+
+
+class StatusReporter:
+    """Writes ``provider``'s agents to ``store`` every ``interval`` seconds while it runs.
+
+    >>> async def run_worker(provider):             # what ``headrace worker`` does
+    ...     async with provider, anyio.create_task_group() as tg:
+    ...         reporter = StatusReporter(provider, provider.store, interval=5.0)
+    ...         await tg.start(reporter.run)        # first report written when this returns
+    ...         ...                                  # the worker's life
+    ...         tg.cancel_scope.cancel()            # run() removes this worker's rows
+    """
+
+    def __init__(self, provider: StreamProvider, store: EmbeddedStore, interval: float = 5.0) -> None:
+        if not interval > 0:
+            raise ConfigurationError(f"the status interval is positive seconds, not {interval!r}")
+        store.require_schema("status", STATUS_SCHEMA)
+        self.provider = provider
+        self.store = store
+        self.interval = interval
+
+    def snapshot(self) -> list[AgentStatus]:
+        taken = take_snapshot(self.provider)
+        return [AgentStatus.of(taken.worker, queue, taken.taken_at, self.interval) for queue in taken.queues]
+
+    async def report(self) -> list[AgentStatus]:
+        """Replace this worker's rows with its agents as they are now."""
+        statuses = self.snapshot()
+        worker = self.provider.worker_name
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,))
+            marks = ", ".join("?" for _ in _NAMES)
+            conn.executemany(
+                f"INSERT INTO status_agents({COLUMNS}) VALUES ({marks})", [astuple(s) for s in statuses]
+            )
+
+        await self.store.write(write)
+        return statuses
+
+    async def clear(self) -> None:
+        """Remove this worker's rows (it stops: its agents are gone)."""
+        worker = self.provider.worker_name
+        await self.store.write(lambda conn: conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,)))
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Report now, then every ``interval`` until cancelled; then clear this worker's rows.
+        A failed write is logged and tried again next time (status is never worth a crash)."""
+        try:
+            await self._report_logged()
+            task_status.started()
+            while True:
+                await anyio.sleep(self.interval)
+                await self._report_logged()
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.clear()
+                except HeadraceError as exc:
+                    log.warning("could not clear this worker's status rows: %s", exc)
+
+    async def _report_logged(self) -> None:
+        try:
+            await self.report()
+        except HeadraceError as exc:
+            log.warning("writing this worker's status failed (trying again in %.1f s): %s", self.interval, exc)

@@ -1,0 +1,64 @@
+"""Running ``headrace`` as a user does: a subprocess through its real entry point, in a
+directory of the test's own, with no ``HEADRACE_*`` variables but those a test gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def clean_env(**variables: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
+    env["PYTHONPATH"] = str(ROOT)  # the test application (tests.cli.status_app) imports from here
+    env.update(variables)
+    return env
+
+
+def headrace(*args: Any, cwd: Path, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli", *map(str, args)],
+        cwd=cwd,
+        env=env or clean_env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], command: str) -> str:
+    """The single error line of a failed command (exit code 2, no traceback), without its prefix."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    prefix = f"headrace {command}: error: "
+    assert lines[0].startswith(prefix), lines[0]
+    return lines[0][len(prefix):]
+
+
+def json_of(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def published(store: Path) -> list[tuple[str, list[Any], list[float | None] | None]]:
+    """Every batch container in the store's queues: (stream, values, event times), in queue
+    and sequence order (none while the store has no queues)."""
+    from streams.batch import BatchContainer
+
+    with sqlite3.connect(store / "headrace.db") as conn:
+        made = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'queue_records'").fetchone()
+        rows = conn.execute("SELECT stream, payload FROM queue_records ORDER BY queue, seq").fetchall() if made else []
+    result = []
+    for stream, payload in rows:
+        container = BatchContainer.decode(payload)
+        times = None if container.event_times is None else list(container.event_times)
+        result.append((stream, list(container.values), times))
+    return result
