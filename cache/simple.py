@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from streams.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
+from streams.batch import BatchContainer, EventBatch, QueueMessage
 from streams.errors import CacheMissError, ConfigurationError
 from streams.ids import StreamId
 from streams.tokens import SequenceToken

@@ -32,6 +32,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _user_error_in(group: BaseExceptionGroup) -> BaseException:
+    """The HeadraceError inside a task group's error (one line for the user), or the group."""
+    errors = group.subgroup(HeadraceError)
+    while isinstance(errors, BaseExceptionGroup):
+        errors = errors.exceptions[0]
+    return errors if errors is not None else group
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="headrace",
@@ -52,7 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     module = importlib.import_module(f"{__name__}.{args.command}")
     try:
-        return int(module.run(args) or 0)
+        try:
+            return int(module.run(args) or 0)
+        except BaseExceptionGroup as group:  # a task group's: report the user's mistake in it
+            raise _user_error_in(group) from None
     except BrokenPipeError:
         # The reader went away (`headrace simulate … | head`): stop quietly, as cat does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -99,10 +99,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(
         args.log_level or settings.log_level, args.log_format or settings.log_format, worker=provider.worker_name
     )
-    try:
-        anyio.run(serve, provider, port, settings.status_interval)
-    except BaseExceptionGroup as group:
-        raise _single_headrace_error(group) from None
+    anyio.run(serve, provider, port, settings.status_interval)
     return 0
 
 
@@ -172,12 +169,3 @@ async def _watch_signals(
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)  # ends the process as the signal normally does
             leave.set()
-
-
-def _single_headrace_error(group: BaseExceptionGroup) -> BaseException:
-    """The HeadraceError inside a task group's error (a user mistake, reported in one line),
-    or the group itself."""
-    errors = group.subgroup(HeadraceError)
-    while errors is not None and isinstance(errors, BaseExceptionGroup):
-        errors = errors.exceptions[0]  # type: ignore[assignment]
-    return errors if errors is not None else group

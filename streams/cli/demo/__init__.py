@@ -20,8 +20,7 @@ import anyio
 
 from ...timetext import parse_duration
 from ..common import console
-from ..worker import _single_headrace_error
-from .pipeline import DemoPipeline, DemoSettings, work_directory
+from .settings import DemoSettings
 
 EXAMPLES = """examples:
   headrace demo                                   # about a minute, then a summary
@@ -71,15 +70,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .pipeline import work_directory  # Spark's side loads only when the demo runs
+
     settings = _settings(args)
     with work_directory(settings.path) as (store, work):
-        try:
-            return anyio.run(_run, settings, store, work)
-        except BaseExceptionGroup as group:
-            raise _single_headrace_error(group) from None
+        return anyio.run(_run, settings, store, work)
 
 
 async def _run(settings: DemoSettings, store: Path, work: Path) -> int:
+    from .pipeline import DemoPipeline
+
     return await DemoPipeline(settings, store, work, console()).run()
 
 

@@ -18,10 +18,8 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.from_thread
@@ -34,11 +32,11 @@ from ...eventtime import Combined, Count, EventTime, Sum, Tumbling
 from ...ids import StreamId
 from ...errors import HeadraceError
 from ...observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
-from ...observability.logs import LogFormat
 from ...provider import StreamProvider
 from .status import StatusLine
 from .summary import Ledger
 from .traffic import NAMESPACE, POLICY, TollTraffic
+from .settings import DemoSettings
 from .windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader
 
 log = logging.getLogger("headrace.demo")
@@ -46,31 +44,6 @@ log = logging.getLogger("headrace.demo")
 
 class DemoError(HeadraceError):
     """The demo could not finish its run."""
-
-
-@dataclass(frozen=True)
-class DemoSettings:
-    """The demo's knobs (``headrace demo --help``)."""
-
-    duration: float = 60.0  # seconds of publishing
-    rate: float = 1000.0  # toll reports per second, all plazas together
-    streams: int = 40  # toll plazas: one stream each
-    booths: int = 4  # per plaza
-    queues: int = 8
-    window: float = 10.0  # tumbling window, seconds
-    path: Path | None = None  # the embedded store (default: a temporary directory)
-    kafka: str | None = None  # bootstrap servers: queues on Kafka instead
-    kafka_options: Mapping[str, Any] = field(default_factory=dict)  # KafkaSettings fields
-    spark: bool = True
-    metrics_port: int | None = None
-    log_format: LogFormat = "text"
-    trigger: float = 2.0  # seconds between two micro-batches
-    drain_timeout: float = 120.0  # for the worker, and then for the reader, at the end
-    seed: int = 7
-
-    @property
-    def corrupt_records(self) -> int:
-        return max(3, int(self.duration // 20))
 
 
 def booth_totals_type(window: float) -> type:
