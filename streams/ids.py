@@ -39,6 +39,10 @@ class StreamId:
             self, "uniform_hash", stable_hash(f"{namespace}\x00{key}".encode())
         )
 
+    def __hash__(self) -> int:
+        # The stable hash is already computed; stream ids are dict keys on every hot path.
+        return self.uniform_hash
+
     def __repr__(self) -> str:
         return f"StreamId({self.namespace!r}, {self.key!r})"
 
