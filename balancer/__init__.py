@@ -4,7 +4,8 @@
 - distributions (pure): :func:`ideal_distribution`, :func:`best_fit_distribution`,
   :func:`sticky_distribution`;
 - balancers (:class:`QueueBalancer`): :class:`StaticBalancer`, :class:`BestFitBalancer`,
-  :class:`LeaseBasedQueueBalancer`; with Kafka, :class:`BestFitPartitionAssignor`;
+  :class:`LeaseBasedQueueBalancer`; with Kafka, :class:`KafkaGroupBalancer` (its
+  partition assignor: :class:`BestFitPartitionAssignor`);
 - membership (:class:`MembershipOracle`): :class:`MemoryMembership`, :class:`SqliteMembership`;
 - leases (:class:`LeaseProvider`): :class:`MemoryLeaseProvider`, :class:`SqliteLeaseProvider`.
 """
@@ -37,6 +38,7 @@ __all__ = [
     "BestFitPartitionAssignor",
     "Clock",
     "HashRingQueueMapper",
+    "KafkaGroupBalancer",
     "Lease",
     "LeaseBasedQueueBalancer",
     "LeaseProvider",
@@ -72,4 +74,8 @@ def __getattr__(name: str) -> object:
         from .kafka_assignor import BestFitPartitionAssignor
 
         return BestFitPartitionAssignor
+    if name == "KafkaGroupBalancer":
+        from .kafka_group import KafkaGroupBalancer
+
+        return KafkaGroupBalancer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

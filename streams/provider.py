@@ -93,8 +93,9 @@ class StreamProvider:
             balancer is not None or not hasattr(factory, "create_queue_balancer")
         ):
             raise ConfigurationError(
-                "balancer_options set the timings of an embedded store's default balancer; "
-                "a balancer of your own takes its options itself"
+                "balancer_options set the timings of the default balancer (embedded store leases, "
+                "Kafka group membership); a balancer of your own takes its options itself, and "
+                "memory or generator queues have none"
             )
         if worker_name is not None and (not isinstance(worker_name, str) or not worker_name):
             raise ConfigurationError(f"worker_name is a non-empty str, not {worker_name!r}")

@@ -37,7 +37,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -45,6 +45,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, for_code
 
 from balancer.mapper import HashRingQueueMapper
+
+if TYPE_CHECKING:  # the balancer imports this module
+    from balancer.base import BalancerOptions
+    from balancer.kafka_group import KafkaGroupBalancer
 
 from ..batch import QueueMessage
 from ..errors import ConfigurationError, QueueAdapterError
@@ -105,6 +109,10 @@ class KafkaSettings:
     outage_after: float = 3.0  # seconds without a fetch answer before calling it an outage
     request_timeout: float = 5.0  # one attempt of a request to the broker
     give_up_after: float = 60.0  # seconds of failed attempts before an enqueue etc. raises
+    # Workers share the partitions through a Kafka consumer group (KafkaGroupBalancer). Off:
+    # each worker reads every partition, for a worker known to run alone (it then starts
+    # without waiting for the group's first rebalance, a few seconds).
+    group_membership: bool = True
     client_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -594,6 +602,26 @@ class KafkaAdapterFactory:
 
     def get_queue_mapper(self) -> HashRingQueueMapper:
         return self._mapper
+
+    def create_queue_balancer(self, options: BalancerOptions | None = None) -> KafkaGroupBalancer | None:
+        """The balancer of the workers reading this topic: they are the members of a Kafka
+        consumer group, so one worker alone reads every partition and several share them
+        (:class:`~balancer.kafka_group.KafkaGroupBalancer`). ``options.lease_length`` is the
+        group's session timeout (how soon a dead worker's queues move), its heartbeat comes
+        every ``renew_period`` (at most a third of that) and it checks on the group every
+        ``refresh_period``. ``None`` when ``group_membership`` is off: read everything."""
+        if not self.settings.group_membership:
+            return None
+        from balancer.kafka_group import KafkaGroupBalancer
+
+        if options is None:
+            return KafkaGroupBalancer(self.settings)
+        return KafkaGroupBalancer(
+            self.settings,
+            session_timeout=options.lease_length,
+            heartbeat_interval=min(options.renew_period, options.lease_length / 3),
+            poll_period=options.refresh_period,
+        )
 
     async def _ensure_topic(self) -> None:
         settings = self.settings

@@ -23,8 +23,10 @@ def open_provider(where: str, queues: int) -> StreamProvider:
     kind, _, rest = where.partition(":")
     if kind == "kafka":
         bootstrap, _, topic = rest.partition("/")
-        # The test broker (Tansu, memory storage) has no idempotent producer.
-        return StreamProvider.kafka(bootstrap, topic, queues=queues, kafka={"idempotent": False})
+        # The test broker (Tansu, memory storage) has no idempotent producer. One worker at
+        # a time: no consumer group, so a successor need not wait out a killed one's session.
+        settings = {"idempotent": False, "group_membership": False}
+        return StreamProvider.kafka(bootstrap, topic, queues=queues, kafka=settings)
     return StreamProvider.embedded(rest, queues=queues, balancer_options=LEASES)
 
 

@@ -1,0 +1,51 @@
+"""The application the Kafka cluster tests run with
+``headrace worker --app tests.cluster.kafka_worker_app:app``: the topic ``HEADRACE_TEST_TOPIC``
+(8 partitions) of the broker at ``HEADRACE_TEST_KAFKA``, workers sharing it through the Kafka
+consumer group (session timeout ``HEADRACE_TEST_LEASE`` seconds). It records deliveries and
+receiver calls into ``HEADRACE_TEST_RECORDS`` as :mod:`tests.cluster.worker_app` does."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, TextIO
+
+from balancer import BalancerOptions
+from streams import StreamId, StreamProvider
+from streams.adapters.kafka import KafkaAdapterFactory
+
+from .worker_app import NAMESPACE, QUEUES, RecordingAdapter
+
+
+class RecordingKafkaFactory(KafkaAdapterFactory):
+    provider: StreamProvider
+    reads: TextIO
+
+    async def create_adapter(self) -> RecordingAdapter:  # type: ignore[override]
+        return RecordingAdapter(await super().create_adapter(), self.provider, self.reads)  # type: ignore[arg-type]
+
+
+def app() -> StreamProvider:
+    records = Path(os.environ["HEADRACE_TEST_RECORDS"])
+    session = float(os.environ["HEADRACE_TEST_LEASE"])
+    factory = RecordingKafkaFactory(
+        os.environ["HEADRACE_TEST_KAFKA"], os.environ["HEADRACE_TEST_TOPIC"], QUEUES, idempotent=False
+    )
+    provider = StreamProvider(
+        factory,
+        balancer_options=BalancerOptions(session, renew_period=session / 3, refresh_period=session / 6),
+        shutdown_timeout=2.0,
+    )
+    factory.provider = provider
+    factory.reads = open(records / f"{os.getpid()}.reads", "a", buffering=1)
+    deliveries = open(records / f"{os.getpid()}.deliveries", "a", buffering=1)
+
+    @provider.implicit(NAMESPACE)
+    class Recorder:
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_next(self, batch: Any) -> None:
+            deliveries.write("".join(f"{e.value} {e.token}\n" for e in batch))
+
+    return provider
