@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from balancer import BalancerOptions
-from streams import StreamId, StreamProvider
+from streams import StreamProvider
 from streams.adapters.kafka import KafkaAdapterFactory
 
-from .worker_app import NAMESPACE, QUEUES, RecordingAdapter
+from .worker_app import QUEUES, RecordingAdapter, recording
 
 
 class RecordingKafkaFactory(KafkaAdapterFactory):
@@ -36,16 +36,4 @@ def app() -> StreamProvider:
         balancer_options=BalancerOptions(session, renew_period=session / 3, refresh_period=session / 6),
         shutdown_timeout=2.0,
     )
-    factory.provider = provider
-    factory.reads = open(records / f"{os.getpid()}.reads", "a", buffering=1)
-    deliveries = open(records / f"{os.getpid()}.deliveries", "a", buffering=1)
-
-    @provider.implicit(NAMESPACE)
-    class Recorder:
-        def __init__(self, stream_id: StreamId) -> None:
-            pass
-
-        def on_next(self, batch: Any) -> None:
-            deliveries.write("".join(f"{e.value} {e.token}\n" for e in batch))
-
-    return provider
+    return recording(provider, factory, records)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import signal
 import time
-from itertools import pairwise
 from pathlib import Path
 
 import anyio
 
 from streams import StreamProvider
 
-from .test_workers import Cluster, Producer, spread_over
+from .test_workers import Cluster, Producer, assert_nothing_lost_and_no_overlap, spread_over
 from .worker_app import QUEUES
 
 SESSION = 3.0  # the group's session timeout, seconds: how soon a killed worker's queues move
@@ -78,16 +77,4 @@ async def test_kafka_workers_share_partitions_through_a_join_a_leave_and_a_kill(
         cluster.stop_all()
 
     assert leaving and killed
-    delivered = cluster.deliveries()
-    assert {value for value, _ in delivered} == set(producer.published)  # at least once
-    tokens: dict[str, set[str]] = {}
-    for value, token in delivered:
-        tokens.setdefault(value, set()).add(token)
-    assert all(len(t) == 1 for t in tokens.values())  # a redelivery is the same record
-    tenures = cluster.tenures()
-    assert sorted(tenures) == list(range(QUEUES))
-    for queue, spans in tenures.items():
-        for (_, end, before), (start, _, after) in pairwise(spans):
-            assert end <= start, f"queue {queue}: {before} until {end!r}, {after} from {start!r}"
-    moved = [q for q, spans in tenures.items() if len({worker for _, _, worker in spans}) > 1]
-    assert set(moved) >= leaving | killed
+    assert_nothing_lost_and_no_overlap(cluster, producer.published, moved=leaving | killed)

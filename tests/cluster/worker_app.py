@@ -98,6 +98,12 @@ def app() -> StreamProvider:
         dead_letters=factory.create_dead_letter_store(),
         balancer_options=BalancerOptions(lease, renew_period=lease / 4, refresh_period=lease / 8),
     )
+    return recording(provider, factory, records)
+
+
+def recording(provider: StreamProvider, factory: Any, records: Path) -> StreamProvider:
+    """Make ``provider``'s worker record its reads (through ``factory``'s recording adapter)
+    and every event delivered (value and token) under ``records``."""
     factory.provider = provider
     factory.reads = open(records / f"{os.getpid()}.reads", "a", buffering=1)
     deliveries = open(records / f"{os.getpid()}.deliveries", "a", buffering=1)
