@@ -57,6 +57,10 @@ class QueueCache(Protocol):
         cache), or, with no token, at the next batch of the stream to arrive."""
         ...
 
+    def oldest_cached_token(self) -> SequenceToken | None:
+        """Where the oldest batch still cached stands (where a cache miss resumes)."""
+        ...
+
     def oldest_needed(self) -> int | None:
         """The queue sequence number of the oldest batch a cursor still needs, if any."""
         ...
