@@ -18,6 +18,8 @@ Example::
 
 from __future__ import annotations
 
+import abc
+
 import asyncio
 import os
 import signal
@@ -112,7 +114,7 @@ def _wait_until_serving(port: int, process: subprocess.Popen[bytes], timeout: fl
         time.sleep(0.02)
 
 
-class _TansuProcess:
+class _TansuProcess(abc.ABC):
     """One ``tansu`` subcommand listening on a fixed loopback port; start, stop, restart."""
 
     def __init__(self, port: int | None = None, start_timeout: float = 10.0) -> None:
@@ -129,8 +131,9 @@ class _TansuProcess:
     def url(self) -> str:
         return f"tcp://{self.bootstrap}"
 
+    @abc.abstractmethod
     def _arguments(self) -> list[str]:
-        raise NotImplementedError
+        """The tansu command line after the binary (``broker …`` or ``proxy …``)."""
 
     @property
     def running(self) -> bool:
