@@ -66,6 +66,8 @@ class PullingAgent:
     ) -> None:
         self.queue = queue
         self.receiver = receiver
+        # Checked once: a runtime Protocol check is too slow for every pump.
+        self._rewindable = isinstance(receiver, RewindableReceiver)
         self.cache = cache
         self.context = context
         self.read_messages = 0
@@ -339,10 +341,6 @@ class PullingAgent:
         self._spawn(consumer.run)
         consumer.wake()
         return consumer
-
-    @property
-    def _rewindable(self) -> bool:
-        return isinstance(self.receiver, RewindableReceiver)
 
     def _rewind_cursor(self, sid: StreamId, start_sequence: int) -> RewindCursor:
         return RewindCursor(sid, self.receiver, self.cache, start_sequence)  # type: ignore[arg-type]

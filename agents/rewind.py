@@ -56,7 +56,6 @@ class RewindCursor:
         self._joined: QueueCacheCursor | None = None
         self._read_size = read_size
         self._closed = False
-        self.history_batches = 0  # read from the durable queue, for status and tests
 
     @property
     def needs_fill(self) -> bool:
@@ -106,5 +105,4 @@ class RewindCursor:
                 continue  # the agent dead-lettered it when it first read it
             if container.stream_id == self.stream_id:
                 self._buffer.append(_HistoryBatch(message, container))
-                self.history_batches += 1
         self._next_sequence = messages[-1].sequence_number + 1
