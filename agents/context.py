@@ -20,5 +20,5 @@ class AgentContext:
     pubsub: PubSubStore
     dead_letters: DeadLetterStore
     failure_handler: StreamFailureHandler
-    # handoff stream name -> spark_sink.HandoffSink, for consumer types that declare a handoff
+    # handoff stream name -> a spark_sink.HandoffSink, for consumer types that declare a handoff
     handoff_sinks: Mapping[str, Any] = field(default_factory=dict)

@@ -5,23 +5,29 @@ Both read the same rows into Spark's ``noop`` sink on the same session:
 * ``headrace``: the handoff log of an embedded store (SQLite index, one Arrow IPC segment per
   append, two partitions), through :mod:`spark_sink.datasource`;
 * ``minimal``: a bare Python DataSource that memory-maps one Arrow IPC file holding the same
-  rows and yields its record batches, two partitions: the floor any Python source pays.
+  rows and yields its record batches, two partitions: the floor any Python source pays;
+* with ``--kafka``, also ``kafka``: the same appends in the Kafka handoff log on the test
+  broker (Tansu, started for the run), read with ``kafka.bootstrap.servers``.
 
 Each is read as a batch query and as a streaming query (``availableNow``), after a warm-up;
 the best of ``--repeat`` runs is reported, and the ratio headrace/minimal (aim: >= 0.8).
 
-    .venv/bin/python bench/spark.py [--rows 2000000] [--segment-rows 5000] [--repeat 3]
+    .venv/bin/python bench/spark.py [--rows 2000000] [--segment-rows 5000] [--repeat 3] [--kafka]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from itertools import pairwise
+from pathlib import Path
+
+import anyio
 
 import numpy as np
 import pyarrow as pa
@@ -35,10 +41,13 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StructType
 
-import spark_sink
-from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
-from spark_sink.storage import BATCH_ROWS
-from streams.store import EmbeddedStore
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import spark_sink  # noqa: E402
+from spark_sink import HandoffLog, HandoffSchema, HandoffWriter, KafkaHandoffLog  # noqa: E402
+from spark_sink.storage import BATCH_ROWS  # noqa: E402
+from streams.store import EmbeddedStore  # noqa: E402
+from tests.kafka_broker import TansuBroker  # noqa: E402
 
 STREAM = "bench"
 PARTITIONS = 2
@@ -137,6 +146,19 @@ def build_store(path: str, table: pa.Table, segment_rows: int) -> None:
                 writer.append(conn, n % PARTITIONS, table.slice(offset, segment_rows))
 
 
+async def build_kafka_log(bootstrap: str, table: pa.Table, segment_rows: int) -> None:
+    """The same appends in the Kafka handoff log: one record per segment, as a sink writes."""
+    async with KafkaHandoffLog({"bootstrap_servers": bootstrap}, "bench") as log:
+        await log.declare(STREAM, SCHEMA, PARTITIONS)
+        ends = dict.fromkeys(range(PARTITIONS), 0)
+        for n, offset in enumerate(range(0, table.num_rows, segment_rows)):
+            partition = n % PARTITIONS
+            ends[partition] = 1 + await log.append(
+                STREAM, partition, table.slice(offset, segment_rows),
+                expected=ends[partition], source="bench", consumer="bench", marks={},
+            )
+
+
 def write_ipc(path: str, table: pa.Table) -> None:
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         for batch in table.to_batches(max_chunksize=BATCH_ROWS):
@@ -181,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--segment-rows", type=int, default=5_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--kafka", action="store_true", help="also read the Kafka handoff log")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -198,22 +221,31 @@ def main(argv: list[str] | None = None) -> None:
     spark.dataSource.register(MinimalArrowSource)
 
     try:
-        with tempfile.TemporaryDirectory(prefix="headrace-bench-") as workdir:
-            compare(spark, workdir, args)
+        with contextlib.ExitStack() as stack:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="headrace-bench-"))
+            broker = stack.enter_context(TansuBroker()).bootstrap if args.kafka else None
+            compare(spark, workdir, args, broker)
     finally:
         spark.stop()
 
 
-def compare(spark: SparkSession, workdir: str, args: argparse.Namespace) -> None:
-    """Build the same rows as a handoff log and as one IPC file; print both read rates."""
+def compare(spark: SparkSession, workdir: str, args: argparse.Namespace, broker: str | None) -> None:
+    """Build the same rows as a handoff log and as one IPC file (and in Kafka, with a
+    broker); print the read rates side by side."""
     table = make_rows(args.rows)
     store, ipc = os.path.join(workdir, "store"), os.path.join(workdir, "rows.arrow")
     build_store(store, table, args.segment_rows)
     write_ipc(ipc, table)
+    if broker is not None:
+        anyio.run(build_kafka_log, broker, table, args.segment_rows)
     segments = -(-args.rows // args.segment_rows)
 
     def headrace(reader: Reader) -> DataFrame:
         return reader.format("headrace").option("path", store).option("stream", STREAM).load()
+
+    def kafka(reader: Reader) -> DataFrame:
+        source = reader.format("headrace").option("kafka.bootstrap.servers", broker)
+        return source.option("topicPrefix", "bench").option("stream", STREAM).load()
 
     def minimal(reader: Reader) -> DataFrame:
         return reader.format("minimal_arrow").option("path", ipc).load()
@@ -231,10 +263,14 @@ def compare(spark: SparkSession, workdir: str, args: argparse.Namespace) -> None
     print(f"{'mode':<8} {'source':<9} {'rows/s':>12}")
     for mode in ("batch", "stream"):
         runs = {"headrace": make_run(mode, headrace), "minimal": make_run(mode, minimal)}
+        if broker is not None:
+            runs["kafka"] = make_run(mode, kafka)
         rates = best_rates(runs, args.rows, args.repeat)
         for name, rate in rates.items():
             print(f"{mode:<8} {name:<9} {rate:12,.0f}")
         print(f"{mode:<8} ratio headrace/minimal = {rates['headrace'] / rates['minimal']:.2f}")
+        if broker is not None:
+            print(f"{mode:<8} ratio kafka/minimal = {rates['kafka'] / rates['minimal']:.2f}")
     print("(each stream run includes starting and stopping a query, ~2 s here, alike for both)")
 
 

@@ -8,7 +8,10 @@ partition per queue, with dense offsets; Spark reads it in batch or as micro-bat
     df = (spark.readStream.format("headrace")
           .option("path", "/var/lib/headrace").option("stream", "averages").load())
 
-The writer side (used by the runtime)::
+With the queues on Kafka the log is in Kafka topics, and Spark reads it with
+``.option("kafka.bootstrap.servers", "broker:9092")`` instead of ``path``.
+
+The writer side of the embedded log (used by the runtime)::
 
     log = spark_sink.HandoffLog(store)           # store: streams.store.EmbeddedStore
     writer = spark_sink.HandoffWriter(log, "averages",
@@ -25,7 +28,10 @@ from .errors import (
     HandoffStoreNotFoundError,
     UnknownHandoffStreamError,
 )
-from .handoff import Handoff, HandoffSink
+from .handoff import EmbeddedHandoffSink, Handoff, HandoffSink
+from .kafka_log import KafkaHandoffLog
+from .kafka_sink import KafkaHandoffSink
+from .kafka_storage import KafkaStorage
 from .log import HandoffLog, Segment
 from .options import ReadOptions
 from .schema import HandoffColumn, HandoffSchema
@@ -35,6 +41,7 @@ from .writer import HandoffWriter
 __all__ = [
     "Handoff",
     "HandoffSink",
+    "EmbeddedHandoffSink",
     "EmbeddedStorage",
     "HandoffColumn",
     "HandoffDataLostError",
@@ -46,6 +53,9 @@ __all__ = [
     "HandoffStoreNotFoundError",
     "HandoffWriter",
     "HeadraceDataSource",
+    "KafkaHandoffLog",
+    "KafkaHandoffSink",
+    "KafkaStorage",
     "OffsetRange",
     "ReadOptions",
     "Segment",

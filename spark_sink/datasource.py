@@ -5,15 +5,20 @@ Example::
     spark_sink.register(spark)
     averages = (spark.readStream.format("headrace")
                 .option("path", "/var/lib/headrace").option("stream", "averages").load())
+    # or, with the queues (and so the handoff log) on Kafka:
+    averages = (spark.readStream.format("headrace")
+                .option("kafka.bootstrap.servers", "broker:9092").option("stream", "averages")
+                .load())
 
 Where each piece runs: the DataSource and the stream reader's offset methods run in a
 long-lived Python process of the Spark driver; ``read`` runs in executor workers on a pickled
 copy of the reader. Neither shares memory with the headrace runtime, so everything goes
 through the durable log, and readers hold nothing unpicklable across a pickle.
 
-Exactly-once: offsets are dense and immutable once committed, Spark checkpoints each batch's
+Exactly-once: offsets are immutable once committed, Spark checkpoints each batch's
 ``{partition: offset}`` range before running it and re-runs the same range after a failure,
-and ``read`` of a range always yields the same rows; an idempotent sink (files, Delta,
+and ``read`` of a range always yields the same rows (on Kafka too: whether a record counts
+depends on the record alone, see :mod:`spark_sink.kafka_log`); an idempotent sink (files, Delta,
 ``foreachBatch`` keyed by batch id) therefore receives every handed-off row exactly once.
 """
 
@@ -39,7 +44,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from .errors import HandoffDataLostError, HandoffSchemaError
-from .offsets import Offsets, admit, decode_offsets, encode_offsets, split_ranges
+from .offsets import Offsets, decode_offsets, encode_offsets, split_ranges
 from .options import ReadOptions
 from .storage import HandoffSplit, HandoffStorage
 
@@ -118,7 +123,7 @@ class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTrig
                     "store was replaced; use a new checkpoint location"
                 )
         if isinstance(limit, ReadMaxRows):
-            latest = admit(begin, latest, limit.max_rows)
+            latest = self.storage.admit(self.options.stream, begin, latest, limit.max_rows)
         return encode_offsets(latest)
 
     def reportLatestOffset(self) -> dict[str, int]:

@@ -2,10 +2,12 @@
 
 A consumer type sets ``handoff = Handoff("name", {"column": "type", ...})`` next to its
 ``event_time``; the runtime appends every window it closes to the handoff stream ``name``
-(partition = the source stream's queue). Each append commits, in the same SQLite
-transaction, a per-key mark of the newest window end handed off; a replay after a crash or
-a queue move (the checkpoint is held at the oldest event of an open window) therefore
-skips windows already written, and never writes one twice.
+(partition = the source stream's queue) through a :class:`HandoffSink`. Each append carries,
+atomically, a per-key mark of the newest window end handed off; a replay after a crash or a
+queue move (the checkpoint is held at the oldest event of an open window) therefore skips
+windows already written, and never writes one twice. :class:`EmbeddedHandoffSink` keeps
+rows and marks in one SQLite transaction of the store; the Kafka sink
+(:mod:`spark_sink.kafka_sink`) in one Kafka record.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from streams.errors import ConfigurationError
 from streams.eventtime.processor import WindowResult
@@ -78,8 +80,44 @@ def handoff_of(cls: type) -> Handoff | None:
     return spec if isinstance(spec, Handoff) else None
 
 
-class HandoffSink:
-    """Appends one handoff stream's windows, exactly once per (source, consumer, key, end)."""
+def fresh_windows(
+    windows: Sequence[WindowResult], marks: Mapping[str, float]
+) -> tuple[list[WindowResult], dict[str, float]]:
+    """The windows not handed off yet (per key, an end beyond the key's mark), and the
+    marks they move.
+
+    >>> from streams.eventtime.processor import WindowResult
+    >>> w = [WindowResult("a", 0, 60, 1, None), WindowResult("a", 60, 120, 2, None)]
+    >>> fresh, moved = fresh_windows(w, {"a": 60})
+    >>> [r.end for r in fresh], moved
+    ([120], {'a': 120})
+    """
+    fresh = []
+    moved: dict[str, float] = {}
+    for result in windows:
+        key = "" if result.key is None else str(result.key)
+        if result.end > moved.get(key, marks.get(key, float("-inf"))):  # per key, in order of end
+            fresh.append(result)
+            moved[key] = result.end
+    return fresh, moved
+
+
+class HandoffSink(Protocol):
+    """Where the runtime appends one handoff stream's closed windows."""
+
+    async def write(
+        self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]
+    ) -> int:
+        """Append the windows of ``source`` (a stream) and ``consumer`` (a consumer type) not
+        yet handed off, to ``partition`` (the stream's queue); return how many were."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class EmbeddedHandoffSink:
+    """Appends one handoff stream's windows to an embedded store, exactly once per
+    (source, consumer, key, end)."""
 
     def __init__(self, store: EmbeddedStore, handoff: Handoff) -> None:
         store.require_schema("handoff_marks", _MARKS)
@@ -88,10 +126,12 @@ class HandoffSink:
         self._writer = HandoffWriter(HandoffLog(store), handoff.stream, handoff.schema())  # blocking
 
     async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
-        """Append the windows not yet handed off; return how many were."""
         if not windows:
             return 0
         return await self.store.write(lambda conn: self._append(conn, source, consumer, partition, windows))
+
+    async def close(self) -> None:
+        pass  # the store belongs to the provider
 
     def _append(
         self, conn: sqlite3.Connection, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]
@@ -103,13 +143,7 @@ class HandoffSink:
                 (name, source, consumer),
             )
         )
-        fresh = []
-        moved: dict[str, float] = {}
-        for result in windows:
-            key = "" if result.key is None else str(result.key)
-            if result.end > moved.get(key, marks.get(key, float("-inf"))):  # per key, in order of end
-                fresh.append(result)
-                moved[key] = result.end
+        fresh, moved = fresh_windows(windows, marks)
         if fresh:
             self._writer.append(conn, partition, [self.handoff.row(w) for w in fresh])
             conn.executemany(

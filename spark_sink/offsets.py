@@ -6,14 +6,27 @@ to the next, partition by partition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from streams.errors import ConfigurationError
 
-from .storage import OffsetRange
-
 Offsets = dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """Offsets ``[start, end)`` of one partition of a handoff stream."""
+
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def rows(self) -> int:
+        """Offsets in the range: rows in the embedded log, records (appends) on Kafka."""
+        return self.end - self.start
 
 
 def admit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
@@ -34,6 +47,48 @@ def admit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
         admitted[partition] = start.get(partition, 0) + take
         left -= take
     return admitted
+
+
+def admit_records(
+    start: Offsets, end: Offsets, max_rows: int, records: Mapping[int, Sequence[tuple[int, int]]]
+) -> Offsets:
+    """:func:`admit` for a log whose offsets are records of several rows each.
+
+    ``records[p]`` lists ``(offset, rows)`` of partition ``p``'s records from ``start[p]`` on,
+    as far as ``max_rows`` could reach. Whole records are admitted, at most ``max_rows`` rows
+    in all, except that a batch always moves if there is data: when even the smallest first
+    record is over the limit, that one record goes alone.
+
+    >>> admit_records({0: 0, 1: 0}, {0: 3, 1: 1}, 4, {0: [(0, 2), (1, 2), (2, 2)], 1: [(0, 9)]})
+    {0: 2, 1: 0}
+    """
+    available = {p: sum(rows for _, rows in records.get(p, ())) for p in end}
+    quota = admit(dict.fromkeys(end, 0), available, max_rows)  # fair shares, in rows
+    taken = dict.fromkeys(end, 0)  # records admitted, per partition
+    left = max_rows
+
+    def take(partition: int, limit: int) -> bool:
+        nonlocal left
+        queue = records.get(partition, ())
+        if taken[partition] < len(queue) and queue[taken[partition]][1] <= min(limit, left):
+            left -= queue[taken[partition]][1]
+            taken[partition] += 1
+            return True
+        return False
+
+    for partition, share in quota.items():  # each partition up to its share...
+        used = 0
+        while take(partition, share - used):
+            used += records[partition][taken[partition] - 1][1]
+    while any([take(p, left) for p in sorted(end)]):  # ...then what shares left unused
+        pass
+    if not any(taken.values()):  # records over the limit: the smallest first one goes alone
+        firsts = [(queue[0][1], p) for p, queue in records.items() if queue]
+        if firsts:
+            taken[min(firsts)[1]] = 1
+    return {
+        p: records[p][taken[p] - 1][0] + 1 if taken[p] else start.get(p, 0) for p in end
+    }
 
 
 def split_ranges(start: Offsets, end: Offsets, max_rows: int) -> list[OffsetRange]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from streams.errors import ConfigurationError
 
@@ -14,32 +15,48 @@ _KAFKA = "kafka.bootstrap.servers"
 _KNOWN_OPTIONS = {
     "path",
     "stream",
-    _KAFKA,
+    "topicprefix",
     "maxrecordspertrigger",
     "maxrowspersplit",
     "startingoffsets",
     "trimoncommit",
 }
+_OPTION_NAMES = (
+    "path or kafka.bootstrap.servers (and other kafka.* client settings), stream, topicPrefix, "
+    "maxRecordsPerTrigger, maxRowsPerSplit, startingOffsets, trimOnCommit"
+)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ReadOptions:
     """The DataSource options, checked.
 
-    ``path``            the store directory (embedded log)
+    ``path``            the store directory (the embedded log), or
+    ``kafka.bootstrap.servers``  the Kafka cluster (the Kafka log); other ``kafka.*`` options
+                        are client settings, named as Kafka names them
+                        (``kafka.security.protocol``, ``kafka.sasl.mechanism``, ...)
+    ``topicPrefix``     Kafka only: the workers' ``handoff_prefix`` (default ``headrace``)
     ``stream``          the handoff stream (a consumer's declared output)
-    ``maxRecordsPerTrigger``  rows per micro-batch at most (default: everything available)
-    ``maxRowsPerSplit`` rows per Spark task at most (default 1,000,000)
+    ``maxRecordsPerTrigger``  rows per micro-batch at most (default: everything available;
+                        on Kafka whole appends, so one append larger than this goes alone)
+    ``maxRowsPerSplit`` offsets per Spark task at most (default 1,000,000): rows in the
+                        embedded log, appends on Kafka
     ``startingOffsets`` ``earliest`` (default) or ``latest``, for a query with no checkpoint
-    ``trimOnCommit``    ``true`` (default): segments a finished batch consumed are deleted
+    ``trimOnCommit``    embedded only, ``true`` (default): segments a finished batch consumed
+                        are deleted (Kafka topics are trimmed by their retention)
 
     >>> options = ReadOptions.parse({"path": "/s", "stream": "avg", "maxRecordsPerTrigger": "500"})
     >>> options.max_records_per_trigger, options.starting_offsets, options.trim_on_commit
     (500, 'earliest', True)
+    >>> ReadOptions.parse({"kafka.bootstrap.servers": "k:9092", "stream": "avg",
+    ...                    "kafka.security.protocol": "SSL"}).kafka
+    {'bootstrap_servers': 'k:9092', 'security_protocol': 'SSL'}
     """
 
-    path: str
+    path: str | None
     stream: str
+    kafka: dict[str, Any] | None = None  # aiokafka client options
+    topic_prefix: str = "headrace"
     max_records_per_trigger: int | None = None
     max_rows_per_split: int = 1_000_000
     starting_offsets: str = "earliest"
@@ -48,19 +65,28 @@ class ReadOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         given = {key.lower(): value for key, value in options.items()}
-        unknown = sorted(set(given) - _KNOWN_OPTIONS)
+        kafka = {
+            key.removeprefix("kafka.").replace(".", "_"): _client_value(value)
+            for key, value in given.items()
+            if key.startswith("kafka.")
+        }
+        unknown = sorted(k for k in set(given) - _KNOWN_OPTIONS if not k.startswith("kafka."))
         if unknown:
             raise ConfigurationError(
-                f"unknown headrace option(s) {', '.join(unknown)}; the options are: path, "
-                "stream, maxRecordsPerTrigger, maxRowsPerSplit, startingOffsets, trimOnCommit"
+                f"unknown headrace option(s) {', '.join(unknown)}; the options are: {_OPTION_NAMES}"
             )
-        if _KAFKA in given:
+        if kafka and _KAFKA not in given:
             raise ConfigurationError(
-                f"option {_KAFKA}: the Kafka handoff log is not available in this version; "
-                "use option path with the embedded store directory"
+                f"option(s) {', '.join(sorted(k for k in given if k.startswith('kafka.')))} "
+                f"need {_KAFKA}, the Kafka cluster the handoff topics are on"
             )
-        if not given.get("path"):
-            raise ConfigurationError("option path is required: the headrace store directory")
+        if bool(given.get("path")) == (_KAFKA in given):
+            raise ConfigurationError(
+                "give either option path (the headrace store directory) or option "
+                f"{_KAFKA} (the Kafka cluster), not {'both' if kafka else 'neither'}"
+            )
+        if "topicprefix" in given and not kafka:
+            raise ConfigurationError(f"option topicPrefix applies only with {_KAFKA}")
         if not given.get("stream"):
             raise ConfigurationError("option stream is required: the handoff stream to read")
         starting = given.get("startingoffsets", "earliest").lower()
@@ -68,12 +94,19 @@ class ReadOptions:
             raise ConfigurationError(
                 f"option startingOffsets is 'earliest' or 'latest', not {starting!r}"
             )
-        trim = given.get("trimoncommit", "true").lower()
+        trim = given.get("trimoncommit", "false" if kafka else "true").lower()
         if trim not in ("true", "false"):
             raise ConfigurationError(f"option trimOnCommit is 'true' or 'false', not {trim!r}")
+        if kafka and trim == "true":
+            raise ConfigurationError(
+                "option trimOnCommit applies only to the embedded store: Kafka topics are "
+                "trimmed by their retention (retention.ms), not by a reader"
+            )
         return cls(
-            path=given["path"],
+            path=given.get("path") or None,
             stream=check_stream_name(given["stream"]),
+            kafka=kafka or None,
+            topic_prefix=given.get("topicprefix") or "headrace",
             max_records_per_trigger=_positive_int(given, "maxRecordsPerTrigger"),
             max_rows_per_split=_positive_int(given, "maxRowsPerSplit") or 1_000_000,
             starting_offsets=starting,
@@ -81,7 +114,17 @@ class ReadOptions:
         )
 
     def open_storage(self) -> HandoffStorage:
+        if self.kafka is not None:
+            from .kafka_storage import KafkaStorage  # aiokafka only for Kafka reads
+
+            return KafkaStorage(self.kafka, self.topic_prefix)
+        assert self.path is not None
         return EmbeddedStorage(self.path)
+
+
+def _client_value(text: str) -> Any:
+    """Spark options are strings; aiokafka wants numbers as numbers."""
+    return int(text) if text.isdigit() else text
 
 
 def _positive_int(given: Mapping[str, str], name: str) -> int | None:

@@ -2,8 +2,8 @@
 
 The DataSource deals in offsets and ranges only; a :class:`HandoffStorage` turns ranges into
 picklable :class:`HandoffSplit`\\ s that Spark's executors read. :class:`EmbeddedStorage` is
-the store directory (:class:`~spark_sink.log.HandoffLog`); a Kafka topic is the other
-implementation the protocol leaves room for.
+the store directory (:class:`~spark_sink.log.HandoffLog`); Kafka topics are the other
+(:mod:`spark_sink.kafka_storage`).
 """
 
 from __future__ import annotations
@@ -17,25 +17,13 @@ import pyarrow as pa
 
 from .errors import HandoffDataLostError
 from .log import HandoffLog
+from .offsets import OffsetRange, Offsets, admit
 from .schema import HandoffSchema
 from .segments import read_segment, rebatch
 
 # Rows per record batch handed to Spark: large enough that per-batch costs vanish, small
 # enough that a batch stays a few MB.
 BATCH_ROWS = 1 << 16
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetRange:
-    """Offsets ``[start, end)`` of one partition of a handoff stream."""
-
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def rows(self) -> int:
-        return self.end - self.start
 
 
 class HandoffSplit(Protocol):
@@ -59,6 +47,10 @@ class HandoffStorage(Protocol):
 
     def end_offsets(self, stream: str) -> dict[int, int]:
         """One past the last committed offset, per partition."""
+        ...
+
+    def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+        """How far from ``start`` towards ``end`` a batch of at most ``max_rows`` rows goes."""
         ...
 
     def plan(self, stream: str, ranges: Sequence[OffsetRange]) -> list[HandoffSplit]:
@@ -121,6 +113,9 @@ class EmbeddedStorage:
 
     def end_offsets(self, stream: str) -> dict[int, int]:
         return self.log.end_offsets(stream)
+
+    def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+        return admit(start, end, max_rows)  # an offset is a row here
 
     def plan(self, stream: str, ranges: Sequence[OffsetRange]) -> list[HandoffSplit]:
         return [

@@ -9,7 +9,7 @@ Sections (every key is optional; docs/configuration.md has a full example)::
     [cache]               size, buckets, slow_consumer_timeout
     [balancer]            lease_length, renew_period, refresh_period    (BalancerOptions)
     [time]                ordering-policy defaults and a window
-    [spark]               the handoff store Spark reads, and the DataSource's read options
+    [spark]               where Spark reads the handoff log, and the DataSource's read options
     [worker]              app, name, log_level, log_format, metrics_port, status_interval
 
 Where settings come from, the later winning: the file, then the environment, then
@@ -84,7 +84,7 @@ class KafkaTopic:
 @dataclass(frozen=True, slots=True)
 class ProviderSettings:
     """``[provider]``: which queues. ``path`` is the embedded store's directory (with Kafka:
-    the optional local store for pub-sub, dead letters and the Spark handoff)."""
+    the optional local store for pub-sub and dead letters; the Spark handoff is on Kafka)."""
 
     adapter: Adapter = "embedded"
     queues: int = DEFAULT_QUEUES
@@ -104,25 +104,30 @@ class TimeSettings:
 
 @dataclass(frozen=True, slots=True)
 class SparkSettings:
-    """``[spark]``: the store Spark reads (the provider's) and the DataSource options."""
+    """``[spark]``: where Spark reads the handoff log (the provider's store, or its Kafka
+    cluster) and the DataSource options."""
 
     path: Path | None = None
     max_records_per_trigger: int | None = None
     max_rows_per_split: int = 1_000_000
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     trim_on_commit: bool = True
+    kafka_bootstrap_servers: str | None = None  # from [provider.kafka]: the log is on Kafka
 
     def read_options(self, stream: str) -> dict[str, str]:
         """The ``headrace`` DataSource options for ``stream``:
         ``spark.readStream.format("headrace").options(**config.spark.read_options("avg"))``."""
-        if self.path is None:
+        if self.kafka_bootstrap_servers is not None:
+            where = {"kafka.bootstrap.servers": self.kafka_bootstrap_servers}
+        elif self.path is not None:
+            where = {"path": str(self.path), "trimOnCommit": str(self.trim_on_commit).lower()}
+        else:
             raise ConfigurationError("spark.path is not set (nor provider.path): the store Spark reads")
         options = {
-            "path": str(self.path),
+            **where,
             "stream": stream,
             "maxRowsPerSplit": str(self.max_rows_per_split),
             "startingOffsets": self.starting_offsets,
-            "trimOnCommit": str(self.trim_on_commit).lower(),
         }
         if self.max_records_per_trigger is not None:
             options["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
@@ -495,6 +500,16 @@ def _build(settings: Mapping[str, _Setting], file: Path | None) -> HeadraceConfi
     renamed = {f"cache_{k}" if k in ("size", "buckets") else k: x for k, x in cache.items()}
     options = sections.build(StreamProviderOptions, {**v["agent"], **renamed}, "agent", "cache")
     spark = v["spark"]
+    if provider.adapter == "kafka" and provider.kafka is not None:
+        for key in ("path", "trim_on_commit"):
+            if key in spark:
+                raise ConfigurationError(
+                    f"{sections.where[f'spark.{key}']}: with provider.adapter 'kafka' the handoff "
+                    "log Spark reads is on Kafka (trimmed by its retention); leave it out"
+                )
+        servers = provider.kafka.bootstrap_servers
+        spark["kafka_bootstrap_servers"] = servers if isinstance(servers, str) else ",".join(servers)
+        return _built(sections, provider, options, SparkSettings(**spark), file)
     if "path" in spark and provider.path is not None and spark["path"] != provider.path:
         raise ConfigurationError(
             f"{sections.where['spark.path']}: must be provider.path ({provider.path}), or be left "
@@ -503,13 +518,24 @@ def _build(settings: Mapping[str, _Setting], file: Path | None) -> HeadraceConfi
     spark.setdefault("path", provider.path)
     if provider.path is None and spark["path"] is not None and provider.adapter != "memory":
         provider = replace(provider, path=spark["path"])  # one directory: the provider's store
+    return _built(sections, provider, options, SparkSettings(**spark), file)
+
+
+def _built(
+    sections: _Sections,
+    provider: ProviderSettings,
+    options: StreamProviderOptions,
+    spark: SparkSettings,
+    file: Path | None,
+) -> HeadraceConfig:
+    v = sections.values
     return HeadraceConfig(
         provider_settings=provider,
         options=options,
         balancer=sections.build(BalancerOptions, v["balancer"], "balancer"),
         retention=sections.build(RetentionPolicy, v["provider.retention"], "provider.retention"),
         time=_time_settings(sections),
-        spark=SparkSettings(**spark),
+        spark=spark,
         worker=WorkerSettings(**v["worker"]),
         file=file,
         sources=sections.where,

@@ -104,7 +104,7 @@ class StreamProvider:
         self.balancer_options = balancer_options
         self.options = options or StreamProviderOptions.from_kwargs(**option_kwargs)
         self.factory = factory
-        # The local store for the Spark handoff (the embedded adapter's own, or one given to .kafka)
+        # The local store (the embedded adapter's own, or one given to .kafka for pub-sub etc.)
         self.store: EmbeddedStore | None = getattr(factory, "store", None)
         self.mapper = factory.get_queue_mapper()
         self.pubsub: PubSubStore = pubsub or MemoryPubSubStore()
@@ -160,9 +160,10 @@ class StreamProvider:
         """Queues on a Kafka topic: queue ``i`` is partition ``i``, offsets committed under
         ``group_id``; with no committed offset a queue starts at ``start``.
 
-        ``store`` is a local directory for what is not on Kafka: durable pub-sub, dead
-        letters and the Spark handoff log (without it, pub-sub and dead letters live in
-        memory). ``kafka`` holds :class:`~streams.adapters.kafka.KafkaSettings` fields, e.g.
+        ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead
+        letters (without it they live in memory). Consumers that hand off to Spark do so in
+        Kafka topics (``<handoff_prefix>.handoff.<stream>``; the DataSource reads them with
+        ``kafka.bootstrap.servers``). ``kafka`` holds :class:`~streams.adapters.kafka.KafkaSettings` fields, e.g.
         ``{"client_options": {"security_protocol": "SSL", ...}}``.
 
         >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
@@ -248,7 +249,7 @@ class StreamProvider:
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 context = AgentContext(
                     self.options, self.registry, self.pubsub, self.dead_letters, self.failure_handler,
-                    await self._handoff_sinks(),
+                    await self._handoff_sinks(stack),
                 )
                 manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
                 stack.push_async_callback(manager.stop)  # agents first, then the leases
@@ -267,24 +268,31 @@ class StreamProvider:
         default = getattr(self.factory, "create_queue_balancer", None)  # a fresh one per run
         return default(self.balancer_options) if default is not None else None
 
-    async def _handoff_sinks(self) -> dict[str, Any]:
-        """One sink per handoff stream that a registered consumer type declares."""
+    async def _handoff_sinks(self, stack: contextlib.AsyncExitStack) -> dict[str, Any]:
+        """One sink per handoff stream that a registered consumer type declares: in Kafka
+        when the queues are there, else in the embedded store. Closed when ``stack`` is."""
         if not any(hasattr(cls, "handoff") for cls in self.registry.types()):
             return {}  # nothing hands off: do not load Spark's side (pyspark, pyarrow) at all
-        from spark_sink.handoff import HandoffSink, handoff_of
+        from spark_sink.handoff import EmbeddedHandoffSink, handoff_of
 
         sinks: dict[str, Any] = {}
         for cls in self.registry.types():
             handoff = handoff_of(cls)
             if handoff is None or handoff.stream in sinks:
                 continue
-            store = self.store
-            if store is None:
+            if isinstance(self.factory, KafkaAdapterFactory):
+                from spark_sink.kafka_sink import KafkaHandoffSink
+
+                sink: Any = await KafkaHandoffSink.open(self.factory.settings, handoff)
+            elif self.store is not None:
+                sink = await anyio.to_thread.run_sync(EmbeddedHandoffSink, self.store, handoff)
+            else:
                 raise ConfigurationError(
-                    f"{cls.__qualname__} hands off to Spark ({handoff.stream!r}): that needs a "
-                    "local store, StreamProvider.embedded(path) or .kafka(..., store=path)"
+                    f"{cls.__qualname__} hands off to Spark ({handoff.stream!r}): that needs "
+                    "durable queues, StreamProvider.embedded(path) or StreamProvider.kafka(...)"
                 )
-            sinks[handoff.stream] = await anyio.to_thread.run_sync(HandoffSink, store, handoff)
+            stack.push_async_callback(sink.close)
+            sinks[handoff.stream] = sink
         return sinks
 
     def _new_cache(self, queue: QueueId) -> SimpleQueueCache:

@@ -113,6 +113,9 @@ class KafkaSettings:
     # each worker reads every partition, for a worker known to run alone (it then starts
     # without waiting for the group's first rebalance, a few seconds).
     group_membership: bool = True
+    # Topics of the Spark handoff log start with this: <prefix>.handoff.<stream>, ... (the
+    # DataSource's topicPrefix option names the same prefix).
+    handoff_prefix: str = "headrace"
     client_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -122,6 +125,8 @@ class KafkaSettings:
             raise ConfigurationError(f"queues is a positive int, not {self.queues!r}")
         if self.start not in ("earliest", "latest"):
             raise ConfigurationError(f"start is 'earliest' or 'latest', not {self.start!r}")
+        if not isinstance(self.handoff_prefix, str) or not self.handoff_prefix:
+            raise ConfigurationError(f"handoff_prefix is a non-empty str, not {self.handoff_prefix!r}")
         if not isinstance(self.group_id, str) or not self.group_id:
             raise ConfigurationError(f"group_id is a non-empty str, not {self.group_id!r}")
         for name in (
@@ -625,43 +630,15 @@ class KafkaAdapterFactory:
 
     async def _ensure_topic(self) -> None:
         settings = self.settings
-        admin = AIOKafkaAdminClient(**settings.client_kwargs())
-        await admin.start()
-        try:
-            if settings.topic not in await admin.list_topics():
-                await self._create_topic(admin)
-            partitions = await self._partition_count(admin)
-        finally:
-            await admin.close()
+        partitions = await ensure_topic(
+            settings.client_kwargs(), settings.topic, settings.queues, settings.replication_factor
+        )
         if partitions != settings.queues:
             raise ConfigurationError(
                 f"Kafka topic {settings.topic!r} has {partitions} partitions but queues="
                 f"{settings.queues}: use queues={partitions}, or another topic (a topic's "
                 "partition count fixes which queue carries each stream)"
             )
-
-    async def _create_topic(self, admin: AIOKafkaAdminClient) -> None:
-        settings = self.settings
-        response = await admin.create_topics(
-            [NewTopic(settings.topic, settings.queues, settings.replication_factor)]
-        )
-        for _topic, code, message, *_ in response.topic_errors:
-            error = for_code(code)
-            if code == 0 or error is TopicAlreadyExistsError:  # another process was first
-                continue
-            if error.retriable:
-                raise error(message)
-            raise ConfigurationError(
-                f"cannot create Kafka topic {settings.topic!r} with {settings.queues} partitions "
-                f"and replication factor {settings.replication_factor}: {message or error.__name__}"
-            )
-        log.info("created Kafka topic %r with %d partitions", settings.topic, settings.queues)
-
-    async def _partition_count(self, admin: AIOKafkaAdminClient) -> int:
-        [described] = await admin.describe_topics([self.settings.topic])
-        if described["error_code"]:  # raised to _retry, which retries it if transient
-            raise for_code(described["error_code"])(f"describing topic {self.settings.topic!r}")
-        return len(described["partitions"])
 
     async def close(self) -> None:
         await self._adapter.close()
@@ -671,3 +648,42 @@ class KafkaAdapterFactory:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+async def ensure_topic(
+    client_kwargs: Mapping[str, Any],
+    topic: str,
+    partitions: int,
+    replication_factor: int = 1,
+) -> int:
+    """Create ``topic`` with ``partitions`` partitions unless it exists; return the partition
+    count it has (the caller decides what another count means). Transient failures raise for
+    the caller to retry."""
+    admin = AIOKafkaAdminClient(**client_kwargs)
+    await admin.start()
+    try:
+        if topic not in await admin.list_topics():
+            await _create_topic(admin, topic, partitions, replication_factor)
+        [described] = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    if described["error_code"]:  # raised to the caller's retry, which retries it if transient
+        raise for_code(described["error_code"])(f"describing topic {topic!r}")
+    return len(described["partitions"])
+
+
+async def _create_topic(
+    admin: AIOKafkaAdminClient, topic: str, partitions: int, replication_factor: int
+) -> None:
+    response = await admin.create_topics([NewTopic(topic, partitions, replication_factor)])
+    for _topic, code, message, *_ in response.topic_errors:
+        error = for_code(code)
+        if code == 0 or error is TopicAlreadyExistsError:  # another process was first
+            continue
+        if error.retriable:
+            raise error(message)
+        raise ConfigurationError(
+            f"cannot create Kafka topic {topic!r} with {partitions} partitions "
+            f"and replication factor {replication_factor}: {message or error.__name__}"
+        )
+    log.info("created Kafka topic %r with %d partitions", topic, partitions)

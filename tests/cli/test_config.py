@@ -54,6 +54,12 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
     topic = config.provider_settings.kafka
     assert (topic.bootstrap_servers, topic.topic, topic.group) == ("kafka-1:9092,kafka-2:9092", "sensor-events", "sensor-app")
     assert config.provider_settings.queues == 32
+    assert config.spark.read_options("avg") == {  # the handoff log is on Kafka too
+        "kafka.bootstrap.servers": "kafka-1:9092,kafka-2:9092",
+        "stream": "avg",
+        "maxRowsPerSplit": "1000000",
+        "startingOffsets": "earliest",
+    }
 
 
 def test_the_kafka_provider_is_built_without_connecting(tmp_path):
@@ -112,6 +118,7 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
         ('[provider.kafka]\ntopic = "t"\n', {}, "headrace.toml: provider.kafka.topic: [provider.kafka] applies to adapter = 'kafka', not 'embedded'"),
         ('[provider]\nadapter = "memory"\npath = "s"\n', {}, "headrace.toml: provider.path: the memory adapter has no store: remove path"),
         ('[provider]\nadapter = "memory"\n', {"HEADRACE_BALANCER__LEASE_LENGTH": "10s"}, "HEADRACE_BALANCER__LEASE_LENGTH: [balancer] applies to adapter = 'embedded', not 'memory'"),
+        ('[provider]\nadapter = "kafka"\n[provider.kafka]\nbootstrap_servers = "k:9092"\ntopic = "t"\n[spark]\ntrim_on_commit = true\n', {}, "headrace.toml: spark.trim_on_commit: with provider.adapter 'kafka' the handoff log Spark reads is on Kafka (trimmed by its retention); leave it out"),
         ('[worker]\nmetrics_port = 70000\n', {}, "headrace.toml: worker.metrics_port: must be a TCP port number (0 to 65535), not 70000"),
         ("[provider\n", {}, "the config file 'headrace.toml' is not valid TOML"),
     ],

@@ -16,6 +16,7 @@ from handoff_testkit import (
     STREAM,
     WINDOW_SECONDS,
     Handoff,
+    KafkaHandoff,
     RawEvent,
     WindowRow,
     collect_windows,
@@ -80,3 +81,14 @@ def handoff(tmp_path: Path) -> Iterator[Handoff]:
     schema = HandoffSchema.windows({"count": "bigint", "total": "double"})
     yield Handoff(tmp_path / "store", store, log, HandoffWriter(log, STREAM, schema))
     store.close()
+
+
+@pytest.fixture
+def kafka_handoff(kafka_broker: str, kafka_topic: str) -> KafkaHandoff:
+    return KafkaHandoff(kafka_broker, kafka_topic)
+
+
+@pytest.fixture(params=["embedded", "kafka"])
+def any_handoff(request: pytest.FixtureRequest) -> Handoff | KafkaHandoff:
+    """The same window stream in either log: the tests that use it hold for both."""
+    return request.getfixturevalue("handoff" if request.param == "embedded" else "kafka_handoff")

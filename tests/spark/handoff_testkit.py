@@ -8,11 +8,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_sink import Handoff as HandoffDeclaration
 from spark_sink import HandoffLog, HandoffWriter, Segment
+from spark_sink.kafka_sink import KafkaHandoffSink
 from spark_sink.schema import HandoffData
+from streams.adapters.kafka import KafkaSettings
+from streams.eventtime.processor import WindowResult
 from streams.ids import StreamId
 from streams.store import EmbeddedStore
 
@@ -64,6 +69,10 @@ class Handoff:
     log: HandoffLog
     writer: HandoffWriter
 
+    def options(self) -> dict[str, str]:
+        """The DataSource options that name this log."""
+        return {"path": str(self.path)}
+
     def append(self, partition: int, data: HandoffData) -> Segment | None:
         """One append in its own transaction."""
         with self.store.transaction() as conn:
@@ -72,11 +81,8 @@ class Handoff:
     def append_windows(self, rows: Sequence[WindowRow]) -> None:
         """Hand off ``rows`` as the runtime does: each closing window's results go to their
         partitions, one transaction per (window, partition)."""
-        groups: dict[tuple[int, int], list[tuple[object, ...]]] = defaultdict(list)
-        for start, end, key, count, total in rows:
-            groups[(end, partition_of(key))].append((start / 1e6, end / 1e6, key, count, total))
-        for (_, partition), group in sorted(groups.items()):
-            self.append(partition, group)
+        for (_, partition), group in by_closing(rows).items():
+            self.append(partition, [(s / 1e6, e / 1e6, key, n, t) for s, e, key, n, t in group])
 
     def stream_files(self) -> set[str]:
         root = self.path / "handoff" / STREAM
@@ -85,3 +91,40 @@ class Handoff:
     def indexed_files(self) -> set[str]:
         with self.store.snapshot() as conn:
             return {f for (f,) in conn.execute("SELECT file FROM handoff_segments")}
+
+
+def by_closing(rows: Sequence[WindowRow]) -> dict[tuple[int, int], list[WindowRow]]:
+    """``rows`` grouped as windows close: by (window end, partition), in that order."""
+    groups: dict[tuple[int, int], list[WindowRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row[1], partition_of(row[2]))].append(row)
+    return dict(sorted(groups.items()))
+
+
+@dataclass
+class KafkaHandoff:
+    """The same window stream in Kafka topics under ``prefix``, written by the runtime's sink."""
+
+    bootstrap: str
+    prefix: str
+
+    def options(self) -> dict[str, str]:
+        return {"kafka.bootstrap.servers": self.bootstrap, "topicPrefix": self.prefix}
+
+    def append_windows(self, rows: Sequence[WindowRow]) -> None:
+        """Hand off ``rows`` as the runtime does: one append per (window end, partition)."""
+        anyio.run(self._append_windows, rows)
+
+    async def _append_windows(self, rows: Sequence[WindowRow]) -> None:
+        settings = KafkaSettings(self.bootstrap, "unused", queues=PARTITIONS, handoff_prefix=self.prefix)
+        declared = HandoffDeclaration(STREAM, {"count": "bigint", "total": "double"})
+        sink = await KafkaHandoffSink.open(settings, declared)
+        try:
+            for (_, partition), group in by_closing(rows).items():
+                windows = [
+                    WindowResult(key, start / 1e6, end / 1e6, {"count": count, "total": total}, None)
+                    for start, end, key, count, total in group
+                ]
+                await sink.write(f"sensors-{partition}", "totals", partition, windows)
+        finally:
+            await sink.close()

@@ -1,4 +1,7 @@
-"""A worker for the end-to-end test: windowed toll totals per booth, handed off to Spark."""
+"""A worker for the end-to-end test: windowed toll totals per booth, handed off to Spark.
+
+Run as ``pipeline_worker.py embedded STORE`` or ``pipeline_worker.py kafka BOOTSTRAP TOPIC``.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +17,21 @@ from streams.eventtime import Combined, Count, EventTime, OrderingPolicy, Sum, T
 WINDOW = 60
 
 
-def main(path: str) -> None:
+def worker(backend: str, *where: str) -> StreamProvider:
+    if backend == "kafka":
+        bootstrap, topic = where
+        # One worker at a time reads both partitions (no group to join: a quick restart). The
+        # test broker has no producer ids: no idempotent producer. Handoff topics are named
+        # after the queue topic, so that tests do not share them.
+        settings = {"idempotent": False, "group_membership": False, "handoff_prefix": topic}
+        return StreamProvider.kafka(bootstrap, topic, queues=2, kafka=settings)
     # Short leases: a restarted worker takes over the killed one's queues within a second.
     leases = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
-    provider = StreamProvider.embedded(path, queues=2, balancer_options=leases)
+    return StreamProvider.embedded(where[0], queues=2, balancer_options=leases)
+
+
+def main(backend: str, *where: str) -> None:
+    provider = worker(backend, *where)
 
     @provider.implicit("tolls")
     class BoothTotals:
@@ -42,4 +56,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

@@ -8,23 +8,18 @@ import json
 from pathlib import Path
 
 import pytest
-from handoff_testkit import STREAM, Handoff, collect_windows, window_results
+from handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 from pyspark.errors import AnalysisException, StreamingQueryException
 
 
-def batch_of(handoff: Handoff, spark):
-    return (
-        spark.read.format("headrace")
-        .option("path", str(handoff.path))
-        .option("stream", STREAM)
-        .load()
-    )
+def batch_of(handoff: Handoff | KafkaHandoff, spark):
+    return spark.read.format("headrace").options(**handoff.options()).option("stream", STREAM).load()
 
 
-def windows_of(handoff: Handoff, spark, **options: str):
+def windows_of(handoff: Handoff | KafkaHandoff, spark, **options: str):
     return (
         spark.readStream.format("headrace")
-        .option("path", str(handoff.path))
+        .options(**handoff.options())
         .option("stream", STREAM)
         .options(**options)
         .load()
@@ -45,9 +40,9 @@ def batch_rows(query) -> list[int]:
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
 
-def test_batch_read_equals_spark_windows_over_the_raw_events(spark, handoff, events, expected):
-    handoff.append_windows(window_results(events))
-    df = batch_of(handoff, spark)
+def test_batch_read_equals_spark_windows_over_the_raw_events(spark, any_handoff, events, expected):
+    any_handoff.append_windows(window_results(events))
+    df = batch_of(any_handoff, spark)
     assert df.schema.simpleString() == (
         "struct<window_start:timestamp,window_end:timestamp,key:string,count:bigint,total:double>"
     )
@@ -55,15 +50,15 @@ def test_batch_read_equals_spark_windows_over_the_raw_events(spark, handoff, eve
 
 
 def test_stream_stopped_and_restarted_delivers_every_window_once(
-    spark, handoff, events, expected, tmp_path
+    spark, any_handoff, events, expected, tmp_path
 ):
     results = window_results(events)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    handoff.append_windows(results[: len(results) // 3])
-    first = to_parquet(windows_of(handoff, spark), out, checkpoint, availableNow=True)
+    any_handoff.append_windows(results[: len(results) // 3])
+    first = to_parquet(windows_of(any_handoff, spark), out, checkpoint, availableNow=True)
     first.awaitTermination()
-    handoff.append_windows(results[len(results) // 3 :])
-    second = to_parquet(windows_of(handoff, spark), out, checkpoint, availableNow=True)
+    any_handoff.append_windows(results[len(results) // 3 :])
+    second = to_parquet(windows_of(any_handoff, spark), out, checkpoint, availableNow=True)
     second.awaitTermination()
     assert sum(batch_rows(first)) == len(results) // 3
     assert sum(batch_rows(second)) == len(results) - len(results) // 3
@@ -123,10 +118,10 @@ def test_processing_time_query_stopped_mid_stream_loses_and_repeats_nothing(
     assert collect_windows(spark.read.parquet(str(out))) == expected
 
 
-def test_a_failed_batch_is_rerun_over_the_same_offsets(spark, handoff, events, expected, tmp_path):
+def test_a_failed_batch_is_rerun_over_the_same_offsets(spark, any_handoff, events, expected, tmp_path):
     """A batch that dies half-way (here: its sink raises) is re-read from the checkpointed
     range after the restart: same rows, and the idempotent sink keeps each once."""
-    handoff.append_windows(window_results(events))
+    any_handoff.append_windows(window_results(events))
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     attempts: dict[int, list[list[tuple]]] = {}
 
@@ -139,7 +134,7 @@ def test_a_failed_batch_is_rerun_over_the_same_offsets(spark, handoff, events, e
 
     def run():
         return (
-            windows_of(handoff, spark, maxRecordsPerTrigger="200")
+            windows_of(any_handoff, spark, maxRecordsPerTrigger="200")
             .writeStream.foreachBatch(sink)
             .option("checkpointLocation", str(checkpoint))
             .trigger(availableNow=True)
@@ -188,3 +183,37 @@ def test_mistakes_are_reported_clearly(spark, handoff, options, schema, message)
     # query starts as a StreamingQueryException; either way the message is headrace's.
     with pytest.raises((AnalysisException, StreamingQueryException), match=message):
         reader.load().writeStream.format("noop").start().awaitTermination()
+
+
+def test_on_kafka_each_batch_is_whole_appends_within_the_limit(spark, kafka_handoff, events, expected, tmp_path):
+    results = window_results(events)
+    kafka_handoff.append_windows(results)
+    query = (
+        windows_of(kafka_handoff, spark, maxRecordsPerTrigger="120")
+        .writeStream.format("memory")
+        .queryName("kafka_admission")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    sizes = batch_rows(query)
+    assert max(sizes) <= 120 and sum(sizes) == len(results)
+    # Whole appends (a window end's rows of one partition): a batch leaves out less than one.
+    largest = max(len(group) for group in by_closing(results).values())
+    assert all(size > 120 - largest for size in sizes[:-1])
+    assert collect_windows(spark.table("kafka_admission")) == expected
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"stream": "nope"}, "no handoff stream 'nope' on Kafka at .*declared streams: sensor-totals"),
+        ({"trimOnCommit": "true"}, "trimmed by their retention"),
+    ],
+)
+def test_kafka_mistakes_are_reported_clearly(spark, kafka_handoff, events, options, message):
+    kafka_handoff.append_windows(window_results(events)[:10])
+    reader = spark.readStream.format("headrace").options(**kafka_handoff.options(), stream=STREAM)
+    with pytest.raises((AnalysisException, StreamingQueryException), match=message):
+        reader.options(**options).load().writeStream.format("noop").start().awaitTermination()

@@ -1,7 +1,8 @@
-"""The whole path: producers → embedded queues → a worker's windowed consumer → the handoff
-log → a Spark streaming query. The worker is killed (SIGKILL) and restarted, the query is
-stopped and restarted, and the final table still equals Spark's own ``groupBy(window)`` over
-the raw events: no window lost, none duplicated or changed."""
+"""The whole path: producers → durable queues → a worker's windowed consumer → the handoff
+log → a Spark streaming query, on the embedded store and on Kafka. The worker is killed
+(SIGKILL) and restarted, the query is stopped and restarted, and the final table still equals
+Spark's own ``groupBy(window)`` over the raw events: no window lost, none duplicated or
+changed."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import pytest
 from pyspark.sql import functions as F
 
 from spark_sink import HandoffLog
+from spark_sink.kafka_log import KafkaHandoffLog
 from streams import StreamId, StreamProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,10 +29,53 @@ BASE = 1_700_000_000 // 60 * 60  # a window boundary
 WINDOW = 60
 
 
-def start_worker(store: Path) -> subprocess.Popen[str]:
+@dataclass
+class Pipeline:
+    """Where the queues and the handoff log are: an embedded store, or a Kafka topic."""
+
+    store: Path
+    kafka: tuple[str, str] | None = None  # (bootstrap servers, queue topic)
+
+    def worker_args(self) -> list[str]:
+        return ["kafka", *self.kafka] if self.kafka else ["embedded", str(self.store)]
+
+    def client(self) -> StreamProvider:
+        if self.kafka:
+            bootstrap, topic = self.kafka
+            return StreamProvider.kafka(bootstrap, topic, queues=2, kafka={"idempotent": False})
+        return StreamProvider.embedded(self.store, queues=2)
+
+    def source_options(self) -> dict[str, str]:
+        if self.kafka:
+            bootstrap, topic = self.kafka
+            return {"kafka.bootstrap.servers": bootstrap, "topicPrefix": topic}
+        return {"path": str(self.store)}
+
+    def handed_off(self) -> int:
+        """Rows handed off so far (0 until the worker has declared the stream)."""
+        if self.kafka:
+            return anyio.run(self._kafka_rows)
+        try:
+            return sum(HandoffLog.open(self.store).end_offsets("tolls").values())
+        except Exception:  # the stream is declared by the worker on its first start
+            return 0
+
+    async def _kafka_rows(self) -> int:
+        bootstrap, topic = self.kafka  # type: ignore[misc]
+        async with KafkaHandoffLog({"bootstrap_servers": bootstrap}, topic) as log:
+            if "tolls" not in await log.streams():
+                return 0
+            _, end = await log.offsets("tolls")
+            rows = 0
+            for partition, stop in end.items():
+                rows += sum(r.rows for r in await log.records("tolls", partition, 0, stop) if r.valid)
+            return rows
+
+
+def start_worker(pipeline: Pipeline) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), str(store)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [sys.executable, str(WORKER), *pipeline.worker_args()], stdout=subprocess.PIPE, text=True,
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
@@ -46,8 +93,8 @@ def make_events() -> list[tuple[str, dict]]:
     return out
 
 
-async def publish(store: Path, events: list[tuple[str, dict]], complete: bool = False) -> None:
-    async with StreamProvider.embedded(store, queues=2).client() as client:
+async def publish(pipeline: Pipeline, events: list[tuple[str, dict]], complete: bool = False) -> None:
+    async with pipeline.client().client() as client:
         for plaza, value in events:
             await client.get_stream(StreamId("tolls", plaza)).on_next(value)
         if complete:
@@ -55,43 +102,43 @@ async def publish(store: Path, events: list[tuple[str, dict]], complete: bool = 
                 await client.get_stream(StreamId("tolls", plaza)).on_completed()
 
 
-def handed_off(store: Path) -> int:
-    try:
-        log = HandoffLog.open(store)
-        return sum(log.end_offsets("tolls").values())
-    except Exception:  # the stream is declared by the worker on its first start
-        return 0
-
-
-def run_query(spark, store: Path, out: Path, checkpoint: Path) -> None:
+def run_query(spark, pipeline: Pipeline, out: Path, checkpoint: Path) -> None:
     query = (
-        spark.readStream.format("headrace").option("path", str(store)).option("stream", "tolls").load()
+        spark.readStream.format("headrace").options(**pipeline.source_options()).option("stream", "tolls").load()
         .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True).start()
     )
     query.awaitTermination(120)
 
 
-def test_pipeline_survives_worker_kill_and_query_restart(spark, tmp_path):
-    store, out, checkpoint = tmp_path / "store", tmp_path / "out", tmp_path / "checkpoint"
+@pytest.fixture(params=["embedded", "kafka"])
+def pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Pipeline:
+    if request.param == "kafka":
+        kafka = (request.getfixturevalue("kafka_broker"), request.getfixturevalue("kafka_topic"))
+        return Pipeline(tmp_path / "store", kafka)
+    return Pipeline(tmp_path / "store")
+
+
+def test_pipeline_survives_worker_kill_and_query_restart(spark, pipeline, tmp_path):
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     events = make_events()
     rng = random.Random(3)
     order = sorted(range(len(events)), key=lambda i: (events[i][1]["t"], rng.random()))
     ordered = [events[i] for i in order]
     first, second = ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
 
-    worker = start_worker(store)
-    anyio.run(publish, store, first)
+    worker = start_worker(pipeline)
+    anyio.run(publish, pipeline, first)
     deadline = time.monotonic() + 30
-    while handed_off(store) == 0 and time.monotonic() < deadline:
+    while pipeline.handed_off() == 0 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert handed_off(store) > 0
-    run_query(spark, store, out, checkpoint)  # a first micro-batch run, then the query stops
+    assert pipeline.handed_off() > 0
+    run_query(spark, pipeline, out, checkpoint)  # a first micro-batch run, then the query stops
     worker.send_signal(signal.SIGKILL)  # mid-stream: open windows and unacknowledged input
     worker.wait()
 
-    anyio.run(publish, store, second, True)
-    worker = start_worker(store)  # replays from the checkpoint; handed-off windows are skipped
+    anyio.run(publish, pipeline, second, True)
+    worker = start_worker(pipeline)  # replays from the checkpoint; handed-off windows are skipped
     try:
         expected = (
             spark.createDataFrame([(v["t"], v["booth"], v["toll"]) for _, v in events], "t long, booth string, toll double")
@@ -101,12 +148,12 @@ def test_pipeline_survives_worker_kill_and_query_restart(spark, tmp_path):
             .collect()
         )
         deadline = time.monotonic() + 60
-        while handed_off(store) < len(expected) and time.monotonic() < deadline:
+        while pipeline.handed_off() < len(expected) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
-    run_query(spark, store, out, checkpoint)  # the restarted query resumes from its offsets
+    run_query(spark, pipeline, out, checkpoint)  # the restarted query resumes from its offsets
 
     got = spark.read.parquet(str(out)).select(
         F.col("window_start").alias("s"), F.col("window_end").alias("e"), F.col("key").alias("booth"), "count", "total"

@@ -31,7 +31,7 @@ from spark_sink import (
     ReadOptions,
     UnknownHandoffStreamError,
 )
-from spark_sink.offsets import admit, split_ranges
+from spark_sink.offsets import admit, admit_records, split_ranges
 from streams.errors import ConfigurationError
 from streams.ids import QueueId
 from streams.store import EmbeddedStore
@@ -225,11 +225,14 @@ def test_a_wrong_path_or_stream_says_so(handoff: Handoff, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"stream": "s"}, "option path is required"),
+        ({"stream": "s"}, "give either option path .* or option kafka.bootstrap.servers .*not neither"),
+        ({"path": "/p", "stream": "s", "kafka.bootstrap.servers": "b:9092"}, "not both"),
+        ({"stream": "s", "kafka.bootstrap.servers": "b:9092", "trimOnCommit": "true"}, "trimmed by their retention"),
+        ({"path": "/p", "stream": "s", "kafka.security.protocol": "SSL"}, "need kafka.bootstrap.servers"),
+        ({"path": "/p", "stream": "s", "topicPrefix": "x"}, "topicPrefix applies only with kafka"),
         ({"path": "/p"}, "option stream is required"),
         ({"path": "/p", "stream": "s", "maxRecordsPerTrigger": "0"}, "positive integer"),
         ({"path": "/p", "stream": "s", "startingOffset": "latest"}, "unknown headrace option"),
-        ({"stream": "s", "kafka.bootstrap.servers": "b:9092"}, "not available in this version"),
     ],
 )
 def test_options_are_checked(options, message) -> None:
@@ -251,6 +254,29 @@ def test_admission_takes_exactly_the_limit_spread_over_partitions(start, extra, 
         assert all(admitted[p] > start.get(p, 0) for p in end if end[p] > start.get(p, 0))
 
 
+record_sizes = st.dictionaries(
+    st.integers(0, 4), st.lists(st.integers(0, 50), max_size=12), max_size=5
+)
+
+
+@given(sizes=record_sizes, max_rows=st.integers(1, 200))
+def test_admission_of_records_takes_whole_records_within_the_limit(sizes, max_rows) -> None:
+    start = {p: 10 for p in sizes}
+    end = {p: 10 + len(rows) for p, rows in sizes.items()}
+    records = {p: [(10 + i, n) for i, n in enumerate(rows)] for p, rows in sizes.items()}
+    admitted = admit_records(start, end, max_rows, records)
+    taken = {p: admitted[p] - start[p] for p in sizes}
+    rows = sum(sum(sizes[p][: taken[p]]) for p in sizes)
+    assert all(0 <= taken[p] <= len(sizes[p]) for p in sizes)
+    if any(sizes.values()):
+        assert any(taken.values())  # a batch always moves when there is data
+    if rows > max_rows:  # only one record over the limit, alone
+        assert sum(taken.values()) == 1
+    else:  # and nothing that would still fit is left behind
+        left = max_rows - rows
+        assert all(taken[p] == len(sizes[p]) or sizes[p][taken[p]] > left for p in sizes)
+
+
 @given(start=offsets, extra=offsets, max_rows=st.integers(1, 700))
 def test_split_ranges_cover_each_range_once(start, extra, max_rows) -> None:
     end = {p: start.get(p, 0) + extra.get(p, 0) for p in start.keys() | extra.keys()}
@@ -263,7 +289,8 @@ def test_split_ranges_cover_each_range_once(start, extra, max_rows) -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["schema", "segments", "log", "writer", "storage", "offsets", "options"]
+    "module",
+    ["schema", "segments", "log", "writer", "storage", "offsets", "options", "kafka_log", "handoff"],
 )
 def test_docstring_examples_hold(module: str) -> None:
     result = doctest.testmod(importlib.import_module(f"spark_sink.{module}"))

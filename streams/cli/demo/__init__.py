@@ -8,7 +8,7 @@ out, the watermark and every fate while it runs; at the end, the counts must rec
 published = kept + adjusted + dropped + dead-lettered (exit code 0; 1 if they do not).
 
 The queues live in an embedded store in a temporary directory (or --path), or on Kafka
-with --kafka; the handoff log to Spark is always in the local store.
+with --kafka; the handoff log to Spark is where the queues are.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ EXAMPLES = """examples:
   headrace demo --duration 20s --rate 300 --streams 10
   headrace demo --no-spark                        # no Java: windows read from the handoff log
   headrace demo --path ./demo-store               # keep the store to look at afterwards
-  headrace demo --kafka 127.0.0.1:9092            # queues on Kafka (a new topic per run);
-                                                  # the handoff log stays in the local store
+  headrace demo --kafka 127.0.0.1:9092            # queues and handoff log on Kafka (new
+                                                  # topics per run)
   headrace demo --kafka 127.0.0.1:9092 --kafka-option idempotent=false   # a broker without producer ids
   headrace demo --metrics-port 9464 --log-format json
 """

@@ -26,7 +26,7 @@ import anyio.from_thread
 import anyio.lowlevel
 from rich.console import Console
 
-from spark_sink import Handoff, HandoffLog
+from spark_sink import Handoff
 
 from ...eventtime import Combined, Count, EventTime, Sum, Tumbling
 from ...ids import StreamId
@@ -37,7 +37,7 @@ from .status import StatusLine
 from .summary import Ledger
 from .traffic import NAMESPACE, POLICY, TollTraffic
 from .settings import DemoSettings
-from .windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader
+from .windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader, handed_off as windows_handed_off
 
 log = logging.getLogger("headrace.demo")
 
@@ -70,25 +70,29 @@ class DemoPipeline:
         self.store = store
         self.console = console
         printer = BatchPrinter(console, "spark" if settings.spark else "handoff")
+        self.provider, self.source = self._provider()
         self.reader: WindowReader = (
-            SparkWindows(store, work, printer, settings.trigger)
+            SparkWindows(self.source, work, printer, settings.trigger)
             if settings.spark
-            else HandoffTail(store, printer, settings.trigger)
+            else HandoffTail(self.source, printer, settings.trigger)
         )
-        self.provider = self._provider()
         self.provider.implicit(NAMESPACE)(booth_totals_type(settings.window))
         self.traffic = TollTraffic(settings.streams, settings.booths, settings.rate, seed=settings.seed)
         self._worker_started = anyio.Event()  # the worker has declared the handoff stream
         self._reading = anyio.Event()
 
-    def _provider(self) -> StreamProvider:
+    def _provider(self) -> tuple[StreamProvider, dict[str, str]]:
+        """The worker's provider, and the DataSource options of its handoff log."""
         s = self.settings
         if s.kafka is None:
-            return StreamProvider.embedded(self.store, queues=s.queues)
-        topic = f"headrace-demo-{uuid.uuid4().hex[:8]}"  # a new topic: the run reconciles alone
-        return StreamProvider.kafka(
-            s.kafka, topic, queues=s.queues, group_id=topic, store=self.store, kafka=s.kafka_options
+            return StreamProvider.embedded(self.store, queues=s.queues), {"path": str(self.store)}
+        # New topics (queues and handoff): the run reconciles alone.
+        topic = f"headrace-demo-{uuid.uuid4().hex[:8]}"
+        kafka = {**s.kafka_options, "handoff_prefix": topic}
+        provider = StreamProvider.kafka(
+            s.kafka, topic, queues=s.queues, group_id=topic, store=self.store, kafka=kafka
         )
+        return provider, {"kafka.bootstrap.servers": s.kafka, "topicPrefix": topic}
 
     async def run(self) -> int:
         s = self.settings
@@ -132,7 +136,7 @@ class DemoPipeline:
                 if drain.cancelled_caught:
                     raise DemoError(f"the worker did not finish its queues within {s.drain_timeout:g} s")
                 processed = take_snapshot(provider).event_time
-                handed_off = await anyio.to_thread.run_sync(self._handed_off)
+                handed_off = await anyio.to_thread.run_sync(windows_handed_off, self.source)
                 await self._wait_for_reader(handed_off)
                 tg.cancel_scope.cancel()
             letters = await dead_letter_counts(provider.dead_letters)
@@ -147,13 +151,6 @@ class DemoPipeline:
             windows_handed_off=handed_off,
             windows_received=self.reader.received.windows,
         )
-
-    def _handed_off(self) -> int:
-        log_ = HandoffLog.open(self.store)
-        try:
-            return sum(log_.end_offsets(HANDOFF).values())
-        finally:
-            log_.close()
 
     async def _wait_for_reader(self, handed_off: int) -> None:
         """Until the reader has every window handed off (it runs on its own trigger)."""

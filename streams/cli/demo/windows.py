@@ -18,11 +18,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
 
 from ...errors import HeadraceError
+
+if TYPE_CHECKING:  # the demo loads Spark's side only when it runs
+    from spark_sink.storage import HandoffStorage
 
 HANDOFF = "booth-totals"  # the handoff stream the demo's consumer writes
 
@@ -115,6 +118,38 @@ def window_rows(records: Iterable[Mapping[str, Any]]) -> list[WindowRow]:
     ]
 
 
+def open_handoff(source: Mapping[str, str]) -> HandoffStorage:
+    """The demo's handoff stream, as the DataSource would open it with options ``source``."""
+    from spark_sink.options import ReadOptions
+
+    return ReadOptions.parse({**source, "stream": HANDOFF}).open_storage()
+
+
+def read_range(storage: HandoffStorage, start: Mapping[int, int], end: Mapping[int, int]) -> list[dict[str, Any]]:
+    """The rows of the demo's handoff stream from offsets ``start`` to ``end``."""
+    from spark_sink.offsets import OffsetRange
+
+    ranges = [OffsetRange(p, start.get(p, 0), e) for p, e in sorted(end.items())]
+    return [
+        record
+        for split in storage.plan(HANDOFF, [r for r in ranges if r.rows])
+        for batch in split.batches()
+        for record in batch.to_pylist()
+    ]
+
+
+def handed_off(source: Mapping[str, str]) -> int:
+    """How many windows the worker has handed off in all."""
+    storage = open_handoff(source)
+    try:
+        end = storage.end_offsets(HANDOFF)
+        if "path" in source:
+            return sum(end.values())  # the embedded log's offsets are rows, from 0
+        return len(read_range(storage, {}, end))  # Kafka's are appends: count the rows
+    finally:
+        storage.close()
+
+
 class WindowReader(Protocol):
     """What the demo needs from its last stage."""
 
@@ -136,8 +171,8 @@ class WindowReader(Protocol):
 class SparkWindows:
     """A Spark streaming query over the handoff stream, on a ``trigger`` seconds timer."""
 
-    def __init__(self, store: Path, work: Path, printer: BatchPrinter, trigger: float = 2.0) -> None:
-        self.store = store
+    def __init__(self, source: Mapping[str, str], work: Path, printer: BatchPrinter, trigger: float = 2.0) -> None:
+        self.source = source  # the DataSource options that name the handoff log
         self.work = work
         self.printer = printer
         self.trigger = trigger
@@ -179,7 +214,7 @@ class SparkWindows:
     def start(self) -> None:
         windows = (
             self._spark.readStream.format("headrace")
-            .option("path", str(self.store))
+            .options(**self.source)
             .option("stream", HANDOFF)
             .load()
         )
@@ -210,8 +245,8 @@ class SparkWindows:
 class HandoffTail:
     """Reads the handoff log directly, every ``trigger`` seconds, like a micro-batch query."""
 
-    def __init__(self, store: Path, printer: BatchPrinter, trigger: float = 2.0) -> None:
-        self.store = store
+    def __init__(self, source: Mapping[str, str], printer: BatchPrinter, trigger: float = 2.0) -> None:
+        self.source = source  # the DataSource options that name the handoff log
         self.printer = printer
         self.trigger = trigger
         self.received = Received()
@@ -228,20 +263,12 @@ class HandoffTail:
         self._thread.start()
 
     def _run(self) -> None:
-        from spark_sink.storage import EmbeddedStorage, OffsetRange
-
-        storage = EmbeddedStorage(str(self.store))
+        storage = open_handoff(self.source)
         try:
             while True:
                 stopping = self._stop.wait(self.trigger)
                 end = storage.end_offsets(HANDOFF)
-                ranges = [OffsetRange(p, self._offsets.get(p, 0), e) for p, e in sorted(end.items())]
-                records = [
-                    record
-                    for split in storage.plan(HANDOFF, [r for r in ranges if r.rows])
-                    for batch in split.batches()
-                    for record in batch.to_pylist()
-                ]
+                records = read_range(storage, self._offsets, end)
                 if records:
                     rows = window_rows(records)
                     self.received.record(self._batch_id, len(rows), sum(r.cars for r in rows))

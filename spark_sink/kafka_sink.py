@@ -1,0 +1,138 @@
+"""The runtime side of the Kafka handoff log: closed windows appended exactly once.
+
+A worker on Kafka queues hands its windows to ``<prefix>.handoff.<stream>``, partition =
+queue. Each append is one record carrying its rows and the marks they move, written at the
+offset the sink expects (see :mod:`spark_sink.kafka_log`). When a record lands elsewhere
+(a retry whose first attempt got through, or another worker writing to the same partition
+while the queue changes hands), the sink reads the records it missed, drops the windows
+they already hold, and appends the rest again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import anyio
+
+from streams.adapters.kafka import KafkaSettings, is_transient
+from streams.adapters.outage import OutageLog, retry_transient
+from streams.eventtime.processor import WindowResult
+
+from .handoff import Handoff, fresh_windows
+from .kafka_log import KafkaHandoffLog, PartitionMarks
+
+log = logging.getLogger("headrace.handoff")
+T = TypeVar("T")
+
+# Appends between two snapshots of a partition's marks: what a new owner reads at most.
+SNAPSHOT_EVERY = 64
+
+
+class KafkaHandoffSink:
+    """Appends one handoff stream's windows to Kafka, exactly once per
+    (source, consumer, key, window end).
+
+    Example (the provider does this for every consumer type that declares a handoff)::
+
+        sink = await KafkaHandoffSink.open(settings, Handoff("tolls", {"total": "double"}))
+        await sink.write("tolls/plaza-1", "Totals", 3, windows)
+        await sink.close()
+    """
+
+    def __init__(self, handoff_log: KafkaHandoffLog, handoff: Handoff, *, give_up_after: float = 60.0) -> None:
+        self.log = handoff_log
+        self.handoff = handoff
+        self.schema = handoff.schema()
+        self.give_up_after = give_up_after
+        self._states: dict[int, PartitionMarks] = {}
+        self._unsaved: dict[int, int] = defaultdict(int)
+        self._locks: dict[int, anyio.Lock] = defaultdict(anyio.Lock)
+        self._outage = OutageLog(handoff_log.server, log)
+
+    @classmethod
+    async def open(cls, settings: KafkaSettings, handoff: Handoff) -> KafkaHandoffSink:
+        """A sink on the cluster of ``settings``, with the stream's topics created (one
+        partition per queue) and its schema declared."""
+        handoff_log = KafkaHandoffLog(
+            settings.client_kwargs(),
+            settings.handoff_prefix,
+            replication_factor=settings.replication_factor,
+            request_timeout=settings.request_timeout,
+        )
+        sink = cls(handoff_log, handoff, give_up_after=settings.give_up_after)
+        try:
+            await sink._retry(
+                lambda: handoff_log.declare(handoff.stream, sink.schema, settings.queues),
+                f"declaring handoff stream {handoff.stream!r}",
+            )
+        except BaseException:
+            await handoff_log.close()
+            raise
+        return sink
+
+    async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
+        """Append the windows not handed off yet; return how many were."""
+        if not windows:
+            return 0
+        async with self._locks[partition]:
+            return await self._retry(
+                lambda: self._append(source, consumer, partition, windows),
+                f"handing off to {self.log.topics.data(self.handoff.stream)!r} partition {partition}",
+            )
+
+    async def close(self) -> None:
+        """Save the marks not in a snapshot yet (a quicker start for the next owner)."""
+        try:
+            for partition, unsaved in list(self._unsaved.items()):
+                if unsaved and partition in self._states:
+                    with anyio.move_on_after(5):
+                        await self.log.save_marks(self.handoff.stream, partition, self._states[partition])
+        finally:
+            await self.log.close()
+
+    async def _append(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
+        stream = self.handoff.stream
+        state = self._states.pop(partition, None)  # held back until the append is settled
+        if state is None:
+            state = await self.log.load_marks(stream, partition)
+        while True:
+            fresh, moved = fresh_windows(windows, state.of(source, consumer))
+            if not fresh:
+                self._states[partition] = state
+                return 0
+            table = self.schema.to_table([self.handoff.row(w) for w in fresh])
+            landed = await self.log.append(
+                stream, partition, table, expected=state.end, source=source, consumer=consumer, marks=moved
+            )
+            if landed == state.end:
+                state.move(source, consumer, moved)
+                state.end = landed + 1
+                self._states[partition] = state
+                await self._saved_now_and_then(partition, state)
+                return len(fresh)
+            # Something was appended since we looked: ours does not count. Read what was.
+            log.info(
+                "handoff %r partition %d: record landed at %d, not %d; catching up",
+                stream, partition, landed, state.end,
+            )
+            for record in await self.log.records(stream, partition, state.end, landed + 1):
+                state.fold(record)
+
+    async def _saved_now_and_then(self, partition: int, state: PartitionMarks) -> None:
+        self._unsaved[partition] += 1
+        if self._unsaved[partition] >= SNAPSHOT_EVERY:
+            await self.log.save_marks(self.handoff.stream, partition, state)
+            self._unsaved[partition] = 0
+
+    async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
+        return await retry_transient(
+            operation,
+            what=what,
+            outage=self._outage,
+            is_transient=is_transient,
+            give_up_after=self.give_up_after,
+            attempt_timeout=self.log.request_timeout * 3,
+        )

@@ -1,0 +1,128 @@
+"""The Kafka handoff log on the test broker: appends, marks, and records that do not count.
+
+Spark reads of this log are tested with the other DataSource tests (tests/spark); here is
+the writer's side: every window appended once, whoever writes and however often.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pytest
+
+from spark_sink import kafka_sink
+from spark_sink.errors import HandoffSchemaError, UnknownHandoffStreamError
+from spark_sink.handoff import Handoff
+from spark_sink.kafka_log import KafkaHandoffLog, PartitionMarks
+from spark_sink.kafka_sink import KafkaHandoffSink
+from streams.adapters.kafka import KafkaSettings
+from streams.eventtime.processor import WindowResult
+from tests.kafka_broker import produce_raw
+
+HANDOFF = Handoff("totals", {"total": "double"})
+
+
+def settings(bootstrap: str, prefix: str) -> KafkaSettings:
+    return KafkaSettings(bootstrap, "unused", queues=2, handoff_prefix=prefix, give_up_after=10)
+
+
+def windows(key: str, ends: Sequence[int]) -> list[WindowResult]:
+    return [WindowResult(key, end - 60, end, float(end), None) for end in ends]
+
+
+async def valid_rows(bootstrap: str, prefix: str, partition: int) -> list[tuple[str, float]]:
+    """(key, window end in s) of every row that counts, in log order."""
+    async with KafkaHandoffLog({"bootstrap_servers": bootstrap}, prefix) as log:
+        _, end = await log.offsets(HANDOFF.stream)
+        records = await log.records(HANDOFF.stream, partition, 0, end[partition])
+    rows = []
+    for record in records:
+        if record.valid:
+            table = pa.Table.from_batches(record.batches())
+            for key, stop in zip(table["key"].to_pylist(), table["window_end"].to_pylist(), strict=True):
+                rows.append((key, stop.timestamp()))
+    return rows
+
+
+async def test_each_window_is_appended_once_even_by_a_new_sink(kafka_broker: str, kafka_topic: str) -> None:
+    sink = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), HANDOFF)
+    try:
+        assert await sink.write("s/a", "C", 0, windows("a", [60, 120])) == 2
+        assert await sink.write("s/a", "C", 0, windows("a", [60, 120, 180])) == 1  # a replay
+        assert await sink.write("s/b", "C", 1, windows("b", [60])) == 1
+    finally:
+        await sink.close()
+    restarted = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), HANDOFF)
+    try:  # the marks come back from the log: a replay after a restart writes nothing twice
+        assert await restarted.write("s/a", "C", 0, windows("a", [120, 180, 240])) == 1
+        assert await restarted.write("s/a", "Other", 0, windows("a", [60])) == 1  # another consumer
+    finally:
+        await restarted.close()
+    assert await valid_rows(kafka_broker, kafka_topic, 0) == [
+        ("a", 60.0), ("a", 120.0), ("a", 180.0), ("a", 240.0), ("a", 60.0)
+    ]
+    assert await valid_rows(kafka_broker, kafka_topic, 1) == [("b", 60.0)]
+
+
+async def test_a_record_landing_after_another_writers_does_not_count(kafka_broker: str, kafka_topic: str) -> None:
+    # Two workers that both believe they own partition 0, as during a hand-over.
+    old = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), HANDOFF)
+    new = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), HANDOFF)
+    try:
+        assert await old.write("s/a", "C", 0, windows("a", [60])) == 1
+        assert await new.write("s/a", "C", 0, windows("a", [60, 120])) == 1  # knew of 60 on loading
+        # The old owner's view is stale: its record lands after the new owner's and does not
+        # count; it catches up and appends only what nobody has.
+        assert await old.write("s/a", "C", 0, windows("a", [60, 120, 180])) == 1
+    finally:
+        await old.close()
+        await new.close()
+    async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
+        _, end = await log.offsets(HANDOFF.stream)
+        records = await log.records(HANDOFF.stream, 0, 0, end[0])
+    assert [r.valid for r in records] == [True, True, False, True]
+    assert await valid_rows(kafka_broker, kafka_topic, 0) == [("a", 60.0), ("a", 120.0), ("a", 180.0)]
+
+
+async def test_a_foreign_record_never_counts(kafka_broker: str, kafka_topic: str) -> None:
+    sink = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), HANDOFF)
+    try:
+        await produce_raw(kafka_broker, f"{kafka_topic}.handoff.totals", 0, b"not arrow")
+        assert await sink.write("s/a", "C", 0, windows("a", [60])) == 1
+    finally:
+        await sink.close()
+    assert await valid_rows(kafka_broker, kafka_topic, 0) == [("a", 60.0)]
+
+
+async def test_marks_snapshots_equal_reading_the_whole_log(
+    kafka_broker: str, kafka_topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kafka_sink, "SNAPSHOT_EVERY", 2)
+    sink = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), HANDOFF)
+    try:
+        for end in range(60, 60 * 6, 60):
+            await sink.write("s/a", "C", 0, windows("a", [end]))
+        await sink.write("s/b", "C", 0, windows("b", [60]))
+    finally:
+        await sink.close()
+    async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
+        loaded = await log.load_marks(HANDOFF.stream, 0)
+        snapshots = await log.offsets(HANDOFF.stream)  # data topic bounds, for the comparison
+        from_scratch = PartitionMarks()
+        for record in await log.records(HANDOFF.stream, 0, 0, snapshots[1][0]):
+            from_scratch.fold(record)
+        _, marks_end = await log._bounds_of(HANDOFF.stream, 0)
+    assert loaded == from_scratch
+    assert loaded.marks == {("s/a", "C"): {"a": 300.0}, ("s/b", "C"): {"b": 60.0}}
+    assert loaded.end == marks_end == 6
+
+
+async def test_a_changed_schema_and_an_unknown_stream_are_refused(kafka_broker: str, kafka_topic: str) -> None:
+    sink = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), HANDOFF)
+    await sink.close()
+    with pytest.raises(HandoffSchemaError, match=r"already declared as .*total double"):
+        await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), Handoff("totals", {"n": "bigint"}))
+    async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
+        with pytest.raises(UnknownHandoffStreamError, match=r"declared streams: totals"):
+            await log.offsets("nope")
