@@ -65,20 +65,26 @@ def test_stream_stopped_and_restarted_delivers_every_window_once(
     assert collect_windows(spark.read.parquet(str(out))) == expected
 
 
+def admitted_120_at_a_time(spark, handoff: Handoff | KafkaHandoff, table: str, checkpoint: Path):
+    """Everything handed off, read with maxRecordsPerTrigger=120 into memory table ``table``."""
+    query = (
+        windows_of(handoff, spark, maxRecordsPerTrigger="120")
+        .writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return query
+
+
 def test_max_records_per_trigger_bounds_each_batch_and_commits_trim(
     spark, handoff, events, expected, tmp_path
 ):
     results = window_results(events)
     handoff.append_windows(results)
-    query = (
-        windows_of(handoff, spark, maxRecordsPerTrigger="120")
-        .writeStream.format("memory")
-        .queryName("admission")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    query = admitted_120_at_a_time(spark, handoff, "admission", tmp_path / "checkpoint")
     sizes = batch_rows(query)
     assert max(sizes) <= 120 and sum(sizes) == len(results)
     assert len(sizes) == -(-len(results) // 120)  # every batch full but the last
@@ -188,15 +194,7 @@ def test_mistakes_are_reported_clearly(spark, handoff, options, schema, message)
 def test_on_kafka_each_batch_is_whole_appends_within_the_limit(spark, kafka_handoff, events, expected, tmp_path):
     results = window_results(events)
     kafka_handoff.append_windows(results)
-    query = (
-        windows_of(kafka_handoff, spark, maxRecordsPerTrigger="120")
-        .writeStream.format("memory")
-        .queryName("kafka_admission")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    query = admitted_120_at_a_time(spark, kafka_handoff, "kafka_admission", tmp_path / "checkpoint")
     sizes = batch_rows(query)
     assert max(sizes) <= 120 and sum(sizes) == len(results)
     # Whole appends (a window end's rows of one partition): a batch leaves out less than one.
