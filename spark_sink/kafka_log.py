@@ -140,6 +140,8 @@ class PartitionMarks:
 
     end: int = 0
     marks: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    # Records folded in since the newest snapshot (not part of a snapshot itself).
+    unsaved: int = field(default=0, compare=False)
 
     def of(self, source: str, consumer: str) -> dict[str, float]:
         return self.marks.setdefault((source, consumer), {})
@@ -149,6 +151,7 @@ class PartitionMarks:
         if record.valid:
             self.move(record.source, record.consumer, record.marks)
         self.end = record.offset + 1
+        self.unsaved += 1
 
     def move(self, source: str, consumer: str, moved: Mapping[str, float]) -> None:
         marks = self.of(source, consumer)
@@ -218,9 +221,16 @@ class KafkaHandoffLog:
     async def declare(self, stream: str, schema: HandoffSchema, partitions: int) -> None:
         """Create ``stream``'s topics and record its output schema. The first declaration
         of a stream stands; declaring it again with another schema is an error."""
-        data = self.topics.data(stream)
-        for topic, count in ((self.topics.declarations, 1), (data, partitions), (self.topics.marks(stream), partitions)):
-            found = await ensure_topic(self.client_options, topic, count, self.replication_factor)
+        # Only the newest marks snapshot of a partition and one declaration of a stream
+        # matter (the key is the partition, or the stream): those topics are compacted.
+        compacted = {"cleanup.policy": "compact"}
+        topics = (
+            (self.topics.declarations, 1, compacted),
+            (self.topics.data(stream), partitions, None),
+            (self.topics.marks(stream), partitions, compacted),
+        )
+        for topic, count, configs in topics:
+            found = await ensure_topic(self.client_options, topic, count, self.replication_factor, configs)
             if found != count:
                 raise ConfigurationError(
                     f"Kafka topic {topic!r} has {found} partitions, not {count} (one per "
@@ -346,7 +356,9 @@ class KafkaHandoffLog:
 
     async def save_marks(self, stream: str, partition: int, state: PartitionMarks) -> None:
         producer = await self._producer_started()
-        await producer.send_and_wait(self.topics.marks(stream), state.to_bytes(), partition=partition)
+        await producer.send_and_wait(
+            self.topics.marks(stream), state.to_bytes(), key=str(partition).encode(), partition=partition
+        )
 
     # -- plumbing -----------------------------------------------------------------------
 

@@ -27,7 +27,8 @@ from .kafka_log import KafkaHandoffLog, PartitionMarks
 log = logging.getLogger("headrace.handoff")
 T = TypeVar("T")
 
-# Appends between two snapshots of a partition's marks: what a new owner reads at most.
+# Records between two snapshots of a partition's marks: about what a new owner reads at
+# most (records read at loading count too, so restarts do not let the tail grow).
 SNAPSHOT_EVERY = 64
 
 
@@ -48,7 +49,6 @@ class KafkaHandoffSink:
         self.schema = handoff.schema()
         self.give_up_after = give_up_after
         self._states: dict[int, PartitionMarks] = {}
-        self._unsaved: dict[int, int] = defaultdict(int)
         self._locks: dict[int, anyio.Lock] = defaultdict(anyio.Lock)
         self._outage = OutageLog(handoff_log.server, log)
 
@@ -86,10 +86,10 @@ class KafkaHandoffSink:
     async def close(self) -> None:
         """Save the marks not in a snapshot yet (a quicker start for the next owner)."""
         try:
-            for partition, unsaved in list(self._unsaved.items()):
-                if unsaved and partition in self._states:
+            for partition, state in list(self._states.items()):
+                if state.unsaved:
                     with anyio.move_on_after(5):
-                        await self.log.save_marks(self.handoff.stream, partition, self._states[partition])
+                        await self.log.save_marks(self.handoff.stream, partition, state)
         finally:
             await self.log.close()
 
@@ -110,8 +110,11 @@ class KafkaHandoffSink:
             if landed == state.end:
                 state.move(source, consumer, moved)
                 state.end = landed + 1
+                state.unsaved += 1
                 self._states[partition] = state
-                await self._saved_now_and_then(partition, state)
+                if state.unsaved >= SNAPSHOT_EVERY:
+                    await self.log.save_marks(stream, partition, state)
+                    state.unsaved = 0
                 return len(fresh)
             # Something was appended since we looked: ours does not count. Read what was.
             log.info(
@@ -120,12 +123,6 @@ class KafkaHandoffSink:
             )
             for record in await self.log.records(stream, partition, state.end, landed + 1):
                 state.fold(record)
-
-    async def _saved_now_and_then(self, partition: int, state: PartitionMarks) -> None:
-        self._unsaved[partition] += 1
-        if self._unsaved[partition] >= SNAPSHOT_EVERY:
-            await self.log.save_marks(self.handoff.stream, partition, state)
-            self._unsaved[partition] = 0
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
         return await retry_transient(

@@ -655,15 +655,16 @@ async def ensure_topic(
     topic: str,
     partitions: int,
     replication_factor: int = 1,
+    configs: Mapping[str, str] | None = None,
 ) -> int:
-    """Create ``topic`` with ``partitions`` partitions unless it exists; return the partition
-    count it has (the caller decides what another count means). Transient failures raise for
-    the caller to retry."""
+    """Create ``topic`` with ``partitions`` partitions (and topic ``configs``) unless it
+    exists; return the partition count it has (the caller decides what another count means).
+    Transient failures raise for the caller to retry."""
     admin = AIOKafkaAdminClient(**client_kwargs)
     await admin.start()
     try:
         if topic not in await admin.list_topics():
-            await _create_topic(admin, topic, partitions, replication_factor)
+            await _create_topic(admin, topic, partitions, replication_factor, configs)
         [described] = await admin.describe_topics([topic])
     finally:
         await admin.close()
@@ -673,9 +674,14 @@ async def ensure_topic(
 
 
 async def _create_topic(
-    admin: AIOKafkaAdminClient, topic: str, partitions: int, replication_factor: int
+    admin: AIOKafkaAdminClient,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    configs: Mapping[str, str] | None = None,
 ) -> None:
-    response = await admin.create_topics([NewTopic(topic, partitions, replication_factor)])
+    new = NewTopic(topic, partitions, replication_factor, topic_configs=dict(configs or {}))
+    response = await admin.create_topics([new])
     for _topic, code, message, *_ in response.topic_errors:
         error = for_code(code)
         if code == 0 or error is TopicAlreadyExistsError:  # another process was first
