@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -133,7 +133,7 @@ class KafkaSplit:
             loop.call(records.aclose)
             loop.close()
 
-    async def _records(self) -> AsyncIterator[list[HandoffRecord]]:
+    async def _records(self) -> AsyncGenerator[list[HandoffRecord], None]:
         """The valid records of the range, a fetch at a time."""
         consumer = open_reader(self.client_options)
         await start_client(consumer)

@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _user_error_in(group: BaseExceptionGroup) -> BaseException:
     """The HeadraceError inside a task group's error (one line for the user), or the group."""
-    errors = group.subgroup(HeadraceError)
+    errors: BaseException | None = group.subgroup(HeadraceError)
     while isinstance(errors, BaseExceptionGroup):
         errors = errors.exceptions[0]
     return errors if errors is not None else group

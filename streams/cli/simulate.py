@@ -299,7 +299,7 @@ def print_sweep(
     """One line per value: how many events it adjusts, drops and dead-letters, and the
     mean processing delay until an event's result is final."""
     header = (name, "events", "adjusted", "dropped", "dead_lettered", "windows", "mean_delay_s")
-    lines = [header]
+    lines: list[tuple[object, ...]] = [header]
     for label, value in values:
         try:
             varied = options.with_setting(name, value)

@@ -14,6 +14,7 @@ from matplotlib import dates as mdates
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..eventtime.policy import Action
 from ..eventtime.processor import ADJUSTED, DEAD_LETTER, DROPPED, EventOutcome, WatermarkAdvance, WindowResult
 from ..eventtime.replay import ReplayOptions, Row, TraceItem
 
@@ -100,16 +101,26 @@ def _events(ax: Any, events: list[EventOutcome], x: Callable[[float], Any]) -> N
     adjusted = [e for e in events if e.status == ADJUSTED]
     dropped = [e for e in events if e.status == DROPPED]
     dead = [e for e in events if e.status == DEAD_LETTER]
-    scatter(kept, lambda e: e.timestamp, s=22, color="#1f77b4", label="kept")
-    scatter(adjusted, lambda e: e.timestamp, s=26, color="#ff7f0e", label="adjusted (arrow from its event time)")
-    scatter(adjusted, lambda e: e.event_time, s=26, facecolors="none", edgecolors="#ff7f0e")
+    scatter(kept, _timestamp, s=22, color="#1f77b4", label="kept")
+    scatter(adjusted, _timestamp, s=26, color="#ff7f0e", label="adjusted (arrow from its event time)")
+    scatter(adjusted, _event_time, s=26, facecolors="none", edgecolors="#ff7f0e")
     for e in adjusted:
         ax.annotate(
-            "", xy=(x(e.record.arrival_time), x(e.timestamp)), xytext=(x(e.record.arrival_time), x(e.event_time)),
+            "", xy=(x(e.record.arrival_time), x(_timestamp(e))), xytext=(x(e.record.arrival_time), x(_event_time(e))),
             arrowprops={"arrowstyle": "->", "color": "#ff7f0e", "lw": 1.0}, zorder=3,
         )
-    scatter(dropped, lambda e: e.event_time, s=40, marker="x", color="#d62728", label="dropped")
-    scatter(dead, lambda e: e.timestamp, s=36, marker="s", color="#7f3c8d", label="dead-lettered (window closed)")
+    scatter(dropped, _event_time, s=40, marker="x", color="#d62728", label="dropped")
+    scatter(dead, _timestamp, s=36, marker="s", color="#7f3c8d", label="dead-lettered (window closed)")
+
+
+def _timestamp(e: EventOutcome) -> float:
+    assert e.timestamp is not None  # only a dropped event has none
+    return e.timestamp
+
+
+def _event_time(e: EventOutcome) -> float:
+    assert e.event_time is not None  # a replayed event always has one (no timestamp_by)
+    return e.event_time
 
 
 def _title(options: ReplayOptions) -> str:
@@ -119,7 +130,7 @@ def _title(options: ReplayOptions) -> str:
         parts.append(f"late_arrival={p.late_arrival:g}s")
     if p.early_arrival is not None:
         parts.append(f"early_arrival={p.early_arrival:g}s")
-    parts.append(f"action={p.action.value}")  # type: ignore[union-attr]
+    parts.append(f"action={Action(p.action).value}")
     if p.over is not None:
         parts.append("substreams")
     if options.window is not None:

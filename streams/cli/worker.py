@@ -31,14 +31,14 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import anyio
 
 from ..config import CONFIG_ENV, load_config
 from ..errors import HeadraceError
 from ..observability import configure_logging, serve_metrics
-from ..observability.logs import FORMATS, LEVELS
+from ..observability.logs import FORMATS, LEVELS, LogFormat
 from ..provider import StreamProvider
 from ..status_reporter import StatusReporter
 from . import EXIT_USAGE, CliError
@@ -96,9 +96,8 @@ def run(args: argparse.Namespace) -> int:
     provider = load_provider(app)
     if name is not None:
         provider.worker_name = name
-    configure_logging(
-        args.log_level or settings.log_level, args.log_format or settings.log_format, worker=provider.worker_name
-    )
+    log_format = cast(LogFormat, args.log_format or settings.log_format)  # configure_logging checks it
+    configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
     anyio.run(serve, provider, port, settings.status_interval)
     return 0
 

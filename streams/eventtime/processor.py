@@ -294,7 +294,7 @@ class Processor:
 
     def open_windows(self) -> list[tuple[Hashable, float, float]]:
         """``(key, start, end)`` of every open window holding data, by end then key order."""
-        found = []
+        found: list[tuple[float, int, Hashable, float]] = []
         for store in self._stores():
             for j in store.open_windows():
                 start, end = self._assigner.spec.bounds(j)  # type: ignore[union-attr]
@@ -332,11 +332,16 @@ class Processor:
         action = self.policy.action
         adjust, accept = action is Action.ADJUST, action is Action.ACCEPT
         ts_of, key_of, key_field = self._timestamp_of, self._key_of, self._key_field
+        if key_field is not None:
+            # key_of is key_field's field getter: the fallback when the inline read fails.
+            assert key_of is not None
+            field_key_of = key_of
         substreams = self._substreams
         a = self._assigner
         windowed = a is not None
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
+            pane_closed = a.pane_closed
         counting, select = self._counting, self._select
         add, init = self.reducer.add, self.reducer.init
         trace = self._trace
@@ -355,7 +360,8 @@ class Processor:
         # after. With a single input the store's closing watermark is ``w`` itself.
         mark, store = inp.mark, self._store
         w, newest = mark.value, mark.max_timestamp
-        panes = store.panes if store is not None else None
+        # Without windows ``store`` is None and ``panes`` is never read.
+        panes: dict[float, dict[Any, list[Any]]] = store.panes if store is not None else {}
         next_close = store.next_close if store is not None else FOREVER
         try:
             for rec in events:
@@ -379,7 +385,7 @@ class Processor:
                     try:
                         key = rec.value[key_field]
                     except (KeyError, TypeError, IndexError):  # not a mapping, or no such key
-                        key = key_of(rec)
+                        key = field_key_of(rec)
                 elif key_of is not None:
                     key = key_of(rec)
                 if substreams:
@@ -428,12 +434,12 @@ class Processor:
                         self._refuse(inp, rec, key, et, reason, DROPPED, arr, out)
                         continue
                 # 4. into the open windows containing the timestamp
-                if windowed:
+                if store is not None:  # the lane's store: there is one exactly when windowed
                     offset = ts - origin
                     pane = offset // step
                     if gaps and offset - pane * step >= size:
                         pass  # between two hopping windows: in no window, by definition
-                    elif ts < w and a.pane_closed(pane, w if direct else store.watermark):
+                    elif ts < w and pane_closed(pane, w if direct else store.watermark):
                         status = DEAD_LETTER
                         self._refuse(inp, rec, key, et, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
                     else:
@@ -481,7 +487,7 @@ class Processor:
                         if trace:
                             out.trace.append(WatermarkAdvance(arr, part, key if substreams else None, w))
                         # 6. close what it passed
-                        if w >= next_close:
+                        if w >= next_close and store is not None:
                             mark.value, mark.max_timestamp, store.watermark = w, newest, w
                             self._close([store], arr, out)
                             next_close = store.next_close
@@ -599,7 +605,7 @@ class Processor:
         """Step 6: emit every window its store's watermark has closed, in order of end."""
         a = self._assigner
         assert a is not None
-        due = []
+        due: list[tuple[float, int, float, WindowStore]] = []
         for store in dict.fromkeys(stores):  # each store once, in order
             if store.watermark >= store.next_close:
                 due.extend((a.end(j), store.order, j, store) for j in store.pop_due())

@@ -12,9 +12,10 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
+from typing import Any, cast
 
 from .aggregates import Collect
-from .policy import OrderingPolicy
+from .policy import EventLike, OrderingPolicy
 from .processor import ADJUSTED, DEAD_LETTER, DROPPED, KEPT, EventOutcome, Processor, WatermarkAdvance, WindowResult
 from .windows import WindowSpec
 
@@ -58,11 +59,12 @@ class ReplayOptions:
         >>> ReplayOptions().with_setting("out_of_order", 30.0).policy.out_of_order
         30.0
         """
+        change: dict[str, Any] = {name: value}  # a field named at run time
         if name in ("allowed_lateness", "idle_timeout"):
             if self.window is None:
                 raise ValueError(f"{name} needs a window")
-            return replace(self, window=replace(self.window, **{name: value}))
-        return replace(self, policy=replace(self.policy, **{name: value}))
+            return replace(self, window=replace(self.window, **change))
+        return replace(self, policy=replace(self.policy, **change))
 
 
 def replay(rows: Iterable[Row], options: ReplayOptions) -> list[TraceItem]:
@@ -80,17 +82,18 @@ def replay(rows: Iterable[Row], options: ReplayOptions) -> list[TraceItem]:
         trace=True,
     )
     trace: list[TraceItem] = []
+    # Rows with an event time: EventLike, though Row's type allows None (a tick).
     batch: list[Row] = []
     for row in rows:
         if row.event_time is not None:
             batch.append(row)
             continue
         if batch:
-            trace.extend(processor.on_events(batch).trace)
+            trace.extend(processor.on_events(cast("list[EventLike]", batch)).trace)
             batch = []
         trace.extend(processor.on_tick(row.arrival_time).trace)
     if batch:
-        trace.extend(processor.on_events(batch).trace)
+        trace.extend(processor.on_events(cast("list[EventLike]", batch)).trace)
     if options.flush:
         trace.extend(processor.flush().trace)
     return trace
@@ -125,6 +128,7 @@ def summarize(rows: Sequence[Row], trace: Iterable[TraceItem], options: ReplayOp
         if isinstance(item, EventOutcome):
             statuses[item.status] += 1
             if not windowed and item.status in (KEPT, ADJUSTED):
+                assert item.timestamp is not None  # only a dropped event has none
                 lane = item.key if substreams else None
                 heapq.heappush(waiting.setdefault(lane, []), (item.timestamp, item.record.index))
         elif isinstance(item, WindowResult):

@@ -236,9 +236,9 @@ class WindowStore:
             return {key: state[0] for key, state in bucket.items()}
         accs: dict[Any, Any] = {}
         for p in a.panes_of_window(window):
-            bucket = panes.get(p)
-            if bucket:
-                for key, state in bucket.items():
+            pane_bucket = panes.get(p)
+            if pane_bucket:
+                for key, state in pane_bucket.items():
                     accs[key] = merge(accs[key] if key in accs else init(), state[0])
         for p in a.retired_by(window):
             panes.pop(p, None)

@@ -20,6 +20,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TextIO, cast
 
 import anyio
 import anyio.from_thread
@@ -28,7 +29,7 @@ from rich.console import Console
 
 from spark_sink import Handoff
 
-from ...eventtime import Combined, Count, EventTime, Sum, Tumbling
+from ...eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
 from ...ids import StreamId
 from ...errors import HeadraceError
 from ...observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
@@ -97,7 +98,8 @@ class DemoPipeline:
     async def run(self) -> int:
         s = self.settings
         self._print_header()
-        handler = configure_logging("warning", s.log_format, stream=_CurrentStderr(), worker=self.provider.worker_name)
+        stderr = cast(TextIO, _CurrentStderr())  # the log handler only writes and flushes it
+        handler = configure_logging("warning", s.log_format, stream=stderr, worker=self.provider.worker_name)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._start_reader)  # Spark starts while the producers publish
@@ -176,7 +178,7 @@ class DemoPipeline:
             f"headrace demo: {s.streams} toll plazas × {s.booths} booths, "
             f"{s.rate:,.0f} reports/s for {s.duration:g} s, {s.queues} queues on {queues}",
             f"  consumer: cars and tolls per booth, {s.window:g} s tumbling windows; out_of_order {p.out_of_order:g}s, "
-            f"late_arrival {p.late_arrival:g}s, early_arrival {p.early_arrival:g}s, action {p.action.value}",
+            f"late_arrival {p.late_arrival:g}s, early_arrival {p.early_arrival:g}s, action {Action(p.action).value}",
             reader,
         ]
         for line in lines:
