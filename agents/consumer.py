@@ -4,13 +4,27 @@ A slow consumer slows only its own cursor; the others keep their own pace. A con
 raises is told through ``on_error``, the failure handler hears of it, the batch is
 dead-lettered with reason ``delivery_failed`` (so it stays findable), and delivery goes on,
 unless the subscription is faulted (``fault_on_error``).
+
+A consumer's task delivers, and waits for more. When ``on_next`` cannot suspend (a plain
+function, or a coroutine function with no ``await``), the agent calls it instead, as soon as
+the data is cached: the same calls in the same order, without a task switch per batch. Such
+a consumer has a task only while there is something to await (catching up when it starts, a
+failure to report, a watermark or a completion, history to read), which also spares the
+memory of a parked task per idle consumer. A plain function that returns an awaitable is
+from then on called by a task of its own, which awaits what it returns. (A call that cannot
+suspend cannot be cut short by the ``max_event_delivery_time`` watchdog either, wherever it
+runs; an awaitable handed to the task is watched as any delivery. A call made by the agent
+runs in the agent's task and context: code that looks at the current task or sets context
+variables sees the agent's.)
 """
 
 from __future__ import annotations
 
+import dis
+import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -31,6 +45,14 @@ log = logging.getLogger("headrace.agent")
 class StreamConsumer:
     """One subscription on one stream, in the agent that owns the stream's queue."""
 
+    # Slots, and no event until a task waits: an agent may hold many thousands of these.
+    __slots__ = (
+        "subscription_id", "stream_id", "observer", "cursor", "durable", "delivered_batches",
+        "failures", "faulted", "detached", "_context", "_start_token", "_wake", "_closed",
+        "_delivering", "_scope", "_deadline", "_timed_out", "_spawn", "_has_task", "_call_now",
+        "_handoff",
+    )
+
     def __init__(
         self,
         subscription_id: str,
@@ -41,6 +63,7 @@ class StreamConsumer:
         *,
         start_token: SequenceToken | None = None,
         durable: bool = False,
+        spawn: Callable[[Callable[[], Awaitable[None]]], None],
     ) -> None:
         self.subscription_id = subscription_id
         self.stream_id = stream_id
@@ -53,20 +76,104 @@ class StreamConsumer:
         self.detached = 0
         self._context = context
         self._start_token = start_token
-        self._wake = anyio.Event()
+        self._wake: anyio.Event | None = None  # set while the task waits for data
         self._closed = False
         self._delivering = False
         self._scope: anyio.CancelScope | None = None
         self._deadline = 0.0
         self._timed_out = False
+        self._spawn = spawn  # starts a task in the agent's task group
+        self._has_task = False
+        self._call_now = _immediate_on_next(observer)  # None: only the task calls on_next
+        # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
+        self._handoff: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[Any]] | None = None
 
     @property
     def idle(self) -> bool:
         """Caught up (or closed) and not in the middle of a delivery."""
         return not self._delivering and (self._closed or self.cursor.current() is None)
 
-    def wake(self) -> None:
-        self._wake.set()
+    def start(self) -> None:
+        """Begin delivering: a task catches up with what the cursor holds. A consumer the
+        agent delivers to needs none while there is nothing to catch up with."""
+        cursor = self.cursor
+        if self._call_now is None or cursor.current() is not None or cursor.needs_fill:
+            self._start_task()
+
+    def _start_task(self) -> None:
+        self._has_task = True
+        self._spawn(self.run)
+
+    def _resume(self) -> None:
+        """Have a task deliver: wake the one waiting for data, or start one."""
+        if self._has_task:
+            self._wake_task()
+        elif not self._closed:
+            self._start_task()
+
+    def _wake_task(self) -> None:
+        # A task that is not waiting needs no wake-up: it looks at the cursor (and at
+        # close) before it waits again.
+        if self._wake is not None:
+            self._wake.set()
+
+    def data_arrived(self) -> None:
+        """The agent added batches of this consumer's stream to the cache: deliver them here
+        and now if ``on_next`` cannot suspend and no task is busy with this consumer, else
+        leave them to a task."""
+        if self._call_now is not None and not self._has_task and self._deliver_now():
+            return
+        self._resume()
+
+    def _deliver_now(self) -> bool:
+        """Deliver data batches from the cursor in the caller's task (the agent's); return
+        whether the cursor is caught up with nothing left for the task to do."""
+        cursor, call = self.cursor, self._call_now
+        assert call is not None
+        while not self._closed:
+            item = cursor.current()
+            if item is None:
+                return not cursor.needs_fill
+            if item.kind is not BatchKind.DATA:
+                return False  # watermarks and completions are awaited by the task
+            batch = self._batch_of(item)
+            if batch:
+                try:
+                    pending = call(batch)
+                except Exception as exc:
+                    pending = exc
+                if pending is not None:
+                    self._hand_over(cursor, item, batch, pending)
+                    return False
+            self.delivered_batches += 1
+            cursor.advance()
+        return True
+
+    def _hand_over(
+        self, cursor: QueueCacheCursor, item: CachedBatch, batch: EventBatch,
+        pending: Exception | Awaitable[Any],
+    ) -> None:
+        """Leave a delivery begun in the agent for a task to finish: it counts as in
+        flight (for ``idle``, the watchdog and detaching) until the task is done with it."""
+        self._deadline = time.monotonic() + self._context.options.max_event_delivery_time
+        self._delivering = True
+        self._handoff = (cursor, item, batch, pending)
+        if not isinstance(pending, Exception):
+            self._call_now = None  # it returns awaitables: a task calls it from now on
+
+    async def _finish_handoff(self) -> None:
+        cursor, item, batch, pending = self._handoff  # type: ignore[misc]
+        self._handoff = None
+        if isinstance(pending, Exception):
+            await self._failed(item, batch, pending)
+        else:
+            try:
+                await pending
+                self.delivered_batches += 1
+            except Exception as exc:
+                await self._failed(item, batch, exc)
+        self._delivering = False
+        cursor.advance()
 
     def close(self) -> None:
         """Stop delivering. An idle consumer stops at once; a busy one after its batch."""
@@ -76,7 +183,7 @@ class StreamConsumer:
         self.cursor.close()
         if self._scope is not None and not self._delivering:
             self._scope.cancel()
-        self._wake.set()
+        self._wake_task()
 
     def check_deadline(self, now: float) -> None:
         """Called by the agent's timer: cancel a delivery past ``max_event_delivery_time``.
@@ -88,11 +195,13 @@ class StreamConsumer:
             self._scope.cancel()
 
     async def run(self) -> None:
-        while not self._closed:
-            with anyio.CancelScope() as scope:
-                self._scope = scope
-                await self._deliver_all()
-            if self._timed_out:
+        try:
+            while True:
+                with anyio.CancelScope() as scope:
+                    self._scope = scope
+                    await self._deliver_all()
+                if not self._timed_out:
+                    return  # closed, or caught up with the agent delivering from here on
                 self._timed_out = self._delivering = False
                 item = self.cursor.current()
                 if item is not None:
@@ -101,16 +210,24 @@ class StreamConsumer:
                         f"max_event_delivery_time ({self._context.options.max_event_delivery_time}s)"
                     ))
                     self.cursor.advance()
+        finally:
+            self._scope = None  # the watchdog has nothing to cancel until the next task
+            self._has_task = False
 
     async def _deliver_all(self) -> None:
         limit = self._context.options.max_event_delivery_time
-        while not self._closed:
+        while not self._closed or self._handoff is not None:
+            if self._handoff is not None:  # finished even after close(), as a delivery in flight is
+                await self._finish_handoff()
+                continue
             cursor = self.cursor
             item = cursor.current()
             if item is None:
-                if getattr(cursor, "needs_fill", False):
+                if cursor.needs_fill:
                     await cursor.fill()  # type: ignore[attr-defined]
                     continue
+                if self._call_now is not None:
+                    return  # the agent delivers what comes next
                 await self._idle()
                 continue
             self._deadline = time.monotonic() + limit
@@ -123,15 +240,17 @@ class StreamConsumer:
         """Wait for data; an event-time consumer meanwhile ticks on the agent's period, so a
         silent stream's watermark still advances (late-arrival rule, idle timeouts)."""
         tick = getattr(self.observer, "on_tick", None)
-        if tick is None:
-            await self._wake.wait()
-        else:
-            with anyio.move_on_after(self._context.options.get_queue_msgs_timer_period):
-                await self._wake.wait()
-            if not self._wake.is_set():
-                await tick(time.time())
-                return
-        self._wake = anyio.Event()
+        wake = self._wake = anyio.Event()
+        try:
+            if tick is None:
+                await wake.wait()
+            else:
+                with anyio.move_on_after(self._context.options.get_queue_msgs_timer_period):
+                    await wake.wait()
+        finally:
+            self._wake = None
+        if tick is not None and not wake.is_set():
+            await tick(time.time())
 
     def detach(self, make_cursor: Callable[[int], QueueCacheCursor]) -> None:
         """Move this consumer off the cache onto a cursor of its own over the durable queue,
@@ -140,11 +259,11 @@ class StreamConsumer:
         if item is None or self._closed:
             return
         # Mid-delivery, the batch is being finished: the new cursor starts after it.
-        start = item.message.sequence_number + (1 if self._delivering else 0)
+        start = item.sequence + (1 if self._delivering else 0)
         old, self.cursor = self.cursor, make_cursor(start)
         old.close()
         self.detached += 1
-        self._wake.set()
+        self._resume()
 
     async def _deliver(self, item: CachedBatch) -> None:
         kind = item.kind
@@ -168,7 +287,7 @@ class StreamConsumer:
         start = self._start_token
         if start is not None:
             self._start_token = None
-            if start.sequence_number == item.message.sequence_number and start.event_index:
+            if start.sequence_number == item.sequence and start.event_index:
                 return events.from_index(start.event_index)
         return events
 
@@ -239,3 +358,60 @@ class StreamConsumer:
         await self._context.failure_handler.on_delivery_failure(
             DeliveryFailure(self.subscription_id, self.stream_id, None, error, False)
         )
+
+
+def _immediate_on_next(observer: Any) -> Callable[[EventBatch], Awaitable[Any] | None] | None:
+    """``on_next`` as a call that runs to completion where it is made, returning what is
+    still to be awaited (an awaitable a plain function returned), or ``None`` if ``on_next``
+    may suspend (then only the consumer's task calls it).
+
+    The user's function is found as :func:`streams.observer.as_observer` finds it: the
+    target's ``on_next``, else the target itself."""
+    if getattr(observer, "on_tick", None) is not None:
+        return None  # an event-time observer: it ticks whenever no data woke its task
+    target = getattr(observer, "target", None)
+    fn = getattr(target, "on_next", None)
+    if fn is None or not callable(fn):
+        fn = target
+    if fn is None or not callable(fn):
+        return None
+    if inspect.iscoroutinefunction(fn):
+        return _completing(fn) if _never_suspends(fn) else None
+    return _calling(fn)
+
+
+def _never_suspends(fn: Callable[..., Any]) -> bool:
+    """A coroutine function whose body has no ``await`` (nor ``async for``/``async with``,
+    which await too) runs to its end on the first step of its coroutine: every suspension
+    point compiles to a YIELD_VALUE. Only the code that will run is read (a bound method's
+    function, not what a decorator wraps); anything else counts as suspending."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return (
+        code is not None
+        and bool(code.co_flags & inspect.CO_COROUTINE)
+        and _YIELD_VALUE not in code.co_code[::2]  # the opcodes, not their arguments
+    )
+
+
+_YIELD_VALUE = dis.opmap["YIELD_VALUE"]
+
+
+def _calling(fn: Callable[..., Any]) -> Callable[[EventBatch], Awaitable[Any] | None]:
+    """A plain callable, called as ``streams.observer._lift`` calls it: an awaitable it
+    returns has not started, so the task may await it."""
+
+    def call(batch: EventBatch) -> Awaitable[Any] | None:
+        result = fn(batch)
+        return result if result is not None and inspect.isawaitable(result) else None
+
+    return call
+
+
+def _completing(fn: Callable[..., Any]) -> Callable[[EventBatch], None]:
+    def call(batch: EventBatch) -> None:
+        # Iterating the coroutine runs its body to the end; it yields nothing, having no
+        # suspension point. (Cheaper than send(None), which ends by raising StopIteration.)
+        for _ in fn(batch).__await__():
+            raise RuntimeError(f"{fn!r} suspended although it has no await")
+
+    return call

@@ -3,7 +3,8 @@
 On a timer, and at once when a producer in this process wakes it, the agent reads as many
 records as its cache has room for, decodes them (dead-lettering what is not a batch
 container), activates the consumers of streams it has not seen, adds the batches to the cache
-and wakes the consumers whose streams got data. It never overlaps its own reads, backs off
+and tells the consumers whose streams got data (those whose ``on_next`` cannot suspend it
+delivers to there and then, see ``agents.consumer``). It never overlaps its own reads, backs off
 when the queue fails, and acknowledges to the queue only the positions every consumer has
 finished with.
 """
@@ -16,6 +17,7 @@ import random
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -23,7 +25,7 @@ from anyio.abc import TaskGroup
 
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
-from streams.batch import BatchContainer, QueueMessage
+from streams.batch import BatchContainer, QueueMessage, interned
 from streams.consumers import InProcessSubscription
 from streams.deadletters import DeadLetter
 from streams.errors import CacheMissError, DecodeError
@@ -35,23 +37,32 @@ from streams.tokens import SequenceToken
 from .consumer import StreamConsumer
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
-from .timed import EventTimeObserver, event_time_of
+from .timed import EventTimeObserver, HandoffTarget, event_time_of
 from .context import AgentContext
 
 log = logging.getLogger("headrace.agent")
+
+_ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
 
 
 class _StreamState:
     """What the agent knows of one active stream."""
 
-    __slots__ = ("consumers", "activations", "instances", "last_activity", "ready")
+    __slots__ = ("consumers", "activations", "instances", "last_activity", "opening")
 
     def __init__(self) -> None:
         self.consumers: dict[str, StreamConsumer] = {}
         self.activations: dict[type, Any] = {}  # consumer type -> the observer delivered to
         self.instances: dict[type, Any] = {}  # consumer type -> the user's instance
         self.last_activity = time.monotonic()
-        self.ready = anyio.Event()
+        # Set, and dropped, once every consumer is attached: a plain attribute test on the
+        # hot path, and no event kept per stream.
+        self.opening: anyio.Event | None = anyio.Event()
+
+    async def opened(self) -> None:
+        opening = self.opening
+        if opening is not None:
+            await opening.wait()
 
 
 class PullingAgent:
@@ -184,6 +195,14 @@ class PullingAgent:
         return len(messages)
 
     async def _add(self, messages: list[QueueMessage]) -> None:
+        # Slice by slice: consumers that take batches inline have passed a slice (and so
+        # dropped its decoded values) before the next is decoded. The values then die young,
+        # cheap for the garbage collector, instead of a whole read's worth of them surviving
+        # into its older generations, whose collections cost time in proportion.
+        for start in range(0, len(messages), _ADD_SLICE):
+            await self._add_slice(messages[start : start + _ADD_SLICE])
+
+    async def _add_slice(self, messages: list[QueueMessage]) -> None:
         decoded: list[tuple[QueueMessage, BatchContainer]] = []
         letters: list[DeadLetter] = []
         unacked = self._unacked
@@ -209,14 +228,14 @@ class PullingAgent:
             state = streams.get(sid)
             if state is None:
                 state = await self._open_stream(sid)
-            if not state.ready.is_set():
-                await state.ready.wait()
+            if state.opening is not None:
+                await state.opened()
         now = time.monotonic()
         for sid in self.cache.add(decoded):
             state = streams[sid]
             state.last_activity = now
             for consumer in state.consumers.values():
-                consumer.wake()
+                consumer.data_arrived()
 
     async def _retrying(self, fn: Any, *args: Any) -> Any:
         """Call the receiver, backing off on failure; log once per outage, not per retry."""
@@ -247,7 +266,7 @@ class PullingAgent:
             point = needed
         for state in self._streams.values():
             for consumer in state.consumers.values():
-                position = getattr(consumer.cursor, "position", None)
+                position = consumer.cursor.position
                 if position is not None:  # a cursor reading history from the queue
                     point = min(point, position)
             for observer in state.activations.values():
@@ -262,11 +281,15 @@ class PullingAgent:
         if not unacked:
             return
         point = self._ack_point()
-        tokens = []
-        while unacked and unacked[0] < point:
-            tokens.append(SequenceToken(unacked.popleft()))
-        if tokens:
-            await self._retrying(self.receiver.messages_delivered, tokens)
+        if point > unacked[-1]:  # all of it: the usual case once consumers have caught up
+            done = list(unacked)
+            unacked.clear()
+        else:
+            done = []
+            while unacked[0] < point:
+                done.append(unacked.popleft())
+        if done:
+            await self._retrying(self.receiver.messages_delivered, _Tokens(done))
 
     # -- consumers ---------------------------------------------------------------------
     async def _open_stream(self, sid: StreamId, skip: str | None = None) -> _StreamState:
@@ -285,17 +308,19 @@ class PullingAgent:
                     cls = registry.get_type(record.consumer_type)
                     await self._attach(state, sid, record.subscription_id, self._activation(state, sid, cls), durable=True)
         finally:
-            state.ready.set()
+            opening, state.opening = state.opening, None
+            assert opening is not None
+            opening.set()
         return state
 
-    def _handoff_for(self, cls: type, sid: StreamId) -> Any:
-        """Where this consumer type's closed windows go, if it declares a handoff to Spark."""
+    def _handoff_for(self, cls: type, sid: StreamId) -> HandoffTarget | None:
+        """Where this consumer type's finalized output goes, if it hands off to Spark."""
         handoff = getattr(cls, "handoff", None)
         sink = self.context.handoff_sinks.get(getattr(handoff, "stream", None))
         if sink is None:
             return None
         consumer = self.context.registry.type_name(cls) or cls.__qualname__
-        return lambda windows: sink.write(str(sid), consumer, self.queue.number, windows)
+        return HandoffTarget(sink, str(sid), consumer, self.queue.number)
 
     def _activation(self, state: _StreamState, sid: StreamId, cls: type) -> Any:
         """One instance per stream id and consumer type, like an Orleans grain activation."""
@@ -333,13 +358,12 @@ class PullingAgent:
                 cursor = self.cache.create_cursor(sid, self.cache.oldest_cached_token())
         consumer = StreamConsumer(
             subscription_id, sid, observer, cursor, self.context,
-            start_token=None if miss else token, durable=durable,
+            start_token=None if miss else token, durable=durable, spawn=self._spawn,
         )
         state.consumers[subscription_id] = consumer
         if miss is not None:
             await consumer.report_error(miss)
-        self._spawn(consumer.run)
-        consumer.wake()
+        consumer.start()
         return consumer
 
     def _rewind_cursor(self, sid: StreamId, start_sequence: int) -> RewindCursor:
@@ -365,7 +389,7 @@ class PullingAgent:
         for state in self._streams.values():
             for consumer in state.consumers.values():
                 item = consumer.cursor.current()
-                if item is not None and item.message.sequence_number == oldest:
+                if item is not None and item.sequence == oldest:
                     log.warning(
                         "%s: consumer %s on %s held the cache full for %.0fs; detached to read from the queue",
                         self.queue, consumer.subscription_id, consumer.stream_id, now - self._pressure_since,
@@ -393,11 +417,11 @@ class PullingAgent:
         self, subscription: InProcessSubscription | SubscriptionRecord
     ) -> None:
         """A subscription made while this agent runs: attach it now, from its token."""
-        sid = subscription.stream_id
+        sid = interned(subscription.stream_id)  # the key object decoded batches bring
         state = self._streams.get(sid)
         if state is None:
             state = await self._open_stream(sid, skip=subscription.subscription_id)
-        await state.ready.wait()
+        await state.opened()
         if subscription.subscription_id in state.consumers:
             return
         if isinstance(subscription, InProcessSubscription):
@@ -461,6 +485,33 @@ class PullingAgent:
             for observer in state.activations.values()
             if isinstance(observer.target, EventTimeObserver)
         ]
+
+
+class _Tokens(Sequence[SequenceToken]):
+    """Acknowledged queue positions as tokens, each made when the receiver reads it.
+
+    A read can acknowledge thousands of records; a list of as many token objects, alive
+    until the call returns, cost more than making them (in garbage collections), and some
+    receivers only count them or read the last."""
+
+    __slots__ = ("_numbers",)
+
+    def __init__(self, numbers: list[int]) -> None:
+        self._numbers = numbers
+
+    def __len__(self) -> int:
+        return len(self._numbers)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [SequenceToken(n) for n in self._numbers[index]]
+        return SequenceToken(self._numbers[index])
+
+    def __iter__(self) -> Iterator[SequenceToken]:
+        return map(SequenceToken, self._numbers)
+
+    def __repr__(self) -> str:
+        return f"_Tokens({self._numbers!r})"
 
 
 def new_subscription_id() -> str:

@@ -21,10 +21,11 @@ from streams.tokens import SequenceToken
 class _HistoryBatch:
     """A batch read from the durable queue (the cache's batch shape, not in the cache)."""
 
-    __slots__ = ("message", "container", "stream_id", "kind", "_events")
+    __slots__ = ("message", "sequence", "container", "stream_id", "kind", "_events")
 
     def __init__(self, message: QueueMessage, container: BatchContainer) -> None:
         self.message = message
+        self.sequence = message.sequence_number
         self.container = container
         self.stream_id = container.stream_id
         self.kind = container.kind
@@ -33,7 +34,7 @@ class _HistoryBatch:
     @property
     def events(self) -> EventBatch:
         if self._events is None:
-            self._events = self.container.events(self.message.sequence_number)
+            self._events = self.container.events(self.sequence)
         return self._events
 
 
@@ -66,7 +67,7 @@ class RewindCursor:
         """The oldest queue position this cursor still needs (None once in the cache)."""
         if self._joined is not None or self._closed:
             return None
-        return self._buffer[0].message.sequence_number if self._buffer else self._next_sequence
+        return self._buffer[0].sequence if self._buffer else self._next_sequence
 
     def current(self) -> _HistoryBatch | None:  # type: ignore[override]
         if self._joined is not None:

@@ -5,19 +5,24 @@ An activation whose type declares ``event_time = EventTime(...)`` is wrapped in 
 windows); closed windows go to the type's ``on_window``, refused events to the dead-letter
 store, and the checkpoint is held at the oldest event still in an open window, so a crash
 loses no window (the queue replays it).
+
+A type that hands off to Spark has its closed windows written to the handoff sink first; a
+windowless one has its events held until the watermark passes them and handed off in
+timestamp order (the checkpoint is held at the oldest event still held).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from streams.batch import EventBatch
 from streams.deadletters import DeadLetterStore
-from streams.eventtime.processor import Output, WindowResult
+from streams.eventtime.processor import Output
+from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.spec import EventTime
 from streams.ids import StreamId
 from streams.observer import _lift, _nothing
@@ -29,6 +34,17 @@ def event_time_of(instance: Any) -> EventTime | None:
     return spec if isinstance(spec, EventTime) else None
 
 
+@dataclass(frozen=True, slots=True)
+class HandoffTarget:
+    """Where one activation's finalized output goes: a ``spark_sink.HandoffSink``, written
+    as ``source`` (the stream) and ``consumer`` (the type) to ``partition`` (the queue)."""
+
+    sink: Any
+    source: str
+    consumer: str
+    partition: int
+
+
 class EventTimeObserver:
     """The observer the runtime delivers to, for an event-time consumer activation."""
 
@@ -38,10 +54,14 @@ class EventTimeObserver:
         spec: EventTime,
         stream_id: StreamId,
         dead_letters: DeadLetterStore,
-        handoff: Callable[[list[WindowResult]], Awaitable[Any]] | None = None,
+        handoff: HandoffTarget | None = None,
     ) -> None:
         self.target = target
         self._handoff = handoff
+        # A windowless consumer's events wait here for the watermark, then go in order.
+        self._release: TimestampOrder[tuple[int, int]] | None = (
+            TimestampOrder() if handoff is not None and spec.window is None else None
+        )
         self.stream_id = stream_id
         self.processor = spec.processor(str(stream_id))
         self._partition = str(stream_id)
@@ -58,6 +78,9 @@ class EventTimeObserver:
 
     async def on_next(self, batch: EventBatch) -> None:
         async with self._lock:
+            if self._release is not None and len(batch):
+                last = batch[-1].token
+                self._release.saw((last.sequence_number, last.event_index))
             await self._emit(self.processor.on_events(batch, self._partition))
 
     async def on_watermark(self, watermark: float) -> None:
@@ -78,13 +101,26 @@ class EventTimeObserver:
 
     def checkpoint_hold(self) -> SequenceToken | None:
         token = self.processor.held_since()
-        return token if isinstance(token, SequenceToken) else None
+        token = token if isinstance(token, SequenceToken) else None
+        oldest = self._release.oldest() if self._release is not None else None
+        if oldest is not None and (token is None or SequenceToken(*oldest) < token):
+            token = SequenceToken(*oldest)
+        return token
 
     async def _emit(self, out: Output) -> None:
         if out.dead_letters:
             await self._dead_letters.add(out.dead_letters)
-        if self._handoff is not None and out.windows:
-            await self._handoff(out.windows)  # durable before anyone else hears of them
+        handoff = self._handoff
+        if handoff is not None and out.windows:  # durable before anyone else hears of them
+            await handoff.sink.write(handoff.source, handoff.consumer, handoff.partition, out.windows)
+        if handoff is not None and self._release is not None:
+            for outcome in out.events:
+                self._release.add(outcome.timestamp, position_of(outcome), outcome)
+            released = self._release.release(out.watermark)
+            if released:
+                await handoff.sink.write_events(
+                    handoff.source, handoff.consumer, handoff.partition, released, self._release.below()
+                )
         if self._on_window is not None:
             for result in out.windows:
                 await self._on_window(result)

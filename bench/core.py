@@ -1,5 +1,5 @@
 """Core runtime benchmark: throughput against a plain-asyncio baseline, latency, and memory
-while one consumer stalls. Run: .venv/bin/python bench/core.py [--quick]"""
+while one consumer stalls. Run: .venv/bin/python bench/core.py [--quick] [--repeat 3]"""
 
 from __future__ import annotations
 
@@ -148,6 +148,7 @@ async def stalled_memory(events: int) -> tuple[float, float, float, int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller workloads (a smoke run)")
+    parser.add_argument("--repeat", type=int, default=3, help="throughput runs per side; the best counts")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     streams, batches, size = 1000, 40 // scale or 1, 25
@@ -155,9 +156,12 @@ def main() -> None:
     async def run() -> None:
         print(f"headrace core benchmark: {streams} streams over 8 queues, 2 consumers each, "
               f"{batches} batches of {size} events per stream")
-        ours = await runtime_throughput(streams, batches, size, 8)
-        base = await baseline_throughput(streams, batches, size, 8)
-        print(f"  delivered events/s  headrace: {ours:>12,.0f}")
+        # Turns, best of each: load from elsewhere on the machine falls on both sides alike.
+        ours = base = 0.0
+        for _ in range(args.repeat):
+            ours = max(ours, await runtime_throughput(streams, batches, size, 8))
+            base = max(base, await baseline_throughput(streams, batches, size, 8))
+        print(f"  delivered events/s  headrace: {ours:>12,.0f}   (best of {args.repeat})")
         print(f"  delivered events/s  baseline: {base:>12,.0f}   (plain asyncio queues, same batches and callbacks)")
         print(f"  ratio headrace/baseline: {ours / base:.2f}   (aim >= 0.5)")
         delays = await latency(rate=2000, seconds=3 / scale)

@@ -11,9 +11,12 @@ from streams.tokens import SequenceToken
 
 
 class CachedBatch(Protocol):
-    message: QueueMessage
+    sequence: int  # message.sequence_number, read on every delivery
     stream_id: StreamId
     kind: BatchKind
+
+    @property
+    def message(self) -> QueueMessage: ...
 
     @property
     def container(self) -> BatchContainer: ...
@@ -26,6 +29,8 @@ class QueueCacheCursor(Protocol):
     """One consumer's position in the cache, on one stream."""
 
     stream_id: StreamId
+    needs_fill: bool  # it reads history from the queue: ``fill()`` before ``current()``
+    position: int | None  # the oldest queue position it reads from the queue itself, if any
 
     def current(self) -> CachedBatch | None:
         """The batch to deliver next, or ``None`` when the cursor has caught up."""

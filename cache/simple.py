@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from streams.batch import BatchContainer, EventBatch, QueueMessage
+from streams.batch import BatchContainer, EventBatch, QueueMessage, interned
 from streams.errors import CacheMissError, ConfigurationError
 from streams.ids import StreamId
 from streams.tokens import SequenceToken
@@ -25,25 +25,36 @@ class SimpleCachedBatch:
 
     Its decoded form is kept only while a cursor of its stream has yet to pass it; after
     that only the raw bytes stay (for rewinds, decoded again on demand). Holding fewer
-    Python objects keeps the garbage collector's work, and so the agent, fast.
+    Python objects keeps the garbage collector's work, and so the agent, fast: for the same
+    reason the message's fields are kept here rather than the message itself, which is
+    made again on the rare occasions it is asked for.
     """
 
-    __slots__ = ("position", "message", "stream_id", "kind", "next", "pending", "_container", "_events")
+    __slots__ = (
+        "bucket", "sequence", "stream_id", "kind", "next", "pending",
+        "_queue", "_payload", "_enqueued_time", "_container", "_events",
+    )
 
-    def __init__(self, position: int, message: QueueMessage, container: BatchContainer, pending: int) -> None:
-        self.position = position  # the cache's own dense counter, for buckets
-        self.message = message
+    def __init__(self, bucket: int, message: QueueMessage, container: BatchContainer, pending: int) -> None:
+        self.bucket = bucket  # the cache's own dense position // the bucket size
+        self.sequence = message.sequence_number
+        self._queue, _, self._payload, self._enqueued_time = message
         self.stream_id = container.stream_id
         self.kind = container.kind
         self.next: SimpleCachedBatch | None = None
         self.pending = pending  # cursors of the stream that have not passed it yet
-        self._container: BatchContainer | None = container
+        # With no cursor to pass it, nothing would drop the decoded form: keep only the bytes.
+        self._container: BatchContainer | None = container if pending > 0 else None
         self._events: EventBatch | None = None
+
+    @property
+    def message(self) -> QueueMessage:
+        return QueueMessage(self._queue, self.sequence, self._payload, self._enqueued_time)
 
     @property
     def container(self) -> BatchContainer:
         if self._container is None:
-            return BatchContainer.decode(self.message.payload)
+            return BatchContainer.decode(self._payload)
         return self._container
 
     @property
@@ -51,7 +62,7 @@ class SimpleCachedBatch:
         # Made once, on first delivery, and shared by every cursor.
         events = self._events
         if events is None:
-            events = self.container.events(self.message.sequence_number)
+            events = self.container.events(self.sequence)
             if self.pending > 0:
                 self._events = events
         return events
@@ -76,11 +87,17 @@ class SimpleCacheCursor:
     """A consumer's position on one stream. ``current()`` is ``None`` once caught up; the
     cache moves a caught-up cursor onto its stream's next batch when that arrives."""
 
-    __slots__ = ("stream_id", "_cache", "_item", "_min_sequence", "_closed")
+    __slots__ = ("stream_id", "_cache", "_entry", "_item", "_min_sequence", "_closed")
 
-    def __init__(self, cache: SimpleQueueCache, stream_id: StreamId, min_sequence: int) -> None:
+    # It never reads the queue itself, unlike a RewindCursor (class attributes: the agent
+    # reads them for every cursor, and a missing attribute is slow to look up).
+    needs_fill = False
+    position = None
+
+    def __init__(self, cache: SimpleQueueCache, entry: _StreamEntry, stream_id: StreamId, min_sequence: int) -> None:
         self.stream_id = stream_id
         self._cache = cache
+        self._entry = entry  # its stream's entry, which lives while the stream has cursors
         self._item: SimpleCachedBatch | None = None
         self._min_sequence = min_sequence  # skip batches before the subscription's token
         self._closed = False
@@ -98,7 +115,7 @@ class SimpleCacheCursor:
     def close(self) -> None:
         if not self._closed:
             self._cache._move(self, None, waiting=False)
-            self._cache._entry(self.stream_id).cursors -= 1
+            self._entry.cursors -= 1
             self._closed = True
 
     @property
@@ -143,7 +160,8 @@ class SimpleQueueCache:
 
     def add(self, messages: Iterable[tuple[QueueMessage, BatchContainer]]) -> set[StreamId]:
         touched: set[StreamId] = set()
-        streams, items = self._streams, self._items
+        streams, items, size = self._streams, self._items, self._bucket_size
+        position = self._next_position
         for message, container in messages:
             if self._first_sequence is None:
                 self._first_sequence = message.sequence_number
@@ -151,8 +169,8 @@ class SimpleQueueCache:
             entry = streams.get(sid)
             if entry is None:
                 entry = streams[sid] = _StreamEntry()
-            item = SimpleCachedBatch(self._next_position, message, container, entry.cursors)
-            self._next_position += 1
+            item = SimpleCachedBatch(position // size, message, container, entry.cursors)
+            position += 1
             items.append(item)
             if entry.tail is None:
                 entry.head = item
@@ -160,9 +178,9 @@ class SimpleQueueCache:
                 entry.tail.next = item
             entry.tail = item
             if entry.waiting:
-                for cursor in list(entry.waiting):
-                    self._move(cursor, item)
+                self._wake_waiting(entry, item)
             touched.add(sid)
+        self._next_position = position
         return touched
 
     def try_purge(self) -> int:
@@ -171,10 +189,10 @@ class SimpleQueueCache:
         purged = 0
         items, size = self._items, self._bucket_size
         while items and len(items) > self.max_size - size:
-            bucket = items[0].position // size
+            bucket = items[0].bucket
             if self._buckets.get(bucket):
                 break
-            while items and items[0].position // size == bucket:
+            while items and items[0].bucket == bucket:
                 self._drop_head()
                 purged += 1
         return purged
@@ -183,7 +201,7 @@ class SimpleQueueCache:
         for bucket in sorted(self._buckets):
             cursors = self._buckets[bucket]
             if cursors:
-                return min(c._item.message.sequence_number for c in cursors if c._item)
+                return min(c._item.sequence for c in cursors if c._item)
         return None
 
     def create_cursor(self, stream_id: StreamId, token: SequenceToken | None) -> SimpleCacheCursor:
@@ -196,19 +214,20 @@ class SimpleQueueCache:
                 "resuming from the oldest data still available"
             )
         min_sequence = -1 if token is None else token.sequence_number
-        cursor = SimpleCacheCursor(self, stream_id, min_sequence)
+        stream_id = interned(stream_id)
         entry = self._entry(stream_id)
+        cursor = SimpleCacheCursor(self, entry, stream_id, min_sequence)
         entry.cursors += 1
         start = None
         if token is not None:
             start = entry.head
-            while start is not None and start.message.sequence_number < min_sequence:
+            while start is not None and start.sequence < min_sequence:
                 start = start.next
         self._move(cursor, start)
         return cursor
 
     def oldest_cached_token(self) -> SequenceToken | None:
-        return self._items[0].message.token if self._items else None
+        return SequenceToken(self._items[0].sequence) if self._items else None
 
     # -- internals --------------------------------------------------------------------
     def _is_miss(self, sequence_number: int) -> bool:
@@ -216,23 +235,36 @@ class SimpleQueueCache:
             return True
         return self._first_sequence is not None and sequence_number < self._first_sequence
 
+    def _wake_waiting(self, entry: _StreamEntry, item: SimpleCachedBatch) -> None:
+        """Caught-up cursors of the stream step onto its new batch (if not before their token)."""
+        waiting, entry.waiting = entry.waiting, set()
+        bucket = self._buckets.get(item.bucket)
+        for cursor in waiting:
+            if item.sequence < cursor._min_sequence:
+                entry.waiting.add(cursor)
+                continue
+            cursor._item = item
+            if bucket is None:
+                bucket = self._buckets[item.bucket] = set()
+            bucket.add(cursor)
+
     def _move(
         self, cursor: SimpleCacheCursor, item: SimpleCachedBatch | None, *, waiting: bool = True
     ) -> None:
-        old = cursor._item
-        if old is not None:
-            self._buckets[old.position // self._bucket_size].discard(cursor)
-        else:
-            entry = self._streams.get(cursor.stream_id)
-            if entry is not None:
-                entry.waiting.discard(cursor)
-        while item is not None and item.message.sequence_number < cursor._min_sequence:
+        min_sequence = cursor._min_sequence
+        while item is not None and item.sequence < min_sequence:
             item = item.next
-        cursor._item = item
+        old, cursor._item = cursor._item, item
+        if old is not None and item is not None and old.bucket == item.bucket:
+            return  # the common step: within one bucket, no set to update
+        if old is not None:
+            self._buckets[old.bucket].discard(cursor)
+        else:
+            cursor._entry.waiting.discard(cursor)
         if item is not None:
-            self._buckets.setdefault(item.position // self._bucket_size, set()).add(cursor)
+            self._buckets.setdefault(item.bucket, set()).add(cursor)
         elif waiting:
-            self._entry(cursor.stream_id).waiting.add(cursor)
+            cursor._entry.waiting.add(cursor)
 
     def _entry(self, stream_id: StreamId) -> _StreamEntry:
         entry = self._streams.get(stream_id)
@@ -242,10 +274,10 @@ class SimpleQueueCache:
 
     def _drop_head(self) -> None:
         item = self._items.popleft()
-        self._purged_through = item.message.sequence_number
-        bucket = item.position // self._bucket_size
+        self._purged_through = item.sequence
+        bucket = item.bucket
         if bucket in self._buckets and not self._buckets[bucket] and (
-            not self._items or self._items[0].position // self._bucket_size != bucket
+            not self._items or self._items[0].bucket != bucket
         ):
             del self._buckets[bucket]
         sid = item.stream_id

@@ -28,7 +28,7 @@ from .errors import (
     HandoffStoreNotFoundError,
     UnknownHandoffStreamError,
 )
-from .handoff import EmbeddedHandoffSink, Handoff, HandoffSink
+from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, HandoffSink
 from .kafka_log import KafkaHandoffLog
 from .kafka_sink import KafkaHandoffSink
 from .kafka_storage import KafkaStorage
@@ -43,6 +43,7 @@ __all__ = [
     "HandoffSink",
     "EmbeddedHandoffSink",
     "EmbeddedStorage",
+    "EventHandoff",
     "HandoffColumn",
     "HandoffDataLostError",
     "HandoffLog",

@@ -1,13 +1,20 @@
-"""Declaring that a consumer's closed windows go to Spark, and writing them exactly once.
+"""Declaring what a consumer hands to Spark, and writing it exactly once.
 
-A consumer type sets ``handoff = Handoff("name", {"column": "type", ...})`` next to its
-``event_time``; the runtime appends every window it closes to the handoff stream ``name``
+A windowed consumer type sets ``handoff = Handoff("name", {"column": "type", ...})`` next to
+its ``event_time``; the runtime appends every window it closes to the handoff stream ``name``
 (partition = the source stream's queue) through a :class:`HandoffSink`. Each append carries,
 atomically, a per-key mark of the newest window end handed off; a replay after a crash or a
 queue move (the checkpoint is held at the oldest event of an open window) therefore skips
-windows already written, and never writes one twice. :class:`EmbeddedHandoffSink` keeps
-rows and marks in one SQLite transaction of the store; the Kafka sink
-(:mod:`spark_sink.kafka_sink`) in one Kafka record.
+windows already written, and never writes one twice.
+
+A windowless one sets ``handoff = EventHandoff("name", {"field": "type", ...})``: its events
+go out in timestamp order once the watermark has passed them
+(:class:`~streams.eventtime.release.TimestampOrder`). Their mark is by queue position: the
+position below which every event is settled, and the positions handed off above it (events
+leave in timestamp order, not in queue order).
+
+:class:`EmbeddedHandoffSink` keeps rows and marks in one SQLite transaction of the store;
+the Kafka sink (:mod:`spark_sink.kafka_sink`) in one Kafka record.
 """
 
 from __future__ import annotations
@@ -17,10 +24,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgpack
+
 from streams.errors import ConfigurationError
-from streams.eventtime.processor import WindowResult
+from streams.eventtime.processor import EventOutcome, WindowResult
+from streams.eventtime.release import position_of
+from streams.eventtime.spec import EventTime
 from streams.store import EmbeddedStore
 
+from .errors import HandoffSchemaError
 from .log import HandoffLog, check_stream_name
 from .schema import HandoffSchema
 from .writer import HandoffWriter
@@ -30,8 +42,15 @@ _MARKS = [
         "CREATE TABLE handoff_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
         "consumer TEXT NOT NULL, key TEXT NOT NULL, last_end REAL NOT NULL, "
         "PRIMARY KEY(handoff, source, consumer, key))"
-    ]
+    ],
+    [
+        "CREATE TABLE handoff_event_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
+        "consumer TEXT NOT NULL, mark BLOB NOT NULL, "  # EventMark.to_bytes()
+        "PRIMARY KEY(handoff, source, consumer))"
+    ],
 ]
+
+Position = tuple[int, int]  # an event's queue position: (sequence number, event index)
 
 
 @dataclass(frozen=True)
@@ -75,9 +94,105 @@ class Handoff:
         return row
 
 
-def handoff_of(cls: type) -> Handoff | None:
+@dataclass(frozen=True)
+class EventHandoff:
+    """Where a windowless consumer's events go, in timestamp order once the watermark has
+    passed them: a handoff stream and the payload fields it keeps.
+
+    >>> EventHandoff("readings", {"sensor": "string", "value": "double"}).schema().ddl()
+    'event_time timestamp, stream_id string, sensor string, value double'
+    """
+
+    stream: str
+    fields: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        check_stream_name(self.stream)
+
+    def schema(self) -> HandoffSchema:
+        return HandoffSchema.events(dict(self.fields))
+
+    def row(self, source: str, outcome: EventOutcome) -> dict[str, Any]:
+        """``event_time`` is the event's timestamp after the ordering policy (ASA's
+        ``System.Timestamp``); the fields come from its payload, None where it has none."""
+        value = getattr(outcome.record, "value", outcome.record)
+        if not isinstance(value, Mapping):
+            raise HandoffSchemaError(
+                f"handoff {self.stream!r} takes fields {list(self.fields)} from each event's "
+                f"payload, but an event of {source} carries a {type(value).__name__}, not a mapping"
+            )
+        return {"event_time": outcome.timestamp, "stream_id": source, **{f: value.get(f) for f in self.fields}}
+
+
+def handoff_of(cls: type) -> Handoff | EventHandoff | None:
     spec = getattr(cls, "handoff", None)
-    return spec if isinstance(spec, Handoff) else None
+    return spec if isinstance(spec, (Handoff, EventHandoff)) else None
+
+
+def check_handoff(cls: type, handoff: Handoff | EventHandoff) -> None:
+    """Refuse a declaration the type's ``event_time`` cannot feed: windows need a window,
+    events need none."""
+    spec = getattr(cls, "event_time", None)
+    if not isinstance(spec, EventTime):
+        raise ConfigurationError(
+            f"{cls.__qualname__} hands off to Spark ({handoff.stream!r}) but has no event_time: "
+            "Spark gets what the watermark finalizes; declare event_time = EventTime(...)"
+        )
+    if isinstance(handoff, Handoff) and spec.window is None:
+        raise ConfigurationError(
+            f"{cls.__qualname__} hands off windows ({handoff.stream!r}) but its event_time has no "
+            "window: give it one, or hand off its events with EventHandoff(stream, {field: type})"
+        )
+    if isinstance(handoff, EventHandoff) and spec.window is not None:
+        raise ConfigurationError(
+            f"{cls.__qualname__} hands off events ({handoff.stream!r}) but its event_time has a "
+            "window: hand off the windows with Handoff(stream, {column: type})"
+        )
+
+
+@dataclass(frozen=True)
+class EventMark:
+    """Which events of one (source, consumer) are handed off: every one below ``below``
+    that ever will be, and those in ``above`` beyond it.
+
+    >>> mark = EventMark((5, 0), frozenset({(7, 1)}))
+    >>> [mark.done(p) for p in [(4, 9), (5, 0), (7, 1)]]
+    [True, False, True]
+    """
+
+    below: Position | None = None
+    above: frozenset[Position] = frozenset()
+
+    def done(self, position: Position) -> bool:
+        return (self.below is not None and position < self.below) or position in self.above
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb([self.below, sorted(self.above)])
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> EventMark:
+        below, above = msgpack.unpackb(data)
+        return cls(None if below is None else tuple(below), frozenset(tuple(p) for p in above))  # type: ignore[arg-type]
+
+
+def fresh_events(
+    released: Sequence[EventOutcome], mark: EventMark, below: Position | None
+) -> tuple[list[EventOutcome], EventMark]:
+    """The released events not handed off yet, and the mark once they are (``below``: the
+    position under which the releasing side holds nothing any more).
+
+    >>> from types import SimpleNamespace as NS
+    >>> def ev(seq): return NS(record=NS(token=NS(sequence_number=seq, event_index=0)))
+    >>> fresh, mark = fresh_events([ev(3), ev(6)], EventMark((4, 0), frozenset({(6, 0)})), (5, 0))
+    >>> [position_of(e) for e in fresh], mark
+    ([], EventMark(below=(5, 0), above=frozenset({(6, 0)})))
+    """
+    fresh = [e for e in released if not mark.done(position_of(e))]
+    # What was settled stays settled: a replay starts lower than where the mark stands.
+    floor = max((p for p in (below, mark.below) if p is not None), default=None)
+    above = {p for p in mark.above if floor is None or p >= floor}
+    above.update(p for p in map(position_of, fresh) if floor is None or p >= floor)
+    return fresh, EventMark(floor, frozenset(above))
 
 
 def fresh_windows(
@@ -112,14 +227,21 @@ class HandoffSink(Protocol):
         yet handed off, to ``partition`` (the stream's queue); return how many were."""
         ...
 
+    async def write_events(
+        self, source: str, consumer: str, partition: int, released: Sequence[EventOutcome], below: Position | None
+    ) -> int:
+        """Append the released events not yet handed off; ``below`` is the position under
+        which the consumer holds no event any more. Return how many were appended."""
+        ...
+
     async def close(self) -> None: ...
 
 
 class EmbeddedHandoffSink:
-    """Appends one handoff stream's windows to an embedded store, exactly once per
-    (source, consumer, key, end)."""
+    """Appends one handoff stream's windows (or events) to an embedded store, exactly once
+    per (source, consumer, key, end) (or per event)."""
 
-    def __init__(self, store: EmbeddedStore, handoff: Handoff) -> None:
+    def __init__(self, store: EmbeddedStore, handoff: Handoff | EventHandoff) -> None:
         store.require_schema("handoff_marks", _MARKS)
         self.store = store
         self.handoff = handoff
@@ -130,12 +252,41 @@ class EmbeddedHandoffSink:
             return 0
         return await self.store.write(lambda conn: self._append(conn, source, consumer, partition, windows))
 
+    async def write_events(
+        self, source: str, consumer: str, partition: int, released: Sequence[EventOutcome], below: Position | None
+    ) -> int:
+        if not released:
+            return 0
+        return await self.store.write(
+            lambda conn: self._append_events(conn, source, consumer, partition, released, below)
+        )
+
     async def close(self) -> None:
         pass  # the store belongs to the provider
+
+    def _append_events(
+        self, conn: sqlite3.Connection, source: str, consumer: str, partition: int,
+        released: Sequence[EventOutcome], below: Position | None,
+    ) -> int:
+        assert isinstance(self.handoff, EventHandoff)
+        key = (self.handoff.stream, source, consumer)
+        row = conn.execute(
+            "SELECT mark FROM handoff_event_marks WHERE handoff = ? AND source = ? AND consumer = ?", key
+        ).fetchone()
+        fresh, mark = fresh_events(released, EventMark.from_bytes(row[0]) if row else EventMark(), below)
+        if fresh:
+            self._writer.append(conn, partition, [self.handoff.row(source, e) for e in fresh])
+            conn.execute(
+                "INSERT INTO handoff_event_marks(handoff, source, consumer, mark) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark",
+                (*key, mark.to_bytes()),
+            )
+        return len(fresh)
 
     def _append(
         self, conn: sqlite3.Connection, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]
     ) -> int:
+        assert isinstance(self.handoff, Handoff)
         name = self.handoff.stream
         marks: dict[str, float] = dict(
             conn.execute(

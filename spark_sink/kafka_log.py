@@ -41,8 +41,9 @@ from .errors import HandoffDataLostError, HandoffSchemaError, UnknownHandoffStre
 from .log import check_stream_name
 from .schema import HandoffSchema
 
-_EXPECT, _SOURCE, _CONSUMER, _MARKS, _ROWS = (
+_EXPECT, _SOURCE, _CONSUMER, _MARKS, _ROWS, _EVENTS = (
     "headrace-expect", "headrace-source", "headrace-consumer", "headrace-marks", "headrace-rows",
+    "headrace-events",
 )
 _FETCH_RECORDS = 500  # records per fetch while reading a range
 
@@ -95,6 +96,7 @@ class HandoffRecord:
     marks: Mapping[str, float]
     rows: int
     value: bytes
+    events: bytes | None = None  # an event handoff's mark (spark_sink.handoff.EventMark)
 
     @property
     def valid(self) -> bool:
@@ -119,6 +121,7 @@ class HandoffRecord:
                 msgpack.unpackb(headers[_MARKS]),
                 int(headers[_ROWS]),
                 record.value or b"",
+                headers.get(_EVENTS),
             )
         except (KeyError, ValueError, TypeError, msgpack.UnpackException):
             return cls(record.offset, -1, "", "", {}, 0, b"")
@@ -140,6 +143,7 @@ class PartitionMarks:
 
     end: int = 0
     marks: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    events: dict[tuple[str, str], bytes] = field(default_factory=dict)  # EventMarks, encoded
     # Records folded in since the newest snapshot (not part of a snapshot itself).
     unsaved: int = field(default=0, compare=False)
 
@@ -149,25 +153,33 @@ class PartitionMarks:
     def fold(self, record: HandoffRecord) -> None:
         """Take in the next record of the partition."""
         if record.valid:
-            self.move(record.source, record.consumer, record.marks)
+            self.move(record.source, record.consumer, record.marks, record.events)
         self.end = record.offset + 1
         self.unsaved += 1
 
-    def move(self, source: str, consumer: str, moved: Mapping[str, float]) -> None:
+    def move(self, source: str, consumer: str, moved: Mapping[str, float], events: bytes | None = None) -> None:
+        if events is not None:  # an event mark replaces the one before (it includes it)
+            self.events[(source, consumer)] = events
         marks = self.of(source, consumer)
         for key, end in moved.items():
             if end > marks.get(key, float("-inf")):
                 marks[key] = end
 
     def to_bytes(self) -> bytes:
-        return msgpack.packb(
-            {"end": self.end, "marks": [[s, c, m] for (s, c), m in self.marks.items()]}
-        )
+        return msgpack.packb({
+            "end": self.end,
+            "marks": [[s, c, m] for (s, c), m in self.marks.items()],
+            "events": [[s, c, m] for (s, c), m in self.events.items()],
+        })
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PartitionMarks:
         snapshot = msgpack.unpackb(data)
-        return cls(snapshot["end"], {(s, c): dict(m) for s, c, m in snapshot["marks"]})
+        return cls(
+            snapshot["end"],
+            {(s, c): dict(m) for s, c, m in snapshot["marks"]},
+            {(s, c): m for s, c, m in snapshot.get("events", ())},
+        )
 
 
 class KafkaHandoffLog:
@@ -317,6 +329,7 @@ class KafkaHandoffLog:
         source: str,
         consumer: str,
         marks: Mapping[str, float],
+        events: bytes | None = None,
     ) -> int:
         """Write one record; return the offset it landed at (it counts only if that is
         ``expected``)."""
@@ -328,6 +341,8 @@ class KafkaHandoffLog:
             (_MARKS, msgpack.packb(dict(marks))),
             (_ROWS, str(table.num_rows).encode()),
         ]
+        if events is not None:
+            headers.append((_EVENTS, events))
         sent = await producer.send_and_wait(
             self.topics.data(stream), encode_rows(table), partition=partition, headers=headers
         )

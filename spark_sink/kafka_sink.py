@@ -12,20 +12,30 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 
 from streams.adapters.kafka import KafkaSettings, is_transient
 from streams.adapters.outage import OutageLog, retry_transient
-from streams.eventtime.processor import WindowResult
+from streams.eventtime.processor import EventOutcome, WindowResult
 
-from .handoff import Handoff, fresh_windows
+from .handoff import EventHandoff, EventMark, Handoff, Position, fresh_events, fresh_windows
 from .kafka_log import KafkaHandoffLog, PartitionMarks
 
 log = logging.getLogger("headrace.handoff")
 T = TypeVar("T")
+
+@dataclass(frozen=True, slots=True)
+class _Append:
+    """One record's worth: the rows not handed off yet, and the marks they move."""
+
+    rows: list[dict[str, Any]]
+    marks: Mapping[str, float]  # windows: per key, the newest end
+    events: bytes | None = None  # events: the EventMark once these are handed off
+
 
 # Records between two snapshots of a partition's marks: about what a new owner reads at
 # most (records read at loading count too, so restarts do not let the tail grow).
@@ -33,8 +43,8 @@ SNAPSHOT_EVERY = 64
 
 
 class KafkaHandoffSink:
-    """Appends one handoff stream's windows to Kafka, exactly once per
-    (source, consumer, key, window end).
+    """Appends one handoff stream's windows (or events) to Kafka, exactly once per
+    (source, consumer, key, window end) (or per event).
 
     Example (the provider does this for every consumer type that declares a handoff)::
 
@@ -43,7 +53,9 @@ class KafkaHandoffSink:
         await sink.close()
     """
 
-    def __init__(self, handoff_log: KafkaHandoffLog, handoff: Handoff, *, give_up_after: float = 60.0) -> None:
+    def __init__(
+        self, handoff_log: KafkaHandoffLog, handoff: Handoff | EventHandoff, *, give_up_after: float = 60.0
+    ) -> None:
         self.log = handoff_log
         self.handoff = handoff
         self.schema = handoff.schema()
@@ -53,7 +65,7 @@ class KafkaHandoffSink:
         self._outage = OutageLog(handoff_log.server, log)
 
     @classmethod
-    async def open(cls, settings: KafkaSettings, handoff: Handoff) -> KafkaHandoffSink:
+    async def open(cls, settings: KafkaSettings, handoff: Handoff | EventHandoff) -> KafkaHandoffSink:
         """A sink on the cluster of ``settings``, with the stream's topics created (one
         partition per queue) and its schema declared."""
         handoff_log = KafkaHandoffLog(
@@ -75,13 +87,28 @@ class KafkaHandoffSink:
 
     async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
         """Append the windows not handed off yet; return how many were."""
-        if not windows:
-            return 0
-        async with self._locks[partition]:
-            return await self._retry(
-                lambda: self._append(source, consumer, partition, windows),
-                f"handing off to {self.log.topics.data(self.handoff.stream)!r} partition {partition}",
-            )
+        handoff = self.handoff
+        assert isinstance(handoff, Handoff)
+
+        def fresh(state: PartitionMarks) -> _Append | None:
+            windows_left, moved = fresh_windows(windows, state.of(source, consumer))
+            return _Append([handoff.row(w) for w in windows_left], moved) if windows_left else None
+
+        return await self._write(source, consumer, partition, fresh) if windows else 0
+
+    async def write_events(
+        self, source: str, consumer: str, partition: int, released: Sequence[EventOutcome], below: Position | None
+    ) -> int:
+        """Append the released events not handed off yet; return how many were."""
+        handoff = self.handoff
+        assert isinstance(handoff, EventHandoff)
+
+        def fresh(state: PartitionMarks) -> _Append | None:
+            known = state.events.get((source, consumer))
+            events, mark = fresh_events(released, EventMark.from_bytes(known) if known else EventMark(), below)
+            return _Append([handoff.row(source, e) for e in events], {}, mark.to_bytes()) if events else None
+
+        return await self._write(source, consumer, partition, fresh) if released else 0
 
     async def close(self) -> None:
         """Save the marks not in a snapshot yet (a quicker start for the next owner)."""
@@ -93,29 +120,40 @@ class KafkaHandoffSink:
         finally:
             await self.log.close()
 
-    async def _append(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
+    async def _write(
+        self, source: str, consumer: str, partition: int, fresh: Callable[[PartitionMarks], _Append | None]
+    ) -> int:
+        async with self._locks[partition]:
+            return await self._retry(
+                lambda: self._append(source, consumer, partition, fresh),
+                f"handing off to {self.log.topics.data(self.handoff.stream)!r} partition {partition}",
+            )
+
+    async def _append(
+        self, source: str, consumer: str, partition: int, fresh: Callable[[PartitionMarks], _Append | None]
+    ) -> int:
         stream = self.handoff.stream
         state = self._states.pop(partition, None)  # held back until the append is settled
         if state is None:
             state = await self.log.load_marks(stream, partition)
         while True:
-            fresh, moved = fresh_windows(windows, state.of(source, consumer))
-            if not fresh:
+            append = fresh(state)
+            if append is None:
                 self._states[partition] = state
                 return 0
-            table = self.schema.to_table([self.handoff.row(w) for w in fresh])
             landed = await self.log.append(
-                stream, partition, table, expected=state.end, source=source, consumer=consumer, marks=moved
+                stream, partition, self.schema.to_table(append.rows), expected=state.end,
+                source=source, consumer=consumer, marks=append.marks, events=append.events,
             )
             if landed == state.end:
-                state.move(source, consumer, moved)
+                state.move(source, consumer, append.marks, append.events)
                 state.end = landed + 1
                 state.unsaved += 1
                 self._states[partition] = state
                 if state.unsaved >= SNAPSHOT_EVERY:
                     await self.log.save_marks(stream, partition, state)
                     state.unsaved = 0
-                return len(fresh)
+                return len(append.rows)
             # Something was appended since we looked: ours does not count. Read what was.
             log.info(
                 "handoff %r partition %d: record landed at %d, not %d; catching up",

@@ -222,6 +222,16 @@ def _stream_id(namespace: str, key: str) -> StreamId:
     return sid
 
 
+def interned(stream_id: StreamId) -> StreamId:
+    """The stream id object that decoding gives for ``stream_id``. A dict lookup by the very
+    key object it holds skips StreamId's equality method (a Python call): caches and agents
+    key their tables by these."""
+    return _stream_id(stream_id.namespace, stream_id.key)
+
+
+# Payloads up to this size are decoded in one call (see BatchContainer.decode).
+_EAGER_DECODE_LIMIT = 4096
+
 _ARRAY_HEADERS = {0xDC: 2, 0xDD: 4}  # msgpack array16 and array32: bytes of the length
 _NIL = 0xC0
 
@@ -235,6 +245,33 @@ def _array_length(payload: bytes, at: int) -> int:
     if size is None:
         raise DecodeError("malformed batch container: values are not a list")
     return int.from_bytes(payload[at + 1 : at + 1 + size], "big")
+
+
+def encode_batch(
+    stream_id: StreamId,
+    kind: BatchKind,
+    arrival_time: float,
+    values: Sequence[Any],
+    event_times: Sequence[float | None] | None = None,
+) -> bytes:
+    """The bytes of a batch container with these parts (what ``BatchContainer(...).encode()``
+    gives, without making the container: producers call this once per batch)."""
+    if type(values) is not list:
+        values = list(values)
+    if event_times is not None and type(event_times) is not list:
+        event_times = list(event_times)
+    try:
+        return msgpack.packb(
+            [MAGIC, int(kind), stream_id.namespace, stream_id.key, arrival_time, values, event_times],
+            use_bin_type=True,
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        where = _unencodable(values) or str(exc)
+        raise EncodeError(
+            f"cannot encode {where} for stream {stream_id}: values must be "
+            "msgpack types (None, bool, int, float, str, bytes, list, dict); "
+            "nothing was enqueued"
+        ) from None
 
 
 class BatchContainer:
@@ -291,31 +328,44 @@ class BatchContainer:
     def encode(self) -> bytes:
         if self._payload is not None:
             return self._payload
-        try:
-            return msgpack.packb(
-                [
-                    MAGIC,
-                    int(self.kind),
-                    self.stream_id.namespace,
-                    self.stream_id.key,
-                    self.arrival_time,
-                    list(self.values),
-                    None if self.event_times is None else list(self.event_times),
-                ],
-                use_bin_type=True,
-            )
-        except (TypeError, ValueError, OverflowError) as exc:
-            where = _unencodable(list(self.values)) or str(exc)
-            raise EncodeError(
-                f"cannot encode {where} for stream {self.stream_id}: values must be "
-                "msgpack types (None, bool, int, float, str, bytes, list, dict); "
-                "nothing was enqueued"
-            ) from None
+        return encode_batch(self.stream_id, self.kind, self.arrival_time, self.values, self.event_times)
 
     @staticmethod
     def decode(payload: bytes) -> BatchContainer:
         """Read the header and check the structure; raises :class:`DecodeError` for bytes
-        that are not a batch container (foreign, truncated, corrupt)."""
+        that are not a batch container (foreign, truncated, corrupt).
+
+        A small container is checked by decoding it whole, which for one C call costs less
+        than reading its header step by step (0.3 against 2 µs for 25 ints); its values are
+        dropped all the same and decoded again when read, so that batches waiting in a cache
+        stay bytes, not objects. A large one, or one that does not decode cleanly, takes the
+        header-only path, which names what is wrong or leaves the values to be decoded (and
+        found unreadable) at delivery."""
+        if len(payload) <= _EAGER_DECODE_LIMIT:
+            container = BatchContainer._decode_whole(payload)
+            if container is not None:
+                return container
+        return BatchContainer._decode_header(payload)
+
+    @staticmethod
+    def _decode_whole(payload: bytes) -> BatchContainer | None:
+        """The container if ``payload`` is a well-formed one, else ``None`` (the header path
+        then says why)."""
+        try:
+            obj = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
+            if type(obj) is not list or len(obj) != 7:
+                return None
+            magic, kind, namespace, key, arrival, values, times = obj
+            if magic != MAGIC or type(values) is not list or (times is not None and (
+                type(times) is not list or len(times) != len(values)
+            )):
+                return None
+            return BatchContainer._header_only(payload, kind, namespace, key, arrival, len(values))
+        except Exception:  # foreign or corrupt bytes: msgpack and the unpacking raise several types
+            return None
+
+    @staticmethod
+    def _decode_header(payload: bytes) -> BatchContainer:
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
         unpacker.feed(payload)
         try:
@@ -331,11 +381,17 @@ class BatchContainer:
                 raise DecodeError("malformed batch container: trailing bytes")
             if payload[times_at] != _NIL and _array_length(payload, times_at) != count:
                 raise DecodeError("malformed batch container: values and event times disagree")
-            container = BatchContainer(_stream_id(namespace, key), _KINDS[kind], float(arrival), ())
+            return BatchContainer._header_only(payload, kind, namespace, key, arrival, count)
         except DecodeError:
             raise
         except Exception as exc:  # msgpack and the checks raise several types for bad input
             raise DecodeError(f"not a headrace batch container: {exc!r}") from None
+
+    @staticmethod
+    def _header_only(payload: bytes, kind: Any, namespace: Any, key: Any, arrival: Any, count: int) -> BatchContainer:
+        """A decoded container: its header read, its values left in ``payload`` until asked
+        for. Raises (not DecodeError) for header fields of the wrong type."""
+        container = BatchContainer(_stream_id(namespace, key), _KINDS[kind], float(arrival), ())
         container.count = count
         container._values = None
         container._payload = payload

@@ -273,12 +273,15 @@ class StreamProvider:
         when the queues are there, else in the embedded store. Closed when ``stack`` is."""
         if not any(hasattr(cls, "handoff") for cls in self.registry.types()):
             return {}  # nothing hands off: do not load Spark's side (pyspark, pyarrow) at all
-        from spark_sink.handoff import EmbeddedHandoffSink, handoff_of
+        from spark_sink.handoff import EmbeddedHandoffSink, check_handoff, handoff_of
 
         sinks: dict[str, Any] = {}
         for cls in self.registry.types():
             handoff = handoff_of(cls)
-            if handoff is None or handoff.stream in sinks:
+            if handoff is None:
+                continue
+            check_handoff(cls, handoff)
+            if handoff.stream in sinks:
                 continue
             if isinstance(self.factory, KafkaAdapterFactory):
                 from spark_sink.kafka_sink import KafkaHandoffSink

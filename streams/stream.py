@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .batch import BatchContainer, BatchKind, to_seconds
+from .batch import BatchKind, encode_batch, to_seconds
 from .errors import EncodeError
 from .ids import StreamId
 from .tokens import SequenceToken
@@ -85,8 +85,8 @@ class Stream:
         await self._publish(BatchKind.COMPLETED, [], None)
 
     async def _publish(self, kind: BatchKind, values: list[Any], times: list[float | None] | None) -> None:
-        container = BatchContainer(self.stream_id, kind, time.time(), values, times)
-        await self._provider._enqueue(self.stream_id, container.encode())
+        payload = encode_batch(self.stream_id, kind, time.time(), values, times)
+        await self._provider._enqueue(self.stream_id, payload)
 
     # -- consuming -------------------------------------------------------------------
     async def subscribe(self, observer: Any, token: SequenceToken | None = None) -> StreamSubscriptionHandle:

@@ -14,10 +14,17 @@ from ..tokens import SequenceToken
 
 
 class _MemoryQueue:
+    """One queue's unread records, each kept as ``(sequence_number, payload, enqueued_time)``.
+
+    Plain tuples of atomic values, not :class:`QueueMessage`: the garbage collector stops
+    tracking such tuples, so a backlog of many records adds nothing to every later
+    collection (a QueueMessage holds a QueueId and stays tracked). The receiver makes the
+    messages as it hands them out."""
+
     __slots__ = ("records", "next_sequence", "delivered")
 
     def __init__(self) -> None:
-        self.records: deque[QueueMessage] = deque()
+        self.records: deque[tuple[int, bytes, float]] = deque()
         self.next_sequence = 0
         self.delivered = 0  # records acknowledged, for tests and status
 
@@ -33,22 +40,23 @@ class MemoryQueueAdapter:
 
     def __init__(self, queues: int = 8) -> None:
         self.mapper = HashRingQueueMapper(queues)
-        self._queues = {q: _MemoryQueue() for q in self.mapper.get_all_queues()}
+        # Keyed by queue number: an int hashes in C, a QueueId through a Python method.
+        self._queues = {q.number: _MemoryQueue() for q in self.mapper.get_all_queues()}
 
     async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
-        q = self._queues[queue]
-        q.records.append(QueueMessage(queue, q.next_sequence, payload, time.time()))
+        q = self._queues[queue.number]
+        q.records.append((q.next_sequence, payload, time.time()))
         q.next_sequence += 1
 
     def create_receiver(self, queue: QueueId) -> MemoryQueueReceiver:
-        return MemoryQueueReceiver(queue, self._queues[queue])
+        return MemoryQueueReceiver(queue, self._queues[queue.number])
 
     def depth(self, queue: QueueId) -> int:
         """Records enqueued and not yet read."""
-        return len(self._queues[queue].records)
+        return len(self._queues[queue.number].records)
 
     def delivered(self, queue: QueueId) -> int:
-        return self._queues[queue].delivered
+        return self._queues[queue.number].delivered
 
     async def close(self) -> None:
         return None
@@ -63,9 +71,9 @@ class MemoryQueueReceiver:
         return None
 
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
-        records = self._state.records
+        records, queue = self._state.records, self.queue
         n = min(max_count, len(records))
-        return [records.popleft() for _ in range(n)]
+        return [QueueMessage(queue, *records.popleft()) for _ in range(n)]
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         self._state.delivered += len(tokens)

@@ -40,8 +40,8 @@ class EventTime:
     def check_consumer(self, cls: type) -> None:
         """Refuse, at registration, a consumer type that could not receive the results."""
         needed = "on_window" if self.window is not None else "on_events"
-        if self.window is not None and hasattr(cls, "handoff"):
-            return  # its windows go to Spark; on_window is optional
+        if hasattr(cls, "handoff"):
+            return  # its windows (or events) go to Spark; on_window (on_events) is optional
         if not callable(getattr(cls, needed, None)):
             raise ConfigurationError(
                 f"{cls.__qualname__} declares event_time "

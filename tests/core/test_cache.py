@@ -77,6 +77,26 @@ def test_closed_cursor_releases_its_bucket():
     assert cache.try_purge() == 5
 
 
+def test_a_cached_batch_gives_back_its_message():
+    cache = SimpleQueueCache(100, 10)
+    cursor = cache.create_cursor(A, None)
+    added = msgs([A, B])
+    cache.add(added)
+    assert cursor.current().message == added[0][0]
+    assert cursor.current().sequence == 0
+    assert cache.oldest_cached_token() == SequenceToken(0)
+
+
+def test_a_batch_no_cursor_will_pass_keeps_only_its_bytes():
+    cache = SimpleQueueCache(100, 10)
+    cache.create_cursor(A, None)
+    cache.add(msgs([A, B]))
+    with_cursor, without = cache._items
+    assert with_cursor._container is not None and without._container is None
+    late = cache.create_cursor(B, SequenceToken(0))  # a rewind still reads it, decoded again
+    assert [e.value for e in late.current().events] == [1]
+
+
 def test_bad_sizes_are_refused():
     from streams import ConfigurationError
 

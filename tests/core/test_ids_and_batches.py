@@ -79,6 +79,38 @@ def test_foreign_or_corrupt_bytes_are_refused(payload):
         BatchContainer.decode(payload)
 
 
+@pytest.mark.parametrize("count", [0, 3, 2000])  # the last one is past the whole-decode limit
+def test_small_and_large_containers_decode_alike(count):
+    from streams.batch import BatchContainer as C
+
+    sid = StreamId("ns", "k")
+    times = [float(i) if i % 2 else None for i in range(count)]
+    original = C(sid, BatchKind.DATA, 100.0, [{"i": i, "s": "x" * (i % 7)} for i in range(count)], times)
+    payload = original.encode()
+    assert C.decode(payload) == C._decode_header(payload) == original
+    assert C.decode(payload).payload == payload
+
+
+def test_encode_batch_gives_what_a_container_encodes():
+    from streams.batch import encode_batch
+
+    sid = StreamId("ns", "k")
+    values, times = ("a", 1, [2.5]), [1.0, None, 3.0]
+    assert encode_batch(sid, BatchKind.DATA, 5.0, values, times) == BatchContainer(
+        sid, BatchKind.DATA, 5.0, list(values), times
+    ).encode()
+    with pytest.raises(EncodeError, match=r"value\[0\] of type 'set'"):
+        encode_batch(sid, BatchKind.DATA, 5.0, [{1}])
+
+
+def test_decoded_stream_ids_are_the_interned_ones():
+    from streams.batch import interned
+
+    sid = StreamId("ns", "interned")
+    payload = BatchContainer(sid, BatchKind.DATA, 1.0, [1]).encode()
+    assert BatchContainer.decode(payload).stream_id is interned(sid) is interned(StreamId("ns", "interned"))
+
+
 def test_int_beyond_64_bits_is_named():
     c = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 1.0, [1, 2**70])
     with pytest.raises(EncodeError, match=r"value\[1\], an int outside msgpack's 64-bit range"):

@@ -324,6 +324,15 @@ async def test_acks_wait_for_every_consumer():
         assert provider._adapter.delivered(agent.queue) == 5
 
 
+def test_acknowledged_positions_read_as_a_sequence_of_tokens():
+    from agents.pulling_agent import _Tokens
+
+    tokens = _Tokens([3, 4, 7])
+    assert len(tokens) == 3 and list(tokens) == [SequenceToken(3), SequenceToken(4), SequenceToken(7)]
+    assert tokens[-1] == SequenceToken(7) and tokens[1:] == [SequenceToken(4), SequenceToken(7)]
+    assert max(t.sequence_number for t in tokens) == 7
+
+
 async def test_generator_adapter_feeds_implicit_consumers():
     config = GeneratorConfig(namespace="gen", streams=12, events_per_stream=35, batch_size=10)
     provider = StreamProvider.generator(config, queues=4)

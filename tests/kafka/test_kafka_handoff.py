@@ -13,11 +13,14 @@ import pytest
 
 from spark_sink import kafka_sink
 from spark_sink.errors import HandoffSchemaError, UnknownHandoffStreamError
-from spark_sink.handoff import Handoff
+from spark_sink.handoff import EventHandoff, Handoff
 from spark_sink.kafka_log import KafkaHandoffLog, PartitionMarks
 from spark_sink.kafka_sink import KafkaHandoffSink
 from streams.adapters.kafka import KafkaSettings
-from streams.eventtime.processor import WindowResult
+from streams.batch import Event
+from streams.eventtime.processor import EventOutcome, WindowResult
+from streams.ids import StreamId
+from streams.tokens import SequenceToken
 from tests.kafka_broker import produce_raw
 
 HANDOFF = Handoff("totals", {"total": "double"})
@@ -126,3 +129,33 @@ async def test_a_changed_schema_and_an_unknown_stream_are_refused(kafka_broker: 
     async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
         with pytest.raises(UnknownHandoffStreamError, match=r"declared streams: totals"):
             await log.offsets("nope")
+
+
+EVENTS = EventHandoff("readings", {"value": "double"})
+
+
+def outcome(index: int, t: float) -> EventOutcome:
+    event = Event({"value": float(index)}, t, t, SequenceToken(1, index), StreamId("s", "a"))
+    return EventOutcome(event, 0, None, t, t, "kept", None)
+
+
+async def test_released_events_are_appended_once_across_a_replay(kafka_broker: str, kafka_topic: str) -> None:
+    e0, e1, e2 = outcome(0, 10.0), outcome(1, 12.0), outcome(2, 11.0)
+    sink = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), EVENTS)
+    try:  # e0 and e2 left in timestamp order; e1 (ts 12) is still held, so positions from 1:1 on may replay
+        assert await sink.write_events("s/a", "C", 0, [e0, e2], (1, 1)) == 2
+    finally:
+        await sink.close()
+    restarted = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), EVENTS)
+    try:  # the replay from 1:1 releases e2 and e1 again: only e1 is new
+        assert await restarted.write_events("s/a", "C", 0, [e2, e1], (1, 3)) == 1
+        assert await restarted.write_events("s/a", "C", 0, [e0], (1, 3)) == 0
+    finally:
+        await restarted.close()
+    async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
+        _, end = await log.offsets("readings")
+        records = await log.records("readings", 0, 0, end[0])
+    values = [
+        v for r in records if r.valid for v in pa.Table.from_batches(r.batches())["value"].to_pylist()
+    ]
+    assert values == [0.0, 2.0, 1.0]

@@ -3,8 +3,6 @@ orphans, trimming, and the offset arithmetic of the DataSource (no Spark session
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import sqlite3
 import subprocess
 import sys
@@ -286,12 +284,3 @@ def test_split_ranges_cover_each_range_once(start, extra, max_rows) -> None:
         mine = [r for r in ranges if r.partition == p]
         covered = [o for r in mine for o in range(r.start, r.end)]
         assert covered == list(range(start.get(p, 0), end[p]))
-
-
-@pytest.mark.parametrize(
-    "module",
-    ["schema", "segments", "log", "writer", "storage", "offsets", "options", "kafka_log", "handoff"],
-)
-def test_docstring_examples_hold(module: str) -> None:
-    result = doctest.testmod(importlib.import_module(f"spark_sink.{module}"))
-    assert result.attempted > 0 and result.failed == 0

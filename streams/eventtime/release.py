@@ -1,0 +1,87 @@
+"""Releasing events in timestamp order once the watermark has passed them.
+
+A windowless consumer that hands its events to Spark hands over what the watermark has
+finalized: an event leaves when the watermark reaches its timestamp (ASA's
+``System.Timestamp``, after the ordering policy), and events leave in timestamp order, ties in
+arrival order. Every event that arrives later is at or above the watermark (the ordering
+policy adjusts or drops the others; ``accept`` keeps them, and they leave at once, out of
+order, as accepted), so the released stream never goes back in time.
+
+Each event also has a queue position (its sequence token): :meth:`TimestampOrder.below` is
+the position under which nothing is still held, which is where a replay after a crash must
+start and what makes a replayed event recognisable as handed off already.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
+
+from sortedcontainers import SortedList
+
+P = TypeVar("P", bound=Hashable)  # a queue position: comparable, e.g. (sequence, index)
+
+
+def position_of(outcome: Any) -> tuple[int, int]:
+    """An event outcome's queue position, ``(sequence number, event index)``."""
+    token = outcome.record.token
+    return (token.sequence_number, token.event_index)
+
+
+class TimestampOrder(Generic[P]):
+    """Holds events until the watermark reaches their timestamp.
+
+    >>> order = TimestampOrder()
+    >>> order.saw((1, 2))                      # positions 1:0..1:2 arrived
+    >>> order.add(12.0, (1, 0), "b"); order.add(10.0, (1, 1), "a"); order.add(15.0, (1, 2), "c")
+    >>> order.release(12.0), order.oldest(), order.below()
+    (['a', 'b'], (1, 2), (1, 2))
+    >>> order.release(float("inf")), order.below()
+    (['c'], (1, 3))
+    """
+
+    def __init__(self) -> None:
+        self._held: SortedList = SortedList()  # (timestamp, arrival number, position, event)
+        self._positions: SortedList = SortedList()  # the positions of the held events
+        self._arrivals = itertools.count()
+        self._newest: Any = None  # the newest position seen (held, released or refused)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def saw(self, position: P) -> None:
+        """Events up to ``position`` have arrived (whatever became of them)."""
+        if self._newest is None or position > self._newest:
+            self._newest = position
+
+    def add(self, timestamp: float, position: P, event: Any) -> None:
+        """Hold ``event`` until the watermark reaches ``timestamp``."""
+        self._held.add((timestamp, next(self._arrivals), position, event))
+        self._positions.add(position)
+        self.saw(position)
+
+    def release(self, watermark: float) -> list[Any]:
+        """The held events with a timestamp at most ``watermark``, in timestamp order."""
+        cut = self._held.bisect_left((watermark, float("inf")))
+        if not cut:
+            return []
+        released = self._held[:cut]
+        del self._held[:cut]
+        for _, _, position, _ in released:
+            self._positions.remove(position)
+        return [event for _, _, _, event in released]
+
+    def oldest(self) -> P | None:
+        """The lowest position still held (the checkpoint must not pass it), or None."""
+        return self._positions[0] if self._positions else None
+
+    def below(self) -> Any:
+        """The position under which no event is held: the oldest held one, or just past the
+        newest seen when none is held (None before any event)."""
+        if self._positions:
+            return self._positions[0]
+        if self._newest is None:
+            return None
+        sequence, index = self._newest
+        return (sequence, index + 1)
