@@ -138,6 +138,7 @@ class StreamConsumer:
                 return False  # watermarks and completions are awaited by the task
             batch = self._batch_of(item)
             if batch:
+                pending: Awaitable[Any] | Exception | None
                 try:
                     pending = call(batch)
                 except Exception as exc:

@@ -11,6 +11,7 @@ finished with.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -315,8 +316,8 @@ class PullingAgent:
 
     def _handoff_for(self, cls: type, sid: StreamId) -> HandoffTarget | None:
         """Where this consumer type's finalized output goes, if it hands off to Spark."""
-        handoff = getattr(cls, "handoff", None)
-        sink = self.context.handoff_sinks.get(getattr(handoff, "stream", None))
+        stream = getattr(getattr(cls, "handoff", None), "stream", None)
+        sink = self.context.handoff_sinks.get(stream) if isinstance(stream, str) else None
         if sink is None:
             return None
         consumer = self.context.registry.type_name(cls) or cls.__qualname__
@@ -394,7 +395,7 @@ class PullingAgent:
                         "%s: consumer %s on %s held the cache full for %.0fs; detached to read from the queue",
                         self.queue, consumer.subscription_id, consumer.stream_id, now - self._pressure_since,
                     )
-                    consumer.detach(lambda seq, sid=consumer.stream_id: self._rewind_cursor(sid, seq))
+                    consumer.detach(functools.partial(self._rewind_cursor, consumer.stream_id))
         self._pressure_since = None
 
     def _spawn(self, fn: Any, *args: Any) -> None:

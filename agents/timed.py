@@ -115,7 +115,8 @@ class EventTimeObserver:
             await handoff.sink.write(handoff.source, handoff.consumer, handoff.partition, out.windows)
         if handoff is not None and self._release is not None:
             for outcome in out.events:
-                self._release.add(outcome.timestamp, position_of(outcome), outcome)
+                if outcome.timestamp is not None:  # always, for an event that passed the policy
+                    self._release.add(outcome.timestamp, position_of(outcome), outcome)
             released = self._release.release(out.watermark)
             if released:
                 await handoff.sink.write_events(

@@ -29,8 +29,16 @@ class QueueCacheCursor(Protocol):
     """One consumer's position in the cache, on one stream."""
 
     stream_id: StreamId
-    needs_fill: bool  # it reads history from the queue: ``fill()`` before ``current()``
-    position: int | None  # the oldest queue position it reads from the queue itself, if any
+
+    @property
+    def needs_fill(self) -> bool:
+        """It reads history from the queue: ``fill()`` before ``current()``."""
+        ...
+
+    @property
+    def position(self) -> int | None:
+        """The oldest queue position it reads from the queue itself, if any."""
+        ...
 
     def current(self) -> CachedBatch | None:
         """The batch to deliver next, or ``None`` when the cursor has caught up."""

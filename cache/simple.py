@@ -91,8 +91,8 @@ class SimpleCacheCursor:
 
     # It never reads the queue itself, unlike a RewindCursor (class attributes: the agent
     # reads them for every cursor, and a missing attribute is slow to look up).
-    needs_fill = False
-    position = None
+    needs_fill: bool = False
+    position: int | None = None
 
     def __init__(self, cache: SimpleQueueCache, entry: _StreamEntry, stream_id: StreamId, min_sequence: int) -> None:
         self.stream_id = stream_id

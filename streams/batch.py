@@ -146,7 +146,7 @@ class EventBatch(Sequence[Event]):
                 events = [at(values[i], arrival, arrival, seq, i, sid) for i in range(start, len(values))]
             else:
                 events = [
-                    at(values[i], arrival if times[i] is None else times[i], arrival, seq, i, sid)
+                    at(values[i], arrival if (t := times[i]) is None else t, arrival, seq, i, sid)
                     for i in range(start, len(values))
                 ]
             self._events = events

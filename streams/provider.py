@@ -19,6 +19,7 @@ import anyio
 from agents.context import AgentContext
 from agents.manager import AgentManager
 from agents.pulling_agent import PullingAgent, new_subscription_id
+from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
 
 from .adapters.embedded import EmbeddedAdapterFactory
@@ -298,7 +299,7 @@ class StreamProvider:
             sinks[handoff.stream] = sink
         return sinks
 
-    def _new_cache(self, queue: QueueId) -> SimpleQueueCache:
+    def _new_cache(self, queue: QueueId) -> QueueCache:
         return SimpleQueueCache(self.options.cache_size, self.options.cache_buckets)
 
     async def drain(self) -> None:
