@@ -364,17 +364,11 @@ class StreamConsumer:
 def _immediate_on_next(observer: Any) -> Callable[[EventBatch], Awaitable[Any] | None] | None:
     """``on_next`` as a call that runs to completion where it is made, returning what is
     still to be awaited (an awaitable a plain function returned), or ``None`` if ``on_next``
-    may suspend (then only the consumer's task calls it).
-
-    The user's function is found as :func:`streams.observer.as_observer` finds it: the
-    target's ``on_next``, else the target itself."""
+    may suspend (then only the consumer's task calls it)."""
     if getattr(observer, "on_tick", None) is not None:
         return None  # an event-time observer: it ticks whenever no data woke its task
-    target = getattr(observer, "target", None)
-    fn = getattr(target, "on_next", None)
-    if fn is None or not callable(fn):
-        fn = target
-    if fn is None or not callable(fn):
+    fn = getattr(observer, "user_on_next", None)  # the function as_observer adapted
+    if fn is None:
         return None
     if inspect.iscoroutinefunction(fn):
         return _completing(fn) if _never_suspends(fn) else None

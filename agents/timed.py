@@ -59,7 +59,7 @@ class EventTimeObserver:
         self.target = target
         self._handoff = handoff
         # A windowless consumer's events wait here for the watermark, then go in order.
-        self._release: TimestampOrder[tuple[int, int]] | None = (
+        self._release: TimestampOrder | None = (
             TimestampOrder() if handoff is not None and spec.window is None else None
         )
         self.stream_id = stream_id

@@ -28,7 +28,7 @@ import msgpack
 
 from streams.errors import ConfigurationError
 from streams.eventtime.processor import EventOutcome, WindowResult
-from streams.eventtime.release import position_of
+from streams.eventtime.release import Position, position_of
 from streams.eventtime.spec import EventTime
 from streams.store import EmbeddedStore
 
@@ -50,7 +50,6 @@ _MARKS = [
     ],
 ]
 
-Position = tuple[int, int]  # an event's queue position: (sequence number, event index)
 
 
 @dataclass(frozen=True)

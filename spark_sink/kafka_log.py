@@ -314,11 +314,6 @@ class KafkaHandoffLog:
                 async for r in fetch_range(consumer, tp, start, end, self.request_timeout)
             ]
 
-    async def end_offset(self, stream: str, partition: int) -> int:
-        consumer = await self._consumer_started()
-        tp = TopicPartition(self.topics.data(stream), partition)
-        return (await consumer.end_offsets([tp]))[tp]
-
     async def append(
         self,
         stream: str,

@@ -18,7 +18,14 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from aiokafka import TopicPartition
 
-from .kafka_log import HandoffRecord, KafkaHandoffLog, fetch_range, open_reader, start_client
+from .kafka_log import (
+    HandoffRecord,
+    HandoffTopics,
+    KafkaHandoffLog,
+    fetch_range,
+    open_reader,
+    start_client,
+)
 from .offsets import OffsetRange, Offsets, admit_records
 from .schema import HandoffSchema
 from .segments import rebatch
@@ -70,7 +77,7 @@ class KafkaStorage:
         return admit_records(start, end, max_rows, sizes)
 
     def plan(self, stream: str, ranges: Sequence[OffsetRange]) -> list[HandoffSplit]:
-        topic = KafkaHandoffLog(self.client_options, self.prefix).topics.data(stream)
+        topic = HandoffTopics(self.prefix).data(stream)
         return [KafkaSplit(self.client_options, topic, r) for r in ranges]
 
     def trim(self, stream: str, offsets: Mapping[int, int]) -> None:

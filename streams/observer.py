@@ -52,10 +52,14 @@ async def _nothing(*_: Any) -> None:
 
 
 class _AdaptedObserver:
-    __slots__ = ("target", "on_next", "on_error", "on_completed", "on_watermark", "on_tick", "has_on_error")
+    __slots__ = (
+        "target", "user_on_next", "on_next", "on_error", "on_completed", "on_watermark", "on_tick",
+        "has_on_error",
+    )
 
     def __init__(self, target: Any, on_next: Callable[..., Any]) -> None:
         self.target = target
+        self.user_on_next = on_next  # as the user wrote it (the agent may call it directly)
         self.on_next = _lift(on_next)
         on_error = getattr(target, "on_error", None) if target is not on_next else None
         self.has_on_error = on_error is not None

@@ -15,21 +15,20 @@ start and what makes a replayed event recognisable as handed off already.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from sortedcontainers import SortedList
 
-P = TypeVar("P", bound=Hashable)  # a queue position: comparable, e.g. (sequence, index)
+Position = tuple[int, int]  # a queue position: (sequence number, event index)
 
 
-def position_of(outcome: Any) -> tuple[int, int]:
+def position_of(outcome: Any) -> Position:
     """An event outcome's queue position, ``(sequence number, event index)``."""
     token = outcome.record.token
     return (token.sequence_number, token.event_index)
 
 
-class TimestampOrder(Generic[P]):
+class TimestampOrder:
     """Holds events until the watermark reaches their timestamp.
 
     >>> order = TimestampOrder()
@@ -45,17 +44,17 @@ class TimestampOrder(Generic[P]):
         self._held: SortedList = SortedList()  # (timestamp, arrival number, position, event)
         self._positions: SortedList = SortedList()  # the positions of the held events
         self._arrivals = itertools.count()
-        self._newest: Any = None  # the newest position seen (held, released or refused)
+        self._newest: Position | None = None  # the newest seen (held, released or refused)
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def saw(self, position: P) -> None:
+    def saw(self, position: Position) -> None:
         """Events up to ``position`` have arrived (whatever became of them)."""
         if self._newest is None or position > self._newest:
             self._newest = position
 
-    def add(self, timestamp: float, position: P, event: Any) -> None:
+    def add(self, timestamp: float, position: Position, event: Any) -> None:
         """Hold ``event`` until the watermark reaches ``timestamp``."""
         self._held.add((timestamp, next(self._arrivals), position, event))
         self._positions.add(position)
@@ -72,11 +71,11 @@ class TimestampOrder(Generic[P]):
             self._positions.remove(position)
         return [event for _, _, _, event in released]
 
-    def oldest(self) -> P | None:
+    def oldest(self) -> Position | None:
         """The lowest position still held (the checkpoint must not pass it), or None."""
         return self._positions[0] if self._positions else None
 
-    def below(self) -> Any:
+    def below(self) -> Position | None:
         """The position under which no event is held: the oldest held one, or just past the
         newest seen when none is held (None before any event)."""
         if self._positions:

@@ -13,7 +13,7 @@ watermarks = st.lists(st.integers(0, 60), max_size=8)
 
 @given(times=times, watermarks=watermarks)
 def test_what_leaves_is_in_timestamp_order_and_nothing_leaves_early(times, watermarks) -> None:
-    order: TimestampOrder[tuple[int, int]] = TimestampOrder()
+    order: TimestampOrder = TimestampOrder()
     for index, t in enumerate(times):
         order.add(float(t), (1, index), (t, index))
     left: list[tuple[int, int]] = []
@@ -30,7 +30,7 @@ def test_what_leaves_is_in_timestamp_order_and_nothing_leaves_early(times, water
 
 
 def test_below_is_the_oldest_held_position_or_past_the_newest_seen() -> None:
-    order: TimestampOrder[tuple[int, int]] = TimestampOrder()
+    order: TimestampOrder = TimestampOrder()
     assert order.below() is None and order.oldest() is None
     order.saw((3, 4))  # refused events move it too
     assert order.below() == (3, 5)
