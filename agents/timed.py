@@ -14,6 +14,7 @@ timestamp order (the checkpoint is held at the oldest event still held).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,21 +76,28 @@ class EventTimeObserver:
         self._user_completed = _lift(getattr(target, "on_completed", None)) or _nothing
         self._user_watermark = _lift(getattr(target, "on_watermark", None))
         self._last_watermark = self.processor.watermark
+        # What the processor held before a step that is still being emitted: the processor
+        # forgets a window as it closes it, but its events stay needed until the window is
+        # handed off (and on_window has returned), or a crash in between would lose them.
+        self._emitting: SequenceToken | None = None
+        # The hold of an emit that never finished (cancelled, or failed past its retries):
+        # kept until the activation ends, so a restart replays and rebuilds what it lost.
+        self._unfinished: SequenceToken | None = None
 
     async def on_next(self, batch: EventBatch) -> None:
         async with self._lock:
             if self._release is not None and len(batch):
                 last = batch[-1].token
                 self._release.saw((last.sequence_number, last.event_index))
-            await self._emit(self.processor.on_events(batch, self._partition))
+            await self._step(lambda: self.processor.on_events(batch, self._partition))
 
     async def on_watermark(self, watermark: float) -> None:
         async with self._lock:
-            await self._emit(self.processor.advance_time(watermark, time.time(), self._partition))
+            await self._step(lambda: self.processor.advance_time(watermark, time.time(), self._partition))
 
     async def on_completed(self) -> None:
         async with self._lock:
-            await self._emit(self.processor.on_completed(self._partition, time.time()))
+            await self._step(lambda: self.processor.on_completed(self._partition, time.time()))
         await self._user_completed()
 
     async def on_tick(self, now: float) -> None:
@@ -97,15 +105,30 @@ class EventTimeObserver:
         if self._lock.locked():
             return
         async with self._lock:
-            await self._emit(self.processor.on_tick(now))
+            await self._step(lambda: self.processor.on_tick(now))
+
+    async def _step(self, step: Callable[[], Output]) -> None:
+        """Run one processor step and emit its output, holding the checkpoint where it stood
+        before the step until everything the step closed or released is emitted."""
+        before = self._held()
+        self._emitting = before
+        try:
+            await self._emit(step())
+        except BaseException:
+            self._unfinished = _lowest(self._unfinished, before)
+            raise
+        finally:
+            self._emitting = None
 
     def checkpoint_hold(self) -> SequenceToken | None:
+        """The oldest queue position this activation still needs (None: none)."""
+        return _lowest(_lowest(self._held(), self._emitting), self._unfinished)
+
+    def _held(self) -> SequenceToken | None:
         token = self.processor.held_since()
         token = token if isinstance(token, SequenceToken) else None
         oldest = self._release.oldest() if self._release is not None else None
-        if oldest is not None and (token is None or SequenceToken(*oldest) < token):
-            token = SequenceToken(*oldest)
-        return token
+        return _lowest(token, SequenceToken(*oldest) if oldest is not None else None)
 
     async def _emit(self, out: Output) -> None:
         if out.dead_letters:
@@ -130,3 +153,9 @@ class EventTimeObserver:
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
             await self._user_watermark(out.watermark)
+
+
+def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
+    if a is None:
+        return b
+    return a if b is None or a <= b else b
