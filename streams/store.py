@@ -32,6 +32,7 @@ from typing import Literal, TypeVar
 import anyio.to_thread
 
 from .errors import ConfigurationError, StoreError
+from .store_turns import BackOff, turns_for
 
 T = TypeVar("T")
 
@@ -84,6 +85,12 @@ class EmbeddedStore:
         self._generation = 0  # bumped by close(): connections of an older one are not reused
         self._schemas: dict[str, Sequence[Migration]] = {}
         self._unmigrated: list[str] = []
+        # Writers take turns (see store_turns); what still finds SQLite busy after its own
+        # busy_timeout (a writer that does not take turns) backs off and retries.
+        self._turns = turns_for(self.database)
+        self._backoff = BackOff(
+            f"the embedded store {str(self.database)!r}", busy_timeout=busy_timeout
+        )
 
     def __repr__(self) -> str:
         return f"EmbeddedStore({str(self.path)!r})"
@@ -188,16 +195,18 @@ class EmbeddedStore:
 
     @contextmanager
     def _transaction_on(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-        # IMMEDIATE takes the write lock up front (waiting up to busy_timeout): a deferred
-        # transaction that later tries to write can fail at once with SQLITE_BUSY in WAL mode.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            if conn.in_transaction:  # SQLite may already have rolled back (disk full, ...)
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        # IMMEDIATE takes the write lock up front: a deferred transaction that later tries to
+        # write can fail at once with SQLITE_BUSY in WAL mode. The turn comes first, so this
+        # process's writers and other processes' queue fairly rather than race for the lock.
+        with self._turns.turn():
+            self._backoff.call(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:  # SQLite may already have rolled back (disk full, ...)
+                    conn.execute("ROLLBACK")
+                raise
+            self._backoff.call(lambda: conn.execute("COMMIT"))
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -226,8 +235,16 @@ class EmbeddedStore:
         return await anyio.to_thread.run_sync(self._call_in_transaction, fn)
 
     def _call_in_snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with self.snapshot() as conn:
-            return fn(conn)
+        def attempt() -> T:
+            with self.connection() as conn:  # a busy reader (rare in WAL) reads again
+                conn.execute("BEGIN")
+                try:
+                    return fn(conn)
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+
+        return self._backoff.call(attempt)
 
     def _call_in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self.transaction() as conn:

@@ -4,6 +4,7 @@ shutdown."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 import anyio
 
@@ -46,9 +47,10 @@ async def test_run_renews_until_shutdown_which_frees_every_lease(clock):
     assert not (await membership.snapshot()).is_live("w0")
 
 
-async def test_a_locked_store_fails_a_round_but_no_queue_is_lost(clock, tmp_path, caplog):
+async def test_a_locked_store_holds_a_round_back_but_no_round_fails_and_no_queue_is_lost(
+    clock, tmp_path, caplog
+):
     store = EmbeddedStore(tmp_path / "store", busy_timeout=0.05)
-    blocker = EmbeddedStore(tmp_path / "store")
     balancer = LeaseBasedQueueBalancer(
         MemoryMembership(clock=clock),
         SqliteLeaseProvider(store, clock=clock),
@@ -60,14 +62,20 @@ async def test_a_locked_store_fails_a_round_but_no_queue_is_lost(clock, tmp_path
     async with anyio.create_task_group() as tg:
         tg.start_soon(balancer.run)
         await let_time_pass(clock, 25.0)
-        with caplog.at_level(logging.ERROR, logger="headrace.balancer"), blocker.transaction():
+        # A writer that does not take turns (a sqlite3 shell) holds the write lock.
+        blocker = sqlite3.connect(tmp_path / "store" / "headrace.db", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        with caplog.at_level(logging.WARNING):
             clock.advance(5.0)  # renewals are due, and the store is locked
-            await clock.until_sleeping()  # the round gave up (busy_timeout) and the loop waits
-        assert "balancing round failed" in caplog.text
-        await let_time_pass(clock, 5.0)  # the next round renews
+            await anyio.sleep(0.5)  # ten busy_timeouts of real time: the round backs off
+            assert not clock._sleepers  # still in its round: it neither failed nor slept
+            blocker.execute("ROLLBACK")
+            blocker.close()
+            await clock.until_sleeping()  # the round finished
+        assert "backing off" in caplog.text
+        assert "balancing round failed" not in caplog.text
         assert numbers(balancer.get_my_queues()) == [0, 1]
         assert balancer.get_lease(queues(2)[0]).expires_at == clock.now() + 60.0
         await balancer.shutdown()
     assert len(worker.changes) == 1  # nothing was ever lost
     store.close()
-    blocker.close()

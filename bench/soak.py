@@ -1,0 +1,318 @@
+"""Soak: workers and a steady producer on one embedded store, for minutes.
+
+``python -m bench.soak [--minutes 10] [--workers 1] [--rate 1200] [--devices 2000]`` starts
+the workers (each a process running a windowed ``Handoff`` consumer: tumbling 5 s counts per
+device) and a producer process publishing to per-device streams with churn (a share of the
+devices goes quiet and new ones appear every second), half of its calls one event
+(``on_next``), half a batch (``on_next_batch``). Once a minute (``--every``) it prints:
+
+- checkpoint lag: records written but not yet checkpointed (all queues), and seconds (the age
+  of the oldest record not yet checkpointed);
+- worker RSS (MiB) and store size (database and WAL, MiB);
+- dead letters (by reason) and delivery failures (``delivery_failed`` dead letters and the
+  workers' ``delivery`` error lines);
+- whether every worker is alive.
+
+:func:`soak` returns the rows, so the test suite runs a one-minute version and asserts on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+QUEUES = 4
+NAMESPACE = "devices"
+WINDOW = 5.0
+
+
+@dataclass
+class SoakRow:
+    """One line of the soak's report."""
+
+    elapsed: float
+    lag_records: int
+    lag_seconds: float
+    worker_rss_mb: list[float]
+    store_mb: float
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    delivery_failures: int = 0
+    workers_alive: bool = True
+    producer_alive: bool = True
+    published: int = 0
+
+    def line(self) -> str:
+        rss = "/".join(f"{r:.0f}" for r in self.worker_rss_mb)
+        letters = ",".join(f"{k}={v}" for k, v in sorted(self.dead_letters.items())) or "0"
+        return (
+            f"{self.elapsed / 60:5.1f} min  published {self.published:>8}  "
+            f"checkpoint lag {self.lag_records:>6} records {self.lag_seconds:6.1f} s  "
+            f"worker RSS {rss} MiB  store {self.store_mb:6.1f} MiB  dead letters {letters}  "
+            f"delivery failures {self.delivery_failures}  workers {'alive' if self.workers_alive else 'DEAD'}"
+            f"{'' if self.producer_alive else '  producer DEAD'}"
+        )
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+
+def run_worker(path: str, name: str) -> None:
+    import anyio
+
+    from balancer import BalancerOptions
+    from spark_sink import Handoff
+    from streams import StreamId, StreamProvider
+    from streams.adapters.retention import RetentionPolicy
+    from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+
+    provider = StreamProvider.embedded(
+        path,
+        queues=QUEUES,
+        retention=RetentionPolicy(max_age=30.0, interval=5.0),
+        worker_name=name,
+        balancer_options=BalancerOptions(lease_length=6.0, renew_period=2.0, refresh_period=0.5),
+    )
+
+    @provider.implicit(NAMESPACE)
+    class Readings:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(WINDOW), Count())
+        handoff = Handoff("soak_counts", {"count": "bigint"})
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+    async def main() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with provider:
+                print("ready", flush=True)
+                async for _ in signals:
+                    break  # leave gracefully: checkpoints flushed, leases released
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    anyio.run(main)
+
+
+# -- the producer ----------------------------------------------------------------------------
+
+
+def run_producer(path: str, rate: float, devices: int, churn: float, count_file: str) -> None:
+    import anyio
+
+    from streams import StreamId, StreamProvider
+
+    provider = StreamProvider.embedded(path, queues=QUEUES)
+    rng = random.Random(7)
+    live = list(range(devices))
+    next_device = devices
+    published = 0
+
+    async def publish(device: int, n: int) -> None:
+        nonlocal published
+        stream = provider.get_stream(StreamId(NAMESPACE, f"d{device}"))
+        now = time.time()
+        if n == 1:
+            await stream.on_next({"t": now, "v": 1})
+        else:
+            await stream.on_next_batch([{"t": now, "v": i} for i in range(n)])
+        published += n
+
+    async def main() -> None:
+        nonlocal next_device
+        async with provider.client():
+            tick = time.monotonic()
+            while True:
+                # One second's worth of calls, concurrently (group commit shares transactions).
+                async with anyio.create_task_group() as tg:
+                    budget = int(rate)
+                    while budget > 0:
+                        n = 1 if rng.random() < 0.5 else min(budget, rng.randint(2, 8))
+                        tg.start_soon(publish, rng.choice(live), n)
+                        budget -= n
+                for _ in range(int(len(live) * churn)):  # devices go quiet, new ones appear
+                    live[rng.randrange(len(live))] = next_device
+                    next_device += 1
+                Path(count_file + ".tmp").write_text(str(published))
+                os.replace(count_file + ".tmp", count_file)  # the monitor never reads half a file
+                tick += 1.0
+                await anyio.sleep(max(0.0, tick - time.monotonic()))
+
+    async def until_signalled() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(main)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    break
+
+    anyio.run(until_signalled)
+
+
+# -- the monitor -----------------------------------------------------------------------------
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
+def _store_mb(path: str) -> float:
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        file = Path(path) / f"headrace.db{suffix}"
+        if file.exists():
+            total += file.stat().st_size
+    return total / 2**20
+
+
+def _measure(path: str) -> tuple[int, float, dict[str, int]]:
+    """Checkpoint lag (records, seconds) over all queues, and dead letters by reason."""
+    from streams.store import EmbeddedStore
+
+    store = EmbeddedStore(path)
+    try:
+        with store.snapshot() as conn:
+            heads = dict(conn.execute("SELECT queue, next_seq FROM queue_heads"))
+            checkpoints = dict(conn.execute("SELECT queue, seq FROM checkpoints"))
+            lag_records, oldest = 0, None
+            for queue, next_seq in heads.items():
+                first = checkpoints.get(queue, -1) + 1
+                lag_records += max(0, next_seq - first)
+                row = conn.execute(
+                    "SELECT enqueued FROM queue_records WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT 1",
+                    (queue, first),
+                ).fetchone()
+                if row is not None:
+                    oldest = row[0] if oldest is None else min(oldest, row[0])
+            try:
+                letters = dict(conn.execute("SELECT reason, count(*) FROM deadletters GROUP BY reason"))
+            except sqlite3.OperationalError:  # no dead letter yet: the table is made on first use
+                letters = {}
+    finally:
+        store.close()
+    return lag_records, 0.0 if oldest is None else max(0.0, time.time() - oldest), letters
+
+
+def soak(
+    minutes: float = 10.0,
+    *,
+    workers: int = 1,
+    rate: float = 1200.0,
+    devices: int = 2000,
+    churn: float = 0.01,
+    every: float = 60.0,
+    path: str | None = None,
+    echo: bool = True,
+) -> list[SoakRow]:
+    """Run the soak; return one row per ``every`` seconds (and one at the end)."""
+    path = path or tempfile.mkdtemp(prefix="headrace-soak-")
+    logs = Path(path) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")])}
+    me = [sys.executable, "-m", "bench.soak"]
+    procs: list[subprocess.Popen[bytes]] = []
+    rows: list[SoakRow] = []
+    count_file = str(Path(path) / "published")
+    files = contextlib.ExitStack()
+    try:
+        for i in range(workers):
+            err = files.enter_context(open(logs / f"worker-{i + 1}.log", "wb"))  # noqa: SIM115
+            worker = subprocess.Popen(
+                [*me, "--role", "worker", "--store", path, "--name", f"soak-{i + 1}"],
+                stdout=subprocess.PIPE, stderr=err, env=env,
+            )
+            assert worker.stdout is not None
+            if worker.stdout.readline().strip() != b"ready":
+                raise RuntimeError(f"worker {i + 1} did not start; see {logs}")
+            procs.append(worker)
+        producer = subprocess.Popen(
+            [*me, "--role", "producer", "--store", path, "--rate", str(rate),
+             "--devices", str(devices), "--churn", str(churn), "--count-file", count_file],
+            stderr=files.enter_context(open(logs / "producer.log", "wb")), env=env,  # noqa: SIM115
+        )
+        start = time.monotonic()
+        end = start + minutes * 60
+        while True:
+            time.sleep(max(0.0, min(every, end - time.monotonic())))
+            lag_records, lag_seconds, letters = _measure(path)
+            failures = letters.get("delivery_failed", 0) + sum(
+                (logs / f"worker-{i + 1}.log").read_text(errors="replace").count("delivery failed")
+                for i in range(workers)
+            )
+            published = Path(count_file).read_text() if Path(count_file).exists() else "0"
+            row = SoakRow(
+                elapsed=time.monotonic() - start,
+                lag_records=lag_records,
+                lag_seconds=lag_seconds,
+                worker_rss_mb=[_rss_mb(p.pid) for p in procs],
+                store_mb=_store_mb(path),
+                dead_letters=letters,
+                delivery_failures=failures,
+                workers_alive=all(p.poll() is None for p in procs),
+                producer_alive=producer.poll() is None,
+                published=int(published or 0),
+            )
+            rows.append(row)
+            if echo:
+                print(row.line(), flush=True)
+            if time.monotonic() >= end - 0.5:
+                break
+    finally:
+        for proc in [*procs, *(p for p in [locals().get("producer")] if p is not None)]:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        files.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--role", choices=["monitor", "worker", "producer"], default="monitor")
+    parser.add_argument("--store")
+    parser.add_argument("--name", default="soak-1")
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--every", type=float, default=60.0)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=1200.0, help="events per second")
+    parser.add_argument("--devices", type=int, default=2000)
+    parser.add_argument("--churn", type=float, default=0.01, help="share of devices replaced per second")
+    parser.add_argument("--count-file")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON at the end")
+    args = parser.parse_args()
+    if args.role == "worker":
+        run_worker(args.store, args.name)
+    elif args.role == "producer":
+        run_producer(args.store, args.rate, args.devices, args.churn, args.count_file)
+    else:
+        print(f"soak: {args.workers} worker(s), {args.rate:.0f} events/s over {args.devices} devices "
+              f"(churn {args.churn:.0%}/s), {args.minutes} min", flush=True)
+        rows = soak(args.minutes, workers=args.workers, rate=args.rate, devices=args.devices,
+                    churn=args.churn, every=args.every, path=args.store)
+        if args.json:
+            print(json.dumps([asdict(r) for r in rows]))
+
+
+if __name__ == "__main__":
+    main()

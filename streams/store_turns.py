@@ -1,0 +1,193 @@
+"""Writers of the embedded store take turns, across threads and processes.
+
+SQLite lets one writer in at a time and leaves the others to its busy handler, which polls
+with growing sleeps (up to 100 ms each): a process that commits in a tight loop (a steady
+producer) finds the lock free again before a sleeping waiter wakes, and can starve it past any
+``busy_timeout``. Here a writer first queues for its turn:
+
+- within a process, in arrival order (a ticket lock), so a lease renewal waits behind the
+  writes queued before it, never behind an unbounded stream of later ones;
+- across processes, through two byte-range locks on a side file ``headrace.db-turns``
+  (a *turnstile*): a writer takes the gate, then the write lock, then lets go of the gate.
+  A process that has just written and wants to write again must pass the gate, which the
+  waiting process holds, so two busy processes alternate instead of one winning every race.
+  The kernel releases a dead process's locks, so a SIGKILL never leaves the store stuck.
+
+A turn is re-entrant within a thread (a write that calls another write does not wait on
+itself). :func:`retry_busy` is the one back-off for what still finds SQLite busy (a writer
+that does not take turns, such as the ``sqlite3`` shell): it retries with growing pauses, says
+once that it is backing off, and never gives up.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+log = logging.getLogger("headrace.store")
+
+_GATE, _WRITE = 0, 1  # byte offsets of the two locks in the side file
+
+
+class _TicketLock:
+    """A first-come, first-served lock for the threads of one process."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._next = 0
+        self._serving = 0
+
+    def acquire(self) -> None:
+        with self._cond:
+            ticket = self._next
+            self._next += 1
+            while ticket != self._serving:
+                self._cond.wait()
+
+    def release(self) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
+class WriteTurns:
+    """The turns of one database file's writers (one per file per process: see :func:`turns_for`).
+
+    >>> import tempfile, pathlib
+    >>> turns = WriteTurns(pathlib.Path(tempfile.mkdtemp()) / "headrace.db")
+    >>> with turns.turn():
+    ...     with turns.turn():  # re-entrant in a thread
+    ...         "writing"
+    'writing'
+    """
+
+    def __init__(self, database: Path) -> None:
+        self.path = database.with_name(database.name + "-turns")
+        self._local = _TicketLock()
+        self._mine = threading.local()
+        self._fd: int | None = None
+        self._pid = -1
+
+    def _file(self) -> int:
+        # Locks are per process: a forked child opens its own descriptor.
+        if self._fd is None or self._pid != os.getpid():
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._pid = os.getpid()
+        return self._fd
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """Wait for this writer's turn (blocking: call it from a worker thread in async code)."""
+        depth = getattr(self._mine, "depth", 0)
+        if depth:
+            self._mine.depth = depth + 1
+            try:
+                yield
+            finally:
+                self._mine.depth -= 1
+            return
+        self._local.acquire()
+        try:
+            fd = self._file()
+            fcntl.lockf(fd, fcntl.LOCK_EX, 1, _GATE)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX, 1, _WRITE)
+            finally:
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, _GATE)
+            self._mine.depth = 1
+            try:
+                yield
+            finally:
+                self._mine.depth = 0
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, _WRITE)
+        finally:
+            self._local.release()
+
+
+_registry: dict[Path, WriteTurns] = {}
+_registry_lock = threading.Lock()
+
+
+def turns_for(database: Path) -> WriteTurns:
+    """The process-wide turns of ``database``: every store object on one file shares them
+    (POSIX locks belong to the process, so two objects must not each think they hold one)."""
+    key = database.resolve()
+    with _registry_lock:
+        turns = _registry.get(key)
+        if turns is None:
+            turns = _registry[key] = WriteTurns(key)
+        return turns
+
+
+def is_busy(exc: BaseException | None) -> bool:
+    """Whether SQLite refused because another connection holds a lock (worth retrying);
+    also when the store has wrapped that refusal in its own error."""
+    if exc is not None and not isinstance(exc, sqlite3.OperationalError):
+        exc = exc.__cause__
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+class BackOff:
+    """Retries an operation that finds the store busy (after SQLite's own ``busy_timeout``):
+    pauses grow from 5 ms to 1 s (with jitter, so waiters do not retry in step), forever.
+    The first refusal logs one warning; the recovery logs one line too.
+
+    >>> BackOff("demo", busy_timeout=1.0).call(lambda: 42)
+    42
+    """
+
+    def __init__(self, what: str, *, busy_timeout: float) -> None:
+        self.what = what
+        self.busy_timeout = busy_timeout
+        self._warned = False
+        self._lock = threading.Lock()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        pause = 0.005
+        started: float | None = None
+        while True:
+            try:
+                result = fn()
+            except Exception as exc:
+                if not is_busy(exc):
+                    raise
+                if started is None:
+                    started = time.monotonic() - self.busy_timeout
+                    self._warn()
+                time.sleep(pause * random.uniform(0.5, 1.0))
+                pause = min(pause * 2, 1.0)
+                continue
+            if started is not None:
+                self._recovered(time.monotonic() - started)
+            return result
+
+    def _warn(self) -> None:
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        log.warning(
+            "%s stayed locked by another writer for more than busy_timeout=%s s; backing off "
+            "and retrying until it is free", self.what, self.busy_timeout,
+        )
+
+    def _recovered(self, waited: float) -> None:
+        with self._lock:
+            if not self._warned:
+                return
+            self._warned = False
+        log.warning("%s is writable again after %.1f s", self.what, waited)
