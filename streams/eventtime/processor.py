@@ -112,7 +112,7 @@ class Output:
 class _Input:
     """One merged input (a partition or a stream): its clock and watermark."""
 
-    __slots__ = ("name", "clock", "mark", "idle_check", "completed", "importers", "imported")
+    __slots__ = ("name", "clock", "mark", "idle_check", "completed", "importers", "imported", "floor_close")
 
     def __init__(self, name: Hashable, generation: WatermarkGeneration | None, delay: float) -> None:
         self.name = name
@@ -123,6 +123,9 @@ class _Input:
         self.completed = False
         self.importers: list[_Input] = []
         self.imported = generation is None
+        # Substreams: at most the earliest close time of any substream's windows. A rise of
+        # the floor (mark) below it closes nothing, so it need not visit every substream.
+        self.floor_close = FOREVER
 
 
 _record_value = attrgetter("value")
@@ -322,7 +325,8 @@ class Processor:
             counters=self.counters.as_dict(),
             watermark=wm,
             watermarks={name: i.mark.value for name, i in self._inputs.items()},
-            substream_watermarks={k: lane[0].value for k, lane in self._lanes.items()},
+            # A substream's own value may lag the floor until it is next visited.
+            substream_watermarks={k: max(lane[0].value, wm) for k, lane in self._lanes.items()},
             delay=clock - wm if wm > NEVER and clock > NEVER else FOREVER,
             holder=self._merged.holder if self._multi else None,
             open_windows=len(self.open_windows()) if self._assigner is not None else 0,
@@ -365,6 +369,11 @@ class Processor:
         direct, multi, part = self._direct, self._multi, inp.name
         counters = self.counters
         lanes = self._lanes
+        # With substreams and L set, every arrival lifts the partition's floor (inp.mark) to
+        # arrival - L; a substream below it is lifted when it is next loaded, or when the
+        # floor reaches a window's close time (inp.floor_close): quiet keys close on time.
+        floor_mark = inp.mark
+        lifting = substreams and uses_late
         clock, idle_check = inp.clock, inp.idle_check
         key = None
         # The current lane (the input's, or the event's substream): its watermark ``w``, newest
@@ -416,6 +425,8 @@ class Processor:
                                 store.watermark = w
                             mark, store = lane
                             w, newest = mark.value, mark.max_timestamp
+                            if w < floor_mark.value:  # the arrivals since its last event lifted it
+                                w = mark.value = floor_mark.value
                             if store is not None:
                                 panes, next_close = store.panes, store.next_close
                     ts = et
@@ -502,6 +513,17 @@ class Processor:
                     mark.max_timestamp = newest
                     cand = mark.observe(ts)
                     newest = mark.max_timestamp
+                if lifting and arr - late > floor_mark.value:  # every substream, this first
+                    floor_mark.value = arr - late
+                    if trace:
+                        out.trace.append(WatermarkAdvance(arr, part, None, arr - late))
+                    if arr - late >= inp.floor_close:
+                        mark.value, mark.max_timestamp = w, newest
+                        if store is not None:
+                            store.watermark = w
+                        self._lift_lanes(inp, arr - late, arr, out)
+                        w = mark.value
+                        next_close = store.next_close if store is not None else FOREVER
                 if uses_late and arr - late > cand:
                     cand = arr - late
                 if cand > w:
@@ -573,6 +595,8 @@ class Processor:
 
     def _open_pane(self, inp: _Input, store: WindowStore, pane: float) -> dict[Any, list[Any]]:
         bucket = store.open_pane(pane)
+        if self._substreams and store.next_close < inp.floor_close:
+            inp.floor_close = store.next_close
         if self._idle_timeout < FOREVER:
             # A new window may fall due before the known ones: lower the idle check.
             due = store.earliest_end() + self._idle_timeout
@@ -615,9 +639,16 @@ class Processor:
         """Raise an input's watermark and, with substreams, every substream's."""
         self._advance(inp, None, inp.mark, value, arrival, out)
         if self._substreams:
-            for key, mark, store in self._lanes_of(inp):
-                self._advance(inp, key, mark, value, arrival, out, store)
+            self._lift_lanes(inp, value, arrival, out)
+        else:
+            self._close_pending(arrival, out)
+
+    def _lift_lanes(self, inp: _Input, value: float, arrival: float | None, out: Output) -> None:
+        """Raise every substream to at least ``value`` and close what that passes."""
+        for key, mark, store in self._lanes_of(inp):
+            self._advance(inp, key, mark, value, arrival, out, store)
         self._close_pending(arrival, out)
+        inp.floor_close = min((s.next_close for _, s in self._lanes.values() if s is not None), default=FOREVER)
 
     def _close_pending(self, clock: float | None, out: Output) -> None:
         if self._pending:
