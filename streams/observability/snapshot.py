@@ -36,6 +36,7 @@ DEAD_LETTER_REASONS: tuple[str, ...] = (
     *(reason.value for reason in Reason),
     "undecodable",
     "delivery_failed",
+    "handoff_failed",
 )
 
 
