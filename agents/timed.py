@@ -8,7 +8,8 @@ loses no window (the queue replays it).
 
 A type that hands off to Spark has its closed windows written to the handoff sink first; a
 windowless one has its events held until the watermark passes them and handed off in
-timestamp order (the checkpoint is held at the oldest event still held).
+timestamp order (the checkpoint is held at the oldest event still held). A failed append is
+retried, what the sink refuses is dead-lettered (:mod:`agents.handoff`).
 """
 
 from __future__ import annotations
