@@ -31,7 +31,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import anyio
 
@@ -41,7 +41,7 @@ from ..observability import configure_logging, serve_metrics
 from ..observability.logs import FORMATS, LEVELS, LogFormat
 from ..provider import StreamProvider
 from ..status_reporter import StatusReporter
-from . import EXIT_USAGE, CliError
+from . import CliError
 
 log = logging.getLogger("headrace.worker")
 
@@ -61,7 +61,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.error = _one_line_error  # type: ignore[method-assign]
     parser.add_argument("--app", metavar="MODULE:ATTR", help="the provider to run, e.g. myapp:provider")
     parser.add_argument("--name", help="this worker's name, unique among live workers (default: hostname-pid)")
     parser.add_argument(
@@ -74,11 +73,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1:PORT"
     )
-
-
-def _one_line_error(message: str) -> NoReturn:
-    print(f"headrace worker: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_USAGE)
 
 
 def run(args: argparse.Namespace) -> int:

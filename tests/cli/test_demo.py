@@ -106,5 +106,5 @@ def test_unknown_option_is_one_line():
     result = headrace("demo", "--nope")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "headrace: error: unrecognized arguments: --nope (see --help)"
+        "headrace demo: error: unrecognized arguments: --nope (see --help)"
     ]
