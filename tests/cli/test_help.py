@@ -45,4 +45,4 @@ def test_a_subcommand_usage_error_names_the_subcommand(tmp_path, command):
 
 def test_a_subcommand_bad_value_names_the_subcommand(tmp_path):
     result = headrace("worker", "--metrics-port", "x", cwd=tmp_path)
-    assert one_error_line(result, "worker") == "argument --metrics-port: invalid int value: 'x' (see --help)"
+    assert one_error_line(result, "worker") == "argument --metrics-port: a TCP port number is 0 to 65535, not 'x' (see --help)"
