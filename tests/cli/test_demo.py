@@ -73,6 +73,21 @@ def test_bad_values_are_one_line_and_exit_2(args, message):
     assert result.stderr.strip().splitlines() == [f"headrace demo: error: {message}"]
 
 
+@pytest.mark.parametrize(("server", "reason"), [
+    ("nohost", "KafkaConnectionError: Unable to bootstrap from [('nohost', 9092, "),
+    ("127.0.0.1:1", "KafkaConnectionError: Unable to bootstrap from [('127.0.0.1', 1, "),
+])
+def test_an_unreachable_broker_is_one_line_after_the_short_check(server, reason):
+    """No aiokafka lines, whatever they say: the client's connection loggers are lowered to
+    DEBUG; the check gives up after its 5 s instead of the adapter's minute of retries."""
+    result = headrace("demo", "--duration", "2s", "--kafka", server, "--no-spark")
+    assert (result.returncode, result.stdout) == (2, "")
+    [line] = result.stderr.strip().splitlines()
+    prefix = f"headrace demo: error: Kafka at {server} did not answer within 5 s ({reason}"
+    assert line.startswith(prefix), line
+    assert line.endswith("check the address, and that the broker is running and reachable from here")
+
+
 def test_no_java_is_one_line_that_says_what_to_do(tmp_path):
     env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java"), "PATH": os.path.dirname(sys.executable)}
     result = subprocess.run(

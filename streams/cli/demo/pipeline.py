@@ -30,6 +30,8 @@ from rich.console import Console
 from spark_sink import Handoff
 
 from ...eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
+from ...adapters.kafka import KafkaAdapterFactory
+from ...adapters.kafka_reach import check_reachable
 from ...ids import StreamId
 from ...errors import HeadraceError
 from ...observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
@@ -97,6 +99,8 @@ class DemoPipeline:
 
     async def run(self) -> int:
         s = self.settings
+        if isinstance(self.provider.factory, KafkaAdapterFactory):  # a wrong address: say so in seconds
+            await check_reachable(self.provider.factory.settings, s.kafka_reach_timeout)
         self._print_header()
         stderr = cast(TextIO, _CurrentStderr())  # the log handler only writes and flushes it
         handler = configure_logging("warning", s.log_format, stream=stderr, worker=self.provider.worker_name)
