@@ -39,6 +39,13 @@ def assert_reconciled(result: subprocess.CompletedProcess[str], reader: str) -> 
     assert figures["published"] == figures["kept"] + figures["adjusted"] + figures["dropped"] + figures["dead-lettered"]
     assert figures["dead-lettered"] >= 3  # the corrupt records at least
     assert figures["windows"] > 0
+    late = re.search(
+        r"^  late +([\d,]+)  more than late_arrival behind, in the rows above: "
+        r"([\d,]+) adjusted, ([\d,]+) dropped, ([\d,]+) accepted$", out, re.M,
+    )
+    assert late, out
+    total, adjusted, dropped, accepted = (int(n.replace(",", "")) for n in late.groups())
+    assert total == adjusted + dropped + accepted and adjusted <= figures["adjusted"]
     return figures
 
 

@@ -36,6 +36,7 @@ from ...ids import StreamId
 from ...errors import HeadraceError
 from ...observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
 from ...provider import StreamProvider
+from ..common import plural
 from .status import StatusLine
 from .summary import Ledger
 from .traffic import NAMESPACE, POLICY, TollTraffic
@@ -156,6 +157,7 @@ class DemoPipeline:
             dead_letters=letters,
             windows_handed_off=handed_off,
             windows_received=self.reader.received.windows,
+            late={a: processed.counters[f"late_arrival_{a}"] for a in ("adjusted", "dropped", "accepted")},
         )
 
     async def _wait_for_reader(self, handed_off: int) -> None:
@@ -179,8 +181,8 @@ class DemoPipeline:
             else "  no Spark: the windows are read from the handoff log directly"
         )
         lines = [
-            f"headrace demo: {s.streams} toll plazas × {s.booths} booths, "
-            f"{s.rate:,.0f} reports/s for {s.duration:g} s, {s.queues} queues on {queues}",
+            f"headrace demo: {plural(s.streams, 'toll plaza')} × {plural(s.booths, 'booth')}, "
+            f"{s.rate:,.0f} reports/s for {s.duration:g} s, {plural(s.queues, 'queue')} on {queues}",
             f"  consumer: cars and tolls per booth, {s.window:g} s tumbling windows; out_of_order {p.out_of_order:g}s, "
             f"late_arrival {p.late_arrival:g}s, early_arrival {p.early_arrival:g}s, action {Action(p.action).value}",
             reader,
