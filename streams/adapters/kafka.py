@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,17 +160,13 @@ class KafkaSettings:
         return TopicPartition(self.topic, queue.number)
 
 
-# How aiokafka (0.14) words a failed attempt to reach a broker, which it logs at
-# ERROR on every retry (tens a second); the outage log reports the outage once instead.
-_AIOKAFKA_RETRY = re.compile(
-    r"Unable connect to node|Unable to (?:update|request) metadata|coordinator dead"
-    r"|NodeNotReadyError|KafkaConnectionError|RequestTimedOutError|Connect call failed",
-    re.IGNORECASE,
-)
+# aiokafka's loggers that log each failed attempt to reach a broker, at WARNING or ERROR
+# (tens a second); the outage log reports the outage once instead.
+AIOKAFKA_CONNECTION_LOGGERS = ("aiokafka", "aiokafka.conn")
 
 
 def _new_outage_log(settings: KafkaSettings) -> OutageLog:
-    return OutageLog(settings.server, log, "aiokafka", _AIOKAFKA_RETRY)
+    return OutageLog(settings.server, log, "aiokafka", AIOKAFKA_CONNECTION_LOGGERS)
 
 
 class KafkaQueueAdapter:
