@@ -28,6 +28,7 @@ from .adapters.kafka import KafkaAdapterFactory
 from .adapters.retention import RetentionPolicy
 from .adapters.memory import MemoryAdapterFactory
 from .adapters.protocols import QueueAdapter, QueueAdapterFactory
+from .adapters.records import RecordFormat
 from .consumers import ConsumerRegistry, InProcessSubscription, consumer_decorator
 from .deadletters import DeadLetterStore, MemoryDeadLetterStore
 from .errors import ConfigurationError, ProviderClosedError
@@ -149,17 +150,28 @@ class StreamProvider:
     def kafka(
         cls,
         bootstrap_servers: str | Sequence[str],
-        topic: str,
+        topic: str | None = None,
         queues: int = 8,
         *,
         group_id: str = "headrace",
         start: Literal["earliest", "latest"] = "earliest",
         store: str | os.PathLike[str] | None = None,
+        records: str | RecordFormat = "headrace",
+        namespace: str | None = None,
+        key_field: str | None = None,
+        topics: Mapping[str, str] | None = None,
         kafka: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> StreamProvider:
         """Queues on a Kafka topic: queue ``i`` is partition ``i``, offsets committed under
         ``group_id``; with no committed offset a queue starts at ``start``.
+
+        ``records`` is the topic's format: ``"headrace"`` (its batch containers), or one event
+        per record, ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
+        :class:`~streams.adapters.records.RecordFormat`: a topic other programs write. Its
+        streams are ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic
+        name; ``key_field`` keys records that have no key; else the partition number).
+        ``topics`` (namespace -> topic) reads several co-partitioned topics instead of one.
 
         ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead
         letters (without it they live in memory). Consumers that hand off to Spark do so in
@@ -168,8 +180,15 @@ class StreamProvider:
         ``{"client_options": {"security_protocol": "SSL", ...}}``.
 
         >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
+        >>> json_topic = StreamProvider.kafka("127.0.0.1:9092", "readings", records="json", namespace="sensors")
         """
-        factory = KafkaAdapterFactory(bootstrap_servers, topic, queues, group_id, start, **(kafka or {}))
+        if topic is None:
+            if not topics:
+                raise ConfigurationError("StreamProvider.kafka needs a topic, or topics={namespace: topic}")
+            topic = next(iter(topics.values()))
+        foreign = {"records": records, "namespace": namespace, "key_field": key_field, "topics": topics}
+        settings = {**{k: v for k, v in foreign.items() if v is not None}, **(kafka or {})}
+        factory = KafkaAdapterFactory(bootstrap_servers, topic, queues, group_id, start, **settings)
         local = None if store is None else EmbeddedStore(store)
         provider = cls(
             factory,
