@@ -38,6 +38,7 @@ from .options import StreamProviderOptions
 from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
 from .deadletters_embedded import EmbeddedDeadLetterStore
 from .pubsub_embedded import EmbeddedPubSubStore
+from .publisher import ContainerWriter, EventWriter, Publisher
 from .store import EmbeddedStore, Synchronous
 from .stream import Stream, StreamSubscriptionHandle
 from .tokens import SequenceToken
@@ -115,6 +116,7 @@ class StreamProvider:
         self.registry = ConsumerRegistry()
         self._adapter: QueueAdapter | None = None
         self._manager: AgentManager | None = None
+        self._publisher: Publisher | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
     # -- constructors --------------------------------------------------------------
@@ -247,6 +249,7 @@ class StreamProvider:
         finally:
             self._adapter = None
             self._manager = None
+            self._publisher = None
 
     @contextlib.asynccontextmanager
     async def client(self) -> AsyncIterator[StreamProvider]:
@@ -276,11 +279,49 @@ class StreamProvider:
                 self._adapter, self._manager = adapter, manager
                 await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
             self._adapter = adapter
+            await self._start_publisher(stack, adapter)
         except BaseException:
-            self._adapter = self._manager = None
+            self._adapter = self._manager = self._publisher = None
             await stack.aclose()
             raise
         self._stack = stack
+
+    async def _start_publisher(self, stack: contextlib.AsyncExitStack, adapter: QueueAdapter) -> None:
+        """The writer of what this provider publishes; leaving the provider flushes it first
+        (raising PublishError for what it could not write)."""
+        make_writer = getattr(adapter, "event_writer", None)
+        writer: EventWriter = make_writer() if make_writer is not None else ContainerWriter(adapter)
+        publisher = Publisher(writer, self.mapper, self._written)
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        tg.start_soon(publisher.run)
+
+        async def close() -> None:
+            try:
+                await publisher.close()
+            finally:
+                tg.cancel_scope.cancel()
+
+        stack.push_async_callback(close)
+        self._publisher = publisher
+
+    def _written(self, queue: QueueId) -> None:
+        """The publisher wrote to ``queue``: its agent here, if any, reads now."""
+        if self._manager is not None:
+            agent = self._manager.agent_for(queue)
+            if agent is not None:
+                agent.wake()
+
+    async def flush(self) -> None:
+        """Return once every event sent so far (``stream.send``) is durable; raise
+        :class:`~streams.errors.PublishError` with how many sent since the last flush were
+        not, and why. Leaving the provider (or its ``client()``) flushes too.
+
+        >>> async def publish(provider):
+        ...     for n in range(10_000):
+        ...         await provider.get_stream(StreamId("sensors", f"s-{n % 100}")).send(n)
+        ...     await provider.flush()
+        """
+        await self._require_publisher("flush()").flush()
 
     def _worker_balancer(self) -> QueueBalancer | None:
         if self.balancer is not None:
@@ -342,14 +383,11 @@ class StreamProvider:
             )
         return self._adapter
 
-    async def _enqueue(self, stream_id: StreamId, payload: bytes) -> None:
-        adapter = self._require_running("publishing")
-        queue = self.mapper.get_queue_for_stream(stream_id)
-        await adapter.queue_message_batch(queue, stream_id, payload)
-        if self._manager is not None:
-            agent = self._manager.agent_for(queue)
-            if agent is not None:
-                agent.wake()
+    def _require_publisher(self, what: str = "publishing") -> Publisher:
+        if self._publisher is None:
+            self._require_running(what)
+            raise ProviderClosedError(f"{what}: the provider is closing")
+        return self._publisher
 
     async def _subscribe(self, stream_id: StreamId, observer: Any, token: SequenceToken | None) -> StreamSubscriptionHandle:
         if token is not None and not isinstance(token, SequenceToken):

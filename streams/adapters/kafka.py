@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # the balancer imports this module
     from balancer.base import BalancerOptions
     from balancer.kafka_group import KafkaGroupBalancer
 
-from ..batch import BatchContainer, BatchKind, QueueMessage
+from ..batch import BatchContainer, BatchKind, QueueMessage, encode_batch
 from ..errors import ConfigurationError, EncodeError, QueueAdapterError
 from ..ids import QueueId, StreamId
 from ..tokens import SequenceToken
@@ -302,29 +302,36 @@ class KafkaQueueAdapter:
         await self._send_all(records)
 
     def _foreign_records(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> list[_Record]:
-        """One record per event of the container ``payload``, in the topic's format, keyed by
-        the stream key; a given event time is the record's timestamp (its arrival time)."""
-        settings = self.settings
-        partition = settings.check_queue(queue).partition
-        topic = settings.topic_of(stream_id)
+        """The records of the container ``payload`` on a topic of another format."""
         container = BatchContainer.decode(payload)
-        if container.kind is not BatchKind.DATA:
-            raise EncodeError(
-                f"{stream_id}: a topic of {settings.record_format.name} records carries events "  # type: ignore[union-attr]
-                "only; punctuation and completion need headrace's format (records='headrace')"
-            )
-        return self._encode(topic, partition, stream_id, container.values, container.event_times)
+        return self.encode_events(queue, stream_id, container.kind, container.values, container.event_times)
 
-    def _encode(
+    def encode_events(
         self,
-        topic: str,
-        partition: int,
+        queue: QueueId,
         stream_id: StreamId,
+        kind: BatchKind,
         values: Sequence[Any],
         times: Sequence[float | None] | None,
     ) -> list[_Record]:
-        fmt = self.settings.record_format
-        assert fmt is not None
+        """The records carrying these events of ``stream_id``: one batch container, or on a
+        topic of another format one record per event, keyed by the stream key, with a
+        given event time as the record's timestamp (which readers take as its arrival)."""
+        settings = self.settings
+        partition = settings.check_queue(queue).partition
+        fmt = settings.record_format
+        if fmt is None:
+            payload = encode_batch(stream_id, kind, time.time(), values, times)
+            return [(settings.topic, partition, str(stream_id).encode(), payload, None)]
+        if kind is not BatchKind.DATA:
+            raise EncodeError(
+                f"{stream_id}: a topic of {fmt.name} records carries events only; "
+                "punctuation and completion need headrace's format (records='headrace')"
+            )
+        try:
+            topic = settings.topic_of(stream_id)
+        except ConfigurationError as exc:
+            raise EncodeError(str(exc)) from None
         key = stream_id.key.encode()
         try:
             encoded = [fmt.encode(v) for v in values]
@@ -396,6 +403,10 @@ class KafkaQueueAdapter:
         end = len(records)
         return [r for i, r in enumerate(records) if i >= failed_from.get((r[0], r[1]), end)]
 
+    def event_writer(self) -> _KafkaEventWriter:
+        """How the provider's publisher writes events here (see streams.publisher)."""
+        return _KafkaEventWriter(self)
+
     def create_receiver(self, queue: QueueId) -> KafkaQueueReceiver:
         if self.settings.record_format is not None:
             return KafkaRecordReceiver(self.settings, queue, self.outage)
@@ -406,6 +417,15 @@ class KafkaQueueAdapter:
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
+
+
+class _KafkaEventWriter:
+    """The publisher's writer for Kafka: :meth:`KafkaQueueAdapter.encode_events`, then
+    all the records of a write sent at once (in order, retried as one)."""
+
+    def __init__(self, adapter: KafkaQueueAdapter) -> None:
+        self.encode = adapter.encode_events
+        self.write = adapter._send_all
 
 
 class KafkaQueueReceiver:

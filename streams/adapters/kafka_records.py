@@ -141,7 +141,8 @@ class GroupedRecords:
         """Append the messages of one topic's records (positions: offset + ``shift``)."""
         decode = self._format.decode
         key_field = self._key_field
-        groups: dict[Any, tuple[list[Any], list[float], list[Any], int]] = {}
+        # key -> (values, records): two appends a record; the rest is read per group below.
+        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]]]] = {}
         bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
         for r in records:
             try:
@@ -158,20 +159,20 @@ class GroupedRecords:
                     continue
             group = groups.get(key)
             if group is None:
-                groups[key] = ([value], [r.timestamp / 1000], [r.headers], r.offset)
+                groups[key] = ([value], [r])
             else:
                 group[0].append(value)
-                group[1].append(r.timestamp / 1000)
-                group[2].append(r.headers)
+                group[1].append(r)
         queue, pending = self._queue, self._pending[tp]
         made: list[QueueMessage] = []
-        for key, (values, times, headers, first) in groups.items():
+        for key, (values, members) in groups.items():
             sid = self._stream_id(tp, key)
             if sid is None:
-                bad.extend((r, "has a key that is not UTF-8") for r in records if r.key == key)
+                bad.extend((r, "has a key that is not UTF-8") for r in members)
                 continue
-            batch = RecordBatch(sid, values, times, headers)
-            made.append(QueueMessage(queue, first + shift, b"", batch.arrival_time, batch))
+            times = [r.timestamp / 1000 for r in members]
+            batch = RecordBatch(sid, values, times, [r.headers for r in members])
+            made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
         for r, why in bad:
             error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}")
             made.append(QueueMessage(queue, r.offset + shift, r.value or b"", r.timestamp / 1000, error))
