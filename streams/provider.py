@@ -31,7 +31,7 @@ from .adapters.protocols import QueueAdapter, QueueAdapterFactory
 from .adapters.records import RecordFormat
 from .consumers import ConsumerRegistry, InProcessSubscription, consumer_decorator
 from .deadletters import DeadLetterStore, MemoryDeadLetterStore
-from .errors import ConfigurationError, ProviderClosedError
+from .errors import ConfigurationError, ProviderClosedError, PublishError
 from .failures import LoggingFailureHandler, StreamFailureHandler
 from .ids import QueueId, StreamId
 from .options import StreamProviderOptions
@@ -292,12 +292,21 @@ class StreamProvider:
         make_writer = getattr(adapter, "event_writer", None)
         writer: EventWriter = make_writer() if make_writer is not None else ContainerWriter(adapter)
         publisher = Publisher(writer, self.mapper, self._written)
+        failed: list[PublishError] = []
+
+        async def report() -> None:  # raised once the writer's task group has ended
+            if failed:
+                raise failed[0]
+
+        stack.push_async_callback(report)
         tg = await stack.enter_async_context(anyio.create_task_group())
         tg.start_soon(publisher.run)
 
         async def close() -> None:
             try:
                 await publisher.close()
+            except PublishError as exc:
+                failed.append(exc)
             finally:
                 tg.cancel_scope.cancel()
 

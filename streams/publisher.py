@@ -84,7 +84,7 @@ class _Round:
     __slots__ = ("streams", "events", "awaited", "urgent", "done", "error")
 
     def __init__(self) -> None:
-        self.streams: dict[StreamId, list[list[Any]]] = {}  # [kind, values, times] runs
+        self.streams: dict[StreamId, list[list[Any]]] = {}  # runs of events (see add)
         self.events = 0
         self.awaited = 0  # of which callers wait for (on_next): they hear of a failure
         self.urgent = False  # an on_next caller waits: write without lingering
@@ -122,13 +122,21 @@ class Publisher:
         self._closed = False
 
     async def add(
-        self, stream_id: StreamId, kind: BatchKind, values: list[Any], times: Times, *, wait: bool
+        self,
+        stream_id: StreamId,
+        kind: BatchKind,
+        values: list[Any],
+        times: Times,
+        *,
+        wait: bool,
+        whole: bool = False,
     ) -> None:
         """Buffer ``values`` (with ``times``, or None) for ``stream_id``; with ``wait``,
-        return once they are written (raising why not)."""
+        return once they are written (raising why not); ``whole``: as one batch container
+        of their own (``on_next_batch``), not merged with the stream's other events."""
         if self._closed:
             raise ProviderClosedError("the provider has closed: it publishes nothing more")
-        if wait:  # a waiting caller hears of its own unencodable value, now
+        if wait or whole:  # the caller hears of its own unencodable value, now
             self._writer.encode(self._mapper.get_queue_for_stream(stream_id), stream_id, kind, values, times)
         while self._buffered >= self._max_buffered:
             room = self._room
@@ -141,15 +149,16 @@ class Publisher:
         last = runs[-1] if runs else None
         if (
             last is not None
+            and last[3]
             and kind is BatchKind.DATA
-            and last[0] is BatchKind.DATA
+            and not whole
             and len(last[1]) + n <= self._max_batch
         ):
             if times is not None or last[2] is not None:
                 last[2] = (last[2] or [None] * len(last[1])) + (times or [None] * n)
             last[1].extend(values)
-        else:
-            runs.append([kind, list(values), times])
+        else:  # [kind, values, times, open to more events]
+            runs.append([kind, list(values), times, kind is BatchKind.DATA and not whole])
         r.events += max(n, 1)
         self._buffered += max(n, 1)
         if not self._pending.is_set():
@@ -209,7 +218,9 @@ class Publisher:
     def _encode(self, queue: QueueId, stream_id: StreamId, run: list[Any]) -> list[Any]:
         """The items of one run; a run holding a value that cannot be encoded goes without it
         (each such value, which send() buffered, counts as failed)."""
-        kind, values, times = run
+        kind, values, times, merged = run
+        if not merged:  # one container, as the caller made it
+            return self._writer.encode(queue, stream_id, kind, values, times)
         chunks = range(0, max(len(values), 1), self._max_batch)
         try:
             return [

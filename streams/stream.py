@@ -79,15 +79,31 @@ class Stream:
     ) -> None:
         """Publish several events as one batch container (one queue record)."""
         values = list(values)
-        times = None
-        if event_times is not None:
-            if len(event_times) != len(values):
-                raise EncodeError(
-                    f"on_next_batch got {len(values)} values and {len(event_times)} event times"
-                )
-            times = [to_seconds(t) for t in event_times]
+        times = self._times(values, event_times, "on_next_batch")
         if values:
-            await self._publish(BatchKind.DATA, values, times)
+            publisher = self._provider._require_publisher()
+            await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=True, whole=True)
+
+    async def send_batch(
+        self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None
+    ) -> None:
+        """:meth:`on_next_batch` without waiting for the write (see :meth:`send`); a value
+        that cannot be encoded raises :class:`EncodeError` here, and nothing is buffered."""
+        values = list(values)
+        times = self._times(values, event_times, "send_batch")
+        if values:
+            publisher = self._provider._require_publisher()
+            await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=False, whole=True)
+
+    @staticmethod
+    def _times(
+        values: list[Any], event_times: Sequence[EventTime] | None, what: str
+    ) -> list[float | None] | None:
+        if event_times is None:
+            return None
+        if len(event_times) != len(values):
+            raise EncodeError(f"{what} got {len(values)} values and {len(event_times)} event times")
+        return [to_seconds(t) for t in event_times]
 
     async def advance_time(self, watermark: EventTime) -> None:
         """Publish punctuation (a StreamInsight CTI): no event with an earlier event time is
