@@ -142,6 +142,7 @@ class Publisher:
             room = self._room
             await room.wait()
         r = self._open
+        idle = self._writing is None and not r.events  # nothing to wait for or join
         runs = r.streams.get(stream_id)
         if runs is None:
             runs = r.streams[stream_id] = []
@@ -161,15 +162,20 @@ class Publisher:
             runs.append([kind, list(values), times, kind is BatchKind.DATA and not whole])
         r.events += max(n, 1)
         self._buffered += max(n, 1)
-        if not self._pending.is_set():
-            self._pending.set()
         if wait:
             r.urgent = True
             r.awaited += max(n, 1)
-            await r.done.wait()
+            if idle:  # write it here and now: no hop through the writer task
+                await self._take_and_write()
+            else:
+                if not self._pending.is_set():
+                    self._pending.set()
+                await r.done.wait()
             if r.error is not None:
                 raise r.error
             return
+        if not self._pending.is_set():
+            self._pending.set()
         # A producer looping on send() would never let the writer (or the network) run.
         self._since_yield += n
         if self._since_yield >= self._max_batch:
@@ -179,21 +185,31 @@ class Publisher:
     async def run(self) -> None:
         """The writer: one write at a time, for as long as the provider runs."""
         while True:
-            pending = self._pending
-            await pending.wait()
+            await self._pending.wait()
             if not self._open.urgent and self._open.events < self._max_batch:
                 await anyio.sleep(self._linger)  # let more sends join this write
-            r, self._open = self._open, _Round()
-            self._pending = anyio.Event()
-            self._writing = r
-            try:
-                await self._write(r)
-            finally:
-                self._writing = None
-                self._buffered -= r.events
-                r.done.set()
-                room, self._room = self._room, anyio.Event()
-                room.set()
+            while self._writing is not None:  # an on_next caller is writing: one at a time
+                await self._writing.done.wait()
+            if self._open.events:
+                await self._take_and_write()
+            else:
+                self._pending = anyio.Event()
+
+    async def _take_and_write(self) -> None:
+        """Write the open round (a new one opens for what comes meanwhile)."""
+        r, self._open = self._open, _Round()
+        self._pending = anyio.Event()
+        self._writing = r
+        try:
+            await self._write(r)
+        finally:
+            self._writing = None
+            self._buffered -= r.events
+            r.done.set()
+            room, self._room = self._room, anyio.Event()
+            room.set()
+            if self._open.events and not self._pending.is_set():
+                self._pending.set()  # what came meanwhile: the writer task's turn
 
     async def _write(self, r: _Round) -> None:
         items: list[Any] = []
