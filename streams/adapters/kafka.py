@@ -224,8 +224,9 @@ class KafkaSettings:
 
 
 # aiokafka's loggers that log each failed attempt to reach a broker, at WARNING or ERROR
-# (tens a second); the outage log reports the outage once instead.
-AIOKAFKA_CONNECTION_LOGGERS = ("aiokafka", "aiokafka.conn")
+# (tens a second); the outage log reports the outage once instead. The fetcher's failed
+# fetches are retried by its own loop, and come before any call of ours has failed.
+AIOKAFKA_CONNECTION_LOGGERS = ("aiokafka", "aiokafka.conn", "aiokafka.consumer.fetcher")
 
 
 def _new_outage_log(settings: KafkaSettings) -> OutageLog:
