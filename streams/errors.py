@@ -68,3 +68,17 @@ class HandoffRefusedError(HeadraceError):
     def __init__(self, message: str, refused: list[tuple[Any, str]]) -> None:
         super().__init__(message)
         self.refused = refused
+
+
+class PublishError(HeadraceError):
+    """Events sent with ``send`` were not enqueued: ``failed`` of them, for ``reasons``.
+
+    Raised by ``provider.flush()`` (and on leaving the provider) once for the events sent
+    since the previous flush; the others sent meanwhile are durable.
+    """
+
+    def __init__(self, failed: int, reasons: list[str]) -> None:
+        self.failed = failed
+        self.reasons = reasons
+        why = "; ".join(dict.fromkeys(reasons)) or "unknown"
+        super().__init__(f"{failed} sent event(s) were not enqueued: {why}")
