@@ -31,6 +31,7 @@ from streams.consumers import InProcessSubscription
 from streams.deadletters import DeadLetter
 from streams.errors import CacheMissError, DecodeError
 from streams.ids import QueueId, StreamId
+from streams.logcontext import delivery_fields
 from streams.observer import as_observer
 from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
@@ -49,9 +50,10 @@ _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
 class _StreamState:
     """What the agent knows of one active stream."""
 
-    __slots__ = ("consumers", "activations", "instances", "last_activity", "opening")
+    __slots__ = ("consumers", "activations", "instances", "last_activity", "opening", "log_fields")
 
-    def __init__(self) -> None:
+    def __init__(self, log_fields: Any) -> None:
+        self.log_fields = log_fields  # worker, queue, stream: the log context of its deliveries
         self.consumers: dict[str, StreamConsumer] = {}
         self.activations: dict[type, Any] = {}  # consumer type -> the observer delivered to
         self.instances: dict[type, Any] = {}  # consumer type -> the user's instance
@@ -296,11 +298,13 @@ class PullingAgent:
     async def _open_stream(self, sid: StreamId, skip: str | None = None) -> _StreamState:
         """Attach every consumer of a newly active stream (``skip`` is attached by the
         caller, from its own token)."""
-        state = self._streams[sid] = _StreamState()
+        state = self._streams[sid] = _StreamState(delivery_fields(self.context.worker_name, self.queue, sid))
         registry = self.context.registry
         try:
             for cls in registry.implicit_types(sid.namespace):
-                await self._attach(state, sid, f"implicit:{registry.type_name(cls)}", self._activation(state, sid, cls))
+                await self._attach(
+                    state, sid, f"implicit:{registry.type_name(cls)}", self._activation(state, sid, cls), implicit=True
+                )
             for sub in registry.observers(sid):
                 if sub.subscription_id != skip:
                     await self._attach(state, sid, sub.subscription_id, as_observer(sub.observer))
@@ -345,6 +349,7 @@ class PullingAgent:
         token: SequenceToken | None = None,
         *,
         durable: bool = False,
+        implicit: bool = False,
     ) -> StreamConsumer:
         miss: CacheMissError | None = None
         cursor: Any
@@ -359,7 +364,8 @@ class PullingAgent:
                 cursor = self.cache.create_cursor(sid, self.cache.oldest_cached_token())
         consumer = StreamConsumer(
             subscription_id, sid, observer, cursor, self.context,
-            start_token=None if miss else token, durable=durable, spawn=self._spawn,
+            start_token=None if miss else token, durable=durable, implicit=implicit,
+            log_fields=state.log_fields, spawn=self._spawn,
         )
         state.consumers[subscription_id] = consumer
         if miss is not None:

@@ -18,7 +18,8 @@ class StreamProviderOptions:
     get_queue_msgs_timer_period: float = 0.1  # agent poll period [100 ms]
     cache_size: int = 4096  # batches per agent cache
     cache_buckets: int = 10
-    max_event_delivery_time: float = 60.0  # per batch, per consumer [1 min]
+    max_event_delivery_time: float = 60.0  # per batch, per consumer, retries included [1 min]
+    delivery_retry_backoff: float = 1.0  # first wait before retrying a failed delivery; doubles
     stream_inactivity_period: float = 1800.0  # [30 min]
     fault_on_error: bool = False  # fault an explicit subscription whose consumer raises
     shutdown_timeout: float = 10.0  # draining in-flight deliveries at shutdown

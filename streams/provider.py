@@ -250,7 +250,7 @@ class StreamProvider:
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 context = AgentContext(
                     self.options, self.registry, self.pubsub, self.dead_letters, self.failure_handler,
-                    await self._handoff_sinks(stack),
+                    await self._handoff_sinks(stack), worker_name=self.worker_name,
                 )
                 manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
                 stack.push_async_callback(manager.stop)  # agents first, then the leases
