@@ -349,6 +349,7 @@ class StreamConsumer:
                         stream=str(self.stream_id),
                         queue=item.message.queue.number,
                         sequence_number=e.token.sequence_number,
+                        event_index=e.token.event_index,
                         value=e.value,
                         event_time=e.event_time,
                         detail=detail,

@@ -28,7 +28,7 @@ from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
 from streams.batch import BatchContainer, QueueMessage, interned
 from streams.consumers import InProcessSubscription
-from streams.deadletters import DeadLetter
+from streams.deadletters import DeadLetter, QueueDeadLetters
 from streams.errors import CacheMissError, DecodeError
 from streams.ids import QueueId, StreamId
 from streams.logcontext import delivery_fields
@@ -84,6 +84,7 @@ class PullingAgent:
         self._rewindable = isinstance(receiver, RewindableReceiver)
         self.cache = cache
         self.context = context
+        self._dead_letters = QueueDeadLetters(context.dead_letters, queue.number)
         self.read_messages = 0
         self.read_failures = 0
         self.pressure_skips = 0
@@ -334,7 +335,7 @@ class PullingAgent:
             instance = state.instances[cls] = cls(sid)
             spec = event_time_of(instance)
             target = instance if spec is None else EventTimeObserver(
-                instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid)
+                instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid)
             )
             observer = state.activations[cls] = as_observer(target)
             self._spawn(self._call_hook, instance, "on_activate")
