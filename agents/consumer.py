@@ -103,8 +103,13 @@ class StreamConsumer:
 
     @property
     def idle(self) -> bool:
-        """Caught up (or closed) and not in the middle of a delivery."""
-        return not self._delivering and (self._closed or self.cursor.current() is None)
+        """Caught up (or closed) and not in the middle of a delivery. A cursor with history
+        still to read from the queue (a rewind, a detached consumer) has not caught up, though
+        it holds nothing between two reads: drain and shutdown wait for it."""
+        if self._delivering:
+            return False
+        cursor = self.cursor
+        return self._closed or (cursor.current() is None and not cursor.needs_fill)
 
     def start(self) -> None:
         """Begin delivering: a task catches up with what the cursor holds. A consumer the

@@ -24,7 +24,9 @@ class StreamProviderOptions:
     fault_on_error: bool = False  # fault an explicit subscription whose consumer raises
     shutdown_timeout: float = 10.0  # draining in-flight deliveries at shutdown
     max_read_backoff: float = 5.0  # ceiling of the read-retry backoff
-    slow_consumer_timeout: float | None = None  # detach a cursor holding a full cache
+    # Detach a consumer holding a full cache this long: it goes on from the durable queue and
+    # the others from the cache. Queues that cannot be re-read (memory) ignore it.
+    slow_consumer_timeout: float | None = 30.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
