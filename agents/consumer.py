@@ -249,7 +249,9 @@ class StreamConsumer:
             item = cursor.current()
             if item is None:
                 if cursor.needs_fill:
-                    await cursor.fill()  # type: ignore[attr-defined]
+                    miss = await cursor.fill()  # type: ignore[attr-defined]
+                    if miss is not None:  # history retention removed: a visible gap
+                        await self.report_error(miss)
                     continue
                 if self._call_now is not None:
                     return  # the agent delivers what comes next
