@@ -138,7 +138,7 @@ class StreamConsumer:
     def data_arrived(self) -> None:
         """The agent added batches of this consumer's stream to the cache: deliver them here
         and now if ``on_next`` cannot suspend and no task is busy with this consumer, else
-        leave them to a task."""
+        leave them to a task. The agent calls it with the stream's log context set."""
         if self._call_now is not None and not self._has_task and self._deliver_now():
             return
         self._resume()
@@ -148,29 +148,26 @@ class StreamConsumer:
         whether the cursor is caught up with nothing left for the task to do."""
         cursor, call = self.cursor, self._call_now
         assert call is not None
-        fields = enter_fields(self._log_fields)  # once per call, not per batch: it is the hot path
-        try:
-            while not self._closed:
-                item = cursor.current()
-                if item is None:
-                    return not cursor.needs_fill
-                if item.kind is not BatchKind.DATA:
-                    return False  # watermarks and completions are awaited by the task
-                batch = self._batch_of(item)
-                if batch:
-                    pending: Awaitable[Any] | Exception | None
-                    try:
-                        pending = call(batch)
-                    except Exception as exc:
-                        pending = exc
-                    if pending is not None:
-                        self._hand_over(cursor, item, batch, pending)
-                        return False
-                self.delivered_batches += 1
-                cursor.advance()
-            return True
-        finally:
-            leave_fields(fields)
+        # The log context is the agent's to set here: once per stream for all its consumers.
+        while not self._closed:
+            item = cursor.current()
+            if item is None:
+                return not cursor.needs_fill
+            if item.kind is not BatchKind.DATA:
+                return False  # watermarks and completions are awaited by the task
+            batch = self._batch_of(item)
+            if batch:
+                pending: Awaitable[Any] | Exception | None
+                try:
+                    pending = call(batch)
+                except Exception as exc:
+                    pending = exc
+                if pending is not None:
+                    self._hand_over(cursor, item, batch, pending)
+                    return False
+            self.delivered_batches += 1
+            cursor.advance()
+        return True
 
     def _hand_over(
         self, cursor: QueueCacheCursor, item: CachedBatch, batch: EventBatch,

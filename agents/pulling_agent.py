@@ -31,7 +31,7 @@ from streams.consumers import InProcessSubscription
 from streams.deadletters import DeadLetter, QueueDeadLetters
 from streams.errors import CacheMissError, DecodeError
 from streams.ids import QueueId, StreamId
-from streams.logcontext import delivery_fields
+from streams.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.observer import as_observer
 from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
@@ -235,11 +235,20 @@ class PullingAgent:
             if state.opening is not None:
                 await state.opened()
         now = time.monotonic()
-        for sid in self.cache.add(decoded):
-            state = streams[sid]
-            state.last_activity = now
-            for consumer in state.consumers.values():
-                consumer.data_arrived()
+        # The log context of the deliveries made here, inline: set per stream (no reset
+        # between streams, nothing else runs meanwhile), restored once at the end.
+        outer: Any = None
+        try:
+            for sid in self.cache.add(decoded):
+                state = streams[sid]
+                state.last_activity = now
+                entered = enter_fields(state.log_fields)
+                outer = outer or entered
+                for consumer in state.consumers.values():
+                    consumer.data_arrived()
+        finally:
+            if outer is not None:
+                leave_fields(outer)
 
     async def _retrying(self, fn: Any, *args: Any) -> Any:
         """Call the receiver, backing off on failure; log once per outage, not per retry."""
