@@ -347,7 +347,7 @@ class PullingAgent:
                 instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid)
             )
             observer = state.activations[cls] = as_observer(target)
-            self._spawn(self._call_hook, instance, "on_activate")
+            self._spawn(self._call_hook, instance, "on_activate", state.log_fields)
         return observer
 
     async def _attach(
@@ -419,10 +419,11 @@ class PullingAgent:
         self._tg.start_soon(fn, *args)
 
     @staticmethod
-    async def _call_hook(instance: Any, name: str) -> None:
+    async def _call_hook(instance: Any, name: str, log_fields: Any) -> None:
         hook = getattr(instance, name, None)
         if hook is None:
             return
+        enter_fields(log_fields)  # its own task: the context goes with it
         try:
             result = hook()
             if hasattr(result, "__await__"):
@@ -463,7 +464,7 @@ class PullingAgent:
         for consumer in state.consumers.values():
             consumer.close()
         for instance in state.instances.values():
-            self._spawn(self._call_hook, instance, "on_deactivate")
+            self._spawn(self._call_hook, instance, "on_deactivate", state.log_fields)
 
     def _sweep_inactive(self) -> None:
         """Drop streams with no new data for ``stream_inactivity_period`` and no active cursor."""

@@ -164,3 +164,42 @@ async def test_user_log_lines_in_a_consumer_carry_worker_queue_and_stream(shape)
     expected = sorted((provider.mapper.get_queue_for_stream(sid).number, str(sid)) for sid in sids)
     assert sorted((r.queue, r.stream) for r in records) == expected
     assert {r.worker for r in records} == {"w-log"}
+
+
+async def test_an_activation_hooks_log_lines_carry_its_stream():
+    provider = StreamProvider.memory(queues=2, worker_name="w-hooks")
+    user_log = logging.getLogger("user.hooks")
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect()
+    handler.addFilter(LogContextFilter())
+    user_log.addHandler(handler)
+    user_log.setLevel(logging.INFO)
+
+    @provider.implicit("hooked")
+    class Hooked:
+        def __init__(self, stream_id):
+            pass
+
+        async def on_activate(self):
+            user_log.info("activated")
+
+        def on_next(self, batch):
+            user_log.info("batch")
+
+    sid = StreamId("hooked", "h1")
+    try:
+        async with provider:
+            await provider.get_stream(sid).on_next(1)
+            await drained(provider)
+    finally:
+        user_log.removeHandler(handler)
+    queue = provider.mapper.get_queue_for_stream(sid).number
+    assert sorted((r.getMessage(), r.worker, r.queue, r.stream) for r in records) == [
+        ("activated", "w-hooks", queue, "hooked/h1"),
+        ("batch", "w-hooks", queue, "hooked/h1"),
+    ]

@@ -54,8 +54,9 @@ async def test_a_store_keeps_one_letter_per_queue_position_and_reason(store):
     assert await store.count() == 7 and await store.count("out_of_order") == 3
 
 
-def _provider(path) -> tuple[StreamProvider, list]:
-    provider = StreamProvider.embedded(path, queues=2)
+def _counting_rooms(provider: StreamProvider) -> list:
+    """Registers ten-second counts of the ``rooms`` streams that drop out-of-order events;
+    returns the list their windows go to, as (start - T0, count)."""
     results: list = []
 
     @provider.implicit("rooms")
@@ -68,7 +69,12 @@ def _provider(path) -> tuple[StreamProvider, list]:
         def on_window(self, result):
             results.append((result.start - T0, result.value))
 
-    return provider, results
+    return results
+
+
+def _provider(path) -> tuple[StreamProvider, list]:
+    provider = StreamProvider.embedded(path, queues=2)
+    return provider, _counting_rooms(provider)
 
 
 async def test_a_worker_replaying_a_held_range_records_its_dead_letters_once(tmp_path):
@@ -93,17 +99,7 @@ async def test_a_worker_replaying_a_held_range_records_its_dead_letters_once(tmp
 
 async def test_event_time_dead_letters_name_their_queue():
     provider = StreamProvider.memory(queues=4)
-
-    @provider.implicit("rooms")
-    class Counts:
-        event_time = EventTime(OrderingPolicy(out_of_order=0, timestamp_by="t", action="drop"), Tumbling(10, origin=T0), Count())
-
-        def __init__(self, stream_id):
-            pass
-
-        def on_window(self, result):
-            pass
-
+    _counting_rooms(provider)
     sids = [StreamId("rooms", f"r{i}") for i in range(4)]
     async with provider:
         for sid in sids:

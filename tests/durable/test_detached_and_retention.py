@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 import anyio
+import pytest
 
 from streams import CacheMissError, SequenceToken, StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
@@ -42,24 +43,20 @@ async def _detach_a_slow_consumer(provider: StreamProvider, slow, n: int) -> Str
     return slow_sid
 
 
-async def test_drain_waits_for_a_detached_consumer_to_catch_up(tmp_path):
+@pytest.mark.parametrize("ending", ["drain", "shutdown"])
+async def test_drain_and_shutdown_wait_for_a_detached_consumer_to_catch_up(tmp_path, ending):
     provider = StreamProvider.embedded(tmp_path, queues=1, cache_size=20, cache_buckets=4, slow_consumer_timeout=0.1)
     slow = _SlowAfterGate()
+    caught_up = None
     async with provider:
         await _detach_a_slow_consumer(provider, slow, 150)
         slow.gate.set()
-        await drained(provider, 30)
+        if ending == "drain":
+            await drained(provider, 30)
+            caught_up = list(slow.values)
+    if ending == "shutdown":  # within shutdown_timeout (10 s)
         caught_up = list(slow.values)
     assert caught_up == list(range(150))
-
-
-async def test_shutdown_waits_for_a_detached_consumer_to_catch_up(tmp_path):
-    provider = StreamProvider.embedded(tmp_path, queues=1, cache_size=20, cache_buckets=4, slow_consumer_timeout=0.1)
-    slow = _SlowAfterGate()
-    async with provider:
-        await _detach_a_slow_consumer(provider, slow, 150)
-        slow.gate.set()
-    assert slow.values == list(range(150))  # within shutdown_timeout (10 s)
 
 
 async def test_a_cursor_with_history_still_to_read_is_not_idle(tmp_path):
