@@ -22,7 +22,11 @@ class DeadLetter:
     """One dropped or refused record.
 
     ``reason`` is one of ``early_arrival``, ``late_arrival``, ``out_of_order``,
-    ``window_closed``, ``undecodable``, ``delivery_failed`` (or an adapter's own).
+    ``window_closed``, ``undecodable``, ``delivery_failed`` (or an adapter's own). An event's
+    letter names its position: ``queue``, ``sequence_number`` (its record) and
+    ``event_index`` (its place in the record; ``None`` for a letter about a whole record). A
+    letter written for one event must carry its ``event_index``, or stores take the letters of
+    a record's several events for one (see :func:`letter_key`).
     """
 
     reason: str
