@@ -22,7 +22,9 @@ class DeadLetter:
     """One dropped or refused record.
 
     ``reason`` is one of ``early_arrival``, ``late_arrival``, ``out_of_order``,
-    ``window_closed``, ``undecodable``, ``delivery_failed`` (or an adapter's own). An event's
+    ``window_closed``, ``invalid_timestamp``, ``invalid_value``, ``undecodable``,
+    ``delivery_failed``, ``handoff_failed`` (or an adapter's own). A ``handoff_failed``
+    window has ``value`` ``{"key", "start", "end", "value"}`` and no queue position. An event's
     letter names its position: ``queue``, ``sequence_number`` (its record) and
     ``event_index`` (its place in the record; ``None`` for a letter about a whole record). A
     letter written for one event must carry its ``event_index``, or stores take the letters of

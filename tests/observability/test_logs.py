@@ -66,7 +66,7 @@ async def test_agent_and_delivery_lines_name_worker_queue_and_stream(tmp_path, c
     out = capture("text")
     queue, flaky = await run_worker_with_trouble(tmp_path / "store")
     lines = out.getvalue().splitlines()
-    [agent] = [line for line in lines if "not batch containers" in line]
+    [agent] = [line for line in lines if "do not decode" in line]
     assert f" level=warning logger=headrace.agent worker={WORKER} queue={queue} stream=- msg=" in agent
     [delivery] = [line for line in lines if "delivery failed" in line]
     assert f" logger=headrace.delivery worker={WORKER} queue={queue} stream={flaky} msg=" in delivery
@@ -78,7 +78,7 @@ async def test_json_lines_hold_the_same_fields(tmp_path, capture):
     out = capture("json")
     queue, flaky = await run_worker_with_trouble(tmp_path / "store")
     entries = [json.loads(line) for line in out.getvalue().splitlines()]
-    [agent] = [e for e in entries if "not batch containers" in e["msg"]]
+    [agent] = [e for e in entries if "do not decode" in e["msg"]]
     assert (agent["logger"], agent["level"], agent["worker"], agent["queue"], agent["stream"]) == (
         "headrace.agent", "warning", WORKER, queue, None,
     )
