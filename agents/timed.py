@@ -42,6 +42,10 @@ def event_time_of(instance: Any) -> EventTime | None:
 class EventTimeObserver:
     """The observer the runtime delivers to, for an event-time consumer activation."""
 
+    # A batch it took is in its processor's windows: the runtime must not deliver it again
+    # after a failure (it would be counted twice).
+    redeliverable = False
+
     def __init__(
         self,
         target: Any,

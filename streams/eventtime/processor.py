@@ -780,6 +780,7 @@ class Processor:
             stream=None if stream is None else str(stream),
             queue=queue,
             sequence_number=getattr(token, "sequence_number", None),
+            event_index=getattr(token, "event_index", None),
             value=getattr(rec, "value", rec),
             event_time=event_time,
             detail=f"{detail}; token {token}" if token is not None else detail,
