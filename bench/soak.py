@@ -230,6 +230,7 @@ def soak(
     procs: list[subprocess.Popen[bytes]] = []
     rows: list[SoakRow] = []
     count_file = str(Path(path) / "published")
+    producer: subprocess.Popen[bytes] | None = None
     files = contextlib.ExitStack()
     try:
         for i in range(workers):
@@ -275,14 +276,16 @@ def soak(
             if time.monotonic() >= end - 0.5:
                 break
     finally:
-        for proc in [*procs, *(p for p in [locals().get("producer")] if p is not None)]:
+        children = [*procs, *([producer] if producer is not None else [])]
+        for proc in children:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in procs:
+        for proc in children:
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
         files.close()
     return rows
 
