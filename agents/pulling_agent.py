@@ -36,6 +36,7 @@ from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
+from .keyed import KeyedActivations, one_turn
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
 from .timed import EventTimeObserver, HandoffTarget, event_time_of
@@ -87,6 +88,7 @@ class PullingAgent:
         self.pressure_skips = 0
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._streams: dict[StreamId, _StreamState] = {}
+        self._keyed = KeyedActivations()  # activations of types fed by several namespaces
         self._unacked: deque[int] = deque()
         self._wake = anyio.Event()
         self._stopping = False
@@ -324,15 +326,29 @@ class PullingAgent:
         return HandoffTarget(sink, str(sid), consumer, self.queue.number)
 
     def _activation(self, state: _StreamState, sid: StreamId, cls: type) -> Any:
-        """One instance per stream id and consumer type, like an Orleans grain activation."""
+        """One instance per stream id and consumer type, like an Orleans grain activation;
+        one per key for a type fed by several namespaces (built for the first one's stream)."""
         observer = state.activations.get(cls)
         if observer is None:
-            instance = state.instances[cls] = cls(sid)
+            namespaces = self.context.registry.namespaces_of(cls)
+            if namespaces:
+                observer = self._keyed.join(cls, sid)
+                if observer is not None:
+                    state.activations[cls] = observer
+                    return observer
+            stream, sid = sid, StreamId(namespaces[0], sid.key) if namespaces else sid
+            instance = cls(sid)
             spec = event_time_of(instance)
             target = instance if spec is None else EventTimeObserver(
                 instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid)
             )
             observer = state.activations[cls] = as_observer(target)
+            if namespaces:
+                if spec is None:
+                    observer.on_next = one_turn(observer.on_next)
+                self._keyed.add(cls, stream, observer, instance)
+            else:
+                state.instances[cls] = instance
             self._spawn(self._call_hook, instance, "on_activate")
         return observer
 
@@ -446,7 +462,7 @@ class PullingAgent:
         state = self._streams.pop(sid)
         for consumer in state.consumers.values():
             consumer.close()
-        for instance in state.instances.values():
+        for instance in [*state.instances.values(), *self._keyed.leave(sid)]:
             self._spawn(self._call_hook, instance, "on_deactivate")
 
     def _sweep_inactive(self) -> None:
@@ -480,12 +496,13 @@ class PullingAgent:
     def event_time_activations(self) -> list[EventTimeObserver]:
         """The event-time activations of the streams now active here, read-only (metrics
         read their processors' counters and watermarks)."""
-        return [
-            observer.target
+        found = {  # by identity: an activation fed by several streams is listed once
+            id(observer.target): observer.target
             for state in self._streams.values()
             for observer in state.activations.values()
             if isinstance(observer.target, EventTimeObserver)
-        ]
+        }
+        return list(found.values())
 
 
 class _Tokens(Sequence[SequenceToken]):

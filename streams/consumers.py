@@ -29,6 +29,7 @@ class ConsumerRegistry:
     def __init__(self) -> None:
         self._implicit: dict[str, list[type]] = {}
         self._types: dict[str, type] = {}
+        self._namespaces: dict[type, tuple[str, ...]] = {}  # types fed by several namespaces
         self._observers: dict[StreamId, dict[str, InProcessSubscription]] = {}
 
     # -- consumer types -------------------------------------------------------------
@@ -54,6 +55,23 @@ class ConsumerRegistry:
         types = self._implicit.setdefault(namespace, [])
         if cls not in types:
             types.append(cls)
+
+    def register_keyed(self, namespaces: tuple[str, ...], cls: type) -> None:
+        """``cls`` is activated once per key over all of ``namespaces`` (see
+        :meth:`namespaces_of`)."""
+        known = self._namespaces.get(cls)
+        if known is not None and known != namespaces:
+            raise ConfigurationError(
+                f"{cls.__qualname__} is already implicit for {known!r}: register it once, "
+                "with every namespace it reads"
+            )
+        for namespace in namespaces:
+            self.register_implicit(namespace, cls)
+        self._namespaces[cls] = namespaces
+
+    def namespaces_of(self, cls: type) -> tuple[str, ...]:
+        """The namespaces a type reads with one activation per key (empty: one per stream)."""
+        return self._namespaces.get(cls, ())
 
     def type_name(self, cls: type) -> str | None:
         name = getattr(cls, "__headrace_consumer_name__", None)
