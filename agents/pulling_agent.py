@@ -36,10 +36,10 @@ from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
-from .keyed import KeyedActivations, one_turn
+from .keyed import KeyedActivations
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
-from .timed import EventTimeObserver, HandoffTarget, event_time_of
+from .timed import EventTimeObserver, HandoffTarget, InputView, event_time_of
 from .context import AgentContext
 
 log = logging.getLogger("headrace.agent")
@@ -88,7 +88,9 @@ class PullingAgent:
         self.pressure_skips = 0
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._streams: dict[StreamId, _StreamState] = {}
-        self._keyed = KeyedActivations()  # activations of types fed by several namespaces
+        # Activations of types fed by several namespaces (a batch waits for its turn at most
+        # as long as a delivery may take).
+        self._keyed = KeyedActivations(context.options.max_event_delivery_time)
         self._unacked: deque[int] = deque()
         self._wake = anyio.Event()
         self._stopping = False
@@ -233,6 +235,8 @@ class PullingAgent:
                 state = await self._open_stream(sid)
             if state.opening is not None:
                 await state.opened()
+        if self._keyed:  # activations of several streams take their batches in queue order
+            self._keyed.expect(decoded)
         now = time.monotonic()
         for sid in self.cache.add(decoded):
             state = streams[sid]
@@ -327,30 +331,29 @@ class PullingAgent:
 
     def _activation(self, state: _StreamState, sid: StreamId, cls: type) -> Any:
         """One instance per stream id and consumer type, like an Orleans grain activation;
-        one per key for a type fed by several namespaces (built for the first one's stream)."""
+        one per key for a type fed by several namespaces (see ``agents.keyed``)."""
         observer = state.activations.get(cls)
         if observer is None:
             namespaces = self.context.registry.namespaces_of(cls)
             if namespaces:
-                observer = self._keyed.join(cls, sid)
-                if observer is not None:
-                    state.activations[cls] = observer
-                    return observer
-            stream, sid = sid, StreamId(namespaces[0], sid.key) if namespaces else sid
-            instance = cls(sid)
-            spec = event_time_of(instance)
-            target = instance if spec is None else EventTimeObserver(
-                instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid)
-            )
-            observer = state.activations[cls] = as_observer(target)
-            if namespaces:
-                if spec is None:
-                    observer.on_next = one_turn(observer.on_next)
-                self._keyed.add(cls, stream, observer, instance)
+                observer, instance = self._keyed.observer_for(cls, sid, namespaces[0], self._new_activation)
             else:
+                target, instance = self._new_activation(cls, sid)
+                observer = as_observer(target)
                 state.instances[cls] = instance
-            self._spawn(self._call_hook, instance, "on_activate")
+            state.activations[cls] = observer
+            if instance is not None:
+                self._spawn(self._call_hook, instance, "on_activate")
         return observer
+
+    def _new_activation(self, cls: type, sid: StreamId) -> tuple[Any, Any]:
+        """``(what is delivered to, the user's instance)`` of a new activation."""
+        instance = cls(sid)
+        spec = event_time_of(instance)
+        target = instance if spec is None else EventTimeObserver(
+            instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid)
+        )
+        return target, instance
 
     async def _attach(
         self,
@@ -496,12 +499,14 @@ class PullingAgent:
     def event_time_activations(self) -> list[EventTimeObserver]:
         """The event-time activations of the streams now active here, read-only (metrics
         read their processors' counters and watermarks)."""
-        found = {  # by identity: an activation fed by several streams is listed once
-            id(observer.target): observer.target
-            for state in self._streams.values()
-            for observer in state.activations.values()
-            if isinstance(observer.target, EventTimeObserver)
-        }
+        found: dict[int, EventTimeObserver] = {}  # an activation of several inputs once
+        for state in self._streams.values():
+            for observer in state.activations.values():
+                target = observer.target
+                if isinstance(target, InputView):
+                    target = target.activation
+                if isinstance(target, EventTimeObserver):
+                    found[id(target)] = target
         return list(found.values())
 
 

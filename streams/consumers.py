@@ -65,6 +65,7 @@ class ConsumerRegistry:
                 f"{cls.__qualname__} is already implicit for {known!r}: register it once, "
                 "with every namespace it reads"
             )
+        check_inputs(cls, namespaces)
         for namespace in namespaces:
             self.register_implicit(namespace, cls)
         self._namespaces[cls] = namespaces
@@ -111,6 +112,23 @@ class ConsumerRegistry:
 
     def observers(self, stream_id: StreamId) -> list[InProcessSubscription]:
         return list(self._observers.get(stream_id, {}).values())
+
+
+def check_inputs(cls: type, namespaces: tuple[str, ...]) -> None:
+    """Refuse an event-time type whose merged ``inputs`` are not the namespaces it reads."""
+    spec = getattr(cls, "event_time", None)
+    if not isinstance(spec, EventTime):
+        return
+    if len(namespaces) > 1 and set(spec.inputs) != set(namespaces):
+        raise ConfigurationError(
+            f"{cls.__qualname__} reads {namespaces!r} with one clock: declare them as its "
+            f"event-time inputs, EventTime(..., inputs={namespaces!r})"
+        )
+    if len(namespaces) == 1 and spec.inputs:
+        raise ConfigurationError(
+            f"{cls.__qualname__} merges inputs {spec.inputs!r}: register it for all of them, "
+            f"@provider.implicit({', '.join(map(repr, spec.inputs))})"
+        )
 
 
 def consumer_decorator(registry: ConsumerRegistry, name: str | None) -> Callable[[T], T]:

@@ -30,7 +30,7 @@ from .adapters.kafka import KafkaAdapterFactory
 from .adapters.retention import RetentionPolicy
 from .adapters.memory import MemoryAdapterFactory
 from .adapters.protocols import QueueAdapter, QueueAdapterFactory
-from .consumers import ConsumerRegistry, InProcessSubscription, consumer_decorator
+from .consumers import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
 from .deadletters import DeadLetterStore, MemoryDeadLetterStore
 from .errors import ConfigurationError, ProviderClosedError
 from .failures import LoggingFailureHandler, StreamFailureHandler
@@ -221,6 +221,7 @@ class StreamProvider:
             if more:
                 self.registry.register_keyed(namespaces, cls)
             else:
+                check_inputs(cls, namespaces)
                 self.registry.register_implicit(namespace, cls)
             return cls
 

@@ -83,10 +83,8 @@ async def test_one_instance_per_key_fed_by_both_namespaces():
                 await provider.get_stream(StreamId("prices", key)).on_next(100 + n)
         await drained(provider)
     assert sorted(built) == sorted(StreamId("tolls", k) for k in keys)  # once per key
-    for key in keys:
-        got = seen[key]
-        assert [v for ns, v in got if ns == "tolls"] == list(range(5))
-        assert [v for ns, v in got if ns == "prices"] == [100 + n for n in range(5)]
+    for key in keys:  # in queue order across the two streams: as published
+        assert seen[key] == [pair for n in range(5) for pair in (("tolls", n), ("prices", 100 + n))]
     assert set(most.values()) == {1}  # one batch at a time, as a grain
 
 
@@ -125,3 +123,17 @@ async def test_the_shared_activation_ends_with_its_last_stream():
                 await anyio.sleep(0.02)
                 await provider.agents[0]._pump()
     assert ended == ["a"]
+
+
+async def test_queue_order_goes_on_with_a_warning_when_the_batch_ahead_never_comes(caplog):
+    from agents.keyed import QueueOrder
+
+    order = QueueOrder(stall=0.05)
+    order.expect(3)  # e.g. its consumer faulted: it will never be delivered
+    order.expect(5)
+    with anyio.fail_after(2):
+        await order.turn(5)
+    order.done(5)
+    assert "out of queue order" in caplog.text
+    with anyio.fail_after(1):
+        await order.turn(9)  # nothing expected ahead: at once
