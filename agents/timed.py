@@ -35,6 +35,8 @@ from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.spec import EventTime
 from streams.ids import StreamId
 from streams.observer import _lift, _nothing
+
+from .holdback import HoldBack
 from streams.tokens import SequenceToken
 
 
@@ -74,6 +76,7 @@ class EventTimeObserver:
         # Several inputs, no window: every event waits for the merged watermark.
         self._merge = MergedRelease(spec.inputs, spec.imports) if spec.inputs and spec.window is None else None
         self._inputs = spec.inputs
+        self.holdback = HoldBack(str(stream_id)) if spec.inputs else None
         self._open_inputs = set(spec.inputs)
         self.stream_id = stream_id
         self.processor = spec.processor(str(stream_id))
@@ -139,6 +142,8 @@ class EventTimeObserver:
         self._emitting = before
         try:
             await self._emit(step())
+            if self.holdback is not None:
+                self.holdback.observe(self.processor.merged, time.time())  # type: ignore[arg-type]
         except BaseException:
             self._unfinished = _lowest(self._unfinished, before)
             raise

@@ -10,8 +10,10 @@ stopped reporting (it died) from one that reports.
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 from dataclasses import astuple, dataclass, fields
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,6 +37,7 @@ STATUS_SCHEMA: list[Migration] = [
         " updated REAL NOT NULL, fresh_until REAL NOT NULL,"
         " PRIMARY KEY (worker, queue))",
     ],
+    ["ALTER TABLE status_agents ADD COLUMN held_by TEXT"],  # issue 17: merged inputs
 ]
 
 FRESH_FOR = 3  # a row stays fresh for this many reporting intervals
@@ -47,7 +50,9 @@ class AgentStatus:
 
     ``watermark_min``: the lowest watermark among the queue's running event-time activations
     (``None`` when there is none); ``watermark_delay``: the highest watermark delay among them
-    (processing clock minus watermark, in seconds).
+    (processing clock minus watermark, in seconds). ``held_by``: among activations with
+    several inputs, the input holding the most of them back, how many, and its watermark
+    (``None`` when none is held back).
     """
 
     worker: str
@@ -62,6 +67,7 @@ class AgentStatus:
     watermark_delay: float | None
     updated: float
     fresh_until: float
+    held_by: str | None = None
 
     @classmethod
     def of(cls, worker: str, queue: QueueSnapshot, taken_at: float, interval: float) -> AgentStatus:
@@ -78,6 +84,7 @@ class AgentStatus:
             watermark_delay=queue.event_time.delay,
             updated=taken_at,
             fresh_until=taken_at + FRESH_FOR * interval,
+            held_by=_held_by(queue),
         )
 
     @classmethod
@@ -85,6 +92,19 @@ class AgentStatus:
         values = dict(zip(_NAMES, row))
         values["under_pressure"] = bool(values["under_pressure"])  # SQLite keeps 0 or 1
         return cls(**values)
+
+
+def _held_by(queue: QueueSnapshot) -> str | None:
+    holding = queue.event_time.holding
+    if not holding:
+        return None
+    name = max(holding, key=lambda n: (holding[n], n))
+    mark = queue.event_time.inputs.get(name, float("-inf"))
+    at = (
+        datetime.fromtimestamp(mark, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        if math.isfinite(mark) else "no watermark yet"
+    )
+    return f"{name} ({holding[name]} held, at {at})"
 
 
 _NAMES = [f.name for f in fields(AgentStatus)]

@@ -65,7 +65,8 @@ def render(status: ClusterStatus, out: Console) -> None:
 
     if status.queues:
         agents = any(q.agent is not None for q in status.queues)
-        extra = ("cache", "pressure", "streams", "watermark", "delay") if agents else ()
+        held = any(q.agent is not None and q.agent.held_by for q in status.queues)
+        extra = ("cache", "pressure", "streams", "watermark", "delay", *(["held back by"] if held else [])) if agents else ()
         rows = table("queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", *extra)
         for q in status.queues:
             row = [
@@ -88,6 +89,7 @@ def render(status: ClusterStatus, out: Console) -> None:
                         f"{a.streams:,}",
                         "-" if a.watermark_min is None else utc_text(a.watermark_min),
                         "-" if a.watermark_delay is None else f"{a.watermark_delay:,.1f} s",
+                        *([a.held_by or "-"] if held else []),
                     ]
                 )
             add_row(rows, *row)

@@ -292,6 +292,11 @@ class Processor:
             return self._merged.value
         return next(iter(self._inputs.values())).mark.value
 
+    @property
+    def merged(self) -> MergedWatermark | None:
+        """The merge of several inputs (``holder``, ``values()``); None with one input."""
+        return self._merged if self._multi else None
+
     def held_since(self, partition: Hashable | None = None) -> Any:
         """The oldest token still held in an open window (of ``partition`` when several
         inputs are merged), or None: the runtime must not checkpoint past it."""

@@ -27,6 +27,8 @@ from streams.deadletters import DeadLetterStore
 from streams.eventtime.metrics import Counters
 from streams.eventtime.policy import Reason
 
+from agents.holdback import holding_back
+
 if TYPE_CHECKING:
     from agents.pulling_agent import PullingAgent
     from streams.provider import StreamProvider
@@ -47,6 +49,10 @@ class EventTimeTotals:
     ``watermark``: the lowest watermark among activations still running (None when none has
     one: not started, or every stream completed); ``delay``: the highest watermark delay
     among them (processing clock minus watermark, ASA's *watermark delay*).
+    ``inputs``: for activations with several inputs, the lowest watermark of each input
+    among those that have one (``-inf`` while none has);
+    ``holding``: how many of them each input holds back (it is their lowest input, behind
+    another).
     """
 
     activations: int = 0
@@ -54,6 +60,8 @@ class EventTimeTotals:
     watermark: float | None = None
     delay: float | None = None
     open_windows: int = 0
+    inputs: Mapping[str, float] = field(default_factory=dict)
+    holding: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def late(self) -> int:
@@ -86,12 +94,23 @@ class EventTimeTotals:
                 counters[name] += value
         marks = [p.watermark for p in parts if p.watermark is not None]
         delays = [p.delay for p in parts if p.delay is not None]
+        inputs: dict[str, float] = {}
+        holding: dict[str, int] = {}
+        for part in parts:
+            for name, mark in part.inputs.items():  # the lowest one that has a watermark
+                known = inputs.get(name)
+                if known is None or not math.isfinite(known) or (math.isfinite(mark) and mark < known):
+                    inputs[name] = mark
+            for name, n in part.holding.items():
+                holding[name] = holding.get(name, 0) + n
         return cls(
             activations=sum(p.activations for p in parts),
             counters=counters,
             watermark=min(marks) if marks else None,
             delay=max(delays) if delays else None,
             open_windows=sum(p.open_windows for p in parts),
+            inputs=inputs,
+            holding=holding,
         )
 
 
@@ -165,6 +184,12 @@ def _event_time(agent: PullingAgent) -> EventTimeTotals:
     for activation in agent.event_time_activations():
         m = activation.processor.metrics()
         running = math.isfinite(m.watermark)  # not before the first event, not completed
+        merged = activation.processor.merged
+        inputs, holding = {}, {}
+        if merged is not None:  # several inputs: each one's watermark, and who holds them back
+            inputs = {str(k): v for k, v in m.watermarks.items()}  # -inf: none yet
+            holder = holding_back(merged)
+            holding = {} if holder is None else {str(holder): 1}
         parts.append(
             EventTimeTotals(
                 activations=1,
@@ -172,6 +197,8 @@ def _event_time(agent: PullingAgent) -> EventTimeTotals:
                 watermark=m.watermark if running else None,
                 delay=m.delay if running and math.isfinite(m.delay) else None,
                 open_windows=m.open_windows,
+                inputs=inputs,
+                holding=holding,
             )
         )
     return EventTimeTotals.combine(parts)

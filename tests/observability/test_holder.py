@@ -1,0 +1,74 @@
+"""Which input holds a merged watermark back (issue 17): per-input watermarks and the holder
+in Prometheus and in ``headrace status`` rows, and one log line when an input starts
+holding back and one when it stops."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from streams import StreamId, StreamProvider
+from streams.eventtime import EventTime, OrderingPolicy
+from streams.observability.metrics import metric_families
+from streams.observability.snapshot import take_snapshot
+from streams.status_reporter import AgentStatus
+
+from ..core.conftest import drained
+
+T0 = 1_700_000_000.0
+
+
+def samples(provider: StreamProvider, name: str) -> dict[str, float]:
+    families = {f.name: f for f in metric_families(take_snapshot(provider), {})}
+    family = families.get(name)
+    return {} if family is None else {s.labels["input"]: s.value for s in family.samples}
+
+
+async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
+    caplog.set_level(logging.INFO, logger="headrace.eventtime")
+    provider = StreamProvider.memory(queues=1, co_partitioned=[("tolls", "prices")], get_queue_msgs_timer_period=0.02)
+
+    @provider.implicit("tolls", "prices")
+    class Tolls:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), inputs=("tolls", "prices"))
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_events(self, events):
+            pass
+
+    async def publish(namespace: str, key: str, offset: float) -> None:
+        await provider.get_stream(StreamId(namespace, key)).on_next({"t": T0 + offset})
+
+    async with provider:
+        for key in ["a", "b"]:
+            await publish("prices", key, 1)
+            await publish("tolls", key, 5)
+        await publish("tolls", "c", 9)  # c: no price at all yet
+        await drained(provider)
+        for activation in provider.agents[0].event_time_activations():
+            activation.holdback.after = 0.0  # report at the next step
+        await anyio.sleep(0.2)  # ticks are steps: the hold-backs are noticed
+        holding = samples(provider, "headrace_eventtime_input_holding")
+        marks = samples(provider, "headrace_eventtime_input_watermark_seconds")
+        (queue,) = take_snapshot(provider).queues
+        status = AgentStatus.of("w", queue, 0.0, 1.0)
+        started = [r.getMessage() for r in caplog.records if "holds the merged watermark back" in r.getMessage()]
+
+        for key in ["a", "b", "c"]:  # prices pass the tolls
+            await publish("prices", key, 20)
+        await drained(provider)
+        await anyio.sleep(0.2)
+        after = samples(provider, "headrace_eventtime_input_holding")
+        stopped = [r.getMessage() for r in caplog.records if "no longer holds" in r.getMessage()]
+
+    assert holding == {"tolls": 0, "prices": 3}  # a, b at 1 and c with none, behind the tolls
+    assert marks == {"tolls": T0 + 5, "prices": T0 + 1}  # the lowest of each input
+    assert status.held_by == "prices (3 held, at 2023-11-14T22:13:21Z)"
+    assert sorted(m.split(":")[0] for m in started) == ["tolls/a", "tolls/b", "tolls/c"]  # once each
+    assert all("'prices'" in m for m in started)
+    # now tolls are behind prices: the tolls hold back every key (and each prices episode ended once)
+    assert after == {"tolls": 3, "prices": 0}
+    assert sorted(m.split(":")[0] for m in stopped) == ["tolls/a", "tolls/b", "tolls/c"]
