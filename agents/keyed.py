@@ -16,12 +16,10 @@ before it are delivered.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import anyio
 
@@ -30,7 +28,6 @@ from streams.ids import StreamId
 from streams.observer import as_observer
 
 from .timed import EventTimeObserver
-
 
 log = logging.getLogger("headrace.agent")
 
@@ -122,8 +119,10 @@ class _Shared:
             observer = as_observer(self.target.for_input(sid.namespace))
         else:
             observer = as_observer(self.target)
+            assert observer.on_next is not None  # as_observer found one
             observer.on_next = one_turn(observer.on_next, self.lock)
-            observer.user_on_next = None  # never delivered inline: every batch takes its turn
+            observer.user_on_next = None  # type: ignore[assignment]  # never inline: every batch takes its turn
+        assert observer.on_next is not None
         observer.on_next = ordered(observer.on_next, self.order)
         return observer
 

@@ -35,9 +35,9 @@ from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.spec import EventTime
 from streams.ids import StreamId
 from streams.observer import _lift, _nothing
+from streams.tokens import SequenceToken
 
 from .holdback import HoldBack
-from streams.tokens import SequenceToken
 
 
 def event_time_of(instance: Any) -> EventTime | None:

@@ -19,10 +19,9 @@ import anyio
 from agents.context import AgentContext
 from agents.manager import AgentManager
 from agents.pulling_agent import PullingAgent, new_subscription_id
+from balancer.keyed import KeyedQueueMapper, places_together
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
-
-from balancer.keyed import KeyedQueueMapper, places_together
 
 from .adapters.embedded import EmbeddedAdapterFactory
 from .adapters.generator import GeneratorAdapterFactory, GeneratorConfig

@@ -13,8 +13,8 @@ arrival - late_arrival); 6. close every window with W >= end + allowed_lateness.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
 import copy
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any

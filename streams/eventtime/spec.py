@@ -86,6 +86,7 @@ class EventTime:
     def processor(self, partition: Hashable = 0) -> Processor:
         """A fresh processor with these settings (one per activation): one input named
         ``partition``, or the declared ``inputs``."""
+        imports: dict[Hashable, Hashable] = {k: v for k, v in self.imports.items()}  # noqa: C416  (invariant key type)
         return Processor(
             self.policy,
             self.window,
@@ -94,5 +95,5 @@ class EventTime:
             select=self.select,
             inputs=self.inputs or (partition,),
             generation=self.generation,
-            imports=self.imports,
+            imports=imports,
         )

@@ -22,12 +22,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agents.holdback import holding_back
 from agents.latency import HistogramSnapshot
 from streams.deadletters import DeadLetterStore
 from streams.eventtime.metrics import Counters
 from streams.eventtime.policy import Reason
-
-from agents.holdback import holding_back
 
 if TYPE_CHECKING:
     from agents.pulling_agent import PullingAgent

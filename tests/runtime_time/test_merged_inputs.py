@@ -49,6 +49,14 @@ async def _publish(provider, namespace, key, offset, **value):
     await provider.get_stream(StreamId(namespace, key)).on_next({"t": T0 + offset, **value})
 
 
+async def _price_then_tolls(provider: StreamProvider) -> None:
+    """A price of 10 at 0, then tolls n = 0..3 at 1, 2, 5 and 8 s, all of booth b1."""
+    await _publish(provider, "prices", "b1", 0, price=10.0)
+    for n, offset in enumerate([1, 2, 5, 8]):
+        await _publish(provider, "tolls", "b1", offset, n=n)
+    await drained(provider)
+
+
 async def test_silent_prices_hold_tolls_back_until_they_pass_them():
     provider = StreamProvider.memory(queues=2, co_partitioned=[("tolls", "prices")])
     log: list = []
@@ -56,10 +64,7 @@ async def test_silent_prices_hold_tolls_back_until_they_pass_them():
     spec = EventTime(OrderingPolicy(timestamp_by="t"), inputs=("tolls", "prices"))
     _priced_tolls(provider, spec, log, tokens)
     async with provider:
-        await _publish(provider, "prices", "b1", 0, price=10.0)
-        for n, offset in enumerate([1, 2, 5, 8]):
-            await _publish(provider, "tolls", "b1", offset, n=n)
-        await drained(provider)
+        await _price_then_tolls(provider)
         await anyio.sleep(0.3)  # ticks: without late_arrival they move nothing
         activation = _activation(provider)
         # prices stand at 0: only the price is released; every toll is held
@@ -116,10 +121,7 @@ async def test_imported_prices_follow_tolls_so_tolls_flow_with_no_new_price():
     spec = EventTime(OrderingPolicy(timestamp_by="t"), inputs=("tolls", "prices"), imports={"prices": "tolls"})
     _priced_tolls(provider, spec, log, tokens)
     async with provider:
-        await _publish(provider, "prices", "b1", 0, price=10.0)
-        for n, offset in enumerate([1, 2, 5, 8]):
-            await _publish(provider, "tolls", "b1", offset, n=n)
-        await drained(provider)
+        await _price_then_tolls(provider)
         activation = _activation(provider)
         m = activation.processor.metrics()
         # the price in force holds the checkpoint (a restart replays it before the tolls)

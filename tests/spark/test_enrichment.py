@@ -20,7 +20,7 @@ from streams import StreamId, StreamProvider
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("enrichment_worker.py")
 sys.path.insert(0, str(WORKER.parent))
-from enrichment_worker import HANDOFF  # noqa: E402
+from enrichment_worker import HANDOFF
 
 BASE = 1_700_000_000.0
 BOOTHS = [f"b{i}" for i in range(4)]
