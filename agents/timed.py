@@ -22,7 +22,6 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -37,23 +36,15 @@ from streams.ids import StreamId
 from streams.observer import _lift, _nothing
 from streams.tokens import SequenceToken
 
+from .handoff import HandoffTarget, HandoffWrites
 from .holdback import HoldBack
+
+__all__ = ["EventTimeObserver", "HandoffTarget", "InputView", "event_time_of"]
 
 
 def event_time_of(instance: Any) -> EventTime | None:
     spec = getattr(instance, "event_time", None)
     return spec if isinstance(spec, EventTime) else None
-
-
-@dataclass(frozen=True, slots=True)
-class HandoffTarget:
-    """Where one activation's finalized output goes: a ``spark_sink.HandoffSink``, written
-    as ``source`` (the stream) and ``consumer`` (the type) to ``partition`` (the queue)."""
-
-    sink: Any
-    source: str
-    consumer: str
-    partition: int
 
 
 class EventTimeObserver:
@@ -68,7 +59,7 @@ class EventTimeObserver:
         handoff: HandoffTarget | None = None,
     ) -> None:
         self.target = target
-        self._handoff = handoff
+        self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
         # A windowless consumer's events wait here for the watermark, then go in order.
         self._release: TimestampOrder | None = (
             TimestampOrder() if handoff is not None and spec.window is None and not spec.inputs else None
@@ -167,7 +158,7 @@ class EventTimeObserver:
             await self._dead_letters.add(out.dead_letters)
         handoff = self._handoff
         if handoff is not None and out.windows:  # durable before anyone else hears of them
-            await handoff.sink.write(handoff.source, handoff.consumer, handoff.partition, out.windows)
+            await handoff.windows(out.windows)
         if self._merge is not None:
             await self._emit_merged(out)
         elif handoff is not None and self._release is not None:
@@ -176,9 +167,7 @@ class EventTimeObserver:
                     self._release.add(outcome.timestamp, position_of(outcome), outcome)
             released = self._release.release(out.watermark)
             if released:
-                await handoff.sink.write_events(
-                    handoff.source, handoff.consumer, handoff.partition, released, self._release.below()
-                )
+                await handoff.events(released, self._release.below())
         if self._on_window is not None:
             for result in out.windows:
                 await self._on_window(result)
@@ -215,7 +204,7 @@ class EventTimeObserver:
         for sid, events in by_stream.items():
             if sid.namespace not in self._inputs:
                 raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")
-            await handoff.sink.write_events(str(sid), handoff.consumer, handoff.partition, events, merge.below(sid.namespace))
+            await handoff.events(events, merge.below(sid.namespace), str(sid))
 
 
 class InputView:

@@ -54,7 +54,31 @@ _HOMES = {
     "HandoffWriter": "writer",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "EmbeddedHandoffSink",
+    "EmbeddedStorage",
+    "EventHandoff",
+    "Handoff",
+    "HandoffColumn",
+    "HandoffDataLostError",
+    "HandoffLog",
+    "HandoffSchema",
+    "HandoffSchemaError",
+    "HandoffSink",
+    "HandoffSplit",
+    "HandoffStorage",
+    "HandoffStoreNotFoundError",
+    "HandoffWriter",
+    "HeadraceDataSource",
+    "KafkaHandoffLog",
+    "KafkaHandoffSink",
+    "KafkaStorage",
+    "OffsetRange",
+    "ReadOptions",
+    "Segment",
+    "UnknownHandoffStreamError",
+    "register",
+]
 
 
 def __getattr__(name: str) -> Any:

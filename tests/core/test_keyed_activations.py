@@ -137,3 +137,16 @@ async def test_queue_order_goes_on_with_a_warning_when_the_batch_ahead_never_com
     assert "out of queue order" in caplog.text
     with anyio.fail_after(1):
         await order.turn(9)  # nothing expected ahead: at once
+
+
+def test_kafkas_partitioner_places_by_key_already():
+    from balancer.keyed import places_together
+    from balancer.mapper import KafkaPartitionMapper
+
+    kafka = KafkaPartitionMapper(8)
+    assert places_together(kafka, ["tolls", "prices"])
+    assert not places_together(HashRingQueueMapper(8), ["tolls", "prices"])
+    assert all(
+        kafka.get_queue_for_stream(StreamId("tolls", k)) == kafka.get_queue_for_stream(StreamId("prices", k))
+        for k in map(str, range(100))
+    )

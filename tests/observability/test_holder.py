@@ -52,7 +52,7 @@ async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
             activation.holdback.after = 0.0  # report at the next step
         await anyio.sleep(0.2)  # ticks are steps: the hold-backs are noticed
         holding = samples(provider, "headrace_eventtime_input_holding")
-        marks = samples(provider, "headrace_eventtime_input_watermark_seconds")
+        marks = samples(provider, "headrace_eventtime_input_watermark_timestamp_seconds")
         (queue,) = take_snapshot(provider).queues
         status = AgentStatus.of("w", queue, 0.0, 1.0)
         started = [r.getMessage() for r in caplog.records if "holds the merged watermark back" in r.getMessage()]
