@@ -72,3 +72,33 @@ async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
     # now tolls are behind prices: the tolls hold back every key (and each prices episode ended once)
     assert after == {"tolls": 3, "prices": 0}
     assert sorted(m.split(":")[0] for m in stopped) == ["tolls/a", "tolls/b", "tolls/c"]
+
+
+async def test_headrace_status_shows_the_input_holding_a_queue_back(tmp_path):
+    from streams.status_reporter import StatusReporter
+
+    from ..cli.helpers import headrace
+
+    provider = StreamProvider.embedded(tmp_path / "store", queues=1, co_partitioned=[("tolls", "prices")])
+
+    @provider.implicit("tolls", "prices")
+    class Tolls:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), inputs=("tolls", "prices"))
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_events(self, events):
+            pass
+
+    async with provider:
+        for key in ["a", "b"]:
+            await provider.get_stream(StreamId("prices", key)).on_next({"t": T0 + 1})
+            await provider.get_stream(StreamId("tolls", key)).on_next({"t": T0 + 5})
+        await drained(provider)
+        assert provider.store is not None
+        await StatusReporter(provider, provider.store, interval=60.0).report()
+        shown = await anyio.to_thread.run_sync(lambda: headrace("status", "--path", "store", cwd=tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "held back by" in shown.stdout
+    assert "prices (2 held, at 2023-11-14T22:13:21Z)" in shown.stdout

@@ -194,3 +194,18 @@ def test_event_time_refuses_bad_inputs(kwargs):
 def test_merged_inputs_take_no_substreams():
     with pytest.raises(ConfigurationError, match="substreams"):
         EventTime(OrderingPolicy(over="booth"), inputs=("tolls", "prices"))
+
+
+async def test_a_punctuation_on_the_silent_input_releases_the_tolls_it_passes():
+    provider = StreamProvider.memory(queues=2, co_partitioned=[("tolls", "prices")])
+    log: list = []
+    _priced_tolls(provider, EventTime(OrderingPolicy(timestamp_by="t"), inputs=("tolls", "prices")), log)
+    async with provider:
+        await _price_then_tolls(provider)
+        assert log == [("price", 0, 10.0)]
+        # a CTI on prices (no new price): prices have passed 5, so tolls up to 5 go
+        await provider.get_stream(StreamId("prices", "b1")).advance_time(T0 + 5)
+        await drained(provider)
+        assert log[1:] == [("toll", 1, 0, 10.0), ("toll", 2, 1, 10.0), ("toll", 5, 2, 10.0)]
+        m = _activation(provider).processor.metrics()
+    assert m.watermarks == {"tolls": T0 + 8, "prices": T0 + 5} and m.watermark == T0 + 5
