@@ -93,8 +93,8 @@ def ordered(on_next: Callable[[Any], Awaitable[None]], order: QueueOrder) -> Cal
 
     async def call(batch: Any) -> None:
         sequence = batch.sequence_number
-        await order.turn(sequence)
-        try:
+        try:  # done even when cancelled while waiting (a delivery past its time limit)
+            await order.turn(sequence)
             await on_next(batch)
         finally:
             order.done(sequence)

@@ -89,8 +89,8 @@ class PullingAgent:
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._streams: dict[StreamId, _StreamState] = {}
         # Activations of types fed by several namespaces (a batch waits for its turn at most
-        # as long as a delivery may take).
-        self._keyed = KeyedActivations(context.options.max_event_delivery_time)
+        # half as long as a delivery may take: it goes out of order before it would time out).
+        self._keyed = KeyedActivations(context.options.max_event_delivery_time / 2)
         self._unacked: deque[int] = deque()
         self._wake = anyio.Event()
         self._stopping = False

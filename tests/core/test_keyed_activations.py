@@ -150,3 +150,27 @@ def test_kafkas_partitioner_places_by_key_already():
         kafka.get_queue_for_stream(StreamId("tolls", k)) == kafka.get_queue_for_stream(StreamId("prices", k))
         for k in map(str, range(100))
     )
+
+
+async def test_a_batch_cancelled_while_waiting_for_its_turn_blocks_nothing():
+    from agents.keyed import QueueOrder, ordered
+
+    order = QueueOrder(stall=30.0)
+    for seq in (1, 2, 3):
+        order.expect(seq)
+    seen: list[int] = []
+
+    async def record(batch):
+        seen.append(batch.sequence_number)
+
+    deliver = ordered(record, order)
+
+    class Batch:
+        def __init__(self, seq): self.sequence_number = seq
+
+    with anyio.move_on_after(0.05):  # 2 waits for 1, and is cancelled (its time limit)
+        await deliver(Batch(2))
+    with anyio.fail_after(2):
+        await deliver(Batch(1))
+        await deliver(Batch(3))  # does not wait for the cancelled 2
+    assert seen == [1, 3]
