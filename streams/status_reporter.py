@@ -38,6 +38,7 @@ STATUS_SCHEMA: list[Migration] = [
         " PRIMARY KEY (worker, queue))",
     ],
     ["ALTER TABLE status_agents ADD COLUMN held_by TEXT"],  # issue 17: merged inputs
+    ["ALTER TABLE status_agents ADD COLUMN slowest TEXT"],  # issue 17: slowest substreams
 ]
 
 FRESH_FOR = 3  # a row stays fresh for this many reporting intervals
@@ -52,7 +53,8 @@ class AgentStatus:
     (``None`` when there is none); ``watermark_delay``: the highest watermark delay among them
     (processing clock minus watermark, in seconds). ``held_by``: among activations with
     several inputs, the input holding the most of them back, how many, and its watermark
-    (``None`` when none is held back).
+    (``None`` when none is held back). ``slowest``: the substreams with the lowest
+    watermarks (``None`` without substreams).
     """
 
     worker: str
@@ -68,6 +70,7 @@ class AgentStatus:
     updated: float
     fresh_until: float
     held_by: str | None = None
+    slowest: str | None = None
 
     @classmethod
     def of(cls, worker: str, queue: QueueSnapshot, taken_at: float, interval: float) -> AgentStatus:
@@ -85,6 +88,7 @@ class AgentStatus:
             updated=taken_at,
             fresh_until=taken_at + FRESH_FOR * interval,
             held_by=_held_by(queue),
+            slowest=", ".join(f"{name} at {_utc(mark)}" for name, mark in queue.event_time.slowest) or None,
         )
 
     @classmethod
@@ -94,16 +98,17 @@ class AgentStatus:
         return cls(**values)
 
 
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def _held_by(queue: QueueSnapshot) -> str | None:
     holding = queue.event_time.holding
     if not holding:
         return None
     name = max(holding, key=lambda n: (holding[n], n))
     mark = queue.event_time.inputs.get(name, float("-inf"))
-    at = (
-        datetime.fromtimestamp(mark, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        if math.isfinite(mark) else "no watermark yet"
-    )
+    at = _utc(mark) if math.isfinite(mark) else "no watermark yet"
     return f"{name} ({holding[name]} held, at {at})"
 
 

@@ -75,7 +75,9 @@ def render(status: ClusterStatus, out: Console) -> None:
     if status.queues:
         agents = any(q.agent is not None for q in status.queues)
         held = any(q.agent is not None and q.agent.held_by for q in status.queues)
-        extra = ("cache", "pressure", "streams", "watermark", "delay", *(["held back by"] if held else [])) if agents else ()
+        slow = any(q.agent is not None and q.agent.slowest for q in status.queues)
+        optional = [*(["held back by"] if held else []), *(["slowest substreams"] if slow else [])]
+        extra = ("cache", "pressure", "streams", "watermark", "delay", *optional) if agents else ()
         rows = table("queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", *extra)
         for q in status.queues:
             row = [
@@ -99,6 +101,7 @@ def render(status: ClusterStatus, out: Console) -> None:
                         "-" if a.watermark_min is None else utc_text(a.watermark_min),
                         "-" if a.watermark_delay is None else f"{a.watermark_delay:,.1f} s",
                         *([a.held_by or "-"] if held else []),
+                        *([a.slowest or "-"] if slow else []),
                     ]
                 )
             add_row(rows, *row)

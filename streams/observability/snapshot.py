@@ -16,6 +16,7 @@ hot path. The Prometheus collector and the demo's status line both start from on
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -52,7 +53,8 @@ class EventTimeTotals:
     ``inputs``: for activations with several inputs, the lowest watermark of each input
     among those that have one (``-inf`` while none has);
     ``holding``: how many of them each input holds back (it is their lowest input, behind
-    another).
+    another). ``slowest``: the :data:`SLOWEST` substreams with the lowest watermarks
+    (``(stream/key, watermark)``, lowest first), not a metric label per key.
     """
 
     activations: int = 0
@@ -62,6 +64,7 @@ class EventTimeTotals:
     open_windows: int = 0
     inputs: Mapping[str, float] = field(default_factory=dict)
     holding: Mapping[str, int] = field(default_factory=dict)
+    slowest: tuple[tuple[str, float], ...] = ()
 
     @property
     def late(self) -> int:
@@ -112,6 +115,7 @@ class EventTimeTotals:
             open_windows=sum(p.open_windows for p in parts),
             inputs=inputs,
             holding=holding,
+            slowest=_slowest(pair for p in parts for pair in p.slowest),
         )
 
 
@@ -191,6 +195,9 @@ def _event_time(agent: PullingAgent) -> EventTimeTotals:
             inputs = {str(k): v for k, v in m.watermarks.items()}  # -inf: none yet
             holder = holding_back(merged)
             holding = {} if holder is None else {str(holder): 1}
+        slowest = _slowest(
+            (f"{activation.stream_id}:{key}", mark) for key, mark in m.substream_watermarks.items()
+        )
         parts.append(
             EventTimeTotals(
                 activations=1,
@@ -200,9 +207,18 @@ def _event_time(agent: PullingAgent) -> EventTimeTotals:
                 open_windows=m.open_windows,
                 inputs=inputs,
                 holding=holding,
+                slowest=slowest,
             )
         )
     return EventTimeTotals.combine(parts)
+
+
+SLOWEST = 3  # substreams shown per queue: the ones holding their windows back the longest
+
+
+def _slowest(pairs: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    running = ((name, mark) for name, mark in pairs if math.isfinite(mark))
+    return tuple(heapq.nsmallest(SLOWEST, running, key=lambda pair: (pair[1], pair[0])))
 
 
 async def dead_letter_counts(store: DeadLetterStore) -> dict[str, int]:

@@ -102,3 +102,39 @@ async def test_headrace_status_shows_the_input_holding_a_queue_back(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert "held back by" in shown.stdout
     assert "prices (2 held, at 2023-11-14T22:13:21Z)" in shown.stdout
+
+
+async def test_headrace_status_shows_the_slowest_substreams_not_a_label_per_key(tmp_path):
+    from streams.eventtime import Count, Tumbling
+    from streams.status_reporter import StatusReporter
+
+    from ..cli.helpers import headrace, json_of
+
+    provider = StreamProvider.embedded(tmp_path / "store", queues=1)
+
+    @provider.implicit("hall")
+    class PerDevice:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t", over="device"), Tumbling(60), Count())
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_window(self, result):
+            pass
+
+    async with provider:
+        stream = provider.get_stream(StreamId("hall", "h1"))
+        for device, offset in [("d1", 50), ("d2", 10), ("d3", 40), ("d4", 20), ("d5", 30)]:
+            await stream.on_next({"t": T0 + offset, "device": device})
+        await drained(provider)
+        assert provider.store is not None
+        await StatusReporter(provider, provider.store, interval=60.0).report()
+        families = {f.name for f in metric_families(take_snapshot(provider), {})}
+        status = await anyio.to_thread.run_sync(lambda: json_of(headrace("status", "--path", "store", "--json", cwd=tmp_path)))
+        table = await anyio.to_thread.run_sync(lambda: headrace("status", "--path", "store", cwd=tmp_path))
+    [agent] = [q["agent"] for q in status["queues"] if q["agent"]]
+    assert agent["slowest"] == (
+        "hall/h1:d2 at 2023-11-14T22:13:30Z, hall/h1:d4 at 2023-11-14T22:13:40Z, hall/h1:d5 at 2023-11-14T22:13:50Z"
+    )
+    assert "slowest substreams" in table.stdout and "hall/h1:d2 at 2023-11-14T22:13:30Z" in table.stdout
+    assert not any("substream" in name for name in families)  # no label per key
