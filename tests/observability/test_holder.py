@@ -25,9 +25,8 @@ def samples(provider: StreamProvider, name: str) -> dict[str, float]:
     return {} if family is None else {s.labels["input"]: s.value for s in family.samples}
 
 
-async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
-    caplog.set_level(logging.INFO, logger="headrace.eventtime")
-    provider = StreamProvider.memory(queues=1, co_partitioned=[("tolls", "prices")], get_queue_msgs_timer_period=0.02)
+def register_tolls(provider: StreamProvider) -> None:
+    """A windowless consumer of tolls and prices, merged, that ignores what it gets."""
 
     @provider.implicit("tolls", "prices")
     class Tolls:
@@ -38,6 +37,13 @@ async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
 
         def on_events(self, events):
             pass
+
+
+async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
+    caplog.set_level(logging.INFO, logger="headrace.eventtime")
+    provider = StreamProvider.memory(queues=1, co_partitioned=[("tolls", "prices")], get_queue_msgs_timer_period=0.02)
+
+    register_tolls(provider)
 
     async def publish(namespace: str, key: str, offset: float) -> None:
         await provider.get_stream(StreamId(namespace, key)).on_next({"t": T0 + offset})
@@ -81,15 +87,7 @@ async def test_headrace_status_shows_the_input_holding_a_queue_back(tmp_path):
 
     provider = StreamProvider.embedded(tmp_path / "store", queues=1, co_partitioned=[("tolls", "prices")])
 
-    @provider.implicit("tolls", "prices")
-    class Tolls:
-        event_time = EventTime(OrderingPolicy(timestamp_by="t"), inputs=("tolls", "prices"))
-
-        def __init__(self, stream_id):
-            pass
-
-        def on_events(self, events):
-            pass
+    register_tolls(provider)
 
     async with provider:
         for key in ["a", "b"]:
