@@ -36,8 +36,9 @@ class QueueOrder:
     """Lets the batches of an activation's streams through in queue order.
 
     ``stall`` bounds a wait with no progress at all (a consumer that will never deliver
-    the batch ahead, e.g. one faulted by its errors): then the batch goes on out of order,
-    with a warning, rather than blocking the activation.
+    the batch ahead: one faulted by its errors, or a record whose values turn out not to
+    decode and are dead-lettered instead): then the batch goes on out of order, with a
+    warning, rather than blocking the activation.
 
     >>> order = QueueOrder(stall=1.0)
     >>> order.expect(3); order.expect(5)

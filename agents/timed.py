@@ -182,7 +182,6 @@ class EventTimeObserver:
             self._last_watermark = out.watermark
             await self._user_watermark(out.watermark)
 
-
     async def _emit_merged(self, out: Output) -> None:
         """Release what the merged watermark has passed, in event-time order, to on_events
         and then (what on_events returns, or the events) to the handoff."""
