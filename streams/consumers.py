@@ -133,6 +133,12 @@ def check_inputs(cls: type, namespaces: tuple[str, ...]) -> None:
 
 def consumer_decorator(registry: ConsumerRegistry, name: str | None) -> Callable[[T], T]:
     def decorate(cls: T) -> T:
+        spec = getattr(cls, "event_time", None)
+        if isinstance(spec, EventTime) and spec.inputs:  # activated per key, not per stream
+            raise ConfigurationError(
+                f"{cls.__qualname__} merges inputs {spec.inputs!r}, one activation per key: register "
+                f"it with @provider.implicit({', '.join(map(repr, spec.inputs))}), not for subscriptions"
+            )
         registry.register_type(cls, name)
         return cls
 

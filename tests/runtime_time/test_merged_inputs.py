@@ -173,6 +173,8 @@ def test_a_merged_type_must_read_exactly_its_inputs():
         provider.implicit("tolls", "prices")(Wrong)
     with pytest.raises(ConfigurationError, match=r"@provider.implicit\('tolls', 'fees'\)"):
         provider.implicit("tolls")(Wrong)
+    with pytest.raises(ConfigurationError, match="not for subscriptions"):
+        provider.consumer()(Wrong)
 
 
 @pytest.mark.parametrize(
