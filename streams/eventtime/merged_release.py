@@ -14,7 +14,6 @@ so a restart replays it before the events that need it.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
@@ -55,19 +54,18 @@ class MergedRelease:
     def release(self, watermark: float) -> list[tuple[Hashable, Any]]:
         """``(input, event)`` for every held event at or below ``watermark``, in timestamp
         order across inputs, ties in queue order."""
-        runs = []
+        released: list[tuple[tuple[float, Position], Hashable, Any]] = []
         for name, order in self._orders.items():
             events = order.release(watermark)
             if events:
+                keyed = [((e.timestamp, position_of(e)), name, e) for e in events]
                 if name in self._references:
-                    last = (events[-1].timestamp, position_of(events[-1]))
+                    last = max(k for k, _, _ in keyed)
                     if name not in self._in_force or last > self._in_force[name]:
                         self._in_force[name] = last
-                runs.append([((e.timestamp, position_of(e)), name, e) for e in events])
-        if not runs:
-            return []
-        merged = runs[0] if len(runs) == 1 else heapq.merge(*runs, key=lambda r: r[0])
-        return [(name, e) for _, name, e in merged]
+                released.extend(keyed)
+        released.sort(key=lambda r: r[0])  # (timestamp, position): the same on every replay
+        return [(name, e) for _, name, e in released]
 
     def oldest(self) -> Position | None:
         """The lowest position still needed: held, or a reference event in force."""
