@@ -186,19 +186,17 @@ class Publisher:
         """The writer: one write at a time, for as long as the provider runs."""
         while True:
             await self._pending.wait()
+            self._pending = anyio.Event()  # only this task replaces it: it waits on it
             if not self._open.urgent and self._open.events < self._max_batch:
                 await anyio.sleep(self._linger)  # let more sends join this write
             while self._writing is not None:  # an on_next caller is writing: one at a time
                 await self._writing.done.wait()
             if self._open.events:
                 await self._take_and_write()
-            else:
-                self._pending = anyio.Event()
 
     async def _take_and_write(self) -> None:
         """Write the open round (a new one opens for what comes meanwhile)."""
         r, self._open = self._open, _Round()
-        self._pending = anyio.Event()
         self._writing = r
         try:
             await self._write(r)
