@@ -121,6 +121,31 @@ class Publisher:
         self._reasons: list[str] = []
         self._closed = False
 
+    async def send(self, stream_id: StreamId, value: Any, event_time: float | None) -> None:
+        """Buffer one event (``stream.send``): :meth:`add` for one value, without waiting,
+        shortened for the common case of a stream whose last run takes one more event."""
+        r = self._open
+        runs = r.streams.get(stream_id)
+        if runs is not None and self._buffered < self._max_buffered and not self._closed:
+            last = runs[-1]
+            values = last[1]
+            if last[3] and len(values) < self._max_batch:
+                times = last[2]
+                if times is not None:
+                    times.append(event_time)
+                elif event_time is not None:
+                    last[2] = [None] * len(values) + [event_time]
+                values.append(value)
+                r.events += 1
+                self._buffered += 1
+                self._since_yield += 1
+                if self._since_yield >= self._max_batch:
+                    self._since_yield = 0
+                    await anyio.sleep(0)
+                return
+        times = None if event_time is None else [event_time]
+        await self.add(stream_id, BatchKind.DATA, [value], times, wait=False)
+
     async def add(
         self,
         stream_id: StreamId,
