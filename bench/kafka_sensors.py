@@ -112,7 +112,7 @@ async def run(records: int, queues: int, rounds: int) -> None:
         await write_json(bootstrap, "sensors", items)
         written = time.perf_counter() - began
         # The same readings in headrace's own format, one event per record.
-        own = KafkaAdapterFactory(bootstrap, "sensors-own", queues=queues, **kafka)
+        own = KafkaAdapterFactory(bootstrap, "sensors-own", queues=queues, idempotent=False)
         adapter, mapper = await own.create_adapter(), own.get_queue_mapper()
         containers = []
         for key, value in items:

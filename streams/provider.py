@@ -25,20 +25,20 @@ from cache.simple import SimpleQueueCache
 from .adapters.embedded import EmbeddedAdapterFactory
 from .adapters.generator import GeneratorAdapterFactory, GeneratorConfig
 from .adapters.kafka import KafkaAdapterFactory
-from .adapters.retention import RetentionPolicy
 from .adapters.memory import MemoryAdapterFactory
 from .adapters.protocols import QueueAdapter, QueueAdapterFactory
 from .adapters.records import RecordFormat
+from .adapters.retention import RetentionPolicy
 from .consumers import ConsumerRegistry, InProcessSubscription, consumer_decorator
 from .deadletters import DeadLetterStore, MemoryDeadLetterStore
+from .deadletters_embedded import EmbeddedDeadLetterStore
 from .errors import ConfigurationError, ProviderClosedError, PublishError
 from .failures import LoggingFailureHandler, StreamFailureHandler
 from .ids import QueueId, StreamId
 from .options import StreamProviderOptions
-from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
-from .deadletters_embedded import EmbeddedDeadLetterStore
-from .pubsub_embedded import EmbeddedPubSubStore
 from .publisher import ContainerWriter, EventWriter, Publisher
+from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
+from .pubsub_embedded import EmbeddedPubSubStore
 from .store import EmbeddedStore, Synchronous
 from .stream import Stream, StreamSubscriptionHandle
 from .tokens import SequenceToken

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
 from .adapters.protocols import QueueAdapter, QueueMapper
 from .batch import BatchKind, encode_batch
@@ -81,7 +82,7 @@ class ContainerWriter:
 class _Round:
     """What is buffered between two writes: each stream's runs of events, in order."""
 
-    __slots__ = ("streams", "events", "awaited", "urgent", "done", "error")
+    __slots__ = ("awaited", "done", "error", "events", "streams", "urgent")
 
     def __init__(self) -> None:
         self.streams: dict[StreamId, list[list[Any]]] = {}  # runs of events (see add)
@@ -141,7 +142,7 @@ class Publisher:
                 self._since_yield += 1
                 if self._since_yield >= self._max_batch:
                     self._since_yield = 0
-                    await anyio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
                 return
         times = None if event_time is None else [event_time]
         await self.add(stream_id, BatchKind.DATA, [value], times, wait=False)
@@ -205,7 +206,7 @@ class Publisher:
         self._since_yield += n
         if self._since_yield >= self._max_batch:
             self._since_yield = 0
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
 
     async def run(self) -> None:
         """The writer: one write at a time, for as long as the provider runs."""

@@ -42,7 +42,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, for_code
+from aiokafka.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    TopicAlreadyExistsError,
+    for_code,
+)
 
 from balancer.mapper import HashRingQueueMapper, KafkaPartitionMapper
 

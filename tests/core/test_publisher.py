@@ -10,7 +10,6 @@ import pytest
 
 from streams import EncodeError, PublishError, StreamId, StreamProvider
 from streams.batch import BatchContainer, BatchKind
-from streams.ids import QueueId
 from streams.publisher import ContainerWriter, Publisher
 
 from .conftest import Recorder, drained
@@ -60,10 +59,9 @@ async def test_completion_and_punctuation_keep_their_place_among_sent_events():
 async def test_concurrent_on_next_calls_on_one_stream_share_a_container(tmp_path):
     provider = StreamProvider.embedded(tmp_path / "store", queues=1)
     sid = StreamId("s", "k")
-    async with provider.client():
-        async with anyio.create_task_group() as tg:
-            for n in range(50):
-                tg.start_soon(provider.get_stream(sid).on_next, n)
+    async with provider.client(), anyio.create_task_group() as tg:
+        for n in range(50):
+            tg.start_soon(provider.get_stream(sid).on_next, n)
     rec = Recorder()
     provider = StreamProvider.embedded(tmp_path / "store", queues=1)
 
