@@ -10,7 +10,7 @@ Sections (every key is optional; docs/configuration.md has a full example)::
     [balancer]            lease_length, renew_period, refresh_period    (BalancerOptions)
     [time]                ordering-policy defaults and a window
     [spark]               where Spark reads the handoff log, and the DataSource's read options
-    [worker]              app, name, log_level, log_format, metrics_port, status_interval
+    [worker]              app, name, log_level, log_format, metrics_host, metrics_port, status_interval
 
 Where settings come from, the later winning: the file, then the environment, then
 ``overrides`` (the command line). The file is the one given, else ``$HEADRACE_CONFIG``, else
@@ -137,13 +137,15 @@ class SparkSettings:
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     """``[worker]``: what ``headrace worker`` runs. ``app`` is ``module:attribute`` of a
-    StreamProvider; ``metrics_port`` serves Prometheus metrics; ``status_interval`` is how
+    StreamProvider; ``metrics_port`` serves Prometheus metrics on ``metrics_host`` (loopback
+    by default: ``0.0.0.0`` exposes them beyond this machine); ``status_interval`` is how
     often the worker writes its agents' status to the store."""
 
     app: str | None = None
     name: str | None = None
     log_level: str = "info"
     log_format: str = "text"
+    metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     status_interval: float = 5.0
 
@@ -339,6 +341,7 @@ SCHEMA: dict[str, dict[str, _Parser]] = {
     },
     "time": {
         "timestamp_by": _text,
+        "unit": _choice("s", "ms", "us"),
         "over": _text,
         "out_of_order": _duration,
         "late_arrival": _optional_duration,
@@ -360,6 +363,7 @@ SCHEMA: dict[str, dict[str, _Parser]] = {
         "name": _text,
         "log_level": _choice(*LEVELS),
         "log_format": _choice(*FORMATS),
+        "metrics_host": _text,
         "metrics_port": _port,
         "status_interval": _positive_duration,
     },

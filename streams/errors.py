@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HeadraceError(Exception):
     """Base class of headrace's own errors."""
@@ -53,6 +55,19 @@ class WorkerNameInUseError(HeadraceError):
 
 class StreamCompletedError(HeadraceError):
     """Something arrived for an input after its completion (``on_completed`` or ``flush``)."""
+
+
+class HandoffRefusedError(HeadraceError):
+    """A handoff sink cannot take some of the windows or events it was given (a value its
+    declared columns cannot hold); it appended none of them.
+
+    ``refused`` pairs each such item with the reason: the caller dead-letters those and
+    hands off the rest. Retrying cannot help them, unlike a failed append.
+    """
+
+    def __init__(self, message: str, refused: list[tuple[Any, str]]) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class PublishError(HeadraceError):

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -229,17 +228,14 @@ class KafkaSettings:
         return TopicPartition(self.topic, queue.number)
 
 
-# How aiokafka (0.14) words a failed attempt to reach a broker, which it logs at
-# ERROR on every retry (tens a second); the outage log reports the outage once instead.
-_AIOKAFKA_RETRY = re.compile(
-    r"Unable connect to node|Unable to (?:update|request) metadata|coordinator dead"
-    r"|NodeNotReadyError|KafkaConnectionError|RequestTimedOutError|Connect call failed",
-    re.IGNORECASE,
-)
+# aiokafka's loggers that log each failed attempt to reach a broker, at WARNING or ERROR
+# (tens a second); the outage log reports the outage once instead. The fetcher's failed
+# fetches are retried by its own loop, and come before any call of ours has failed.
+AIOKAFKA_CONNECTION_LOGGERS = ("aiokafka", "aiokafka.conn", "aiokafka.consumer.fetcher")
 
 
 def _new_outage_log(settings: KafkaSettings) -> OutageLog:
-    return OutageLog(settings.server, log, "aiokafka", _AIOKAFKA_RETRY)
+    return OutageLog(settings.server, log, "aiokafka", AIOKAFKA_CONNECTION_LOGGERS)
 
 
 class KafkaQueueAdapter:
