@@ -43,7 +43,7 @@ def windowed_provider(provider: StreamProvider, counts: Counter[tuple[str, float
     @provider.implicit("sensors")
     class PerSensor:
         event_time = EventTime(
-            OrderingPolicy(timestamp_by=lambda e: e.value["ts"] / 1000, out_of_order=5),
+            OrderingPolicy(timestamp_by="ts", unit="ms", out_of_order=5),
             Tumbling(60),
             Count(),
         )
