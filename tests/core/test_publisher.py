@@ -165,3 +165,19 @@ async def test_a_batch_stays_one_container_of_its_own_between_sent_events():
         records = provider._adapter._queues[0].records  # type: ignore[union-attr]
         containers = [list(BatchContainer.decode(p).values) for _, p, _ in records]
     assert containers == [[1, 2], [3, 4], [5]]
+
+
+async def test_an_error_leaving_the_block_is_the_one_raised_and_the_failed_sends_are_logged(caplog):
+    provider = StreamProvider.memory(queues=1)
+    with pytest.raises(KeyError):
+        async with provider.client():
+            await provider.get_stream(StreamId("s", "k")).send(object())
+            raise KeyError("the caller's own")
+    assert "1 sent event(s) were not enqueued" in caplog.text
+
+
+async def test_leaving_a_worker_raises_what_it_could_not_write_as_it_is():
+    provider = StreamProvider.memory(queues=1)
+    with pytest.raises(PublishError, match="1 sent event"):  # not inside an exception group
+        async with provider:
+            await provider.get_stream(StreamId("s", "k")).send(object())
