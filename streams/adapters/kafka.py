@@ -14,6 +14,12 @@ read, within the topic's retention, so any retained offset can be read again (re
 When the broker goes away, producers and receivers back off and retry, the adapter logs the
 outage once when it starts and once when it ends, and reading resumes where it was.
 
+A topic other programs write, one event per record (``records="json"`` etc.), is read the
+same way, its records grouped by stream (:mod:`~streams.adapters.kafka_records`); its
+queue mapper is Kafka's own partitioner (:class:`~balancer.mapper.KafkaPartitionMapper`).
+The settings are in :mod:`~streams.adapters.kafka_settings`, the receiver in
+:mod:`~streams.adapters.kafka_receiver`.
+
 Example (with a broker at 127.0.0.1:9092)::
 
     async with KafkaAdapterFactory("127.0.0.1:9092", "sensors", queues=4) as factory:
