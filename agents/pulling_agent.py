@@ -382,13 +382,15 @@ class PullingAgent:
     ) -> StreamConsumer:
         miss: CacheMissError | None = None
         cursor: Any
-        try:
-            cursor = self.cache.create_cursor(sid, token)
-        except CacheMissError as exc:
-            assert token is not None
-            if self._rewindable:
-                cursor = self._rewind_cursor(sid, token.sequence_number)
-            else:
+        covered = self.cache.covered_from()
+        if token is not None and self._rewindable and (covered is None or token.sequence_number < covered):
+            # Older than the cache, or the cache has read nothing yet (a worker just started
+            # reads after the checkpoint): the durable queue has what the token asks for.
+            cursor = self._rewind_cursor(sid, token.sequence_number)
+        else:
+            try:
+                cursor = self.cache.create_cursor(sid, token)
+            except CacheMissError as exc:
                 miss = exc
                 cursor = self.cache.create_cursor(sid, self.cache.oldest_cached_token())
         consumer = StreamConsumer(
