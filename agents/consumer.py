@@ -48,7 +48,7 @@ class StreamConsumer:
     # Slots, and no event until a task waits: an agent may hold many thousands of these.
     __slots__ = (
         "subscription_id", "stream_id", "observer", "cursor", "durable", "delivered_batches",
-        "failures", "faulted", "detached", "_context", "_start_token", "_wake", "_closed",
+        "delivered_events", "failures", "faulted", "detached", "_context", "_start_token", "_wake", "_closed",
         "_delivering", "_scope", "_deadline", "_timed_out", "_spawn", "_has_task", "_call_now",
         "_handoff",
     )
@@ -71,6 +71,7 @@ class StreamConsumer:
         self.cursor = cursor
         self.durable = durable
         self.delivered_batches = 0
+        self.delivered_events = 0  # status: events out, per second
         self.failures = 0
         self.faulted = False
         self.detached = 0
@@ -147,6 +148,7 @@ class StreamConsumer:
                     self._hand_over(cursor, item, batch, pending)
                     return False
             self.delivered_batches += 1
+            self.delivered_events += len(batch)
             cursor.advance()
         return True
 
@@ -171,6 +173,7 @@ class StreamConsumer:
             try:
                 await pending
                 self.delivered_batches += 1
+                self.delivered_events += len(batch)
             except Exception as exc:
                 await self._failed(item, batch, exc)
         self._delivering = False
@@ -280,6 +283,7 @@ class StreamConsumer:
             elif kind is BatchKind.WATERMARK:
                 await observer.on_watermark(float(item.container.values[0]))
             self.delivered_batches += 1
+            self.delivered_events += len(batch)
         except Exception as exc:  # a consumer's bug must not stop the agent
             await self._failed(item, batch, exc)
 
