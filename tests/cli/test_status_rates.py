@@ -7,11 +7,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from .helpers import clean_env, headrace, json_of
+from .helpers import clean_env, headrace, json_of, poll_status
 
 CONFIG = """
 [provider]
@@ -39,15 +38,6 @@ def produce(cwd: Path, stream: str, batches: int, per_batch: int) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def poll(cwd: Path, until: Any, timeout: float = 20.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = json_of(headrace("status", "--json", cwd=cwd))
-        if until(status) or time.monotonic() > deadline:
-            return status
-        time.sleep(0.2)
-
-
 def test_lag_in_events_without_a_worker(tmp_path):
     produced = headrace("produce", "--path", "store", "--queues", "1", "--stream", "a/b", "--batch-size", "5",
                         cwd=tmp_path, stdin="".join(f"{i}\n" for i in range(12)))  # 3 records: 5, 5 and 2 events
@@ -72,7 +62,7 @@ def test_rates_lag_in_events_and_the_slowest_consumer(tmp_path):
             agent = s["queues"][0]["agent"]
             return bool(agent) and agent["events_in"] == 43 and agent["events_out"] == 40
 
-        status = poll(tmp_path, read_all)
+        status = poll_status(tmp_path, read_all)
         [queue] = status["queues"]
         agent = queue["agent"]
         assert (agent["events_in"], agent["events_out"]) == (43, 40), (tmp_path / "worker.log").read_text()
@@ -87,7 +77,7 @@ def test_rates_lag_in_events_and_the_slowest_consumer(tmp_path):
             a = s["queues"][0]["agent"]
             return bool(a) and a["events_in_per_s"] == 0.0 and a["events_out_per_s"] == 0.0
 
-        assert idle(poll(tmp_path, idle))
+        assert idle(poll_status(tmp_path, idle))
         table = headrace("status", cwd=tmp_path).stdout
         assert "slowest consumers" in table and "implicit:tests.cli.rates_app.Stuck" in table
         assert "in/s" in table and "out/s" in table
