@@ -212,7 +212,7 @@ class PullingAgent:
         for message in messages:
             unacked.append(message.sequence_number)
             try:
-                decoded.append((message, BatchContainer.decode(message.payload)))
+                decoded.append((message, message.container()))
             except DecodeError as exc:
                 letters.append(
                     DeadLetter(
@@ -226,7 +226,7 @@ class PullingAgent:
         self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         self.last_read_sequence = messages[-1].sequence_number
         if letters:
-            log.warning("%s: %d record(s) are not batch containers; dead-lettered", self.queue, len(letters))
+            log.warning("%s: %d record(s) do not decode; dead-lettered", self.queue, len(letters))
             await self.context.dead_letters.add(letters)
         streams = self._streams
         for sid in {c.stream_id for _, c in decoded}:

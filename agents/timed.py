@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -29,21 +28,14 @@ from streams.ids import StreamId
 from streams.observer import _lift, _nothing
 from streams.tokens import SequenceToken
 
+from .handoff import HandoffTarget, HandoffWrites
+
+__all__ = ["EventTimeObserver", "HandoffTarget", "event_time_of"]
+
 
 def event_time_of(instance: Any) -> EventTime | None:
     spec = getattr(instance, "event_time", None)
     return spec if isinstance(spec, EventTime) else None
-
-
-@dataclass(frozen=True, slots=True)
-class HandoffTarget:
-    """Where one activation's finalized output goes: a ``spark_sink.HandoffSink``, written
-    as ``source`` (the stream) and ``consumer`` (the type) to ``partition`` (the queue)."""
-
-    sink: Any
-    source: str
-    consumer: str
-    partition: int
 
 
 class EventTimeObserver:
@@ -58,7 +50,7 @@ class EventTimeObserver:
         handoff: HandoffTarget | None = None,
     ) -> None:
         self.target = target
-        self._handoff = handoff
+        self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
         # A windowless consumer's events wait here for the watermark, then go in order.
         self._release: TimestampOrder | None = (
             TimestampOrder() if handoff is not None and spec.window is None else None
@@ -135,16 +127,14 @@ class EventTimeObserver:
             await self._dead_letters.add(out.dead_letters)
         handoff = self._handoff
         if handoff is not None and out.windows:  # durable before anyone else hears of them
-            await handoff.sink.write(handoff.source, handoff.consumer, handoff.partition, out.windows)
+            await handoff.windows(out.windows)
         if handoff is not None and self._release is not None:
             for outcome in out.events:
                 if outcome.timestamp is not None:  # always, for an event that passed the policy
                     self._release.add(outcome.timestamp, position_of(outcome), outcome)
             released = self._release.release(out.watermark)
             if released:
-                await handoff.sink.write_events(
-                    handoff.source, handoff.consumer, handoff.partition, released, self._release.below()
-                )
+                await handoff.events(released, self._release.below())
         if self._on_window is not None:
             for result in out.windows:
                 await self._on_window(result)

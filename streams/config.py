@@ -341,6 +341,7 @@ SCHEMA: dict[str, dict[str, _Parser]] = {
     },
     "time": {
         "timestamp_by": _text,
+        "unit": _choice("s", "ms", "us"),
         "over": _text,
         "out_of_order": _duration,
         "late_arrival": _optional_duration,

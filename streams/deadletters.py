@@ -16,7 +16,9 @@ class DeadLetter:
     """One dropped or refused record.
 
     ``reason`` is one of ``early_arrival``, ``late_arrival``, ``out_of_order``,
-    ``window_closed``, ``undecodable``, ``delivery_failed`` (or an adapter's own).
+    ``window_closed``, ``invalid_timestamp``, ``invalid_value``, ``undecodable``,
+    ``delivery_failed``, ``handoff_failed`` (or an adapter's own). A ``handoff_failed``
+    window has ``value`` ``{"key", "start", "end", "value"}`` and no queue position.
     """
 
     reason: str

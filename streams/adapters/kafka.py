@@ -39,27 +39,29 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, for_code
 
-from balancer.mapper import HashRingQueueMapper
+from balancer.mapper import HashRingQueueMapper, KafkaPartitionMapper
 
 if TYPE_CHECKING:  # the balancer imports this module
     from balancer.base import BalancerOptions
     from balancer.kafka_group import KafkaGroupBalancer
 
-from ..batch import QueueMessage
-from ..errors import ConfigurationError, QueueAdapterError
+from ..batch import BatchContainer, BatchKind, QueueMessage, encode_batch
+from ..errors import ConfigurationError, EncodeError, QueueAdapterError
 from ..ids import QueueId, StreamId
 from ..tokens import SequenceToken
+from .kafka_records import ContainerRecords, GroupedRecords, RecordReader
 from .outage import Backoff, OutageLog, retry_transient
+from .records import HEADRACE, RecordFormat, record_format
 
 log = logging.getLogger("headrace.kafka")
 
 T = TypeVar("T")
 Start = Literal["earliest", "latest"]
-_Record = tuple[int, bytes, bytes]  # partition, key, value
+_Record = tuple[str, int, bytes, bytes, int | None]  # topic, partition, key, value, timestamp ms
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -94,6 +96,13 @@ class KafkaSettings:
     ``client_options`` go to every aiokafka client (producer, consumers, admin): the
     connection and security settings of a real cluster, e.g. ``security_protocol``,
     ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``, ``client_id``.
+
+    ``records`` is the topic's record format: ``"headrace"`` (batch containers), or one event
+    per record in ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
+    :class:`~streams.adapters.records.RecordFormat`. Such a topic's streams are
+    ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic's name;
+    ``key_field`` names the value's field that keys records without a key). ``topics``
+    (namespace -> topic) reads several co-partitioned topics of one format together.
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -116,8 +125,17 @@ class KafkaSettings:
     # DataSource's topicPrefix option names the same prefix).
     handoff_prefix: str = "headrace"
     client_options: Mapping[str, Any] = field(default_factory=dict)
+    records: str | RecordFormat = HEADRACE
+    namespace: str | None = None
+    key_field: str | None = None
+    topics: Mapping[str, str] | None = None  # namespace -> topic
+    # The decoded form of records (None: headrace's containers), and topic -> namespace.
+    record_format: RecordFormat | None = field(init=False, repr=False, compare=False, default=None)
+    namespaces: Mapping[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "record_format", record_format(self.records))
+        object.__setattr__(self, "namespaces", self._namespaces())
         if not isinstance(self.topic, str) or not self.topic:
             raise ConfigurationError(f"topic is a non-empty str, not {self.topic!r}")
         if not isinstance(self.queues, int) or isinstance(self.queues, bool) or self.queues < 1:
@@ -138,6 +156,51 @@ class KafkaSettings:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise ConfigurationError(f"{name} is seconds >= 0, not {value!r}")
+
+    def _namespaces(self) -> dict[str, str]:
+        foreign = self.record_format is not None
+        for name in ("namespace", "key_field"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value):
+                raise ConfigurationError(f"{name} is a non-empty str, not {value!r}")
+            if value is not None and not foreign:
+                raise ConfigurationError(
+                    f"{name} is for topics of one event per record: set records= to their "
+                    "format (json, msgpack, text, bytes or a RecordFormat)"
+                )
+        if self.topics is None:
+            return {self.topic: self.namespace or self.topic}
+        if not foreign:
+            raise ConfigurationError(
+                "topics= reads topics of one event per record: set records= to their format"
+            )
+        if self.namespace is not None:
+            raise ConfigurationError("with topics= each topic's namespace is its key there: drop namespace=")
+        topics = dict(self.topics)
+        if not topics or not all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in topics.items()):
+            raise ConfigurationError(f"topics maps namespaces to topic names (non-empty str), not {self.topics!r}")
+        if len(set(topics.values())) != len(topics):
+            raise ConfigurationError(f"topics names a topic twice: {self.topics!r}")
+        if self.topic not in topics.values():
+            raise ConfigurationError(f"topic {self.topic!r} is not one of topics= {sorted(topics.values())}")
+        return {topic: namespace for namespace, topic in topics.items()}
+
+    def partitions_of(self, queue: QueueId) -> list[TopicPartition]:
+        """What ``queue`` reads: partition ``queue.number`` of each topic, in a fixed order."""
+        self.check_queue(queue)
+        return [TopicPartition(topic, queue.number) for topic in self.namespaces]
+
+    def topic_of(self, stream_id: StreamId) -> str:
+        """The topic carrying ``stream_id``'s events."""
+        if self.topics is None:
+            return self.topic
+        topic = self.topics.get(stream_id.namespace)
+        if topic is None:
+            raise ConfigurationError(
+                f"no topic carries namespace {stream_id.namespace!r}: topics= has "
+                f"{sorted(self.topics)}"
+            )
+        return topic
 
     @property
     def server(self) -> str:
@@ -161,8 +224,9 @@ class KafkaSettings:
 
 
 # aiokafka's loggers that log each failed attempt to reach a broker, at WARNING or ERROR
-# (tens a second); the outage log reports the outage once instead.
-AIOKAFKA_CONNECTION_LOGGERS = ("aiokafka", "aiokafka.conn")
+# (tens a second); the outage log reports the outage once instead. The fetcher's failed
+# fetches are retried by its own loop, and come before any call of ours has failed.
+AIOKAFKA_CONNECTION_LOGGERS = ("aiokafka", "aiokafka.conn", "aiokafka.consumer.fetcher")
 
 
 def _new_outage_log(settings: KafkaSettings) -> OutageLog:
@@ -223,10 +287,63 @@ class KafkaQueueAdapter:
     async def queue_message_batches(self, items: Sequence[tuple[QueueId, StreamId, bytes]]) -> None:
         """Durably enqueue many encoded batch containers, in order, in as few requests as
         Kafka allows: ``await adapter.queue_message_batches([(q, sid, a), (q, sid, b)])``."""
-        records = [
-            (self.settings.check_queue(queue).partition, str(stream_id).encode(), bytes(payload))
-            for queue, stream_id, payload in items
+        if self.settings.record_format is None:
+            topic = self.settings.topic
+            records: list[_Record] = [
+                (topic, self.settings.check_queue(queue).partition, str(stream_id).encode(), bytes(payload), None)
+                for queue, stream_id, payload in items
+            ]
+        else:
+            records = [r for item in items for r in self._foreign_records(*item)]
+        await self._send_all(records)
+
+    def _foreign_records(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> list[_Record]:
+        """The records of the container ``payload`` on a topic of another format."""
+        container = BatchContainer.decode(payload)
+        return self.encode_events(queue, stream_id, container.kind, container.values, container.event_times)
+
+    def encode_events(
+        self,
+        queue: QueueId,
+        stream_id: StreamId,
+        kind: BatchKind,
+        values: Sequence[Any],
+        times: Sequence[float | None] | None,
+    ) -> list[_Record]:
+        """The records carrying these events of ``stream_id``: one batch container, or on a
+        topic of another format one record per event, keyed by the stream key, with a
+        given event time as the record's timestamp (which readers take as its arrival)."""
+        settings = self.settings
+        partition = settings.check_queue(queue).partition
+        fmt = settings.record_format
+        if fmt is None:
+            payload = encode_batch(stream_id, kind, time.time(), values, times)
+            return [(settings.topic, partition, str(stream_id).encode(), payload, None)]
+        if kind is not BatchKind.DATA:
+            raise EncodeError(
+                f"{stream_id}: a topic of {fmt.name} records carries events only; "
+                "punctuation and completion need headrace's format (records='headrace')"
+            )
+        try:
+            topic = settings.topic_of(stream_id)
+        except ConfigurationError as exc:
+            raise EncodeError(str(exc)) from None
+        key = stream_id.key.encode()
+        try:
+            encoded = [fmt.encode(v) for v in values]
+        except Exception as exc:  # the format's own errors: any type
+            raise EncodeError(
+                f"cannot encode a value for stream {stream_id} as {fmt.name}: {exc}; nothing was enqueued"
+            ) from None
+        if times is None:
+            return [(topic, partition, key, value, None) for value in encoded]
+        return [
+            (topic, partition, key, value, None if t is None else int(t * 1000))
+            for value, t in zip(encoded, times, strict=True)
         ]
+
+    async def _send_all(self, records: list[_Record]) -> None:
+        """Send ``records`` in order, retrying what the broker did not take (see _send)."""
         await self.start()
         pending: list[_Record] = records
         began = time.monotonic()
@@ -251,34 +368,44 @@ class KafkaQueueAdapter:
         """
         assert self._producer is not None
         began = time.monotonic()
-        topic = self.settings.topic
         sending: list[asyncio.Future[Any]] = []
         refused: BaseException | None = None  # send() itself failed: later records wait too
-        for partition, key, value in records:
+        for topic, partition, key, value, timestamp in records:
             try:
                 sending.append(
-                    await self._producer.send(topic, value, key=key, partition=partition)
+                    await self._producer.send(
+                        topic, value, key=key, partition=partition, timestamp_ms=timestamp
+                    )
                 )
             except Exception as exc:  # sorted below
                 refused = exc
                 break
         results: list[Any] = await asyncio.gather(*sending, return_exceptions=True)
         results += [refused] * (len(records) - len(results))
-        failed_from: dict[int, int] = {}  # partition -> index of its first failed record
-        for index, ((partition, _, _), result) in enumerate(zip(records, results, strict=True)):
+        # (topic, partition) -> index of its first failed record
+        failed_from: dict[tuple[str, int], int] = {}
+        for index, (record, result) in enumerate(zip(records, results, strict=True)):
             if not isinstance(result, BaseException):
                 continue
+            topic, partition = record[0], record[1]
             if not is_transient(result):
                 raise QueueAdapterError(
                     f"Kafka refused a record for topic {topic!r} partition {partition}: {result}"
                 ) from result
             self.outage.failed(f"{type(result).__name__}: {result}".rstrip(": "), since=began)
-            failed_from.setdefault(partition, index)
+            failed_from.setdefault((topic, partition), index)
         if not failed_from:
             self.outage.recovered()
-        return [r for i, r in enumerate(records) if i >= failed_from.get(r[0], len(records))]
+        end = len(records)
+        return [r for i, r in enumerate(records) if i >= failed_from.get((r[0], r[1]), end)]
+
+    def event_writer(self) -> _KafkaEventWriter:
+        """How the provider's publisher writes events here (see streams.publisher)."""
+        return _KafkaEventWriter(self)
 
     def create_receiver(self, queue: QueueId) -> KafkaQueueReceiver:
+        if self.settings.record_format is not None:
+            return KafkaRecordReceiver(self.settings, queue, self.outage)
         return KafkaQueueReceiver(self.settings, queue, self.outage)
 
     async def close(self) -> None:
@@ -286,6 +413,15 @@ class KafkaQueueAdapter:
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
+
+
+class _KafkaEventWriter:
+    """The publisher's writer for Kafka: :meth:`KafkaQueueAdapter.encode_events`, then
+    all the records of a write sent at once (in order, retried as one)."""
+
+    def __init__(self, adapter: KafkaQueueAdapter) -> None:
+        self.encode = adapter.encode_events
+        self.write = adapter._send_all
 
 
 class KafkaQueueReceiver:
@@ -306,11 +442,19 @@ class KafkaQueueReceiver:
         self.queue = queue
         self.settings = settings
         self.outage = outage
-        self._partition = settings.check_queue(queue)
+        self._partitions = settings.partitions_of(queue)  # one per topic
+        self._partition = self._partitions[0]
+        fmt = settings.record_format
+        self._reader: RecordReader = (
+            ContainerRecords(queue, self._partition)
+            if fmt is None
+            else GroupedRecords(queue, self._partitions, settings.namespaces, fmt, settings.key_field)
+        )
         self._consumer: AIOKafkaConsumer | None = None
         self._rewinder: AIOKafkaConsumer | None = None  # for read_range, made when first needed
-        self._acknowledged: int | None = None  # next offset after the last acknowledged record
-        self._committed: int | None = None  # the same, as committed to Kafka
+        # Per partition: the offset after what is acknowledged, and the same as committed.
+        self._acknowledged: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
         self._last_commit = float("-inf")
         self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
         self._backoff = Backoff()
@@ -318,7 +462,7 @@ class KafkaQueueReceiver:
     @property
     def committed_offset(self) -> int | None:
         """The offset this receiver last committed (the next record to read after a restart)."""
-        return self._committed
+        return self._committed.get(self._partition)
 
     async def initialize(self) -> None:
         """Connect, and place the read position after the committed offset (or at the
@@ -327,11 +471,15 @@ class KafkaQueueReceiver:
             lambda: self._open_consumer(self.settings.group_id), f"reading {self.queue}"
         )
         self._consumer = consumer
-        tp = self._partition
+        positions = {tp: await self._start_position(consumer, tp) for tp in self._partitions}
+        self._reader.start(positions)
+
+    async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
+        """Seek ``tp`` to where reading resumes, and note its committed offset."""
         committed = await self._retry(
             lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset"
         )
-        first, end = await self._bounds(consumer)
+        first, end = await self._bounds(consumer, tp)
         if committed is None:
             position = first if self.settings.start == "earliest" else end
         elif committed < first:
@@ -358,21 +506,23 @@ class KafkaQueueReceiver:
         else:
             position = committed
         consumer.seek(tp, position)
-        self._committed = self._acknowledged = committed
+        if committed is not None:
+            self._committed[tp] = self._acknowledged[tp] = committed
+        return position
 
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
         if max_count <= 0:
             return []
         consumer = self._require_consumer()
         await self._commit_if_due()
-        tp = self._partition
+        tps = self._partitions
         if self._waiting_since is None:
             self._waiting_since = time.time() * 1000
         began = time.monotonic()
         while time.monotonic() - began < self.settings.outage_after:
             try:
                 batch = await consumer.getmany(
-                    tp, timeout_ms=int(self.settings.poll_timeout * 1000), max_records=max_count
+                    *tps, timeout_ms=int(self.settings.poll_timeout * 1000), max_records=max_count
                 )
             except KafkaError as exc:
                 if not is_transient(exc):
@@ -381,22 +531,29 @@ class KafkaQueueReceiver:
                     ) from exc
                 await self._back_off(f"{type(exc).__name__}: {exc}", since=began)
                 return []
-            if records := batch.get(tp):
+            if batch:
                 self._answered()
-                return self._messages(records)
-            answered = consumer.last_poll_timestamp(tp)
-            silent = time.time() - self._waiting_since / 1000
-            if answered is not None and answered >= self._waiting_since:
+                return self._reader.messages(batch)
+            since = self._waiting_since
+            answered = [consumer.last_poll_timestamp(tp) for tp in tps]
+            silent = time.time() - since / 1000
+            if all(a is not None and a >= since for a in answered):
                 self._answered()
-                highwater = consumer.highwater(tp)
-                if highwater is None or await consumer.position(tp) >= highwater:
-                    return []  # caught up with what the partition held at that answer
+                if await self._caught_up(consumer):
+                    return []  # caught up with what the partitions held at those answers
                 self._waiting_since = time.time() * 1000  # more to come: wait for it
             elif silent >= self.settings.outage_after:
                 reason = f"no fetch answer for {self.queue} in {silent:.1f} s"
                 await self._back_off(reason, since=time.monotonic() - silent)
                 return []
         return []  # answers keep coming, records not yet: the agent asks again
+
+    async def _caught_up(self, consumer: AIOKafkaConsumer) -> bool:
+        for tp in self._partitions:
+            highwater = consumer.highwater(tp)
+            if highwater is not None and await consumer.position(tp) < highwater:
+                return False
+        return True
 
     def _answered(self) -> None:
         """A fetch answered: the broker is reachable."""
@@ -409,21 +566,13 @@ class KafkaQueueReceiver:
         self.outage.failed(reason, since=since)
         await anyio.sleep(self._backoff.next())
 
-    def _messages(self, records: list[ConsumerRecord[bytes, bytes]]) -> list[QueueMessage]:
-        # A record with no value (a tombstone from another writer) is empty bytes, which
-        # the pulling agent dead-letters like any other record that does not decode.
-        queue = self.queue
-        return [
-            QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
-            for r in records
-        ]
-
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
             return
-        after = max(token.sequence_number for token in tokens) + 1
-        if self._acknowledged is None or after > self._acknowledged:
-            self._acknowledged = after
+        acknowledged = self._acknowledged
+        for tp, offset in self._reader.acknowledged(max(t.sequence_number for t in tokens)).items():
+            if offset > acknowledged.get(tp, -1):
+                acknowledged[tp] = offset
         await self._commit_if_due()
 
     async def _commit_if_due(self) -> None:
@@ -433,13 +582,14 @@ class KafkaQueueReceiver:
     async def _commit(self) -> bool:
         """Commit the acknowledged position; ``False`` if the broker could not be reached
         (the position stays pending and is committed on a later try)."""
-        offset = self._acknowledged
-        if offset is None or offset == self._committed or self._consumer is None:
+        committed = self._committed
+        offsets = {tp: o for tp, o in self._acknowledged.items() if committed.get(tp) != o}
+        if not offsets or self._consumer is None:
             return True
         self._last_commit = began = time.monotonic()
         try:
             with anyio.fail_after(self.settings.request_timeout):
-                await self._consumer.commit({self._partition: offset})
+                await self._consumer.commit(offsets)
         except Exception as exc:  # sorted into transient and not just below
             if not (isinstance(exc, TimeoutError) or is_transient(exc)):
                 raise QueueAdapterError(
@@ -451,7 +601,7 @@ class KafkaQueueReceiver:
             reason = f"offset commit: {type(exc).__name__}: {exc}".rstrip(": ")
             self.outage.failed(reason, since=began)
             return False
-        self._committed = offset
+        committed.update(offsets)
         self.outage.recovered()
         return True
 
@@ -466,7 +616,7 @@ class KafkaQueueReceiver:
             )
         rewinder: AIOKafkaConsumer = self._rewinder
         tp = self._partition
-        first, end = await self._bounds(rewinder)
+        first, end = await self._bounds(rewinder, tp)
         offset = max(start_sequence, first)
         if offset >= end:
             return []
@@ -479,7 +629,7 @@ class KafkaQueueReceiver:
                     timeout_ms=int(self.settings.poll_timeout * 1000),
                     max_records=max_count - len(out),
                 )
-                out.extend(self._messages(batch.get(tp, [])))
+                out.extend(self._reader.messages(batch))
                 if not batch and await rewinder.position(tp) >= end:
                     break  # the last offsets before the end hold no records (compaction)
         if scope.cancelled_caught:
@@ -501,16 +651,16 @@ class KafkaQueueReceiver:
                     "%s: offset %s (after the last acknowledged record) was not committed: "
                     "%s is unreachable; records from offset %s on will be read again",
                     self.queue,
-                    self._acknowledged,
+                    self._offsets(self._acknowledged),
                     self.settings.server,
-                    self._committed,
+                    self._offsets(self._committed),
                 )
         except QueueAdapterError as exc:
             log.error(
                 "%s: %s; records from offset %s on will be read again",
                 self.queue,
                 exc,
-                self._committed,
+                self._offsets(self._committed),
             )
         finally:
             consumers = [c for c in (self._consumer, self._rewinder) if c is not None]
@@ -532,12 +682,17 @@ class KafkaQueueReceiver:
         except BaseException:
             await consumer.stop()
             raise
-        consumer.assign([self._partition])
+        consumer.assign(self._partitions)
         return consumer
 
-    async def _bounds(self, consumer: AIOKafkaConsumer) -> tuple[int, int]:
-        """The oldest retained offset and the offset the next record will get."""
-        tp = self._partition
+    def _offsets(self, offsets: Mapping[TopicPartition, int]) -> str:
+        """How log lines name a queue's offsets: one number, or one per topic."""
+        if self.settings.topics is None:
+            return str(offsets.get(self._partition))
+        return ", ".join(f"{tp.topic}: {offsets.get(tp)}" for tp in self._partitions)
+
+    async def _bounds(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
+        """The oldest retained offset of ``tp`` and the offset its next record will get."""
 
         async def fetch() -> tuple[int, int]:
             first = await consumer.beginning_offsets([tp])
@@ -557,6 +712,15 @@ class KafkaQueueReceiver:
         return await _retry(
             operation, what, self.settings, self.outage, self.settings.request_timeout
         )
+
+
+class KafkaRecordReceiver(KafkaQueueReceiver):
+    """The receiver of topics of one event per record: it hands the pulling agent one batch
+    per stream and read (see :mod:`~streams.adapters.kafka_records`). Its positions are
+    those of its reads' groupings, which a re-read would not reproduce: it does not rewind
+    (so it is no :class:`~streams.adapters.protocols.RewindableReceiver`)."""
+
+    read_range = None  # type: ignore[assignment]
 
 
 class KafkaAdapterFactory:
@@ -587,20 +751,24 @@ class KafkaAdapterFactory:
             )
         except TypeError as exc:  # an unknown keyword argument
             raise ConfigurationError(f"KafkaAdapterFactory: {exc}") from None
-        self._mapper = HashRingQueueMapper(queues)
+        self._mapper: HashRingQueueMapper | KafkaPartitionMapper = (
+            HashRingQueueMapper(queues)
+            if self.settings.record_format is None
+            else KafkaPartitionMapper(queues)  # where any Kafka producer puts a key
+        )
         self._adapter = KafkaQueueAdapter(self.settings)
         self._topic_checked = False
 
     async def create_adapter(self) -> KafkaQueueAdapter:
         """The adapter (the same one on every call), once the topic is known to be right."""
         if not self._topic_checked:
-            what = f"checking Kafka topic {self.settings.topic!r}"
+            what = f"checking Kafka topic(s) {', '.join(map(repr, self.settings.namespaces))}"
             await _retry(self._ensure_topic, what, self.settings, self._adapter.outage)
             self._topic_checked = True
         await self._adapter.start()
         return self._adapter
 
-    def get_queue_mapper(self) -> HashRingQueueMapper:
+    def get_queue_mapper(self) -> HashRingQueueMapper | KafkaPartitionMapper:
         return self._mapper
 
     def create_queue_balancer(self, options: BalancerOptions | None = None) -> KafkaGroupBalancer | None:
@@ -625,15 +793,25 @@ class KafkaAdapterFactory:
 
     async def _ensure_topic(self) -> None:
         settings = self.settings
-        partitions = await ensure_topic(
-            settings.client_kwargs(), settings.topic, settings.queues, settings.replication_factor
-        )
-        if partitions != settings.queues:
-            raise ConfigurationError(
-                f"Kafka topic {settings.topic!r} has {partitions} partitions but queues="
-                f"{settings.queues}: use queues={partitions}, or another topic (a topic's "
-                "partition count fixes which queue carries each stream)"
+        counts = {
+            topic: await ensure_topic(
+                settings.client_kwargs(), topic, settings.queues, settings.replication_factor
             )
+            for topic in settings.namespaces
+        }
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{topic!r} has {n}" for topic, n in counts.items())
+            raise ConfigurationError(
+                f"topics read together must have as many partitions each (queue i reads "
+                f"partition i of every topic): {listed}"
+            )
+        for topic, partitions in counts.items():
+            if partitions != settings.queues:
+                raise ConfigurationError(
+                    f"Kafka topic {topic!r} has {partitions} partitions but queues="
+                    f"{settings.queues}: use queues={partitions}, or another topic (a topic's "
+                    "partition count fixes which queue carries each stream)"
+                )
 
     async def close(self) -> None:
         await self._adapter.close()

@@ -94,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
     rows = read_rows(args.file, form)
     trace = replay(rows, options)
     if args.plot:
-        from .simulate_plot import draw  # matplotlib only when asked for
-
+        try:
+            from .simulate_plot import draw  # matplotlib only when asked for
+        except ImportError:
+            raise CliError("--plot needs matplotlib: pip install 'headrace[plot]'") from None
         try:
             draw(args.plot, rows, plot_panels(rows, options, trace, sweep), form, sweep[0] if sweep else None)
         except OSError as exc:

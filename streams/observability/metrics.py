@@ -140,7 +140,7 @@ def metric_families(snapshot: WorkerSnapshot, dead_letters: Mapping[str, int]) -
             out.add("headrace_eventtime_late_events", {**at, "action": action}, c[f"late_arrival_{action}"])
             out.add("headrace_eventtime_out_of_order_events", {**at, "action": action}, c[f"out_of_order_{action}"])
         out.add("headrace_eventtime_adjusted_events", at, c["adjusted"])
-        for reason in ("window_closed", "invalid_timestamp"):
+        for reason in ("window_closed", "invalid_timestamp", "invalid_value"):
             out.add("headrace_eventtime_dead_lettered_events", {**at, "reason": reason}, c[reason])
         out.add("headrace_eventtime_windows_emitted", at, c["windows_emitted"])
         out.add("headrace_eventtime_activations", at, et.activations)

@@ -193,7 +193,11 @@ class SparkWindows:
         )
         try:
             from pyspark.sql import SparkSession
-
+        except ImportError:
+            raise SparkUnavailableError(
+                "the demo's Spark query needs pyspark: pip install 'headrace[spark]', or run with --no-spark"
+            ) from None
+        try:
             import spark_sink
 
             self._spark = (
