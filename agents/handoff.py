@@ -136,6 +136,7 @@ class HandoffWrites:
             stream=t.source,
             queue=t.partition,
             sequence_number=getattr(token, "sequence_number", None),
+            event_index=getattr(token, "event_index", None),  # one letter per event, not per record
             value=getattr(outcome.record, "value", outcome.record),
             event_time=outcome.timestamp,
             detail=f"{t.consumer}: event not handed off: {why}; token {token}",

@@ -8,7 +8,8 @@ loses no window (the queue replays it).
 
 A type that hands off to Spark has its closed windows written to the handoff sink first; a
 windowless one has its events held until the watermark passes them and handed off in
-timestamp order (the checkpoint is held at the oldest event still held).
+timestamp order (the checkpoint is held at the oldest event still held). A failed append is
+retried, what the sink refuses is dead-lettered (:mod:`agents.handoff`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def event_time_of(instance: Any) -> EventTime | None:
 
 class EventTimeObserver:
     """The observer the runtime delivers to, for an event-time consumer activation."""
+
+    # A batch it took is in its processor's windows: the runtime must not deliver it again
+    # after a failure (it would be counted twice).
+    redeliverable = False
 
     def __init__(
         self,

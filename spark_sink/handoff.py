@@ -248,17 +248,20 @@ def conform(
         except (HandoffSchemaError, ConfigurationError) as exc:
             rows.append(None)
             refused.append((item, f"handoff {stream!r}: {exc}"))
+    whole: HandoffSchemaError | None = None
     if not refused:
         try:
             return schema.to_table(rows)  # type: ignore[arg-type]
-        except HandoffSchemaError:
-            pass  # which rows? each on its own says
+        except HandoffSchemaError as exc:
+            whole = exc  # which rows? each on its own says
     for item, row in zip(items, rows, strict=True):
         if row is not None:
             try:
                 schema.to_table([row])
             except HandoffSchemaError as exc:
                 refused.append((item, f"handoff {stream!r}: {exc}"))
+    if not refused:  # only together do they fail: none can be told apart from the others
+        refused = [(item, f"handoff {stream!r}: {whole}") for item in items]
     raise HandoffRefusedError(f"{len(refused)} of {len(items)} rows refused; {refused[0][1]}", refused)
 
 

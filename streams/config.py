@@ -324,6 +324,7 @@ SCHEMA: dict[str, dict[str, _Parser]] = {
     "agent": {
         "get_queue_msgs_timer_period": _positive_duration,
         "max_event_delivery_time": _positive_duration,
+        "delivery_retry_backoff": _positive_duration,
         "stream_inactivity_period": _positive_duration,
         "fault_on_error": _flag,
         "shutdown_timeout": _positive_duration,

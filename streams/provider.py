@@ -272,11 +272,17 @@ class StreamProvider:
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 context = AgentContext(
                     self.options, self.registry, self.pubsub, self.dead_letters, self.failure_handler,
-                    await self._handoff_sinks(stack),
+                    await self._handoff_sinks(stack), worker_name=self.worker_name,
                 )
                 manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
                 stack.push_async_callback(manager.stop)  # agents first, then the leases
                 self._adapter, self._manager = adapter, manager
+                if not adapter.is_rewindable and self.options.slow_consumer_timeout is not None:
+                    log.info(
+                        "%s queues cannot be re-read: slow_consumer_timeout does not apply, and a "
+                        "stalled consumer holds up its queue's other streams until it resumes",
+                        adapter.name,
+                    )
                 await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
             self._adapter = adapter
             await self._start_publisher(stack, adapter)

@@ -492,7 +492,10 @@ class Processor:
                                 if multi and part not in state[1]:
                                     state[1][part] = rec.token
                 except Exception as exc:  # noqa: BLE001 - a key or aggregate of this event raised
-                    self._invalid(inp, rec, key if status is not None else None, arr, status, reason, exc, out)
+                    if status is None:  # its time or key raised: neither is this event's
+                        self._invalid(inp, rec, None, None, arr, None, None, exc, out)
+                    else:
+                        self._invalid(inp, rec, key, et, arr, status, reason, exc, out)
                     continue
                 if record and status != DEAD_LETTER:
                     outcome = EventOutcome(rec, part, key, et, ts, status, reason and reason.value)
@@ -702,23 +705,25 @@ class Processor:
         inp: _Input,
         rec: Any,
         key: Hashable,
+        event_time: float | None,
         arrival: float,
         status: str | None,
         reason: Reason | None,
         exc: Exception,
         out: Output,
     ) -> None:
-        """Dead-letter an event whose key or aggregate raised (steps 1-4), undoing what the
-        ordering policy had counted for it: each event has one fate."""
-        counters, event_time = self.counters, getattr(rec, "event_time", None)
-        if status is None and self._timestamp_of is None and not isinstance(event_time, (int, float)):
-            self._refuse(inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arrival, out, time_problem(event_time))
-            return
+        """Dead-letter an event whose time, key or aggregate raised (steps 1-4), undoing
+        what the ordering policy had counted for it: each event has one fate."""
+        counters = self.counters
         if status is None:
+            own = getattr(rec, "event_time", None)
+            if self._timestamp_of is None and not isinstance(own, (int, float)):  # not comparable
+                self._refuse(inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arrival, out, time_problem(own))
+                return
             what = "its key (over or group_by)"
         else:
+            assert event_time is not None
             what = f"the aggregate {type(self.reducer).__name__}"
-            event_time = self._timestamp_of(rec) if self._timestamp_of is not None else event_time
             accept = self.policy.action is Action.ACCEPT
             if arrival - event_time > self._late:  # step 2 counted it
                 if accept:
@@ -775,6 +780,7 @@ class Processor:
             stream=None if stream is None else str(stream),
             queue=queue,
             sequence_number=getattr(token, "sequence_number", None),
+            event_index=getattr(token, "event_index", None),
             value=getattr(rec, "value", rec),
             event_time=event_time,
             detail=f"{detail}; token {token}" if token is not None else detail,

@@ -114,6 +114,20 @@ def test_show_an_unknown_id_and_a_missing_store(tmp_path, store):
     )
 
 
+def test_a_dead_letter_recorded_again_by_a_replayed_range_is_replayed_once(tmp_path):
+    async def seed() -> None:
+        with EmbeddedStore(tmp_path / "store") as s:
+            letters = EmbeddedDeadLetterStore(s)
+            for _ in range(2):  # a worker read the range twice (restarted while a window held it)
+                await letters.add([DeadLetter("window_closed", stream="sensors/s-1", queue=1, sequence_number=7,
+                                              event_index=2, value={"temp": 20.0}, event_time=1714565220.0)])
+
+    anyio.run(seed)
+    result = headrace("dlq", "replay", "--path", "store", "--reason", "window_closed", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert published(tmp_path / "store") == [("sensors/s-1", [{"temp": 20.0}], [1714565220.0])]
+
+
 @pytest.mark.parametrize("action", ["list", "replay"])
 def test_an_unknown_reason_is_refused_naming_the_known_ones(store, action):
     from streams.observability.snapshot import DEAD_LETTER_REASONS

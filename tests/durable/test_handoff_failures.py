@@ -15,8 +15,10 @@ import pyarrow as pa
 import pytest
 
 from spark_sink import EventHandoff, Handoff
-from spark_sink.handoff import EmbeddedHandoffSink
+from spark_sink.errors import HandoffSchemaError
+from spark_sink.handoff import EmbeddedHandoffSink, conform
 from spark_sink.offsets import OffsetRange
+from spark_sink.schema import HandoffSchema
 from spark_sink.storage import EmbeddedStorage
 from streams import StreamId, StreamProvider
 from streams.batch import Event
@@ -158,3 +160,21 @@ async def test_the_sink_names_each_window_it_cannot_take_and_appends_nothing(tmp
         assert [item for item, _ in caught.value.refused] == [outcome]
     finally:
         store.close()
+
+
+class PairwiseSchema(HandoffSchema):
+    """A schema whose rows convert one by one but not together (as mixed Arrow types may)."""
+
+    def to_table(self, data: Any) -> pa.Table:
+        if len(data) > 1:
+            raise HandoffSchemaError("mixed types")
+        return super().to_table(data)
+
+
+def test_rows_that_fail_only_together_are_all_refused_never_retried_for_ever():
+    schema = PairwiseSchema.of({"n": "bigint"})
+    with pytest.raises(HandoffRefusedError) as caught:
+        conform(schema, [1, 2], lambda i: {"n": i}, "s")
+    assert [(item, why) for item, why in caught.value.refused] == [
+        (1, "handoff 's': mixed types"), (2, "handoff 's': mixed types"),
+    ]

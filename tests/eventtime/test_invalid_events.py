@@ -16,7 +16,7 @@ from streams.eventtime.policy import timestamp_extractor
 
 from .helpers import events
 
-BAD_TIMES = [math.nan, math.inf, -math.inf, 1.7e15, 1.7e12, -1e12]  # 1.7e15: epoch µs as seconds
+BAD_TIMES = [math.nan, math.inf, -math.inf, 1.7e15, 1.7e12, -1e12, "12:00", None]  # 1.7e15: epoch µs as seconds
 
 
 def with_values(values: list[object], arrival: float = 5.0) -> list:

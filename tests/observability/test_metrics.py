@@ -20,7 +20,9 @@ WORKER = "w-metrics"
 
 
 def make_provider(path) -> StreamProvider:
-    provider = StreamProvider.embedded(path, queues=2, worker_name=WORKER)
+    provider = StreamProvider.embedded(
+        path, queues=2, worker_name=WORKER, max_event_delivery_time=0.2, delivery_retry_backoff=0.01
+    )
 
     @provider.implicit("sensors")
     class RoomCounts:

@@ -1,9 +1,13 @@
 """In the runtime, one event's bad time or value never fails its batch (issue 13, items
-1-2): it alone is dead-lettered, and the rest of the batch reaches its windows."""
+1-3): it alone is dead-lettered, and the rest of the batch reaches its windows; and with
+substreams, every arrival moves every substream (item 11)."""
 
 from __future__ import annotations
 
 import math
+import time
+
+import anyio
 
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
@@ -63,3 +67,30 @@ async def test_epoch_microseconds_sent_as_seconds_are_refused_at_ingestion():
     assert results == [(0.0, 10.0, 1)]
     assert [letter.reason for letter in letters["invalid_timestamp"]] == ["invalid_timestamp"]
     assert list(letters) == ["invalid_timestamp"]
+
+
+async def test_another_keys_arrivals_close_a_quiet_substreams_window():
+    # No ticks (their period is an hour): only the arrivals of booth a can move booth b on.
+    provider = StreamProvider.memory(queues=1, get_queue_msgs_timer_period=3600)
+    results: list = []
+
+    @provider.implicit("booths")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t", over="booth", late_arrival=0.5), Tumbling(0.5), Count())
+
+        def __init__(self, stream_id):
+            pass
+
+        async def on_window(self, result):
+            results.append((result.key, result.value))
+
+    async with provider:
+        stream = provider.get_stream(StreamId("booths", "plaza"))
+        now = time.time()
+        await stream.on_next_batch([{"t": now, "booth": "a"}, {"t": now, "booth": "b"}])
+        await drained(provider)
+        await anyio.sleep(1.5)  # b's window ended at most 0.5 s after now
+        await stream.on_next({"t": time.time(), "booth": "a"})  # every substream >= arrival - 0.5
+        await drained(provider)
+        closed = sorted(results)
+    assert closed == [("a", 1), ("b", 1)]
