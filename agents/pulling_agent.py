@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
-from streams.batch import BatchContainer, QueueMessage, interned
+from streams.batch import BatchContainer, BatchKind, QueueMessage, interned
 from streams.consumers import InProcessSubscription
 from streams.deadletters import DeadLetter, QueueDeadLetters
 from streams.errors import CacheMissError, DecodeError
@@ -87,6 +87,8 @@ class PullingAgent:
         self.context = context
         self._dead_letters = QueueDeadLetters(context.dead_letters, queue.number)
         self.read_messages = 0
+        self.read_events = 0  # in the data batches of those records (status: events in)
+        self.last_read_sequence: int | None = None  # status: how far behind each cursor is
         self.read_failures = 0
         self.pressure_skips = 0
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
@@ -228,6 +230,8 @@ class PullingAgent:
                         detail=str(exc),
                     )
                 )
+        self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
+        self.last_read_sequence = messages[-1].sequence_number
         if letters:
             log.warning("%s: %d record(s) do not decode; dead-lettered", self.queue, len(letters))
             await self.context.dead_letters.add(letters)

@@ -30,6 +30,7 @@ from streams.eventtime.metrics import Counters
 from streams.eventtime.policy import Reason
 
 if TYPE_CHECKING:
+    from agents.consumer import StreamConsumer
     from agents.pulling_agent import PullingAgent
     from streams.provider import StreamProvider
 
@@ -120,8 +121,27 @@ class EventTimeTotals:
 
 
 @dataclass(frozen=True, slots=True)
+class CursorLag:
+    """A consumer behind on its stream: ``behind`` records of its queue were read after the
+    next one it is to be given (``next_sequence``)."""
+
+    stream: str
+    subscription: str
+    next_sequence: int
+    behind: int
+
+
+SLOWEST_SHOWN = 3  # cursors per queue in a snapshot
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSnapshot:
-    """One pulling agent: its queue, cache, consumers and event-time activations."""
+    """One pulling agent: its queue, cache, consumers and event-time activations.
+
+    ``events_read``: events in the data records read; ``events_delivered``: events delivered,
+    summed over the consumers (an event two consumers take counts twice); ``slowest``: the
+    consumers furthest behind, at most :data:`SLOWEST_SHOWN`, slowest first (none caught up).
+    """
 
     queue: int
     records_read: int
@@ -137,6 +157,9 @@ class QueueSnapshot:
     delivery_failures: int
     faulted: int
     event_time: EventTimeTotals
+    events_read: int = 0
+    events_delivered: int = 0
+    slowest: tuple[CursorLag, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +204,27 @@ def _queue(agent: PullingAgent) -> QueueSnapshot:
         delivery_failures=sum(c.failures for c in consumers),
         faulted=sum(1 for c in consumers if c.faulted),
         event_time=_event_time(agent),
+        events_read=agent.read_events,
+        events_delivered=sum(c.delivered_events for c in consumers),
+        slowest=slowest_cursors(agent.last_read_sequence, consumers),
     )
+
+
+def slowest_cursors(
+    last_read: int | None, consumers: Iterable[StreamConsumer], n: int = SLOWEST_SHOWN
+) -> tuple[CursorLag, ...]:
+    """The ``n`` consumers furthest behind ``last_read`` (the newest record the agent read),
+    slowest first; a caught-up consumer is not behind."""
+    if last_read is None:
+        return ()
+    lags = []
+    for consumer in consumers:
+        cursor = consumer.cursor
+        item = None if cursor.needs_fill else cursor.current()
+        position = cursor.position if cursor.needs_fill else None if item is None else item.sequence
+        if position is not None and position <= last_read:
+            lags.append(CursorLag(str(consumer.stream_id), consumer.subscription_id, position, last_read - position + 1))
+    return tuple(heapq.nsmallest(n, lags, key=lambda lag: (-lag.behind, lag.stream, lag.subscription)))
 
 
 def _event_time(agent: PullingAgent) -> EventTimeTotals:

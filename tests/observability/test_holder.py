@@ -131,7 +131,7 @@ async def test_headrace_status_shows_the_slowest_substreams_not_a_label_per_key(
         status = await anyio.to_thread.run_sync(lambda: json_of(headrace("status", "--path", "store", "--json", cwd=tmp_path)))
         table = await anyio.to_thread.run_sync(lambda: headrace("status", "--path", "store", cwd=tmp_path))
     [agent] = [q["agent"] for q in status["queues"] if q["agent"]]
-    assert agent["slowest"] == (
+    assert agent["slowest_substreams"] == (
         "hall/h1:d2 at 2023-11-14T22:13:30Z, hall/h1:d4 at 2023-11-14T22:13:40Z, hall/h1:d5 at 2023-11-14T22:13:50Z"
     )
     assert "slowest substreams" in table.stdout and "hall/h1:d2 at 2023-11-14T22:13:30Z" in table.stdout
