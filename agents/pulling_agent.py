@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
-from streams.batch import BatchContainer, QueueMessage, interned
+from streams.batch import BatchContainer, BatchKind, QueueMessage, interned
 from streams.consumers import InProcessSubscription
 from streams.deadletters import DeadLetter, QueueDeadLetters
 from streams.errors import CacheMissError, DecodeError
@@ -37,9 +37,10 @@ from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
+from .keyed import KeyedActivations
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
-from .timed import EventTimeObserver, HandoffTarget, event_time_of
+from .timed import EventTimeObserver, HandoffTarget, InputView, event_time_of
 from .context import AgentContext
 
 log = logging.getLogger("headrace.agent")
@@ -86,10 +87,15 @@ class PullingAgent:
         self.context = context
         self._dead_letters = QueueDeadLetters(context.dead_letters, queue.number)
         self.read_messages = 0
+        self.read_events = 0  # in the data batches of those records (status: events in)
+        self.last_read_sequence: int | None = None  # status: how far behind each cursor is
         self.read_failures = 0
         self.pressure_skips = 0
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._streams: dict[StreamId, _StreamState] = {}
+        # Activations of types fed by several namespaces (a batch waits for its turn at most
+        # half as long as a delivery may take: it goes out of order before it would time out).
+        self._keyed = KeyedActivations(context.options.max_event_delivery_time / 2)
         self._unacked: deque[int] = deque()
         self._wake = anyio.Event()
         self._stopping = False
@@ -224,6 +230,8 @@ class PullingAgent:
                         detail=str(exc),
                     )
                 )
+        self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
+        self.last_read_sequence = messages[-1].sequence_number
         if letters:
             log.warning("%s: %d record(s) do not decode; dead-lettered", self.queue, len(letters))
             await self.context.dead_letters.add(letters)
@@ -234,6 +242,8 @@ class PullingAgent:
                 state = await self._open_stream(sid)
             if state.opening is not None:
                 await state.opened()
+        if self._keyed:  # activations of several streams take their batches in queue order
+            self._keyed.expect(decoded)
         now = time.monotonic()
         # The log context of the deliveries made here, inline: set per stream (no reset
         # between streams, nothing else runs meanwhile), restored once at the end.
@@ -338,17 +348,30 @@ class PullingAgent:
         return HandoffTarget(sink, str(sid), consumer, self.queue.number)
 
     def _activation(self, state: _StreamState, sid: StreamId, cls: type) -> Any:
-        """One instance per stream id and consumer type, like an Orleans grain activation."""
+        """One instance per stream id and consumer type, like an Orleans grain activation;
+        one per key for a type fed by several namespaces (see ``agents.keyed``)."""
         observer = state.activations.get(cls)
         if observer is None:
-            instance = state.instances[cls] = cls(sid)
-            spec = event_time_of(instance)
-            target = instance if spec is None else EventTimeObserver(
-                instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid)
-            )
-            observer = state.activations[cls] = as_observer(target)
-            self._spawn(self._call_hook, instance, "on_activate", state.log_fields)
+            namespaces = self.context.registry.namespaces_of(cls)
+            if namespaces:
+                observer, instance = self._keyed.observer_for(cls, sid, namespaces[0], self._new_activation)
+            else:
+                target, instance = self._new_activation(cls, sid)
+                observer = as_observer(target)
+                state.instances[cls] = instance
+            state.activations[cls] = observer
+            if instance is not None:
+                self._spawn(self._call_hook, instance, "on_activate", state.log_fields)
         return observer
+
+    def _new_activation(self, cls: type, sid: StreamId) -> tuple[Any, Any]:
+        """``(what is delivered to, the user's instance)`` of a new activation."""
+        instance = cls(sid)
+        spec = event_time_of(instance)
+        target = instance if spec is None else EventTimeObserver(
+            instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid)
+        )
+        return target, instance
 
     async def _attach(
         self,
@@ -363,13 +386,15 @@ class PullingAgent:
     ) -> StreamConsumer:
         miss: CacheMissError | None = None
         cursor: Any
-        try:
-            cursor = self.cache.create_cursor(sid, token)
-        except CacheMissError as exc:
-            assert token is not None
-            if self._rewindable:
-                cursor = self._rewind_cursor(sid, token.sequence_number)
-            else:
+        covered = self.cache.covered_from()
+        if token is not None and self._rewindable and (covered is None or token.sequence_number < covered):
+            # Older than the cache, or the cache has read nothing yet (a worker just started
+            # reads after the checkpoint): the durable queue has what the token asks for.
+            cursor = self._rewind_cursor(sid, token.sequence_number)
+        else:
+            try:
+                cursor = self.cache.create_cursor(sid, token)
+            except CacheMissError as exc:
                 miss = exc
                 cursor = self.cache.create_cursor(sid, self.cache.oldest_cached_token())
         consumer = StreamConsumer(
@@ -463,7 +488,7 @@ class PullingAgent:
         state = self._streams.pop(sid)
         for consumer in state.consumers.values():
             consumer.close()
-        for instance in state.instances.values():
+        for instance in [*state.instances.values(), *self._keyed.leave(sid)]:
             self._spawn(self._call_hook, instance, "on_deactivate", state.log_fields)
 
     def _sweep_inactive(self) -> None:
@@ -497,12 +522,15 @@ class PullingAgent:
     def event_time_activations(self) -> list[EventTimeObserver]:
         """The event-time activations of the streams now active here, read-only (metrics
         read their processors' counters and watermarks)."""
-        return [
-            observer.target
-            for state in self._streams.values()
-            for observer in state.activations.values()
-            if isinstance(observer.target, EventTimeObserver)
-        ]
+        found: dict[int, EventTimeObserver] = {}  # an activation of several inputs once
+        for state in self._streams.values():
+            for observer in state.activations.values():
+                target = observer.target
+                if isinstance(target, InputView):
+                    target = target.activation
+                if isinstance(target, EventTimeObserver):
+                    found[id(target)] = target
+        return list(found.values())
 
 
 class _Tokens(Sequence[SequenceToken]):

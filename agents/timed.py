@@ -10,10 +10,17 @@ A type that hands off to Spark has its closed windows written to the handoff sin
 windowless one has its events held until the watermark passes them and handed off in
 timestamp order (the checkpoint is held at the oldest event still held). A failed append is
 retried, what the sink refuses is dead-lettered (:mod:`agents.handoff`).
+
+An activation with several inputs (``EventTime(..., inputs=...)``, one activation per key
+over several namespaces) is delivered to through one :class:`InputView` per input stream;
+without a window its events wait for the merged watermark and leave in event-time order
+across inputs (:class:`~streams.eventtime.merged_release.MergedRelease`), to ``on_events``
+and, with a handoff, to Spark: what ``on_events`` returns, or the events themselves.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +29,8 @@ import anyio
 
 from streams.batch import EventBatch
 from streams.deadletters import DeadLetterStore
-from streams.eventtime.processor import Output
+from streams.eventtime.merged_release import MergedRelease
+from streams.eventtime.processor import EventOutcome, Output
 from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.spec import EventTime
 from streams.ids import StreamId
@@ -30,8 +38,9 @@ from streams.observer import _lift, _nothing
 from streams.tokens import SequenceToken
 
 from .handoff import HandoffTarget, HandoffWrites
+from .holdback import HoldBack
 
-__all__ = ["EventTimeObserver", "HandoffTarget", "event_time_of"]
+__all__ = ["EventTimeObserver", "HandoffTarget", "InputView", "event_time_of"]
 
 
 def event_time_of(instance: Any) -> EventTime | None:
@@ -58,8 +67,13 @@ class EventTimeObserver:
         self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
         # A windowless consumer's events wait here for the watermark, then go in order.
         self._release: TimestampOrder | None = (
-            TimestampOrder() if handoff is not None and spec.window is None else None
+            TimestampOrder() if handoff is not None and spec.window is None and not spec.inputs else None
         )
+        # Several inputs, no window: every event waits for the merged watermark.
+        self._merge = MergedRelease(spec.inputs, spec.imports) if spec.inputs and spec.window is None else None
+        self._inputs = spec.inputs
+        self.holdback = HoldBack(str(stream_id)) if spec.inputs else None
+        self._open_inputs = set(spec.inputs)
         self.stream_id = stream_id
         self.processor = spec.processor(str(stream_id))
         self._partition = str(stream_id)
@@ -68,6 +82,7 @@ class EventTimeObserver:
         spec.check_consumer(type(target))
         self._on_window = _lift(getattr(target, "on_window", None))
         self._on_events = _lift(getattr(target, "on_events", None))
+        self._user_on_events = getattr(target, "on_events", None)  # its result is read (merged)
         self.on_error = _lift(getattr(target, "on_error", None)) or _nothing
         self.has_on_error = getattr(target, "on_error", None) is not None
         self._user_completed = _lift(getattr(target, "on_completed", None)) or _nothing
@@ -81,21 +96,33 @@ class EventTimeObserver:
         # kept until the activation ends, so a restart replays and rebuilds what it lost.
         self._unfinished: SequenceToken | None = None
 
-    async def on_next(self, batch: EventBatch) -> None:
+    def for_input(self, name: str) -> InputView:
+        """What the stream of input ``name`` delivers to (several inputs)."""
+        return InputView(self, name)
+
+    async def on_next(self, batch: EventBatch, partition: str | None = None) -> None:
+        part = partition or self._partition
         async with self._lock:
-            if self._release is not None and len(batch):
+            if len(batch):
                 last = batch[-1].token
-                self._release.saw((last.sequence_number, last.event_index))
-            await self._step(lambda: self.processor.on_events(batch, self._partition))
+                if self._release is not None:
+                    self._release.saw((last.sequence_number, last.event_index))
+                if self._merge is not None:
+                    self._merge.saw(part, (last.sequence_number, last.event_index))
+            await self._step(lambda: self.processor.on_events(batch, part))
 
-    async def on_watermark(self, watermark: float) -> None:
+    async def on_watermark(self, watermark: float, partition: str | None = None) -> None:
+        part = partition or self._partition
         async with self._lock:
-            await self._step(lambda: self.processor.advance_time(watermark, time.time(), self._partition))
+            await self._step(lambda: self.processor.advance_time(watermark, time.time(), part))
 
-    async def on_completed(self) -> None:
+    async def on_completed(self, partition: str | None = None) -> None:
+        part = partition or self._partition
         async with self._lock:
-            await self._step(lambda: self.processor.on_completed(self._partition, time.time()))
-        await self._user_completed()
+            await self._step(lambda: self.processor.on_completed(part, time.time()))
+        self._open_inputs.discard(part)
+        if not self._open_inputs:  # with several inputs, once the last completes
+            await self._user_completed()
 
     async def on_tick(self, now: float) -> None:
         """The processing clock moved and nothing arrived (a silent stream)."""
@@ -111,6 +138,8 @@ class EventTimeObserver:
         self._emitting = before
         try:
             await self._emit(step())
+            if self.holdback is not None:
+                self.holdback.observe(self.processor.merged, time.time())  # type: ignore[arg-type]
         except BaseException:
             self._unfinished = _lowest(self._unfinished, before)
             raise
@@ -125,6 +154,8 @@ class EventTimeObserver:
         token = self.processor.held_since()
         token = token if isinstance(token, SequenceToken) else None
         oldest = self._release.oldest() if self._release is not None else None
+        if self._merge is not None:
+            oldest = self._merge.oldest()
         return _lowest(token, SequenceToken(*oldest) if oldest is not None else None)
 
     async def _emit(self, out: Output) -> None:
@@ -133,7 +164,9 @@ class EventTimeObserver:
         handoff = self._handoff
         if handoff is not None and out.windows:  # durable before anyone else hears of them
             await handoff.windows(out.windows)
-        if handoff is not None and self._release is not None:
+        if self._merge is not None:
+            await self._emit_merged(out)
+        elif handoff is not None and self._release is not None:
             for outcome in out.events:
                 if outcome.timestamp is not None:  # always, for an event that passed the policy
                     self._release.add(outcome.timestamp, position_of(outcome), outcome)
@@ -143,11 +176,65 @@ class EventTimeObserver:
         if self._on_window is not None:
             for result in out.windows:
                 await self._on_window(result)
-        if self._on_events is not None and out.events:
+        if self._on_events is not None and out.events and self._merge is None:
             await self._on_events(out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
             await self._user_watermark(out.watermark)
+
+    async def _emit_merged(self, out: Output) -> None:
+        """Release what the merged watermark has passed, in event-time order, to on_events
+        and then (what on_events returns, or the events) to the handoff."""
+        merge = self._merge
+        assert merge is not None
+        for outcome in out.events:
+            merge.add(outcome.partition, outcome)
+        released = [event for _, event in merge.release(out.watermark)]
+        if not released:
+            return
+        handed: list[EventOutcome] = released
+        if self._user_on_events is not None:
+            result = self._user_on_events(released)
+            if inspect.isawaitable(result):
+                result = await result
+            if result is not None:
+                handed = list(result)
+        handoff = self._handoff
+        if handoff is None or not handed:
+            return
+        by_stream: dict[StreamId, list[EventOutcome]] = {}
+        for event in handed:
+            by_stream.setdefault(event.record.stream_id, []).append(event)
+        for sid, events in by_stream.items():
+            if sid.namespace not in self._inputs:
+                raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")
+            await handoff.events(events, merge.below(sid.namespace), str(sid))
+
+
+class InputView:
+    """One input's face of an activation with several inputs: the stream of that input
+    delivers to it, and it passes everything on to the activation under the input's name."""
+
+    def __init__(self, activation: EventTimeObserver, name: str) -> None:
+        self.activation = activation
+        self.name = name
+        self.on_error = activation.on_error  # the activation's, as the stream's consumer sees it
+        self.has_on_error = activation.has_on_error
+
+    async def on_next(self, batch: EventBatch) -> None:
+        await self.activation.on_next(batch, self.name)
+
+    async def on_watermark(self, watermark: float) -> None:
+        await self.activation.on_watermark(watermark, self.name)
+
+    async def on_completed(self) -> None:
+        await self.activation.on_completed(self.name)
+
+    async def on_tick(self, now: float) -> None:
+        await self.activation.on_tick(now)
+
+    def checkpoint_hold(self) -> SequenceToken | None:
+        return self.activation.checkpoint_hold()
 
 
 def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:

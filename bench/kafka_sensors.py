@@ -43,7 +43,7 @@ def windowed_provider(provider: StreamProvider, counts: Counter[tuple[str, float
     @provider.implicit("sensors")
     class PerSensor:
         event_time = EventTime(
-            OrderingPolicy(timestamp_by=lambda e: e.value["ts"] / 1000, out_of_order=5),
+            OrderingPolicy(timestamp_by="ts", unit="ms", out_of_order=5),
             Tumbling(60),
             Count(),
         )
@@ -112,7 +112,7 @@ async def run(records: int, queues: int, rounds: int) -> None:
         await write_json(bootstrap, "sensors", items)
         written = time.perf_counter() - began
         # The same readings in headrace's own format, one event per record.
-        own = KafkaAdapterFactory(bootstrap, "sensors-own", queues=queues, **kafka)
+        own = KafkaAdapterFactory(bootstrap, "sensors-own", queues=queues, idempotent=False)
         adapter, mapper = await own.create_adapter(), own.get_queue_mapper()
         containers = []
         for key, value in items:

@@ -109,20 +109,25 @@ async def run(events: int, rounds: int) -> None:
             topics = {name: f"{name}-{round_no}" for name in ("raw", "own", "json", "slow")}
             for topic in topics.values():
                 await ensure_topic({"bootstrap_servers": bootstrap}, topic, 8)
-            await measure("aiokafka send (pipelined), then all acked", events,
-                          lambda: aiokafka_send(bootstrap, topics["raw"], events))
-            await measure("headrace send + flush, Kafka, own format", events, lambda: headrace_send(
-                StreamProvider.kafka(bootstrap, topics["own"], 8, kafka=KAFKA), events))
-            await measure("headrace send + flush, Kafka, records='json'", events, lambda: headrace_send(
-                StreamProvider.kafka(bootstrap, topics["json"], 8, records="json", kafka=KAFKA), events))
-            store = Path(tmp) / f"store-{round_no}"
-            await measure("headrace send + flush, embedded store", events,
-                          lambda: headrace_send(StreamProvider.embedded(store, queues=8), events))
-            checked = await delivered_once(store, events)
-            await measure(f"headrace on_next loop, Kafka ({slow} events)", slow, lambda: headrace_on_next(
-                StreamProvider.kafka(bootstrap, topics["slow"], 8, kafka=KAFKA), slow))
-            await measure(f"headrace on_next loop, embedded store ({slow} events)", slow, lambda: headrace_on_next(
-                StreamProvider.embedded(Path(tmp) / f"slow-{round_no}", queues=8), slow))
+            store, slow_store = Path(tmp) / f"store-{round_no}", Path(tmp) / f"slow-{round_no}"
+            rows: list[tuple[str, int, Callable[[], Awaitable[None]]]] = [
+                ("aiokafka send (pipelined), then all acked", events,
+                 lambda: aiokafka_send(bootstrap, topics["raw"], events)),
+                ("headrace send + flush, Kafka, own format", events,
+                 lambda: headrace_send(StreamProvider.kafka(bootstrap, topics["own"], 8, kafka=KAFKA), events)),
+                ("headrace send + flush, Kafka, records='json'", events, lambda: headrace_send(
+                    StreamProvider.kafka(bootstrap, topics["json"], 8, records="json", kafka=KAFKA), events)),
+                ("headrace send + flush, embedded store", events,
+                 lambda: headrace_send(StreamProvider.embedded(store, queues=8), events)),
+                (f"headrace on_next loop, Kafka ({slow} events)", slow,
+                 lambda: headrace_on_next(StreamProvider.kafka(bootstrap, topics["slow"], 8, kafka=KAFKA), slow)),
+                (f"headrace on_next loop, embedded store ({slow} events)", slow,
+                 lambda: headrace_on_next(StreamProvider.embedded(slow_store, queues=8), slow)),
+            ]
+            for name, count, work in rows:  # each row runs before the loop moves on
+                await measure(name, count, work)
+                if name == "headrace send + flush, embedded store":
+                    checked = await delivered_once(store, events)
     count, seconds = best["aiokafka send (pipelined), then all acked"]
     base = count / seconds
     print(f"{'':58} {'events/s':>10} {'vs aiokafka':>11}")

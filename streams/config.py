@@ -3,7 +3,7 @@
 Sections (every key is optional; docs/configuration.md has a full example)::
 
     [provider]            adapter (embedded | kafka | memory), queues, path, synchronous
-    [provider.kafka]      bootstrap_servers, topic, group, start
+    [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field
     [provider.retention]  max_age, max_records_per_queue, interval      (embedded queues)
     [agent]               the pulling agents' StreamProviderOptions
     [cache]               size, buckets, slow_consumer_timeout
@@ -79,6 +79,9 @@ class KafkaTopic:
     topic: str
     group: str = "headrace"
     start: Literal["earliest", "latest"] = "earliest"
+    records: str = "headrace"  # or json, msgpack, text, bytes: a topic others write
+    namespace: str | None = None  # the streams of such a topic (default: the topic's name)
+    key_field: str | None = None  # keys records that have no key
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +213,9 @@ class HeadraceConfig:
             queues=settings.queues,
             group_id=kafka.group,
             start=kafka.start,
+            records=kafka.records,
+            namespace=kafka.namespace,
+            key_field=kafka.key_field,
             store=settings.path,
             **kwargs,
         )
@@ -315,6 +321,9 @@ SCHEMA: dict[str, dict[str, _Parser]] = {
         "topic": _text,
         "group": _text,
         "start": _choice("earliest", "latest"),
+        "records": _choice("headrace", "json", "msgpack", "text", "bytes"),
+        "namespace": _text,
+        "key_field": _text,
     },
     "provider.retention": {
         "max_age": _optional_duration,

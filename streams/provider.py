@@ -19,26 +19,27 @@ import anyio
 from agents.context import AgentContext
 from agents.manager import AgentManager
 from agents.pulling_agent import PullingAgent, new_subscription_id
+from balancer.keyed import KeyedQueueMapper, places_together
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
 
 from .adapters.embedded import EmbeddedAdapterFactory
 from .adapters.generator import GeneratorAdapterFactory, GeneratorConfig
 from .adapters.kafka import KafkaAdapterFactory
-from .adapters.retention import RetentionPolicy
 from .adapters.memory import MemoryAdapterFactory
 from .adapters.protocols import QueueAdapter, QueueAdapterFactory
 from .adapters.records import RecordFormat
-from .consumers import ConsumerRegistry, InProcessSubscription, consumer_decorator
+from .adapters.retention import RetentionPolicy
+from .consumers import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
 from .deadletters import DeadLetterStore, MemoryDeadLetterStore
+from .deadletters_embedded import EmbeddedDeadLetterStore
 from .errors import ConfigurationError, ProviderClosedError, PublishError
 from .failures import LoggingFailureHandler, StreamFailureHandler
 from .ids import QueueId, StreamId
 from .options import StreamProviderOptions
-from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
-from .deadletters_embedded import EmbeddedDeadLetterStore
-from .pubsub_embedded import EmbeddedPubSubStore
 from .publisher import ContainerWriter, EventWriter, Publisher
+from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
+from .pubsub_embedded import EmbeddedPubSubStore
 from .store import EmbeddedStore, Synchronous
 from .stream import Stream, StreamSubscriptionHandle
 from .tokens import SequenceToken
@@ -88,6 +89,7 @@ class StreamProvider:
         balancer_options: BalancerOptions | None = None,
         worker_name: str | None = None,
         options: StreamProviderOptions | None = None,
+        co_partitioned: Sequence[Sequence[str]] = (),
         **option_kwargs: Any,
     ) -> None:
         if options is not None and option_kwargs:
@@ -110,6 +112,8 @@ class StreamProvider:
         # The local store (the embedded adapter's own, or one given to .kafka for pub-sub etc.)
         self.store: EmbeddedStore | None = getattr(factory, "store", None)
         self.mapper = factory.get_queue_mapper()
+        if co_partitioned:  # several namespaces placed by key (see balancer.keyed)
+            self.mapper = KeyedQueueMapper(self.mapper, co_partitioned)
         self.pubsub: PubSubStore = pubsub or MemoryPubSubStore()
         self.dead_letters: DeadLetterStore = dead_letters or MemoryDeadLetterStore()
         self.failure_handler: StreamFailureHandler = failure_handler or LoggingFailureHandler()
@@ -117,6 +121,7 @@ class StreamProvider:
         self._adapter: QueueAdapter | None = None
         self._manager: AgentManager | None = None
         self._publisher: Publisher | None = None
+        self._failing = False  # the provider's block is leaving with an error
         self._stack: contextlib.AsyncExitStack | None = None
 
     # -- constructors --------------------------------------------------------------
@@ -207,12 +212,38 @@ class StreamProvider:
         return cls(GeneratorAdapterFactory(config, queues), **options)
 
     # -- consumer registration -----------------------------------------------------
-    def implicit(self, namespace: str) -> Callable[[T], T]:
+    def implicit(self, namespace: str, *more: str) -> Callable[[T], T]:
         """Register a consumer type activated for every stream of ``namespace``: one
-        instance per stream id, built as ``cls(stream_id)``, on the worker owning the queue."""
+        instance per stream id, built as ``cls(stream_id)``, on the worker owning the queue.
+
+        With several namespaces (``implicit("tolls", "prices")``) there is one instance per
+        *key*, fed by ``tolls/<key>`` and ``prices/<key>`` alike and built once as
+        ``cls(StreamId("tolls", key))`` (the first namespace's stream id). The streams of one
+        key must share a queue: create the provider with ``co_partitioned=[("tolls",
+        "prices")]`` (a Kafka topic of a foreign format places by key already).
+
+        >>> provider = StreamProvider.memory(queues=4, co_partitioned=[("tolls", "prices")])
+        >>> @provider.implicit("tolls", "prices")
+        ... class PricedTolls:
+        ...     def __init__(self, stream_id): self.key = stream_id.key
+        ...     async def on_next(self, batch): pass
+        """
+        namespaces = (namespace, *more)
+        if len(set(namespaces)) != len(namespaces):
+            raise ConfigurationError(f"implicit lists a namespace twice: {namespaces!r}")
+        if more and not places_together(self.mapper, namespaces):
+            listed = ", ".join(repr(n) for n in namespaces)
+            raise ConfigurationError(
+                f"implicit({listed}) activates one instance per key, so the streams of one key "
+                f"must share a queue: create the provider with co_partitioned=[({listed})]"
+            )
 
         def decorate(cls: T) -> T:
-            self.registry.register_implicit(namespace, cls)
+            if more:
+                self.registry.register_keyed(namespaces, cls)
+            else:
+                check_inputs(cls, namespaces)
+                self.registry.register_implicit(namespace, cls)
             return cls
 
         return decorate
@@ -243,6 +274,8 @@ class StreamProvider:
 
     async def __aexit__(self, *exc_info: object) -> bool | None:
         stack, self._stack = self._stack, None
+        if exc_info[1] is not None:
+            self._failing = True
         try:
             assert stack is not None
             return await stack.__aexit__(*exc_info)  # type: ignore[arg-type]
@@ -255,19 +288,27 @@ class StreamProvider:
     async def client(self) -> AsyncIterator[StreamProvider]:
         """Open the provider to publish only, with no pulling agents."""
         await self._start(worker=False)
+        failing = True
         try:
             yield self
+            failing = False
         finally:
+            self._failing = failing  # the block's own error is the one to see
             await self.__aexit__(None, None, None)
 
     async def _start(self, *, worker: bool) -> None:
         if self._stack is not None:
             raise ConfigurationError("this provider is already running")
         stack = contextlib.AsyncExitStack()
+        self._failing = False
         await stack.__aenter__()
         try:
             adapter = await self.factory.create_adapter()
             stack.push_async_callback(adapter.close)
+            # What the publisher could not write, raised once all else has closed (from
+            # within a task group's exit it would come wrapped in an exception group).
+            unwritten: list[PublishError] = []
+            stack.push_async_callback(self._report_unwritten, unwritten)
             if worker:
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 context = AgentContext(
@@ -285,39 +326,46 @@ class StreamProvider:
                     )
                 await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
             self._adapter = adapter
-            await self._start_publisher(stack, adapter)
+            await self._start_publisher(stack, adapter, unwritten)
         except BaseException:
             self._adapter = self._manager = self._publisher = None
             await stack.aclose()
             raise
         self._stack = stack
 
-    async def _start_publisher(self, stack: contextlib.AsyncExitStack, adapter: QueueAdapter) -> None:
-        """The writer of what this provider publishes; leaving the provider flushes it first
-        (raising PublishError for what it could not write)."""
+    async def _start_publisher(
+        self, stack: contextlib.AsyncExitStack, adapter: QueueAdapter, unwritten: list[PublishError]
+    ) -> None:
+        """The writer of what this provider publishes; leaving the provider flushes it
+        first, before the agents stop (what it could not write goes to ``unwritten``)."""
         make_writer = getattr(adapter, "event_writer", None)
         writer: EventWriter = make_writer() if make_writer is not None else ContainerWriter(adapter)
         publisher = Publisher(writer, self.mapper, self._written)
-        failed: list[PublishError] = []
-
-        async def report() -> None:  # raised once the writer's task group has ended
-            if failed:
-                raise failed[0]
-
-        stack.push_async_callback(report)
-        tg = await stack.enter_async_context(anyio.create_task_group())
-        tg.start_soon(publisher.run)
+        # Entered and left by hand: as a context of the stack it would be handed the
+        # block's own error on leaving, and wrap it in an exception group.
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
 
         async def close() -> None:
             try:
                 await publisher.close()
             except PublishError as exc:
-                failed.append(exc)
+                unwritten.append(exc)
             finally:
                 tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
 
         stack.push_async_callback(close)
+        tg.start_soon(publisher.run)
         self._publisher = publisher
+
+    async def _report_unwritten(self, unwritten: list[PublishError]) -> None:
+        """Raise what the publisher could not write; when the block is leaving with an
+        error of its own, that is the one to see, and this one is logged."""
+        if unwritten and not self._failing:
+            raise unwritten[0]
+        if unwritten:
+            log.error("leaving the provider: %s", unwritten[0])
 
     def _written(self, queue: QueueId) -> None:
         """The publisher wrote to ``queue``: its agent here, if any, reads now."""

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
 from .adapters.protocols import QueueAdapter, QueueMapper
 from .batch import BatchKind, encode_batch
@@ -81,7 +82,7 @@ class ContainerWriter:
 class _Round:
     """What is buffered between two writes: each stream's runs of events, in order."""
 
-    __slots__ = ("streams", "events", "awaited", "urgent", "done", "error")
+    __slots__ = ("awaited", "done", "error", "events", "streams", "urgent")
 
     def __init__(self) -> None:
         self.streams: dict[StreamId, list[list[Any]]] = {}  # runs of events (see add)
@@ -120,6 +121,31 @@ class Publisher:
         self._failed = 0  # events send() buffered that were not written, since the last flush
         self._reasons: list[str] = []
         self._closed = False
+
+    async def send(self, stream_id: StreamId, value: Any, event_time: float | None) -> None:
+        """Buffer one event (``stream.send``): :meth:`add` for one value, without waiting,
+        shortened for the common case of a stream whose last run takes one more event."""
+        r = self._open
+        runs = r.streams.get(stream_id)
+        if runs is not None and self._buffered < self._max_buffered and not self._closed:
+            last = runs[-1]
+            values = last[1]
+            if last[3] and len(values) < self._max_batch:
+                times = last[2]
+                if times is not None:
+                    times.append(event_time)
+                elif event_time is not None:
+                    last[2] = [None] * len(values) + [event_time]
+                values.append(value)
+                r.events += 1
+                self._buffered += 1
+                self._since_yield += 1
+                if self._since_yield >= self._max_batch:
+                    self._since_yield = 0
+                    await anyio.lowlevel.checkpoint()
+                return
+        times = None if event_time is None else [event_time]
+        await self.add(stream_id, BatchKind.DATA, [value], times, wait=False)
 
     async def add(
         self,
@@ -180,25 +206,23 @@ class Publisher:
         self._since_yield += n
         if self._since_yield >= self._max_batch:
             self._since_yield = 0
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
 
     async def run(self) -> None:
         """The writer: one write at a time, for as long as the provider runs."""
         while True:
             await self._pending.wait()
+            self._pending = anyio.Event()  # only this task replaces it: it waits on it
             if not self._open.urgent and self._open.events < self._max_batch:
                 await anyio.sleep(self._linger)  # let more sends join this write
             while self._writing is not None:  # an on_next caller is writing: one at a time
                 await self._writing.done.wait()
             if self._open.events:
                 await self._take_and_write()
-            else:
-                self._pending = anyio.Event()
 
     async def _take_and_write(self) -> None:
         """Write the open round (a new one opens for what comes meanwhile)."""
         r, self._open = self._open, _Round()
-        self._pending = anyio.Event()
         self._writing = r
         try:
             await self._write(r)

@@ -18,7 +18,7 @@ headers come with it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from .batch import BatchContainer, BatchKind, Event, EventBatch
 from .ids import StreamId
@@ -31,6 +31,7 @@ class RecordEvent(Event):
     (``(name, bytes)`` pairs, in the record's order; ``()`` for none)."""
 
     __slots__ = ("headers",)
+    headers: Headers
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, headers={self.headers!r})"
@@ -40,12 +41,13 @@ class RecordBatch(BatchContainer):
     """The events of one stream from several one-event records: values, and per event the
     record's timestamp and headers. The batch's own arrival time is its newest record's."""
 
-    __slots__ = ("headers",)
+    __slots__ = ("headers", "times")
 
     def __init__(
         self, stream_id: StreamId, values: list[Any], times: list[float], headers: list[Headers]
     ) -> None:
         super().__init__(stream_id, BatchKind.DATA, max(times), values, times)
+        self.times = times  # every event's own (the base class allows None for "arrival")
         self.headers = headers
 
     def events(self, sequence_number: int) -> EventBatch:
@@ -63,12 +65,11 @@ class RecordEventBatch(EventBatch):
             container = self.container
             assert isinstance(container, RecordBatch)
             seq, sid, at = self.sequence_number, container.stream_id, RecordEvent._at
-            values, times, headers = container.values, container.event_times, container.headers
-            assert times is not None
+            values, times, headers = container.values, container.times, container.headers
             events = []
             for i in range(self._start, len(values)):
-                event = at(values[i], times[i], times[i], seq, i, sid)
-                event.headers = headers[i]  # type: ignore[attr-defined]
+                event = cast(RecordEvent, at(values[i], times[i], times[i], seq, i, sid))
+                event.headers = headers[i]
                 events.append(event)
             self._events = events
         return events

@@ -71,8 +71,7 @@ class Stream:
         publisher = self._provider._publisher
         if publisher is None:
             publisher = self._provider._require_publisher()
-        times = None if event_time is None else [to_seconds(event_time)]
-        await publisher.add(self.stream_id, BatchKind.DATA, [value], times, wait=False)
+        await publisher.send(self.stream_id, value, None if event_time is None else to_seconds(event_time))
 
     async def on_next_batch(
         self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None

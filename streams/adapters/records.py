@@ -25,6 +25,7 @@ two methods:
 from __future__ import annotations
 
 import json
+import json.scanner
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack
@@ -59,7 +60,8 @@ class JsonRecords:
 
     def __init__(self) -> None:
         self._decoder = json.JSONDecoder()
-        self._scan = self._decoder.scan_once
+        # typeshed types make_scanner as the C scanner class, whose argument is the decoder
+        self._scan = json.scanner.make_scanner(self._decoder)  # type: ignore[arg-type]
         self._encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
     def decode(self, data: bytes) -> Any:

@@ -10,7 +10,6 @@ import pytest
 
 from streams import EncodeError, PublishError, StreamId, StreamProvider
 from streams.batch import BatchContainer, BatchKind
-from streams.ids import QueueId
 from streams.publisher import ContainerWriter, Publisher
 
 from .conftest import Recorder, drained
@@ -57,18 +56,27 @@ async def test_completion_and_punctuation_keep_their_place_among_sent_events():
     assert rec.completed == 1
 
 
-async def test_concurrent_on_next_calls_on_one_stream_share_a_container():
-    provider = StreamProvider.memory(queues=1)
+async def test_concurrent_on_next_calls_on_one_stream_share_a_container(tmp_path):
+    provider = StreamProvider.embedded(tmp_path / "store", queues=1)
     sid = StreamId("s", "k")
-    async with provider.client():
-        async with anyio.create_task_group() as tg:
-            for n in range(50):
-                tg.start_soon(provider.get_stream(sid).on_next, n)
-        adapter = provider._adapter
-        depth = adapter.depth(QueueId(0))  # type: ignore[union-attr]
-        records = [BatchContainer.decode(p) for _, p, _ in adapter._queues[0].records]  # type: ignore[union-attr]
-    assert sorted(v for c in records for v in c.values) == list(range(50))
-    assert depth == len(records) <= 3  # the first call's write, then the rest together
+    async with provider.client(), anyio.create_task_group() as tg:
+        for n in range(50):
+            tg.start_soon(provider.get_stream(sid).on_next, n)
+    rec = Recorder()
+    provider = StreamProvider.embedded(tmp_path / "store", queues=1)
+
+    @provider.implicit("s")
+    class Collect:
+        def __init__(self, stream_id):
+            pass
+
+        async def on_next(self, batch):
+            await rec.on_next(batch)
+
+    async with provider:
+        await drained(provider)
+    assert sorted(rec.values) == list(range(50))
+    assert rec.batches <= 3  # the first call writes at once, the others share the next write
 
 
 async def test_a_value_that_cannot_be_encoded_fails_alone_and_flush_says_so():
@@ -157,3 +165,19 @@ async def test_a_batch_stays_one_container_of_its_own_between_sent_events():
         records = provider._adapter._queues[0].records  # type: ignore[union-attr]
         containers = [list(BatchContainer.decode(p).values) for _, p, _ in records]
     assert containers == [[1, 2], [3, 4], [5]]
+
+
+async def test_an_error_leaving_the_block_is_the_one_raised_and_the_failed_sends_are_logged(caplog):
+    provider = StreamProvider.memory(queues=1)
+    with pytest.raises(KeyError):
+        async with provider.client():
+            await provider.get_stream(StreamId("s", "k")).send(object())
+            raise KeyError("the caller's own")
+    assert "1 sent event(s) were not enqueued" in caplog.text
+
+
+async def test_leaving_a_worker_raises_what_it_could_not_write_as_it_is():
+    provider = StreamProvider.memory(queues=1)
+    with pytest.raises(PublishError, match="1 sent event"):  # not inside an exception group
+        async with provider:
+            await provider.get_stream(StreamId("s", "k")).send(object())

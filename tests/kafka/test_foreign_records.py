@@ -329,3 +329,54 @@ def test_settings_that_need_a_record_format_are_refused_without_one():
         StreamProvider.kafka("127.0.0.1:1", "t", records="avro")
     with pytest.raises(ConfigurationError, match="needs a topic"):
         StreamProvider.kafka("127.0.0.1:1")
+
+
+async def test_event_times_in_epoch_milliseconds_and_iso_text_make_the_same_windows(kafka_broker, kafka_topic):
+    await make_topic(kafka_broker, kafka_topic)
+    t0 = 1_700_000_000  # 2023-11-14T22:13:20Z, a multiple of 10 s
+    offsets = [1, 2, 12, 13, 14, 25, 31]
+    from datetime import UTC, datetime
+
+    records = [
+        (b"d", json.dumps({"ts": (t0 + o) * 1000, "at": datetime.fromtimestamp(t0 + o, UTC).isoformat().replace("+00:00", "Z")}).encode(), None, None, None)
+        for o in offsets
+    ]
+    await produce(kafka_broker, kafka_topic, *records)
+    provider = json_provider(kafka_broker, kafka_topic)
+    windows: dict[str, list] = {"ms": [], "iso": []}
+
+    def windowed(name: str, policy: OrderingPolicy) -> type:
+        class Windows:
+            event_time = EventTime(policy, Tumbling(10), Count())
+
+            def __init__(self, stream_id):
+                pass
+
+            def on_window(self, result):
+                windows[name].append((result.start - t0, result.value))
+
+        Windows.__qualname__ = f"Windows_{name}"
+        return Windows
+
+    provider.implicit("sensors")(windowed("ms", OrderingPolicy(timestamp_by="ts", unit="ms")))
+    provider.implicit("sensors")(windowed("iso", OrderingPolicy(timestamp_by="at")))
+    async with provider:
+        await drained(provider, 30)
+    # the watermark reaches t0 + 31: windows [0, 10), [10, 20), [20, 30) have closed
+    assert windows["ms"] == windows["iso"] == [(0, 2), (10, 3), (20, 1)]
+
+
+def test_a_config_file_names_the_format_of_a_topic_others_write(tmp_path):
+    from streams.config import load_config
+
+    (tmp_path / "headrace.toml").write_text(
+        '[provider]\nadapter = "kafka"\nqueues = 4\n'
+        '[provider.kafka]\nbootstrap_servers = "127.0.0.1:1"\ntopic = "readings"\n'
+        'records = "json"\nnamespace = "sensors"\nkey_field = "device"\n'
+    )
+    provider = load_config(tmp_path / "headrace.toml", environ={}).provider()
+    settings = provider.factory.settings
+    assert (settings.record_format.name, settings.namespaces, settings.key_field) == (
+        "json", {"readings": "sensors"}, "device"
+    )
+    assert isinstance(provider.mapper, KafkaPartitionMapper)
