@@ -36,6 +36,7 @@ from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
+from .keyed_heap import KeyedMinHeap
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
 from .timed import EventTimeObserver, HandoffTarget, event_time_of
@@ -95,6 +96,14 @@ class PullingAgent:
         self._pump_lock = anyio.Lock()
         self._last_inactivity_sweep = time.monotonic()
         self._last_deadline_check = 0.0
+        self._last_tick = 0.0
+        # Kept proportional to the work at hand, not to the streams held: the consumers with
+        # a task now, the event-time activations that stepped since last looked at, the
+        # positions held by open windows and the time each activation's next tick is due.
+        self._working: set[StreamConsumer] = set()
+        self._changed: set[EventTimeObserver] = set()
+        self._holds: KeyedMinHeap[EventTimeObserver] = KeyedMinHeap()
+        self._ticks: KeyedMinHeap[EventTimeObserver] = KeyedMinHeap()
         self._pressure_since: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -107,6 +116,7 @@ class PullingAgent:
                 task_status.started()
                 while not self._stopping:
                     self._check_deadlines()
+                    self._run_ticks()
                     read = await self._pump()
                     if read and not self._stopping:
                         # A read that returned data may have left more behind (queues hand out
@@ -126,9 +136,39 @@ class PullingAgent:
         if now - self._last_deadline_check < min(0.1, self.context.options.max_event_delivery_time / 4):
             return
         self._last_deadline_check = now
-        for state in self._streams.values():
-            for consumer in state.consumers.values():
-                consumer.check_deadline(now)
+        for consumer in tuple(self._working):  # only a consumer with a task delivers
+            consumer.check_deadline(now)
+
+    def _run_ticks(self) -> None:
+        """Once a timer period, tick the event-time activations whose next tick is due (a
+        silent stream's watermark follows the clock: late arrival, idle timeouts)."""
+        now = time.monotonic()
+        if now - self._last_tick < self.context.options.get_queue_msgs_timer_period:
+            return
+        self._last_tick = now
+        self._refresh()
+        wall = time.time()
+        for observer in self._ticks.pop_until(wall):
+            self._spawn(self._tick, observer, wall)
+
+    async def _tick(self, observer: EventTimeObserver, now: float) -> None:
+        try:
+            await observer.on_tick(now)
+        except Exception as exc:  # a consumer's bug (in on_window, say) must not stop the agent
+            log.exception("%s: a tick of %s on %s raised", self.queue, type(observer.target).__qualname__, observer.stream_id)
+            try:
+                await observer.on_error(exc)
+            except Exception:
+                log.exception("on_error of %s raised", type(observer.target).__qualname__)
+
+    def _refresh(self) -> None:
+        """Bring the holds and next ticks of the activations that stepped up to date."""
+        changed, holds, ticks = self._changed, self._holds, self._ticks
+        while changed:
+            observer = changed.pop()
+            hold = observer.checkpoint_hold()
+            holds.set(observer, None if hold is None else hold.sequence_number)
+            ticks.set(observer, observer.next_tick())
 
     def wake(self) -> None:
         """A producer in this process enqueued to this queue: read now, not at the next tick."""
@@ -154,7 +194,7 @@ class PullingAgent:
 
     @property
     def idle(self) -> bool:
-        return all(c.idle for s in self._streams.values() for c in s.consumers.values())
+        return all(c.idle for c in self._working)  # a consumer without a task is caught up
 
     async def _shutdown(self) -> None:
         with anyio.move_on_after(self.context.options.shutdown_timeout) as scope:
@@ -233,7 +273,7 @@ class PullingAgent:
                 await state.opened()
         now = time.monotonic()
         for sid in self.cache.add(decoded):
-            state = streams[sid]
+            state = streams[sid] = streams.pop(sid)  # streams stay in order of their last data
             state.last_activity = now
             for consumer in state.consumers.values():
                 consumer.data_arrived()
@@ -260,22 +300,16 @@ class PullingAgent:
 
     # -- acknowledging ---------------------------------------------------------------
     def _ack_point(self) -> float:
-        """The oldest queue position still needed by a cursor or held by a consumer."""
-        point: float = math.inf
-        needed = self.cache.oldest_needed()
-        if needed is not None:
-            point = needed
-        for state in self._streams.values():
-            for consumer in state.consumers.values():
-                position = consumer.cursor.position
-                if position is not None:  # a cursor reading history from the queue
-                    point = min(point, position)
-            for observer in state.activations.values():
-                hold = getattr(observer.target, "checkpoint_hold", None)
-                token = hold() if hold is not None else None
-                if token is not None:
-                    point = min(point, token.sequence_number)
-        return point
+        """The oldest queue position still needed: by a cursor in the cache, by a cursor
+        reading history from the queue (only a consumer with a task has one), or by an
+        activation's open windows (a heap, updated as they step)."""
+        self._refresh()
+        needed = (
+            self.cache.oldest_needed(),
+            self._holds.min(),
+            *(consumer.cursor.position for consumer in self._working),
+        )
+        return min((p for p in needed if p is not None), default=math.inf)
 
     async def _ack(self) -> None:
         unacked = self._unacked
@@ -332,6 +366,8 @@ class PullingAgent:
             target = instance if spec is None else EventTimeObserver(
                 instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid)
             )
+            if spec is not None:
+                target.on_change = self._changed.add
             observer = state.activations[cls] = as_observer(target)
             self._spawn(self._call_hook, instance, "on_activate")
         return observer
@@ -360,6 +396,7 @@ class PullingAgent:
         consumer = StreamConsumer(
             subscription_id, sid, observer, cursor, self.context,
             start_token=None if miss else token, durable=durable, spawn=self._spawn,
+            working=self._working,
         )
         state.consumers[subscription_id] = consumer
         if miss is not None:
@@ -387,15 +424,14 @@ class PullingAgent:
         if now - self._pressure_since < timeout:
             return
         oldest = self.cache.oldest_needed()
-        for state in self._streams.values():
-            for consumer in state.consumers.values():
-                item = consumer.cursor.current()
-                if item is not None and item.sequence == oldest:
-                    log.warning(
-                        "%s: consumer %s on %s held the cache full for %.0fs; detached to read from the queue",
-                        self.queue, consumer.subscription_id, consumer.stream_id, now - self._pressure_since,
-                    )
-                    consumer.detach(functools.partial(self._rewind_cursor, consumer.stream_id))
+        for consumer in tuple(self._working):  # one holding the cache has data, so a task
+            item = consumer.cursor.current()
+            if item is not None and item.sequence == oldest:
+                log.warning(
+                    "%s: consumer %s on %s held the cache full for %.0fs; detached to read from the queue",
+                    self.queue, consumer.subscription_id, consumer.stream_id, now - self._pressure_since,
+                )
+                consumer.detach(functools.partial(self._rewind_cursor, consumer.stream_id))
         self._pressure_since = None
 
     def _spawn(self, fn: Any, *args: Any) -> None:
@@ -446,19 +482,43 @@ class PullingAgent:
         state = self._streams.pop(sid)
         for consumer in state.consumers.values():
             consumer.close()
+        for observer in state.activations.values():
+            target = observer.target
+            if isinstance(target, EventTimeObserver):
+                target.on_change = None
+                self._changed.discard(target)
+                self._holds.discard(target)
+                self._ticks.discard(target)
         for instance in state.instances.values():
             self._spawn(self._call_hook, instance, "on_deactivate")
 
     def _sweep_inactive(self) -> None:
-        """Drop streams with no new data for ``stream_inactivity_period`` and no active cursor."""
+        """Deactivate the streams with no new data for ``stream_inactivity_period``, nothing
+        in flight and no open window holding the checkpoint (those stay: their windows are
+        state the queue's checkpoint already waits for). Streams are kept in order of their
+        last data, so a sweep reads only the quiet ones."""
         now = time.monotonic()
         period = self.context.options.stream_inactivity_period
         if now - self._last_inactivity_sweep < min(period, 60.0):
             return
         self._last_inactivity_sweep = now
-        for sid, state in list(self._streams.items()):
-            if now - state.last_activity >= period and all(c.idle for c in state.consumers.values()):
+        self._refresh()
+        quiet = []
+        for sid, state in self._streams.items():
+            if now - state.last_activity < period:
+                break
+            quiet.append((sid, state))
+        for sid, state in quiet:
+            if state.opening is None and self._quiet(state):
                 self._close_stream(sid)
+
+    def _quiet(self, state: _StreamState) -> bool:
+        if not all(c.idle for c in state.consumers.values()):
+            return False
+        return not any(
+            isinstance(observer.target, EventTimeObserver) and observer.target in self._holds
+            for observer in state.activations.values()
+        )
 
     # -- status ----------------------------------------------------------------------------
     def stream_ids(self) -> list[StreamId]:

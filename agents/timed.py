@@ -13,6 +13,7 @@ timestamp order (the checkpoint is held at the oldest event still held).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +84,9 @@ class EventTimeObserver:
         # The hold of an emit that never finished (cancelled, or failed past its retries):
         # kept until the activation ends, so a restart replays and rebuilds what it lost.
         self._unfinished: SequenceToken | None = None
+        # Told after each step (its hold and next tick may have moved): the agent keeps
+        # them in heaps rather than asking every activation at every ack and tick.
+        self.on_change: Callable[[EventTimeObserver], None] | None = None
 
     async def on_next(self, batch: EventBatch) -> None:
         async with self._lock:
@@ -113,12 +117,34 @@ class EventTimeObserver:
         before = self._held()
         self._emitting = before
         try:
-            await self._emit(step())
+            out = step()
+            self._changed()  # the new windows' hold counts before the emit can suspend
+            await self._emit(out)
         except BaseException:
             self._unfinished = _lowest(self._unfinished, before)
             raise
         finally:
             self._emitting = None
+            self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def next_tick(self) -> float | None:
+        """When (wall-clock seconds) a tick would next change something for this
+        activation: close a window, fire an idle timeout, release held events, or move the
+        watermark its type watches (``on_watermark``); None when no tick ever would."""
+        processor = self.processor
+        due = processor.next_tick()
+        late = processor.policy.late_arrival
+        if late is not None and processor.watermark < math.inf:
+            earliest = self._release.earliest() if self._release is not None else None
+            if earliest is not None:
+                due = min(due, earliest + late)
+            if self._user_watermark is not None:
+                due = -math.inf  # at every tick, as its watermark follows the clock
+        return None if due == math.inf else due
 
     def checkpoint_hold(self) -> SequenceToken | None:
         """The oldest queue position this activation still needs (None: none)."""
