@@ -50,12 +50,11 @@ _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
 class _StreamState:
     """What the agent knows of one active stream."""
 
-    __slots__ = ("consumers", "activations", "instances", "last_activity", "opening")
+    __slots__ = ("consumers", "activations", "last_activity", "opening")
 
     def __init__(self) -> None:
         self.consumers: dict[str, StreamConsumer] = {}
         self.activations: dict[type, Any] = {}  # consumer type -> the observer delivered to
-        self.instances: dict[type, Any] = {}  # consumer type -> the user's instance
         self.last_activity = time.monotonic()
         # Set, and dropped, once every consumer is attached: a plain attribute test on the
         # hot path, and no event kept per stream.
@@ -361,7 +360,7 @@ class PullingAgent:
         """One instance per stream id and consumer type, like an Orleans grain activation."""
         observer = state.activations.get(cls)
         if observer is None:
-            instance = state.instances[cls] = cls(sid)
+            instance = cls(sid)
             spec = event_time_of(instance)
             target = instance if spec is None else EventTimeObserver(
                 instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid)
@@ -369,7 +368,8 @@ class PullingAgent:
             if spec is not None:
                 target.on_change = self._changed.add
             observer = state.activations[cls] = as_observer(target)
-            self._spawn(self._call_hook, instance, "on_activate")
+            if hasattr(instance, "on_activate"):  # a task only for a type that has the hook
+                self._spawn(self._call_hook, instance, "on_activate")
         return observer
 
     async def _attach(
@@ -489,8 +489,12 @@ class PullingAgent:
                 self._changed.discard(target)
                 self._holds.discard(target)
                 self._ticks.discard(target)
-        for instance in state.instances.values():
-            self._spawn(self._call_hook, instance, "on_deactivate")
+        for observer in state.activations.values():
+            instance = observer.target
+            if isinstance(instance, EventTimeObserver):
+                instance = instance.target
+            if hasattr(instance, "on_deactivate"):
+                self._spawn(self._call_hook, instance, "on_deactivate")
 
     def _sweep_inactive(self) -> None:
         """Deactivate the streams with no new data for ``stream_inactivity_period``, nothing

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-
-import anyio
 
 from streams.batch import EventBatch
 from streams.deadletters import DeadLetterStore
@@ -27,8 +25,11 @@ from streams.eventtime.processor import Output
 from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.spec import EventTime
 from streams.ids import StreamId
-from streams.observer import _lift, _nothing
+from streams.observer import _nothing
 from streams.tokens import SequenceToken
+
+from .hooks import ConsumerHooks
+from .turns import Turns
 
 
 def event_time_of(instance: Any) -> EventTime | None:
@@ -68,14 +69,9 @@ class EventTimeObserver:
         self.processor = spec.processor(str(stream_id))
         self._partition = str(stream_id)
         self._dead_letters = dead_letters
-        self._lock = anyio.Lock()  # an activation may have several subscriptions
-        spec.check_consumer(type(target))
-        self._on_window = _lift(getattr(target, "on_window", None))
-        self._on_events = _lift(getattr(target, "on_events", None))
-        self.on_error = _lift(getattr(target, "on_error", None)) or _nothing
-        self.has_on_error = getattr(target, "on_error", None) is not None
-        self._user_completed = _lift(getattr(target, "on_completed", None)) or _nothing
-        self._user_watermark = _lift(getattr(target, "on_watermark", None))
+        self._lock = Turns()  # an activation may have several subscriptions
+        # Looked up once per type (registration checked that the type can take the results).
+        self._hooks = ConsumerHooks.of(target)
         self._last_watermark = self.processor.watermark
         # What the processor held before a step that is still being emitted: the processor
         # forgets a window as it closes it, but its events stay needed until the window is
@@ -87,6 +83,32 @@ class EventTimeObserver:
         # Told after each step (its hold and next tick may have moved): the agent keeps
         # them in heaps rather than asking every activation at every ack and tick.
         self.on_change: Callable[[EventTimeObserver], None] | None = None
+
+    # The target's optional methods, bound when called (none kept per activation).
+    @property
+    def _on_window(self) -> Callable[..., Awaitable[None]] | None:
+        return self._hooks.bind("on_window", self.target)
+
+    @property
+    def _on_events(self) -> Callable[..., Awaitable[None]] | None:
+        return self._hooks.bind("on_events", self.target)
+
+    @property
+    def _user_watermark(self) -> Callable[..., Awaitable[None]] | None:
+        return self._hooks.bind("on_watermark", self.target)
+
+    @property
+    def _user_completed(self) -> Callable[[], Awaitable[None]]:
+        return self._hooks.bind("on_completed", self.target) or _nothing
+
+    @property
+    def has_on_error(self) -> bool:
+        return self._hooks.has("on_error")
+
+    async def on_error(self, error: BaseException) -> None:
+        hook = self._hooks.bind("on_error", self.target)
+        if hook is not None:
+            await hook(error)
 
     async def on_next(self, batch: EventBatch) -> None:
         async with self._lock:
@@ -142,7 +164,7 @@ class EventTimeObserver:
             earliest = self._release.earliest() if self._release is not None else None
             if earliest is not None:
                 due = min(due, earliest + late)
-            if self._user_watermark is not None:
+            if self._hooks.has("on_watermark"):
                 due = -math.inf  # at every tick, as its watermark follows the clock
         return None if due == math.inf else due
 
