@@ -22,10 +22,12 @@ variables sees the agent's.)
 from __future__ import annotations
 
 import dis
+import functools
 import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from types import CodeType
 from typing import Any
 
 import anyio
@@ -36,6 +38,7 @@ from streams.deadletters import DeadLetter
 from streams.errors import DecodeError, DeliveryTimeoutError
 from streams.failures import DeliveryFailure
 from streams.ids import StreamId
+from streams.observer import is_coroutine_function
 from streams.tokens import SequenceToken
 
 from .context import AgentContext
@@ -349,7 +352,7 @@ def _immediate_on_next(observer: Any) -> Callable[[EventBatch], Awaitable[Any] |
     fn = getattr(observer, "user_on_next", None)  # the function as_observer adapted
     if fn is None:
         return None
-    if inspect.iscoroutinefunction(fn):
+    if is_coroutine_function(fn):
         return _completing(fn) if _never_suspends(fn) else None
     return _calling(fn)
 
@@ -359,7 +362,11 @@ def _never_suspends(fn: Callable[..., Any]) -> bool:
     which await too) runs to its end on the first step of its coroutine: every suspension
     point compiles to a YIELD_VALUE. Only the code that will run is read (a bound method's
     function, not what a decorator wraps); anything else counts as suspending."""
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return _code_never_suspends(getattr(getattr(fn, "__func__", fn), "__code__", None))
+
+
+@functools.lru_cache(maxsize=4096)  # per code object: once per consumer type, not per stream
+def _code_never_suspends(code: CodeType | None) -> bool:
     return (
         code is not None
         and bool(code.co_flags & inspect.CO_COROUTINE)

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from streams.observer import _lift
+from streams.observer import _lift, is_coroutine_function
 
 HOOK_NAMES = ("on_window", "on_events", "on_error", "on_completed", "on_watermark")
 
@@ -25,7 +25,7 @@ Hook = Callable[..., Awaitable[None]]  # called as hook(instance, *args)
 
 def _unbound(fn: Callable[..., Any]) -> Hook:
     """``fn(instance, *args)`` as an async call, awaiting what a plain function returns."""
-    if inspect.iscoroutinefunction(fn):
+    if is_coroutine_function(fn):
         return fn
 
     async def call(instance: Any, *args: Any) -> None:
