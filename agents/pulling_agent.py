@@ -39,7 +39,7 @@ from .consumer import StreamConsumer
 from .keyed_heap import KeyedMinHeap
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
-from .timed import EventTimeObserver, HandoffTarget, event_time_of
+from .timed import EventTimeDelivery, EventTimeObserver, HandoffTarget, event_time_of
 from .context import AgentContext
 
 log = logging.getLogger("headrace.agent")
@@ -101,6 +101,7 @@ class PullingAgent:
         # positions held by open windows and the time each activation's next tick is due.
         self._working: set[StreamConsumer] = set()
         self._changed: set[EventTimeObserver] = set()
+        self._on_change = self._changed.add  # one bound method for every activation
         self._holds: KeyedMinHeap[EventTimeObserver] = KeyedMinHeap()
         self._ticks: KeyedMinHeap[EventTimeObserver] = KeyedMinHeap()
         self._pressure_since: float | None = None
@@ -362,12 +363,13 @@ class PullingAgent:
         if observer is None:
             instance = cls(sid)
             spec = event_time_of(instance)
-            target = instance if spec is None else EventTimeObserver(
-                instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid)
-            )
-            if spec is not None:
-                target.on_change = self._changed.add
-            observer = state.activations[cls] = as_observer(target)
+            if spec is None:
+                observer = as_observer(instance)
+            else:
+                target = EventTimeObserver(instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid))
+                target.on_change = self._on_change
+                observer = EventTimeDelivery(target)
+            state.activations[cls] = observer
             if hasattr(instance, "on_activate"):  # a task only for a type that has the hook
                 self._spawn(self._call_hook, instance, "on_activate")
         return observer

@@ -21,6 +21,7 @@ from typing import Any
 
 from streams.batch import EventBatch
 from streams.deadletters import DeadLetterStore
+from streams.eventtime.policy import Action
 from streams.eventtime.processor import Output
 from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.spec import EventTime
@@ -115,6 +116,12 @@ class EventTimeObserver:
             if self._release is not None and len(batch):
                 last = batch[-1].token
                 self._release.saw((last.sequence_number, last.event_index))
+            if len(batch) and _follows_clock_for_accepted(self.processor):
+                # The agent does not tick a quiet activation; under `accept` a late event's
+                # fate depends on the clock's watermark, so catch up with it first (as a
+                # timer tick just before the batch arrived would have).
+                arrival = batch[0].arrival_time
+                await self._step(lambda: self.processor.on_tick(arrival))
             await self._step(lambda: self.processor.on_events(batch, self._partition))
 
     async def on_watermark(self, watermark: float) -> None:
@@ -203,7 +210,42 @@ class EventTimeObserver:
             await self._user_watermark(out.watermark)
 
 
+class EventTimeDelivery:
+    """What an event-time activation's consumers deliver to: the observer shape over an
+    :class:`EventTimeObserver` (its ``target``), with no bound method kept per activation.
+
+    >>> EventTimeDelivery(None).target is None
+    True
+    """
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: EventTimeObserver) -> None:
+        self.target = target
+
+    @property
+    def has_on_error(self) -> bool:
+        return self.target.has_on_error
+
+    def on_next(self, batch: EventBatch) -> Awaitable[None]:
+        return self.target.on_next(batch)
+
+    def on_error(self, error: BaseException) -> Awaitable[None]:
+        return self.target.on_error(error)
+
+    def on_completed(self) -> Awaitable[None]:
+        return self.target.on_completed()
+
+    def on_watermark(self, watermark: float) -> Awaitable[None]:
+        return self.target.on_watermark(watermark)
+
+
 def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
     if a is None:
         return b
     return a if b is None or a <= b else b
+
+
+def _follows_clock_for_accepted(processor: Any) -> bool:
+    policy = processor.policy
+    return policy.late_arrival is not None and policy.action is Action.ACCEPT

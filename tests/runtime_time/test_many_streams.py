@@ -127,30 +127,38 @@ async def test_a_stream_with_fresh_data_is_not_deactivated_while_quiet_ones_are(
         assert [sid.key for sid in agent.stream_ids()] == ["busy"]
 
 
-async def test_100000_activations_come_and_go_without_memory_growing():
-    """Five rounds of 20,000 streams each: every stream publishes one event and falls quiet,
-    and every activation is deactivated before the next round. Memory (allocated blocks and
-    objects the collector tracks) after the last round is where it was after the second."""
-    rounds, per_round = 5, 20_000
+async def _come_and_go(windowed: bool, rounds: int, per_round: int) -> tuple[list[int], list[int]]:
+    """Rounds of streams that each publish one event and fall quiet; every activation is
+    deactivated before the next round. Returns the allocated blocks and the objects the
+    collector tracks after each round."""
     provider = StreamProvider.memory(
         queues=4, cache_size=256, cache_buckets=4, stream_inactivity_period=0.05,
         get_queue_msgs_timer_period=0.01,
     )
-    seen = [0]
-    deactivated = [0]
+    seen, deactivated = [0], [0]
 
-    @provider.implicit("devices")
-    class Counts:
-        event_time = EventTime(OrderingPolicy(), Tumbling(60), Count())
-
+    class Base:
         def __init__(self, stream_id):
             pass
 
-        def on_window(self, result):
-            seen[0] += result.value
-
         def on_deactivate(self):
             deactivated[0] += 1
+
+    if windowed:
+
+        @provider.implicit("devices")
+        class Windowed(Base):
+            event_time = EventTime(OrderingPolicy(), Tumbling(60), Count())
+
+            def on_window(self, result):
+                seen[0] += result.value
+
+    else:
+
+        @provider.implicit("devices")
+        class Plain(Base):
+            def on_next(self, batch):
+                seen[0] += len(batch)
 
     blocks, objects = [], []
     async with provider:
@@ -158,10 +166,9 @@ async def test_100000_activations_come_and_go_without_memory_growing():
             for i in range(per_round):
                 stream = provider.get_stream(StreamId("devices", f"r{r}-{i}"))
                 await stream.on_next(i)
-                await stream.on_completed()  # its window closes: nothing holds it
-            started = time.monotonic()
+                if windowed:
+                    await stream.on_completed()  # its window closes: nothing holds it
             await drained(provider, 60)
-            print(f"round {r}: drained in {time.monotonic() - started:.1f} s")
             await _until(lambda: deactivated[0] == (r + 1) * per_round, timeout=60)
             assert all(agent.stream_ids() == [] for agent in provider.agents)
             await anyio.sleep(0.05)  # the on_deactivate tasks finish
@@ -172,7 +179,50 @@ async def test_100000_activations_come_and_go_without_memory_growing():
             blocks.append(sys.getallocatedblocks())
             objects.append(len(gc.get_objects()))
     assert seen[0] == rounds * per_round
+    return blocks, objects
+
+
+async def test_100000_activations_come_and_go_without_memory_growing():
+    rounds, per_round = 5, 20_000
+    blocks, objects = await _come_and_go(False, rounds, per_round)
     later = (rounds - 2) * per_round  # activations that came and went after round two
     # Less than one block, or one tracked object, per ten activations: nothing kept per stream.
     assert blocks[-1] - blocks[1] < later / 10, blocks
     assert objects[-1] - objects[1] < later / 10, objects
+
+
+async def test_event_time_activations_come_and_go_without_memory_growing():
+    rounds, per_round = 4, 5_000
+    blocks, objects = await _come_and_go(True, rounds, per_round)
+    later = (rounds - 2) * per_round
+    assert blocks[-1] - blocks[1] < later / 10, blocks
+    assert objects[-1] - objects[1] < later / 10, objects
+
+
+async def test_a_quiet_accepting_activation_catches_up_with_the_clock_before_late_events():
+    # Unticked while quiet, the activation still judges a late event against the watermark
+    # the clock gives (arrival - late_arrival), as a timer tick would have: under `accept`
+    # an event whose every window that watermark has closed is dead-lettered.
+    provider = StreamProvider.memory(queues=1, get_queue_msgs_timer_period=0.01)
+    results = []
+
+    @provider.implicit("devices")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(late_arrival=0.05, action="accept"), Tumbling(0.1, origin=0), Count())
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_window(self, result):
+            results.append(result.value)
+
+    stream = provider.get_stream(StreamId("devices", "d"))
+    async with provider:
+        await stream.on_next("first")
+        await _until(lambda: results == [1])  # closed by a tick; then nothing is open
+        await anyio.sleep(0.5)
+        await stream.on_next("late", event_time=time.time() - 0.3)  # its window ended >= 0.2 s ago
+        await drained(provider)
+        letters = await provider.dead_letters.list()
+    assert results == [1]
+    assert [(d.reason, d.value) for d in letters] == [("window_closed", "late")]
