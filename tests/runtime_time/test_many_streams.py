@@ -186,8 +186,10 @@ async def test_100000_activations_come_and_go_without_memory_growing():
     rounds, per_round = 5, 20_000
     blocks, objects = await _come_and_go(False, rounds, per_round)
     later = (rounds - 2) * per_round  # activations that came and went after round two
-    # Less than one block, or one tracked object, per ten activations: nothing kept per stream.
-    assert blocks[-1] - blocks[1] < later / 10, blocks
+    # Nothing kept per stream: anything left behind per activation is at least one block
+    # (and, for an object, one tracked by the collector). Free lists and tables that have
+    # grown to their working size move the block count by a few thousand either way.
+    assert blocks[-1] - blocks[1] < later / 3, blocks
     assert objects[-1] - objects[1] < later / 10, objects
 
 
@@ -195,7 +197,7 @@ async def test_event_time_activations_come_and_go_without_memory_growing():
     rounds, per_round = 4, 5_000
     blocks, objects = await _come_and_go(True, rounds, per_round)
     later = (rounds - 2) * per_round
-    assert blocks[-1] - blocks[1] < later / 10, blocks
+    assert blocks[-1] - blocks[1] < later / 3, blocks
     assert objects[-1] - objects[1] < later / 10, objects
 
 
