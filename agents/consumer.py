@@ -1,9 +1,13 @@
 """Delivery to one subscription: its cursor, one batch at a time, awaited.
 
-A slow consumer slows only its own cursor; the others keep their own pace. A consumer that
-raises is told through ``on_error``, the failure handler hears of it, the batch is
-dead-lettered with reason ``delivery_failed`` (so it stays findable), and delivery goes on,
-unless the subscription is faulted (``fault_on_error``).
+A slow consumer slows only its own cursor; the others keep their own pace. A batch whose
+delivery raises is delivered again with back-off (``delivery_retry_backoff``, doubling) while
+``max_event_delivery_time`` allows (``agents.redelivery``); if no attempt succeeds the consumer
+is told through ``on_error``, the failure handler hears of it, the batch is dead-lettered with
+reason ``delivery_failed`` and the traceback (so it stays findable), and delivery goes on,
+unless the subscription is faulted (``fault_on_error``; never an implicit activation's).
+Every delivery runs with the worker, queue and stream as the logging context
+(``streams.logcontext``), so the consumer's own log lines name them.
 
 A consumer's task delivers until the cursor is caught up, then ends: a quiet consumer has
 no task (an agent may hold a hundred thousand of them), and the agent starts one when data
@@ -26,7 +30,7 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import CodeType
 from typing import Any
 
@@ -38,10 +42,12 @@ from streams.deadletters import DeadLetter
 from streams.errors import DecodeError, DeliveryTimeoutError
 from streams.failures import DeliveryFailure
 from streams.ids import StreamId
+from streams.logcontext import enter_fields, leave_fields
 from streams.observer import is_coroutine_function
 from streams.tokens import SequenceToken
 
 from .context import AgentContext
+from .redelivery import failure_detail, redeliver
 
 log = logging.getLogger("headrace.agent")
 
@@ -54,7 +60,7 @@ class StreamConsumer:
         "subscription_id", "stream_id", "observer", "cursor", "durable", "delivered_batches",
         "failures", "faulted", "detached", "_context", "_start_token", "_closed",
         "_delivering", "_scope", "_deadline", "_timed_out", "_spawn", "_has_task", "_call_now",
-        "_handoff", "_working",
+        "_handoff", "implicit", "_redelivers", "_log_fields", "_working",
     )
 
     def __init__(
@@ -67,6 +73,8 @@ class StreamConsumer:
         *,
         start_token: SequenceToken | None = None,
         durable: bool = False,
+        implicit: bool = False,
+        log_fields: Mapping[str, Any] | None = None,
         spawn: Callable[[Callable[[], Awaitable[None]]], None],
         working: set[StreamConsumer] | None = None,
     ) -> None:
@@ -75,6 +83,7 @@ class StreamConsumer:
         self.observer = observer
         self.cursor = cursor
         self.durable = durable
+        self.implicit = implicit  # an implicit activation is never faulted (as in Orleans)
         self.delivered_batches = 0
         self.failures = 0
         self.faulted = False
@@ -94,11 +103,20 @@ class StreamConsumer:
         self._call_now = _immediate_on_next(observer)  # None: only the task calls on_next
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._handoff: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[Any]] | None = None
+        # An observer that keeps what it was given (an event-time activation's processor)
+        # says so: delivering the batch again would count it twice.
+        self._redelivers: bool = getattr(getattr(observer, "target", observer), "redeliverable", True)
+        self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
 
     @property
     def idle(self) -> bool:
-        """Caught up (or closed) and not in the middle of a delivery."""
-        return not self._delivering and (self._closed or self.cursor.current() is None)
+        """Caught up (or closed) and not in the middle of a delivery. A cursor with history
+        still to read from the queue (a rewind, a detached consumer) has not caught up, though
+        it holds nothing between two reads: drain and shutdown wait for it."""
+        if self._delivering:
+            return False
+        cursor = self.cursor
+        return self._closed or (cursor.current() is None and not cursor.needs_fill)
 
     def start(self) -> None:
         """Begin delivering: a task catches up with what the cursor holds (none is needed
@@ -121,7 +139,7 @@ class StreamConsumer:
     def data_arrived(self) -> None:
         """The agent added batches of this consumer's stream to the cache: deliver them here
         and now if ``on_next`` cannot suspend and no task is busy with this consumer, else
-        leave them to a task."""
+        leave them to a task. The agent calls it with the stream's log context set."""
         if self._call_now is not None and not self._has_task and self._deliver_now():
             return
         self._resume()
@@ -131,6 +149,7 @@ class StreamConsumer:
         whether the cursor is caught up with nothing left for the task to do."""
         cursor, call = self.cursor, self._call_now
         assert call is not None
+        # The log context is the agent's to set here: once per stream for all its consumers.
         while not self._closed:
             item = cursor.current()
             if item is None:
@@ -167,13 +186,13 @@ class StreamConsumer:
         cursor, item, batch, pending = self._handoff  # type: ignore[misc]
         self._handoff = None
         if isinstance(pending, Exception):
-            await self._failed(item, batch, pending)
+            await self._retry(item, batch, pending)
         else:
             try:
                 await pending
                 self.delivered_batches += 1
             except Exception as exc:
-                await self._failed(item, batch, exc)
+                await self._retry(item, batch, exc)
         self._delivering = False
         cursor.advance()
 
@@ -196,6 +215,7 @@ class StreamConsumer:
             self._scope.cancel()
 
     async def run(self) -> None:
+        fields = enter_fields(self._log_fields)  # the task's own context: for all it delivers
         try:
             while True:
                 with anyio.CancelScope() as scope:
@@ -215,6 +235,7 @@ class StreamConsumer:
             self._scope = None  # the watchdog has nothing to cancel until the next task
             self._has_task = False
             self._working.discard(self)
+            leave_fields(fields)
 
     async def _deliver_all(self) -> None:
         limit = self._context.options.max_event_delivery_time
@@ -226,7 +247,9 @@ class StreamConsumer:
             item = cursor.current()
             if item is None:
                 if cursor.needs_fill:
-                    await cursor.fill()  # type: ignore[attr-defined]
+                    miss = await cursor.fill()  # type: ignore[attr-defined]
+                    if miss is not None:  # history retention removed: a visible gap
+                        await self.report_error(miss)
                     continue
                 # Caught up: the task ends, so a quiet consumer costs no parked task. The
                 # agent delivers what comes next, or starts a task for it.
@@ -265,7 +288,27 @@ class StreamConsumer:
                 await observer.on_watermark(float(item.container.values[0]))
             self.delivered_batches += 1
         except Exception as exc:  # a consumer's bug must not stop the agent
-            await self._failed(item, batch, exc)
+            if kind is BatchKind.DATA and batch:
+                await self._retry(item, batch, exc)
+            else:
+                await self._failed(item, batch, exc)
+
+    async def _retry(self, item: CachedBatch, batch: EventBatch, error: Exception) -> None:
+        """Deliver a batch whose delivery raised again, with back-off, within the delivery's
+        ``max_event_delivery_time``; dead-letter it if no attempt succeeds."""
+        if self._redelivers and not isinstance(error, DecodeError):
+            log.info(
+                "%s: consumer %s raised %r; retrying with back-off", self.stream_id, self.subscription_id, error
+            )
+            last = await redeliver(
+                self.observer.on_next, batch, error, self._deadline,
+                self._context.options.delivery_retry_backoff, lambda: self._closed,
+            )
+            if last is None:
+                self.delivered_batches += 1
+                return
+            error = last
+        await self._failed(item, batch, error)
 
     def _batch_of(self, item: CachedBatch) -> EventBatch:
         events = item.events
@@ -279,13 +322,14 @@ class StreamConsumer:
     async def _failed(self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception) -> None:
         self.failures += 1
         options = self._context.options
-        self.faulted = options.fault_on_error
+        self.faulted = options.fault_on_error and not self.implicit
         if isinstance(error, DecodeError):
             await self._undecodable(item, error)
             batch = []  # its values cannot be read: the raw record is what is kept
         token = batch[0].token if batch else item.message.token
         await self._tell_observer(error)
         if batch:
+            detail = failure_detail(self.subscription_id, error)
             await self._context.dead_letters.add(
                 [
                     DeadLetter(
@@ -293,9 +337,10 @@ class StreamConsumer:
                         stream=str(self.stream_id),
                         queue=item.message.queue.number,
                         sequence_number=e.token.sequence_number,
+                        event_index=e.token.event_index,
                         value=e.value,
                         event_time=e.event_time,
-                        detail=f"{self.subscription_id}: {error!r}",
+                        detail=detail,
                     )
                     for e in batch
                 ]

@@ -22,3 +22,4 @@ class AgentContext:
     failure_handler: StreamFailureHandler
     # handoff stream name -> a spark_sink.HandoffSink, for consumer types that declare a handoff
     handoff_sinks: Mapping[str, Any] = field(default_factory=dict)
+    worker_name: str | None = None  # named in the log context of every delivery

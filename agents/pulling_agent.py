@@ -28,9 +28,10 @@ from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
 from streams.batch import BatchContainer, QueueMessage, interned
 from streams.consumers import InProcessSubscription
-from streams.deadletters import DeadLetter
+from streams.deadletters import DeadLetter, QueueDeadLetters
 from streams.errors import CacheMissError, DecodeError
 from streams.ids import QueueId, StreamId
+from streams.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.observer import as_observer
 from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
@@ -50,9 +51,10 @@ _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
 class _StreamState:
     """What the agent knows of one active stream."""
 
-    __slots__ = ("consumers", "activations", "last_activity", "opening")
+    __slots__ = ("consumers", "activations", "last_activity", "opening", "log_fields")
 
-    def __init__(self) -> None:
+    def __init__(self, log_fields: Any) -> None:
+        self.log_fields = log_fields  # worker, queue, stream: the log context of its deliveries
         self.consumers: dict[str, StreamConsumer] = {}
         self.activations: dict[type, Any] = {}  # consumer type -> the observer delivered to
         self.last_activity = time.monotonic()
@@ -82,6 +84,7 @@ class PullingAgent:
         self._rewindable = isinstance(receiver, RewindableReceiver)
         self.cache = cache
         self.context = context
+        self._dead_letters = QueueDeadLetters(context.dead_letters, queue.number)
         self.read_messages = 0
         self.read_failures = 0
         self.pressure_skips = 0
@@ -250,7 +253,7 @@ class PullingAgent:
         for message in messages:
             unacked.append(message.sequence_number)
             try:
-                decoded.append((message, BatchContainer.decode(message.payload)))
+                decoded.append((message, message.container()))
             except DecodeError as exc:
                 letters.append(
                     DeadLetter(
@@ -262,7 +265,7 @@ class PullingAgent:
                     )
                 )
         if letters:
-            log.warning("%s: %d record(s) are not batch containers; dead-lettered", self.queue, len(letters))
+            log.warning("%s: %d record(s) do not decode; dead-lettered", self.queue, len(letters))
             await self.context.dead_letters.add(letters)
         streams = self._streams
         for sid in {c.stream_id for _, c in decoded}:
@@ -272,11 +275,20 @@ class PullingAgent:
             if state.opening is not None:
                 await state.opened()
         now = time.monotonic()
-        for sid in self.cache.add(decoded):
-            state = streams[sid] = streams.pop(sid)  # streams stay in order of their last data
-            state.last_activity = now
-            for consumer in state.consumers.values():
-                consumer.data_arrived()
+        # The log context of the deliveries made here, inline: set per stream (no reset
+        # between streams, nothing else runs meanwhile), restored once at the end.
+        outer: Any = None
+        try:
+            for sid in self.cache.add(decoded):
+                state = streams[sid] = streams.pop(sid)  # streams stay in order of their last data
+                state.last_activity = now
+                entered = enter_fields(state.log_fields)
+                outer = outer or entered
+                for consumer in state.consumers.values():
+                    consumer.data_arrived()
+        finally:
+            if outer is not None:
+                leave_fields(outer)
 
     async def _retrying(self, fn: Any, *args: Any) -> Any:
         """Call the receiver, backing off on failure; log once per outage, not per retry."""
@@ -330,11 +342,13 @@ class PullingAgent:
     async def _open_stream(self, sid: StreamId, skip: str | None = None) -> _StreamState:
         """Attach every consumer of a newly active stream (``skip`` is attached by the
         caller, from its own token)."""
-        state = self._streams[sid] = _StreamState()
+        state = self._streams[sid] = _StreamState(delivery_fields(self.context.worker_name, self.queue, sid))
         registry = self.context.registry
         try:
             for cls in registry.implicit_types(sid.namespace):
-                await self._attach(state, sid, f"implicit:{registry.type_name(cls)}", self._activation(state, sid, cls))
+                await self._attach(
+                    state, sid, f"implicit:{registry.type_name(cls)}", self._activation(state, sid, cls), implicit=True
+                )
             for sub in registry.observers(sid):
                 if sub.subscription_id != skip:
                     await self._attach(state, sid, sub.subscription_id, as_observer(sub.observer))
@@ -366,12 +380,12 @@ class PullingAgent:
             if spec is None:
                 observer = as_observer(instance)
             else:
-                target = EventTimeObserver(instance, spec, sid, self.context.dead_letters, self._handoff_for(cls, sid))
+                target = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))
                 target.on_change = self._on_change
                 observer = EventTimeDelivery(target)
             state.activations[cls] = observer
             if hasattr(instance, "on_activate"):  # a task only for a type that has the hook
-                self._spawn(self._call_hook, instance, "on_activate")
+                self._spawn(self._call_hook, instance, "on_activate", state.log_fields)
         return observer
 
     async def _attach(
@@ -383,6 +397,7 @@ class PullingAgent:
         token: SequenceToken | None = None,
         *,
         durable: bool = False,
+        implicit: bool = False,
     ) -> StreamConsumer:
         miss: CacheMissError | None = None
         cursor: Any
@@ -397,8 +412,8 @@ class PullingAgent:
                 cursor = self.cache.create_cursor(sid, self.cache.oldest_cached_token())
         consumer = StreamConsumer(
             subscription_id, sid, observer, cursor, self.context,
-            start_token=None if miss else token, durable=durable, spawn=self._spawn,
-            working=self._working,
+            start_token=None if miss else token, durable=durable, implicit=implicit,
+            log_fields=state.log_fields, spawn=self._spawn, working=self._working,
         )
         state.consumers[subscription_id] = consumer
         if miss is not None:
@@ -441,10 +456,11 @@ class PullingAgent:
         self._tg.start_soon(fn, *args)
 
     @staticmethod
-    async def _call_hook(instance: Any, name: str) -> None:
+    async def _call_hook(instance: Any, name: str, log_fields: Any) -> None:
         hook = getattr(instance, name, None)
         if hook is None:
             return
+        enter_fields(log_fields)  # its own task: the context goes with it
         try:
             result = hook()
             if hasattr(result, "__await__"):
@@ -485,18 +501,15 @@ class PullingAgent:
         for consumer in state.consumers.values():
             consumer.close()
         for observer in state.activations.values():
-            target = observer.target
-            if isinstance(target, EventTimeObserver):
-                target.on_change = None
-                self._changed.discard(target)
-                self._holds.discard(target)
-                self._ticks.discard(target)
-        for observer in state.activations.values():
             instance = observer.target
             if isinstance(instance, EventTimeObserver):
+                instance.on_change = None
+                self._changed.discard(instance)
+                self._holds.discard(instance)
+                self._ticks.discard(instance)
                 instance = instance.target
             if hasattr(instance, "on_deactivate"):
-                self._spawn(self._call_hook, instance, "on_deactivate")
+                self._spawn(self._call_hook, instance, "on_deactivate", state.log_fields)
 
     def _sweep_inactive(self) -> None:
         """Deactivate the streams with no new data for ``stream_inactivity_period``, nothing

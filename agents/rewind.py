@@ -4,6 +4,10 @@ A subscription from a token older than the cache, or a slow consumer detached so
 holds the cache full, gets a :class:`RewindCursor`: it reads the queue itself from its position
 (``RewindableReceiver.read_range``), keeps its own stream's batches, and joins the cache with an
 ordinary cursor as soon as the cache holds everything from its position on.
+
+A position the queue no longer holds (retention removed it) is a visible miss, as one older
+than the cache is: :meth:`RewindCursor.fill` returns a :class:`CacheMissError` naming the first
+position available, which the consumer hears through ``on_error`` before the data from there.
 """
 
 from __future__ import annotations
@@ -86,19 +90,25 @@ class RewindCursor:
             self._joined.close()
         self._buffer.clear()
 
-    async def fill(self) -> None:
-        """Join the cache if it now holds our position, else read the next run of history."""
+    async def fill(self) -> CacheMissError | None:
+        """Join the cache if it now holds our position, else read the next run of history.
+        Returns the miss to report when the queue no longer holds our position."""
+        wanted = self._next_sequence
         try:
-            self._joined = self._cache.create_cursor(self.stream_id, SequenceToken(self._next_sequence))
-            return
+            self._joined = self._cache.create_cursor(self.stream_id, SequenceToken(wanted))
+            return None
         except CacheMissError:
             pass
-        messages = await self._receiver.read_range(self._next_sequence, self._read_size)
+        messages = await self._receiver.read_range(wanted, self._read_size)
         if not messages:
             # Retention removed our position and the cache has moved past it too: continue
             # from the oldest data the cache holds (what a plain cache miss does).
-            self._joined = self._cache.create_cursor(self.stream_id, self._cache.oldest_cached_token())
-            return
+            oldest = self._cache.oldest_cached_token()
+            self._joined = self._cache.create_cursor(self.stream_id, oldest)
+            return self._miss(wanted, None if oldest is None else oldest.sequence_number)
+        miss = None
+        if messages[0].sequence_number > wanted:  # read_range starts at the oldest record retained
+            miss = self._miss(wanted, messages[0].sequence_number)
         for message in messages:
             try:
                 container = BatchContainer.decode(message.payload)
@@ -107,3 +117,11 @@ class RewindCursor:
             if container.stream_id == self.stream_id:
                 self._buffer.append(_HistoryBatch(message, container))
         self._next_sequence = messages[-1].sequence_number + 1
+        return miss
+
+    def _miss(self, wanted: int, first: int | None) -> CacheMissError:
+        return CacheMissError(
+            f"stream {self.stream_id}: position {wanted} is no longer in the queue (retention "
+            f"removed it); the first position available is {'-' if first is None else first}; "
+            "resuming from there"
+        )

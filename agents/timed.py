@@ -8,7 +8,8 @@ loses no window (the queue replays it).
 
 A type that hands off to Spark has its closed windows written to the handoff sink first; a
 windowless one has its events held until the watermark passes them and handed off in
-timestamp order (the checkpoint is held at the oldest event still held).
+timestamp order (the checkpoint is held at the oldest event still held). A failed append is
+retried, what the sink refuses is dead-lettered (:mod:`agents.handoff`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from streams.batch import EventBatch
@@ -29,8 +29,11 @@ from streams.ids import StreamId
 from streams.observer import _nothing
 from streams.tokens import SequenceToken
 
+from .handoff import HandoffTarget, HandoffWrites
 from .hooks import ConsumerHooks
 from .turns import Turns
+
+__all__ = ["EventTimeDelivery", "EventTimeObserver", "HandoffTarget", "event_time_of"]
 
 
 def event_time_of(instance: Any) -> EventTime | None:
@@ -38,19 +41,12 @@ def event_time_of(instance: Any) -> EventTime | None:
     return spec if isinstance(spec, EventTime) else None
 
 
-@dataclass(frozen=True, slots=True)
-class HandoffTarget:
-    """Where one activation's finalized output goes: a ``spark_sink.HandoffSink``, written
-    as ``source`` (the stream) and ``consumer`` (the type) to ``partition`` (the queue)."""
-
-    sink: Any
-    source: str
-    consumer: str
-    partition: int
-
-
 class EventTimeObserver:
     """The observer the runtime delivers to, for an event-time consumer activation."""
+
+    # A batch it took is in its processor's windows: the runtime must not deliver it again
+    # after a failure (it would be counted twice).
+    redeliverable = False
 
     def __init__(
         self,
@@ -61,7 +57,7 @@ class EventTimeObserver:
         handoff: HandoffTarget | None = None,
     ) -> None:
         self.target = target
-        self._handoff = handoff
+        self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
         # A windowless consumer's events wait here for the watermark, then go in order.
         self._release: TimestampOrder | None = (
             TimestampOrder() if handoff is not None and spec.window is None else None
@@ -190,16 +186,14 @@ class EventTimeObserver:
             await self._dead_letters.add(out.dead_letters)
         handoff = self._handoff
         if handoff is not None and out.windows:  # durable before anyone else hears of them
-            await handoff.sink.write(handoff.source, handoff.consumer, handoff.partition, out.windows)
+            await handoff.windows(out.windows)
         if handoff is not None and self._release is not None:
             for outcome in out.events:
                 if outcome.timestamp is not None:  # always, for an event that passed the policy
                     self._release.add(outcome.timestamp, position_of(outcome), outcome)
             released = self._release.release(out.watermark)
             if released:
-                await handoff.sink.write_events(
-                    handoff.source, handoff.consumer, handoff.partition, released, self._release.below()
-                )
+                await handoff.events(released, self._release.below())
         if self._on_window is not None:
             for result in out.windows:
                 await self._on_window(result)

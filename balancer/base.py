@@ -131,8 +131,13 @@ class QueueBalancerBase(abc.ABC):
         if not queues:
             raise ConfigurationError("a balancer needs at least one queue to balance")
         self._check_worker(worker)
+        reclaim = False
         if self._membership is not None:
-            await self._membership.join(worker)
+            before = (await self._membership.snapshot()).members.get(worker)
+            joined = await self._membership.join(worker)
+            # Let in under a name another process holds without having left: that process
+            # is dead (the membership says so), and its leases are this worker's to take back.
+            reclaim = before is not None and before.left_at is None and before.incarnation != joined.incarnation
         self._worker = worker
         self._queues = tuple(sorted(set(queues)))
         self._ownership = QueueOwnership(
@@ -142,7 +147,11 @@ class QueueBalancerBase(abc.ABC):
             lease_length=self.options.lease_length,
             renew_period=self.options.renew_period,
         )
-        await self.tick()
+        self._ownership.reclaim = reclaim
+        try:
+            await self.tick()
+        finally:
+            self._ownership.reclaim = False
 
     def get_my_queues(self) -> frozenset[QueueId]:
         return self._ownership.owned if self._ownership is not None else frozenset()

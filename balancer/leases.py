@@ -26,15 +26,31 @@ LeaseChange = Callable[[QueueId, Lease | None], Lease | None]
 
 
 def grant(
-    current: Lease | None, queue: QueueId, owner: str, now: float, length: float
+    current: Lease | None,
+    queue: QueueId,
+    owner: str,
+    now: float,
+    length: float,
+    *,
+    reclaim: bool = False,
 ) -> Lease | None:
     """The new lease of ``owner`` on ``queue``, with the next epoch; ``None`` while someone
     holds it.
 
+    With ``reclaim``, a lease still held under ``owner``'s own name is granted too: the
+    caller is a new process of that name whose predecessor died holding it (the membership
+    let it in, so the predecessor is dead). The next epoch fences anything it may still try
+    to write.
+
     >>> grant(None, QueueId(0), "w1", now=0.0, length=60.0)
     Lease(queue=QueueId(number=0), owner='w1', epoch=1, expires_at=60.0)
+    >>> held = Lease(QueueId(0), "w1", 4, expires_at=50.0)
+    >>> grant(held, QueueId(0), "w1", now=10.0, length=60.0) is None
+    True
+    >>> grant(held, QueueId(0), "w1", now=10.0, length=60.0, reclaim=True)
+    Lease(queue=QueueId(number=0), owner='w1', epoch=5, expires_at=70.0)
     """
-    if current is not None and current.is_held_at(now):
+    if current is not None and current.is_held_at(now) and not (reclaim and current.owner == owner):
         return None
     epoch = current.epoch + 1 if current is not None else 1
     return Lease(queue, owner, epoch, now + length)
@@ -83,6 +99,7 @@ class TableLeaseProvider:
         length: float,
         *,
         limit: int | None = None,
+        reclaim: bool = False,
     ) -> list[Lease]:
         if not queues or (limit is not None and limit <= 0):
             return []
@@ -93,7 +110,7 @@ class TableLeaseProvider:
             nonlocal granted
             if limit is not None and granted >= limit:
                 return None
-            lease = grant(current, queue, owner, now, length)
+            lease = grant(current, queue, owner, now, length, reclaim=reclaim)
             granted += lease is not None
             return lease
 

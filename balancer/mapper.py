@@ -34,3 +34,80 @@ class HashRingQueueMapper:
 
     def get_queue_for_stream(self, stream_id: StreamId) -> QueueId:
         return self._queues[bisect.bisect_left(self._upper, stream_id.uniform_hash)]
+
+
+_M = 0x5BD1E995  # murmur2's multiplier, as in Kafka's Java client
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash of ``data`` as an unsigned 32-bit int (the Java client's
+    ``Utils.murmur2``, seed ``0x9747b28c``, read modulo 2**32).
+
+    >>> murmur2(b"21") - (1 << 32)  # Kafka's own test value, which Java prints signed
+    -973932308
+    """
+    length = len(data)
+    h = (0x9747B28C ^ length) & _MASK
+    whole = length & ~3
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    tail = length & 3
+    if tail:
+        if tail == 3:
+            h ^= data[whole + 2] << 16
+        if tail >= 2:
+            h ^= data[whole + 1] << 8
+        h ^= data[whole]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h
+
+
+def kafka_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a record with ``key``: the positive
+    part of its murmur2 hash, modulo the partition count.
+
+    >>> kafka_partition(b"sensor-1", 8) in range(8)
+    True
+    """
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class KafkaPartitionMapper:
+    """The queue mapper of a topic other programs write too: a stream lives in the
+    partition Kafka's default partitioner gives its key (``stream_id.key`` as UTF-8), so
+    headrace and any other producer agree on where a key's records are.
+
+    >>> mapper = KafkaPartitionMapper(8)
+    >>> mapper.get_queue_for_stream(StreamId("sensors", "sensor-1")).number == kafka_partition(b"sensor-1", 8)
+    True
+    """
+
+    def __init__(self, queues: int = 8) -> None:
+        if not isinstance(queues, int) or queues < 1:
+            raise ValueError(f"the number of queues is a positive int, not {queues!r}")
+        self._queues = [QueueId(i) for i in range(queues)]
+        self._known: dict[str, QueueId] = {}  # key -> queue: producers repeat their keys
+
+    @property
+    def queue_count(self) -> int:
+        return len(self._queues)
+
+    def get_all_queues(self) -> list[QueueId]:
+        return list(self._queues)
+
+    def get_queue_for_stream(self, stream_id: StreamId) -> QueueId:
+        key = stream_id.key
+        queue = self._known.get(key)
+        if queue is None:
+            if len(self._known) >= 100_000:
+                self._known.clear()
+            queue = self._known[key] = self._queues[kafka_partition(key.encode(), len(self._queues))]
+        return queue

@@ -9,7 +9,6 @@ SQLite in :mod:`balancer.sqlite_store` (several processes on one machine).
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
@@ -17,6 +16,7 @@ from typing import Protocol
 from streams.errors import ConfigurationError, WorkerNameInUseError
 
 from .clock import Clock, SystemClock
+from .instances import instance_is_dead, new_instance_id
 from .protocols import MemberRecord, MembershipSnapshot
 
 DEFAULT_SUSPICION_TIMEOUT = 30.0
@@ -30,15 +30,19 @@ def admit(
     incarnation: str,
     now: float,
     suspicion_timeout: float,
+    is_dead: Callable[[str], bool] = lambda incarnation: False,
 ) -> MemberRecord:
     """The row of ``worker`` joining as ``incarnation``; the current row if that incarnation
     is already live (joining again is harmless).
 
-    Raises :class:`WorkerNameInUseError` while another incarnation of the name is live.
+    Raises :class:`WorkerNameInUseError` while another incarnation of the name is live,
+    unless ``is_dead`` knows that incarnation's process is gone (a restart after a hard stop).
     """
     if current is not None and current.is_live(now, suspicion_timeout):
         if current.incarnation == incarnation:
             return current
+        if is_dead(current.incarnation):
+            return MemberRecord(worker, incarnation, joined_at=now, last_heartbeat=now)
         silent = now - current.last_heartbeat
         raise WorkerNameInUseError(
             f"worker name {worker!r} is in use by a live worker (last heartbeat {silent:.1f} s "
@@ -93,8 +97,10 @@ class MemberTable(Protocol):
 class TableMembership:
     """A :class:`~balancer.protocols.MembershipOracle` over a :class:`MemberTable`.
 
-    Each oracle object joins under its own incarnation id, so it tells its own members from
-    another process's members of the same name.
+    Each oracle object joins under its own incarnation id (``host/pid/nonce``:
+    :mod:`balancer.instances`), so it tells its own members from another process's members
+    of the same name, and a name held by a process of this machine that is gone is taken at
+    once. ``is_dead`` judges an incarnation (default: :func:`~balancer.instances.instance_is_dead`).
     """
 
     def __init__(
@@ -103,6 +109,7 @@ class TableMembership:
         *,
         clock: Clock | None = None,
         suspicion_timeout: float = DEFAULT_SUSPICION_TIMEOUT,
+        is_dead: Callable[[str], bool] = instance_is_dead,
     ) -> None:
         if suspicion_timeout <= 0:
             raise ConfigurationError(
@@ -111,16 +118,17 @@ class TableMembership:
         self._table = table
         self._clock = clock or SystemClock()
         self.suspicion_timeout = suspicion_timeout
+        self._is_dead = is_dead
         self._incarnations: dict[str, str] = {}
         self._joins: Counter[str] = Counter()
 
     async def join(self, worker: str) -> MemberRecord:
         if not isinstance(worker, str) or not worker:
             raise ConfigurationError(f"a worker name is a non-empty str, not {worker!r}")
-        incarnation = self._incarnations.get(worker) or uuid.uuid4().hex
+        incarnation = self._incarnations.get(worker) or new_instance_id()
         now, timeout = self._clock.now(), self.suspicion_timeout
         record = await self._table.update(
-            worker, lambda current: admit(current, worker, incarnation, now, timeout)
+            worker, lambda current: admit(current, worker, incarnation, now, timeout, self._is_dead)
         )
         assert record is not None
         self._incarnations[worker] = incarnation

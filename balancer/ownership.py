@@ -46,6 +46,9 @@ class QueueOwnership:
         self._owned: dict[QueueId, Lease] = {}  # insertion order = acquisition order
         self._releasing: dict[QueueId, Lease] = {}
         self._just_lost: frozenset[QueueId] = frozenset()
+        # True while this worker's first round takes back what a dead predecessor of its
+        # name still holds (see leases.grant).
+        self.reclaim = False
 
     @property
     def owned(self) -> frozenset[QueueId]:
@@ -73,7 +76,9 @@ class QueueOwnership:
         wanted = [q for q in dict.fromkeys(candidates) if q not in busy]
         if not wanted:
             return frozenset()
-        granted = await self._provider.acquire(wanted, self.worker, self.lease_length, limit=limit)
+        granted = await self._provider.acquire(
+            wanted, self.worker, self.lease_length, limit=limit, reclaim=self.reclaim
+        )
         for lease in granted:
             self._owned[lease.queue] = lease
         return frozenset(lease.queue for lease in granted)

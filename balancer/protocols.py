@@ -78,9 +78,11 @@ class LeaseProvider(Protocol):
         length: float,
         *,
         limit: int | None = None,
+        reclaim: bool = False,
     ) -> list[Lease]:
         """Try ``queues`` in order and grant ``owner`` the free ones, at most ``limit`` of
-        them; return the granted leases, in the order tried."""
+        them; return the granted leases, in the order tried. With ``reclaim``, also those
+        still held under ``owner``'s name (by a dead predecessor of that name)."""
         ...
 
     async def renew(self, leases: Sequence[Lease], length: float) -> list[Lease]:

@@ -18,6 +18,10 @@ read ratios are against raw aiokafka with one consumer for all partitions. The r
 ``--rounds`` times, alternating, and each row shows its best round (the machine is shared).
 
     python bench/kafka.py [--records 30000] [--events 100] [--queues 4] [--rounds 3]
+    python bench/kafka.py sensors [--records 200000] [--queues 8] [--rounds 3]
+
+``sensors`` runs issue 12's workload instead: a topic of JSON events written by plain
+aiokafka, read by a windowed worker, against the raw fetch + json loop (bench/kafka_sensors.py).
 """
 
 from __future__ import annotations
@@ -246,6 +250,20 @@ async def run(records: int, events: int, queues: int, rounds: int) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["sensors"]:  # issue 12's workload: a JSON topic others write
+        from bench import kafka_sensors
+
+        sensors = argparse.ArgumentParser(
+            prog="kafka.py sensors",
+            description=kafka_sensors.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sensors.add_argument("--records", type=int, default=200_000)
+        sensors.add_argument("--queues", type=int, default=8)
+        sensors.add_argument("--rounds", type=int, default=3)
+        options = sensors.parse_args(sys.argv[2:])
+        asyncio.run(kafka_sensors.run(options.records, options.queues, options.rounds))
+        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

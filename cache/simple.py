@@ -38,13 +38,14 @@ class SimpleCachedBatch:
     def __init__(self, bucket: int, message: QueueMessage, container: BatchContainer, pending: int) -> None:
         self.bucket = bucket  # the cache's own dense position // the bucket size
         self.sequence = message.sequence_number
-        self._queue, _, self._payload, self._enqueued_time = message
+        self._queue, _, self._payload, self._enqueued_time, _ = message
         self.stream_id = container.stream_id
         self.kind = container.kind
         self.next: SimpleCachedBatch | None = None
         self.pending = pending  # cursors of the stream that have not passed it yet
         # With no cursor to pass it, nothing would drop the decoded form: keep only the bytes.
-        self._container: BatchContainer | None = container if pending > 0 else None
+        # A batch a receiver decoded (no bytes of its own) keeps its decoded form.
+        self._container: BatchContainer | None = container if pending > 0 or not self._payload else None
         self._events: EventBatch | None = None
 
     @property
@@ -70,7 +71,9 @@ class SimpleCachedBatch:
     def passed(self) -> None:
         self.pending -= 1
         if self.pending <= 0:
-            self._container = self._events = None
+            self._events = None
+            if self._payload:
+                self._container = None
 
 
 class _StreamEntry:

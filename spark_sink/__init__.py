@@ -21,34 +21,50 @@ The writer side of the embedded log (used by the runtime)::
         ...                                      # the caller's input checkpoint, same conn
 """
 
-from .datasource import HeadraceDataSource, register
-from .errors import (
-    HandoffDataLostError,
-    HandoffSchemaError,
-    HandoffStoreNotFoundError,
-    UnknownHandoffStreamError,
-)
-from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, HandoffSink
-from .kafka_log import KafkaHandoffLog
-from .kafka_sink import KafkaHandoffSink
-from .kafka_storage import KafkaStorage
-from .log import HandoffLog, Segment
-from .options import ReadOptions
-from .schema import HandoffColumn, HandoffSchema
-from .storage import EmbeddedStorage, HandoffSplit, HandoffStorage, OffsetRange
-from .writer import HandoffWriter
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Loaded on first use (PEP 562): a worker that only declares ``Handoff`` needs neither
+# pyspark nor the Kafka client, and a Spark executor reading the log needs no runtime.
+_HOMES = {
+    "HeadraceDataSource": "datasource",
+    "register": "datasource",
+    "HandoffDataLostError": "errors",
+    "HandoffSchemaError": "errors",
+    "HandoffStoreNotFoundError": "errors",
+    "UnknownHandoffStreamError": "errors",
+    "EmbeddedHandoffSink": "handoff",
+    "EventHandoff": "handoff",
+    "Handoff": "handoff",
+    "HandoffSink": "handoff",
+    "KafkaHandoffLog": "kafka_log",
+    "KafkaHandoffSink": "kafka_sink",
+    "KafkaStorage": "kafka_storage",
+    "HandoffLog": "log",
+    "Segment": "log",
+    "ReadOptions": "options",
+    "HandoffColumn": "schema",
+    "HandoffSchema": "schema",
+    "EmbeddedStorage": "storage",
+    "HandoffSplit": "storage",
+    "HandoffStorage": "storage",
+    "OffsetRange": "storage",
+    "HandoffWriter": "writer",
+}
 
 __all__ = [
-    "Handoff",
-    "HandoffSink",
     "EmbeddedHandoffSink",
     "EmbeddedStorage",
     "EventHandoff",
+    "Handoff",
     "HandoffColumn",
     "HandoffDataLostError",
     "HandoffLog",
     "HandoffSchema",
     "HandoffSchemaError",
+    "HandoffSink",
     "HandoffSplit",
     "HandoffStorage",
     "HandoffStoreNotFoundError",
@@ -63,3 +79,35 @@ __all__ = [
     "UnknownHandoffStreamError",
     "register",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'spark_sink' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
+
+if TYPE_CHECKING:
+    from .datasource import HeadraceDataSource, register
+    from .errors import (
+        HandoffDataLostError,
+        HandoffSchemaError,
+        HandoffStoreNotFoundError,
+        UnknownHandoffStreamError,
+    )
+    from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, HandoffSink
+    from .kafka_log import KafkaHandoffLog
+    from .kafka_sink import KafkaHandoffSink
+    from .kafka_storage import KafkaStorage
+    from .log import HandoffLog, Segment
+    from .options import ReadOptions
+    from .schema import HandoffColumn, HandoffSchema
+    from .storage import EmbeddedStorage, HandoffSplit, HandoffStorage, OffsetRange
+    from .writer import HandoffWriter

@@ -20,13 +20,14 @@ the Kafka sink (:mod:`spark_sink.kafka_sink`) in one Kafka record.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgpack
+import pyarrow as pa
 
-from streams.errors import ConfigurationError
+from streams.errors import ConfigurationError, HandoffRefusedError
 from streams.eventtime.processor import EventOutcome, WindowResult
 from streams.eventtime.release import Position, position_of
 from streams.eventtime.spec import EventTime
@@ -36,6 +37,8 @@ from .errors import HandoffSchemaError
 from .log import HandoffLog, check_stream_name
 from .schema import HandoffSchema
 from .writer import HandoffWriter
+
+T = TypeVar("T")
 
 _MARKS = [
     [
@@ -59,8 +62,11 @@ class Handoff:
     One aggregate column takes the window's value; several take the entries of a
     ``Combined`` aggregate's result by name.
 
+    Each row carries the stream it came from (``stream_id``, ``namespace/key``), so windows
+    of the same key from two streams stay apart.
+
     >>> Handoff("tolls", {"count": "bigint", "total": "double"}).schema().ddl()
-    'window_start timestamp, window_end timestamp, key string, count bigint, total double'
+    'window_start timestamp, window_end timestamp, stream_id string, key string, count bigint, total double'
     """
 
     stream: str
@@ -73,10 +79,11 @@ class Handoff:
             raise ConfigurationError(f"handoff {self.stream!r} needs at least one aggregate column")
 
     def schema(self) -> HandoffSchema:
-        return HandoffSchema.windows(dict(self.aggregates), key=self.key)
+        return HandoffSchema.windows(dict(self.aggregates), key=self.key, stream=True)
 
-    def row(self, result: WindowResult) -> dict[str, Any]:
-        row: dict[str, Any] = {"window_start": result.start, "window_end": result.end}
+    def row(self, source: str, result: WindowResult) -> dict[str, Any]:
+        """The row of one window of stream ``source`` (``namespace/key``)."""
+        row: dict[str, Any] = {"window_start": result.start, "window_end": result.end, "stream_id": source}
         if self.key:
             row["key"] = None if result.key is None else str(result.key)
         names = list(self.aggregates)
@@ -216,8 +223,54 @@ def fresh_windows(
     return fresh, moved
 
 
+def conform(
+    schema: HandoffSchema, items: Sequence[T], row_of: Callable[[T], Mapping[str, Any]], stream: str
+) -> pa.Table:
+    """The rows of ``items`` as a table of ``schema``, or :class:`HandoffRefusedError`
+    naming each item whose row the schema cannot hold (nothing is then appended: the caller
+    dead-letters those and hands off the rest). Rows are checked one by one only when the
+    whole fails, so the usual append converts once.
+
+    >>> schema = HandoffSchema.of({"n": "bigint"})
+    >>> conform(schema, [1, 2], lambda i: {"n": i}, "s").num_rows
+    2
+    >>> try:
+    ...     conform(schema, [1, "x"], lambda i: {"n": i}, "s")
+    ... except HandoffRefusedError as e:
+    ...     [item for item, _ in e.refused]
+    ['x']
+    """
+    rows: list[Mapping[str, Any] | None] = []
+    refused: list[tuple[Any, str]] = []
+    for item in items:
+        try:
+            rows.append(row_of(item))
+        except (HandoffSchemaError, ConfigurationError) as exc:
+            rows.append(None)
+            refused.append((item, f"handoff {stream!r}: {exc}"))
+    whole: HandoffSchemaError | None = None
+    if not refused:
+        try:
+            return schema.to_table(rows)  # type: ignore[arg-type]
+        except HandoffSchemaError as exc:
+            whole = exc  # which rows? each on its own says
+    for item, row in zip(items, rows, strict=True):
+        if row is not None:
+            try:
+                schema.to_table([row])
+            except HandoffSchemaError as exc:
+                refused.append((item, f"handoff {stream!r}: {exc}"))
+    if not refused:  # only together do they fail: none can be told apart from the others
+        refused = [(item, f"handoff {stream!r}: {whole}") for item in items]
+    raise HandoffRefusedError(f"{len(refused)} of {len(items)} rows refused; {refused[0][1]}", refused)
+
+
 class HandoffSink(Protocol):
-    """Where the runtime appends one handoff stream's closed windows."""
+    """Where the runtime appends one handoff stream's closed windows.
+
+    A write raises :class:`~streams.errors.HandoffRefusedError`, appending nothing, when
+    some of the windows or events cannot be held by the declared columns; any other error
+    is a failed append that a retry may get through."""
 
     async def write(
         self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]
@@ -274,7 +327,9 @@ class EmbeddedHandoffSink:
         ).fetchone()
         fresh, mark = fresh_events(released, EventMark.from_bytes(row[0]) if row else EventMark(), below)
         if fresh:
-            self._writer.append(conn, partition, [self.handoff.row(source, e) for e in fresh])
+            handoff = self.handoff
+            table = conform(self._writer.schema, fresh, lambda e: handoff.row(source, e), handoff.stream)
+            self._writer.append(conn, partition, table)
             conn.execute(
                 "INSERT INTO handoff_event_marks(handoff, source, consumer, mark) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark",
@@ -295,7 +350,9 @@ class EmbeddedHandoffSink:
         )
         fresh, moved = fresh_windows(windows, marks)
         if fresh:
-            self._writer.append(conn, partition, [self.handoff.row(w) for w in fresh])
+            handoff = self.handoff
+            table = conform(self._writer.schema, fresh, lambda w: handoff.row(source, w), handoff.stream)
+            self._writer.append(conn, partition, table)
             conn.executemany(
                 "INSERT INTO handoff_marks(handoff, source, consumer, key, last_end) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT(handoff, source, consumer, key) DO UPDATE SET last_end = excluded.last_end",

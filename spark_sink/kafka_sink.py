@@ -14,15 +14,16 @@ import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
+import pyarrow as pa
 
 from streams.adapters.kafka import KafkaSettings, is_transient
 from streams.adapters.outage import OutageLog, retry_transient
 from streams.eventtime.processor import EventOutcome, WindowResult
 
-from .handoff import EventHandoff, EventMark, Handoff, Position, fresh_events, fresh_windows
+from .handoff import EventHandoff, EventMark, Handoff, Position, conform, fresh_events, fresh_windows
 from .kafka_log import KafkaHandoffLog, PartitionMarks
 
 log = logging.getLogger("headrace.handoff")
@@ -32,7 +33,7 @@ T = TypeVar("T")
 class _Append:
     """One record's worth: the rows not handed off yet, and the marks they move."""
 
-    rows: list[dict[str, Any]]
+    rows: pa.Table
     marks: Mapping[str, float]  # windows: per key, the newest end
     events: bytes | None = None  # events: the EventMark once these are handed off
 
@@ -92,7 +93,9 @@ class KafkaHandoffSink:
 
         def fresh(state: PartitionMarks) -> _Append | None:
             windows_left, moved = fresh_windows(windows, state.of(source, consumer))
-            return _Append([handoff.row(w) for w in windows_left], moved) if windows_left else None
+            if not windows_left:
+                return None
+            return _Append(conform(self.schema, windows_left, lambda w: handoff.row(source, w), handoff.stream), moved)
 
         return await self._write(source, consumer, partition, fresh) if windows else 0
 
@@ -106,7 +109,10 @@ class KafkaHandoffSink:
         def fresh(state: PartitionMarks) -> _Append | None:
             known = state.events.get((source, consumer))
             events, mark = fresh_events(released, EventMark.from_bytes(known) if known else EventMark(), below)
-            return _Append([handoff.row(source, e) for e in events], {}, mark.to_bytes()) if events else None
+            if not events:
+                return None
+            rows = conform(self.schema, events, lambda e: handoff.row(source, e), handoff.stream)
+            return _Append(rows, {}, mark.to_bytes())
 
         return await self._write(source, consumer, partition, fresh) if released else 0
 
@@ -142,7 +148,7 @@ class KafkaHandoffSink:
                 self._states[partition] = state
                 return 0
             landed = await self.log.append(
-                stream, partition, self.schema.to_table(append.rows), expected=state.end,
+                stream, partition, append.rows, expected=state.end,
                 source=source, consumer=consumer, marks=append.marks, events=append.events,
             )
             if landed == state.end:
@@ -153,7 +159,7 @@ class KafkaHandoffSink:
                 if state.unsaved >= SNAPSHOT_EVERY:
                     await self.log.save_marks(stream, partition, state)
                     state.unsaved = 0
-                return len(append.rows)
+                return append.rows.num_rows
             # Something was appended since we looked: ours does not count. Read what was.
             log.info(
                 "handoff %r partition %d: record landed at %d, not %d; catching up",

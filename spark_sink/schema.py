@@ -39,6 +39,13 @@ def _micros(value: Any) -> int | None:
     raise HandoffSchemaError(f"a timestamp is POSIX seconds or an aware datetime, not {value!r}")
 
 
+def _whole(value: Any) -> Any:
+    """An integer cell: Arrow would silently truncate a float with a fraction (2.5 -> 2)."""
+    if type(value) is float and not value.is_integer():
+        raise HandoffSchemaError(f"{value!r} is not a whole number (declare the column double)")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class _ColumnKind:
     """One supported column type: its Arrow type as Spark expects it, and Spark's JSON name."""
@@ -54,8 +61,8 @@ _KINDS = {
     for kind in (
         _ColumnKind("string", pa.string(), "string"),
         _ColumnKind("boolean", pa.bool_(), "boolean"),
-        _ColumnKind("int", pa.int32(), "integer"),
-        _ColumnKind("bigint", pa.int64(), "long"),
+        _ColumnKind("int", pa.int32(), "integer", _whole),
+        _ColumnKind("bigint", pa.int64(), "long", _whole),
         _ColumnKind("float", pa.float32(), "float"),
         _ColumnKind("double", pa.float64(), "double"),
         _ColumnKind("binary", pa.binary(), "binary"),
@@ -137,10 +144,17 @@ class HandoffSchema:
         return cls(tuple(HandoffColumn(name, type) for name, type in pairs))
 
     @classmethod
-    def windows(cls, aggregates: Mapping[str, str], *, key: bool = True) -> HandoffSchema:
-        """The output of a windowed consumer: ``window_start``, ``window_end``, ``key``
-        (omitted for global windows with ``key=False``), then the aggregates in order."""
+    def windows(cls, aggregates: Mapping[str, str], *, key: bool = True, stream: bool = False) -> HandoffSchema:
+        """Window results: ``window_start``, ``window_end``, ``stream_id`` (``ns/key``, with
+        ``stream=True``, as a consumer's :class:`~spark_sink.handoff.Handoff` declares it),
+        ``key`` (omitted for global windows with ``key=False``), then the aggregates in order.
+
+        >>> HandoffSchema.windows({"n": "bigint"}, stream=True).ddl()
+        'window_start timestamp, window_end timestamp, stream_id string, key string, n bigint'
+        """
         head = [("window_start", "timestamp"), ("window_end", "timestamp")]
+        if stream:
+            head.append(("stream_id", "string"))
         if key:
             head.append(("key", "string"))
         return cls.of([*head, *aggregates.items()])
@@ -242,7 +256,10 @@ class HandoffSchema:
         for column, values in zip(self.columns, cells, strict=True):
             kind = column.kind
             if kind.convert is not None:
-                values = [kind.convert(v) for v in values]
+                try:
+                    values = [kind.convert(v) for v in values]
+                except HandoffSchemaError as exc:
+                    raise HandoffSchemaError(f"column {column.name!r} ({column.type}) got a value it cannot hold: {exc}") from None
             try:
                 arrays.append(pa.array(values, type=kind.arrow))
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:

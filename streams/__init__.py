@@ -12,6 +12,7 @@ from .adapters.protocols import (
     QueueMapper,
     RewindableReceiver,
 )
+from .adapters.records import RecordFormat
 from .batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
 from .deadletters import DeadLetter, DeadLetterStore
 from .errors import (
@@ -22,6 +23,7 @@ from .errors import (
     EncodeError,
     HeadraceError,
     ProviderClosedError,
+    PublishError,
     QueueAdapterError,
 )
 from .failures import DeliveryFailure, StreamFailureHandler
@@ -49,6 +51,7 @@ __all__ = [
     "GeneratorConfig",
     "HeadraceError",
     "ProviderClosedError",
+    "PublishError",
     "PubSubStore",
     "QueueAdapter",
     "QueueAdapterError",
@@ -57,6 +60,7 @@ __all__ = [
     "QueueId",
     "QueueMapper",
     "QueueMessage",
+    "RecordFormat",
     "RewindableReceiver",
     "SequenceToken",
     "Stream",

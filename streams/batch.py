@@ -430,7 +430,20 @@ class QueueMessage(NamedTuple):
     sequence_number: int
     payload: bytes
     enqueued_time: float | None = None
+    # What a receiver that decodes records itself made of them (a batch of foreign records,
+    # or why a record does not decode); None: ``payload`` is a batch container's bytes.
+    decoded: BatchContainer | DecodeError | None = None
 
     @property
     def token(self) -> SequenceToken:
         return SequenceToken(self.sequence_number, 0)
+
+    def container(self) -> BatchContainer:
+        """The batch container this message carries; raises :class:`DecodeError` for a
+        record that is not one."""
+        decoded = self.decoded
+        if decoded is None:
+            return BatchContainer.decode(self.payload)
+        if isinstance(decoded, DecodeError):
+            raise decoded
+        return decoded

@@ -3,14 +3,14 @@
 Sections (every key is optional; docs/configuration.md has a full example)::
 
     [provider]            adapter (embedded | kafka | memory), queues, path, synchronous
-    [provider.kafka]      bootstrap_servers, topic, group, start
+    [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field
     [provider.retention]  max_age, max_records_per_queue, interval      (embedded queues)
     [agent]               the pulling agents' StreamProviderOptions
     [cache]               size, buckets, slow_consumer_timeout
     [balancer]            lease_length, renew_period, refresh_period    (BalancerOptions)
     [time]                ordering-policy defaults and a window
     [spark]               where Spark reads the handoff log, and the DataSource's read options
-    [worker]              app, name, log_level, log_format, metrics_port, status_interval
+    [worker]              app, name, log_level, log_format, metrics_host, metrics_port, status_interval
 
 Where settings come from, the later winning: the file, then the environment, then
 ``overrides`` (the command line). The file is the one given, else ``$HEADRACE_CONFIG``, else
@@ -79,6 +79,9 @@ class KafkaTopic:
     topic: str
     group: str = "headrace"
     start: Literal["earliest", "latest"] = "earliest"
+    records: str = "headrace"  # or json, msgpack, text, bytes: a topic others write
+    namespace: str | None = None  # the streams of such a topic (default: the topic's name)
+    key_field: str | None = None  # keys records that have no key
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,13 +140,15 @@ class SparkSettings:
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     """``[worker]``: what ``headrace worker`` runs. ``app`` is ``module:attribute`` of a
-    StreamProvider; ``metrics_port`` serves Prometheus metrics; ``status_interval`` is how
+    StreamProvider; ``metrics_port`` serves Prometheus metrics on ``metrics_host`` (loopback
+    by default: ``0.0.0.0`` exposes them beyond this machine); ``status_interval`` is how
     often the worker writes its agents' status to the store."""
 
     app: str | None = None
     name: str | None = None
     log_level: str = "info"
     log_format: str = "text"
+    metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     status_interval: float = 5.0
 
@@ -208,6 +213,9 @@ class HeadraceConfig:
             queues=settings.queues,
             group_id=kafka.group,
             start=kafka.start,
+            records=kafka.records,
+            namespace=kafka.namespace,
+            key_field=kafka.key_field,
             store=settings.path,
             **kwargs,
         )
@@ -313,6 +321,9 @@ SCHEMA: dict[str, dict[str, _Parser]] = {
         "topic": _text,
         "group": _text,
         "start": _choice("earliest", "latest"),
+        "records": _choice("headrace", "json", "msgpack", "text", "bytes"),
+        "namespace": _text,
+        "key_field": _text,
     },
     "provider.retention": {
         "max_age": _optional_duration,
@@ -322,6 +333,7 @@ SCHEMA: dict[str, dict[str, _Parser]] = {
     "agent": {
         "get_queue_msgs_timer_period": _positive_duration,
         "max_event_delivery_time": _positive_duration,
+        "delivery_retry_backoff": _positive_duration,
         "stream_inactivity_period": _positive_duration,
         "fault_on_error": _flag,
         "shutdown_timeout": _positive_duration,
@@ -339,6 +351,7 @@ SCHEMA: dict[str, dict[str, _Parser]] = {
     },
     "time": {
         "timestamp_by": _text,
+        "unit": _choice("s", "ms", "us"),
         "over": _text,
         "out_of_order": _duration,
         "late_arrival": _optional_duration,
@@ -360,6 +373,7 @@ SCHEMA: dict[str, dict[str, _Parser]] = {
         "name": _text,
         "log_level": _choice(*LEVELS),
         "log_format": _choice(*FORMATS),
+        "metrics_host": _text,
         "metrics_port": _port,
         "status_interval": _positive_duration,
     },

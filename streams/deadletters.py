@@ -2,12 +2,18 @@
 
 Nothing headrace drops is silently lost: a corrupt queue record, an event an ordering policy
 drops, an event whose windows have all closed; each becomes a :class:`DeadLetter`.
+
+A store keeps one dead letter per queue position and reason (:func:`letter_key`): a worker
+that reads a range again after a restart (a window held the checkpoint) refuses the same
+events again, and they are not recorded twice, so a replay publishes each once and the
+counts stay true.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 
@@ -16,7 +22,13 @@ class DeadLetter:
     """One dropped or refused record.
 
     ``reason`` is one of ``early_arrival``, ``late_arrival``, ``out_of_order``,
-    ``window_closed``, ``undecodable``, ``delivery_failed`` (or an adapter's own).
+    ``window_closed``, ``invalid_timestamp``, ``invalid_value``, ``undecodable``,
+    ``delivery_failed``, ``handoff_failed`` (or an adapter's own). A ``handoff_failed``
+    window has ``value`` ``{"key", "start", "end", "value"}`` and no queue position. An event's
+    letter names its position: ``queue``, ``sequence_number`` (its record) and
+    ``event_index`` (its place in the record; ``None`` for a letter about a whole record). A
+    letter written for one event must carry its ``event_index``, or stores take the letters of
+    a record's several events for one (see :func:`letter_key`).
     """
 
     reason: str
@@ -28,6 +40,7 @@ class DeadLetter:
     event_time: float | None = None
     detail: str = ""
     recorded_at: float = field(default_factory=time.time)
+    event_index: int | None = None  # the event's index in its record; None: the whole record
 
 
 class DeadLetterStore(Protocol):
@@ -38,17 +51,66 @@ class DeadLetterStore(Protocol):
     async def count(self, reason: str | None = None) -> int: ...
 
 
+def letter_key(letter: DeadLetter) -> Hashable | None:
+    """What makes a dead letter the same as another: its queue, its position there (record
+    and event index; a whole record's letter has no index) and its reason. ``None`` when
+    its queue or record is not known: such a letter is never taken for another.
+
+    >>> letter_key(DeadLetter("late_arrival", queue=2, sequence_number=40, event_index=3))
+    (2, 40, 3, 'late_arrival')
+    """
+    if letter.queue is None or letter.sequence_number is None:
+        return None
+    index = -1 if letter.event_index is None else letter.event_index
+    return (letter.queue, letter.sequence_number, index, letter.reason)
+
+
 class MemoryDeadLetterStore:
-    """A :class:`DeadLetterStore` in this process's memory."""
+    """A :class:`DeadLetterStore` in this process's memory.
+
+    >>> import anyio
+    >>> store = MemoryDeadLetterStore()
+    >>> again = DeadLetter("undecodable", queue=0, sequence_number=9, payload=b"x")
+    >>> anyio.run(store.add, [again, again])
+    >>> anyio.run(store.count)
+    1
+    """
 
     def __init__(self) -> None:
         self.letters: list[DeadLetter] = []
+        self._keys: set[Hashable] = set()
 
     async def add(self, letters: list[DeadLetter]) -> None:
-        self.letters.extend(letters)
+        keys = self._keys
+        for letter in letters:
+            key = letter_key(letter)
+            if key is not None:
+                if key in keys:
+                    continue
+                keys.add(key)
+            self.letters.append(letter)
 
     async def list(self, reason: str | None = None, limit: int = 100) -> list[DeadLetter]:
         return [x for x in self.letters if reason is None or x.reason == reason][:limit]
 
     async def count(self, reason: str | None = None) -> int:
         return sum(1 for x in self.letters if reason is None or x.reason == reason)
+
+
+class QueueDeadLetters:
+    """The dead-letter store as one queue's agent uses it: a letter that does not name its
+    queue (the event-time core knows streams, not queues) is recorded with this one."""
+
+    def __init__(self, store: DeadLetterStore, queue: int) -> None:
+        self.store = store
+        self.queue = queue
+
+    async def add(self, letters: list[DeadLetter]) -> None:
+        queue = self.queue
+        await self.store.add([x if x.queue is not None else replace(x, queue=queue) for x in letters])
+
+    async def list(self, reason: str | None = None, limit: int = 100) -> list[DeadLetter]:
+        return await self.store.list(reason, limit)
+
+    async def count(self, reason: str | None = None) -> int:
+        return await self.store.count(reason)

@@ -1,5 +1,10 @@
 """Dead letters in the embedded store (table ``deadletters``), with ids for inspection and
-replay: a dead letter is kept after it is replayed, marked with the time of the replay."""
+replay: a dead letter is kept after it is replayed, marked with the time of the replay.
+
+One row per queue position and reason (``streams.deadletters.letter_key``: a unique index,
+and ``INSERT OR IGNORE``), so a range read again after a restart records nothing twice. A
+whole record's letter has event index -1 in the table; rows written before the index existed
+have none (NULL) and are never taken for another."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from .deadletters import DeadLetter
+from .deadletters import DeadLetter, letter_key
 from .store import EmbeddedStore, Migration
 
 DEADLETTER_SCHEMA: list[Migration] = [
@@ -24,10 +29,15 @@ DEADLETTER_SCHEMA: list[Migration] = [
         " detail TEXT NOT NULL, recorded_at REAL NOT NULL, replayed_at REAL)",
         "CREATE INDEX deadletters_by_reason ON deadletters(reason, id)",
     ],
+    [
+        "ALTER TABLE deadletters ADD COLUMN event_index INTEGER",
+        "CREATE UNIQUE INDEX deadletters_once ON deadletters(queue, seq, event_index, reason)",
+    ],
 ]
 
 _COLUMNS = (
-    "id, reason, stream, queue, seq, payload, value, event_time, detail, recorded_at, replayed_at"
+    "id, reason, stream, queue, seq, payload, value, event_time, detail, recorded_at, replayed_at,"
+    " event_index"
 )
 
 
@@ -53,7 +63,7 @@ def _encode_value(letter: DeadLetter) -> tuple[bytes | None, str]:
 
 
 def _stored(row: tuple[Any, ...]) -> StoredDeadLetter:
-    letter_id, reason, stream, queue, seq, payload, value, event_time, detail, at, replayed = row
+    letter_id, reason, stream, queue, seq, payload, value, event_time, detail, at, replayed, index = row
     letter = DeadLetter(
         reason=reason,
         stream=stream,
@@ -64,6 +74,7 @@ def _stored(row: tuple[Any, ...]) -> StoredDeadLetter:
         event_time=event_time,
         detail=detail,
         recorded_at=at,
+        event_index=None if index is None or index < 0 else index,
     )
     return StoredDeadLetter(letter_id, letter, replayed)
 
@@ -104,13 +115,15 @@ class EmbeddedDeadLetterStore:
                     letter.event_time,
                     detail,
                     letter.recorded_at,
+                    # -1: the whole record; NULL (no queue position) never matches another
+                    None if letter_key(letter) is None else -1 if letter.event_index is None else letter.event_index,
                 )
             )
         if rows:
             await self._store.write(
                 lambda conn: conn.executemany(
-                    "INSERT INTO deadletters(reason, stream, queue, seq, payload, value,"
-                    " event_time, detail, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT OR IGNORE INTO deadletters(reason, stream, queue, seq, payload, value,"
+                    " event_time, detail, recorded_at, event_index) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HeadraceError(Exception):
     """Base class of headrace's own errors."""
@@ -53,3 +55,30 @@ class WorkerNameInUseError(HeadraceError):
 
 class StreamCompletedError(HeadraceError):
     """Something arrived for an input after its completion (``on_completed`` or ``flush``)."""
+
+
+class HandoffRefusedError(HeadraceError):
+    """A handoff sink cannot take some of the windows or events it was given (a value its
+    declared columns cannot hold); it appended none of them.
+
+    ``refused`` pairs each such item with the reason: the caller dead-letters those and
+    hands off the rest. Retrying cannot help them, unlike a failed append.
+    """
+
+    def __init__(self, message: str, refused: list[tuple[Any, str]]) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+class PublishError(HeadraceError):
+    """Events sent with ``send`` were not enqueued: ``failed`` of them, for ``reasons``.
+
+    Raised by ``provider.flush()`` (and on leaving the provider) once for the events sent
+    since the previous flush; the others sent meanwhile are durable.
+    """
+
+    def __init__(self, failed: int, reasons: list[str]) -> None:
+        self.failed = failed
+        self.reasons = reasons
+        why = "; ".join(dict.fromkeys(reasons)) or "unknown"
+        super().__init__(f"{failed} sent event(s) were not enqueued: {why}")

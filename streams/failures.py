@@ -28,7 +28,8 @@ class StreamFailureHandler(Protocol):
 
 
 class LoggingFailureHandler:
-    """The default handler: one warning line per failure, and a count."""
+    """The default handler: one warning per failure (with the traceback of an error the
+    consumer raised), and a count."""
 
     def __init__(self) -> None:
         self.failures: int = 0
@@ -42,4 +43,7 @@ class LoggingFailureHandler:
             failure.token,
             failure.faulted,
             failure.error,
+            # A raised error's traceback says where the consumer failed; a timeout or a
+            # cache miss was never raised and has none.
+            exc_info=failure.error if failure.error.__traceback__ is not None else None,
         )

@@ -18,12 +18,15 @@ class StreamProviderOptions:
     get_queue_msgs_timer_period: float = 0.1  # agent poll period [100 ms]
     cache_size: int = 4096  # batches per agent cache
     cache_buckets: int = 10
-    max_event_delivery_time: float = 60.0  # per batch, per consumer [1 min]
+    max_event_delivery_time: float = 60.0  # per batch, per consumer, retries included [1 min]
+    delivery_retry_backoff: float = 1.0  # first wait before retrying a failed delivery; doubles
     stream_inactivity_period: float = 1800.0  # [30 min]
     fault_on_error: bool = False  # fault an explicit subscription whose consumer raises
     shutdown_timeout: float = 10.0  # draining in-flight deliveries at shutdown
     max_read_backoff: float = 5.0  # ceiling of the read-retry backoff
-    slow_consumer_timeout: float | None = None  # detach a cursor holding a full cache
+    # Detach a consumer holding a full cache this long: it goes on from the durable queue and
+    # the others from the cache. Queues that cannot be re-read (memory) ignore it.
+    slow_consumer_timeout: float | None = 30.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

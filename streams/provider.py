@@ -25,17 +25,19 @@ from cache.simple import SimpleQueueCache
 from .adapters.embedded import EmbeddedAdapterFactory
 from .adapters.generator import GeneratorAdapterFactory, GeneratorConfig
 from .adapters.kafka import KafkaAdapterFactory
-from .adapters.retention import RetentionPolicy
 from .adapters.memory import MemoryAdapterFactory
 from .adapters.protocols import QueueAdapter, QueueAdapterFactory
+from .adapters.records import RecordFormat
+from .adapters.retention import RetentionPolicy
 from .consumers import ConsumerRegistry, InProcessSubscription, consumer_decorator
 from .deadletters import DeadLetterStore, MemoryDeadLetterStore
-from .errors import ConfigurationError, ProviderClosedError
+from .deadletters_embedded import EmbeddedDeadLetterStore
+from .errors import ConfigurationError, ProviderClosedError, PublishError
 from .failures import LoggingFailureHandler, StreamFailureHandler
 from .ids import QueueId, StreamId
 from .options import StreamProviderOptions
+from .publisher import ContainerWriter, EventWriter, Publisher
 from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
-from .deadletters_embedded import EmbeddedDeadLetterStore
 from .pubsub_embedded import EmbeddedPubSubStore
 from .store import EmbeddedStore, Synchronous
 from .stream import Stream, StreamSubscriptionHandle
@@ -114,6 +116,8 @@ class StreamProvider:
         self.registry = ConsumerRegistry()
         self._adapter: QueueAdapter | None = None
         self._manager: AgentManager | None = None
+        self._publisher: Publisher | None = None
+        self._failing = False  # the provider's block is leaving with an error
         self._stack: contextlib.AsyncExitStack | None = None
 
     # -- constructors --------------------------------------------------------------
@@ -149,17 +153,28 @@ class StreamProvider:
     def kafka(
         cls,
         bootstrap_servers: str | Sequence[str],
-        topic: str,
+        topic: str | None = None,
         queues: int = 8,
         *,
         group_id: str = "headrace",
         start: Literal["earliest", "latest"] = "earliest",
         store: str | os.PathLike[str] | None = None,
+        records: str | RecordFormat = "headrace",
+        namespace: str | None = None,
+        key_field: str | None = None,
+        topics: Mapping[str, str] | None = None,
         kafka: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> StreamProvider:
         """Queues on a Kafka topic: queue ``i`` is partition ``i``, offsets committed under
         ``group_id``; with no committed offset a queue starts at ``start``.
+
+        ``records`` is the topic's format: ``"headrace"`` (its batch containers), or one event
+        per record, ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
+        :class:`~streams.adapters.records.RecordFormat`: a topic other programs write. Its
+        streams are ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic
+        name; ``key_field`` keys records that have no key; else the partition number).
+        ``topics`` (namespace -> topic) reads several co-partitioned topics instead of one.
 
         ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead
         letters (without it they live in memory). Consumers that hand off to Spark do so in
@@ -168,8 +183,15 @@ class StreamProvider:
         ``{"client_options": {"security_protocol": "SSL", ...}}``.
 
         >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
+        >>> json_topic = StreamProvider.kafka("127.0.0.1:9092", "readings", records="json", namespace="sensors")
         """
-        factory = KafkaAdapterFactory(bootstrap_servers, topic, queues, group_id, start, **(kafka or {}))
+        if topic is None:
+            if not topics:
+                raise ConfigurationError("StreamProvider.kafka needs a topic, or topics={namespace: topic}")
+            topic = next(iter(topics.values()))
+        foreign = {"records": records, "namespace": namespace, "key_field": key_field, "topics": topics}
+        settings = {**{k: v for k, v in foreign.items() if v is not None}, **(kafka or {})}
+        factory = KafkaAdapterFactory(bootstrap_servers, topic, queues, group_id, start, **settings)
         local = None if store is None else EmbeddedStore(store)
         provider = cls(
             factory,
@@ -222,46 +244,117 @@ class StreamProvider:
 
     async def __aexit__(self, *exc_info: object) -> bool | None:
         stack, self._stack = self._stack, None
+        if exc_info[1] is not None:
+            self._failing = True
         try:
             assert stack is not None
             return await stack.__aexit__(*exc_info)  # type: ignore[arg-type]
         finally:
             self._adapter = None
             self._manager = None
+            self._publisher = None
 
     @contextlib.asynccontextmanager
     async def client(self) -> AsyncIterator[StreamProvider]:
         """Open the provider to publish only, with no pulling agents."""
         await self._start(worker=False)
+        failing = True
         try:
             yield self
+            failing = False
         finally:
+            self._failing = failing  # the block's own error is the one to see
             await self.__aexit__(None, None, None)
 
     async def _start(self, *, worker: bool) -> None:
         if self._stack is not None:
             raise ConfigurationError("this provider is already running")
         stack = contextlib.AsyncExitStack()
+        self._failing = False
         await stack.__aenter__()
         try:
             adapter = await self.factory.create_adapter()
             stack.push_async_callback(adapter.close)
+            # What the publisher could not write, raised once all else has closed (from
+            # within a task group's exit it would come wrapped in an exception group).
+            unwritten: list[PublishError] = []
+            stack.push_async_callback(self._report_unwritten, unwritten)
             if worker:
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 context = AgentContext(
                     self.options, self.registry, self.pubsub, self.dead_letters, self.failure_handler,
-                    await self._handoff_sinks(stack),
+                    await self._handoff_sinks(stack), worker_name=self.worker_name,
                 )
                 manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
                 stack.push_async_callback(manager.stop)  # agents first, then the leases
                 self._adapter, self._manager = adapter, manager
+                if not adapter.is_rewindable and self.options.slow_consumer_timeout is not None:
+                    log.info(
+                        "%s queues cannot be re-read: slow_consumer_timeout does not apply, and a "
+                        "stalled consumer holds up its queue's other streams until it resumes",
+                        adapter.name,
+                    )
                 await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
             self._adapter = adapter
+            await self._start_publisher(stack, adapter, unwritten)
         except BaseException:
-            self._adapter = self._manager = None
+            self._adapter = self._manager = self._publisher = None
             await stack.aclose()
             raise
         self._stack = stack
+
+    async def _start_publisher(
+        self, stack: contextlib.AsyncExitStack, adapter: QueueAdapter, unwritten: list[PublishError]
+    ) -> None:
+        """The writer of what this provider publishes; leaving the provider flushes it
+        first, before the agents stop (what it could not write goes to ``unwritten``)."""
+        make_writer = getattr(adapter, "event_writer", None)
+        writer: EventWriter = make_writer() if make_writer is not None else ContainerWriter(adapter)
+        publisher = Publisher(writer, self.mapper, self._written)
+        # Entered and left by hand: as a context of the stack it would be handed the
+        # block's own error on leaving, and wrap it in an exception group.
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+
+        async def close() -> None:
+            try:
+                await publisher.close()
+            except PublishError as exc:
+                unwritten.append(exc)
+            finally:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+
+        stack.push_async_callback(close)
+        tg.start_soon(publisher.run)
+        self._publisher = publisher
+
+    async def _report_unwritten(self, unwritten: list[PublishError]) -> None:
+        """Raise what the publisher could not write; when the block is leaving with an
+        error of its own, that is the one to see, and this one is logged."""
+        if unwritten and not self._failing:
+            raise unwritten[0]
+        if unwritten:
+            log.error("leaving the provider: %s", unwritten[0])
+
+    def _written(self, queue: QueueId) -> None:
+        """The publisher wrote to ``queue``: its agent here, if any, reads now."""
+        if self._manager is not None:
+            agent = self._manager.agent_for(queue)
+            if agent is not None:
+                agent.wake()
+
+    async def flush(self) -> None:
+        """Return once every event sent so far (``stream.send``) is durable; raise
+        :class:`~streams.errors.PublishError` with how many sent since the last flush were
+        not, and why. Leaving the provider (or its ``client()``) flushes too.
+
+        >>> async def publish(provider):
+        ...     for n in range(10_000):
+        ...         await provider.get_stream(StreamId("sensors", f"s-{n % 100}")).send(n)
+        ...     await provider.flush()
+        """
+        await self._require_publisher("flush()").flush()
 
     def _worker_balancer(self) -> QueueBalancer | None:
         if self.balancer is not None:
@@ -323,14 +416,11 @@ class StreamProvider:
             )
         return self._adapter
 
-    async def _enqueue(self, stream_id: StreamId, payload: bytes) -> None:
-        adapter = self._require_running("publishing")
-        queue = self.mapper.get_queue_for_stream(stream_id)
-        await adapter.queue_message_batch(queue, stream_id, payload)
-        if self._manager is not None:
-            agent = self._manager.agent_for(queue)
-            if agent is not None:
-                agent.wake()
+    def _require_publisher(self, what: str = "publishing") -> Publisher:
+        if self._publisher is None:
+            self._require_running(what)
+            raise ProviderClosedError(f"{what}: the provider is closing")
+        return self._publisher
 
     async def _subscribe(self, stream_id: StreamId, observer: Any, token: SequenceToken | None) -> StreamSubscriptionHandle:
         if token is not None and not isinstance(token, SequenceToken):

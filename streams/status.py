@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from balancer.instances import instance_is_dead
 from balancer.protocols import MemberRecord
 
 from .adapters.embedded import queue_positions, recorded_queue_count
@@ -26,14 +27,20 @@ from .ids import QueueId
 from .status_reporter import AgentStatus, read_agent_statuses
 from .store import EmbeddedStore
 
-WorkerState = Literal["live", "suspected", "left"]
+WorkerState = Literal["live", "stale", "suspected", "left"]
+# A worker that left, or went silent, this many suspicion timeouts ago is long gone: not shown
+# unless asked for (`headrace status --all`).
+GONE_AFTER_TIMEOUTS = 10
 _DEFAULT_LEASE_CATEGORY = "default"  # the embedded store's balancer's leases
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerStatus:
     """A member of the cluster: ``live`` (heard from within the suspicion timeout),
-    ``suspected`` (silent for longer: dead to the others) or ``left`` (left gracefully)."""
+    ``stale`` (heard from lately, but its process on this machine is gone: it was stopped
+    hard, and a restart under its name takes over at once), ``suspected`` (silent for longer
+    than the timeout: dead to the others) or ``left`` (left gracefully). ``instance`` is the
+    process that joined under the name (``host/pid/nonce``)."""
 
     name: str
     state: WorkerState
@@ -41,6 +48,13 @@ class WorkerStatus:
     last_heartbeat: float
     left_at: float | None
     queues: list[int]
+    instance: str = ""
+
+    def gone_since(self) -> float | None:
+        """When it left or was last heard from, unless it is live."""
+        if self.state == "live":
+            return None
+        return self.left_at if self.left_at is not None else self.last_heartbeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +98,12 @@ class ClusterStatus:
     taken_at: float
     suspicion_timeout: float
     queue_count: int | None
-    workers: list[WorkerStatus] = field(default_factory=list)
+    workers: list[WorkerStatus] = field(default_factory=list)  # long gone ones only with everyone=True
     queues: list[QueueStatus] = field(default_factory=list)
     dead_letters: list[DeadLetterCount] = field(default_factory=list)
     handoff: list[HandoffStatus] = field(default_factory=list)
     agents: list[AgentStatus] = field(default_factory=list)  # fresh rows not shown with a queue
+    workers_not_shown: int = 0  # long gone (see GONE_AFTER_TIMEOUTS)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON types (partitions as string keys, as JSON needs)."""
@@ -98,9 +113,13 @@ class ClusterStatus:
         return data
 
 
-def read_status(store: EmbeddedStore, *, suspicion_timeout: float, now: float | None = None) -> ClusterStatus:
+def read_status(
+    store: EmbeddedStore, *, suspicion_timeout: float, now: float | None = None, everyone: bool = False
+) -> ClusterStatus:
     """The status of the cluster on ``store``; workers silent for more than
-    ``suspicion_timeout`` seconds are ``suspected`` (use ``BalancerOptions.suspicion_timeout``)."""
+    ``suspicion_timeout`` seconds are ``suspected`` (use ``BalancerOptions.suspicion_timeout``).
+    Workers gone for more than ``GONE_AFTER_TIMEOUTS`` timeouts are counted, not listed,
+    unless ``everyone``."""
     at = time.time() if now is None else now
     with store.snapshot() as conn:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -116,20 +135,33 @@ def read_status(store: EmbeddedStore, *, suspicion_timeout: float, now: float | 
             owned.setdefault(queue.owner, []).append(queue.queue)
     workers = [
         WorkerStatus(
-            m.worker, _state(m, at, suspicion_timeout), m.joined_at, m.last_heartbeat, m.left_at, owned.get(m.worker, [])
+            m.worker,
+            _state(m, at, suspicion_timeout),
+            m.joined_at,
+            m.last_heartbeat,
+            m.left_at,
+            owned.get(m.worker, []),
+            m.incarnation,
         )
         for m in members
     ]
+    horizon = at - GONE_AFTER_TIMEOUTS * suspicion_timeout
+    shown_workers = [w for w in workers if everyone or w.queues or (w.gone_since() or at) > horizon]
     handoff = _handoff(store) if "handoff_streams" in tables else []
     shown = {id(q.agent) for q in queues}
     others = [a for a in agents if id(a) not in shown]
-    return ClusterStatus(str(store.path), at, suspicion_timeout, count, workers, queues, letters, handoff, others)
+    return ClusterStatus(
+        str(store.path), at, suspicion_timeout, count, shown_workers, queues, letters, handoff, others,
+        workers_not_shown=len(workers) - len(shown_workers),
+    )
 
 
 def _state(member: MemberRecord, now: float, suspicion_timeout: float) -> WorkerState:
     if member.left_at is not None:
         return "left"
-    return "live" if member.is_live(now, suspicion_timeout) else "suspected"
+    if not member.is_live(now, suspicion_timeout):
+        return "suspected"
+    return "stale" if instance_is_dead(member.incarnation) else "live"
 
 
 def _leases(conn: sqlite3.Connection, now: float) -> dict[int, tuple[str | None, int, float | None]]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .batch import BatchKind, encode_batch, to_seconds
+from .batch import BatchKind, to_seconds
 from .errors import EncodeError
 from .ids import StreamId
 from .tokens import SequenceToken
@@ -51,7 +50,8 @@ class Stream:
 
     # -- producing -------------------------------------------------------------------
     async def on_next(self, value: Any, *, event_time: EventTime = None) -> None:
-        """Publish one event. Returns once the queue has accepted it.
+        """Publish one event. Returns once the queue has accepted it (durably, on a durable
+        queue); concurrent calls share a write, and on one stream a batch container.
 
         ``event_time`` is POSIX seconds or an aware datetime; without it the event time is
         the arrival time. A value msgpack cannot encode raises :class:`EncodeError` and
@@ -60,20 +60,49 @@ class Stream:
         times = None if event_time is None else [to_seconds(event_time)]
         await self._publish(BatchKind.DATA, [value], times)
 
+    async def send(self, value: Any, *, event_time: EventTime = None) -> None:
+        """Publish one event without waiting for it to be written: it is buffered, with
+        this stream's other events, into batch containers written in the background (a
+        few milliseconds later). Returns at once unless the buffer is full. Events stay in
+        order with this stream's others; ``await provider.flush()`` waits until all are
+        durable and raises :class:`~streams.errors.PublishError` for any that were not.
+        A value that cannot be encoded counts as failed there.
+        """
+        publisher = self._provider._publisher
+        if publisher is None:
+            publisher = self._provider._require_publisher()
+        await publisher.send(self.stream_id, value, None if event_time is None else to_seconds(event_time))
+
     async def on_next_batch(
         self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None
     ) -> None:
         """Publish several events as one batch container (one queue record)."""
         values = list(values)
-        times = None
-        if event_times is not None:
-            if len(event_times) != len(values):
-                raise EncodeError(
-                    f"on_next_batch got {len(values)} values and {len(event_times)} event times"
-                )
-            times = [to_seconds(t) for t in event_times]
+        times = self._times(values, event_times, "on_next_batch")
         if values:
-            await self._publish(BatchKind.DATA, values, times)
+            publisher = self._provider._require_publisher()
+            await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=True, whole=True)
+
+    async def send_batch(
+        self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None
+    ) -> None:
+        """:meth:`on_next_batch` without waiting for the write (see :meth:`send`); a value
+        that cannot be encoded raises :class:`EncodeError` here, and nothing is buffered."""
+        values = list(values)
+        times = self._times(values, event_times, "send_batch")
+        if values:
+            publisher = self._provider._require_publisher()
+            await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=False, whole=True)
+
+    @staticmethod
+    def _times(
+        values: list[Any], event_times: Sequence[EventTime] | None, what: str
+    ) -> list[float | None] | None:
+        if event_times is None:
+            return None
+        if len(event_times) != len(values):
+            raise EncodeError(f"{what} got {len(values)} values and {len(event_times)} event times")
+        return [to_seconds(t) for t in event_times]
 
     async def advance_time(self, watermark: EventTime) -> None:
         """Publish punctuation (a StreamInsight CTI): no event with an earlier event time is
@@ -85,8 +114,9 @@ class Stream:
         await self._publish(BatchKind.COMPLETED, [], None)
 
     async def _publish(self, kind: BatchKind, values: list[Any], times: list[float | None] | None) -> None:
-        payload = encode_batch(self.stream_id, kind, time.time(), values, times)
-        await self._provider._enqueue(self.stream_id, payload)
+        """Write in order with this stream's sent events, and return once written."""
+        publisher = self._provider._require_publisher()
+        await publisher.add(self.stream_id, kind, values, times, wait=True)
 
     # -- consuming -------------------------------------------------------------------
     async def subscribe(self, observer: Any, token: SequenceToken | None = None) -> StreamSubscriptionHandle:

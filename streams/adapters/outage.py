@@ -3,14 +3,15 @@
 Clients back off between retries (:class:`Backoff`), and the adapter logs an outage once when
 it starts and once when it ends, however many retries and clients it involves
 (:class:`OutageLog`). The client library's own record of each failed attempt is lowered to
-DEBUG, and their number is given in the recovery line instead.
+DEBUG, and their number is given in the recovery line instead: the records of its connection
+loggers always, those of its other loggers while an outage is under way. They are told by
+logger and level, never by their wording, which changes between releases.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -46,38 +47,58 @@ class Backoff:
         self._delay = self.initial
 
 
-class _DemoteRetries(logging.Filter):
-    """Lowers a client library's records of failed connection attempts to DEBUG, and
-    counts them: the outage log reports the outage once instead of once per attempt."""
+class ClientLibraryLog(logging.Filter):
+    """Lowers a client library's warnings and errors about reaching its server to DEBUG,
+    and counts them: the outage log reports an outage once instead of once per attempt.
 
-    def __init__(self, failure: re.Pattern[str]) -> None:
+    The records of ``connection_loggers`` (those whose job is connecting) are lowered
+    always; those of the library's other loggers while an outage is under way. A record
+    with a traceback, or at CRITICAL, is never lowered: that is a bug or worse, not a retry.
+    """
+
+    def __init__(self, connection_loggers: frozenset[str]) -> None:
         super().__init__()
-        self.failure = failure
+        self.connection_loggers = connection_loggers
+        self.outages = 0  # outages under way, over every OutageLog of the library
         self.demoted = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.DEBUG and self.failure.search(record.getMessage()):
+        if (
+            logging.DEBUG < record.levelno < logging.CRITICAL
+            and record.exc_info is None
+            and (self.outages > 0 or record.name in self.connection_loggers)
+        ):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
             self.demoted += 1
         return True
 
 
-_demoters: dict[str, _DemoteRetries] = {}
+_client_logs: dict[str, ClientLibraryLog] = {}
 
 
-def _demote_retries(library: str, failure: re.Pattern[str]) -> _DemoteRetries:
-    """The filter for the library whose loggers are ``library`` and ``library.*``.
+def quiet_client_library(library: str, connection_loggers: tuple[str, ...] = ()) -> ClientLibraryLog:
+    """The filter of the library whose loggers are ``library`` and ``library.*`` (one per
+    library), on every one of them that exists now.
 
-    A filter on a logger sees only that logger's own records, so it goes on every logger
-    of the library that exists now (libraries create theirs when imported).
+    A filter on a logger sees only that logger's own records, so it goes on each logger of
+    the library (libraries create theirs when imported).
+
+    >>> connecting = logging.getLogger("doclib.conn")
+    >>> quiet = quiet_client_library("doclib", ("doclib.conn",))
+    >>> connecting.error("cannot connect to node 1"); quiet.demoted
+    1
     """
-    demoter = _demoters.setdefault(library, _DemoteRetries(failure))
+    quiet = _client_logs.get(library)
+    if quiet is None:
+        quiet = _client_logs[library] = ClientLibraryLog(frozenset(connection_loggers))
+    else:
+        quiet.connection_loggers |= frozenset(connection_loggers)
     for name in [library, *logging.root.manager.loggerDict]:
         if name == library or name.startswith(library + "."):
             logger = logging.getLogger(name)
-            if demoter not in logger.filters:
-                logger.addFilter(demoter)
-    return demoter
+            if quiet not in logger.filters:
+                logger.addFilter(quiet)
+    return quiet
 
 
 class OutageLog:
@@ -88,9 +109,10 @@ class OutageLog:
     before the last recovery (a client that had not yet noticed) belongs to the outage
     that just ended, and is not logged as a new one.
 
-    ``client_library`` and ``client_failure`` name the client library's loggers and the
-    messages with which it reports each failed attempt; those records are lowered to DEBUG
-    (and counted in the recovery line), so an outage makes two log lines, not hundreds.
+    ``client_library`` names the client library's loggers and ``connection_loggers`` those
+    of them that report each failed attempt to connect; see :class:`ClientLibraryLog`. What
+    they log is lowered to DEBUG (and counted in the recovery line), so an outage makes two
+    log lines, not hundreds.
 
     >>> outage = OutageLog("Kafka at 127.0.0.1:9092", logging.getLogger("demo"))
     >>> outage.failed("connection refused"), outage.failed("connection refused")
@@ -106,15 +128,11 @@ class OutageLog:
         server: str,
         logger: logging.Logger,
         client_library: str | None = None,
-        client_failure: re.Pattern[str] | None = None,
+        connection_loggers: tuple[str, ...] = (),
     ) -> None:
         self.server = server
         self._log = logger
-        self._demoter = (
-            _demote_retries(client_library, client_failure)
-            if client_library and client_failure
-            else None
-        )
+        self._demoter = quiet_client_library(client_library, connection_loggers) if client_library else None
         self._started: float | None = None  # monotonic; None: reachable
         self._announced = False
         self._last_started = self._last_ended = float("-inf")
@@ -133,6 +151,8 @@ class OutageLog:
         since = time.monotonic() if since is None else since
         straggler = since <= self._last_ended
         self._started = self._last_started if straggler else time.monotonic()
+        if self._demoter is not None:
+            self._demoter.outages += 1
         self._announced = not straggler
         self._demoted_at_start = self._demoted()
         if straggler:
@@ -158,6 +178,8 @@ class OutageLog:
             )
         self._last_started, self._started = self._started, None
         self._last_ended = time.monotonic()
+        if self._demoter is not None:
+            self._demoter.outages -= 1
 
     def _demoted(self) -> int:
         return self._demoter.demoted if self._demoter is not None else 0

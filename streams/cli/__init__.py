@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
 from ..errors import HeadraceError
@@ -31,6 +32,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # argparse leaves a subcommand's unknown arguments to the top parser, whose error then
+        # says `headrace:`; the innermost parser refuses them itself, so the line names it.
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
 
 def _user_error_in(group: BaseExceptionGroup) -> BaseException:
     """The HeadraceError inside a task group's error (one line for the user), or the group."""
@@ -40,11 +51,21 @@ def _user_error_in(group: BaseExceptionGroup) -> BaseException:
     return errors if errors is not None else group
 
 
+def package_version() -> str:
+    """The installed package's version (``0.1.0``), or ``unknown`` when run from a checkout
+    that was never installed."""
+    try:
+        return version("headrace")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="headrace",
         description="Persistent streams on asyncio, with event-time consumers that feed Spark.",
     )
+    parser.add_argument("--version", action="version", version=f"headrace {package_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"{__name__}.{name}")

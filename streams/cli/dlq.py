@@ -2,7 +2,8 @@
 
 Dead letters are what the runtime refused or could not deliver, kept in the store with a
 reason (``late_arrival``, ``out_of_order``, ``early_arrival``, ``window_closed``,
-``invalid_timestamp``, ``delivery_failed``, ``undecodable``, ...). ``replay`` publishes a dead
+``invalid_timestamp``, ``delivery_failed``, ``undecodable``, ...). ``--reason`` refuses a
+reason the runtime never gives unless a dead letter in the store has it (an adapter's own). ``replay`` publishes a dead
 letter's value again, with its event time, to its stream (or to ``--to``), then marks it
 replayed: every consumer of that stream sees it as a new event. A dead letter is kept after
 its replay; ``replay`` refuses one already replayed unless ``--again``. An ``undecodable``
@@ -21,6 +22,7 @@ import anyio
 
 from ..deadletters_embedded import EmbeddedDeadLetterStore, StoredDeadLetter
 from ..ids import StreamId
+from ..observability.snapshot import DEAD_LETTER_REASONS
 from ..provider import StreamProvider
 from . import CliError
 from .common import add_config_options, add_row, console, existing_store, load_cli_config, plural, table, utc_text
@@ -111,9 +113,17 @@ def _dumps(obj: Any, **kwargs: Any) -> str:
     return json.dumps(obj, default=lambda x: x.hex() if isinstance(x, bytes) else repr(x), **kwargs)
 
 
+async def check_reason(letters: EmbeddedDeadLetterStore, reason: str | None) -> None:
+    """Refuse a reason the runtime never gives and no dead letter in the store has: a typo
+    would otherwise list nothing, or replay nothing, and look like success."""
+    if reason is not None and reason not in DEAD_LETTER_REASONS and not await letters.count(reason):
+        raise CliError(f"unknown dead letter reason {reason!r}: the reasons are {', '.join(DEAD_LETTER_REASONS)}")
+
+
 async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace) -> None:
     if args.limit < 1:
         raise CliError(f"--limit is at least 1, not {args.limit}")
+    await check_reason(letters, args.reason)
     found = await letters.entries(args.reason, args.limit + 1, after_id=args.after,
                                   replayed=False if args.pending else None)
     shown, more = found[: args.limit], len(found) > args.limit
@@ -182,6 +192,7 @@ async def _get(letters: EmbeddedDeadLetterStore, letter_id: int) -> StoredDeadLe
 async def _replay(letters: EmbeddedDeadLetterStore, provider: StreamProvider, args: argparse.Namespace) -> None:
     if bool(args.ids) == bool(args.reason):
         raise CliError("say what to replay: dead letter ids, or --reason R (not both)")
+    await check_reason(letters, args.reason)
     target = StreamId.parse(args.to) if args.to else None
     if args.ids:
         chosen = [await _get(letters, letter_id) for letter_id in dict.fromkeys(args.ids)]

@@ -7,10 +7,11 @@ name; a cell that reads as a number becomes one and an empty cell becomes null, 
 time from that field: seconds since the epoch, or an ISO-8601 time (UTC unless it says
 otherwise); without it an event's time is its arrival time.
 
-Events go out in batches (``--batch-size``, one queue record each), in input order. A line
-that cannot be read stops the command with exit code 2 after publishing everything before
-it, and nothing from it on; the error names the line. The provider is opened to publish
-only: no worker starts.
+Events go out in batches (``--batch-size``, one queue record each), in input order, sent
+without waiting for each write (the provider's pipelined ``send``); the command returns once
+all are durable. A line that cannot be read stops the command with exit code 2 after
+publishing everything before it, and nothing from it on; the error names the line. The
+provider is opened to publish only: no worker starts.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from ..errors import ConfigurationError, EncodeError
+from ..errors import ConfigurationError, EncodeError, PublishError
 from ..ids import StreamId
 from ..provider import StreamProvider
 from ..stream import Stream
@@ -113,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
                     f"{name}, line {bad.line}: {bad.problem}; published {plural(batcher.published, 'event')} "
                     "from the lines before it, nothing from this line on"
                 ) from None
+            except PublishError as exc:
+                raise CliError(f"{name}: {exc}") from None
     elapsed = time.perf_counter() - started
     print(
         f"headrace produce: published {plural(batcher.published, 'event')} to {stream_id} "
@@ -266,7 +269,7 @@ class Batcher:
             return
         times = [r.event_time for r in batch] if self.timed else None
         try:
-            await stream.on_next_batch([r.value for r in batch], event_times=times)
+            await stream.send_batch([r.value for r in batch], event_times=times)
         except EncodeError as exc:
             raise BadLine(batch[0].line, f"(in the batch of lines {batch[0].line}-{batch[-1].line}) {exc}") from None
         self.published += len(batch)

@@ -76,7 +76,7 @@ def _one_line_error(message: str) -> NoReturn:
     missing = re.match(r"argument (--[a-z-]+): expected one argument", message)
     if missing and missing.group(1) in _DURATION_OPTIONS:
         message += " (a duration like 250ms, 5s, 2m, 1h; it cannot be negative)"
-    print(f"headrace simulate: error: {message}", file=sys.stderr)
+    print(f"headrace simulate: error: {message} (see --help)", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -91,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
     rows = read_rows(args.file, form)
     trace = replay(rows, options)
     if args.plot:
-        from .simulate_plot import draw  # matplotlib only when asked for
-
+        try:
+            from .simulate_plot import draw  # matplotlib only when asked for
+        except ImportError:
+            raise CliError("--plot needs matplotlib: pip install 'headrace[plot]'") from None
         try:
             draw(args.plot, rows, trace, options, form)
         except OSError as exc:

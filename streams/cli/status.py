@@ -16,12 +16,13 @@ from collections.abc import Iterable
 
 from rich.console import Console
 
-from ..status import ClusterStatus, read_status
+from ..status import GONE_AFTER_TIMEOUTS, ClusterStatus, read_status
 from .common import add_config_options, add_row, console, existing_store, load_cli_config, plural, table, utc_text
 
 EXAMPLES = """examples:
   headrace status --path ./store
   headrace status --config headrace.toml
+  headrace status --path ./store --all        # also workers gone long ago
   headrace status --path ./store --json | jq '.queues[] | select(.checkpoint_lag > 1000)'
 """
 
@@ -35,12 +36,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_config_options(parser)
     parser.add_argument("--json", action="store_true", help="print the same as one JSON object")
+    parser.add_argument(
+        "--all", action="store_true", help="also the workers gone long ago (left or silent for 10 suspicion timeouts)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_cli_config(args)
     with existing_store(config) as store:
-        status = read_status(store, suspicion_timeout=config.balancer.suspicion_timeout)
+        status = read_status(store, suspicion_timeout=config.balancer.suspicion_timeout, everyone=args.all)
     if args.json:
         print(json.dumps(status.as_dict()))
         return 0
@@ -55,13 +59,18 @@ def render(status: ClusterStatus, out: Console) -> None:
     out.print(f"headrace store {status.store}: {queues}, {plural(live, 'live worker')} at {utc_text(now)}")
 
     if status.workers:
-        rows = table("workers", "worker", "state", "last heartbeat", "queues")
+        rows = table("workers", "worker", "state", "last heartbeat", "queues", "instance")
         for w in status.workers:
             heartbeat = f"{_ago(now, w.last_heartbeat)} ago" if w.left_at is None else f"left {_ago(now, w.left_at)} ago"
-            add_row(rows, w.name, w.state, heartbeat, _ranges(w.queues) or "-")
+            add_row(rows, w.name, w.state, heartbeat, _ranges(w.queues) or "-", w.instance or "-")
         out.print(rows)
-    else:
+    elif not status.workers_not_shown:
         out.print("workers: none has joined (start one with `headrace worker`)")
+    if status.workers_not_shown:
+        out.print(
+            f"{plural(status.workers_not_shown, 'worker')} gone for longer than "
+            f"{GONE_AFTER_TIMEOUTS * status.suspicion_timeout:g} s not shown (--all shows them)"
+        )
 
     if status.queues:
         agents = any(q.agent is not None for q in status.queues)

@@ -10,14 +10,19 @@ leases expire. A second signal ends it at once.
 
 Logs go to stderr, one line per record with the worker, queue and stream it concerns
 (``key=value`` text, or JSON with ``--log-format json``). With ``--metrics-port`` the worker
-serves Prometheus metrics at ``http://127.0.0.1:PORT/metrics``.
+serves Prometheus metrics at ``http://HOST:PORT/metrics``; HOST is ``--metrics-host``, by
+default 127.0.0.1 (this machine only: give 0.0.0.0 to let a Prometheus elsewhere scrape it).
+
+Everything that can be checked is checked before the worker joins the cluster: the settings,
+the application, and the metrics address (a port in use is refused there). A mistake is one
+line and exit code 2, with no lease taken.
 
 With a local store, the worker writes its agents' status there (cache fill, pressure,
 watermarks) every ``status_interval`` for ``headrace status`` to show.
 
 The configuration (``--config``, else ``$HEADRACE_CONFIG``, else ``./headrace.toml`` when
 there is one) may hold these settings in its ``[worker]`` section: ``app``, ``name``,
-``log_level``, ``log_format``, ``metrics_port``, ``status_interval`` (default 5s); options
+``log_level``, ``log_format``, ``metrics_host``, ``metrics_port``, ``status_interval`` (default 5s); options
 on the command line win. The worker exports the file's path as ``HEADRACE_CONFIG``, so an
 application that builds its provider with ``load_config().provider()`` reads the same file.
 """
@@ -31,7 +36,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import anyio
 
@@ -41,7 +46,7 @@ from ..observability import configure_logging, serve_metrics
 from ..observability.logs import FORMATS, LEVELS, LogFormat
 from ..provider import StreamProvider
 from ..status_reporter import StatusReporter
-from . import EXIT_USAGE, CliError
+from . import CliError
 
 log = logging.getLogger("headrace.worker")
 
@@ -50,6 +55,7 @@ EXAMPLES = """examples:
   headrace worker --app myapp.streams:provider --name worker-1
   headrace worker --config headrace.toml     # [worker] app = "myapp.streams:provider", name = "worker-1"
   headrace worker --app myapp.streams:provider --log-format json --metrics-port 9464
+  headrace worker --app myapp.streams:provider --metrics-host 0.0.0.0 --metrics-port 9464
 """
 
 
@@ -61,7 +67,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.error = _one_line_error  # type: ignore[method-assign]
     parser.add_argument("--app", metavar="MODULE:ATTR", help="the provider to run, e.g. myapp:provider")
     parser.add_argument("--name", help="this worker's name, unique among live workers (default: hostname-pid)")
     parser.add_argument(
@@ -72,13 +77,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-level", choices=LEVELS, help="default info")
     parser.add_argument("--log-format", choices=FORMATS, help="text (key=value, the default) or json")
     parser.add_argument(
-        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1:PORT"
+        "--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics on PORT (0: any free one)"
+    )
+    parser.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help="the address the metrics endpoint binds (default 127.0.0.1, this machine only; 0.0.0.0: every interface)",
     )
 
 
-def _one_line_error(message: str) -> NoReturn:
-    print(f"headrace worker: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_USAGE)
+def _port(text: str) -> int:
+    """A TCP port from the command line, checked before anything starts."""
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port number is 0 to 65535, not {text!r}")
+    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if name is not None and not name:
         raise CliError("a worker name is a non-empty string")
     port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
+    host = args.metrics_host or settings.metrics_host
     if config.file is not None:
         os.environ[CONFIG_ENV] = str(config.file.resolve())
     provider = load_provider(app)
@@ -98,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         provider.worker_name = name
     log_format = cast(LogFormat, args.log_format or settings.log_format)  # configure_logging checks it
     configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
-    anyio.run(serve, provider, port, settings.status_interval)
+    anyio.run(serve, provider, port, settings.status_interval, host)
     return 0
 
 
@@ -131,16 +144,27 @@ def load_provider(spec: str) -> StreamProvider:
     return target
 
 
-async def serve(provider: StreamProvider, metrics_port: int | None = None, status_interval: float = 5.0) -> None:
+async def serve(
+    provider: StreamProvider,
+    metrics_port: int | None = None,
+    status_interval: float = 5.0,
+    metrics_host: str = "127.0.0.1",
+) -> None:
     """Run ``provider`` as a worker until SIGTERM or SIGINT, then leave gracefully (a second
-    signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics;
-    with a local store, write its agents' status there every ``status_interval`` seconds."""
+    signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics on
+    ``metrics_host``; with a local store, write its agents' status there every
+    ``status_interval`` seconds."""
+    with contextlib.ExitStack() as metrics:
+        if metrics_port is not None:  # bound before joining: a port in use takes no lease
+            metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host))
+        await _run(provider, status_interval)
+
+
+async def _run(provider: StreamProvider, status_interval: float) -> None:
     async with anyio.create_task_group() as tg:
         leave = anyio.Event()
         await tg.start(_watch_signals, leave)
-        async with provider, contextlib.AsyncExitStack() as metrics:
-            if metrics_port is not None:
-                metrics.enter_context(serve_metrics(provider, metrics_port))
+        async with provider:
             async with anyio.create_task_group() as reporting:
                 if provider.store is not None:
                     await reporting.start(StatusReporter(provider, provider.store, status_interval).run)

@@ -30,6 +30,7 @@ class Counters:
     adjusted: int = 0  # events whose timestamp moved (late, out of order or both), once each
     window_closed: int = 0  # dead-lettered: every window for it had closed
     invalid_timestamp: int = 0  # dead-lettered: TIMESTAMP BY found no usable time
+    invalid_value: int = 0  # dead-lettered: its key or aggregate raised
     windows_emitted: int = 0
     idle_timeouts: int = 0
     punctuations: int = 0

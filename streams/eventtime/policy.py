@@ -58,6 +58,7 @@ class Reason(str, enum.Enum):
     OUT_OF_ORDER = "out_of_order"
     WINDOW_CLOSED = "window_closed"
     INVALID_TIMESTAMP = "invalid_timestamp"
+    INVALID_VALUE = "invalid_value"  # its key or aggregate raised: the event fits no window
 
 
 def _check_duration(name: str, value: float | None, *, optional: bool) -> None:
@@ -86,6 +87,10 @@ class OrderingPolicy:
     - ``out_of_order``, ``late_arrival``, ``early_arrival``: tolerances in seconds
       (``late_arrival`` and ``early_arrival`` are off when ``None``).
     - ``action``: :class:`Action` (or its string).
+    - ``unit``: what a number read by ``timestamp_by`` counts: ``s`` (POSIX seconds), ``ms``
+      or ``us`` (epoch milliseconds, microseconds). ISO-8601 text (with an offset or ``Z``)
+      and aware datetimes are read as they are. The event's own ``event_time`` is always
+      seconds.
 
     >>> OrderingPolicy(out_of_order=5, late_arrival=15).action
     <Action.ADJUST: 'adjust'>
@@ -97,8 +102,11 @@ class OrderingPolicy:
     late_arrival: float | None = None
     early_arrival: float | None = None
     action: Action | str = Action.ADJUST
+    unit: str = "s"
 
     def __post_init__(self) -> None:
+        if self.unit not in _UNITS:
+            raise ConfigurationError(f"unit must be one of {', '.join(_UNITS)}, not {self.unit!r}")
         _check_duration("out_of_order", self.out_of_order, optional=False)
         _check_duration("late_arrival", self.late_arrival, optional=True)
         _check_duration("early_arrival", self.early_arrival, optional=True)
@@ -122,17 +130,61 @@ class OrderingPolicy:
         return self.over is not None
 
 
-def seconds(t: Any) -> float:
-    """An event time as POSIX seconds: a number, or an aware ``datetime``."""
-    if isinstance(t, float):
-        return t
-    if isinstance(t, int) and not isinstance(t, bool):
-        return float(t)
-    if isinstance(t, datetime):
+# The instants a handoff can hold: Spark's timestamps run from year 1 to year 9999.
+EARLIEST = -62135596800.0  # 0001-01-01T00:00:00Z
+LATEST = 253402300800.0  # 10000-01-01T00:00:00Z, excluded
+
+_UNITS = {"s": 1, "ms": 1000, "us": 1_000_000}  # a number read by timestamp_by, divided by
+
+
+def time_problem(t: Any) -> str:
+    """Why ``t`` is not a usable event time (POSIX seconds from year 1 to 9999).
+
+    >>> time_problem(1.7e15)
+    "1.7e+15 s is beyond year 9999, which no handoff can hold (epoch milliseconds or microseconds given as seconds? set OrderingPolicy(unit='ms') or unit='us')"
+    """
+    if not isinstance(t, (int, float)) or isinstance(t, bool):
+        return f"an event time is POSIX seconds, an aware datetime or ISO-8601 text, not {t!r}"
+    if not math.isfinite(t):
+        return f"{t!r} is not a finite time"
+    if t >= LATEST:
+        return (
+            f"{t:g} s is beyond year 9999, which no handoff can hold (epoch milliseconds or "
+            "microseconds given as seconds? set OrderingPolicy(unit='ms') or unit='us')"
+        )
+    return f"{t:g} s is before year 1, which no handoff can hold"
+
+
+def seconds(t: Any, per_second: int = 1) -> float:
+    """An event time as POSIX seconds: a number (of seconds, or of 1/``per_second`` seconds:
+    1000 for epoch milliseconds), an aware ``datetime``, or ISO-8601 text with an offset or ``Z``. Raises
+    ``ValueError`` saying why for anything else, and for a time outside years 1 to 9999.
+
+    >>> seconds("2024-05-01T14:00:05+02:00"), seconds(1714564805000, 1000)
+    (1714564805.0, 1714564805.0)
+    """
+    if type(t) is float:
+        if per_second != 1:
+            t = t / per_second
+    elif isinstance(t, int) and not isinstance(t, bool):
+        t = t / per_second
+    elif isinstance(t, datetime):
         if t.tzinfo is None:
             raise ValueError("a datetime event time needs a timezone (e.g. tzinfo=UTC)")
-        return t.timestamp()
-    raise ValueError(f"an event time is POSIX seconds or an aware datetime, not {t!r}")
+        t = t.timestamp()
+    elif isinstance(t, str):
+        try:
+            moment = datetime.fromisoformat(t)
+        except ValueError:
+            raise ValueError(f"{t!r} is not an ISO-8601 time (like 2024-05-01T12:00:01Z)") from None
+        if moment.tzinfo is None:
+            raise ValueError(f"{t!r} has no UTC offset: add Z or +hh:mm (an ISO-8601 time names its zone)")
+        t = moment.timestamp()
+    else:
+        raise ValueError(time_problem(t))
+    if not (EARLIEST <= t < LATEST):  # also false for NaN
+        raise ValueError(time_problem(t))
+    return float(t)
 
 
 def field_getter(name: str) -> Callable[[Any], Any]:
@@ -161,22 +213,25 @@ def key_extractor(spec: str | Extractor | None) -> Callable[[Any], Hashable] | N
     return field_getter(spec)
 
 
-def timestamp_extractor(spec: str | Extractor | None) -> Callable[[Any], float] | None:
+def timestamp_extractor(spec: str | Extractor | None, unit: str = "s") -> Callable[[Any], float] | None:
     """The ``TIMESTAMP BY`` function returning POSIX seconds; ``None`` means ``event_time``.
 
-    The result raises ``ValueError`` (or ``KeyError``/``TypeError``) when the record has no
-    usable time; the processor dead-letters such a record with ``invalid_timestamp``.
+    Numbers it reads are in ``unit`` (``s``, ``ms`` or ``us``); ISO-8601 text and datetimes
+    name their instant. The result raises ``ValueError`` (or ``KeyError``/``TypeError``)
+    when the record has no usable time; the processor dead-letters such a record with
+    ``invalid_timestamp``.
     """
     if spec is None:
         return None
+    per_second = _UNITS[unit]
     if callable(spec):
         user = spec
-        return lambda record: seconds(user(record))
+        return lambda record: seconds(user(record), per_second)
     name = spec
 
     def by_field(record: Any) -> float:
         value = record.value
         raw = value[name] if type(value) is dict or isinstance(value, Mapping) else getattr(value, name)
-        return seconds(raw)
+        return seconds(raw, per_second)
 
     return by_field

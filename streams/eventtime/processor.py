@@ -13,6 +13,7 @@ arrival - late_arrival); 6. close every window with W >= end + allowed_lateness.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -22,7 +23,18 @@ from ..deadletters import DeadLetter
 from ..errors import ConfigurationError, StreamCompletedError
 from .aggregates import Count, Reducer
 from .metrics import Counters, EventTimeMetrics
-from .policy import Action, EventLike, Extractor, OrderingPolicy, Reason, key_extractor, timestamp_extractor
+from .policy import (
+    EARLIEST,
+    LATEST,
+    Action,
+    EventLike,
+    Extractor,
+    OrderingPolicy,
+    Reason,
+    key_extractor,
+    time_problem,
+    timestamp_extractor,
+)
 from .watermark import EVERY_EVENT, FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
 from .windows import WindowAssigner, WindowSpec, WindowStore
 
@@ -100,7 +112,7 @@ class Output:
 class _Input:
     """One merged input (a partition or a stream): its clock and watermark."""
 
-    __slots__ = ("name", "clock", "mark", "idle_check", "completed", "importers", "imported")
+    __slots__ = ("name", "clock", "mark", "idle_check", "completed", "importers", "imported", "floor_close")
 
     def __init__(self, name: Hashable, generation: WatermarkGeneration | None, delay: float) -> None:
         self.name = name
@@ -111,6 +123,9 @@ class _Input:
         self.completed = False
         self.importers: list[_Input] = []
         self.imported = generation is None
+        # Substreams: at most the earliest close time of any substream's windows. A rise of
+        # the floor (mark) below it closes nothing, so it need not visit every substream.
+        self.floor_close = FOREVER
 
 
 _record_value = attrgetter("value")
@@ -158,7 +173,7 @@ class Processor:
         self.counters = Counters()
         self._trace = trace
         self._substreams = policy.substreams
-        self._timestamp_of = timestamp_extractor(policy.timestamp_by)
+        self._timestamp_of = timestamp_extractor(policy.timestamp_by, policy.unit)
         if self._substreams and group_by is not None and group_by != policy.over:
             raise ConfigurationError(
                 "with substreams (policy.over) windows are per substream key: leave group_by "
@@ -324,7 +339,8 @@ class Processor:
             counters=self.counters.as_dict(),
             watermark=wm,
             watermarks={name: i.mark.value for name, i in self._inputs.items()},
-            substream_watermarks={k: lane[0].value for k, lane in self._lanes.items()},
+            # A substream's own value may lag the floor until it is next visited.
+            substream_watermarks={k: max(lane[0].value, wm) for k, lane in self._lanes.items()},
             delay=clock - wm if wm > NEVER and clock > NEVER else FOREVER,
             holder=self._merged.holder if self._multi else None,
             open_windows=len(self.open_windows()) if self._assigner is not None else 0,
@@ -341,6 +357,7 @@ class Processor:
             events = list(events)
         # Everything the loop reads is a local: attribute traffic dominates a Python loop.
         early, late, delay = self._early, self._late, self._delay
+        earliest, latest = EARLIEST, LATEST
         bounded = early < FOREVER or late < FOREVER  # steps 1 and 2 apply at all
         uses_late = late < FOREVER
         action = self.policy.action
@@ -366,6 +383,11 @@ class Processor:
         direct, multi, part = self._direct, self._multi, inp.name
         counters = self.counters
         lanes = self._lanes
+        # With substreams and L set, every arrival lifts the partition's floor (inp.mark) to
+        # arrival - L; a substream below it is lifted when it is next loaded, or when the
+        # floor reaches a window's close time (inp.floor_close): quiet keys close on time.
+        floor_mark = inp.mark
+        lifting = substreams and uses_late
         clock, idle_check = inp.clock, inp.idle_check
         key = None
         # The current lane (the input's, or the event's substream): its watermark ``w``, newest
@@ -387,93 +409,108 @@ class Processor:
                     self._idle(inp, arr, out, strict=True)
                     w, idle_check = mark.value, inp.idle_check
                     next_close = store.next_close if store is not None else FOREVER
-                if ts_of is None:
-                    et = rec.event_time
-                else:
-                    try:
-                        et = ts_of(rec)
-                    except (KeyError, AttributeError, TypeError, ValueError) as exc:
-                        self._refuse(inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, str(exc))
-                        continue
-                if key_field is not None:
-                    try:
-                        key = rec.value[key_field]
-                    except (KeyError, TypeError, IndexError):  # not a mapping, or no such key
-                        key = field_key_of(rec)
-                elif key_of is not None:
-                    key = key_of(rec)
-                if substreams:
-                    lane = lanes.get(key) or self._new_lane(inp, key)
-                    if lane[0] is not mark:  # park the previous substream, load this one
-                        mark.value, mark.max_timestamp = w, newest
-                        if store is not None:
-                            store.watermark = w
-                        mark, store = lane
-                        w, newest = mark.value, mark.max_timestamp
-                        if store is not None:
-                            panes, next_close = store.panes, store.next_close
-                ts = et
-                reason = None
-                status = KEPT
-                if bounded:
-                    # 1. early arrival
-                    if et - arr > early:
-                        self._refuse(inp, rec, key, et, Reason.EARLY_ARRIVAL, DROPPED, arr, out)
-                        continue
-                    # 2. late arrival
-                    if arr - et > late:
-                        reason = Reason.LATE_ARRIVAL
+                status = None  # steps 1-3 not reached: nothing counted for this event yet
+                # Steps 1-4 run what the event brings (its time, key and value) through user
+                # code: whatever it raises dead-letters this event alone, never its batch.
+                try:
+                    if ts_of is None:
+                        et = rec.event_time
+                        if not (earliest <= et < latest):  # also NaN; a handoff holds years 1-9999
+                            self._refuse(inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, time_problem(et))
+                            continue
+                    else:
+                        try:
+                            et = ts_of(rec)
+                        except (KeyError, AttributeError, TypeError, ValueError) as exc:
+                            self._refuse(inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, str(exc))
+                            continue
+                    if key_field is not None:
+                        try:
+                            key = rec.value[key_field]
+                        except (KeyError, TypeError, IndexError):  # not a mapping, or no such key
+                            key = field_key_of(rec)
+                    elif key_of is not None:
+                        key = key_of(rec)
+                    if substreams:
+                        lane = lanes.get(key) or self._new_lane(inp, key)
+                        if lane[0] is not mark:  # park the previous substream, load this one
+                            mark.value, mark.max_timestamp = w, newest
+                            if store is not None:
+                                store.watermark = w
+                            mark, store = lane
+                            w, newest = mark.value, mark.max_timestamp
+                            if w < floor_mark.value:  # the arrivals since its last event lifted it
+                                w = mark.value = floor_mark.value
+                            if store is not None:
+                                panes, next_close = store.panes, store.next_close
+                    ts = et
+                    reason = None
+                    status = KEPT
+                    if bounded:
+                        # 1. early arrival
+                        if et - arr > early:
+                            self._refuse(inp, rec, key, et, Reason.EARLY_ARRIVAL, DROPPED, arr, out)
+                            continue
+                        # 2. late arrival
+                        if arr - et > late:
+                            reason = Reason.LATE_ARRIVAL
+                            if adjust:
+                                ts = arr - late
+                                status = ADJUSTED
+                                counters.late_arrival_adjusted += 1
+                                counters.adjusted += 1
+                            elif accept:
+                                counters.late_arrival_accepted += 1
+                            else:
+                                self._refuse(inp, rec, key, et, reason, DROPPED, arr, out)
+                                continue
+                    # 3. out of order: below the watermark before this event
+                    if ts < w:
+                        reason = Reason.OUT_OF_ORDER
                         if adjust:
-                            ts = arr - late
+                            ts = w
+                            if status != ADJUSTED:  # not already counted as late
+                                counters.adjusted += 1
                             status = ADJUSTED
-                            counters.late_arrival_adjusted += 1
-                            counters.adjusted += 1
+                            counters.out_of_order_adjusted += 1
                         elif accept:
-                            counters.late_arrival_accepted += 1
+                            counters.out_of_order_accepted += 1
                         else:
                             self._refuse(inp, rec, key, et, reason, DROPPED, arr, out)
                             continue
-                # 3. out of order: below the watermark before this event
-                if ts < w:
-                    reason = Reason.OUT_OF_ORDER
-                    if adjust:
-                        ts = w
-                        if status != ADJUSTED:  # not already counted as late
-                            counters.adjusted += 1
-                        status = ADJUSTED
-                        counters.out_of_order_adjusted += 1
-                    elif accept:
-                        counters.out_of_order_accepted += 1
-                    else:
-                        self._refuse(inp, rec, key, et, reason, DROPPED, arr, out)
-                        continue
-                # 4. into the open windows containing the timestamp
-                if store is not None:  # the lane's store: there is one exactly when windowed
-                    offset = ts - origin
-                    pane = offset // step
-                    if gaps and offset - pane * step >= size:
-                        pass  # between two hopping windows: in no window, by definition
-                    elif ts < w and pane_closed(pane, w if direct else store.watermark):
-                        status = DEAD_LETTER
-                        self._refuse(inp, rec, key, et, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
-                    else:
-                        bucket = panes.get(pane)
-                        if bucket is None:
-                            if direct:
-                                store.watermark = w  # scheduling skips windows closed at w
-                            bucket = self._open_pane(inp, store, pane)
-                            next_close, idle_check = store.next_close, inp.idle_check
-                        state = bucket.get(key)
-                        if state is None:
-                            acc = 1 if counting else add(init(), select(rec))
-                            bucket[key] = [acc, {part: rec.token} if multi else rec.token]
+                    # 4. into the open windows containing the timestamp
+                    if store is not None:  # the lane's store: there is one exactly when windowed
+                        offset = ts - origin
+                        pane = offset // step
+                        if gaps and offset - pane * step >= size:
+                            pass  # between two hopping windows: in no window, by definition
+                        elif ts < w and pane_closed(pane, w if direct else store.watermark):
+                            status = DEAD_LETTER
+                            self._refuse(inp, rec, key, et, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
                         else:
-                            if counting:
-                                state[0] += 1
+                            bucket = panes.get(pane)
+                            if bucket is None:
+                                if direct:
+                                    store.watermark = w  # scheduling skips windows closed at w
+                                bucket = self._open_pane(inp, store, pane)
+                                next_close, idle_check = store.next_close, inp.idle_check
+                            state = bucket.get(key)
+                            if state is None:
+                                acc = 1 if counting else add(init(), select(rec))
+                                bucket[key] = [acc, {part: rec.token} if multi else rec.token]
                             else:
-                                state[0] = add(state[0], select(rec))
-                            if multi and part not in state[1]:
-                                state[1][part] = rec.token
+                                if counting:
+                                    state[0] += 1
+                                else:
+                                    state[0] = add(state[0], select(rec))
+                                if multi and part not in state[1]:
+                                    state[1][part] = rec.token
+                except Exception as exc:  # noqa: BLE001 - a key or aggregate of this event raised
+                    if status is None:  # its time or key raised: neither is this event's
+                        self._invalid(inp, rec, None, None, arr, None, None, exc, out)
+                    else:
+                        self._invalid(inp, rec, key, et, arr, status, reason, exc, out)
+                    continue
                 if record and status != DEAD_LETTER:
                     outcome = EventOutcome(rec, part, key, et, ts, status, reason and reason.value)
                     if passthrough:
@@ -493,6 +530,17 @@ class Processor:
                     mark.max_timestamp = newest
                     cand = mark.observe(ts)
                     newest = mark.max_timestamp
+                if lifting and arr - late > floor_mark.value:  # every substream, this first
+                    floor_mark.value = arr - late
+                    if trace:
+                        out.trace.append(WatermarkAdvance(arr, part, None, arr - late))
+                    if arr - late >= inp.floor_close:
+                        mark.value, mark.max_timestamp = w, newest
+                        if store is not None:
+                            store.watermark = w
+                        self._lift_lanes(inp, arr - late, arr, out)
+                        w = mark.value
+                        next_close = store.next_close if store is not None else FOREVER
                 if uses_late and arr - late > cand:
                     cand = arr - late
                 if cand > w:
@@ -564,6 +612,8 @@ class Processor:
 
     def _open_pane(self, inp: _Input, store: WindowStore, pane: float) -> dict[Any, list[Any]]:
         bucket = store.open_pane(pane)
+        if self._substreams and store.next_close < inp.floor_close:
+            inp.floor_close = store.next_close
         if self._idle_timeout < FOREVER:
             # A new window may fall due before the known ones: lower the idle check.
             due = store.earliest_end() + self._idle_timeout
@@ -606,9 +656,16 @@ class Processor:
         """Raise an input's watermark and, with substreams, every substream's."""
         self._advance(inp, None, inp.mark, value, arrival, out)
         if self._substreams:
-            for key, mark, store in self._lanes_of(inp):
-                self._advance(inp, key, mark, value, arrival, out, store)
+            self._lift_lanes(inp, value, arrival, out)
+        else:
+            self._close_pending(arrival, out)
+
+    def _lift_lanes(self, inp: _Input, value: float, arrival: float | None, out: Output) -> None:
+        """Raise every substream to at least ``value`` and close what that passes."""
+        for key, mark, store in self._lanes_of(inp):
+            self._advance(inp, key, mark, value, arrival, out, store)
         self._close_pending(arrival, out)
+        inp.floor_close = min((s.next_close for _, s in self._lanes.values() if s is not None), default=FOREVER)
 
     def _close_pending(self, clock: float | None, out: Output) -> None:
         if self._pending:
@@ -657,6 +714,47 @@ class Processor:
                 break
         inp.idle_check = next_check
 
+    def _invalid(
+        self,
+        inp: _Input,
+        rec: Any,
+        key: Hashable,
+        event_time: float | None,
+        arrival: float,
+        status: str | None,
+        reason: Reason | None,
+        exc: Exception,
+        out: Output,
+    ) -> None:
+        """Dead-letter an event whose time, key or aggregate raised (steps 1-4), undoing
+        what the ordering policy had counted for it: each event has one fate."""
+        counters = self.counters
+        if status is None:
+            own = getattr(rec, "event_time", None)
+            if self._timestamp_of is None and not isinstance(own, (int, float)):  # not comparable
+                self._refuse(inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arrival, out, time_problem(own))
+                return
+            what = "its key (over or group_by)"
+        else:
+            assert event_time is not None
+            what = f"the aggregate {type(self.reducer).__name__}"
+            accept = self.policy.action is Action.ACCEPT
+            if arrival - event_time > self._late:  # step 2 counted it
+                if accept:
+                    counters.late_arrival_accepted -= 1
+                else:
+                    counters.late_arrival_adjusted -= 1
+            if reason is Reason.OUT_OF_ORDER:  # step 3 counted it
+                if accept:
+                    counters.out_of_order_accepted -= 1
+                else:
+                    counters.out_of_order_adjusted -= 1
+            if status == ADJUSTED:
+                counters.adjusted -= 1
+        trace = "".join(traceback.format_exception(exc)).rstrip()
+        detail = f"{what} raised {type(exc).__name__}: {exc}\n{trace}"
+        self._refuse(inp, rec, key, event_time, Reason.INVALID_VALUE, DEAD_LETTER, arrival, out, detail)
+
     def _refuse(
         self,
         inp: _Input,
@@ -684,6 +782,8 @@ class Processor:
         elif reason is Reason.WINDOW_CLOSED:
             counters.window_closed += 1
             detail = f"every window containing timestamp {ts:g} has closed"
+        elif reason is Reason.INVALID_VALUE:
+            counters.invalid_value += 1
         else:
             counters.invalid_timestamp += 1
         token = getattr(rec, "token", None)
@@ -694,6 +794,7 @@ class Processor:
             stream=None if stream is None else str(stream),
             queue=queue,
             sequence_number=getattr(token, "sequence_number", None),
+            event_index=getattr(token, "event_index", None),
             value=getattr(rec, "value", rec),
             event_time=event_time,
             detail=f"{detail}; token {token}" if token is not None else detail,

@@ -138,9 +138,11 @@ def summarize(rows: Sequence[Row], trace: Iterable[TraceItem], options: ReplayOp
                     final_at.setdefault(index, item.closed_at)
         elif not windowed and item.arrival_time is not None:
             # A timestamp equal to the watermark may still come: final only once it is passed.
-            heap = waiting.get(item.substream)
-            while heap and heap[0][0] < item.watermark:
-                final_at.setdefault(heapq.heappop(heap)[1], item.arrival_time)
+            # With substreams, the partition's watermark (substream None) is every lane's floor.
+            lanes = waiting.values() if substreams and item.substream is None else [waiting.get(item.substream)]
+            for heap in lanes:
+                while heap and heap[0][0] < item.watermark:
+                    final_at.setdefault(heapq.heappop(heap)[1], item.arrival_time)
     delays = [t - arrival[i] for i, t in final_at.items()]
     return Summary(
         events=sum(statuses.values()),

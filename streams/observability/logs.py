@@ -7,7 +7,8 @@ A :class:`LogContextFilter` on the handler gives each record three attributes, `
    :class:`~streams.ids.StreamId` objects to its log calls (``log.warning("%s: ...", queue)``),
    so an agent's lines name their queue without any bookkeeping on the hot path;
 2. :func:`log_context` (a context variable: it follows the code into the tasks and worker
-   threads it starts);
+   threads it starts; the runtime sets it around every delivery, so a consumer's own log
+   lines name the worker, queue and stream too, see :mod:`streams.logcontext`);
 3. the filter's defaults (``configure_logging(worker=...)``), else ``None``.
 
 Two formats: ``key=value`` text (logfmt) and one JSON object per line.
@@ -23,47 +24,20 @@ level=warning logger=headrace.doc worker=w1 queue=3 stream=- msg="queue-3: queue
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 import logging
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
 from ..errors import ConfigurationError
 from ..ids import QueueId, StreamId
+from ..logcontext import FIELDS, check_fields, current_fields, log_context  # noqa: F401 (log_context: re-exported)
 
-FIELDS = ("worker", "queue", "stream")
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
 LogFormat = Literal["text", "json"]
-
-_context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("headrace_log_context", default={})
-
-
-@contextlib.contextmanager
-def log_context(**fields: Any) -> Iterator[None]:
-    """Name the worker, queue or stream of every record logged inside the block (and in
-    the tasks and worker threads started from it).
-
-    >>> with log_context(worker="w1", stream=StreamId("tolls", "plaza-1")):
-    ...     pass
-    """
-    _check_fields(fields)
-    token = _context.set({**_context.get(), **fields})
-    try:
-        yield
-    finally:
-        _context.reset(token)
-
-
-def _check_fields(fields: Mapping[str, Any]) -> None:
-    unknown = sorted(set(fields) - set(FIELDS))
-    if unknown:
-        raise ConfigurationError(f"the log fields are {', '.join(FIELDS)}, not {unknown[0]!r}")
-
 
 class LogContextFilter(logging.Filter):
     """Sets ``record.worker``, ``record.queue`` and ``record.stream`` (see the module's
@@ -71,11 +45,11 @@ class LogContextFilter(logging.Filter):
 
     def __init__(self, **defaults: Any) -> None:
         super().__init__()
-        _check_fields(defaults)
+        check_fields(defaults)
         self.defaults = defaults
 
     def filter(self, record: logging.LogRecord) -> bool:
-        fields = {**self.defaults, **_context.get(), **_from_arguments(record.args)}
+        fields = {**self.defaults, **current_fields(), **_from_arguments(record.args)}
         for name in FIELDS:
             setattr(record, name, _plain(fields.get(name)))
         return True

@@ -91,8 +91,8 @@ METRICS: dict[str, tuple[type, str]] = {
     "headrace_queue_read_failures": (CounterMetricFamily, "Failed reads of the queue (each retried with back-off)"),
     "headrace_queue_read_seconds": (HistogramMetricFamily, "Time of each read of the queue, retries included"),
     "headrace_cache_pressure_skips": (CounterMetricFamily, "Reads skipped because the cache was full (backpressure)"),
-    "headrace_cache_size": (GaugeMetricFamily, "Batches in the queue cache"),
-    "headrace_cache_max_size": (GaugeMetricFamily, "Batches the queue cache holds at most"),
+    "headrace_cache_batches": (GaugeMetricFamily, "Batches in the queue cache"),
+    "headrace_cache_max_batches": (GaugeMetricFamily, "Batches the queue cache holds at most"),
     "headrace_cache_under_pressure": (GaugeMetricFamily, "1 while the cache is full and reads are held back"),
     "headrace_streams_active": (GaugeMetricFamily, "Streams with an activation on this queue"),
     "headrace_consumers": (GaugeMetricFamily, "Consumers (subscriptions and activations) reading from the cache"),
@@ -108,7 +108,7 @@ METRICS: dict[str, tuple[type, str]] = {
     "headrace_eventtime_windows_emitted": (CounterMetricFamily, "Windows closed and emitted"),
     "headrace_eventtime_activations": (GaugeMetricFamily, "Event-time consumer activations"),
     "headrace_eventtime_open_windows": (GaugeMetricFamily, "Windows open (holding data) in the activations"),
-    "headrace_eventtime_watermark_seconds": (GaugeMetricFamily, "Lowest watermark among the queue's streams (POSIX s)"),
+    "headrace_eventtime_watermark_timestamp_seconds": (GaugeMetricFamily, "Lowest watermark among the queue's streams (POSIX s)"),
     "headrace_eventtime_watermark_delay_seconds": (GaugeMetricFamily, "Highest watermark delay among the queue's streams"),
     "headrace_dead_letters": (GaugeMetricFamily, "Dead letters kept in the store, by reason (shared by its workers)"),
 }
@@ -124,8 +124,8 @@ def metric_families(snapshot: WorkerSnapshot, dead_letters: Mapping[str, int]) -
         out.add("headrace_queue_read_failures", at, q.read_failures)
         out.add("headrace_queue_read_seconds", at, q.read_latency)
         out.add("headrace_cache_pressure_skips", at, q.pressure_skips)
-        out.add("headrace_cache_size", at, q.cache_size)
-        out.add("headrace_cache_max_size", at, q.cache_max_size)
+        out.add("headrace_cache_batches", at, q.cache_size)
+        out.add("headrace_cache_max_batches", at, q.cache_max_size)
         out.add("headrace_cache_under_pressure", at, int(q.under_pressure))
         out.add("headrace_streams_active", at, q.streams)
         out.add("headrace_consumers", at, q.consumers)
@@ -140,13 +140,13 @@ def metric_families(snapshot: WorkerSnapshot, dead_letters: Mapping[str, int]) -
             out.add("headrace_eventtime_late_events", {**at, "action": action}, c[f"late_arrival_{action}"])
             out.add("headrace_eventtime_out_of_order_events", {**at, "action": action}, c[f"out_of_order_{action}"])
         out.add("headrace_eventtime_adjusted_events", at, c["adjusted"])
-        for reason in ("window_closed", "invalid_timestamp"):
+        for reason in ("window_closed", "invalid_timestamp", "invalid_value"):
             out.add("headrace_eventtime_dead_lettered_events", {**at, "reason": reason}, c[reason])
         out.add("headrace_eventtime_windows_emitted", at, c["windows_emitted"])
         out.add("headrace_eventtime_activations", at, et.activations)
         out.add("headrace_eventtime_open_windows", at, et.open_windows)
         if et.watermark is not None:  # no running stream: no watermark to report
-            out.add("headrace_eventtime_watermark_seconds", at, et.watermark)
+            out.add("headrace_eventtime_watermark_timestamp_seconds", at, et.watermark)
         if et.delay is not None:
             out.add("headrace_eventtime_watermark_delay_seconds", at, et.delay)
     for reason, n in dead_letters.items():

@@ -36,6 +36,7 @@ DEAD_LETTER_REASONS: tuple[str, ...] = (
     *(reason.value for reason in Reason),
     "undecodable",
     "delivery_failed",
+    "handoff_failed",
 )
 
 
@@ -73,9 +74,10 @@ class EventTimeTotals:
 
     @property
     def refused(self) -> int:
-        """Events the core dead-lettered itself: no usable timestamp, or every window closed."""
+        """Events the core dead-lettered itself: no usable timestamp, every window closed, or
+        a key or aggregate that raised."""
         c = self.counters
-        return c["window_closed"] + c["invalid_timestamp"]
+        return c["window_closed"] + c["invalid_timestamp"] + c["invalid_value"]
 
     @classmethod
     def combine(cls, parts: Iterable[EventTimeTotals]) -> EventTimeTotals:

@@ -85,7 +85,7 @@ async def test_every_area_records_its_schema_version(factory: EmbeddedAdapterFac
     versions = await factory.store.read(
         lambda conn: dict(conn.execute("SELECT area, version FROM schema_versions"))
     )
-    assert versions == {"queue": 1, "pubsub": 1, "deadletter": 1}
+    assert versions == {"queue": 1, "pubsub": 1, "deadletter": 2}  # deadletter 2: one per position and reason
 
 
 async def test_a_store_from_a_newer_headrace_is_refused(tmp_path: Path) -> None:

@@ -150,3 +150,40 @@ async def test_a_worker_whose_name_is_taken_over_loses_everything(clock):
 def test_lease_based_needs_a_lease_provider():
     with pytest.raises(ConfigurationError, match="needs a lease provider"):
         LeaseBasedQueueBalancer(MemoryMembership(), None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("how", ["process gone", "suspected"])
+async def test_a_restarted_worker_takes_its_dead_predecessors_leases_at_once(clock, how):
+    """Under its own name after a hard stop: let in at once (its predecessor's process is
+    gone) or after the suspicion timeout, it takes back the leases still held under its name
+    in its first round, with the next epoch, instead of waiting for them to expire."""
+    table, leases = MemoryMemberTable(), MemoryLeaseProvider(clock=clock)
+    dead: set[str] = set()
+
+    def make() -> LeaseBasedQueueBalancer:
+        membership = TableMembership(table, clock=clock, is_dead=dead.__contains__)  # one per process
+        return LeaseBasedQueueBalancer(membership, leases, clock=clock, options=OPTIONS)
+
+    old = make()
+    await old.initialize("w1", queues(4))
+    assert [old.get_lease(q).epoch for q in queues(4)] == [1, 1, 1, 1]
+    if how == "process gone":
+        dead.add(next(iter(table._rows.values())).incarnation)
+        clock.advance(1.0)
+    else:
+        clock.advance(31.0)  # suspected; its leases run 29 s more
+    new = make()
+    await new.initialize("w1", queues(4))
+    assert numbers(new.get_my_queues()) == [0, 1, 2, 3]
+    assert [new.get_lease(q).epoch for q in queues(4)] == [2, 2, 2, 2]
+    assert await leases.renew([old.get_lease(q) for q in queues(4)], 60.0) == []  # the old tenure is fenced
+
+
+async def test_a_second_live_process_of_a_name_reclaims_nothing(clock):
+    table, leases = MemoryMemberTable(), MemoryLeaseProvider(clock=clock)
+    first = LeaseBasedQueueBalancer(TableMembership(table, clock=clock), leases, clock=clock, options=OPTIONS)
+    await first.initialize("w1", queues(2))
+    second = LeaseBasedQueueBalancer(TableMembership(table, clock=clock), leases, clock=clock, options=OPTIONS)
+    with pytest.raises(WorkerNameInUseError):
+        await second.initialize("w1", queues(2))
+    assert numbers(first.get_my_queues()) == [0, 1] and second.get_my_queues() == frozenset()

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
+
 import pytest
 
 from balancer import MemberRecord, mature_workers
+from balancer.instances import instance_is_dead, new_instance_id, parse_instance
 from streams.errors import ConfigurationError, WorkerNameInUseError
 
 
@@ -118,3 +123,35 @@ def test_maturity_survivors_count_when_every_mature_worker_is_gone():
 def test_maturity_zero_counts_everyone():
     live = [member("a", 0.0), member("b", 10.0)]
     assert mature_workers(live, now=10.0, maturity_period=0.0) == {"a", "b"}
+
+
+
+def dead_instance_id() -> str:
+    """An instance id of this machine whose process has ended (and was reaped)."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    host, _, nonce = new_instance_id().split("/")
+    return f"{host}/{ended.pid}/{nonce}"
+
+
+async def test_a_name_held_by_a_dead_process_is_taken_at_once(membership_factory, clock):
+    """A restart after a hard stop: the old row still looks live, but its process is gone."""
+    old, new = membership_factory(), membership_factory()
+    await old.join("w1")
+    mine = (await old.snapshot()).members["w1"].incarnation
+    assert parse_instance(mine) is not None and not instance_is_dead(mine)  # this process
+    gone = dead_instance_id()
+    assert instance_is_dead(gone)
+    await old._table.update("w1", lambda current: dataclasses.replace(current, incarnation=gone))
+    clock.advance(5.0)  # well within the suspicion timeout
+    record = await new.join("w1")
+    assert record.incarnation not in (gone, mine) and record.joined_at == clock.now()
+    assert (await new.snapshot()).members["w1"].incarnation == record.incarnation
+
+
+async def test_a_name_held_on_another_host_waits_for_the_timeout(membership_factory, clock):
+    first, second = membership_factory(), membership_factory()
+    await first.join("w1")
+    await first._table.update("w1", lambda current: dataclasses.replace(current, incarnation="elsewhere/1/abc"))
+    with pytest.raises(WorkerNameInUseError, match="'w1' is in use"):
+        await second.join("w1")

@@ -35,7 +35,7 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
     assert config.options.get_queue_msgs_timer_period == 0.1
     assert config.options.stream_inactivity_period == 1800
     assert (config.options.cache_size, config.options.cache_buckets) == (4096, 10)
-    assert config.options.slow_consumer_timeout is None
+    assert config.options.slow_consumer_timeout == 30.0
     assert (config.balancer.lease_length, config.balancer.renew_period, config.balancer.refresh_period) == (60, 29, 5)
     policy = config.time.policy
     assert (policy.timestamp_by, policy.out_of_order, policy.late_arrival, policy.early_arrival) == ("time", 5, 60, None)

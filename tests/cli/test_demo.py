@@ -39,6 +39,13 @@ def assert_reconciled(result: subprocess.CompletedProcess[str], reader: str) -> 
     assert figures["published"] == figures["kept"] + figures["adjusted"] + figures["dropped"] + figures["dead-lettered"]
     assert figures["dead-lettered"] >= 3  # the corrupt records at least
     assert figures["windows"] > 0
+    late = re.search(
+        r"^  late +([\d,]+)  more than late_arrival behind, in the rows above: "
+        r"([\d,]+) adjusted, ([\d,]+) dropped, ([\d,]+) accepted$", out, re.M,
+    )
+    assert late, out
+    total, adjusted, dropped, accepted = (int(n.replace(",", "")) for n in late.groups())
+    assert total == adjusted + dropped + accepted and adjusted <= figures["adjusted"]
     return figures
 
 
@@ -71,6 +78,21 @@ def test_bad_values_are_one_line_and_exit_2(args, message):
     result = headrace("demo", *args)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"headrace demo: error: {message}"]
+
+
+@pytest.mark.parametrize(("server", "reason"), [
+    ("nohost", "KafkaConnectionError: Unable to bootstrap from [('nohost', 9092, "),
+    ("127.0.0.1:1", "KafkaConnectionError: Unable to bootstrap from [('127.0.0.1', 1, "),
+])
+def test_an_unreachable_broker_is_one_line_after_the_short_check(server, reason):
+    """No aiokafka lines, whatever they say: the client's connection loggers are lowered to
+    DEBUG; the check gives up after its 5 s instead of the adapter's minute of retries."""
+    result = headrace("demo", "--duration", "2s", "--kafka", server, "--no-spark")
+    assert (result.returncode, result.stdout) == (2, "")
+    [line] = result.stderr.strip().splitlines()
+    prefix = f"headrace demo: error: Kafka at {server} did not answer within 5 s ({reason}"
+    assert line.startswith(prefix), line
+    assert line.endswith("check the address, and that the broker is running and reachable from here")
 
 
 def test_no_java_is_one_line_that_says_what_to_do(tmp_path):
@@ -106,5 +128,5 @@ def test_unknown_option_is_one_line():
     result = headrace("demo", "--nope")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "headrace: error: unrecognized arguments: --nope (see --help)"
+        "headrace demo: error: unrecognized arguments: --nope (see --help)"
     ]

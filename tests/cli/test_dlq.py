@@ -112,3 +112,43 @@ def test_show_an_unknown_id_and_a_missing_store(tmp_path, store):
     assert one_error_line(headrace("dlq", "list", "--path", "elsewhere", cwd=store.parent), "dlq").startswith(
         f"no headrace store at '{store.parent / 'elsewhere'}'"
     )
+
+
+def test_a_dead_letter_recorded_again_by_a_replayed_range_is_replayed_once(tmp_path):
+    async def seed() -> None:
+        with EmbeddedStore(tmp_path / "store") as s:
+            letters = EmbeddedDeadLetterStore(s)
+            for _ in range(2):  # a worker read the range twice (restarted while a window held it)
+                await letters.add([DeadLetter("window_closed", stream="sensors/s-1", queue=1, sequence_number=7,
+                                              event_index=2, value={"temp": 20.0}, event_time=1714565220.0)])
+
+    anyio.run(seed)
+    result = headrace("dlq", "replay", "--path", "store", "--reason", "window_closed", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert published(tmp_path / "store") == [("sensors/s-1", [{"temp": 20.0}], [1714565220.0])]
+
+
+@pytest.mark.parametrize("action", ["list", "replay"])
+def test_an_unknown_reason_is_refused_naming_the_known_ones(store, action):
+    from streams.observability.snapshot import DEAD_LETTER_REASONS
+
+    result = headrace("dlq", action, "--path", "store", "--reason", "nosuchreason", cwd=store.parent)
+    error = one_error_line(result, "dlq")
+    assert error == f"unknown dead letter reason 'nosuchreason': the reasons are {', '.join(DEAD_LETTER_REASONS)}"
+    for reason in ("late_arrival", "window_closed", "invalid_timestamp", "delivery_failed", "undecodable"):
+        assert reason in error.split(": the reasons are ")[1].split(", ")
+    assert published(store) == []
+    assert replayed_ids(store) == []
+
+
+def test_a_known_reason_with_none_and_an_adapters_own_reason_are_accepted(store):
+    async def add_own() -> None:
+        with EmbeddedStore(store) as s:
+            await EmbeddedDeadLetterStore(s).add([DeadLetter("schema_mismatch", stream="sensors/s-9", value=1)])
+
+    anyio.run(add_own)
+    none = headrace("dlq", "list", "--path", "store", "--reason", "window_closed", cwd=store.parent)
+    assert (none.returncode, none.stdout) == (0, "no dead letters with reason 'window_closed'\n")
+    own = headrace("dlq", "list", "--path", "store", "--reason", "schema_mismatch", "--json", cwd=store.parent)
+    assert own.returncode == 0, own.stderr
+    assert [json.loads(line)["stream"] for line in own.stdout.splitlines()] == ["sensors/s-9"]

@@ -73,7 +73,7 @@ async def test_consumers_called_inline_keep_no_task_while_caught_up():
 
 
 async def test_an_inline_failure_is_reported_before_the_next_batch_is_delivered():
-    provider = StreamProvider.memory(queues=1)
+    provider = StreamProvider.memory(queues=1, delivery_retry_backoff=120)  # no time to retry
     log: list = []
 
     class Failing:
@@ -99,7 +99,7 @@ async def test_an_inline_failure_is_reported_before_the_next_batch_is_delivered(
 
 
 async def test_fault_on_error_stops_an_inline_consumer_at_its_first_failure():
-    provider = StreamProvider.memory(queues=1, fault_on_error=True)
+    provider = StreamProvider.memory(queues=1, fault_on_error=True, delivery_retry_backoff=120)  # no retry
     seen: list = []
 
     def failing(batch):

@@ -102,7 +102,7 @@ async def test_stalled_consumer_stops_reads_and_memory_stays_bounded():
 
 
 async def test_failing_consumer_is_told_and_others_go_on():
-    provider = StreamProvider.memory(queues=2)
+    provider = StreamProvider.memory(queues=2, delivery_retry_backoff=120)  # no time to retry
     sid = StreamId("ns", "f")
     good = Recorder()
 
@@ -129,7 +129,7 @@ async def test_failing_consumer_is_told_and_others_go_on():
 
 
 async def test_fault_on_error_faults_the_durable_subscription():
-    provider = StreamProvider.memory(queues=1, fault_on_error=True)
+    provider = StreamProvider.memory(queues=1, fault_on_error=True, max_event_delivery_time=0.2, delivery_retry_backoff=0.01)
     received: list = []
 
     @provider.consumer("failing")
@@ -150,7 +150,7 @@ async def test_fault_on_error_faults_the_durable_subscription():
         await stream.on_next(2)
         await drained(provider)
         (record,) = await provider.pubsub.subscriptions(sid)
-    assert received == [1]
+    assert set(received) == {1} and len(received) > 1  # retried, then faulted: 2 never reached it
     assert record.state.value == "faulted"
 
 

@@ -240,7 +240,7 @@ def test_an_option_without_its_value_is_one_line(tmp_path):
     result = simulate(write(tmp_path, "arrival_time,event_time\n"), "--window")
     assert (result.returncode, result.stderr.splitlines()) == (
         2,
-        ["headrace simulate: error: argument --window: expected one argument"],
+        ["headrace simulate: error: argument --window: expected one argument (see --help)"],
     )
 
 

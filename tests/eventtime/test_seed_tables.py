@@ -84,9 +84,9 @@ def test_asa_substreams_per_device_adjust_fewer_events():
     adjusted = lambda fates: [i for i, f in fates.items() if f[0] == "adjusted"]  # noqa: E731
     assert len(adjusted(per_device)) < len(adjusted(partition))
     assert per_device == {3: ("dropped", "early_arrival", None), 12: ("adjusted", "late_arrival", "12:22")}
-    # one watermark per device
+    # one watermark per device, and the partition's floor (None) that every arrival lifts
     lanes = {a.substream for a in advances(trace)}
-    assert lanes == {"device1", "device2", "device3"}
+    assert lanes == {"device1", "device2", "device3", None}
 
 
 # ---------------------------------------------------------------- 002: Atlas windows

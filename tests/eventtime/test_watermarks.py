@@ -84,10 +84,13 @@ def test_substream_windows_close_by_their_own_watermark():
     assert p.watermark == float("-inf")  # the partition's floor: nothing moved every substream
 
 
-def test_late_arrival_watermark_of_the_event_substream_only():
+def test_late_arrival_moves_the_floor_of_every_substream_at_each_arrival():
     p = Processor(OrderingPolicy(over="key", late_arrival=60), trace=True)
     trace = feed(p, events([(100, 100, "a"), (100, 200, "b")]))
-    assert [(a.substream, a.watermark) for a in advances(trace)] == [("a", 100.0), ("b", 140.0)]
+    assert [(a.substream, a.watermark) for a in advances(trace)] == [
+        (None, 40.0), ("a", 100.0), (None, 140.0), ("b", 140.0),
+    ]
+    assert p.metrics().substream_watermarks == {"a": 140.0, "b": 140.0}
     tick = p.on_tick(300.0).trace
     # the partition's floor, then every substream
     assert {a.substream: a.watermark for a in advances(tick)} == {None: 240.0, "a": 240.0, "b": 240.0}

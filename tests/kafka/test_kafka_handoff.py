@@ -18,6 +18,7 @@ from spark_sink.kafka_log import KafkaHandoffLog, PartitionMarks
 from spark_sink.kafka_sink import KafkaHandoffSink
 from streams.adapters.kafka import KafkaSettings
 from streams.batch import Event
+from streams.errors import HandoffRefusedError
 from streams.eventtime.processor import EventOutcome, WindowResult
 from streams.ids import StreamId
 from streams.tokens import SequenceToken
@@ -93,6 +94,22 @@ async def test_a_foreign_record_never_counts(kafka_broker: str, kafka_topic: str
     try:
         await produce_raw(kafka_broker, f"{kafka_topic}.handoff.totals", 0, b"not arrow")
         assert await sink.write("s/a", "C", 0, windows("a", [60])) == 1
+    finally:
+        await sink.close()
+    assert await valid_rows(kafka_broker, kafka_topic, 0) == [("a", 60.0)]
+
+
+async def test_windows_the_columns_cannot_hold_are_refused_by_name_and_nothing_appended(
+    kafka_broker: str, kafka_topic: str
+) -> None:
+    sink = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), HANDOFF)
+    try:
+        good, bad = windows("a", [60]) + [WindowResult("b", 0, 60, "lots", None)]
+        with pytest.raises(HandoffRefusedError) as caught:
+            await sink.write("s/a", "C", 0, [good, bad])
+        [(item, why)] = caught.value.refused
+        assert item is bad and "column 'total'" in why
+        assert await sink.write("s/a", "C", 0, [good]) == 1  # what the caller writes next
     finally:
         await sink.close()
     assert await valid_rows(kafka_broker, kafka_topic, 0) == [("a", 60.0)]

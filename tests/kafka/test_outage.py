@@ -4,12 +4,11 @@ one when it ends, however many failures are reported, and retries that give up c
 from __future__ import annotations
 
 import logging
-import re
 import time
 
 import pytest
 
-from streams.adapters.outage import OutageLog, retry_transient
+from streams.adapters.outage import OutageLog, quiet_client_library, retry_transient
 from streams.errors import QueueAdapterError
 
 LOG = logging.getLogger("headrace.test-outage")
@@ -48,20 +47,37 @@ def test_a_client_that_noticed_late_does_not_start_a_new_outage(
     assert outage.outages == 2 and len(warnings(caplog)) == 3
 
 
-def test_the_client_librarys_retry_records_are_lowered_to_debug(
+def test_the_client_librarys_retry_records_are_lowered_by_logger_and_level(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    client = logging.getLogger("fakeclient.conn")  # exists before the outage log, as at import
+    """Its connection logger's warnings and errors are lowered whatever their wording; its
+    other loggers' only while an outage is under way; a traceback or CRITICAL never."""
+    connecting = logging.getLogger("fakeclient")  # exist before the outage log, as at import
+    coordinator = logging.getLogger("fakeclient.coordinator")
     caplog.set_level(logging.INFO)
-    outage = OutageLog("server A", LOG, "fakeclient", re.compile("Unable to connect"))
-    client.error("Unable to connect to node 1")
-    client.error("Topic authorization failed")  # not a connection failure: stays an error
+    outage = OutageLog("server A", LOG, "fakeclient", ("fakeclient",))
+    connecting.error('Unable connect to "nohost:9092": [Errno -2] Name or service not known')
+    connecting.warning("any wording at all")
+    coordinator.error("Topic authorization failed")  # no outage: another logger's error stays
     outage.failed("refused")
-    client.error("Unable to connect to node 1")
+    coordinator.error("Heartbeat failed: NodeNotReadyError")  # during the outage: lowered
+    connecting.critical("the client is broken")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        connecting.exception("Unexpected exception in the connection")
     outage.recovered()
-    assert warnings(caplog)[0] == "Topic authorization failed"
-    assert warnings(caplog)[2].endswith("(client retries logged at DEBUG: 1)")
-    assert len(warnings(caplog)) == 3
+    coordinator.error("Group Coordinator Request failed")  # after it: stays
+    assert warnings(caplog) == [
+        "Topic authorization failed",
+        "server A is unreachable (refused); retrying with back-off, positions and data are kept",
+        "the client is broken",
+        "Unexpected exception in the connection",
+        warnings(caplog)[4],
+        "Group Coordinator Request failed",
+    ]
+    assert warnings(caplog)[4].endswith("(client retries logged at DEBUG: 1)")
+    assert quiet_client_library("fakeclient").demoted == 3  # the two before the outage, one in it
 
 
 async def test_retry_transient_retries_until_success() -> None:

@@ -11,9 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def scrape(port: int) -> Samples:
-    """``GET http://127.0.0.1:port/metrics``, as ``{(sample name, labels): value}`` (blocking)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+def scrape(port: int, host: str = "127.0.0.1") -> Samples:
+    """``GET http://host:port/metrics``, as ``{(sample name, labels): value}`` (blocking)."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value

@@ -40,7 +40,9 @@ def capture() -> Iterator[Callable[[str], io.StringIO]]:
 async def run_worker_with_trouble(path) -> tuple[int, StreamId]:
     """A worker reads a corrupt record (the agent warns) and a consumer raises (the failure
     handler warns); returns the corrupt record's queue and the failing stream."""
-    provider = StreamProvider.embedded(path, queues=2, worker_name=WORKER)
+    provider = StreamProvider.embedded(
+        path, queues=2, worker_name=WORKER, max_event_delivery_time=0.2, delivery_retry_backoff=0.01
+    )
 
     @provider.implicit("flaky")
     class Flaky:
@@ -64,10 +66,11 @@ async def test_agent_and_delivery_lines_name_worker_queue_and_stream(tmp_path, c
     out = capture("text")
     queue, flaky = await run_worker_with_trouble(tmp_path / "store")
     lines = out.getvalue().splitlines()
-    [agent] = [line for line in lines if "not batch containers" in line]
+    [agent] = [line for line in lines if "do not decode" in line]
     assert f" level=warning logger=headrace.agent worker={WORKER} queue={queue} stream=- msg=" in agent
     [delivery] = [line for line in lines if "delivery failed" in line]
-    assert f" logger=headrace.delivery worker={WORKER} queue=- stream={flaky} msg=" in delivery
+    assert f" logger=headrace.delivery worker={WORKER} queue={queue} stream={flaky} msg=" in delivery
+    assert 'exc="Traceback (most recent call last):' in delivery and 'RuntimeError: consumer bug"' in delivery
     assert all(line.startswith("ts=") and "Z level=" in line for line in lines)
 
 
@@ -75,12 +78,13 @@ async def test_json_lines_hold_the_same_fields(tmp_path, capture):
     out = capture("json")
     queue, flaky = await run_worker_with_trouble(tmp_path / "store")
     entries = [json.loads(line) for line in out.getvalue().splitlines()]
-    [agent] = [e for e in entries if "not batch containers" in e["msg"]]
+    [agent] = [e for e in entries if "do not decode" in e["msg"]]
     assert (agent["logger"], agent["level"], agent["worker"], agent["queue"], agent["stream"]) == (
         "headrace.agent", "warning", WORKER, queue, None,
     )
     [delivery] = [e for e in entries if "delivery failed" in e["msg"]]
-    assert (delivery["worker"], delivery["queue"], delivery["stream"]) == (WORKER, None, str(flaky))
+    assert (delivery["worker"], delivery["queue"], delivery["stream"]) == (WORKER, queue, str(flaky))
+    assert delivery["exc"].endswith("RuntimeError: consumer bug")
 
 
 def test_context_names_what_arguments_do_not_and_arguments_win(capture):

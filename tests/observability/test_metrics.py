@@ -20,7 +20,9 @@ WORKER = "w-metrics"
 
 
 def make_provider(path) -> StreamProvider:
-    provider = StreamProvider.embedded(path, queues=2, worker_name=WORKER)
+    provider = StreamProvider.embedded(
+        path, queues=2, worker_name=WORKER, max_event_delivery_time=0.2, delivery_retry_backoff=0.01
+    )
 
     @provider.implicit("sensors")
     class RoomCounts:
@@ -83,7 +85,7 @@ async def test_scrape_reports_what_was_published(tmp_path):
             marks = {queue_of[s1]: now - 30 + 19 - 5, queue_of[s2]: now - 30 + 4 - 5}
             if queue_of[s1] == queue_of[s2]:
                 marks = {queue_of[s1]: min(marks.values())}
-            got = by_label(samples, "headrace_eventtime_watermark_seconds", "queue")
+            got = by_label(samples, "headrace_eventtime_watermark_timestamp_seconds", "queue")
             assert {int(q): round(w, 3) for q, w in got.items()} == {q: round(w, 3) for q, w in marks.items()}
             # Delivered: s1's three records, s2's one and the flaky consumer's first; one failed.
             assert total(samples, "headrace_batches_delivered_total") == 5
@@ -95,8 +97,8 @@ async def test_scrape_reports_what_was_published(tmp_path):
                 reads = value(samples, "headrace_queue_read_seconds_count", worker=WORKER, queue=q)
                 assert reads >= 1
                 assert value(samples, "headrace_queue_read_seconds_bucket", worker=WORKER, queue=q, le="+Inf") == reads
-            assert total(samples, "headrace_cache_size") == sum(records.values()) - 1  # the corrupt one is not cached
-            assert value(samples, "headrace_cache_max_size", worker=WORKER, queue="0") == 4096
+            assert total(samples, "headrace_cache_batches") == sum(records.values()) - 1  # the corrupt one is not cached
+            assert value(samples, "headrace_cache_max_batches", worker=WORKER, queue="0") == 4096
 
     # The endpoint is gone with its context; the worker has left.
     with pytest.raises(OSError):
@@ -120,3 +122,15 @@ async def test_bad_or_busy_port_is_a_configuration_error(tmp_path):
     with serve_metrics(provider, port=free_port()) as server:
         with pytest.raises(ConfigurationError, match=f"cannot serve metrics on 127.0.0.1:{server.port}"):
             serve_metrics(provider, port=server.port)
+
+
+def test_metric_names_say_their_unit():
+    """A point in time is ..._timestamp_seconds (its help says POSIX); the cache sizes say they count batches."""
+    from streams.observability.metrics import METRICS
+
+    posix = {name for name, (_, doc) in METRICS.items() if "POSIX" in doc}
+    assert posix == {name for name in METRICS if name.endswith("_timestamp_seconds")} == {
+        "headrace_eventtime_watermark_timestamp_seconds"
+    }
+    cache_sizes = {name for name in METRICS if name.startswith("headrace_cache_") and "pressure" not in name}
+    assert cache_sizes == {"headrace_cache_batches", "headrace_cache_max_batches"}

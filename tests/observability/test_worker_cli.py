@@ -52,7 +52,7 @@ async def test_worker_serves_metrics_and_logs_json(tmp_path):
         assert worker.wait(timeout=30) == 0, stderr.read_text()
     entries = [json.loads(line) for line in stderr.read_text().splitlines()]
     queue = client.mapper.get_queue_for_stream(sid).number
-    agent = next(e for e in entries if "not batch containers" in e["msg"])
+    agent = next(e for e in entries if "do not decode" in e["msg"])
     assert (agent["logger"], agent["level"], agent["worker"], agent["queue"], agent["stream"]) == (
         "headrace.agent", "warning", "w-cli", queue, None,
     )

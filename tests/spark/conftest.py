@@ -78,7 +78,7 @@ def expected(spark: SparkSession, events: list[RawEvent]) -> list[WindowRow]:
 def handoff(tmp_path: Path) -> Iterator[Handoff]:
     store = EmbeddedStore(tmp_path / "store")
     log = HandoffLog(store)
-    schema = HandoffSchema.windows({"count": "bigint", "total": "double"})
+    schema = HandoffSchema.windows({"count": "bigint", "total": "double"}, stream=True)  # as Handoff declares
     yield Handoff(tmp_path / "store", store, log, HandoffWriter(log, STREAM, schema))
     store.close()
 

@@ -60,6 +60,12 @@ def partition_of(key: str) -> int:
     return StreamId("sensors", key).uniform_hash % PARTITIONS
 
 
+def source_of(partition: int) -> str:
+    """The stream id the rows of ``partition`` carry (one per partition: the tests compare
+    windows, not streams)."""
+    return f"sensors/p{partition}"
+
+
 @dataclass
 class Handoff:
     """A store directory with a declared window stream and a writer for it."""
@@ -82,7 +88,8 @@ class Handoff:
         """Hand off ``rows`` as the runtime does: each closing window's results go to their
         partitions, one transaction per (window, partition)."""
         for (_, partition), group in by_closing(rows).items():
-            self.append(partition, [(s / 1e6, e / 1e6, key, n, t) for s, e, key, n, t in group])
+            source = source_of(partition)
+            self.append(partition, [(s / 1e6, e / 1e6, source, key, n, t) for s, e, key, n, t in group])
 
     def stream_files(self) -> set[str]:
         root = self.path / "handoff" / STREAM
@@ -125,6 +132,6 @@ class KafkaHandoff:
                     WindowResult(key, start / 1e6, end / 1e6, {"count": count, "total": total}, None)
                     for start, end, key, count, total in group
                 ]
-                await sink.write(f"sensors-{partition}", "totals", partition, windows)
+                await sink.write(source_of(partition), "totals", partition, windows)
         finally:
             await sink.close()

@@ -113,3 +113,32 @@ def test_a_handoff_the_event_time_cannot_feed_is_refused(tmp_path, event_time, h
 
     with pytest.raises(ConfigurationError, match=message):
         anyio.run(start)
+
+
+def test_window_rows_carry_their_stream_so_one_key_of_two_streams_stays_apart(spark, tmp_path):
+    provider = StreamProvider.embedded(tmp_path, queues=2)
+
+    @provider.implicit("plazas")
+    class BoothCounts:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(60), group_by="booth")
+        handoff = Handoff("booth-counts", {"cars": "bigint"})
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+    async def run() -> None:
+        async with provider:
+            for plaza, cars in [("p1", 3), ("p2", 5)]:
+                stream = provider.get_stream(StreamId("plazas", plaza))
+                await stream.on_next_batch([{"t": BASE + n, "booth": "b0"} for n in range(cars)])
+                await stream.on_completed()
+            with anyio.fail_after(30):
+                await provider.drain()
+
+    anyio.run(run)
+    df = spark.read.format("headrace").option("path", str(tmp_path)).option("stream", "booth-counts").load()
+    assert df.schema.simpleString() == (
+        "struct<window_start:timestamp,window_end:timestamp,stream_id:string,key:string,cars:bigint>"
+    )
+    rows = sorted(tuple(r) for r in df.select("stream_id", "key", "cars").collect())
+    assert rows == [("plazas/p1", "b0", 3), ("plazas/p2", "b0", 5)]

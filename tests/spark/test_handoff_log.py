@@ -35,8 +35,8 @@ from streams.ids import QueueId
 from streams.store import EmbeddedStore
 
 
-def rows(n: int, first: int = 0) -> list[tuple[float, float, str, int, float]]:
-    return [(60.0 * i, 60.0 * i + 60, f"k{i}", i, i / 2) for i in range(first, first + n)]
+def rows(n: int, first: int = 0) -> list[tuple[float, float, str, str, int, float]]:
+    return [(60.0 * i, 60.0 * i + 60, "sensors/s1", f"k{i}", i, i / 2) for i in range(first, first + n)]
 
 
 def read_all(handoff: Handoff, partition: int) -> pa.Table:
@@ -169,10 +169,10 @@ import os, sys
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
 from streams.store import EmbeddedStore
 store = EmbeddedStore(sys.argv[1])
-schema = HandoffSchema.windows({"count": "bigint", "total": "double"})
+schema = HandoffSchema.windows({"count": "bigint", "total": "double"}, stream=True)
 writer = HandoffWriter(HandoffLog(store), sys.argv[2], schema)
 with store.transaction() as conn:
-    writer.append(conn, 0, [(0.0, 60.0, "crash", 99, 99.0)])
+    writer.append(conn, 0, [(0.0, 60.0, "sensors/s1", "crash", 99, 99.0)])
     os._exit(1)  # killed after the segment is written, before the caller's commit
 """
 

@@ -30,10 +30,13 @@ from rich.console import Console
 from spark_sink import Handoff
 
 from ...eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
+from ...adapters.kafka import KafkaAdapterFactory
+from ...adapters.kafka_reach import check_reachable
 from ...ids import StreamId
 from ...errors import HeadraceError
 from ...observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
 from ...provider import StreamProvider
+from ..common import plural
 from .status import StatusLine
 from .summary import Ledger
 from .traffic import NAMESPACE, POLICY, TollTraffic
@@ -97,6 +100,8 @@ class DemoPipeline:
 
     async def run(self) -> int:
         s = self.settings
+        if isinstance(self.provider.factory, KafkaAdapterFactory):  # a wrong address: say so in seconds
+            await check_reachable(self.provider.factory.settings, s.kafka_reach_timeout)
         self._print_header()
         stderr = cast(TextIO, _CurrentStderr())  # the log handler only writes and flushes it
         handler = configure_logging("warning", s.log_format, stream=stderr, worker=self.provider.worker_name)
@@ -152,6 +157,7 @@ class DemoPipeline:
             dead_letters=letters,
             windows_handed_off=handed_off,
             windows_received=self.reader.received.windows,
+            late={a: processed.counters[f"late_arrival_{a}"] for a in ("adjusted", "dropped", "accepted")},
         )
 
     async def _wait_for_reader(self, handed_off: int) -> None:
@@ -175,8 +181,8 @@ class DemoPipeline:
             else "  no Spark: the windows are read from the handoff log directly"
         )
         lines = [
-            f"headrace demo: {s.streams} toll plazas × {s.booths} booths, "
-            f"{s.rate:,.0f} reports/s for {s.duration:g} s, {s.queues} queues on {queues}",
+            f"headrace demo: {plural(s.streams, 'toll plaza')} × {plural(s.booths, 'booth')}, "
+            f"{s.rate:,.0f} reports/s for {s.duration:g} s, {plural(s.queues, 'queue')} on {queues}",
             f"  consumer: cars and tolls per booth, {s.window:g} s tumbling windows; out_of_order {p.out_of_order:g}s, "
             f"late_arrival {p.late_arrival:g}s, early_arrival {p.early_arrival:g}s, action {Action(p.action).value}",
             reader,

@@ -28,6 +28,7 @@ class DemoSettings:
     log_format: LogFormat = "text"
     trigger: float = 2.0  # seconds between two micro-batches
     drain_timeout: float = 120.0  # for the worker, and then for the reader, at the end
+    kafka_reach_timeout: float = 5.0  # a broker that does not answer by then: the address is wrong
     seed: int = 7
 
     @property

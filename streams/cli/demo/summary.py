@@ -8,7 +8,9 @@ dead-letter store, the handoff log's offsets, and the event-time processors' cou
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..common import plural
 
 # Dead-letter reasons of events an ordering policy dropped; every other reason is a record
 # the runtime could not use (corrupt, no timestamp, windows closed, consumer failure).
@@ -35,6 +37,9 @@ class Ledger:
     ...                 windows_handed_off=12, windows_received=12)
     >>> (ledger.kept, ledger.dropped, ledger.dead_lettered, ledger.reconciled)
     (88, 2, 3, True)
+
+    ``late`` counts, by action, the events that arrived more than ``late_arrival`` behind
+    their event time: not a fate of its own, they are in the adjusted, dropped or kept rows.
     """
 
     published: int  # events the producers published, with a time or not
@@ -45,6 +50,7 @@ class Ledger:
     dead_letters: Mapping[str, int]  # the dead-letter store, by reason
     windows_handed_off: int
     windows_received: int
+    late: Mapping[str, int] = field(default_factory=dict)  # "adjusted", "dropped", "accepted"
 
     @property
     def kept(self) -> int:
@@ -78,15 +84,17 @@ class Ledger:
         """The summary, as printed."""
         reasons = lambda names: ", ".join(f"{r} {self.dead_letters.get(r, 0):,}" for r in names)  # noqa: E731
         other = sorted(r for r, n in self.dead_letters.items() if r not in POLICY_DROPS and n)
+        late = ", ".join(f"{self.late.get(a, 0):,} {a}" for a in ("adjusted", "dropped", "accepted"))
         out = [
             f"  published      {self.published + self.corrupt:>9,}  "
-            f"({self.published:,} toll reports, {self.corrupt:,} corrupt records)",
+            f"({plural(self.published, 'toll report')}, {plural(self.corrupt, 'corrupt record')})",
             f"  kept           {self.kept:>9,}  in a window, timestamp as reported",
             f"  adjusted       {self.adjusted:>9,}  in a window, timestamp moved (late or out of order)",
             f"  dropped        {self.dropped:>9,}  {reasons(POLICY_DROPS)}",
             f"  dead-lettered  {self.dead_lettered:>9,}  {reasons(other) or '-'}",
+            f"  late           {sum(self.late.values()):>9,}  more than late_arrival behind, in the rows above: {late}",
             f"  windows        {self.windows_handed_off:>9,}  handed off; {reader} received {self.windows_received:,} "
-            f"holding {self.in_windows:,} events",
+            f"holding {plural(self.in_windows, 'event')}",
         ]
         for check in self.checks(reader):
             mark, sign = ("ok", "=") if check.ok else ("MISMATCH", "!=")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rich.console import Console
 
 from ...errors import HeadraceError
+from ..common import plural
 
 if TYPE_CHECKING:  # the demo loads Spark's side only when it runs
     from spark_sink.storage import HandoffStorage
@@ -95,7 +96,7 @@ class BatchPrinter:
             busiest = max(windows, key=lambda r: (r.cars, r.booth))
             self.console.print(
                 f"[cyan]{self.source} batch {batch_id:>3}[/] window {clock_text(start)}–{clock_text(end)}: "
-                f"{len(windows):>3} booths, {sum(r.cars for r in windows):>6,} cars, "
+                f"{plural(len(windows), 'booth'):>10}, {plural(sum(r.cars for r in windows), 'car'):>10}, "
                 f"€{sum(r.tolls for r in windows):>10,.2f}; busiest {busiest.booth} ({busiest.cars})",
                 highlight=False,
             )
@@ -192,7 +193,11 @@ class SparkWindows:
         )
         try:
             from pyspark.sql import SparkSession
-
+        except ImportError:
+            raise SparkUnavailableError(
+                "the demo's Spark query needs pyspark: pip install 'headrace[spark]', or run with --no-spark"
+            ) from None
+        try:
             import spark_sink
 
             self._spark = (

@@ -1,0 +1,143 @@
+"""Handing one activation's finalized output to its handoff sink, with nothing lost in silence.
+
+An append that fails (a full disk, a locked store, a broker away) is retried with back-off
+until it gets through; the activation waits meanwhile, so its checkpoint stays where it was
+(``EventTimeObserver`` holds it until the emit completes), and the outage is logged once
+when it begins and once when it ends, however many activations share the sink. What the
+sink refuses (:class:`~streams.errors.HandoffRefusedError`: a value its declared columns
+cannot hold, which no retry can fix) is dead-lettered as ``handoff_failed``, with the
+window's key, bounds and value (or the event itself), and the rest is handed off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import anyio
+
+from streams.adapters.outage import Backoff, OutageLog
+from streams.deadletters import DeadLetter, DeadLetterStore
+from streams.errors import HandoffRefusedError
+from streams.eventtime.processor import EventOutcome, WindowResult
+from streams.eventtime.release import Position
+
+log = logging.getLogger("headrace.handoff")
+T = TypeVar("T")
+HANDOFF_FAILED = "handoff_failed"
+
+
+class Sink(Protocol):
+    """What the runtime writes to (``spark_sink.HandoffSink``, seen from here)."""
+
+    async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int: ...
+
+    async def write_events(
+        self, source: str, consumer: str, partition: int, released: Sequence[EventOutcome], below: Position | None
+    ) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffTarget:
+    """Where one activation's finalized output goes: a ``spark_sink.HandoffSink``, written
+    as ``source`` (the stream) and ``consumer`` (the type) to ``partition`` (the queue)."""
+
+    sink: Sink
+    source: str
+    consumer: str
+    partition: int
+
+
+# One outage log per sink: every activation writing to it reports to the same one.
+_outages: weakref.WeakKeyDictionary[Any, OutageLog] = weakref.WeakKeyDictionary()
+
+
+def _outage_of(sink: Any) -> OutageLog:
+    outage = _outages.get(sink)
+    if outage is None:
+        name = getattr(getattr(sink, "handoff", None), "stream", None)
+        outage = _outages[sink] = OutageLog(f"handoff stream {name!r}" if name else "the handoff log", log)
+    return outage
+
+
+class HandoffWrites:
+    """One activation's appends to its handoff target, retried and never lost.
+
+    Example (``EventTimeObserver`` does this)::
+
+        writes = HandoffWrites(HandoffTarget(sink, "tolls/p1", "Totals", 3), dead_letters)
+        await writes.windows(output.windows)  # returns once appended or dead-lettered
+    """
+
+    def __init__(self, target: HandoffTarget, dead_letters: DeadLetterStore, *, max_backoff: float = 5.0) -> None:
+        self.target = target
+        self._dead_letters = dead_letters
+        self._outage = _outage_of(target.sink)
+        self._max_backoff = max_backoff
+
+    async def windows(self, windows: Sequence[WindowResult]) -> None:
+        t = self.target
+        await self._write(
+            list(windows), lambda items: t.sink.write(t.source, t.consumer, t.partition, items), self._window_letter
+        )
+
+    async def events(self, released: Sequence[EventOutcome], below: Position | None) -> None:
+        t = self.target
+        await self._write(
+            list(released),
+            lambda items: t.sink.write_events(t.source, t.consumer, t.partition, items, below),
+            self._event_letter,
+        )
+
+    async def _write(
+        self, items: list[T], append: Callable[[list[T]], Awaitable[int]], letter: Callable[[T, str], DeadLetter]
+    ) -> None:
+        backoff = Backoff(maximum=self._max_backoff)
+        began: float | None = None
+        while items:
+            try:
+                try:
+                    await append(items)
+                    items = []
+                except HandoffRefusedError as refused:
+                    await self._dead_letters.add([letter(item, why) for item, why in refused.refused])
+                    gone = {id(item) for item, _ in refused.refused}
+                    items = [item for item in items if id(item) not in gone]
+            except Exception as exc:  # noqa: BLE001 - whatever failed, retrying may get through
+                if began is None:
+                    began = time.monotonic()
+                    log.debug("handoff append to %s failed", self.target.source, exc_info=True)
+                self._outage.failed(f"{type(exc).__name__}: {exc}", since=began)
+                await anyio.sleep(backoff.next())
+                continue
+        if began is not None:
+            self._outage.recovered()
+
+    def _window_letter(self, window: WindowResult, why: str) -> DeadLetter:
+        t = self.target
+        return DeadLetter(
+            HANDOFF_FAILED,
+            stream=t.source,
+            queue=t.partition,
+            value={"key": window.key, "start": window.start, "end": window.end, "value": window.value},
+            event_time=window.start,
+            detail=f"{t.consumer}: window [{window.start:g}, {window.end:g}) of key {window.key!r} not handed off: {why}",
+        )
+
+    def _event_letter(self, outcome: EventOutcome, why: str) -> DeadLetter:
+        t = self.target
+        token = getattr(outcome.record, "token", None)
+        return DeadLetter(
+            HANDOFF_FAILED,
+            stream=t.source,
+            queue=t.partition,
+            sequence_number=getattr(token, "sequence_number", None),
+            event_index=getattr(token, "event_index", None),  # one letter per event, not per record
+            value=getattr(outcome.record, "value", outcome.record),
+            event_time=outcome.timestamp,
+            detail=f"{t.consumer}: event not handed off: {why}; token {token}",
+        )

@@ -1,0 +1,64 @@
+"""Delivering a batch again after its consumer raised (Orleans retries a failed delivery with
+back-off until ``MaxEventDeliveryTime``), and what a delivery that never succeeded leaves
+behind: the traceback text its dead letter keeps.
+
+A consumer's error is often passing (a database restarting, a lock held a moment too long):
+a retry a little later delivers the batch, with nothing dead-lettered and nothing reordered
+(the consumer's cursor waits meanwhile; the other consumers do not). A bug fails every retry,
+and the batch is dead-lettered once ``max_event_delivery_time`` is spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from streams.batch import EventBatch
+from streams.errors import DecodeError
+
+log = logging.getLogger("headrace.agent")
+
+
+async def redeliver(
+    on_next: Callable[[EventBatch], Awaitable[object]],
+    batch: EventBatch,
+    error: Exception,
+    deadline: float,
+    backoff: float,
+    stopped: Callable[[], bool],
+) -> Exception | None:
+    """Call ``on_next(batch)`` again after ``backoff`` seconds, doubling the wait after each
+    failure, while the next attempt would start before ``deadline`` (``time.monotonic()``)
+    and ``stopped()`` is false. Returns ``None`` once a call succeeds, else the last error.
+
+    >>> calls = []
+    >>> async def flaky(batch):
+    ...     calls.append(batch)
+    ...     if len(calls) < 3:
+    ...         raise ValueError("not yet")
+    >>> anyio.run(redeliver, flaky, [1], ValueError("first"), time.monotonic() + 5, 0.001,
+    ...           lambda: False), len(calls)
+    (None, 3)
+    """
+    delay = backoff
+    while not stopped() and time.monotonic() + delay < deadline:
+        await anyio.sleep(delay)
+        try:
+            await on_next(batch)
+            return None
+        except DecodeError as exc:  # its values cannot be read: no retry makes them readable
+            return exc
+        except Exception as exc:
+            error = exc
+        delay *= 2
+    return error
+
+
+def failure_detail(subscription_id: str, error: BaseException) -> str:
+    """A failed delivery's dead-letter detail: the subscription, then the error with its
+    traceback, as Python prints it (just the error when it was never raised, a timeout)."""
+    return f"{subscription_id}: " + "".join(traceback.format_exception(error)).rstrip()

@@ -1,0 +1,157 @@
+"""Issue 12's workload: a topic of JSON events, one per record, written by plain aiokafka.
+
+``--records`` readings of 100 sensors (10 ms apart, 5 % of them 3 s out of order, ``ts`` in
+epoch milliseconds, key ``sensor-N``) on ``--queues`` partitions of a Tansu broker. Measured
+in one run, on that topic:
+
+- raw: one ``AIOKafkaConsumer`` over every partition, ``getmany`` + ``json.loads`` per record
+  (it only decodes);
+- headrace: a worker (``records="json"``) whose consumer counts each sensor's events in
+  tumbling 60 s windows (out-of-order tolerance 5 s), timed from the worker being up to its
+  processors having taken every event; its window counts are checked against a count made
+  here;
+- headrace's own format with one event per record (what ``on_next`` makes), the same
+  readings, the same consumer.
+
+Each read runs ``--rounds`` times, alternating; each row shows its best round. Rates are
+timed from the first tenth of the events on (see ``steady``).
+
+    python bench/kafka.py sensors [--records 200000] [--queues 8] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from streams import StreamId, StreamProvider
+from streams.adapters.kafka import KafkaAdapterFactory, ensure_topic
+from streams.batch import BatchContainer, BatchKind
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from tests.kafka_broker import TansuBroker
+from tests.sensor_workload import closed_window_counts, readings, write_json
+
+RAW = "raw aiokafka: getmany + json.loads"
+
+
+def windowed_provider(provider: StreamProvider, counts: Counter[tuple[str, float]]) -> StreamProvider:
+    @provider.implicit("sensors")
+    class PerSensor:
+        event_time = EventTime(
+            OrderingPolicy(timestamp_by="ts", unit="ms", out_of_order=5),
+            Tumbling(60),
+            Count(),
+        )
+
+        def __init__(self, stream_id: StreamId) -> None:
+            self.key = stream_id.key
+
+        def on_window(self, result: Any) -> None:
+            counts[(self.key, result.start)] += result.value
+
+    return provider
+
+
+def steady(expected: int) -> int:
+    """Rates are timed from this many events on to the last: the start (connections, first
+    fetches, which both sides prefetch differently) is left out of both."""
+    return expected // 10
+
+
+async def worker_read(provider: StreamProvider, expected: int) -> float:
+    """Seconds its processors take from the first ``steady`` events to all ``expected``."""
+    began = None
+    async with provider:
+        while True:
+            taken = sum(
+                o.processor.counters.events for a in provider.agents for o in a.event_time_activations()
+            )
+            if began is None and taken >= steady(expected):
+                began, at = time.perf_counter(), taken
+            if taken >= expected:
+                assert began is not None
+                return (time.perf_counter() - began) * expected / (taken - at)
+            await anyio.sleep(0.002)
+
+
+async def raw_read(bootstrap: str, topic: str, queues: int, expected: int) -> float:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    tps = [TopicPartition(topic, p) for p in range(queues)]
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    began = None
+    read = 0
+    loads = json.loads
+    while read < expected:
+        for records in (await consumer.getmany(timeout_ms=500, max_records=1000)).values():
+            for r in records:
+                loads(r.value)  # type: ignore[arg-type]
+            read += len(records)
+        if began is None and read >= steady(expected):
+            began, at = time.perf_counter(), read
+    assert began is not None
+    seconds = (time.perf_counter() - began) * expected / (read - at)
+    await consumer.stop()
+    return seconds
+
+
+async def run(records: int, queues: int, rounds: int) -> None:
+    items = list(readings(records))
+    expected = closed_window_counts([v for _, v in items], 60, 5)
+    with TansuBroker() as broker:
+        bootstrap = broker.bootstrap
+        kafka = {"idempotent": False, "group_membership": False}
+        await ensure_topic({"bootstrap_servers": bootstrap}, "sensors", queues)
+        began = time.perf_counter()
+        await write_json(bootstrap, "sensors", items)
+        written = time.perf_counter() - began
+        # The same readings in headrace's own format, one event per record.
+        own = KafkaAdapterFactory(bootstrap, "sensors-own", queues=queues, idempotent=False)
+        adapter, mapper = await own.create_adapter(), own.get_queue_mapper()
+        containers = []
+        for key, value in items:
+            sid = StreamId("sensors", key.decode())
+            arrival = int(value["ts"]) / 1000  # type: ignore[call-overload]
+            payload = BatchContainer(sid, BatchKind.DATA, arrival, [value]).encode()
+            containers.append((mapper.get_queue_for_stream(sid), sid, payload))
+        for start in range(0, len(containers), 5000):
+            await adapter.queue_message_batches(containers[start : start + 5000])
+        await own.close()
+        print(
+            f"Tansu broker {bootstrap}; {records} JSON records, 1 event each, 100 sensors, "
+            f"{queues} partitions (written by plain aiokafka at {records / written:,.0f}/s); "
+            f"best of {rounds} rounds\n"
+        )
+        best: dict[str, float] = {}
+        checked = ""
+        for round_no in range(rounds):
+            times = {RAW: await raw_read(bootstrap, "sensors", queues, records)}
+            counts: Counter[tuple[str, float]] = Counter()
+            json_worker = StreamProvider.kafka(
+                bootstrap, "sensors", queues, records="json", namespace="sensors",
+                group_id=f"bench-json-{round_no}", kafka=kafka,
+            )
+            times["headrace worker, records='json', 60 s windows"] = await worker_read(
+                windowed_provider(json_worker, counts), records
+            )
+            checked = "equal" if counts == expected else f"DIFFER ({sum(counts.values())} vs {sum(expected.values())})"
+            own_worker = StreamProvider.kafka(
+                bootstrap, "sensors-own", queues, group_id=f"bench-own-{round_no}", kafka=kafka
+            )
+            times["headrace worker, own format 1 event/record, 60 s windows"] = await worker_read(
+                windowed_provider(own_worker, Counter()), records
+            )
+            for name, seconds in times.items():
+                best[name] = min(best.get(name, seconds), seconds)
+    base = records / best[RAW]
+    print(f"{'':58} {'events/s':>10} {'vs raw':>7}")
+    for name, seconds in best.items():
+        rate = records / seconds
+        print(f"{name:58} {rate:10,.0f} {rate / base:6.2f}x")
+    print(f"\nwindow counts of the JSON worker against a count made here: {checked}")

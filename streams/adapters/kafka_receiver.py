@@ -1,0 +1,318 @@
+"""The Kafka receiver: reads queue *i* (partition *i* of the topic, or of each of several
+topics) for the pulling agent that owns it, and commits what is acknowledged."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+import anyio
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from ..batch import QueueMessage
+from ..errors import QueueAdapterError
+from ..ids import QueueId
+from ..tokens import SequenceToken
+from .kafka_records import ContainerRecords, GroupedRecords, RecordReader
+from .kafka_settings import KafkaSettings, T, _retry, is_transient, log
+from .outage import Backoff, OutageLog
+
+
+class KafkaQueueReceiver:
+    """Reads one partition for the pulling agent that owns the queue.
+
+    ``initialize`` places the read position after the group's committed offset, or at the
+    configured start. ``get_queue_messages`` returns ``[]`` only once a fetch answered after
+    the call began shows nothing more to read (so an empty answer means "caught up", not "a
+    fetch is still on its way"), or while the broker is unreachable, after a back-off.
+    Acknowledged positions are committed to Kafka at most every ``commit_interval`` seconds
+    (also from ``get_queue_messages``, so an idle queue's last acknowledgement is not left
+    behind) and on :meth:`shutdown`; after a crash, the records acknowledged since the last
+    commit are read again (at least once). ``read_range`` reads history with a separate
+    consumer, leaving the read position where it is.
+    """
+
+    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog) -> None:
+        self.queue = queue
+        self.settings = settings
+        self.outage = outage
+        self._partitions = settings.partitions_of(queue)  # one per topic
+        self._partition = self._partitions[0]
+        fmt = settings.record_format
+        self._reader: RecordReader = (
+            ContainerRecords(queue, self._partition)
+            if fmt is None
+            else GroupedRecords(queue, self._partitions, settings.namespaces, fmt, settings.key_field)
+        )
+        self._consumer: AIOKafkaConsumer | None = None
+        self._rewinder: AIOKafkaConsumer | None = None  # for read_range, made when first needed
+        # Per partition: the offset after what is acknowledged, and the same as committed.
+        self._acknowledged: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._last_commit = float("-inf")
+        self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
+        self._backoff = Backoff()
+
+    @property
+    def committed_offset(self) -> int | None:
+        """The offset this receiver last committed (the next record to read after a restart)."""
+        return self._committed.get(self._partition)
+
+    async def initialize(self) -> None:
+        """Connect, and place the read position after the committed offset (or at the
+        configured start when the group has none for this partition)."""
+        consumer = await self._retry(
+            lambda: self._open_consumer(self.settings.group_id), f"reading {self.queue}"
+        )
+        self._consumer = consumer
+        positions = {tp: await self._start_position(consumer, tp) for tp in self._partitions}
+        self._reader.start(positions)
+
+    async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
+        """Seek ``tp`` to where reading resumes, and note its committed offset."""
+        committed = await self._retry(
+            lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset"
+        )
+        first, end = await self._bounds(consumer, tp)
+        if committed is None:
+            position = first if self.settings.start == "earliest" else end
+        elif committed < first:
+            log.warning(
+                "%s: committed offset %d is older than the oldest retained record %d; records "
+                "%d..%d were removed by the topic's retention before they were read",
+                self.queue,
+                committed,
+                first,
+                committed,
+                first - 1,
+            )
+            position = first
+        elif committed > end:
+            log.warning(
+                "%s: committed offset %d is past the end of the partition (%d): the topic was "
+                "recreated? reading from the oldest retained record %d",
+                self.queue,
+                committed,
+                end,
+                first,
+            )
+            position = first
+        else:
+            position = committed
+        consumer.seek(tp, position)
+        if committed is not None:
+            self._committed[tp] = self._acknowledged[tp] = committed
+        return position
+
+    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        if max_count <= 0:
+            return []
+        consumer = self._require_consumer()
+        await self._commit_if_due()
+        tps = self._partitions
+        if self._waiting_since is None:
+            self._waiting_since = time.time() * 1000
+        began = time.monotonic()
+        while time.monotonic() - began < self.settings.outage_after:
+            try:
+                batch = await consumer.getmany(
+                    *tps, timeout_ms=int(self.settings.poll_timeout * 1000), max_records=max_count
+                )
+            except KafkaError as exc:
+                if not is_transient(exc):
+                    raise QueueAdapterError(
+                        f"reading {self.queue} from Kafka failed: {exc}"
+                    ) from exc
+                await self._back_off(f"{type(exc).__name__}: {exc}", since=began)
+                return []
+            if batch:
+                self._answered()
+                return self._reader.messages(batch)
+            since = self._waiting_since
+            answered = [consumer.last_poll_timestamp(tp) for tp in tps]
+            silent = time.time() - since / 1000
+            if all(a is not None and a >= since for a in answered):
+                self._answered()
+                if await self._caught_up(consumer):
+                    return []  # caught up with what the partitions held at those answers
+                self._waiting_since = time.time() * 1000  # more to come: wait for it
+            elif silent >= self.settings.outage_after:
+                reason = f"no fetch answer for {self.queue} in {silent:.1f} s"
+                await self._back_off(reason, since=time.monotonic() - silent)
+                return []
+        return []  # answers keep coming, records not yet: the agent asks again
+
+    async def _caught_up(self, consumer: AIOKafkaConsumer) -> bool:
+        for tp in self._partitions:
+            highwater = consumer.highwater(tp)
+            if highwater is not None and await consumer.position(tp) < highwater:
+                return False
+        return True
+
+    def _answered(self) -> None:
+        """A fetch answered: the broker is reachable."""
+        self._waiting_since = None
+        self._backoff.reset()
+        self.outage.recovered()
+
+    async def _back_off(self, reason: str, since: float) -> None:
+        """The broker did not answer: report it, and wait before the agent asks again."""
+        self.outage.failed(reason, since=since)
+        await anyio.sleep(self._backoff.next())
+
+    async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
+        if not tokens:
+            return
+        acknowledged = self._acknowledged
+        for tp, offset in self._reader.acknowledged(max(t.sequence_number for t in tokens)).items():
+            if offset > acknowledged.get(tp, -1):
+                acknowledged[tp] = offset
+        await self._commit_if_due()
+
+    async def _commit_if_due(self) -> None:
+        if time.monotonic() - self._last_commit >= self.settings.commit_interval:
+            await self._commit()
+
+    async def _commit(self) -> bool:
+        """Commit the acknowledged position; ``False`` if the broker could not be reached
+        (the position stays pending and is committed on a later try)."""
+        committed = self._committed
+        offsets = {tp: o for tp, o in self._acknowledged.items() if committed.get(tp) != o}
+        if not offsets or self._consumer is None:
+            return True
+        self._last_commit = began = time.monotonic()
+        try:
+            with anyio.fail_after(self.settings.request_timeout):
+                await self._consumer.commit(offsets)
+        except Exception as exc:  # sorted into transient and not just below
+            if not (isinstance(exc, TimeoutError) or is_transient(exc)):
+                raise QueueAdapterError(
+                    f"Kafka refused the offset commit of {self.queue} for group "
+                    f"{self.settings.group_id!r} ({type(exc).__name__}); headrace assigns "
+                    "partitions itself, so its group id must not be used by consumers that "
+                    "join the group: give headrace a group_id of its own"
+                ) from exc
+            reason = f"offset commit: {type(exc).__name__}: {exc}".rstrip(": ")
+            self.outage.failed(reason, since=began)
+            return False
+        committed.update(offsets)
+        self.outage.recovered()
+        return True
+
+    async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:
+        """Up to ``max_count`` records from offset ``start_sequence`` (or the oldest retained
+        one after it), without moving the read position: rewinds and cursor catch-up."""
+        if max_count <= 0:
+            return []
+        if self._rewinder is None:
+            self._rewinder = await self._retry(
+                lambda: self._open_consumer(None), f"rewinding {self.queue}"
+            )
+        rewinder: AIOKafkaConsumer = self._rewinder
+        tp = self._partition
+        first, end = await self._bounds(rewinder, tp)
+        offset = max(start_sequence, first)
+        if offset >= end:
+            return []
+        rewinder.seek(tp, offset)
+        out: list[QueueMessage] = []
+        with anyio.move_on_after(self.settings.give_up_after) as scope:
+            while len(out) < max_count and (not out or out[-1].sequence_number < end - 1):
+                batch = await rewinder.getmany(
+                    tp,
+                    timeout_ms=int(self.settings.poll_timeout * 1000),
+                    max_records=max_count - len(out),
+                )
+                out.extend(self._reader.messages(batch))
+                if not batch and await rewinder.position(tp) >= end:
+                    break  # the last offsets before the end hold no records (compaction)
+        if scope.cancelled_caught:
+            raise QueueAdapterError(
+                f"rewinding {self.queue} to offset {offset} failed: no answer from "
+                f"{self.settings.server} within {self.settings.give_up_after:.0f} s"
+            )
+        return out
+
+    async def shutdown(self) -> None:
+        """Commit the last acknowledged position and disconnect.
+
+        A commit that fails here is logged, not raised: the queue is being let go either
+        way, and the records after the last committed offset will be read again.
+        """
+        try:
+            if self._consumer is not None and not await self._commit():
+                log.warning(
+                    "%s: offset %s (after the last acknowledged record) was not committed: "
+                    "%s is unreachable; records from offset %s on will be read again",
+                    self.queue,
+                    self._offsets(self._acknowledged),
+                    self.settings.server,
+                    self._offsets(self._committed),
+                )
+        except QueueAdapterError as exc:
+            log.error(
+                "%s: %s; records from offset %s on will be read again",
+                self.queue,
+                exc,
+                self._offsets(self._committed),
+            )
+        finally:
+            consumers = [c for c in (self._consumer, self._rewinder) if c is not None]
+            self._consumer = self._rewinder = None
+            for consumer in consumers:
+                with anyio.move_on_after(self.settings.request_timeout):
+                    await consumer.stop()
+
+    async def _open_consumer(self, group_id: str | None) -> AIOKafkaConsumer:
+        consumer = AIOKafkaConsumer(
+            **self.settings.client_kwargs(),
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",  # an offset lost to retention: the oldest retained
+            fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+        )
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()
+            raise
+        consumer.assign(self._partitions)
+        return consumer
+
+    def _offsets(self, offsets: Mapping[TopicPartition, int]) -> str:
+        """How log lines name a queue's offsets: one number, or one per topic."""
+        if self.settings.topics is None:
+            return str(offsets.get(self._partition))
+        return ", ".join(f"{tp.topic}: {offsets.get(tp)}" for tp in self._partitions)
+
+    async def _bounds(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
+        """The oldest retained offset of ``tp`` and the offset its next record will get."""
+
+        async def fetch() -> tuple[int, int]:
+            first = await consumer.beginning_offsets([tp])
+            end = await consumer.end_offsets([tp])
+            return first[tp], end[tp]
+
+        return await self._retry(fetch, f"reading the bounds of {self.queue}")
+
+    def _require_consumer(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise QueueAdapterError(
+                f"the receiver of {self.queue} is not initialized (call initialize())"
+            )
+        return self._consumer
+
+    async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
+        return await _retry(
+            operation, what, self.settings, self.outage, self.settings.request_timeout
+        )
+
+
+class KafkaRecordReceiver(KafkaQueueReceiver):
+    """The receiver of topics of one event per record: it hands the pulling agent one batch
+    per stream and read (see :mod:`~streams.adapters.kafka_records`). Its positions are
+    those of its reads' groupings, which a re-read would not reproduce: it does not rewind
+    (so it is no :class:`~streams.adapters.protocols.RewindableReceiver`)."""
+
+    read_range = None  # type: ignore[assignment]

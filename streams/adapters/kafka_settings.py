@@ -1,0 +1,191 @@
+"""What every Kafka client of the adapter shares: the settings, and how a failed request
+is told from one worth retrying (the broker unreachable, a leader moving, a timeout)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError, KafkaTimeoutError
+
+from ..errors import ConfigurationError
+from ..ids import QueueId, StreamId
+from .outage import OutageLog, retry_transient
+from .records import HEADRACE, RecordFormat, record_format
+
+log = logging.getLogger("headrace.kafka")
+
+T = TypeVar("T")
+Start = Literal["earliest", "latest"]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying may help: the broker unreachable, a leader moving, a timeout."""
+    if isinstance(exc, KafkaTimeoutError):  # aiokafka marks it final; an outage causes it
+        return True
+    return isinstance(exc, (KafkaError, OSError)) and getattr(exc, "retriable", True)
+
+
+async def _retry(
+    operation: Callable[[], Awaitable[T]],
+    what: str,
+    settings: KafkaSettings,
+    outage: OutageLog,
+    attempt_timeout: float | None = None,
+) -> T:
+    """``operation``, retried while the cluster is unreachable, for up to ``give_up_after``."""
+    return await retry_transient(
+        operation,
+        what=what,
+        outage=outage,
+        is_transient=is_transient,
+        give_up_after=settings.give_up_after,
+        attempt_timeout=attempt_timeout,
+    )
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Everything the Kafka adapter's clients share.
+
+    ``client_options`` go to every aiokafka client (producer, consumers, admin): the
+    connection and security settings of a real cluster, e.g. ``security_protocol``,
+    ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``, ``client_id``.
+
+    ``records`` is the topic's record format: ``"headrace"`` (batch containers), or one event
+    per record in ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
+    :class:`~streams.adapters.records.RecordFormat`. Such a topic's streams are
+    ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic's name;
+    ``key_field`` names the value's field that keys records without a key). ``topics``
+    (namespace -> topic) reads several co-partitioned topics of one format together.
+    """
+
+    bootstrap_servers: str | Sequence[str]
+    topic: str
+    queues: int = 8
+    group_id: str = "headrace"
+    start: Start = "earliest"
+    replication_factor: int = 1  # for a topic the adapter creates
+    idempotent: bool = True  # the broker keeps one copy of a record the producer retries
+    commit_interval: float = 1.0  # seconds between offset commits, at most
+    poll_timeout: float = 0.1  # how long an empty read waits for new records
+    outage_after: float = 3.0  # seconds without a fetch answer before calling it an outage
+    request_timeout: float = 5.0  # one attempt of a request to the broker
+    give_up_after: float = 60.0  # seconds of failed attempts before an enqueue etc. raises
+    # Workers share the partitions through a Kafka consumer group (KafkaGroupBalancer). Off:
+    # each worker reads every partition, for a worker known to run alone (it then starts
+    # without waiting for the group's first rebalance, a few seconds).
+    group_membership: bool = True
+    # Topics of the Spark handoff log start with this: <prefix>.handoff.<stream>, ... (the
+    # DataSource's topicPrefix option names the same prefix).
+    handoff_prefix: str = "headrace"
+    client_options: Mapping[str, Any] = field(default_factory=dict)
+    records: str | RecordFormat = HEADRACE
+    namespace: str | None = None
+    key_field: str | None = None
+    topics: Mapping[str, str] | None = None  # namespace -> topic
+    # The decoded form of records (None: headrace's containers), and topic -> namespace.
+    record_format: RecordFormat | None = field(init=False, repr=False, compare=False, default=None)
+    namespaces: Mapping[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "record_format", record_format(self.records))
+        object.__setattr__(self, "namespaces", self._namespaces())
+        if not isinstance(self.topic, str) or not self.topic:
+            raise ConfigurationError(f"topic is a non-empty str, not {self.topic!r}")
+        if not isinstance(self.queues, int) or isinstance(self.queues, bool) or self.queues < 1:
+            raise ConfigurationError(f"queues is a positive int, not {self.queues!r}")
+        if self.start not in ("earliest", "latest"):
+            raise ConfigurationError(f"start is 'earliest' or 'latest', not {self.start!r}")
+        if not isinstance(self.handoff_prefix, str) or not self.handoff_prefix:
+            raise ConfigurationError(f"handoff_prefix is a non-empty str, not {self.handoff_prefix!r}")
+        if not isinstance(self.group_id, str) or not self.group_id:
+            raise ConfigurationError(f"group_id is a non-empty str, not {self.group_id!r}")
+        for name in (
+            "commit_interval",
+            "poll_timeout",
+            "outage_after",
+            "request_timeout",
+            "give_up_after",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ConfigurationError(f"{name} is seconds >= 0, not {value!r}")
+
+    def _namespaces(self) -> dict[str, str]:
+        foreign = self.record_format is not None
+        for name in ("namespace", "key_field"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value):
+                raise ConfigurationError(f"{name} is a non-empty str, not {value!r}")
+            if value is not None and not foreign:
+                raise ConfigurationError(
+                    f"{name} is for topics of one event per record: set records= to their "
+                    "format (json, msgpack, text, bytes or a RecordFormat)"
+                )
+        if self.topics is None:
+            return {self.topic: self.namespace or self.topic}
+        if not foreign:
+            raise ConfigurationError(
+                "topics= reads topics of one event per record: set records= to their format"
+            )
+        if self.namespace is not None:
+            raise ConfigurationError("with topics= each topic's namespace is its key there: drop namespace=")
+        topics = dict(self.topics)
+        if not topics or not all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in topics.items()):
+            raise ConfigurationError(f"topics maps namespaces to topic names (non-empty str), not {self.topics!r}")
+        if len(set(topics.values())) != len(topics):
+            raise ConfigurationError(f"topics names a topic twice: {self.topics!r}")
+        if self.topic not in topics.values():
+            raise ConfigurationError(f"topic {self.topic!r} is not one of topics= {sorted(topics.values())}")
+        return {topic: namespace for namespace, topic in topics.items()}
+
+    def partitions_of(self, queue: QueueId) -> list[TopicPartition]:
+        """What ``queue`` reads: partition ``queue.number`` of each topic, in a fixed order."""
+        self.check_queue(queue)
+        return [TopicPartition(topic, queue.number) for topic in self.namespaces]
+
+    def topic_of(self, stream_id: StreamId) -> str:
+        """The topic carrying ``stream_id``'s events."""
+        if self.topics is None:
+            return self.topic
+        topic = self.topics.get(stream_id.namespace)
+        if topic is None:
+            raise ConfigurationError(
+                f"no topic carries namespace {stream_id.namespace!r}: topics= has "
+                f"{sorted(self.topics)}"
+            )
+        return topic
+
+    @property
+    def server(self) -> str:
+        """How log lines and errors name the cluster."""
+        servers = self.bootstrap_servers
+        return f"Kafka at {servers if isinstance(servers, str) else ','.join(servers)}"
+
+    def client_kwargs(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "request_timeout_ms": int(self.request_timeout * 1000),
+            **self.client_options,
+        }
+
+    def check_queue(self, queue: QueueId) -> TopicPartition:
+        if not 0 <= queue.number < self.queues:
+            raise ConfigurationError(
+                f"{queue} is not one of the {self.queues} queues of Kafka topic {self.topic!r}"
+            )
+        return TopicPartition(self.topic, queue.number)
+
+
+# aiokafka's loggers that log each failed attempt to reach a broker, at WARNING or ERROR
+# (tens a second); the outage log reports the outage once instead. The fetcher's failed
+# fetches are retried by its own loop, and come before any call of ours has failed.
+AIOKAFKA_CONNECTION_LOGGERS = ("aiokafka", "aiokafka.conn", "aiokafka.consumer.fetcher")
+
+
+def _new_outage_log(settings: KafkaSettings) -> OutageLog:
+    return OutageLog(settings.server, log, "aiokafka", AIOKAFKA_CONNECTION_LOGGERS)

@@ -1,0 +1,70 @@
+"""The logging context: the worker, queue and stream that records logged here are about.
+
+A context variable, so it follows the code into the tasks and worker threads it starts.
+:class:`streams.observability.logs.LogContextFilter` reads it; the runtime sets it around
+every delivery (:func:`enter_fields`), so any logger a consumer uses names them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .errors import ConfigurationError
+from .ids import QueueId, StreamId
+
+FIELDS = ("worker", "queue", "stream")
+
+_context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "headrace_log_context", default={}
+)
+
+
+@contextlib.contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Name the worker, queue or stream of every record logged inside the block (and in
+    the tasks and worker threads started from it).
+
+    >>> with log_context(worker="w1", stream=StreamId("tolls", "plaza-1")):
+    ...     pass
+    """
+    check_fields(fields)
+    token = _context.set({**_context.get(), **fields})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def delivery_fields(worker: str | None, queue: QueueId, stream: StreamId) -> Mapping[str, Any]:
+    """The fields of every record logged while a batch of ``stream`` is delivered: made once
+    per stream, entered around each delivery with :func:`enter_fields`."""
+    return {"worker": worker, "queue": queue, "stream": stream}
+
+
+def enter_fields(fields: Mapping[str, Any]) -> contextvars.Token[Mapping[str, Any]]:
+    """Make ``fields`` (worker, queue and stream: all of them) the log context until
+    :func:`leave_fields`: what :func:`log_context` does, without merging or checking, for
+    the delivery path, where it runs once per batch.
+
+    >>> token = enter_fields(delivery_fields("w1", QueueId(2), StreamId("ns", "k")))
+    >>> leave_fields(token)
+    """
+    return _context.set(fields)
+
+
+def leave_fields(token: contextvars.Token[Mapping[str, Any]]) -> None:
+    _context.reset(token)
+
+
+def current_fields() -> Mapping[str, Any]:
+    """The fields set by the innermost :func:`log_context` or :func:`enter_fields` here."""
+    return _context.get()
+
+
+def check_fields(fields: Mapping[str, Any]) -> None:
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ConfigurationError(f"the log fields are {', '.join(FIELDS)}, not {unknown[0]!r}")

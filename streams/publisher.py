@@ -1,0 +1,307 @@
+"""The producer side of a provider: events buffered per stream and written in the background.
+
+``stream.send(value)`` only buffers: it returns at once, and waits only while the buffer
+holds ``max_buffered`` events (backpressure, bounded memory). A writer task takes what is
+buffered after a few milliseconds (``linger``), makes each stream's events into batch
+containers of at most ``max_batch`` events, and writes them all in one call of the adapter
+(one transaction, one group commit, on the embedded store; one pipelined round of produce
+requests on Kafka), one write at a time, so every stream's events stay in order.
+``stream.on_next(value)`` buffers the same way but waits until its event is written, and
+its write does not linger: concurrent ``on_next`` calls share a write (and a container, on
+one stream). Punctuation and completion travel the same way, in order with the events.
+
+``flush()`` returns once everything buffered before it is written, and raises
+:class:`~streams.errors.PublishError` with the count of events ``send`` buffered that were
+not written since the previous flush, and why (``on_next`` raises to its own caller).
+
+>>> import anyio
+>>> from streams import StreamId, StreamProvider
+>>> async def publish():
+...     async with StreamProvider.memory(queues=2).client() as provider:
+...         stream = provider.get_stream(StreamId("sensors", "s-1"))
+...         for n in range(1000):
+...             await stream.send({"n": n})
+...         await provider.flush()
+>>> anyio.run(publish)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import anyio
+import anyio.lowlevel
+
+from .adapters.protocols import QueueAdapter, QueueMapper
+from .batch import BatchKind, encode_batch
+from .errors import EncodeError, ProviderClosedError, PublishError
+from .ids import QueueId, StreamId
+
+log = logging.getLogger("headrace.publisher")
+
+Times = list[float | None] | None
+
+
+class EventWriter(Protocol):
+    """How an adapter takes events: ``encode`` a run of one stream's events into the items it
+    writes (raising :class:`EncodeError` for a value it cannot encode), ``write`` many items
+    durably, in order. The Kafka adapter is one (one record per event on a topic of another
+    format); :class:`ContainerWriter` serves every adapter that takes batch containers."""
+
+    def encode(
+        self, queue: QueueId, stream_id: StreamId, kind: BatchKind, values: list[Any], times: Times
+    ) -> list[Any]: ...
+
+    async def write(self, items: list[Any]) -> None: ...
+
+
+class ContainerWriter:
+    """Events as batch containers, written with the adapter's ``queue_message_batches`` (one
+    call for many) when it has it, else one ``queue_message_batch`` call each."""
+
+    def __init__(self, adapter: QueueAdapter) -> None:
+        self._adapter = adapter
+        self._many = getattr(adapter, "queue_message_batches", None)
+
+    def encode(
+        self, queue: QueueId, stream_id: StreamId, kind: BatchKind, values: list[Any], times: Times
+    ) -> list[Any]:
+        return [(queue, stream_id, encode_batch(stream_id, kind, time.time(), values, times))]
+
+    async def write(self, items: list[Any]) -> None:
+        if self._many is not None:
+            await self._many(items)
+            return
+        for queue, stream_id, payload in items:
+            await self._adapter.queue_message_batch(queue, stream_id, payload)
+
+
+class _Round:
+    """What is buffered between two writes: each stream's runs of events, in order."""
+
+    __slots__ = ("awaited", "done", "error", "events", "streams", "urgent")
+
+    def __init__(self) -> None:
+        self.streams: dict[StreamId, list[list[Any]]] = {}  # runs of events (see add)
+        self.events = 0
+        self.awaited = 0  # of which callers wait for (on_next): they hear of a failure
+        self.urgent = False  # an on_next caller waits: write without lingering
+        self.done = anyio.Event()
+        self.error: Exception | None = None  # why the write failed (every event of it)
+
+
+class Publisher:
+    """Buffers a provider's events and writes them (see the module's docstring)."""
+
+    def __init__(
+        self,
+        writer: EventWriter,
+        mapper: QueueMapper,
+        written: Callable[[QueueId], None],
+        *,
+        linger: float = 0.002,
+        max_batch: int = 1000,
+        max_buffered: int = 100_000,
+    ) -> None:
+        self._writer = writer
+        self._mapper = mapper
+        self._written = written  # told of each queue a write reached (wakes local agents)
+        self._linger = linger
+        self._max_batch = max_batch
+        self._max_buffered = max_buffered
+        self._open = _Round()
+        self._writing: _Round | None = None
+        self._buffered = 0  # events buffered or being written
+        self._room = anyio.Event()  # set when a write ends: buffered events went
+        self._pending = anyio.Event()  # set when the open round got its first event
+        self._since_yield = 0
+        self._failed = 0  # events send() buffered that were not written, since the last flush
+        self._reasons: list[str] = []
+        self._closed = False
+
+    async def send(self, stream_id: StreamId, value: Any, event_time: float | None) -> None:
+        """Buffer one event (``stream.send``): :meth:`add` for one value, without waiting,
+        shortened for the common case of a stream whose last run takes one more event."""
+        r = self._open
+        runs = r.streams.get(stream_id)
+        if runs is not None and self._buffered < self._max_buffered and not self._closed:
+            last = runs[-1]
+            values = last[1]
+            if last[3] and len(values) < self._max_batch:
+                times = last[2]
+                if times is not None:
+                    times.append(event_time)
+                elif event_time is not None:
+                    last[2] = [None] * len(values) + [event_time]
+                values.append(value)
+                r.events += 1
+                self._buffered += 1
+                self._since_yield += 1
+                if self._since_yield >= self._max_batch:
+                    self._since_yield = 0
+                    await anyio.lowlevel.checkpoint()
+                return
+        times = None if event_time is None else [event_time]
+        await self.add(stream_id, BatchKind.DATA, [value], times, wait=False)
+
+    async def add(
+        self,
+        stream_id: StreamId,
+        kind: BatchKind,
+        values: list[Any],
+        times: Times,
+        *,
+        wait: bool,
+        whole: bool = False,
+    ) -> None:
+        """Buffer ``values`` (with ``times``, or None) for ``stream_id``; with ``wait``,
+        return once they are written (raising why not); ``whole``: as one batch container
+        of their own (``on_next_batch``), not merged with the stream's other events."""
+        if self._closed:
+            raise ProviderClosedError("the provider has closed: it publishes nothing more")
+        if wait or whole:  # the caller hears of its own unencodable value, now
+            self._writer.encode(self._mapper.get_queue_for_stream(stream_id), stream_id, kind, values, times)
+        while self._buffered >= self._max_buffered:
+            room = self._room
+            await room.wait()
+        r = self._open
+        idle = self._writing is None and not r.events  # nothing to wait for or join
+        runs = r.streams.get(stream_id)
+        if runs is None:
+            runs = r.streams[stream_id] = []
+        n = len(values)
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and last[3]
+            and kind is BatchKind.DATA
+            and not whole
+            and len(last[1]) + n <= self._max_batch
+        ):
+            if times is not None or last[2] is not None:
+                last[2] = (last[2] or [None] * len(last[1])) + (times or [None] * n)
+            last[1].extend(values)
+        else:  # [kind, values, times, open to more events]
+            runs.append([kind, list(values), times, kind is BatchKind.DATA and not whole])
+        r.events += max(n, 1)
+        self._buffered += max(n, 1)
+        if wait:
+            r.urgent = True
+            r.awaited += max(n, 1)
+            if idle:  # write it here and now: no hop through the writer task
+                await self._take_and_write()
+            else:
+                if not self._pending.is_set():
+                    self._pending.set()
+                await r.done.wait()
+            if r.error is not None:
+                raise r.error
+            return
+        if not self._pending.is_set():
+            self._pending.set()
+        # A producer looping on send() would never let the writer (or the network) run.
+        self._since_yield += n
+        if self._since_yield >= self._max_batch:
+            self._since_yield = 0
+            await anyio.lowlevel.checkpoint()
+
+    async def run(self) -> None:
+        """The writer: one write at a time, for as long as the provider runs."""
+        while True:
+            await self._pending.wait()
+            self._pending = anyio.Event()  # only this task replaces it: it waits on it
+            if not self._open.urgent and self._open.events < self._max_batch:
+                await anyio.sleep(self._linger)  # let more sends join this write
+            while self._writing is not None:  # an on_next caller is writing: one at a time
+                await self._writing.done.wait()
+            if self._open.events:
+                await self._take_and_write()
+
+    async def _take_and_write(self) -> None:
+        """Write the open round (a new one opens for what comes meanwhile)."""
+        r, self._open = self._open, _Round()
+        self._writing = r
+        try:
+            await self._write(r)
+        finally:
+            self._writing = None
+            self._buffered -= r.events
+            r.done.set()
+            room, self._room = self._room, anyio.Event()
+            room.set()
+            if self._open.events and not self._pending.is_set():
+                self._pending.set()  # what came meanwhile: the writer task's turn
+
+    async def _write(self, r: _Round) -> None:
+        items: list[Any] = []
+        queues: set[QueueId] = set()
+        for stream_id, runs in r.streams.items():
+            queue = self._mapper.get_queue_for_stream(stream_id)
+            queues.add(queue)
+            for run in runs:
+                items.extend(self._encode(queue, stream_id, run))
+        try:
+            if items:
+                await self._writer.write(items)
+        except Exception as exc:  # any adapter's failure: counted and reported, not lost
+            r.error = exc
+            self._failed += r.events - r.awaited  # the rest raise to their callers
+            self._reasons.append(f"{type(exc).__name__}: {exc}")
+            log.warning("a write of %d event(s) failed: %s", r.events, exc)
+            return
+        for queue in queues:
+            self._written(queue)
+
+    def _encode(self, queue: QueueId, stream_id: StreamId, run: list[Any]) -> list[Any]:
+        """The items of one run; a run holding a value that cannot be encoded goes without it
+        (each such value, which send() buffered, counts as failed)."""
+        kind, values, times, merged = run
+        if not merged:  # one container, as the caller made it
+            return self._writer.encode(queue, stream_id, kind, values, times)
+        chunks = range(0, max(len(values), 1), self._max_batch)
+        try:
+            return [
+                item
+                for at in chunks
+                for item in self._writer.encode(
+                    queue, stream_id, kind, values[at : at + self._max_batch],
+                    None if times is None else times[at : at + self._max_batch],
+                )
+            ]
+        except EncodeError:
+            pass
+        items = []
+        for i, value in enumerate(values):  # find the culprits: encode one by one
+            try:
+                items.extend(
+                    self._writer.encode(queue, stream_id, kind, [value], None if times is None else [times[i]])
+                )
+            except EncodeError as exc:
+                self._failed += 1
+                self._reasons.append(str(exc))
+        return items
+
+    async def flush(self) -> None:
+        """Return once everything buffered so far is written; raise :class:`PublishError`
+        for the events ``send`` buffered since the previous flush that were not."""
+        r = self._open
+        if r.events:
+            r.urgent = True
+            await r.done.wait()
+        elif self._writing is not None:
+            await self._writing.done.wait()
+        failed, reasons = self._failed, self._reasons
+        if failed:
+            self._failed, self._reasons = 0, []
+            raise PublishError(failed, reasons)
+
+    async def close(self) -> None:
+        """Flush, then refuse further events."""
+        try:
+            await self.flush()
+        finally:
+            self._closed = True
+

@@ -1,0 +1,64 @@
+"""How a receiver groups one-event records by stream, and which offsets an
+acknowledgement commits (no broker: records as aiokafka hands them over)."""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka import ConsumerRecord, TopicPartition
+
+from streams.adapters.kafka_records import GroupedRecords
+from streams.adapters.records import record_format
+from streams.errors import DecodeError
+from streams.ids import QueueId, StreamId
+
+A, B = TopicPartition("a", 0), TopicPartition("b", 0)
+
+
+def record(tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None) -> ConsumerRecord:
+    return ConsumerRecord(tp.topic, tp.partition, offset, 1000 * offset, 0, key, value, None, 0, 0, ())
+
+
+def reader(*tps: TopicPartition, at: dict | None = None) -> GroupedRecords:
+    grouped = GroupedRecords(QueueId(0), tps, {tp.topic: tp.topic.upper() for tp in tps}, record_format("json"))
+    grouped.start(at or {tp: 0 for tp in tps})
+    return grouped
+
+
+def test_one_message_per_stream_at_its_first_record_and_dead_letters_in_between():
+    grouped = reader(A, at={A: 10})
+    records = [
+        record(A, 10, b"x", b"1"), record(A, 11, b"y", b"2"), record(A, 12, b"x", b"bad"),
+        record(A, 13, b"x", b"3"), record(A, 14, b"y", b"4"),
+    ]
+    messages = grouped.messages({A: records})
+    assert [m.sequence_number for m in messages] == [10, 11, 12]  # positions are offsets
+    x, y, bad = (m.decoded for m in messages)
+    assert (x.stream_id, x.values, x.event_times) == (StreamId("A", "x"), [1, 3], [10.0, 13.0])
+    assert (y.stream_id, y.values) == (StreamId("A", "y"), [2, 4])
+    assert isinstance(bad, DecodeError) and messages[2].payload == b"bad"
+    with pytest.raises(DecodeError, match="a partition 0 offset 12 does not decode as json"):
+        messages[2].container()
+    # done with x (10): record 11 (y) is not, so offset 11 is what is safe to commit
+    assert grouped.acknowledged(10) == {A: 11}
+    assert grouped.acknowledged(11) == {A: 12}
+    assert grouped.acknowledged(12) == {A: 15}  # all of it: the read position
+
+
+def test_several_topics_get_growing_positions_and_commit_each_their_own_offsets():
+    grouped = reader(A, B, at={A: 100, B: 5})
+    first = grouped.messages({A: [record(A, 100, b"k", b"1"), record(A, 101, b"k", b"2")], B: [record(B, 5, b"k", b"3")]})
+    second = grouped.messages({B: [record(B, 6, b"j", b"4")], A: [record(A, 102, b"k", b"5")]})
+    positions = [m.sequence_number for m in first + second]
+    assert positions == sorted(positions) and len(set(positions)) == 4
+    assert [m.decoded.stream_id for m in first + second] == [
+        StreamId("A", "k"), StreamId("B", "k"), StreamId("A", "k"), StreamId("B", "j"),
+    ]
+    assert grouped.acknowledged(positions[0]) == {A: 102, B: 5}
+    assert grouped.acknowledged(positions[1]) == {A: 102, B: 6}
+    assert grouped.acknowledged(positions[3]) == {A: 103, B: 7}
+
+
+def test_keyless_records_are_keyed_by_their_partition_without_a_key_field():
+    grouped = reader(A)
+    [message] = grouped.messages({A: [record(A, 0, None, b"1"), record(A, 1, None, b"2")]})
+    assert (message.decoded.stream_id, message.decoded.values) == (StreamId("A", "0"), [1, 2])
