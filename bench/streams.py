@@ -17,6 +17,7 @@ Run: .venv/bin/python bench/streams.py [--streams 1000,10000,100000] [--modes wi
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -27,19 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import rss_mb  # noqa: E402
+from bench._common import peak_rss_mb, rss_mb  # noqa: E402
 
 EVENTS_PER_STREAM = 10
 QUEUES = 8
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size so far, in MiB (Linux)."""
-    with open(f"/proc/{os.getpid()}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def one_run(streams: int, windowed: bool) -> dict[str, float]:
@@ -88,8 +80,6 @@ async def one_run(streams: int, windowed: bool) -> dict[str, float]:
     values = list(range(EVENTS_PER_STREAM))
     async with provider:
         handles = [provider.get_stream(StreamId("devices", f"d-{i}")) for i in range(streams)]
-        import gc
-
         gc.collect()
         rss_before = rss_mb()
         started = time.perf_counter()
