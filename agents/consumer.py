@@ -58,7 +58,7 @@ class StreamConsumer:
     # Slots, and no event until a task waits: an agent may hold many thousands of these.
     __slots__ = (
         "subscription_id", "stream_id", "observer", "cursor", "durable", "delivered_batches",
-        "failures", "faulted", "detached", "_context", "_start_token", "_closed",
+        "delivered_events", "failures", "faulted", "detached", "_context", "_start_token", "_closed",
         "_delivering", "_scope", "_deadline", "_timed_out", "_spawn", "_has_task", "_call_now",
         "_handoff", "implicit", "_redelivers", "_log_fields", "_working",
     )
@@ -85,6 +85,7 @@ class StreamConsumer:
         self.durable = durable
         self.implicit = implicit  # an implicit activation is never faulted (as in Orleans)
         self.delivered_batches = 0
+        self.delivered_events = 0  # status: events out, per second
         self.failures = 0
         self.faulted = False
         self.detached = 0
@@ -167,6 +168,7 @@ class StreamConsumer:
                     self._hand_over(cursor, item, batch, pending)
                     return False
             self.delivered_batches += 1
+            self.delivered_events += len(batch)
             cursor.advance()
         return True
 
@@ -191,6 +193,7 @@ class StreamConsumer:
             try:
                 await pending
                 self.delivered_batches += 1
+                self.delivered_events += len(batch)
             except Exception as exc:
                 await self._retry(item, batch, exc)
         self._delivering = False
@@ -287,6 +290,7 @@ class StreamConsumer:
             elif kind is BatchKind.WATERMARK:
                 await observer.on_watermark(float(item.container.values[0]))
             self.delivered_batches += 1
+            self.delivered_events += len(batch)
         except Exception as exc:  # a consumer's bug must not stop the agent
             if kind is BatchKind.DATA and batch:
                 await self._retry(item, batch, exc)

@@ -85,11 +85,13 @@ class HandoffWrites:
             list(windows), lambda items: t.sink.write(t.source, t.consumer, t.partition, items), self._window_letter
         )
 
-    async def events(self, released: Sequence[EventOutcome], below: Position | None) -> None:
+    async def events(self, released: Sequence[EventOutcome], below: Position | None, source: str | None = None) -> None:
+        """Append released events as ``source`` (the target's stream unless given: an
+        activation with several inputs writes each input stream's events as their own)."""
         t = self.target
         await self._write(
             list(released),
-            lambda items: t.sink.write_events(t.source, t.consumer, t.partition, items, below),
+            lambda items: t.sink.write_events(source or t.source, t.consumer, t.partition, items, below),
             self._event_letter,
         )
 

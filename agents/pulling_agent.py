@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
-from streams.batch import BatchContainer, QueueMessage, interned
+from streams.batch import BatchContainer, BatchKind, QueueMessage, interned
 from streams.consumers import InProcessSubscription
 from streams.deadletters import DeadLetter, QueueDeadLetters
 from streams.errors import CacheMissError, DecodeError
@@ -37,10 +37,11 @@ from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
+from .keyed import KeyedActivations
 from .keyed_heap import KeyedMinHeap
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
-from .timed import EventTimeDelivery, EventTimeObserver, HandoffTarget, event_time_of
+from .timed import EventTimeDelivery, EventTimeObserver, HandoffTarget, InputView, event_time_of
 from .context import AgentContext
 
 log = logging.getLogger("headrace.agent")
@@ -86,10 +87,15 @@ class PullingAgent:
         self.context = context
         self._dead_letters = QueueDeadLetters(context.dead_letters, queue.number)
         self.read_messages = 0
+        self.read_events = 0  # in the data batches of those records (status: events in)
+        self.last_read_sequence: int | None = None  # status: how far behind each cursor is
         self.read_failures = 0
         self.pressure_skips = 0
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._streams: dict[StreamId, _StreamState] = {}
+        # Activations of types fed by several namespaces (a batch waits for its turn at most
+        # half as long as a delivery may take: it goes out of order before it would time out).
+        self._keyed = KeyedActivations(context.options.max_event_delivery_time / 2)
         self._unacked: deque[int] = deque()
         self._wake = anyio.Event()
         self._stopping = False
@@ -264,6 +270,8 @@ class PullingAgent:
                         detail=str(exc),
                     )
                 )
+        self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
+        self.last_read_sequence = messages[-1].sequence_number
         if letters:
             log.warning("%s: %d record(s) do not decode; dead-lettered", self.queue, len(letters))
             await self.context.dead_letters.add(letters)
@@ -274,6 +282,8 @@ class PullingAgent:
                 state = await self._open_stream(sid)
             if state.opening is not None:
                 await state.opened()
+        if self._keyed:  # activations of several streams take their batches in queue order
+            self._keyed.expect(decoded)
         now = time.monotonic()
         # The log context of the deliveries made here, inline: set per stream (no reset
         # between streams, nothing else runs meanwhile), restored once at the end.
@@ -372,21 +382,30 @@ class PullingAgent:
         return HandoffTarget(sink, str(sid), consumer, self.queue.number)
 
     def _activation(self, state: _StreamState, sid: StreamId, cls: type) -> Any:
-        """One instance per stream id and consumer type, like an Orleans grain activation."""
+        """One instance per stream id and consumer type, like an Orleans grain activation;
+        one per key for a type fed by several namespaces (see ``agents.keyed``)."""
         observer = state.activations.get(cls)
         if observer is None:
-            instance = cls(sid)
-            spec = event_time_of(instance)
-            if spec is None:
-                observer = as_observer(instance)
+            namespaces = self.context.registry.namespaces_of(cls)
+            if namespaces:
+                observer, instance = self._keyed.observer_for(cls, sid, namespaces[0], self._new_activation)
             else:
-                target = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))
-                target.on_change = self._on_change
-                observer = EventTimeDelivery(target)
+                target, instance = self._new_activation(cls, sid)
+                observer = EventTimeDelivery(target) if isinstance(target, EventTimeObserver) else as_observer(target)
             state.activations[cls] = observer
-            if hasattr(instance, "on_activate"):  # a task only for a type that has the hook
+            if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
                 self._spawn(self._call_hook, instance, "on_activate", state.log_fields)
         return observer
+
+    def _new_activation(self, cls: type, sid: StreamId) -> tuple[Any, Any]:
+        """``(what is delivered to, the user's instance)`` of a new activation."""
+        instance = cls(sid)
+        spec = event_time_of(instance)
+        if spec is None:
+            return instance, instance
+        target = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))
+        target.on_change = self._on_change
+        return target, instance
 
     async def _attach(
         self,
@@ -401,13 +420,15 @@ class PullingAgent:
     ) -> StreamConsumer:
         miss: CacheMissError | None = None
         cursor: Any
-        try:
-            cursor = self.cache.create_cursor(sid, token)
-        except CacheMissError as exc:
-            assert token is not None
-            if self._rewindable:
-                cursor = self._rewind_cursor(sid, token.sequence_number)
-            else:
+        covered = self.cache.covered_from()
+        if token is not None and self._rewindable and (covered is None or token.sequence_number < covered):
+            # Older than the cache, or the cache has read nothing yet (a worker just started
+            # reads after the checkpoint): the durable queue has what the token asks for.
+            cursor = self._rewind_cursor(sid, token.sequence_number)
+        else:
+            try:
+                cursor = self.cache.create_cursor(sid, token)
+            except CacheMissError as exc:
                 miss = exc
                 cursor = self.cache.create_cursor(sid, self.cache.oldest_cached_token())
         consumer = StreamConsumer(
@@ -500,14 +521,23 @@ class PullingAgent:
         state = self._streams.pop(sid)
         for consumer in state.consumers.values():
             consumer.close()
-        for observer in state.activations.values():
-            instance = observer.target
-            if isinstance(instance, EventTimeObserver):
-                instance.on_change = None
-                self._changed.discard(instance)
-                self._holds.discard(instance)
-                self._ticks.discard(instance)
-                instance = instance.target
+        ended = self._keyed.leave(sid)  # activations of several streams whose last this was
+        registry = self.context.registry
+        for cls, observer in state.activations.items():
+            activation = _event_time_activation(observer)
+            if registry.namespaces_of(cls):  # shared by the streams of a key
+                if activation is None or not any(activation.target is e for e in ended):
+                    continue
+            elif activation is None:
+                ended.append(observer.target)
+            else:
+                ended.append(activation.target)
+            if activation is not None:
+                activation.on_change = None
+                self._changed.discard(activation)
+                self._holds.discard(activation)
+                self._ticks.discard(activation)
+        for instance in ended:
             if hasattr(instance, "on_deactivate"):
                 self._spawn(self._call_hook, instance, "on_deactivate", state.log_fields)
 
@@ -535,7 +565,7 @@ class PullingAgent:
         if not all(c.idle for c in state.consumers.values()):
             return False
         return not any(
-            isinstance(observer.target, EventTimeObserver) and observer.target in self._holds
+            (activation := _event_time_activation(observer)) is not None and activation in self._holds
             for observer in state.activations.values()
         )
 
@@ -559,12 +589,23 @@ class PullingAgent:
     def event_time_activations(self) -> list[EventTimeObserver]:
         """The event-time activations of the streams now active here, read-only (metrics
         read their processors' counters and watermarks)."""
-        return [
-            observer.target
-            for state in self._streams.values()
-            for observer in state.activations.values()
-            if isinstance(observer.target, EventTimeObserver)
-        ]
+        found: dict[int, EventTimeObserver] = {}  # an activation of several inputs once
+        for state in self._streams.values():
+            for observer in state.activations.values():
+                target = observer.target
+                if isinstance(target, InputView):
+                    target = target.activation
+                if isinstance(target, EventTimeObserver):
+                    found[id(target)] = target
+        return list(found.values())
+
+
+def _event_time_activation(observer: Any) -> EventTimeObserver | None:
+    """The event-time activation a consumer delivers to, directly or as one of its inputs."""
+    target = observer.target
+    if isinstance(target, InputView):
+        target = target.activation
+    return target if isinstance(target, EventTimeObserver) else None
 
 
 class _Tokens(Sequence[SequenceToken]):

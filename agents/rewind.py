@@ -94,12 +94,16 @@ class RewindCursor:
         """Join the cache if it now holds our position, else read the next run of history.
         Returns the miss to report when the queue no longer holds our position."""
         wanted = self._next_sequence
-        try:
+        covered = self._cache.covered_from()
+        if covered is not None and wanted >= covered:
             self._joined = self._cache.create_cursor(self.stream_id, SequenceToken(wanted))
             return None
-        except CacheMissError:
-            pass
         messages = await self._receiver.read_range(wanted, self._read_size)
+        if not messages and covered is None:
+            # The end of the queue, and the agent has read nothing yet: what comes next is
+            # what it reads next, into the cache.
+            self._joined = self._cache.create_cursor(self.stream_id, SequenceToken(wanted))
+            return None
         if not messages:
             # Retention removed our position and the cache has moved past it too: continue
             # from the oldest data the cache holds (what a plain cache miss does).

@@ -10,10 +10,17 @@ A type that hands off to Spark has its closed windows written to the handoff sin
 windowless one has its events held until the watermark passes them and handed off in
 timestamp order (the checkpoint is held at the oldest event still held). A failed append is
 retried, what the sink refuses is dead-lettered (:mod:`agents.handoff`).
+
+An activation with several inputs (``EventTime(..., inputs=...)``, one activation per key
+over several namespaces) is delivered to through one :class:`InputView` per input stream;
+without a window its events wait for the merged watermark and leave in event-time order
+across inputs (:class:`~streams.eventtime.merged_release.MergedRelease`), to ``on_events``
+and, with a handoff, to Spark: what ``on_events`` returns, or the events themselves.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -21,19 +28,20 @@ from typing import Any
 
 from streams.batch import EventBatch
 from streams.deadletters import DeadLetterStore
+from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
-from streams.eventtime.processor import Output
+from streams.eventtime.processor import EventOutcome, Output
 from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.spec import EventTime
 from streams.ids import StreamId
-from streams.observer import _nothing
+from streams.observer import _lift, _nothing
 from streams.tokens import SequenceToken
 
 from .handoff import HandoffTarget, HandoffWrites
-from .hooks import ConsumerHooks
+from .holdback import HoldBack
 from .turns import Turns
 
-__all__ = ["EventTimeDelivery", "EventTimeObserver", "HandoffTarget", "event_time_of"]
+__all__ = ["EventTimeDelivery", "EventTimeObserver", "HandoffTarget", "InputView", "event_time_of"]
 
 
 def event_time_of(instance: Any) -> EventTime | None:
@@ -60,15 +68,26 @@ class EventTimeObserver:
         self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
         # A windowless consumer's events wait here for the watermark, then go in order.
         self._release: TimestampOrder | None = (
-            TimestampOrder() if handoff is not None and spec.window is None else None
+            TimestampOrder() if handoff is not None and spec.window is None and not spec.inputs else None
         )
+        # Several inputs, no window: every event waits for the merged watermark.
+        self._merge = MergedRelease(spec.inputs, spec.imports) if spec.inputs and spec.window is None else None
+        self._inputs = spec.inputs
+        self.holdback = HoldBack(str(stream_id)) if spec.inputs else None
+        self._open_inputs = set(spec.inputs)
         self.stream_id = stream_id
         self.processor = spec.processor(str(stream_id))
         self._partition = str(stream_id)
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
-        # Looked up once per type (registration checked that the type can take the results).
-        self._hooks = ConsumerHooks.of(target)
+        spec.check_consumer(type(target))
+        self._on_window = _lift(getattr(target, "on_window", None))
+        self._on_events = _lift(getattr(target, "on_events", None))
+        self._user_on_events = getattr(target, "on_events", None)  # its result is read (merged)
+        self.on_error = _lift(getattr(target, "on_error", None)) or _nothing
+        self.has_on_error = getattr(target, "on_error", None) is not None
+        self._user_completed = _lift(getattr(target, "on_completed", None)) or _nothing
+        self._user_watermark = _lift(getattr(target, "on_watermark", None))
         self._last_watermark = self.processor.watermark
         # What the processor held before a step that is still being emitted: the processor
         # forgets a window as it closes it, but its events stay needed until the window is
@@ -81,53 +100,39 @@ class EventTimeObserver:
         # them in heaps rather than asking every activation at every ack and tick.
         self.on_change: Callable[[EventTimeObserver], None] | None = None
 
-    # The target's optional methods, bound when called (none kept per activation).
-    @property
-    def _on_window(self) -> Callable[..., Awaitable[None]] | None:
-        return self._hooks.bind("on_window", self.target)
+    def for_input(self, name: str) -> InputView:
+        """What the stream of input ``name`` delivers to (several inputs)."""
+        return InputView(self, name)
 
-    @property
-    def _on_events(self) -> Callable[..., Awaitable[None]] | None:
-        return self._hooks.bind("on_events", self.target)
-
-    @property
-    def _user_watermark(self) -> Callable[..., Awaitable[None]] | None:
-        return self._hooks.bind("on_watermark", self.target)
-
-    @property
-    def _user_completed(self) -> Callable[[], Awaitable[None]]:
-        return self._hooks.bind("on_completed", self.target) or _nothing
-
-    @property
-    def has_on_error(self) -> bool:
-        return self._hooks.has("on_error")
-
-    async def on_error(self, error: BaseException) -> None:
-        hook = self._hooks.bind("on_error", self.target)
-        if hook is not None:
-            await hook(error)
-
-    async def on_next(self, batch: EventBatch) -> None:
+    async def on_next(self, batch: EventBatch, partition: str | None = None) -> None:
+        part = partition or self._partition
         async with self._lock:
-            if self._release is not None and len(batch):
+            if len(batch):
                 last = batch[-1].token
-                self._release.saw((last.sequence_number, last.event_index))
+                if self._release is not None:
+                    self._release.saw((last.sequence_number, last.event_index))
+                if self._merge is not None:
+                    self._merge.saw(part, (last.sequence_number, last.event_index))
             if len(batch) and _follows_clock_for_accepted(self.processor):
                 # The agent does not tick a quiet activation; under `accept` a late event's
                 # fate depends on the clock's watermark, so catch up with it first (as a
                 # timer tick just before the batch arrived would have).
                 arrival = batch[0].arrival_time
                 await self._step(lambda: self.processor.on_tick(arrival))
-            await self._step(lambda: self.processor.on_events(batch, self._partition))
+            await self._step(lambda: self.processor.on_events(batch, part))
 
-    async def on_watermark(self, watermark: float) -> None:
+    async def on_watermark(self, watermark: float, partition: str | None = None) -> None:
+        part = partition or self._partition
         async with self._lock:
-            await self._step(lambda: self.processor.advance_time(watermark, time.time(), self._partition))
+            await self._step(lambda: self.processor.advance_time(watermark, time.time(), part))
 
-    async def on_completed(self) -> None:
+    async def on_completed(self, partition: str | None = None) -> None:
+        part = partition or self._partition
         async with self._lock:
-            await self._step(lambda: self.processor.on_completed(self._partition, time.time()))
-        await self._user_completed()
+            await self._step(lambda: self.processor.on_completed(part, time.time()))
+        self._open_inputs.discard(part)
+        if not self._open_inputs:  # with several inputs, once the last completes
+            await self._user_completed()
 
     async def on_tick(self, now: float) -> None:
         """The processing clock moved and nothing arrived (a silent stream)."""
@@ -145,6 +150,8 @@ class EventTimeObserver:
             out = step()
             self._changed()  # the new windows' hold counts before the emit can suspend
             await self._emit(out)
+            if self.holdback is not None:
+                self.holdback.observe(self.processor.merged, time.time())  # type: ignore[arg-type]
         except BaseException:
             self._unfinished = _lowest(self._unfinished, before)
             raise
@@ -159,15 +166,20 @@ class EventTimeObserver:
     def next_tick(self) -> float | None:
         """When (wall-clock seconds) a tick would next change something for this
         activation: close a window, fire an idle timeout, release held events, or move the
-        watermark its type watches (``on_watermark``); None when no tick ever would."""
+        watermark its type watches (``on_watermark``); None when no tick ever would. An
+        activation of several inputs ticks at every timer period, as its merge is timed."""
         processor = self.processor
+        if processor.watermark == math.inf:
+            return None
+        if self._inputs:
+            return -math.inf
         due = processor.next_tick()
         late = processor.policy.late_arrival
-        if late is not None and processor.watermark < math.inf:
+        if late is not None:
             earliest = self._release.earliest() if self._release is not None else None
             if earliest is not None:
                 due = min(due, earliest + late)
-            if self._hooks.has("on_watermark"):
+            if self._user_watermark is not None:
                 due = -math.inf  # at every tick, as its watermark follows the clock
         return None if due == math.inf else due
 
@@ -179,6 +191,8 @@ class EventTimeObserver:
         token = self.processor.held_since()
         token = token if isinstance(token, SequenceToken) else None
         oldest = self._release.oldest() if self._release is not None else None
+        if self._merge is not None:
+            oldest = self._merge.oldest()
         return _lowest(token, SequenceToken(*oldest) if oldest is not None else None)
 
     async def _emit(self, out: Output) -> None:
@@ -187,7 +201,9 @@ class EventTimeObserver:
         handoff = self._handoff
         if handoff is not None and out.windows:  # durable before anyone else hears of them
             await handoff.windows(out.windows)
-        if handoff is not None and self._release is not None:
+        if self._merge is not None:
+            await self._emit_merged(out)
+        elif handoff is not None and self._release is not None:
             for outcome in out.events:
                 if outcome.timestamp is not None:  # always, for an event that passed the policy
                     self._release.add(outcome.timestamp, position_of(outcome), outcome)
@@ -197,11 +213,65 @@ class EventTimeObserver:
         if self._on_window is not None:
             for result in out.windows:
                 await self._on_window(result)
-        if self._on_events is not None and out.events:
+        if self._on_events is not None and out.events and self._merge is None:
             await self._on_events(out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
             await self._user_watermark(out.watermark)
+
+    async def _emit_merged(self, out: Output) -> None:
+        """Release what the merged watermark has passed, in event-time order, to on_events
+        and then (what on_events returns, or the events) to the handoff."""
+        merge = self._merge
+        assert merge is not None
+        for outcome in out.events:
+            merge.add(outcome.partition, outcome)
+        released = [event for _, event in merge.release(out.watermark)]
+        if not released:
+            return
+        handed: list[EventOutcome] = released
+        if self._user_on_events is not None:
+            result = self._user_on_events(released)
+            if inspect.isawaitable(result):
+                result = await result
+            if result is not None:
+                handed = list(result)
+        handoff = self._handoff
+        if handoff is None or not handed:
+            return
+        by_stream: dict[StreamId, list[EventOutcome]] = {}
+        for event in handed:
+            by_stream.setdefault(event.record.stream_id, []).append(event)
+        for sid, events in by_stream.items():
+            if sid.namespace not in self._inputs:
+                raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")
+            await handoff.events(events, merge.below(sid.namespace), str(sid))
+
+
+class InputView:
+    """One input's face of an activation with several inputs: the stream of that input
+    delivers to it, and it passes everything on to the activation under the input's name."""
+
+    def __init__(self, activation: EventTimeObserver, name: str) -> None:
+        self.activation = activation
+        self.name = name
+        self.on_error = activation.on_error  # the activation's, as the stream's consumer sees it
+        self.has_on_error = activation.has_on_error
+
+    async def on_next(self, batch: EventBatch) -> None:
+        await self.activation.on_next(batch, self.name)
+
+    async def on_watermark(self, watermark: float) -> None:
+        await self.activation.on_watermark(watermark, self.name)
+
+    async def on_completed(self) -> None:
+        await self.activation.on_completed(self.name)
+
+    async def on_tick(self, now: float) -> None:
+        await self.activation.on_tick(now)
+
+    def checkpoint_hold(self) -> SequenceToken | None:
+        return self.activation.checkpoint_hold()
 
 
 class EventTimeDelivery:

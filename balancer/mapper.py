@@ -90,6 +90,8 @@ class KafkaPartitionMapper:
     True
     """
 
+    places_by_key = True  # the key alone: every namespace's stream of one key shares a queue
+
     def __init__(self, queues: int = 8) -> None:
         if not isinstance(queues, int) or queues < 1:
             raise ValueError(f"the number of queues is a positive int, not {queues!r}")

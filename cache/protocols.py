@@ -78,5 +78,10 @@ class QueueCache(Protocol):
         """The queue sequence number of the oldest batch a cursor still needs, if any."""
         ...
 
+    def covered_from(self) -> int | None:
+        """The oldest queue position from which a cursor gets every record of its stream
+        from the cache (``None`` until the cache has read anything: it cannot tell yet)."""
+        ...
+
     @property
     def size(self) -> int: ...

@@ -233,6 +233,10 @@ class SimpleQueueCache:
     def oldest_cached_token(self) -> SequenceToken | None:
         return SequenceToken(self._items[0].sequence) if self._items else None
 
+    def covered_from(self) -> int | None:
+        first = self._first_sequence
+        return None if first is None else max(first, self._purged_through + 1)
+
     # -- internals --------------------------------------------------------------------
     def _is_miss(self, sequence_number: int) -> bool:
         if sequence_number <= self._purged_through:

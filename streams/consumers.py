@@ -29,6 +29,7 @@ class ConsumerRegistry:
     def __init__(self) -> None:
         self._implicit: dict[str, list[type]] = {}
         self._types: dict[str, type] = {}
+        self._namespaces: dict[type, tuple[str, ...]] = {}  # types fed by several namespaces
         self._observers: dict[StreamId, dict[str, InProcessSubscription]] = {}
 
     # -- consumer types -------------------------------------------------------------
@@ -54,6 +55,24 @@ class ConsumerRegistry:
         types = self._implicit.setdefault(namespace, [])
         if cls not in types:
             types.append(cls)
+
+    def register_keyed(self, namespaces: tuple[str, ...], cls: type) -> None:
+        """``cls`` is activated once per key over all of ``namespaces`` (see
+        :meth:`namespaces_of`)."""
+        known = self._namespaces.get(cls)
+        if known is not None and known != namespaces:
+            raise ConfigurationError(
+                f"{cls.__qualname__} is already implicit for {known!r}: register it once, "
+                "with every namespace it reads"
+            )
+        check_inputs(cls, namespaces)
+        for namespace in namespaces:
+            self.register_implicit(namespace, cls)
+        self._namespaces[cls] = namespaces
+
+    def namespaces_of(self, cls: type) -> tuple[str, ...]:
+        """The namespaces a type reads with one activation per key (empty: one per stream)."""
+        return self._namespaces.get(cls, ())
 
     def type_name(self, cls: type) -> str | None:
         name = getattr(cls, "__headrace_consumer_name__", None)
@@ -95,8 +114,31 @@ class ConsumerRegistry:
         return list(self._observers.get(stream_id, {}).values())
 
 
+def check_inputs(cls: type, namespaces: tuple[str, ...]) -> None:
+    """Refuse an event-time type whose merged ``inputs`` are not the namespaces it reads."""
+    spec = getattr(cls, "event_time", None)
+    if not isinstance(spec, EventTime):
+        return
+    if len(namespaces) > 1 and set(spec.inputs) != set(namespaces):
+        raise ConfigurationError(
+            f"{cls.__qualname__} reads {namespaces!r} with one clock: declare them as its "
+            f"event-time inputs, EventTime(..., inputs={namespaces!r})"
+        )
+    if len(namespaces) == 1 and spec.inputs:
+        raise ConfigurationError(
+            f"{cls.__qualname__} merges inputs {spec.inputs!r}: register it for all of them, "
+            f"@provider.implicit({', '.join(map(repr, spec.inputs))})"
+        )
+
+
 def consumer_decorator(registry: ConsumerRegistry, name: str | None) -> Callable[[T], T]:
     def decorate(cls: T) -> T:
+        spec = getattr(cls, "event_time", None)
+        if isinstance(spec, EventTime) and spec.inputs:  # activated per key, not per stream
+            raise ConfigurationError(
+                f"{cls.__qualname__} merges inputs {spec.inputs!r}, one activation per key: register "
+                f"it with @provider.implicit({', '.join(map(repr, spec.inputs))}), not for subscriptions"
+            )
         registry.register_type(cls, name)
         return cls
 

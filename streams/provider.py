@@ -19,6 +19,7 @@ import anyio
 from agents.context import AgentContext
 from agents.manager import AgentManager
 from agents.pulling_agent import PullingAgent, new_subscription_id
+from balancer.keyed import KeyedQueueMapper, places_together
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
 
@@ -29,7 +30,7 @@ from .adapters.memory import MemoryAdapterFactory
 from .adapters.protocols import QueueAdapter, QueueAdapterFactory
 from .adapters.records import RecordFormat
 from .adapters.retention import RetentionPolicy
-from .consumers import ConsumerRegistry, InProcessSubscription, consumer_decorator
+from .consumers import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
 from .deadletters import DeadLetterStore, MemoryDeadLetterStore
 from .deadletters_embedded import EmbeddedDeadLetterStore
 from .errors import ConfigurationError, ProviderClosedError, PublishError
@@ -88,6 +89,7 @@ class StreamProvider:
         balancer_options: BalancerOptions | None = None,
         worker_name: str | None = None,
         options: StreamProviderOptions | None = None,
+        co_partitioned: Sequence[Sequence[str]] = (),
         **option_kwargs: Any,
     ) -> None:
         if options is not None and option_kwargs:
@@ -110,6 +112,8 @@ class StreamProvider:
         # The local store (the embedded adapter's own, or one given to .kafka for pub-sub etc.)
         self.store: EmbeddedStore | None = getattr(factory, "store", None)
         self.mapper = factory.get_queue_mapper()
+        if co_partitioned:  # several namespaces placed by key (see balancer.keyed)
+            self.mapper = KeyedQueueMapper(self.mapper, co_partitioned)
         self.pubsub: PubSubStore = pubsub or MemoryPubSubStore()
         self.dead_letters: DeadLetterStore = dead_letters or MemoryDeadLetterStore()
         self.failure_handler: StreamFailureHandler = failure_handler or LoggingFailureHandler()
@@ -208,12 +212,38 @@ class StreamProvider:
         return cls(GeneratorAdapterFactory(config, queues), **options)
 
     # -- consumer registration -----------------------------------------------------
-    def implicit(self, namespace: str) -> Callable[[T], T]:
+    def implicit(self, namespace: str, *more: str) -> Callable[[T], T]:
         """Register a consumer type activated for every stream of ``namespace``: one
-        instance per stream id, built as ``cls(stream_id)``, on the worker owning the queue."""
+        instance per stream id, built as ``cls(stream_id)``, on the worker owning the queue.
+
+        With several namespaces (``implicit("tolls", "prices")``) there is one instance per
+        *key*, fed by ``tolls/<key>`` and ``prices/<key>`` alike and built once as
+        ``cls(StreamId("tolls", key))`` (the first namespace's stream id). The streams of one
+        key must share a queue: create the provider with ``co_partitioned=[("tolls",
+        "prices")]`` (a Kafka topic of a foreign format places by key already).
+
+        >>> provider = StreamProvider.memory(queues=4, co_partitioned=[("tolls", "prices")])
+        >>> @provider.implicit("tolls", "prices")
+        ... class PricedTolls:
+        ...     def __init__(self, stream_id): self.key = stream_id.key
+        ...     async def on_next(self, batch): pass
+        """
+        namespaces = (namespace, *more)
+        if len(set(namespaces)) != len(namespaces):
+            raise ConfigurationError(f"implicit lists a namespace twice: {namespaces!r}")
+        if more and not places_together(self.mapper, namespaces):
+            listed = ", ".join(repr(n) for n in namespaces)
+            raise ConfigurationError(
+                f"implicit({listed}) activates one instance per key, so the streams of one key "
+                f"must share a queue: create the provider with co_partitioned=[({listed})]"
+            )
 
         def decorate(cls: T) -> T:
-            self.registry.register_implicit(namespace, cls)
+            if more:
+                self.registry.register_keyed(namespaces, cls)
+            else:
+                check_inputs(cls, namespaces)
+                self.registry.register_implicit(namespace, cls)
             return cls
 
         return decorate

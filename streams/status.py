@@ -23,6 +23,8 @@ from balancer.instances import instance_is_dead
 from balancer.protocols import MemberRecord
 
 from .adapters.embedded import queue_positions, recorded_queue_count
+from .batch import BatchContainer, BatchKind
+from .errors import DecodeError
 from .ids import QueueId
 from .status_reporter import AgentStatus, read_agent_statuses
 from .store import EmbeddedStore
@@ -32,6 +34,9 @@ WorkerState = Literal["live", "stale", "suspected", "left"]
 # unless asked for (`headrace status --all`).
 GONE_AFTER_TIMEOUTS = 10
 _DEFAULT_LEASE_CATEGORY = "default"  # the embedded store's balancer's leases
+# Counting the events behind a checkpoint reads each record's header (about a microsecond
+# each); beyond this many records per queue, status says "more than".
+LAG_EVENTS_COUNTED_RECORDS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +66,9 @@ class WorkerStatus:
 class QueueStatus:
     """One queue: its owner (the holder of a current lease), how much it retains, and how far
     behind its checkpoint is (``checkpoint_lag = next_sequence - 1 - checkpoint``, the
-    records written but not yet acknowledged by every consumer)."""
+    records written but not yet acknowledged by every consumer; ``lag_events``, the events
+    in them, counted up to :data:`LAG_EVENTS_COUNTED_RECORDS` records: ``lag_events_more``
+    says there are more)."""
 
     queue: int
     owner: str | None
@@ -73,6 +80,8 @@ class QueueStatus:
     checkpoint: int | None
     checkpoint_lag: int
     agent: AgentStatus | None = None
+    lag_events: int = 0
+    lag_events_more: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +196,7 @@ def _queue(
     reports = sorted((a for a in agents if a.queue == number), key=lambda a: (a.worker == owner, a.updated))
     agent = reports[-1] if reports else None
     checkpoint = positions.checkpoint
+    lag_events, more = _events_after(conn, number, -1 if checkpoint is None else checkpoint)
     return QueueStatus(
         queue=number,
         owner=owner,
@@ -198,7 +208,27 @@ def _queue(
         checkpoint=checkpoint,
         checkpoint_lag=positions.next_sequence - 1 - (-1 if checkpoint is None else checkpoint),
         agent=agent,
+        lag_events=lag_events,
+        lag_events_more=more,
     )
+
+
+def _events_after(conn: sqlite3.Connection, queue: int, checkpoint: int) -> tuple[int, bool]:
+    """The events in ``queue``'s data records after ``checkpoint`` (headers only), and
+    whether there were more records than :data:`LAG_EVENTS_COUNTED_RECORDS` to count."""
+    rows = conn.execute(
+        "SELECT payload FROM queue_records WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (queue, checkpoint, LAG_EVENTS_COUNTED_RECORDS + 1),
+    ).fetchall()
+    events = 0
+    for (payload,) in rows[:LAG_EVENTS_COUNTED_RECORDS]:
+        try:
+            container = BatchContainer.decode(payload)
+        except DecodeError:
+            continue  # not a batch container: no events (the agent dead-letters it)
+        if container.kind is BatchKind.DATA:
+            events += container.count
+    return events, len(rows) > LAG_EVENTS_COUNTED_RECORDS
 
 
 def _members(conn: sqlite3.Connection) -> list[MemberRecord]:

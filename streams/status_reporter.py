@@ -4,20 +4,25 @@ Cache fill, pressure and watermarks live only in a worker's memory. A :class:`St
 running in the worker writes one row per pulling agent to ``status_agents`` every
 ``interval`` seconds, replacing that worker's rows, and removes them when the worker stops.
 Each row says until when it is fresh (three intervals), so a reader can tell a worker that
-stopped reporting (it died) from one that reports.
+stopped reporting (it died) from one that reports. It also carries the events in and out
+per second over the last interval (the reporter keeps its previous reading) and the
+consumers furthest behind on the queue.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import sqlite3
-from dataclasses import astuple, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, field, fields
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .errors import ConfigurationError, HeadraceError
-from .observability.snapshot import QueueSnapshot, take_snapshot
+from .observability.snapshot import CursorLag, QueueSnapshot, take_snapshot
 from .store import EmbeddedStore, Migration
 
 if TYPE_CHECKING:
@@ -35,6 +40,15 @@ STATUS_SCHEMA: list[Migration] = [
         " updated REAL NOT NULL, fresh_until REAL NOT NULL,"
         " PRIMARY KEY (worker, queue))",
     ],
+    ["ALTER TABLE status_agents ADD COLUMN held_by TEXT"],  # issue 17: merged inputs
+    ["ALTER TABLE status_agents ADD COLUMN slowest_substreams TEXT"],  # issue 17: slowest substreams
+    [
+        "ALTER TABLE status_agents ADD COLUMN events_in INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE status_agents ADD COLUMN events_out INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE status_agents ADD COLUMN events_in_per_s REAL",
+        "ALTER TABLE status_agents ADD COLUMN events_out_per_s REAL",
+        "ALTER TABLE status_agents ADD COLUMN slowest TEXT NOT NULL DEFAULT '[]'",
+    ],
 ]
 
 FRESH_FOR = 3  # a row stays fresh for this many reporting intervals
@@ -47,7 +61,13 @@ class AgentStatus:
 
     ``watermark_min``: the lowest watermark among the queue's running event-time activations
     (``None`` when there is none); ``watermark_delay``: the highest watermark delay among them
-    (processing clock minus watermark, in seconds).
+    (processing clock minus watermark, in seconds). ``held_by``: among activations with
+    several inputs, the input holding the most of them back, how many, and its watermark
+    (``None`` when none is held back). ``slowest_substreams``: the substreams with the lowest
+    watermarks (``None`` without substreams). ``events_in`` and ``events_out``: events
+    read from the queue and delivered to consumers since the agent started, and their rates
+    over the last reporting interval (``None`` in the first report); ``slowest``: the
+    consumers furthest behind (:class:`~streams.observability.snapshot.CursorLag`).
     """
 
     worker: str
@@ -62,9 +82,22 @@ class AgentStatus:
     watermark_delay: float | None
     updated: float
     fresh_until: float
+    held_by: str | None = None
+    slowest_substreams: str | None = None
+    events_in: int = 0
+    events_out: int = 0
+    events_in_per_s: float | None = None
+    events_out_per_s: float | None = None
+    slowest: list[CursorLag] = field(default_factory=list)
 
     @classmethod
-    def of(cls, worker: str, queue: QueueSnapshot, taken_at: float, interval: float) -> AgentStatus:
+    def of(
+        cls, worker: str, queue: QueueSnapshot, taken_at: float, interval: float, before: AgentStatus | None = None
+    ) -> AgentStatus:
+        """The row of ``queue``; with ``before`` (the same agent's previous row), rates."""
+        span = taken_at - before.updated if before is not None else 0.0
+        # An agent that restarted (the queue came back) counts from zero again: no rate then.
+        rated = before is not None and span > 0 and queue.events_read >= before.events_in
         return cls(
             worker=worker,
             queue=queue.queue,
@@ -78,13 +111,39 @@ class AgentStatus:
             watermark_delay=queue.event_time.delay,
             updated=taken_at,
             fresh_until=taken_at + FRESH_FOR * interval,
+            held_by=_held_by(queue),
+            slowest_substreams=", ".join(f"{name} at {_utc(mark)}" for name, mark in queue.event_time.slowest) or None,
+            events_in=queue.events_read,
+            events_out=queue.events_delivered,
+            events_in_per_s=(queue.events_read - before.events_in) / span if rated and before else None,
+            events_out_per_s=(queue.events_delivered - before.events_out) / span if rated and before else None,
+            slowest=list(queue.slowest),
         )
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> AgentStatus:
         values = dict(zip(_NAMES, row))
         values["under_pressure"] = bool(values["under_pressure"])  # SQLite keeps 0 or 1
+        values["slowest"] = [CursorLag(**lag) for lag in json.loads(values["slowest"])]
         return cls(**values)
+
+    def as_row(self) -> tuple[Any, ...]:
+        row = astuple(self)
+        return (*row[:-1], json.dumps([asdict(lag) for lag in self.slowest]))
+
+
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _held_by(queue: QueueSnapshot) -> str | None:
+    holding = queue.event_time.holding
+    if not holding:
+        return None
+    name = max(holding, key=lambda n: (holding[n], n))
+    mark = queue.event_time.inputs.get(name, float("-inf"))
+    at = _utc(mark) if math.isfinite(mark) else "no watermark yet"
+    return f"{name} ({holding[name]} held, at {at})"
 
 
 _NAMES = [f.name for f in fields(AgentStatus)]
@@ -122,10 +181,16 @@ class StatusReporter:
         self.provider = provider
         self.store = store
         self.interval = interval
+        self._last: dict[int, AgentStatus] = {}  # by queue: the rates' starting point
 
     def snapshot(self) -> list[AgentStatus]:
         taken = take_snapshot(self.provider)
-        return [AgentStatus.of(taken.worker, queue, taken.taken_at, self.interval) for queue in taken.queues]
+        statuses = [
+            AgentStatus.of(taken.worker, queue, taken.taken_at, self.interval, self._last.get(queue.queue))
+            for queue in taken.queues
+        ]
+        self._last = {s.queue: s for s in statuses}
+        return statuses
 
     async def report(self) -> list[AgentStatus]:
         """Replace this worker's rows with its agents as they are now."""
@@ -136,7 +201,7 @@ class StatusReporter:
             conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,))
             marks = ", ".join("?" for _ in _NAMES)
             conn.executemany(
-                f"INSERT INTO status_agents({COLUMNS}) VALUES ({marks})", [astuple(s) for s in statuses]
+                f"INSERT INTO status_agents({COLUMNS}) VALUES ({marks})", [s.as_row() for s in statuses]
             )
 
         await self.store.write(write)

@@ -85,4 +85,4 @@ def add_row(rows: Table, *cells: str) -> None:
     rows.add_row(*(Text(cell) for cell in cells))
 
 
-_WIDTH_WHEN_PIPED = 200
+_WIDTH_WHEN_PIPED = 1000  # wide enough for any table: piped output is never cut

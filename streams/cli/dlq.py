@@ -2,9 +2,10 @@
 
 Dead letters are what the runtime refused or could not deliver, kept in the store with a
 reason (``late_arrival``, ``out_of_order``, ``early_arrival``, ``window_closed``,
-``invalid_timestamp``, ``delivery_failed``, ``undecodable``, ...). ``--reason`` refuses a
-reason the runtime never gives unless a dead letter in the store has it (an adapter's own). ``replay`` publishes a dead
-letter's value again, with its event time, to its stream (or to ``--to``), then marks it
+``invalid_timestamp``, ``invalid_value``, ``delivery_failed``, ``handoff_failed``,
+``undecodable``, ...). ``--reason`` refuses a reason the runtime never gives unless a dead
+letter in the store has it (an adapter's own). ``replay`` publishes a dead letter's value
+again, with its event time, to its stream (or to ``--to``), then marks it
 replayed: every consumer of that stream sees it as a new event. A dead letter is kept after
 its replay; ``replay`` refuses one already replayed unless ``--again``. An ``undecodable``
 dead letter is a raw record that never decoded: it has no value to publish and cannot be

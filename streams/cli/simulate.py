@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, tzinfo
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from ..errors import HeadraceError
 from ..eventtime.policy import OrderingPolicy
@@ -25,6 +25,9 @@ from ..eventtime.processor import EventOutcome, WatermarkAdvance, WindowResult
 from ..eventtime.replay import ReplayOptions, Row, TraceItem, replay, summarize
 from ..timetext import parse_duration, parse_instant, parse_window
 from . import CliError
+
+if TYPE_CHECKING:
+    from .simulate_plot import Panel
 
 COLUMNS = ("arrival_time", "event_time", "key", "value")
 SWEEPABLE = ("out_of_order", "late_arrival", "early_arrival", "allowed_lateness", "idle_timeout")
@@ -96,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             raise CliError("--plot needs matplotlib: pip install 'headrace[plot]'") from None
         try:
-            draw(args.plot, rows, trace, options, form)
+            draw(args.plot, rows, plot_panels(rows, options, trace, sweep), form, sweep[0] if sweep else None)
         except OSError as exc:
             raise CliError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
     if sweep:
@@ -295,6 +298,29 @@ def write_lines(out: TextIO, trace: Sequence[TraceItem], form: TimeForm) -> None
             out.write(json.dumps(obj) + "\n")
 
 
+def plot_panels(
+    rows: Sequence[Row],
+    options: ReplayOptions,
+    trace: Sequence[TraceItem],
+    sweep: tuple[str, list[tuple[str, float | None]]] | None,
+) -> list[Panel]:
+    """What ``--plot`` draws: the replay, or with ``--sweep`` one panel per value, each
+    titled with its setting and what it did."""
+    from .simulate_plot import Panel
+
+    if sweep is None:
+        return [Panel("", trace, options)]
+    name, values = sweep
+    panels = []
+    for label, value in values:
+        varied = _varied(options, name, label, value)
+        varied_trace = replay(rows, varied)
+        s = summarize(rows, varied_trace, varied)
+        title = f"{name}={label}\n{s.adjusted} adjusted, {s.dropped} dropped, {s.dead_lettered} dead-lettered"
+        panels.append(Panel(title, varied_trace, varied))
+    return panels
+
+
 def print_sweep(
     out: TextIO, rows: Sequence[Row], options: ReplayOptions, name: str, values: list[tuple[str, float | None]]
 ) -> None:
@@ -303,10 +329,7 @@ def print_sweep(
     header = (name, "events", "adjusted", "dropped", "dead_lettered", "windows", "mean_delay_s")
     lines: list[tuple[object, ...]] = [header]
     for label, value in values:
-        try:
-            varied = options.with_setting(name, value)
-        except (HeadraceError, ValueError) as exc:
-            raise CliError(f"--sweep {name}={label}: {exc}") from None
+        varied = _varied(options, name, label, value)
         s = summarize(rows, replay(rows, varied), varied)
         delay = "-" if math.isnan(s.mean_delay) else f"{s.mean_delay:.3f}"
         lines.append((label, s.events, s.adjusted, s.dropped, s.dead_lettered, s.windows, delay))
@@ -314,3 +337,11 @@ def print_sweep(
     for line in lines:
         cells = [str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
         out.write("  ".join(cells) + "\n")
+
+
+def _varied(options: ReplayOptions, name: str, label: str, value: float | None) -> ReplayOptions:
+    """``options`` with the swept setting ``name`` at ``value`` (given as ``label``)."""
+    try:
+        return options.with_setting(name, value)
+    except (HeadraceError, ValueError) as exc:
+        raise CliError(f"--sweep {name}={label}: {exc}") from None

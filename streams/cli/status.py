@@ -1,12 +1,12 @@
 """``headrace status``: a cluster on an embedded store, as tables (or one JSON object).
 
-Workers (live, suspected or left, by their heartbeats), each queue (its owner and lease
-epoch, records retained, checkpoint and checkpoint lag: records written but not yet
-acknowledged by every consumer), dead letters by reason, and the Spark handoff streams with
-their end offsets. Cache fill, pressure and watermarks come from what running workers write
-every ``status_interval``; a worker that stopped writing is not shown there. Reading the
-store changes nothing in it.
-"""
+Workers (live, stale, suspected or left, by their heartbeats and processes; those gone long
+ago only with --all), each queue (its owner and lease epoch, records retained, checkpoint
+and checkpoint lag: records, and the events in them, written but not yet acknowledged by
+every consumer), dead letters by reason, and the Spark handoff streams with their end
+offsets. Events in and out per second, cache fill, pressure, watermarks and the slowest
+consumers come from what running workers write every ``status_interval``; a worker that
+stopped writing is not shown there. Reading the store changes nothing in it."""
 
 from __future__ import annotations
 
@@ -74,8 +74,11 @@ def render(status: ClusterStatus, out: Console) -> None:
 
     if status.queues:
         agents = any(q.agent is not None for q in status.queues)
-        extra = ("cache", "pressure", "streams", "watermark", "delay") if agents else ()
-        rows = table("queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", *extra)
+        held = any(q.agent is not None and q.agent.held_by for q in status.queues)
+        slow = any(q.agent is not None and q.agent.slowest_substreams for q in status.queues)
+        optional = [*(["held back by"] if held else []), *(["slowest substreams"] if slow else [])]
+        extra = ("in/s", "out/s", "cache", "pressure", "streams", "watermark", "delay", *optional) if agents else ()
+        rows = table("queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", "lag events", *extra)
         for q in status.queues:
             row = [
                 str(q.queue),
@@ -85,6 +88,7 @@ def render(status: ClusterStatus, out: Console) -> None:
                 f"{q.next_sequence:,}",
                 _opt(q.checkpoint),
                 f"{q.checkpoint_lag:,}",
+                f"{'>' if q.lag_events_more else ''}{q.lag_events:,}",
             ]
             if agents:
                 a = q.agent
@@ -92,17 +96,29 @@ def render(status: ClusterStatus, out: Console) -> None:
                     ["-"] * len(extra)
                     if a is None
                     else [
+                        _rate(a.events_in_per_s),
+                        _rate(a.events_out_per_s),
                         f"{a.cache_size:,}/{a.cache_max:,}",
                         "yes" if a.under_pressure else "no",
                         f"{a.streams:,}",
                         "-" if a.watermark_min is None else utc_text(a.watermark_min),
                         "-" if a.watermark_delay is None else f"{a.watermark_delay:,.1f} s",
+                        *([a.held_by or "-"] if held else []),
+                        *([a.slowest_substreams or "-"] if slow else []),
                     ]
                 )
             add_row(rows, *row)
         out.print(rows)
         if not agents:
             out.print("cache and watermarks: no running worker has reported them")
+        behind = [(q.queue, lag) for q in status.queues if q.agent is not None for lag in q.agent.slowest]
+        if behind:
+            rows = table("slowest consumers", "queue", "stream", "subscription", "next seq", "behind (records)")
+            for queue, lag in behind:
+                add_row(rows, str(queue), lag.stream, lag.subscription, f"{lag.next_sequence:,}", f"{lag.behind:,}")
+            out.print(rows)
+        elif agents:
+            out.print("slowest consumers: none behind (every consumer has what its worker read)")
 
     if status.dead_letters:
         rows = table("dead letters", "reason", "count", "replayed")
@@ -122,6 +138,10 @@ def render(status: ClusterStatus, out: Console) -> None:
 
 def _ago(now: float, t: float) -> str:
     return f"{max(0.0, now - t):,.1f} s"
+
+
+def _rate(per_s: float | None) -> str:
+    return "-" if per_s is None else f"{per_s:,.1f}"
 
 
 def _opt(n: int | None) -> str:

@@ -13,9 +13,10 @@ arrival - late_arrival); 6. close every window with W >= end + allowed_lateness.
 
 from __future__ import annotations
 
+import copy
 import traceback
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any
 
@@ -61,6 +62,19 @@ class EventOutcome:
     timestamp: float | None
     status: str
     reason: str | None
+
+    def with_value(self, value: Any) -> EventOutcome:
+        """This outcome carrying ``value`` instead (an enriched event): same stream,
+        position and timestamp, so a handoff recognises it on a replay.
+
+        >>> from types import SimpleNamespace as NS
+        >>> e = EventOutcome(NS(value={"axles": 2}, stream_id="tolls/k"), "tolls", None, 1.0, 1.0, KEPT, None)
+        >>> e.with_value({"axles": 2, "price": 7.5}).record.value, e.record.value
+        ({'axles': 2, 'price': 7.5}, {'axles': 2})
+        """
+        record = copy.copy(self.record)
+        record.value = value
+        return replace(self, record=record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +306,11 @@ class Processor:
         if self._multi:
             return self._merged.value
         return next(iter(self._inputs.values())).mark.value
+
+    @property
+    def merged(self) -> MergedWatermark | None:
+        """The merge of several inputs (``holder``, ``values()``); None with one input."""
+        return self._merged if self._multi else None
 
     def held_since(self, partition: Hashable | None = None) -> Any:
         """The oldest token still held in an open window (of ``partition`` when several

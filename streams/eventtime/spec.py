@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,18 @@ class EventTime:
     ...                            Tumbling(60), Count(), group_by="booth")
     ...     def __init__(self, stream_id): self.results = []
     ...     async def on_window(self, result): self.results.append(result)
+
+    ``inputs`` merges several namespaces into one clock, for a type registered with
+    ``@provider.implicit(*inputs)`` (one activation per key): each namespace is an input with
+    its own watermark; the activation's watermark is their minimum; ``imports`` maps an input
+    to the input whose watermark it follows instead of generating its own (a slow reference
+    stream following a fast one). Without a window, ``on_events(events)`` then receives the
+    events of every input in event-time order, each once, when the merged watermark has
+    passed them (see ``docs/event-time.md``, "Several inputs, one clock").
+
+    >>> EventTime(OrderingPolicy(timestamp_by="time"), inputs=("tolls", "prices"),
+    ...           imports={"prices": "tolls"}).processor().watermark
+    -inf
     """
 
     policy: OrderingPolicy = field(default_factory=OrderingPolicy)
@@ -36,6 +48,28 @@ class EventTime:
     group_by: str | Extractor | None = None
     select: str | Extractor | None = None
     generation: WatermarkGeneration = EVERY_EVENT
+    inputs: tuple[str, ...] = ()
+    imports: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        inputs = self.inputs
+        if isinstance(inputs, str) or not all(isinstance(n, str) and n for n in inputs):
+            raise ConfigurationError(f"inputs is a tuple of namespaces, not {inputs!r}")
+        object.__setattr__(self, "inputs", tuple(inputs))
+        if inputs and (len(inputs) < 2 or len(set(inputs)) != len(inputs)):
+            raise ConfigurationError(f"inputs names two or more distinct namespaces, not {inputs!r}")
+        if self.imports and not inputs:
+            raise ConfigurationError("imports maps one of the inputs to another: declare inputs=(...)")
+        if inputs and self.policy.substreams:
+            raise ConfigurationError(
+                "substreams (policy.over) apply within one input: merged inputs take none"
+            )
+        object.__setattr__(self, "imports", dict(self.imports))
+        if inputs:
+            self.processor()  # refuses imports outside the inputs, or in a cycle, now
+
+    def __hash__(self) -> int:
+        return hash((self.policy, self.window, self.group_by, self.inputs, tuple(self.imports.items())))
 
     def check_consumer(self, cls: type) -> None:
         """Refuse, at registration, a consumer type that could not receive the results."""
@@ -50,13 +84,16 @@ class EventTime:
             )
 
     def processor(self, partition: Hashable = 0) -> Processor:
-        """A fresh processor with these settings (one per activation)."""
+        """A fresh processor with these settings (one per activation): one input named
+        ``partition``, or the declared ``inputs``."""
+        imports: dict[Hashable, Hashable] = {k: v for k, v in self.imports.items()}  # noqa: C416  (invariant key type)
         return Processor(
             self.policy,
             self.window,
             self.aggregate,
             group_by=self.group_by,
             select=self.select,
-            inputs=(partition,),
+            inputs=self.inputs or (partition,),
             generation=self.generation,
+            imports=imports,
         )

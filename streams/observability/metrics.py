@@ -22,6 +22,7 @@ True
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,8 @@ METRICS: dict[str, tuple[type, str]] = {
     "headrace_eventtime_open_windows": (GaugeMetricFamily, "Windows open (holding data) in the activations"),
     "headrace_eventtime_watermark_timestamp_seconds": (GaugeMetricFamily, "Lowest watermark among the queue's streams (POSIX s)"),
     "headrace_eventtime_watermark_delay_seconds": (GaugeMetricFamily, "Highest watermark delay among the queue's streams"),
+    "headrace_eventtime_input_watermark_timestamp_seconds": (GaugeMetricFamily, "Lowest watermark of each merged input among the queue's activations with several inputs (POSIX s)"),
+    "headrace_eventtime_input_holding": (GaugeMetricFamily, "Activations whose merged watermark this input holds back (lowest, behind another input)"),
     "headrace_dead_letters": (GaugeMetricFamily, "Dead letters kept in the store, by reason (shared by its workers)"),
 }
 
@@ -149,6 +152,10 @@ def metric_families(snapshot: WorkerSnapshot, dead_letters: Mapping[str, int]) -
             out.add("headrace_eventtime_watermark_timestamp_seconds", at, et.watermark)
         if et.delay is not None:
             out.add("headrace_eventtime_watermark_delay_seconds", at, et.delay)
+        for name, mark in et.inputs.items():  # inputs are namespaces: a bounded label set
+            if math.isfinite(mark):
+                out.add("headrace_eventtime_input_watermark_timestamp_seconds", {**at, "input": name}, mark)
+            out.add("headrace_eventtime_input_holding", {**at, "input": name}, et.holding.get(name, 0))
     for reason, n in dead_letters.items():
         out.add("headrace_dead_letters", {"reason": reason}, n)
     return out.families()

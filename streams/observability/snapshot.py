@@ -16,18 +16,21 @@ hot path. The Prometheus collector and the demo's status line both start from on
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agents.holdback import holding_back
 from agents.latency import HistogramSnapshot
 from streams.deadletters import DeadLetterStore
 from streams.eventtime.metrics import Counters
 from streams.eventtime.policy import Reason
 
 if TYPE_CHECKING:
+    from agents.consumer import StreamConsumer
     from agents.pulling_agent import PullingAgent
     from streams.provider import StreamProvider
 
@@ -48,6 +51,11 @@ class EventTimeTotals:
     ``watermark``: the lowest watermark among activations still running (None when none has
     one: not started, or every stream completed); ``delay``: the highest watermark delay
     among them (processing clock minus watermark, ASA's *watermark delay*).
+    ``inputs``: for activations with several inputs, the lowest watermark of each input
+    among those that have one (``-inf`` while none has);
+    ``holding``: how many of them each input holds back (it is their lowest input, behind
+    another). ``slowest``: the :data:`SLOWEST` substreams with the lowest watermarks
+    (``(stream/key, watermark)``, lowest first), not a metric label per key.
     """
 
     activations: int = 0
@@ -55,6 +63,9 @@ class EventTimeTotals:
     watermark: float | None = None
     delay: float | None = None
     open_windows: int = 0
+    inputs: Mapping[str, float] = field(default_factory=dict)
+    holding: Mapping[str, int] = field(default_factory=dict)
+    slowest: tuple[tuple[str, float], ...] = ()
 
     @property
     def late(self) -> int:
@@ -88,18 +99,49 @@ class EventTimeTotals:
                 counters[name] += value
         marks = [p.watermark for p in parts if p.watermark is not None]
         delays = [p.delay for p in parts if p.delay is not None]
+        inputs: dict[str, float] = {}
+        holding: dict[str, int] = {}
+        for part in parts:
+            for name, mark in part.inputs.items():  # the lowest one that has a watermark
+                known = inputs.get(name)
+                if known is None or not math.isfinite(known) or (math.isfinite(mark) and mark < known):
+                    inputs[name] = mark
+            for name, n in part.holding.items():
+                holding[name] = holding.get(name, 0) + n
         return cls(
             activations=sum(p.activations for p in parts),
             counters=counters,
             watermark=min(marks) if marks else None,
             delay=max(delays) if delays else None,
             open_windows=sum(p.open_windows for p in parts),
+            inputs=inputs,
+            holding=holding,
+            slowest=_slowest(pair for p in parts for pair in p.slowest),
         )
 
 
 @dataclass(frozen=True, slots=True)
+class CursorLag:
+    """A consumer behind on its stream: ``behind`` records of its queue were read after the
+    next one it is to be given (``next_sequence``)."""
+
+    stream: str
+    subscription: str
+    next_sequence: int
+    behind: int
+
+
+SLOWEST_SHOWN = 3  # cursors per queue in a snapshot
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSnapshot:
-    """One pulling agent: its queue, cache, consumers and event-time activations."""
+    """One pulling agent: its queue, cache, consumers and event-time activations.
+
+    ``events_read``: events in the data records read; ``events_delivered``: events delivered,
+    summed over the consumers (an event two consumers take counts twice); ``slowest``: the
+    consumers furthest behind, at most :data:`SLOWEST_SHOWN`, slowest first (none caught up).
+    """
 
     queue: int
     records_read: int
@@ -115,6 +157,9 @@ class QueueSnapshot:
     delivery_failures: int
     faulted: int
     event_time: EventTimeTotals
+    events_read: int = 0
+    events_delivered: int = 0
+    slowest: tuple[CursorLag, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +204,27 @@ def _queue(agent: PullingAgent) -> QueueSnapshot:
         delivery_failures=sum(c.failures for c in consumers),
         faulted=sum(1 for c in consumers if c.faulted),
         event_time=_event_time(agent),
+        events_read=agent.read_events,
+        events_delivered=sum(c.delivered_events for c in consumers),
+        slowest=slowest_cursors(agent.last_read_sequence, consumers),
     )
+
+
+def slowest_cursors(
+    last_read: int | None, consumers: Iterable[StreamConsumer], n: int = SLOWEST_SHOWN
+) -> tuple[CursorLag, ...]:
+    """The ``n`` consumers furthest behind ``last_read`` (the newest record the agent read),
+    slowest first; a caught-up consumer is not behind."""
+    if last_read is None:
+        return ()
+    lags = []
+    for consumer in consumers:
+        cursor = consumer.cursor
+        item = None if cursor.needs_fill else cursor.current()
+        position = cursor.position if cursor.needs_fill else None if item is None else item.sequence
+        if position is not None and position <= last_read:
+            lags.append(CursorLag(str(consumer.stream_id), consumer.subscription_id, position, last_read - position + 1))
+    return tuple(heapq.nsmallest(n, lags, key=lambda lag: (-lag.behind, lag.stream, lag.subscription)))
 
 
 def _event_time(agent: PullingAgent) -> EventTimeTotals:
@@ -167,6 +232,15 @@ def _event_time(agent: PullingAgent) -> EventTimeTotals:
     for activation in agent.event_time_activations():
         m = activation.processor.metrics()
         running = math.isfinite(m.watermark)  # not before the first event, not completed
+        merged = activation.processor.merged
+        inputs, holding = {}, {}
+        if merged is not None:  # several inputs: each one's watermark, and who holds them back
+            inputs = {str(k): v for k, v in m.watermarks.items()}  # -inf: none yet
+            holder = holding_back(merged)
+            holding = {} if holder is None else {str(holder): 1}
+        slowest = _slowest(
+            (f"{activation.stream_id}:{key}", mark) for key, mark in m.substream_watermarks.items()
+        )
         parts.append(
             EventTimeTotals(
                 activations=1,
@@ -174,9 +248,20 @@ def _event_time(agent: PullingAgent) -> EventTimeTotals:
                 watermark=m.watermark if running else None,
                 delay=m.delay if running and math.isfinite(m.delay) else None,
                 open_windows=m.open_windows,
+                inputs=inputs,
+                holding=holding,
+                slowest=slowest,
             )
         )
     return EventTimeTotals.combine(parts)
+
+
+SLOWEST = 3  # substreams shown per queue: the ones holding their windows back the longest
+
+
+def _slowest(pairs: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    running = ((name, mark) for name, mark in pairs if math.isfinite(mark))
+    return tuple(heapq.nsmallest(SLOWEST, running, key=lambda pair: (pair[1], pair[0])))
 
 
 async def dead_letter_counts(store: DeadLetterStore) -> dict[str, int]:

@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,17 @@ def one_error_line(result: subprocess.CompletedProcess[str], command: str) -> st
 def json_of(result: subprocess.CompletedProcess[str]) -> Any:
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def poll_status(cwd: Path, until: Any, timeout: float = 20.0) -> Any:
+    """``headrace status --json`` in ``cwd`` until ``until(status)`` holds or ``timeout``
+    seconds pass; the last status either way (the caller asserts on it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = json_of(headrace("status", "--json", cwd=cwd))
+        if until(status) or time.monotonic() > deadline:
+            return status
+        time.sleep(0.2)
 
 
 def published(store: Path) -> list[tuple[str, list[Any], list[float | None] | None]]:

@@ -135,7 +135,7 @@ def test_an_unknown_reason_is_refused_naming_the_known_ones(store, action):
     result = headrace("dlq", action, "--path", "store", "--reason", "nosuchreason", cwd=store.parent)
     error = one_error_line(result, "dlq")
     assert error == f"unknown dead letter reason 'nosuchreason': the reasons are {', '.join(DEAD_LETTER_REASONS)}"
-    for reason in ("late_arrival", "window_closed", "invalid_timestamp", "delivery_failed", "undecodable"):
+    for reason in ("late_arrival", "window_closed", "invalid_timestamp", "invalid_value", "delivery_failed", "undecodable", "handoff_failed"):
         assert reason in error.split(": the reasons are ")[1].split(", ")
     assert published(store) == []
     assert replayed_ids(store) == []

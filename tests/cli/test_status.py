@@ -8,10 +8,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from .helpers import clean_env, headrace, json_of, one_error_line
+from .helpers import clean_env, headrace, json_of, one_error_line, poll_status
 
 CONFIG = """
 [provider]
@@ -53,15 +52,6 @@ def test_status_of_a_store_without_workers(tmp_path):
     assert not (tmp_path / "stroe").exists()  # reading never creates a store
 
 
-def _poll(until: Any, cwd: Path, timeout: float = 20.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = json_of(headrace("status", "--json", cwd=cwd))
-        if until(status) or time.monotonic() > deadline:
-            return status
-        time.sleep(0.2)
-
-
 def test_a_live_worker_reports_its_agents_and_leaves(tmp_path):
     (tmp_path / "headrace.toml").write_text(CONFIG)
     t0 = int(time.time()) - 20
@@ -82,7 +72,7 @@ def test_a_live_worker_reports_its_agents_and_leaves(tmp_path):
             return any(q["agent"] and q["agent"]["watermark_min"] and q["checkpoint_lag"] == 0 for q in s["queues"]) \
                 and bool(s["dead_letters"])
 
-        status = _poll(settled, tmp_path)
+        status = poll_status(tmp_path, settled)
         [w1] = status["workers"]
         assert (w1["name"], w1["state"], w1["queues"]) == ("w1", "live", [0, 1])
         [queue] = [q for q in status["queues"] if q["next_sequence"]]

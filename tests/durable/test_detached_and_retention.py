@@ -124,3 +124,22 @@ async def test_a_rewind_past_retention_is_a_miss_naming_the_first_position_avail
     assert isinstance(error, CacheMissError) and "first position available is 25" in str(error)
     assert rewound.values == list(range(25, 40))
     assert provider.failure_handler.failures == 1
+
+
+async def test_a_rewind_right_after_a_restart_reads_the_queue_before_the_checkpoint(tmp_path):
+    """The new worker's cache holds nothing yet: the rewind must not start where the agent
+    starts reading (after the checkpoint)."""
+    sid = StreamId("ns", "kept")
+    await _published_and_retained(tmp_path, 30)  # records 0..29 acknowledged; 25..29 retained
+    provider = StreamProvider.embedded(tmp_path, queues=1, cache_size=8, cache_buckets=2)
+    from_retained, from_removed = Recorder(), Recorder()
+    async with provider:
+        await provider.get_stream(sid).subscribe(from_retained, token=SequenceToken(27))
+        await provider.get_stream(sid).subscribe(from_removed, token=SequenceToken(5))
+        await drained(provider)
+        await provider.get_stream(sid).on_next(30)
+        await drained(provider)
+    assert from_retained.errors == [] and from_retained.values == [27, 28, 29, 30]
+    (error,) = from_removed.errors
+    assert isinstance(error, CacheMissError) and "first position available is 25" in str(error)
+    assert from_removed.values == [25, 26, 27, 28, 29, 30]

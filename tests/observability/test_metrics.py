@@ -130,7 +130,8 @@ def test_metric_names_say_their_unit():
 
     posix = {name for name, (_, doc) in METRICS.items() if "POSIX" in doc}
     assert posix == {name for name in METRICS if name.endswith("_timestamp_seconds")} == {
-        "headrace_eventtime_watermark_timestamp_seconds"
+        "headrace_eventtime_watermark_timestamp_seconds",
+        "headrace_eventtime_input_watermark_timestamp_seconds",
     }
     cache_sizes = {name for name in METRICS if name.startswith("headrace_cache_") and "pressure" not in name}
     assert cache_sizes == {"headrace_cache_batches", "headrace_cache_max_batches"}
