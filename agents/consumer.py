@@ -292,7 +292,7 @@ class StreamConsumer:
             self.delivered_batches += 1
             self.delivered_events += len(batch)
         except Exception as exc:  # a consumer's bug must not stop the agent
-            if kind is BatchKind.DATA and batch:
+            if isinstance(batch, EventBatch) and batch:  # data: retried
                 await self._retry(item, batch, exc)
             else:
                 await self._failed(item, batch, exc)
@@ -310,6 +310,7 @@ class StreamConsumer:
             )
             if last is None:
                 self.delivered_batches += 1
+                self.delivered_events += len(batch)
                 return
             error = last
         await self._failed(item, batch, error)

@@ -62,8 +62,10 @@ async def test_a_failed_delivery_is_retried_and_then_succeeds(shape):
             await stream.on_next(n)
         await drained(provider)
         letters = await provider.dead_letters.count()
+        (consumer,) = provider.agents[0].consumers(StreamId("ns", "retry"))
     assert flaky.seen == [0, 1, 2, 3, 4]  # in order, 2 once it stopped failing
     assert flaky.calls == 4
+    assert (consumer.delivered_batches, consumer.delivered_events) == (5, 5)  # the retried one counts once
     assert errors == [] and provider.failure_handler.failures == 0 and letters == 0
 
 
