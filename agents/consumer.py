@@ -9,12 +9,13 @@ unless the subscription is faulted (``fault_on_error``; never an implicit activa
 Every delivery runs with the worker, queue and stream as the logging context
 (``streams.logcontext``), so the consumer's own log lines name them.
 
-A consumer's task delivers, and waits for more. When ``on_next`` cannot suspend (a plain
-function, or a coroutine function with no ``await``), the agent calls it instead, as soon as
-the data is cached: the same calls in the same order, without a task switch per batch. Such
-a consumer has a task only while there is something to await (catching up when it starts, a
-failure to report, a watermark or a completion, history to read), which also spares the
-memory of a parked task per idle consumer. A plain function that returns an awaitable is
+A consumer's task delivers until the cursor is caught up, then ends: a quiet consumer has
+no task (an agent may hold a hundred thousand of them), and the agent starts one when data
+comes. When ``on_next`` cannot suspend (a plain function, or a coroutine function with no
+``await``), the agent calls it instead, as soon as the data is cached: the same calls in the
+same order, without a task switch per batch. Such a consumer has a task only while there is
+something to await (catching up when it starts, a failure to report, a watermark or a
+completion, history to read). A plain function that returns an awaitable is
 from then on called by a task of its own, which awaits what it returns. (A call that cannot
 suspend cannot be cut short by the ``max_event_delivery_time`` watchdog either, wherever it
 runs; an awaitable handed to the task is watched as any delivery. A call made by the agent
@@ -25,10 +26,12 @@ variables sees the agent's.)
 from __future__ import annotations
 
 import dis
+import functools
 import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from types import CodeType
 from typing import Any
 
 import anyio
@@ -40,6 +43,7 @@ from streams.errors import DecodeError, DeliveryTimeoutError
 from streams.failures import DeliveryFailure
 from streams.ids import StreamId
 from streams.logcontext import enter_fields, leave_fields
+from streams.observer import is_coroutine_function
 from streams.tokens import SequenceToken
 
 from .context import AgentContext
@@ -54,9 +58,9 @@ class StreamConsumer:
     # Slots, and no event until a task waits: an agent may hold many thousands of these.
     __slots__ = (
         "subscription_id", "stream_id", "observer", "cursor", "durable", "delivered_batches",
-        "delivered_events", "failures", "faulted", "detached", "_context", "_start_token", "_wake", "_closed",
+        "delivered_events", "failures", "faulted", "detached", "_context", "_start_token", "_closed",
         "_delivering", "_scope", "_deadline", "_timed_out", "_spawn", "_has_task", "_call_now",
-        "_handoff", "implicit", "_redelivers", "_log_fields",
+        "_handoff", "implicit", "_redelivers", "_log_fields", "_working",
     )
 
     def __init__(
@@ -72,6 +76,7 @@ class StreamConsumer:
         implicit: bool = False,
         log_fields: Mapping[str, Any] | None = None,
         spawn: Callable[[Callable[[], Awaitable[None]]], None],
+        working: set[StreamConsumer] | None = None,
     ) -> None:
         self.subscription_id = subscription_id
         self.stream_id = stream_id
@@ -86,7 +91,6 @@ class StreamConsumer:
         self.detached = 0
         self._context = context
         self._start_token = start_token
-        self._wake: anyio.Event | None = None  # set while the task waits for data
         self._closed = False
         self._delivering = False
         self._scope: anyio.CancelScope | None = None
@@ -94,6 +98,9 @@ class StreamConsumer:
         self._timed_out = False
         self._spawn = spawn  # starts a task in the agent's task group
         self._has_task = False
+        # The agent's consumers that have a task now (the only ones with anything in flight):
+        # its watchdog and drain look at these, not at every consumer.
+        self._working: set[StreamConsumer] = set() if working is None else working
         self._call_now = _immediate_on_next(observer)  # None: only the task calls on_next
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._handoff: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[Any]] | None = None
@@ -113,28 +120,22 @@ class StreamConsumer:
         return self._closed or (cursor.current() is None and not cursor.needs_fill)
 
     def start(self) -> None:
-        """Begin delivering: a task catches up with what the cursor holds. A consumer the
-        agent delivers to needs none while there is nothing to catch up with."""
+        """Begin delivering: a task catches up with what the cursor holds (none is needed
+        while there is nothing to catch up with)."""
         cursor = self.cursor
-        if self._call_now is None or cursor.current() is not None or cursor.needs_fill:
+        if cursor.current() is not None or cursor.needs_fill:
             self._start_task()
 
     def _start_task(self) -> None:
         self._has_task = True
+        self._working.add(self)
         self._spawn(self.run)
 
     def _resume(self) -> None:
-        """Have a task deliver: wake the one waiting for data, or start one."""
-        if self._has_task:
-            self._wake_task()
-        elif not self._closed:
+        """Have a task deliver: the running one looks at the cursor (and at close) before it
+        ends, so it needs no wake-up; else start one."""
+        if not self._has_task and not self._closed:
             self._start_task()
-
-    def _wake_task(self) -> None:
-        # A task that is not waiting needs no wake-up: it looks at the cursor (and at
-        # close) before it waits again.
-        if self._wake is not None:
-            self._wake.set()
 
     def data_arrived(self) -> None:
         """The agent added batches of this consumer's stream to the cache: deliver them here
@@ -206,7 +207,6 @@ class StreamConsumer:
         self.cursor.close()
         if self._scope is not None and not self._delivering:
             self._scope.cancel()
-        self._wake_task()
 
     def check_deadline(self, now: float) -> None:
         """Called by the agent's timer: cancel a delivery past ``max_event_delivery_time``.
@@ -237,6 +237,7 @@ class StreamConsumer:
         finally:
             self._scope = None  # the watchdog has nothing to cancel until the next task
             self._has_task = False
+            self._working.discard(self)
             leave_fields(fields)
 
     async def _deliver_all(self) -> None:
@@ -253,31 +254,14 @@ class StreamConsumer:
                     if miss is not None:  # history retention removed: a visible gap
                         await self.report_error(miss)
                     continue
-                if self._call_now is not None:
-                    return  # the agent delivers what comes next
-                await self._idle()
-                continue
+                # Caught up: the task ends, so a quiet consumer costs no parked task. The
+                # agent delivers what comes next, or starts a task for it.
+                return
             self._deadline = time.monotonic() + limit
             self._delivering = True
             await self._deliver(item)
             self._delivering = False
             cursor.advance()
-
-    async def _idle(self) -> None:
-        """Wait for data; an event-time consumer meanwhile ticks on the agent's period, so a
-        silent stream's watermark still advances (late-arrival rule, idle timeouts)."""
-        tick = getattr(self.observer, "on_tick", None)
-        wake = self._wake = anyio.Event()
-        try:
-            if tick is None:
-                await wake.wait()
-            else:
-                with anyio.move_on_after(self._context.options.get_queue_msgs_timer_period):
-                    await wake.wait()
-        finally:
-            self._wake = None
-        if tick is not None and not wake.is_set():
-            await tick(time.time())
 
     def detach(self, make_cursor: Callable[[int], QueueCacheCursor]) -> None:
         """Move this consumer off the cache onto a cursor of its own over the durable queue,
@@ -415,12 +399,10 @@ def _immediate_on_next(observer: Any) -> Callable[[EventBatch], Awaitable[Any] |
     """``on_next`` as a call that runs to completion where it is made, returning what is
     still to be awaited (an awaitable a plain function returned), or ``None`` if ``on_next``
     may suspend (then only the consumer's task calls it)."""
-    if getattr(observer, "on_tick", None) is not None:
-        return None  # an event-time observer: it ticks whenever no data woke its task
     fn = getattr(observer, "user_on_next", None)  # the function as_observer adapted
     if fn is None:
         return None
-    if inspect.iscoroutinefunction(fn):
+    if is_coroutine_function(fn):
         return _completing(fn) if _never_suspends(fn) else None
     return _calling(fn)
 
@@ -430,7 +412,11 @@ def _never_suspends(fn: Callable[..., Any]) -> bool:
     which await too) runs to its end on the first step of its coroutine: every suspension
     point compiles to a YIELD_VALUE. Only the code that will run is read (a bound method's
     function, not what a decorator wraps); anything else counts as suspending."""
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return _code_never_suspends(getattr(getattr(fn, "__func__", fn), "__code__", None))
+
+
+@functools.lru_cache(maxsize=4096)  # per code object: once per consumer type, not per stream
+def _code_never_suspends(code: CodeType | None) -> bool:
     return (
         code is not None
         and bool(code.co_flags & inspect.CO_COROUTINE)

@@ -38,9 +38,10 @@ from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
 from .keyed import KeyedActivations
+from .keyed_heap import KeyedMinHeap
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
-from .timed import EventTimeObserver, HandoffTarget, InputView, event_time_of
+from .timed import EventTimeDelivery, EventTimeObserver, HandoffTarget, InputView, event_time_of
 from .context import AgentContext
 
 log = logging.getLogger("headrace.agent")
@@ -51,13 +52,12 @@ _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
 class _StreamState:
     """What the agent knows of one active stream."""
 
-    __slots__ = ("consumers", "activations", "instances", "last_activity", "opening", "log_fields")
+    __slots__ = ("consumers", "activations", "last_activity", "opening", "log_fields")
 
     def __init__(self, log_fields: Any) -> None:
         self.log_fields = log_fields  # worker, queue, stream: the log context of its deliveries
         self.consumers: dict[str, StreamConsumer] = {}
         self.activations: dict[type, Any] = {}  # consumer type -> the observer delivered to
-        self.instances: dict[type, Any] = {}  # consumer type -> the user's instance
         self.last_activity = time.monotonic()
         # Set, and dropped, once every consumer is attached: a plain attribute test on the
         # hot path, and no event kept per stream.
@@ -104,6 +104,15 @@ class PullingAgent:
         self._pump_lock = anyio.Lock()
         self._last_inactivity_sweep = time.monotonic()
         self._last_deadline_check = 0.0
+        self._last_tick = 0.0
+        # Kept proportional to the work at hand, not to the streams held: the consumers with
+        # a task now, the event-time activations that stepped since last looked at, the
+        # positions held by open windows and the time each activation's next tick is due.
+        self._working: set[StreamConsumer] = set()
+        self._changed: set[EventTimeObserver] = set()
+        self._on_change = self._changed.add  # one bound method for every activation
+        self._holds: KeyedMinHeap[EventTimeObserver] = KeyedMinHeap()
+        self._ticks: KeyedMinHeap[EventTimeObserver] = KeyedMinHeap()
         self._pressure_since: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -116,6 +125,7 @@ class PullingAgent:
                 task_status.started()
                 while not self._stopping:
                     self._check_deadlines()
+                    self._run_ticks()
                     read = await self._pump()
                     if read and not self._stopping:
                         # A read that returned data may have left more behind (queues hand out
@@ -135,9 +145,39 @@ class PullingAgent:
         if now - self._last_deadline_check < min(0.1, self.context.options.max_event_delivery_time / 4):
             return
         self._last_deadline_check = now
-        for state in self._streams.values():
-            for consumer in state.consumers.values():
-                consumer.check_deadline(now)
+        for consumer in tuple(self._working):  # only a consumer with a task delivers
+            consumer.check_deadline(now)
+
+    def _run_ticks(self) -> None:
+        """Once a timer period, tick the event-time activations whose next tick is due (a
+        silent stream's watermark follows the clock: late arrival, idle timeouts)."""
+        now = time.monotonic()
+        if now - self._last_tick < self.context.options.get_queue_msgs_timer_period:
+            return
+        self._last_tick = now
+        self._refresh()
+        wall = time.time()
+        for observer in self._ticks.pop_until(wall):
+            self._spawn(self._tick, observer, wall)
+
+    async def _tick(self, observer: EventTimeObserver, now: float) -> None:
+        try:
+            await observer.on_tick(now)
+        except Exception as exc:  # a consumer's bug (in on_window, say) must not stop the agent
+            log.exception("%s: a tick of %s on %s raised", self.queue, type(observer.target).__qualname__, observer.stream_id)
+            try:
+                await observer.on_error(exc)
+            except Exception:
+                log.exception("on_error of %s raised", type(observer.target).__qualname__)
+
+    def _refresh(self) -> None:
+        """Bring the holds and next ticks of the activations that stepped up to date."""
+        changed, holds, ticks = self._changed, self._holds, self._ticks
+        while changed:
+            observer = changed.pop()
+            hold = observer.checkpoint_hold()
+            holds.set(observer, None if hold is None else hold.sequence_number)
+            ticks.set(observer, observer.next_tick())
 
     def wake(self) -> None:
         """A producer in this process enqueued to this queue: read now, not at the next tick."""
@@ -163,7 +203,7 @@ class PullingAgent:
 
     @property
     def idle(self) -> bool:
-        return all(c.idle for s in self._streams.values() for c in s.consumers.values())
+        return all(c.idle for c in self._working)  # a consumer without a task is caught up
 
     async def _shutdown(self) -> None:
         with anyio.move_on_after(self.context.options.shutdown_timeout) as scope:
@@ -250,7 +290,7 @@ class PullingAgent:
         outer: Any = None
         try:
             for sid in self.cache.add(decoded):
-                state = streams[sid]
+                state = streams[sid] = streams.pop(sid)  # streams stay in order of their last data
                 state.last_activity = now
                 entered = enter_fields(state.log_fields)
                 outer = outer or entered
@@ -282,22 +322,16 @@ class PullingAgent:
 
     # -- acknowledging ---------------------------------------------------------------
     def _ack_point(self) -> float:
-        """The oldest queue position still needed by a cursor or held by a consumer."""
-        point: float = math.inf
-        needed = self.cache.oldest_needed()
-        if needed is not None:
-            point = needed
-        for state in self._streams.values():
-            for consumer in state.consumers.values():
-                position = consumer.cursor.position
-                if position is not None:  # a cursor reading history from the queue
-                    point = min(point, position)
-            for observer in state.activations.values():
-                hold = getattr(observer.target, "checkpoint_hold", None)
-                token = hold() if hold is not None else None
-                if token is not None:
-                    point = min(point, token.sequence_number)
-        return point
+        """The oldest queue position still needed: by a cursor in the cache, by a cursor
+        reading history from the queue (only a consumer with a task has one), or by an
+        activation's open windows (a heap, updated as they step)."""
+        self._refresh()
+        needed = (
+            self.cache.oldest_needed(),
+            self._holds.min(),
+            *(consumer.cursor.position for consumer in self._working),
+        )
+        return min((p for p in needed if p is not None), default=math.inf)
 
     async def _ack(self) -> None:
         unacked = self._unacked
@@ -357,10 +391,9 @@ class PullingAgent:
                 observer, instance = self._keyed.observer_for(cls, sid, namespaces[0], self._new_activation)
             else:
                 target, instance = self._new_activation(cls, sid)
-                observer = as_observer(target)
-                state.instances[cls] = instance
+                observer = EventTimeDelivery(target) if isinstance(target, EventTimeObserver) else as_observer(target)
             state.activations[cls] = observer
-            if instance is not None:
+            if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
                 self._spawn(self._call_hook, instance, "on_activate", state.log_fields)
         return observer
 
@@ -368,9 +401,10 @@ class PullingAgent:
         """``(what is delivered to, the user's instance)`` of a new activation."""
         instance = cls(sid)
         spec = event_time_of(instance)
-        target = instance if spec is None else EventTimeObserver(
-            instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid)
-        )
+        if spec is None:
+            return instance, instance
+        target = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))
+        target.on_change = self._on_change
         return target, instance
 
     async def _attach(
@@ -400,7 +434,7 @@ class PullingAgent:
         consumer = StreamConsumer(
             subscription_id, sid, observer, cursor, self.context,
             start_token=None if miss else token, durable=durable, implicit=implicit,
-            log_fields=state.log_fields, spawn=self._spawn,
+            log_fields=state.log_fields, spawn=self._spawn, working=self._working,
         )
         state.consumers[subscription_id] = consumer
         if miss is not None:
@@ -428,15 +462,14 @@ class PullingAgent:
         if now - self._pressure_since < timeout:
             return
         oldest = self.cache.oldest_needed()
-        for state in self._streams.values():
-            for consumer in state.consumers.values():
-                item = consumer.cursor.current()
-                if item is not None and item.sequence == oldest:
-                    log.warning(
-                        "%s: consumer %s on %s held the cache full for %.0fs; detached to read from the queue",
-                        self.queue, consumer.subscription_id, consumer.stream_id, now - self._pressure_since,
-                    )
-                    consumer.detach(functools.partial(self._rewind_cursor, consumer.stream_id))
+        for consumer in tuple(self._working):  # one holding the cache has data, so a task
+            item = consumer.cursor.current()
+            if item is not None and item.sequence == oldest:
+                log.warning(
+                    "%s: consumer %s on %s held the cache full for %.0fs; detached to read from the queue",
+                    self.queue, consumer.subscription_id, consumer.stream_id, now - self._pressure_since,
+                )
+                consumer.detach(functools.partial(self._rewind_cursor, consumer.stream_id))
         self._pressure_since = None
 
     def _spawn(self, fn: Any, *args: Any) -> None:
@@ -488,19 +521,53 @@ class PullingAgent:
         state = self._streams.pop(sid)
         for consumer in state.consumers.values():
             consumer.close()
-        for instance in [*state.instances.values(), *self._keyed.leave(sid)]:
-            self._spawn(self._call_hook, instance, "on_deactivate", state.log_fields)
+        ended = self._keyed.leave(sid)  # activations of several streams whose last this was
+        registry = self.context.registry
+        for cls, observer in state.activations.items():
+            activation = _event_time_activation(observer)
+            if registry.namespaces_of(cls):  # shared by the streams of a key
+                if activation is None or not any(activation.target is e for e in ended):
+                    continue
+            elif activation is None:
+                ended.append(observer.target)
+            else:
+                ended.append(activation.target)
+            if activation is not None:
+                activation.on_change = None
+                self._changed.discard(activation)
+                self._holds.discard(activation)
+                self._ticks.discard(activation)
+        for instance in ended:
+            if hasattr(instance, "on_deactivate"):
+                self._spawn(self._call_hook, instance, "on_deactivate", state.log_fields)
 
     def _sweep_inactive(self) -> None:
-        """Drop streams with no new data for ``stream_inactivity_period`` and no active cursor."""
+        """Deactivate the streams with no new data for ``stream_inactivity_period``, nothing
+        in flight and no open window holding the checkpoint (those stay: their windows are
+        state the queue's checkpoint already waits for). Streams are kept in order of their
+        last data, so a sweep reads only the quiet ones."""
         now = time.monotonic()
         period = self.context.options.stream_inactivity_period
         if now - self._last_inactivity_sweep < min(period, 60.0):
             return
         self._last_inactivity_sweep = now
-        for sid, state in list(self._streams.items()):
-            if now - state.last_activity >= period and all(c.idle for c in state.consumers.values()):
+        self._refresh()
+        quiet = []
+        for sid, state in self._streams.items():
+            if now - state.last_activity < period:
+                break
+            quiet.append((sid, state))
+        for sid, state in quiet:
+            if state.opening is None and self._quiet(state):
                 self._close_stream(sid)
+
+    def _quiet(self, state: _StreamState) -> bool:
+        if not all(c.idle for c in state.consumers.values()):
+            return False
+        return not any(
+            (activation := _event_time_activation(observer)) is not None and activation in self._holds
+            for observer in state.activations.values()
+        )
 
     # -- status ----------------------------------------------------------------------------
     def stream_ids(self) -> list[StreamId]:
@@ -531,6 +598,14 @@ class PullingAgent:
                 if isinstance(target, EventTimeObserver):
                     found[id(target)] = target
         return list(found.values())
+
+
+def _event_time_activation(observer: Any) -> EventTimeObserver | None:
+    """The event-time activation a consumer delivers to, directly or as one of its inputs."""
+    target = observer.target
+    if isinstance(target, InputView):
+        target = target.activation
+    return target if isinstance(target, EventTimeObserver) else None
 
 
 class _Tokens(Sequence[SequenceToken]):

@@ -21,15 +21,15 @@ and, with a handoff, to Spark: what ``on_events`` returns, or the events themsel
 from __future__ import annotations
 
 import inspect
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-import anyio
 
 from streams.batch import EventBatch
 from streams.deadletters import DeadLetterStore
 from streams.eventtime.merged_release import MergedRelease
+from streams.eventtime.policy import Action
 from streams.eventtime.processor import EventOutcome, Output
 from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.spec import EventTime
@@ -39,8 +39,9 @@ from streams.tokens import SequenceToken
 
 from .handoff import HandoffTarget, HandoffWrites
 from .holdback import HoldBack
+from .turns import Turns
 
-__all__ = ["EventTimeObserver", "HandoffTarget", "InputView", "event_time_of"]
+__all__ = ["EventTimeDelivery", "EventTimeObserver", "HandoffTarget", "InputView", "event_time_of"]
 
 
 def event_time_of(instance: Any) -> EventTime | None:
@@ -78,7 +79,7 @@ class EventTimeObserver:
         self.processor = spec.processor(str(stream_id))
         self._partition = str(stream_id)
         self._dead_letters = dead_letters
-        self._lock = anyio.Lock()  # an activation may have several subscriptions
+        self._lock = Turns()  # an activation may have several subscriptions
         spec.check_consumer(type(target))
         self._on_window = _lift(getattr(target, "on_window", None))
         self._on_events = _lift(getattr(target, "on_events", None))
@@ -95,6 +96,9 @@ class EventTimeObserver:
         # The hold of an emit that never finished (cancelled, or failed past its retries):
         # kept until the activation ends, so a restart replays and rebuilds what it lost.
         self._unfinished: SequenceToken | None = None
+        # Told after each step (its hold and next tick may have moved): the agent keeps
+        # them in heaps rather than asking every activation at every ack and tick.
+        self.on_change: Callable[[EventTimeObserver], None] | None = None
 
     def for_input(self, name: str) -> InputView:
         """What the stream of input ``name`` delivers to (several inputs)."""
@@ -109,6 +113,12 @@ class EventTimeObserver:
                     self._release.saw((last.sequence_number, last.event_index))
                 if self._merge is not None:
                     self._merge.saw(part, (last.sequence_number, last.event_index))
+            if len(batch) and _follows_clock_for_accepted(self.processor):
+                # The agent does not tick a quiet activation; under `accept` a late event's
+                # fate depends on the clock's watermark, so catch up with it first (as a
+                # timer tick just before the batch arrived would have).
+                arrival = batch[0].arrival_time
+                await self._step(lambda: self.processor.on_tick(arrival))
             await self._step(lambda: self.processor.on_events(batch, part))
 
     async def on_watermark(self, watermark: float, partition: str | None = None) -> None:
@@ -137,7 +147,9 @@ class EventTimeObserver:
         before = self._held()
         self._emitting = before
         try:
-            await self._emit(step())
+            out = step()
+            self._changed()  # the new windows' hold counts before the emit can suspend
+            await self._emit(out)
             if self.holdback is not None:
                 self.holdback.observe(self.processor.merged, time.time())  # type: ignore[arg-type]
         except BaseException:
@@ -145,6 +157,31 @@ class EventTimeObserver:
             raise
         finally:
             self._emitting = None
+            self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def next_tick(self) -> float | None:
+        """When (wall-clock seconds) a tick would next change something for this
+        activation: close a window, fire an idle timeout, release held events, or move the
+        watermark its type watches (``on_watermark``); None when no tick ever would. An
+        activation of several inputs ticks at every timer period, as its merge is timed."""
+        processor = self.processor
+        if processor.watermark == math.inf:
+            return None
+        if self._inputs:
+            return -math.inf
+        due = processor.next_tick()
+        late = processor.policy.late_arrival
+        if late is not None:
+            earliest = self._release.earliest() if self._release is not None else None
+            if earliest is not None:
+                due = min(due, earliest + late)
+            if self._user_watermark is not None:
+                due = -math.inf  # at every tick, as its watermark follows the clock
+        return None if due == math.inf else due
 
     def checkpoint_hold(self) -> SequenceToken | None:
         """The oldest queue position this activation still needs (None: none)."""
@@ -237,7 +274,42 @@ class InputView:
         return self.activation.checkpoint_hold()
 
 
+class EventTimeDelivery:
+    """What an event-time activation's consumers deliver to: the observer shape over an
+    :class:`EventTimeObserver` (its ``target``), with no bound method kept per activation.
+
+    >>> EventTimeDelivery(None).target is None
+    True
+    """
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: EventTimeObserver) -> None:
+        self.target = target
+
+    @property
+    def has_on_error(self) -> bool:
+        return self.target.has_on_error
+
+    def on_next(self, batch: EventBatch) -> Awaitable[None]:
+        return self.target.on_next(batch)
+
+    def on_error(self, error: BaseException) -> Awaitable[None]:
+        return self.target.on_error(error)
+
+    def on_completed(self) -> Awaitable[None]:
+        return self.target.on_completed()
+
+    def on_watermark(self, watermark: float) -> Awaitable[None]:
+        return self.target.on_watermark(watermark)
+
+
 def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
     if a is None:
         return b
     return a if b is None or a <= b else b
+
+
+def _follows_clock_for_accepted(processor: Any) -> bool:
+    policy = processor.policy
+    return policy.late_arrival is not None and policy.action is Action.ACCEPT

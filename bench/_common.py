@@ -7,13 +7,22 @@ import os
 import time
 
 
-def rss_mb() -> float:
-    """This process's resident set size now, in MiB (Linux)."""
+def _status_mb(field: str) -> float:
     with open(f"/proc/{os.getpid()}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def rss_mb() -> float:
+    """This process's resident set size now, in MiB (Linux)."""
+    return _status_mb("VmRSS")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MiB (Linux)."""
+    return _status_mb("VmHWM")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -120,6 +120,7 @@ class SimpleCacheCursor:
             self._cache._move(self, None, waiting=False)
             self._entry.cursors -= 1
             self._closed = True
+            self._cache._forget_if_unused(self.stream_id, self._entry)
 
     @property
     def closed(self) -> bool:
@@ -278,6 +279,17 @@ class SimpleQueueCache:
         if entry is None:
             entry = self._streams[stream_id] = _StreamEntry()
         return entry
+
+    def _forget_if_unused(self, stream_id: StreamId, entry: _StreamEntry) -> None:
+        """A stream with no cursor and nothing cached is forgotten (its last cursor closed
+        after its batches were dropped: a deactivated stream must leave nothing behind)."""
+        if entry.head is None and entry.cursors <= 0 and not entry.waiting and self._streams.get(stream_id) is entry:
+            del self._streams[stream_id]
+
+    @property
+    def stream_count(self) -> int:
+        """Streams the cache keeps anything for: cached batches or open cursors."""
+        return len(self._streams)
 
     def _drop_head(self) -> None:
         item = self._items.popleft()

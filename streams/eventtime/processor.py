@@ -326,6 +326,20 @@ class Processor:
                         oldest = token
         return oldest
 
+    def next_tick(self) -> float:
+        """The earliest processing time at which :meth:`on_tick` would close a window or fire
+        an idle timeout (``inf``: a tick would change nothing but the watermark), so a
+        runtime with many quiet processors ticks only those that are due."""
+        due = FOREVER
+        if self._late < FOREVER:
+            for store in self._stores():
+                if store.next_close < FOREVER:
+                    due = min(due, store.next_close + self._late)
+        for inp in self._inputs.values():
+            if not inp.completed and inp.idle_check < due:
+                due = inp.idle_check
+        return due
+
     def open_windows(self) -> list[tuple[Hashable, float, float]]:
         """``(key, start, end)`` of every open window holding data, by end then key order."""
         found: list[tuple[float, int, Hashable, float]] = []

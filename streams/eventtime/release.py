@@ -71,6 +71,10 @@ class TimestampOrder:
             self._positions.remove(position)
         return [event for _, _, _, event in released]
 
+    def earliest(self) -> float | None:
+        """The smallest timestamp still held (the watermark that releases something next)."""
+        return self._held[0][0] if self._held else None
+
     def oldest(self) -> Position | None:
         """The lowest position still held (the checkpoint must not pass it), or None."""
         return self._positions[0] if self._positions else None

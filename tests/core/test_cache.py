@@ -102,3 +102,20 @@ def test_bad_sizes_are_refused():
 
     with pytest.raises(ConfigurationError, match="cache_size"):
         SimpleQueueCache(0, 1)
+
+
+def test_a_stream_whose_last_cursor_closes_after_its_batches_were_dropped_is_forgotten():
+    # A deactivated stream must leave nothing in the cache (issue 15: 100,000 streams come
+    # and go): here its batches leave the cache first, its cursor closes after.
+    cache = SimpleQueueCache(max_size=4, buckets=2)
+    a = cache.create_cursor(A, None)
+    cache.add(msgs([A, B, B, B]))
+    assert drain(a) == [0]
+    cache.add(msgs([B, B], start=4))  # no room: the oldest bucket, holding A's batch, goes
+    cache.try_purge()
+    assert cache.stream_count == 2  # A has no batch cached, but an open cursor
+    a.close()
+    assert cache.stream_count == 1
+    b = cache.create_cursor(B, None)
+    b.close()
+    assert cache.stream_count == 1  # B still has batches cached: they go with their bucket

@@ -1,0 +1,70 @@
+"""One step at a time per activation, costing nothing while no one waits.
+
+An event-time activation may be delivered to by several subscriptions, and ticked by the
+agent, so its steps take turns. A lock object with its waiter queue per activation would be
+most of a quiet activation's memory; this holds a flag, and makes a queue only for a caller
+that has to wait.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from types import TracebackType
+
+import anyio
+
+
+class Turns:
+    """An async context manager letting one caller in at a time, in arrival order.
+
+    >>> import anyio
+    >>> async def main():
+    ...     turns, order = Turns(), []
+    ...     async def step(name):
+    ...         async with turns:
+    ...             order.append(name); await anyio.sleep(0); order.append(name)
+    ...     async with anyio.create_task_group() as tg:
+    ...         tg.start_soon(step, "a"); tg.start_soon(step, "b")
+    ...     return order
+    >>> anyio.run(main)
+    ['a', 'a', 'b', 'b']
+    """
+
+    __slots__ = ("_held", "_waiters")
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiters: deque[anyio.Event] | None = None
+
+    def locked(self) -> bool:
+        return self._held
+
+    async def __aenter__(self) -> None:
+        if not self._held:
+            self._held = True
+            return
+        if self._waiters is None:
+            self._waiters = deque()
+        turn = anyio.Event()
+        self._waiters.append(turn)
+        try:
+            await turn.wait()  # the one leaving hands the turn over: _held stays True
+        except BaseException:
+            if turn.is_set():
+                self._pass_on()  # handed the turn while being cancelled: give it on
+            else:
+                self._waiters.remove(turn)
+            raise
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._pass_on()
+
+    def _pass_on(self) -> None:
+        waiters = self._waiters
+        if waiters:
+            waiters.popleft().set()
+        else:
+            self._held = False
+            self._waiters = None

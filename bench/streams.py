@@ -1,0 +1,149 @@
+"""A stream per device: throughput and memory against the number of streams on one worker.
+
+Workload (issue 15): memory queues (8), one process, each stream publishes one batch of 10
+events and then completes; an implicit consumer type is activated per stream, either
+windowed (event time, a tumbling 60 s count, so each completion closes one window) or
+plain (counts what ``on_next`` gets). Every activation stays (quiet, until its inactivity
+period) after its stream completes, so the worker ends holding one activation per stream.
+
+Each configuration runs in a fresh subprocess, so its peak RSS is its own; they all run one
+after the other in one invocation. ``per stream`` is (peak RSS - RSS before publishing) /
+streams. The rate is events delivered (and, windowed, counted into closed windows) per
+second, from the first publish to the last completion consumed.
+
+Run: .venv/bin/python bench/streams.py [--streams 1000,10000,100000] [--modes windowed,plain]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench._common import peak_rss_mb, rss_mb  # noqa: E402
+
+EVENTS_PER_STREAM = 10
+QUEUES = 8
+
+
+async def one_run(streams: int, windowed: bool) -> dict[str, float]:
+    import anyio
+
+    from streams import StreamId, StreamProvider
+    from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+
+    provider = StreamProvider.memory(queues=QUEUES)
+    done = anyio.Event()
+    seen = {"events": 0, "completed": 0}
+
+    def completed() -> None:
+        seen["completed"] += 1
+        if seen["completed"] == streams:
+            done.set()
+
+    if windowed:
+
+        @provider.implicit("devices")
+        class WindowedCount:
+            event_time = EventTime(OrderingPolicy(out_of_order=5), Tumbling(60), Count())
+
+            def __init__(self, stream_id: StreamId) -> None:
+                pass
+
+            def on_window(self, result: object) -> None:
+                seen["events"] += result.value  # type: ignore[attr-defined]
+
+            def on_completed(self) -> None:
+                completed()
+
+    else:
+
+        @provider.implicit("devices")
+        class PlainCount:
+            def __init__(self, stream_id: StreamId) -> None:
+                pass
+
+            def on_next(self, batch: list) -> None:
+                seen["events"] += len(batch)
+
+            def on_completed(self) -> None:
+                completed()
+
+    values = list(range(EVENTS_PER_STREAM))
+    async with provider:
+        handles = [provider.get_stream(StreamId("devices", f"d-{i}")) for i in range(streams)]
+        gc.collect()
+        rss_before = rss_mb()
+        started = time.perf_counter()
+        for stream in handles:
+            await stream.on_next_batch(values)
+            await stream.on_completed()
+        await done.wait()
+        seconds = time.perf_counter() - started
+        rss_after = rss_mb()
+        assert seen["events"] == streams * EVENTS_PER_STREAM, seen
+    return {
+        "streams": streams,
+        "seconds": seconds,
+        "rate": streams * EVENTS_PER_STREAM / seconds,
+        "rss_before": rss_before,
+        "rss_after": rss_after,
+        "peak": peak_rss_mb(),
+    }
+
+
+def child(streams: int, mode: str) -> None:
+    import anyio
+
+    result = anyio.run(one_run, streams, mode == "windowed")
+    print(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="1000,10000,100000")
+    parser.add_argument("--modes", default="windowed,plain")
+    parser.add_argument("--child", nargs=2, metavar=("STREAMS", "MODE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(int(args.child[0]), args.child[1])
+        return
+    counts = [int(s) for s in args.streams.split(",")]
+    modes = args.modes.split(",")
+    print(
+        f"headrace streams benchmark: memory queues ({QUEUES}), one process, each stream publishes "
+        f"one batch of {EVENTS_PER_STREAM} events then completes; an implicit consumer per stream"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for mode in modes:
+        label = "windowed (tumbling 60 s count)" if mode == "windowed" else "plain (no event time)"
+        print(f"\n{label}")
+        print(f"  {'streams':>8} | {'events/s':>10} | {'peak RSS':>9} | {'per stream':>10} | {'vs first':>8}")
+        first = None
+        for n in counts:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(n), mode],
+                env=env, capture_output=True, text=True, check=False,
+            )
+            if out.returncode != 0:
+                print(f"  {n:>8,} | failed: {out.stderr.strip().splitlines()[-1:]}")
+                continue
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            first = first or r["rate"]
+            per_stream_kb = (r["peak"] - r["rss_before"]) * 1024 / n
+            print(
+                f"  {n:>8,} | {r['rate']:>10,.0f} | {r['peak']:>6.0f} MB | {per_stream_kb:>7.1f} KB |"
+                f" {r['rate'] / first:>7.2f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()
