@@ -17,10 +17,7 @@ from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapt
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.batch import BatchContainer, BatchKind
 from streams.deadletters import DeadLetter
-from streams.errors import (
-    ConfigurationError,
-    DecodeError,
-)
+from streams.errors import ConfigurationError, DecodeError
 from streams.ids import QueueId, StreamId
 from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
