@@ -69,7 +69,7 @@ async def test_kafka_workers_share_partitions_through_a_join_a_leave_and_a_kill(
             await cluster.until(lambda owners: len(owners) == QUEUES and set(owners.values()) == {"w3"}, 30)
             await producer.more(100)
 
-            producer.stopped.set()
+            await producer.stop()
             with anyio.fail_after(20):
                 while {value for value, _ in cluster.deliveries()} < set(producer.published):
                     await anyio.sleep(0.1)

@@ -126,14 +126,24 @@ class Producer:
         self.client = client
         self.published: list[str] = []
         self.stopped = anyio.Event()
+        self.done = anyio.Event()  # the last publish has returned
 
     async def run(self) -> None:
         streams = [self.client.get_stream(StreamId(NAMESPACE, f"s{n}")) for n in range(32)]
-        while not self.stopped.is_set():
-            value = f"p{len(self.published)}"
-            await streams[len(self.published) % len(streams)].on_next(value)
-            self.published.append(value)
-            await anyio.sleep(0.005)
+        try:
+            while not self.stopped.is_set():
+                value = f"p{len(self.published)}"
+                await streams[len(self.published) % len(streams)].on_next(value)
+                self.published.append(value)
+                await anyio.sleep(0.005)
+        finally:
+            self.done.set()
+
+    async def stop(self) -> None:
+        """Stop publishing; return once the publish in flight (if any) has returned, so that
+        ``published`` is final."""
+        self.stopped.set()
+        await self.done.wait()
 
     async def more(self, count: int) -> None:
         """Wait until ``count`` more events are published (the workers read meanwhile)."""
@@ -183,7 +193,7 @@ async def test_workers_share_the_queues_through_a_kill_a_join_and_a_leave(tmp_pa
             assert all(owner != "w1" for owner, _ in cluster.leases().values())
             await cluster.until(spread_over({"w3", "w4"}))
 
-            producer.stopped.set()
+            await producer.stop()
             with anyio.fail_after(20):  # the backlog is delivered by the two remaining workers
                 while {value for value, _ in cluster.deliveries()} < set(producer.published):
                     await anyio.sleep(0.1)
