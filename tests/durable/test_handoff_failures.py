@@ -23,12 +23,13 @@ from spark_sink.storage import EmbeddedStorage
 from streams import StreamId, StreamProvider
 from streams.batch import Event
 from streams.errors import HandoffRefusedError
-from streams.eventtime import Count, EventTime, OrderingPolicy, Sum, Tumbling
+from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
 from streams.eventtime.processor import EventOutcome, WindowResult
 from streams.store import EmbeddedStore
 from streams.tokens import SequenceToken
 
 from ..core.conftest import drained
+from .test_handoff_gap import counting_provider
 
 METER = StreamId("meters", "m1")
 
@@ -70,16 +71,7 @@ class FlakySink:
 
 async def test_a_failing_append_is_retried_while_the_checkpoint_holds_and_nothing_is_lost(tmp_path, caplog):
     caplog.set_level(logging.INFO)
-    provider = StreamProvider.embedded(tmp_path, queues=1)
-
-    @provider.implicit("meters")
-    class Counts:
-        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(10), Count())
-        handoff = Handoff("counts", {"count": "bigint"})
-
-        def __init__(self, stream_id: StreamId) -> None:
-            pass
-
+    provider = counting_provider(tmp_path)
     async with provider:
         (agent,) = provider.agents
         sinks = agent.context.handoff_sinks
@@ -183,16 +175,7 @@ def test_rows_that_fail_only_together_are_all_refused_never_retried_for_ever():
 async def test_an_append_retried_past_the_delivery_limit_is_not_cut_short_by_the_watchdog(tmp_path):
     """The delivery watchdog times consumers, not the runtime's own appends: an outage longer
     than max_event_delivery_time dead-letters nothing, and every window is handed off once."""
-    provider = StreamProvider.embedded(tmp_path, queues=1, max_event_delivery_time=0.5)
-
-    @provider.implicit("meters")
-    class Counts:
-        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(10), Count())
-        handoff = Handoff("counts", {"count": "bigint"})
-
-        def __init__(self, stream_id: StreamId) -> None:
-            pass
-
+    provider = counting_provider(tmp_path, max_event_delivery_time=0.5)
     async with provider:
         (agent,) = provider.agents
         sinks = agent.context.handoff_sinks

@@ -65,8 +65,10 @@ def persisted_checkpoint(path: Path) -> int | None:
     return None if row is None else row[0]
 
 
-async def test_the_checkpoint_waits_for_a_closing_windows_handoff(tmp_path):
-    provider = StreamProvider.embedded(tmp_path, queues=1)
+def counting_provider(path: Path, **options: Any) -> StreamProvider:
+    """An embedded worker of one queue whose ``meters`` streams hand tumbling 10 s counts
+    to the handoff stream ``counts`` (the shape these tests make fail)."""
+    provider = StreamProvider.embedded(path, queues=1, **options)
 
     @provider.implicit("meters")
     class Counts:
@@ -76,6 +78,11 @@ async def test_the_checkpoint_waits_for_a_closing_windows_handoff(tmp_path):
         def __init__(self, stream_id: StreamId) -> None:
             pass
 
+    return provider
+
+
+async def test_the_checkpoint_waits_for_a_closing_windows_handoff(tmp_path):
+    provider = counting_provider(tmp_path)
     async with provider:
         (agent,) = provider.agents
         sinks = agent.context.handoff_sinks
