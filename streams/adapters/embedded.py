@@ -152,11 +152,15 @@ def _write_checkpoint(
 
 
 def _write_checkpoint_and_states(
-    queue: QueueId, seq: int, fence: LeaseFence | None, rows: StateRows | None, conn: sqlite3.Connection
+    queue: QueueId, seq: int | None, fence: LeaseFence | None, rows: StateRows | None, conn: sqlite3.Connection
 ) -> bool:
-    """The checkpoint and the activation states it relies on, in one transaction, both
-    only while the lease holds."""
-    if not _write_checkpoint(queue, seq, fence, conn):
+    """The checkpoint (if any yet) and the activation states it relies on, in one
+    transaction, both only while the lease holds."""
+    if seq is None:
+        condition, params = (fence.condition, fence.parameters) if fence is not None else ("1", {})
+        if conn.execute(f"SELECT 1 WHERE {condition}", params).fetchone() is None:
+            return False
+    elif not _write_checkpoint(queue, seq, fence, conn):
         return False
     if rows is not None:
         write_states(queue.number, rows, conn)
@@ -490,8 +494,6 @@ class EmbeddedQueueReceiver:
             await self._persist_checkpoint(now)
 
     def _checkpoint_due(self, now: float) -> bool:
-        if self._acknowledged is None:
-            return False
         if self._acknowledged == self._persisted and not self._states_pending():
             return False
         return (
@@ -501,7 +503,7 @@ class EmbeddedQueueReceiver:
 
     async def _persist_checkpoint(self, now: float) -> None:
         seq = self._acknowledged
-        if seq is None or self.fenced_out or (seq == self._persisted and not self._states_pending()):
+        if self.fenced_out or (seq == self._persisted and not self._states_pending()):
             return
         source = self.state_source
         rows = source.collect() if source is not None else None
@@ -516,7 +518,7 @@ class EmbeddedQueueReceiver:
         if not ok:
             self.fenced_out = True
             log.warning(
-                "%s: checkpoint %d refused: this worker's lease on the queue has ended and "
+                "%s: checkpoint %s refused: this worker's lease on the queue has ended and "
                 "another worker may own it; this receiver stops reading",
                 self.queue,
                 seq,
