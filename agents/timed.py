@@ -108,6 +108,7 @@ class EventTimeObserver:
         self.snapshots = False
         self.stored = False  # a snapshot of this activation is in the store
         self.unsaved = False  # stepped since its last snapshot was taken
+        self._storing = False  # the snapshot being written has state (not a deletion)
         self._since_snapshot: SequenceToken | None = None
         self._saving: SequenceToken | None = None
         self._taken: SequenceToken | None = None  # the last event taken
@@ -230,11 +231,12 @@ class EventTimeObserver:
         self._saving = _lowest(self._saving, self._since_snapshot)
         self._since_snapshot = None
         self.unsaved = False
+        self._storing = state is not None
         return self._taken, state
 
     def end_snapshot(self, ok: bool) -> None:
         if ok:
-            self.stored = not is_empty(self.processor) or self._since_snapshot is not None
+            self.stored = self._storing  # written, or deleted when it was empty
             self._saving = None
         else:
             self._since_snapshot = _lowest(self._since_snapshot, self._saving)
@@ -254,10 +256,13 @@ class EventTimeObserver:
         return not is_empty(self.processor)
 
     def _held(self) -> SequenceToken | None:
-        if self.snapshots or self.stored:
-            own = _lowest(self._since_snapshot, self._saving)
-            return own if self.snapshots else _lowest(own, self._window_held())
-        return self._window_held()
+        # With no snapshot saved or being saved, a restart rebuilds the windows from the
+        # queue (held at their oldest event); with one, it restores it and replays what
+        # came after (held at the first event it does not have).
+        if not self.stored and self._saving is None:
+            return self._window_held()
+        own = _lowest(self._since_snapshot, self._saving)
+        return own if self.snapshots else _lowest(own, self._window_held())
 
     def _window_held(self) -> SequenceToken | None:
         token = self.processor.held_since()

@@ -92,7 +92,9 @@ async def test_the_checkpoint_waits_for_a_closing_windows_handoff(tmp_path):
         assert agent.receiver.checkpoint is None  # record 0 (t=1) is still needed
         gated.gate.set()
         await drained(provider)
-        assert agent.receiver.checkpoint == 2  # t=12 (record 3) holds window [10, 20) open
+        # t=12 (record 3) holds window [10, 20) open, unless its state was saved with the
+        # checkpoint meanwhile (tests/durable/test_saved_state.py)
+        assert agent.receiver.checkpoint in (2, 3)
     assert handed_off(tmp_path) == [(0.0, 10.0, 3)]
 
 
