@@ -59,6 +59,13 @@ def handed_off(path: Path) -> list[tuple[float, float, int]]:
     return [(r["window_start"].timestamp(), r["window_end"].timestamp(), r["count"]) for r in rows]
 
 
+async def wait_for_rows(path: Path, rows: int, seconds: float = 15.0) -> None:
+    """Until the ``counts`` handoff log has ``rows`` rows (or ``seconds`` have passed)."""
+    deadline = time.monotonic() + seconds
+    while len(handed_off(path)) < rows and time.monotonic() < deadline:
+        await anyio.sleep(0.1)
+
+
 def persisted_checkpoint(path: Path) -> int | None:
     with sqlite3.connect(path / "headrace.db") as conn:
         row = conn.execute("SELECT seq FROM checkpoints WHERE queue = 0").fetchone()
@@ -125,9 +132,7 @@ async def test_a_worker_killed_before_the_handoff_commits_rebuilds_the_whole_win
     try:
         async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
             await client.get_stream(METER).on_next({"t": 25.0})  # closes [10, 20)
-        deadline = time.monotonic() + 15
-        while len(handed_off(tmp_path)) < 2 and time.monotonic() < deadline:
-            await anyio.sleep(0.1)
+        await wait_for_rows(tmp_path, 2)
     finally:
         successor.terminate()
         successor.wait()
