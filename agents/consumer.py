@@ -214,6 +214,11 @@ class StreamConsumer:
         A watchdog instead of a timeout around every batch: a deadline costs one float per
         delivery, where a timer per batch cost a quarter of the agent's time."""
         if self._delivering and now > self._deadline and self._scope is not None:
+            if getattr(self.observer, "waiting_on_handoff", False):
+                # The runtime's own append is riding out an outage with the checkpoint held:
+                # not the consumer's time. It gets a whole limit again once the append is in.
+                self._deadline = now + self._context.options.max_event_delivery_time
+                return
             self._timed_out = True
             self._scope.cancel()
 

@@ -78,6 +78,10 @@ class HandoffWrites:
         self._dead_letters = dead_letters
         self._outage = _outage_of(target.sink)
         self._max_backoff = max_backoff
+        # True while an append is being retried: the delivery watchdog does not count that
+        # time against the consumer (cancelling it would dead-letter a batch whose windows a
+        # replay counts again).
+        self.retrying = False
 
     async def windows(self, windows: Sequence[WindowResult]) -> None:
         t = self.target
@@ -98,6 +102,14 @@ class HandoffWrites:
     async def _write(
         self, items: list[T], append: Callable[[list[T]], Awaitable[int]], letter: Callable[[T, str], DeadLetter]
     ) -> None:
+        try:
+            await self._append_all(items, append, letter)
+        finally:
+            self.retrying = False
+
+    async def _append_all(
+        self, items: list[T], append: Callable[[list[T]], Awaitable[int]], letter: Callable[[T, str], DeadLetter]
+    ) -> None:
         backoff = Backoff(maximum=self._max_backoff)
         began: float | None = None
         while items:
@@ -114,6 +126,7 @@ class HandoffWrites:
                     began = time.monotonic()
                     log.debug("handoff append to %s failed", self.target.source, exc_info=True)
                 self._outage.failed(f"{type(exc).__name__}: {exc}", since=began)
+                self.retrying = True
                 await anyio.sleep(backoff.next())
                 continue
         if began is not None:

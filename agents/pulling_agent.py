@@ -38,13 +38,13 @@ from streams.pubsub import SubscriptionRecord, SubscriptionState
 from streams.tokens import SequenceToken
 
 from .consumer import StreamConsumer
+from .context import AgentContext
 from .keyed import KeyedActivations
 from .keyed_heap import KeyedMinHeap
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
 from .state import ActivationStates
 from .timed import EventTimeDelivery, EventTimeObserver, HandoffTarget, InputView, event_time_of
-from .context import AgentContext
 
 log = logging.getLogger("headrace.agent")
 

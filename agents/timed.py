@@ -272,6 +272,11 @@ class EventTimeObserver:
             oldest = self._merge.oldest()
         return _lowest(token, SequenceToken(*oldest) if oldest is not None else None)
 
+    @property
+    def waiting_on_handoff(self) -> bool:
+        """An append of this activation's output is being retried through an outage."""
+        return self._handoff is not None and self._handoff.retrying
+
     async def _emit(self, out: Output) -> None:
         if out.dead_letters:
             await self._dead_letters.add(out.dead_letters)
@@ -347,6 +352,10 @@ class InputView:
     async def on_tick(self, now: float) -> None:
         await self.activation.on_tick(now)
 
+    @property
+    def waiting_on_handoff(self) -> bool:
+        return self.activation.waiting_on_handoff
+
     def checkpoint_hold(self) -> SequenceToken | None:
         return self.activation.checkpoint_hold()
 
@@ -367,6 +376,10 @@ class EventTimeDelivery:
     @property
     def has_on_error(self) -> bool:
         return self.target.has_on_error
+
+    @property
+    def waiting_on_handoff(self) -> bool:
+        return self.target.waiting_on_handoff
 
     def on_next(self, batch: EventBatch) -> Awaitable[None]:
         return self.target.on_next(batch)

@@ -45,8 +45,8 @@ from collections.abc import Sequence
 
 import anyio
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
 from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
 from streams.adapters.kafka import KafkaSettings, is_transient

@@ -28,7 +28,6 @@ from itertools import pairwise
 from pathlib import Path
 
 import anyio
-
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigurationError
@@ -18,7 +19,7 @@ from .ids import QueueId, StreamId
 FIELDS = ("worker", "queue", "stream")
 
 _context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
-    "headrace_log_context", default={}
+    "headrace_log_context", default=MappingProxyType({})  # read-only: never mutated in place
 )
 
 

@@ -82,15 +82,28 @@ class ContainerWriter:
 class _Round:
     """What is buffered between two writes: each stream's runs of events, in order."""
 
-    __slots__ = ("awaited", "done", "error", "events", "streams", "urgent")
+    __slots__ = ("_done", "awaited", "error", "events", "finished", "streams", "urgent")
 
     def __init__(self) -> None:
         self.streams: dict[StreamId, list[list[Any]]] = {}  # runs of events (see add)
         self.events = 0
         self.awaited = 0  # of which callers wait for (on_next): they hear of a failure
         self.urgent = False  # an on_next caller waits: write without lingering
-        self.done = anyio.Event()
+        self.finished = False
+        self._done: anyio.Event | None = None  # made only when someone waits: most rounds have no waiter
         self.error: Exception | None = None  # why the write failed (every event of it)
+
+    async def written(self) -> None:
+        """Return once this round's write has ended (well or not)."""
+        if not self.finished:
+            if self._done is None:
+                self._done = anyio.Event()
+            await self._done.wait()
+
+    def finish(self) -> None:
+        self.finished = True
+        if self._done is not None:
+            self._done.set()
 
 
 class Publisher:
@@ -115,7 +128,7 @@ class Publisher:
         self._open = _Round()
         self._writing: _Round | None = None
         self._buffered = 0  # events buffered or being written
-        self._room = anyio.Event()  # set when a write ends: buffered events went
+        self._room: anyio.Event | None = None  # set when a write ends, for senders waiting for room
         self._pending = anyio.Event()  # set when the open round got its first event
         self._since_yield = 0
         self._failed = 0  # events send() buffered that were not written, since the last flush
@@ -162,11 +175,17 @@ class Publisher:
         of their own (``on_next_batch``), not merged with the stream's other events."""
         if self._closed:
             raise ProviderClosedError("the provider has closed: it publishes nothing more")
+        encoded = queue = None
         if wait or whole:  # the caller hears of its own unencodable value, now
-            self._writer.encode(self._mapper.get_queue_for_stream(stream_id), stream_id, kind, values, times)
+            queue = self._mapper.get_queue_for_stream(stream_id)
+            encoded = self._writer.encode(queue, stream_id, kind, values, times)
+            if wait and self._writing is None and not self._open.events:
+                await self._write_now(queue, encoded, max(len(values), 1))  # nothing to join or wait for
+                return
         while self._buffered >= self._max_buffered:
-            room = self._room
-            await room.wait()
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
         r = self._open
         idle = self._writing is None and not r.events  # nothing to wait for or join
         runs = r.streams.get(stream_id)
@@ -184,8 +203,9 @@ class Publisher:
             if times is not None or last[2] is not None:
                 last[2] = (last[2] or [None] * len(last[1])) + (times or [None] * n)
             last[1].extend(values)
-        else:  # [kind, values, times, open to more events]
-            runs.append([kind, list(values), times, kind is BatchKind.DATA and not whole])
+        else:  # [kind, values, times, open to more events, its items if encoded already]
+            open_run = kind is BatchKind.DATA and not whole
+            runs.append([kind, list(values), times, open_run, None if open_run else encoded])
         r.events += max(n, 1)
         self._buffered += max(n, 1)
         if wait:
@@ -196,7 +216,7 @@ class Publisher:
             else:
                 if not self._pending.is_set():
                     self._pending.set()
-                await r.done.wait()
+                await r.written()
             if r.error is not None:
                 raise r.error
             return
@@ -216,7 +236,7 @@ class Publisher:
             if not self._open.urgent and self._open.events < self._max_batch:
                 await anyio.sleep(self._linger)  # let more sends join this write
             while self._writing is not None:  # an on_next caller is writing: one at a time
-                await self._writing.done.wait()
+                await self._writing.written()
             if self._open.events:
                 await self._take_and_write()
 
@@ -227,13 +247,30 @@ class Publisher:
         try:
             await self._write(r)
         finally:
-            self._writing = None
-            self._buffered -= r.events
-            r.done.set()
-            room, self._room = self._room, anyio.Event()
+            self._ended(r)
+
+    async def _write_now(self, queue: QueueId, items: list[Any], events: int) -> None:
+        """Write one caller's items at once, as a round of their own (nothing else was
+        buffered or being written); a failure raises to that caller."""
+        r = self._writing = _Round()
+        r.events = r.awaited = events
+        self._buffered += events
+        try:
+            await self._writer.write(items)
+        finally:
+            self._ended(r)
+        self._written(queue)
+
+    def _ended(self, r: _Round) -> None:
+        """A write ended: its waiters, and senders waiting for room, go on."""
+        self._writing = None
+        self._buffered -= r.events
+        r.finish()
+        room, self._room = self._room, None
+        if room is not None:
             room.set()
-            if self._open.events and not self._pending.is_set():
-                self._pending.set()  # what came meanwhile: the writer task's turn
+        if self._open.events and not self._pending.is_set():
+            self._pending.set()  # what came meanwhile: the writer task's turn
 
     async def _write(self, r: _Round) -> None:
         items: list[Any] = []
@@ -258,9 +295,9 @@ class Publisher:
     def _encode(self, queue: QueueId, stream_id: StreamId, run: list[Any]) -> list[Any]:
         """The items of one run; a run holding a value that cannot be encoded goes without it
         (each such value, which send() buffered, counts as failed)."""
-        kind, values, times, merged = run
+        kind, values, times, merged, encoded = run
         if not merged:  # one container, as the caller made it
-            return self._writer.encode(queue, stream_id, kind, values, times)
+            return encoded if encoded is not None else self._writer.encode(queue, stream_id, kind, values, times)
         chunks = range(0, max(len(values), 1), self._max_batch)
         try:
             return [
@@ -290,9 +327,9 @@ class Publisher:
         r = self._open
         if r.events:
             r.urgent = True
-            await r.done.wait()
+            await r.written()
         elif self._writing is not None:
-            await self._writing.done.wait()
+            await self._writing.written()
         failed, reasons = self._failed, self._reasons
         if failed:
             self._failed, self._reasons = 0, []

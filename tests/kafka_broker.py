@@ -19,7 +19,6 @@ Example::
 from __future__ import annotations
 
 import abc
-
 import asyncio
 import os
 import signal

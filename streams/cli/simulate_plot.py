@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from itertools import cycle
 from typing import Any
 
+import numpy as np
 from matplotlib import dates as mdates
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -217,7 +218,7 @@ def _window_labels(
     taken = [_point_box(ax, px, py) for px, py in _points(ax)]
     placed: list[Bbox] = []
     windows = [i for i in trace if isinstance(i, WindowResult)]
-    for (low, high), start, stop, count in _spans(windows, rows, right):
+    for (_low, high), start, stop, count in _spans(windows, rows, right):
         for at, ha, va, dy in ((start, "left", "bottom", 1), (stop, "right", "bottom", 1), (start, "left", "top", -1)):
             text = ax.annotate(
                 str(count), (x(at), x(high)), xytext=(0, 2 * dy), textcoords="offset points",
@@ -235,9 +236,9 @@ def _window_labels(
 
 def _points(ax: Axes) -> list[tuple[float, float]]:
     """Every scatter point of ``ax``, in screen coordinates."""
-    found = []
+    found: list[Any] = []
     for collection in ax.collections:
-        offsets = collection.get_offsets()
+        offsets = np.asarray(collection.get_offsets())
         if len(offsets) and collection.get_zorder() >= 3:
             found.extend(ax.transData.transform(offsets))
     return [(float(px), float(py)) for px, py in found]

@@ -22,7 +22,6 @@ from streams.adapters.protocols import QueueAdapter
 from streams.adapters.retention import RetentionPolicy
 from streams.ids import QueueId, StreamId
 from streams.store import EmbeddedStore
-
 from tests.kafka_broker import produce_raw
 
 from .harness import AdapterHarness, HarnessSpec, ProducerSpec, shutdown_all

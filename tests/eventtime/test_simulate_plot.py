@@ -28,7 +28,7 @@ def sample(path: Path, iso: bool = True, n: int = 300) -> Path:
     t0 = datetime(2024, 5, 1, 12, tzinfo=UTC)
     text = lambda s: (t0 + timedelta(seconds=s)).isoformat().replace("+00:00", "Z") if iso else f"{1714564800 + s:.3f}"  # noqa: E731
     lines, arrival = ["arrival_time,event_time,key"], 0.0
-    for i in range(n):
+    for _ in range(n):
         arrival += rng.expovariate(1.0)
         delay = rng.choice([0.2, 0.5, 1, 2, 3, 8, 15]) if rng.random() < 0.9 else rng.uniform(20, 40)
         lines.append(f"{text(arrival)},{text(arrival - delay)},{rng.choice(['north', 'south', 'east', 'west'])}")

@@ -29,19 +29,20 @@ from rich.console import Console
 
 from spark_sink import Handoff
 
-from ...eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
 from ...adapters.kafka import KafkaAdapterFactory
 from ...adapters.kafka_reach import check_reachable
-from ...ids import StreamId
 from ...errors import HeadraceError
+from ...eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
+from ...ids import StreamId
 from ...observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
 from ...provider import StreamProvider
 from ..common import plural
+from .settings import DemoSettings
 from .status import StatusLine
 from .summary import Ledger
 from .traffic import NAMESPACE, POLICY, TollTraffic
-from .settings import DemoSettings
-from .windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader, handed_off as windows_handed_off
+from .windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader
+from .windows import handed_off as windows_handed_off
 
 log = logging.getLogger("headrace.demo")
 
