@@ -97,8 +97,8 @@ async def test_the_checkpoint_waits_for_a_closing_windows_handoff(tmp_path):
             await provider.get_stream(StreamId("other", str(n))).on_next(n)
             await anyio.sleep(0.05)
         # Never past record 3 (t=12), whose step is still emitting: record 0 (t=1) is still
-        # needed, unless the window's state up to record 2 was saved with the checkpoint.
-        assert agent.receiver.checkpoint in (None, 2)
+        # needed, unless the window's state up to record 0, 1 or 2 was saved with the checkpoint.
+        assert agent.receiver.checkpoint in (None, 0, 1, 2)
         gated.gate.set()
         await drained(provider)
         # t=12 (record 3) holds window [10, 20) open, unless its state was saved with the
@@ -125,7 +125,7 @@ async def test_a_worker_killed_before_the_handoff_commits_rebuilds_the_whole_win
         assert blocked.stdout is not None
         assert blocked.stdout.readline().strip() == "in-gap"
         time.sleep(1.0)  # several reads, acknowledgements and checkpoint writes go by
-        assert persisted_checkpoint(tmp_path) in (None, 2)  # as above
+        assert persisted_checkpoint(tmp_path) in (None, 0, 1, 2)  # as above
         blocked.send_signal(signal.SIGKILL)
         blocked.wait()
     finally:
