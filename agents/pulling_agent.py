@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cache.protocols import QueueCache
+from streams.adapters.embedded_state import StatefulReceiver
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
 from streams.batch import BatchContainer, BatchKind, QueueMessage, interned
 from streams.consumers import InProcessSubscription
@@ -42,6 +43,7 @@ from .keyed import KeyedActivations
 from .keyed_heap import KeyedMinHeap
 from .latency import LatencyHistogram
 from .rewind import RewindCursor
+from .state import ActivationStates
 from .timed import EventTimeDelivery, EventTimeObserver, HandoffTarget, InputView, event_time_of
 
 log = logging.getLogger("headrace.agent")
@@ -114,6 +116,9 @@ class PullingAgent:
         self._holds: KeyedMinHeap[EventTimeObserver] = KeyedMinHeap()
         self._ticks: KeyedMinHeap[EventTimeObserver] = KeyedMinHeap()
         self._pressure_since: float | None = None
+        # Event-time state saved with the checkpoint, where the receiver can (agents.state).
+        self._states: ActivationStates | None = None
+        self._saved: dict[tuple[str, str], tuple[SequenceToken, bytes]] = {}
 
     # -- lifecycle -------------------------------------------------------------------
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -122,6 +127,10 @@ class PullingAgent:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 await self._retrying(self.receiver.initialize)
+                if isinstance(self.receiver, StatefulReceiver):
+                    self._saved = await self._retrying(self.receiver.load_states) or {}
+                    self._states = ActivationStates(self._state_key)
+                    self.receiver.state_source = self._states
                 task_status.started()
                 while not self._stopping:
                     self._check_deadlines()
@@ -177,6 +186,8 @@ class PullingAgent:
             observer = changed.pop()
             hold = observer.checkpoint_hold()
             holds.set(observer, None if hold is None else hold.sequence_number)
+            if self._states is not None:
+                self._states.changed(observer)
             ticks.set(observer, observer.next_tick())
 
     def wake(self) -> None:
@@ -405,7 +416,23 @@ class PullingAgent:
             return instance, instance
         target = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))
         target.on_change = self._on_change
+        if self._states is not None and target.enable_snapshots():
+            self._restore(target)
         return target, instance
+
+    def _state_key(self, activation: EventTimeObserver) -> tuple[str, str]:
+        cls = type(activation.target)
+        return (self.context.registry.type_name(cls) or cls.__qualname__, str(activation.stream_id))
+
+    def _restore(self, activation: EventTimeObserver) -> None:
+        saved = self._saved.pop(self._state_key(activation), None)
+        if saved is None:
+            return
+        try:
+            activation.restore(*saved)
+        except Exception:
+            log.exception("%s: the saved state of %s on %s cannot be restored", self.queue,
+                          type(activation.target).__qualname__, activation.stream_id)
 
     async def _attach(
         self,
@@ -534,6 +561,8 @@ class PullingAgent:
                 ended.append(activation.target)
             if activation is not None:
                 activation.on_change = None
+                if self._states is not None and not self._stopping:
+                    self._states.retire(activation)
                 self._changed.discard(activation)
                 self._holds.discard(activation)
                 self._ticks.discard(activation)
@@ -565,7 +594,8 @@ class PullingAgent:
         if not all(c.idle for c in state.consumers.values()):
             return False
         return not any(
-            (activation := _event_time_activation(observer)) is not None and activation in self._holds
+            (activation := _event_time_activation(observer)) is not None
+            and (activation in self._holds or activation.has_state())
             for observer in state.activations.values()
         )
 

@@ -32,6 +32,7 @@ from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import EventOutcome, Output
 from streams.eventtime.release import TimestampOrder, position_of
+from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
 from streams.ids import StreamId
 from streams.observer import _lift, _nothing
@@ -99,6 +100,19 @@ class EventTimeObserver:
         # Told after each step (its hold and next tick may have moved): the agent keeps
         # them in heaps rather than asking every activation at every ack and tick.
         self.on_change: Callable[[EventTimeObserver], None] | None = None
+        # Snapshots (agents.state): while on, open windows do not hold the checkpoint; the
+        # first event taken since the last saved snapshot does (and, while one is being
+        # written, the first one that snapshot covers). Held events of a handoff and merges
+        # of several inputs are not snapshotted: their windows hold it as before.
+        # Off unless the queue's store saves them (enable_snapshots).
+        self.snapshots = False
+        self.stored = False  # a snapshot of this activation is in the store
+        self.unsaved = False  # stepped since its last snapshot was taken
+        self._storing = False  # the snapshot being written has state (not a deletion)
+        self._since_snapshot: SequenceToken | None = None
+        self._saving: SequenceToken | None = None
+        self._taken: SequenceToken | None = None  # the last event taken
+        self._skip_to: SequenceToken | None = None  # restored: what the snapshot already has
 
     def for_input(self, name: str) -> InputView:
         """What the stream of input ``name`` delivers to (several inputs)."""
@@ -107,6 +121,12 @@ class EventTimeObserver:
     async def on_next(self, batch: EventBatch, partition: str | None = None) -> None:
         part = partition or self._partition
         async with self._lock:
+            if self._skip_to is not None and len(batch):
+                batch = _after(batch, self._skip_to)
+            if len(batch) and (self.snapshots or self.stored):
+                if self._since_snapshot is None:
+                    self._since_snapshot = batch[0].token
+                self._taken = batch[-1].token
             if len(batch):
                 last = batch[-1].token
                 if self._release is not None:
@@ -154,9 +174,11 @@ class EventTimeObserver:
                 self.holdback.observe(self.processor.merged, time.time())  # type: ignore[arg-type]
         except BaseException:
             self._unfinished = _lowest(self._unfinished, before)
+            self.snapshots = False  # its state lost what the emit did not finish
             raise
         finally:
             self._emitting = None
+            self.unsaved = True
             self._changed()
 
     def _changed(self) -> None:
@@ -187,7 +209,62 @@ class EventTimeObserver:
         """The oldest queue position this activation still needs (None: none)."""
         return _lowest(_lowest(self._held(), self._emitting), self._unfinished)
 
+    def enable_snapshots(self) -> bool:
+        """The store saves states with the checkpoint: snapshot this activation if its kind
+        of state can be (True when it will)."""
+        self.snapshots = self._merge is None and self._release is None and can_snapshot(self.processor)
+        return self.snapshots
+
+    def stepping(self) -> bool:
+        """In a step (its state may be half emitted): no snapshot now."""
+        return self._lock.locked() or self._emitting is not None
+
+    def begin_snapshot(self) -> tuple[SequenceToken | None, bytes | None]:
+        """``(last event taken, state)`` to save (state None: empty, delete it); the hold
+        of what it covers stays until :meth:`end_snapshot`. Raises ``SnapshotError``
+        (snapshots then stay off for this activation)."""
+        try:
+            state = None if is_empty(self.processor) else self.processor.snapshot()
+        except Exception:
+            self.snapshots = False
+            raise
+        self._saving = _lowest(self._saving, self._since_snapshot)
+        self._since_snapshot = None
+        self.unsaved = False
+        self._storing = state is not None
+        return self._taken, state
+
+    def end_snapshot(self, ok: bool) -> None:
+        if ok:
+            self.stored = self._storing  # written, or deleted when it was empty
+            self._saving = None
+        else:
+            self._since_snapshot = _lowest(self._since_snapshot, self._saving)
+            self._saving = None
+            self.unsaved = True
+        self._changed()
+
+    def restore(self, position: SequenceToken, state: bytes) -> None:
+        """Resume from a saved snapshot: events at or below ``position`` are in it."""
+        self.processor.restore(state)
+        self._skip_to = self._taken = position
+        self._last_watermark = self.processor.watermark
+        self.stored = True
+        self._changed()
+
+    def has_state(self) -> bool:
+        return not is_empty(self.processor)
+
     def _held(self) -> SequenceToken | None:
+        # With no snapshot saved or being saved, a restart rebuilds the windows from the
+        # queue (held at their oldest event); with one, it restores it and replays what
+        # came after (held at the first event it does not have).
+        if not self.stored and self._saving is None:
+            return self._window_held()
+        own = _lowest(self._since_snapshot, self._saving)
+        return own if self.snapshots else _lowest(own, self._window_held())
+
+    def _window_held(self) -> SequenceToken | None:
         token = self.processor.held_since()
         token = token if isinstance(token, SequenceToken) else None
         oldest = self._release.oldest() if self._release is not None else None
@@ -321,6 +398,15 @@ def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken |
     if a is None:
         return b
     return a if b is None or a <= b else b
+
+
+def _after(batch: EventBatch, position: SequenceToken) -> EventBatch:
+    """The events of ``batch`` above ``position`` (a replay of what a snapshot has)."""
+    if batch.sequence_number > position.sequence_number:
+        return batch
+    if batch.sequence_number < position.sequence_number:
+        return batch.from_index(batch.container.count)
+    return batch.from_index(position.event_index + 1)
 
 
 def _follows_clock_for_accepted(processor: Any) -> bool:

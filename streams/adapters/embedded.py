@@ -48,6 +48,7 @@ from ..ids import QueueId, StreamId
 from ..pubsub_embedded import EmbeddedPubSubStore
 from ..store import EmbeddedStore, Migration, Synchronous
 from ..tokens import SequenceToken
+from .embedded_state import STATE_SCHEMA, StateKey, StateRows, StateSource, read_states, write_states
 from .group_commit import GroupCommitter
 from .retention import RetentionPolicy, RetentionReport
 
@@ -150,6 +151,22 @@ def _write_checkpoint(
     return cursor.rowcount > 0
 
 
+def _write_checkpoint_and_states(
+    queue: QueueId, seq: int | None, fence: LeaseFence | None, rows: StateRows | None, conn: sqlite3.Connection
+) -> bool:
+    """The checkpoint (if any yet) and the activation states it relies on, in one
+    transaction, both only while the lease holds."""
+    if seq is None:
+        condition, params = (fence.condition, fence.parameters) if fence is not None else ("1", {})
+        if conn.execute(f"SELECT 1 WHERE {condition}", params).fetchone() is None:
+            return False
+    elif not _write_checkpoint(queue, seq, fence, conn):
+        return False
+    if rows is not None:
+        write_states(queue.number, rows, conn)
+    return True
+
+
 def queue_positions(queue: QueueId, conn: sqlite3.Connection) -> QueuePositions:
     """Where ``queue`` stands in the store, read on ``conn`` (a snapshot, for consistency)."""
     (next_seq,) = conn.execute(
@@ -243,6 +260,7 @@ class EmbeddedQueueAdapter:
                 f"an int >= 1, not {checkpoint_persist_interval!r} and {checkpoint_persist_every!r}"
             )
         store.require_schema("queue", QUEUE_SCHEMA)
+        store.require_schema("activation_state", STATE_SCHEMA)
         self.store = store
         self.mapper = mapper
         self.retention = retention if retention is not None else RetentionPolicy()
@@ -421,6 +439,8 @@ class EmbeddedQueueReceiver:
         self._acks_since_persist = 0
         self._last_persist = float("-inf")
         self._next_retention = float("-inf")  # a first pass on the first read
+        # The event-time state saved with each checkpoint (set by the pulling agent).
+        self.state_source: StateSource | None = None
 
     @property
     def checkpoint(self) -> int | None:
@@ -432,6 +452,10 @@ class EmbeddedQueueReceiver:
         checkpoint = await self._store.read(partial(_read_checkpoint, self.queue))
         self._acknowledged = self._persisted = checkpoint
         self._position = 0 if checkpoint is None else checkpoint + 1
+
+    async def load_states(self) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+        """The activation states saved with this queue's checkpoint."""
+        return await self._store.read(partial(read_states, self.queue.number))
 
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
         if max_count <= 0 or not self._may_read():
@@ -470,7 +494,7 @@ class EmbeddedQueueReceiver:
             await self._persist_checkpoint(now)
 
     def _checkpoint_due(self, now: float) -> bool:
-        if self._acknowledged is None or self._acknowledged == self._persisted:
+        if self._acknowledged == self._persisted and not self._states_pending():
             return False
         return (
             now - self._last_persist >= self._persist_interval
@@ -479,12 +503,22 @@ class EmbeddedQueueReceiver:
 
     async def _persist_checkpoint(self, now: float) -> None:
         seq = self._acknowledged
-        if seq is None or seq == self._persisted or self.fenced_out:
+        if self.fenced_out or (seq == self._persisted and not self._states_pending()):
             return
-        if not await self._store.write(partial(_write_checkpoint, self.queue, seq, self._fence)):
+        source = self.state_source
+        rows = source.collect() if source is not None else None
+        try:
+            ok = await self._store.write(partial(_write_checkpoint_and_states, self.queue, seq, self._fence, rows))
+        except BaseException:
+            if source is not None:
+                source.written(False)
+            raise
+        if source is not None:
+            source.written(ok)
+        if not ok:
             self.fenced_out = True
             log.warning(
-                "%s: checkpoint %d refused: this worker's lease on the queue has ended and "
+                "%s: checkpoint %s refused: this worker's lease on the queue has ended and "
                 "another worker may own it; this receiver stops reading",
                 self.queue,
                 seq,
@@ -493,6 +527,9 @@ class EmbeddedQueueReceiver:
         self._persisted = seq
         self._acks_since_persist = 0
         self._last_persist = now
+
+    def _states_pending(self) -> bool:
+        return self.state_source is not None and self.state_source.pending()
 
     async def shutdown(self) -> None:
         """Persist the last acknowledgement."""

@@ -326,6 +326,19 @@ class Processor:
                         oldest = token
         return oldest
 
+    def snapshot(self) -> bytes:
+        """This processor's state as bytes (:mod:`streams.eventtime.snapshot`); raises
+        ``SnapshotError`` when it cannot be serialized."""
+        from .snapshot import snapshot
+
+        return snapshot(self)
+
+    def restore(self, state: bytes) -> None:
+        """Take the state :meth:`snapshot` gave (of a processor declared the same way)."""
+        from .snapshot import restore
+
+        restore(self, state)
+
     def next_tick(self) -> float:
         """The earliest processing time at which :meth:`on_tick` would close a window or fire
         an idle timeout (``inf``: a tick would change nothing but the watermark), so a

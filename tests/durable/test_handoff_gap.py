@@ -59,6 +59,13 @@ def handed_off(path: Path) -> list[tuple[float, float, int]]:
     return [(r["window_start"].timestamp(), r["window_end"].timestamp(), r["count"]) for r in rows]
 
 
+async def wait_for_rows(path: Path, rows: int, seconds: float = 15.0) -> None:
+    """Until the ``counts`` handoff log has ``rows`` rows (or ``seconds`` have passed)."""
+    deadline = time.monotonic() + seconds
+    while len(handed_off(path)) < rows and time.monotonic() < deadline:
+        await anyio.sleep(0.1)
+
+
 def persisted_checkpoint(path: Path) -> int | None:
     with sqlite3.connect(path / "headrace.db") as conn:
         row = conn.execute("SELECT seq FROM checkpoints WHERE queue = 0").fetchone()
@@ -96,10 +103,14 @@ async def test_the_checkpoint_waits_for_a_closing_windows_handoff(tmp_path):
         for n in range(5):
             await provider.get_stream(StreamId("other", str(n))).on_next(n)
             await anyio.sleep(0.05)
-        assert agent.receiver.checkpoint is None  # record 0 (t=1) is still needed
+        # Never past record 3 (t=12), whose step is still emitting: record 0 (t=1) is still
+        # needed, unless the window's state up to record 0, 1 or 2 was saved with the checkpoint.
+        assert agent.receiver.checkpoint in (None, 0, 1, 2)
         gated.gate.set()
         await drained(provider)
-        assert agent.receiver.checkpoint == 2  # t=12 (record 3) holds window [10, 20) open
+        # t=12 (record 3) holds window [10, 20) open, unless its state was saved with the
+        # checkpoint meanwhile (tests/durable/test_saved_state.py)
+        assert agent.receiver.checkpoint in (2, 3)
     assert handed_off(tmp_path) == [(0.0, 10.0, 3)]
 
 
@@ -121,7 +132,7 @@ async def test_a_worker_killed_before_the_handoff_commits_rebuilds_the_whole_win
         assert blocked.stdout is not None
         assert blocked.stdout.readline().strip() == "in-gap"
         time.sleep(1.0)  # several reads, acknowledgements and checkpoint writes go by
-        assert persisted_checkpoint(tmp_path) is None
+        assert persisted_checkpoint(tmp_path) in (None, 0, 1, 2)  # as above
         blocked.send_signal(signal.SIGKILL)
         blocked.wait()
     finally:
@@ -130,9 +141,7 @@ async def test_a_worker_killed_before_the_handoff_commits_rebuilds_the_whole_win
     try:
         async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
             await client.get_stream(METER).on_next({"t": 25.0})  # closes [10, 20)
-        deadline = time.monotonic() + 15
-        while len(handed_off(tmp_path)) < 2 and time.monotonic() < deadline:
-            await anyio.sleep(0.1)
+        await wait_for_rows(tmp_path, 2)
     finally:
         successor.terminate()
         successor.wait()

@@ -1,0 +1,158 @@
+"""An event-time processor's state as bytes, and back: what lets a checkpoint pass open windows.
+
+A processor of one input (with or without substreams) is serialized with msgpack: its
+input's clock, watermark and idle bookkeeping, the merged watermark, every window store
+(open panes with each key's accumulator and first token, the scheduled windows), the
+substream lanes and the counters. A ``Count`` pane keeps a number, a ``Collect`` pane its
+values: the state is proportional to what is open.
+
+What cannot be encoded raises :class:`SnapshotError`; the runtime then keeps that
+activation's windows holding the queue's checkpoint, as without snapshots. A processor of
+several merged inputs is not snapshotted (:func:`can_snapshot`).
+
+>>> from types import SimpleNamespace as Ev
+>>> from streams.eventtime import OrderingPolicy, Processor, Tumbling
+>>> p = Processor(OrderingPolicy(), Tumbling(10), group_by="k")
+>>> _ = p.on_events([Ev(value={"k": "a"}, event_time=1.0, arrival_time=1.0, token=None)])
+>>> q = Processor(OrderingPolicy(), Tumbling(10), group_by="k")
+>>> restore(q, snapshot(p))
+>>> [(w.key, w.value) for w in q.on_events([Ev(value={"k": "a"}, event_time=12.0, arrival_time=2.0, token=None)]).windows]
+[('a', 1)]
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Hashable
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from ..tokens import SequenceToken
+from .aggregates import _Sequenced
+from .watermark import Watermark
+from .windows import WindowStore
+
+if TYPE_CHECKING:
+    from .processor import Processor
+
+__all__ = ["SnapshotError", "can_snapshot", "is_empty", "restore", "snapshot"]
+
+FORMAT = 1
+
+
+class SnapshotError(Exception):
+    """The processor's state cannot be serialized (an accumulator or key msgpack cannot encode)."""
+
+
+def can_snapshot(processor: Processor) -> bool:
+    """Whether this processor's kind of state is serializable at all (one input)."""
+    return not processor._multi
+
+
+def is_empty(processor: Processor) -> bool:
+    """No open pane: nothing a restart would need beyond the watermarks (which the next
+    events regenerate as they would have)."""
+    return not any(store.panes for store in processor._stores())
+
+
+def snapshot(processor: Processor) -> bytes:
+    """The processor's state, as bytes :func:`restore` reads back."""
+    if not can_snapshot(processor):
+        raise SnapshotError("a processor of several merged inputs is not snapshotted")
+    (inp,) = processor._inputs.values()
+    reducer = processor.reducer
+    seq = None
+    if isinstance(reducer, _Sequenced):
+        seq = next(reducer._seq)
+        reducer._seq = itertools.count(seq)  # peeked, not consumed
+    merged = processor._merged
+    state = {
+        "format": FORMAT,
+        "input": [inp.clock, inp.idle_check, inp.completed, inp.floor_close, _mark(inp.mark)],
+        "merged": [merged.value, list(merged._values.values())],
+        "store": None if processor._store is None else _store(processor._store),
+        "lanes": [[key, _mark(mark), None if store is None else _store(store)] for key, (mark, store) in processor._lanes.items()],
+        "counters": [getattr(processor.counters, f.name) for f in fields(processor.counters)],
+        "seq": seq,
+    }
+    try:
+        return msgpack.packb(state, default=_default)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SnapshotError(f"the window state cannot be serialized: {exc}") from exc
+
+
+def restore(processor: Processor, data: bytes) -> None:
+    """Put the state :func:`snapshot` wrote into a new processor of the same declaration."""
+    state = msgpack.unpackb(data, strict_map_key=False, ext_hook=_ext)
+    if state.get("format") != FORMAT:
+        raise SnapshotError(f"unknown snapshot format {state.get('format')!r}")
+    (inp,) = processor._inputs.values()
+    inp.clock, inp.idle_check, inp.completed, inp.floor_close, mark = state["input"]
+    _set_mark(inp.mark, mark)
+    merged = processor._merged
+    merged.value = state["merged"][0]
+    for name, value in zip(list(merged._values), state["merged"][1], strict=True):
+        merged._values[name] = value
+    merged.holder = min(merged._values, key=merged._values.__getitem__)
+    if state["store"] is not None and processor._store is not None:
+        _set_store(processor._store, state["store"])
+    processor._lanes.clear()
+    for key, mark_state, store_state in state["lanes"]:
+        key = _hashable(key)
+        mark, store = processor._new_lane(inp, key)
+        _set_mark(mark, mark_state)
+        if store is not None and store_state is not None:
+            _set_store(store, store_state)
+    counters = processor.counters
+    for f, value in zip(fields(counters), state["counters"], strict=True):
+        setattr(counters, f.name, value)
+    if state["seq"] is not None and isinstance(processor.reducer, _Sequenced):
+        processor.reducer._seq = itertools.count(state["seq"])
+
+
+def _mark(mark: Watermark) -> list[Any]:
+    return [mark.value, mark.max_timestamp, mark.last_ingest, mark._count, mark._mark]
+
+
+def _set_mark(mark: Watermark, state: list[Any]) -> None:
+    mark.value, mark.max_timestamp, mark.last_ingest, mark._count, mark._mark = state
+
+
+def _store(store: WindowStore) -> list[Any]:
+    panes = [[pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()]
+    return [panes, store.watermark, store.next_close, list(store._due), store.order]
+
+
+def _set_store(store: WindowStore, state: list[Any]) -> None:
+    panes, store.watermark, store.next_close, due, store.order = state
+    store.panes = {pane: {_hashable(key): [acc, token] for key, acc, token in bucket} for pane, bucket in panes}
+    store._due = list(due)
+    heapq.heapify(store._due)
+    store._scheduled = set(due)
+
+
+_TOKEN = 1
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, SequenceToken):
+        return msgpack.ExtType(_TOKEN, msgpack.packb([value.sequence_number, value.event_index]))
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"cannot serialize {type(value).__name__}")
+
+
+def _ext(code: int, data: bytes) -> Any:
+    if code == _TOKEN:
+        return SequenceToken(*msgpack.unpackb(data))
+    return msgpack.ExtType(code, data)
+
+
+def _hashable(key: Any) -> Hashable:
+    """A key as it was: msgpack turns tuples into lists."""
+    if isinstance(key, list):
+        return tuple(_hashable(k) for k in key)
+    return key

@@ -1,0 +1,189 @@
+"""Open windows no longer hold the checkpoint on the embedded store: their state is saved with
+it (issue 14, item 1), and restored by whichever worker reads the queue next."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+
+from streams import StreamId, StreamProvider
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from streams.status import read_status
+from streams.store import EmbeddedStore
+
+from ..core.conftest import drained
+from .test_handoff_gap import handed_off, persisted_checkpoint, wait_for_rows
+
+WORKER = Path(__file__).with_name("saved_state_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def saved_states(path: Path) -> list[tuple[str, int, int]]:
+    with sqlite3.connect(path / "headrace.db") as conn:
+        return conn.execute("SELECT stream, seq, idx FROM activation_states ORDER BY stream").fetchall()
+
+
+async def wait_for_checkpoint(path: Path, seq: int, seconds: float = 15.0) -> int | None:
+    deadline = time.monotonic() + seconds
+    while (cp := persisted_checkpoint(path)) != seq and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+    return cp
+
+
+async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_the_checkpoint(tmp_path):
+    provider = StreamProvider.embedded(tmp_path, queues=1)
+    closed: list[tuple[str, float, int]] = []
+
+    @provider.implicit("devices")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(5), Count())
+
+        def __init__(self, stream_id: StreamId) -> None:
+            self.key = stream_id.key
+
+        def on_window(self, w):
+            closed.append((self.key, w.start, w.value))
+
+    async with provider:
+        await provider.get_stream(StreamId("devices", "quiet")).on_next({"t": 1.0})  # record 0
+        busy = provider.get_stream(StreamId("devices", "busy"))
+        for n in range(2000):  # records 1..2000, one event each: 400 windows close (less the last)
+            await busy.on_next({"t": float(n)})
+        await drained(provider, 30)
+        assert await wait_for_checkpoint(tmp_path, 2000) == 2000  # the busy stream's last record
+        (agent,) = provider.agents
+        assert agent.receiver.checkpoint == 2000
+        # Only the open state is kept: quiet's window [0, 5) and busy's [1995, 2000).
+        assert saved_states(tmp_path) == [("devices/busy", 2000, 0), ("devices/quiet", 0, 0)]
+        store = EmbeddedStore(tmp_path)
+        try:
+            (queue,) = read_status(store, suspicion_timeout=10.0).queues
+        finally:
+            store.close()
+    assert queue.checkpoint == 2000 and queue.checkpoint_lag == 0  # `headrace status`
+    assert len(closed) == 399 and ("busy", 0.0, 5) in closed and all(k == "busy" and v == 5 for k, _, v in closed)
+
+
+class Distinct:
+    """Distinct values: a set, which msgpack cannot encode."""
+
+    def init(self) -> set:
+        return set()
+
+    def add(self, acc: set, value: object) -> set:
+        acc.add(value)
+        return acc
+
+    def merge(self, a: set, b: set) -> set:
+        return a | b
+
+    def result(self, acc: set) -> int:
+        return len(acc)
+
+
+async def test_a_state_that_cannot_be_saved_holds_the_checkpoint_as_before(tmp_path, caplog):
+    provider = StreamProvider.embedded(tmp_path, queues=1)
+    closed: list[int] = []
+
+    @provider.implicit("devices")
+    class Distincts:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(5), Distinct(), select="t")
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_window(self, w):
+            closed.append(w.value)
+
+    async with provider:
+        await provider.get_stream(StreamId("devices", "quiet")).on_next({"t": 1.0})  # record 0
+        busy = provider.get_stream(StreamId("devices", "busy"))
+        for n in range(50):
+            await busy.on_next({"t": float(n)})
+        await drained(provider, 30)
+        await anyio.sleep(0.5)  # checkpoint writes go by
+        (agent,) = provider.agents
+        assert agent.receiver.checkpoint is None  # quiet's window [0, 5) holds record 0
+    assert persisted_checkpoint(tmp_path) is None and saved_states(tmp_path) == []
+    assert closed == [5] * 9
+    cannot = [r.getMessage() for r in caplog.records if "cannot be serialized" in r.getMessage()]
+    assert len(cannot) == 2 and "its open windows hold the queue's checkpoint" in cannot[0]  # once each
+
+
+def start_worker(path: Path, mode: str = "run") -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER), str(path), mode], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def read_count(process: subprocess.Popen[str]) -> int:
+    """The records the worker had read when it closed its first window (it prints them)."""
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    assert line.startswith("read "), line
+    return int(line.split()[1])
+
+
+async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(tmp_path):
+    meter = StreamId("meters", "m1")
+    first = start_worker(tmp_path)
+    try:
+        async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
+            for n in range(500):  # records 0..499, all in window [0, 3600)
+                await client.get_stream(meter).on_next({"t": float(n)})
+        assert await wait_for_checkpoint(tmp_path, 499) == 499  # not held by the open window
+        assert saved_states(tmp_path) == [("meters/m1", 499, 0)]
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    finally:
+        first.kill()
+    second = start_worker(tmp_path)
+    try:
+        async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
+            await client.get_stream(meter).on_next({"t": 4000.0})  # record 500 closes [0, 3600)
+        replayed = read_count(second)
+    finally:
+        second.terminate()
+        second.wait()
+    # The result of an uninterrupted run (500 events), and the replay was the one new record.
+    assert handed_off(tmp_path) == [(0.0, 3600.0, 500)]
+    assert replayed == 1
+
+
+async def test_a_queue_taken_over_with_open_windows_loses_and_repeats_nothing(tmp_path):
+    meters = [StreamId("meters", f"m{i}") for i in range(5)]
+    first = start_worker(tmp_path)
+    try:
+        async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
+            for n in range(100):  # windows [0, 3600) open on five streams
+                await client.get_stream(meters[n % 5]).on_next({"t": float(n)})
+        assert await wait_for_checkpoint(tmp_path, 99) == 99
+        # A second worker joins; the first stops without saying so: its lease runs out and
+        # the second takes the queue over, with the windows' saved state.
+        second = start_worker(tmp_path)
+        first.send_signal(signal.SIGSTOP)
+        try:
+            async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
+                for n in range(100, 110):  # more events in the open windows, then close them
+                    await client.get_stream(meters[n % 5]).on_next({"t": float(n)})
+                for m in meters:
+                    await client.get_stream(m).on_next({"t": 4000.0})
+            replayed = read_count(second)
+            await wait_for_rows(tmp_path, 5)
+        finally:
+            second.terminate()
+            second.wait()
+    finally:
+        first.kill()
+        first.wait()
+    assert sorted(handed_off(tmp_path)) == [(0.0, 3600.0, 22)] * 5
+    assert replayed <= 15  # the new records, not the 100 the first worker had taken
