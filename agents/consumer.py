@@ -57,10 +57,31 @@ class StreamConsumer:
 
     # Slots, and no event until a task waits: an agent may hold many thousands of these.
     __slots__ = (
-        "subscription_id", "stream_id", "observer", "cursor", "durable", "delivered_batches",
-        "delivered_events", "failures", "faulted", "detached", "_context", "_start_token", "_closed",
-        "_delivering", "_scope", "_deadline", "_timed_out", "_spawn", "_has_task", "_call_now",
-        "_handoff", "implicit", "_redelivers", "_log_fields", "_working",
+        "subscription_id",
+        "stream_id",
+        "observer",
+        "cursor",
+        "durable",
+        "delivered_batches",
+        "delivered_events",
+        "failures",
+        "faulted",
+        "detached",
+        "_context",
+        "_start_token",
+        "_closed",
+        "_delivering",
+        "_scope",
+        "_deadline",
+        "_timed_out",
+        "_spawn",
+        "_has_task",
+        "_call_now",
+        "_handoff",
+        "implicit",
+        "_redelivers",
+        "_log_fields",
+        "_working",
     )
 
     def __init__(
@@ -173,7 +194,10 @@ class StreamConsumer:
         return True
 
     def _hand_over(
-        self, cursor: QueueCacheCursor, item: CachedBatch, batch: EventBatch,
+        self,
+        cursor: QueueCacheCursor,
+        item: CachedBatch,
+        batch: EventBatch,
         pending: Exception | Awaitable[Any],
     ) -> None:
         """Leave a delivery begun in the agent for a task to finish: it counts as in
@@ -234,10 +258,14 @@ class StreamConsumer:
                 self._timed_out = self._delivering = False
                 item = self.cursor.current()
                 if item is not None:
-                    await self._failed(item, self._batch_of(item), DeliveryTimeoutError(
-                        f"consumer {self.subscription_id} on {self.stream_id} took longer than "
-                        f"max_event_delivery_time ({self._context.options.max_event_delivery_time}s)"
-                    ))
+                    await self._failed(
+                        item,
+                        self._batch_of(item),
+                        DeliveryTimeoutError(
+                            f"consumer {self.subscription_id} on {self.stream_id} took longer than "
+                            f"max_event_delivery_time ({self._context.options.max_event_delivery_time}s)"
+                        ),
+                    )
                     self.cursor.advance()
         finally:
             self._scope = None  # the watchdog has nothing to cancel until the next task
@@ -306,12 +334,14 @@ class StreamConsumer:
         """Deliver a batch whose delivery raised again, with back-off, within the delivery's
         ``max_event_delivery_time``; dead-letter it if no attempt succeeds."""
         if self._redelivers and not isinstance(error, DecodeError):
-            log.info(
-                "%s: consumer %s raised %r; retrying with back-off", self.stream_id, self.subscription_id, error
-            )
+            log.info("%s: consumer %s raised %r; retrying with back-off", self.stream_id, self.subscription_id, error)
             last = await redeliver(
-                self.observer.on_next, batch, error, self._deadline,
-                self._context.options.delivery_retry_backoff, lambda: self._closed,
+                self.observer.on_next,
+                batch,
+                error,
+                self._deadline,
+                self._context.options.delivery_retry_backoff,
+                lambda: self._closed,
             )
             if last is None:
                 self.delivered_batches += 1

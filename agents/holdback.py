@@ -57,7 +57,9 @@ class HoldBack:
         if self.reported is not None and holder != self.reported:
             log.info(
                 "%s: input %r no longer holds the merged watermark back (now %s)",
-                self.name, self.reported, merged.value,
+                self.name,
+                self.reported,
+                merged.value,
             )
             self.reported = None
         if holder is not None and self.reported is None and now - self._since >= self.after:
@@ -65,7 +67,10 @@ class HoldBack:
             values = merged.values()
             log.warning(
                 "%s: input %r holds the merged watermark back at %s for %.0f s (inputs: %s)",
-                self.name, holder, values[holder], now - self._since,
+                self.name,
+                holder,
+                values[holder],
+                now - self._since,
                 ", ".join(f"{k}={v}" for k, v in values.items()),
             )
             return holder

@@ -72,7 +72,10 @@ class QueueOrder:
             if scope.cancelled_caught:
                 log.warning(
                     "batch at %d waited %.0fs for the one at %d of another stream of its "
-                    "activation; delivering it out of queue order", sequence_number, self._stall, expected[0],
+                    "activation; delivering it out of queue order",
+                    sequence_number,
+                    self._stall,
+                    expected[0],
                 )
                 expected.popleft()
 

@@ -14,7 +14,20 @@ from dataclasses import dataclass
 # Seconds: a read of the embedded store takes about a millisecond, a Kafka fetch that waits
 # for records up to its poll timeout (100 ms), an outage's back-off several seconds.
 READ_BUCKETS: tuple[float, ...] = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 
 

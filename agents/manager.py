@@ -37,10 +37,10 @@ log = logging.getLogger("headrace.agent")
 class AgentManager:
     """The agents of one worker, following ``balancer`` when there is one. Use::
 
-        manager = AgentManager(adapter, context, cache_factory, balancer)
-        await manager.start(task_group, "worker-1", mapper.get_all_queues())
-        ...                     # agents come and go as the balancer moves queues
-        await manager.stop()    # agents stopped and checkpointed, then the leases freed
+    manager = AgentManager(adapter, context, cache_factory, balancer)
+    await manager.start(task_group, "worker-1", mapper.get_all_queues())
+    ...                     # agents come and go as the balancer moves queues
+    await manager.stop()    # agents stopped and checkpointed, then the leases freed
     """
 
     def __init__(
@@ -95,9 +95,7 @@ class AgentManager:
         assert self._tg is not None, "the agent manager is not started"
         if queue in self._agents:
             return self._agents[queue]
-        agent = PullingAgent(
-            queue, self.adapter.create_receiver(queue), self._cache_factory(queue), self.context
-        )
+        agent = PullingAgent(queue, self.adapter.create_receiver(queue), self._cache_factory(queue), self.context)
         self._agents[queue] = agent
         await self._tg.start(agent.run)
         log.info("%s: agent started", queue)

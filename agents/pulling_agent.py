@@ -173,7 +173,9 @@ class PullingAgent:
         try:
             await observer.on_tick(now)
         except Exception as exc:  # a consumer's bug (in on_window, say) must not stop the agent
-            log.exception("%s: a tick of %s on %s raised", self.queue, type(observer.target).__qualname__, observer.stream_id)
+            log.exception(
+                "%s: a tick of %s on %s raised", self.queue, type(observer.target).__qualname__, observer.stream_id
+            )
             try:
                 await observer.on_error(exc)
             except Exception:
@@ -376,7 +378,9 @@ class PullingAgent:
             for record in await self.context.pubsub.subscriptions(sid):
                 if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
                     cls = registry.get_type(record.consumer_type)
-                    await self._attach(state, sid, record.subscription_id, self._activation(state, sid, cls), durable=True)
+                    await self._attach(
+                        state, sid, record.subscription_id, self._activation(state, sid, cls), durable=True
+                    )
         finally:
             opening, state.opening = state.opening, None
             assert opening is not None
@@ -431,8 +435,12 @@ class PullingAgent:
         try:
             activation.restore(*saved)
         except Exception:
-            log.exception("%s: the saved state of %s on %s cannot be restored", self.queue,
-                          type(activation.target).__qualname__, activation.stream_id)
+            log.exception(
+                "%s: the saved state of %s on %s cannot be restored",
+                self.queue,
+                type(activation.target).__qualname__,
+                activation.stream_id,
+            )
 
     async def _attach(
         self,
@@ -459,9 +467,17 @@ class PullingAgent:
                 miss = exc
                 cursor = self.cache.create_cursor(sid, self.cache.oldest_cached_token())
         consumer = StreamConsumer(
-            subscription_id, sid, observer, cursor, self.context,
-            start_token=None if miss else token, durable=durable, implicit=implicit,
-            log_fields=state.log_fields, spawn=self._spawn, working=self._working,
+            subscription_id,
+            sid,
+            observer,
+            cursor,
+            self.context,
+            start_token=None if miss else token,
+            durable=durable,
+            implicit=implicit,
+            log_fields=state.log_fields,
+            spawn=self._spawn,
+            working=self._working,
         )
         state.consumers[subscription_id] = consumer
         if miss is not None:
@@ -494,7 +510,10 @@ class PullingAgent:
             if item is not None and item.sequence == oldest:
                 log.warning(
                     "%s: consumer %s on %s held the cache full for %.0fs; detached to read from the queue",
-                    self.queue, consumer.subscription_id, consumer.stream_id, now - self._pressure_since,
+                    self.queue,
+                    consumer.subscription_id,
+                    consumer.stream_id,
+                    now - self._pressure_since,
                 )
                 consumer.detach(functools.partial(self._rewind_cursor, consumer.stream_id))
         self._pressure_since = None
@@ -516,9 +535,7 @@ class PullingAgent:
         except Exception:
             log.exception("%s of %s raised", name, type(instance).__qualname__)
 
-    async def add_subscription(
-        self, subscription: InProcessSubscription | SubscriptionRecord
-    ) -> None:
+    async def add_subscription(self, subscription: InProcessSubscription | SubscriptionRecord) -> None:
         """A subscription made while this agent runs: attach it now, from its token."""
         sid = interned(subscription.stream_id)  # the key object decoded batches bring
         state = self._streams.get(sid)
@@ -528,12 +545,18 @@ class PullingAgent:
         if subscription.subscription_id in state.consumers:
             return
         if isinstance(subscription, InProcessSubscription):
-            await self._attach(state, sid, subscription.subscription_id, as_observer(subscription.observer), subscription.token)
+            await self._attach(
+                state, sid, subscription.subscription_id, as_observer(subscription.observer), subscription.token
+            )
         else:
             cls = self.context.registry.get_type(subscription.consumer_type)
             await self._attach(
-                state, sid, subscription.subscription_id, self._activation(state, sid, cls),
-                subscription.start_token, durable=True,
+                state,
+                sid,
+                subscription.subscription_id,
+                self._activation(state, sid, cls),
+                subscription.start_token,
+                durable=True,
             )
 
     def remove_subscription(self, stream_id: StreamId, subscription_id: str) -> None:

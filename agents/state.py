@@ -67,7 +67,9 @@ class ActivationStates:
             except SnapshotError as exc:
                 log.warning(
                     "%s on %s: %s; its open windows hold the queue's checkpoint",
-                    type(activation.target).__qualname__, activation.stream_id, exc,
+                    type(activation.target).__qualname__,
+                    activation.stream_id,
+                    exc,
                 )
                 continue
             self._writing.append(activation)

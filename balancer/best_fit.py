@@ -57,9 +57,7 @@ def ideal_distribution(workers: Iterable[W], resources: Iterable[R]) -> Distribu
     return distribution
 
 
-def best_fit_distribution(
-    workers: Iterable[W], active: Iterable[W], resources: Iterable[R]
-) -> Distribution[W, R]:
+def best_fit_distribution(workers: Iterable[W], active: Iterable[W], resources: Iterable[R]) -> Distribution[W, R]:
     """Active workers keep their ideal resources; the inactive workers' resources go one at
     a time (in order) to the least loaded active worker (ties: the first by name).
 

@@ -34,11 +34,7 @@ def mature_workers(live: Sequence[MemberRecord], now: float, maturity_period: fl
     if not live:
         return set()
     first_maturity = min(r.joined_at for r in live) + maturity_period
-    return {
-        r.worker
-        for r in live
-        if r.joined_at < first_maturity or now - r.joined_at >= maturity_period
-    }
+    return {r.worker for r in live if r.joined_at < first_maturity or now - r.joined_at >= maturity_period}
 
 
 class BestFitBalancer(QueueBalancerBase):
@@ -74,13 +70,9 @@ class BestFitBalancer(QueueBalancerBase):
         clock: Clock | None = None,
         options: BalancerOptions | None = None,
     ) -> None:
-        super().__init__(
-            lease_provider=lease_provider, membership=membership, clock=clock, options=options
-        )
+        super().__init__(lease_provider=lease_provider, membership=membership, clock=clock, options=options)
         if maturity_period < 0:
-            raise ConfigurationError(
-                f"maturity_period is zero or positive seconds, not {maturity_period!r}"
-            )
+            raise ConfigurationError(f"maturity_period is zero or positive seconds, not {maturity_period!r}")
         if workers is not None and not workers:
             raise ConfigurationError("workers, when given, lists at least one worker name")
         self.workers = frozenset(workers) if workers is not None else None

@@ -57,9 +57,7 @@ class MemberClaim:
     owned: tuple[TopicPartition, ...] = ()
 
     def encode(self) -> bytes:
-        data: bytes = msgpack.packb(
-            {"worker": self.worker, "owned": [[tp.topic, tp.partition] for tp in self.owned]}
-        )
+        data: bytes = msgpack.packb({"worker": self.worker, "owned": [[tp.topic, tp.partition] for tp in self.owned]})
         return data
 
     @classmethod
@@ -114,8 +112,7 @@ class BestFitPartitionAssignor(AbstractPartitionAssignor):
         subscribed to it. Members are ranked by (worker name, member id), so members that
         wrongly share a name still get a valid assignment."""
         claims = {
-            member_id: MemberClaim.decode(metadata.user_data, member_id)
-            for member_id, metadata in members.items()
+            member_id: MemberClaim.decode(metadata.user_data, member_id) for member_id, metadata in members.items()
         }
         keys = {member_id: (claim.worker, member_id) for member_id, claim in claims.items()}
         previous = {keys[m]: claim.owned for m, claim in claims.items()}
@@ -125,12 +122,8 @@ class BestFitPartitionAssignor(AbstractPartitionAssignor):
             if partitions is None:
                 log.warning("no partition metadata for topic %s; it is left unassigned", topic)
                 continue
-            subscribers = [
-                keys[m] for m, metadata in members.items() if topic in metadata.subscription
-            ]
-            distribution = sticky_distribution(
-                subscribers, [TopicPartition(topic, p) for p in partitions], previous
-            )
+            subscribers = [keys[m] for m, metadata in members.items() if topic in metadata.subscription]
+            distribution = sticky_distribution(subscribers, [TopicPartition(topic, p) for p in partitions], previous)
             for (_, member_id), owned in distribution.items():
                 if owned:
                     shares[member_id][topic] = sorted(tp.partition for tp in owned)

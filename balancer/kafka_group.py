@@ -103,8 +103,7 @@ class KafkaGroupBalancer:
             )
         if rebalance_timeout <= 0 or poll_period <= 0:
             raise ConfigurationError(
-                f"rebalance_timeout ({rebalance_timeout!r} s) and poll_period ({poll_period!r} s) "
-                "are positive seconds"
+                f"rebalance_timeout ({rebalance_timeout!r} s) and poll_period ({poll_period!r} s) are positive seconds"
             )
         self.settings = settings
         self.group_id = membership_group_id(settings)
@@ -250,9 +249,7 @@ class KafkaGroupBalancer:
             return
         consumer.pause(*partitions)  # membership only: the agents read the partitions
         self._generation = _coordinator_generation(consumer)
-        self._assignment = frozenset(
-            QueueId(tp.partition) for tp in partitions if tp.topic == self.settings.topic
-        )
+        self._assignment = frozenset(QueueId(tp.partition) for tp in partitions if tp.topic == self.settings.topic)
         log.info(
             "%s: group %s generation %d assigns queues %s",
             self._worker,

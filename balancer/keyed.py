@@ -36,14 +36,11 @@ class KeyedQueueMapper:
             names = list(group) if not isinstance(group, str) else [group]
             if len(names) < 2 or not all(isinstance(n, str) and n for n in names):
                 raise ConfigurationError(
-                    f"co_partitioned takes groups of two or more namespaces, e.g. "
-                    f"[('tolls', 'prices')], not {group!r}"
+                    f"co_partitioned takes groups of two or more namespaces, e.g. [('tolls', 'prices')], not {group!r}"
                 )
             for name in names:
                 if self._lead.get(name, names[0]) != names[0]:
-                    raise ConfigurationError(
-                        f"namespace {name!r} is in two co-partitioned groups: merge them into one"
-                    )
+                    raise ConfigurationError(f"namespace {name!r} is in two co-partitioned groups: merge them into one")
                 self._lead[name] = names[0]
 
     @property

@@ -72,9 +72,7 @@ class LeaseBasedQueueBalancer(QueueBalancerBase):
                 "the lease-based balancer needs a lease provider shared by every worker "
                 "(SqliteLeaseProvider for one machine, MemoryLeaseProvider in one process)"
             )
-        super().__init__(
-            lease_provider=lease_provider, membership=membership, clock=clock, options=options
-        )
+        super().__init__(lease_provider=lease_provider, membership=membership, clock=clock, options=options)
 
     async def _rebalance(self, ownership: QueueOwnership) -> None:
         snapshot = await self._membership_snapshot()

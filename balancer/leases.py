@@ -121,18 +121,14 @@ class TableLeaseProvider:
             return []
         now = self._clock.now()
         mine = {lease.queue: lease for lease in leases}
-        return await self._table.update(
-            list(mine), lambda queue, current: extend(current, mine[queue], now, length)
-        )
+        return await self._table.update(list(mine), lambda queue, current: extend(current, mine[queue], now, length))
 
     async def release(self, leases: Sequence[Lease]) -> None:
         if not leases:
             return
         now = self._clock.now()
         mine = {lease.queue: lease for lease in leases}
-        await self._table.update(
-            list(mine), lambda queue, current: vacate(current, mine[queue], now)
-        )
+        await self._table.update(list(mine), lambda queue, current: vacate(current, mine[queue], now))
 
 
 class MemoryLeaseTable:

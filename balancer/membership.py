@@ -112,9 +112,7 @@ class TableMembership:
         is_dead: Callable[[str], bool] = instance_is_dead,
     ) -> None:
         if suspicion_timeout <= 0:
-            raise ConfigurationError(
-                f"suspicion_timeout is positive seconds, not {suspicion_timeout!r}"
-            )
+            raise ConfigurationError(f"suspicion_timeout is positive seconds, not {suspicion_timeout!r}")
         self._table = table
         self._clock = clock or SystemClock()
         self.suspicion_timeout = suspicion_timeout
@@ -138,9 +136,7 @@ class TableMembership:
     async def heartbeat(self, worker: str) -> MemberRecord:
         incarnation = self._incarnation(worker)
         now, timeout = self._clock.now(), self.suspicion_timeout
-        record = await self._table.update(
-            worker, lambda current: beat(current, worker, incarnation, now, timeout)
-        )
+        record = await self._table.update(worker, lambda current: beat(current, worker, incarnation, now, timeout))
         assert record is not None
         return record
 
@@ -155,17 +151,14 @@ class TableMembership:
 
     async def snapshot(self) -> MembershipSnapshot:
         records = await self._table.read_all()
-        return MembershipSnapshot(
-            {r.worker: r for r in records}, self._clock.now(), self.suspicion_timeout
-        )
+        return MembershipSnapshot({r.worker: r for r in records}, self._clock.now(), self.suspicion_timeout)
 
     def _incarnation(self, worker: str) -> str:
         try:
             return self._incarnations[worker]
         except KeyError:
             raise ConfigurationError(
-                f"worker {worker!r} has not joined through this membership oracle; "
-                "call join() first"
+                f"worker {worker!r} has not joined through this membership oracle; call join() first"
             ) from None
 
 
@@ -201,7 +194,5 @@ class MemoryMembership(TableMembership):
     False
     """
 
-    def __init__(
-        self, *, clock: Clock | None = None, suspicion_timeout: float = DEFAULT_SUSPICION_TIMEOUT
-    ) -> None:
+    def __init__(self, *, clock: Clock | None = None, suspicion_timeout: float = DEFAULT_SUSPICION_TIMEOUT) -> None:
         super().__init__(MemoryMemberTable(), clock=clock, suspicion_timeout=suspicion_timeout)

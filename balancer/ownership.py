@@ -66,9 +66,7 @@ class QueueOwnership:
         """The ``count`` owned queues acquired longest ago."""
         return list(self._owned)[: max(count, 0)]
 
-    async def acquire(
-        self, candidates: Iterable[QueueId], *, limit: int | None = None
-    ) -> frozenset[QueueId]:
+    async def acquire(self, candidates: Iterable[QueueId], *, limit: int | None = None) -> frozenset[QueueId]:
         """Try for leases on ``candidates`` (in order; at most ``limit`` of them), skipping
         queues held already, being handed back, or lost in the latest renewal round (their
         old agent may still be stopping)."""
@@ -94,9 +92,7 @@ class QueueOwnership:
             for q, lease in held.items()
             if q not in expired and now >= lease.expires_at - self.lease_length + self.renew_period
         ]
-        renewed = {
-            lease.queue: lease for lease in await self._provider.renew(due, self.lease_length)
-        }
+        renewed = {lease.queue: lease for lease in await self._provider.renew(due, self.lease_length)}
         lost = frozenset(expired | {lease.queue for lease in due} - renewed.keys())
         for table in (self._owned, self._releasing):
             for queue in list(table):

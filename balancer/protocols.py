@@ -133,9 +133,7 @@ class MembershipSnapshot:
 
     def live_members(self) -> list[MemberRecord]:
         """The live members, most senior first (earliest ``joined_at``, then by name)."""
-        live = [
-            r for r in self.members.values() if r.is_live(self.taken_at, self.suspicion_timeout)
-        ]
+        live = [r for r in self.members.values() if r.is_live(self.taken_at, self.suspicion_timeout)]
         return sorted(live, key=lambda r: (r.joined_at, r.worker))
 
 

@@ -64,14 +64,11 @@ class SqliteLeaseTable:
     async def update(self, queues: Sequence[QueueId], change: LeaseChange) -> list[Lease]:
         return await self._store.write(lambda conn: self._update(conn, queues, change))
 
-    def _update(
-        self, conn: sqlite3.Connection, queues: Sequence[QueueId], change: LeaseChange
-    ) -> list[Lease]:
+    def _update(self, conn: sqlite3.Connection, queues: Sequence[QueueId], change: LeaseChange) -> list[Lease]:
         stored = []
         for queue in queues:
             row = conn.execute(
-                "SELECT owner, epoch, expires_at FROM lease_queues"
-                " WHERE category = ? AND queue = ?",
+                "SELECT owner, epoch, expires_at FROM lease_queues WHERE category = ? AND queue = ?",
                 (self.category, queue.number),
             ).fetchone()
             new = change(queue, Lease(queue, *row) if row else None)
@@ -99,9 +96,7 @@ class SqliteLeaseProvider(TableLeaseProvider):
     [1]
     """
 
-    def __init__(
-        self, store: EmbeddedStore, *, category: str = "default", clock: Clock | None = None
-    ) -> None:
+    def __init__(self, store: EmbeddedStore, *, category: str = "default", clock: Clock | None = None) -> None:
         self.table = SqliteLeaseTable(store, category)
         super().__init__(self.table, clock=clock)
 
@@ -141,12 +136,8 @@ class SqliteMemberTable:
     async def update(self, worker: str, change: MemberChange) -> MemberRecord | None:
         return await self._store.write(lambda conn: self._update(conn, worker, change))
 
-    def _update(
-        self, conn: sqlite3.Connection, worker: str, change: MemberChange
-    ) -> MemberRecord | None:
-        row = conn.execute(
-            f"SELECT {self._COLUMNS} FROM membership_workers WHERE worker = ?", (worker,)
-        ).fetchone()
+    def _update(self, conn: sqlite3.Connection, worker: str, change: MemberChange) -> MemberRecord | None:
+        row = conn.execute(f"SELECT {self._COLUMNS} FROM membership_workers WHERE worker = ?", (worker,)).fetchone()
         current = MemberRecord(*row) if row else None
         new = change(current)
         if new is None:

@@ -39,9 +39,7 @@ class StaticBalancer(QueueBalancerBase):
         super().__init__(lease_provider=lease_provider, clock=clock, options=options)
         names = list(workers)
         if not names or not all(isinstance(name, str) and name for name in names):
-            raise ConfigurationError(
-                f"workers is a non-empty list of worker names, not {workers!r}"
-            )
+            raise ConfigurationError(f"workers is a non-empty list of worker names, not {workers!r}")
         if len(set(names)) != len(names):
             raise ConfigurationError(f"worker names must be unique: {sorted(names)!r}")
         self.workers = tuple(sorted(names))

@@ -58,9 +58,7 @@ async def baseline_throughput(streams: int, batches: int, size: int, queues: int
     consumers = {sid: (Counter(), Counter()) for sid in sids}
     qs = {q: asyncio.Queue() for q in adapter.mapper.get_all_queues()}
     queue_of = {sid: qs[adapter.mapper.get_queue_for_stream(sid)] for sid in sids}
-    container = {
-        sid: BatchContainer(sid, BatchKind.DATA, time.time(), list(range(size))).events(0) for sid in sids
-    }
+    container = {sid: BatchContainer(sid, BatchKind.DATA, time.time(), list(range(size))).events(0) for sid in sids}
     Counter.total = 0
     expected = streams * batches * size * 2
 
@@ -113,8 +111,14 @@ async def stalled_memory(events: int) -> tuple[float, float, float, int, int]:
     generator adapter; returns RSS before, at 10 % and at the end, the stalled agent's cache
     size, and the events delivered."""
     streams = 1000
-    config = GeneratorConfig("gen", streams=streams, events_per_stream=events // streams * 9 // 8 + 1,
-                             batch_size=50, make_value=lambda sid, n: n, complete=False)
+    config = GeneratorConfig(
+        "gen",
+        streams=streams,
+        events_per_stream=events // streams * 9 // 8 + 1,
+        batch_size=50,
+        make_value=lambda sid, n: n,
+        complete=False,
+    )
     provider = StreamProvider.generator(config, queues=8, max_event_delivery_time=3600)
     stall = anyio.Event()
     delivered = 0
@@ -154,8 +158,10 @@ def main() -> None:
     streams, batches, size = 1000, 40 // scale or 1, 25
 
     async def run() -> None:
-        print(f"headrace core benchmark: {streams} streams over 8 queues, 2 consumers each, "
-              f"{batches} batches of {size} events per stream")
+        print(
+            f"headrace core benchmark: {streams} streams over 8 queues, 2 consumers each, "
+            f"{batches} batches of {size} events per stream"
+        )
         # Turns, best of each: load from elsewhere on the machine falls on both sides alike.
         ours = base = 0.0
         for _ in range(args.repeat):
@@ -169,15 +175,18 @@ def main() -> None:
         for _ in range(args.repeat):
             ours1 = max(ours1, await runtime_throughput(streams, batches * 5, 1, 8))
             base1 = max(base1, await baseline_throughput(streams, batches * 5, 1, 8))
-        print(f"  one event per record: headrace {ours1:,.0f}/s, baseline {base1:,.0f}/s, "
-              f"ratio {ours1 / base1:.2f}")
+        print(f"  one event per record: headrace {ours1:,.0f}/s, baseline {base1:,.0f}/s, ratio {ours1 / base1:.2f}")
         delays = await latency(rate=2000, seconds=3 / scale)
-        print(f"  latency on_next -> delivery at 2000 events/s: p50 {percentile(delays, .5) * 1e3:.2f} ms, "
-              f"p99 {percentile(delays, .99) * 1e3:.2f} ms ({len(delays)} events)")
+        print(
+            f"  latency on_next -> delivery at 2000 events/s: p50 {percentile(delays, 0.5) * 1e3:.2f} ms, "
+            f"p99 {percentile(delays, 0.99) * 1e3:.2f} ms ({len(delays)} events)"
+        )
         total = 5_000_000 // scale
         before, early, peak, cache, delivered = await stalled_memory(total)
-        print(f"  one consumer stalled while {delivered:,} events flowed: RSS {before:.0f} MB before, "
-              f"{early:.0f} MB at 10 %, peak {peak:.0f} MB; stalled agent's cache {cache} batches (bound 4096)")
+        print(
+            f"  one consumer stalled while {delivered:,} events flowed: RSS {before:.0f} MB before, "
+            f"{early:.0f} MB at 10 %, peak {peak:.0f} MB; stalled agent's cache {cache} batches (bound 4096)"
+        )
 
     anyio.run(run)
 

@@ -38,9 +38,7 @@ async def _sequential(adapter: EmbeddedQueueAdapter, items: list, n: int) -> Non
         await adapter.queue_message_batch(queue, sid, payload)
 
 
-async def _concurrent(
-    adapter: EmbeddedQueueAdapter, items: list, n: int, producers: int = 32
-) -> None:
+async def _concurrent(adapter: EmbeddedQueueAdapter, items: list, n: int, producers: int = 32) -> None:
     async def producer(k: int) -> None:
         for i in range(k, n, producers):
             queue, sid, payload = items[i % len(items)]
@@ -53,9 +51,7 @@ async def _concurrent(
 
 async def _batched(adapter: EmbeddedQueueAdapter, items: list, n: int, size: int = 500) -> None:
     for start in range(0, n, size):
-        await adapter.queue_message_batches(
-            [items[i % len(items)] for i in range(start, min(n, start + size))]
-        )
+        await adapter.queue_message_batches([items[i % len(items)] for i in range(start, min(n, start + size))])
 
 
 async def _read_all(adapter: EmbeddedQueueAdapter) -> int:
@@ -95,10 +91,7 @@ async def _rate(
 
 
 async def main(records: int, events: int) -> None:
-    print(
-        f"embedded queue adapter: {QUEUES} queues, {STREAMS} streams, "
-        f"{events} events per record, rates in records/s"
-    )
+    print(f"embedded queue adapter: {QUEUES} queues, {STREAMS} streams, {events} events per record, rates in records/s")
     rows = []
     for sync in ("NORMAL", "FULL"):
         # FULL fsyncs every commit: fewer records keep the unbatched runs short.
@@ -107,10 +100,7 @@ async def main(records: int, events: int) -> None:
         conc, _ = await _rate(sync, _concurrent, records, events)
         bat, read = await _rate(sync, _batched, records, events, read=True)
         rows.append((sync, seq, conc, bat, read))
-    print(
-        f"{'synchronous':<12}{'sequential':>12}{'32 concurrent':>15}"
-        f"{'batches of 500':>16}{'read':>12}"
-    )
+    print(f"{'synchronous':<12}{'sequential':>12}{'32 concurrent':>15}{'batches of 500':>16}{'read':>12}")
     for sync, seq, conc, bat, read in rows:
         print(f"{sync:<12}{seq:>12,.0f}{conc:>15,.0f}{bat:>16,.0f}{read:>12,.0f}")
     normal, full = rows

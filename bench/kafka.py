@@ -97,9 +97,7 @@ class Table:
             print(f"{name:52} {rate:11,.0f} {rate * events:11,.0f} {ratio:>7}")
 
 
-async def raw_produce(
-    bootstrap: str, topic: str, items: list[tuple[QueueId, StreamId, bytes]]
-) -> int:
+async def raw_produce(bootstrap: str, topic: str, items: list[tuple[QueueId, StreamId, bytes]]) -> int:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
     await producer.start()
     try:
@@ -199,9 +197,7 @@ async def run(records: int, events: int, queues: int, rounds: int) -> None:
 
         # Writes, once: headrace into the topic the reads use, raw aiokafka into a twin.
         await table.measure("produce  headrace queue_message_batches", adapter_produce())
-        await table.measure(
-            "produce  raw aiokafka send", raw_produce(bootstrap, "bench-raw", items)
-        )
+        await table.measure("produce  raw aiokafka send", raw_produce(bootstrap, "bench-raw", items))
 
         # The embedded store, filled with the same records, for the runtime over it.
         pristine = Path(tempfile.mkdtemp(prefix="headrace-bench-")) / "store"
@@ -264,9 +260,7 @@ def main() -> None:
         options = sensors.parse_args(sys.argv[2:])
         asyncio.run(kafka_sensors.run(options.records, options.queues, options.rounds))
         return
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=30_000)
     parser.add_argument("--events", type=int, default=100, help="events in each batch container")
     parser.add_argument("--queues", type=int, default=4)

@@ -68,9 +68,7 @@ async def worker_read(provider: StreamProvider, expected: int) -> float:
     began = None
     async with provider:
         while True:
-            taken = sum(
-                o.processor.counters.events for a in provider.agents for o in a.event_time_activations()
-            )
+            taken = sum(o.processor.counters.events for a in provider.agents for o in a.event_time_activations())
             if began is None and taken >= steady(expected):
                 began, at = time.perf_counter(), taken
             if taken >= expected:
@@ -134,8 +132,13 @@ async def run(records: int, queues: int, rounds: int) -> None:
             times = {RAW: await raw_read(bootstrap, "sensors", queues, records)}
             counts: Counter[tuple[str, float]] = Counter()
             json_worker = StreamProvider.kafka(
-                bootstrap, "sensors", queues, records="json", namespace="sensors",
-                group_id=f"bench-json-{round_no}", kafka=kafka,
+                bootstrap,
+                "sensors",
+                queues,
+                records="json",
+                namespace="sensors",
+                group_id=f"bench-json-{round_no}",
+                kafka=kafka,
             )
             times["headrace worker, records='json', 60 s windows"] = await worker_read(
                 windowed_provider(json_worker, counts), records

@@ -111,18 +111,38 @@ async def run(events: int, rounds: int) -> None:
                 await ensure_topic({"bootstrap_servers": bootstrap}, topic, 8)
             store, slow_store = Path(tmp) / f"store-{round_no}", Path(tmp) / f"slow-{round_no}"
             rows: list[tuple[str, int, Callable[[], Awaitable[None]]]] = [
-                ("aiokafka send (pipelined), then all acked", events,
-                 lambda: aiokafka_send(bootstrap, topics["raw"], events)),
-                ("headrace send + flush, Kafka, own format", events,
-                 lambda: headrace_send(StreamProvider.kafka(bootstrap, topics["own"], 8, kafka=KAFKA), events)),
-                ("headrace send + flush, Kafka, records='json'", events, lambda: headrace_send(
-                    StreamProvider.kafka(bootstrap, topics["json"], 8, records="json", kafka=KAFKA), events)),
-                ("headrace send + flush, embedded store", events,
-                 lambda: headrace_send(StreamProvider.embedded(store, queues=8), events)),
-                (f"headrace on_next loop, Kafka ({slow} events)", slow,
-                 lambda: headrace_on_next(StreamProvider.kafka(bootstrap, topics["slow"], 8, kafka=KAFKA), slow)),
-                (f"headrace on_next loop, embedded store ({slow} events)", slow,
-                 lambda: headrace_on_next(StreamProvider.embedded(slow_store, queues=8), slow)),
+                (
+                    "aiokafka send (pipelined), then all acked",
+                    events,
+                    lambda: aiokafka_send(bootstrap, topics["raw"], events),
+                ),
+                (
+                    "headrace send + flush, Kafka, own format",
+                    events,
+                    lambda: headrace_send(StreamProvider.kafka(bootstrap, topics["own"], 8, kafka=KAFKA), events),
+                ),
+                (
+                    "headrace send + flush, Kafka, records='json'",
+                    events,
+                    lambda: headrace_send(
+                        StreamProvider.kafka(bootstrap, topics["json"], 8, records="json", kafka=KAFKA), events
+                    ),
+                ),
+                (
+                    "headrace send + flush, embedded store",
+                    events,
+                    lambda: headrace_send(StreamProvider.embedded(store, queues=8), events),
+                ),
+                (
+                    f"headrace on_next loop, Kafka ({slow} events)",
+                    slow,
+                    lambda: headrace_on_next(StreamProvider.kafka(bootstrap, topics["slow"], 8, kafka=KAFKA), slow),
+                ),
+                (
+                    f"headrace on_next loop, embedded store ({slow} events)",
+                    slow,
+                    lambda: headrace_on_next(StreamProvider.embedded(slow_store, queues=8), slow),
+                ),
             ]
             for name, count, work in rows:  # each row runs before the loop moves on
                 await measure(name, count, work)

@@ -147,7 +147,10 @@ class Workers:
         command = ["worker", "--app", "bench.scale:app", "--name", name, "--log-level", "warning"]
         proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", *command],
-            cwd=ROOT, env=self.env, text=True, stdout=subprocess.PIPE,
+            cwd=ROOT,
+            env=self.env,
+            text=True,
+            stdout=subprocess.PIPE,
             stderr=open(self.logs / f"{name}.log", "a"),
         )
         self.procs[name] = proc
@@ -199,9 +202,7 @@ class Run:
     cpu: float  # CPU seconds the workers used for the whole backlog
 
 
-async def throughput(
-    template: Path, work: Path, workers: int, records: int, events: int, lease: float
-) -> Run:
+async def throughput(template: Path, work: Path, workers: int, records: int, events: int, lease: float) -> Run:
     """One run of ``workers`` processes over a copy of the pre-filled store."""
     path = work / f"run-{workers}"
     shutil.copytree(template, path)

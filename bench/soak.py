@@ -225,7 +225,10 @@ def soak(
     path = path or tempfile.mkdtemp(prefix="headrace-soak-")
     logs = Path(path) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
+    }
     me = [sys.executable, "-m", "bench.soak"]
     procs: list[subprocess.Popen[bytes]] = []
     rows: list[SoakRow] = []
@@ -237,16 +240,32 @@ def soak(
             err = files.enter_context(open(logs / f"worker-{i + 1}.log", "wb"))  # noqa: SIM115
             worker = subprocess.Popen(
                 [*me, "--role", "worker", "--store", path, "--name", f"soak-{i + 1}"],
-                stdout=subprocess.PIPE, stderr=err, env=env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
             )
             assert worker.stdout is not None
             if worker.stdout.readline().strip() != b"ready":
                 raise RuntimeError(f"worker {i + 1} did not start; see {logs}")
             procs.append(worker)
         producer = subprocess.Popen(
-            [*me, "--role", "producer", "--store", path, "--rate", str(rate),
-             "--devices", str(devices), "--churn", str(churn), "--count-file", count_file],
-            stderr=files.enter_context(open(logs / "producer.log", "wb")), env=env,  # noqa: SIM115
+            [
+                *me,
+                "--role",
+                "producer",
+                "--store",
+                path,
+                "--rate",
+                str(rate),
+                "--devices",
+                str(devices),
+                "--churn",
+                str(churn),
+                "--count-file",
+                count_file,
+            ],
+            stderr=files.enter_context(open(logs / "producer.log", "wb")),
+            env=env,  # noqa: SIM115
         )
         start = time.monotonic()
         end = start + minutes * 60
@@ -309,10 +328,20 @@ def main() -> None:
     elif args.role == "producer":
         run_producer(args.store, args.rate, args.devices, args.churn, args.count_file)
     else:
-        print(f"soak: {args.workers} worker(s), {args.rate:.0f} events/s over {args.devices} devices "
-              f"(churn {args.churn:.0%}/s), {args.minutes} min", flush=True)
-        rows = soak(args.minutes, workers=args.workers, rate=args.rate, devices=args.devices,
-                    churn=args.churn, every=args.every, path=args.store)
+        print(
+            f"soak: {args.workers} worker(s), {args.rate:.0f} events/s over {args.devices} devices "
+            f"(churn {args.churn:.0%}/s), {args.minutes} min",
+            flush=True,
+        )
+        rows = soak(
+            args.minutes,
+            workers=args.workers,
+            rate=args.rate,
+            devices=args.devices,
+            churn=args.churn,
+            every=args.every,
+            path=args.store,
+        )
         if args.json:
             print(json.dumps([asdict(r) for r in rows]))
 

@@ -153,8 +153,13 @@ async def build_kafka_log(bootstrap: str, table: pa.Table, segment_rows: int) ->
         for n, offset in enumerate(range(0, table.num_rows, segment_rows)):
             partition = n % PARTITIONS
             ends[partition] = 1 + await log.append(
-                STREAM, partition, table.slice(offset, segment_rows),
-                expected=ends[partition], source="bench", consumer="bench", marks={},
+                STREAM,
+                partition,
+                table.slice(offset, segment_rows),
+                expected=ends[partition],
+                source="bench",
+                consumer="bench",
+                marks={},
             )
 
 

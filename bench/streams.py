@@ -131,7 +131,10 @@ def main() -> None:
         for n in counts:
             out = subprocess.run(
                 [sys.executable, __file__, "--child", str(n), mode],
-                env=env, capture_output=True, text=True, check=False,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
             )
             if out.returncode != 0:
                 print(f"  {n:>8,} | failed: {out.stderr.strip().splitlines()[-1:]}")

@@ -31,8 +31,17 @@ class SimpleCachedBatch:
     """
 
     __slots__ = (
-        "bucket", "sequence", "stream_id", "kind", "next", "pending",
-        "_queue", "_payload", "_enqueued_time", "_container", "_events",
+        "bucket",
+        "sequence",
+        "stream_id",
+        "kind",
+        "next",
+        "pending",
+        "_queue",
+        "_payload",
+        "_enqueued_time",
+        "_container",
+        "_events",
     )
 
     def __init__(self, bucket: int, message: QueueMessage, container: BatchContainer, pending: int) -> None:
@@ -256,9 +265,7 @@ class SimpleQueueCache:
                 bucket = self._buckets[item.bucket] = set()
             bucket.add(cursor)
 
-    def _move(
-        self, cursor: SimpleCacheCursor, item: SimpleCachedBatch | None, *, waiting: bool = True
-    ) -> None:
+    def _move(self, cursor: SimpleCacheCursor, item: SimpleCachedBatch | None, *, waiting: bool = True) -> None:
         min_sequence = cursor._min_sequence
         while item is not None and item.sequence < min_sequence:
             item = item.next
@@ -295,8 +302,10 @@ class SimpleQueueCache:
         item = self._items.popleft()
         self._purged_through = item.sequence
         bucket = item.bucket
-        if bucket in self._buckets and not self._buckets[bucket] and (
-            not self._items or self._items[0].bucket != bucket
+        if (
+            bucket in self._buckets
+            and not self._buckets[bucket]
+            and (not self._items or self._items[0].bucket != bucket)
         ):
             del self._buckets[bucket]
         sid = item.stream_id

@@ -87,9 +87,7 @@ class HeadraceBatchReader(_HandoffReading, DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         stream = self.options.stream
-        return self._partitions(
-            self.storage.start_offsets(stream), self.storage.end_offsets(stream)
-        )
+        return self._partitions(self.storage.start_offsets(stream), self.storage.end_offsets(stream))
 
 
 class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -54,7 +54,6 @@ _MARKS = [
 ]
 
 
-
 @dataclass(frozen=True)
 class Handoff:
     """Where a windowed consumer's results go: a handoff stream and its columns.
@@ -272,9 +271,7 @@ class HandoffSink(Protocol):
     some of the windows or events cannot be held by the declared columns; any other error
     is a failed append that a retry may get through."""
 
-    async def write(
-        self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]
-    ) -> int:
+    async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
         """Append the windows of ``source`` (a stream) and ``consumer`` (a consumer type) not
         yet handed off, to ``partition`` (the stream's queue); return how many were."""
         ...
@@ -317,8 +314,13 @@ class EmbeddedHandoffSink:
         pass  # the store belongs to the provider
 
     def _append_events(
-        self, conn: sqlite3.Connection, source: str, consumer: str, partition: int,
-        released: Sequence[EventOutcome], below: Position | None,
+        self,
+        conn: sqlite3.Connection,
+        source: str,
+        consumer: str,
+        partition: int,
+        released: Sequence[EventOutcome],
+        below: Position | None,
     ) -> int:
         assert isinstance(self.handoff, EventHandoff)
         key = (self.handoff.stream, source, consumer)

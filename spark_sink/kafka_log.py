@@ -42,7 +42,11 @@ from .log import check_stream_name
 from .schema import HandoffSchema
 
 _EXPECT, _SOURCE, _CONSUMER, _MARKS, _ROWS, _EVENTS = (
-    "headrace-expect", "headrace-source", "headrace-consumer", "headrace-marks", "headrace-rows",
+    "headrace-expect",
+    "headrace-source",
+    "headrace-consumer",
+    "headrace-marks",
+    "headrace-rows",
     "headrace-events",
 )
 _FETCH_RECORDS = 500  # records per fetch while reading a range
@@ -166,11 +170,13 @@ class PartitionMarks:
                 marks[key] = end
 
     def to_bytes(self) -> bytes:
-        return msgpack.packb({
-            "end": self.end,
-            "marks": [[s, c, m] for (s, c), m in self.marks.items()],
-            "events": [[s, c, m] for (s, c), m in self.events.items()],
-        })
+        return msgpack.packb(
+            {
+                "end": self.end,
+                "marks": [[s, c, m] for (s, c), m in self.marks.items()],
+                "events": [[s, c, m] for (s, c), m in self.events.items()],
+            }
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PartitionMarks:
@@ -220,9 +226,7 @@ class KafkaHandoffLog:
         await self.close()
 
     async def close(self) -> None:
-        producer, consumer, self._producer, self._consumer = (
-            self._producer, self._consumer, None, None
-        )
+        producer, consumer, self._producer, self._consumer = (self._producer, self._consumer, None, None)
         if producer is not None:
             await producer.stop()
         if consumer is not None:
@@ -309,10 +313,7 @@ class KafkaHandoffLog:
         consumer = await self._consumer_started()
         tp = TopicPartition(self.topics.data(stream), partition)
         async with self._reading:
-            return [
-                HandoffRecord.decode(r)
-                async for r in fetch_range(consumer, tp, start, end, self.request_timeout)
-            ]
+            return [HandoffRecord.decode(r) async for r in fetch_range(consumer, tp, start, end, self.request_timeout)]
 
     async def append(
         self,

@@ -29,6 +29,7 @@ from .kafka_log import KafkaHandoffLog, PartitionMarks
 log = logging.getLogger("headrace.handoff")
 T = TypeVar("T")
 
+
 @dataclass(frozen=True, slots=True)
 class _Append:
     """One record's worth: the rows not handed off yet, and the marks they move."""
@@ -148,8 +149,14 @@ class KafkaHandoffSink:
                 self._states[partition] = state
                 return 0
             landed = await self.log.append(
-                stream, partition, append.rows, expected=state.end,
-                source=source, consumer=consumer, marks=append.marks, events=append.events,
+                stream,
+                partition,
+                append.rows,
+                expected=state.end,
+                source=source,
+                consumer=consumer,
+                marks=append.marks,
+                events=append.events,
             )
             if landed == state.end:
                 state.move(source, consumer, append.marks, append.events)
@@ -163,7 +170,10 @@ class KafkaHandoffSink:
             # Something was appended since we looked: ours does not count. Read what was.
             log.info(
                 "handoff %r partition %d: record landed at %d, not %d; catching up",
-                stream, partition, landed, state.end,
+                stream,
+                partition,
+                landed,
+                state.end,
             )
             for record in await self.log.records(stream, partition, state.end, landed + 1):
                 state.fold(record)

@@ -41,9 +41,7 @@ _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 HANDOFF_SCHEMA: list[Migration] = [
     [
-        "CREATE TABLE handoff_streams("
-        " stream TEXT PRIMARY KEY,"
-        " schema TEXT NOT NULL)",  # HandoffSchema.to_json()
+        "CREATE TABLE handoff_streams( stream TEXT PRIMARY KEY, schema TEXT NOT NULL)",  # HandoffSchema.to_json()
         "CREATE TABLE handoff_partitions("
         " stream TEXT NOT NULL, partition INTEGER NOT NULL,"
         " start_offset INTEGER NOT NULL,"  # the first offset still retained (trim moves it)
@@ -75,8 +73,7 @@ class Segment:
 def check_stream_name(stream: str) -> str:
     if not isinstance(stream, str) or not _STREAM_NAME.match(stream):
         raise ConfigurationError(
-            f"handoff stream name {stream!r} must be letters, digits, '_', '.', '-' "
-            "(it names a directory)"
+            f"handoff stream name {stream!r} must be letters, digits, '_', '.', '-' (it names a directory)"
         )
     return stream
 
@@ -134,9 +131,7 @@ class HandoffLog:
                 "INSERT OR IGNORE INTO handoff_streams (stream, schema) VALUES (?, ?)",
                 (stream, schema.to_json()),
             )
-            (stored,) = conn.execute(
-                "SELECT schema FROM handoff_streams WHERE stream = ?", (stream,)
-            ).fetchone()
+            (stored,) = conn.execute("SELECT schema FROM handoff_streams WHERE stream = ?", (stream,)).fetchone()
         if stored != schema.to_json():
             raise HandoffSchemaError(
                 f"handoff stream {stream!r} is already declared as "
@@ -172,8 +167,7 @@ class HandoffLog:
 
     def _offsets(self, stream: str, column: str) -> dict[int, int]:
         rows = self._query(
-            f"SELECT partition, {column} FROM handoff_partitions WHERE stream = ? "
-            "ORDER BY partition",
+            f"SELECT partition, {column} FROM handoff_partitions WHERE stream = ? ORDER BY partition",
             (stream,),
         )
         return dict(rows)
@@ -209,9 +203,7 @@ class HandoffLog:
     def partition_dir(self, stream: str, partition: int) -> str:
         return os.path.join(self.path, HANDOFF_DIR, stream, str(partition))
 
-    def append(
-        self, conn: sqlite3.Connection, stream: str, partition: int, table: pa.Table
-    ) -> Segment:
+    def append(self, conn: sqlite3.Connection, stream: str, partition: int, table: pa.Table) -> Segment:
         """Write ``table`` as the next segment of ``stream``/``partition`` and index it in
         ``conn``'s open write transaction. The caller commits; until it does, no reader sees
         the rows. ``table`` must already match the declared schema.
@@ -266,8 +258,7 @@ class HandoffLog:
             ).fetchall()
             if doomed:
                 conn.execute(
-                    "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? "
-                    "AND first_offset + row_count <= ?",
+                    "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? AND first_offset + row_count <= ?",
                     (stream, partition, up_to),
                 )
                 conn.execute(
@@ -292,10 +283,7 @@ class HandoffLog:
             return 0
         with self.store.snapshot() as conn:  # one snapshot for the index and the offsets
             indexed = {
-                file
-                for (file,) in conn.execute(
-                    "SELECT file FROM handoff_segments WHERE stream = ?", (stream,)
-                )
+                file for (file,) in conn.execute("SELECT file FROM handoff_segments WHERE stream = ?", (stream,))
             }
             ends = dict(
                 conn.execute(

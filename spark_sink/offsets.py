@@ -86,9 +86,7 @@ def admit_records(
         firsts = [(queue[0][1], p) for p, queue in records.items() if queue]
         if firsts:
             taken[min(firsts)[1]] = 1
-    return {
-        p: records[p][taken[p] - 1][0] + 1 if taken[p] else start.get(p, 0) for p in end
-    }
+    return {p: records[p][taken[p] - 1][0] + 1 if taken[p] else start.get(p, 0) for p in end}
 
 
 def split_ranges(start: Offsets, end: Offsets, max_rows: int) -> list[OffsetRange]:

@@ -91,9 +91,7 @@ class ReadOptions:
             raise ConfigurationError("option stream is required: the handoff stream to read")
         starting = given.get("startingoffsets", "earliest").lower()
         if starting not in ("earliest", "latest"):
-            raise ConfigurationError(
-                f"option startingOffsets is 'earliest' or 'latest', not {starting!r}"
-            )
+            raise ConfigurationError(f"option startingOffsets is 'earliest' or 'latest', not {starting!r}")
         trim = given.get("trimoncommit", "false" if kafka else "true").lower()
         if trim not in ("true", "false"):
             raise ConfigurationError(f"option trimOnCommit is 'true' or 'false', not {trim!r}")

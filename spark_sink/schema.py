@@ -93,14 +93,10 @@ class HandoffColumn:
 
     def __init__(self, name: str, type: str) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
-            raise HandoffSchemaError(
-                f"column name {name!r} is not an identifier (letters, digits, '_')"
-            )
+            raise HandoffSchemaError(f"column name {name!r} is not an identifier (letters, digits, '_')")
         canonical = _ALIASES.get(type.lower(), type.lower()) if isinstance(type, str) else None
         if canonical not in _KINDS:
-            raise HandoffSchemaError(
-                f"column {name!r} has type {type!r}; declare one of: {', '.join(_KINDS)}"
-            )
+            raise HandoffSchemaError(f"column {name!r} has type {type!r}; declare one of: {', '.join(_KINDS)}")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "type", canonical)
 
@@ -177,10 +173,7 @@ class HandoffSchema:
         """Spark's JSON form of the schema (``StructType.fromJson`` reads it)."""
         return {
             "type": "struct",
-            "fields": [
-                {"name": c.name, "type": c.kind.spark, "nullable": True, "metadata": {}}
-                for c in self.columns
-            ],
+            "fields": [{"name": c.name, "type": c.kind.spark, "nullable": True, "metadata": {}} for c in self.columns],
         }
 
     def ddl(self) -> str:
@@ -240,18 +233,10 @@ class HandoffSchema:
                 cells = [[row[name] for row in mappings] for name in names]
             else:
                 if any(len(row) != len(names) for row in rows):
-                    raise HandoffSchemaError(
-                        f"a row does not have the {len(names)} declared columns ({self.ddl()})"
-                    )
-                cells = (
-                    [list(column) for column in zip(*rows, strict=True)]
-                    if rows
-                    else [[] for _ in names]
-                )
+                    raise HandoffSchemaError(f"a row does not have the {len(names)} declared columns ({self.ddl()})")
+                cells = [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in names]
         except KeyError as missing:
-            raise HandoffSchemaError(
-                f"a row lacks column {missing}; the declared output is ({self.ddl()})"
-            ) from None
+            raise HandoffSchemaError(f"a row lacks column {missing}; the declared output is ({self.ddl()})") from None
         arrays = []
         for column, values in zip(self.columns, cells, strict=True):
             kind = column.kind
@@ -259,7 +244,9 @@ class HandoffSchema:
                 try:
                     values = [kind.convert(v) for v in values]
                 except HandoffSchemaError as exc:
-                    raise HandoffSchemaError(f"column {column.name!r} ({column.type}) got a value it cannot hold: {exc}") from None
+                    raise HandoffSchemaError(
+                        f"column {column.name!r} ({column.type}) got a value it cannot hold: {exc}"
+                    ) from None
             try:
                 arrays.append(pa.array(values, type=kind.arrow))
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:

@@ -40,9 +40,7 @@ class HandoffWriter:
         # Files of attempts that crashed before their commit: safe to drop at start-up.
         log.remove_orphans(stream)
 
-    def append(
-        self, conn: sqlite3.Connection, partition: int | QueueId, data: HandoffData
-    ) -> Segment | None:
+    def append(self, conn: sqlite3.Connection, partition: int | QueueId, data: HandoffData) -> Segment | None:
         """Append ``data`` (rows or Arrow data of the declared schema) to ``partition``.
 
         The segment file is written and fsynced now (blocking: in async code call it inside

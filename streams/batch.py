@@ -57,7 +57,9 @@ class Event:
         self._index = token.event_index
 
     @classmethod
-    def _at(cls, value: Any, event_time: float, arrival_time: float, sequence: int, index: int, stream_id: StreamId) -> Event:
+    def _at(
+        cls, value: Any, event_time: float, arrival_time: float, sequence: int, index: int, stream_id: StreamId
+    ) -> Event:
         event = cls.__new__(cls)
         event.value = value
         event.event_time = event_time
@@ -73,8 +75,7 @@ class Event:
 
     def __repr__(self) -> str:
         return (
-            f"Event({self.value!r}, event_time={self.event_time!r}, "
-            f"token={self.token}, stream_id={self.stream_id!r})"
+            f"Event({self.value!r}, event_time={self.event_time!r}, token={self.token}, stream_id={self.stream_id!r})"
         )
 
     def __eq__(self, other: object) -> bool:
@@ -140,7 +141,12 @@ class EventBatch(Sequence[Event]):
         events = self._events
         if events is None:
             container, seq, at = self.container, self.sequence_number, Event._at
-            sid, arrival, values, times = container.stream_id, container.arrival_time, container.values, container.event_times
+            sid, arrival, values, times = (
+                container.stream_id,
+                container.arrival_time,
+                container.values,
+                container.event_times,
+            )
             start = self._start
             if times is None:
                 events = [at(values[i], arrival, arrival, seq, i, sid) for i in range(start, len(values))]
@@ -320,7 +326,11 @@ class BatchContainer:
         if not isinstance(other, BatchContainer):
             return NotImplemented
         return (self.stream_id, self.kind, self.arrival_time, list(self.values), self.event_times) == (
-            other.stream_id, other.kind, other.arrival_time, list(other.values), other.event_times,
+            other.stream_id,
+            other.kind,
+            other.arrival_time,
+            list(other.values),
+            other.event_times,
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -359,9 +369,11 @@ class BatchContainer:
             if type(obj) is not list or len(obj) != 7:
                 return None
             magic, kind, namespace, key, arrival, values, times = obj
-            if magic != MAGIC or type(values) is not list or (times is not None and (
-                type(times) is not list or len(times) != len(values)
-            )):
+            if (
+                magic != MAGIC
+                or type(values) is not list
+                or (times is not None and (type(times) is not list or len(times) != len(values)))
+            ):
                 return None
             return BatchContainer._header_only(payload, kind, namespace, key, arrival, len(values))
         except Exception:  # foreign or corrupt bytes: msgpack and the unpacking raise several types

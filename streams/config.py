@@ -204,9 +204,7 @@ class HeadraceConfig:
             )
         kafka = settings.kafka
         if kafka is None:
-            raise ConfigurationError(
-                "provider.adapter is 'kafka': set bootstrap_servers and topic in [provider.kafka]"
-            )
+            raise ConfigurationError("provider.adapter is 'kafka': set bootstrap_servers and topic in [provider.kafka]")
         return StreamProvider.kafka(
             kafka.bootstrap_servers,
             kafka.topic,
@@ -466,7 +464,7 @@ def load_config(
         for dotted, value in _flatten(document):
             _add(settings, dotted, _Setting(value, str(file), f"{file}: {dotted}", base))
     for name, text in sorted(environ.items()):
-        rest = name[len(ENV_PREFIX):] if name.startswith(ENV_PREFIX) else ""
+        rest = name[len(ENV_PREFIX) :] if name.startswith(ENV_PREFIX) else ""
         if "__" in rest:
             dotted = rest.lower().replace("__", ".")
             _add(settings, dotted, _Setting(_env_value(text), name, name, Path.cwd()))

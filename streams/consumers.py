@@ -62,8 +62,7 @@ class ConsumerRegistry:
         known = self._namespaces.get(cls)
         if known is not None and known != namespaces:
             raise ConfigurationError(
-                f"{cls.__qualname__} is already implicit for {known!r}: register it once, "
-                "with every namespace it reads"
+                f"{cls.__qualname__} is already implicit for {known!r}: register it once, with every namespace it reads"
             )
         check_inputs(cls, namespaces)
         for namespace in namespaces:

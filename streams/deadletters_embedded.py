@@ -35,10 +35,7 @@ DEADLETTER_SCHEMA: list[Migration] = [
     ],
 ]
 
-_COLUMNS = (
-    "id, reason, stream, queue, seq, payload, value, event_time, detail, recorded_at, replayed_at,"
-    " event_index"
-)
+_COLUMNS = "id, reason, stream, queue, seq, payload, value, event_time, detail, recorded_at, replayed_at, event_index"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +133,7 @@ class EmbeddedDeadLetterStore:
         def count(conn: sqlite3.Connection) -> int:
             if reason is None:
                 return int(conn.execute("SELECT count(*) FROM deadletters").fetchone()[0])
-            return int(
-                conn.execute(
-                    "SELECT count(*) FROM deadletters WHERE reason = ?", (reason,)
-                ).fetchone()[0]
-            )
+            return int(conn.execute("SELECT count(*) FROM deadletters WHERE reason = ?", (reason,)).fetchone()[0])
 
         return await self._store.read(count)
 
@@ -178,14 +171,11 @@ class EmbeddedDeadLetterStore:
 
         def mark(conn: sqlite3.Connection) -> int:
             return sum(
-                conn.execute("UPDATE deadletters SET replayed_at = ? WHERE id = ?", row).rowcount
-                for row in rows
+                conn.execute("UPDATE deadletters SET replayed_at = ? WHERE id = ?", row).rowcount for row in rows
             )
 
         return await self._store.write(mark)
 
     @staticmethod
-    def _select(
-        sql: str, params: Sequence[Any], conn: sqlite3.Connection
-    ) -> builtins.list[StoredDeadLetter]:
+    def _select(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> builtins.list[StoredDeadLetter]:
         return [_stored(row) for row in conn.execute(sql, params)]

@@ -35,9 +35,7 @@ class StreamId:
             raise TypeError(f"a stream key is a str, int or UUID, not {type(key).__name__}")
         object.__setattr__(self, "namespace", namespace)
         object.__setattr__(self, "key", str(key))
-        object.__setattr__(
-            self, "uniform_hash", stable_hash(f"{namespace}\x00{key}".encode())
-        )
+        object.__setattr__(self, "uniform_hash", stable_hash(f"{namespace}\x00{key}".encode()))
 
     def __hash__(self) -> int:
         # The stable hash is already computed; stream ids are dict keys on every hot path.

@@ -19,7 +19,8 @@ from .ids import QueueId, StreamId
 FIELDS = ("worker", "queue", "stream")
 
 _context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
-    "headrace_log_context", default=MappingProxyType({})  # read-only: never mutated in place
+    "headrace_log_context",
+    default=MappingProxyType({}),  # read-only: never mutated in place
 )
 
 

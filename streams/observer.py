@@ -78,7 +78,13 @@ async def _nothing(*_: Any) -> None:
 
 class _AdaptedObserver:
     __slots__ = (
-        "target", "user_on_next", "on_next", "on_error", "on_completed", "on_watermark", "on_tick",
+        "target",
+        "user_on_next",
+        "on_next",
+        "on_error",
+        "on_completed",
+        "on_watermark",
+        "on_tick",
         "has_on_error",
     )
 
@@ -106,6 +112,5 @@ def as_observer(target: Any) -> _AdaptedObserver:
     if callable(target):
         return _AdaptedObserver(target, target)
     raise TypeError(
-        f"a stream observer is a callable taking a batch, or an object with on_next(batch); "
-        f"got {type(target).__name__}"
+        f"a stream observer is a callable taking a batch, or an object with on_next(batch); got {type(target).__name__}"
     )

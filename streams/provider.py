@@ -94,9 +94,7 @@ class StreamProvider:
     ) -> None:
         if options is not None and option_kwargs:
             raise ConfigurationError("pass either options= or option keywords, not both")
-        if balancer_options is not None and (
-            balancer is not None or not hasattr(factory, "create_queue_balancer")
-        ):
+        if balancer_options is not None and (balancer is not None or not hasattr(factory, "create_queue_balancer")):
             raise ConfigurationError(
                 "balancer_options set the timings of the default balancer (embedded store leases, "
                 "Kafka group membership); a balancer of your own takes its options itself, and "
@@ -312,8 +310,13 @@ class StreamProvider:
             if worker:
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 context = AgentContext(
-                    self.options, self.registry, self.pubsub, self.dead_letters, self.failure_handler,
-                    await self._handoff_sinks(stack), worker_name=self.worker_name,
+                    self.options,
+                    self.registry,
+                    self.pubsub,
+                    self.dead_letters,
+                    self.failure_handler,
+                    await self._handoff_sinks(stack),
+                    worker_name=self.worker_name,
                 )
                 manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
                 stack.push_async_callback(manager.stop)  # agents first, then the leases
@@ -452,7 +455,9 @@ class StreamProvider:
             raise ProviderClosedError(f"{what}: the provider is closing")
         return self._publisher
 
-    async def _subscribe(self, stream_id: StreamId, observer: Any, token: SequenceToken | None) -> StreamSubscriptionHandle:
+    async def _subscribe(
+        self, stream_id: StreamId, observer: Any, token: SequenceToken | None
+    ) -> StreamSubscriptionHandle:
         if token is not None and not isinstance(token, SequenceToken):
             raise TypeError(f"token is a SequenceToken, not {type(token).__name__}")
         subscription_id = new_subscription_id()

@@ -304,7 +304,10 @@ class Publisher:
                 item
                 for at in chunks
                 for item in self._writer.encode(
-                    queue, stream_id, kind, values[at : at + self._max_batch],
+                    queue,
+                    stream_id,
+                    kind,
+                    values[at : at + self._max_batch],
                     None if times is None else times[at : at + self._max_batch],
                 )
             ]
@@ -341,4 +344,3 @@ class Publisher:
             await self.flush()
         finally:
             self._closed = True
-

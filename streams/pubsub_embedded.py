@@ -83,9 +83,7 @@ class EmbeddedPubSubStore:
 
     async def remove_subscription(self, subscription_id: str) -> None:
         await self._store.write(
-            lambda conn: conn.execute(
-                "DELETE FROM pubsub_subscriptions WHERE subscription_id = ?", (subscription_id,)
-            )
+            lambda conn: conn.execute("DELETE FROM pubsub_subscriptions WHERE subscription_id = ?", (subscription_id,))
         )
 
     async def fault_subscription(self, subscription_id: str) -> None:
@@ -106,8 +104,7 @@ class EmbeddedPubSubStore:
             rows = conn.execute(f"SELECT {_COLUMNS} FROM pubsub_subscriptions ORDER BY rowid")
         else:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM pubsub_subscriptions"
-                " WHERE namespace = ? AND key = ? ORDER BY rowid",
+                f"SELECT {_COLUMNS} FROM pubsub_subscriptions WHERE namespace = ? AND key = ? ORDER BY rowid",
                 (stream_id.namespace, stream_id.key),
             )
         return [_record(row) for row in rows]

@@ -43,9 +43,7 @@ class RecordBatch(BatchContainer):
 
     __slots__ = ("headers", "times")
 
-    def __init__(
-        self, stream_id: StreamId, values: list[Any], times: list[float], headers: list[Headers]
-    ) -> None:
+    def __init__(self, stream_id: StreamId, values: list[Any], times: list[float], headers: list[Headers]) -> None:
         super().__init__(stream_id, BatchKind.DATA, max(times), values, times)
         self.times = times  # every event's own (the base class allows None for "arrival")
         self.headers = headers

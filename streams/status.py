@@ -160,7 +160,15 @@ def read_status(
     shown = {id(q.agent) for q in queues}
     others = [a for a in agents if id(a) not in shown]
     return ClusterStatus(
-        str(store.path), at, suspicion_timeout, count, shown_workers, queues, letters, handoff, others,
+        str(store.path),
+        at,
+        suspicion_timeout,
+        count,
+        shown_workers,
+        queues,
+        letters,
+        handoff,
+        others,
         workers_not_shown=len(workers) - len(shown_workers),
     )
 
@@ -239,9 +247,7 @@ def _members(conn: sqlite3.Connection) -> list[MemberRecord]:
 
 
 def _dead_letters(conn: sqlite3.Connection) -> list[DeadLetterCount]:
-    rows = conn.execute(
-        "SELECT reason, count(*), count(replayed_at) FROM deadletters GROUP BY reason ORDER BY reason"
-    )
+    rows = conn.execute("SELECT reason, count(*), count(replayed_at) FROM deadletters GROUP BY reason ORDER BY reason")
     return [DeadLetterCount(*row) for row in rows]
 
 

@@ -152,9 +152,7 @@ COLUMNS = ", ".join(_NAMES)
 
 def read_agent_statuses(conn: sqlite3.Connection, now: float) -> list[AgentStatus]:
     """The fresh rows of ``status_agents`` (none if no worker ever reported), by queue."""
-    made = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'status_agents'"
-    ).fetchone()
+    made = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'status_agents'").fetchone()
     if not made:
         return []
     rows = conn.execute(
@@ -200,9 +198,7 @@ class StatusReporter:
         def write(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,))
             marks = ", ".join("?" for _ in _NAMES)
-            conn.executemany(
-                f"INSERT INTO status_agents({COLUMNS}) VALUES ({marks})", [s.as_row() for s in statuses]
-            )
+            conn.executemany(f"INSERT INTO status_agents({COLUMNS}) VALUES ({marks})", [s.as_row() for s in statuses])
 
         await self.store.write(write)
         return statuses

@@ -72,9 +72,7 @@ class EmbeddedStore:
             raise ConfigurationError(f"busy_timeout is positive seconds, not {busy_timeout!r}")
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
-            raise ConfigurationError(
-                f"the embedded store path {str(self.path)!r} is a file; give a directory"
-            )
+            raise ConfigurationError(f"the embedded store path {str(self.path)!r} is a file; give a directory")
         self.path.mkdir(parents=True, exist_ok=True)
         self.database = self.path / self.FILE_NAME
         self.synchronous: Synchronous = synchronous
@@ -88,9 +86,7 @@ class EmbeddedStore:
         # Writers take turns (see store_turns); what still finds SQLite busy after its own
         # busy_timeout (a writer that does not take turns) backs off and retries.
         self._turns = turns_for(self.database)
-        self._backoff = BackOff(
-            f"the embedded store {str(self.database)!r}", busy_timeout=busy_timeout
-        )
+        self._backoff = BackOff(f"the embedded store {str(self.database)!r}", busy_timeout=busy_timeout)
 
     def __repr__(self) -> str:
         return f"EmbeddedStore({str(self.path)!r})"
@@ -119,17 +115,10 @@ class EmbeddedStore:
                 with self._lock:
                     self._unmigrated.remove(area)
 
-    def _migrate(
-        self, conn: sqlite3.Connection, area: str, migrations: Sequence[Migration]
-    ) -> None:
+    def _migrate(self, conn: sqlite3.Connection, area: str, migrations: Sequence[Migration]) -> None:
         with self._transaction_on(conn):
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_versions("
-                "area TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-            )
-            row = conn.execute(
-                "SELECT version FROM schema_versions WHERE area = ?", (area,)
-            ).fetchone()
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_versions(area TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+            row = conn.execute("SELECT version FROM schema_versions WHERE area = ?", (area,)).fetchone()
             version = row[0] if row else 0
             if version > len(migrations):
                 raise ConfigurationError(
@@ -160,8 +149,7 @@ class EmbeddedStore:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise ConfigurationError(
-                    f"cannot put {str(self.database)!r} in WAL mode (got {mode!r}); "
-                    "use a local file system"
+                    f"cannot put {str(self.database)!r} in WAL mode (got {mode!r}); use a local file system"
                 )
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
         except BaseException:

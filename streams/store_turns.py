@@ -182,7 +182,9 @@ class BackOff:
             self._warned = True
         log.warning(
             "%s stayed locked by another writer for more than busy_timeout=%s s; backing off "
-            "and retrying until it is free", self.what, self.busy_timeout,
+            "and retrying until it is free",
+            self.what,
+            self.busy_timeout,
         )
 
     def _recovered(self, waited: float) -> None:

@@ -73,9 +73,7 @@ class Stream:
             publisher = self._provider._require_publisher()
         await publisher.send(self.stream_id, value, None if event_time is None else to_seconds(event_time))
 
-    async def on_next_batch(
-        self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None
-    ) -> None:
+    async def on_next_batch(self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None) -> None:
         """Publish several events as one batch container (one queue record)."""
         values = list(values)
         times = self._times(values, event_times, "on_next_batch")
@@ -83,9 +81,7 @@ class Stream:
             publisher = self._provider._require_publisher()
             await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=True, whole=True)
 
-    async def send_batch(
-        self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None
-    ) -> None:
+    async def send_batch(self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None) -> None:
         """:meth:`on_next_batch` without waiting for the write (see :meth:`send`); a value
         that cannot be encoded raises :class:`EncodeError` here, and nothing is buffered."""
         values = list(values)
@@ -95,9 +91,7 @@ class Stream:
             await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=False, whole=True)
 
     @staticmethod
-    def _times(
-        values: list[Any], event_times: Sequence[EventTime] | None, what: str
-    ) -> list[float | None] | None:
+    def _times(values: list[Any], event_times: Sequence[EventTime] | None, what: str) -> list[float | None] | None:
         if event_times is None:
             return None
         if len(event_times) != len(values):

@@ -33,17 +33,13 @@ def parse_duration(value: str | float | int, where: str) -> float:
             raise ConfigurationError(f"{where}: a duration cannot be negative: {value!r}")
         return float(value)
     if not isinstance(value, str):
-        raise ConfigurationError(
-            f"{where}: {value!r} is not a duration (like 250ms, 5s, 2m, 1h or seconds)"
-        )
+        raise ConfigurationError(f"{where}: {value!r} is not a duration (like 250ms, 5s, 2m, 1h or seconds)")
     cleaned = value.strip().lower()
     if cleaned.startswith("-"):
         raise ConfigurationError(f"{where}: a duration cannot be negative: {value!r}")
     match = _DURATION.match(cleaned)
     if not match:
-        raise ConfigurationError(
-            f"{where}: {value!r} is not a duration (like 250ms, 5s, 2m, 1h or seconds)"
-        )
+        raise ConfigurationError(f"{where}: {value!r} is not a duration (like 250ms, 5s, 2m, 1h or seconds)")
     return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
@@ -65,9 +61,7 @@ def parse_instant(text: str, where: str) -> tuple[float, datetime | None]:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise ConfigurationError(
-            f"{where}: {text!r} is neither a number of seconds nor an ISO-8601 time"
-        ) from None
+        raise ConfigurationError(f"{where}: {text!r} is neither a number of seconds nor an ISO-8601 time") from None
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp(), moment
 
 

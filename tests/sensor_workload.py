@@ -42,9 +42,7 @@ def closed_window_counts(
         sensor = str(v["sensor"])
         newest[sensor] = max(newest.get(sensor, t), t)
         counts[(sensor, t // window * window)] += 1
-    return Counter(
-        {(s, start): n for (s, start), n in counts.items() if start + window <= newest[s] - out_of_order}
-    )
+    return Counter({(s, start): n for (s, start), n in counts.items() if start + window <= newest[s] - out_of_order})
 
 
 async def write_json(bootstrap: str, topic: str, items: list[tuple[bytes, dict[str, object]]]) -> None:

@@ -69,8 +69,7 @@ QUEUE_SCHEMA: list[Migration] = [
         "CREATE TABLE queue_records("
         " queue INTEGER NOT NULL, seq INTEGER NOT NULL, stream TEXT NOT NULL,"
         " payload BLOB NOT NULL, enqueued REAL NOT NULL, PRIMARY KEY (queue, seq))",
-        "CREATE TABLE checkpoints("
-        " queue INTEGER PRIMARY KEY, seq INTEGER NOT NULL, updated REAL NOT NULL)",
+        "CREATE TABLE checkpoints( queue INTEGER PRIMARY KEY, seq INTEGER NOT NULL, updated REAL NOT NULL)",
     ],
 ]
 
@@ -121,8 +120,7 @@ class QueuePositions:
 
 def _select(queue: QueueId, start: int, limit: int, conn: sqlite3.Connection) -> list[QueueMessage]:
     rows = conn.execute(
-        "SELECT seq, payload, enqueued FROM queue_records"
-        " WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT ?",
+        "SELECT seq, payload, enqueued FROM queue_records WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT ?",
         (queue.number, start, limit),
     ).fetchall()
     return [QueueMessage(queue, seq, payload, enqueued) for seq, payload, enqueued in rows]
@@ -133,9 +131,7 @@ def _read_checkpoint(queue: QueueId, conn: sqlite3.Connection) -> int | None:
     return None if row is None else int(row[0])
 
 
-def _write_checkpoint(
-    queue: QueueId, seq: int, fence: LeaseFence | None, conn: sqlite3.Connection
-) -> bool:
+def _write_checkpoint(queue: QueueId, seq: int, fence: LeaseFence | None, conn: sqlite3.Connection) -> bool:
     """Store ``seq`` as the queue's checkpoint if ``fence`` (the writer's lease) still holds;
     return whether it did."""
     condition, params = (fence.condition, fence.parameters) if fence is not None else ("1", {})
@@ -169,32 +165,22 @@ def _write_checkpoint_and_states(
 
 def queue_positions(queue: QueueId, conn: sqlite3.Connection) -> QueuePositions:
     """Where ``queue`` stands in the store, read on ``conn`` (a snapshot, for consistency)."""
-    (next_seq,) = conn.execute(
-        "SELECT next_seq FROM queue_heads WHERE queue = ?", (queue.number,)
-    ).fetchone()
-    (first,) = conn.execute(
-        "SELECT min(seq) FROM queue_records WHERE queue = ?", (queue.number,)
-    ).fetchone()
-    return QueuePositions(
-        queue, next_seq if first is None else first, next_seq, _read_checkpoint(queue, conn)
-    )
+    (next_seq,) = conn.execute("SELECT next_seq FROM queue_heads WHERE queue = ?", (queue.number,)).fetchone()
+    (first,) = conn.execute("SELECT min(seq) FROM queue_records WHERE queue = ?", (queue.number,)).fetchone()
+    return QueuePositions(queue, next_seq if first is None else first, next_seq, _read_checkpoint(queue, conn))
 
 
 def recorded_queue_count(conn: sqlite3.Connection) -> int | None:
     """The queue count the store was made with; ``None`` while no queues have been made.
     Reads only: safe on a store another process is using."""
-    made = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'queue_meta'"
-    ).fetchone()
+    made = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'queue_meta'").fetchone()
     if not made:
         return None
     row = conn.execute("SELECT value FROM queue_meta WHERE key = 'queue_count'").fetchone()
     return None if row is None else int(row[0])
 
 
-def _retain(
-    queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Connection
-) -> RetentionReport:
+def _retain(queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Connection) -> RetentionReport:
     """One retention pass over one queue; always removes a prefix, so what is retained stays
     a contiguous run of sequence numbers."""
     positions = queue_positions(queue, conn)
@@ -202,8 +188,7 @@ def _retain(
     expire_to = -1  # acknowledged records up to here go
     if policy.max_age is not None:
         (expire_to,) = conn.execute(
-            "SELECT coalesce(max(seq), -1) FROM queue_records"
-            " WHERE queue = ? AND seq <= ? AND enqueued < ?",
+            "SELECT coalesce(max(seq), -1) FROM queue_records WHERE queue = ? AND seq <= ? AND enqueued < ?",
             (queue.number, checkpoint, now - policy.max_age),
         ).fetchone()
     drop_to = -1  # the size limit forces everything up to here out, acknowledged or not
@@ -270,9 +255,7 @@ class EmbeddedQueueAdapter:
         self._committer: GroupCommitter[_Row] = GroupCommitter(self._insert)
         self._fence_for: Callable[[QueueId], LeaseFence] | None = None
 
-    def fence_with_leases(
-        self, leases: SqliteLeaseProvider, lease_of: Callable[[QueueId], Lease | None]
-    ) -> None:
+    def fence_with_leases(self, leases: SqliteLeaseProvider, lease_of: Callable[[QueueId], Lease | None]) -> None:
         """Fence every receiver made from now on by the lease its queue has then
         (``lease_of``: this worker's view, e.g. a balancer's ``get_lease``; ``leases``: the
         lease table in this store). The receiver reads only while this worker still holds
@@ -286,11 +269,7 @@ class EmbeddedQueueAdapter:
 
             def held() -> bool:
                 current = lease_of(queue)
-                return (
-                    current is not None
-                    and current.epoch == lease.epoch
-                    and current.is_held_at(time.time())
-                )
+                return current is not None and current.epoch == lease.epoch and current.is_held_at(time.time())
 
             condition, parameters = leases.fence_condition(lease)
             return LeaseFence(condition, parameters, held)
@@ -304,12 +283,8 @@ class EmbeddedQueueAdapter:
 
     def _record_layout(self, conn: sqlite3.Connection) -> None:
         queues = self.mapper.queue_count
-        conn.execute(
-            "INSERT OR IGNORE INTO queue_meta(key, value) VALUES ('queue_count', ?)", (queues,)
-        )
-        (recorded,) = conn.execute(
-            "SELECT value FROM queue_meta WHERE key = 'queue_count'"
-        ).fetchone()
+        conn.execute("INSERT OR IGNORE INTO queue_meta(key, value) VALUES ('queue_count', ?)", (queues,))
+        (recorded,) = conn.execute("SELECT value FROM queue_meta WHERE key = 'queue_count'").fetchone()
         if recorded != queues:
             raise ConfigurationError(
                 f"the embedded store {str(self.store.path)!r} has {recorded} queues, not "
@@ -322,9 +297,7 @@ class EmbeddedQueueAdapter:
 
     # -- producing ---------------------------------------------------------------------------
 
-    async def queue_message_batch(
-        self, queue: QueueId, stream_id: StreamId, payload: bytes
-    ) -> None:
+    async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
         """Durably enqueue one encoded batch container."""
         await self.queue_message_batches([(queue, stream_id, payload)])
 
@@ -336,9 +309,7 @@ class EmbeddedQueueAdapter:
         rows: list[_Row] = []
         for queue, stream_id, payload in items:
             if queue not in self._queues:
-                raise ConfigurationError(
-                    f"{queue} is not one of this store's {len(self._queues)} queues"
-                )
+                raise ConfigurationError(f"{queue} is not one of this store's {len(self._queues)} queues")
             rows.append((queue.number, str(stream_id), bytes(payload)))
         await self._committer.submit(rows)
 
@@ -354,8 +325,7 @@ class EmbeddedQueueAdapter:
                 touched.add(queue)
                 records.append((queue, seq, stream, payload, now))
             conn.executemany(
-                "INSERT INTO queue_records(queue, seq, stream, payload, enqueued)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO queue_records(queue, seq, stream, payload, enqueued) VALUES (?, ?, ?, ?, ?)",
                 records,
             )
             conn.executemany(
@@ -367,9 +337,7 @@ class EmbeddedQueueAdapter:
 
     def create_receiver(self, queue: QueueId) -> EmbeddedQueueReceiver:
         if queue not in self._queues:
-            raise ConfigurationError(
-                f"{queue} is not one of this store's {len(self._queues)} queues"
-            )
+            raise ConfigurationError(f"{queue} is not one of this store's {len(self._queues)} queues")
         return EmbeddedQueueReceiver(
             self.store,
             queue,
@@ -390,10 +358,7 @@ class EmbeddedQueueAdapter:
         ``policy.interval`` for their own queue). ``now`` defaults to the wall clock."""
         policy = policy or self.retention
         at = time.time() if now is None else now
-        return [
-            await self.store.write(partial(_retain, queue, policy, at))
-            for queue in sorted(self._queues)
-        ]
+        return [await self.store.write(partial(_retain, queue, policy, at)) for queue in sorted(self._queues)]
 
     async def close(self) -> None:
         """Release the store's connections (receivers flush their checkpoints on
@@ -496,10 +461,7 @@ class EmbeddedQueueReceiver:
     def _checkpoint_due(self, now: float) -> bool:
         if self._acknowledged == self._persisted and not self._states_pending():
             return False
-        return (
-            now - self._last_persist >= self._persist_interval
-            or self._acks_since_persist >= self._persist_every
-        )
+        return now - self._last_persist >= self._persist_interval or self._acks_since_persist >= self._persist_every
 
     async def _persist_checkpoint(self, now: float) -> None:
         seq = self._acknowledged
@@ -592,9 +554,7 @@ class EmbeddedAdapterFactory:
     def create_dead_letter_store(self) -> EmbeddedDeadLetterStore:
         return EmbeddedDeadLetterStore(self.store)
 
-    def create_queue_balancer(
-        self, options: BalancerOptions | None = None
-    ) -> LeaseBasedQueueBalancer:
+    def create_queue_balancer(self, options: BalancerOptions | None = None) -> LeaseBasedQueueBalancer:
         """The balancer of the worker processes sharing this store: lease-based, over
         membership and leases kept in the store; the adapter's checkpoints are fenced by
         those leases. A worker silent for half a lease (and at least three balancing rounds)

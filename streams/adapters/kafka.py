@@ -85,6 +85,7 @@ __all__ = [  # what other modules import from here, wherever it is defined
     "is_transient",
 ]
 
+
 class KafkaQueueAdapter:
     """Producer side of the Kafka queues, and maker of their receivers.
 
@@ -130,9 +131,7 @@ class KafkaQueueAdapter:
             raise
         return producer
 
-    async def queue_message_batch(
-        self, queue: QueueId, stream_id: StreamId, payload: bytes
-    ) -> None:
+    async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
         """Durably enqueue one encoded batch container on ``queue``'s partition."""
         await self.queue_message_batches([(queue, stream_id, payload)])
 
@@ -225,9 +224,7 @@ class KafkaQueueAdapter:
         for topic, partition, key, value, timestamp in records:
             try:
                 sending.append(
-                    await self._producer.send(
-                        topic, value, key=key, partition=partition, timestamp_ms=timestamp
-                    )
+                    await self._producer.send(topic, value, key=key, partition=partition, timestamp_ms=timestamp)
                 )
             except Exception as exc:  # sorted below
                 refused = exc
@@ -299,9 +296,7 @@ class KafkaAdapterFactory:
         **settings: Any,
     ) -> None:
         try:
-            self.settings = KafkaSettings(
-                bootstrap_servers, topic, queues, group_id, start, **settings
-            )
+            self.settings = KafkaSettings(bootstrap_servers, topic, queues, group_id, start, **settings)
         except TypeError as exc:  # an unknown keyword argument
             raise ConfigurationError(f"KafkaAdapterFactory: {exc}") from None
         self._mapper: HashRingQueueMapper | KafkaPartitionMapper = (
@@ -347,9 +342,7 @@ class KafkaAdapterFactory:
     async def _ensure_topic(self) -> None:
         settings = self.settings
         counts = {
-            topic: await ensure_topic(
-                settings.client_kwargs(), topic, settings.queues, settings.replication_factor
-            )
+            topic: await ensure_topic(settings.client_kwargs(), topic, settings.queues, settings.replication_factor)
             for topic in settings.namespaces
         }
         if len(set(counts.values())) > 1:

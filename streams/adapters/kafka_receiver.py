@@ -62,18 +62,14 @@ class KafkaQueueReceiver:
     async def initialize(self) -> None:
         """Connect, and place the read position after the committed offset (or at the
         configured start when the group has none for this partition)."""
-        consumer = await self._retry(
-            lambda: self._open_consumer(self.settings.group_id), f"reading {self.queue}"
-        )
+        consumer = await self._retry(lambda: self._open_consumer(self.settings.group_id), f"reading {self.queue}")
         self._consumer = consumer
         positions = {tp: await self._start_position(consumer, tp) for tp in self._partitions}
         self._reader.start(positions)
 
     async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
         """Seek ``tp`` to where reading resumes, and note its committed offset."""
-        committed = await self._retry(
-            lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset"
-        )
+        committed = await self._retry(lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset")
         first, end = await self._bounds(consumer, tp)
         if committed is None:
             position = first if self.settings.start == "earliest" else end
@@ -121,9 +117,7 @@ class KafkaQueueReceiver:
                 )
             except KafkaError as exc:
                 if not is_transient(exc):
-                    raise QueueAdapterError(
-                        f"reading {self.queue} from Kafka failed: {exc}"
-                    ) from exc
+                    raise QueueAdapterError(f"reading {self.queue} from Kafka failed: {exc}") from exc
                 await self._back_off(f"{type(exc).__name__}: {exc}", since=began)
                 return []
             if batch:
@@ -206,9 +200,7 @@ class KafkaQueueReceiver:
         if max_count <= 0:
             return []
         if self._rewinder is None:
-            self._rewinder = await self._retry(
-                lambda: self._open_consumer(None), f"rewinding {self.queue}"
-            )
+            self._rewinder = await self._retry(lambda: self._open_consumer(None), f"rewinding {self.queue}")
         rewinder: AIOKafkaConsumer = self._rewinder
         tp = self._partition
         first, end = await self._bounds(rewinder, tp)
@@ -298,15 +290,11 @@ class KafkaQueueReceiver:
 
     def _require_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            raise QueueAdapterError(
-                f"the receiver of {self.queue} is not initialized (call initialize())"
-            )
+            raise QueueAdapterError(f"the receiver of {self.queue} is not initialized (call initialize())")
         return self._consumer
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
-        return await _retry(
-            operation, what, self.settings, self.outage, self.settings.request_timeout
-        )
+        return await _retry(operation, what, self.settings, self.outage, self.settings.request_timeout)
 
 
 class KafkaRecordReceiver(KafkaQueueReceiver):

@@ -99,9 +99,7 @@ class GroupedRecords:
         self._key_field = key_field
         self._positions: dict[TopicPartition, int] = {tp: 0 for tp in self._partitions}
         # Per topic: (position, first offset) of each message not yet acknowledged.
-        self._pending: dict[TopicPartition, deque[tuple[int, int]]] = {
-            tp: deque() for tp in self._partitions
-        }
+        self._pending: dict[TopicPartition, deque[tuple[int, int]]] = {tp: deque() for tp in self._partitions}
         self._stream_ids: dict[tuple[str, Any], StreamId] = {}
 
     def start(self, positions: Mapping[TopicPartition, int]) -> None:

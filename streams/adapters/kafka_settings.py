@@ -129,9 +129,7 @@ class KafkaSettings:
         if self.topics is None:
             return {self.topic: self.namespace or self.topic}
         if not foreign:
-            raise ConfigurationError(
-                "topics= reads topics of one event per record: set records= to their format"
-            )
+            raise ConfigurationError("topics= reads topics of one event per record: set records= to their format")
         if self.namespace is not None:
             raise ConfigurationError("with topics= each topic's namespace is its key there: drop namespace=")
         topics = dict(self.topics)
@@ -155,8 +153,7 @@ class KafkaSettings:
         topic = self.topics.get(stream_id.namespace)
         if topic is None:
             raise ConfigurationError(
-                f"no topic carries namespace {stream_id.namespace!r}: topics= has "
-                f"{sorted(self.topics)}"
+                f"no topic carries namespace {stream_id.namespace!r}: topics= has {sorted(self.topics)}"
             )
         return topic
 
@@ -175,9 +172,7 @@ class KafkaSettings:
 
     def check_queue(self, queue: QueueId) -> TopicPartition:
         if not 0 <= queue.number < self.queues:
-            raise ConfigurationError(
-                f"{queue} is not one of the {self.queues} queues of Kafka topic {self.topic!r}"
-            )
+            raise ConfigurationError(f"{queue} is not one of the {self.queues} queues of Kafka topic {self.topic!r}")
         return TopicPartition(self.topic, queue.number)
 
 

@@ -63,9 +63,7 @@ class QueueAdapter(Protocol):
     name: str
     is_rewindable: bool
 
-    async def queue_message_batch(
-        self, queue: QueueId, stream_id: StreamId, payload: bytes
-    ) -> None:
+    async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
         """Durably enqueue one encoded batch container; return once it is accepted."""
 
     def create_receiver(self, queue: QueueId) -> QueueAdapterReceiver: ...

@@ -149,9 +149,7 @@ def record_format(records: str | RecordFormat) -> RecordFormat | None:
         made = _BUILT_IN.get(records)
         if made is None:
             names = ", ".join(repr(n) for n in (HEADRACE, *_BUILT_IN))
-            raise ConfigurationError(
-                f"records is one of {names} or a RecordFormat object, not {records!r}"
-            )
+            raise ConfigurationError(f"records is one of {names} or a RecordFormat object, not {records!r}")
         return made()  # type: ignore[no-any-return]
     if not isinstance(records, RecordFormat):
         raise ConfigurationError(

@@ -31,20 +31,15 @@ class RetentionPolicy:
 
     def __post_init__(self) -> None:
         if self.max_age is not None and self.max_age < 0:
-            raise ConfigurationError(
-                f"retention max_age is seconds >= 0 or None, not {self.max_age!r}"
-            )
+            raise ConfigurationError(f"retention max_age is seconds >= 0 or None, not {self.max_age!r}")
         if self.max_records_per_queue is not None and (
             not isinstance(self.max_records_per_queue, int) or self.max_records_per_queue < 0
         ):
             raise ConfigurationError(
-                "retention max_records_per_queue is an int >= 0 or None, "
-                f"not {self.max_records_per_queue!r}"
+                f"retention max_records_per_queue is an int >= 0 or None, not {self.max_records_per_queue!r}"
             )
         if self.interval <= 0:
-            raise ConfigurationError(
-                f"retention interval is positive seconds, not {self.interval!r}"
-            )
+            raise ConfigurationError(f"retention interval is positive seconds, not {self.interval!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,8 +51,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    listing = actions.add_parser("list", help="dead letters, oldest first", epilog=EXAMPLES,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    listing = actions.add_parser(
+        "list", help="dead letters, oldest first", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_config_options(listing)
     listing.add_argument("--reason", help="only this reason")
     listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
@@ -60,14 +61,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--pending", action="store_true", help="only those not replayed yet")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    show = actions.add_parser("show", help="one dead letter in full", epilog=EXAMPLES,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    show = actions.add_parser(
+        "show", help="one dead letter in full", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_config_options(show)
     show.add_argument("id", type=int, metavar="ID")
     show.add_argument("--json", action="store_true", help="as one JSON object")
 
-    replay = actions.add_parser("replay", help="publish dead letters' values again", epilog=EXAMPLES,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    replay = actions.add_parser(
+        "replay",
+        help="publish dead letters' values again",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_config_options(replay)
     replay.add_argument("ids", type=int, nargs="*", metavar="ID", help="the dead letters to replay")
     replay.add_argument("--reason", help="replay every dead letter of this reason not replayed yet")
@@ -125,15 +131,20 @@ async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace) -> N
     if args.limit < 1:
         raise CliError(f"--limit is at least 1, not {args.limit}")
     await check_reason(letters, args.reason)
-    found = await letters.entries(args.reason, args.limit + 1, after_id=args.after,
-                                  replayed=False if args.pending else None)
+    found = await letters.entries(
+        args.reason, args.limit + 1, after_id=args.after, replayed=False if args.pending else None
+    )
     shown, more = found[: args.limit], len(found) > args.limit
     if args.json:
         for stored in shown:
             print(_dumps(as_json(stored)))
         return
     if not shown:
-        print("no dead letters" + (f" with reason {args.reason!r}" if args.reason else "") + (f" after id {args.after}" if args.after else ""))
+        print(
+            "no dead letters"
+            + (f" with reason {args.reason!r}" if args.reason else "")
+            + (f" after id {args.after}" if args.after else "")
+        )
         return
     rows = table("dead letters", "id", "reason", "stream", "queue:seq", "event time", "replayed", "value")
     for stored in shown:
@@ -200,7 +211,10 @@ async def _replay(letters: EmbeddedDeadLetterStore, provider: StreamProvider, ar
     else:
         chosen = await _all_of_reason(letters, args.reason, again=args.again)
         if not chosen:
-            print(f"nothing to replay: no dead letters with reason {args.reason!r}" + ("" if args.again else " not replayed yet"))
+            print(
+                f"nothing to replay: no dead letters with reason {args.reason!r}"
+                + ("" if args.again else " not replayed yet")
+            )
             return
     for stored in chosen:
         _check_replayable(stored, target, args.again)
@@ -218,8 +232,9 @@ async def _replay(letters: EmbeddedDeadLetterStore, provider: StreamProvider, ar
 
 async def _all_of_reason(letters: EmbeddedDeadLetterStore, reason: str, *, again: bool) -> list[StoredDeadLetter]:
     chosen: list[StoredDeadLetter] = []
-    while page := await letters.entries(reason, _PAGE, after_id=chosen[-1].letter_id if chosen else 0,
-                                        replayed=None if again else False):
+    while page := await letters.entries(
+        reason, _PAGE, after_id=chosen[-1].letter_id if chosen else 0, replayed=None if again else False
+    ):
         chosen.extend(page)
     return chosen
 
@@ -240,7 +255,9 @@ def _check_replayable(stored: StoredDeadLetter, target: StreamId | None, again: 
         raise CliError(f"dead letter {n} names no stream: give --to NS/KEY; nothing was replayed")
 
 
-def _by_stream(chosen: Sequence[StoredDeadLetter], target: StreamId | None) -> list[tuple[StreamId, list[StoredDeadLetter]]]:
+def _by_stream(
+    chosen: Sequence[StoredDeadLetter], target: StreamId | None
+) -> list[tuple[StreamId, list[StoredDeadLetter]]]:
     """Runs of consecutive dead letters with one destination, at most ``_PAGE`` long: order
     is kept within each stream."""
     runs: list[tuple[StreamId, list[StoredDeadLetter]]] = []

@@ -63,10 +63,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("file", nargs="?", default="-", metavar="FILE|-", help="the input (default -: stdin)")
     parser.add_argument("--stream", required=True, metavar="NS/KEY", help="the stream to publish to, namespace/key")
     add_config_options(parser, queues=True)
-    parser.add_argument("--format", choices=("jsonl", "csv"), help="the input's format (default: csv for a .csv file, else jsonl)")
+    parser.add_argument(
+        "--format", choices=("jsonl", "csv"), help="the input's format (default: csv for a .csv file, else jsonl)"
+    )
     parser.add_argument("--event-time", metavar="FIELD", help="take each event's time from this field")
     parser.add_argument("--strings", action="store_true", help="CSV: keep every cell a string")
-    parser.add_argument("--batch-size", type=int, default=500, metavar="N", help="events per queue record (default 500)")
+    parser.add_argument(
+        "--batch-size", type=int, default=500, metavar="N", help="events per queue record (default 500)"
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -136,7 +140,13 @@ def _open(path: str) -> BinaryIO:
 @contextlib.contextmanager
 def _progress(show: bool, name: str, total: int | None) -> Iterator[Callable[[int], None]]:
     """A progress bar over the input's bytes on stderr (when ``show``); yields ``advance(done)``."""
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True), disable=not show) as bar:
         task = bar.add_task(name, total=total)
         yield lambda done: bar.update(task, completed=done)

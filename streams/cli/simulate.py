@@ -56,9 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out-of-order", default="0", metavar="D", help=f"out-of-order tolerance ({d}; default 0)")
     parser.add_argument("--late-arrival", metavar="D", help="late-arrival tolerance (default off)")
     parser.add_argument("--early-arrival", metavar="D", help="early-arrival tolerance (default off)")
-    parser.add_argument(
-        "--action", default="adjust", metavar="ACTION", help="adjust | drop | accept (default adjust)"
-    )
+    parser.add_argument("--action", default="adjust", metavar="ACTION", help="adjust | drop | accept (default adjust)")
     parser.add_argument("--substreams", action="store_true", help="one watermark per key (TIMESTAMP BY … OVER key)")
     parser.add_argument("--group-by-key", action="store_true", help="windows per key (always, with --substreams)")
     parser.add_argument("--window", metavar="SPEC", help="tumbling:SIZE or hopping:SIZE:HOP")

@@ -67,7 +67,7 @@ def figure(rows: Sequence[Row], panels: Sequence[Panel], form: Any, swept: str |
     FigureCanvasAgg(fig)
     grid = fig.subplots(lines, columns, sharex=True, sharey=True, squeeze=False)
     axes = list(grid.flat)
-    for spare in axes[len(panels):]:
+    for spare in axes[len(panels) :]:
         spare.remove()
     bounds = _bounds(rows)
     date = f", {form.to_datetime(bounds[0]):%Y-%m-%d} UTC" if iso else ", s"
@@ -133,9 +133,7 @@ def _windows(
 ) -> None:
     # One band per window span (per-key results of the same window share it).
     for n, ((low, high), start, stop, _) in enumerate(_spans(windows, rows, right)):
-        ax.fill_between(
-            [x(start), x(stop)], x(low), x(high), color=WINDOW_SHADES[n % 2], alpha=0.45, lw=0, zorder=0
-        )
+        ax.fill_between([x(start), x(stop)], x(low), x(high), color=WINDOW_SHADES[n % 2], alpha=0.45, lw=0, zorder=0)
 
 
 def _spans(
@@ -162,7 +160,11 @@ def _watermarks(ax: Axes, advances: list[WatermarkAdvance], x: Callable[[float],
     for (lane, points), colour in zip(lanes.items(), cycle(_LANE_COLOURS)):
         points.append((right, points[-1][1]))  # hold the last value to the right edge
         ax.step(
-            [x(a) for a, _ in points], [x(w) for _, w in points], where="post", color=colour, lw=1.4,
+            [x(a) for a, _ in points],
+            [x(w) for _, w in points],
+            where="post",
+            color=colour,
+            lw=1.4,
             label="watermark" if lane is None else f"watermark {lane}",
         )
 
@@ -183,8 +185,11 @@ def _events(ax: Axes, events: list[EventOutcome], x: Callable[[float], Any], sma
     scatter(adjusted, _event_time, s=size, facecolors="none", edgecolors="#ff7f0e", lw=0.8)
     for e in adjusted:
         ax.annotate(
-            "", xy=(x(e.record.arrival_time), x(_timestamp(e))), xytext=(x(e.record.arrival_time), x(_event_time(e))),
-            arrowprops={"arrowstyle": "->", "color": "#ff7f0e", "lw": 0.8}, zorder=3,
+            "",
+            xy=(x(e.record.arrival_time), x(_timestamp(e))),
+            xytext=(x(e.record.arrival_time), x(_event_time(e))),
+            arrowprops={"arrowstyle": "->", "color": "#ff7f0e", "lw": 0.8},
+            zorder=3,
         )
     scatter(dropped, _event_time, s=size * 1.6, marker="x", color="#d62728", label="dropped")
     scatter(dead, _timestamp, s=size * 1.4, marker="s", color="#7f3c8d", label="dead-lettered (window closed)")
@@ -202,7 +207,12 @@ def _legend(fig: Figure, axes: Sequence[Axes], windows: bool) -> None:
         handles = {"window, first event's arrival → close (shades alternate)": shades, **handles}
         handles["n: events in the window (where the label fits)"] = Patch(visible=False)
     fig.legend(
-        list(handles.values()), list(handles), loc="outside lower center", ncols=3, fontsize=8, frameon=False,
+        list(handles.values()),
+        list(handles),
+        loc="outside lower center",
+        ncols=3,
+        fontsize=8,
+        frameon=False,
         handler_map={tuple: HandlerTuple(ndivide=None, pad=0)},
     )
 
@@ -221,13 +231,23 @@ def _window_labels(
     for (_low, high), start, stop, count in _spans(windows, rows, right):
         for at, ha, va, dy in ((start, "left", "bottom", 1), (stop, "right", "bottom", 1), (start, "left", "top", -1)):
             text = ax.annotate(
-                str(count), (x(at), x(high)), xytext=(0, 2 * dy), textcoords="offset points",
-                fontsize=6 if small else 7, color="0.25", ha=ha, va=va, gid=WINDOW_LABEL_GID, zorder=4,
+                str(count),
+                (x(at), x(high)),
+                xytext=(0, 2 * dy),
+                textcoords="offset points",
+                fontsize=6 if small else 7,
+                color="0.25",
+                ha=ha,
+                va=va,
+                gid=WINDOW_LABEL_GID,
+                zorder=4,
             )
             text.set_in_layout(False)
             box = text.get_window_extent(renderer)
-            if frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1) and not any(
-                box.overlaps(other) for other in (*placed, *taken)
+            if (
+                frame.contains(box.x0, box.y0)
+                and frame.contains(box.x1, box.y1)
+                and not any(box.overlaps(other) for other in (*placed, *taken))
             ):
                 placed.append(box)
                 break

@@ -26,6 +26,7 @@ EXAMPLES = """examples:
   headrace status --path ./store --json | jq '.queues[] | select(.checkpoint_lag > 1000)'
 """
 
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
@@ -61,7 +62,9 @@ def render(status: ClusterStatus, out: Console) -> None:
     if status.workers:
         rows = table("workers", "worker", "state", "last heartbeat", "queues", "instance")
         for w in status.workers:
-            heartbeat = f"{_ago(now, w.last_heartbeat)} ago" if w.left_at is None else f"left {_ago(now, w.left_at)} ago"
+            heartbeat = (
+                f"{_ago(now, w.last_heartbeat)} ago" if w.left_at is None else f"left {_ago(now, w.left_at)} ago"
+            )
             add_row(rows, w.name, w.state, heartbeat, _ranges(w.queues) or "-", w.instance or "-")
         out.print(rows)
     elif not status.workers_not_shown:
@@ -78,7 +81,9 @@ def render(status: ClusterStatus, out: Console) -> None:
         slow = any(q.agent is not None and q.agent.slowest_substreams for q in status.queues)
         optional = [*(["held back by"] if held else []), *(["slowest substreams"] if slow else [])]
         extra = ("in/s", "out/s", "cache", "pressure", "streams", "watermark", "delay", *optional) if agents else ()
-        rows = table("queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", "lag events", *extra)
+        rows = table(
+            "queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", "lag events", *extra
+        )
         for q in status.queues:
             row = [
                 str(q.queue),

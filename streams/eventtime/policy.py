@@ -114,15 +114,11 @@ class OrderingPolicy:
             object.__setattr__(self, "action", Action(self.action))
         except ValueError:
             allowed = ", ".join(a.value for a in Action)
-            raise ConfigurationError(
-                f"action must be one of {allowed}, not {self.action!r}"
-            ) from None
+            raise ConfigurationError(f"action must be one of {allowed}, not {self.action!r}") from None
         for name in ("timestamp_by", "over"):
             spec = getattr(self, name)
             if spec is not None and not (isinstance(spec, str) and spec) and not callable(spec):
-                raise ConfigurationError(
-                    f"{name} must be a field name or a function of the event, not {spec!r}"
-                )
+                raise ConfigurationError(f"{name} must be a field name or a function of the event, not {spec!r}")
 
     @property
     def substreams(self) -> bool:

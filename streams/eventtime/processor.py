@@ -203,9 +203,7 @@ class Processor:
         self._late = FOREVER if policy.late_arrival is None else float(policy.late_arrival)
         self._delay = float(policy.out_of_order)
         self._assigner = WindowAssigner(window) if window is not None else None
-        self._idle_timeout = (
-            FOREVER if window is None or window.idle_timeout is None else float(window.idle_timeout)
-        )
+        self._idle_timeout = FOREVER if window is None or window.idle_timeout is None else float(window.idle_timeout)
         self._generation = generation
 
         names = list(inputs)
@@ -448,13 +446,17 @@ class Processor:
                     if ts_of is None:
                         et = rec.event_time
                         if not (earliest <= et < latest):  # also NaN; a handoff holds years 1-9999
-                            self._refuse(inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, time_problem(et))
+                            self._refuse(
+                                inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, time_problem(et)
+                            )
                             continue
                     else:
                         try:
                             et = ts_of(rec)
                         except (KeyError, AttributeError, TypeError, ValueError) as exc:
-                            self._refuse(inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, str(exc))
+                            self._refuse(
+                                inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, str(exc)
+                            )
                             continue
                     if key_field is not None:
                         try:
@@ -605,8 +607,7 @@ class Processor:
             return self._inputs[partition]
         except KeyError:
             raise ConfigurationError(
-                f"unknown input {partition!r}: declare it in Processor(inputs=[...]) "
-                f"(declared: {list(self._inputs)!r})"
+                f"unknown input {partition!r}: declare it in Processor(inputs=[...]) (declared: {list(self._inputs)!r})"
             ) from None
 
     def _clock(self, inp: _Input, arrival_time: float) -> None:
@@ -764,7 +765,9 @@ class Processor:
         if status is None:
             own = getattr(rec, "event_time", None)
             if self._timestamp_of is None and not isinstance(own, (int, float)):  # not comparable
-                self._refuse(inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arrival, out, time_problem(own))
+                self._refuse(
+                    inp, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arrival, out, time_problem(own)
+                )
                 return
             what = "its key (over or group_by)"
         else:

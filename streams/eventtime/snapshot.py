@@ -74,7 +74,10 @@ def snapshot(processor: Processor) -> bytes:
         "input": [inp.clock, inp.idle_check, inp.completed, inp.floor_close, _mark(inp.mark)],
         "merged": [merged.value, list(merged._values.values())],
         "store": None if processor._store is None else _store(processor._store),
-        "lanes": [[key, _mark(mark), None if store is None else _store(store)] for key, (mark, store) in processor._lanes.items()],
+        "lanes": [
+            [key, _mark(mark), None if store is None else _store(store)]
+            for key, (mark, store) in processor._lanes.items()
+        ],
         "counters": [getattr(processor.counters, f.name) for f in fields(processor.counters)],
         "seq": seq,
     }
@@ -122,7 +125,9 @@ def _set_mark(mark: Watermark, state: list[Any]) -> None:
 
 
 def _store(store: WindowStore) -> list[Any]:
-    panes = [[pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()]
+    panes = [
+        [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
+    ]
     return [panes, store.watermark, store.next_close, list(store._due), store.order]
 
 

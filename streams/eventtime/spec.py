@@ -61,9 +61,7 @@ class EventTime:
         if self.imports and not inputs:
             raise ConfigurationError("imports maps one of the inputs to another: declare inputs=(...)")
         if inputs and self.policy.substreams:
-            raise ConfigurationError(
-                "substreams (policy.over) apply within one input: merged inputs take none"
-            )
+            raise ConfigurationError("substreams (policy.over) apply within one input: merged inputs take none")
         object.__setattr__(self, "imports", dict(self.imports))
         if inputs:
             self.processor()  # refuses imports outside the inputs, or in a cycle, now
@@ -79,8 +77,11 @@ class EventTime:
         if not callable(getattr(cls, needed, None)):
             raise ConfigurationError(
                 f"{cls.__qualname__} declares event_time "
-                + ("with a window: it needs on_window(result)" if self.window is not None
-                   else "without a window: it needs on_events(outcomes)")
+                + (
+                    "with a window: it needs on_window(result)"
+                    if self.window is not None
+                    else "without a window: it needs on_events(outcomes)"
+                )
             )
 
     def processor(self, partition: Hashable = 0) -> Processor:

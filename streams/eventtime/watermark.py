@@ -42,19 +42,13 @@ class WatermarkGeneration:
 
     def __post_init__(self) -> None:
         if (self.events is None) == (self.duration is None):
-            raise ConfigurationError(
-                "watermark generation takes exactly one of events=N or duration=T"
-            )
+            raise ConfigurationError("watermark generation takes exactly one of events=N or duration=T")
         if self.events is not None and (
             not isinstance(self.events, int) or isinstance(self.events, bool) or self.events < 1
         ):
             raise ConfigurationError(f"generation every N events needs N >= 1, not {self.events!r}")
-        if self.duration is not None and not (
-            isinstance(self.duration, (int, float)) and 0 < self.duration < FOREVER
-        ):
-            raise ConfigurationError(
-                f"generation every T of event time needs T > 0 seconds, not {self.duration!r}"
-            )
+        if self.duration is not None and not (isinstance(self.duration, (int, float)) and 0 < self.duration < FOREVER):
+            raise ConfigurationError(f"generation every T of event time needs T > 0 seconds, not {self.duration!r}")
 
     @classmethod
     def every(cls, *, events: int | None = None, duration: float | None = None) -> WatermarkGeneration:

@@ -35,8 +35,7 @@ def _check(name: str, value: Any, *, positive: bool, optional: bool = False) -> 
     if not ok:
         bound = "> 0" if positive else ">= 0"
         raise ConfigurationError(
-            f"{name} must be a number of seconds {bound}{' or None' if optional else ''}, "
-            f"not {value!r}"
+            f"{name} must be a number of seconds {bound}{' or None' if optional else ''}, not {value!r}"
         )
 
 

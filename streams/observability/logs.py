@@ -39,6 +39,7 @@ LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
 LogFormat = Literal["text", "json"]
 
+
 class LogContextFilter(logging.Filter):
     """Sets ``record.worker``, ``record.queue`` and ``record.stream`` (see the module's
     docstring for where they come from); lets every record through."""

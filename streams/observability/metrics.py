@@ -88,7 +88,10 @@ class HeadraceCollector(Collector):
 # Every metric: its family type and help text (docs/observability.md says more).
 METRICS: dict[str, tuple[type, str]] = {
     "headrace_agents_running": (GaugeMetricFamily, "Pulling agents running on this worker (one per queue it owns)"),
-    "headrace_queue_records_read": (CounterMetricFamily, "Records (producer batches) read from the queue: what came in"),
+    "headrace_queue_records_read": (
+        CounterMetricFamily,
+        "Records (producer batches) read from the queue: what came in",
+    ),
     "headrace_queue_read_failures": (CounterMetricFamily, "Failed reads of the queue (each retried with back-off)"),
     "headrace_queue_read_seconds": (HistogramMetricFamily, "Time of each read of the queue, retries included"),
     "headrace_cache_pressure_skips": (CounterMetricFamily, "Reads skipped because the cache was full (backpressure)"),
@@ -105,14 +108,29 @@ METRICS: dict[str, tuple[type, str]] = {
     "headrace_eventtime_late_events": (CounterMetricFamily, "Events later than late_arrival, by action"),
     "headrace_eventtime_out_of_order_events": (CounterMetricFamily, "Events below the watermark, by action"),
     "headrace_eventtime_adjusted_events": (CounterMetricFamily, "Events whose timestamp was moved, each once"),
-    "headrace_eventtime_dead_lettered_events": (CounterMetricFamily, "Events the event-time core dead-lettered, by reason"),
+    "headrace_eventtime_dead_lettered_events": (
+        CounterMetricFamily,
+        "Events the event-time core dead-lettered, by reason",
+    ),
     "headrace_eventtime_windows_emitted": (CounterMetricFamily, "Windows closed and emitted"),
     "headrace_eventtime_activations": (GaugeMetricFamily, "Event-time consumer activations"),
     "headrace_eventtime_open_windows": (GaugeMetricFamily, "Windows open (holding data) in the activations"),
-    "headrace_eventtime_watermark_timestamp_seconds": (GaugeMetricFamily, "Lowest watermark among the queue's streams (POSIX s)"),
-    "headrace_eventtime_watermark_delay_seconds": (GaugeMetricFamily, "Highest watermark delay among the queue's streams"),
-    "headrace_eventtime_input_watermark_timestamp_seconds": (GaugeMetricFamily, "Lowest watermark of each merged input among the queue's activations with several inputs (POSIX s)"),
-    "headrace_eventtime_input_holding": (GaugeMetricFamily, "Activations whose merged watermark this input holds back (lowest, behind another input)"),
+    "headrace_eventtime_watermark_timestamp_seconds": (
+        GaugeMetricFamily,
+        "Lowest watermark among the queue's streams (POSIX s)",
+    ),
+    "headrace_eventtime_watermark_delay_seconds": (
+        GaugeMetricFamily,
+        "Highest watermark delay among the queue's streams",
+    ),
+    "headrace_eventtime_input_watermark_timestamp_seconds": (
+        GaugeMetricFamily,
+        "Lowest watermark of each merged input among the queue's activations with several inputs (POSIX s)",
+    ),
+    "headrace_eventtime_input_holding": (
+        GaugeMetricFamily,
+        "Activations whose merged watermark this input holds back (lowest, behind another input)",
+    ),
     "headrace_dead_letters": (GaugeMetricFamily, "Dead letters kept in the store, by reason (shared by its workers)"),
 }
 

@@ -223,7 +223,9 @@ def slowest_cursors(
         item = None if cursor.needs_fill else cursor.current()
         position = cursor.position if cursor.needs_fill else None if item is None else item.sequence
         if position is not None and position <= last_read:
-            lags.append(CursorLag(str(consumer.stream_id), consumer.subscription_id, position, last_read - position + 1))
+            lags.append(
+                CursorLag(str(consumer.stream_id), consumer.subscription_id, position, last_read - position + 1)
+            )
     return tuple(heapq.nsmallest(n, lags, key=lambda lag: (-lag.behind, lag.stream, lag.subscription)))
 
 
@@ -238,9 +240,7 @@ def _event_time(agent: PullingAgent) -> EventTimeTotals:
             inputs = {str(k): v for k, v in m.watermarks.items()}  # -inf: none yet
             holder = holding_back(merged)
             holding = {} if holder is None else {str(holder): 1}
-        slowest = _slowest(
-            (f"{activation.stream_id}:{key}", mark) for key, mark in m.substream_watermarks.items()
-        )
+        slowest = _slowest((f"{activation.stream_id}:{key}", mark) for key, mark in m.substream_watermarks.items())
         parts.append(
             EventTimeTotals(
                 activations=1,

@@ -30,9 +30,7 @@ QUEUES = 4
 
 
 @asynccontextmanager
-async def memory_harness(
-    request: pytest.FixtureRequest, spec: HarnessSpec
-) -> AsyncIterator[AdapterHarness]:
+async def memory_harness(request: pytest.FixtureRequest, spec: HarnessSpec) -> AsyncIterator[AdapterHarness]:
     factory = MemoryAdapterFactory(queues=QUEUES)
     adapter = await factory.create_adapter()
 
@@ -45,9 +43,7 @@ async def memory_harness(
 
 
 @asynccontextmanager
-async def embedded_harness(
-    request: pytest.FixtureRequest, spec: HarnessSpec
-) -> AsyncIterator[AdapterHarness]:
+async def embedded_harness(request: pytest.FixtureRequest, spec: HarnessSpec) -> AsyncIterator[AdapterHarness]:
     path = request.getfixturevalue("tmp_path") / "store"
     factories = [EmbeddedAdapterFactory(path, QUEUES)]
     adapter = await factories[0].create_adapter()
@@ -58,30 +54,22 @@ async def embedded_harness(
         embedded.adapter = await factories[-1].create_adapter()
         return embedded.adapter
 
-    async def retain(
-        max_age: float | None = None, max_records_per_queue: int | None = None
-    ) -> None:
+    async def retain(max_age: float | None = None, max_records_per_queue: int | None = None) -> None:
         current = await factories[-1].create_adapter()
-        await current.apply_retention(
-            RetentionPolicy(max_age=max_age, max_records_per_queue=max_records_per_queue)
-        )
+        await current.apply_retention(RetentionPolicy(max_age=max_age, max_records_per_queue=max_records_per_queue))
 
     async def write_foreign(queue: QueueId, payload: bytes) -> None:
         # Another program writing the table with its own connection, not through headrace.
         conn = sqlite3.connect(path / EmbeddedStore.FILE_NAME, isolation_level=None)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            (seq,) = conn.execute(
-                "SELECT next_seq FROM queue_heads WHERE queue = ?", (queue.number,)
-            ).fetchone()
+            (seq,) = conn.execute("SELECT next_seq FROM queue_heads WHERE queue = ?", (queue.number,)).fetchone()
             conn.execute(
                 "INSERT INTO queue_records(queue, seq, stream, payload, enqueued)"
                 " VALUES (?, ?, 'foreign/writer', ?, ?)",
                 (queue.number, seq, payload, time.time()),
             )
-            conn.execute(
-                "UPDATE queue_heads SET next_seq = ? WHERE queue = ?", (seq + 1, queue.number)
-            )
+            conn.execute("UPDATE queue_heads SET next_seq = ? WHERE queue = ?", (seq + 1, queue.number))
             conn.execute("COMMIT")
         finally:
             conn.close()
@@ -103,9 +91,7 @@ async def embedded_harness(
 
 
 @asynccontextmanager
-async def kafka_harness(
-    request: pytest.FixtureRequest, spec: HarnessSpec
-) -> AsyncIterator[AdapterHarness]:
+async def kafka_harness(request: pytest.FixtureRequest, spec: HarnessSpec) -> AsyncIterator[AdapterHarness]:
     # A topic of its own on the session's Tansu broker; Tansu's memory storage has no
     # producer ids, hence no idempotent producer.
     bootstrap: str = request.getfixturevalue("kafka_broker")
@@ -168,9 +154,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 # Same event loop as the tests (function scope), whatever the fixture default is.
 @pytest_asyncio.fixture(loop_scope="function")
-async def harness(
-    request: pytest.FixtureRequest, harness_spec: HarnessSpec
-) -> AsyncIterator[AdapterHarness]:
+async def harness(request: pytest.FixtureRequest, harness_spec: HarnessSpec) -> AsyncIterator[AdapterHarness]:
     async with harness_spec.open(request, harness_spec) as opened:
         try:
             yield opened

@@ -86,9 +86,7 @@ class AdapterHarness:
         return container
 
 
-HarnessOpener = Callable[
-    [pytest.FixtureRequest, "HarnessSpec"], AbstractAsyncContextManager[AdapterHarness]
-]
+HarnessOpener = Callable[[pytest.FixtureRequest, "HarnessSpec"], AbstractAsyncContextManager[AdapterHarness]]
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,7 @@ async def test_adapter_declares_its_capabilities_truthfully(harness: AdapterHarn
     assert (harness.reopen is not None) is spec.durable
     assert (harness.retain is not None) is spec.retention
     assert (harness.producer is not None) is spec.multiprocess
-    assert harness.mapper.get_all_queues() == [
-        QueueId(i) for i in range(len(harness.mapper.get_all_queues()))
-    ]
+    assert harness.mapper.get_all_queues() == [QueueId(i) for i in range(len(harness.mapper.get_all_queues()))]
 
 
 async def test_queue_order_and_per_stream_order_across_interleaved_streams(
@@ -83,9 +81,7 @@ async def test_batch_containers_with_several_events_round_trip(harness: AdapterH
     messages = await drain(await harness.receiver(harness.mapper.get_queue_for_stream(sid)))
     assert decoded(messages) == sent
     events = BatchContainer.decode(messages[1].payload).events(messages[1].sequence_number)
-    assert [e.token for e in events] == [
-        SequenceToken(messages[1].sequence_number, i) for i in range(3)
-    ]
+    assert [e.token for e in events] == [SequenceToken(messages[1].sequence_number, i) for i in range(3)]
     assert [e.event_time for e in events] == [100.0, sent[1].arrival_time, 99.5]
 
 
@@ -192,9 +188,7 @@ async def test_restart_without_acknowledgements_rereads_everything(harness: Adap
     assert [m.payload for m in again] == [m.payload for m in first] and len(first) == 4
 
 
-async def _written_read_and_acked(
-    harness: AdapterHarness, records: int, acked: int
-) -> list[QueueMessage]:
+async def _written_read_and_acked(harness: AdapterHarness, records: int, acked: int) -> list[QueueMessage]:
     """Write ``records`` to queue 0, read them all, acknowledge the first ``acked``, stop."""
     (sid,) = harness.streams_on(Q0, 1)
     for n in range(records):

@@ -33,11 +33,7 @@ def payload(sid: StreamId, *values: object) -> bytes:
 
 def stream_on(factory: EmbeddedAdapterFactory, queue: QueueId) -> StreamId:
     mapper = factory.get_queue_mapper()
-    return next(
-        sid
-        for n in range(10_000)
-        if mapper.get_queue_for_stream(sid := StreamId("embedded", str(n))) == queue
-    )
+    return next(sid for n in range(10_000) if mapper.get_queue_for_stream(sid := StreamId("embedded", str(n))) == queue)
 
 
 @pytest_asyncio.fixture(loop_scope="function")
@@ -63,9 +59,7 @@ async def read_and_ack(adapter: EmbeddedQueueAdapter, acked: int) -> None:
 
 
 @pytest.mark.parametrize("synchronous, level", [("NORMAL", 1), ("FULL", 2)])
-async def test_store_is_in_wal_mode_with_the_chosen_synchronous(
-    tmp_path: Path, synchronous: str, level: int
-) -> None:
+async def test_store_is_in_wal_mode_with_the_chosen_synchronous(tmp_path: Path, synchronous: str, level: int) -> None:
     async with EmbeddedAdapterFactory(tmp_path, queues=2, synchronous=synchronous) as factory:  # type: ignore[arg-type]
         await factory.create_adapter()
         with factory.store.connection() as conn:
@@ -82,9 +76,7 @@ async def test_every_area_records_its_schema_version(factory: EmbeddedAdapterFac
     await factory.create_adapter()
     await factory.create_pubsub_store().subscriptions()
     await factory.create_dead_letter_store().count()
-    versions = await factory.store.read(
-        lambda conn: dict(conn.execute("SELECT area, version FROM schema_versions"))
-    )
+    versions = await factory.store.read(lambda conn: dict(conn.execute("SELECT area, version FROM schema_versions")))
     assert versions == {"queue": 1, "pubsub": 1, "deadletter": 2}  # deadletter 2: one per position and reason
 
 
@@ -205,9 +197,7 @@ async def test_concurrent_producers_are_all_written_in_their_own_order(
 
     async def produce(sid: StreamId) -> None:
         for n in range(15):
-            await adapter.queue_message_batch(
-                mapper.get_queue_for_stream(sid), sid, payload(sid, n)
-            )
+            await adapter.queue_message_batch(mapper.get_queue_for_stream(sid), sid, payload(sid, n))
 
     async with anyio.create_task_group() as tg:
         for sid in streams:
@@ -250,9 +240,7 @@ async def test_checkpoint_writes_are_throttled_and_flushed_on_shutdown(tmp_path:
 
 
 async def test_a_due_checkpoint_is_written_by_the_next_poll(tmp_path: Path) -> None:
-    async with EmbeddedAdapterFactory(
-        tmp_path, queues=2, checkpoint_persist_interval=0.05
-    ) as factory:
+    async with EmbeddedAdapterFactory(tmp_path, queues=2, checkpoint_persist_interval=0.05) as factory:
         adapter = await factory.create_adapter()
         sid = stream_on(factory, Q0)
         await fill(adapter, sid, 3)
@@ -309,12 +297,8 @@ async def test_retention_by_size_drops_acknowledged_first_then_counts_and_logs_t
     await fill(adapter, stream_on(factory, Q0), 10)
     await read_and_ack(adapter, acked=2)
     with caplog.at_level(logging.WARNING, logger="headrace.embedded"):
-        reports = await adapter.apply_retention(
-            RetentionPolicy(max_age=None, max_records_per_queue=4)
-        )
-    assert reports[0] == RetentionReport(
-        Q0, expired=2, dropped_unacknowledged=4, dropped_first=2, dropped_last=5
-    )
+        reports = await adapter.apply_retention(RetentionPolicy(max_age=None, max_records_per_queue=4))
+    assert reports[0] == RetentionReport(Q0, expired=2, dropped_unacknowledged=4, dropped_first=2, dropped_last=5)
     assert reports[0].removed == 6
     assert "queue-0: retention dropped 4 unacknowledged records (seq 2..5)" in caplog.text
     assert (await adapter.positions(Q0)).first_retained == 6
@@ -361,9 +345,7 @@ async def test_pubsub_subscriptions_round_trip_and_survive_reopening(tmp_path: P
         await pubsub.add_subscription(SubscriptionRecord("a", ns_with_slash, "Averager"))
         await pubsub.add_subscription(SubscriptionRecord("b", other, "Alarm", SequenceToken(42, 3)))
         await pubsub.add_subscription(SubscriptionRecord("c", ns_with_slash, "Archiver"))
-        await pubsub.add_subscription(
-            SubscriptionRecord("a", ns_with_slash, "Averager2")
-        )  # replaces
+        await pubsub.add_subscription(SubscriptionRecord("a", ns_with_slash, "Averager2"))  # replaces
         await pubsub.fault_subscription("c")
         await pubsub.remove_subscription("missing")
     async with EmbeddedAdapterFactory(tmp_path, queues=2) as factory:
@@ -372,9 +354,7 @@ async def test_pubsub_subscriptions_round_trip_and_survive_reopening(tmp_path: P
             SubscriptionRecord("a", ns_with_slash, "Averager2"),
             SubscriptionRecord("c", ns_with_slash, "Archiver", state=SubscriptionState.FAULTED),
         ]
-        assert await pubsub.subscriptions(other) == [
-            SubscriptionRecord("b", other, "Alarm", SequenceToken(42, 3))
-        ]
+        assert await pubsub.subscriptions(other) == [SubscriptionRecord("b", other, "Alarm", SequenceToken(42, 3))]
         await pubsub.remove_subscription("a")
         assert [r.subscription_id for r in await pubsub.subscriptions()] == ["b", "c"]
 
@@ -436,6 +416,4 @@ async def test_an_undecodable_record_becomes_a_dead_letter_with_its_raw_bytes(
         assert await letters.get(999) is None
         pending = await letters.entries(replayed=False)
         assert [s.letter.reason for s in pending] == ["late_arrival", "window_closed"]
-        assert [s.letter.reason for s in await letters.entries(after_id=pending[0].letter_id)] == [
-            "window_closed"
-        ]
+        assert [s.letter.reason for s in await letters.entries(after_id=pending[0].letter_id)] == ["window_closed"]

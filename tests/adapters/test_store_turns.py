@@ -24,7 +24,9 @@ def _hot_writer(path: Path, seconds: float) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.adapters.hot_writer", str(path), str(seconds)],
-        stdout=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
     return proc

@@ -40,12 +40,8 @@ def membership_factory(request, clock, stores) -> Callable[..., TableMembership]
     """Oracles that share one membership table: each call is another process."""
     if request.param == "memory":
         table = MemoryMemberTable()
-        return lambda suspicion_timeout=30.0: TableMembership(
-            table, clock=clock, suspicion_timeout=suspicion_timeout
-        )
-    return lambda suspicion_timeout=30.0: SqliteMembership(
-        stores(), clock=clock, suspicion_timeout=suspicion_timeout
-    )
+        return lambda suspicion_timeout=30.0: TableMembership(table, clock=clock, suspicion_timeout=suspicion_timeout)
+    return lambda suspicion_timeout=30.0: SqliteMembership(stores(), clock=clock, suspicion_timeout=suspicion_timeout)
 
 
 @pytest.fixture(params=["memory", "sqlite"])

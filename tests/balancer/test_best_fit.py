@@ -11,9 +11,7 @@ from hypothesis import strategies as st
 from balancer import best_fit_distribution, ideal_distribution, sticky_distribution
 from streams.ids import QueueId
 
-worker_names = st.lists(
-    st.text("abcdefgh", min_size=1, max_size=4), min_size=1, max_size=12, unique=True
-)
+worker_names = st.lists(st.text("abcdefgh", min_size=1, max_size=4), min_size=1, max_size=12, unique=True)
 queue_counts = st.integers(min_value=0, max_value=64)
 
 
@@ -49,9 +47,7 @@ def test_ideal_distribution_is_balanced_and_q_mod_w_workers_get_one_more(workers
     assert_balanced(distribution, queues(q))
     ranked = sorted(workers)
     base, extra = divmod(q, len(ranked))
-    assert [len(distribution[w]) for w in ranked] == [base + 1] * extra + [base] * (
-        len(ranked) - extra
-    )
+    assert [len(distribution[w]) for w in ranked] == [base + 1] * extra + [base] * (len(ranked) - extra)
     assert [x for w in ranked for x in distribution[w]] == queues(q)  # contiguous runs, in order
 
 
@@ -60,9 +56,7 @@ def test_ideal_distribution_does_not_depend_on_input_order(workers, q, rnd):
     shuffled_workers, shuffled_queues = list(workers), queues(q)
     rnd.shuffle(shuffled_workers)
     rnd.shuffle(shuffled_queues)
-    assert ideal_distribution(shuffled_workers, shuffled_queues) == ideal_distribution(
-        workers, queues(q)
-    )
+    assert ideal_distribution(shuffled_workers, shuffled_queues) == ideal_distribution(workers, queues(q))
 
 
 @given(worker_names, queue_counts, st.data())
@@ -146,9 +140,7 @@ def test_sticky_without_history_is_the_ideal_distribution(workers, q):
 
 @given(worker_names, queue_counts, st.data())
 def test_sticky_is_balanced_whatever_the_claims(workers, q, data):
-    claims = data.draw(
-        st.dictionaries(st.sampled_from(workers), st.lists(st.integers(0, q + 3), max_size=q + 3))
-    )
+    claims = data.draw(st.dictionaries(st.sampled_from(workers), st.lists(st.integers(0, q + 3), max_size=q + 3)))
     previous = {w: [QueueId(n) for n in ns] for w, ns in claims.items()}  # overlapping, stale
     distribution = sticky_distribution(workers, queues(q), previous)
     assert set(distribution) == set(workers)

@@ -20,18 +20,13 @@ def cluster_with(**topics: int) -> ClusterMetadata:
     cluster = ClusterMetadata()
     response = MetadataResponse_v0(
         brokers=[(0, "localhost", 9092)],
-        topics=[
-            (0, topic, [(0, p, 0, [0], [0]) for p in range(count)])
-            for topic, count in topics.items()
-        ],
+        topics=[(0, topic, [(0, p, 0, [0], [0]) for p in range(count)]) for topic, count in topics.items()],
     )
     cluster.update_metadata(MetadataResponse_v0.decode(response.encode()))
     return cluster
 
 
-def rebalance(
-    cluster: ClusterMetadata, group: dict[str, BestFitPartitionAssignor], topics=(TOPIC,)
-):
+def rebalance(cluster: ClusterMetadata, group: dict[str, BestFitPartitionAssignor], topics=(TOPIC,)):
     """One rebalance: every member's join metadata over the wire, the leader's assign, every
     member's assignment over the wire. Returns {worker: [partitions]}."""
     members = {
@@ -53,9 +48,7 @@ def partitions(share) -> list[int]:
 
 
 def test_a_fresh_group_gets_the_ideal_distribution_over_worker_names():
-    group = {
-        f"member-{i}": BestFitPartitionAssignor(name) for i, name in enumerate(["w2", "w0", "w1"])
-    }
+    group = {f"member-{i}": BestFitPartitionAssignor(name) for i, name in enumerate(["w2", "w0", "w1"])}
     shares = rebalance(cluster_with(events=8), group)
     expected = ideal_distribution(["w0", "w1", "w2"], range(8))
     assert {w: partitions(s) for w, s in shares.items()} == expected
@@ -63,12 +56,8 @@ def test_a_fresh_group_gets_the_ideal_distribution_over_worker_names():
 
 def test_restarted_workers_get_their_partitions_back_under_new_member_ids():
     cluster = cluster_with(events=6)
-    first = rebalance(
-        cluster, {"m1": BestFitPartitionAssignor("a"), "m2": BestFitPartitionAssignor("b")}
-    )
-    again = rebalance(
-        cluster, {"m9": BestFitPartitionAssignor("b"), "m8": BestFitPartitionAssignor("a")}
-    )
+    first = rebalance(cluster, {"m1": BestFitPartitionAssignor("a"), "m2": BestFitPartitionAssignor("b")})
+    again = rebalance(cluster, {"m9": BestFitPartitionAssignor("b"), "m8": BestFitPartitionAssignor("a")})
     assert again == first
 
 
@@ -80,9 +69,7 @@ def test_minimal_movement_when_one_joins():
     after = rebalance(cluster, group)
     moved = sum(len(set(before[w]) - set(after[w])) for w in before)
     assert moved == len(after["w3"]) == 3
-    assert sorted(tp for s in after.values() for tp in s) == [
-        TopicPartition(TOPIC, p) for p in range(12)
-    ]
+    assert sorted(tp for s in after.values() for tp in s) == [TopicPartition(TOPIC, p) for p in range(12)]
 
 
 def test_half_the_members_leave():
@@ -142,9 +129,7 @@ def test_every_generation_owns_each_partition_once_with_loads_within_one(count, 
     cluster = cluster_with(events=count)
     assignors: dict[str, BestFitPartitionAssignor] = {}
     for names in generations:
-        assignors = {
-            f"m-{n}": assignors.get(f"m-{n}") or BestFitPartitionAssignor(n) for n in names
-        }
+        assignors = {f"m-{n}": assignors.get(f"m-{n}") or BestFitPartitionAssignor(n) for n in names}
         shares = rebalance(cluster, assignors)
         owned = sorted(tp for share in shares.values() for tp in share)
         assert owned == [TopicPartition(TOPIC, p) for p in range(count)]

@@ -119,9 +119,7 @@ async def test_a_failed_renewal_drops_the_queue_at_once(clock, stores):
     worker = Worker("w0", balancer)
     await balancer.initialize("w0", queues(2))
     with stores().transaction() as conn:  # someone else's tenure, behind the worker's back
-        conn.execute(
-            "UPDATE lease_queues SET owner = 'intruder', epoch = epoch + 1 WHERE queue = 1"
-        )
+        conn.execute("UPDATE lease_queues SET owner = 'intruder', epoch = epoch + 1 WHERE queue = 1")
     clock.advance(25.0)
     await balancer.tick()  # no renewal due yet: nothing is noticed
     clock.advance(5.0)
@@ -133,9 +131,7 @@ async def test_a_failed_renewal_drops_the_queue_at_once(clock, stores):
 async def test_a_worker_whose_name_is_taken_over_loses_everything(clock):
 
     table, leases = MemoryMemberTable(), MemoryLeaseProvider(clock=clock)
-    stale = LeaseBasedQueueBalancer(
-        TableMembership(table, clock=clock), leases, clock=clock, options=OPTIONS
-    )
+    stale = LeaseBasedQueueBalancer(TableMembership(table, clock=clock), leases, clock=clock, options=OPTIONS)
     worker = Worker("w0", stale)
     await stale.initialize("w0", queues(3))
     clock.advance(31.0)  # the process stalled past the suspicion timeout

@@ -86,10 +86,7 @@ async def test_a_stale_owners_checkpoint_is_fenced_in_the_same_store(stores, clo
     def write_checkpoint(lease: Lease, position: int) -> int:
         fence, params = leases.fence_condition(lease)
         with store.transaction() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS test_checkpoints("
-                "queue INTEGER PRIMARY KEY, position INTEGER)"
-            )
+            conn.execute("CREATE TABLE IF NOT EXISTS test_checkpoints(queue INTEGER PRIMARY KEY, position INTEGER)")
             conn.execute("INSERT OR IGNORE INTO test_checkpoints VALUES (0, 0)")
             cursor = conn.execute(
                 f"UPDATE test_checkpoints SET position = :position WHERE queue = 0 AND {fence}",
@@ -130,9 +127,7 @@ HOLDER = textwrap.dedent(
 async def test_a_lease_held_by_another_process(stores, clock, tmp_path):
     leases = SqliteLeaseProvider(stores(), clock=clock)
     [mine] = await leases.acquire([Q1], "this-process", 60.0)
-    result = await anyio.run_process(
-        [sys.executable, "-c", HOLDER, str(tmp_path / "store"), str(clock.now())]
-    )
+    result = await anyio.run_process([sys.executable, "-c", HOLDER, str(tmp_path / "store"), str(clock.now())])
     # The other process got queue 0 only: queue 1 is held here.
     assert json.loads(result.stdout) == [[0, 1, clock.now() + 60.0]]
     assert await leases.acquire([Q0], "this-process", 60.0) == []

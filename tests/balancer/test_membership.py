@@ -41,9 +41,7 @@ async def test_joining_under_a_live_name_is_refused(membership_factory, clock):
         await second.join("w1")
 
 
-async def test_a_dead_members_name_can_be_taken_and_the_old_process_is_told(
-    membership_factory, clock
-):
+async def test_a_dead_members_name_can_be_taken_and_the_old_process_is_told(membership_factory, clock):
     old, new = membership_factory(), membership_factory()
     await old.join("w1")
     clock.advance(31.0)
@@ -123,7 +121,6 @@ def test_maturity_survivors_count_when_every_mature_worker_is_gone():
 def test_maturity_zero_counts_everyone():
     live = [member("a", 0.0), member("b", 10.0)]
     assert mature_workers(live, now=10.0, maturity_period=0.0) == {"a", "b"}
-
 
 
 def dead_instance_id() -> str:

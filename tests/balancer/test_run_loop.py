@@ -47,9 +47,7 @@ async def test_run_renews_until_shutdown_which_frees_every_lease(clock):
     assert not (await membership.snapshot()).is_live("w0")
 
 
-async def test_a_locked_store_holds_a_round_back_but_no_round_fails_and_no_queue_is_lost(
-    clock, tmp_path, caplog
-):
+async def test_a_locked_store_holds_a_round_back_but_no_round_fails_and_no_queue_is_lost(clock, tmp_path, caplog):
     store = EmbeddedStore(tmp_path / "store", busy_timeout=0.05)
     balancer = LeaseBasedQueueBalancer(
         MemoryMembership(clock=clock),

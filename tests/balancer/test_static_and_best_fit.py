@@ -30,9 +30,7 @@ async def test_static_workers_own_their_ideal_share_whoever_is_down(clock):
     leases = MemoryLeaseProvider(clock=clock)
     cluster = Cluster()
     for name in ("w0", "w2"):  # w1 never starts
-        balancer = StaticBalancer(
-            ["w0", "w1", "w2"], lease_provider=leases, clock=clock, options=OPTIONS
-        )
+        balancer = StaticBalancer(["w0", "w1", "w2"], lease_provider=leases, clock=clock, options=OPTIONS)
         await cluster.start(Worker(name, balancer), queues(8))
     await cluster.tick(3)
     assert cluster.shares() == {"w0": [0, 1, 2], "w2": [6, 7]}

@@ -22,7 +22,9 @@ def clean_env(**variables: str) -> dict[str, str]:
     return env
 
 
-def headrace(*args: Any, cwd: Path, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def headrace(
+    *args: Any, cwd: Path, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "streams.cli", *map(str, args)],
         cwd=cwd,
@@ -41,7 +43,7 @@ def one_error_line(result: subprocess.CompletedProcess[str], command: str) -> st
     assert len(lines) == 1, result.stderr
     prefix = f"headrace {command}: error: "
     assert lines[0].startswith(prefix), lines[0]
-    return lines[0][len(prefix):]
+    return lines[0][len(prefix) :]
 
 
 def json_of(result: subprocess.CompletedProcess[str]) -> Any:

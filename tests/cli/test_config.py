@@ -38,7 +38,12 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
     assert config.options.slow_consumer_timeout == 30.0
     assert (config.balancer.lease_length, config.balancer.renew_period, config.balancer.refresh_period) == (60, 29, 5)
     policy = config.time.policy
-    assert (policy.timestamp_by, policy.out_of_order, policy.late_arrival, policy.early_arrival) == ("time", 5, 60, None)
+    assert (policy.timestamp_by, policy.out_of_order, policy.late_arrival, policy.early_arrival) == (
+        "time",
+        5,
+        60,
+        None,
+    )
     assert config.time.window == Tumbling(60.0)
     assert config.spark.read_options("avg") == {
         "path": str(tmp_path / "var" / "headrace"),
@@ -48,11 +53,19 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
         "startingOffsets": "earliest",
         "trimOnCommit": "true",
     }
-    assert (config.worker.app, config.worker.name, config.worker.metrics_port) == ("myapp.streams:provider", "worker-1", 9464)
+    assert (config.worker.app, config.worker.name, config.worker.metrics_port) == (
+        "myapp.streams:provider",
+        "worker-1",
+        9464,
+    )
 
     config = load_config(write(tmp_path, kafka, "kafka.toml"), environ={})
     topic = config.provider_settings.kafka
-    assert (topic.bootstrap_servers, topic.topic, topic.group) == ("kafka-1:9092,kafka-2:9092", "sensor-events", "sensor-app")
+    assert (topic.bootstrap_servers, topic.topic, topic.group) == (
+        "kafka-1:9092,kafka-2:9092",
+        "sensor-events",
+        "sensor-app",
+    )
     assert config.provider_settings.queues == 32
     assert config.spark.read_options("avg") == {  # the handoff log is on Kafka too
         "kafka.bootstrap.servers": "kafka-1:9092,kafka-2:9092",
@@ -64,8 +77,11 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
 
 def test_the_kafka_provider_is_built_without_connecting(tmp_path):
     config = load_config(
-        write(tmp_path, '[provider]\nadapter = "kafka"\nqueues = 4\n[provider.kafka]\n'
-              'bootstrap_servers = ["k1:9092", "k2:9092"]\ntopic = "events"\ngroup = "app"\n'),
+        write(
+            tmp_path,
+            '[provider]\nadapter = "kafka"\nqueues = 4\n[provider.kafka]\n'
+            'bootstrap_servers = ["k1:9092", "k2:9092"]\ntopic = "events"\ngroup = "app"\n',
+        ),
         environ={"HEADRACE_PROVIDER__KAFKA__START": "latest"},
     )
     provider = config.provider()
@@ -95,31 +111,88 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
     assert config.sources["provider.queues"] == "HEADRACE_PROVIDER__QUEUES"
     assert config.sources["provider.path"] == f"{file}: provider.path"
     # the command line's overrides win over both
-    assert load_config(file, environ={"HEADRACE_PROVIDER__QUEUES": "16"}, overrides={"provider.queues": 2}).provider_settings.queues == 2
+    assert (
+        load_config(
+            file, environ={"HEADRACE_PROVIDER__QUEUES": "16"}, overrides={"provider.queues": 2}
+        ).provider_settings.queues
+        == 2
+    )
 
 
 @pytest.mark.parametrize(
     ("text", "environ", "message"),
     [
-        ("[cache]\nsise = 10\n", {}, "headrace.toml: unknown key 'cache.sise' (did you mean 'cache.size'?); the keys of [cache] are size, buckets, slow_consumer_timeout"),
+        (
+            "[cache]\nsise = 10\n",
+            {},
+            "headrace.toml: unknown key 'cache.sise' (did you mean 'cache.size'?); the keys of [cache] are size, buckets, slow_consumer_timeout",
+        ),
         ('app = "x:y"\n', {}, "headrace.toml: unknown key 'app' (did you mean 'worker.app'?)"),
         ("[agnt]\nx = 1\n", {}, "headrace.toml: unknown section [agnt] (key 'x') (did you mean [agent]?)"),
-        ("", {"HEADRACE_AGENT__CACHE_SIZE": "5"}, "HEADRACE_AGENT__CACHE_SIZE: unknown key 'agent.cache_size' (did you mean 'cache.size'?)"),
-        ('[agent]\nshutdown_timeout = "5x"\n', {}, "headrace.toml: agent.shutdown_timeout: '5x' is not a duration (like 250ms, 5s, 2m, 1h or seconds)"),
-        ("[agent]\nshutdown_timeout = -3\n", {}, "headrace.toml: agent.shutdown_timeout: a duration cannot be negative: -3"),
+        (
+            "",
+            {"HEADRACE_AGENT__CACHE_SIZE": "5"},
+            "HEADRACE_AGENT__CACHE_SIZE: unknown key 'agent.cache_size' (did you mean 'cache.size'?)",
+        ),
+        (
+            '[agent]\nshutdown_timeout = "5x"\n',
+            {},
+            "headrace.toml: agent.shutdown_timeout: '5x' is not a duration (like 250ms, 5s, 2m, 1h or seconds)",
+        ),
+        (
+            "[agent]\nshutdown_timeout = -3\n",
+            {},
+            "headrace.toml: agent.shutdown_timeout: a duration cannot be negative: -3",
+        ),
         ("", {"HEADRACE_CACHE__SIZE": "-5"}, "HEADRACE_CACHE__SIZE: must be a whole number >= 1, not -5"),
         ("[provider]\nqueues = 0\n", {}, "headrace.toml: provider.queues: must be a whole number >= 1, not 0"),
         ("[cache]\nsize = 10\nbuckets = 20\n", {}, "headrace.toml: cache.buckets: cannot exceed cache.size (10)"),
-        ('[balancer]\nlease_length = "10s"\n', {}, "headrace.toml: [balancer] renew_period (29.0 s) must be positive and shorter than lease_length (10.0 s)"),
+        (
+            '[balancer]\nlease_length = "10s"\n',
+            {},
+            "headrace.toml: [balancer] renew_period (29.0 s) must be positive and shorter than lease_length (10.0 s)",
+        ),
         ('[time]\nallowed_lateness = "5s"\n', {}, "headrace.toml: time.allowed_lateness: needs time.window"),
-        ('[time]\nwindow = "sliding:5s"\n', {}, "headrace.toml: time.window takes tumbling:SIZE or hopping:SIZE:HOP, not 'sliding:5s'"),
-        ('[time]\naction = "keep"\n', {}, "headrace.toml: time.action: must be one of adjust, drop, accept, not 'keep'"),
-        ('[provider]\nadapter = "kafka"\n', {}, "headrace.toml: provider.adapter: adapter = 'kafka' needs provider.kafka.bootstrap_servers"),
-        ('[provider.kafka]\ntopic = "t"\n', {}, "headrace.toml: provider.kafka.topic: [provider.kafka] applies to adapter = 'kafka', not 'embedded'"),
-        ('[provider]\nadapter = "memory"\npath = "s"\n', {}, "headrace.toml: provider.path: the memory adapter has no store: remove path"),
-        ('[provider]\nadapter = "memory"\n', {"HEADRACE_BALANCER__LEASE_LENGTH": "10s"}, "HEADRACE_BALANCER__LEASE_LENGTH: [balancer] applies to adapter = 'embedded', not 'memory'"),
-        ('[provider]\nadapter = "kafka"\n[provider.kafka]\nbootstrap_servers = "k:9092"\ntopic = "t"\n[spark]\ntrim_on_commit = true\n', {}, "headrace.toml: spark.trim_on_commit: with provider.adapter 'kafka' the handoff log Spark reads is on Kafka (trimmed by its retention); leave it out"),
-        ('[worker]\nmetrics_port = 70000\n', {}, "headrace.toml: worker.metrics_port: must be a TCP port number (0 to 65535), not 70000"),
+        (
+            '[time]\nwindow = "sliding:5s"\n',
+            {},
+            "headrace.toml: time.window takes tumbling:SIZE or hopping:SIZE:HOP, not 'sliding:5s'",
+        ),
+        (
+            '[time]\naction = "keep"\n',
+            {},
+            "headrace.toml: time.action: must be one of adjust, drop, accept, not 'keep'",
+        ),
+        (
+            '[provider]\nadapter = "kafka"\n',
+            {},
+            "headrace.toml: provider.adapter: adapter = 'kafka' needs provider.kafka.bootstrap_servers",
+        ),
+        (
+            '[provider.kafka]\ntopic = "t"\n',
+            {},
+            "headrace.toml: provider.kafka.topic: [provider.kafka] applies to adapter = 'kafka', not 'embedded'",
+        ),
+        (
+            '[provider]\nadapter = "memory"\npath = "s"\n',
+            {},
+            "headrace.toml: provider.path: the memory adapter has no store: remove path",
+        ),
+        (
+            '[provider]\nadapter = "memory"\n',
+            {"HEADRACE_BALANCER__LEASE_LENGTH": "10s"},
+            "HEADRACE_BALANCER__LEASE_LENGTH: [balancer] applies to adapter = 'embedded', not 'memory'",
+        ),
+        (
+            '[provider]\nadapter = "kafka"\n[provider.kafka]\nbootstrap_servers = "k:9092"\ntopic = "t"\n[spark]\ntrim_on_commit = true\n',
+            {},
+            "headrace.toml: spark.trim_on_commit: with provider.adapter 'kafka' the handoff log Spark reads is on Kafka (trimmed by its retention); leave it out",
+        ),
+        (
+            "[worker]\nmetrics_port = 70000\n",
+            {},
+            "headrace.toml: worker.metrics_port: must be a TCP port number (0 to 65535), not 70000",
+        ),
         ("[provider\n", {}, "the config file 'headrace.toml' is not valid TOML"),
     ],
 )

@@ -19,9 +19,7 @@ CHECKS = (
 
 
 def headrace(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streams.cli", *args], capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run([sys.executable, "-m", "streams.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def assert_reconciled(result: subprocess.CompletedProcess[str], reader: str) -> dict[str, int]:
@@ -41,7 +39,9 @@ def assert_reconciled(result: subprocess.CompletedProcess[str], reader: str) -> 
     assert figures["windows"] > 0
     late = re.search(
         r"^  late +([\d,]+)  more than late_arrival behind, in the rows above: "
-        r"([\d,]+) adjusted, ([\d,]+) dropped, ([\d,]+) accepted$", out, re.M,
+        r"([\d,]+) adjusted, ([\d,]+) dropped, ([\d,]+) accepted$",
+        out,
+        re.M,
     )
     assert late, out
     total, adjusted, dropped, accepted = (int(n.replace(",", "")) for n in late.groups())
@@ -66,24 +66,30 @@ def test_demo_on_kafka_reconciles(kafka_broker):
     assert re.search(r"^handoff batch +\d+ window ", result.stdout, re.M)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--duration", "0"), "--duration, --rate and --window must be positive"),
-    (("--window", "ten"), "--window: 'ten' is not a duration (like 250ms, 5s, 2m, 1h or seconds)"),
-    (("--streams", "0"), "--streams, --booths and --queues must be positive"),
-    (("--metrics-port", "70000"), "--metrics-port is a port number from 1 to 65535, not 70000"),
-    (("--kafka-option", "idempotent=false"), "--kafka-option applies only with --kafka HOST:PORT"),
-    (("--kafka", "127.0.0.1:1", "--kafka-option", "idempotent"), "--kafka-option is NAME=VALUE, not 'idempotent'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--duration", "0"), "--duration, --rate and --window must be positive"),
+        (("--window", "ten"), "--window: 'ten' is not a duration (like 250ms, 5s, 2m, 1h or seconds)"),
+        (("--streams", "0"), "--streams, --booths and --queues must be positive"),
+        (("--metrics-port", "70000"), "--metrics-port is a port number from 1 to 65535, not 70000"),
+        (("--kafka-option", "idempotent=false"), "--kafka-option applies only with --kafka HOST:PORT"),
+        (("--kafka", "127.0.0.1:1", "--kafka-option", "idempotent"), "--kafka-option is NAME=VALUE, not 'idempotent'"),
+    ],
+)
 def test_bad_values_are_one_line_and_exit_2(args, message):
     result = headrace("demo", *args)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"headrace demo: error: {message}"]
 
 
-@pytest.mark.parametrize(("server", "reason"), [
-    ("nohost", "KafkaConnectionError: Unable to bootstrap from [('nohost', 9092, "),
-    ("127.0.0.1:1", "KafkaConnectionError: Unable to bootstrap from [('127.0.0.1', 1, "),
-])
+@pytest.mark.parametrize(
+    ("server", "reason"),
+    [
+        ("nohost", "KafkaConnectionError: Unable to bootstrap from [('nohost', 9092, "),
+        ("127.0.0.1:1", "KafkaConnectionError: Unable to bootstrap from [('127.0.0.1', 1, "),
+    ],
+)
 def test_an_unreachable_broker_is_one_line_after_the_short_check(server, reason):
     """No aiokafka lines, whatever they say: the client's connection loggers are lowered to
     DEBUG; the check gives up after its 5 s instead of the adapter's minute of retries."""
@@ -99,7 +105,10 @@ def test_no_java_is_one_line_that_says_what_to_do(tmp_path):
     env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java"), "PATH": os.path.dirname(sys.executable)}
     result = subprocess.run(
         [sys.executable, "-m", "streams.cli", "demo", "--duration", "2", "--rate", "20", "--streams", "1"],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]  # Spark's launcher script complains first
@@ -127,6 +136,4 @@ def test_no_command_prints_help_and_exit_2():
 def test_unknown_option_is_one_line():
     result = headrace("demo", "--nope")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        "headrace demo: error: unrecognized arguments: --nope (see --help)"
-    ]
+    assert result.stderr.strip().splitlines() == ["headrace demo: error: unrecognized arguments: --nope (see --help)"]

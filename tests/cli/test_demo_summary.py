@@ -13,9 +13,15 @@ from streams.cli.demo.windows import BatchPrinter, WindowRow
 
 def ledger(**changes: object) -> Ledger:
     fields: dict[str, object] = dict(
-        published=100, corrupt=2, processed=100, in_windows=97, adjusted=9,
+        published=100,
+        corrupt=2,
+        processed=100,
+        in_windows=97,
+        adjusted=9,
         dead_letters={"early_arrival": 2, "invalid_timestamp": 1, "undecodable": 2},
-        windows_handed_off=12, windows_received=12, late={"adjusted": 4, "dropped": 0, "accepted": 0},
+        windows_handed_off=12,
+        windows_received=12,
+        late={"adjusted": 4, "dropped": 0, "accepted": 0},
     )
     fields.update(changes)
     return Ledger(**fields)  # type: ignore[arg-type]
@@ -23,13 +29,32 @@ def ledger(**changes: object) -> Ledger:
 
 def test_the_summary_has_a_late_row_with_its_actions():
     lines = ledger().lines("Spark")
-    assert "  late                   4  more than late_arrival behind, in the rows above: 4 adjusted, 0 dropped, 0 accepted" in lines
-    assert [line.split()[0] for line in lines[:7]] == ["published", "kept", "adjusted", "dropped", "dead-lettered", "late", "windows"]
+    assert (
+        "  late                   4  more than late_arrival behind, in the rows above: 4 adjusted, 0 dropped, 0 accepted"
+        in lines
+    )
+    assert [line.split()[0] for line in lines[:7]] == [
+        "published",
+        "kept",
+        "adjusted",
+        "dropped",
+        "dead-lettered",
+        "late",
+        "windows",
+    ]
 
 
 def test_the_summary_counts_in_the_singular_when_one():
-    lines = ledger(published=1, corrupt=1, processed=1, in_windows=1, adjusted=0, windows_handed_off=1,
-                   windows_received=1, dead_letters={"undecodable": 1}).lines("Spark")
+    lines = ledger(
+        published=1,
+        corrupt=1,
+        processed=1,
+        in_windows=1,
+        adjusted=0,
+        windows_handed_off=1,
+        windows_received=1,
+        dead_letters={"undecodable": 1},
+    ).lines("Spark")
     assert lines[0].endswith("(1 toll report, 1 corrupt record)")
     assert lines[6].endswith("handed off; Spark received 1 holding 1 event")
     assert ledger().lines("Spark")[0].endswith("(100 toll reports, 2 corrupt records)")

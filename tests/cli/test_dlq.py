@@ -15,11 +15,20 @@ from streams.store import EmbeddedStore
 from .helpers import headrace, one_error_line, published
 
 LETTERS = [
-    DeadLetter("late_arrival", stream="sensors/s-1", queue=1, sequence_number=7,
-               value={"temp": 21.5, "tags": ["[bold]a"]}, event_time=1714565220.0, detail="2 h late"),
+    DeadLetter(
+        "late_arrival",
+        stream="sensors/s-1",
+        queue=1,
+        sequence_number=7,
+        value={"temp": 21.5, "tags": ["[bold]a"]},
+        event_time=1714565220.0,
+        detail="2 h late",
+    ),
     DeadLetter("undecodable", queue=1, sequence_number=8, payload=b"\x00junk"),
     DeadLetter("delivery_failed", stream="sensors/s-2", queue=0, sequence_number=3, value=42, event_time=1714565230.0),
-    DeadLetter("late_arrival", stream="sensors/s-1", queue=1, sequence_number=9, value={"temp": 22.0}, event_time=1714565240.0),
+    DeadLetter(
+        "late_arrival", stream="sensors/s-1", queue=1, sequence_number=9, value={"temp": 22.0}, event_time=1714565240.0
+    ),
 ]
 
 
@@ -75,7 +84,9 @@ def test_replay_publishes_values_with_their_event_times_and_marks_them(store):
     assert replayed_ids(store) == [1, 3]
 
     # every late_arrival dead letter, again, to another stream, in id order
-    result = headrace("dlq", "replay", "--path", "store", "--reason", "late_arrival", "--again", "--to", "replays/x", cwd=cwd)
+    result = headrace(
+        "dlq", "replay", "--path", "store", "--reason", "late_arrival", "--again", "--to", "replays/x", cwd=cwd
+    )
     assert result.stdout == "headrace dlq: replayed 2 dead letters: 2 to replays/x\n"
     assert [b for b in published(store) if b[0] == "replays/x"] == [
         ("replays/x", [{"temp": 21.5, "tags": ["[bold]a"]}, {"temp": 22.0}], [1714565220.0, 1714565240.0])
@@ -87,8 +98,11 @@ def test_replay_publishes_values_with_their_event_times_and_marks_them(store):
     ("args", "error"),
     [
         (["99"], "no dead letter with id 99 (`headrace dlq list` shows the ids)"),
-        (["4", "2"], "dead letter 2 (undecodable) is a raw record that never decoded: there is no value to publish, "
-                     "so it cannot be replayed (`headrace dlq show 2` prints its bytes); nothing was replayed"),
+        (
+            ["4", "2"],
+            "dead letter 2 (undecodable) is a raw record that never decoded: there is no value to publish, "
+            "so it cannot be replayed (`headrace dlq show 2` prints its bytes); nothing was replayed",
+        ),
         ([], "say what to replay: dead letter ids, or --reason R (not both)"),
     ],
 )
@@ -102,13 +116,17 @@ def test_replay_mistakes_publish_nothing(store, args, error):
 def test_a_replayed_dead_letter_needs_again(store):
     assert headrace("dlq", "replay", "--path", "store", "4", cwd=store.parent).returncode == 0
     error = one_error_line(headrace("dlq", "replay", "--path", "store", "1", "4", cwd=store.parent), "dlq")
-    assert error.startswith("dead letter 4 was replayed already, at ") and error.endswith("add --again to replay it once more; nothing was replayed")
+    assert error.startswith("dead letter 4 was replayed already, at ") and error.endswith(
+        "add --again to replay it once more; nothing was replayed"
+    )
     assert [values for _, values, _ in published(store)] == [[{"temp": 22.0}]]
 
 
 def test_show_an_unknown_id_and_a_missing_store(tmp_path, store):
-    assert one_error_line(headrace("dlq", "show", "--path", "store", "12", cwd=store.parent), "dlq") == \
-        "no dead letter with id 12 (`headrace dlq list` shows the ids)"
+    assert (
+        one_error_line(headrace("dlq", "show", "--path", "store", "12", cwd=store.parent), "dlq")
+        == "no dead letter with id 12 (`headrace dlq list` shows the ids)"
+    )
     assert one_error_line(headrace("dlq", "list", "--path", "elsewhere", cwd=store.parent), "dlq").startswith(
         f"no headrace store at '{store.parent / 'elsewhere'}'"
     )
@@ -119,8 +137,19 @@ def test_a_dead_letter_recorded_again_by_a_replayed_range_is_replayed_once(tmp_p
         with EmbeddedStore(tmp_path / "store") as s:
             letters = EmbeddedDeadLetterStore(s)
             for _ in range(2):  # a worker read the range twice (restarted while a window held it)
-                await letters.add([DeadLetter("window_closed", stream="sensors/s-1", queue=1, sequence_number=7,
-                                              event_index=2, value={"temp": 20.0}, event_time=1714565220.0)])
+                await letters.add(
+                    [
+                        DeadLetter(
+                            "window_closed",
+                            stream="sensors/s-1",
+                            queue=1,
+                            sequence_number=7,
+                            event_index=2,
+                            value={"temp": 20.0},
+                            event_time=1714565220.0,
+                        )
+                    ]
+                )
 
     anyio.run(seed)
     result = headrace("dlq", "replay", "--path", "store", "--reason", "window_closed", cwd=tmp_path)
@@ -135,7 +164,15 @@ def test_an_unknown_reason_is_refused_naming_the_known_ones(store, action):
     result = headrace("dlq", action, "--path", "store", "--reason", "nosuchreason", cwd=store.parent)
     error = one_error_line(result, "dlq")
     assert error == f"unknown dead letter reason 'nosuchreason': the reasons are {', '.join(DEAD_LETTER_REASONS)}"
-    for reason in ("late_arrival", "window_closed", "invalid_timestamp", "invalid_value", "delivery_failed", "undecodable", "handoff_failed"):
+    for reason in (
+        "late_arrival",
+        "window_closed",
+        "invalid_timestamp",
+        "invalid_value",
+        "delivery_failed",
+        "undecodable",
+        "handoff_failed",
+    ):
         assert reason in error.split(": the reasons are ")[1].split(", ")
     assert published(store) == []
     assert replayed_ids(store) == []

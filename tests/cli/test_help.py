@@ -35,7 +35,15 @@ def test_version_prints_the_package_version(tmp_path):
 
 @pytest.mark.parametrize(
     "command",
-    [["worker"], ["status"], ["dlq", "list"], ["dlq", "replay"], ["demo"], ["simulate", "x.csv"], ["produce", "--stream", "a/b"]],
+    [
+        ["worker"],
+        ["status"],
+        ["dlq", "list"],
+        ["dlq", "replay"],
+        ["demo"],
+        ["simulate", "x.csv"],
+        ["produce", "--stream", "a/b"],
+    ],
 )
 def test_a_subcommand_usage_error_names_the_subcommand(tmp_path, command):
     result = headrace(*command, "--bogus", cwd=tmp_path)
@@ -45,4 +53,7 @@ def test_a_subcommand_usage_error_names_the_subcommand(tmp_path, command):
 
 def test_a_subcommand_bad_value_names_the_subcommand(tmp_path):
     result = headrace("worker", "--metrics-port", "x", cwd=tmp_path)
-    assert one_error_line(result, "worker") == "argument --metrics-port: a TCP port number is 0 to 65535, not 'x' (see --help)"
+    assert (
+        one_error_line(result, "worker")
+        == "argument --metrics-port: a TCP port number is 0 to 65535, not 'x' (see --help)"
+    )

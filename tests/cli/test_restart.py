@@ -34,8 +34,14 @@ status_interval = "200ms"
 
 
 def start_worker(cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "streams.cli", "worker"], cwd=cwd, env=clean_env(),
-                            stdout=subprocess.PIPE, stderr=open(cwd / "worker.log", "a"), text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "worker"],
+        cwd=cwd,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=open(cwd / "worker.log", "a"),
+        text=True,
+    )
 
 
 def test_a_worker_restarted_after_sigkill_takes_its_leases_back_at_once(tmp_path):
@@ -59,13 +65,17 @@ def test_a_worker_restarted_after_sigkill_takes_its_leases_back_at_once(tmp_path
     second = start_worker(tmp_path)
     try:
         assert second.stdout is not None
-        assert second.stdout.readline() == "headrace worker w1: running, reading queues [0, 1] of 2\n", \
-            (tmp_path / "worker.log").read_text()
+        assert second.stdout.readline() == "headrace worker w1: running, reading queues [0, 1] of 2\n", (
+            tmp_path / "worker.log"
+        ).read_text()
         status = json_of(headrace("status", "--json", cwd=tmp_path))
         [now] = status["workers"]
         assert (now["state"], now["queues"]) == ("live", [0, 1])
         assert now["instance"].split("/")[1] == str(second.pid)
-        assert [(q["owner"], q["epoch"]) for q in status["queues"]] == [("w1", 2), ("w1", 2)]  # the old tenure is fenced
+        assert [(q["owner"], q["epoch"]) for q in status["queues"]] == [
+            ("w1", 2),
+            ("w1", 2),
+        ]  # the old tenure is fenced
     finally:
         second.send_signal(signal.SIGTERM)
         second.communicate(timeout=30)
@@ -77,13 +87,18 @@ def test_workers_gone_long_ago_are_left_out_unless_all(tmp_path):
     assert produced.returncode == 0, produced.stderr
     now = time.time()
     with sqlite3.connect(tmp_path / "store" / "headrace.db") as conn:  # the table a worker makes when it joins
-        conn.execute("CREATE TABLE IF NOT EXISTS membership_workers(worker TEXT PRIMARY KEY, incarnation TEXT NOT NULL,"
-                     " joined_at REAL NOT NULL, last_heartbeat REAL NOT NULL, left_at REAL)")
-        conn.executemany("INSERT INTO membership_workers VALUES (?, ?, ?, ?, ?)", [
-            ("w-left-long-ago", "elsewhere/1/a", now - 7200, now - 3700, now - 3600),
-            ("w-silent-long-ago", "elsewhere/2/b", now - 7200, now - 3600, None),
-            ("w-left-lately", "elsewhere/3/c", now - 100, now - 20, now - 10),
-        ])
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS membership_workers(worker TEXT PRIMARY KEY, incarnation TEXT NOT NULL,"
+            " joined_at REAL NOT NULL, last_heartbeat REAL NOT NULL, left_at REAL)"
+        )
+        conn.executemany(
+            "INSERT INTO membership_workers VALUES (?, ?, ?, ?, ?)",
+            [
+                ("w-left-long-ago", "elsewhere/1/a", now - 7200, now - 3700, now - 3600),
+                ("w-silent-long-ago", "elsewhere/2/b", now - 7200, now - 3600, None),
+                ("w-left-lately", "elsewhere/3/c", now - 100, now - 20, now - 10),
+            ],
+        )
     status = json_of(headrace("status", "--path", "store", "--json", cwd=tmp_path))
     assert [w["name"] for w in status["workers"]] == ["w-left-lately"] and status["workers_not_shown"] == 2
     table = headrace("status", "--path", "store", cwd=tmp_path).stdout
@@ -91,6 +106,8 @@ def test_workers_gone_long_ago_are_left_out_unless_all(tmp_path):
     assert "w-left-long-ago" not in table
     everyone = json_of(headrace("status", "--path", "store", "--json", "--all", cwd=tmp_path))
     assert [(w["name"], w["state"]) for w in everyone["workers"]] == [
-        ("w-left-lately", "left"), ("w-left-long-ago", "left"), ("w-silent-long-ago", "suspected"),
+        ("w-left-lately", "left"),
+        ("w-left-long-ago", "left"),
+        ("w-silent-long-ago", "suspected"),
     ]
     assert everyone["workers_not_shown"] == 0

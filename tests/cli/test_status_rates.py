@@ -39,8 +39,19 @@ def produce(cwd: Path, stream: str, batches: int, per_batch: int) -> None:
 
 
 def test_lag_in_events_without_a_worker(tmp_path):
-    produced = headrace("produce", "--path", "store", "--queues", "1", "--stream", "a/b", "--batch-size", "5",
-                        cwd=tmp_path, stdin="".join(f"{i}\n" for i in range(12)))  # 3 records: 5, 5 and 2 events
+    produced = headrace(
+        "produce",
+        "--path",
+        "store",
+        "--queues",
+        "1",
+        "--stream",
+        "a/b",
+        "--batch-size",
+        "5",
+        cwd=tmp_path,
+        stdin="".join(f"{i}\n" for i in range(12)),
+    )  # 3 records: 5, 5 and 2 events
     assert produced.returncode == 0, produced.stderr
     [queue] = json_of(headrace("status", "--path", "store", "--json", cwd=tmp_path))["queues"]
     assert (queue["checkpoint_lag"], queue["lag_events"], queue["lag_events_more"]) == (3, 12, False)
@@ -51,8 +62,14 @@ def test_lag_in_events_without_a_worker(tmp_path):
 def test_rates_lag_in_events_and_the_slowest_consumer(tmp_path):
     (tmp_path / "headrace.toml").write_text(CONFIG)
     produce(tmp_path, "stuck/s1", batches=1, per_batch=3)  # record 0: its consumer never finishes it
-    worker = subprocess.Popen([sys.executable, "-m", "streams.cli", "worker"], cwd=tmp_path, env=clean_env(),
-                              stdout=subprocess.PIPE, stderr=open(tmp_path / "worker.log", "w"), text=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "worker"],
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "worker.log", "w"),
+        text=True,
+    )
     try:
         assert worker.stdout is not None
         assert worker.stdout.readline() == "headrace worker w1: running, reading queues [0] of 1\n"
@@ -69,7 +86,12 @@ def test_rates_lag_in_events_and_the_slowest_consumer(tmp_path):
         # The stuck consumer holds the checkpoint at record 0: all five records, 43 events, are behind it.
         assert (queue["checkpoint_lag"], queue["lag_events"]) == (5, 43)
         assert agent["slowest"] == [
-            {"stream": "stuck/s1", "subscription": "implicit:tests.cli.rates_app.Stuck", "next_sequence": 0, "behind": 5}
+            {
+                "stream": "stuck/s1",
+                "subscription": "implicit:tests.cli.rates_app.Stuck",
+                "next_sequence": 0,
+                "behind": 5,
+            }
         ]
         assert agent["events_in_per_s"] is not None and agent["events_in_per_s"] >= 0
 
@@ -92,8 +114,24 @@ def test_rates_are_the_change_over_the_interval_and_none_after_a_restart():
     from streams.status_reporter import AgentStatus
 
     def queue(read: int, delivered: int) -> QueueSnapshot:
-        return QueueSnapshot(0, read, 0, 0, LatencyHistogram().snapshot(), 0, 10, False, 1, 1, 0, 0, 0,
-                             EventTimeTotals(), events_read=read, events_delivered=delivered)
+        return QueueSnapshot(
+            0,
+            read,
+            0,
+            0,
+            LatencyHistogram().snapshot(),
+            0,
+            10,
+            False,
+            1,
+            1,
+            0,
+            0,
+            0,
+            EventTimeTotals(),
+            events_read=read,
+            events_delivered=delivered,
+        )
 
     first = AgentStatus.of("w1", queue(10, 4), taken_at=100.0, interval=1.0)
     assert (first.events_in_per_s, first.events_out_per_s) == (None, None)

@@ -27,14 +27,28 @@ def taken(store: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...
         return [], []
     with sqlite3.connect(db) as conn:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        leases = conn.execute("SELECT queue, owner FROM lease_queues WHERE owner IS NOT NULL").fetchall() if "lease_queues" in tables else []
-        members = conn.execute("SELECT worker FROM membership_workers").fetchall() if "membership_workers" in tables else []
+        leases = (
+            conn.execute("SELECT queue, owner FROM lease_queues WHERE owner IS NOT NULL").fetchall()
+            if "lease_queues" in tables
+            else []
+        )
+        members = (
+            conn.execute("SELECT worker FROM membership_workers").fetchall() if "membership_workers" in tables else []
+        )
     return leases, members
 
 
 def worker(tmp_path: Path, *args: object) -> subprocess.CompletedProcess[str]:
-    return headrace("worker", "--app", APP, "--name", "w1", *args, cwd=tmp_path,
-                    env=clean_env(HEADRACE_TEST_STORE=str(tmp_path / "store")))
+    return headrace(
+        "worker",
+        "--app",
+        APP,
+        "--name",
+        "w1",
+        *args,
+        cwd=tmp_path,
+        env=clean_env(HEADRACE_TEST_STORE=str(tmp_path / "store")),
+    )
 
 
 def test_a_port_out_of_range_is_refused_before_anything(tmp_path):
@@ -74,8 +88,11 @@ def test_metrics_bind_the_host_given(tmp_path, where):
         (tmp_path / "headrace.toml").write_text('[worker]\nmetrics_host = "127.0.0.2"\n')
     proc = subprocess.Popen(
         [sys.executable, "-m", "streams.cli", "worker", "--app", APP, "--name", "w1", *args],
-        cwd=tmp_path, env=clean_env(HEADRACE_TEST_STORE=str(tmp_path / "store")),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=clean_env(HEADRACE_TEST_STORE=str(tmp_path / "store")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None

@@ -26,7 +26,11 @@ class KafkaCluster(Cluster):
 
     def __init__(self, tmp_path: Path, bootstrap: str, topic: str) -> None:
         super().__init__(tmp_path)
-        self.env |= {"HEADRACE_TEST_KAFKA": bootstrap, "HEADRACE_TEST_TOPIC": topic, "HEADRACE_TEST_LEASE": str(SESSION)}
+        self.env |= {
+            "HEADRACE_TEST_KAFKA": bootstrap,
+            "HEADRACE_TEST_TOPIC": topic,
+            "HEADRACE_TEST_LEASE": str(SESSION),
+        }
 
     def launch(self, name: str, *options: str):  # type: ignore[no-untyped-def]
         return super().launch(name, *(options or ("--app", "tests.cluster.kafka_worker_app:app", "--name", name)))

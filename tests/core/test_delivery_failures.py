@@ -40,6 +40,7 @@ async def test_a_failed_delivery_is_retried_and_then_succeeds(shape):
     errors: list = []
 
     if shape == "task":
+
         class Consumer:
             async def on_next(self, batch):
                 await anyio.sleep(0)  # may suspend: delivered by the consumer's task
@@ -48,6 +49,7 @@ async def test_a_failed_delivery_is_retried_and_then_succeeds(shape):
             async def on_error(self, error):
                 errors.append(error)
     else:
+
         class Consumer:  # type: ignore[no-redef]
             def on_next(self, batch):  # cannot suspend: the agent calls it inline
                 flaky.step(batch)
@@ -75,10 +77,12 @@ async def test_a_delivery_failing_until_the_deadline_is_dead_lettered_once_with_
     flaky = _Flaky(fails=10**9)
 
     if shape == "task":
+
         async def consume_in_user_code(batch):
             await anyio.sleep(0)
             flaky.step(batch)
     else:
+
         def consume_in_user_code(batch):  # type: ignore[misc]
             flaky.step(batch)
 
@@ -104,8 +108,9 @@ async def test_a_delivery_failing_until_the_deadline_is_dead_lettered_once_with_
 
 
 async def test_fault_on_error_spares_implicit_activations():
-    provider = StreamProvider.memory(queues=1, fault_on_error=True, max_event_delivery_time=0.05,
-                                     delivery_retry_backoff=0.01)
+    provider = StreamProvider.memory(
+        queues=1, fault_on_error=True, max_event_delivery_time=0.05, delivery_retry_backoff=0.01
+    )
     seen: list = []
 
     @provider.implicit("imp")
@@ -146,10 +151,12 @@ async def test_user_log_lines_in_a_consumer_carry_worker_queue_and_stream(shape)
     user_log.setLevel(logging.INFO)
 
     if shape == "task":
+
         async def consumer(batch):
             await anyio.sleep(0)
             user_log.info("got %d", len(batch))
     else:
+
         def consumer(batch):  # type: ignore[misc]
             user_log.info("got %d", len(batch))
 

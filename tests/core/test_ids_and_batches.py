@@ -13,7 +13,10 @@ from streams import BatchContainer, BatchKind, DecodeError, EncodeError, QueueId
 def test_stream_id_hash_is_stable_across_processes():
     code = "from streams import StreamId; print(StreamId('sensors', 's-1').uniform_hash)"
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
         env={"PYTHONHASHSEED": "123"},
     ).stdout
     assert int(out) == StreamId("sensors", "s-1").uniform_hash
@@ -71,8 +74,12 @@ def test_unencodable_value_names_its_type():
 
 @pytest.mark.parametrize(
     "payload",
-    [b"\xc1garbage", msgpack.packb({"not": "a container"}), msgpack.packb(["hr1", 9, "n", "k", 1.0, [], None]),
-     msgpack.packb(["hr1", 0, "n", "k", 1.0, [1, 2], [1.0]])],
+    [
+        b"\xc1garbage",
+        msgpack.packb({"not": "a container"}),
+        msgpack.packb(["hr1", 9, "n", "k", 1.0, [], None]),
+        msgpack.packb(["hr1", 0, "n", "k", 1.0, [1, 2], [1.0]]),
+    ],
 )
 def test_foreign_or_corrupt_bytes_are_refused(payload):
     with pytest.raises(DecodeError):
@@ -96,9 +103,10 @@ def test_encode_batch_gives_what_a_container_encodes():
 
     sid = StreamId("ns", "k")
     values, times = ("a", 1, [2.5]), [1.0, None, 3.0]
-    assert encode_batch(sid, BatchKind.DATA, 5.0, values, times) == BatchContainer(
-        sid, BatchKind.DATA, 5.0, list(values), times
-    ).encode()
+    assert (
+        encode_batch(sid, BatchKind.DATA, 5.0, values, times)
+        == BatchContainer(sid, BatchKind.DATA, 5.0, list(values), times).encode()
+    )
     with pytest.raises(EncodeError, match=r"value\[0\] of type 'set'"):
         encode_batch(sid, BatchKind.DATA, 5.0, [{1}])
 

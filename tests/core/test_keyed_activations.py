@@ -48,8 +48,11 @@ def test_a_type_registers_its_namespaces_once():
 
     @provider.implicit("tolls", "prices")
     class Both:
-        def __init__(self, stream_id): pass
-        def on_next(self, batch): pass
+        def __init__(self, stream_id):
+            pass
+
+        def on_next(self, batch):
+            pass
 
     with pytest.raises(ConfigurationError, match="already implicit"):
         provider.implicit("tolls", "fees")(Both)
@@ -94,8 +97,11 @@ async def test_single_namespace_types_keep_one_instance_per_stream():
 
     @provider.implicit("tolls")
     class PerStream:
-        def __init__(self, stream_id): built.append(stream_id)
-        def on_next(self, batch): pass
+        def __init__(self, stream_id):
+            built.append(stream_id)
+
+        def on_next(self, batch):
+            pass
 
     async with provider:
         await provider.get_stream(StreamId("tolls", "a")).on_next(1)
@@ -110,9 +116,14 @@ async def test_the_shared_activation_ends_with_its_last_stream():
 
     @provider.implicit("tolls", "prices")
     class Both:
-        def __init__(self, stream_id): self.key = stream_id.key
-        def on_next(self, batch): pass
-        def on_deactivate(self): ended.append(self.key)
+        def __init__(self, stream_id):
+            self.key = stream_id.key
+
+        def on_next(self, batch):
+            pass
+
+        def on_deactivate(self):
+            ended.append(self.key)
 
     async with provider:
         await provider.get_stream(StreamId("tolls", "a")).on_next(1)
@@ -166,7 +177,8 @@ async def test_a_batch_cancelled_while_waiting_for_its_turn_blocks_nothing():
     deliver = ordered(record, order)
 
     class Batch:
-        def __init__(self, seq): self.sequence_number = seq
+        def __init__(self, seq):
+            self.sequence_number = seq
 
     with anyio.move_on_after(0.05):  # 2 waits for 1, and is cancelled (its time limit)
         await deliver(Batch(2))

@@ -14,7 +14,9 @@ from .conftest import Recorder
 operations = st.lists(
     st.tuples(
         st.integers(min_value=0, max_value=5),  # stream
-        st.lists(st.integers(min_value=-(2**63), max_value=2**64 - 1), min_size=1, max_size=4),  # one on_next_batch, or on_next if 1
+        st.lists(
+            st.integers(min_value=-(2**63), max_value=2**64 - 1), min_size=1, max_size=4
+        ),  # one on_next_batch, or on_next if 1
     ),
     min_size=1,
     max_size=40,
@@ -30,9 +32,7 @@ operations = st.lists(
 )
 def test_every_event_reaches_every_subscriber_once_in_order(ops, queues, subscribers, cache_size):
     async def scenario() -> None:
-        provider = StreamProvider.memory(
-            queues=queues, cache_size=cache_size, cache_buckets=min(4, cache_size)
-        )
+        provider = StreamProvider.memory(queues=queues, cache_size=cache_size, cache_buckets=min(4, cache_size))
         sids = [StreamId("p", str(i)) for i in range(6)]
         recorders = {sid: [Recorder() for _ in range(subscribers)] for sid in sids}
         expected: dict[StreamId, list[int]] = {sid: [] for sid in sids}

@@ -131,7 +131,9 @@ async def test_failing_consumer_is_told_and_others_go_on():
 
 
 async def test_fault_on_error_faults_the_durable_subscription():
-    provider = StreamProvider.memory(queues=1, fault_on_error=True, max_event_delivery_time=0.2, delivery_retry_backoff=0.01)
+    provider = StreamProvider.memory(
+        queues=1, fault_on_error=True, max_event_delivery_time=0.2, delivery_retry_backoff=0.01
+    )
     received: list = []
 
     @provider.consumer("failing")

@@ -16,7 +16,10 @@ def test_quickstart_runs_as_written(tmp_path):
     script = tmp_path / "quickstart.py"
     script.write_text(code)
     result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
         cwd=README.parent,
     )
     assert result.returncode == 0, result.stderr

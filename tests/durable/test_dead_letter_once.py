@@ -61,7 +61,9 @@ def _counting_rooms(provider: StreamProvider) -> list:
 
     @provider.implicit("rooms")
     class Counts:
-        event_time = EventTime(OrderingPolicy(out_of_order=0, timestamp_by="t", action="drop"), Tumbling(10, origin=T0), Count())
+        event_time = EventTime(
+            OrderingPolicy(out_of_order=0, timestamp_by="t", action="drop"), Tumbling(10, origin=T0), Count()
+        )
 
         def __init__(self, stream_id):
             pass
@@ -118,9 +120,13 @@ async def test_a_store_written_before_the_unique_key_is_upgraded_and_keeps_its_r
     with EmbeddedStore(tmp_path / "store") as old:
         old.require_schema("deadletter", DEADLETTER_SCHEMA[:1])
         row = ("delivery_failed", "ns/a", 0, 4, None, None, None, "", 1.0)
-        await old.write(lambda conn: conn.executemany(
-            "INSERT INTO deadletters(reason, stream, queue, seq, payload, value, event_time, detail,"
-            " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [row, row]))  # two events of one record
+        await old.write(
+            lambda conn: conn.executemany(
+                "INSERT INTO deadletters(reason, stream, queue, seq, payload, value, event_time, detail,"
+                " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [row, row],
+            )
+        )  # two events of one record
     with EmbeddedStore(tmp_path / "store") as s:
         letters = EmbeddedDeadLetterStore(s)
         again = DeadLetter("delivery_failed", stream="ns/a", queue=0, sequence_number=4, event_index=0)

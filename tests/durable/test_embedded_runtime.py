@@ -62,9 +62,7 @@ async def test_rewind_older_than_the_cache_reads_the_durable_queue(tmp_path):
 
 async def test_slow_consumer_is_detached_and_catches_up_from_the_queue(tmp_path):
     slow_sid, fast_sid = StreamId("ns", "slow"), StreamId("ns", "fast")
-    provider = StreamProvider.embedded(
-        tmp_path, queues=1, cache_size=20, cache_buckets=4, slow_consumer_timeout=0.2
-    )
+    provider = StreamProvider.embedded(tmp_path, queues=1, cache_size=20, cache_buckets=4, slow_consumer_timeout=0.2)
     fast = Recorder()
     slow = GatedRecorder()
     async with provider:
@@ -107,7 +105,9 @@ async def test_foreign_record_is_dead_lettered_with_its_bytes_and_the_agent_goes
 def _start_worker(where: str, output: Path) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, str(WORKER), where, str(output), "2"],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"

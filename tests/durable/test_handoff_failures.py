@@ -88,7 +88,9 @@ async def test_a_failing_append_is_retried_while_the_checkpoint_holds_and_nothin
         await drained(provider)
         letters = await provider.dead_letters.list()
     assert [(r["window_start"].timestamp(), r["count"]) for r in rows_of(tmp_path, "counts")] == [
-        (0.0, 3), (10.0, 1), (20.0, 1),
+        (0.0, 3),
+        (10.0, 1),
+        (20.0, 1),
     ]
     # Never past record 3 (t=12), whose step is retrying: record 0 (t=1) stays needed unless
     # the window's state up to record 0, 1 or 2 was saved with the checkpoint.
@@ -121,7 +123,9 @@ async def test_windows_the_handoff_cannot_take_are_dead_lettered_and_the_rest_ha
         letters = await provider.dead_letters.list()
         (agent,) = provider.agents
         checkpoint = agent.receiver.checkpoint
-    handed = [(r["stream_id"], r["key"], r["window_start"].timestamp(), r["total"]) for r in rows_of(tmp_path, "totals")]
+    handed = [
+        (r["stream_id"], r["key"], r["window_start"].timestamp(), r["total"]) for r in rows_of(tmp_path, "totals")
+    ]
     assert handed == [("meters/m1", "b", 0.0, 4), ("meters/m1", "a", 10.0, 3), ("meters/m1", "b", 20.0, 4)]
     [letter] = letters
     assert (letter.reason, letter.stream, letter.queue) == ("handoff_failed", "meters/m1", 0)
@@ -149,7 +153,9 @@ async def test_the_sink_names_each_window_it_cannot_take_and_appends_nothing(tmp
         assert await sink.write("s/1", "C", 0, [good]) == 1
         events = EventHandoff("e", {"v": "double"})
         event_sink = await anyio.to_thread.run_sync(EmbeddedHandoffSink, store, events)
-        outcome = EventOutcome(Event("not a mapping", 1.0, 1.0, SequenceToken(3, 0), METER), 0, None, 1.0, 1.0, "kept", None)
+        outcome = EventOutcome(
+            Event("not a mapping", 1.0, 1.0, SequenceToken(3, 0), METER), 0, None, 1.0, 1.0, "kept", None
+        )
         with pytest.raises(HandoffRefusedError) as caught:
             await event_sink.write_events("s/1", "C", 0, [outcome], None)
         assert [item for item, _ in caught.value.refused] == [outcome]
@@ -171,7 +177,8 @@ def test_rows_that_fail_only_together_are_all_refused_never_retried_for_ever():
     with pytest.raises(HandoffRefusedError) as caught:
         conform(schema, [1, 2], lambda i: {"n": i}, "s")
     assert [(item, why) for item, why in caught.value.refused] == [
-        (1, "handoff 's': mixed types"), (2, "handoff 's': mixed types"),
+        (1, "handoff 's': mixed types"),
+        (2, "handoff 's': mixed types"),
     ]
 
 

@@ -35,16 +35,19 @@ def run(reducer, spec):
     return {(w.start, w.end): w.value for w in p.on_events(evs).windows + p.flush().windows}
 
 
-@pytest.mark.parametrize(("reducer", "first_window"), [
-    (Count(), 3),
-    (Sum(), 11.0),
-    (Min(), 1.0),
-    (Max(), 6.0),
-    (Mean(), 11.0 / 3),
-    (First(), 4.0),  # first to arrive, not smallest time
-    (Last(), 6.0),
-    (Collect(), [4.0, 1.0, 6.0]),
-])
+@pytest.mark.parametrize(
+    ("reducer", "first_window"),
+    [
+        (Count(), 3),
+        (Sum(), 11.0),
+        (Min(), 1.0),
+        (Max(), 6.0),
+        (Mean(), 11.0 / 3),
+        (First(), 4.0),  # first to arrive, not smallest time
+        (Last(), 6.0),
+        (Collect(), [4.0, 1.0, 6.0]),
+    ],
+)
 def test_builtin_reducers_over_a_tumbling_window(reducer, first_window):
     got = run(reducer, Tumbling(10))
     assert got[(0.0, 10.0)] == first_window

@@ -16,9 +16,7 @@ HEADRACE = Path(sys.executable).with_name("headrace")  # the installed console s
 
 def simulate(*args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
     command = [str(HEADRACE)] if script else [sys.executable, "-m", "streams.cli"]
-    return subprocess.run(
-        [*command, "simulate", *map(str, args)], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([*command, "simulate", *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
 def lines(result: subprocess.CompletedProcess[str]) -> list[dict]:
@@ -34,9 +32,7 @@ def write(tmp_path: Path, text: str, name: str = "sample.csv") -> Path:
 
 def test_asa_policy_table_through_the_console_script():
     out = lines(
-        simulate(
-            "--out-of-order", "5s", "--late-arrival", "15s", DATA / "asa_ordering_policy.csv", script=True
-        )
+        simulate("--out-of-order", "5s", "--late-arrival", "15s", DATA / "asa_ordering_policy.csv", script=True)
     )
     events = [o for o in out if o["type"] == "event"]
     assert [e["timestamp"][11:19] for e in events] == [
@@ -69,9 +65,7 @@ def test_idle_timeout_table_ticks_count_in_the_index():
     out = lines(simulate("--window", "tumbling:3m", "--idle-timeout", "1m", DATA / "atlas_idle_timeout.csv"))
     assert [o["index"] for o in out if o["type"] == "event"] == [0, 4, 5, 9]
     assert [
-        (w["start"][11:16], w["events"], w["closed_at"][11:16], w["final"])
-        for w in out
-        if w["type"] == "window"
+        (w["start"][11:16], w["events"], w["closed_at"][11:16], w["final"]) for w in out if w["type"] == "window"
     ] == [
         ("12:00", [0, 4], "12:05", False),
         ("12:03", [5], "12:07", False),

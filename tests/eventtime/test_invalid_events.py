@@ -56,13 +56,17 @@ def test_the_reason_says_what_is_wrong_with_the_time():
 
 def test_iso_8601_times_with_an_offset_are_parsed():
     p = Processor(OrderingPolicy(timestamp_by="time"))
-    out = p.on_events(with_values([
-        {"time": "2024-05-01T12:00:01Z"},
-        {"time": "2024-05-01T14:00:05+02:00"},
-        {"time": datetime(2024, 5, 1, 12, 0, 7, tzinfo=UTC)},
-        {"time": datetime(2024, 5, 1, 13, 0, 9, tzinfo=timezone(timedelta(hours=1)))},
-        {"time": 1714564811},
-    ]))
+    out = p.on_events(
+        with_values(
+            [
+                {"time": "2024-05-01T12:00:01Z"},
+                {"time": "2024-05-01T14:00:05+02:00"},
+                {"time": datetime(2024, 5, 1, 12, 0, 7, tzinfo=UTC)},
+                {"time": datetime(2024, 5, 1, 13, 0, 9, tzinfo=timezone(timedelta(hours=1)))},
+                {"time": 1714564811},
+            ]
+        )
+    )
     base = datetime(2024, 5, 1, 12, tzinfo=UTC).timestamp()
     assert [o.timestamp - base for o in out.events] == [1.0, 5.0, 7.0, 9.0, 11.0]
     assert out.dead_letters == []
@@ -120,7 +124,9 @@ def test_a_key_function_that_raises_dead_letters_its_event_only():
     assert [(w.key, w.value) for w in p.flush().windows] == [("a", 2)]
 
 
-@pytest.mark.parametrize(("action", "counted"), [("adjust", "late_arrival_adjusted"), ("accept", "late_arrival_accepted")])
+@pytest.mark.parametrize(
+    ("action", "counted"), [("adjust", "late_arrival_adjusted"), ("accept", "late_arrival_accepted")]
+)
 def test_an_event_dead_lettered_by_its_aggregate_is_not_counted_as_adjusted(action, counted):
     p = Processor(OrderingPolicy(late_arrival=1, action=action), Tumbling(100), Sum(), select="amount")
     evs = with_values([{"amount": 1.0}, {"amount": "two"}], arrival=20.0)

@@ -42,9 +42,7 @@ ASA = OrderingPolicy(early_arrival=300, late_arrival=300, out_of_order=120)
 
 def _fates(trace):
     return {
-        i + 1: (o.status, o.reason, clock(o.timestamp))
-        for i, o in enumerate(outcomes(trace))
-        if o.status != "kept"
+        i + 1: (o.status, o.reason, clock(o.timestamp)) for i, o in enumerate(outcomes(trace)) if o.status != "kept"
     }
 
 
@@ -78,8 +76,10 @@ def test_asa_without_early_policy_the_outlier_raises_the_watermark():
 
 def test_asa_substreams_per_device_adjust_fewer_events():
     partition = _fates(run_sample("asa_watermarks.csv", ReplayOptions(ASA)))
-    trace = run_sample("asa_watermarks.csv", ReplayOptions(OrderingPolicy(
-        early_arrival=300, late_arrival=300, out_of_order=120, over="key")))
+    trace = run_sample(
+        "asa_watermarks.csv",
+        ReplayOptions(OrderingPolicy(early_arrival=300, late_arrival=300, out_of_order=120, over="key")),
+    )
     per_device = _fates(trace)
     adjusted = lambda fates: [i for i, f in fates.items() if f[0] == "adjusted"]  # noqa: E731
     assert len(adjusted(per_device)) < len(adjusted(partition))
@@ -128,12 +128,14 @@ def test_atlas_allowed_lateness_table():
     closed = []
     for row in rows:
         closed += p.on_events([row]).windows
-        table.append((
-            clock(row.event_time),
-            clock(p.watermark),
-            clock(p.watermark - 120),
-            [f"{clock(s)}-{clock(e)}" for _, s, e in p.open_windows()],
-        ))
+        table.append(
+            (
+                clock(row.event_time),
+                clock(p.watermark),
+                clock(p.watermark - 120),
+                [f"{clock(s)}-{clock(e)}" for _, s, e in p.open_windows()],
+            )
+        )
     both = ["12:00-12:05", "12:05-12:10"]  # (the table's "12:00-12:15" is a typo)
     assert table == [
         ("12:00", "12:00", "11:58", ["12:00-12:05"]),
@@ -162,9 +164,16 @@ def test_atlas_idle_timeout_table():
         table.append((clock(row.arrival_time), clock(p.watermark)))
     # (the table's 12:00 at 12:07 and 12:08 is a typo: its text says the timeout moves it to 12:06)
     assert table == [
-        ("12:00", "12:00"), ("12:01", "12:00"), ("12:02", "12:00"), ("12:03", "12:00"),
-        ("12:04", "12:02"), ("12:05", "12:05"), ("12:06", "12:05"), ("12:07", "12:06"),
-        ("12:08", "12:06"), ("12:09", "12:09"),
+        ("12:00", "12:00"),
+        ("12:01", "12:00"),
+        ("12:02", "12:00"),
+        ("12:03", "12:00"),
+        ("12:04", "12:02"),
+        ("12:05", "12:05"),
+        ("12:06", "12:05"),
+        ("12:07", "12:06"),
+        ("12:08", "12:06"),
+        ("12:09", "12:09"),
     ]
     assert [(clock(w.start), clock(w.end), w.value, clock(w.closed_at)) for w in closed] == [
         ("12:00", "12:03", [0, 4], "12:05"),  # the 12:02 document at 12:04 joined it first
@@ -193,10 +202,13 @@ def test_cti_generated_every_duration_of_event_time():
     assert [a.watermark for a in advances(trace)] == [0.0, 10.0, 21.0, 31.0]
 
 
-@pytest.mark.parametrize(("action", "expected"), [
-    ("drop", [("dropped", "out_of_order", None), ("kept", None, 60.0)]),
-    ("adjust", [("adjusted", "out_of_order", 50.0), ("kept", None, 60.0)]),
-])
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [
+        ("drop", [("dropped", "out_of_order", None), ("kept", None, 60.0)]),
+        ("adjust", [("adjusted", "out_of_order", 50.0), ("kept", None, 60.0)]),
+    ],
+)
 def test_cti_violations_follow_the_policy(action, expected):
     """An enqueued CTI at 50: an event before it violates it (AdvanceTimePolicy Drop/Adjust)."""
     p = Processor(OrderingPolicy(action=action), trace=True)

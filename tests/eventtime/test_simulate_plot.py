@@ -56,7 +56,10 @@ def test_one_panel_per_swept_value_sharing_their_axes(tmp_path):
     fig = build(sample(tmp_path / "s.csv"), *HOPPING, sweep="out_of_order=0s,2s,5s,30s")
     axes = fig.get_axes()
     assert [ax.get_title().split("\n")[0] for ax in axes] == [
-        "out_of_order=0s", "out_of_order=2s", "out_of_order=5s", "out_of_order=30s"
+        "out_of_order=0s",
+        "out_of_order=2s",
+        "out_of_order=5s",
+        "out_of_order=30s",
     ]
     assert all(ax.get_shared_x_axes().joined(axes[0], ax) for ax in axes)
     # the panels differ as the table does: fewer adjusted events as the tolerance grows
@@ -103,8 +106,19 @@ def test_window_labels_overlap_no_label_and_no_point(tmp_path):
 
 
 def test_the_legend_has_every_window_colour_and_every_mark(tmp_path):
-    fig = build(DATA / "asa_watermarks.csv", "--early-arrival", "5m", "--late-arrival", "5m", "--out-of-order", "2m",
-                "--window", "tumbling:5m", "--group-by-key", "--flush")
+    fig = build(
+        DATA / "asa_watermarks.csv",
+        "--early-arrival",
+        "5m",
+        "--late-arrival",
+        "5m",
+        "--out-of-order",
+        "2m",
+        "--window",
+        "tumbling:5m",
+        "--group-by-key",
+        "--flush",
+    )
     [legend] = fig.legends
     labels = [t.get_text() for t in legend.get_texts()]
     assert labels[0] == "window, first event's arrival → close (shades alternate)"
@@ -129,7 +143,11 @@ def test_the_command_writes_the_png(tmp_path, sweep):
 
     png = tmp_path / "out.png"
     args = [sys.executable, "-m", "streams.cli", "simulate", *HOPPING, "--plot", str(png)]
-    result = subprocess.run([*args, *(["--sweep", sweep] if sweep else []), str(sample(tmp_path / "s.csv"))],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*args, *(["--sweep", sweep] if sweep else []), str(sample(tmp_path / "s.csv"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

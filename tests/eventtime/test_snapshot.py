@@ -17,7 +17,9 @@ def events(n: int, seed: int = 7) -> list[Ev]:
     out = []
     for i in range(n):
         t = i * 0.7 + rng.uniform(-3, 3)  # out of order within 3 s
-        out.append(Ev(value={"k": rng.choice("abc"), "v": i}, event_time=t, arrival_time=i * 0.7, token=SequenceToken(i, 0)))
+        out.append(
+            Ev(value={"k": rng.choice("abc"), "v": i}, event_time=t, arrival_time=i * 0.7, token=SequenceToken(i, 0))
+        )
     return out
 
 
@@ -69,7 +71,10 @@ def test_a_restored_processor_keeps_its_watermark_and_counters():
 def test_a_count_pane_is_a_number_and_a_collect_pane_its_values():
     count = Processor(OrderingPolicy(), Tumbling(3600), Count())
     collect = Processor(OrderingPolicy(), Tumbling(3600), Collect(), select="v")
-    evs = [Ev(value={"v": "x" * 100}, event_time=float(i), arrival_time=float(i), token=SequenceToken(i, 0)) for i in range(1000)]
+    evs = [
+        Ev(value={"v": "x" * 100}, event_time=float(i), arrival_time=float(i), token=SequenceToken(i, 0))
+        for i in range(1000)
+    ]
     count.on_events(evs)
     collect.on_events(evs)
     assert len(count.snapshot()) < 300  # one number, whatever the events

@@ -47,7 +47,10 @@ def test_simulate_closes_quiet_keys_by_the_floor_and_counts_their_delay():
     trace = replay(rows, options)
     closed = [(w.key, w.closed_at) for w in trace if hasattr(w, "closed_at")]
     assert closed == [("a", 16.0), ("b", 16.0)]
-    windowless = summarize(rows, replay(rows, ReplayOptions(OrderingPolicy(over="key", late_arrival=5))),
-                           ReplayOptions(OrderingPolicy(over="key", late_arrival=5)))
+    windowless = summarize(
+        rows,
+        replay(rows, ReplayOptions(OrderingPolicy(over="key", late_arrival=5))),
+        ReplayOptions(OrderingPolicy(over="key", late_arrival=5)),
+    )
     # b's event (t=2) is final at 16 (the floor 11 passed it): 14 s; a's at 16: 15 s
     assert windowless.mean_delay == (15.0 + 14.0) / 2

@@ -88,7 +88,10 @@ def test_late_arrival_moves_the_floor_of_every_substream_at_each_arrival():
     p = Processor(OrderingPolicy(over="key", late_arrival=60), trace=True)
     trace = feed(p, events([(100, 100, "a"), (100, 200, "b")]))
     assert [(a.substream, a.watermark) for a in advances(trace)] == [
-        (None, 40.0), ("a", 100.0), (None, 140.0), ("b", 140.0),
+        (None, 40.0),
+        ("a", 100.0),
+        (None, 140.0),
+        ("b", 140.0),
     ]
     assert p.metrics().substream_watermarks == {"a": 140.0, "b": 140.0}
     tick = p.on_tick(300.0).trace

@@ -66,9 +66,7 @@ def test_murmur2_gives_kafkas_own_values_and_aiokafkas_partitions():
     assert {k: murmur2(k) - (1 << 32) * (murmur2(k) >= 1 << 31) for k in known} == known
     partitions = list(range(8))
     keys = [f"sensor-{n}".encode() for n in range(500)] + [bytes(range(n)) for n in range(12)]
-    assert [kafka_partition(k, 8) for k in keys] == [
-        DefaultPartitioner()(k, partitions, partitions) for k in keys
-    ]
+    assert [kafka_partition(k, 8) for k in keys] == [DefaultPartitioner()(k, partitions, partitions) for k in keys]
     mapper = KafkaPartitionMapper(8)
     assert [mapper.get_queue_for_stream(StreamId("any", k.decode())).number for k in keys[:500]] == [
         DefaultPartitioner()(k, partitions, partitions) for k in keys[:500]
@@ -188,14 +186,15 @@ async def test_keys_timestamps_headers_and_the_records_that_do_not_decode(kafka_
     assert len(seen) == 5 and len({token for *_, token in seen}) == 5  # told apart by token
     assert [n for key, n, *_ in seen if key == "a"] == [1, 6]  # a stream's order is kept
     assert sorted((d.queue, d.sequence_number, d.payload) for d in letters) == [
-        (0, 2, b"{not json"), (0, 4, b'{"n": 5}'), (0, 6, b""), (0, 7, b'{"n": 8}'),
+        (0, 2, b"{not json"),
+        (0, 4, b'{"n": 5}'),
+        (0, 6, b""),
+        (0, 7, b'{"n": 8}'),
     ]
     assert all(f"{kafka_topic} partition 0 offset {d.sequence_number} " in d.detail for d in letters)
 
 
-async def test_acknowledged_offsets_are_committed_and_a_restart_reads_only_what_came_after(
-    kafka_broker, kafka_topic
-):
+async def test_acknowledged_offsets_are_committed_and_a_restart_reads_only_what_came_after(kafka_broker, kafka_topic):
     await make_topic(kafka_broker, kafka_topic)
     first = [(f"k{n % 3}".encode(), json.dumps({"n": n}).encode(), None, None, None) for n in range(30)]
     await produce(kafka_broker, kafka_topic, *first)
@@ -260,22 +259,31 @@ async def test_msgpack_text_and_a_format_of_ones_own(kafka_broker, kafka_topic):
 # -- several topics ------------------------------------------------------------------------
 
 
-async def test_two_co_partitioned_topics_are_read_together_and_positions_commit_per_topic(
-    kafka_broker, kafka_topic
-):
+async def test_two_co_partitioned_topics_are_read_together_and_positions_commit_per_topic(kafka_broker, kafka_topic):
     tolls, prices = f"{kafka_topic}-tolls", f"{kafka_topic}-prices"
     await make_topic(kafka_broker, tolls)
     await make_topic(kafka_broker, prices)
     # One record per produce request: Tansu answers a partition's end offset as one past the
     # first offset of its last record batch, so a restart after batched writes would see its
     # committed offset "past the end" (a real Kafka counts records).
-    await produce(kafka_broker, tolls, *[(f"plaza-{n % 5}".encode(), json.dumps({"toll": n}).encode(), None, None, None) for n in range(40)])
-    await produce(kafka_broker, prices, *[(f"plaza-{n % 5}".encode(), json.dumps({"price": n}).encode(), None, None, None) for n in range(15)])
+    await produce(
+        kafka_broker,
+        tolls,
+        *[(f"plaza-{n % 5}".encode(), json.dumps({"toll": n}).encode(), None, None, None) for n in range(40)],
+    )
+    await produce(
+        kafka_broker,
+        prices,
+        *[(f"plaza-{n % 5}".encode(), json.dumps({"price": n}).encode(), None, None, None) for n in range(15)],
+    )
     got: dict[StreamId, list] = {}
 
     def start() -> StreamProvider:
         provider = StreamProvider.kafka(
-            kafka_broker, topics={"tolls": tolls, "prices": prices}, queues=QUEUES, records="json",
+            kafka_broker,
+            topics={"tolls": tolls, "prices": prices},
+            queues=QUEUES,
+            records="json",
             kafka={"idempotent": False, "group_membership": False},
         )
 
@@ -311,7 +319,10 @@ async def test_topics_with_different_partition_counts_are_refused_clearly(kafka_
     await make_topic(kafka_broker, kafka_topic + "-a", 4)
     await make_topic(kafka_broker, kafka_topic + "-b", 2)
     provider = StreamProvider.kafka(
-        kafka_broker, topics={"a": kafka_topic + "-a", "b": kafka_topic + "-b"}, queues=4, records="json",
+        kafka_broker,
+        topics={"a": kafka_topic + "-a", "b": kafka_topic + "-b"},
+        queues=4,
+        records="json",
         kafka={"idempotent": False},
     )
     with pytest.raises(ConfigurationError) as refused:
@@ -338,7 +349,15 @@ async def test_event_times_in_epoch_milliseconds_and_iso_text_make_the_same_wind
     from datetime import UTC, datetime
 
     records = [
-        (b"d", json.dumps({"ts": (t0 + o) * 1000, "at": datetime.fromtimestamp(t0 + o, UTC).isoformat().replace("+00:00", "Z")}).encode(), None, None, None)
+        (
+            b"d",
+            json.dumps(
+                {"ts": (t0 + o) * 1000, "at": datetime.fromtimestamp(t0 + o, UTC).isoformat().replace("+00:00", "Z")}
+            ).encode(),
+            None,
+            None,
+            None,
+        )
         for o in offsets
     ]
     await produce(kafka_broker, kafka_topic, *records)
@@ -377,6 +396,8 @@ def test_a_config_file_names_the_format_of_a_topic_others_write(tmp_path):
     provider = load_config(tmp_path / "headrace.toml", environ={}).provider()
     settings = provider.factory.settings
     assert (settings.record_format.name, settings.namespaces, settings.key_field) == (
-        "json", {"readings": "sensors"}, "device"
+        "json",
+        {"readings": "sensors"},
+        "device",
     )
     assert isinstance(provider.mapper, KafkaPartitionMapper)

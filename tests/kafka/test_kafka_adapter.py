@@ -40,9 +40,7 @@ async def kafka(bootstrap: str, topic: str, **settings: Any) -> AsyncIterator[Ka
 
 
 @asynccontextmanager
-async def receiving(
-    factory: KafkaAdapterFactory, queue: QueueId
-) -> AsyncIterator[KafkaQueueReceiver]:
+async def receiving(factory: KafkaAdapterFactory, queue: QueueId) -> AsyncIterator[KafkaQueueReceiver]:
     receiver = (await factory.create_adapter()).create_receiver(queue)
     await receiver.initialize()
     try:
@@ -66,22 +64,16 @@ def streams_on(factory: KafkaAdapterFactory, queue: QueueId, count: int) -> list
 async def publish(factory: KafkaAdapterFactory, sid: StreamId, values: list[Any]) -> None:
     adapter = await factory.create_adapter()
     payload = BatchContainer(sid, BatchKind.DATA, 1.0, values).encode()
-    await adapter.queue_message_batch(
-        factory.get_queue_mapper().get_queue_for_stream(sid), sid, payload
-    )
+    await adapter.queue_message_batch(factory.get_queue_mapper().get_queue_for_stream(sid), sid, payload)
 
 
 def values(messages: list[QueueMessage]) -> list[Any]:
     return [v for m in messages for v in BatchContainer.decode(m.payload).values]
 
 
-async def committed_in_kafka(
-    bootstrap: str, topic: str, group_id: str, queue: QueueId
-) -> int | None:
+async def committed_in_kafka(bootstrap: str, topic: str, group_id: str, queue: QueueId) -> int | None:
     """The group's committed offset for the queue, as another Kafka client sees it."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False)
     await consumer.start()
     try:
         committed: int | None = await consumer.committed(TopicPartition(topic, queue.number))
@@ -93,9 +85,7 @@ async def committed_in_kafka(
 # -- the topic ------------------------------------------------------------------------------
 
 
-async def test_an_absent_topic_is_created_with_one_partition_per_queue(
-    kafka_broker: str, kafka_topic: str
-) -> None:
+async def test_an_absent_topic_is_created_with_one_partition_per_queue(kafka_broker: str, kafka_topic: str) -> None:
     async with kafka(kafka_broker, kafka_topic, queues=5) as factory:
         adapter = await factory.create_adapter()
         assert isinstance(adapter, QueueAdapter) and adapter.is_rewindable
@@ -110,9 +100,7 @@ async def test_an_absent_topic_is_created_with_one_partition_per_queue(
         await again.create_adapter()
 
 
-async def test_a_topic_with_another_partition_count_is_refused(
-    kafka_broker: str, kafka_topic: str
-) -> None:
+async def test_a_topic_with_another_partition_count_is_refused(kafka_broker: str, kafka_topic: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
     await admin.start()
     try:
@@ -120,9 +108,7 @@ async def test_a_topic_with_another_partition_count_is_refused(
     finally:
         await admin.close()
     async with kafka(kafka_broker, kafka_topic, queues=4) as factory:
-        with pytest.raises(
-            ConfigurationError, match=r"has 3 partitions but queues=4: use queues=3"
-        ):
+        with pytest.raises(ConfigurationError, match=r"has 3 partitions but queues=4: use queues=3"):
             await factory.create_adapter()
 
 
@@ -138,9 +124,7 @@ def test_settings_are_checked_when_the_factory_is_made() -> None:
 # -- where records land ---------------------------------------------------------------------
 
 
-async def test_each_stream_goes_to_the_partition_of_its_mapped_queue(
-    kafka_broker: str, kafka_topic: str
-) -> None:
+async def test_each_stream_goes_to_the_partition_of_its_mapped_queue(kafka_broker: str, kafka_topic: str) -> None:
     streams = [StreamId("placement", str(n)) for n in range(40)]
     async with kafka(kafka_broker, kafka_topic) as factory:
         for round_ in range(3):
@@ -169,9 +153,7 @@ async def test_each_stream_goes_to_the_partition_of_its_mapped_queue(
     assert len({p for ps in partitions.values() for p in ps}) == QUEUES  # all queues in use
 
 
-async def test_streams_keep_their_order_when_produced_concurrently(
-    kafka_broker: str, kafka_topic: str
-) -> None:
+async def test_streams_keep_their_order_when_produced_concurrently(kafka_broker: str, kafka_topic: str) -> None:
     async with kafka(kafka_broker, kafka_topic) as factory:
         adapter = await factory.create_adapter()
         streams = streams_on(factory, Q0, 5)
@@ -179,10 +161,7 @@ async def test_streams_keep_their_order_when_produced_concurrently(
         async def one_stream(sid: StreamId) -> None:
             for n in range(0, 30, 3):  # three records at a time, then one by one
                 await adapter.queue_message_batches(
-                    [
-                        (Q0, sid, BatchContainer(sid, BatchKind.DATA, 1.0, [n + i]).encode())
-                        for i in range(3)
-                    ]
+                    [(Q0, sid, BatchContainer(sid, BatchKind.DATA, 1.0, [n + i]).encode()) for i in range(3)]
                 )
 
         async with anyio.create_task_group() as tg:
@@ -223,9 +202,7 @@ async def test_acknowledged_offsets_are_committed_to_kafka_and_a_restart_resumes
     assert [m.payload for m in resumed] == [m.payload for m in first[6:]]
 
 
-async def test_unacknowledged_records_are_read_again_after_a_restart(
-    kafka_broker: str, kafka_topic: str
-) -> None:
+async def test_unacknowledged_records_are_read_again_after_a_restart(kafka_broker: str, kafka_topic: str) -> None:
     for attempt in range(2):
         async with kafka(kafka_broker, kafka_topic) as factory:
             if attempt == 0:
@@ -236,9 +213,7 @@ async def test_unacknowledged_records_are_read_again_after_a_restart(
     assert await committed_in_kafka(kafka_broker, kafka_topic, "headrace", Q0) is None
 
 
-async def test_commits_are_throttled_and_flushed_on_shutdown(
-    kafka_broker: str, kafka_topic: str
-) -> None:
+async def test_commits_are_throttled_and_flushed_on_shutdown(kafka_broker: str, kafka_topic: str) -> None:
     group = f"{kafka_topic}-group"
     async with kafka(kafka_broker, kafka_topic, group_id=group, commit_interval=3600) as factory:
         (sid,) = streams_on(factory, Q0, 1)
@@ -272,9 +247,7 @@ async def test_with_no_committed_offset_reading_starts_as_configured(
 # -- rewind and foreign records -------------------------------------------------------------
 
 
-async def test_read_range_rewinds_with_its_own_consumer(
-    kafka_broker: str, kafka_topic: str
-) -> None:
+async def test_read_range_rewinds_with_its_own_consumer(kafka_broker: str, kafka_topic: str) -> None:
     async with kafka(kafka_broker, kafka_topic) as factory:
         (sid,) = streams_on(factory, Q0, 1)
         for n in range(8):
@@ -288,9 +261,7 @@ async def test_read_range_rewinds_with_its_own_consumer(
             assert values(await drain(receiver)) == [5, 6, 7]  # the position did not move
 
 
-async def test_records_from_other_writers_come_back_raw_with_their_offsets(
-    kafka_broker: str, kafka_topic: str
-) -> None:
+async def test_records_from_other_writers_come_back_raw_with_their_offsets(kafka_broker: str, kafka_topic: str) -> None:
     garbage, foreign = b"\xc1 not msgpack", msgpack.packb({"event": "not ours"})
     async with kafka(kafka_broker, kafka_topic) as factory:
         (sid,) = streams_on(factory, Q0, 1)
@@ -371,9 +342,7 @@ async def test_an_unreachable_broker_fails_with_a_clear_error_after_the_give_up_
 ) -> None:
     nowhere = f"127.0.0.1:{free_port()}"
     async with kafka(nowhere, kafka_topic, give_up_after=0.5, request_timeout=0.3) as factory:
-        with pytest.raises(
-            QueueAdapterError, match=rf"Kafka at {nowhere} has been unreachable for \d+ s"
-        ):
+        with pytest.raises(QueueAdapterError, match=rf"Kafka at {nowhere} has been unreachable for \d+ s"):
             await factory.create_adapter()
 
 
@@ -398,9 +367,7 @@ async def test_a_group_that_kafka_consumers_joined_is_refused_with_a_clear_error
                     await anyio.sleep(0.05)  # until the member has joined the group
             async with receiving(factory, Q0) as receiver:
                 messages = await drain(receiver)
-                with pytest.raises(
-                    QueueAdapterError, match="must not be used by consumers that join"
-                ):
+                with pytest.raises(QueueAdapterError, match="must not be used by consumers that join"):
                     await receiver.messages_delivered([m.token for m in messages])
         finally:
             await member.stop()

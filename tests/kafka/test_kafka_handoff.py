@@ -64,7 +64,11 @@ async def test_each_window_is_appended_once_even_by_a_new_sink(kafka_broker: str
     finally:
         await restarted.close()
     assert await valid_rows(kafka_broker, kafka_topic, 0) == [
-        ("a", 60.0), ("a", 120.0), ("a", 180.0), ("a", 240.0), ("a", 60.0)
+        ("a", 60.0),
+        ("a", 120.0),
+        ("a", 180.0),
+        ("a", 240.0),
+        ("a", 60.0),
     ]
     assert await valid_rows(kafka_broker, kafka_topic, 1) == [("b", 60.0)]
 
@@ -172,7 +176,5 @@ async def test_released_events_are_appended_once_across_a_replay(kafka_broker: s
     async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
         _, end = await log.offsets("readings")
         records = await log.records("readings", 0, 0, end[0])
-    values = [
-        v for r in records if r.valid for v in pa.Table.from_batches(r.batches())["value"].to_pylist()
-    ]
+    values = [v for r in records if r.valid for v in pa.Table.from_batches(r.batches())["value"].to_pylist()]
     assert values == [0.0, 2.0, 1.0]

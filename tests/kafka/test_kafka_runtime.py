@@ -46,7 +46,9 @@ async def test_events_reach_consumers_in_order_and_a_restart_resumes_after_commi
     assert all(r.values == [20, 21] for r in second.values())
 
 
-async def test_a_record_another_program_wrote_is_dead_lettered_and_the_agent_goes_on(kafka_broker, kafka_topic, tmp_path):
+async def test_a_record_another_program_wrote_is_dead_lettered_and_the_agent_goes_on(
+    kafka_broker, kafka_topic, tmp_path
+):
     sid = StreamId("k", "mixed")
     rec = Recorder()
     provider = kafka_provider(kafka_broker, kafka_topic, store=tmp_path / "local")

@@ -20,16 +20,29 @@ async def test_prices_from_one_topic_release_tolls_from_another_in_event_time(ka
     tolls, prices = f"{kafka_topic}-tolls", f"{kafka_topic}-prices"
     await make_topic(kafka_broker, tolls)
     await make_topic(kafka_broker, prices)
-    await produce(kafka_broker, prices, *[
-        (p.encode(), json.dumps({"t": T0 + t, "price": 10.0 * i + t}).encode(), None, None, None)
-        for t in (0, 10) for i, p in enumerate(PLAZAS)
-    ])
-    await produce(kafka_broker, tolls, *[
-        (p.encode(), json.dumps({"t": T0 + n + 0.5, "n": n}).encode(), None, None, None)
-        for n in range(15) for p in PLAZAS
-    ])
+    await produce(
+        kafka_broker,
+        prices,
+        *[
+            (p.encode(), json.dumps({"t": T0 + t, "price": 10.0 * i + t}).encode(), None, None, None)
+            for t in (0, 10)
+            for i, p in enumerate(PLAZAS)
+        ],
+    )
+    await produce(
+        kafka_broker,
+        tolls,
+        *[
+            (p.encode(), json.dumps({"t": T0 + n + 0.5, "n": n}).encode(), None, None, None)
+            for n in range(15)
+            for p in PLAZAS
+        ],
+    )
     provider = StreamProvider.kafka(
-        kafka_broker, topics={"tolls": tolls, "prices": prices}, queues=QUEUES, records="json",
+        kafka_broker,
+        topics={"tolls": tolls, "prices": prices},
+        queues=QUEUES,
+        records="json",
         kafka={"idempotent": False, "group_membership": False},
     )
     built: list[StreamId] = []

@@ -27,9 +27,7 @@ def test_many_failures_make_one_outage_with_one_line_at_each_end(
     outage.recovered()
     lines = warnings(caplog)
     assert len(lines) == 2 and outage.outages == 1 and not outage.ongoing
-    assert lines[0] == (
-        "server A is unreachable (refused); retrying with back-off, positions and data are kept"
-    )
+    assert lines[0] == ("server A is unreachable (refused); retrying with back-off, positions and data are kept")
     assert lines[1].startswith("server A is reachable again after ")
 
 
@@ -90,9 +88,7 @@ async def test_retry_transient_retries_until_success() -> None:
             raise ConnectionRefusedError("refused")
         return "done"
 
-    result = await retry_transient(
-        flaky, what="x", outage=outage, is_transient=lambda e: True, give_up_after=10
-    )
+    result = await retry_transient(flaky, what="x", outage=outage, is_transient=lambda e: True, give_up_after=10)
     assert (result, len(attempts), outage.outages, outage.ongoing) == ("done", 3, 1, False)
 
 
@@ -109,16 +105,12 @@ async def test_retry_transient_raises_other_errors_at_once_and_gives_up_clearly(
         return isinstance(exc, ConnectionError)
 
     with pytest.raises(ValueError, match="a bug"):
-        await retry_transient(
-            broken, what="x", outage=outage, is_transient=transient, give_up_after=10
-        )
+        await retry_transient(broken, what="x", outage=outage, is_transient=transient, give_up_after=10)
     assert not outage.ongoing
     with pytest.raises(
         QueueAdapterError,
         match=r"^enqueueing failed: server A has been unreachable for 0 s "
         r"\(ConnectionRefusedError: refused\); check that it is running",
     ):
-        await retry_transient(
-            down, what="enqueueing", outage=outage, is_transient=transient, give_up_after=0.2
-        )
+        await retry_transient(down, what="enqueueing", outage=outage, is_transient=transient, give_up_after=0.2)
     assert outage.ongoing

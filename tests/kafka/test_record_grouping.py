@@ -27,8 +27,11 @@ def reader(*tps: TopicPartition, at: dict | None = None) -> GroupedRecords:
 def test_one_message_per_stream_at_its_first_record_and_dead_letters_in_between():
     grouped = reader(A, at={A: 10})
     records = [
-        record(A, 10, b"x", b"1"), record(A, 11, b"y", b"2"), record(A, 12, b"x", b"bad"),
-        record(A, 13, b"x", b"3"), record(A, 14, b"y", b"4"),
+        record(A, 10, b"x", b"1"),
+        record(A, 11, b"y", b"2"),
+        record(A, 12, b"x", b"bad"),
+        record(A, 13, b"x", b"3"),
+        record(A, 14, b"y", b"4"),
     ]
     messages = grouped.messages({A: records})
     assert [m.sequence_number for m in messages] == [10, 11, 12]  # positions are offsets
@@ -46,12 +49,17 @@ def test_one_message_per_stream_at_its_first_record_and_dead_letters_in_between(
 
 def test_several_topics_get_growing_positions_and_commit_each_their_own_offsets():
     grouped = reader(A, B, at={A: 100, B: 5})
-    first = grouped.messages({A: [record(A, 100, b"k", b"1"), record(A, 101, b"k", b"2")], B: [record(B, 5, b"k", b"3")]})
+    first = grouped.messages(
+        {A: [record(A, 100, b"k", b"1"), record(A, 101, b"k", b"2")], B: [record(B, 5, b"k", b"3")]}
+    )
     second = grouped.messages({B: [record(B, 6, b"j", b"4")], A: [record(A, 102, b"k", b"5")]})
     positions = [m.sequence_number for m in first + second]
     assert positions == sorted(positions) and len(set(positions)) == 4
     assert [m.decoded.stream_id for m in first + second] == [
-        StreamId("A", "k"), StreamId("B", "k"), StreamId("A", "k"), StreamId("B", "j"),
+        StreamId("A", "k"),
+        StreamId("B", "k"),
+        StreamId("A", "k"),
+        StreamId("B", "j"),
     ]
     assert grouped.acknowledged(positions[0]) == {A: 102, B: 5}
     assert grouped.acknowledged(positions[1]) == {A: 102, B: 6}

@@ -128,7 +128,9 @@ async def test_headrace_status_shows_the_slowest_substreams_not_a_label_per_key(
         assert provider.store is not None
         await StatusReporter(provider, provider.store, interval=60.0).report()
         families = {f.name for f in metric_families(take_snapshot(provider), {})}
-        status = await anyio.to_thread.run_sync(lambda: json_of(headrace("status", "--path", "store", "--json", cwd=tmp_path)))
+        status = await anyio.to_thread.run_sync(
+            lambda: json_of(headrace("status", "--path", "store", "--json", cwd=tmp_path))
+        )
         table = await anyio.to_thread.run_sync(lambda: headrace("status", "--path", "store", cwd=tmp_path))
     [agent] = [q["agent"] for q in status["queues"] if q["agent"]]
     assert agent["slowest_substreams"] == (

@@ -80,7 +80,11 @@ async def test_json_lines_hold_the_same_fields(tmp_path, capture):
     entries = [json.loads(line) for line in out.getvalue().splitlines()]
     [agent] = [e for e in entries if "do not decode" in e["msg"]]
     assert (agent["logger"], agent["level"], agent["worker"], agent["queue"], agent["stream"]) == (
-        "headrace.agent", "warning", WORKER, queue, None,
+        "headrace.agent",
+        "warning",
+        WORKER,
+        queue,
+        None,
     )
     [delivery] = [e for e in entries if "delivery failed" in e["msg"]]
     assert (delivery["worker"], delivery["queue"], delivery["stream"]) == (WORKER, queue, str(flaky))

@@ -97,7 +97,9 @@ async def test_scrape_reports_what_was_published(tmp_path):
                 reads = value(samples, "headrace_queue_read_seconds_count", worker=WORKER, queue=q)
                 assert reads >= 1
                 assert value(samples, "headrace_queue_read_seconds_bucket", worker=WORKER, queue=q, le="+Inf") == reads
-            assert total(samples, "headrace_cache_batches") == sum(records.values()) - 1  # the corrupt one is not cached
+            assert (
+                total(samples, "headrace_cache_batches") == sum(records.values()) - 1
+            )  # the corrupt one is not cached
             assert value(samples, "headrace_cache_max_batches", worker=WORKER, queue="0") == 4096
 
     # The endpoint is gone with its context; the worker has left.
@@ -129,9 +131,13 @@ def test_metric_names_say_their_unit():
     from streams.observability.metrics import METRICS
 
     posix = {name for name, (_, doc) in METRICS.items() if "POSIX" in doc}
-    assert posix == {name for name in METRICS if name.endswith("_timestamp_seconds")} == {
-        "headrace_eventtime_watermark_timestamp_seconds",
-        "headrace_eventtime_input_watermark_timestamp_seconds",
-    }
+    assert (
+        posix
+        == {name for name in METRICS if name.endswith("_timestamp_seconds")}
+        == {
+            "headrace_eventtime_watermark_timestamp_seconds",
+            "headrace_eventtime_input_watermark_timestamp_seconds",
+        }
+    )
     cache_sizes = {name for name in METRICS if name.startswith("headrace_cache_") and "pressure" not in name}
     assert cache_sizes == {"headrace_cache_batches", "headrace_cache_max_batches"}

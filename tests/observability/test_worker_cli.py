@@ -24,10 +24,25 @@ async def test_worker_serves_metrics_and_logs_json(tmp_path):
     store, port = tmp_path / "store", free_port()
     stderr = tmp_path / "worker.log"
     worker = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "worker", "--app", "tests.observability.worker_app:make_provider",
-         "--name", "w-cli", "--metrics-port", str(port), "--log-format", "json"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "HEADRACE_TEST_STORE": str(store)},
-        stdout=subprocess.PIPE, stderr=stderr.open("w"), text=True,
+        [
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "worker",
+            "--app",
+            "tests.observability.worker_app:make_provider",
+            "--name",
+            "w-cli",
+            "--metrics-port",
+            str(port),
+            "--log-format",
+            "json",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HEADRACE_TEST_STORE": str(store)},
+        stdout=subprocess.PIPE,
+        stderr=stderr.open("w"),
+        text=True,
     )
     try:
         assert worker.stdout is not None
@@ -54,6 +69,10 @@ async def test_worker_serves_metrics_and_logs_json(tmp_path):
     queue = client.mapper.get_queue_for_stream(sid).number
     agent = next(e for e in entries if "do not decode" in e["msg"])
     assert (agent["logger"], agent["level"], agent["worker"], agent["queue"], agent["stream"]) == (
-        "headrace.agent", "warning", "w-cli", queue, None,
+        "headrace.agent",
+        "warning",
+        "w-cli",
+        queue,
+        None,
     )
     assert all(e["worker"] == "w-cli" for e in entries)

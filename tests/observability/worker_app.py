@@ -11,7 +11,6 @@ from streams import StreamId, StreamProvider
 QUEUES = 2
 
 
-
 def make_provider() -> StreamProvider:
     provider = StreamProvider.embedded(os.environ["HEADRACE_TEST_STORE"], queues=QUEUES)
 

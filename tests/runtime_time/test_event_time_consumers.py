@@ -36,7 +36,10 @@ async def test_windowed_consumer_gets_results_with_bounds_and_keys_and_dead_lett
 
     stream = provider.get_stream(StreamId("tolls", "plaza-1"))
     readings = [  # (event time offset, booth, toll)
-        (1, "a", 2.0), (10, "b", 3.0), (30, "a", 4.0), (59, "b", 1.0),
+        (1, "a", 2.0),
+        (10, "b", 3.0),
+        (30, "a", 4.0),
+        (59, "b", 1.0),
         (61, "a", 5.0),  # watermark 56: nothing closes yet
         (50, "a", 100.0),  # 6 s below the watermark (56): out of order beyond 5 s -> dropped
         (70, "b", 6.0),  # watermark 65 >= 60: window [0, 60) closes for both booths

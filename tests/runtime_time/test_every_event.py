@@ -42,7 +42,9 @@ async def run(values: list[dict], policy: OrderingPolicy) -> tuple[list, dict[st
 
 
 async def test_a_nan_time_dead_letters_that_event_only():
-    results, letters = await run([{"time": 1.0}, {"time": math.nan}, {"time": 2.0}], OrderingPolicy(timestamp_by="time"))
+    results, letters = await run(
+        [{"time": 1.0}, {"time": math.nan}, {"time": 2.0}], OrderingPolicy(timestamp_by="time")
+    )
     assert results == [(0.0, 10.0, 2)]
     assert list(letters) == ["invalid_timestamp"]
     [letter] = letters["invalid_timestamp"]

@@ -132,7 +132,10 @@ async def _come_and_go(windowed: bool, rounds: int, per_round: int) -> tuple[lis
     deactivated before the next round. Returns the allocated blocks and the objects the
     collector tracks after each round."""
     provider = StreamProvider.memory(
-        queues=4, cache_size=256, cache_buckets=4, stream_inactivity_period=0.05,
+        queues=4,
+        cache_size=256,
+        cache_buckets=4,
+        stream_inactivity_period=0.05,
         get_queue_msgs_timer_period=0.01,
     )
     seen, deactivated = [0], [0]

@@ -76,7 +76,10 @@ async def test_silent_prices_hold_tolls_back_until_they_pass_them():
         await _publish(provider, "prices", "b1", 6, price=12.0)  # prices pass 1, 2, 5 (and 6)
         await drained(provider)
         assert log[1:] == [
-            ("toll", 1, 0, 10.0), ("toll", 2, 1, 10.0), ("toll", 5, 2, 10.0), ("price", 6, 12.0),
+            ("toll", 1, 0, 10.0),
+            ("toll", 2, 1, 10.0),
+            ("toll", 5, 2, 10.0),
+            ("price", 6, 12.0),
         ]
         holds.append(activation.checkpoint_hold())
         await provider.get_stream(StreamId("prices", "b1")).on_completed()  # +inf: tolls hold now
@@ -127,7 +130,11 @@ async def test_imported_prices_follow_tolls_so_tolls_flow_with_no_new_price():
         # the price in force holds the checkpoint (a restart replays it before the tolls)
         hold = activation.checkpoint_hold()
     assert log == [
-        ("price", 0, 10.0), ("toll", 1, 0, 10.0), ("toll", 2, 1, 10.0), ("toll", 5, 2, 10.0), ("toll", 8, 3, 10.0),
+        ("price", 0, 10.0),
+        ("toll", 1, 0, 10.0),
+        ("toll", 2, 1, 10.0),
+        ("toll", 5, 2, 10.0),
+        ("toll", 8, 3, 10.0),
     ]
     assert m.watermarks == {"tolls": T0 + 8, "prices": T0 + 8}
     assert hold == tokens[("prices", 10.0)]
@@ -140,7 +147,10 @@ async def test_windows_over_merged_inputs_close_by_the_slower_input():
     @provider.implicit("tolls", "fees")
     class Revenue:
         event_time = EventTime(
-            OrderingPolicy(timestamp_by="t"), Tumbling(10, origin=T0), Sum(), select="amount",
+            OrderingPolicy(timestamp_by="t"),
+            Tumbling(10, origin=T0),
+            Sum(),
+            select="amount",
             inputs=("tolls", "fees"),
         )
 
@@ -166,8 +176,12 @@ def test_a_merged_type_must_read_exactly_its_inputs():
 
     class Wrong:
         event_time = EventTime(OrderingPolicy(), inputs=("tolls", "fees"))
-        def __init__(self, stream_id): pass
-        def on_events(self, events): pass
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_events(self, events):
+            pass
 
     with pytest.raises(ConfigurationError, match=r"inputs=\('tolls', 'prices'\)"):
         provider.implicit("tolls", "prices")(Wrong)

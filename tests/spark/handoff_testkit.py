@@ -41,15 +41,10 @@ def window_results(events: Sequence[RawEvent]) -> list[WindowRow]:
         cell = acc[(micros - micros % size, key)]
         cell[0] += 1
         cell[1] += value
-    return [
-        (start, start + size, key, int(count), total)
-        for (start, key), (count, total) in sorted(acc.items())
-    ]
+    return [(start, start + size, key, int(count), total) for (start, key), (count, total) in sorted(acc.items())]
 
 
-def collect_windows(
-    df: DataFrame, start: str = "window_start", end: str = "window_end"
-) -> list[WindowRow]:
+def collect_windows(df: DataFrame, start: str = "window_start", end: str = "window_end") -> list[WindowRow]:
     """The window rows of ``df``, sorted, with times in microseconds (comparable exactly)."""
     columns = [F.unix_micros(start), F.unix_micros(end), "key", "count", "total"]
     return sorted(tuple(r) for r in df.select(*columns).collect())

@@ -49,9 +49,7 @@ def test_batch_read_equals_spark_windows_over_the_raw_events(spark, any_handoff,
     assert collect_windows(df) == expected
 
 
-def test_stream_stopped_and_restarted_delivers_every_window_once(
-    spark, any_handoff, events, expected, tmp_path
-):
+def test_stream_stopped_and_restarted_delivers_every_window_once(spark, any_handoff, events, expected, tmp_path):
     results = window_results(events)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     any_handoff.append_windows(results[: len(results) // 3])
@@ -79,9 +77,7 @@ def admitted_120_at_a_time(spark, handoff: Handoff | KafkaHandoff, table: str, c
     return query
 
 
-def test_max_records_per_trigger_bounds_each_batch_and_commits_trim(
-    spark, handoff, events, expected, tmp_path
-):
+def test_max_records_per_trigger_bounds_each_batch_and_commits_trim(spark, handoff, events, expected, tmp_path):
     results = window_results(events)
     handoff.append_windows(results)
     query = admitted_120_at_a_time(spark, handoff, "admission", tmp_path / "checkpoint")
@@ -98,9 +94,7 @@ def test_max_records_per_trigger_bounds_each_batch_and_commits_trim(
     assert handoff.stream_files() == handoff.indexed_files()
 
 
-def test_processing_time_query_stopped_mid_stream_loses_and_repeats_nothing(
-    spark, handoff, events, expected, tmp_path
-):
+def test_processing_time_query_stopped_mid_stream_loses_and_repeats_nothing(spark, handoff, events, expected, tmp_path):
     results = window_results(events)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     thirds = [results[: len(results) // 3], results[len(results) // 3 : 2 * len(results) // 3]]

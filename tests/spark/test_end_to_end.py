@@ -74,8 +74,11 @@ class Pipeline:
 
 def start_worker(pipeline: Pipeline) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), *pipeline.worker_args()], stdout=subprocess.PIPE, text=True,
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [sys.executable, str(WORKER), *pipeline.worker_args()],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
@@ -104,9 +107,15 @@ async def publish(pipeline: Pipeline, events: list[tuple[str, dict]], complete: 
 
 def run_query(spark, pipeline: Pipeline, out: Path, checkpoint: Path) -> None:
     query = (
-        spark.readStream.format("headrace").options(**pipeline.source_options()).option("stream", "tolls").load()
-        .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
+        spark.readStream.format("headrace")
+        .options(**pipeline.source_options())
+        .option("stream", "tolls")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination(120)
 
@@ -141,7 +150,9 @@ def test_pipeline_survives_worker_kill_and_query_restart(spark, pipeline, tmp_pa
     worker = start_worker(pipeline)  # replays from the checkpoint; handed-off windows are skipped
     try:
         expected = (
-            spark.createDataFrame([(v["t"], v["booth"], v["toll"]) for _, v in events], "t long, booth string, toll double")
+            spark.createDataFrame(
+                [(v["t"], v["booth"], v["toll"]) for _, v in events], "t long, booth string, toll double"
+            )
             .groupBy(F.window(F.timestamp_seconds("t"), f"{WINDOW} seconds"), "booth")
             .agg(F.count("*").alias("count"), F.sum("toll").alias("total"))
             .select(F.col("window.start").alias("s"), F.col("window.end").alias("e"), "booth", "count", "total")
@@ -155,9 +166,17 @@ def test_pipeline_survives_worker_kill_and_query_restart(spark, pipeline, tmp_pa
         worker.wait(timeout=60)
     run_query(spark, pipeline, out, checkpoint)  # the restarted query resumes from its offsets
 
-    got = spark.read.parquet(str(out)).select(
-        F.col("window_start").alias("s"), F.col("window_end").alias("e"), F.col("key").alias("booth"), "count", "total"
-    ).collect()
+    got = (
+        spark.read.parquet(str(out))
+        .select(
+            F.col("window_start").alias("s"),
+            F.col("window_end").alias("e"),
+            F.col("key").alias("booth"),
+            "count",
+            "total",
+        )
+        .collect()
+    )
     as_rows = lambda rows: sorted((r.s, r.e, r.booth, r["count"], r.total) for r in rows)  # noqa: E731
     assert len(got) == len(expected)  # no window lost, none duplicated
     assert as_rows(got) == as_rows(expected)  # none changed

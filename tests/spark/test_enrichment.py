@@ -104,7 +104,9 @@ def test_enriched_tolls_reach_spark_each_once_with_the_price_in_force_across_a_k
         second.wait()
 
     df = spark.read.format("headrace").option("path", str(tmp_path)).option("stream", HANDOFF).load()
-    assert df.schema.simpleString() == "struct<event_time:timestamp,stream_id:string,booth:string,n:bigint,price:double>"
+    assert (
+        df.schema.simpleString() == "struct<event_time:timestamp,stream_id:string,booth:string,n:bigint,price:double>"
+    )
     rows = [tuple(r) for r in df.select("stream_id", F.unix_micros("event_time"), "booth", "n", "price").collect()]
     want = expected(items)
     assert len(rows) == len(want)  # none twice

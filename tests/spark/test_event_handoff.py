@@ -88,7 +88,11 @@ def test_events_reach_spark_in_timestamp_order_each_once_across_a_restart(spark,
     ("event_time", "handoff", "message"),
     [
         (EventTime(OrderingPolicy()), Handoff("x", {"n": "bigint"}), "hands off windows .* has no window"),
-        (EventTime(OrderingPolicy(), Tumbling(10)), EventHandoff("x", {"n": "bigint"}), "hands off events .* has a window"),
+        (
+            EventTime(OrderingPolicy(), Tumbling(10)),
+            EventHandoff("x", {"n": "bigint"}),
+            "hands off events .* has a window",
+        ),
         (None, EventHandoff("x", {"n": "bigint"}), "has no event_time"),
     ],
 )

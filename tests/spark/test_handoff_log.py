@@ -252,9 +252,7 @@ def test_admission_takes_exactly_the_limit_spread_over_partitions(start, extra, 
         assert all(admitted[p] > start.get(p, 0) for p in end if end[p] > start.get(p, 0))
 
 
-record_sizes = st.dictionaries(
-    st.integers(0, 4), st.lists(st.integers(0, 50), max_size=12), max_size=5
-)
+record_sizes = st.dictionaries(st.integers(0, 4), st.lists(st.integers(0, 50), max_size=12), max_size=5)
 
 
 @given(sizes=record_sizes, max_rows=st.integers(1, 200))

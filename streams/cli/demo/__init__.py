@@ -45,26 +45,61 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
-    add("--duration", default=f"{DEFAULTS.duration:g}s", metavar="D",
-        help=f"how long the producers publish: 30s, 2m, or seconds (default {DEFAULTS.duration:g}s)")
-    add("--rate", type=float, default=DEFAULTS.rate, metavar="N",
-        help=f"toll reports per second, all plazas together (default {DEFAULTS.rate:g})")
-    add("--streams", type=int, default=DEFAULTS.streams, metavar="N",
-        help=f"toll plazas, one stream each (default {DEFAULTS.streams})")
-    add("--booths", type=int, default=DEFAULTS.booths, metavar="N",
-        help=f"booths per plaza (default {DEFAULTS.booths})")
+    add(
+        "--duration",
+        default=f"{DEFAULTS.duration:g}s",
+        metavar="D",
+        help=f"how long the producers publish: 30s, 2m, or seconds (default {DEFAULTS.duration:g}s)",
+    )
+    add(
+        "--rate",
+        type=float,
+        default=DEFAULTS.rate,
+        metavar="N",
+        help=f"toll reports per second, all plazas together (default {DEFAULTS.rate:g})",
+    )
+    add(
+        "--streams",
+        type=int,
+        default=DEFAULTS.streams,
+        metavar="N",
+        help=f"toll plazas, one stream each (default {DEFAULTS.streams})",
+    )
+    add(
+        "--booths", type=int, default=DEFAULTS.booths, metavar="N", help=f"booths per plaza (default {DEFAULTS.booths})"
+    )
     add("--queues", type=int, default=DEFAULTS.queues, metavar="N", help=f"queues (default {DEFAULTS.queues})")
-    add("--window", default=f"{DEFAULTS.window:g}s", metavar="D",
-        help=f"tumbling window size (default {DEFAULTS.window:g}s)")
-    add("--path", type=Path, metavar="DIR",
-        help="the embedded store, a new or empty directory kept afterwards (default: a temporary one)")
-    add("--kafka", metavar="HOST:PORT",
+    add(
+        "--window",
+        default=f"{DEFAULTS.window:g}s",
+        metavar="D",
+        help=f"tumbling window size (default {DEFAULTS.window:g}s)",
+    )
+    add(
+        "--path",
+        type=Path,
+        metavar="DIR",
+        help="the embedded store, a new or empty directory kept afterwards (default: a temporary one)",
+    )
+    add(
+        "--kafka",
+        metavar="HOST:PORT",
         help="put the queues on this Kafka cluster (a new topic per run); the handoff log to Spark, "
-             "the dead letters and pub-sub stay in the local store")
-    add("--kafka-option", action="append", default=[], metavar="NAME=VALUE",
-        help="a Kafka adapter setting (KafkaSettings field), e.g. idempotent=false; repeatable")
-    add("--no-spark", dest="spark", action="store_false",
-        help="read the windows from the handoff log instead of a Spark query (no Java needed)")
+        "the dead letters and pub-sub stay in the local store",
+    )
+    add(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Kafka adapter setting (KafkaSettings field), e.g. idempotent=false; repeatable",
+    )
+    add(
+        "--no-spark",
+        dest="spark",
+        action="store_false",
+        help="read the windows from the handoff log instead of a Spark query (no Java needed)",
+    )
     add("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1:PORT")
     add("--log-format", choices=("text", "json"), default="text", help="log lines on stderr (default text)")
 

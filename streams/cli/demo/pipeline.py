@@ -94,9 +94,7 @@ class DemoPipeline:
         # New topics (queues and handoff): the run reconciles alone.
         topic = f"headrace-demo-{uuid.uuid4().hex[:8]}"
         kafka = {**s.kafka_options, "handoff_prefix": topic}
-        provider = StreamProvider.kafka(
-            s.kafka, topic, queues=s.queues, group_id=topic, store=self.store, kafka=kafka
-        )
+        provider = StreamProvider.kafka(s.kafka, topic, queues=s.queues, group_id=topic, store=self.store, kafka=kafka)
         return provider, {"kafka.bootstrap.servers": s.kafka, "topicPrefix": topic}
 
     async def run(self) -> int:

@@ -68,11 +68,16 @@ class StatusLine:
         return Text.assemble(
             (f"{elapsed:4.0f}/{self.duration:.0f}s ", "dim"),
             f"in {rate_in:6,.0f}/s  out {rate_out:6,.0f}/s  {mark}  ",
-            ("late ", "yellow"), f"{et.late:,}  ",
-            ("adjusted ", "yellow"), f"{et.counters['adjusted']:,}  ",
-            ("dropped ", "red"), f"{et.dropped:,}  ",
-            ("dead-lettered ", "red"), f"{now.dead_lettered:,}  ",
-            ("windows ", "green"), f"{et.counters['windows_emitted']:,} closed, {now.received:,} read",
+            ("late ", "yellow"),
+            f"{et.late:,}  ",
+            ("adjusted ", "yellow"),
+            f"{et.counters['adjusted']:,}  ",
+            ("dropped ", "red"),
+            f"{et.dropped:,}  ",
+            ("dead-lettered ", "red"),
+            f"{now.dead_lettered:,}  ",
+            ("windows ", "green"),
+            f"{et.counters['windows_emitted']:,} closed, {now.received:,} read",
         )
 
     async def run(self, period: float = 0.5, plain_every: float = 5.0) -> None:
@@ -90,4 +95,3 @@ class StatusLine:
                 now = await self.sample()
                 live.update(self.render(now, before))
                 before = now
-

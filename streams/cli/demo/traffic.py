@@ -74,9 +74,7 @@ class TollTraffic:
 
     TICK = 0.1  # seconds between two reports of a plaza
 
-    def __init__(
-        self, plazas: int, booths: int, rate: float, *, shares: Shares = Shares(), seed: int = 7
-    ) -> None:
+    def __init__(self, plazas: int, booths: int, rate: float, *, shares: Shares = Shares(), seed: int = 7) -> None:
         self.streams = [StreamId(NAMESPACE, f"plaza-{p:02d}") for p in range(1, plazas + 1)]
         self.booths = booths
         self.rate = rate

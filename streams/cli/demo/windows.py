@@ -217,12 +217,7 @@ class SparkWindows:
             ) from None
 
     def start(self) -> None:
-        windows = (
-            self._spark.readStream.format("headrace")
-            .options(**self.source)
-            .option("stream", HANDOFF)
-            .load()
-        )
+        windows = self._spark.readStream.format("headrace").options(**self.source).option("stream", HANDOFF).load()
         self._query = (
             windows.writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.work / "spark-checkpoint"))
