@@ -7,7 +7,7 @@ is told through ``on_error``, the failure handler hears of it, the batch is dead
 reason ``delivery_failed`` and the traceback (so it stays findable), and delivery goes on,
 unless the subscription is faulted (``fault_on_error``; never an implicit activation's).
 Every delivery runs with the worker, queue and stream as the logging context
-(``streams.logcontext``), so the consumer's own log lines name them.
+(``streams.core.logcontext``), so the consumer's own log lines name them.
 
 A consumer's task delivers until the cursor is caught up, then ends: a quiet consumer has
 no task (an agent may hold a hundred thousand of them), and the agent starts one when data
@@ -37,14 +37,14 @@ from typing import Any
 import anyio
 
 from cache.protocols import CachedBatch, QueueCacheCursor
-from streams.batch import BatchKind, Event, EventBatch
-from streams.deadletters import DeadLetter
-from streams.errors import DecodeError, DeliveryTimeoutError
-from streams.failures import DeliveryFailure
-from streams.ids import StreamId
-from streams.logcontext import enter_fields, leave_fields
-from streams.observer import is_coroutine_function
-from streams.tokens import SequenceToken
+from streams.core.batch import BatchKind, Event, EventBatch
+from streams.core.deadletters import DeadLetter
+from streams.core.errors import DecodeError, DeliveryTimeoutError
+from streams.core.failures import DeliveryFailure
+from streams.core.ids import StreamId
+from streams.core.logcontext import enter_fields, leave_fields
+from streams.core.observer import is_coroutine_function
+from streams.core.tokens import SequenceToken
 
 from .context import AgentContext
 from .redelivery import failure_detail, redeliver
@@ -463,7 +463,7 @@ _YIELD_VALUE = dis.opmap["YIELD_VALUE"]
 
 
 def _calling(fn: Callable[..., Any]) -> Callable[[EventBatch], Awaitable[Any] | None]:
-    """A plain callable, called as ``streams.observer._lift`` calls it: an awaitable it
+    """A plain callable, called as ``streams.core.observer._lift`` calls it: an awaitable it
     returns has not started, so the task may await it."""
 
     def call(batch: EventBatch) -> Awaitable[Any] | None:

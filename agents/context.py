@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams.consumers import ConsumerRegistry
-from streams.deadletters import DeadLetterStore
-from streams.failures import StreamFailureHandler
-from streams.options import StreamProviderOptions
-from streams.pubsub import PubSubStore
+from streams.core.deadletters import DeadLetterStore
+from streams.core.failures import StreamFailureHandler
+from streams.core.options import StreamProviderOptions
+from streams.core.pubsub import PubSubStore
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ An append that fails (a full disk, a locked store, a broker away) is retried wit
 until it gets through; the activation waits meanwhile, so its checkpoint stays where it was
 (``EventTimeObserver`` holds it until the emit completes), and the outage is logged once
 when it begins and once when it ends, however many activations share the sink. What the
-sink refuses (:class:`~streams.errors.HandoffRefusedError`: a value its declared columns
+sink refuses (:class:`~streams.core.errors.HandoffRefusedError`: a value its declared columns
 cannot hold, which no retry can fix) is dead-lettered as ``handoff_failed``, with the
 window's key, bounds and value (or the event itself), and the rest is handed off.
 """
@@ -21,8 +21,8 @@ from typing import Any, Protocol, TypeVar
 import anyio
 
 from streams.adapters.outage import Backoff, OutageLog
-from streams.deadletters import DeadLetter, DeadLetterStore
-from streams.errors import HandoffRefusedError
+from streams.core.deadletters import DeadLetter, DeadLetterStore
+from streams.core.errors import HandoffRefusedError
 from streams.eventtime.processor import EventOutcome, WindowResult
 from streams.eventtime.release import Position
 

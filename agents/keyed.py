@@ -23,9 +23,9 @@ from typing import Any
 
 import anyio
 
-from streams.batch import BatchContainer, BatchKind, QueueMessage
-from streams.ids import StreamId
-from streams.observer import as_observer
+from streams.core.batch import BatchContainer, BatchKind, QueueMessage
+from streams.core.ids import StreamId
+from streams.core.observer import as_observer
 
 from .timed import EventTimeObserver
 

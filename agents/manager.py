@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapter
-from streams.ids import QueueId
+from streams.core.ids import QueueId
 
 from .context import AgentContext
 from .pulling_agent import PullingAgent

@@ -27,15 +27,15 @@ from anyio.abc import TaskGroup
 from cache.protocols import QueueCache
 from streams.adapters.embedded_state import StatefulReceiver
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
-from streams.batch import BatchContainer, BatchKind, QueueMessage, interned
 from streams.consumers import InProcessSubscription
-from streams.deadletters import DeadLetter, QueueDeadLetters
-from streams.errors import CacheMissError, DecodeError
-from streams.ids import QueueId, StreamId
-from streams.logcontext import delivery_fields, enter_fields, leave_fields
-from streams.observer import as_observer
-from streams.pubsub import SubscriptionRecord, SubscriptionState
-from streams.tokens import SequenceToken
+from streams.core.batch import BatchContainer, BatchKind, QueueMessage, interned
+from streams.core.deadletters import DeadLetter, QueueDeadLetters
+from streams.core.errors import CacheMissError, DecodeError
+from streams.core.ids import QueueId, StreamId
+from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
+from streams.core.observer import as_observer
+from streams.core.pubsub import SubscriptionRecord, SubscriptionState
+from streams.core.tokens import SequenceToken
 
 from .consumer import StreamConsumer
 from .context import AgentContext

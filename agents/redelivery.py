@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from streams.batch import EventBatch
-from streams.errors import DecodeError
+from streams.core.batch import EventBatch
+from streams.core.errors import DecodeError
 
 log = logging.getLogger("headrace.agent")
 

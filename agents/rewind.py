@@ -16,10 +16,10 @@ from collections import deque
 
 from cache.protocols import QueueCache, QueueCacheCursor
 from streams.adapters.protocols import RewindableReceiver
-from streams.batch import BatchContainer, EventBatch, QueueMessage
-from streams.errors import CacheMissError, DecodeError
-from streams.ids import StreamId
-from streams.tokens import SequenceToken
+from streams.core.batch import BatchContainer, EventBatch, QueueMessage
+from streams.core.errors import CacheMissError, DecodeError
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
 
 
 class _HistoryBatch:

@@ -26,17 +26,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from streams.batch import EventBatch
-from streams.deadletters import DeadLetterStore
+from streams.core.batch import EventBatch
+from streams.core.deadletters import DeadLetterStore
+from streams.core.ids import StreamId
+from streams.core.observer import _lift, _nothing
+from streams.core.tokens import SequenceToken
 from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import EventOutcome, Output
 from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
-from streams.ids import StreamId
-from streams.observer import _lift, _nothing
-from streams.tokens import SequenceToken
 
 from .handoff import HandoffTarget, HandoffWrites
 from .holdback import HoldBack

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from streams.errors import ConfigurationError, WorkerNameInUseError
-from streams.ids import QueueId
+from streams.core.errors import ConfigurationError, WorkerNameInUseError
+from streams.core.ids import QueueId
 
 from .clock import Clock, SystemClock
 from .leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD, MemoryLeaseProvider

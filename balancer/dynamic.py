@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from streams.errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 from .base import BalancerOptions, QueueBalancerBase
 from .best_fit import best_fit_distribution
@@ -53,7 +53,7 @@ class BestFitBalancer(QueueBalancerBase):
 
     >>> import anyio
     >>> from balancer.membership import MemoryMembership
-    >>> from streams.ids import QueueId
+    >>> from streams.core.ids import QueueId
     >>> balancer = BestFitBalancer(MemoryMembership(), workers=["w1", "w2"])
     >>> anyio.run(balancer.initialize, "w1", [QueueId(n) for n in range(4)])
     >>> sorted(q.number for q in balancer.get_my_queues())  # w2 is down: w1 has them all

@@ -42,7 +42,7 @@ from aiokafka.coordinator.protocol import (
 )
 from aiokafka.structs import TopicPartition
 
-from streams.errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 from .best_fit import sticky_distribution
 

@@ -50,8 +50,8 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
 from streams.adapters.kafka import KafkaSettings, is_transient
-from streams.errors import ConfigurationError, QueueAdapterError
-from streams.ids import QueueId
+from streams.core.errors import ConfigurationError, QueueAdapterError
+from streams.core.ids import QueueId
 
 from .kafka_assignor import BestFitPartitionAssignor
 from .protocols import Lease, QueueDistributionChange, QueueDistributionListener

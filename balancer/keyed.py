@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from streams.adapters.protocols import QueueMapper
-from streams.errors import ConfigurationError
-from streams.ids import QueueId, StreamId
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId, StreamId
 
 
 class KeyedQueueMapper:

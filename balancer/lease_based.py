@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from streams.errors import ConfigurationError
-from streams.ids import QueueId, stable_hash
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId, stable_hash
 
 from .base import BalancerOptions, QueueBalancerBase
 from .clock import Clock

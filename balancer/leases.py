@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from streams.ids import QueueId
+from streams.core.ids import QueueId
 
 from .clock import Clock, SystemClock
 from .protocols import Lease

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from streams.ids import QueueId, StreamId
+from streams.core.ids import QueueId, StreamId
 
 _RING = 1 << 32
 

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
-from streams.errors import ConfigurationError, WorkerNameInUseError
+from streams.core.errors import ConfigurationError, WorkerNameInUseError
 
 from .clock import Clock, SystemClock
 from .instances import instance_is_dead, new_instance_id

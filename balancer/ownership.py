@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 
-from streams.ids import QueueId
+from streams.core.ids import QueueId
 
 from .clock import Clock
 from .leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from streams.ids import QueueId
+from streams.core.ids import QueueId
 
 
 @dataclass(frozen=True, slots=True)

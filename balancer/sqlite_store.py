@@ -17,8 +17,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from streams.ids import QueueId
-from streams.store import EmbeddedStore
+from streams.core.ids import QueueId
+from streams.core.store import EmbeddedStore
 
 from .clock import Clock
 from .leases import LeaseChange, TableLeaseProvider

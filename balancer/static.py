@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from streams.errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 from .base import BalancerOptions, QueueBalancerBase
 from .best_fit import ideal_distribution
@@ -19,7 +19,7 @@ class StaticBalancer(QueueBalancerBase):
     whoever else is up: the queues of a worker that is down wait for it.
 
     >>> import anyio
-    >>> from streams.ids import QueueId
+    >>> from streams.core.ids import QueueId
     >>> balancer = StaticBalancer(["w1", "w2", "w3"])
     >>> anyio.run(balancer.initialize, "w2", [QueueId(n) for n in range(8)])
     >>> sorted(q.number for q in balancer.get_my_queues())

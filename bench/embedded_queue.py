@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapter
-from streams.batch import BatchContainer, BatchKind
-from streams.ids import StreamId
-from streams.store import Synchronous
+from streams.core.batch import BatchContainer, BatchKind
+from streams.core.ids import StreamId
+from streams.core.store import Synchronous
 
 QUEUES = 8
 STREAMS = 64

@@ -45,8 +45,8 @@ import anyio
 from streams import StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
 from streams.adapters.kafka import KafkaAdapterFactory, KafkaQueueReceiver
-from streams.batch import BatchContainer, BatchKind
-from streams.ids import QueueId, StreamId
+from streams.core.batch import BatchContainer, BatchKind
+from streams.core.ids import QueueId, StreamId
 from tests.kafka_broker import TansuBroker
 
 READ_BATCH = 1000

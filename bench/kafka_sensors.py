@@ -31,7 +31,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streams import StreamId, StreamProvider
 from streams.adapters.kafka import KafkaAdapterFactory, ensure_topic
-from streams.batch import BatchContainer, BatchKind
+from streams.core.batch import BatchContainer, BatchKind
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.kafka_broker import TansuBroker
 from tests.sensor_workload import closed_window_counts, readings, write_json

@@ -40,8 +40,8 @@ import anyio
 from balancer import BalancerOptions
 from streams import StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
-from streams.batch import BatchContainer, BatchKind
-from streams.ids import QueueId
+from streams.core.batch import BatchContainer, BatchKind
+from streams.core.ids import QueueId
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUES = 8

@@ -184,7 +184,7 @@ def _store_mb(path: str) -> float:
 
 def _measure(path: str) -> tuple[int, float, dict[str, int]]:
     """Checkpoint lag (records, seconds) over all queues, and dead letters by reason."""
-    from streams.store import EmbeddedStore
+    from streams.core.store import EmbeddedStore
 
     store = EmbeddedStore(path)
     try:

@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import Stopwatch  # noqa: E402
-from streams.batch import Event  # noqa: E402
+from streams.core.batch import Event  # noqa: E402
+from streams.core.ids import StreamId  # noqa: E402
+from streams.core.tokens import SequenceToken  # noqa: E402
 from streams.eventtime import OrderingPolicy, Processor, Tumbling  # noqa: E402
-from streams.ids import StreamId  # noqa: E402
-from streams.tokens import SequenceToken  # noqa: E402
 
 KEYS = 100
 SIZE = 10.0  # window size, seconds

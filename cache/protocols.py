@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from streams.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
-from streams.ids import StreamId
-from streams.tokens import SequenceToken
+from streams.core.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
 
 
 class CachedBatch(Protocol):

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from streams.batch import BatchContainer, EventBatch, QueueMessage, interned
-from streams.errors import CacheMissError, ConfigurationError
-from streams.ids import StreamId
-from streams.tokens import SequenceToken
+from streams.core.batch import BatchContainer, EventBatch, QueueMessage, interned
+from streams.core.errors import CacheMissError, ConfigurationError
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
 
 
 class SimpleCachedBatch:

@@ -13,7 +13,7 @@ With the queues on Kafka the log is in Kafka topics, and Spark reads it with
 
 The writer side of the embedded log (used by the runtime)::
 
-    log = spark_sink.HandoffLog(store)           # store: streams.store.EmbeddedStore
+    log = spark_sink.HandoffLog(store)           # store: streams.core.store.EmbeddedStore
     writer = spark_sink.HandoffWriter(log, "averages",
                                       spark_sink.HandoffSchema.windows({"mean": "double"}))
     with store.transaction() as conn:            # the caller's transaction

@@ -1,12 +1,12 @@
 """The errors of the Spark handoff: each says what is wrong and what to do about it.
 
-They derive from :mod:`streams.errors`, so ``except HeadraceError`` catches them; raised inside
+They derive from :mod:`streams.core.errors`, so ``except HeadraceError`` catches them; raised inside
 Spark's Python workers they reach the Spark user with their message intact.
 """
 
 from __future__ import annotations
 
-from streams.errors import ConfigurationError, HeadraceError
+from streams.core.errors import ConfigurationError, HeadraceError
 
 
 class HandoffStoreNotFoundError(ConfigurationError):

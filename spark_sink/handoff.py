@@ -27,11 +27,11 @@ from typing import Any, Protocol, TypeVar
 import msgpack
 import pyarrow as pa
 
-from streams.errors import ConfigurationError, HandoffRefusedError
+from streams.core.errors import ConfigurationError, HandoffRefusedError
+from streams.core.store import EmbeddedStore
 from streams.eventtime.processor import EventOutcome, WindowResult
 from streams.eventtime.release import Position, position_of
 from streams.eventtime.spec import EventTime
-from streams.store import EmbeddedStore
 
 from .errors import HandoffSchemaError
 from .log import HandoffLog, check_stream_name
@@ -267,7 +267,7 @@ def conform(
 class HandoffSink(Protocol):
     """Where the runtime appends one handoff stream's closed windows.
 
-    A write raises :class:`~streams.errors.HandoffRefusedError`, appending nothing, when
+    A write raises :class:`~streams.core.errors.HandoffRefusedError`, appending nothing, when
     some of the windows or events cannot be held by the declared columns; any other error
     is a failed append that a retry may get through."""
 

@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import OffsetOutOfRangeError
 
 from streams.adapters.kafka import ensure_topic
-from streams.errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 from .errors import HandoffDataLostError, HandoffSchemaError, UnknownHandoffStreamError
 from .log import check_stream_name

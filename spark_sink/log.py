@@ -2,7 +2,7 @@
 
 Layout under a store directory ``path`` (shared with the embedded queues, checkpoints, ...)::
 
-    path/headrace.db                                    handoff_* tables (streams.store)
+    path/headrace.db                                    handoff_* tables (streams.core.store)
     path/handoff/<stream>/<partition>/<offset>-<tag>.arrow    one file per append
 
 Offsets are dense per (stream, partition): an append of ``n`` rows takes offsets
@@ -24,8 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from streams.errors import ConfigurationError
-from streams.store import EmbeddedStore, Migration
+from streams.core.errors import ConfigurationError
+from streams.core.store import EmbeddedStore, Migration
 
 from .errors import (
     HandoffDataLostError,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streams.errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 Offsets = dict[int, int]
 

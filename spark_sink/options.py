@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streams.errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 from .log import check_stream_name
 from .storage import EmbeddedStorage, HandoffStorage

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from streams.ids import QueueId
+from streams.core.ids import QueueId
 
 from .log import HandoffLog, Segment, check_stream_name
 from .schema import HandoffData, HandoffSchema
@@ -21,7 +21,7 @@ class HandoffWriter:
     """Appends rows of one declared handoff stream, partition by partition.
 
     >>> import tempfile
-    >>> from streams.store import EmbeddedStore
+    >>> from streams.core.store import EmbeddedStore
     >>> store = EmbeddedStore(tempfile.mkdtemp())
     >>> schema = HandoffSchema.windows({"count": "bigint"})
     >>> writer = HandoffWriter(HandoffLog(store), "counts", schema)

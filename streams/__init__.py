@@ -4,18 +4,18 @@
 >>> provider = StreamProvider.memory(queues=8)
 """
 
-from .adapters.generator import GeneratorConfig
-from .adapters.protocols import (
+from streams.adapters.generator import GeneratorConfig
+from streams.adapters.protocols import (
     QueueAdapter,
     QueueAdapterFactory,
     QueueAdapterReceiver,
     QueueMapper,
     RewindableReceiver,
 )
-from .adapters.records import RecordFormat
-from .batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
-from .deadletters import DeadLetter, DeadLetterStore
-from .errors import (
+from streams.adapters.records import RecordFormat
+from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
+from streams.core.deadletters import DeadLetter, DeadLetterStore
+from streams.core.errors import (
     CacheMissError,
     ConfigurationError,
     DecodeError,
@@ -26,14 +26,14 @@ from .errors import (
     PublishError,
     QueueAdapterError,
 )
-from .failures import DeliveryFailure, StreamFailureHandler
-from .ids import QueueId, StreamId
-from .observer import StreamObserver
-from .options import StreamProviderOptions
-from .provider import StreamProvider
-from .pubsub import PubSubStore, SubscriptionRecord
-from .stream import Stream, StreamSubscriptionHandle
-from .tokens import SequenceToken
+from streams.core.failures import DeliveryFailure, StreamFailureHandler
+from streams.core.ids import QueueId, StreamId
+from streams.core.observer import StreamObserver
+from streams.core.options import StreamProviderOptions
+from streams.core.pubsub import PubSubStore, SubscriptionRecord
+from streams.core.tokens import SequenceToken
+from streams.provider import StreamProvider
+from streams.stream import Stream, StreamSubscriptionHandle
 
 __all__ = [
     "BatchContainer",

@@ -46,19 +46,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from balancer.base import BalancerOptions
-
-from .adapters.embedded import recorded_queue_count
-from .adapters.retention import RetentionPolicy
-from .errors import ConfigurationError
-from .eventtime.policy import Action, OrderingPolicy
-from .eventtime.windows import WindowSpec
-from .observability.logs import FORMATS, LEVELS
-from .options import StreamProviderOptions
-from .store import EmbeddedStore, Synchronous
-from .timetext import parse_duration, parse_window
+from streams.adapters.embedded import recorded_queue_count
+from streams.adapters.retention import RetentionPolicy
+from streams.core.errors import ConfigurationError
+from streams.core.options import StreamProviderOptions
+from streams.core.store import EmbeddedStore, Synchronous
+from streams.eventtime.policy import Action, OrderingPolicy
+from streams.eventtime.windows import WindowSpec
+from streams.observability.logs import FORMATS, LEVELS
+from streams.timetext import parse_duration, parse_window
 
 if TYPE_CHECKING:
-    from .provider import StreamProvider
+    from streams.provider import StreamProvider
 
 CONFIG_FILE = "headrace.toml"
 CONFIG_ENV = "HEADRACE_CONFIG"
@@ -185,7 +184,7 @@ class HeadraceConfig:
         >>> load_config(environ={"HEADRACE_PROVIDER__ADAPTER": "memory"}).provider().running
         False
         """
-        from .provider import StreamProvider  # the provider imports the whole runtime
+        from streams.provider import StreamProvider  # the provider imports the whole runtime
 
         settings = self.provider_settings
         if self.worker.name is not None:

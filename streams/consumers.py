@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .errors import ConfigurationError
-from .eventtime.spec import EventTime
-from .ids import StreamId
-from .tokens import SequenceToken
+from streams.core.errors import ConfigurationError
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
+from streams.eventtime.spec import EventTime
 
 T = TypeVar("T", bound=type)
 

@@ -22,27 +22,26 @@ from agents.pulling_agent import PullingAgent, new_subscription_id
 from balancer.keyed import KeyedQueueMapper, places_together
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
-
-from .adapters.embedded import EmbeddedAdapterFactory
-from .adapters.generator import GeneratorAdapterFactory, GeneratorConfig
-from .adapters.kafka import KafkaAdapterFactory
-from .adapters.memory import MemoryAdapterFactory
-from .adapters.protocols import QueueAdapter, QueueAdapterFactory
-from .adapters.records import RecordFormat
-from .adapters.retention import RetentionPolicy
-from .consumers import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
-from .deadletters import DeadLetterStore, MemoryDeadLetterStore
-from .deadletters_embedded import EmbeddedDeadLetterStore
-from .errors import ConfigurationError, ProviderClosedError, PublishError
-from .failures import LoggingFailureHandler, StreamFailureHandler
-from .ids import QueueId, StreamId
-from .options import StreamProviderOptions
-from .publisher import ContainerWriter, EventWriter, Publisher
-from .pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
-from .pubsub_embedded import EmbeddedPubSubStore
-from .store import EmbeddedStore, Synchronous
-from .stream import Stream, StreamSubscriptionHandle
-from .tokens import SequenceToken
+from streams.adapters.embedded import EmbeddedAdapterFactory
+from streams.adapters.generator import GeneratorAdapterFactory, GeneratorConfig
+from streams.adapters.kafka import KafkaAdapterFactory
+from streams.adapters.memory import MemoryAdapterFactory
+from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory
+from streams.adapters.records import RecordFormat
+from streams.adapters.retention import RetentionPolicy
+from streams.consumers import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
+from streams.core.deadletters import DeadLetterStore, MemoryDeadLetterStore
+from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
+from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
+from streams.core.failures import LoggingFailureHandler, StreamFailureHandler
+from streams.core.ids import QueueId, StreamId
+from streams.core.options import StreamProviderOptions
+from streams.core.pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
+from streams.core.pubsub_embedded import EmbeddedPubSubStore
+from streams.core.store import EmbeddedStore, Synchronous
+from streams.core.tokens import SequenceToken
+from streams.publisher import ContainerWriter, EventWriter, Publisher
+from streams.stream import Stream, StreamSubscriptionHandle
 
 if TYPE_CHECKING:  # balancer imports streams: no import cycle at run time
     from balancer.base import BalancerOptions
@@ -379,7 +378,7 @@ class StreamProvider:
 
     async def flush(self) -> None:
         """Return once every event sent so far (``stream.send``) is durable; raise
-        :class:`~streams.errors.PublishError` with how many sent since the last flush were
+        :class:`~streams.core.errors.PublishError` with how many sent since the last flush were
         not, and why. Leaving the provider (or its ``client()``) flushes too.
 
         >>> async def publish(provider):
@@ -473,7 +472,7 @@ class StreamProvider:
                 "decorate it with @provider.consumer() or pass an instance"
             )
         else:
-            from .observer import as_observer
+            from streams.core.observer import as_observer
 
             as_observer(observer)  # fail now, not at the first delivery
             subscription = InProcessSubscription(subscription_id, stream_id, observer, token)

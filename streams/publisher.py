@@ -11,7 +11,7 @@ its write does not linger: concurrent ``on_next`` calls share a write (and a con
 one stream). Punctuation and completion travel the same way, in order with the events.
 
 ``flush()`` returns once everything buffered before it is written, and raises
-:class:`~streams.errors.PublishError` with the count of events ``send`` buffered that were
+:class:`~streams.core.errors.PublishError` with the count of events ``send`` buffered that were
 not written since the previous flush, and why (``on_next`` raises to its own caller).
 
 >>> import anyio
@@ -35,10 +35,10 @@ from typing import Any, Protocol
 import anyio
 import anyio.lowlevel
 
-from .adapters.protocols import QueueAdapter, QueueMapper
-from .batch import BatchKind, encode_batch
-from .errors import EncodeError, ProviderClosedError, PublishError
-from .ids import QueueId, StreamId
+from streams.adapters.protocols import QueueAdapter, QueueMapper
+from streams.core.batch import BatchKind, encode_batch
+from streams.core.errors import EncodeError, ProviderClosedError, PublishError
+from streams.core.ids import QueueId, StreamId
 
 log = logging.getLogger("headrace.publisher")
 

@@ -6,7 +6,7 @@ checkpoints, dead letters, the handoff log), plus the rows workers write about t
 and a table a store does not have yet (no worker ran, nothing was dead-lettered) reads empty.
 
 >>> import tempfile
->>> from streams.store import EmbeddedStore
+>>> from streams.core.store import EmbeddedStore
 >>> status = read_status(EmbeddedStore(tempfile.mkdtemp()), suspicion_timeout=30.0)
 >>> status.queue_count, status.workers, status.dead_letters
 (None, [], [])
@@ -21,13 +21,12 @@ from typing import Any, Literal
 
 from balancer.instances import instance_is_dead
 from balancer.protocols import MemberRecord
-
-from .adapters.embedded import queue_positions, recorded_queue_count
-from .batch import BatchContainer, BatchKind
-from .errors import DecodeError
-from .ids import QueueId
-from .status_reporter import AgentStatus, read_agent_statuses
-from .store import EmbeddedStore
+from streams.adapters.embedded import queue_positions, recorded_queue_count
+from streams.core.batch import BatchContainer, BatchKind
+from streams.core.errors import DecodeError
+from streams.core.ids import QueueId
+from streams.core.store import EmbeddedStore
+from streams.status_reporter import AgentStatus, read_agent_statuses
 
 WorkerState = Literal["live", "stale", "suspected", "left"]
 # A worker that left, or went silent, this many suspicion timeouts ago is long gone: not shown

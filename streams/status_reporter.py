@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .errors import ConfigurationError, HeadraceError
-from .observability.snapshot import CursorLag, QueueSnapshot, take_snapshot
-from .store import EmbeddedStore, Migration
+from streams.core.errors import ConfigurationError, HeadraceError
+from streams.core.store import EmbeddedStore, Migration
+from streams.observability.snapshot import CursorLag, QueueSnapshot, take_snapshot
 
 if TYPE_CHECKING:
-    from .provider import StreamProvider
+    from streams.provider import StreamProvider
 
 log = logging.getLogger("headrace.status")
 

@@ -6,13 +6,13 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .batch import BatchKind, to_seconds
-from .errors import EncodeError
-from .ids import StreamId
-from .tokens import SequenceToken
+from streams.core.batch import BatchKind, to_seconds
+from streams.core.errors import EncodeError
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
 
 if TYPE_CHECKING:
-    from .provider import StreamProvider
+    from streams.provider import StreamProvider
 
 EventTime = float | int | datetime | None
 
@@ -65,7 +65,7 @@ class Stream:
         this stream's other events, into batch containers written in the background (a
         few milliseconds later). Returns at once unless the buffer is full. Events stay in
         order with this stream's others; ``await provider.flush()`` waits until all are
-        durable and raises :class:`~streams.errors.PublishError` for any that were not.
+        durable and raises :class:`~streams.core.errors.PublishError` for any that were not.
         A value that cannot be encoded counts as failed there.
         """
         publisher = self._provider._publisher

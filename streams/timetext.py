@@ -12,8 +12,8 @@ import math
 import re
 from datetime import UTC, datetime
 
-from .errors import ConfigurationError
-from .eventtime.windows import Hopping, Tumbling, WindowSpec
+from streams.core.errors import ConfigurationError
+from streams.eventtime.windows import Hopping, Tumbling, WindowSpec
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)?$")

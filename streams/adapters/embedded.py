@@ -9,8 +9,8 @@ every consumer has finished with, resumes after it when restarted, and applies t
 policy.
 
 >>> import anyio, tempfile
->>> from streams.batch import BatchContainer, BatchKind
->>> from streams.ids import StreamId
+>>> from streams.core.batch import BatchContainer, BatchKind
+>>> from streams.core.ids import StreamId
 >>> async def main():
 ...     async with EmbeddedAdapterFactory(tempfile.mkdtemp(), queues=2) as factory:
 ...         adapter = await factory.create_adapter()
@@ -40,17 +40,16 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from balancer.mapper import HashRingQueueMapper
-
-from ..batch import QueueMessage
-from ..deadletters_embedded import EmbeddedDeadLetterStore
-from ..errors import ConfigurationError
-from ..ids import QueueId, StreamId
-from ..pubsub_embedded import EmbeddedPubSubStore
-from ..store import EmbeddedStore, Migration, Synchronous
-from ..tokens import SequenceToken
-from .embedded_state import STATE_SCHEMA, StateKey, StateRows, StateSource, read_states, write_states
-from .group_commit import GroupCommitter
-from .retention import RetentionPolicy, RetentionReport
+from streams.adapters.embedded_state import STATE_SCHEMA, StateKey, StateRows, StateSource, read_states, write_states
+from streams.adapters.group_commit import GroupCommitter
+from streams.adapters.retention import RetentionPolicy, RetentionReport
+from streams.core.batch import QueueMessage
+from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId, StreamId
+from streams.core.pubsub_embedded import EmbeddedPubSubStore
+from streams.core.store import EmbeddedStore, Migration, Synchronous
+from streams.core.tokens import SequenceToken
 
 if TYPE_CHECKING:  # the balancer package imports streams: imported lazily at run time
     from balancer.base import BalancerOptions
@@ -503,7 +502,7 @@ class EmbeddedAdapterFactory:
     mapper, and the pub-sub and dead-letter stores that share the same database.
 
     ``synchronous`` is ``"NORMAL"`` (survives a process crash; the default) or ``"FULL"``
-    (also survives power loss, at the disk's fsync rate); see :mod:`streams.store`.
+    (also survives power loss, at the disk's fsync rate); see :mod:`streams.core.store`.
 
     >>> import anyio, tempfile
     >>> async def main():

@@ -19,8 +19,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Protocol, runtime_checkable
 
-from ..store import Migration
-from ..tokens import SequenceToken
+from streams.core.store import Migration
+from streams.core.tokens import SequenceToken
 
 STATE_SCHEMA: list[Migration] = [
     [

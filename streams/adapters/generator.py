@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from balancer.mapper import HashRingQueueMapper
-
-from ..batch import BatchContainer, BatchKind, QueueMessage
-from ..errors import ConfigurationError
-from ..ids import QueueId, StreamId
-from ..tokens import SequenceToken
+from streams.core.batch import BatchContainer, BatchKind, QueueMessage
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId, StreamId
+from streams.core.tokens import SequenceToken
 
 
 def _default_value(stream_id: StreamId, n: int) -> Any:

@@ -56,11 +56,8 @@ if TYPE_CHECKING:  # the balancer imports this module
     from balancer.base import BalancerOptions
     from balancer.kafka_group import KafkaGroupBalancer
 
-from ..batch import BatchContainer, BatchKind, encode_batch
-from ..errors import ConfigurationError, EncodeError, QueueAdapterError
-from ..ids import QueueId, StreamId
-from .kafka_receiver import KafkaQueueReceiver, KafkaRecordReceiver
-from .kafka_settings import (
+from streams.adapters.kafka_receiver import KafkaQueueReceiver, KafkaRecordReceiver
+from streams.adapters.kafka_settings import (
     AIOKAFKA_CONNECTION_LOGGERS,
     KafkaSettings,
     Start,
@@ -69,7 +66,10 @@ from .kafka_settings import (
     is_transient,
     log,
 )
-from .outage import Backoff, OutageLog
+from streams.adapters.outage import Backoff, OutageLog
+from streams.core.batch import BatchContainer, BatchKind, encode_batch
+from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
+from streams.core.ids import QueueId, StreamId
 
 _Record = tuple[str, int, bytes, bytes, int | None]  # topic, partition, key, value, timestamp ms
 

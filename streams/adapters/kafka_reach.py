@@ -14,9 +14,9 @@ import anyio
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
-from ..errors import QueueAdapterError
-from .kafka import AIOKAFKA_CONNECTION_LOGGERS, KafkaSettings
-from .outage import Backoff, quiet_client_library
+from streams.adapters.kafka import AIOKAFKA_CONNECTION_LOGGERS, KafkaSettings
+from streams.adapters.outage import Backoff, quiet_client_library
+from streams.core.errors import QueueAdapterError
 
 
 async def check_reachable(settings: KafkaSettings, within: float = 5.0) -> None:

@@ -10,13 +10,13 @@ import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from ..batch import QueueMessage
-from ..errors import QueueAdapterError
-from ..ids import QueueId
-from ..tokens import SequenceToken
-from .kafka_records import ContainerRecords, GroupedRecords, RecordReader
-from .kafka_settings import KafkaSettings, T, _retry, is_transient, log
-from .outage import Backoff, OutageLog
+from streams.adapters.kafka_records import ContainerRecords, GroupedRecords, RecordReader
+from streams.adapters.kafka_settings import KafkaSettings, T, _retry, is_transient, log
+from streams.adapters.outage import Backoff, OutageLog
+from streams.core.batch import QueueMessage
+from streams.core.errors import QueueAdapterError
+from streams.core.ids import QueueId
+from streams.core.tokens import SequenceToken
 
 
 class KafkaQueueReceiver:

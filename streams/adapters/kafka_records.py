@@ -7,7 +7,7 @@ acknowledgement lets it commit.
 - :class:`GroupedRecords`: a topic of one event per record, written by anyone, in a
   :class:`~streams.adapters.records.RecordFormat`, perhaps several topics read together
   (queue *i* reads partition *i* of each). The records of one read are decoded and gathered
-  by stream into one :class:`~streams.record_batch.RecordBatch` per stream, one queue
+  by stream into one :class:`~streams.core.record_batch.RecordBatch` per stream, one queue
   message each, so the runtime pays its per-batch costs once per stream and read. A record
   that does not decode is a message of its own that says why, which the pulling agent
   dead-letters with the raw bytes.
@@ -29,11 +29,11 @@ from typing import Any, Protocol
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from ..batch import QueueMessage, interned
-from ..errors import DecodeError
-from ..ids import QueueId, StreamId
-from ..record_batch import RecordBatch
-from .records import RecordFormat
+from streams.adapters.records import RecordFormat
+from streams.core.batch import QueueMessage, interned
+from streams.core.errors import DecodeError
+from streams.core.ids import QueueId, StreamId
+from streams.core.record_batch import RecordBatch
 
 Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
 

@@ -11,10 +11,10 @@ from typing import Any, Literal, TypeVar
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
-from ..errors import ConfigurationError
-from ..ids import QueueId, StreamId
-from .outage import OutageLog, retry_transient
-from .records import HEADRACE, RecordFormat, record_format
+from streams.adapters.outage import OutageLog, retry_transient
+from streams.adapters.records import HEADRACE, RecordFormat, record_format
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId, StreamId
 
 log = logging.getLogger("headrace.kafka")
 

@@ -7,10 +7,9 @@ from collections import deque
 from collections.abc import Sequence
 
 from balancer.mapper import HashRingQueueMapper
-
-from ..batch import QueueMessage
-from ..ids import QueueId, StreamId
-from ..tokens import SequenceToken
+from streams.core.batch import QueueMessage
+from streams.core.ids import QueueId, StreamId
+from streams.core.tokens import SequenceToken
 
 
 class _MemoryQueue:

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import anyio
 
-from ..errors import QueueAdapterError
+from streams.core.errors import QueueAdapterError
 
 T = TypeVar("T")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from ..batch import QueueMessage
-from ..ids import QueueId, StreamId
-from ..tokens import SequenceToken
+from streams.core.batch import QueueMessage
+from streams.core.ids import QueueId, StreamId
+from streams.core.tokens import SequenceToken
 
 
 class QueueMapper(Protocol):

@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgpack
 
-from ..errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 
 @runtime_checkable

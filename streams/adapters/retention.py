@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigurationError
-from ..ids import QueueId
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId
 
 WEEK = 7 * 24 * 3600.0
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
-from ..errors import HeadraceError
+from streams.core.errors import HeadraceError
 
 # name -> module under streams.cli; each module has add_parser(subparsers) and run(args) -> int
 SUBCOMMANDS = ("demo", "simulate", "worker", "produce", "status", "dlq")

@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..config import HeadraceConfig, load_config
-from ..store import EmbeddedStore
-from . import CliError
+from streams.cli import CliError
+from streams.config import HeadraceConfig, load_config
+from streams.core.store import EmbeddedStore
 
 
 def add_config_options(parser: argparse.ArgumentParser, *, queues: bool = False) -> None:

@@ -21,12 +21,21 @@ from typing import Any
 
 import anyio
 
-from ..deadletters_embedded import EmbeddedDeadLetterStore, StoredDeadLetter
-from ..ids import StreamId
-from ..observability.snapshot import DEAD_LETTER_REASONS
-from ..provider import StreamProvider
-from . import CliError
-from .common import add_config_options, add_row, console, existing_store, load_cli_config, plural, table, utc_text
+from streams.cli import CliError
+from streams.cli.common import (
+    add_config_options,
+    add_row,
+    console,
+    existing_store,
+    load_cli_config,
+    plural,
+    table,
+    utc_text,
+)
+from streams.core.deadletters_embedded import EmbeddedDeadLetterStore, StoredDeadLetter
+from streams.core.ids import StreamId
+from streams.observability.snapshot import DEAD_LETTER_REASONS
+from streams.provider import StreamProvider
 
 EXAMPLES = """examples:
   headrace dlq list --path ./store

@@ -33,13 +33,13 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from ..errors import ConfigurationError, EncodeError, PublishError
-from ..ids import StreamId
-from ..provider import StreamProvider
-from ..stream import Stream
-from ..timetext import parse_instant
-from . import CliError
-from .common import add_config_options, load_cli_config, plural
+from streams.cli import CliError
+from streams.cli.common import add_config_options, load_cli_config, plural
+from streams.core.errors import ConfigurationError, EncodeError, PublishError
+from streams.core.ids import StreamId
+from streams.provider import StreamProvider
+from streams.stream import Stream
+from streams.timetext import parse_instant
 
 EXAMPLES = """examples:
   headrace produce --path ./store --stream sensors/s-1 readings.jsonl

@@ -19,15 +19,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from ..errors import HeadraceError
-from ..eventtime.policy import OrderingPolicy
-from ..eventtime.processor import EventOutcome, WatermarkAdvance, WindowResult
-from ..eventtime.replay import ReplayOptions, Row, TraceItem, replay, summarize
-from ..timetext import parse_duration, parse_instant, parse_window
-from . import CliError
+from streams.cli import CliError
+from streams.core.errors import HeadraceError
+from streams.eventtime.policy import OrderingPolicy
+from streams.eventtime.processor import EventOutcome, WatermarkAdvance, WindowResult
+from streams.eventtime.replay import ReplayOptions, Row, TraceItem, replay, summarize
+from streams.timetext import parse_duration, parse_instant, parse_window
 
 if TYPE_CHECKING:
-    from .simulate_plot import Panel
+    from streams.cli.simulate_plot import Panel
 
 COLUMNS = ("arrival_time", "event_time", "key", "value")
 SWEEPABLE = ("out_of_order", "late_arrival", "early_arrival", "allowed_lateness", "idle_timeout")
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     trace = replay(rows, options)
     if args.plot:
         try:
-            from .simulate_plot import draw  # matplotlib only when asked for
+            from streams.cli.simulate_plot import draw  # matplotlib only when asked for
         except ImportError:
             raise CliError("--plot needs matplotlib: pip install 'headrace[plot]'") from None
         try:
@@ -304,7 +304,7 @@ def plot_panels(
 ) -> list[Panel]:
     """What ``--plot`` draws: the replay, or with ``--sweep`` one panel per value, each
     titled with its setting and what it did."""
-    from .simulate_plot import Panel
+    from streams.cli.simulate_plot import Panel
 
     if sweep is None:
         return [Panel("", trace, options)]

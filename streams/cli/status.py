@@ -16,8 +16,17 @@ from collections.abc import Iterable
 
 from rich.console import Console
 
-from ..status import GONE_AFTER_TIMEOUTS, ClusterStatus, read_status
-from .common import add_config_options, add_row, console, existing_store, load_cli_config, plural, table, utc_text
+from streams.cli.common import (
+    add_config_options,
+    add_row,
+    console,
+    existing_store,
+    load_cli_config,
+    plural,
+    table,
+    utc_text,
+)
+from streams.status import GONE_AFTER_TIMEOUTS, ClusterStatus, read_status
 
 EXAMPLES = """examples:
   headrace status --path ./store

@@ -40,13 +40,13 @@ from typing import Any, cast
 
 import anyio
 
-from ..config import CONFIG_ENV, load_config
-from ..errors import HeadraceError
-from ..observability import configure_logging, serve_metrics
-from ..observability.logs import FORMATS, LEVELS, LogFormat
-from ..provider import StreamProvider
-from ..status_reporter import StatusReporter
-from . import CliError
+from streams.cli import CliError
+from streams.config import CONFIG_ENV, load_config
+from streams.core.errors import HeadraceError
+from streams.observability import configure_logging, serve_metrics
+from streams.observability.logs import FORMATS, LEVELS, LogFormat
+from streams.provider import StreamProvider
+from streams.status_reporter import StatusReporter
 
 log = logging.getLogger("headrace.worker")
 

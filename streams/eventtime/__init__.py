@@ -7,10 +7,10 @@ The contract is ``docs/event-time.md``. The core is synchronous and does no I/O;
 >>> p = Processor(OrderingPolicy(out_of_order=5.0), Tumbling(60.0), group_by="device")
 """
 
-from .aggregates import Collect, Combined, Count, First, Last, Max, Mean, Min, Reducer, Sum
-from .metrics import Counters, EventTimeMetrics
-from .policy import Action, EventLike, Extractor, OrderingPolicy, Reason
-from .processor import (
+from streams.eventtime.aggregates import Collect, Combined, Count, First, Last, Max, Mean, Min, Reducer, Sum
+from streams.eventtime.metrics import Counters, EventTimeMetrics
+from streams.eventtime.policy import Action, EventLike, Extractor, OrderingPolicy, Reason
+from streams.eventtime.processor import (
     ADJUSTED,
     DEAD_LETTER,
     DROPPED,
@@ -21,9 +21,9 @@ from .processor import (
     WatermarkAdvance,
     WindowResult,
 )
-from .spec import EventTime
-from .watermark import EVERY_EVENT, MergedWatermark, Watermark, WatermarkGeneration
-from .windows import Hopping, Tumbling, WindowAssigner, WindowSpec, WindowStore
+from streams.eventtime.spec import EventTime
+from streams.eventtime.watermark import EVERY_EVENT, MergedWatermark, Watermark, WatermarkGeneration
+from streams.eventtime.windows import Hopping, Tumbling, WindowAssigner, WindowSpec, WindowStore
 
 __all__ = [
     "ADJUSTED",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
-from .release import Position, TimestampOrder, position_of
+from streams.eventtime.release import Position, TimestampOrder, position_of
 
 
 class MergedRelease:

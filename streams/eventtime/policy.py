@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 
 class EventLike(Protocol):
-    """What the core reads from an event; :class:`streams.batch.Event` is one.
+    """What the core reads from an event; :class:`streams.core.batch.Event` is one.
 
-    ``token`` is opaque to the core (a :class:`~streams.tokens.SequenceToken` in the runtime):
+    ``token`` is opaque to the core (a :class:`~streams.core.tokens.SequenceToken` in the runtime):
     it is kept so that :meth:`Processor.held_since` can say which position is still held.
     """
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any
 
-from ..deadletters import DeadLetter
-from ..errors import ConfigurationError, StreamCompletedError
-from .aggregates import Count, Reducer
-from .metrics import Counters, EventTimeMetrics
-from .policy import (
+from streams.core.deadletters import DeadLetter
+from streams.core.errors import ConfigurationError, StreamCompletedError
+from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.metrics import Counters, EventTimeMetrics
+from streams.eventtime.policy import (
     EARLIEST,
     LATEST,
     Action,
@@ -36,8 +36,8 @@ from .policy import (
     time_problem,
     timestamp_extractor,
 )
-from .watermark import EVERY_EVENT, FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
-from .windows import WindowAssigner, WindowSpec, WindowStore
+from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
+from streams.eventtime.windows import WindowAssigner, WindowSpec, WindowStore
 
 KEPT = "kept"
 ADJUSTED = "adjusted"
@@ -327,13 +327,13 @@ class Processor:
     def snapshot(self) -> bytes:
         """This processor's state as bytes (:mod:`streams.eventtime.snapshot`); raises
         ``SnapshotError`` when it cannot be serialized."""
-        from .snapshot import snapshot
+        from streams.eventtime.snapshot import snapshot
 
         return snapshot(self)
 
     def restore(self, state: bytes) -> None:
         """Take the state :meth:`snapshot` gave (of a processor declared the same way)."""
-        from .snapshot import restore
+        from streams.eventtime.snapshot import restore
 
         restore(self, state)
 

@@ -14,10 +14,19 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, cast
 
-from .aggregates import Collect
-from .policy import EventLike, OrderingPolicy
-from .processor import ADJUSTED, DEAD_LETTER, DROPPED, KEPT, EventOutcome, Processor, WatermarkAdvance, WindowResult
-from .windows import WindowSpec
+from streams.eventtime.aggregates import Collect
+from streams.eventtime.policy import EventLike, OrderingPolicy
+from streams.eventtime.processor import (
+    ADJUSTED,
+    DEAD_LETTER,
+    DROPPED,
+    KEPT,
+    EventOutcome,
+    Processor,
+    WatermarkAdvance,
+    WindowResult,
+)
+from streams.eventtime.windows import WindowSpec
 
 TraceItem = EventOutcome | WindowResult | WatermarkAdvance
 

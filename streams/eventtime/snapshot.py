@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from ..tokens import SequenceToken
-from .aggregates import _Sequenced
-from .watermark import Watermark
-from .windows import WindowStore
+from streams.core.tokens import SequenceToken
+from streams.eventtime.aggregates import _Sequenced
+from streams.eventtime.watermark import Watermark
+from streams.eventtime.windows import WindowStore
 
 if TYPE_CHECKING:
-    from .processor import Processor
+    from streams.eventtime.processor import Processor
 
 __all__ = ["SnapshotError", "can_snapshot", "is_empty", "restore", "snapshot"]
 

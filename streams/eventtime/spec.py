@@ -6,12 +6,12 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
-from .aggregates import Count, Reducer
-from .policy import Extractor, OrderingPolicy
-from .processor import Processor
-from .watermark import EVERY_EVENT, WatermarkGeneration
-from .windows import WindowSpec
+from streams.core.errors import ConfigurationError
+from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.policy import Extractor, OrderingPolicy
+from streams.eventtime.processor import Processor
+from streams.eventtime.watermark import EVERY_EVENT, WatermarkGeneration
+from streams.eventtime.windows import WindowSpec
 
 
 @dataclass(frozen=True)

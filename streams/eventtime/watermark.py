@@ -15,7 +15,7 @@ import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
-from ..errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 NEVER = -math.inf
 FOREVER = math.inf

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ..errors import ConfigurationError
-from .watermark import FOREVER, NEVER
+from streams.core.errors import ConfigurationError
+from streams.eventtime.watermark import FOREVER, NEVER
 
 
 def _check(name: str, value: Any, *, positive: bool, optional: bool = False) -> None:

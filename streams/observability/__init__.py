@@ -5,15 +5,15 @@
 ``docs/observability.md`` lists every metric and the log format.
 """
 
-from .logs import (
+from streams.observability.logs import (
     JsonFormatter,
     KeyValueFormatter,
     LogContextFilter,
     configure_logging,
     log_context,
 )
-from .metrics import HeadraceCollector, MetricsServer, metric_families, serve_metrics
-from .snapshot import (
+from streams.observability.metrics import HeadraceCollector, MetricsServer, metric_families, serve_metrics
+from streams.observability.snapshot import (
     DEAD_LETTER_REASONS,
     EventTimeTotals,
     QueueSnapshot,

@@ -3,12 +3,12 @@
 A :class:`LogContextFilter` on the handler gives each record three attributes, ``worker``,
 ``queue`` and ``stream``, the first of these that names them:
 
-1. the record's own arguments: the runtime passes :class:`~streams.ids.QueueId` and
-   :class:`~streams.ids.StreamId` objects to its log calls (``log.warning("%s: ...", queue)``),
+1. the record's own arguments: the runtime passes :class:`~streams.core.ids.QueueId` and
+   :class:`~streams.core.ids.StreamId` objects to its log calls (``log.warning("%s: ...", queue)``),
    so an agent's lines name their queue without any bookkeeping on the hot path;
 2. :func:`log_context` (a context variable: it follows the code into the tasks and worker
    threads it starts; the runtime sets it around every delivery, so a consumer's own log
-   lines name the worker, queue and stream too, see :mod:`streams.logcontext`);
+   lines name the worker, queue and stream too, see :mod:`streams.core.logcontext`);
 3. the filter's defaults (``configure_logging(worker=...)``), else ``None``.
 
 Two formats: ``key=value`` text (logfmt) and one JSON object per line.
@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
-from ..errors import ConfigurationError
-from ..ids import QueueId, StreamId
-from ..logcontext import FIELDS, check_fields, current_fields, log_context  # noqa: F401 (log_context: re-exported)
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId, StreamId
+from streams.core.logcontext import FIELDS, check_fields, current_fields, log_context  # noqa: F401 (log_context: re-exported)
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")

@@ -39,14 +39,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from agents.latency import HistogramSnapshot
-
-from ..errors import ConfigurationError, HeadraceError
-from .snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot
+from streams.core.errors import ConfigurationError, HeadraceError
+from streams.observability.snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from ..provider import StreamProvider
+    from streams.provider import StreamProvider
 
 log = logging.getLogger("headrace.metrics")
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from agents.holdback import holding_back
 from agents.latency import HistogramSnapshot
-from streams.deadletters import DeadLetterStore
+from streams.core.deadletters import DeadLetterStore
 from streams.eventtime.metrics import Counters
 from streams.eventtime.policy import Reason
 

@@ -20,8 +20,8 @@ from streams.adapters.kafka import KafkaAdapterFactory
 from streams.adapters.memory import MemoryAdapterFactory
 from streams.adapters.protocols import QueueAdapter
 from streams.adapters.retention import RetentionPolicy
-from streams.ids import QueueId, StreamId
-from streams.store import EmbeddedStore
+from streams.core.ids import QueueId, StreamId
+from streams.core.store import EmbeddedStore
 from tests.kafka_broker import produce_raw
 
 from .harness import AdapterHarness, HarnessSpec, ProducerSpec, shutdown_all

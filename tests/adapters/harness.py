@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from streams.adapters.protocols import QueueAdapter, QueueAdapterReceiver, QueueMapper
-from streams.batch import BatchContainer, BatchKind, QueueMessage
-from streams.ids import QueueId, StreamId
+from streams.core.batch import BatchContainer, BatchKind, QueueMessage
+from streams.core.ids import QueueId, StreamId
 
 
 @dataclass(frozen=True)

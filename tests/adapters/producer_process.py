@@ -15,8 +15,8 @@ from typing import Any
 
 import anyio
 
-from streams.batch import BatchContainer, BatchKind
-from streams.ids import StreamId
+from streams.core.batch import BatchContainer, BatchKind
+from streams.core.ids import StreamId
 from tests.adapters.harness import ProducerSpec
 
 

@@ -17,10 +17,10 @@ import msgpack
 import pytest
 
 from streams.adapters.protocols import QueueAdapter, RewindableReceiver
-from streams.batch import BatchContainer, BatchKind, QueueMessage
-from streams.errors import DecodeError
-from streams.ids import QueueId, StreamId
-from streams.tokens import SequenceToken
+from streams.core.batch import BatchContainer, BatchKind, QueueMessage
+from streams.core.errors import DecodeError
+from streams.core.ids import QueueId, StreamId
+from streams.core.tokens import SequenceToken
 
 from .harness import AdapterHarness, drain, shutdown_all
 

@@ -15,12 +15,12 @@ import pytest_asyncio
 
 from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapter
 from streams.adapters.retention import RetentionPolicy, RetentionReport
-from streams.batch import BatchContainer, BatchKind
-from streams.deadletters import DeadLetter
-from streams.errors import ConfigurationError, DecodeError
-from streams.ids import QueueId, StreamId
-from streams.pubsub import SubscriptionRecord, SubscriptionState
-from streams.tokens import SequenceToken
+from streams.core.batch import BatchContainer, BatchKind
+from streams.core.deadletters import DeadLetter
+from streams.core.errors import ConfigurationError, DecodeError
+from streams.core.ids import QueueId, StreamId
+from streams.core.pubsub import SubscriptionRecord, SubscriptionState
+from streams.core.tokens import SequenceToken
 
 from .harness import drain
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.store import EmbeddedStore
-from streams.store_turns import WriteTurns
+from streams.core.store import EmbeddedStore
+from streams.core.store_turns import WriteTurns
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from balancer import QueueBalancerBase, QueueDistributionChange
-from streams.ids import QueueId
+from streams.core.ids import QueueId
 
 
 def queues(n: int) -> list[QueueId]:

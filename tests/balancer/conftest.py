@@ -13,7 +13,7 @@ from balancer import (
 )
 from balancer.leases import MemoryLeaseTable
 from balancer.membership import MemoryMemberTable
-from streams.store import EmbeddedStore
+from streams.core.store import EmbeddedStore
 
 
 @pytest.fixture

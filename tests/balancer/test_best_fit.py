@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from balancer import best_fit_distribution, ideal_distribution, sticky_distribution
-from streams.ids import QueueId
+from streams.core.ids import QueueId
 
 worker_names = st.lists(st.text("abcdefgh", min_size=1, max_size=4), min_size=1, max_size=12, unique=True)
 queue_counts = st.integers(min_value=0, max_value=64)

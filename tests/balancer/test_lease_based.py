@@ -17,7 +17,7 @@ from balancer import (
 )
 from balancer.lease_based import search_order
 from balancer.membership import MemoryMemberTable
-from streams.errors import ConfigurationError, WorkerNameInUseError
+from streams.core.errors import ConfigurationError, WorkerNameInUseError
 
 from .cluster import Cluster, Worker, numbers, queues
 

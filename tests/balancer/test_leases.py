@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from balancer import Lease, SqliteLeaseProvider
-from streams.ids import QueueId
+from streams.core.ids import QueueId
 
 Q0, Q1, Q2 = QueueId(0), QueueId(1), QueueId(2)
 
@@ -112,8 +112,8 @@ HOLDER = textwrap.dedent(
     import json, sys
     import anyio
     from balancer import ManualClock, SqliteLeaseProvider
-    from streams.ids import QueueId
-    from streams.store import EmbeddedStore
+    from streams.core.ids import QueueId
+    from streams.core.store import EmbeddedStore
 
     path, now = sys.argv[1], float(sys.argv[2])
     with EmbeddedStore(path) as store:

@@ -10,7 +10,7 @@ import pytest
 
 from balancer import MemberRecord, mature_workers
 from balancer.instances import instance_is_dead, new_instance_id, parse_instance
-from streams.errors import ConfigurationError, WorkerNameInUseError
+from streams.core.errors import ConfigurationError, WorkerNameInUseError
 
 
 async def test_a_member_is_live_until_the_suspicion_timeout_passes(membership_factory, clock):

@@ -15,7 +15,7 @@ from balancer import (
     MemoryMembership,
     SqliteLeaseProvider,
 )
-from streams.store import EmbeddedStore
+from streams.core.store import EmbeddedStore
 
 from .cluster import Worker, numbers, queues
 

@@ -14,7 +14,7 @@ from balancer import (
     ideal_distribution,
 )
 from balancer.membership import MemoryMemberTable
-from streams.errors import ConfigurationError, WorkerNameInUseError
+from streams.core.errors import ConfigurationError, WorkerNameInUseError
 
 from .cluster import Cluster, Worker, numbers, queues
 

@@ -65,7 +65,7 @@ def poll_status(cwd: Path, until: Any, timeout: float = 20.0) -> Any:
 def published(store: Path) -> list[tuple[str, list[Any], list[float | None] | None]]:
     """Every batch container in the store's queues: (stream, values, event times), in queue
     and sequence order (none while the store has no queues)."""
-    from streams.batch import BatchContainer
+    from streams.core.batch import BatchContainer
 
     with sqlite3.connect(store / "headrace.db") as conn:
         made = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'queue_records'").fetchone()

@@ -11,7 +11,7 @@ import pytest
 from streams.adapters.embedded import EmbeddedAdapterFactory
 from streams.adapters.kafka import KafkaAdapterFactory
 from streams.config import load_config
-from streams.errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 from streams.eventtime import Hopping, Tumbling
 
 from .helpers import ROOT, clean_env, headrace, json_of, one_error_line

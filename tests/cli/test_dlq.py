@@ -8,9 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from streams.deadletters import DeadLetter
-from streams.deadletters_embedded import EmbeddedDeadLetterStore
-from streams.store import EmbeddedStore
+from streams.core.deadletters import DeadLetter
+from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
+from streams.core.store import EmbeddedStore
 
 from .helpers import headrace, one_error_line, published
 

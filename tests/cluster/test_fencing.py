@@ -11,7 +11,7 @@ import anyio
 from balancer import BalancerOptions, Lease, SqliteLeaseProvider
 from streams import QueueId, StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueReceiver
-from streams.batch import BatchContainer, BatchKind
+from streams.core.batch import BatchContainer, BatchKind
 
 from ..core.conftest import Recorder, drained
 

@@ -22,9 +22,9 @@ from typing import Any, TextIO, TypeVar
 from balancer import BalancerOptions
 from streams import StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapter, EmbeddedQueueReceiver
-from streams.batch import QueueMessage
-from streams.ids import QueueId
-from streams.tokens import SequenceToken
+from streams.core.batch import QueueMessage
+from streams.core.ids import QueueId
+from streams.core.tokens import SequenceToken
 
 QUEUES = 8
 NAMESPACE = "cluster"

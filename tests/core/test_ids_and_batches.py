@@ -88,7 +88,7 @@ def test_foreign_or_corrupt_bytes_are_refused(payload):
 
 @pytest.mark.parametrize("count", [0, 3, 2000])  # the last one is past the whole-decode limit
 def test_small_and_large_containers_decode_alike(count):
-    from streams.batch import BatchContainer as C
+    from streams.core.batch import BatchContainer as C
 
     sid = StreamId("ns", "k")
     times = [float(i) if i % 2 else None for i in range(count)]
@@ -99,7 +99,7 @@ def test_small_and_large_containers_decode_alike(count):
 
 
 def test_encode_batch_gives_what_a_container_encodes():
-    from streams.batch import encode_batch
+    from streams.core.batch import encode_batch
 
     sid = StreamId("ns", "k")
     values, times = ("a", 1, [2.5]), [1.0, None, 3.0]
@@ -112,7 +112,7 @@ def test_encode_batch_gives_what_a_container_encodes():
 
 
 def test_decoded_stream_ids_are_the_interned_ones():
-    from streams.batch import interned
+    from streams.core.batch import interned
 
     sid = StreamId("ns", "interned")
     payload = BatchContainer(sid, BatchKind.DATA, 1.0, [1]).encode()

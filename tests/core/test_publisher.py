@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from streams import EncodeError, PublishError, StreamId, StreamProvider
-from streams.batch import BatchContainer, BatchKind
+from streams.core.batch import BatchContainer, BatchKind
 from streams.publisher import ContainerWriter, Publisher
 
 from .conftest import Recorder, drained

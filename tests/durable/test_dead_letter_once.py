@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from streams import StreamId, StreamProvider
-from streams.deadletters import DeadLetter, MemoryDeadLetterStore
-from streams.deadletters_embedded import EmbeddedDeadLetterStore
+from streams.core.deadletters import DeadLetter, MemoryDeadLetterStore
+from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
+from streams.core.store import EmbeddedStore
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-from streams.store import EmbeddedStore
 
 from ..core.conftest import drained
 
@@ -115,7 +115,7 @@ async def test_event_time_dead_letters_name_their_queue():
 
 
 async def test_a_store_written_before_the_unique_key_is_upgraded_and_keeps_its_rows(tmp_path):
-    from streams.deadletters_embedded import DEADLETTER_SCHEMA
+    from streams.core.deadletters_embedded import DEADLETTER_SCHEMA
 
     with EmbeddedStore(tmp_path / "store") as old:
         old.require_schema("deadletter", DEADLETTER_SCHEMA[:1])

@@ -12,7 +12,7 @@ import pytest
 from streams import CacheMissError, SequenceToken, StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
 from streams.adapters.retention import RetentionPolicy
-from streams.options import StreamProviderOptions
+from streams.core.options import StreamProviderOptions
 
 from ..core.conftest import GatedRecorder, Recorder, drained
 

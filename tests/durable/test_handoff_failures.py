@@ -21,12 +21,12 @@ from spark_sink.offsets import OffsetRange
 from spark_sink.schema import HandoffSchema
 from spark_sink.storage import EmbeddedStorage
 from streams import StreamId, StreamProvider
-from streams.batch import Event
-from streams.errors import HandoffRefusedError
+from streams.core.batch import Event
+from streams.core.errors import HandoffRefusedError
+from streams.core.store import EmbeddedStore
+from streams.core.tokens import SequenceToken
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
 from streams.eventtime.processor import EventOutcome, WindowResult
-from streams.store import EmbeddedStore
-from streams.tokens import SequenceToken
 
 from ..core.conftest import drained
 from .test_handoff_gap import counting_provider

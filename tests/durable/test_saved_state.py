@@ -13,9 +13,9 @@ from pathlib import Path
 import anyio
 
 from streams import StreamId, StreamProvider
+from streams.core.store import EmbeddedStore
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.status import read_status
-from streams.store import EmbeddedStore
 
 from ..core.conftest import drained
 from .test_handoff_gap import handed_off, persisted_checkpoint, wait_for_rows

@@ -6,12 +6,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from streams.batch import Event
 from streams.cli.simulate import TimeForm, read_rows
+from streams.core.batch import Event
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
 from streams.eventtime import EventOutcome, Processor, WatermarkAdvance, WindowResult
 from streams.eventtime.replay import ReplayOptions, Row, replay
-from streams.ids import StreamId
-from streams.tokens import SequenceToken
 
 DATA = Path(__file__).parent / "data"
 SID = StreamId("sensors", "s-1")

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from streams.errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 from streams.eventtime import Count, OrderingPolicy, Processor, Sum, Tumbling
 from streams.eventtime.policy import timestamp_extractor
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from streams.errors import ConfigurationError, StreamCompletedError
+from streams.core.errors import ConfigurationError, StreamCompletedError
 from streams.eventtime import OrderingPolicy, Processor, Tumbling
 
 from .helpers import SID, events, feed, outcomes

@@ -7,9 +7,9 @@ from types import SimpleNamespace as Ev
 
 import pytest
 
+from streams.core.tokens import SequenceToken
 from streams.eventtime import Collect, Count, Hopping, OrderingPolicy, Processor, Sum, Tumbling
 from streams.eventtime.snapshot import SnapshotError, is_empty
-from streams.tokens import SequenceToken
 
 
 def events(n: int, seed: int = 7) -> list[Ev]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from streams.core.tokens import SequenceToken
 from streams.eventtime import Collect, Hopping, OrderingPolicy, Processor, Tumbling
-from streams.tokens import SequenceToken
 
 from .helpers import events, feed, outcomes, windows
 

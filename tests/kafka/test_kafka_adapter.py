@@ -21,9 +21,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.adapters.kafka import KafkaAdapterFactory, KafkaQueueReceiver
 from streams.adapters.protocols import QueueAdapter, RewindableReceiver
-from streams.batch import BatchContainer, BatchKind, QueueMessage
-from streams.errors import ConfigurationError, DecodeError, QueueAdapterError
-from streams.ids import QueueId, StreamId
+from streams.core.batch import BatchContainer, BatchKind, QueueMessage
+from streams.core.errors import ConfigurationError, DecodeError, QueueAdapterError
+from streams.core.ids import QueueId, StreamId
 from tests.adapters.harness import drain
 from tests.kafka_broker import TansuBroker, TansuProxy, free_port, produce_raw
 

@@ -17,11 +17,11 @@ from spark_sink.handoff import EventHandoff, Handoff
 from spark_sink.kafka_log import KafkaHandoffLog, PartitionMarks
 from spark_sink.kafka_sink import KafkaHandoffSink
 from streams.adapters.kafka import KafkaSettings
-from streams.batch import Event
-from streams.errors import HandoffRefusedError
+from streams.core.batch import Event
+from streams.core.errors import HandoffRefusedError
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
 from streams.eventtime.processor import EventOutcome, WindowResult
-from streams.ids import StreamId
-from streams.tokens import SequenceToken
 from tests.kafka_broker import produce_raw
 
 HANDOFF = Handoff("totals", {"total": "double"})

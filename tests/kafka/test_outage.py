@@ -9,7 +9,7 @@ import time
 import pytest
 
 from streams.adapters.outage import OutageLog, quiet_client_library, retry_transient
-from streams.errors import QueueAdapterError
+from streams.core.errors import QueueAdapterError
 
 LOG = logging.getLogger("headrace.test-outage")
 

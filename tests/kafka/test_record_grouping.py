@@ -8,8 +8,8 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from streams.adapters.kafka_records import GroupedRecords
 from streams.adapters.records import record_format
-from streams.errors import DecodeError
-from streams.ids import QueueId, StreamId
+from streams.core.errors import DecodeError
+from streams.core.ids import QueueId, StreamId
 
 A, B = TopicPartition("a", 0), TopicPartition("b", 0)
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from streams import ConfigurationError, StreamId, StreamProvider
-from streams.ids import QueueId
+from streams.core.ids import QueueId
 from streams.observability import configure_logging, log_context
 
 from ..core.conftest import drained

@@ -12,7 +12,7 @@ import time
 import anyio
 
 from streams import StreamId, StreamProvider
-from streams.batch import _STREAM_IDS
+from streams.core.batch import _STREAM_IDS
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 
 from ..core.conftest import drained
@@ -176,7 +176,7 @@ async def _come_and_go(windowed: bool, rounds: int, per_round: int) -> tuple[lis
             assert all(agent.stream_ids() == [] for agent in provider.agents)
             await anyio.sleep(0.05)  # the on_deactivate tasks finish
             # The decoder's stream-id intern table is a bounded cache (100,000 ids, see
-            # streams.batch), not the activations': emptied so the count shows what they leave.
+            # streams.core.batch), not the activations': emptied so the count shows what they leave.
             _STREAM_IDS.clear()
             gc.collect()
             blocks.append(sys.getallocatedblocks())

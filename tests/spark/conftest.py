@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 import spark_sink
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
-from streams.store import EmbeddedStore
+from streams.core.store import EmbeddedStore
 
 
 @pytest.fixture(scope="session")

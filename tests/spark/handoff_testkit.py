@@ -17,9 +17,9 @@ from spark_sink import HandoffLog, HandoffWriter, Segment
 from spark_sink.kafka_sink import KafkaHandoffSink
 from spark_sink.schema import HandoffData
 from streams.adapters.kafka import KafkaSettings
+from streams.core.ids import StreamId
+from streams.core.store import EmbeddedStore
 from streams.eventtime.processor import WindowResult
-from streams.ids import StreamId
-from streams.store import EmbeddedStore
 
 WINDOW_SECONDS = 30
 STREAM = "sensor-totals"

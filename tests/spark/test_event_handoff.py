@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from spark_sink import EventHandoff, Handoff
 from streams import StreamId, StreamProvider
-from streams.errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 from streams.eventtime import EventTime, OrderingPolicy, Tumbling
 
 STREAM = "readings"

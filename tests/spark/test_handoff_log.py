@@ -30,9 +30,9 @@ from spark_sink import (
     UnknownHandoffStreamError,
 )
 from spark_sink.offsets import admit, admit_records, split_ranges
-from streams.errors import ConfigurationError
-from streams.ids import QueueId
-from streams.store import EmbeddedStore
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId
+from streams.core.store import EmbeddedStore
 
 
 def rows(n: int, first: int = 0) -> list[tuple[float, float, str, str, int, float]]:
@@ -167,7 +167,7 @@ def test_append_needs_the_stores_write_transaction(handoff: Handoff, tmp_path: P
 CRASHING_WORKER = """
 import os, sys
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
-from streams.store import EmbeddedStore
+from streams.core.store import EmbeddedStore
 store = EmbeddedStore(sys.argv[1])
 schema = HandoffSchema.windows({"count": "bigint", "total": "double"}, stream=True)
 writer = HandoffWriter(HandoffLog(store), sys.argv[2], schema)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import anyio
 
-from ...timetext import parse_duration
-from ..common import console
-from .settings import DemoSettings
+from streams.cli.common import console
+from streams.cli.demo.settings import DemoSettings
+from streams.timetext import parse_duration
 
 EXAMPLES = """examples:
   headrace demo                                   # about a minute, then a summary
@@ -105,7 +105,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .pipeline import work_directory  # Spark's side loads only when the demo runs
+    from streams.cli.demo.pipeline import work_directory  # Spark's side loads only when the demo runs
 
     settings = _settings(args)
     with work_directory(settings.path) as (store, work):
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(settings: DemoSettings, store: Path, work: Path) -> int:
-    from .pipeline import DemoPipeline
+    from streams.cli.demo.pipeline import DemoPipeline
 
     return await DemoPipeline(settings, store, work, console()).run()
 

@@ -28,21 +28,20 @@ import anyio.lowlevel
 from rich.console import Console
 
 from spark_sink import Handoff
-
-from ...adapters.kafka import KafkaAdapterFactory
-from ...adapters.kafka_reach import check_reachable
-from ...errors import HeadraceError
-from ...eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
-from ...ids import StreamId
-from ...observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
-from ...provider import StreamProvider
-from ..common import plural
-from .settings import DemoSettings
-from .status import StatusLine
-from .summary import Ledger
-from .traffic import NAMESPACE, POLICY, TollTraffic
-from .windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader
-from .windows import handed_off as windows_handed_off
+from streams.adapters.kafka import KafkaAdapterFactory
+from streams.adapters.kafka_reach import check_reachable
+from streams.cli.common import plural
+from streams.cli.demo.settings import DemoSettings
+from streams.cli.demo.status import StatusLine
+from streams.cli.demo.summary import Ledger
+from streams.cli.demo.traffic import NAMESPACE, POLICY, TollTraffic
+from streams.cli.demo.windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader
+from streams.cli.demo.windows import handed_off as windows_handed_off
+from streams.core.errors import HeadraceError
+from streams.core.ids import StreamId
+from streams.eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
+from streams.observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
+from streams.provider import StreamProvider
 
 log = logging.getLogger("headrace.demo")
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...observability.logs import LogFormat
+from streams.observability.logs import LogFormat
 
 
 @dataclass(frozen=True)

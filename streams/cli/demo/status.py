@@ -14,11 +14,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from ...observability import EventTimeTotals, dead_letter_counts, take_snapshot
-from ...provider import StreamProvider
-from .summary import POLICY_DROPS
-from .traffic import Published
-from .windows import Received, clock_text
+from streams.cli.demo.summary import POLICY_DROPS
+from streams.cli.demo.traffic import Published
+from streams.cli.demo.windows import Received, clock_text
+from streams.observability import EventTimeTotals, dead_letter_counts, take_snapshot
+from streams.provider import StreamProvider
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..common import plural
+from streams.cli.common import plural
 
 # Dead-letter reasons of events an ordering policy dropped; every other reason is a record
 # the runtime could not use (corrupt, no timestamp, windows closed, consumer failure).

@@ -25,9 +25,9 @@ from typing import Any
 
 import anyio
 
-from ...eventtime import OrderingPolicy
-from ...ids import StreamId
-from ...provider import StreamProvider
+from streams.core.ids import StreamId
+from streams.eventtime import OrderingPolicy
+from streams.provider import StreamProvider
 
 NAMESPACE = "tolls"
 

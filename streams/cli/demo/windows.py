@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
 
-from ...errors import HeadraceError
-from ..common import plural
+from streams.cli.common import plural
+from streams.core.errors import HeadraceError
 
 if TYPE_CHECKING:  # the demo loads Spark's side only when it runs
     from spark_sink.storage import HandoffStorage

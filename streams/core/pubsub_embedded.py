@@ -6,10 +6,10 @@ import sqlite3
 import time
 from functools import partial
 
-from .ids import StreamId
-from .pubsub import SubscriptionRecord, SubscriptionState
-from .store import EmbeddedStore, Migration
-from .tokens import SequenceToken
+from streams.core.ids import StreamId
+from streams.core.pubsub import SubscriptionRecord, SubscriptionState
+from streams.core.store import EmbeddedStore, Migration
+from streams.core.tokens import SequenceToken
 
 PUBSUB_SCHEMA: list[Migration] = [
     [
@@ -38,11 +38,11 @@ def _record(row: _Row) -> SubscriptionRecord:
 
 
 class EmbeddedPubSubStore:
-    """A :class:`streams.pubsub.PubSubStore` in the embedded store: subscriptions survive
+    """A :class:`streams.core.pubsub.PubSubStore` in the embedded store: subscriptions survive
     restarts and are seen by every process that opens the same directory.
 
     >>> import anyio, tempfile
-    >>> from streams.store import EmbeddedStore
+    >>> from streams.core.store import EmbeddedStore
     >>> async def main():
     ...     pubsub = EmbeddedPubSubStore(EmbeddedStore(tempfile.mkdtemp()))
     ...     await pubsub.add_subscription(

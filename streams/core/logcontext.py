@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .errors import ConfigurationError
-from .ids import QueueId, StreamId
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId, StreamId
 
 FIELDS = ("worker", "queue", "stream")
 

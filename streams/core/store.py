@@ -31,8 +31,8 @@ from typing import Literal, TypeVar
 
 import anyio.to_thread
 
-from .errors import ConfigurationError, StoreError
-from .store_turns import BackOff, turns_for
+from streams.core.errors import ConfigurationError, StoreError
+from streams.core.store_turns import BackOff, turns_for
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from .batch import EventBatch
+from streams.core.batch import EventBatch
 
 
 @runtime_checkable

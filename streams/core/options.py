@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from .errors import ConfigurationError
+from streams.core.errors import ConfigurationError
 
 
 @dataclass(frozen=True)

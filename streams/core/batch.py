@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from .errors import DecodeError, EncodeError
-from .ids import QueueId, StreamId
-from .tokens import SequenceToken
+from streams.core.errors import DecodeError, EncodeError
+from streams.core.ids import QueueId, StreamId
+from streams.core.tokens import SequenceToken
 
 MAGIC = "hr1"
 

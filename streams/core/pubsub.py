@@ -12,8 +12,8 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from .ids import StreamId
-from .tokens import SequenceToken
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
 
 
 class SubscriptionState(enum.Enum):

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from .batch import BatchContainer, BatchKind, Event, EventBatch
-from .ids import StreamId
+from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch
+from streams.core.ids import StreamId
 
 Headers = Sequence[tuple[str, bytes]]
 

@@ -6,8 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from .ids import StreamId
-from .tokens import SequenceToken
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
 
 log = logging.getLogger("headrace.delivery")
 

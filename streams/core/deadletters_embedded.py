@@ -1,7 +1,7 @@
 """Dead letters in the embedded store (table ``deadletters``), with ids for inspection and
 replay: a dead letter is kept after it is replayed, marked with the time of the replay.
 
-One row per queue position and reason (``streams.deadletters.letter_key``: a unique index,
+One row per queue position and reason (``streams.core.deadletters.letter_key``: a unique index,
 and ``INSERT OR IGNORE``), so a range read again after a restart records nothing twice. A
 whole record's letter has event index -1 in the table; rows written before the index existed
 have none (NULL) and are never taken for another."""
@@ -18,8 +18,8 @@ from typing import Any
 
 import msgpack
 
-from .deadletters import DeadLetter, letter_key
-from .store import EmbeddedStore, Migration
+from streams.core.deadletters import DeadLetter, letter_key
+from streams.core.store import EmbeddedStore, Migration
 
 DEADLETTER_SCHEMA: list[Migration] = [
     [
@@ -77,10 +77,10 @@ def _stored(row: tuple[Any, ...]) -> StoredDeadLetter:
 
 
 class EmbeddedDeadLetterStore:
-    """A :class:`streams.deadletters.DeadLetterStore` in the embedded store.
+    """A :class:`streams.core.deadletters.DeadLetterStore` in the embedded store.
 
     >>> import anyio, tempfile
-    >>> from streams.store import EmbeddedStore
+    >>> from streams.core.store import EmbeddedStore
     >>> async def main():
     ...     letters = EmbeddedDeadLetterStore(EmbeddedStore(tempfile.mkdtemp()))
     ...     await letters.add([DeadLetter("undecodable", queue=3, sequence_number=17,
