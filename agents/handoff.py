@@ -23,8 +23,8 @@ import anyio
 from streams.adapters.outage import Backoff, OutageLog
 from streams.core.deadletters import DeadLetter, DeadLetterStore
 from streams.core.errors import HandoffRefusedError
-from streams.eventtime.processor import EventOutcome, WindowResult
 from streams.eventtime.release import Position
+from streams.eventtime.results import EventOutcome, WindowResult
 
 log = logging.getLogger("headrace.handoff")
 T = TypeVar("T")

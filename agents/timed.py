@@ -33,8 +33,8 @@ from streams.core.observer import _lift, _nothing
 from streams.core.tokens import SequenceToken
 from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
-from streams.eventtime.processor import EventOutcome, Output
 from streams.eventtime.release import TimestampOrder, position_of
+from streams.eventtime.results import EventOutcome, Output
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
 
@@ -68,7 +68,7 @@ class EventTimeObserver:
         self.target = target
         self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
         # A windowless consumer's events wait here for the watermark, then go in order.
-        self._release: TimestampOrder | None = (
+        self._release: TimestampOrder[EventOutcome] | None = (
             TimestampOrder() if handoff is not None and spec.window is None and not spec.inputs else None
         )
         # Several inputs, no window: every event waits for the merged watermark.

@@ -29,8 +29,8 @@ import pyarrow as pa
 
 from streams.core.errors import ConfigurationError, HandoffRefusedError
 from streams.core.store import EmbeddedStore
-from streams.eventtime.processor import EventOutcome, WindowResult
 from streams.eventtime.release import Position, position_of
+from streams.eventtime.results import EventOutcome, WindowResult
 from streams.eventtime.spec import EventTime
 
 from .errors import HandoffSchemaError
@@ -206,7 +206,7 @@ def fresh_windows(
     """The windows not handed off yet (per key, an end beyond the key's mark), and the
     marks they move.
 
-    >>> from streams.eventtime.processor import WindowResult
+    >>> from streams.eventtime.results import WindowResult
     >>> w = [WindowResult("a", 0, 60, 1, None), WindowResult("a", 60, 120, 2, None)]
     >>> fresh, moved = fresh_windows(w, {"a": 60})
     >>> [r.end for r in fresh], moved

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from streams.adapters.kafka import KafkaSettings, is_transient
 from streams.adapters.outage import OutageLog, retry_transient
-from streams.eventtime.processor import EventOutcome, WindowResult
+from streams.eventtime.results import EventOutcome, WindowResult
 
 from .handoff import EventHandoff, EventMark, Handoff, Position, conform, fresh_events, fresh_windows
 from .kafka_log import KafkaHandoffLog, PartitionMarks

@@ -52,9 +52,9 @@ from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
 from streams.core.store import EmbeddedStore, Synchronous
 from streams.eventtime.policy import Action, OrderingPolicy
+from streams.eventtime.timetext import parse_duration, parse_window
 from streams.eventtime.windows import WindowSpec
 from streams.observability.logs import FORMATS, LEVELS
-from streams.timetext import parse_duration, parse_window
 
 if TYPE_CHECKING:
     from streams.provider import StreamProvider

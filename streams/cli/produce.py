@@ -37,9 +37,9 @@ from streams.cli import CliError
 from streams.cli.common import add_config_options, load_cli_config, plural
 from streams.core.errors import ConfigurationError, EncodeError, PublishError
 from streams.core.ids import StreamId
+from streams.eventtime.timetext import parse_instant
 from streams.provider import StreamProvider
 from streams.stream import Stream
-from streams.timetext import parse_instant
 
 EXAMPLES = """examples:
   headrace produce --path ./store --stream sensors/s-1 readings.jsonl

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from streams.cli import CliError
 from streams.core.errors import HeadraceError
 from streams.eventtime.policy import OrderingPolicy
-from streams.eventtime.processor import EventOutcome, WatermarkAdvance, WindowResult
-from streams.eventtime.replay import ReplayOptions, Row, TraceItem, replay, summarize
-from streams.timetext import parse_duration, parse_instant, parse_window
+from streams.eventtime.replay import ReplayOptions, Row, replay, summarize
+from streams.eventtime.results import EventOutcome, TraceItem, WatermarkAdvance, WindowResult
+from streams.eventtime.timetext import parse_duration, parse_instant, parse_window
 
 if TYPE_CHECKING:
     from streams.cli.simulate_plot import Panel

@@ -28,8 +28,16 @@ from matplotlib.ticker import ScalarFormatter
 from matplotlib.transforms import Bbox
 
 from streams.eventtime.policy import Action
-from streams.eventtime.processor import ADJUSTED, DEAD_LETTER, DROPPED, EventOutcome, WatermarkAdvance, WindowResult
-from streams.eventtime.replay import ReplayOptions, Row, TraceItem
+from streams.eventtime.replay import ReplayOptions, Row
+from streams.eventtime.results import (
+    ADJUSTED,
+    DEAD_LETTER,
+    DROPPED,
+    EventOutcome,
+    TraceItem,
+    WatermarkAdvance,
+    WindowResult,
+)
 
 _LANE_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 WINDOW_SHADES = ("#fdd9a0", "#c7e0f4")  # alternate, so that neighbouring windows stay apart

@@ -10,14 +10,15 @@ The contract is ``docs/event-time.md``. The core is synchronous and does no I/O;
 from streams.eventtime.aggregates import Collect, Combined, Count, First, Last, Max, Mean, Min, Reducer, Sum
 from streams.eventtime.metrics import Counters, EventTimeMetrics
 from streams.eventtime.policy import Action, EventLike, Extractor, OrderingPolicy, Reason
-from streams.eventtime.processor import (
+from streams.eventtime.processor import Processor
+from streams.eventtime.results import (
     ADJUSTED,
     DEAD_LETTER,
     DROPPED,
     KEPT,
     EventOutcome,
     Output,
-    Processor,
+    TraceItem,
     WatermarkAdvance,
     WindowResult,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Reason",
     "Reducer",
     "Sum",
+    "TraceItem",
     "Tumbling",
     "Watermark",
     "WatermarkAdvance",

@@ -15,9 +15,9 @@ so a restart replays it before the events that need it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any
 
 from streams.eventtime.release import Position, TimestampOrder, position_of
+from streams.eventtime.results import EventOutcome
 
 
 class MergedRelease:
@@ -35,7 +35,7 @@ class MergedRelease:
     """
 
     def __init__(self, inputs: Sequence[Hashable], in_force: Iterable[Hashable] = ()) -> None:
-        self._orders = {name: TimestampOrder() for name in inputs}
+        self._orders: dict[Hashable, TimestampOrder[EventOutcome]] = {name: TimestampOrder() for name in inputs}
         self._references = frozenset(in_force)
         # A reference input's event in force: the released one latest in (timestamp, position).
         self._in_force: dict[Hashable, tuple[float, Position]] = {}
@@ -47,18 +47,18 @@ class MergedRelease:
         """Events of input ``name`` up to ``position`` have arrived."""
         self._orders[name].saw(position)
 
-    def add(self, name: Hashable, outcome: Any) -> None:
+    def add(self, name: Hashable, outcome: EventOutcome) -> None:
         """Hold an event outcome (``.timestamp``, ``.record.token``) of input ``name``."""
-        self._orders[name].add(outcome.timestamp, position_of(outcome), outcome)
+        self._orders[name].add(_timestamp(outcome), position_of(outcome), outcome)
 
-    def release(self, watermark: float) -> list[tuple[Hashable, Any]]:
+    def release(self, watermark: float) -> list[tuple[Hashable, EventOutcome]]:
         """``(input, event)`` for every held event at or below ``watermark``, in timestamp
         order across inputs, ties in queue order."""
-        released: list[tuple[tuple[float, Position], Hashable, Any]] = []
+        released: list[tuple[tuple[float, Position], Hashable, EventOutcome]] = []
         for name, order in self._orders.items():
             events = order.release(watermark)
             if events:
-                keyed = [((e.timestamp, position_of(e)), name, e) for e in events]
+                keyed = [((_timestamp(e), position_of(e)), name, e) for e in events]
                 if name in self._references:
                     last = max(k for k, _, _ in keyed)
                     if name not in self._in_force or last > self._in_force[name]:
@@ -77,3 +77,9 @@ class MergedRelease:
         """The position of input ``name`` under which nothing of it is held (see
         :meth:`TimestampOrder.below`)."""
         return self._orders[name].below()
+
+
+def _timestamp(outcome: EventOutcome) -> float:
+    # Only a dropped event has no timestamp, and dropped events are never held.
+    assert outcome.timestamp is not None
+    return outcome.timestamp

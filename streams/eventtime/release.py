@@ -15,23 +15,26 @@ start and what makes a replayed event recognisable as handed off already.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Generic, TypeVar
 
 from sortedcontainers import SortedList
 
+from streams.eventtime.results import EventOutcome
+
 Position = tuple[int, int]  # a queue position: (sequence number, event index)
+E = TypeVar("E")
 
 
-def position_of(outcome: Any) -> Position:
+def position_of(outcome: EventOutcome) -> Position:
     """An event outcome's queue position, ``(sequence number, event index)``."""
     token = outcome.record.token
     return (token.sequence_number, token.event_index)
 
 
-class TimestampOrder:
+class TimestampOrder(Generic[E]):
     """Holds events until the watermark reaches their timestamp.
 
-    >>> order = TimestampOrder()
+    >>> order: TimestampOrder[str] = TimestampOrder()
     >>> order.saw((1, 2))                      # positions 1:0..1:2 arrived
     >>> order.add(12.0, (1, 0), "b"); order.add(10.0, (1, 1), "a"); order.add(15.0, (1, 2), "c")
     >>> order.release(12.0), order.oldest(), order.below()
@@ -54,13 +57,13 @@ class TimestampOrder:
         if self._newest is None or position > self._newest:
             self._newest = position
 
-    def add(self, timestamp: float, position: Position, event: Any) -> None:
+    def add(self, timestamp: float, position: Position, event: E) -> None:
         """Hold ``event`` until the watermark reaches ``timestamp``."""
         self._held.add((timestamp, next(self._arrivals), position, event))
         self._positions.add(position)
         self.saw(position)
 
-    def release(self, watermark: float) -> list[Any]:
+    def release(self, watermark: float) -> list[E]:
         """The held events with a timestamp at most ``watermark``, in timestamp order."""
         cut = self._held.bisect_left((watermark, float("inf")))
         if not cut:
@@ -83,7 +86,8 @@ class TimestampOrder:
         """The position under which no event is held: the oldest held one, or just past the
         newest seen when none is held (None before any event)."""
         if self._positions:
-            return self._positions[0]
+            oldest: Position = self._positions[0]
+            return oldest
         if self._newest is None:
             return None
         sequence, index = self._newest

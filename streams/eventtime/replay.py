@@ -16,19 +16,9 @@ from typing import Any, cast
 
 from streams.eventtime.aggregates import Collect
 from streams.eventtime.policy import EventLike, OrderingPolicy
-from streams.eventtime.processor import (
-    ADJUSTED,
-    DEAD_LETTER,
-    DROPPED,
-    KEPT,
-    EventOutcome,
-    Processor,
-    WatermarkAdvance,
-    WindowResult,
-)
+from streams.eventtime.processor import Processor
+from streams.eventtime.results import ADJUSTED, DEAD_LETTER, DROPPED, KEPT, EventOutcome, TraceItem, WindowResult
 from streams.eventtime.windows import WindowSpec
-
-TraceItem = EventOutcome | WindowResult | WatermarkAdvance
 
 _key = attrgetter("key")  # one object, so that ``over`` and ``group_by`` name the same key
 _index = attrgetter("index")

@@ -26,17 +26,15 @@ import heapq
 import itertools
 from collections.abc import Hashable
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgpack
 
 from streams.core.tokens import SequenceToken
 from streams.eventtime.aggregates import _Sequenced
+from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.watermark import Watermark
 from streams.eventtime.windows import WindowStore
-
-if TYPE_CHECKING:
-    from streams.eventtime.processor import Processor
 
 __all__ = ["SnapshotError", "can_snapshot", "is_empty", "restore", "snapshot"]
 
@@ -47,73 +45,82 @@ class SnapshotError(Exception):
     """The processor's state cannot be serialized (an accumulator or key msgpack cannot encode)."""
 
 
-def can_snapshot(processor: Processor) -> bool:
+class Snapshottable(Protocol):
+    """A processor as its snapshot sees it: all its state is in its watermark flow."""
+
+    @property
+    def _flow(self) -> WatermarkFlow: ...
+
+
+def can_snapshot(processor: Snapshottable) -> bool:
     """Whether this processor's kind of state is serializable at all (one input)."""
-    return not processor._multi
+    return not processor._flow.multi
 
 
-def is_empty(processor: Processor) -> bool:
+def is_empty(processor: Snapshottable) -> bool:
     """No open pane: nothing a restart would need beyond the watermarks (which the next
     events regenerate as they would have)."""
-    return not any(store.panes for store in processor._stores())
+    return not any(store.panes for store in processor._flow.stores())
 
 
-def snapshot(processor: Processor) -> bytes:
+def snapshot(processor: Snapshottable) -> bytes:
     """The processor's state, as bytes :func:`restore` reads back."""
-    if not can_snapshot(processor):
+    flow = processor._flow
+    if flow.multi:
         raise SnapshotError("a processor of several merged inputs is not snapshotted")
-    (inp,) = processor._inputs.values()
-    reducer = processor.reducer
+    (inp,) = flow.inputs.values()
+    reducer = flow.reducer
     seq = None
     if isinstance(reducer, _Sequenced):
         seq = next(reducer._seq)
         reducer._seq = itertools.count(seq)  # peeked, not consumed
-    merged = processor._merged
+    merged = flow.merged
     state = {
         "format": FORMAT,
         "input": [inp.clock, inp.idle_check, inp.completed, inp.floor_close, _mark(inp.mark)],
         "merged": [merged.value, list(merged._values.values())],
-        "store": None if processor._store is None else _store(processor._store),
+        "store": None if flow.store is None else _store(flow.store),
         "lanes": [
-            [key, _mark(mark), None if store is None else _store(store)]
-            for key, (mark, store) in processor._lanes.items()
+            [key, _mark(mark), None if store is None else _store(store)] for key, (mark, store) in flow.lanes.items()
         ],
-        "counters": [getattr(processor.counters, f.name) for f in fields(processor.counters)],
+        "counters": [getattr(flow.counters, f.name) for f in fields(flow.counters)],
         "seq": seq,
     }
     try:
-        return msgpack.packb(state, default=_default)
+        data: bytes = msgpack.packb(state, default=_default)
     except (TypeError, ValueError, OverflowError) as exc:
         raise SnapshotError(f"the window state cannot be serialized: {exc}") from exc
+    return data
 
 
-def restore(processor: Processor, data: bytes) -> None:
+def restore(processor: Snapshottable, data: bytes) -> None:
     """Put the state :func:`snapshot` wrote into a new processor of the same declaration."""
     state = msgpack.unpackb(data, strict_map_key=False, ext_hook=_ext)
     if state.get("format") != FORMAT:
         raise SnapshotError(f"unknown snapshot format {state.get('format')!r}")
-    (inp,) = processor._inputs.values()
+    flow = processor._flow
+    (inp,) = flow.inputs.values()
     inp.clock, inp.idle_check, inp.completed, inp.floor_close, mark = state["input"]
     _set_mark(inp.mark, mark)
-    merged = processor._merged
+    merged = flow.merged
     merged.value = state["merged"][0]
     for name, value in zip(list(merged._values), state["merged"][1], strict=True):
         merged._values[name] = value
     merged.holder = min(merged._values, key=merged._values.__getitem__)
-    if state["store"] is not None and processor._store is not None:
-        _set_store(processor._store, state["store"])
-    processor._lanes.clear()
+    if state["store"] is not None and flow.store is not None:
+        _set_store(flow.store, state["store"])
+    flow.lanes.clear()
     for key, mark_state, store_state in state["lanes"]:
         key = _hashable(key)
-        mark, store = processor._new_lane(inp, key)
+        mark, store = flow.new_lane(inp, key)
         _set_mark(mark, mark_state)
         if store is not None and store_state is not None:
             _set_store(store, store_state)
-    counters = processor.counters
+    counters = flow.counters
     for f, value in zip(fields(counters), state["counters"], strict=True):
         setattr(counters, f.name, value)
-    if state["seq"] is not None and isinstance(processor.reducer, _Sequenced):
-        processor.reducer._seq = itertools.count(state["seq"])
+    if state["seq"] is not None and isinstance(flow.reducer, _Sequenced):
+        flow.reducer._seq = itertools.count(state["seq"])
 
 
 def _mark(mark: Watermark) -> list[Any]:
@@ -160,4 +167,5 @@ def _hashable(key: Any) -> Hashable:
     """A key as it was: msgpack turns tuples into lists."""
     if isinstance(key, list):
         return tuple(_hashable(k) for k in key)
-    return key
+    hashable: Hashable = key
+    return hashable

@@ -26,7 +26,7 @@ from streams.core.errors import HandoffRefusedError
 from streams.core.store import EmbeddedStore
 from streams.core.tokens import SequenceToken
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
-from streams.eventtime.processor import EventOutcome, WindowResult
+from streams.eventtime.results import EventOutcome, WindowResult
 
 from ..core.conftest import drained
 from .test_handoff_gap import counting_provider

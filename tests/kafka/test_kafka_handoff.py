@@ -21,7 +21,7 @@ from streams.core.batch import Event
 from streams.core.errors import HandoffRefusedError
 from streams.core.ids import StreamId
 from streams.core.tokens import SequenceToken
-from streams.eventtime.processor import EventOutcome, WindowResult
+from streams.eventtime.results import EventOutcome, WindowResult
 from tests.kafka_broker import produce_raw
 
 HANDOFF = Handoff("totals", {"total": "double"})

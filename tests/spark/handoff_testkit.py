@@ -19,7 +19,7 @@ from spark_sink.schema import HandoffData
 from streams.adapters.kafka import KafkaSettings
 from streams.core.ids import StreamId
 from streams.core.store import EmbeddedStore
-from streams.eventtime.processor import WindowResult
+from streams.eventtime.results import WindowResult
 
 WINDOW_SECONDS = 30
 STREAM = "sensor-totals"

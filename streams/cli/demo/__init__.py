@@ -20,7 +20,7 @@ import anyio
 
 from streams.cli.common import console
 from streams.cli.demo.settings import DemoSettings
-from streams.timetext import parse_duration
+from streams.eventtime.timetext import parse_duration
 
 EXAMPLES = """examples:
   headrace demo                                   # about a minute, then a summary

@@ -1,0 +1,272 @@
+"""The per-event path: steps 1-6 of the contract over one input's events, in arrival order.
+
+Each event: its time and key are read (``timestamp_by``, ``over``/``group_by``); with
+substreams its lane is loaded and lifted to the partition's floor; an event that breaks a
+tolerance goes to the ordering step (:mod:`streams.eventtime.ordering`); it is added to the
+pane of every open window containing its timestamp (or dead-lettered as ``window_closed``);
+then the watermark moves, and the windows it passes close (:mod:`streams.eventtime.flow`).
+
+This is the processor's hot path. The common case (an event in order, into an open pane)
+runs inline with everything it reads in locals; the named steps are called only for what
+is rare per event (a violation, a new lane or pane, a watermark that closes something).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from operator import attrgetter
+from typing import Any
+
+from streams.core.errors import StreamCompletedError
+from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.flow import WatermarkFlow
+from streams.eventtime.inputs import Input
+from streams.eventtime.ordering import OrderingStep
+from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
+from streams.eventtime.refusals import Refusals
+from streams.eventtime.results import DEAD_LETTER, KEPT, EventOutcome, Output, WatermarkAdvance
+from streams.eventtime.watermark import FOREVER, NEVER
+
+_record_value = attrgetter("value")
+
+
+class Ingest:
+    """Runs events of one input through steps 1-6 (:meth:`run`).
+
+    ``timestamp_of`` None reads the events' own ``event_time``; ``key_field`` (a field name
+    of the value) is read inline, ``key_of`` is its fallback or the key function.
+    """
+
+    __slots__ = (
+        "flow",
+        "ordering",
+        "refusals",
+        "timestamp_of",
+        "key_of",
+        "key_field",
+        "select",
+        "reducer",
+        "early",
+        "late",
+        "idle",
+        "every_event",
+    )
+
+    def __init__(
+        self,
+        flow: WatermarkFlow,
+        ordering: OrderingStep,
+        refusals: Refusals,
+        reducer: Reducer[Any, Any],
+        *,
+        timestamp_of: Callable[[Any], float] | None,
+        key_of: Callable[[Any], Hashable] | None,
+        key_field: str | None,
+        select: Callable[[Any], Any] | None,
+    ) -> None:
+        self.flow, self.ordering, self.refusals = flow, ordering, refusals
+        self.reducer = reducer
+        self.timestamp_of, self.key_of, self.key_field = timestamp_of, key_of, key_field
+        self.select = select or _record_value
+        self.early, self.late = ordering.early, ordering.late
+        self.idle = flow.idle_timeout < FOREVER
+        self.every_event = flow.generation.every_event
+
+    def run(self, inp: Input, events: Iterable[EventLike], out: Output) -> None:
+        """Steps 1-6 for ``events`` of input ``inp``."""
+        if inp.completed:
+            raise StreamCompletedError(
+                f"input {inp.name!r} has completed (on_completed or flush); it takes no more events"
+            )
+        if not isinstance(events, Sequence):
+            events = list(events)
+        flow, refusals = self.flow, self.refusals
+        # Everything the loop reads is a local: attribute traffic dominates a Python loop.
+        early, late, delay = self.early, self.late, self.flow.delay
+        earliest, latest = EARLIEST, LATEST
+        bounded = early < FOREVER or late < FOREVER  # steps 1 and 2 apply at all
+        uses_late = late < FOREVER
+        judge, forget = self.ordering.judge, self.ordering.forget
+        refuse = refusals.refuse
+        ts_of, key_of, key_field = self.timestamp_of, self.key_of, self.key_field
+        if key_field is not None:
+            # key_of is key_field's field getter: the fallback when the inline read fails.
+            assert key_of is not None
+            field_key_of = key_of
+        substreams = flow.substreams
+        a = flow.assigner
+        windowed = a is not None
+        if a is not None:
+            step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
+            pane_closed = a.pane_closed
+        reducer = self.reducer
+        counting, select = type(reducer) is Count, self.select
+        add, init = reducer.add, reducer.init
+        trace = flow.trace
+        passthrough = not windowed
+        record = trace or passthrough
+        idle = self.idle
+        every_event = self.every_event and not inp.imported
+        multi, part = flow.multi, inp.name
+        direct = not multi  # a single input closes its windows by its own watermark
+        lanes = flow.lanes
+        # With substreams and L set, every arrival lifts the partition's floor (inp.mark) to
+        # arrival - L; a substream below it is lifted when it is next loaded, or when the
+        # floor reaches a window's close time (inp.floor_close): quiet keys close on time.
+        floor_mark = inp.mark
+        lifting = substreams and uses_late
+        clock, idle_check = inp.clock, inp.idle_check
+        key: Hashable = None
+        # The current lane (the input's, or the event's substream): its watermark ``w``, newest
+        # timestamp and next close live in locals while the loop runs. Before a helper that
+        # reads or moves them is called they are parked in the objects, and loaded again
+        # after. With a single input the store's closing watermark is ``w`` itself.
+        mark, store = inp.mark, flow.store
+        w, newest = mark.value, mark.max_timestamp
+        # Without windows ``store`` is None and ``panes`` is never read.
+        panes: dict[float, dict[Hashable, list[Any]]] = store.panes if store is not None else {}
+        next_close = store.next_close if store is not None else FOREVER
+        try:
+            for rec in events:
+                arr = rec.arrival_time
+                if arr > clock:
+                    clock = arr
+                if arr > idle_check:  # a timeout fell due before this event arrived
+                    mark.value, mark.max_timestamp = w, newest
+                    flow.idle(inp, arr, out, strict=True)
+                    w, idle_check = mark.value, inp.idle_check
+                    next_close = store.next_close if store is not None else FOREVER
+                et: float | None = None  # not read yet: nothing counted for this event
+                # Steps 1-4 run what the event brings (its time, key and value) through user
+                # code: whatever it raises dead-letters this event alone, never its batch.
+                try:
+                    # The event's time (TIMESTAMP BY) and key (OVER / GROUP BY).
+                    if ts_of is None:
+                        t = rec.event_time
+                        if not (earliest <= t < latest):  # also NaN; a handoff holds years 1-9999
+                            refuse(
+                                part, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, time_problem(t)
+                            )
+                            continue
+                    else:
+                        try:
+                            t = ts_of(rec)
+                        except (KeyError, AttributeError, TypeError, ValueError) as exc:
+                            refuse(part, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, str(exc))
+                            continue
+                    if key_field is not None:
+                        try:
+                            key = rec.value[key_field]
+                        except (KeyError, TypeError, IndexError):  # not a mapping, or no such key
+                            key = field_key_of(rec)
+                    elif key_of is not None:
+                        key = key_of(rec)
+                    # The substream floor: load the event's lane, lifted to the partition's floor.
+                    if substreams:
+                        lane = lanes.get(key) or flow.new_lane(inp, key)
+                        if lane[0] is not mark:  # park the previous substream, load this one
+                            mark.value, mark.max_timestamp = w, newest
+                            if store is not None:
+                                store.watermark = w
+                            mark, store = lane
+                            w, newest = mark.value, mark.max_timestamp
+                            if w < floor_mark.value:  # the arrivals since its last event lifted it
+                                w = mark.value = floor_mark.value
+                            if store is not None:
+                                panes, next_close = store.panes, store.next_close
+                    et = t
+                    ts, status, reason = t, KEPT, None
+                    # 1-3. the ordering policy, for an event that breaks a tolerance
+                    if t < w or (bounded and (t - arr > early or arr - t > late)):
+                        verdict = judge(part, rec, key, t, arr, w, out)
+                        if verdict is None:  # dropped
+                            continue
+                        ts, status, reason = verdict
+                    # 4. into the open windows containing the timestamp
+                    if store is not None:  # the lane's store: there is one exactly when windowed
+                        offset = ts - origin
+                        pane = offset // step
+                        if gaps and offset - pane * step >= size:
+                            pass  # between two hopping windows: in no window, by definition
+                        elif ts < w and pane_closed(pane, w if direct else store.watermark):
+                            status = DEAD_LETTER
+                            refuse(part, rec, key, t, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
+                        else:
+                            bucket = panes.get(pane)
+                            if bucket is None:
+                                if direct:
+                                    store.watermark = w  # scheduling skips windows closed at w
+                                bucket = flow.open_pane(inp, store, pane)
+                                next_close, idle_check = store.next_close, inp.idle_check
+                            state = bucket.get(key)
+                            if state is None:
+                                acc = 1 if counting else add(init(), select(rec))
+                                bucket[key] = [acc, {part: rec.token} if multi else rec.token]
+                            else:
+                                if counting:
+                                    state[0] += 1
+                                else:
+                                    state[0] = add(state[0], select(rec))
+                                if multi and part not in state[1]:
+                                    state[1][part] = rec.token
+                except Exception as exc:  # noqa: BLE001 - a key or aggregate of this event raised
+                    if et is None:  # its time or key raised: neither is this event's
+                        refusals.invalid(part, rec, None, None, arr, exc, out)
+                    else:
+                        forget(et, arr, status, reason)
+                        refusals.invalid(part, rec, key, et, arr, exc, out)
+                    continue
+                if record and status != DEAD_LETTER:
+                    outcome = EventOutcome(rec, part, key, et, ts, status, reason and reason.value)
+                    if passthrough:
+                        out.events.append(outcome)
+                    if trace:
+                        out.trace.append(outcome)
+                # 5. the watermark
+                if idle:
+                    mark.last_ingest = arr
+                if every_event:  # Watermark.observe for generation every event, inlined
+                    if ts > newest:
+                        newest = ts
+                        cand = ts - delay
+                    else:
+                        cand = NEVER
+                else:
+                    mark.max_timestamp = newest
+                    cand = mark.observe(ts)
+                    newest = mark.max_timestamp
+                if lifting and arr - late > floor_mark.value:  # every substream, this first
+                    floor_mark.value = arr - late
+                    if trace:
+                        out.trace.append(WatermarkAdvance(arr, part, None, arr - late))
+                    if arr - late >= inp.floor_close:
+                        mark.value, mark.max_timestamp = w, newest
+                        if store is not None:
+                            store.watermark = w
+                        flow.lift_lanes(inp, arr - late, arr, out)
+                        w = mark.value
+                        next_close = store.next_close if store is not None else FOREVER
+                if uses_late and arr - late > cand:
+                    cand = arr - late
+                if cand > w:
+                    if direct:
+                        w = cand
+                        if trace:
+                            out.trace.append(WatermarkAdvance(arr, part, key if substreams else None, w))
+                        # 6. close what it passed
+                        if w >= next_close and store is not None:
+                            mark.value, mark.max_timestamp, store.watermark = w, newest, w
+                            flow.close([store], arr, out)
+                            next_close = store.next_close
+                    else:
+                        mark.max_timestamp = newest
+                        flow.advance(inp, None, mark, cand, arr, out)
+                        flow.close_pending(arr, out)
+                        w = mark.value
+                        next_close = store.next_close if store is not None else FOREVER
+        finally:
+            mark.value, mark.max_timestamp = w, newest
+            if direct and store is not None:
+                store.watermark = w
+            inp.clock = clock
+        flow.counters.events += len(events)

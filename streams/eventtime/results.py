@@ -1,0 +1,110 @@
+"""What the event-time core hands back: each event's fate, closed windows, watermark steps,
+and the :class:`Output` of one call.
+
+>>> out = Output()
+>>> out.watermark, out.windows, out.trace
+(-inf, [], [])
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from streams.core.deadletters import DeadLetter
+from streams.eventtime.watermark import NEVER
+
+# An event's fate (EventOutcome.status).
+KEPT = "kept"
+ADJUSTED = "adjusted"
+DROPPED = "dropped"
+DEAD_LETTER = "dead_letter"
+
+
+@dataclass(frozen=True, slots=True)
+class EventOutcome:
+    """What became of one event.
+
+    ``status``: ``kept``, ``adjusted`` (timestamp moved), ``dropped`` (by the ordering policy)
+    or ``dead_letter`` (every window for it had closed). ``reason`` says which rule acted; a
+    ``kept`` event with a reason was accepted as is under ``action="accept"``.
+    ``timestamp`` is ASA's ``System.Timestamp`` (None when dropped).
+    ``record`` is the event as the processor was given it (an
+    :class:`~streams.eventtime.policy.EventLike`; the runtime's carries ``stream_id`` too).
+    """
+
+    record: Any
+    partition: Hashable
+    key: Hashable
+    event_time: float | None
+    timestamp: float | None
+    status: str
+    reason: str | None
+
+    def with_value(self, value: object) -> EventOutcome:
+        """This outcome carrying ``value`` instead (an enriched event): same stream,
+        position and timestamp, so a handoff recognises it on a replay.
+
+        >>> from types import SimpleNamespace as NS
+        >>> e = EventOutcome(NS(value={"axles": 2}, stream_id="tolls/k"), "tolls", None, 1.0, 1.0, KEPT, None)
+        >>> e.with_value({"axles": 2, "price": 7.5}).record.value, e.record.value
+        ({'axles': 2, 'price': 7.5}, {'axles': 2})
+        """
+        record = copy.copy(self.record)
+        record.value = value
+        return replace(self, record=record)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """One closed window of one key (``key`` None for global windows).
+
+    ``closed_at`` is the processing clock when it closed (None when closed by ``flush``);
+    ``final`` is True when a +infinity watermark (flush, completion) closed it.
+
+    >>> WindowResult("a", 0.0, 10.0, 3, closed_at=12.0).final
+    False
+    """
+
+    key: Hashable
+    start: float
+    end: float
+    value: Any
+    closed_at: float | None
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkAdvance:
+    """A watermark moved: a partition's (``substream`` None), a substream's, or the merged
+    one over several inputs (``partition`` None)."""
+
+    arrival_time: float | None
+    partition: Hashable | None
+    substream: Hashable | None
+    watermark: float
+
+
+TraceItem = EventOutcome | WindowResult | WatermarkAdvance
+"""One step of a processor's trace, in causal order."""
+
+
+@dataclass(slots=True)
+class Output:
+    """What one call to the processor produced.
+
+    - ``windows``: closed windows, in order of end;
+    - ``dead_letters``: everything dropped or refused, each with its reason and record;
+    - ``events``: without a window, the events that passed the ordering policy with their
+      timestamps (the stream a non-windowed consumer sees);
+    - ``watermark``: the processor's watermark after the call;
+    - ``trace``: with ``trace=True``, every outcome, window and watermark step in causal order.
+    """
+
+    windows: list[WindowResult] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    events: list[EventOutcome] = field(default_factory=list)
+    watermark: float = NEVER
+    trace: list[TraceItem] = field(default_factory=list)
