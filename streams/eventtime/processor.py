@@ -217,9 +217,10 @@ class Processor:
         """The merge of several inputs (``holder``, ``values()``); None with one input."""
         return self._flow.merged if self._multi else None
 
-    def held_since(self, partition: Hashable | None = None) -> Any:
+    def held_since(self, partition: Hashable | None = None) -> object:
         """The oldest token still held in an open window (of ``partition`` when several
-        inputs are merged), or None: the runtime must not checkpoint past it."""
+        inputs are merged), or None: the runtime must not checkpoint past it. Tokens are
+        opaque to the core (the runtime's are ``SequenceToken``); they only compare."""
         oldest = None
         for store in self._flow.stores():
             for bucket in store.panes.values():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -193,16 +194,16 @@ class WindowStore:
 
     def __init__(self, assigner: WindowAssigner, order: int = 0, watermark: float = NEVER) -> None:
         self.assigner = assigner
-        self.panes: dict[float, dict[Any, list[Any]]] = {}
+        self.panes: dict[float, dict[Hashable, list[Any]]] = {}
         self.watermark = watermark  # the watermark that closes these windows
         self.next_close = FOREVER  # close_time of the earliest scheduled window
         self._due: list[float] = []  # heap of scheduled window indexes
         self._scheduled: set[float] = set()
         self.order = order  # creation order: ties between stores close in this order
 
-    def open_pane(self, pane: float) -> dict[Any, list[Any]]:
+    def open_pane(self, pane: float) -> dict[Hashable, list[Any]]:
         """Create ``pane`` and schedule every still-open window containing it."""
-        bucket: dict[Any, list[Any]] = {}
+        bucket: dict[Hashable, list[Any]] = {}
         self.panes[pane] = bucket
         a = self.assigner
         for window in a.windows_of_pane(pane):
@@ -227,13 +228,13 @@ class WindowStore:
         self.next_close = a.close_time(due[0]) if due else FOREVER
         return closed
 
-    def collect(self, window: float, merge: Any, init: Any) -> dict[Any, Any]:
+    def collect(self, window: float, merge: Callable[[Any, Any], Any], init: Callable[[], Any]) -> dict[Hashable, Any]:
         """Each key's accumulator over ``window``'s panes, then retire finished panes."""
         a, panes = self.assigner, self.panes
         if a.per_window == 1.0:
             bucket = panes.pop(window * a.per_hop, None) or {}
             return {key: state[0] for key, state in bucket.items()}
-        accs: dict[Any, Any] = {}
+        accs: dict[Hashable, Any] = {}
         for p in a.panes_of_window(window):
             pane_bucket = panes.get(p)
             if pane_bucket:
@@ -247,9 +248,9 @@ class WindowStore:
         """The scheduled (open, non-empty) windows, oldest first."""
         return sorted(self._due)
 
-    def keys_of(self, window: float) -> list[Any]:
+    def keys_of(self, window: float) -> list[Hashable]:
         """The keys with data in ``window``, in order of first appearance."""
-        seen: dict[Any, None] = {}
+        seen: dict[Hashable, None] = {}
         for p in self.assigner.panes_of_window(window):
             seen.update(dict.fromkeys(self.panes.get(p, ())))
         return list(seen)
