@@ -1,4 +1,8 @@
-"""How a consumer type declares that it works in event time."""
+"""How a consumer type declares that it works in event time.
+
+:class:`EventTime` is that declaration (settings), never an instant: one event's time is a
+float of POSIX seconds (``Event.event_time``, ``EventOutcome.event_time``).
+"""
 
 from __future__ import annotations
 
