@@ -18,14 +18,10 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from aiokafka import TopicPartition
 
-from .kafka_log import (
-    HandoffRecord,
-    HandoffTopics,
-    KafkaHandoffLog,
-    fetch_range,
-    open_reader,
-    start_client,
-)
+from streams.kafka.clients import start_client
+
+from .kafka_log import KafkaHandoffLog, fetch_range, open_reader
+from .kafka_records import HandoffRecord, HandoffTopics
 from .offsets import OffsetRange, Offsets, admit_records
 from .schema import HandoffSchema
 from .segments import rebatch
