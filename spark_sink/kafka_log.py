@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
 
 import anyio
 import pyarrow as pa
@@ -34,7 +33,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from streams.core.errors import ConfigurationError
 from streams.kafka.admin import ensure_topic
 from streams.kafka.clients import offset_bounds, start_client
-from streams.kafka.settings import cluster_name
+from streams.kafka.settings import ClientOptions, cluster_name
 
 from .errors import HandoffDataLostError, HandoffSchemaError, UnknownHandoffStreamError
 from .kafka_records import Declaration, HandoffRecord, HandoffTopics, PartitionMarks, encode_rows, record_headers
@@ -55,7 +54,7 @@ class KafkaHandoffLog:
 
     def __init__(
         self,
-        client_options: Mapping[str, Any],
+        client_options: ClientOptions,
         prefix: str = "headrace",
         *,
         replication_factor: int = 1,
@@ -71,7 +70,7 @@ class KafkaHandoffLog:
 
     @property
     def server(self) -> str:
-        return cluster_name(self.client_options.get("bootstrap_servers") or ())
+        return cluster_name(self.client_options.get("bootstrap_servers") or "")
 
     async def __aenter__(self) -> KafkaHandoffLog:
         return self
@@ -223,7 +222,7 @@ class KafkaHandoffLog:
         consumer = await self._consumer_started()
         return await offset_bounds(consumer, TopicPartition(self.topics.data(stream), partition))
 
-    async def _read(self, tp: TopicPartition, start: int, end: int) -> list[ConsumerRecord[Any, Any]]:
+    async def _read(self, tp: TopicPartition, start: int, end: int) -> list[ConsumerRecord[bytes, bytes]]:
         consumer = await self._consumer_started()
         async with self._reading:
             return [r async for r in fetch_range(consumer, tp, start, end, self.request_timeout)]
@@ -245,7 +244,7 @@ class KafkaHandoffLog:
         return self._consumer
 
 
-def open_reader(client_options: Mapping[str, Any]) -> AIOKafkaConsumer:
+def open_reader(client_options: ClientOptions) -> AIOKafkaConsumer:
     """A consumer that reads what it is told, from where it is told (no group, no commits)."""
     return AIOKafkaConsumer(
         **client_options,
@@ -259,7 +258,7 @@ def open_reader(client_options: Mapping[str, Any]) -> AIOKafkaConsumer:
 
 async def fetch_range(
     consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, timeout: float
-) -> AsyncIterator[ConsumerRecord[Any, Any]]:
+) -> AsyncIterator[ConsumerRecord[bytes, bytes]]:
     """The records at offsets ``[start, end)`` of ``tp``, in order (``end`` at most the
     partition's end). Offsets no longer retained raise :class:`HandoffDataLostError`."""
     if start >= end:
@@ -275,7 +274,7 @@ async def fetch_range(
 
 async def _fetch_assigned(
     consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, timeout: float
-) -> AsyncIterator[ConsumerRecord[Any, Any]]:
+) -> AsyncIterator[ConsumerRecord[bytes, bytes]]:
     quiet_since = time.monotonic()
     while True:
         try:

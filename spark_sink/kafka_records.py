@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgpack
 import pyarrow as pa
@@ -89,7 +88,7 @@ class HandoffRecord:
         return batches
 
     @classmethod
-    def decode(cls, record: ConsumerRecord[Any, Any]) -> HandoffRecord:
+    def decode(cls, record: ConsumerRecord[bytes, bytes]) -> HandoffRecord:
         """A record as read from the data topic. A record some other program wrote there has
         no expected offset and never counts."""
         headers = dict(record.headers or ())

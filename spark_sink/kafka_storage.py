@@ -19,6 +19,7 @@ import pyarrow as pa
 from aiokafka import TopicPartition
 
 from streams.kafka.clients import start_client
+from streams.kafka.settings import ClientOptions
 
 from .kafka_log import KafkaHandoffLog, fetch_range, open_reader
 from .kafka_records import HandoffRecord, HandoffTopics
@@ -53,7 +54,7 @@ class KafkaStorage:
     """The handoff streams under ``prefix`` on a Kafka cluster (``client_options`` are
     aiokafka's: ``bootstrap_servers`` and security settings)."""
 
-    def __init__(self, client_options: Mapping[str, Any], prefix: str = "headrace") -> None:
+    def __init__(self, client_options: ClientOptions, prefix: str = "headrace") -> None:
         self.client_options = dict(client_options)
         self.prefix = prefix
 
@@ -114,7 +115,7 @@ async def _sizes(
 class KafkaSplit:
     """Offsets ``range`` of a handoff topic, read by a Spark executor straight from Kafka."""
 
-    client_options: Mapping[str, Any]
+    client_options: ClientOptions
     topic: str
     range: OffsetRange
 

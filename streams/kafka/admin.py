@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from streams.core.errors import ConfigurationError
-from streams.kafka.settings import KafkaSettings
+from streams.kafka.settings import ClientOptions, KafkaSettings
 
 log = logging.getLogger("headrace.kafka")
 
 
 async def ensure_topic(
-    client_kwargs: Mapping[str, Any],
+    client_kwargs: ClientOptions,
     topic: str,
     partitions: int,
     replication_factor: int = 1,

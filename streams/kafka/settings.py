@@ -3,9 +3,9 @@ read, and the timeouts of riding out an outage (:class:`KafkaSettings`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from aiokafka import TopicPartition
 
@@ -14,16 +14,20 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.records import HEADRACE, RecordFormat, record_format
 
 Start = Literal["earliest", "latest"]
+# aiokafka client keyword arguments: bootstrap_servers, the security settings, client_id, ...
+ClientOptions = Mapping[str, object]
 
 
-def cluster_name(bootstrap_servers: str | Sequence[str]) -> str:
+def cluster_name(bootstrap_servers: object) -> str:
     """How log lines and errors name a cluster.
 
     >>> cluster_name("127.0.0.1:9092"), cluster_name(["k1:9092", "k2:9092"])
     ('Kafka at 127.0.0.1:9092', 'Kafka at k1:9092,k2:9092')
     """
     servers = bootstrap_servers
-    return f"Kafka at {servers if isinstance(servers, str) else ','.join(servers)}"
+    if not isinstance(servers, str) and isinstance(servers, Iterable):
+        servers = ",".join(map(str, servers))
+    return f"Kafka at {servers}"
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class KafkaSettings:
     # Topics of the Spark handoff log start with this: <prefix>.handoff.<stream>, ... (the
     # DataSource's topicPrefix option names the same prefix).
     handoff_prefix: str = "headrace"
-    client_options: Mapping[str, Any] = field(default_factory=dict)
+    client_options: ClientOptions = field(default_factory=dict)
     records: str | RecordFormat = HEADRACE
     namespace: str | None = None
     key_field: str | None = None
@@ -146,7 +150,7 @@ class KafkaSettings:
         """How log lines and errors name the cluster."""
         return cluster_name(self.bootstrap_servers)
 
-    def client_kwargs(self) -> dict[str, Any]:
+    def client_kwargs(self) -> dict[str, object]:
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "request_timeout_ms": int(self.request_timeout * 1000),
