@@ -13,7 +13,7 @@ import asyncio
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pyarrow as pa
 from aiokafka import TopicPartition
@@ -40,8 +40,11 @@ class _LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="headrace-kafka", daemon=True)
         self._thread.start()
 
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        return asyncio.run_coroutine_threadsafe(fn(*args), self.loop).result()  # type: ignore[arg-type]
+    def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        async def run() -> T:
+            return await fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
