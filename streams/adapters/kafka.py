@@ -48,7 +48,7 @@ from aiokafka import AIOKafkaProducer
 
 from balancer.mapper import HashRingQueueMapper, KafkaPartitionMapper
 
-if TYPE_CHECKING:  # the balancer is built by the Kafka backend, above this layer
+if TYPE_CHECKING:  # create_queue_balancer only; building the balancer belongs to the layer above
     from balancer.base import BalancerOptions
     from balancer.kafka_group import KafkaGroupBalancer
 
