@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import sys
 
-import anyio
-
-from balancer import BalancerOptions
 from spark_sink import Handoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-LEASES = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
+from tests.helpers import SHORT_LEASES, serve
 
 
 def main(path: str) -> None:
-    provider = StreamProvider.embedded(path, queues=1, balancer_options=LEASES)
+    provider = StreamProvider.embedded(path, queues=1, balancer_options=SHORT_LEASES)
 
     @provider.implicit("meters")
     class Counts:
@@ -30,12 +26,7 @@ def main(path: str) -> None:
         def on_window(self, window: object) -> None:
             print(f"read {sum(agent.read_messages for agent in provider.agents)}", flush=True)
 
-    async def run() -> None:
-        async with provider:
-            print("ready", flush=True)
-            await anyio.sleep_forever()
-
-    anyio.run(run)
+    serve(provider)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,6 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -18,10 +16,10 @@ from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.status import read_status
 
 from ..core.conftest import drained
-from .test_handoff_gap import handed_off, persisted_checkpoint, wait_for_rows
+from ..helpers import handoff_count, start_worker, wait_until_async
+from .test_handoff_gap import handed_off, persisted_checkpoint
 
 WORKER = Path(__file__).with_name("saved_state_worker.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def saved_states(path: Path) -> list[tuple[str, int, int]]:
@@ -30,10 +28,8 @@ def saved_states(path: Path) -> list[tuple[str, int, int]]:
 
 
 async def wait_for_checkpoint(path: Path, seq: int, seconds: float = 15.0) -> int | None:
-    deadline = time.monotonic() + seconds
-    while (cp := persisted_checkpoint(path)) != seq and time.monotonic() < deadline:
-        await anyio.sleep(0.05)
-    return cp
+    await wait_until_async(lambda: persisted_checkpoint(path) == seq, seconds)
+    return persisted_checkpoint(path)
 
 
 async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_the_checkpoint(tmp_path):
@@ -116,15 +112,6 @@ async def test_a_state_that_cannot_be_saved_holds_the_checkpoint_as_before(tmp_p
     assert len(cannot) == 2 and "its open windows hold the queue's checkpoint" in cannot[0]  # once each
 
 
-def start_worker(path: Path, mode: str = "run") -> subprocess.Popen[str]:
-    process = subprocess.Popen(
-        [sys.executable, str(WORKER), str(path), mode], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    return process
-
-
 def read_count(process: subprocess.Popen[str]) -> int:
     """The records the worker had read when it closed its first window (it prints them)."""
     assert process.stdout is not None
@@ -135,7 +122,7 @@ def read_count(process: subprocess.Popen[str]) -> int:
 
 async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(tmp_path):
     meter = StreamId("meters", "m1")
-    first = start_worker(tmp_path)
+    first = start_worker(WORKER, tmp_path, "run")
     try:
         async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
             for n in range(500):  # records 0..499, all in window [0, 3600)
@@ -146,7 +133,7 @@ async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(
         first.wait()
     finally:
         first.kill()
-    second = start_worker(tmp_path)
+    second = start_worker(WORKER, tmp_path, "run")
     try:
         async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
             await client.get_stream(meter).on_next({"t": 4000.0})  # record 500 closes [0, 3600)
@@ -161,7 +148,7 @@ async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(
 
 async def test_a_queue_taken_over_with_open_windows_loses_and_repeats_nothing(tmp_path):
     meters = [StreamId("meters", f"m{i}") for i in range(5)]
-    first = start_worker(tmp_path)
+    first = start_worker(WORKER, tmp_path, "run")
     try:
         async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
             for n in range(100):  # windows [0, 3600) open on five streams
@@ -169,7 +156,7 @@ async def test_a_queue_taken_over_with_open_windows_loses_and_repeats_nothing(tm
         assert await wait_for_checkpoint(tmp_path, 99) == 99
         # A second worker joins; the first stops without saying so: its lease runs out and
         # the second takes the queue over, with the windows' saved state.
-        second = start_worker(tmp_path)
+        second = start_worker(WORKER, tmp_path, "run")
         first.send_signal(signal.SIGSTOP)
         try:
             async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
@@ -178,7 +165,7 @@ async def test_a_queue_taken_over_with_open_windows_loses_and_repeats_nothing(tm
                 for m in meters:
                     await client.get_stream(m).on_next({"t": 4000.0})
             replayed = read_count(second)
-            await wait_for_rows(tmp_path, 5)
+            await wait_until_async(lambda: handoff_count(tmp_path, "counts") >= 5, 15)
         finally:
             second.terminate()
             second.wait()
