@@ -33,11 +33,13 @@ RawEvent = tuple[int, str, float]
 WindowRow = tuple[int, int, str, int, float]
 
 
-def spark_session(master: str, app: str) -> SparkSession:
-    """A quiet Spark session on ``master`` in UTC, with the ``headrace`` format registered."""
+def spark_session(master: str, app: str, **conf: str) -> SparkSession:
+    """A quiet Spark session on ``master`` in UTC (and ``conf``), with the ``headrace`` format
+    registered."""
     session = (
         SparkSession.builder.master(master)
         .appName(app)
+        .config(map=conf)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.spark
 READER = Path(__file__).with_name("cluster_reader.py")
 
 
+@pytest.mark.timeout(480)  # ~1 min on a quiet 2-core machine, 2 min at load 11: three JVMs start
 def test_two_executor_jvms_read_the_handoff_log_in_batch_and_streaming(handoff: Handoff, events, tmp_path):
     handed = window_results(events)
     handoff.append_windows(handed)
@@ -32,7 +33,7 @@ def test_two_executor_jvms_read_the_handoff_log_in_batch_and_streaming(handoff: 
         env=python_env(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable),
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=420,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     read = json.loads(done.stdout.splitlines()[-1])
