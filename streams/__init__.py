@@ -25,6 +25,7 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.observer import StreamObserver
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore, SubscriptionRecord
+from streams.core.records import RecordFormat
 from streams.core.tokens import SequenceToken
 
 # The rest loads on first use (PEP 562): a Spark executor or a tool that needs only the
@@ -36,7 +37,6 @@ _HOMES = {
     "QueueAdapterReceiver": "streams.adapters.protocols",
     "QueueMapper": "streams.adapters.protocols",
     "RewindableReceiver": "streams.adapters.protocols",
-    "RecordFormat": "streams.adapters.records",
     "StreamProvider": "streams.provider",
     "Stream": "streams.stream",
     "StreamSubscriptionHandle": "streams.stream",
