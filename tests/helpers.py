@@ -39,8 +39,9 @@ def python_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **extra}
 
 
-def start_worker(script: Path, *args: object) -> subprocess.Popen[str]:
-    """``script args`` in a Python subprocess, once it has printed ``ready`` (see ``serve``)."""
+def start_worker(script: Path, *args: object, ready: str = "ready") -> subprocess.Popen[str]:
+    """``script args`` in a Python subprocess, once it has printed the line ``ready`` (see
+    ``serve``)."""
     process = subprocess.Popen(
         [sys.executable, str(script), *map(str, args)],
         cwd=ROOT,
@@ -49,7 +50,7 @@ def start_worker(script: Path, *args: object) -> subprocess.Popen[str]:
         text=True,
     )
     assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
+    assert process.stdout.readline().strip() == ready
     return process
 
 

@@ -34,16 +34,17 @@ def run_listing(script: str) -> tuple[list[str], list[str]]:
     return printed, loaded
 
 
-def reading_side(modules: list[str]) -> list[str]:
-    """``modules`` that are not the reading side's (spark_sink and streams.core)."""
-    allowed = ("spark_sink", "streams", "streams.core")
-    return [m for m in modules if m not in allowed and not m.startswith(("spark_sink.", "streams.core."))]
+def beyond_reading_side(modules: list[str], *reading: str) -> list[str]:
+    """``modules`` outside the reading side: spark_sink, the floor ``streams.core`` (and the
+    packages named in ``reading``)."""
+    allowed = ("spark_sink", "streams.core", *reading)
+    return [m for m in modules if m != "streams" and not any(m == p or m.startswith(f"{p}.") for p in allowed)]
 
 
 def test_importing_the_datasource_loads_no_runtime_and_no_kafka_client():
     _, modules = run_listing("import spark_sink.datasource\n")
     assert "spark_sink.datasource" in modules
-    assert reading_side(modules) == []  # no agents, balancer, cache, streams.provider/adapters, aiokafka
+    assert beyond_reading_side(modules) == []  # no agents, balancer, cache, streams.provider/adapters, aiokafka
 
 
 def test_reading_an_embedded_log_as_an_executor_does_loads_no_runtime(handoff: Handoff, events):
@@ -62,7 +63,7 @@ print(sum(batch.num_rows for p in reader.partitions() for batch in reader.read(p
 """
     (rows,), modules = run_listing(script)
     assert int(rows) == expected > 0
-    assert reading_side(modules) == []
+    assert beyond_reading_side(modules) == []
 
 
 def test_aiokafka_loads_only_when_a_kafka_log_is_opened():
@@ -73,3 +74,4 @@ def test_aiokafka_loads_only_when_a_kafka_log_is_opened():
     _, opened = run_listing(options + "storage = options.open_storage()\n")  # connects on first use
     assert not [m for m in parsed if m.startswith("aiokafka")]
     assert "aiokafka" in opened and "spark_sink.kafka_storage" in opened
+    assert beyond_reading_side(opened, "streams.kafka", "aiokafka") == []  # the Kafka client pieces only
