@@ -7,6 +7,7 @@ Worker scripts import this module too: ``start_worker`` puts the repository on t
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -89,6 +90,19 @@ def counting_provider(path: Path | str, window: float = 10, **options: Any) -> S
             pass
 
     return provider
+
+
+def counted_windows(path: Path) -> list[tuple[float, float, int]]:
+    """(window start, window end, count) of every row a ``counting_provider`` handed off."""
+    rows = handoff_rows(path, "counts")
+    return [(r["window_start"].timestamp(), r["window_end"].timestamp(), r["count"]) for r in rows]
+
+
+def persisted_checkpoint(path: Path, queue: int = 0) -> int | None:
+    """The checkpoint an embedded store at ``path`` holds for ``queue`` (None: none yet)."""
+    with sqlite3.connect(path / "headrace.db") as conn:
+        row = conn.execute("SELECT seq FROM checkpoints WHERE queue = ?", (queue,)).fetchone()
+    return None if row is None else int(row[0])
 
 
 def handoff_batches(path: Path, stream: str, partition: int = 0) -> list[pa.RecordBatch]:

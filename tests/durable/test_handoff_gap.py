@@ -7,7 +7,6 @@ them and rebuild the window without its first events (or not at all)."""
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +17,14 @@ import anyio
 from streams import StreamId, StreamProvider
 
 from ..core.conftest import drained
-from ..helpers import counting_provider, handoff_count, handoff_rows, start_worker, wait_until_async
+from ..helpers import (
+    counted_windows,
+    counting_provider,
+    handoff_count,
+    persisted_checkpoint,
+    start_worker,
+    wait_until_async,
+)
 
 WORKER = Path(__file__).with_name("handoff_gap_worker.py")
 METER = StreamId("meters", "m1")
@@ -38,19 +44,6 @@ class GatedSink:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sink, name)
-
-
-def handed_off(path: Path) -> list[tuple[float, float, int]]:
-    """(window start, window end, count) of every row in the ``counts`` handoff log."""
-    return [
-        (r["window_start"].timestamp(), r["window_end"].timestamp(), r["count"]) for r in handoff_rows(path, "counts")
-    ]
-
-
-def persisted_checkpoint(path: Path) -> int | None:
-    with sqlite3.connect(path / "headrace.db") as conn:
-        row = conn.execute("SELECT seq FROM checkpoints WHERE queue = 0").fetchone()
-    return None if row is None else row[0]
 
 
 async def test_the_checkpoint_waits_for_a_closing_windows_handoff(tmp_path):
@@ -76,7 +69,7 @@ async def test_the_checkpoint_waits_for_a_closing_windows_handoff(tmp_path):
         # t=12 (record 3) holds window [10, 20) open, unless its state was saved with the
         # checkpoint meanwhile (tests/durable/test_saved_state.py)
         assert agent.receiver.checkpoint in (2, 3)
-    assert handed_off(tmp_path) == [(0.0, 10.0, 3)]
+    assert counted_windows(tmp_path) == [(0.0, 10.0, 3)]
 
 
 async def test_a_worker_killed_before_the_handoff_commits_rebuilds_the_whole_window(tmp_path):
@@ -101,4 +94,4 @@ async def test_a_worker_killed_before_the_handoff_commits_rebuilds_the_whole_win
     finally:
         successor.terminate()
         successor.wait()
-    assert handed_off(tmp_path) == [(0.0, 10.0, 3), (10.0, 20.0, 1)]
+    assert counted_windows(tmp_path) == [(0.0, 10.0, 3), (10.0, 20.0, 1)]

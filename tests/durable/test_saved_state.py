@@ -16,8 +16,7 @@ from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.status import read_status
 
 from ..core.conftest import drained
-from ..helpers import handoff_count, start_worker, wait_until_async
-from .test_handoff_gap import handed_off, persisted_checkpoint
+from ..helpers import counted_windows, handoff_count, persisted_checkpoint, start_worker, wait_until_async
 
 WORKER = Path(__file__).with_name("saved_state_worker.py")
 
@@ -142,7 +141,7 @@ async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(
         second.terminate()
         second.wait()
     # The result of an uninterrupted run (500 events), and the replay was the one new record.
-    assert handed_off(tmp_path) == [(0.0, 3600.0, 500)]
+    assert counted_windows(tmp_path) == [(0.0, 3600.0, 500)]
     assert replayed == 1
 
 
@@ -172,5 +171,5 @@ async def test_a_queue_taken_over_with_open_windows_loses_and_repeats_nothing(tm
     finally:
         first.kill()
         first.wait()
-    assert sorted(handed_off(tmp_path)) == [(0.0, 3600.0, 22)] * 5
+    assert sorted(counted_windows(tmp_path)) == [(0.0, 3600.0, 22)] * 5
     assert replayed <= 15  # the new records, not the 100 the first worker had taken
