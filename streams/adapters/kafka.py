@@ -66,6 +66,7 @@ from streams.adapters.kafka_settings import (
     is_transient,
     log,
 )
+from streams.adapters.kafka_state import CHANGELOG, KafkaChangelog, KafkaStateReceiver
 from streams.adapters.outage import Backoff, OutageLog
 from streams.core.batch import BatchContainer, BatchKind, encode_batch
 from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
@@ -106,6 +107,7 @@ class KafkaQueueAdapter:
         self.outage = outage if outage is not None else _new_outage_log(settings)
         self._producer: AIOKafkaProducer | None = None
         self._starting = anyio.Lock()
+        self.changelog = KafkaChangelog(settings, self.outage)  # event-time state (kafka_state)
 
     async def start(self) -> None:
         """Connect the producer (retrying while the broker is unreachable)."""
@@ -255,13 +257,14 @@ class KafkaQueueAdapter:
     def create_receiver(self, queue: QueueId) -> KafkaQueueReceiver:
         if self.settings.record_format is not None:
             return KafkaRecordReceiver(self.settings, queue, self.outage)
-        return KafkaQueueReceiver(self.settings, queue, self.outage)
+        return KafkaStateReceiver(self.settings, queue, self.outage, self.changelog)
 
     async def close(self) -> None:
         """Send what is still buffered and disconnect the producer."""
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
+        await self.changelog.close()
 
 
 class _KafkaEventWriter:
@@ -358,6 +361,12 @@ class KafkaAdapterFactory:
                     f"{settings.queues}: use queues={partitions}, or another topic (a topic's "
                     "partition count fixes which queue carries each stream)"
                 )
+        if settings.record_format is None:  # event-time state, one partition a queue (kafka_state)
+            changelog = self._adapter.changelog
+            kwargs = settings.client_kwargs()
+            changelog.check_partitions(
+                await ensure_topic(kwargs, changelog.topic, settings.queues, settings.replication_factor, CHANGELOG)
+            )
 
     async def close(self) -> None:
         await self._adapter.close()

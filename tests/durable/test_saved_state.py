@@ -116,9 +116,10 @@ async def test_a_state_that_cannot_be_saved_holds_the_checkpoint_as_before(tmp_p
     assert len(cannot) == 2 and "its open windows hold the queue's checkpoint" in cannot[0]  # once each
 
 
-def start_worker(path: Path, mode: str = "run") -> subprocess.Popen[str]:
+def start_worker(path: Path, mode: str = "run", *kafka: str) -> subprocess.Popen[str]:
+    """The worker on the store under ``path``, or on Kafka (``kafka``: bootstrap, topic)."""
     process = subprocess.Popen(
-        [sys.executable, str(WORKER), str(path), mode], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        [sys.executable, str(WORKER), str(path), mode, *kafka], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "ready"

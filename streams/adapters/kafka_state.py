@@ -1,0 +1,239 @@
+"""Event-time state on Kafka: a compacted changelog topic beside the queues' topic.
+
+Each activation's saved state (:mod:`streams.eventtime.snapshot`, collected by the pulling
+agent's :class:`~agents.state.ActivationStates`) is one record of
+``<group_id>.state.<topic>``, partition = queue, so whoever reads queue *i* next reads
+partition *i* of the changelog:
+
+- key: ``[queue, consumer type, stream id]`` (msgpack);
+- value: ``[format, sequence number, event index, state]`` (msgpack): the position of the
+  last event the state holds, and the state; no value (a tombstone) once the activation
+  has nothing open, so compaction drops the key.
+
+**The order that keeps a restart correct.** :class:`KafkaStateReceiver` writes the states
+that changed since its last commit, waits until Kafka has every one of them (``acks=all``),
+and only then commits the queue's offset. A committed offset is thus never ahead of the
+states it relies on: after a SIGKILL, the next owner restores each activation from its
+newest record and replays from the committed offset, skipping the events a state already
+holds. A write that fails commits nothing; the states stay pending (and their events keep
+holding the offset) until a later commit writes them.
+
+**Loading.** A receiver that takes a queue over reads the changelog partition from its
+oldest retained record up to its end, and keeps the newest record of each key (a tombstone
+removes it). Kafka's compaction keeps that read proportional to the open state; a broker
+that never compacts (Tansu, which accepts ``cleanup.policy=compact`` but keeps every
+record) gives the same answer after a longer read.
+
+Only topics of headrace's own records save states: the positions of a topic of one event
+per record depend on how its reads were grouped (:mod:`~streams.adapters.kafka_records`),
+so a replay could not tell which events a state already holds; its open windows hold the
+offset as before.
+
+>>> decode_state(encode_state(7, 2, b"s"))
+(SequenceToken(sequence_number=7, event_index=2), b's')
+>>> decode_key(state_key(3, "Counts", "meters/m1"))
+(3, 'Counts', 'meters/m1')
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import msgpack
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from streams.adapters.embedded_state import StateKey, StateRows, StateSource
+from streams.adapters.kafka_receiver import KafkaQueueReceiver
+from streams.adapters.kafka_settings import KafkaSettings, _retry, is_transient, log
+from streams.adapters.outage import OutageLog
+from streams.core.errors import ConfigurationError, QueueAdapterError
+from streams.core.ids import QueueId
+from streams.core.tokens import SequenceToken
+
+FORMAT = 1
+# Only each key's newest record matters.
+CHANGELOG: Mapping[str, str] = {"cleanup.policy": "compact"}  # the topic's configs
+_FETCH_RECORDS = 500
+
+SavedStates = dict[StateKey, tuple[SequenceToken, bytes]]
+
+
+def changelog_topic(settings: KafkaSettings) -> str:
+    """The changelog of the provider reading ``settings.topic`` under ``settings.group_id``.
+
+    >>> changelog_topic(KafkaSettings("localhost:9092", "sensors"))
+    'headrace.state.sensors'
+    """
+    return f"{settings.group_id}.state.{settings.topic}"
+
+
+def state_key(queue: int, consumer: str, stream: str) -> bytes:
+    return msgpack.packb([queue, consumer, stream])
+
+
+def decode_key(key: bytes) -> tuple[int, str, str]:
+    queue, consumer, stream = msgpack.unpackb(key)
+    return int(queue), str(consumer), str(stream)
+
+
+def encode_state(sequence_number: int, event_index: int, state: bytes) -> bytes:
+    return msgpack.packb([FORMAT, sequence_number, event_index, state])
+
+
+def decode_state(value: bytes) -> tuple[SequenceToken, bytes]:
+    fmt, seq, idx, state = msgpack.unpackb(value)
+    if fmt != FORMAT:
+        raise ValueError(f"changelog record of format {fmt!r}, not {FORMAT}")
+    return SequenceToken(seq, idx), bytes(state)
+
+
+class KafkaChangelog:
+    """Writes and reads one provider's changelog topic (shared by its receivers)."""
+
+    def __init__(self, settings: KafkaSettings, outage: OutageLog) -> None:
+        self.settings = settings
+        self.outage = outage
+        self.topic = changelog_topic(settings)
+        self._producer: AIOKafkaProducer | None = None
+        self._starting = anyio.Lock()
+
+    def check_partitions(self, found: int) -> None:
+        """The topic has one partition per queue, or the states would land elsewhere."""
+        if found != self.settings.queues:
+            raise ConfigurationError(
+                f"Kafka topic {self.topic!r} (the saved event-time state) has {found} partitions "
+                f"but queues={self.settings.queues}: use queues={found}, or another group_id"
+            )
+
+    async def write(self, queue: QueueId, rows: StateRows) -> bool:
+        """Write ``rows`` to ``queue``'s partition and wait until Kafka has all of them.
+        ``False`` if the cluster could not be reached (nothing may be relied on then);
+        raises :class:`QueueAdapterError` when Kafka refuses a record."""
+        upserts, deletes = rows
+        if not upserts and not deletes:
+            return True
+        records: list[tuple[bytes, bytes | None]] = [(state_key(queue.number, c, s), None) for c, s in deletes]
+        records += [(state_key(queue.number, c, s), encode_state(seq, idx, state)) for c, s, seq, idx, state in upserts]
+        began = anyio.current_time()
+        try:
+            with anyio.fail_after(self.settings.request_timeout):
+                producer = await self._producer_started()
+                sending = [
+                    await producer.send(self.topic, value, key=key, partition=queue.number) for key, value in records
+                ]
+                await asyncio.gather(*sending)
+        except Exception as exc:  # sorted into transient and not just below
+            if not (isinstance(exc, TimeoutError) or is_transient(exc)):
+                raise QueueAdapterError(
+                    f"Kafka refused the saved event-time state of {queue} (topic {self.topic!r}): {exc!r}"
+                ) from exc
+            self.outage.failed(f"saving event-time state: {type(exc).__name__}: {exc}".rstrip(": "), since=began)
+            return False
+        return True
+
+    async def load(self, queue: QueueId) -> SavedStates:
+        """The newest saved state of each activation of ``queue``."""
+        tp = TopicPartition(self.topic, queue.number)
+        poll_ms = int(self.settings.poll_timeout * 1000)
+        consumer = AIOKafkaConsumer(
+            **self.settings.client_kwargs(),
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",  # what compaction or retention left
+            fetch_max_wait_ms=poll_ms,
+        )
+        await _started(consumer)
+        try:
+            consumer.assign([tp])
+            first = (await consumer.beginning_offsets([tp]))[tp]
+            end = (await consumer.end_offsets([tp]))[tp]
+            newest: dict[bytes, bytes | None] = {}
+            consumer.seek(tp, first)
+            while await consumer.position(tp) < end:
+                # A fetch with nothing for request_timeout: an outage (the caller retries).
+                with anyio.fail_after(self.settings.request_timeout):
+                    fetched: dict[TopicPartition, list[Any]] = {}
+                    while not fetched and await consumer.position(tp) < end:
+                        fetched = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=_FETCH_RECORDS)
+                # Every record fetched counts, also past ``end``: newer still, and Tansu's
+                # end offset can fall inside the last batch written (its base offset + 1).
+                for record in fetched.get(tp, ()):
+                    if record.key is not None:
+                        newest[record.key] = record.value
+        finally:
+            await consumer.stop()
+        return _states_of(queue, newest)
+
+    async def _producer_started(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            async with self._starting:  # the receivers of one worker share one producer
+                if self._producer is None:
+                    producer = AIOKafkaProducer(
+                        **self.settings.client_kwargs(),
+                        acks="all",
+                        enable_idempotence=self.settings.idempotent,
+                        max_request_size=16 << 20,  # a Collect's state can be large
+                    )
+                    await _started(producer)
+                    self._producer = producer
+        return self._producer
+
+    async def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+
+def _states_of(queue: QueueId, newest: Mapping[bytes, bytes | None]) -> SavedStates:
+    states: SavedStates = {}
+    for key, value in newest.items():
+        try:
+            number, consumer, stream = decode_key(key)
+            if number != queue.number or value is None:
+                continue
+            states[(consumer, stream)] = decode_state(value)
+        except Exception as exc:  # a record another program wrote: not ours to restore
+            log.warning("%s: changelog record %r is not a saved state (%r); ignored", queue, key[:80], exc)
+    return states
+
+
+async def _started(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
+    try:
+        await client.start()
+    except BaseException:
+        await client.stop()
+        raise
+
+
+class KafkaStateReceiver(KafkaQueueReceiver):
+    """A Kafka receiver that saves its activations' event-time state in the changelog, before
+    each offset commit (a :class:`~streams.adapters.embedded_state.StatefulReceiver`)."""
+
+    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, changelog: KafkaChangelog) -> None:
+        super().__init__(settings, queue, outage)
+        self.changelog = changelog
+        self.state_source: StateSource | None = None  # set by the pulling agent
+
+    async def load_states(self) -> SavedStates:
+        """The states saved for this queue, by whichever worker read it before."""
+        what = f"loading the saved state of {self.queue}"
+        return await _retry(lambda: self.changelog.load(self.queue), what, self.settings, self.outage)
+
+    def _states_pending(self) -> bool:
+        return self.state_source is not None and self.state_source.pending()
+
+    async def _save_states(self) -> bool:
+        source = self.state_source
+        if source is None or not source.pending():
+            return True
+        rows = source.collect()
+        try:
+            ok = await self.changelog.write(self.queue, rows)
+        except BaseException:
+            source.written(False)
+            raise
+        source.written(ok)
+        return ok
