@@ -16,7 +16,9 @@ and only then commits the queue's offset. A committed offset is thus never ahead
 states it relies on: after a SIGKILL, the next owner restores each activation from its
 newest record and replays from the committed offset, skipping the events a state already
 holds. A write that fails commits nothing; the states stay pending (and their events keep
-holding the offset) until a later commit writes them.
+holding the offset) until a later commit writes them: after an outage, or, for a state Kafka
+refuses (larger than the topic takes), once its window has closed and the state is small
+again (logged once).
 
 **Loading.** A receiver that takes a queue over reads the changelog partition from its
 oldest retained record up to its end, and keeps the newest record of each key (a tombstone
@@ -38,6 +40,7 @@ offset as before.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,7 +52,7 @@ from streams.adapters.embedded_state import StateKey, StateRows, StateSource
 from streams.adapters.kafka_receiver import KafkaQueueReceiver
 from streams.adapters.kafka_settings import KafkaSettings, _retry, is_transient, log
 from streams.adapters.outage import OutageLog
-from streams.core.errors import ConfigurationError, QueueAdapterError
+from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
 from streams.core.tokens import SequenceToken
 
@@ -97,8 +100,10 @@ class KafkaChangelog:
         self.settings = settings
         self.outage = outage
         self.topic = changelog_topic(settings)
+        self.max_record_bytes = 16 << 20  # the producer's limit (a Collect's state can be large)
         self._producer: AIOKafkaProducer | None = None
         self._starting = anyio.Lock()
+        self._refused: set[QueueId] = set()  # queues whose last write Kafka refused (logged)
 
     def check_partitions(self, found: int) -> None:
         """The topic has one partition per queue, or the states would land elsewhere."""
@@ -110,29 +115,54 @@ class KafkaChangelog:
 
     async def write(self, queue: QueueId, rows: StateRows) -> bool:
         """Write ``rows`` to ``queue``'s partition and wait until Kafka has all of them.
-        ``False`` if the cluster could not be reached (nothing may be relied on then);
-        raises :class:`QueueAdapterError` when Kafka refuses a record."""
+        ``False`` if any did not land (nothing may be relied on then): the cluster could not
+        be reached, or it refused a record (too large, not authorized: logged once, and
+        the queue's offset stays where it is until a write succeeds)."""
         upserts, deletes = rows
         if not upserts and not deletes:
             return True
         records: list[tuple[bytes, bytes | None]] = [(state_key(queue.number, c, s), None) for c, s in deletes]
         records += [(state_key(queue.number, c, s), encode_state(seq, idx, state)) for c, s, seq, idx, state in upserts]
-        began = anyio.current_time()
+        began = time.monotonic()
         try:
             with anyio.fail_after(self.settings.request_timeout):
-                producer = await self._producer_started()
-                sending = [
-                    await producer.send(self.topic, value, key=key, partition=queue.number) for key, value in records
-                ]
-                await asyncio.gather(*sending)
+                await self._send(queue, records)
         except Exception as exc:  # sorted into transient and not just below
-            if not (isinstance(exc, TimeoutError) or is_transient(exc)):
-                raise QueueAdapterError(
-                    f"Kafka refused the saved event-time state of {queue} (topic {self.topic!r}): {exc!r}"
-                ) from exc
-            self.outage.failed(f"saving event-time state: {type(exc).__name__}: {exc}".rstrip(": "), since=began)
+            if isinstance(exc, TimeoutError) or is_transient(exc):
+                reason = f"saving event-time state: {type(exc).__name__}: {exc}".rstrip(": ")
+                self.outage.failed(reason, since=began)
+            elif queue not in self._refused:
+                self._refused.add(queue)
+                log.warning(
+                    "%s: Kafka refused its saved event-time state (topic %r): %r; the queue's "
+                    "committed offset stays where it is until the state can be saved (it is "
+                    "tried again at every commit)",
+                    queue,
+                    self.topic,
+                    exc,
+                )
             return False
+        if queue in self._refused:
+            self._refused.discard(queue)
+            log.warning("%s: its event-time state is saved again; its offset commits go on", queue)
         return True
+
+    async def _send(self, queue: QueueId, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Send ``records`` in order and wait for all; raise the first failure."""
+        producer = await self._producer_started()
+        sending: list[asyncio.Future[Any]] = []
+        refused: Exception | None = None  # send() itself refused one: the rest wait
+        for key, value in records:
+            try:
+                sending.append(await producer.send(self.topic, value, key=key, partition=queue.number))
+            except Exception as exc:  # raised below, after what was sent has landed or failed
+                refused = exc
+                break
+        for result in await asyncio.gather(*sending, return_exceptions=True):
+            if isinstance(result, Exception):
+                raise result
+        if refused is not None:
+            raise refused
 
     async def load(self, queue: QueueId) -> SavedStates:
         """The newest saved state of each activation of ``queue``."""
@@ -175,7 +205,7 @@ class KafkaChangelog:
                         **self.settings.client_kwargs(),
                         acks="all",
                         enable_idempotence=self.settings.idempotent,
-                        max_request_size=16 << 20,  # a Collect's state can be large
+                        max_request_size=self.max_record_bytes,
                     )
                     await _started(producer)
                     self._producer = producer

@@ -16,7 +16,7 @@ from streams import StreamId, StreamProvider
 from streams.adapters.kafka import KafkaQueueAdapter, KafkaSettings
 from streams.adapters.kafka_state import changelog_topic
 from streams.core.ids import QueueId
-from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from streams.eventtime import Collect, Count, EventTime, OrderingPolicy, Tumbling
 
 from ..core.conftest import drained
 from ..durable.test_saved_state import Distinct, read_count, start_worker
@@ -196,3 +196,46 @@ async def test_a_queue_taken_over_with_open_windows_loses_and_repeats_nothing(tm
         first.wait()
     assert sorted(await handed_off(kafka_broker, kafka_topic)) == [(0.0, 3600.0, 22)] * 5
     assert replayed <= 15  # the new records, not the 100 the first worker had taken
+
+
+async def test_a_state_kafka_refuses_holds_the_committed_offset_until_it_can_be_saved(
+    kafka_broker, kafka_topic, caplog
+):
+    provider = kafka_provider(kafka_broker, kafka_topic)
+    closed: list[tuple[float, int]] = []
+
+    @provider.implicit("logs")
+    class Lines:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(100), Collect(), select="line")
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_window(self, w):
+            closed.append((w.start, len(w.value)))
+
+    adapter = await provider.factory.create_adapter()
+    adapter.changelog.max_record_bytes = 4096  # a record larger is refused (by the client here)
+    big = provider.get_stream(StreamId("logs", "big"))
+    async with provider:
+        for n in range(60):  # offsets 0..59 in window [0, 100): 60 lines of 200 bytes
+            await big.on_next({"t": float(n), "line": f"{n:03}" + "x" * 197})
+            if n == 9:
+                await drained(provider, 30)
+                assert await wait_for_commit(kafka_broker, kafka_topic, 10) == 10  # 2 KB: saved
+        await drained(provider, 30)
+        await anyio.sleep(2.5)  # commit intervals go by
+        # Held where the state last fit: the saved state holds the events up to it, and the
+        # committed offset is not past them.
+        [(stream, position, _)] = await saved_states(kafka_broker, kafka_topic)
+        assert stream == "logs/big" and 9 <= position < 30
+        assert await committed(kafka_broker, kafka_topic) == position + 1
+        await big.on_next({"t": 150.0, "line": "last"})  # offset 60 closes [0, 100)
+        await drained(provider, 30)
+        # The state is small again (the new window's one line): saved, and the offset goes on.
+        assert await wait_for_commit(kafka_broker, kafka_topic, 61) == 61
+        assert await saved_states(kafka_broker, kafka_topic) == [("logs/big", 60, 0)]
+    assert closed == [(0.0, 60)]
+    refused = [r.getMessage() for r in caplog.records if "Kafka refused its saved event-time state" in r.getMessage()]
+    again = [r.getMessage() for r in caplog.records if "is saved again" in r.getMessage()]
+    assert len(refused) == 1 and "MessageSizeTooLarge" in refused[0] and len(again) == 1
