@@ -94,7 +94,15 @@ def decode_state(value: bytes) -> tuple[SequenceToken, bytes]:
 
 
 class KafkaChangelog:
-    """Writes and reads one provider's changelog topic (shared by its receivers)."""
+    """Writes and reads one provider's changelog topic (shared by its receivers).
+
+    Example (the Kafka adapter makes one; its receivers write before each commit)::
+
+        changelog = KafkaChangelog(settings, outage)
+        await changelog.write(QueueId(0), ([("Counts", "meters/m1", 41, 0, state)], []))
+        saved = await changelog.load(QueueId(0))  # {("Counts", "meters/m1"): (41:0, state)}
+        await changelog.close()
+    """
 
     def __init__(self, settings: KafkaSettings, outage: OutageLog) -> None:
         self.settings = settings
@@ -240,7 +248,15 @@ async def _started(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
 
 class KafkaStateReceiver(KafkaQueueReceiver):
     """A Kafka receiver that saves its activations' event-time state in the changelog, before
-    each offset commit (a :class:`~streams.adapters.embedded_state.StatefulReceiver`)."""
+    each offset commit (a :class:`~streams.adapters.embedded_state.StatefulReceiver`).
+
+    Example (``adapter.create_receiver`` makes it for a topic of headrace's records)::
+
+        receiver = KafkaStateReceiver(settings, QueueId(0), outage, adapter.changelog)
+        await receiver.initialize()
+        saved = await receiver.load_states()  # the pulling agent restores its activations
+        receiver.state_source = states  # agents.state.ActivationStates: written at each commit
+    """
 
     def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, changelog: KafkaChangelog) -> None:
         super().__init__(settings, queue, outage)

@@ -16,10 +16,10 @@ from streams import StreamId, StreamProvider
 from streams.adapters.kafka import KafkaQueueAdapter, KafkaSettings
 from streams.adapters.kafka_state import changelog_topic
 from streams.core.ids import QueueId
-from streams.eventtime import Collect, Count, EventTime, OrderingPolicy, Tumbling
+from streams.eventtime import Collect, EventTime, OrderingPolicy, Tumbling
 
 from ..core.conftest import drained
-from ..durable.test_saved_state import Distinct, read_count, start_worker
+from ..durable.test_saved_state import Distinct, count_windows, publish_quiet_and_busy, read_count, start_worker
 
 
 def kafka_provider(bootstrap: str, topic: str) -> StreamProvider:
@@ -82,24 +82,9 @@ async def wait_for_rows(bootstrap: str, prefix: str, rows: int, seconds: float =
 
 async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_the_committed_offset(kafka_broker, kafka_topic):
     provider = kafka_provider(kafka_broker, kafka_topic)
-    closed: list[tuple[str, float, int]] = []
-
-    @provider.implicit("devices")
-    class Counts:
-        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(5), Count())
-
-        def __init__(self, stream_id: StreamId) -> None:
-            self.key = stream_id.key
-
-        def on_window(self, w):
-            closed.append((self.key, w.start, w.value))
-
+    closed = count_windows(provider)
     async with provider:
-        await provider.get_stream(StreamId("devices", "quiet")).on_next({"t": 1.0})  # offset 0
-        busy = provider.get_stream(StreamId("devices", "busy"))
-        for n in range(500):  # offsets 1..500, one event each: 100 windows, the last open
-            await busy.on_next({"t": float(n)})
-        await drained(provider, 30)
+        await publish_quiet_and_busy(provider, 500)  # offsets 0 (quiet), 1..500: 100 windows, the last open
         # The busy stream's last record is committed, though quiet's window [0, 5) is open.
         assert await wait_for_commit(kafka_broker, kafka_topic, 501) == 501
         # Only open state is kept: quiet's window [0, 5) and busy's [495, 500).
@@ -109,24 +94,9 @@ async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_the_committed_offse
 
 async def test_a_state_that_cannot_be_saved_holds_the_committed_offset_as_before(kafka_broker, kafka_topic, caplog):
     provider = kafka_provider(kafka_broker, kafka_topic)
-    closed: list[int] = []
-
-    @provider.implicit("devices")
-    class Distincts:
-        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(5), Distinct(), select="t")
-
-        def __init__(self, stream_id: StreamId) -> None:
-            pass
-
-        def on_window(self, w):
-            closed.append(w.value)
-
+    closed = count_windows(provider, Distinct())
     async with provider:
-        await provider.get_stream(StreamId("devices", "quiet")).on_next({"t": 1.0})  # offset 0
-        busy = provider.get_stream(StreamId("devices", "busy"))
-        for n in range(50):
-            await busy.on_next({"t": float(n)})
-        await drained(provider, 30)
+        await publish_quiet_and_busy(provider, 50)
         await anyio.sleep(2.5)  # commit intervals go by
         (agent,) = provider.agents
         assert agent.receiver.committed_offset is None  # quiet's window [0, 5) holds offset 0
@@ -134,7 +104,7 @@ async def test_a_state_that_cannot_be_saved_holds_the_committed_offset_as_before
     assert await committed(kafka_broker, kafka_topic) is None
     assert await saved_states(kafka_broker, kafka_topic) == []
     assert await changelog_records(kafka_broker, kafka_topic) == 0
-    assert closed == [5] * 9
+    assert [v for _, _, v in closed] == [5] * 9
     cannot = [r.getMessage() for r in caplog.records if "cannot be serialized" in r.getMessage()]
     assert len(cannot) == 2 and "its open windows hold the queue's checkpoint" in cannot[0]  # once each
 
