@@ -57,8 +57,9 @@ from streams.core.ids import QueueId
 from streams.core.tokens import SequenceToken
 
 FORMAT = 1
-# Only each key's newest record matters.
-CHANGELOG: Mapping[str, str] = {"cleanup.policy": "compact"}  # the topic's configs
+# The topic's configs. Kafka compacts only closed segments: closing one every 10 minutes
+# (not every week) keeps what a takeover reads near the open state plus recent writes.
+CHANGELOG: Mapping[str, str] = {"cleanup.policy": "compact", "segment.ms": "600000"}
 _FETCH_RECORDS = 500
 
 SavedStates = dict[StateKey, tuple[SequenceToken, bytes]]
@@ -262,6 +263,9 @@ class KafkaStateReceiver(KafkaQueueReceiver):
         super().__init__(settings, queue, outage)
         self.changelog = changelog
         self.state_source: StateSource | None = None  # set by the pulling agent
+        # One write at a time: a commit can begin while the last one's write still waits
+        # on an unreachable cluster, and the source tracks one write in flight.
+        self._saving = anyio.Lock()
 
     async def load_states(self) -> SavedStates:
         """The states saved for this queue, by whichever worker read it before."""
@@ -272,14 +276,15 @@ class KafkaStateReceiver(KafkaQueueReceiver):
         return self.state_source is not None and self.state_source.pending()
 
     async def _save_states(self) -> bool:
-        source = self.state_source
-        if source is None or not source.pending():
-            return True
-        rows = source.collect()
-        try:
-            ok = await self.changelog.write(self.queue, rows)
-        except BaseException:
-            source.written(False)
-            raise
-        source.written(ok)
-        return ok
+        async with self._saving:
+            source = self.state_source
+            if source is None or not source.pending():
+                return True
+            rows = source.collect()
+            try:
+                ok = await self.changelog.write(self.queue, rows)
+            except BaseException:
+                source.written(False)
+                raise
+            source.written(ok)
+            return ok

@@ -10,6 +10,8 @@ import signal
 import anyio
 import pyarrow as pa
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from spark_sink.kafka_log import KafkaHandoffLog
 from streams import StreamId, StreamProvider
@@ -53,6 +55,19 @@ async def saved_states(bootstrap: str, topic: str) -> list[tuple[str, int, int]]
     return sorted((stream, p.sequence_number, p.event_index) for (_, stream), (p, _) in states.items())
 
 
+async def changelog_configs(bootstrap: str, topic: str) -> dict[str, str]:
+    """The changelog topic's configs, as the broker describes them."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        name = changelog_topic(KafkaSettings(bootstrap, topic))
+        [described] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+    finally:
+        await admin.close()
+    [(_, _, _, _, entries)] = described.resources
+    return {name: value for name, value, *_ in entries}
+
+
 async def changelog_records(bootstrap: str, topic: str) -> int:
     """How many records the changelog's partition 0 holds (Tansu does not compact)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
@@ -89,6 +104,8 @@ async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_the_committed_offse
         assert await wait_for_commit(kafka_broker, kafka_topic, 501) == 501
         # Only open state is kept: quiet's window [0, 5) and busy's [495, 500).
         assert await saved_states(kafka_broker, kafka_topic) == [("devices/busy", 500, 0), ("devices/quiet", 0, 0)]
+        configs = await changelog_configs(kafka_broker, kafka_topic)
+        assert configs["cleanup.policy"] == "compact" and configs["segment.ms"] == "600000"
     assert len(closed) == 99 and all(k == "busy" and v == 5 for k, _, v in closed)
 
 
