@@ -16,7 +16,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from spark_sink.kafka_log import KafkaHandoffLog
 from streams import StreamId, StreamProvider
 from streams.adapters.kafka import KafkaQueueAdapter, KafkaSettings
-from streams.adapters.kafka_state import changelog_topic
+from streams.adapters.kafka_state import changelog_topic, decode_key
 from streams.core.ids import QueueId
 from streams.eventtime import Collect, EventTime, OrderingPolicy, Tumbling
 
@@ -68,13 +68,18 @@ async def changelog_configs(bootstrap: str, topic: str) -> dict[str, str]:
     return {name: value for name, value, *_ in entries}
 
 
-async def changelog_records(bootstrap: str, topic: str) -> int:
-    """How many records the changelog's partition 0 holds (Tansu does not compact)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+async def changelog_records(bootstrap: str, topic: str) -> list[tuple[str, bool]]:
+    """(stream, is a tombstone) of every record of the changelog's partition 0, in order
+    (Tansu does not compact)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest")
     await consumer.start()
     try:
         tp = TopicPartition(changelog_topic(KafkaSettings(bootstrap, topic)), 0)
-        return int((await consumer.end_offsets([tp]))[tp])
+        consumer.assign([tp])
+        records = []
+        while batch := (await consumer.getmany(tp, timeout_ms=500)).get(tp):
+            records += [(decode_key(r.key)[2], r.value is None) for r in batch]
+        return records
     finally:
         await consumer.stop()
 
@@ -106,7 +111,18 @@ async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_the_committed_offse
         assert await saved_states(kafka_broker, kafka_topic) == [("devices/busy", 500, 0), ("devices/quiet", 0, 0)]
         configs = await changelog_configs(kafka_broker, kafka_topic)
         assert configs["cleanup.policy"] == "compact" and configs["segment.ms"] == "600000"
-    assert len(closed) == 99 and all(k == "busy" and v == 5 for k, _, v in closed)
+        # quiet completes: its window closes, nothing is open, its state goes (a tombstone).
+        await provider.get_stream(StreamId("devices", "quiet")).on_completed()  # offset 501
+        await drained(provider, 30)
+        assert await wait_for_commit(kafka_broker, kafka_topic, 502) == 502
+        assert await saved_states(kafka_broker, kafka_topic) == [("devices/busy", 500, 0)]
+        quiet = [
+            tombstone for stream, tombstone in await changelog_records(kafka_broker, kafka_topic) if "quiet" in stream
+        ]
+        assert quiet == [False, True]  # saved once, then deleted
+    assert ("quiet", 0.0, 1) in closed
+    busy = [(k, v) for k, _, v in closed if k == "busy"]
+    assert len(busy) == 99 and all(v == 5 for _, v in busy)
 
 
 async def test_a_state_that_cannot_be_saved_holds_the_committed_offset_as_before(kafka_broker, kafka_topic, caplog):
@@ -120,7 +136,7 @@ async def test_a_state_that_cannot_be_saved_holds_the_committed_offset_as_before
     # Not even at shutdown: the open windows still need offset 0 on.
     assert await committed(kafka_broker, kafka_topic) is None
     assert await saved_states(kafka_broker, kafka_topic) == []
-    assert await changelog_records(kafka_broker, kafka_topic) == 0
+    assert await changelog_records(kafka_broker, kafka_topic) == []
     assert [v for _, _, v in closed] == [5] * 9
     cannot = [r.getMessage() for r in caplog.records if "cannot be serialized" in r.getMessage()]
     assert len(cannot) == 2 and "its open windows hold the queue's checkpoint" in cannot[0]  # once each
