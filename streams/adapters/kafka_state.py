@@ -50,11 +50,15 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streams.adapters.embedded_state import StateKey, StateRows, StateSource
 from streams.adapters.kafka_receiver import KafkaQueueReceiver
-from streams.adapters.kafka_settings import KafkaSettings, _retry, is_transient, log
-from streams.adapters.outage import OutageLog
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
+from streams.core.outage import OutageLog
+from streams.core.retry import reason_of
 from streams.core.tokens import SequenceToken
+from streams.kafka.admin import ensure_topic
+from streams.kafka.clients import offset_bounds, start_client
+from streams.kafka.outage import is_transient, log, retry_kafka
+from streams.kafka.settings import KafkaSettings
 
 FORMAT = 1
 # The topic's configs. Kafka compacts only closed segments: closing one every 10 minutes
@@ -114,8 +118,13 @@ class KafkaChangelog:
         self._starting = anyio.Lock()
         self._refused: set[QueueId] = set()  # queues whose last write Kafka refused (logged)
 
-    def check_partitions(self, found: int) -> None:
-        """The topic has one partition per queue, or the states would land elsewhere."""
+    async def ensure_topic(self) -> None:
+        """Create the topic unless it exists; refuse one without a partition per queue (the
+        states would land elsewhere). Transient failures raise for the caller to retry."""
+        settings = self.settings
+        found = await ensure_topic(
+            settings.client_kwargs(), self.topic, settings.queues, settings.replication_factor, CHANGELOG
+        )
         if found != self.settings.queues:
             raise ConfigurationError(
                 f"Kafka topic {self.topic!r} (the saved event-time state) has {found} partitions "
@@ -138,7 +147,7 @@ class KafkaChangelog:
                 await self._send(queue, records)
         except Exception as exc:  # sorted into transient and not just below
             if isinstance(exc, TimeoutError) or is_transient(exc):
-                reason = f"saving event-time state: {type(exc).__name__}: {exc}".rstrip(": ")
+                reason = f"saving event-time state: {reason_of(exc)}"
                 self.outage.failed(reason, since=began)
             elif queue not in self._refused:
                 self._refused.add(queue)
@@ -184,11 +193,10 @@ class KafkaChangelog:
             auto_offset_reset="earliest",  # what compaction or retention left
             fetch_max_wait_ms=poll_ms,
         )
-        await _started(consumer)
+        await start_client(consumer)
         try:
             consumer.assign([tp])
-            first = (await consumer.beginning_offsets([tp]))[tp]
-            end = (await consumer.end_offsets([tp]))[tp]
+            first, end = await offset_bounds(consumer, tp)
             newest: dict[bytes, bytes | None] = {}
             consumer.seek(tp, first)
             while await consumer.position(tp) < end:
@@ -216,7 +224,7 @@ class KafkaChangelog:
                         enable_idempotence=self.settings.idempotent,
                         max_request_size=self.max_record_bytes,
                     )
-                    await _started(producer)
+                    await start_client(producer)
                     self._producer = producer
         return self._producer
 
@@ -237,14 +245,6 @@ def _states_of(queue: QueueId, newest: Mapping[bytes, bytes | None]) -> SavedSta
         except Exception as exc:  # a record another program wrote: not ours to restore
             log.warning("%s: changelog record %r is not a saved state (%r); ignored", queue, key[:80], exc)
     return states
-
-
-async def _started(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
-    try:
-        await client.start()
-    except BaseException:
-        await client.stop()
-        raise
 
 
 class KafkaStateReceiver(KafkaQueueReceiver):
@@ -270,7 +270,7 @@ class KafkaStateReceiver(KafkaQueueReceiver):
     async def load_states(self) -> SavedStates:
         """The states saved for this queue, by whichever worker read it before."""
         what = f"loading the saved state of {self.queue}"
-        return await _retry(lambda: self.changelog.load(self.queue), what, self.settings, self.outage)
+        return await retry_kafka(lambda: self.changelog.load(self.queue), what, self.settings, self.outage)
 
     def _states_pending(self) -> bool:
         return self.state_source is not None and self.state_source.pending()

@@ -15,10 +15,11 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from spark_sink.kafka_log import KafkaHandoffLog
 from streams import StreamId, StreamProvider
-from streams.adapters.kafka import KafkaQueueAdapter, KafkaSettings
+from streams.adapters.kafka import KafkaQueueAdapter
 from streams.adapters.kafka_state import changelog_topic, decode_key
 from streams.core.ids import QueueId
 from streams.eventtime import Collect, EventTime, OrderingPolicy, Tumbling
+from streams.kafka.settings import KafkaSettings
 
 from ..core.conftest import drained
 from ..durable.test_saved_state import (
