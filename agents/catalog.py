@@ -1,6 +1,6 @@
-"""The activations of one queue's streams (Orleans' ``Catalog``): made when a stream becomes
-active, ended when it is closed, with their event-time state restored from what the queue's
-store saved.
+"""The activations and consumers of one queue's streams (Orleans' ``Catalog``): attached when
+a stream becomes active, ended when it is closed, with their event-time state restored from
+what the queue's store saved.
 
 A stream's consumer types each get one activation (one per key for a type fed by several
 namespaces, :mod:`agents.keyed`): the user's instance, delivered to through the one wrapper
@@ -19,14 +19,16 @@ from typing import Any, Protocol, TypeVarTuple
 
 import anyio
 
-from streams.core.deadletters import DeadLetterStore
+from streams.core.deadletters import QueueDeadLetters
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import enter_fields
 from streams.core.observer import as_observer
+from streams.core.pubsub import SubscriptionState
 from streams.core.tokens import SequenceToken
 
 from .activation import Activation, TimedActivation
 from .context import AgentContext
+from .cursors import Cursors
 from .delivery import StreamConsumer
 from .handoff import HandoffTarget
 from .keyed import KeyedActivations
@@ -74,19 +76,22 @@ def timed_of(activation: Activation) -> EventTimeObserver | None:
 
 
 class Catalog:
-    """Makes and ends the activations of one queue's streams."""
+    """Makes and ends the activations of one queue's streams, and attaches their consumers."""
 
     def __init__(
         self,
         queue: QueueId,
         context: AgentContext,
-        dead_letters: DeadLetterStore,
+        cursors: Cursors,
+        working: set[StreamConsumer],
         spawn: Spawn,
         on_change: Callable[[TimedActivation], None],
     ) -> None:
         self.queue = queue
         self._context = context
-        self._dead_letters = dead_letters  # the queue's (letters name it)
+        self._dead_letters = QueueDeadLetters(context.dead_letters, queue.number)  # letters name the queue
+        self._cursors = cursors
+        self._working = working  # the consumers with a task now (the agent's watchdog looks at these)
         self._spawn = spawn
         self._on_change = on_change  # one bound method for every activation
         # Activations of types fed by several namespaces (a batch waits for its turn at most
@@ -119,6 +124,67 @@ class Catalog:
             if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
                 self._spawn(call_hook, instance, "on_activate", state.log_fields)
         return observer
+
+    async def attach_all(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
+        """Attach every consumer of the newly active stream ``sid`` (but ``skip``, which the
+        caller attaches from its own token): the implicit activations of its namespace, the
+        in-process observers and the durable subscriptions."""
+        registry = self._context.registry
+        try:
+            for cls in registry.implicit_types(sid.namespace):
+                await self.attach(
+                    state,
+                    sid,
+                    f"implicit:{registry.type_name(cls)}",
+                    self.activation(state, sid, cls),
+                    implicit=True,
+                )
+            for sub in registry.observers(sid):
+                if sub.subscription_id != skip:
+                    await self.attach(state, sid, sub.subscription_id, as_observer(sub.observer))
+            for record in await self._context.pubsub.subscriptions(sid):
+                if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
+                    cls = registry.get_type(record.consumer_type)
+                    await self.attach(
+                        state, sid, record.subscription_id, self.activation(state, sid, cls), durable=True
+                    )
+        finally:
+            opening, state.opening = state.opening, None
+            assert opening is not None
+            opening.set()
+
+    async def attach(
+        self,
+        state: StreamState,
+        sid: StreamId,
+        subscription_id: str,
+        observer: Activation,
+        token: SequenceToken | None = None,
+        *,
+        durable: bool = False,
+        implicit: bool = False,
+    ) -> StreamConsumer:
+        """Attach a consumer of ``sid`` delivering to ``observer`` from ``token`` (None: from
+        the stream's next data) and start it."""
+        cursor, miss = self._cursors.open(sid, token)
+        consumer = StreamConsumer(
+            subscription_id,
+            sid,
+            observer,
+            cursor,
+            self._context,
+            start_token=None if miss else token,
+            durable=durable,
+            implicit=implicit,
+            log_fields=state.log_fields,
+            spawn=self._spawn,
+            working=self._working,
+        )
+        state.consumers[subscription_id] = consumer
+        if miss is not None:
+            await consumer.report_error(miss)
+        consumer.start()
+        return consumer
 
     def _make(self, cls: type, sid: StreamId) -> tuple[EventTimeObserver | None, object]:
         """``(its event-time activation, or None; the user's instance)`` of a new activation."""

@@ -30,15 +30,14 @@ from streams.adapters.embedded_state import StatefulReceiver
 from streams.adapters.protocols import QueueAdapterReceiver
 from streams.consumers import InProcessSubscription
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage, interned
-from streams.core.deadletters import DeadLetter, QueueDeadLetters
+from streams.core.deadletters import DeadLetter
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
-from streams.core.pubsub import SubscriptionRecord, SubscriptionState
-from streams.core.tokens import SequenceToken
+from streams.core.pubsub import SubscriptionRecord
 
-from .activation import Activation, TimedActivation
+from .activation import TimedActivation
 from .catalog import Catalog, StreamState, event_time_activations, timed_of
 from .checkpoint import Holds, Tokens, acknowledgeable
 from .context import AgentContext
@@ -90,10 +89,8 @@ class PullingAgent:
         # a task now, and the holds and next ticks of the event-time activations.
         self._working: set[StreamConsumer] = set()
         self._holds = Holds()
-        self._catalog = Catalog(
-            queue, context, QueueDeadLetters(context.dead_letters, queue.number), self._spawn, self._holds.on_change
-        )
         self._cursors = Cursors(queue, receiver, cache, context.options)
+        self._catalog = Catalog(queue, context, self._cursors, self._working, self._spawn, self._holds.on_change)
 
     # -- lifecycle -------------------------------------------------------------------
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -312,61 +309,8 @@ class PullingAgent:
         """Attach every consumer of a newly active stream (``skip`` is attached by the
         caller, from its own token)."""
         state = self._streams[sid] = StreamState(delivery_fields(self.context.worker_name, self.queue, sid))
-        registry = self.context.registry
-        try:
-            for cls in registry.implicit_types(sid.namespace):
-                await self._attach(
-                    state,
-                    sid,
-                    f"implicit:{registry.type_name(cls)}",
-                    self._catalog.activation(state, sid, cls),
-                    implicit=True,
-                )
-            for sub in registry.observers(sid):
-                if sub.subscription_id != skip:
-                    await self._attach(state, sid, sub.subscription_id, as_observer(sub.observer))
-            for record in await self.context.pubsub.subscriptions(sid):
-                if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
-                    cls = registry.get_type(record.consumer_type)
-                    await self._attach(
-                        state, sid, record.subscription_id, self._catalog.activation(state, sid, cls), durable=True
-                    )
-        finally:
-            opening, state.opening = state.opening, None
-            assert opening is not None
-            opening.set()
+        await self._catalog.attach_all(state, sid, skip)
         return state
-
-    async def _attach(
-        self,
-        state: StreamState,
-        sid: StreamId,
-        subscription_id: str,
-        observer: Activation,
-        token: SequenceToken | None = None,
-        *,
-        durable: bool = False,
-        implicit: bool = False,
-    ) -> StreamConsumer:
-        cursor, miss = self._cursors.open(sid, token)
-        consumer = StreamConsumer(
-            subscription_id,
-            sid,
-            observer,
-            cursor,
-            self.context,
-            start_token=None if miss else token,
-            durable=durable,
-            implicit=implicit,
-            log_fields=state.log_fields,
-            spawn=self._spawn,
-            working=self._working,
-        )
-        state.consumers[subscription_id] = consumer
-        if miss is not None:
-            await consumer.report_error(miss)
-        consumer.start()
-        return consumer
 
     def _spawn(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], *args: *Ts) -> None:
         assert self._tg is not None, "the agent is not running"
@@ -382,12 +326,12 @@ class PullingAgent:
         if subscription.subscription_id in state.consumers:
             return
         if isinstance(subscription, InProcessSubscription):
-            await self._attach(
+            await self._catalog.attach(
                 state, sid, subscription.subscription_id, as_observer(subscription.observer), subscription.token
             )
         else:
             cls = self.context.registry.get_type(subscription.consumer_type)
-            await self._attach(
+            await self._catalog.attach(
                 state,
                 sid,
                 subscription.subscription_id,
