@@ -51,7 +51,7 @@ class HandoffTarget:
     source: str
     consumer: str
     partition: int
-    handoff: str = ""  # the handoff stream's name (named in the outage log lines)
+    handoff: str  # the handoff stream's name (named in the outage log lines)
 
 
 # One outage log per sink: every activation writing to it reports to the same one.
@@ -61,8 +61,7 @@ _outages: weakref.WeakKeyDictionary[HandoffSink, OutageLog] = weakref.WeakKeyDic
 def _outage_of(target: HandoffTarget) -> OutageLog:
     outage = _outages.get(target.sink)
     if outage is None:
-        name = target.handoff
-        outage = _outages[target.sink] = OutageLog(f"handoff stream {name!r}" if name else "the handoff log", log)
+        outage = _outages[target.sink] = OutageLog(f"handoff stream {target.handoff!r}", log)
     return outage
 
 
