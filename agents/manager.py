@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup
 
+from balancer.protocols import QueueBalancer, QueueDistributionChange
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapter
 from streams.core.ids import QueueId
 
 from .context import AgentContext
 from .pulling_agent import PullingAgent
-
-if TYPE_CHECKING:  # balancer imports streams, which imports this module
-    from balancer.protocols import QueueBalancer, QueueDistributionChange
 
 log = logging.getLogger("headrace.agent")
 
