@@ -15,7 +15,7 @@ rate on a machine that other work shares). ``--gc tuned,default`` compares the w
 garbage-collector policy (``tune_gc``, see agents/gc_policy.py) with CPython's defaults.
 
 Run: .venv/bin/python bench/streams.py [--streams 1000,10000,100000] [--modes windowed,plain]
-     [--gc tuned,default]
+     [--gc tuned,default] [--best-of 3]
 """
 
 from __future__ import annotations
@@ -113,11 +113,26 @@ def child(streams: int, mode: str, gc_policy: str) -> None:
     print(json.dumps(result))
 
 
+def _child_run(env: dict[str, str], n: int, mode: str, policy: str) -> dict[str, float] | str:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(n), mode, policy],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        return str(out.stderr.strip().splitlines()[-1:])
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", default="1000,10000,100000")
     parser.add_argument("--modes", default="windowed,plain")
     parser.add_argument("--gc", default="tuned", help="tuned (the worker's policy), default (CPython's), or both")
+    parser.add_argument("--best-of", type=int, default=1, help="runs of each configuration; the best is shown")
     parser.add_argument("--child", nargs=3, metavar=("STREAMS", "MODE", "GC"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -129,6 +144,7 @@ def main() -> None:
     print(
         f"headrace streams benchmark: memory queues ({QUEUES}), one process, each stream publishes "
         f"one batch of {EVENTS_PER_STREAM} events then completes; an implicit consumer per stream"
+        f" (best of {args.best_of})"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for mode in modes:
@@ -141,17 +157,14 @@ def main() -> None:
             )
             first = None
             for n in counts:
-                out = subprocess.run(
-                    [sys.executable, __file__, "--child", str(n), mode, policy],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if out.returncode != 0:
-                    print(f"  {n:>8,} | failed: {out.stderr.strip().splitlines()[-1:]}")
+                runs = [_child_run(env, n, mode, policy) for _ in range(args.best_of)]
+                failed = [r for r in runs if isinstance(r, str)]
+                if failed:
+                    print(f"  {n:>8,} | failed: {failed[0]}")
                     continue
-                r = json.loads(out.stdout.strip().splitlines()[-1])
+                # Best of the runs, each figure on its own (a shared machine only slows runs down).
+                r = dict(max(runs, key=lambda x: x["rate"]))  # type: ignore[arg-type,return-value]
+                r["cpu_rate"] = max(x["cpu_rate"] for x in runs)  # type: ignore[index]
                 first = first or r
                 per_stream_kb = (r["peak"] - r["rss_before"]) * 1024 / n
                 print(
