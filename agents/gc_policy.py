@@ -24,8 +24,9 @@ While a worker runs (the first ``async with provider`` of a process to its last)
   long-lived objects double, amortized two walks per object.
 
 When the last worker of the process stops, the collector's thresholds are restored and the
-frozen objects are thawed. ``tune_gc=False`` leaves the collector alone (an application
-that tunes it itself).
+frozen objects are thawed (all of them: ``gc`` cannot tell whose they are).
+``tune_gc=False`` leaves the collector alone (an application that tunes it, or freezes
+objects, itself).
 
 >>> policy = GcPolicy()
 >>> policy.enter(); policy.active
