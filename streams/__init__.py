@@ -12,7 +12,6 @@ from streams.adapters.protocols import (
     QueueMapper,
     RewindableReceiver,
 )
-from streams.adapters.records import RecordFormat
 from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
 from streams.core.deadletters import DeadLetter, DeadLetterStore
 from streams.core.errors import (
@@ -31,6 +30,7 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.observer import StreamObserver
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore, SubscriptionRecord
+from streams.core.records import RecordFormat
 from streams.core.tokens import SequenceToken
 from streams.provider import StreamProvider
 from streams.stream import Stream, StreamSubscriptionHandle

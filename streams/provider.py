@@ -27,7 +27,6 @@ from streams.adapters.generator import GeneratorAdapterFactory, GeneratorConfig
 from streams.adapters.kafka import KafkaAdapterFactory
 from streams.adapters.memory import MemoryAdapterFactory
 from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory
-from streams.adapters.records import RecordFormat
 from streams.adapters.retention import RetentionPolicy
 from streams.consumers import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
 from streams.core.deadletters import DeadLetterStore, MemoryDeadLetterStore
@@ -38,6 +37,7 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
 from streams.core.pubsub_embedded import EmbeddedPubSubStore
+from streams.core.records import RecordFormat
 from streams.core.store import EmbeddedStore, Synchronous
 from streams.core.tokens import SequenceToken
 from streams.publisher import ContainerWriter, EventWriter, Publisher
@@ -172,7 +172,7 @@ class StreamProvider:
 
         ``records`` is the topic's format: ``"headrace"`` (its batch containers), or one event
         per record, ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
-        :class:`~streams.adapters.records.RecordFormat`: a topic other programs write. Its
+        :class:`~streams.core.records.RecordFormat`: a topic other programs write. Its
         streams are ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic
         name; ``key_field`` keys records that have no key; else the partition number).
         ``topics`` (namespace -> topic) reads several co-partitioned topics instead of one.
@@ -180,7 +180,7 @@ class StreamProvider:
         ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead
         letters (without it they live in memory). Consumers that hand off to Spark do so in
         Kafka topics (``<handoff_prefix>.handoff.<stream>``; the DataSource reads them with
-        ``kafka.bootstrap.servers``). ``kafka`` holds :class:`~streams.adapters.kafka.KafkaSettings` fields, e.g.
+        ``kafka.bootstrap.servers``). ``kafka`` holds :class:`~streams.kafka.settings.KafkaSettings` fields, e.g.
         ``{"client_options": {"security_protocol": "SSL", ...}}``.
 
         >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
