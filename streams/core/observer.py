@@ -83,12 +83,23 @@ def lift(fn: Callable[..., Any] | None) -> Callable[..., Awaitable[None]] | None
     if is_coroutine_function(fn):
         return fn
 
-    async def call(*args: Any) -> None:
-        result = fn(*args)
+    return _Lifted(fn)
+
+
+class _Lifted:
+    """``fn`` as an async callable: one slotted object per adapted hook, where a closure
+    was three (function, cell, tuple) for the collector to walk in each of a worker's
+    100,000 activations."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    async def __call__(self, *args: Any) -> None:
+        result = self.fn(*args)
         if result is not None and inspect.isawaitable(result):
             await result
-
-    return call
 
 
 async def nothing(*_: Any) -> None:
