@@ -24,7 +24,7 @@ The writer side of the embedded log (used by the runtime)::
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 # Loaded on first use (PEP 562): a worker that only declares ``Handoff`` needs neither
 # pyspark nor the Kafka client, and a Spark executor reading the log needs no runtime.
@@ -92,22 +92,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_HOMES))
-
-
-if TYPE_CHECKING:
-    from .datasource import HeadraceDataSource, register
-    from .errors import (
-        HandoffDataLostError,
-        HandoffSchemaError,
-        HandoffStoreNotFoundError,
-        UnknownHandoffStreamError,
-    )
-    from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, HandoffSink
-    from .kafka_log import KafkaHandoffLog
-    from .kafka_sink import KafkaHandoffSink
-    from .kafka_storage import KafkaStorage
-    from .log import HandoffLog, Segment
-    from .options import ReadOptions
-    from .schema import HandoffColumn, HandoffSchema
-    from .storage import EmbeddedStorage, HandoffSplit, HandoffStorage, OffsetRange
-    from .writer import HandoffWriter

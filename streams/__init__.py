@@ -4,14 +4,9 @@
 >>> provider = StreamProvider.memory(queues=8)
 """
 
-from streams.adapters.generator import GeneratorConfig
-from streams.adapters.protocols import (
-    QueueAdapter,
-    QueueAdapterFactory,
-    QueueAdapterReceiver,
-    QueueMapper,
-    RewindableReceiver,
-)
+import importlib
+from typing import Any
+
 from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
 from streams.core.deadletters import DeadLetter, DeadLetterStore
 from streams.core.errors import (
@@ -32,8 +27,20 @@ from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore, SubscriptionRecord
 from streams.core.records import RecordFormat
 from streams.core.tokens import SequenceToken
-from streams.provider import StreamProvider
-from streams.stream import Stream, StreamSubscriptionHandle
+
+# The rest loads on first use (PEP 562): a Spark executor or a tool that needs only the
+# floor (ids, errors, the store) does not pay for the provider, adapters, agents or aiokafka.
+_HOMES = {
+    "GeneratorConfig": "streams.adapters.generator",
+    "QueueAdapter": "streams.adapters.protocols",
+    "QueueAdapterFactory": "streams.adapters.protocols",
+    "QueueAdapterReceiver": "streams.adapters.protocols",
+    "QueueMapper": "streams.adapters.protocols",
+    "RewindableReceiver": "streams.adapters.protocols",
+    "StreamProvider": "streams.provider",
+    "Stream": "streams.stream",
+    "StreamSubscriptionHandle": "streams.stream",
+}
 
 __all__ = [
     "BatchContainer",
@@ -72,3 +79,16 @@ __all__ = [
     "StreamSubscriptionHandle",
     "SubscriptionRecord",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'streams' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

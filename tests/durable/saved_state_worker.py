@@ -1,23 +1,28 @@
 """A worker for the saved-state tests: tumbling one-hour counts per meter, handed off to the
-embedded store's handoff log ``counts``. Prints ``ready``, then ``read N`` (the records its
+embedded store's handoff log ``counts`` (with ``PATH run BOOTSTRAP TOPIC``: on that Kafka
+topic, handing off under the topic's name as prefix). Prints ``ready``, then ``read N`` (the records its
 agent has read) each time a window closes."""
 
 from __future__ import annotations
 
 import sys
 
-import anyio
-
 from balancer import BalancerOptions
 from spark_sink import Handoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from tests.helpers import SHORT_LEASES, serve
 
-LEASES = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
+GROUP = BalancerOptions(lease_length=3.0, renew_period=1.0, refresh_period=0.5)  # Kafka: session timeout
 
 
-def main(path: str) -> None:
-    provider = StreamProvider.embedded(path, queues=1, balancer_options=LEASES)
+def main(path: str, *kafka: str) -> None:
+    if kafka:  # BOOTSTRAP TOPIC: the topic's one partition, workers in its consumer group
+        bootstrap, topic = kafka
+        settings = {"idempotent": False, "handoff_prefix": topic}
+        provider = StreamProvider.kafka(bootstrap, topic, queues=1, kafka=settings, balancer_options=GROUP)
+    else:
+        provider = StreamProvider.embedded(path, queues=1, balancer_options=SHORT_LEASES)
 
     @provider.implicit("meters")
     class Counts:
@@ -30,13 +35,8 @@ def main(path: str) -> None:
         def on_window(self, window: object) -> None:
             print(f"read {sum(agent.read_messages for agent in provider.agents)}", flush=True)
 
-    async def run() -> None:
-        async with provider:
-            print("ready", flush=True)
-            await anyio.sleep_forever()
-
-    anyio.run(run)
+    serve(provider)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *sys.argv[3:])
