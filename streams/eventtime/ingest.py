@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import Any
 
 from streams.core.errors import StreamCompletedError
-from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.aggregates import Count
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.inputs import Input
 from streams.eventtime.ordering import OrderingStep
@@ -37,27 +37,14 @@ class Ingest:
     of the value) is read inline, ``key_of`` is its fallback or the key function.
     """
 
-    __slots__ = (
-        "flow",
-        "ordering",
-        "refusals",
-        "timestamp_of",
-        "key_of",
-        "key_field",
-        "select",
-        "reducer",
-        "early",
-        "late",
-        "idle",
-        "every_event",
-    )
+    # One per processor: only what the flow and the ordering step do not hold already.
+    __slots__ = ("flow", "ordering", "refusals", "timestamp_of", "key_of", "key_field", "select")
 
     def __init__(
         self,
         flow: WatermarkFlow,
         ordering: OrderingStep,
         refusals: Refusals,
-        reducer: Reducer[Any, Any],
         *,
         timestamp_of: Callable[[Any], float] | None,
         key_of: Callable[[Any], Hashable] | None,
@@ -65,12 +52,8 @@ class Ingest:
         select: Callable[[Any], Any] | None,
     ) -> None:
         self.flow, self.ordering, self.refusals = flow, ordering, refusals
-        self.reducer = reducer
         self.timestamp_of, self.key_of, self.key_field = timestamp_of, key_of, key_field
         self.select = select or _record_value
-        self.early, self.late = ordering.early, ordering.late
-        self.idle = flow.idle_timeout < FOREVER
-        self.every_event = flow.generation.every_event
 
     def run(self, inp: Input, events: Iterable[EventLike], out: Output) -> None:
         """Steps 1-6 for ``events`` of input ``inp``."""
@@ -82,7 +65,7 @@ class Ingest:
             events = list(events)
         flow, refusals = self.flow, self.refusals
         # Everything the loop reads is a local: attribute traffic dominates a Python loop.
-        early, late, delay = self.early, self.late, self.flow.delay
+        early, late, delay = self.ordering.early, self.ordering.late, flow.delay
         earliest, latest = EARLIEST, LATEST
         bounded = early < FOREVER or late < FOREVER  # steps 1 and 2 apply at all
         uses_late = late < FOREVER
@@ -99,14 +82,14 @@ class Ingest:
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
-        reducer = self.reducer
+        reducer = flow.reducer
         counting, select = type(reducer) is Count, self.select
         add, init = reducer.add, reducer.init
         trace = flow.trace
         passthrough = not windowed
         record = trace or passthrough
-        idle = self.idle
-        every_event = self.every_event and not inp.imported
+        idle = flow.idle_timeout < FOREVER
+        every_event = flow.generation.every_event and not inp.imported
         multi, part = flow.multi, inp.name
         direct = not multi  # a single input closes its windows by its own watermark
         lanes = flow.lanes

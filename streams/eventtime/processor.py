@@ -59,6 +59,9 @@ class Processor:
     :meth:`on_completed`; a timer with nothing to deliver calls :meth:`on_tick`.
     """
 
+    # One per activation, so thousands per worker: slots keep each small.
+    __slots__ = ("policy", "window", "reducer", "counters", "_late", "_inputs", "_multi", "_flow", "_ingest")
+
     def __init__(
         self,
         policy: OrderingPolicy | None = None,
@@ -128,24 +131,23 @@ class Processor:
             own_time=timestamp_of is None,
             trace=trace,
         )
-        self._ingest = Ingest(
+        self._ingest: Ingest = Ingest(
             flow,
             OrderingStep(Action(policy.action), self.counters, refusals),
             refusals,
-            self.reducer,
             timestamp_of=timestamp_of,
             key_of=key_extractor(key_spec),
             # A key given as a field name is read inline by the hot path.
             key_field=key_spec if isinstance(key_spec, str) else None,
             select=key_extractor(select),
-        ).run
+        )
 
     # ------------------------------------------------------------------ observations
 
     def on_events(self, events: Iterable[EventLike], partition: Hashable = 0) -> Output:
         """Process events of one input, in arrival order."""
         out = Output()
-        self._ingest(self._input(partition), events, out)
+        self._ingest.run(self._input(partition), events, out)
         return self._done(out)
 
     def on_tick(self, arrival_time: float, partition: Hashable | None = None) -> Output:
