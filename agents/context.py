@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.consumers import ConsumerRegistry
+from streams.registry import ConsumerRegistry
 from streams.core.deadletters import DeadLetterStore
 from streams.core.failures import StreamFailureHandler
 from streams.core.options import StreamProviderOptions

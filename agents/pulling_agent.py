@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 from cache.protocols import QueueCache
 from streams.adapters.embedded_state import StatefulReceiver
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
-from streams.consumers import InProcessSubscription
+from streams.registry import InProcessSubscription
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage, interned
 from streams.core.deadletters import DeadLetter, QueueDeadLetters
 from streams.core.errors import CacheMissError, DecodeError

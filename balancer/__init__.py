@@ -16,7 +16,7 @@ from .clock import Clock, ManualClock, SystemClock
 from .dynamic import BestFitBalancer, mature_workers
 from .lease_based import LeaseBasedQueueBalancer, target_queue_count
 from .leases import MemoryLeaseProvider, TableLeaseProvider
-from .mapper import HashRingQueueMapper
+from streams.adapters.mapper import HashRingQueueMapper
 from .membership import MemoryMembership, TableMembership
 from .ownership import QueueOwnership
 from .protocols import (

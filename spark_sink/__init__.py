@@ -39,6 +39,8 @@ _HOMES = {
     "EventHandoff": "handoff",
     "Handoff": "handoff",
     "HandoffSink": "handoff",
+    "check_handoff": "handoff",
+    "handoff_of": "handoff",
     "KafkaHandoffLog": "kafka_log",
     "KafkaHandoffSink": "kafka_sink",
     "KafkaStorage": "kafka_storage",
@@ -77,6 +79,8 @@ __all__ = [
     "ReadOptions",
     "Segment",
     "UnknownHandoffStreamError",
+    "check_handoff",
+    "handoff_of",
     "register",
 ]
 
@@ -102,7 +106,7 @@ if TYPE_CHECKING:
         HandoffStoreNotFoundError,
         UnknownHandoffStreamError,
     )
-    from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, HandoffSink
+    from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, HandoffSink, check_handoff, handoff_of
     from .kafka_log import KafkaHandoffLog
     from .kafka_sink import KafkaHandoffSink
     from .kafka_storage import KafkaStorage

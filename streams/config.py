@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from balancer.base import BalancerOptions
-from streams.adapters.embedded import recorded_queue_count
+from streams.adapters.embedded_queues import recorded_queue_count
 from streams.adapters.retention import RetentionPolicy
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from balancer.instances import instance_is_dead
 from balancer.protocols import MemberRecord
-from streams.adapters.embedded import queue_positions, recorded_queue_count
+from streams.adapters.embedded_queues import queue_positions, recorded_queue_count
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId

@@ -1,7 +1,7 @@
 """The Kafka adapter: the queues are the partitions of one Kafka topic (at scale).
 
 Queue ``i`` is partition ``i``. The producer writes each batch container to the partition of
-its stream's queue, as the :class:`~balancer.mapper.HashRingQueueMapper` decides (the stream
+its stream's queue, as the :class:`~streams.adapters.mapper.HashRingQueueMapper` decides (the stream
 id is the record key too, for Kafka's own tools). A receiver reads the one partition its
 pulling agent owns, by explicit assignment: headrace's balancer decides who reads what, not
 Kafka's group protocol. The group id serves only to keep offsets in Kafka: the receiver
@@ -16,7 +16,7 @@ outage once when it starts and once when it ends, and reading resumes where it w
 
 A topic other programs write, one event per record (``records="json"`` etc.), is read the
 same way, its records grouped by stream (:mod:`~streams.adapters.kafka_records`); its
-queue mapper is Kafka's own partitioner (:class:`~balancer.mapper.KafkaPartitionMapper`).
+queue mapper is Kafka's own partitioner (:class:`~streams.adapters.mapper.KafkaPartitionMapper`).
 The settings are in :mod:`~streams.adapters.kafka_settings`, the receiver in
 :mod:`~streams.adapters.kafka_receiver`.
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaProducer
@@ -49,12 +49,6 @@ from aiokafka.errors import (
     TopicAlreadyExistsError,
     for_code,
 )
-
-from balancer.mapper import HashRingQueueMapper, KafkaPartitionMapper
-
-if TYPE_CHECKING:  # the balancer imports this module
-    from balancer.base import BalancerOptions
-    from balancer.kafka_group import KafkaGroupBalancer
 
 from streams.adapters.kafka_receiver import KafkaQueueReceiver, KafkaRecordReceiver
 from streams.adapters.kafka_settings import (
@@ -66,6 +60,7 @@ from streams.adapters.kafka_settings import (
     is_transient,
     log,
 )
+from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
 from streams.adapters.outage import Backoff, OutageLog
 from streams.core.batch import BatchContainer, BatchKind, encode_batch
 from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
@@ -318,26 +313,6 @@ class KafkaAdapterFactory:
 
     def get_queue_mapper(self) -> HashRingQueueMapper | KafkaPartitionMapper:
         return self._mapper
-
-    def create_queue_balancer(self, options: BalancerOptions | None = None) -> KafkaGroupBalancer | None:
-        """The balancer of the workers reading this topic: they are the members of a Kafka
-        consumer group, so one worker alone reads every partition and several share them
-        (:class:`~balancer.kafka_group.KafkaGroupBalancer`). ``options.lease_length`` is the
-        group's session timeout (how soon a dead worker's queues move), its heartbeat comes
-        every ``renew_period`` (at most a third of that) and it checks on the group every
-        ``refresh_period``. ``None`` when ``group_membership`` is off: read everything."""
-        if not self.settings.group_membership:
-            return None
-        from balancer.kafka_group import KafkaGroupBalancer
-
-        if options is None:
-            return KafkaGroupBalancer(self.settings)
-        return KafkaGroupBalancer(
-            self.settings,
-            session_timeout=options.lease_length,
-            heartbeat_interval=min(options.renew_period, options.lease_length / 3),
-            poll_period=options.refresh_period,
-        )
 
     async def _ensure_topic(self) -> None:
         settings = self.settings

@@ -6,7 +6,7 @@ import sys
 import msgpack
 import pytest
 
-from balancer.mapper import HashRingQueueMapper
+from streams.adapters.mapper import HashRingQueueMapper
 from streams import BatchContainer, BatchKind, DecodeError, EncodeError, QueueId, SequenceToken, StreamId
 
 

@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
-from balancer.mapper import KafkaPartitionMapper, kafka_partition, murmur2
+from streams.adapters.mapper import KafkaPartitionMapper, kafka_partition, murmur2
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.adapters.kafka import ensure_topic
 from streams.adapters.protocols import RewindableReceiver
