@@ -2,38 +2,54 @@
 
 >>> from streams import StreamProvider, StreamId
 >>> provider = StreamProvider.memory(queues=8)
+
+The names below load on first use (PEP 562), as anyio's do: ``import streams`` (or
+``streams.core.ids``, which a Spark executor needs) loads neither the provider nor the agents.
 """
 
-from streams.adapters.generator import GeneratorConfig
-from streams.adapters.protocols import (
-    QueueAdapter,
-    QueueAdapterFactory,
-    QueueAdapterReceiver,
-    QueueMapper,
-    RewindableReceiver,
-)
-from streams.adapters.records import RecordFormat
-from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
-from streams.core.deadletters import DeadLetter, DeadLetterStore
-from streams.core.errors import (
-    CacheMissError,
-    ConfigurationError,
-    DecodeError,
-    DeliveryTimeoutError,
-    EncodeError,
-    HeadraceError,
-    ProviderClosedError,
-    PublishError,
-    QueueAdapterError,
-)
-from streams.core.failures import DeliveryFailure, StreamFailureHandler
-from streams.core.ids import QueueId, StreamId
-from streams.core.observer import StreamObserver
-from streams.core.options import StreamProviderOptions
-from streams.core.pubsub import PubSubStore, SubscriptionRecord
-from streams.core.tokens import SequenceToken
-from streams.provider import StreamProvider
-from streams.stream import Stream, StreamSubscriptionHandle
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# public name -> the module that defines it
+_HOMES = {
+    "GeneratorConfig": "streams.adapters.generator",
+    "QueueAdapter": "streams.adapters.protocols",
+    "QueueAdapterFactory": "streams.adapters.protocols",
+    "QueueAdapterReceiver": "streams.adapters.protocols",
+    "QueueMapper": "streams.adapters.protocols",
+    "RewindableReceiver": "streams.adapters.protocols",
+    "RecordFormat": "streams.adapters.records",
+    "BatchContainer": "streams.core.batch",
+    "BatchKind": "streams.core.batch",
+    "Event": "streams.core.batch",
+    "EventBatch": "streams.core.batch",
+    "QueueMessage": "streams.core.batch",
+    "DeadLetter": "streams.core.deadletters",
+    "DeadLetterStore": "streams.core.deadletters",
+    "CacheMissError": "streams.core.errors",
+    "ConfigurationError": "streams.core.errors",
+    "DecodeError": "streams.core.errors",
+    "DeliveryTimeoutError": "streams.core.errors",
+    "EncodeError": "streams.core.errors",
+    "HeadraceError": "streams.core.errors",
+    "ProviderClosedError": "streams.core.errors",
+    "PublishError": "streams.core.errors",
+    "QueueAdapterError": "streams.core.errors",
+    "DeliveryFailure": "streams.core.failures",
+    "StreamFailureHandler": "streams.core.failures",
+    "QueueId": "streams.core.ids",
+    "StreamId": "streams.core.ids",
+    "StreamObserver": "streams.core.observer",
+    "StreamProviderOptions": "streams.core.options",
+    "PubSubStore": "streams.core.pubsub",
+    "SubscriptionRecord": "streams.core.pubsub",
+    "SequenceToken": "streams.core.tokens",
+    "StreamProvider": "streams.provider",
+    "Stream": "streams.stream",
+    "StreamSubscriptionHandle": "streams.stream",
+}
 
 __all__ = [
     "BatchContainer",
@@ -72,3 +88,49 @@ __all__ = [
     "StreamSubscriptionHandle",
     "SubscriptionRecord",
 ]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'streams' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from streams.adapters.generator import GeneratorConfig
+    from streams.adapters.protocols import (
+        QueueAdapter,
+        QueueAdapterFactory,
+        QueueAdapterReceiver,
+        QueueMapper,
+        RewindableReceiver,
+    )
+    from streams.adapters.records import RecordFormat
+    from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
+    from streams.core.deadletters import DeadLetter, DeadLetterStore
+    from streams.core.errors import (
+        CacheMissError,
+        ConfigurationError,
+        DecodeError,
+        DeliveryTimeoutError,
+        EncodeError,
+        HeadraceError,
+        ProviderClosedError,
+        PublishError,
+        QueueAdapterError,
+    )
+    from streams.core.failures import DeliveryFailure, StreamFailureHandler
+    from streams.core.ids import QueueId, StreamId
+    from streams.core.observer import StreamObserver
+    from streams.core.options import StreamProviderOptions
+    from streams.core.pubsub import PubSubStore, SubscriptionRecord
+    from streams.core.tokens import SequenceToken
+    from streams.provider import StreamProvider
+    from streams.stream import Stream, StreamSubscriptionHandle

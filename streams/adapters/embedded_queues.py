@@ -55,22 +55,22 @@ NO_LEASE = LeaseFence("0", {}, lambda: False)  # made while no lease was held: n
 
 @dataclass(frozen=True, slots=True)
 class QueuePositions:
-    """Where a queue stands: records ``firstretained .. next_sequence-1`` are readable,
+    """Where a queue stands: records ``first_retained .. next_sequence-1`` are readable,
     and ``checkpoint`` is the last one acknowledged (``None``: nothing yet)."""
 
     queue: QueueId
-    firstretained: int
+    first_retained: int
     next_sequence: int
     checkpoint: int | None
 
     @property
     def retained(self) -> int:
-        return self.next_sequence - self.firstretained
+        return self.next_sequence - self.first_retained
 
     @property
     def unacknowledged(self) -> int:
         start = 0 if self.checkpoint is None else self.checkpoint + 1
-        return self.next_sequence - max(start, self.firstretained)
+        return self.next_sequence - max(start, self.first_retained)
 
 
 # -- SQL shared by the adapter and its receivers (run in worker threads) ---------------------
@@ -154,10 +154,10 @@ def retain(queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Co
         drop_to = positions.next_sequence - policy.max_records_per_queue - 1
         expire_to = max(expire_to, min(drop_to, checkpoint))
     delete = "DELETE FROM queue_records WHERE queue = ? AND seq >= ? AND seq <= ?"
-    expired = conn.execute(delete, (queue.number, positions.firstretained, expire_to)).rowcount
+    expired = conn.execute(delete, (queue.number, positions.first_retained, expire_to)).rowcount
     report = RetentionReport(queue, expired=expired)
     if drop_to > checkpoint:
-        first = max(checkpoint + 1, positions.firstretained)
+        first = max(checkpoint + 1, positions.first_retained)
         dropped = conn.execute(delete, (queue.number, first, drop_to)).rowcount
         if dropped:
             report = RetentionReport(queue, expired, dropped, first, drop_to)

@@ -20,7 +20,7 @@ class MemoryBackend:
     ``GeneratorAdapterFactory``, one of your own) with everything else in memory.
 
     >>> MemoryBackend.open(queues=2).queue_mapper().get_all_queues()
-    [QueueId(0), QueueId(1)]
+    [QueueId(number=0), QueueId(number=1)]
     """
 
     balances = False
