@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.registry import ConsumerRegistry
 from streams.core.deadletters import DeadLetterStore
 from streams.core.failures import StreamFailureHandler
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore
+from streams.registry import ConsumerRegistry
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from anyio.abc import TaskGroup
 from cache.protocols import QueueCache
 from streams.adapters.embedded_state import StatefulReceiver
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
-from streams.registry import InProcessSubscription
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage, interned
 from streams.core.deadletters import DeadLetter, QueueDeadLetters
 from streams.core.errors import CacheMissError, DecodeError
@@ -36,6 +35,7 @@ from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
 from streams.core.tokens import SequenceToken
+from streams.registry import InProcessSubscription
 
 from .consumer import StreamConsumer
 from .context import AgentContext

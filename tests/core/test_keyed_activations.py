@@ -6,8 +6,8 @@ import anyio
 import pytest
 
 from balancer.keyed import KeyedQueueMapper
-from streams.adapters.mapper import HashRingQueueMapper
 from streams import ConfigurationError, StreamId, StreamProvider
+from streams.adapters.mapper import HashRingQueueMapper
 
 from .conftest import drained
 
