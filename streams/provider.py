@@ -16,7 +16,6 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
-import spark_sink
 from agents.context import AgentContext
 from agents.manager import AgentManager
 from agents.pulling_agent import PullingAgent, new_subscription_id
@@ -31,6 +30,7 @@ from streams.adapters.records import RecordFormat
 from streams.adapters.retention import RetentionPolicy
 from streams.backends.base import Backend
 from streams.backends.embedded import EmbeddedBackend
+from streams.backends.handoff import open_handoff_sinks
 from streams.backends.kafka import KafkaBackend
 from streams.backends.memory import MemoryBackend
 from streams.core.deadletters import DeadLetterStore
@@ -42,7 +42,7 @@ from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore, SubscriptionRecord
 from streams.core.store import EmbeddedStore, Synchronous
 from streams.core.tokens import SequenceToken
-from streams.publisher import ContainerWriter, EventWriter, Publisher
+from streams.publisher import Publisher, start_publisher
 from streams.registry import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
 from streams.stream import Stream, StreamSubscriptionHandle
 
@@ -316,7 +316,7 @@ class StreamProvider:
                     self.pubsub,
                     self.dead_letters,
                     self.failure_handler,
-                    await self._handoff_sinks(stack),
+                    await open_handoff_sinks(self.backend, self.registry.types(), stack),
                     worker_name=self.worker_name,
                 )
                 manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
@@ -330,38 +330,13 @@ class StreamProvider:
                     )
                 await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
             self._adapter = adapter
-            await self._start_publisher(stack, adapter, unwritten)
+            # Leaving the provider flushes the publisher first, before the agents stop.
+            self._publisher = await start_publisher(stack, adapter, self.mapper, self._written, unwritten)
         except BaseException:
             self._adapter = self._manager = self._publisher = None
             await stack.aclose()
             raise
         self._stack = stack
-
-    async def _start_publisher(
-        self, stack: contextlib.AsyncExitStack, adapter: QueueAdapter, unwritten: list[PublishError]
-    ) -> None:
-        """The writer of what this provider publishes; leaving the provider flushes it
-        first, before the agents stop (what it could not write goes to ``unwritten``)."""
-        make_writer = getattr(adapter, "event_writer", None)
-        writer: EventWriter = make_writer() if make_writer is not None else ContainerWriter(adapter)
-        publisher = Publisher(writer, self.mapper, self._written)
-        # Entered and left by hand: as a context of the stack it would be handed the
-        # block's own error on leaving, and wrap it in an exception group.
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-
-        async def close() -> None:
-            try:
-                await publisher.close()
-            except PublishError as exc:
-                unwritten.append(exc)
-            finally:
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)
-
-        stack.push_async_callback(close)
-        tg.start_soon(publisher.run)
-        self._publisher = publisher
 
     async def _report_unwritten(self, unwritten: list[PublishError]) -> None:
         """Raise what the publisher could not write; when the block is leaving with an
@@ -394,25 +369,6 @@ class StreamProvider:
         if self.balancer is not None:
             return self.balancer
         return self.backend.queue_balancer(self.balancer_options)  # a fresh one per run
-
-    async def _handoff_sinks(self, stack: contextlib.AsyncExitStack) -> dict[str, spark_sink.HandoffSink]:
-        """One sink per handoff stream that a registered consumer type declares, from the
-        backend (in Kafka when the queues are there, else in the embedded store). Closed when
-        ``stack`` is."""
-        if not any(hasattr(cls, "handoff") for cls in self.registry.types()):
-            return {}  # nothing hands off: do not load Spark's side (pyspark, pyarrow) at all
-        sinks: dict[str, spark_sink.HandoffSink] = {}
-        for cls in self.registry.types():
-            handoff = spark_sink.handoff_of(cls)
-            if handoff is None:
-                continue
-            spark_sink.check_handoff(cls, handoff)
-            if handoff.stream in sinks:
-                continue
-            sink = await self.backend.open_handoff_sink(cls.__qualname__, handoff)
-            stack.push_async_callback(sink.close)
-            sinks[handoff.stream] = sink
-        return sinks
 
     def _new_cache(self, queue: QueueId) -> QueueCache:
         return SimpleQueueCache(self.options.cache_size, self.options.cache_buckets)
