@@ -33,6 +33,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # run from a checkout (bench/streams.py is not the package)
+
 QUEUES = 4
 NAMESPACE = "devices"
 WINDOW = 5.0
@@ -52,13 +56,18 @@ class SoakRow:
     workers_alive: bool = True
     producer_alive: bool = True
     published: int = 0
+    worker_cpu: list[float] = field(default_factory=list)  # share of one core since the last row
+    handoff_age: float | None = None  # seconds since the newest handed-off window ended
 
     def line(self) -> str:
         rss = "/".join(f"{r:.0f}" for r in self.worker_rss_mb)
         letters = ",".join(f"{k}={v}" for k, v in sorted(self.dead_letters.items())) or "0"
+        cpu = "/".join(f"{c:.0%}" for c in self.worker_cpu)
+        age = "-" if self.handoff_age is None else f"{self.handoff_age:.1f} s"
         return (
             f"{self.elapsed / 60:5.1f} min  published {self.published:>8}  "
             f"checkpoint lag {self.lag_records:>6} records {self.lag_seconds:6.1f} s  "
+            f"newest window handed off {age} ago  worker CPU {cpu}  "
             f"worker RSS {rss} MiB  store {self.store_mb:6.1f} MiB  dead letters {letters}  "
             f"delivery failures {self.delivery_failures}  workers {'alive' if self.workers_alive else 'DEAD'}"
             f"{'' if self.producer_alive else '  producer DEAD'}"
@@ -182,6 +191,38 @@ def _store_mb(path: str) -> float:
     return total / 2**20
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _handoff_age(path: str) -> float | None:
+    """How long ago the newest window in the handoff log ended: a worker that keeps up hands
+    each window off about one window length after it ends; one that falls behind, later and later."""
+    from spark_sink.offsets import OffsetRange
+    from spark_sink.storage import EmbeddedStorage
+
+    storage = EmbeddedStorage(path)
+    try:
+        try:
+            ends = storage.end_offsets("soak_counts")
+        except Exception:  # nothing handed off yet: the log is made by its first append
+            return None
+        newest = None
+        for split in storage.plan("soak_counts", [OffsetRange(p, max(0, e - 50), e) for p, e in ends.items() if e]):
+            for batch in split.batches():
+                column = batch.column("window_end").cast("int64").to_pylist()  # microseconds
+                if column:
+                    newest = max(newest or 0, max(column))
+    finally:
+        storage.close()
+    return None if newest is None else time.time() - newest / 1e6
+
+
 def _measure(path: str) -> tuple[int, float, dict[str, int]]:
     """Checkpoint lag (records, seconds) over all queues, and dead letters by reason."""
     from streams.core.store import EmbeddedStore
@@ -269,9 +310,13 @@ def soak(
         )
         start = time.monotonic()
         end = start + minutes * 60
+        cpu_before, at = [0.0 for _ in procs], time.monotonic()
         while True:
             time.sleep(max(0.0, min(every, end - time.monotonic())))
             lag_records, lag_seconds, letters = _measure(path)
+            cpu_now, now = [_cpu_seconds(p.pid) for p in procs], time.monotonic()
+            cpu = [(b - a) / max(now - at, 1e-9) for a, b in zip(cpu_before, cpu_now)]
+            cpu_before, at = cpu_now, now
             failures = letters.get("delivery_failed", 0) + sum(
                 (logs / f"worker-{i + 1}.log").read_text(errors="replace").count("delivery failed")
                 for i in range(workers)
@@ -288,6 +333,8 @@ def soak(
                 workers_alive=all(p.poll() is None for p in procs),
                 producer_alive=producer.poll() is None,
                 published=int(published or 0),
+                worker_cpu=cpu,
+                handoff_age=_handoff_age(path),
             )
             rows.append(row)
             if echo:

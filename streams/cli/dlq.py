@@ -50,7 +50,7 @@ _PAGE = 500  # dead letters read, and events published, at a time
 _PREVIEW = 60  # characters of a value in the list
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "dlq",
         help="list, show and replay dead letters",

@@ -41,7 +41,7 @@ EXAMPLES = """examples:
 """
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="replay a CSV sample through the event-time core (what-if for tolerances)",

@@ -36,7 +36,7 @@ EXAMPLES = """examples:
 """
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "status",
         help="show workers, queues, checkpoint lag, cache and watermarks, dead letters, handoff",

@@ -270,7 +270,7 @@ def encode_batch(
     if event_times is not None and type(event_times) is not list:
         event_times = list(event_times)
     try:
-        return msgpack.packb(
+        packed: bytes = msgpack.packb(
             [MAGIC, int(kind), stream_id.namespace, stream_id.key, arrival_time, values, event_times],
             use_bin_type=True,
         )
@@ -281,6 +281,7 @@ def encode_batch(
             "msgpack types (None, bool, int, float, str, bytes, list, dict); "
             "nothing was enqueued"
         ) from None
+    return packed
 
 
 class BatchContainer:

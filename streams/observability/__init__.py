@@ -5,12 +5,12 @@
 ``docs/observability.md`` lists every metric and the log format.
 """
 
+from streams.core.logcontext import log_context
 from streams.observability.logs import (
     JsonFormatter,
     KeyValueFormatter,
     LogContextFilter,
     configure_logging,
-    log_context,
 )
 from streams.observability.metrics import HeadraceCollector, MetricsServer, metric_families, serve_metrics
 from streams.observability.snapshot import (

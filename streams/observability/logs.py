@@ -33,7 +33,7 @@ from typing import Any, Literal, TextIO
 
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, StreamId
-from streams.core.logcontext import FIELDS, check_fields, current_fields, log_context  # noqa: F401 (log_context: re-exported)
+from streams.core.logcontext import FIELDS, check_fields, current_fields
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")

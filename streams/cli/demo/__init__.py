@@ -36,7 +36,7 @@ EXAMPLES = """examples:
 DEFAULTS = DemoSettings()
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="run the whole pipeline (producers → queues → worker → Spark) and reconcile the counts",

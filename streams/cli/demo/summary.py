@@ -7,7 +7,7 @@ dead-letter store, the handoff log's offsets, and the event-time processors' cou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from streams.cli.common import plural
@@ -82,7 +82,10 @@ class Ledger:
 
     def lines(self, reader: str) -> list[str]:
         """The summary, as printed."""
-        reasons = lambda names: ", ".join(f"{r} {self.dead_letters.get(r, 0):,}" for r in names)  # noqa: E731
+
+        def reasons(names: Iterable[str]) -> str:
+            return ", ".join(f"{r} {self.dead_letters.get(r, 0):,}" for r in names)
+
         other = sorted(r for r, n in self.dead_letters.items() if r not in POLICY_DROPS and n)
         late = ", ".join(f"{self.late.get(a, 0):,} {a}" for a in ("adjusted", "dropped", "accepted"))
         out = [
