@@ -6,7 +6,9 @@ inside the write transaction, so producers in several processes never collide or
 A record stays after it is read: receivers read forward from a position, and any retained
 sequence number can be read again (rewind). The owner of a queue checkpoints the last record
 every consumer has finished with, resumes after it when restarted, and applies the retention
-policy.
+policy. The tables and their SQL are in :mod:`~streams.adapters.embedded_queues`, the receiver
+in :mod:`~streams.adapters.embedded_receiver`; the balancer that fences it is built by
+:mod:`streams.backends.embedded`.
 
 >>> import anyio, tempfile
 >>> from streams.core.batch import BatchContainer, BatchKind
