@@ -20,9 +20,10 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from streams.adapters.outage import Backoff, OutageLog
 from streams.core.deadletters import DeadLetter, DeadLetterStore
 from streams.core.errors import HandoffRefusedError
+from streams.core.outage import OutageLog
+from streams.core.retry import Backoff
 from streams.eventtime.processor import EventOutcome, WindowResult
 from streams.eventtime.release import Position
 

@@ -76,7 +76,7 @@ class MemberClaim:
         return cls(worker, owned)
 
 
-class BestFitPartitionAssignor(AbstractPartitionAssignor):
+class BestFitPartitionAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     """A partition assignor for ``AIOKafkaConsumer(partition_assignment_strategy=...)``; one
     object per consumer, named after its headrace worker.
 

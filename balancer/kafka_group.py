@@ -49,10 +49,12 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
-from streams.adapters.kafka import KafkaSettings, is_transient
 from streams.core.errors import ConfigurationError, QueueAdapterError
 from streams.core.ids import QueueId
+from streams.kafka.outage import is_transient
+from streams.kafka.settings import KafkaSettings
 
+from .base import BalancerOptions
 from .kafka_assignor import BestFitPartitionAssignor
 from .protocols import Lease, QueueDistributionChange, QueueDistributionListener
 
@@ -68,6 +70,34 @@ def membership_group_id(settings: KafkaSettings) -> str:
     'headrace.members.sensors'
     """
     return f"{settings.group_id}.members.{settings.topic}"
+
+
+def group_balancer(settings: KafkaSettings, options: BalancerOptions | None = None) -> KafkaGroupBalancer | None:
+    """The balancer of the workers reading the topic of ``settings``: they are the members
+    of a Kafka consumer group, so one worker alone reads every partition and several share
+    them. ``options.lease_length`` is the group's session timeout (how soon a dead worker's
+    queues move), its heartbeat comes every ``renew_period`` (at most a third of that) and
+    it checks on the group every ``refresh_period``. ``None`` when ``group_membership`` is
+    off: each worker reads everything.
+
+    >>> settings = KafkaSettings("localhost:9092", "sensors")
+    >>> options = BalancerOptions(lease_length=9, renew_period=4, refresh_period=1)
+    >>> balancer = group_balancer(settings, options)
+    >>> balancer.session_timeout, balancer.heartbeat_interval, balancer.poll_period
+    (9, 3.0, 1)
+    >>> group_balancer(KafkaSettings("localhost:9092", "sensors", group_membership=False)) is None
+    True
+    """
+    if not settings.group_membership:
+        return None
+    if options is None:
+        return KafkaGroupBalancer(settings)
+    return KafkaGroupBalancer(
+        settings,
+        session_timeout=options.lease_length,
+        heartbeat_interval=min(options.renew_period, options.lease_length / 3),
+        poll_period=options.refresh_period,
+    )
 
 
 class KafkaGroupBalancer:

@@ -30,9 +30,10 @@ import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streams import StreamId, StreamProvider
-from streams.adapters.kafka import KafkaAdapterFactory, ensure_topic
+from streams.adapters.kafka import KafkaAdapterFactory
 from streams.core.batch import BatchContainer, BatchKind
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from streams.kafka.admin import ensure_topic
 from tests.kafka_broker import TansuBroker
 from tests.sensor_workload import closed_window_counts, readings, write_json
 

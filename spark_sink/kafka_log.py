@@ -22,170 +22,24 @@ it got the first time.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
-import msgpack
 import pyarrow as pa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
-from streams.adapters.kafka import ensure_topic
 from streams.core.errors import ConfigurationError
+from streams.kafka.admin import ensure_topic
+from streams.kafka.clients import offset_bounds, start_client
+from streams.kafka.settings import ClientOptions, cluster_name
 
 from .errors import HandoffDataLostError, HandoffSchemaError, UnknownHandoffStreamError
-from .log import check_stream_name
+from .kafka_records import Declaration, HandoffRecord, HandoffTopics, PartitionMarks, encode_rows, record_headers
 from .schema import HandoffSchema
 
-_EXPECT, _SOURCE, _CONSUMER, _MARKS, _ROWS, _EVENTS = (
-    "headrace-expect",
-    "headrace-source",
-    "headrace-consumer",
-    "headrace-marks",
-    "headrace-rows",
-    "headrace-events",
-)
 _FETCH_RECORDS = 500  # records per fetch while reading a range
-
-
-@dataclass(frozen=True, slots=True)
-class HandoffTopics:
-    """The names of a handoff stream's topics under ``prefix``.
-
-    >>> HandoffTopics("headrace").data("averages")
-    'headrace.handoff.averages'
-    """
-
-    prefix: str = "headrace"
-
-    def data(self, stream: str) -> str:
-        return f"{self.prefix}.handoff.{check_stream_name(stream)}"
-
-    def marks(self, stream: str) -> str:
-        return f"{self.prefix}.handoff-marks.{check_stream_name(stream)}"
-
-    @property
-    def declarations(self) -> str:
-        return f"{self.prefix}.handoff-streams"
-
-
-@dataclass(frozen=True, slots=True)
-class Declaration:
-    """A handoff stream as its first writer declared it: its output and partition count."""
-
-    schema: HandoffSchema
-    partitions: int
-
-    def encode(self) -> bytes:
-        return json.dumps({"schema": self.schema.to_json(), "partitions": self.partitions}).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> Declaration:
-        fields = json.loads(data)
-        return cls(HandoffSchema.from_json(fields["schema"]), int(fields["partitions"]))
-
-
-@dataclass(frozen=True, slots=True)
-class HandoffRecord:
-    """One append as read back: where it landed, where it was meant to, and what it holds."""
-
-    offset: int
-    expected: int
-    source: str
-    consumer: str
-    marks: Mapping[str, float]
-    rows: int
-    value: bytes
-    events: bytes | None = None  # an event handoff's mark (spark_sink.handoff.EventMark)
-
-    @property
-    def valid(self) -> bool:
-        """Whether the record counts: it landed at the offset its writer expected."""
-        return self.offset == self.expected
-
-    def batches(self) -> list[pa.RecordBatch]:
-        """The rows, as written (the declared schema)."""
-        return pa.ipc.open_stream(pa.py_buffer(self.value)).read_all().to_batches()
-
-    @classmethod
-    def decode(cls, record: ConsumerRecord[Any, Any]) -> HandoffRecord:
-        """A record as read from the data topic. A record some other program wrote there has
-        no expected offset and never counts."""
-        headers = dict(record.headers or ())
-        try:
-            return cls(
-                record.offset,
-                int(headers[_EXPECT]),
-                headers[_SOURCE].decode(),
-                headers[_CONSUMER].decode(),
-                msgpack.unpackb(headers[_MARKS]),
-                int(headers[_ROWS]),
-                record.value or b"",
-                headers.get(_EVENTS),
-            )
-        except (KeyError, ValueError, TypeError, msgpack.UnpackException):
-            return cls(record.offset, -1, "", "", {}, 0, b"")
-
-
-def encode_rows(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-@dataclass
-class PartitionMarks:
-    """What a writer knows of one partition: the marks of every valid record below ``end``.
-
-    Marks are per (source stream, consumer): per key, the newest window end handed off.
-    """
-
-    end: int = 0
-    marks: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
-    events: dict[tuple[str, str], bytes] = field(default_factory=dict)  # EventMarks, encoded
-    # Records folded in since the newest snapshot (not part of a snapshot itself).
-    unsaved: int = field(default=0, compare=False)
-
-    def of(self, source: str, consumer: str) -> dict[str, float]:
-        return self.marks.setdefault((source, consumer), {})
-
-    def fold(self, record: HandoffRecord) -> None:
-        """Take in the next record of the partition."""
-        if record.valid:
-            self.move(record.source, record.consumer, record.marks, record.events)
-        self.end = record.offset + 1
-        self.unsaved += 1
-
-    def move(self, source: str, consumer: str, moved: Mapping[str, float], events: bytes | None = None) -> None:
-        if events is not None:  # an event mark replaces the one before (it includes it)
-            self.events[(source, consumer)] = events
-        marks = self.of(source, consumer)
-        for key, end in moved.items():
-            if end > marks.get(key, float("-inf")):
-                marks[key] = end
-
-    def to_bytes(self) -> bytes:
-        return msgpack.packb(
-            {
-                "end": self.end,
-                "marks": [[s, c, m] for (s, c), m in self.marks.items()],
-                "events": [[s, c, m] for (s, c), m in self.events.items()],
-            }
-        )
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> PartitionMarks:
-        snapshot = msgpack.unpackb(data)
-        return cls(
-            snapshot["end"],
-            {(s, c): dict(m) for s, c, m in snapshot["marks"]},
-            {(s, c): m for s, c, m in snapshot.get("events", ())},
-        )
 
 
 class KafkaHandoffLog:
@@ -200,7 +54,7 @@ class KafkaHandoffLog:
 
     def __init__(
         self,
-        client_options: Mapping[str, Any],
+        client_options: ClientOptions,
         prefix: str = "headrace",
         *,
         replication_factor: int = 1,
@@ -216,8 +70,7 @@ class KafkaHandoffLog:
 
     @property
     def server(self) -> str:
-        servers = self.client_options.get("bootstrap_servers")
-        return f"Kafka at {servers if isinstance(servers, str) else ','.join(servers or ())}"
+        return cluster_name(self.client_options.get("bootstrap_servers") or "")
 
     async def __aenter__(self) -> KafkaHandoffLog:
         return self
@@ -290,7 +143,7 @@ class KafkaHandoffLog:
             return {}
         declared: dict[str, Declaration] = {}
         async with self._reading:
-            start, end = await _bounds(consumer, tp)
+            start, end = await offset_bounds(consumer, tp)
             async for record in fetch_range(consumer, tp, start, end, self.request_timeout):
                 if record.key is not None and record.value is not None:
                     declared.setdefault(record.key.decode(), Declaration.decode(record.value))
@@ -330,15 +183,7 @@ class KafkaHandoffLog:
         """Write one record; return the offset it landed at (it counts only if that is
         ``expected``)."""
         producer = await self._producer_started()
-        headers = [
-            (_EXPECT, str(expected).encode()),
-            (_SOURCE, source.encode()),
-            (_CONSUMER, consumer.encode()),
-            (_MARKS, msgpack.packb(dict(marks))),
-            (_ROWS, str(table.num_rows).encode()),
-        ]
-        if events is not None:
-            headers.append((_EVENTS, events))
+        headers = record_headers(expected, source, consumer, marks, table.num_rows, events)
         sent = await producer.send_and_wait(
             self.topics.data(stream), encode_rows(table), partition=partition, headers=headers
         )
@@ -351,7 +196,7 @@ class KafkaHandoffLog:
         records after it."""
         consumer = await self._consumer_started()
         snapshots = TopicPartition(self.topics.marks(stream), partition)
-        first, last = await _bounds(consumer, snapshots)
+        first, last = await offset_bounds(consumer, snapshots)
         state = PartitionMarks()
         if last > first:
             [newest] = await self._read(snapshots, last - 1, last)
@@ -375,9 +220,9 @@ class KafkaHandoffLog:
 
     async def _bounds_of(self, stream: str, partition: int) -> tuple[int, int]:
         consumer = await self._consumer_started()
-        return await _bounds(consumer, TopicPartition(self.topics.data(stream), partition))
+        return await offset_bounds(consumer, TopicPartition(self.topics.data(stream), partition))
 
-    async def _read(self, tp: TopicPartition, start: int, end: int) -> list[ConsumerRecord[Any, Any]]:
+    async def _read(self, tp: TopicPartition, start: int, end: int) -> list[ConsumerRecord[bytes, bytes]]:
         consumer = await self._consumer_started()
         async with self._reading:
             return [r async for r in fetch_range(consumer, tp, start, end, self.request_timeout)]
@@ -399,7 +244,7 @@ class KafkaHandoffLog:
         return self._consumer
 
 
-def open_reader(client_options: Mapping[str, Any]) -> AIOKafkaConsumer:
+def open_reader(client_options: ClientOptions) -> AIOKafkaConsumer:
     """A consumer that reads what it is told, from where it is told (no group, no commits)."""
     return AIOKafkaConsumer(
         **client_options,
@@ -411,23 +256,9 @@ def open_reader(client_options: Mapping[str, Any]) -> AIOKafkaConsumer:
     )
 
 
-async def start_client(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
-    try:
-        await client.start()
-    except BaseException:
-        await client.stop()
-        raise
-
-
-async def _bounds(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
-    first = await consumer.beginning_offsets([tp])
-    end = await consumer.end_offsets([tp])
-    return first[tp], end[tp]
-
-
 async def fetch_range(
     consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, timeout: float
-) -> AsyncIterator[ConsumerRecord[Any, Any]]:
+) -> AsyncIterator[ConsumerRecord[bytes, bytes]]:
     """The records at offsets ``[start, end)`` of ``tp``, in order (``end`` at most the
     partition's end). Offsets no longer retained raise :class:`HandoffDataLostError`."""
     if start >= end:
@@ -443,7 +274,7 @@ async def fetch_range(
 
 async def _fetch_assigned(
     consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, timeout: float
-) -> AsyncIterator[ConsumerRecord[Any, Any]]:
+) -> AsyncIterator[ConsumerRecord[bytes, bytes]]:
     quiet_since = time.monotonic()
     while True:
         try:

@@ -19,12 +19,16 @@ from typing import TypeVar
 import anyio
 import pyarrow as pa
 
-from streams.adapters.kafka import KafkaSettings, is_transient
-from streams.adapters.outage import OutageLog, retry_transient
+from streams.core.outage import OutageLog
+from streams.core.retry import retry
 from streams.eventtime.processor import EventOutcome, WindowResult
+from streams.eventtime.release import Position
+from streams.kafka.outage import is_transient
+from streams.kafka.settings import KafkaSettings
 
-from .handoff import EventHandoff, EventMark, Handoff, Position, conform, fresh_events, fresh_windows
-from .kafka_log import KafkaHandoffLog, PartitionMarks
+from .handoff import EventHandoff, EventMark, Handoff, conform, fresh_events, fresh_windows
+from .kafka_log import KafkaHandoffLog
+from .kafka_records import PartitionMarks
 
 log = logging.getLogger("headrace.handoff")
 T = TypeVar("T")
@@ -166,7 +170,8 @@ class KafkaHandoffSink:
                 if state.unsaved >= SNAPSHOT_EVERY:
                     await self.log.save_marks(stream, partition, state)
                     state.unsaved = 0
-                return append.rows.num_rows
+                rows: int = append.rows.num_rows
+                return rows
             # Something was appended since we looked: ours does not count. Read what was.
             log.info(
                 "handoff %r partition %d: record landed at %d, not %d; catching up",
@@ -179,7 +184,7 @@ class KafkaHandoffSink:
                 state.fold(record)
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
-        return await retry_transient(
+        return await retry(
             operation,
             what=what,
             outage=self._outage,

@@ -13,19 +13,16 @@ import asyncio
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pyarrow as pa
 from aiokafka import TopicPartition
 
-from .kafka_log import (
-    HandoffRecord,
-    HandoffTopics,
-    KafkaHandoffLog,
-    fetch_range,
-    open_reader,
-    start_client,
-)
+from streams.kafka.clients import start_client
+from streams.kafka.settings import ClientOptions
+
+from .kafka_log import KafkaHandoffLog, fetch_range, open_reader
+from .kafka_records import HandoffRecord, HandoffTopics
 from .offsets import OffsetRange, Offsets, admit_records
 from .schema import HandoffSchema
 from .segments import rebatch
@@ -43,8 +40,11 @@ class _LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="headrace-kafka", daemon=True)
         self._thread.start()
 
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        return asyncio.run_coroutine_threadsafe(fn(*args), self.loop).result()  # type: ignore[arg-type]
+    def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        async def run() -> T:
+            return await fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -57,7 +57,7 @@ class KafkaStorage:
     """The handoff streams under ``prefix`` on a Kafka cluster (``client_options`` are
     aiokafka's: ``bootstrap_servers`` and security settings)."""
 
-    def __init__(self, client_options: Mapping[str, Any], prefix: str = "headrace") -> None:
+    def __init__(self, client_options: ClientOptions, prefix: str = "headrace") -> None:
         self.client_options = dict(client_options)
         self.prefix = prefix
 
@@ -118,7 +118,7 @@ async def _sizes(
 class KafkaSplit:
     """Offsets ``range`` of a handoff topic, read by a Spark executor straight from Kafka."""
 
-    client_options: Mapping[str, Any]
+    client_options: ClientOptions
     topic: str
     range: OffsetRange
 

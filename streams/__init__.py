@@ -20,7 +20,7 @@ _HOMES = {
     "QueueAdapterReceiver": "streams.adapters.protocols",
     "QueueMapper": "streams.adapters.protocols",
     "RewindableReceiver": "streams.adapters.protocols",
-    "RecordFormat": "streams.adapters.records",
+    "RecordFormat": "streams.core.records",
     "BatchContainer": "streams.core.batch",
     "BatchKind": "streams.core.batch",
     "Event": "streams.core.batch",
@@ -112,7 +112,6 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
         QueueMapper,
         RewindableReceiver,
     )
-    from streams.adapters.records import RecordFormat
     from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
     from streams.core.deadletters import DeadLetter, DeadLetterStore
     from streams.core.errors import (
@@ -131,6 +130,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from streams.core.observer import StreamObserver
     from streams.core.options import StreamProviderOptions
     from streams.core.pubsub import PubSubStore, SubscriptionRecord
+    from streams.core.records import RecordFormat
     from streams.core.tokens import SequenceToken
     from streams.provider import StreamProvider
     from streams.stream import Stream, StreamSubscriptionHandle

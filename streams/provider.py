@@ -26,7 +26,6 @@ from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
 from streams.adapters.generator import GeneratorConfig
 from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueMapper
-from streams.adapters.records import RecordFormat
 from streams.adapters.retention import RetentionPolicy
 from streams.backends.base import Backend
 from streams.backends.embedded import EmbeddedBackend
@@ -40,6 +39,7 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.observer import as_observer
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore, SubscriptionRecord
+from streams.core.records import RecordFormat
 from streams.core.store import EmbeddedStore, Synchronous
 from streams.core.tokens import SequenceToken
 from streams.publisher import Publisher, start_publisher
@@ -176,7 +176,7 @@ class StreamProvider:
 
         ``records`` is the topic's format: ``"headrace"`` (its batch containers), or one event
         per record, ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
-        :class:`~streams.adapters.records.RecordFormat`: a topic other programs write. Its
+        :class:`~streams.core.records.RecordFormat`: a topic other programs write. Its
         streams are ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic
         name; ``key_field`` keys records that have no key; else the partition number).
         ``topics`` (namespace -> topic) reads several co-partitioned topics instead of one.
@@ -184,7 +184,7 @@ class StreamProvider:
         ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead
         letters (without it they live in memory). Consumers that hand off to Spark do so in
         Kafka topics (``<handoff_prefix>.handoff.<stream>``; the DataSource reads them with
-        ``kafka.bootstrap.servers``). ``kafka`` holds :class:`~streams.adapters.kafka.KafkaSettings` fields, e.g.
+        ``kafka.bootstrap.servers``). ``kafka`` holds :class:`~streams.kafka.settings.KafkaSettings` fields, e.g.
         ``{"client_options": {"security_protocol": "SSL", ...}}``.
 
         >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")

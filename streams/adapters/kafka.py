@@ -17,7 +17,8 @@ outage once when it starts and once when it ends, and reading resumes where it w
 A topic other programs write, one event per record (``records="json"`` etc.), is read the
 same way, its records grouped by stream (:mod:`~streams.adapters.kafka_records`); its
 queue mapper is Kafka's own partitioner (:class:`~streams.adapters.mapper.KafkaPartitionMapper`).
-The settings are in :mod:`~streams.adapters.kafka_settings`, the receiver in
+The settings, topic administration and outage handling it shares with the group balancer and
+the handoff log are in :mod:`streams.kafka`; the receiver is in
 :mod:`~streams.adapters.kafka_receiver`.
 
 Example (with a broker at 127.0.0.1:9092)::
@@ -39,46 +40,27 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import (
-    TopicAlreadyExistsError,
-    for_code,
-)
 
 from streams.adapters.kafka_receiver import KafkaQueueReceiver, KafkaRecordReceiver
-from streams.adapters.kafka_settings import (
-    AIOKAFKA_CONNECTION_LOGGERS,
-    KafkaSettings,
-    Start,
-    _new_outage_log,
-    _retry,
-    is_transient,
-    log,
-)
 from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
-from streams.adapters.outage import Backoff, OutageLog
 from streams.core.batch import BatchContainer, BatchKind, encode_batch
 from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
+from streams.core.outage import OutageLog
+from streams.core.retry import retry
+from streams.kafka.admin import ensure_queue_topics
+from streams.kafka.clients import start_client
+from streams.kafka.outage import is_transient, kafka_outage_log, retry_kafka
+from streams.kafka.settings import KafkaSettings, Start
 
 _Record = tuple[str, int, bytes, bytes, int | None]  # topic, partition, key, value, timestamp ms
 
-__all__ = [  # what other modules import from here, wherever it is defined
-    "AIOKAFKA_CONNECTION_LOGGERS",
-    "KafkaAdapterFactory",
-    "KafkaQueueAdapter",
-    "KafkaQueueReceiver",
-    "KafkaRecordReceiver",
-    "KafkaSettings",
-    "Start",
-    "ensure_topic",
-    "is_transient",
-]
+__all__ = ["KafkaAdapterFactory", "KafkaQueueAdapter", "KafkaQueueReceiver", "KafkaRecordReceiver"]
 
 
 class KafkaQueueAdapter:
@@ -98,7 +80,7 @@ class KafkaQueueAdapter:
 
     def __init__(self, settings: KafkaSettings, outage: OutageLog | None = None) -> None:
         self.settings = settings
-        self.outage = outage if outage is not None else _new_outage_log(settings)
+        self.outage = outage if outage is not None else kafka_outage_log(settings)
         self._producer: AIOKafkaProducer | None = None
         self._starting = anyio.Lock()
 
@@ -108,7 +90,7 @@ class KafkaQueueAdapter:
             return
         async with self._starting:  # concurrent first sends share one producer
             if self._producer is None:
-                self._producer = await _retry(
+                self._producer = await retry_kafka(
                     self._start_producer, "starting the Kafka producer", self.settings, self.outage
                 )
 
@@ -119,11 +101,7 @@ class KafkaQueueAdapter:
             enable_idempotence=self.settings.idempotent,
             linger_ms=2,
         )
-        try:
-            await producer.start()
-        except BaseException:
-            await producer.stop()
-            raise
+        await start_client(producer)
         return producer
 
     async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
@@ -189,31 +167,41 @@ class KafkaQueueAdapter:
         ]
 
     async def _send_all(self, records: list[_Record]) -> None:
-        """Send ``records`` in order, retrying what the broker did not take (see _send)."""
+        """Send ``records`` in order, sending again what the broker did not take (see
+        _send) until it has all of them or ``give_up_after`` has passed."""
         await self.start()
         pending: list[_Record] = records
-        began = time.monotonic()
-        backoff = Backoff()
-        while pending:
-            pending = await self._send(pending)
-            if pending:
-                waited = time.monotonic() - began
-                if waited >= self.settings.give_up_after:
-                    raise QueueAdapterError(
-                        f"{len(pending)} of {len(records)} records were not enqueued: "
-                        f"{self.settings.server} has been unreachable for {waited:.0f} s; "
-                        "check that it is running and reachable from here"
-                    )
-                await anyio.sleep(backoff.next())
 
-    async def _send(self, records: list[_Record]) -> list[_Record]:
-        """Send ``records``; return those to send again because the broker was unreachable.
+        async def send_pending() -> None:
+            nonlocal pending
+            pending, failure = await self._send(pending)
+            if failure is not None:
+                raise failure
+
+        def not_enqueued(exc: BaseException, waited: float) -> Exception:
+            return QueueAdapterError(
+                f"{len(pending)} of {len(records)} records were not enqueued: "
+                f"{self.settings.server} has been unreachable for {waited:.0f} s; "
+                "check that it is running and reachable from here"
+            )
+
+        await retry(
+            send_pending,
+            what=f"enqueueing {len(records)} records",
+            outage=self.outage,
+            is_transient=is_transient,
+            give_up_after=self.settings.give_up_after,
+            give_up=not_enqueued,
+        )
+
+    async def _send(self, records: list[_Record]) -> tuple[list[_Record], BaseException | None]:
+        """Send ``records``; return those to send again because the broker was unreachable,
+        and the first such failure (``None``: all sent).
 
         To keep each partition in order, a partition's records are sent again from its first
         failed one on, even those after it that did get through (duplicates, not disorder).
         """
         assert self._producer is not None
-        began = time.monotonic()
         sending: list[asyncio.Future[Any]] = []
         refused: BaseException | None = None  # send() itself failed: later records wait too
         for topic, partition, key, value, timestamp in records:
@@ -228,6 +216,7 @@ class KafkaQueueAdapter:
         results += [refused] * (len(records) - len(results))
         # (topic, partition) -> index of its first failed record
         failed_from: dict[tuple[str, int], int] = {}
+        failure: BaseException | None = None
         for index, (record, result) in enumerate(zip(records, results, strict=True)):
             if not isinstance(result, BaseException):
                 continue
@@ -236,12 +225,10 @@ class KafkaQueueAdapter:
                 raise QueueAdapterError(
                     f"Kafka refused a record for topic {topic!r} partition {partition}: {result}"
                 ) from result
-            self.outage.failed(f"{type(result).__name__}: {result}".rstrip(": "), since=began)
+            failure = failure or result
             failed_from.setdefault((topic, partition), index)
-        if not failed_from:
-            self.outage.recovered()
         end = len(records)
-        return [r for i, r in enumerate(records) if i >= failed_from.get((r[0], r[1]), end)]
+        return [r for i, r in enumerate(records) if i >= failed_from.get((r[0], r[1]), end)], failure
 
     def event_writer(self) -> _KafkaEventWriter:
         """How the provider's publisher writes events here (see streams.publisher)."""
@@ -306,33 +293,13 @@ class KafkaAdapterFactory:
         """The adapter (the same one on every call), once the topic is known to be right."""
         if not self._topic_checked:
             what = f"checking Kafka topic(s) {', '.join(map(repr, self.settings.namespaces))}"
-            await _retry(self._ensure_topic, what, self.settings, self._adapter.outage)
+            await retry_kafka(lambda: ensure_queue_topics(self.settings), what, self.settings, self._adapter.outage)
             self._topic_checked = True
         await self._adapter.start()
         return self._adapter
 
     def get_queue_mapper(self) -> HashRingQueueMapper | KafkaPartitionMapper:
         return self._mapper
-
-    async def _ensure_topic(self) -> None:
-        settings = self.settings
-        counts = {
-            topic: await ensure_topic(settings.client_kwargs(), topic, settings.queues, settings.replication_factor)
-            for topic in settings.namespaces
-        }
-        if len(set(counts.values())) > 1:
-            listed = ", ".join(f"{topic!r} has {n}" for topic, n in counts.items())
-            raise ConfigurationError(
-                f"topics read together must have as many partitions each (queue i reads "
-                f"partition i of every topic): {listed}"
-            )
-        for topic, partitions in counts.items():
-            if partitions != settings.queues:
-                raise ConfigurationError(
-                    f"Kafka topic {topic!r} has {partitions} partitions but queues="
-                    f"{settings.queues}: use queues={partitions}, or another topic (a topic's "
-                    "partition count fixes which queue carries each stream)"
-                )
 
     async def close(self) -> None:
         await self._adapter.close()
@@ -342,48 +309,3 @@ class KafkaAdapterFactory:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-
-async def ensure_topic(
-    client_kwargs: Mapping[str, Any],
-    topic: str,
-    partitions: int,
-    replication_factor: int = 1,
-    configs: Mapping[str, str] | None = None,
-) -> int:
-    """Create ``topic`` with ``partitions`` partitions (and topic ``configs``) unless it
-    exists; return the partition count it has (the caller decides what another count means).
-    Transient failures raise for the caller to retry."""
-    admin = AIOKafkaAdminClient(**client_kwargs)
-    await admin.start()
-    try:
-        if topic not in await admin.list_topics():
-            await _create_topic(admin, topic, partitions, replication_factor, configs)
-        [described] = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    if described["error_code"]:  # raised to the caller's retry, which retries it if transient
-        raise for_code(described["error_code"])(f"describing topic {topic!r}")
-    return len(described["partitions"])
-
-
-async def _create_topic(
-    admin: AIOKafkaAdminClient,
-    topic: str,
-    partitions: int,
-    replication_factor: int,
-    configs: Mapping[str, str] | None = None,
-) -> None:
-    new = NewTopic(topic, partitions, replication_factor, topic_configs=dict(configs or {}))
-    response = await admin.create_topics([new])
-    for _topic, code, message, *_ in response.topic_errors:
-        error = for_code(code)
-        if code == 0 or error is TopicAlreadyExistsError:  # another process was first
-            continue
-        if error.retriable:
-            raise error(message)
-        raise ConfigurationError(
-            f"cannot create Kafka topic {topic!r} with {partitions} partitions "
-            f"and replication factor {replication_factor}: {message or error.__name__}"
-        )
-    log.info("created Kafka topic %r with %d partitions", topic, partitions)

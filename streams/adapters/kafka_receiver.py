@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from streams.adapters.kafka_records import ContainerRecords, GroupedRecords, RecordReader
-from streams.adapters.kafka_settings import KafkaSettings, T, _retry, is_transient, log
-from streams.adapters.outage import Backoff, OutageLog
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError
 from streams.core.ids import QueueId
+from streams.core.outage import OutageLog
+from streams.core.retry import Backoff, reason_of
 from streams.core.tokens import SequenceToken
+from streams.kafka.clients import offset_bounds, start_client
+from streams.kafka.outage import is_transient, log, retry_kafka
+from streams.kafka.settings import KafkaSettings
+
+T = TypeVar("T")
 
 
 class KafkaQueueReceiver:
@@ -118,7 +124,7 @@ class KafkaQueueReceiver:
             except KafkaError as exc:
                 if not is_transient(exc):
                     raise QueueAdapterError(f"reading {self.queue} from Kafka failed: {exc}") from exc
-                await self._back_off(f"{type(exc).__name__}: {exc}", since=began)
+                await self._back_off(reason_of(exc), since=began)
                 return []
             if batch:
                 self._answered()
@@ -187,7 +193,7 @@ class KafkaQueueReceiver:
                     "partitions itself, so its group id must not be used by consumers that "
                     "join the group: give headrace a group_id of its own"
                 ) from exc
-            reason = f"offset commit: {type(exc).__name__}: {exc}".rstrip(": ")
+            reason = f"offset commit: {reason_of(exc)}"
             self.outage.failed(reason, since=began)
             return False
         committed.update(offsets)
@@ -264,11 +270,7 @@ class KafkaQueueReceiver:
             auto_offset_reset="earliest",  # an offset lost to retention: the oldest retained
             fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
         )
-        try:
-            await consumer.start()
-        except BaseException:
-            await consumer.stop()
-            raise
+        await start_client(consumer)
         consumer.assign(self._partitions)
         return consumer
 
@@ -281,12 +283,7 @@ class KafkaQueueReceiver:
     async def _bounds(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
         """The oldest retained offset of ``tp`` and the offset its next record will get."""
 
-        async def fetch() -> tuple[int, int]:
-            first = await consumer.beginning_offsets([tp])
-            end = await consumer.end_offsets([tp])
-            return first[tp], end[tp]
-
-        return await self._retry(fetch, f"reading the bounds of {self.queue}")
+        return await self._retry(lambda: offset_bounds(consumer, tp), f"reading the bounds of {self.queue}")
 
     def _require_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
@@ -294,7 +291,7 @@ class KafkaQueueReceiver:
         return self._consumer
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
-        return await _retry(operation, what, self.settings, self.outage, self.settings.request_timeout)
+        return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
 
 
 class KafkaRecordReceiver(KafkaQueueReceiver):

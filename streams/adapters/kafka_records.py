@@ -5,7 +5,7 @@ acknowledgement lets it commit.
   queue position is its offset, and acknowledging position ``n`` commits offset ``n + 1``.
 
 - :class:`GroupedRecords`: a topic of one event per record, written by anyone, in a
-  :class:`~streams.adapters.records.RecordFormat`, perhaps several topics read together
+  :class:`~streams.core.records.RecordFormat`, perhaps several topics read together
   (queue *i* reads partition *i* of each). The records of one read are decoded and gathered
   by stream into one :class:`~streams.core.record_batch.RecordBatch` per stream, one queue
   message each, so the runtime pays its per-batch costs once per stream and read. A record
@@ -29,11 +29,11 @@ from typing import Any, Protocol
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from streams.adapters.records import RecordFormat
 from streams.core.batch import QueueMessage, interned
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.record_batch import RecordBatch
+from streams.core.records import RecordFormat
 
 Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
 
@@ -144,7 +144,7 @@ class GroupedRecords:
         bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
         for r in records:
             try:
-                value = decode(r.value)  # type: ignore[arg-type]
+                value = decode(r.value)
             except Exception as exc:  # the format's own errors: any type
                 what = "no value (a tombstone)" if r.value is None else f"{exc!r}"
                 bad.append((r, f"does not decode as {self._format.name}: {what}"))

@@ -10,15 +10,15 @@ from typing import Any, Literal
 
 import spark_sink
 from balancer.base import BalancerOptions
-from balancer.kafka_group import KafkaGroupBalancer
+from balancer.kafka_group import KafkaGroupBalancer, group_balancer
 from streams.adapters.kafka import KafkaAdapterFactory
 from streams.adapters.protocols import QueueMapper
-from streams.adapters.records import RecordFormat
 from streams.core.deadletters import DeadLetterStore, MemoryDeadLetterStore
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
 from streams.core.errors import ConfigurationError
 from streams.core.pubsub import MemoryPubSubStore, PubSubStore
 from streams.core.pubsub_embedded import EmbeddedPubSubStore
+from streams.core.records import RecordFormat
 from streams.core.store import EmbeddedStore
 
 
@@ -73,23 +73,10 @@ class KafkaBackend:
         return MemoryDeadLetterStore() if self.store is None else EmbeddedDeadLetterStore(self.store)
 
     def queue_balancer(self, options: BalancerOptions | None) -> KafkaGroupBalancer | None:
-        """The balancer of the workers reading this topic: they are the members of a Kafka
-        consumer group, so one worker alone reads every partition and several share them
-        (:class:`~balancer.kafka_group.KafkaGroupBalancer`). ``options.lease_length`` is the
-        group's session timeout (how soon a dead worker's queues move), its heartbeat comes
-        every ``renew_period`` (at most a third of that) and it checks on the group every
-        ``refresh_period``. ``None`` when ``group_membership`` is off: read everything."""
-        settings = self.factory.settings
-        if not settings.group_membership:
-            return None
-        if options is None:
-            return KafkaGroupBalancer(settings)
-        return KafkaGroupBalancer(
-            settings,
-            session_timeout=options.lease_length,
-            heartbeat_interval=min(options.renew_period, options.lease_length / 3),
-            poll_period=options.refresh_period,
-        )
+        """The workers reading this topic are the members of a Kafka consumer group
+        (:func:`~balancer.kafka_group.group_balancer`); ``None`` when ``group_membership``
+        is off: each reads everything."""
+        return group_balancer(self.factory.settings, options)
 
     async def open_handoff_sink(
         self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff

@@ -40,12 +40,13 @@ def test_the_kafka_json_path_runs_as_written(kafka_broker, kafka_topic, tmp_path
 
     text = README.read_text()
     code = re.search(r"### I already have a Kafka topic of JSON events\n.*?```python\n(.*?)```", text, re.S).group(1)
-    assert code.count('"localhost:9092", "sensor-readings"') == 1
+    assert code.count('"localhost:9092",') == code.count('"sensor-readings",') == 1
+    assert code.count('group_id="sensor-counts",') == 1
     script = tmp_path / "kafka_json.py"
     # The test broker (Tansu) has no idempotent producer; real brokers have, and the README
     # keeps Kafka's default.
-    code = code.replace('"localhost:9092", "sensor-readings"', f'"{kafka_broker}", "{kafka_topic}"')
-    code = code.replace('group_id="sensor-counts")', 'group_id="sensor-counts", kafka={"idempotent": False})')
+    code = code.replace('"localhost:9092",', f'"{kafka_broker}",').replace('"sensor-readings",', f'"{kafka_topic}",')
+    code = code.replace('group_id="sensor-counts",', 'group_id="sensor-counts", kafka={"idempotent": False},')
     script.write_text(code)
     items = list(readings(3000, sensors=10, spacing=0.1))  # 300 s of readings
 

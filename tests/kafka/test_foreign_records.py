@@ -14,10 +14,10 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from streams import ConfigurationError, StreamId, StreamProvider
-from streams.adapters.kafka import ensure_topic
 from streams.adapters.mapper import KafkaPartitionMapper, kafka_partition, murmur2
 from streams.adapters.protocols import RewindableReceiver
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from streams.kafka.admin import ensure_topic
 from tests.sensor_workload import closed_window_counts, readings, write_json
 
 from ..core.conftest import Recorder, drained

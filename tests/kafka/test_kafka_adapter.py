@@ -24,6 +24,8 @@ from streams.adapters.protocols import QueueAdapter, RewindableReceiver
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import ConfigurationError, DecodeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
+from streams.kafka.admin import ensure_queue_topics, ensure_topic
+from streams.kafka.settings import KafkaSettings
 from tests.adapters.harness import drain
 from tests.kafka_broker import TansuBroker, TansuProxy, free_port, produce_raw
 
@@ -110,6 +112,21 @@ async def test_a_topic_with_another_partition_count_is_refused(kafka_broker: str
     async with kafka(kafka_broker, kafka_topic, queues=4) as factory:
         with pytest.raises(ConfigurationError, match=r"has 3 partitions but queues=4: use queues=3"):
             await factory.create_adapter()
+
+
+async def test_topics_read_together_with_different_partition_counts_are_refused(
+    kafka_broker: str, kafka_topic: str
+) -> None:
+    other = f"{kafka_topic}-b"
+    assert await ensure_topic({"bootstrap_servers": kafka_broker}, other, 3) == 3
+    settings = KafkaSettings(kafka_broker, kafka_topic, queues=4, records="json", topics={"a": kafka_topic, "b": other})
+    with pytest.raises(
+        ConfigurationError,
+        match=rf"^topics read together must have as many partitions each \(queue i reads partition i of every "
+        rf"topic\): '{kafka_topic}' has 4, '{other}' has 3$",
+    ):
+        await ensure_queue_topics(settings)
+    assert await ensure_topic({"bootstrap_servers": kafka_broker}, kafka_topic, 9) == 4  # created, as asked
 
 
 def test_settings_are_checked_when_the_factory_is_made() -> None:

@@ -14,14 +14,15 @@ import pytest
 from spark_sink import kafka_sink
 from spark_sink.errors import HandoffSchemaError, UnknownHandoffStreamError
 from spark_sink.handoff import EventHandoff, Handoff
-from spark_sink.kafka_log import KafkaHandoffLog, PartitionMarks
+from spark_sink.kafka_log import KafkaHandoffLog
+from spark_sink.kafka_records import PartitionMarks
 from spark_sink.kafka_sink import KafkaHandoffSink
-from streams.adapters.kafka import KafkaSettings
 from streams.core.batch import Event
 from streams.core.errors import HandoffRefusedError
 from streams.core.ids import StreamId
 from streams.core.tokens import SequenceToken
 from streams.eventtime.processor import EventOutcome, WindowResult
+from streams.kafka.settings import KafkaSettings
 from tests.kafka_broker import produce_raw
 
 HANDOFF = Handoff("totals", {"total": "double"})

@@ -7,9 +7,9 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
 from streams.adapters.kafka_records import GroupedRecords
-from streams.adapters.records import record_format
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
+from streams.core.records import record_format
 
 A, B = TopicPartition("a", 0), TopicPartition("b", 0)
 

@@ -16,10 +16,10 @@ from spark_sink import Handoff as HandoffDeclaration
 from spark_sink import HandoffLog, HandoffWriter, Segment
 from spark_sink.kafka_sink import KafkaHandoffSink
 from spark_sink.schema import HandoffData
-from streams.adapters.kafka import KafkaSettings
 from streams.core.ids import StreamId
 from streams.core.store import EmbeddedStore
 from streams.eventtime.processor import WindowResult
+from streams.kafka.settings import KafkaSettings
 
 WINDOW_SECONDS = 30
 STREAM = "sensor-totals"

@@ -29,7 +29,6 @@ from rich.console import Console
 
 from spark_sink import Handoff
 from streams.adapters.kafka import KafkaAdapterFactory
-from streams.adapters.kafka_reach import check_reachable
 from streams.cli.common import plural
 from streams.cli.demo.settings import DemoSettings
 from streams.cli.demo.status import StatusLine
@@ -40,6 +39,7 @@ from streams.cli.demo.windows import handed_off as windows_handed_off
 from streams.core.errors import HeadraceError
 from streams.core.ids import StreamId
 from streams.eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
+from streams.kafka.reach import check_reachable
 from streams.observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
 from streams.provider import StreamProvider
 

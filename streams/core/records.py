@@ -96,7 +96,8 @@ class MsgpackRecords:
 
     @staticmethod
     def encode(value: Any) -> bytes:
-        return msgpack.packb(value, use_bin_type=True)
+        encoded: bytes = msgpack.packb(value, use_bin_type=True)
+        return encoded
 
 
 class TextRecords:

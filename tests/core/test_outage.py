@@ -1,5 +1,5 @@
-"""Outage bookkeeping (streams/adapters/outage.py): one log line when an outage starts and
-one when it ends, however many failures are reported, and retries that give up clearly."""
+"""Outage bookkeeping (streams/core/outage.py): one log line when an outage starts and one
+when it ends, however many failures are reported (the retries: tests/core/test_retry.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from streams.adapters.outage import OutageLog, quiet_client_library, retry_transient
-from streams.core.errors import QueueAdapterError
+from streams.core.outage import OutageLog, quiet_client_library
 
 LOG = logging.getLogger("headrace.test-outage")
 
@@ -76,41 +75,3 @@ def test_the_client_librarys_retry_records_are_lowered_by_logger_and_level(
     ]
     assert warnings(caplog)[4].endswith("(client retries logged at DEBUG: 1)")
     assert quiet_client_library("fakeclient").demoted == 3  # the two before the outage, one in it
-
-
-async def test_retry_transient_retries_until_success() -> None:
-    outage = OutageLog("server A", LOG)
-    attempts: list[int] = []
-
-    async def flaky() -> str:
-        attempts.append(1)
-        if len(attempts) < 3:
-            raise ConnectionRefusedError("refused")
-        return "done"
-
-    result = await retry_transient(flaky, what="x", outage=outage, is_transient=lambda e: True, give_up_after=10)
-    assert (result, len(attempts), outage.outages, outage.ongoing) == ("done", 3, 1, False)
-
-
-async def test_retry_transient_raises_other_errors_at_once_and_gives_up_clearly() -> None:
-    outage = OutageLog("server A", LOG)
-
-    async def broken() -> None:
-        raise ValueError("a bug, not an outage")
-
-    async def down() -> None:
-        raise ConnectionRefusedError("refused")
-
-    def transient(exc: BaseException) -> bool:
-        return isinstance(exc, ConnectionError)
-
-    with pytest.raises(ValueError, match="a bug"):
-        await retry_transient(broken, what="x", outage=outage, is_transient=transient, give_up_after=10)
-    assert not outage.ongoing
-    with pytest.raises(
-        QueueAdapterError,
-        match=r"^enqueueing failed: server A has been unreachable for 0 s "
-        r"\(ConnectionRefusedError: refused\); check that it is running",
-    ):
-        await retry_transient(down, what="enqueueing", outage=outage, is_transient=transient, give_up_after=0.2)
-    assert outage.ongoing

@@ -1,55 +1,39 @@
-"""What every Kafka client of the adapter shares: the settings, and how a failed request
-is told from one worth retrying (the broker unreachable, a leader moving, a timeout)."""
+"""What every Kafka client of headrace shares: the cluster, the topic(s) and how they are
+read, and the timeouts of riding out an outage (:class:`KafkaSettings`)."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError, KafkaTimeoutError
 
-from streams.adapters.outage import OutageLog, retry_transient
-from streams.adapters.records import HEADRACE, RecordFormat, record_format
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, StreamId
+from streams.core.records import HEADRACE, RecordFormat, record_format
 
-log = logging.getLogger("headrace.kafka")
-
-T = TypeVar("T")
 Start = Literal["earliest", "latest"]
+# aiokafka client keyword arguments: bootstrap_servers, the security settings, client_id, ...
+ClientOptions = Mapping[str, object]
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether retrying may help: the broker unreachable, a leader moving, a timeout."""
-    if isinstance(exc, KafkaTimeoutError):  # aiokafka marks it final; an outage causes it
-        return True
-    return isinstance(exc, (KafkaError, OSError)) and getattr(exc, "retriable", True)
+def cluster_name(bootstrap_servers: object) -> str:
+    """How log lines and errors name a cluster.
 
-
-async def _retry(
-    operation: Callable[[], Awaitable[T]],
-    what: str,
-    settings: KafkaSettings,
-    outage: OutageLog,
-    attempt_timeout: float | None = None,
-) -> T:
-    """``operation``, retried while the cluster is unreachable, for up to ``give_up_after``."""
-    return await retry_transient(
-        operation,
-        what=what,
-        outage=outage,
-        is_transient=is_transient,
-        give_up_after=settings.give_up_after,
-        attempt_timeout=attempt_timeout,
-    )
+    >>> cluster_name("127.0.0.1:9092"), cluster_name(["k1:9092", "k2:9092"])
+    ('Kafka at 127.0.0.1:9092', 'Kafka at k1:9092,k2:9092')
+    """
+    servers = bootstrap_servers
+    if not isinstance(servers, str) and isinstance(servers, Iterable):
+        servers = ",".join(map(str, servers))
+    return f"Kafka at {servers}"
 
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """Everything the Kafka adapter's clients share.
+    """Everything headrace's Kafka clients share: the queue adapter's, the group balancer's
+    and the handoff log's.
 
     ``client_options`` go to every aiokafka client (producer, consumers, admin): the
     connection and security settings of a real cluster, e.g. ``security_protocol``,
@@ -57,10 +41,14 @@ class KafkaSettings:
 
     ``records`` is the topic's record format: ``"headrace"`` (batch containers), or one event
     per record in ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
-    :class:`~streams.adapters.records.RecordFormat`. Such a topic's streams are
+    :class:`~streams.core.records.RecordFormat`. Such a topic's streams are
     ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic's name;
     ``key_field`` names the value's field that keys records without a key). ``topics``
     (namespace -> topic) reads several co-partitioned topics of one format together.
+
+    >>> settings = KafkaSettings("127.0.0.1:9092", "sensors", queues=4)
+    >>> settings.server, settings.client_kwargs()["request_timeout_ms"]
+    ('Kafka at 127.0.0.1:9092', 5000)
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -82,7 +70,7 @@ class KafkaSettings:
     # Topics of the Spark handoff log start with this: <prefix>.handoff.<stream>, ... (the
     # DataSource's topicPrefix option names the same prefix).
     handoff_prefix: str = "headrace"
-    client_options: Mapping[str, Any] = field(default_factory=dict)
+    client_options: ClientOptions = field(default_factory=dict)
     records: str | RecordFormat = HEADRACE
     namespace: str | None = None
     key_field: str | None = None
@@ -160,10 +148,9 @@ class KafkaSettings:
     @property
     def server(self) -> str:
         """How log lines and errors name the cluster."""
-        servers = self.bootstrap_servers
-        return f"Kafka at {servers if isinstance(servers, str) else ','.join(servers)}"
+        return cluster_name(self.bootstrap_servers)
 
-    def client_kwargs(self) -> dict[str, Any]:
+    def client_kwargs(self) -> dict[str, object]:
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "request_timeout_ms": int(self.request_timeout * 1000),
@@ -174,13 +161,3 @@ class KafkaSettings:
         if not 0 <= queue.number < self.queues:
             raise ConfigurationError(f"{queue} is not one of the {self.queues} queues of Kafka topic {self.topic!r}")
         return TopicPartition(self.topic, queue.number)
-
-
-# aiokafka's loggers that log each failed attempt to reach a broker, at WARNING or ERROR
-# (tens a second); the outage log reports the outage once instead. The fetcher's failed
-# fetches are retried by its own loop, and come before any call of ours has failed.
-AIOKAFKA_CONNECTION_LOGGERS = ("aiokafka", "aiokafka.conn", "aiokafka.consumer.fetcher")
-
-
-def _new_outage_log(settings: KafkaSettings) -> OutageLog:
-    return OutageLog(settings.server, log, "aiokafka", AIOKAFKA_CONNECTION_LOGGERS)

@@ -14,9 +14,11 @@ import anyio
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
-from streams.adapters.kafka import AIOKAFKA_CONNECTION_LOGGERS, KafkaSettings
-from streams.adapters.outage import Backoff, quiet_client_library
 from streams.core.errors import QueueAdapterError
+from streams.core.outage import quiet_client_library
+from streams.core.retry import retry
+from streams.kafka.outage import AIOKAFKA_CONNECTION_LOGGERS
+from streams.kafka.settings import KafkaSettings
 
 
 async def check_reachable(settings: KafkaSettings, within: float = 5.0) -> None:
@@ -24,7 +26,6 @@ async def check_reachable(settings: KafkaSettings, within: float = 5.0) -> None:
     :class:`QueueAdapterError` (one line) if none does within ``within`` seconds.
 
     >>> import anyio
-    >>> from streams.adapters.kafka import KafkaSettings
     >>> settings = KafkaSettings("127.0.0.1:1", "sensors", 4)    # nothing listens on port 1
     >>> try:
     ...     anyio.run(check_reachable, settings, 0.2)
@@ -34,22 +35,25 @@ async def check_reachable(settings: KafkaSettings, within: float = 5.0) -> None:
     """
     quiet_client_library("aiokafka", AIOKAFKA_CONNECTION_LOGGERS)  # its per-attempt errors: DEBUG
     began = time.monotonic()
-    backoff = Backoff()
-    while True:
-        left = within - (time.monotonic() - began)
+
+    async def bootstrap() -> None:
         client = AIOKafkaClient(**settings.client_kwargs())
         try:
-            with anyio.fail_after(max(left, 0.01)):
+            with anyio.fail_after(max(within - (time.monotonic() - began), 0.01)):
                 await client.bootstrap()
-            return
-        except (KafkaError, OSError, TimeoutError) as exc:
-            reason = str(exc) or type(exc).__name__
         finally:
             await client.close()
-        left = within - (time.monotonic() - began)
-        if left <= 0:
-            raise QueueAdapterError(
-                f"{settings.server} did not answer within {within:g} s ({reason}); "
-                "check the address, and that the broker is running and reachable from here"
-            )
-        await anyio.sleep(min(backoff.next(), left))
+
+    def unanswered(exc: BaseException, waited: float) -> Exception:
+        return QueueAdapterError(
+            f"{settings.server} did not answer within {within:g} s ({str(exc) or type(exc).__name__}); "
+            "check the address, and that the broker is running and reachable from here"
+        )
+
+    await retry(
+        bootstrap,
+        what=f"reaching {settings.server}",
+        is_transient=lambda exc: isinstance(exc, (KafkaError, OSError)),
+        give_up_after=within,
+        give_up=unanswered,
+    )

@@ -1,50 +1,18 @@
-"""Riding out an outage of the server that holds the queues.
+"""Logging an outage of a server once when it starts and once when it ends, however many
+retries and clients it involves (:class:`OutageLog`; the retries are
+:func:`streams.core.retry.retry`'s). Any client of any server reports here: the Kafka
+adapter, the handoff log, the handoff writes of the agents.
 
-Clients back off between retries (:class:`Backoff`), and the adapter logs an outage once when
-it starts and once when it ends, however many retries and clients it involves
-(:class:`OutageLog`). The client library's own record of each failed attempt is lowered to
-DEBUG, and their number is given in the recovery line instead: the records of its connection
-loggers always, those of its other loggers while an outage is under way. They are told by
-logger and level, never by their wording, which changes between releases.
+The client library's own record of each failed attempt is lowered to DEBUG, and their
+number is given in the recovery line instead: the records of its connection loggers
+always, those of its other loggers while an outage is under way. They are told by logger
+and level, never by their wording, which changes between releases.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
-import anyio
-
-from streams.core.errors import QueueAdapterError
-
-T = TypeVar("T")
-
-
-class Backoff:
-    """Growing delays between retries: ``initial``, then doubling up to ``maximum``, each
-    with up to 20 % jitter so that many clients do not retry in step.
-
-    >>> backoff = Backoff(initial=0.1, maximum=0.4)
-    >>> delays = [backoff.next() for _ in range(4)]
-    >>> [0.1 <= delays[0] <= 0.12, 0.2 <= delays[1] <= 0.24, 0.4 <= delays[3] <= 0.48]
-    [True, True, True]
-    """
-
-    def __init__(self, initial: float = 0.05, maximum: float = 2.0) -> None:
-        self.initial = initial
-        self.maximum = maximum
-        self._delay = initial
-
-    def next(self) -> float:
-        delay = self._delay
-        self._delay = min(self.maximum, self._delay * 2)
-        return delay * (1 + random.uniform(0, 0.2))
-
-    def reset(self) -> None:
-        self._delay = self.initial
 
 
 class ClientLibraryLog(logging.Filter):
@@ -183,41 +151,3 @@ class OutageLog:
 
     def _demoted(self) -> int:
         return self._demoter.demoted if self._demoter is not None else 0
-
-
-async def retry_transient(
-    operation: Callable[[], Awaitable[T]],
-    *,
-    what: str,
-    outage: OutageLog,
-    is_transient: Callable[[BaseException], bool],
-    give_up_after: float,
-    attempt_timeout: float | None = None,
-) -> T:
-    """Run ``operation`` until it succeeds, backing off after transient failures (and
-    attempts longer than ``attempt_timeout``); after ``give_up_after`` seconds of failures,
-    raise :class:`QueueAdapterError` naming ``what`` failed and why."""
-    began = time.monotonic()
-    backoff = Backoff()
-    while True:
-        try:
-            if attempt_timeout is None:
-                result = await operation()
-            else:
-                with anyio.fail_after(attempt_timeout):
-                    result = await operation()
-        except Exception as exc:  # sorted into transient and not just below
-            if not (isinstance(exc, TimeoutError) or is_transient(exc)):
-                raise
-            reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            outage.failed(reason, since=began)
-            waited = time.monotonic() - began
-            if waited >= give_up_after:
-                raise QueueAdapterError(
-                    f"{what} failed: {outage.server} has been unreachable for {waited:.0f} s "
-                    f"({reason}); check that it is running and reachable from here"
-                ) from None
-            await anyio.sleep(min(backoff.next(), max(0.0, give_up_after - waited)))
-        else:
-            outage.recovered()
-            return result

@@ -1,0 +1,146 @@
+"""Retrying what failed because a server is away: one helper for every client in headrace.
+
+:func:`retry` runs an operation until it succeeds, sleeping a growing delay between attempts
+(:class:`Backoff`: doubling up to a cap, with jitter), and reports each failure and the
+first success to an :class:`~streams.core.outage.OutageLog`, which logs the outage once
+when it starts and once when it ends. An error that retrying cannot mend (``is_transient``
+says which) is raised at once; after ``give_up_after`` seconds of failures the retry raises
+one clear error. It is cancelled like any other awaitable (a cancel scope around it ends it
+at once, also mid back-off), and ``stop`` ends it after a failed attempt, for a caller that
+is shutting down.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+
+from streams.core.errors import QueueAdapterError
+from streams.core.outage import OutageLog
+
+T = TypeVar("T")
+
+
+class Backoff:
+    """Growing delays between retries: ``initial``, then doubling up to ``maximum``, each
+    with up to 20 % jitter so that many clients do not retry in step.
+
+    >>> backoff = Backoff(initial=0.1, maximum=0.4)
+    >>> delays = [backoff.next() for _ in range(4)]
+    >>> [0.1 <= delays[0] <= 0.12, 0.2 <= delays[1] <= 0.24, 0.4 <= delays[3] <= 0.48]
+    [True, True, True]
+    """
+
+    def __init__(self, initial: float = 0.05, maximum: float = 2.0) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self._delay = initial
+
+    def next(self) -> float:
+        delay = self._delay
+        self._delay = min(self.maximum, self._delay * 2)
+        return delay * (1 + random.uniform(0, 0.2))
+
+    def reset(self) -> None:
+        self._delay = self.initial
+
+
+class RetryStopped(Exception):
+    """A retry ended by its ``stop`` callback; the last failure is its ``__cause__``."""
+
+
+def reason_of(exc: BaseException) -> str:
+    """How log lines and errors name a failure: its type and message.
+
+    >>> reason_of(ConnectionRefusedError("refused")), reason_of(TimeoutError())
+    ('ConnectionRefusedError: refused', 'TimeoutError')
+    """
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
+
+
+def _always(exc: BaseException) -> bool:
+    return True
+
+
+async def retry(
+    operation: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    outage: OutageLog | None = None,
+    is_transient: Callable[[BaseException], bool] = _always,
+    give_up_after: float = math.inf,
+    attempt_timeout: float | None = None,
+    backoff: Backoff | None = None,
+    give_up: Callable[[BaseException, float], Exception] | None = None,
+    on_failure: Callable[[BaseException, int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> T:
+    """Run ``operation`` until it succeeds; return what it returns.
+
+    A failure ``is_transient`` accepts (every ``Exception`` unless told otherwise; an
+    attempt longer than ``attempt_timeout`` always) is reported to ``outage`` and to
+    ``on_failure(exc, attempt)`` (attempts count from 1), and the next attempt comes after
+    ``backoff``'s next delay (a :class:`Backoff` with its defaults unless given). Other
+    exceptions are raised as they are. Once failures have lasted ``give_up_after`` seconds,
+    the retry raises ``give_up(last failure, seconds)``, by default a
+    :class:`~streams.core.errors.QueueAdapterError` saying ``what`` failed and why. When
+    ``stop()`` is true after a failure, it raises :class:`RetryStopped` instead.
+
+    >>> import anyio, logging
+    >>> outage = OutageLog("server A", logging.getLogger("doc"))
+    >>> answers = [ConnectionRefusedError("refused"), "ok"]
+    >>> async def ask() -> str:
+    ...     answer = answers.pop(0)
+    ...     if isinstance(answer, Exception):
+    ...         raise answer
+    ...     return answer
+    >>> anyio.run(lambda: retry(ask, what="asking", outage=outage, give_up_after=5))
+    'ok'
+    >>> outage.outages, outage.ongoing
+    (1, False)
+    """
+    began = time.monotonic()
+    backoff = Backoff() if backoff is None else backoff
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            if attempt_timeout is None:
+                result = await operation()
+            else:
+                with anyio.fail_after(attempt_timeout):
+                    result = await operation()
+        except Exception as exc:  # sorted into transient and not just below
+            if not (isinstance(exc, TimeoutError) or is_transient(exc)):
+                raise
+            if outage is not None:
+                outage.failed(reason_of(exc), since=began)
+            if on_failure is not None:
+                on_failure(exc, attempt)
+            if stop is not None and stop():
+                raise RetryStopped(f"{what}: stopped after {attempt} failed attempt(s)") from exc
+            waited = time.monotonic() - began
+            if waited >= give_up_after:
+                raise (give_up or _gave_up(what, outage))(exc, waited) from None
+            await anyio.sleep(min(backoff.next(), max(0.0, give_up_after - waited)))
+        else:
+            if outage is not None:
+                outage.recovered()
+            return result
+
+
+def _gave_up(what: str, outage: OutageLog | None) -> Callable[[BaseException, float], Exception]:
+    def error(exc: BaseException, waited: float) -> Exception:
+        if outage is None:
+            return QueueAdapterError(f"{what} failed for {waited:.0f} s ({reason_of(exc)})")
+        return QueueAdapterError(
+            f"{what} failed: {outage.server} has been unreachable for {waited:.0f} s "
+            f"({reason_of(exc)}); check that it is running and reachable from here"
+        )
+
+    return error

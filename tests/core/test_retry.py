@@ -1,0 +1,157 @@
+"""The one retry helper (streams/core/retry.py): back-off with a cap, one log line at each end
+of an outage, errors that no retry mends raised at once, a clear give-up, and an end on
+cancellation or on the caller's stop."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+
+from streams.core.errors import QueueAdapterError
+from streams.core.outage import OutageLog
+from streams.core.retry import Backoff, RetryStopped, retry
+
+LOG = logging.getLogger("headrace.test-retry")
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+class Failing:
+    """Fails ``failures`` times (with ``error``), then answers ``"done"``."""
+
+    def __init__(self, failures: int, error: Exception | None = None) -> None:
+        self.failures = failures
+        self.error = error or ConnectionRefusedError("refused")
+        self.attempts = 0
+
+    async def __call__(self) -> str:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise self.error
+        return "done"
+
+
+class RecordedBackoff(Backoff):
+    def __init__(self, initial: float, maximum: float) -> None:
+        super().__init__(initial, maximum)
+        self.delays: list[float] = []
+
+    def next(self) -> float:
+        self.delays.append(super().next())
+        return self.delays[-1]
+
+
+def test_backoff_doubles_up_to_its_cap_and_starts_over_on_reset() -> None:
+    backoff = Backoff(initial=0.1, maximum=0.8)
+    delays = [backoff.next() for _ in range(8)]
+    bases = [0.1, 0.2, 0.4, 0.8, 0.8, 0.8, 0.8, 0.8]
+    assert all(base <= d <= base * 1.2 for d, base in zip(delays, bases, strict=True)), delays
+    backoff.reset()
+    assert 0.1 <= backoff.next() <= 0.12
+
+
+async def test_retries_until_success_with_one_log_line_at_each_end_of_the_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outage = OutageLog("server A", LOG)
+    operation = Failing(3)
+    backoff = RecordedBackoff(0.001, 0.004)
+    seen: list[tuple[str, int]] = []
+    result = await retry(
+        operation,
+        what="asking",
+        outage=outage,
+        backoff=backoff,
+        give_up_after=10,
+        on_failure=lambda exc, attempt: seen.append((type(exc).__name__, attempt)),
+    )
+    assert (result, operation.attempts, outage.outages, outage.ongoing) == ("done", 4, 1, False)
+    assert seen == [("ConnectionRefusedError", 1), ("ConnectionRefusedError", 2), ("ConnectionRefusedError", 3)]
+    assert len(backoff.delays) == 3 and backoff.delays[2] <= 0.004 * 1.2  # capped
+    lines = warnings(caplog)
+    assert len(lines) == 2
+    assert (
+        lines[0]
+        == "server A is unreachable (ConnectionRefusedError: refused); retrying with back-off, positions and data are kept"
+    )
+    assert lines[1].startswith("server A is reachable again after ")
+
+
+async def test_an_error_no_retry_mends_is_raised_at_once() -> None:
+    outage = OutageLog("server A", LOG)
+    operation = Failing(5, ValueError("a bug, not an outage"))
+    with pytest.raises(ValueError, match="a bug"):
+        await retry(operation, what="x", outage=outage, is_transient=lambda e: isinstance(e, ConnectionError))
+    assert operation.attempts == 1 and not outage.ongoing and outage.outages == 0
+
+
+async def test_it_gives_up_clearly_after_give_up_after() -> None:
+    outage = OutageLog("server A", LOG)
+    with pytest.raises(
+        QueueAdapterError,
+        match=r"^enqueueing failed: server A has been unreachable for 0 s "
+        r"\(ConnectionRefusedError: refused\); check that it is running",
+    ):
+        await retry(Failing(1000), what="enqueueing", outage=outage, give_up_after=0.05)
+    assert outage.ongoing  # nobody has reached it since
+
+
+async def test_a_caller_words_its_own_give_up_error_from_the_last_failure() -> None:
+    operation = Failing(1000, OSError("no route"))
+
+    def error(exc: BaseException, waited: float) -> Exception:
+        return QueueAdapterError(f"gave up after {operation.attempts} attempts: {exc}")
+
+    with pytest.raises(QueueAdapterError) as failed:
+        await retry(operation, what="x", give_up_after=0.05, backoff=Backoff(0.001, 0.002), give_up=error)
+    assert str(failed.value) == f"gave up after {operation.attempts} attempts: no route"
+    assert operation.attempts >= 2
+
+
+async def test_an_attempt_that_outlasts_attempt_timeout_is_a_failure_to_retry() -> None:
+    attempts: list[int] = []
+
+    async def slow_then_quick() -> int:
+        attempts.append(1)
+        if len(attempts) == 1:
+            await anyio.sleep(10)
+        return len(attempts)
+
+    failures: list[BaseException] = []
+    result = await retry(
+        slow_then_quick,
+        what="x",
+        is_transient=lambda e: False,  # a timeout is retried all the same
+        attempt_timeout=0.05,
+        on_failure=lambda exc, attempt: failures.append(exc),
+    )
+    assert result == 2 and [type(f) for f in failures] == [TimeoutError]
+
+
+async def test_cancelling_ends_the_retry_during_its_back_off() -> None:
+    outage = OutageLog("server A", LOG)
+    operation = Failing(1000)
+    with anyio.move_on_after(0.1) as scope:
+        await retry(operation, what="x", outage=outage, backoff=Backoff(initial=60, maximum=60))
+    assert scope.cancelled_caught and operation.attempts == 1
+
+
+async def test_stop_ends_the_retry_after_a_failure_with_that_failure_as_cause() -> None:
+    operation = Failing(1000)
+    stopping = False
+
+    def failed(exc: BaseException, attempt: int) -> None:
+        nonlocal stopping
+        stopping = attempt == 2
+
+    with pytest.raises(RetryStopped) as stopped:
+        await retry(
+            operation, what="reading q-1", backoff=Backoff(0.001, 0.001), on_failure=failed, stop=lambda: stopping
+        )
+    assert operation.attempts == 2
+    assert isinstance(stopped.value.__cause__, ConnectionRefusedError)
+    assert str(stopped.value) == "reading q-1: stopped after 2 failed attempt(s)"
