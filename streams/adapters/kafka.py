@@ -47,6 +47,7 @@ import anyio
 from aiokafka import AIOKafkaProducer
 
 from streams.adapters.kafka_receiver import KafkaQueueReceiver, KafkaRecordReceiver
+from streams.adapters.kafka_state import KafkaChangelog, KafkaStateReceiver
 from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
 from streams.core.batch import BatchContainer, BatchKind, encode_batch
 from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
@@ -83,6 +84,7 @@ class KafkaQueueAdapter:
         self.outage = outage if outage is not None else kafka_outage_log(settings)
         self._producer: AIOKafkaProducer | None = None
         self._starting = anyio.Lock()
+        self.changelog = KafkaChangelog(settings, self.outage)  # event-time state (kafka_state)
 
     async def start(self) -> None:
         """Connect the producer (retrying while the broker is unreachable)."""
@@ -237,13 +239,14 @@ class KafkaQueueAdapter:
     def create_receiver(self, queue: QueueId) -> KafkaQueueReceiver:
         if self.settings.record_format is not None:
             return KafkaRecordReceiver(self.settings, queue, self.outage)
-        return KafkaQueueReceiver(self.settings, queue, self.outage)
+        return KafkaStateReceiver(self.settings, queue, self.outage, self.changelog)
 
     async def close(self) -> None:
         """Send what is still buffered and disconnect the producer."""
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
+        await self.changelog.close()
 
 
 class _KafkaEventWriter:
@@ -294,6 +297,10 @@ class KafkaAdapterFactory:
         if not self._topic_checked:
             what = f"checking Kafka topic(s) {', '.join(map(repr, self.settings.namespaces))}"
             await retry_kafka(lambda: ensure_queue_topics(self.settings), what, self.settings, self._adapter.outage)
+            if self.settings.record_format is None:  # the event-time state's changelog (kafka_state)
+                changelog = self._adapter.changelog
+                what = f"checking Kafka topic {changelog.topic!r}"
+                await retry_kafka(changelog.ensure_topic, what, self.settings, self._adapter.outage)
             self._topic_checked = True
         await self._adapter.start()
         return self._adapter

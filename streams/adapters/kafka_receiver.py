@@ -179,9 +179,13 @@ class KafkaQueueReceiver:
         (the position stays pending and is committed on a later try)."""
         committed = self._committed
         offsets = {tp: o for tp, o in self._acknowledged.items() if committed.get(tp) != o}
-        if not offsets or self._consumer is None:
+        if self._consumer is None or not (offsets or self._states_pending()):
             return True
         self._last_commit = began = time.monotonic()
+        if not await self._save_states():
+            return False  # the offsets wait for the states they rely on
+        if not offsets:
+            return True
         try:
             with anyio.fail_after(self.settings.request_timeout):
                 await self._consumer.commit(offsets)
@@ -198,6 +202,14 @@ class KafkaQueueReceiver:
             return False
         committed.update(offsets)
         self.outage.recovered()
+        return True
+
+    def _states_pending(self) -> bool:
+        """Saved event-time state waits to be written (:mod:`~streams.adapters.kafka_state`)."""
+        return False
+
+    async def _save_states(self) -> bool:
+        """Write the pending state and wait for Kafka to have it; False: not written."""
         return True
 
     async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:

@@ -1,5 +1,6 @@
 """A worker for the saved-state tests: tumbling one-hour counts per meter, handed off to the
-embedded store's handoff log ``counts``. Prints ``ready``, then ``read N`` (the records its
+embedded store's handoff log ``counts`` (with ``PATH run BOOTSTRAP TOPIC``: on that Kafka
+topic, handing off under the topic's name as prefix). Prints ``ready``, then ``read N`` (the records its
 agent has read) each time a window closes."""
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 
 LEASES = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
+GROUP = BalancerOptions(lease_length=3.0, renew_period=1.0, refresh_period=0.5)  # Kafka: session timeout
 
 
-def main(path: str) -> None:
-    provider = StreamProvider.embedded(path, queues=1, balancer_options=LEASES)
+def main(path: str, *kafka: str) -> None:
+    if kafka:  # BOOTSTRAP TOPIC: the topic's one partition, workers in its consumer group
+        bootstrap, topic = kafka
+        settings = {"idempotent": False, "handoff_prefix": topic}
+        provider = StreamProvider.kafka(bootstrap, topic, queues=1, kafka=settings, balancer_options=GROUP)
+    else:
+        provider = StreamProvider.embedded(path, queues=1, balancer_options=LEASES)
 
     @provider.implicit("meters")
     class Counts:
@@ -39,4 +46,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *sys.argv[3:])

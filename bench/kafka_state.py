@@ -1,0 +1,173 @@
+"""The Kafka changelog of event-time state (issue 14) against holding the offset at open
+windows, side by side in one run on the test broker (Tansu).
+
+A topic of ``--records`` records on ``--streams`` streams, every event in one one-hour
+window per stream (open through the whole run: the case where holding pins the committed
+offset). For each shape (one event per record, the per-call shape, and ``--events`` per
+record) and each mode, a worker reads the pre-filled topic (events/s while reading), then
+leaves; the table shows how far behind the end its committed offset stayed, what the
+changelog holds, and how many records a second worker read again at its start.
+
+- ``changelog``: the default: states saved before each offset commit (streams/adapters/kafka_state.py);
+- ``holding``: the same worker with plain receivers: open windows hold the offset.
+
+    python bench/kafka_state.py [--records 20000] [--events 50] [--streams 200] [--queues 2]
+
+The topic is filled one record per send: after a send of several records, Tansu reports
+the end offset of a partition as the last batch's first offset + 1, and a worker restarting
+with its committed offset beyond that would take it for a recreated topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+from streams import StreamProvider
+from streams.adapters.kafka import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
+from streams.adapters.kafka_state import changelog_topic
+from streams.core.batch import BatchKind, encode_batch
+from streams.core.ids import QueueId, StreamId
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from tests.kafka_broker import TansuBroker
+
+
+class HoldingAdapter(KafkaQueueAdapter):
+    """The adapter as it was before the changelog: receivers that save no state."""
+
+    def create_receiver(self, queue: QueueId) -> KafkaQueueReceiver:
+        return KafkaQueueReceiver(self.settings, queue, self.outage)
+
+
+def factory(bootstrap: str, topic: str, queues: int, mode: str) -> KafkaAdapterFactory:
+    made = KafkaAdapterFactory(bootstrap, topic, queues, idempotent=False, group_membership=False)
+    if mode == "holding":
+        made._adapter = HoldingAdapter(made.settings)
+    return made
+
+
+async def fill(bootstrap: str, topic: str, queues: int, records: int, events: int, streams: int) -> list[int]:
+    """``records`` containers of ``events`` events each; event times 0, 1, 2, ... per stream
+    (all in the window [0, 3600) while fewer than 3,600 events a stream). Returns the
+    records of each queue."""
+    made = factory(bootstrap, topic, queues, "changelog")
+    adapter = await made.create_adapter()
+    mapper = made.get_queue_mapper()
+    sids = [StreamId("bench", str(n)) for n in range(streams)]
+    sent = [0] * streams
+    items = []
+    for n in range(records):
+        s = n % streams
+        values = [{"t": float((sent[s] + i) % 3600)} for i in range(events)]
+        sent[s] += events
+        payload = encode_batch(sids[s], BatchKind.DATA, time.time(), values, None)
+        items.append((mapper.get_queue_for_stream(sids[s]), sids[s], payload))
+    for queue, sid, payload in items:  # one send each: Tansu's end offset is wrong after a batch
+        await adapter.queue_message_batch(queue, sid, payload)
+    await made.close()
+    return [sum(1 for q, _, _ in items if q.number == n) for n in range(queues)]
+
+
+def worker(bootstrap: str, topic: str, queues: int, mode: str) -> StreamProvider:
+    provider = StreamProvider(factory(bootstrap, topic, queues, mode))
+
+    @provider.implicit("bench")
+    class Hourly:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(3600), Count())
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_window(self, w: Any) -> None:
+            pass
+
+    return provider
+
+
+async def read_through(provider: StreamProvider, records: int) -> float:
+    """Seconds from the worker being up until its agents have read ``records`` records and
+    delivered them."""
+    async with provider:
+        began = time.perf_counter()
+        while sum(agent.read_messages for agent in provider.agents) < records:
+            await anyio.sleep(0.01)
+        await provider.drain()
+        seconds = time.perf_counter() - began
+        await anyio.sleep(1.2)  # a commit interval: what a running worker would have committed
+    return seconds
+
+
+async def offsets(bootstrap: str, topic: str, filled: list[int]) -> tuple[int, int]:
+    """(records after the committed offsets, records in the changelog)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id="headrace", enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        behind = 0
+        for q, count in enumerate(filled):
+            behind += count - ((await consumer.committed(TopicPartition(topic, q))) or 0)
+        name = changelog_topic(factory(bootstrap, topic, len(filled), "changelog").settings)
+        logs = [TopicPartition(name, q) for q in range(len(filled))]
+        consumer.assign(logs)
+        written = 0
+        while batch := await consumer.getmany(*logs, timeout_ms=500):
+            written += sum(len(records) for records in batch.values())
+    finally:
+        await consumer.stop()
+    return behind, written
+
+
+async def restart(bootstrap: str, topic: str, queues: int, mode: str) -> tuple[int, float]:
+    """Records a second worker reads until it is caught up, and how long that takes."""
+    provider = worker(bootstrap, topic, queues, mode)
+    async with provider:
+        began = time.perf_counter()
+        await provider.drain()
+        seconds = time.perf_counter() - began
+        read = sum(agent.read_messages for agent in provider.agents)
+    return read, seconds
+
+
+async def run(bootstrap: str, records: int, events: int, streams: int, queues: int) -> None:
+    print(
+        f"headrace Kafka changelog benchmark: {streams} streams in one-hour windows (open throughout), "
+        f"{queues} queues, Tansu on loopback"
+    )
+    print(f"{'':44} {'events/s':>10} {'offset behind':>14} {'changelog':>10} {'restart reads':>14} {'restart s':>10}")
+    for per_record, count in ((1, records), (events, records // 4)):
+        for mode in ("holding", "changelog"):
+            topic = f"bench-state-{per_record}-{mode}-{time.time_ns()}"
+            filled = await fill(bootstrap, topic, queues, count, per_record, streams)
+            provider = worker(bootstrap, topic, queues, mode)
+            seconds = await read_through(provider, count)
+            behind, written = await offsets(bootstrap, topic, filled)
+            reread, restart_seconds = await restart(bootstrap, topic, queues, mode)
+            name = f"{count:,} records x {per_record} event(s), {mode}"
+            print(
+                f"{name:44} {count * per_record / seconds:10,.0f} {behind:>14,} {written:>10,} "
+                f"{reread:>14,} {restart_seconds:10.2f}"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--events", type=int, default=50)
+    parser.add_argument("--streams", type=int, default=200)
+    parser.add_argument("--queues", type=int, default=2)
+    args = parser.parse_args()
+    with TansuBroker() as broker:
+        anyio.run(run, broker.bootstrap, args.records, args.events, args.streams, args.queues)
+
+
+if __name__ == "__main__":
+    main()
