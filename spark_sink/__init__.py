@@ -98,7 +98,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_HOMES))
 
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the lazy names, for type checkers (streams.backends types its handoff sinks by them)
     from .datasource import HeadraceDataSource, register
     from .errors import (
         HandoffDataLostError,

@@ -172,12 +172,13 @@ class EventMark:
         return (self.below is not None and position < self.below) or position in self.above
 
     def to_bytes(self) -> bytes:
-        return msgpack.packb([self.below, sorted(self.above)])
+        packed: bytes = msgpack.packb([self.below, sorted(self.above)])
+        return packed
 
     @classmethod
     def from_bytes(cls, data: bytes) -> EventMark:
         below, above = msgpack.unpackb(data)
-        return cls(None if below is None else tuple(below), frozenset(tuple(p) for p in above))  # type: ignore[arg-type]
+        return cls(None if below is None else tuple(below), frozenset(tuple(p) for p in above))
 
 
 def fresh_events(
@@ -250,7 +251,7 @@ def conform(
     whole: HandoffSchemaError | None = None
     if not refused:
         try:
-            return schema.to_table(rows)  # type: ignore[arg-type]
+            return schema.to_table(rows)
         except HandoffSchemaError as exc:
             whole = exc  # which rows? each on its own says
     for item, row in zip(items, rows, strict=True):

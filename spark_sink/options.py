@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import spark_sink
 from streams.core.errors import ConfigurationError
 
 from .log import check_stream_name
@@ -113,9 +114,9 @@ class ReadOptions:
 
     def open_storage(self) -> HandoffStorage:
         if self.kafka is not None:
-            from .kafka_storage import KafkaStorage  # aiokafka only for Kafka reads
-
-            return KafkaStorage(self.kafka, self.topic_prefix)
+            # Through the package's lazy attribute: aiokafka loads only when a Kafka log is read.
+            kafka: HandoffStorage = spark_sink.KafkaStorage(self.kafka, self.topic_prefix)
+            return kafka
         assert self.path is not None
         return EmbeddedStorage(self.path)
 

@@ -5,9 +5,6 @@ checkpoints and lease renewals fail past busy_timeout)."""
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,19 +14,9 @@ import pytest
 from streams.core.store import EmbeddedStore
 from streams.core.store_turns import WriteTurns
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..helpers import start_worker
 
-
-def _hot_writer(path: Path, seconds: float) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.adapters.hot_writer", str(path), str(seconds)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
-    return proc
+HOT_WRITER = Path(__file__).with_name("hot_writer.py")
 
 
 async def test_a_writer_beside_a_process_committing_in_a_tight_loop_gets_its_turns(
@@ -40,7 +27,7 @@ async def test_a_writer_beside_a_process_committing_in_a_tight_loop_gets_its_tur
     with store.transaction() as conn:  # the schema exists before the other process starts
         conn.execute("SELECT 1")
     caplog.set_level(logging.WARNING, logger="headrace.store")
-    hot = _hot_writer(tmp_path, 6.0)
+    hot = start_worker(HOT_WRITER, tmp_path, 6.0, ready="writing")
     written = 0
     try:
         while hot.poll() is None and written < 300:

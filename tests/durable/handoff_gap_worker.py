@@ -13,12 +13,8 @@ from typing import Any
 
 import anyio
 
-from balancer import BalancerOptions
-from spark_sink import Handoff
-from streams import StreamId, StreamProvider
-from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-LEASES = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
+from streams import StreamProvider
+from tests.helpers import SHORT_LEASES, counting_provider, serve
 
 
 class BlockedSink:
@@ -37,27 +33,13 @@ class BlockedSink:
 
 
 def main(path: str, mode: str) -> None:
-    provider = StreamProvider.embedded(path, queues=1, balancer_options=LEASES)
+    def block(provider: StreamProvider) -> None:
+        sinks = provider.agents[0].context.handoff_sinks
+        sinks["counts"] = BlockedSink(sinks["counts"])  # type: ignore[index]
 
-    @provider.implicit("meters")
-    class Counts:
-        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(10), Count())
-        handoff = Handoff("counts", {"count": "bigint"})
-
-        def __init__(self, stream_id: StreamId) -> None:
-            pass
-
-    async def run() -> None:
-        async with provider:
-            while not provider.agents:
-                await anyio.sleep(0.02)
-            if mode == "block":
-                sinks = provider.agents[0].context.handoff_sinks
-                sinks["counts"] = BlockedSink(sinks["counts"])  # type: ignore[index]
-            print("ready", flush=True)
-            await anyio.sleep_forever()
-
-    anyio.run(run)
+    serve(
+        counting_provider(path, balancer_options=SHORT_LEASES), reading=True, setup=block if mode == "block" else None
+    )
 
 
 if __name__ == "__main__":

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import sys
 
-import anyio
-
 from balancer import BalancerOptions
 from spark_sink import Handoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from tests.helpers import SHORT_LEASES, serve
 
-LEASES = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
 GROUP = BalancerOptions(lease_length=3.0, renew_period=1.0, refresh_period=0.5)  # Kafka: session timeout
 
 
@@ -24,7 +22,7 @@ def main(path: str, *kafka: str) -> None:
         settings = {"idempotent": False, "handoff_prefix": topic}
         provider = StreamProvider.kafka(bootstrap, topic, queues=1, kafka=settings, balancer_options=GROUP)
     else:
-        provider = StreamProvider.embedded(path, queues=1, balancer_options=LEASES)
+        provider = StreamProvider.embedded(path, queues=1, balancer_options=SHORT_LEASES)
 
     @provider.implicit("meters")
     class Counts:
@@ -37,12 +35,7 @@ def main(path: str, *kafka: str) -> None:
         def on_window(self, window: object) -> None:
             print(f"read {sum(agent.read_messages for agent in provider.agents)}", flush=True)
 
-    async def run() -> None:
-        async with provider:
-            print("ready", flush=True)
-            await anyio.sleep_forever()
-
-    anyio.run(run)
+    serve(provider)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,8 @@ consumers detached, crashes, foreign records."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -18,9 +14,9 @@ from streams import QueueId, SequenceToken, StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
 
 from ..core.conftest import GatedRecorder, Recorder, drained
+from ..helpers import start_worker, wait_until_async
 
 WORKER = Path(__file__).with_name("worker_process.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_restart_resumes_after_the_checkpoint(tmp_path):
@@ -102,18 +98,6 @@ async def test_foreign_record_is_dead_lettered_with_its_bytes_and_the_agent_goes
     assert [(d.queue, d.sequence_number, d.payload) for d in letters] == [(0, 1, b"\x00not a container")]
 
 
-def _start_worker(where: str, output: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(WORKER), where, str(output), "2"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    return proc
-
-
 @pytest.mark.parametrize("adapter", ["embedded", "kafka"])
 async def test_sigkill_at_random_moments_loses_nothing_acknowledged(adapter, tmp_path, request):
     output = tmp_path / "delivered.txt"
@@ -130,7 +114,7 @@ async def test_sigkill_at_random_moments_loses_nothing_acknowledged(adapter, tmp
     sids = [StreamId("crash", str(i)) for i in range(6)]
     async with client_provider.client() as client:
         for _round in range(4):
-            proc = _start_worker(where, output)
+            proc = start_worker(WORKER, where, output, 2)
             for n in range(150):  # publish while the worker reads, then kill it mid-flight
                 value = f"r{_round}-{n}"
                 await client.get_stream(sids[n % len(sids)]).on_next_batch([value])
@@ -140,14 +124,11 @@ async def test_sigkill_at_random_moments_loses_nothing_acknowledged(adapter, tmp
             await anyio.sleep(rng.uniform(0, 0.3))
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-    proc = _start_worker(where, output)  # a last worker finishes the backlog
+    proc = start_worker(WORKER, where, output, 2)  # a last worker finishes the backlog
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            seen = {line.split()[0] for line in output.read_text().splitlines()}
-            if seen >= set(published):
-                break
-            await anyio.sleep(0.1)
+        await wait_until_async(
+            lambda: {line.split()[0] for line in output.read_text().splitlines()} >= set(published), 30, 0.1
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,9 +16,7 @@ import pytest
 from spark_sink import EventHandoff, Handoff
 from spark_sink.errors import HandoffSchemaError
 from spark_sink.handoff import EmbeddedHandoffSink, conform
-from spark_sink.offsets import OffsetRange
 from spark_sink.schema import HandoffSchema
-from spark_sink.storage import EmbeddedStorage
 from streams import StreamId, StreamProvider
 from streams.core.batch import Event
 from streams.core.errors import HandoffRefusedError
@@ -29,21 +26,9 @@ from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
 from streams.eventtime.processor import EventOutcome, WindowResult
 
 from ..core.conftest import drained
-from .test_handoff_gap import counting_provider
+from ..helpers import counting_provider, handoff_rows
 
 METER = StreamId("meters", "m1")
-
-
-def rows_of(path: Path, stream: str) -> list[dict[str, Any]]:
-    storage = EmbeddedStorage(str(path))
-    try:
-        end = storage.end_offsets(stream).get(0, 0)
-        if not end:
-            return []
-        (split,) = storage.plan(stream, [OffsetRange(0, 0, end)])
-        return pa.Table.from_batches(list(split.batches())).to_pylist()
-    finally:
-        storage.close()
 
 
 class FlakySink:
@@ -87,7 +72,7 @@ async def test_a_failing_append_is_retried_while_the_checkpoint_holds_and_nothin
         await stream.on_completed()
         await drained(provider)
         letters = await provider.dead_letters.list()
-    assert [(r["window_start"].timestamp(), r["count"]) for r in rows_of(tmp_path, "counts")] == [
+    assert [(r["window_start"].timestamp(), r["count"]) for r in handoff_rows(tmp_path, "counts")] == [
         (0.0, 3),
         (10.0, 1),
         (20.0, 1),
@@ -124,7 +109,7 @@ async def test_windows_the_handoff_cannot_take_are_dead_lettered_and_the_rest_ha
         (agent,) = provider.agents
         checkpoint = agent.receiver.checkpoint
     handed = [
-        (r["stream_id"], r["key"], r["window_start"].timestamp(), r["total"]) for r in rows_of(tmp_path, "totals")
+        (r["stream_id"], r["key"], r["window_start"].timestamp(), r["total"]) for r in handoff_rows(tmp_path, "totals")
     ]
     assert handed == [("meters/m1", "b", 0.0, 4), ("meters/m1", "a", 10.0, 3), ("meters/m1", "b", 20.0, 4)]
     [letter] = letters
@@ -149,7 +134,7 @@ async def test_the_sink_names_each_window_it_cannot_take_and_appends_nothing(tmp
             await sink.write("s/1", "C", 0, [good, bad])
         [(item, why)] = caught.value.refused
         assert item is bad and "column 'n'" in why
-        assert rows_of(tmp_path, "n") == []
+        assert handoff_rows(tmp_path, "n") == []
         assert await sink.write("s/1", "C", 0, [good]) == 1
         events = EventHandoff("e", {"v": "double"})
         event_sink = await anyio.to_thread.run_sync(EmbeddedHandoffSink, store, events)
@@ -200,4 +185,7 @@ async def test_an_append_retried_past_the_delivery_limit_is_not_cut_short_by_the
         await drained(provider, 30)
         letters = await provider.dead_letters.list()
     assert letters == []
-    assert [(r["window_start"].timestamp(), r["count"]) for r in rows_of(tmp_path, "counts")] == [(0.0, 3), (10.0, 1)]
+    assert [(r["window_start"].timestamp(), r["count"]) for r in handoff_rows(tmp_path, "counts")] == [
+        (0.0, 3),
+        (10.0, 1),
+    ]

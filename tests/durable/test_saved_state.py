@@ -6,8 +6,6 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -18,11 +16,11 @@ from streams.core.store import EmbeddedStore
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.status import read_status
 
+from .. import helpers
 from ..core.conftest import drained
-from .test_handoff_gap import handed_off, persisted_checkpoint, wait_for_rows
+from ..helpers import counted_windows, handoff_count, persisted_checkpoint, wait_until_async
 
 WORKER = Path(__file__).with_name("saved_state_worker.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def saved_states(path: Path) -> list[tuple[str, int, int]]:
@@ -31,10 +29,8 @@ def saved_states(path: Path) -> list[tuple[str, int, int]]:
 
 
 async def wait_for_checkpoint(path: Path, seq: int, seconds: float = 15.0) -> int | None:
-    deadline = time.monotonic() + seconds
-    while (cp := persisted_checkpoint(path)) != seq and time.monotonic() < deadline:
-        await anyio.sleep(0.05)
-    return cp
+    await wait_until_async(lambda: persisted_checkpoint(path) == seq, seconds)
+    return persisted_checkpoint(path)
 
 
 def count_windows(provider: StreamProvider, aggregate: object = None) -> list[tuple[str, float, int]]:
@@ -123,12 +119,7 @@ def assert_held_as_before(closed: list[tuple[str, float, int]], caplog: pytest.L
 
 def start_worker(path: Path, mode: str = "run", *kafka: str) -> subprocess.Popen[str]:
     """The worker on the store under ``path``, or on Kafka (``kafka``: bootstrap, topic)."""
-    process = subprocess.Popen(
-        [sys.executable, str(WORKER), str(path), mode, *kafka], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    return process
+    return helpers.start_worker(WORKER, path, mode, *kafka)
 
 
 def read_count(process: subprocess.Popen[str]) -> int:
@@ -161,7 +152,7 @@ async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(
         second.terminate()
         second.wait()
     # The result of an uninterrupted run (500 events), and the replay was the one new record.
-    assert handed_off(tmp_path) == [(0.0, 3600.0, 500)]
+    assert counted_windows(tmp_path) == [(0.0, 3600.0, 500)]
     assert replayed == 1
 
 
@@ -184,12 +175,12 @@ async def test_a_queue_taken_over_with_open_windows_loses_and_repeats_nothing(tm
                 for m in meters:
                     await client.get_stream(m).on_next({"t": 4000.0})
             replayed = read_count(second)
-            await wait_for_rows(tmp_path, 5)
+            await wait_until_async(lambda: handoff_count(tmp_path, "counts") >= 5, 15)
         finally:
             second.terminate()
             second.wait()
     finally:
         first.kill()
         first.wait()
-    assert sorted(handed_off(tmp_path)) == [(0.0, 3600.0, 22)] * 5
+    assert sorted(counted_windows(tmp_path)) == [(0.0, 3600.0, 22)] * 5
     assert replayed <= 15  # the new records, not the 100 the first worker had taken

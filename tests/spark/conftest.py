@@ -11,7 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from handoff_testkit import (
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
+from streams.core.store import EmbeddedStore
+
+from .handoff_testkit import (
     BASE,
     STREAM,
     WINDOW_SECONDS,
@@ -20,13 +26,8 @@ from handoff_testkit import (
     RawEvent,
     WindowRow,
     collect_windows,
+    spark_session,
 )
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
-import spark_sink
-from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
-from streams.core.store import EmbeddedStore
 
 
 @pytest.fixture(scope="session")
@@ -34,16 +35,7 @@ def spark() -> Iterator[SparkSession]:
     # Spark's Python workers must run this interpreter, where headrace is installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("headrace-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    spark_sink.register(session)
+    session = spark_session("local[2]", "headrace-spark-tests")
     yield session
     session.stop()
 

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import sys
 
-import anyio
-
-from balancer import BalancerOptions
 from spark_sink import EventHandoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy
+from tests.helpers import SHORT_LEASES, serve
 
-LEASES = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
 HANDOFF = "priced_tolls"
 
 
@@ -44,14 +41,7 @@ def provider(path: str, **options: object) -> StreamProvider:
 
 
 def main(path: str) -> None:
-    async def run() -> None:
-        async with provider(path, balancer_options=LEASES) as p:
-            while not p.agents:
-                await anyio.sleep(0.02)
-            print("ready", flush=True)
-            await anyio.sleep_forever()
-
-    anyio.run(run)
+    serve(provider(path, balancer_options=SHORT_LEASES), reading=True)
 
 
 if __name__ == "__main__":

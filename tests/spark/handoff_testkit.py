@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+import spark_sink
 from spark_sink import Handoff as HandoffDeclaration
 from spark_sink import HandoffLog, HandoffWriter, Segment
 from spark_sink.kafka_sink import KafkaHandoffSink
@@ -30,6 +31,24 @@ BASE = 1_700_000_000  # seconds; windows align with it (a multiple of 30)
 RawEvent = tuple[int, str, float]
 # (window start µs, window end µs, key, count, total): what both sides are compared on
 WindowRow = tuple[int, int, str, int, float]
+
+
+def spark_session(master: str, app: str, **conf: str) -> SparkSession:
+    """A quiet Spark session on ``master`` in UTC (and ``conf``), with the ``headrace`` format
+    registered."""
+    session = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config(map=conf)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    spark_sink.register(session)
+    return session
 
 
 def window_results(events: Sequence[RawEvent]) -> list[WindowRow]:

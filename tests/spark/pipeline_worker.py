@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import sys
 
-import anyio
-
-from balancer import BalancerOptions
 from spark_sink import Handoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import Combined, Count, EventTime, OrderingPolicy, Sum, Tumbling
+from tests.helpers import SHORT_LEASES, serve
 
 WINDOW = 60
 
@@ -25,9 +23,7 @@ def worker(backend: str, *where: str) -> StreamProvider:
         # after the queue topic, so that tests do not share them.
         settings = {"idempotent": False, "group_membership": False, "handoff_prefix": topic}
         return StreamProvider.kafka(bootstrap, topic, queues=2, kafka=settings)
-    # Short leases: a restarted worker takes over the killed one's queues within a second.
-    leases = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
-    return StreamProvider.embedded(where[0], queues=2, balancer_options=leases)
+    return StreamProvider.embedded(where[0], queues=2, balancer_options=SHORT_LEASES)
 
 
 def main(backend: str, *where: str) -> None:
@@ -47,12 +43,7 @@ def main(backend: str, *where: str) -> None:
         def __init__(self, stream_id: StreamId) -> None:
             pass
 
-    async def run() -> None:
-        async with provider:
-            print("ready", flush=True)
-            await anyio.sleep_forever()
-
-    anyio.run(run)
+    serve(provider)
 
 
 if __name__ == "__main__":

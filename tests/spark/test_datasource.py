@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 from pyspark.errors import AnalysisException, StreamingQueryException
+
+from .handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 
 
 def batch_of(handoff: Handoff | KafkaHandoff, spark):

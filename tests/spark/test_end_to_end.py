@@ -6,12 +6,8 @@ changed."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +15,11 @@ import anyio
 import pytest
 from pyspark.sql import functions as F
 
-from spark_sink import HandoffLog
 from spark_sink.kafka_log import KafkaHandoffLog
 from streams import StreamId, StreamProvider
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..helpers import handoff_count, start_worker, wait_until
+
 WORKER = Path(__file__).with_name("pipeline_worker.py")
 BASE = 1_700_000_000 // 60 * 60  # a window boundary
 WINDOW = 60
@@ -55,10 +51,7 @@ class Pipeline:
         """Rows handed off so far (0 until the worker has declared the stream)."""
         if self.kafka:
             return anyio.run(self._kafka_rows)
-        try:
-            return sum(HandoffLog.open(self.store).end_offsets("tolls").values())
-        except Exception:  # the stream is declared by the worker on its first start
-            return 0
+        return handoff_count(self.store, "tolls")
 
     async def _kafka_rows(self) -> int:
         bootstrap, topic = self.kafka  # type: ignore[misc]
@@ -70,18 +63,6 @@ class Pipeline:
             for partition, stop in end.items():
                 rows += sum(r.rows for r in await log.records("tolls", partition, 0, stop) if r.valid)
             return rows
-
-
-def start_worker(pipeline: Pipeline) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(WORKER), *pipeline.worker_args()],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    return proc
 
 
 def make_events() -> list[tuple[str, dict]]:
@@ -136,18 +117,17 @@ def test_pipeline_survives_worker_kill_and_query_restart(spark, pipeline, tmp_pa
     ordered = [events[i] for i in order]
     first, second = ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
 
-    worker = start_worker(pipeline)
+    worker = start_worker(WORKER, *pipeline.worker_args())
     anyio.run(publish, pipeline, first)
-    deadline = time.monotonic() + 30
-    while pipeline.handed_off() == 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert pipeline.handed_off() > 0
+    assert wait_until(lambda: pipeline.handed_off() > 0, 30, 0.1)
     run_query(spark, pipeline, out, checkpoint)  # a first micro-batch run, then the query stops
     worker.send_signal(signal.SIGKILL)  # mid-stream: open windows and unacknowledged input
     worker.wait()
 
     anyio.run(publish, pipeline, second, True)
-    worker = start_worker(pipeline)  # replays from the checkpoint; handed-off windows are skipped
+    worker = start_worker(
+        WORKER, *pipeline.worker_args()
+    )  # replays from the checkpoint; handed-off windows are skipped
     try:
         expected = (
             spark.createDataFrame(
@@ -158,9 +138,7 @@ def test_pipeline_survives_worker_kill_and_query_restart(spark, pipeline, tmp_pa
             .select(F.col("window.start").alias("s"), F.col("window.end").alias("e"), "booth", "count", "total")
             .collect()
         )
-        deadline = time.monotonic() + 60
-        while pipeline.handed_off() < len(expected) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: pipeline.handed_off() >= len(expected), 60, 0.2)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)

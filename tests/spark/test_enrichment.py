@@ -6,21 +6,18 @@ reads every toll once, each with the price a computation in the test gives."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import anyio
 from pyspark.sql import functions as F
 
-from spark_sink import HandoffLog
 from streams import StreamId, StreamProvider
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..helpers import handoff_count, start_worker, wait_until
+from .enrichment_worker import HANDOFF
+
 WORKER = Path(__file__).with_name("enrichment_worker.py")
-sys.path.insert(0, str(WORKER.parent))
-from enrichment_worker import HANDOFF
 
 BASE = 1_700_000_000.0
 BOOTHS = [f"b{i}" for i in range(4)]
@@ -50,20 +47,6 @@ def expected(items: list[Item]) -> list[tuple[str, int, str, int, float]]:
     return rows
 
 
-def handed_off(path: Path) -> int:
-    try:
-        return sum(HandoffLog.open(path).end_offsets(HANDOFF).values())
-    except Exception:  # declared by the worker on its first start
-        return 0
-
-
-def start_worker(path: Path) -> subprocess.Popen[str]:
-    process = subprocess.Popen([sys.executable, str(WORKER), str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    return process
-
-
 async def publish(path: Path, items: list[Item], complete: bool = False) -> None:
     async with StreamProvider.embedded(path, queues=2, co_partitioned=[("tolls", "prices")]).client() as client:
         for namespace, booth, value in items:
@@ -74,30 +57,24 @@ async def publish(path: Path, items: list[Item], complete: bool = False) -> None
                 await client.get_stream(StreamId("prices", booth)).on_completed()
 
 
-def wait_for(path: Path, rows: int, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while handed_off(path) < rows and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def test_enriched_tolls_reach_spark_each_once_with_the_price_in_force_across_a_kill(spark, tmp_path):
     items = traffic()
     cut = len(items) // 2
-    first = start_worker(tmp_path)
+    first = start_worker(WORKER, tmp_path)
     try:
         anyio.run(publish, tmp_path, items[:cut])
-        wait_for(tmp_path, 40, 30)
-        before = handed_off(tmp_path)
+        wait_until(lambda: handoff_count(tmp_path, HANDOFF) >= 40, 30)
+        before = handoff_count(tmp_path, HANDOFF)
         first.send_signal(signal.SIGKILL)  # mid-stream: tolls held, a handoff perhaps in flight
         first.wait()
     finally:
         first.kill()
     assert 40 <= before < len(expected(items))
     anyio.run(publish, tmp_path, items[cut:])  # while no worker runs
-    second = start_worker(tmp_path)
+    second = start_worker(WORKER, tmp_path)
     try:
         anyio.run(publish, tmp_path, [], True)
-        wait_for(tmp_path, len(expected(items)), 60)
+        wait_until(lambda: handoff_count(tmp_path, HANDOFF) >= len(expected(items)), 60)
         time.sleep(0.5)  # a duplicate would come now
     finally:
         second.terminate()

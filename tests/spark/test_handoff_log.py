@@ -11,21 +11,18 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from handoff_testkit import STREAM, Handoff
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_sink import (
-    EmbeddedStorage,
     HandoffDataLostError,
     HandoffLog,
     HandoffSchema,
     HandoffSchemaError,
     HandoffStoreNotFoundError,
     HandoffWriter,
-    OffsetRange,
     ReadOptions,
     UnknownHandoffStreamError,
 )
@@ -34,6 +31,9 @@ from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
 from streams.core.store import EmbeddedStore
 
+from ..helpers import handoff_batches
+from .handoff_testkit import STREAM, Handoff
+
 
 def rows(n: int, first: int = 0) -> list[tuple[float, float, str, str, int, float]]:
     return [(60.0 * i, 60.0 * i + 60, "sensors/s1", f"k{i}", i, i / 2) for i in range(first, first + n)]
@@ -41,12 +41,7 @@ def rows(n: int, first: int = 0) -> list[tuple[float, float, str, str, int, floa
 
 def read_all(handoff: Handoff, partition: int) -> pa.Table:
     """Everything committed in ``partition``, through the same path Spark's tasks read."""
-    storage = EmbeddedStorage(str(handoff.path))
-    start = storage.start_offsets(STREAM).get(partition, 0)
-    end = storage.end_offsets(STREAM).get(partition, 0)
-    (split,) = storage.plan(STREAM, [OffsetRange(partition, start, end)])
-    storage.close()
-    return pa.Table.from_batches(list(split.batches()), schema=handoff.writer.schema.arrow)
+    return pa.Table.from_batches(handoff_batches(handoff.path, STREAM, partition), schema=handoff.writer.schema.arrow)
 
 
 def test_declared_schema_is_the_arrow_schema_spark_expects() -> None:

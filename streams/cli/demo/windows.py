@@ -18,15 +18,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from rich.console import Console
 
+import spark_sink  # its package loads lazily: pyspark only when the demo's query starts
+from spark_sink.offsets import OffsetRange
+from spark_sink.options import ReadOptions
+from spark_sink.storage import HandoffStorage
 from streams.cli.common import plural
 from streams.core.errors import HeadraceError
-
-if TYPE_CHECKING:  # the demo loads Spark's side only when it runs
-    from spark_sink.storage import HandoffStorage
 
 HANDOFF = "booth-totals"  # the handoff stream the demo's consumer writes
 
@@ -121,15 +122,11 @@ def window_rows(records: Iterable[Mapping[str, Any]]) -> list[WindowRow]:
 
 def open_handoff(source: Mapping[str, str]) -> HandoffStorage:
     """The demo's handoff stream, as the DataSource would open it with options ``source``."""
-    from spark_sink.options import ReadOptions
-
     return ReadOptions.parse({**source, "stream": HANDOFF}).open_storage()
 
 
 def read_range(storage: HandoffStorage, start: Mapping[int, int], end: Mapping[int, int]) -> list[dict[str, Any]]:
     """The rows of the demo's handoff stream from offsets ``start`` to ``end``."""
-    from spark_sink.offsets import OffsetRange
-
     ranges = [OffsetRange(p, start.get(p, 0), e) for p, e in sorted(end.items())]
     return [
         record
@@ -198,8 +195,6 @@ class SparkWindows:
                 "the demo's Spark query needs pyspark: pip install 'headrace[spark]', or run with --no-spark"
             ) from None
         try:
-            import spark_sink
-
             self._spark = (
                 SparkSession.builder.master("local[2]")
                 .appName("headrace-demo")

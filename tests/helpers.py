@@ -1,0 +1,154 @@
+"""Helpers the test packages share: worker subprocesses (starting them, and the worker side's
+``serve``), reading what an embedded store's handoff log holds, and waiting for it.
+
+Worker scripts import this module too: ``start_worker`` puts the repository on their
+``PYTHONPATH``. It imports no pyspark (workers need none)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pyarrow as pa
+
+from balancer import BalancerOptions
+from spark_sink import Handoff
+from spark_sink.errors import HandoffStoreNotFoundError, UnknownHandoffStreamError
+from spark_sink.log import HandoffLog
+from spark_sink.offsets import OffsetRange
+from spark_sink.storage import EmbeddedStorage
+from streams import StreamId, StreamProvider
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Short leases: a worker started after another was killed takes its queues within a second.
+SHORT_LEASES = BalancerOptions(lease_length=1.0, renew_period=0.3, refresh_period=0.1)
+
+
+def python_env(**extra: str) -> dict[str, str]:
+    """This environment with the repository first on ``PYTHONPATH`` (and ``extra`` set), for a
+    Python subprocess that must import this checkout's packages and ``tests``."""
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **extra}
+
+
+def start_worker(script: Path, *args: object, ready: str = "ready") -> subprocess.Popen[str]:
+    """``script args`` in a Python subprocess, once it has printed the line ``ready`` (see
+    ``serve``)."""
+    process = subprocess.Popen(
+        [sys.executable, str(script), *map(str, args)],
+        cwd=ROOT,
+        env=python_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == ready
+    return process
+
+
+def serve(
+    provider: StreamProvider,
+    *,
+    reading: bool = False,
+    setup: Callable[[StreamProvider], None] | None = None,
+) -> None:
+    """A worker's main: run ``provider`` until killed, printing ``ready`` once it runs (with
+    ``reading``, once it has an agent; ``setup`` then runs on it first)."""
+
+    async def run() -> None:
+        async with provider:
+            while (reading or setup) and not provider.agents:
+                await anyio.sleep(0.02)
+            if setup is not None:
+                setup(provider)
+            print("ready", flush=True)
+            await anyio.sleep_forever()
+
+    anyio.run(run)
+
+
+def counting_provider(path: Path | str, window: float = 10, **options: Any) -> StreamProvider:
+    """An embedded worker of one queue whose ``meters`` streams hand tumbling counts (of
+    ``window`` seconds, event time ``t``) to the handoff stream ``counts``."""
+    provider = StreamProvider.embedded(path, queues=1, **options)
+
+    @provider.implicit("meters")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(window), Count())
+        handoff = Handoff("counts", {"count": "bigint"})
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+    return provider
+
+
+def counted_windows(path: Path) -> list[tuple[float, float, int]]:
+    """(window start, window end, count) of every row a ``counting_provider`` handed off."""
+    rows = handoff_rows(path, "counts")
+    return [(r["window_start"].timestamp(), r["window_end"].timestamp(), r["count"]) for r in rows]
+
+
+def persisted_checkpoint(path: Path, queue: int = 0) -> int | None:
+    """The checkpoint an embedded store at ``path`` holds for ``queue`` (None: none yet)."""
+    with sqlite3.connect(path / "headrace.db") as conn:
+        row = conn.execute("SELECT seq FROM checkpoints WHERE queue = ?", (queue,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def handoff_batches(path: Path, stream: str, partition: int = 0) -> list[pa.RecordBatch]:
+    """Every row committed in ``partition`` of handoff ``stream``, read as Spark's tasks read
+    them (from the partition's first retained offset to its end)."""
+    storage = EmbeddedStorage(str(path))
+    try:
+        start = storage.start_offsets(stream).get(partition, 0)
+        end = storage.end_offsets(stream).get(partition, 0)
+        if start == end:
+            return []
+        (split,) = storage.plan(stream, [OffsetRange(partition, start, end)])
+        return list(split.batches())
+    finally:
+        storage.close()
+
+
+def handoff_rows(path: Path, stream: str, partition: int = 0) -> list[dict[str, Any]]:
+    """``handoff_batches`` as one dict a row."""
+    return [row for batch in handoff_batches(path, stream, partition) for row in batch.to_pylist()]
+
+
+def handoff_count(path: Path, stream: str) -> int:
+    """Rows handed off to ``stream`` so far, over all partitions: 0 until a worker has
+    declared it."""
+    try:
+        log = HandoffLog.open(path)
+    except (HandoffStoreNotFoundError, UnknownHandoffStreamError):
+        return 0
+    try:
+        return sum(log.end_offsets(stream).values())
+    finally:
+        log.close()
+
+
+def wait_until(done: Callable[[], bool], seconds: float, poll: float = 0.05) -> bool:
+    """Polls ``done`` until it holds or ``seconds`` have passed; whether it holds."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(poll)
+    return done()
+
+
+async def wait_until_async(done: Callable[[], bool], seconds: float, poll: float = 0.05) -> bool:
+    """``wait_until`` for a test whose own event loop must keep running meanwhile."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        await anyio.sleep(poll)
+    return done()
