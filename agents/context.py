@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from streams.core.deadletters import DeadLetterStore
 from streams.core.failures import StreamFailureHandler
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore
 from streams.registry import ConsumerRegistry
+
+from .handoff import HandoffSink
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,6 @@ class AgentContext:
     pubsub: PubSubStore
     dead_letters: DeadLetterStore
     failure_handler: StreamFailureHandler
-    # handoff stream name -> a spark_sink.HandoffSink, for consumer types that declare a handoff
-    handoff_sinks: Mapping[str, Any] = field(default_factory=dict)
+    # handoff stream name -> its sink, for consumer types that declare a handoff
+    handoff_sinks: Mapping[str, HandoffSink] = field(default_factory=dict)
     worker_name: str | None = None  # named in the log context of every delivery

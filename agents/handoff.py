@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 
@@ -32,8 +32,9 @@ T = TypeVar("T")
 HANDOFF_FAILED = "handoff_failed"
 
 
-class Sink(Protocol):
-    """What the runtime writes to (``spark_sink.HandoffSink``, seen from here)."""
+class HandoffSink(Protocol):
+    """What the runtime appends one handoff stream's output to (``spark_sink``'s sinks, seen
+    from here: the agents do not import them)."""
 
     async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int: ...
 
@@ -44,24 +45,24 @@ class Sink(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class HandoffTarget:
-    """Where one activation's finalized output goes: a ``spark_sink.HandoffSink``, written
-    as ``source`` (the stream) and ``consumer`` (the type) to ``partition`` (the queue)."""
+    """Where one activation's finalized output goes: the sink of handoff stream ``handoff``,
+    written as ``source`` (the stream) and ``consumer`` (the type) to ``partition`` (the queue)."""
 
-    sink: Sink
+    sink: HandoffSink
     source: str
     consumer: str
     partition: int
+    handoff: str  # the handoff stream's name (named in the outage log lines)
 
 
 # One outage log per sink: every activation writing to it reports to the same one.
-_outages: weakref.WeakKeyDictionary[Any, OutageLog] = weakref.WeakKeyDictionary()
+_outages: weakref.WeakKeyDictionary[HandoffSink, OutageLog] = weakref.WeakKeyDictionary()
 
 
-def _outage_of(sink: Any) -> OutageLog:
-    outage = _outages.get(sink)
+def _outage_of(target: HandoffTarget) -> OutageLog:
+    outage = _outages.get(target.sink)
     if outage is None:
-        name = getattr(getattr(sink, "handoff", None), "stream", None)
-        outage = _outages[sink] = OutageLog(f"handoff stream {name!r}" if name else "the handoff log", log)
+        outage = _outages[target.sink] = OutageLog(f"handoff stream {target.handoff!r}", log)
     return outage
 
 
@@ -70,14 +71,14 @@ class HandoffWrites:
 
     Example (``EventTimeObserver`` does this)::
 
-        writes = HandoffWrites(HandoffTarget(sink, "tolls/p1", "Totals", 3), dead_letters)
+        writes = HandoffWrites(HandoffTarget(sink, "tolls/p1", "Totals", 3, "totals"), dead_letters)
         await writes.windows(output.windows)  # returns once appended or dead-lettered
     """
 
     def __init__(self, target: HandoffTarget, dead_letters: DeadLetterStore, *, max_backoff: float = 5.0) -> None:
         self.target = target
         self._dead_letters = dead_letters
-        self._outage = _outage_of(target.sink)
+        self._outage = _outage_of(target)
         self._max_backoff = max_backoff
         # True while an append is being retried: the delivery watchdog does not count that
         # time against the consumer (cancelling it would dead-letter a batch whose windows a

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup
 
+from balancer.protocols import QueueBalancer, QueueDistributionChange
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapter
 from streams.core.ids import QueueId
 
 from .context import AgentContext
+from .gc_policy import POLICY as GC_POLICY
 from .pulling_agent import PullingAgent
-
-if TYPE_CHECKING:  # balancer imports streams, which imports this module
-    from balancer.protocols import QueueBalancer, QueueDistributionChange
 
 log = logging.getLogger("headrace.agent")
 
@@ -60,12 +58,16 @@ class AgentManager:
         self._all_left.set()
         self._stopping = False
         self._tg: TaskGroup | None = None
+        self._gc_tuned = False
 
     async def start(self, tg: TaskGroup, worker: str, queues: Sequence[QueueId]) -> None:
         """Start reading in ``tg``: every one of ``queues`` with no balancer; otherwise join
         the balancer as ``worker``, start agents for its first share and keep following it
         (its maintenance loop runs in ``tg``)."""
         self._tg = tg
+        if self.context.options.tune_gc and not self._gc_tuned:
+            self._gc_tuned = True
+            GC_POLICY.enter()
         if self.balancer is None:
             for queue in queues:
                 await self.add_queue(queue)
@@ -155,6 +157,14 @@ class AgentManager:
         under way, then shut the balancer down, which frees the leases at once so other
         workers take the queues over without waiting for them to expire."""
         self._stopping = True
+        try:
+            await self._stop_agents()
+        finally:
+            if self._gc_tuned:
+                self._gc_tuned = False
+                GC_POLICY.leave()
+
+    async def _stop_agents(self) -> None:
         # Shielded: a cancelled worker (Ctrl-C) still hands its queues back rather than
         # leaving them idle until the leases expire. Bounded by the agents' shutdown_timeout.
         with anyio.CancelScope(shield=True):

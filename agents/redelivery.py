@@ -1,6 +1,6 @@
 """Delivering a batch again after its consumer raised (Orleans retries a failed delivery with
-back-off until ``MaxEventDeliveryTime``), and what a delivery that never succeeded leaves
-behind: the traceback text its dead letter keeps.
+back-off until ``MaxEventDeliveryTime``); what one that never succeeded leaves behind is in
+:mod:`agents.letters`.
 
 A consumer's error is often passing (a database restarting, a lock held a moment too long):
 a retry a little later delivers the batch, with nothing dead-lettered and nothing reordered
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -56,9 +55,3 @@ async def redeliver(
             error = exc
         delay *= 2
     return error
-
-
-def failure_detail(subscription_id: str, error: BaseException) -> str:
-    """A failed delivery's dead-letter detail: the subscription, then the error with its
-    traceback, as Python prints it (just the error when it was never raised, a timeout)."""
-    return f"{subscription_id}: " + "".join(traceback.format_exception(error)).rstrip()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from cache.protocols import QueueCache, QueueCacheCursor
+from cache.protocols import CachedBatch, QueueCache, QueueCacheCursor
 from streams.adapters.protocols import RewindableReceiver
 from streams.core.batch import BatchContainer, EventBatch, QueueMessage
 from streams.core.errors import CacheMissError, DecodeError
@@ -73,9 +73,9 @@ class RewindCursor:
             return None
         return self._buffer[0].sequence if self._buffer else self._next_sequence
 
-    def current(self) -> _HistoryBatch | None:  # type: ignore[override]
+    def current(self) -> CachedBatch | None:
         if self._joined is not None:
-            return self._joined.current()  # type: ignore[return-value]
+            return self._joined.current()
         return self._buffer[0] if self._buffer else None
 
     def advance(self) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from streams.eventtime.snapshot import SnapshotError
 
-from .timed import EventTimeObserver
+from .activation import TimedActivation
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +32,18 @@ Upsert = tuple[str, str, int, int, bytes]  # key, position of the last event tak
 class ActivationStates:
     """Which activations stepped since their last saved snapshot, and what is being written."""
 
-    def __init__(self, key_of: Callable[[EventTimeObserver], StateKey]) -> None:
+    def __init__(self, key_of: Callable[[TimedActivation], StateKey]) -> None:
         self._key_of = key_of
-        self._dirty: set[EventTimeObserver] = set()
+        self._dirty: set[TimedActivation] = set()
         self._retired: list[StateKey] = []
-        self._writing: list[EventTimeObserver] = []
+        self._writing: list[TimedActivation] = []
         self._deleting: list[StateKey] = []
 
-    def changed(self, activation: EventTimeObserver) -> None:
+    def changed(self, activation: TimedActivation) -> None:
         if activation.snapshots and activation.unsaved:
             self._dirty.add(activation)
 
-    def retire(self, activation: EventTimeObserver) -> None:
+    def retire(self, activation: TimedActivation) -> None:
         """The activation ends (its stream was swept as quiet): its snapshot goes."""
         self._dirty.discard(activation)
         if activation.stored or activation in self._writing:
@@ -57,7 +57,7 @@ class ActivationStates:
         upserts: list[Upsert] = []
         deletes, self._retired = self._retired, []
         self._deleting = list(deletes)
-        keep: set[EventTimeObserver] = set()
+        keep: set[TimedActivation] = set()
         for activation in self._dirty:
             if activation.stepping():
                 keep.add(activation)  # never mid-step: its hold stays until the next one

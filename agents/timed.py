@@ -24,42 +24,53 @@ import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from streams.core.batch import EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import StreamId
-from streams.core.observer import _lift, _nothing
+from streams.core.observer import lift, nothing
 from streams.core.tokens import SequenceToken
 from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
-from streams.eventtime.processor import EventOutcome, Output
+from streams.eventtime.processor import EventOutcome, Output, Processor
 from streams.eventtime.release import TimestampOrder, position_of
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
 
+from .activation import TimedActivation
 from .handoff import HandoffTarget, HandoffWrites
 from .holdback import HoldBack
+from .order import QueueOrder
 from .turns import Turns
 
-__all__ = ["EventTimeDelivery", "EventTimeObserver", "HandoffTarget", "InputView", "event_time_of"]
+__all__ = ["EventTimeObserver", "InputView", "event_time_of"]
 
 
-def event_time_of(instance: Any) -> EventTime | None:
+def event_time_of(instance: object) -> EventTime | None:
+    """The ``event_time`` a consumer declares, if it is an event-time consumer.
+
+    >>> from streams.eventtime import Count, EventTime, Tumbling
+    >>> class Totals:
+    ...     event_time = EventTime(window=Tumbling(60), aggregate=Count())
+    >>> event_time_of(Totals()) is Totals.event_time, event_time_of(object())
+    (True, None)
+    """
     spec = getattr(instance, "event_time", None)
     return spec if isinstance(spec, EventTime) else None
 
 
 class EventTimeObserver:
-    """The observer the runtime delivers to, for an event-time consumer activation."""
+    """The one wrapper around an event-time consumer's instance (``target``): what its
+    consumers deliver to and its agent ticks (an ``agents.activation.TimedActivation``)."""
 
     # A batch it took is in its processor's windows: the runtime must not deliver it again
     # after a failure (it would be counted twice).
     redeliverable = False
+    user_on_next = None  # steps take turns (agents.turns): never called inline
 
     def __init__(
         self,
-        target: Any,
+        target: object,
         spec: EventTime,
         stream_id: StreamId,
         dead_letters: DeadLetterStore,
@@ -82,13 +93,13 @@ class EventTimeObserver:
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
         spec.check_consumer(type(target))
-        self._on_window = _lift(getattr(target, "on_window", None))
-        self._on_events = _lift(getattr(target, "on_events", None))
+        self._on_window = lift(getattr(target, "on_window", None))
+        self._on_events = lift(getattr(target, "on_events", None))
         self._user_on_events = getattr(target, "on_events", None)  # its result is read (merged)
-        self.on_error = _lift(getattr(target, "on_error", None)) or _nothing
+        self.on_error = lift(getattr(target, "on_error", None)) or nothing
         self.has_on_error = getattr(target, "on_error", None) is not None
-        self._user_completed = _lift(getattr(target, "on_completed", None)) or _nothing
-        self._user_watermark = _lift(getattr(target, "on_watermark", None))
+        self._user_completed = lift(getattr(target, "on_completed", None)) or nothing
+        self._user_watermark = lift(getattr(target, "on_watermark", None))
         self._last_watermark = self.processor.watermark
         # What the processor held before a step that is still being emitted: the processor
         # forgets a window as it closes it, but its events stay needed until the window is
@@ -99,7 +110,7 @@ class EventTimeObserver:
         self._unfinished: SequenceToken | None = None
         # Told after each step (its hold and next tick may have moved): the agent keeps
         # them in heaps rather than asking every activation at every ack and tick.
-        self.on_change: Callable[[EventTimeObserver], None] | None = None
+        self.on_change: Callable[[TimedActivation], None] | None = None
         # Snapshots (agents.state): while on, open windows do not hold the checkpoint; the
         # first event taken since the last saved snapshot does (and, while one is being
         # written, the first one that snapshot covers). Held events of a handoff and merges
@@ -114,9 +125,10 @@ class EventTimeObserver:
         self._taken: SequenceToken | None = None  # the last event taken
         self._skip_to: SequenceToken | None = None  # restored: what the snapshot already has
 
-    def for_input(self, name: str) -> InputView:
-        """What the stream of input ``name`` delivers to (several inputs)."""
-        return InputView(self, name)
+    def for_input(self, name: str, order: QueueOrder) -> InputView:
+        """What the stream of input ``name`` delivers to (several inputs), its batches
+        taking turns with the other inputs' in queue order."""
+        return InputView(self, name, order)
 
     async def on_next(self, batch: EventBatch, partition: str | None = None) -> None:
         part = partition or self._partition
@@ -170,8 +182,8 @@ class EventTimeObserver:
             out = step()
             self._changed()  # the new windows' hold counts before the emit can suspend
             await self._emit(out)
-            if self.holdback is not None:
-                self.holdback.observe(self.processor.merged, time.time())  # type: ignore[arg-type]
+            if self.holdback is not None and self.processor.merged is not None:  # several inputs
+                self.holdback.observe(self.processor.merged, time.time())
         except BaseException:
             self._unfinished = _lowest(self._unfinished, before)
             self.snapshots = False  # its state lost what the emit did not finish
@@ -332,66 +344,45 @@ class EventTimeObserver:
 
 class InputView:
     """One input's face of an activation with several inputs: the stream of that input
-    delivers to it, and it passes everything on to the activation under the input's name."""
+    delivers to it, and it passes everything on to the activation under the input's name,
+    its batches in their turn in queue order (``agents.keyed``)."""
 
-    def __init__(self, activation: EventTimeObserver, name: str) -> None:
+    __slots__ = ("activation", "name", "order")
+
+    redeliverable = False  # the activation's windows keep what it took
+    user_on_next = None  # every batch waits for its turn: never called inline
+
+    def __init__(self, activation: EventTimeObserver, name: str, order: QueueOrder) -> None:
         self.activation = activation
         self.name = name
-        self.on_error = activation.on_error  # the activation's, as the stream's consumer sees it
-        self.has_on_error = activation.has_on_error
+        self.order = order
+
+    @property
+    def target(self) -> object:
+        return self.activation.target
+
+    @property
+    def has_on_error(self) -> bool:
+        return self.activation.has_on_error
+
+    @property
+    def waiting_on_handoff(self) -> bool:
+        return self.activation.waiting_on_handoff
 
     async def on_next(self, batch: EventBatch) -> None:
-        await self.activation.on_next(batch, self.name)
+        await self.order.deliver(self._take, batch)
+
+    def _take(self, batch: EventBatch) -> Awaitable[None]:
+        return self.activation.on_next(batch, self.name)
+
+    def on_error(self, error: BaseException) -> Awaitable[None]:
+        return self.activation.on_error(error)
 
     async def on_watermark(self, watermark: float) -> None:
         await self.activation.on_watermark(watermark, self.name)
 
     async def on_completed(self) -> None:
         await self.activation.on_completed(self.name)
-
-    async def on_tick(self, now: float) -> None:
-        await self.activation.on_tick(now)
-
-    @property
-    def waiting_on_handoff(self) -> bool:
-        return self.activation.waiting_on_handoff
-
-    def checkpoint_hold(self) -> SequenceToken | None:
-        return self.activation.checkpoint_hold()
-
-
-class EventTimeDelivery:
-    """What an event-time activation's consumers deliver to: the observer shape over an
-    :class:`EventTimeObserver` (its ``target``), with no bound method kept per activation.
-
-    >>> EventTimeDelivery(None).target is None
-    True
-    """
-
-    __slots__ = ("target",)
-
-    def __init__(self, target: EventTimeObserver) -> None:
-        self.target = target
-
-    @property
-    def has_on_error(self) -> bool:
-        return self.target.has_on_error
-
-    @property
-    def waiting_on_handoff(self) -> bool:
-        return self.target.waiting_on_handoff
-
-    def on_next(self, batch: EventBatch) -> Awaitable[None]:
-        return self.target.on_next(batch)
-
-    def on_error(self, error: BaseException) -> Awaitable[None]:
-        return self.target.on_error(error)
-
-    def on_completed(self) -> Awaitable[None]:
-        return self.target.on_completed()
-
-    def on_watermark(self, watermark: float) -> Awaitable[None]:
-        return self.target.on_watermark(watermark)
 
 
 def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
@@ -409,6 +400,6 @@ def _after(batch: EventBatch, position: SequenceToken) -> EventBatch:
     return batch.from_index(position.event_index + 1)
 
 
-def _follows_clock_for_accepted(processor: Any) -> bool:
+def _follows_clock_for_accepted(processor: Processor) -> bool:
     policy = processor.policy
     return policy.late_arrival is not None and policy.action is Action.ACCEPT

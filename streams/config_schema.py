@@ -263,6 +263,7 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "delivery_retry_backoff": _positive_duration,
         "stream_inactivity_period": _positive_duration,
         "fault_on_error": _flag,
+        "tune_gc": _flag,
         "shutdown_timeout": _positive_duration,
         "max_read_backoff": _positive_duration,
     },

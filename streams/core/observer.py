@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 from streams.core.batch import EventBatch
 
@@ -57,26 +57,59 @@ def is_coroutine_function(fn: Callable[..., Any]) -> bool:
     return known
 
 
-def _lift(fn: Callable[..., Any] | None) -> Callable[..., Awaitable[None]] | None:
-    """An async function that calls ``fn`` and awaits it if it returned an awaitable."""
+@overload
+def lift(fn: None) -> None: ...
+
+
+@overload
+def lift(fn: Callable[..., Any]) -> Callable[..., Awaitable[None]]: ...
+
+
+@overload
+def lift(fn: Callable[..., Any] | None) -> Callable[..., Awaitable[None]] | None: ...
+
+
+def lift(fn: Callable[..., Any] | None) -> Callable[..., Awaitable[None]] | None:
+    """An async function that calls ``fn`` and awaits it if it returned an awaitable
+    (``fn`` itself when it is a coroutine function; None for None).
+
+    >>> import anyio
+    >>> seen = []
+    >>> anyio.run(lift(seen.append), 1), seen
+    (None, [1])
+    """
     if fn is None:
         return None
     if is_coroutine_function(fn):
         return fn
 
-    async def call(*args: Any) -> None:
-        result = fn(*args)
+    return _Lifted(fn)
+
+
+class _Lifted:
+    """``fn`` as an async callable: one slotted object per adapted hook, where a closure
+    was three (function, cell, tuple) for the collector to walk in each of a worker's
+    100,000 activations."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    async def __call__(self, *args: Any) -> None:
+        result = self.fn(*args)
         if result is not None and inspect.isawaitable(result):
             await result
 
-    return call
 
-
-async def _nothing(*_: Any) -> None:
+async def nothing(*_: Any) -> None:
+    """The hook a consumer did not write."""
     return None
 
 
 class _AdaptedObserver:
+    """The one wrapper around a user's observer or callable (an ``agents.activation.Activation``)."""
+
     __slots__ = (
         "target",
         "user_on_next",
@@ -84,20 +117,22 @@ class _AdaptedObserver:
         "on_error",
         "on_completed",
         "on_watermark",
-        "on_tick",
         "has_on_error",
     )
 
+    redeliverable = True  # a failed batch may be delivered again: it keeps nothing of it
+    waiting_on_handoff = False  # only the runtime's event-time activations hand off
+
     def __init__(self, target: Any, on_next: Callable[..., Any]) -> None:
         self.target = target
-        self.user_on_next = on_next  # as the user wrote it (the agent may call it directly)
-        self.on_next = _lift(on_next)
+        # As the user wrote it (the agent may call it directly); None: only through on_next.
+        self.user_on_next: Callable[..., Any] | None = on_next
+        self.on_next = lift(on_next)
         on_error = getattr(target, "on_error", None) if target is not on_next else None
         self.has_on_error = on_error is not None
-        self.on_error = _lift(on_error) or _nothing
-        self.on_completed = _lift(getattr(target, "on_completed", None)) or _nothing
-        self.on_watermark = _lift(getattr(target, "on_watermark", None)) or _nothing
-        self.on_tick = _lift(getattr(target, "on_tick", None))  # event-time consumers only
+        self.on_error = lift(on_error) or nothing
+        self.on_completed = lift(getattr(target, "on_completed", None)) or nothing
+        self.on_watermark = lift(getattr(target, "on_watermark", None)) or nothing
 
 
 def as_observer(target: Any) -> _AdaptedObserver:

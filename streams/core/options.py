@@ -27,6 +27,9 @@ class StreamProviderOptions:
     # Detach a consumer holding a full cache this long: it goes on from the durable queue and
     # the others from the cache. Queues that cannot be re-read (memory) ignore it.
     slow_consumer_timeout: float | None = 30.0
+    # While a worker runs, tune the process's garbage collector for many long-lived
+    # activations (agents.gc_policy); False leaves it as the application set it.
+    tune_gc: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -30,7 +30,7 @@ from streams.eventtime.metrics import Counters
 from streams.eventtime.policy import Reason
 
 if TYPE_CHECKING:
-    from agents.consumer import StreamConsumer
+    from agents.delivery import StreamConsumer
     from agents.pulling_agent import PullingAgent
     from streams.provider import StreamProvider
 

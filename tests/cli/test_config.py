@@ -12,6 +12,7 @@ from streams.adapters.embedded import EmbeddedAdapterFactory
 from streams.adapters.kafka import KafkaAdapterFactory
 from streams.config import load_config
 from streams.core.errors import ConfigurationError
+from streams.core.options import StreamProviderOptions
 from streams.eventtime import Hopping, Tumbling
 
 from .helpers import ROOT, clean_env, headrace, json_of, one_error_line
@@ -100,6 +101,7 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
             "HEADRACE_PROVIDER__QUEUES": "16",
             "HEADRACE_AGENT__SHUTDOWN_TIMEOUT": "250ms",
             "HEADRACE_AGENT__FAULT_ON_ERROR": "true",
+            "HEADRACE_AGENT__TUNE_GC": "false",
             "HEADRACE_TIME__WINDOW": "hopping:10m:1m",
             "HEADRACE_TIME__LATE_ARRIVAL": "off",
             "HEADRACE_TEST_SOMETHING": "not a setting: no double underscore",
@@ -107,6 +109,7 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
     )
     assert config.provider_settings.queues == 16
     assert config.options.shutdown_timeout == 0.25 and config.options.fault_on_error is True
+    assert config.options.tune_gc is False and StreamProviderOptions().tune_gc is True
     assert config.time.window == Hopping(600.0, 60.0) and config.time.policy.late_arrival is None
     assert config.sources["provider.queues"] == "HEADRACE_PROVIDER__QUEUES"
     assert config.sources["provider.path"] == f"{file}: provider.path"

@@ -8,7 +8,7 @@ import functools
 
 import anyio
 
-from agents.consumer import _never_suspends
+from agents.inline import never_suspends
 from streams import StreamId, StreamProvider
 
 from .conftest import Recorder, drained
@@ -47,12 +47,12 @@ class _Counter:
 
 
 def test_only_a_coroutine_function_without_await_counts_as_never_suspending():
-    assert _never_suspends(_counts) and _never_suspends(_Counter().on_next)
-    assert not _never_suspends(_awaits)
-    assert not _never_suspends(_iterates) and not _never_suspends(_enters)
-    assert not _never_suspends(_wrapped(_counts))  # the wrapper runs, whatever it wraps
-    assert not _never_suspends(functools.partial(_counts))
-    assert not _never_suspends(len)
+    assert never_suspends(_counts) and never_suspends(_Counter().on_next)
+    assert not never_suspends(_awaits)
+    assert not never_suspends(_iterates) and not never_suspends(_enters)
+    assert not never_suspends(_wrapped(_counts))  # the wrapper runs, whatever it wraps
+    assert not never_suspends(functools.partial(_counts))
+    assert not never_suspends(len)
 
 
 async def test_consumers_called_inline_keep_no_task_while_caught_up():

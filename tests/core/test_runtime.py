@@ -329,9 +329,9 @@ async def test_acks_wait_for_every_consumer():
 
 
 def test_acknowledged_positions_read_as_a_sequence_of_tokens():
-    from agents.pulling_agent import _Tokens
+    from agents.checkpoint import Tokens
 
-    tokens = _Tokens([3, 4, 7])
+    tokens = Tokens([3, 4, 7])
     assert len(tokens) == 3 and list(tokens) == [SequenceToken(3), SequenceToken(4), SequenceToken(7)]
     assert tokens[-1] == SequenceToken(7) and tokens[1:] == [SequenceToken(4), SequenceToken(7)]
     assert max(t.sequence_number for t in tokens) == 7

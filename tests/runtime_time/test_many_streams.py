@@ -180,7 +180,8 @@ async def _come_and_go(windowed: bool, rounds: int, per_round: int) -> tuple[lis
             _STREAM_IDS.clear()
             gc.collect()
             blocks.append(sys.getallocatedblocks())
-            objects.append(len(gc.get_objects()))
+            # The worker's collector policy freezes survivors (agents.gc_policy): they count too.
+            objects.append(len(gc.get_objects()) + gc.get_freeze_count())
     assert seen[0] == rounds * per_round
     return blocks, objects
 

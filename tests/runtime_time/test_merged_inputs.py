@@ -171,6 +171,54 @@ async def test_windows_over_merged_inputs_close_by_the_slower_input():
     assert results == [("p", 0, 5.5), ("p", 10, 5.0)]
 
 
+async def test_a_batch_whose_step_raised_is_not_delivered_again_to_a_merged_activation():
+    # Its events are in the activation's windows already: delivering the batch again would
+    # count them twice. A single-input activation is never redelivered to; one of several
+    # inputs, delivered to through an input's view, must not be either.
+    provider = StreamProvider.memory(
+        queues=2, co_partitioned=[("tolls", "fees")], delivery_retry_backoff=0.01, max_event_delivery_time=2.0
+    )
+    results: list = []
+    errors: list = []
+
+    @provider.implicit("tolls", "fees")
+    class Revenue:
+        event_time = EventTime(
+            OrderingPolicy(timestamp_by="t"),
+            Tumbling(10, origin=T0),
+            Sum(),
+            select="amount",
+            inputs=("tolls", "fees"),
+        )
+
+        def __init__(self, stream_id):
+            self.failed = False
+
+        def on_window(self, result):
+            if not self.failed:  # the first window closed: a consumer's bug, once
+                self.failed = True
+                raise RuntimeError("on_window failed")
+            results.append((result.start - T0, result.value))
+
+        def on_error(self, error):
+            errors.append(str(error))
+
+    async with provider:
+        for offset, amount in [(1, 2.0), (12, 5.0), (15, 1.0)]:
+            await _publish(provider, "tolls", "p", offset, amount=amount)
+        await _publish(provider, "fees", "p", 3, amount=0.5)
+        await drained(provider)
+        await _publish(provider, "fees", "p", 21, amount=0.25)  # closes [0, 10) only: on_window raises
+        await drained(provider)
+        await _publish(provider, "tolls", "p", 40, amount=1.0)
+        await _publish(provider, "fees", "p", 40, amount=1.0)  # closes [10, 20) and [20, 30)
+        await drained(provider)
+        letters = await provider.dead_letters.list(reason="delivery_failed")
+    assert results == [(10, 6.0), (20, 0.25)]  # the fee of 0.25 at 21 counted once
+    assert errors == ["on_window failed"]
+    assert [(d.stream, d.value["amount"]) for d in letters] == [("fees/p", 0.25)]
+
+
 def test_a_merged_type_must_read_exactly_its_inputs():
     provider = StreamProvider.memory(queues=2, co_partitioned=[("tolls", "prices", "fees")])
 

@@ -25,29 +25,26 @@ variables sees the agent's.)
 
 from __future__ import annotations
 
-import dis
-import functools
-import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from types import CodeType
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
 
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch
-from streams.core.deadletters import DeadLetter
 from streams.core.errors import DecodeError, DeliveryTimeoutError
 from streams.core.failures import DeliveryFailure
 from streams.core.ids import StreamId
 from streams.core.logcontext import enter_fields, leave_fields
-from streams.core.observer import is_coroutine_function
 from streams.core.tokens import SequenceToken
 
+from .activation import Activation
 from .context import AgentContext
-from .redelivery import failure_detail, redeliver
+from .inline import inline_on_next
+from .letters import failed_letters, undecodable_letter
+from .redelivery import redeliver
 
 log = logging.getLogger("headrace.agent")
 
@@ -77,7 +74,7 @@ class StreamConsumer:
         "_spawn",
         "_has_task",
         "_call_now",
-        "_handoff",
+        "_begun",
         "implicit",
         "_redelivers",
         "_log_fields",
@@ -88,7 +85,7 @@ class StreamConsumer:
         self,
         subscription_id: str,
         stream_id: StreamId,
-        observer: Any,
+        observer: Activation,
         cursor: QueueCacheCursor,
         context: AgentContext,
         *,
@@ -96,7 +93,7 @@ class StreamConsumer:
         durable: bool = False,
         implicit: bool = False,
         log_fields: Mapping[str, Any] | None = None,
-        spawn: Callable[[Callable[[], Awaitable[None]]], None],
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
         working: set[StreamConsumer] | None = None,
     ) -> None:
         self.subscription_id = subscription_id
@@ -122,12 +119,12 @@ class StreamConsumer:
         # The agent's consumers that have a task now (the only ones with anything in flight):
         # its watchdog and drain look at these, not at every consumer.
         self._working: set[StreamConsumer] = set() if working is None else working
-        self._call_now = _immediate_on_next(observer)  # None: only the task calls on_next
+        self._call_now = inline_on_next(observer)  # None: only the task calls on_next
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
-        self._handoff: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[Any]] | None = None
+        self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
         # An observer that keeps what it was given (an event-time activation's processor)
         # says so: delivering the batch again would count it twice.
-        self._redelivers: bool = getattr(getattr(observer, "target", observer), "redeliverable", True)
+        self._redelivers = observer.redeliverable
         self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
 
     @property
@@ -180,37 +177,38 @@ class StreamConsumer:
                 return False  # watermarks and completions are awaited by the task
             batch = self._batch_of(item)
             if batch:
-                pending: Awaitable[Any] | Exception | None
+                pending: Awaitable[object] | Exception | None
                 try:
                     pending = call(batch)
                 except Exception as exc:
                     pending = exc
                 if pending is not None:
-                    self._hand_over(cursor, item, batch, pending)
+                    self._leave_to_task(cursor, item, batch, pending)
                     return False
             self.delivered_batches += 1
             self.delivered_events += len(batch)
             cursor.advance()
         return True
 
-    def _hand_over(
+    def _leave_to_task(
         self,
         cursor: QueueCacheCursor,
         item: CachedBatch,
         batch: EventBatch,
-        pending: Exception | Awaitable[Any],
+        pending: Exception | Awaitable[object],
     ) -> None:
         """Leave a delivery begun in the agent for a task to finish: it counts as in
         flight (for ``idle``, the watchdog and detaching) until the task is done with it."""
         self._deadline = time.monotonic() + self._context.options.max_event_delivery_time
         self._delivering = True
-        self._handoff = (cursor, item, batch, pending)
+        self._begun = (cursor, item, batch, pending)
         if not isinstance(pending, Exception):
             self._call_now = None  # it returns awaitables: a task calls it from now on
 
-    async def _finish_handoff(self) -> None:
-        cursor, item, batch, pending = self._handoff  # type: ignore[misc]
-        self._handoff = None
+    async def _finish_begun(self) -> None:
+        assert self._begun is not None
+        cursor, item, batch, pending = self._begun
+        self._begun = None
         if isinstance(pending, Exception):
             await self._retry(item, batch, pending)
         else:
@@ -238,7 +236,7 @@ class StreamConsumer:
         A watchdog instead of a timeout around every batch: a deadline costs one float per
         delivery, where a timer per batch cost a quarter of the agent's time."""
         if self._delivering and now > self._deadline and self._scope is not None:
-            if getattr(self.observer, "waiting_on_handoff", False):
+            if self.observer.waiting_on_handoff:
                 # The runtime's own append is riding out an outage with the checkpoint held:
                 # not the consumer's time. It gets a whole limit again once the append is in.
                 self._deadline = now + self._context.options.max_event_delivery_time
@@ -275,9 +273,9 @@ class StreamConsumer:
 
     async def _deliver_all(self) -> None:
         limit = self._context.options.max_event_delivery_time
-        while not self._closed or self._handoff is not None:
-            if self._handoff is not None:  # finished even after close(), as a delivery in flight is
-                await self._finish_handoff()
+        while not self._closed or self._begun is not None:
+            if self._begun is not None:  # finished even after close(), as a delivery in flight is
+                await self._finish_begun()
                 continue
             cursor = self.cursor
             item = cursor.current()
@@ -369,22 +367,8 @@ class StreamConsumer:
         token = batch[0].token if batch else item.message.token
         await self._tell_observer(error)
         if batch:
-            detail = failure_detail(self.subscription_id, error)
-            await self._context.dead_letters.add(
-                [
-                    DeadLetter(
-                        "delivery_failed",
-                        stream=str(self.stream_id),
-                        queue=item.message.queue.number,
-                        sequence_number=e.token.sequence_number,
-                        event_index=e.token.event_index,
-                        value=e.value,
-                        event_time=e.event_time,
-                        detail=detail,
-                    )
-                    for e in batch
-                ]
-            )
+            letters = failed_letters(self.subscription_id, str(self.stream_id), item.message.queue.number, batch, error)
+            await self._context.dead_letters.add(letters)
         await self._context.failure_handler.on_delivery_failure(
             DeliveryFailure(self.subscription_id, self.stream_id, token, error, self.faulted)
         )
@@ -401,21 +385,10 @@ class StreamConsumer:
         if container.dead_lettered:
             return
         container.dead_lettered = True
-        await self._context.dead_letters.add(
-            [
-                DeadLetter(
-                    "undecodable",
-                    stream=str(self.stream_id),
-                    queue=item.message.queue.number,
-                    sequence_number=item.message.sequence_number,
-                    payload=item.message.payload,
-                    detail=str(error),
-                )
-            ]
-        )
+        await self._context.dead_letters.add([undecodable_letter(item.message, error, str(self.stream_id))])
 
     async def _tell_observer(self, error: Exception) -> None:
-        if getattr(self.observer, "has_on_error", True):
+        if self.observer.has_on_error:
             try:
                 await self.observer.on_error(error)
             except Exception:  # a consumer's on_error must not stop its delivery either
@@ -428,56 +401,3 @@ class StreamConsumer:
         await self._context.failure_handler.on_delivery_failure(
             DeliveryFailure(self.subscription_id, self.stream_id, None, error, False)
         )
-
-
-def _immediate_on_next(observer: Any) -> Callable[[EventBatch], Awaitable[Any] | None] | None:
-    """``on_next`` as a call that runs to completion where it is made, returning what is
-    still to be awaited (an awaitable a plain function returned), or ``None`` if ``on_next``
-    may suspend (then only the consumer's task calls it)."""
-    fn = getattr(observer, "user_on_next", None)  # the function as_observer adapted
-    if fn is None:
-        return None
-    if is_coroutine_function(fn):
-        return _completing(fn) if _never_suspends(fn) else None
-    return _calling(fn)
-
-
-def _never_suspends(fn: Callable[..., Any]) -> bool:
-    """A coroutine function whose body has no ``await`` (nor ``async for``/``async with``,
-    which await too) runs to its end on the first step of its coroutine: every suspension
-    point compiles to a YIELD_VALUE. Only the code that will run is read (a bound method's
-    function, not what a decorator wraps); anything else counts as suspending."""
-    return _code_never_suspends(getattr(getattr(fn, "__func__", fn), "__code__", None))
-
-
-@functools.lru_cache(maxsize=4096)  # per code object: once per consumer type, not per stream
-def _code_never_suspends(code: CodeType | None) -> bool:
-    return (
-        code is not None
-        and bool(code.co_flags & inspect.CO_COROUTINE)
-        and _YIELD_VALUE not in code.co_code[::2]  # the opcodes, not their arguments
-    )
-
-
-_YIELD_VALUE = dis.opmap["YIELD_VALUE"]
-
-
-def _calling(fn: Callable[..., Any]) -> Callable[[EventBatch], Awaitable[Any] | None]:
-    """A plain callable, called as ``streams.core.observer._lift`` calls it: an awaitable it
-    returns has not started, so the task may await it."""
-
-    def call(batch: EventBatch) -> Awaitable[Any] | None:
-        result = fn(batch)
-        return result if result is not None and inspect.isawaitable(result) else None
-
-    return call
-
-
-def _completing(fn: Callable[..., Any]) -> Callable[[EventBatch], None]:
-    def call(batch: EventBatch) -> None:
-        # Iterating the coroutine runs its body to the end; it yields nothing, having no
-        # suspension point. (Cheaper than send(None), which ends by raising StopIteration.)
-        for _ in fn(batch).__await__():
-            raise RuntimeError(f"{fn!r} suspended although it has no await")
-
-    return call

@@ -1,0 +1,113 @@
+"""What the agents deliver to: the boundary between a queue's pulling agent and the consumers.
+
+:class:`Activation` is what a subscription's :class:`~agents.delivery.StreamConsumer`
+delivers to: an activation of a consumer type, or an in-process observer
+(:func:`streams.core.observer.as_observer` adapts either shape a user writes). An event-time
+activation (:class:`agents.timed.EventTimeObserver`) is also a :class:`TimedActivation`:
+the agent ticks it while its stream is silent, its open windows hold the queue's
+checkpoint, and its state may be saved with that checkpoint (:mod:`agents.state`).
+
+Both are structural: nothing subclasses them, and checking one costs nothing at run time.
+
+>>> from streams.core.observer import as_observer
+>>> seen = []
+>>> activation: Activation = as_observer(seen.extend)
+>>> activation.redeliverable, activation.has_on_error, activation.waiting_on_handoff
+(True, False, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from streams.core.batch import EventBatch
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
+
+
+class Activation(Protocol):
+    """What a consumer's cursor delivers to, one batch (or watermark, or completion) at a time."""
+
+    @property
+    def target(self) -> object:
+        """The user's object behind it (deactivated with it; named in log lines)."""
+        ...
+
+    @property
+    def has_on_error(self) -> bool:
+        """The user wrote an ``on_error``: failures are told to it."""
+        ...
+
+    @property
+    def redeliverable(self) -> bool:
+        """A batch whose delivery raised may be delivered again (False when what it took
+        is kept, as in an event-time activation's windows: it would be counted twice)."""
+        ...
+
+    @property
+    def waiting_on_handoff(self) -> bool:
+        """The runtime's own append of its output is riding out an outage (the delivery
+        watchdog does not count that time against the consumer)."""
+        ...
+
+    @property
+    def user_on_next(self) -> Callable[[EventBatch], object] | None:
+        """``on_next`` as the user wrote it, which the agent may call where the data arrives
+        (:mod:`agents.inline`); None when only the consumer's task may call it."""
+        ...
+
+    def on_next(self, batch: EventBatch) -> Awaitable[None]: ...
+
+    def on_error(self, error: BaseException) -> Awaitable[None]: ...
+
+    def on_completed(self) -> Awaitable[None]: ...
+
+    def on_watermark(self, watermark: float) -> Awaitable[None]: ...
+
+
+class TimedActivation(Activation, Protocol):
+    """An event-time activation, as its pulling agent sees it.
+
+    Ticks and holds: after each step it calls ``on_change`` with itself, and the agent then
+    reads :meth:`checkpoint_hold` and :meth:`next_tick` (kept in heaps, not asked of every
+    activation at every acknowledgement and timer). Snapshots: the members
+    :class:`agents.state.ActivationStates` reads and calls while saving its state."""
+
+    on_change: Callable[[TimedActivation], None] | None
+
+    def __hash__(self) -> int: ...  # kept in sets and heaps by identity
+
+    @property
+    def stream_id(self) -> StreamId: ...
+
+    def on_tick(self, now: float) -> Awaitable[None]:
+        """The processing clock moved (wall-clock seconds ``now``) and nothing arrived."""
+        ...
+
+    def next_tick(self) -> float | None:
+        """When a tick would next change something (None: no tick ever would)."""
+        ...
+
+    def checkpoint_hold(self) -> SequenceToken | None:
+        """The oldest queue position it still needs (None: none)."""
+        ...
+
+    def has_state(self) -> bool:
+        """Open windows or held events: it stays active while its stream is quiet."""
+        ...
+
+    # -- saved state (agents.state) ------------------------------------------------------
+    snapshots: bool  # its state is saved with the checkpoint (no hold at its open windows)
+    stored: bool  # a snapshot of it is in the store
+    unsaved: bool  # stepped since its last snapshot was taken
+
+    def enable_snapshots(self) -> bool: ...
+
+    def stepping(self) -> bool: ...
+
+    def begin_snapshot(self) -> tuple[SequenceToken | None, bytes | None]: ...
+
+    def end_snapshot(self, ok: bool) -> None: ...
+
+    def restore(self, position: SequenceToken, state: bytes) -> None: ...

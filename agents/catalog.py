@@ -1,0 +1,278 @@
+"""The activations and consumers of one queue's streams (Orleans' ``Catalog``): attached when
+a stream becomes active, ended when it is closed, with their event-time state restored from
+what the queue's store saved.
+
+A stream's consumer types each get one activation (one per key for a type fed by several
+namespaces, :mod:`agents.keyed`): the user's instance, delivered to through the one wrapper
+its shape needs, an :class:`~agents.timed.EventTimeObserver` for an event-time type (which
+hands off to Spark when the type declares a handoff), else
+:func:`~streams.core.observer.as_observer`'s. Its ``on_activate`` and ``on_deactivate``
+hooks, if it has them, run in tasks of their own with the stream's log context.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, Protocol, TypeVarTuple
+
+import anyio
+
+from streams.core.deadletters import QueueDeadLetters
+from streams.core.ids import QueueId, StreamId
+from streams.core.logcontext import enter_fields
+from streams.core.observer import as_observer
+from streams.core.pubsub import SubscriptionState
+from streams.core.tokens import SequenceToken
+
+from .activation import Activation, TimedActivation
+from .context import AgentContext
+from .cursors import Cursors
+from .delivery import StreamConsumer
+from .handoff import HandoffTarget
+from .keyed import KeyedActivations
+from .state import ActivationStates, StateKey
+from .timed import EventTimeObserver, InputView, event_time_of
+
+log = logging.getLogger("headrace.agent")
+
+Ts = TypeVarTuple("Ts")
+
+
+class Spawn(Protocol):
+    """Starts a task in the agent's task group (as ``TaskGroup.start_soon`` does)."""
+
+    def __call__(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], /, *args: *Ts) -> None: ...
+
+
+class StreamState:
+    """What the agent knows of one active stream."""
+
+    __slots__ = ("consumers", "activations", "last_activity", "opening", "log_fields")
+
+    def __init__(self, log_fields: Mapping[str, Any]) -> None:
+        self.log_fields = log_fields  # worker, queue, stream: the log context of its deliveries
+        self.consumers: dict[str, StreamConsumer] = {}
+        self.activations: dict[type, Activation] = {}  # consumer type -> what is delivered to
+        self.last_activity = time.monotonic()
+        # Set, and dropped, once every consumer is attached: a plain attribute test on the
+        # hot path, and no event kept per stream.
+        self.opening: anyio.Event | None = anyio.Event()
+
+    async def opened(self) -> None:
+        opening = self.opening
+        if opening is not None:
+            await opening.wait()
+
+
+def timed_of(activation: Activation) -> EventTimeObserver | None:
+    """The event-time activation a consumer delivers to, directly or as one of its inputs."""
+    if isinstance(activation, EventTimeObserver):
+        return activation
+    if isinstance(activation, InputView):
+        return activation.activation
+    return None
+
+
+class Catalog:
+    """Makes and ends the activations of one queue's streams, and attaches their consumers."""
+
+    def __init__(
+        self,
+        queue: QueueId,
+        context: AgentContext,
+        cursors: Cursors,
+        working: set[StreamConsumer],
+        spawn: Spawn,
+        on_change: Callable[[TimedActivation], None],
+    ) -> None:
+        self.queue = queue
+        self._context = context
+        self._dead_letters = QueueDeadLetters(context.dead_letters, queue.number)  # letters name the queue
+        self._cursors = cursors
+        self._working = working  # the consumers with a task now (the agent's watchdog looks at these)
+        self._spawn = spawn
+        self._on_change = on_change  # one bound method for every activation
+        # Activations of types fed by several namespaces (a batch waits for its turn at most
+        # half as long as a delivery may take: it goes out of order before it would time out).
+        self.keyed = KeyedActivations(context.options.max_event_delivery_time / 2)
+        # Event-time state saved with the checkpoint, where the receiver can (agents.state).
+        self.states: ActivationStates | None = None
+        self._saved: dict[StateKey, tuple[SequenceToken, bytes]] = {}
+
+    def keep_states(self, saved: dict[StateKey, tuple[SequenceToken, bytes]]) -> ActivationStates:
+        """The queue's store saves event-time states with its checkpoint: restore these
+        (``saved``) as their activations are made, and collect new ones from now on."""
+        self._saved = saved
+        self.states = ActivationStates(self._state_key)
+        return self.states
+
+    def activation(self, state: StreamState, sid: StreamId, cls: type) -> Activation:
+        """One instance per stream id and consumer type, like an Orleans grain activation;
+        one per key for a type fed by several namespaces (see ``agents.keyed``)."""
+        observer = state.activations.get(cls)
+        if observer is None:
+            namespaces = self._context.registry.namespaces_of(cls)
+            instance: object | None
+            if namespaces:
+                observer, instance = self.keyed.observer_for(cls, sid, namespaces[0], self._make)
+            else:
+                timed, instance = self._make(cls, sid)
+                observer = timed if timed is not None else as_observer(instance)
+            state.activations[cls] = observer
+            if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
+                self._spawn(call_hook, instance, "on_activate", state.log_fields)
+        return observer
+
+    async def attach_all(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
+        """Attach every consumer of the newly active stream ``sid`` (but ``skip``, which the
+        caller attaches from its own token): the implicit activations of its namespace, the
+        in-process observers and the durable subscriptions."""
+        registry = self._context.registry
+        try:
+            for cls in registry.implicit_types(sid.namespace):
+                await self.attach(
+                    state,
+                    sid,
+                    f"implicit:{registry.type_name(cls)}",
+                    self.activation(state, sid, cls),
+                    implicit=True,
+                )
+            for sub in registry.observers(sid):
+                if sub.subscription_id != skip:
+                    await self.attach(state, sid, sub.subscription_id, as_observer(sub.observer))
+            for record in await self._context.pubsub.subscriptions(sid):
+                if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
+                    cls = registry.get_type(record.consumer_type)
+                    await self.attach(
+                        state, sid, record.subscription_id, self.activation(state, sid, cls), durable=True
+                    )
+        finally:
+            opening, state.opening = state.opening, None
+            assert opening is not None
+            opening.set()
+
+    async def attach(
+        self,
+        state: StreamState,
+        sid: StreamId,
+        subscription_id: str,
+        observer: Activation,
+        token: SequenceToken | None = None,
+        *,
+        durable: bool = False,
+        implicit: bool = False,
+    ) -> StreamConsumer:
+        """Attach a consumer of ``sid`` delivering to ``observer`` from ``token`` (None: from
+        the stream's next data) and start it."""
+        cursor, miss = self._cursors.open(sid, token)
+        consumer = StreamConsumer(
+            subscription_id,
+            sid,
+            observer,
+            cursor,
+            self._context,
+            start_token=None if miss else token,
+            durable=durable,
+            implicit=implicit,
+            log_fields=state.log_fields,
+            spawn=self._spawn,
+            working=self._working,
+        )
+        state.consumers[subscription_id] = consumer
+        if miss is not None:
+            await consumer.report_error(miss)
+        consumer.start()
+        return consumer
+
+    def _make(self, cls: type, sid: StreamId) -> tuple[EventTimeObserver | None, object]:
+        """``(its event-time activation, or None; the user's instance)`` of a new activation."""
+        instance = cls(sid)
+        spec = event_time_of(instance)
+        if spec is None:
+            return None, instance
+        timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))
+        timed.on_change = self._on_change
+        if self.states is not None and timed.enable_snapshots():
+            self._restore(timed)
+        return timed, instance
+
+    def _handoff_for(self, cls: type, sid: StreamId) -> HandoffTarget | None:
+        """Where this consumer type's finalized output goes, if it hands off to Spark."""
+        stream = getattr(getattr(cls, "handoff", None), "stream", None)
+        sink = self._context.handoff_sinks.get(stream) if isinstance(stream, str) else None
+        if sink is None or not isinstance(stream, str):
+            return None
+        consumer = self._context.registry.type_name(cls) or cls.__qualname__
+        return HandoffTarget(sink, str(sid), consumer, self.queue.number, stream)
+
+    def _state_key(self, activation: TimedActivation) -> StateKey:
+        cls = type(activation.target)
+        return (self._context.registry.type_name(cls) or cls.__qualname__, str(activation.stream_id))
+
+    def _restore(self, activation: TimedActivation) -> None:
+        saved = self._saved.pop(self._state_key(activation), None)
+        if saved is None:
+            return
+        try:
+            activation.restore(*saved)
+        except Exception:
+            log.exception(
+                "%s: the saved state of %s on %s cannot be restored",
+                self.queue,
+                type(activation.target).__qualname__,
+                activation.stream_id,
+            )
+
+    def close(self, sid: StreamId, state: StreamState, *, stopping: bool) -> list[TimedActivation]:
+        """The stream ``sid`` is closed: deactivate the instances whose (last) stream it
+        was, and return their event-time activations (they hold and tick no more). Their
+        saved states go too, unless the agent is ``stopping`` (then they are kept for the
+        queue's next owner)."""
+        ended = self.keyed.leave(sid)  # activations of several streams whose last this was
+        registry = self._context.registry
+        gone: list[TimedActivation] = []
+        for cls, observer in state.activations.items():
+            timed = timed_of(observer)
+            if registry.namespaces_of(cls):  # shared by the streams of a key
+                if timed is None or not any(timed.target is e for e in ended):
+                    continue
+            else:
+                ended.append(observer.target)
+            if timed is not None:
+                timed.on_change = None
+                if self.states is not None and not stopping:
+                    self.states.retire(timed)
+                gone.append(timed)
+        for instance in ended:
+            if hasattr(instance, "on_deactivate"):
+                self._spawn(call_hook, instance, "on_deactivate", state.log_fields)
+        return gone
+
+
+def event_time_activations(states: Iterable[StreamState]) -> list[EventTimeObserver]:
+    """The event-time activations of these streams, each once (one of several inputs is
+    found through each of its streams)."""
+    found: dict[int, EventTimeObserver] = {}
+    for state in states:
+        for observer in state.activations.values():
+            timed = timed_of(observer)
+            if timed is not None:
+                found[id(timed)] = timed
+    return list(found.values())
+
+
+async def call_hook(instance: object, name: str, log_fields: Mapping[str, Any]) -> None:
+    """Call the user's ``on_activate`` or ``on_deactivate`` (sync or async) in a task of its
+    own; what it raises is logged, as a consumer's bug."""
+    hook = getattr(instance, name, None)
+    if hook is None:
+        return
+    enter_fields(log_fields)  # its own task: the context goes with it
+    try:
+        result = hook()
+        if hasattr(result, "__await__"):
+            await result
+    except Exception:
+        log.exception("%s of %s raised", name, type(instance).__qualname__)
