@@ -12,18 +12,15 @@ window's key, bounds and value (or the event itself), and the rest is handed off
 from __future__ import annotations
 
 import logging
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-import anyio
-
 from streams.core.deadletters import DeadLetter, DeadLetterStore
 from streams.core.errors import HandoffRefusedError
 from streams.core.outage import OutageLog
-from streams.core.retry import Backoff
+from streams.core.retry import Backoff, retry
 from streams.eventtime.processor import EventOutcome, WindowResult
 from streams.eventtime.release import Position
 
@@ -112,27 +109,32 @@ class HandoffWrites:
     async def _append_all(
         self, items: list[T], append: Callable[[list[T]], Awaitable[int]], letter: Callable[[T, str], DeadLetter]
     ) -> None:
-        backoff = Backoff(maximum=self._max_backoff)
-        began: float | None = None
-        while items:
-            try:
+        remaining = items
+
+        async def attempt() -> None:
+            # What the sink refuses for good is dead-lettered at once; only the rest is retried.
+            nonlocal remaining
+            while remaining:
                 try:
-                    await append(items)
-                    items = []
+                    await append(remaining)
+                    remaining = []
                 except HandoffRefusedError as refused:
                     await self._dead_letters.add([letter(item, why) for item, why in refused.refused])
                     gone = {id(item) for item, _ in refused.refused}
-                    items = [item for item in items if id(item) not in gone]
-            except Exception as exc:  # noqa: BLE001 - whatever failed, retrying may get through
-                if began is None:
-                    began = time.monotonic()
-                    log.debug("handoff append to %s failed", self.target.source, exc_info=True)
-                self._outage.failed(f"{type(exc).__name__}: {exc}", since=began)
-                self.retrying = True
-                await anyio.sleep(backoff.next())
-                continue
-        if began is not None:
-            self._outage.recovered()
+                    remaining = [item for item in remaining if id(item) not in gone]
+
+        def failed(exc: BaseException, attempt: int) -> None:
+            self.retrying = True
+            if attempt == 1:
+                log.debug("handoff append to %s failed", self.target.source, exc_info=exc)
+
+        await retry(
+            attempt,
+            what=f"handoff append to {self.target.source}",
+            outage=self._outage,
+            backoff=Backoff(maximum=self._max_backoff),
+            on_failure=failed,
+        )
 
     def _window_letter(self, window: WindowResult, why: str) -> DeadLetter:
         t = self.target
