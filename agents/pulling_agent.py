@@ -28,7 +28,6 @@ from anyio.abc import TaskGroup
 from cache.protocols import QueueCache
 from streams.adapters.embedded_state import StatefulReceiver
 from streams.adapters.protocols import QueueAdapterReceiver
-from streams.consumers import InProcessSubscription
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage, interned
 from streams.core.deadletters import DeadLetter
 from streams.core.errors import DecodeError
@@ -36,6 +35,7 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionRecord
+from streams.registry import InProcessSubscription
 
 from .activation import TimedActivation
 from .catalog import Catalog, StreamState, event_time_activations, timed_of

@@ -10,13 +10,14 @@
 - leases (:class:`LeaseProvider`): :class:`MemoryLeaseProvider`, :class:`SqliteLeaseProvider`.
 """
 
+from streams.adapters.mapper import HashRingQueueMapper
+
 from .base import BalancerOptions, QueueBalancerBase
 from .best_fit import best_fit_distribution, ideal_distribution, sticky_distribution
 from .clock import Clock, ManualClock, SystemClock
 from .dynamic import BestFitBalancer, mature_workers
 from .lease_based import LeaseBasedQueueBalancer, target_queue_count
 from .leases import MemoryLeaseProvider, TableLeaseProvider
-from .mapper import HashRingQueueMapper
 from .membership import MemoryMembership, TableMembership
 from .ownership import QueueOwnership
 from .protocols import (

@@ -20,7 +20,7 @@ from streams.core.ids import QueueId, StreamId
 class KeyedQueueMapper:
     """A queue mapper that places the namespaces of each group by key.
 
-    >>> from balancer.mapper import HashRingQueueMapper
+    >>> from streams.adapters.mapper import HashRingQueueMapper
     >>> mapper = KeyedQueueMapper(HashRingQueueMapper(8), [("tolls", "prices")])
     >>> all(mapper.get_queue_for_stream(StreamId("prices", k))
     ...     == mapper.get_queue_for_stream(StreamId("tolls", k)) for k in map(str, range(50)))

@@ -24,7 +24,7 @@ The writer side of the embedded log (used by the runtime)::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Loaded on first use (PEP 562): a worker that only declares ``Handoff`` needs neither
 # pyspark nor the Kafka client, and a Spark executor reading the log needs no runtime.
@@ -39,6 +39,8 @@ _HOMES = {
     "EventHandoff": "handoff",
     "Handoff": "handoff",
     "HandoffSink": "handoff",
+    "check_handoff": "handoff",
+    "handoff_of": "handoff",
     "KafkaHandoffLog": "kafka_log",
     "KafkaHandoffSink": "kafka_sink",
     "KafkaStorage": "kafka_storage",
@@ -77,6 +79,8 @@ __all__ = [
     "ReadOptions",
     "Segment",
     "UnknownHandoffStreamError",
+    "check_handoff",
+    "handoff_of",
     "register",
 ]
 
@@ -92,3 +96,22 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_HOMES))
+
+
+if TYPE_CHECKING:  # the lazy names, for type checkers (streams.backends types its handoff sinks by them)
+    from .datasource import HeadraceDataSource, register
+    from .errors import (
+        HandoffDataLostError,
+        HandoffSchemaError,
+        HandoffStoreNotFoundError,
+        UnknownHandoffStreamError,
+    )
+    from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, HandoffSink, check_handoff, handoff_of
+    from .kafka_log import KafkaHandoffLog
+    from .kafka_sink import KafkaHandoffSink
+    from .kafka_storage import KafkaStorage
+    from .log import HandoffLog, Segment
+    from .options import ReadOptions
+    from .schema import HandoffColumn, HandoffSchema
+    from .storage import EmbeddedStorage, HandoffSplit, HandoffStorage, OffsetRange
+    from .writer import HandoffWriter

@@ -2,34 +2,17 @@
 
 >>> from streams import StreamProvider, StreamId
 >>> provider = StreamProvider.memory(queues=8)
+
+The names below load on first use (PEP 562), as anyio's do: ``import streams`` (or
+``streams.core.ids``, which a Spark executor needs) loads neither the provider nor the agents.
 """
 
+from __future__ import annotations
+
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
-from streams.core.deadletters import DeadLetter, DeadLetterStore
-from streams.core.errors import (
-    CacheMissError,
-    ConfigurationError,
-    DecodeError,
-    DeliveryTimeoutError,
-    EncodeError,
-    HeadraceError,
-    ProviderClosedError,
-    PublishError,
-    QueueAdapterError,
-)
-from streams.core.failures import DeliveryFailure, StreamFailureHandler
-from streams.core.ids import QueueId, StreamId
-from streams.core.observer import StreamObserver
-from streams.core.options import StreamProviderOptions
-from streams.core.pubsub import PubSubStore, SubscriptionRecord
-from streams.core.records import RecordFormat
-from streams.core.tokens import SequenceToken
-
-# The rest loads on first use (PEP 562): a Spark executor or a tool that needs only the
-# floor (ids, errors, the store) does not pay for the provider, adapters, agents or aiokafka.
+# public name -> the module that defines it
 _HOMES = {
     "GeneratorConfig": "streams.adapters.generator",
     "QueueAdapter": "streams.adapters.protocols",
@@ -37,6 +20,32 @@ _HOMES = {
     "QueueAdapterReceiver": "streams.adapters.protocols",
     "QueueMapper": "streams.adapters.protocols",
     "RewindableReceiver": "streams.adapters.protocols",
+    "RecordFormat": "streams.core.records",
+    "BatchContainer": "streams.core.batch",
+    "BatchKind": "streams.core.batch",
+    "Event": "streams.core.batch",
+    "EventBatch": "streams.core.batch",
+    "QueueMessage": "streams.core.batch",
+    "DeadLetter": "streams.core.deadletters",
+    "DeadLetterStore": "streams.core.deadletters",
+    "CacheMissError": "streams.core.errors",
+    "ConfigurationError": "streams.core.errors",
+    "DecodeError": "streams.core.errors",
+    "DeliveryTimeoutError": "streams.core.errors",
+    "EncodeError": "streams.core.errors",
+    "HeadraceError": "streams.core.errors",
+    "ProviderClosedError": "streams.core.errors",
+    "PublishError": "streams.core.errors",
+    "QueueAdapterError": "streams.core.errors",
+    "DeliveryFailure": "streams.core.failures",
+    "StreamFailureHandler": "streams.core.failures",
+    "QueueId": "streams.core.ids",
+    "StreamId": "streams.core.ids",
+    "StreamObserver": "streams.core.observer",
+    "StreamProviderOptions": "streams.core.options",
+    "PubSubStore": "streams.core.pubsub",
+    "SubscriptionRecord": "streams.core.pubsub",
+    "SequenceToken": "streams.core.tokens",
     "StreamProvider": "streams.provider",
     "Stream": "streams.stream",
     "StreamSubscriptionHandle": "streams.stream",
@@ -81,7 +90,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'streams' has no attribute {name!r}")
@@ -92,3 +101,36 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_HOMES))
+
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from streams.adapters.generator import GeneratorConfig
+    from streams.adapters.protocols import (
+        QueueAdapter,
+        QueueAdapterFactory,
+        QueueAdapterReceiver,
+        QueueMapper,
+        RewindableReceiver,
+    )
+    from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
+    from streams.core.deadletters import DeadLetter, DeadLetterStore
+    from streams.core.errors import (
+        CacheMissError,
+        ConfigurationError,
+        DecodeError,
+        DeliveryTimeoutError,
+        EncodeError,
+        HeadraceError,
+        ProviderClosedError,
+        PublishError,
+        QueueAdapterError,
+    )
+    from streams.core.failures import DeliveryFailure, StreamFailureHandler
+    from streams.core.ids import QueueId, StreamId
+    from streams.core.observer import StreamObserver
+    from streams.core.options import StreamProviderOptions
+    from streams.core.pubsub import PubSubStore, SubscriptionRecord
+    from streams.core.records import RecordFormat
+    from streams.core.tokens import SequenceToken
+    from streams.provider import StreamProvider
+    from streams.stream import Stream, StreamSubscriptionHandle

@@ -12,40 +12,39 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 
 from agents.context import AgentContext
 from agents.manager import AgentManager
 from agents.pulling_agent import PullingAgent, new_subscription_id
+from balancer.base import BalancerOptions
 from balancer.keyed import KeyedQueueMapper, places_together
+from balancer.protocols import QueueBalancer
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
-from streams.adapters.embedded import EmbeddedAdapterFactory
-from streams.adapters.generator import GeneratorAdapterFactory, GeneratorConfig
-from streams.adapters.kafka import KafkaAdapterFactory
-from streams.adapters.memory import MemoryAdapterFactory
-from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory
+from streams.adapters.generator import GeneratorConfig
+from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueMapper
 from streams.adapters.retention import RetentionPolicy
-from streams.consumers import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
-from streams.core.deadletters import DeadLetterStore, MemoryDeadLetterStore
-from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
+from streams.backends.base import Backend
+from streams.backends.embedded import EmbeddedBackend
+from streams.backends.handoff import open_handoff_sinks
+from streams.backends.kafka import KafkaBackend
+from streams.backends.memory import MemoryBackend
+from streams.core.deadletters import DeadLetterStore
 from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
 from streams.core.failures import LoggingFailureHandler, StreamFailureHandler
 from streams.core.ids import QueueId, StreamId
+from streams.core.observer import as_observer
 from streams.core.options import StreamProviderOptions
-from streams.core.pubsub import MemoryPubSubStore, PubSubStore, SubscriptionRecord
-from streams.core.pubsub_embedded import EmbeddedPubSubStore
+from streams.core.pubsub import PubSubStore, SubscriptionRecord
 from streams.core.records import RecordFormat
 from streams.core.store import EmbeddedStore, Synchronous
 from streams.core.tokens import SequenceToken
-from streams.publisher import ContainerWriter, EventWriter, Publisher
+from streams.publisher import Publisher, start_publisher
+from streams.registry import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
 from streams.stream import Stream, StreamSubscriptionHandle
-
-if TYPE_CHECKING:  # balancer imports streams: no import cycle at run time
-    from balancer.base import BalancerOptions
-    from balancer.protocols import QueueBalancer
 
 log = logging.getLogger("headrace.provider")
 T = TypeVar("T", bound=type)
@@ -72,14 +71,16 @@ class StreamProvider:
 
     Workers: each ``async with provider:`` is one worker, named ``worker_name`` (unique among
     live workers; by default ``hostname-pid``). A ``balancer`` decides which queues it reads;
-    with none, the adapter factory's default if it has one (an embedded store: workers
-    sharing it balance the queues among themselves, timed by ``balancer_options``), else
-    every queue.
+    with none, the backend's default if it has one (an embedded store: workers sharing it
+    balance the queues among themselves, timed by ``balancer_options``), else every queue.
+
+    ``backend`` (:class:`~streams.backends.base.Backend`) is what it runs on: the
+    constructors below make one; pub-sub and dead letters default to the backend's.
     """
 
     def __init__(
         self,
-        factory: QueueAdapterFactory,
+        backend: Backend,
         *,
         pubsub: PubSubStore | None = None,
         dead_letters: DeadLetterStore | None = None,
@@ -93,7 +94,7 @@ class StreamProvider:
     ) -> None:
         if options is not None and option_kwargs:
             raise ConfigurationError("pass either options= or option keywords, not both")
-        if balancer_options is not None and (balancer is not None or not hasattr(factory, "create_queue_balancer")):
+        if balancer_options is not None and (balancer is not None or not backend.balances):
             raise ConfigurationError(
                 "balancer_options set the timings of the default balancer (embedded store leases, "
                 "Kafka group membership); a balancer of your own takes its options itself, and "
@@ -105,14 +106,12 @@ class StreamProvider:
         self.balancer = balancer
         self.balancer_options = balancer_options
         self.options = options or StreamProviderOptions.from_kwargs(**option_kwargs)
-        self.factory = factory
-        # The local store (the embedded adapter's own, or one given to .kafka for pub-sub etc.)
-        self.store: EmbeddedStore | None = getattr(factory, "store", None)
-        self.mapper = factory.get_queue_mapper()
+        self.backend = backend
+        self.mapper: QueueMapper = backend.queue_mapper()
         if co_partitioned:  # several namespaces placed by key (see balancer.keyed)
             self.mapper = KeyedQueueMapper(self.mapper, co_partitioned)
-        self.pubsub: PubSubStore = pubsub or MemoryPubSubStore()
-        self.dead_letters: DeadLetterStore = dead_letters or MemoryDeadLetterStore()
+        self.pubsub: PubSubStore = pubsub or backend.pubsub_store()
+        self.dead_letters: DeadLetterStore = dead_letters or backend.dead_letter_store()
         self.failure_handler: StreamFailureHandler = failure_handler or LoggingFailureHandler()
         self.registry = ConsumerRegistry()
         self._adapter: QueueAdapter | None = None
@@ -121,11 +120,22 @@ class StreamProvider:
         self._failing = False  # the provider's block is leaving with an error
         self._stack: contextlib.AsyncExitStack | None = None
 
+    @property
+    def factory(self) -> QueueAdapterFactory:
+        """The backend's queue adapter factory."""
+        return self.backend.factory
+
+    @property
+    def store(self) -> EmbeddedStore | None:
+        """The local store (the embedded queues' own, or one given to ``.kafka`` for pub-sub
+        and dead letters); ``None`` with none."""
+        return self.backend.store
+
     # -- constructors --------------------------------------------------------------
     @classmethod
     def memory(cls, queues: int = 8, **options: Any) -> StreamProvider:
         """Queues in this process's memory: for tests and one-process use."""
-        return cls(MemoryAdapterFactory(queues), **options)
+        return cls(MemoryBackend.open(queues), **options)
 
     @classmethod
     def embedded(
@@ -142,13 +152,7 @@ class StreamProvider:
         store form a cluster by themselves: each ``async with`` of such a provider, in any
         process, is one more worker sharing the queues (``balancer_options=BalancerOptions(
         lease_length=...)`` sets how soon a dead worker's queues move)."""
-        factory = EmbeddedAdapterFactory(path, queues, retention=retention, synchronous=synchronous)
-        return cls(
-            factory,
-            pubsub=factory.create_pubsub_store(),
-            dead_letters=factory.create_dead_letter_store(),
-            **options,
-        )
+        return cls(EmbeddedBackend.open(path, queues, retention=retention, synchronous=synchronous), **options)
 
     @classmethod
     def kafka(
@@ -186,27 +190,25 @@ class StreamProvider:
         >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
         >>> json_topic = StreamProvider.kafka("127.0.0.1:9092", "readings", records="json", namespace="sensors")
         """
-        if topic is None:
-            if not topics:
-                raise ConfigurationError("StreamProvider.kafka needs a topic, or topics={namespace: topic}")
-            topic = next(iter(topics.values()))
-        foreign = {"records": records, "namespace": namespace, "key_field": key_field, "topics": topics}
-        settings = {**{k: v for k, v in foreign.items() if v is not None}, **(kafka or {})}
-        factory = KafkaAdapterFactory(bootstrap_servers, topic, queues, group_id, start, **settings)
-        local = None if store is None else EmbeddedStore(store)
-        provider = cls(
-            factory,
-            pubsub=None if local is None else EmbeddedPubSubStore(local),
-            dead_letters=None if local is None else EmbeddedDeadLetterStore(local),
-            **options,
+        backend = KafkaBackend.open(
+            bootstrap_servers,
+            topic,
+            queues,
+            group_id=group_id,
+            start=start,
+            store=store,
+            records=records,
+            namespace=namespace,
+            key_field=key_field,
+            topics=topics,
+            kafka=kafka,
         )
-        provider.store = local
-        return provider
+        return cls(backend, **options)
 
     @classmethod
     def generator(cls, config: GeneratorConfig | None = None, queues: int = 8, **options: Any) -> StreamProvider:
         """Queues that make their own test data (see :class:`GeneratorConfig`)."""
-        return cls(GeneratorAdapterFactory(config, queues), **options)
+        return cls(MemoryBackend.generator(config, queues), **options)
 
     # -- consumer registration -----------------------------------------------------
     def implicit(self, namespace: str, *more: str) -> Callable[[T], T]:
@@ -314,7 +316,7 @@ class StreamProvider:
                     self.pubsub,
                     self.dead_letters,
                     self.failure_handler,
-                    await self._handoff_sinks(stack),
+                    await open_handoff_sinks(self.backend, self.registry.types(), stack),
                     worker_name=self.worker_name,
                 )
                 manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
@@ -328,38 +330,13 @@ class StreamProvider:
                     )
                 await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
             self._adapter = adapter
-            await self._start_publisher(stack, adapter, unwritten)
+            # Leaving the provider flushes the publisher first, before the agents stop.
+            self._publisher = await start_publisher(stack, adapter, self.mapper, self._written, unwritten)
         except BaseException:
             self._adapter = self._manager = self._publisher = None
             await stack.aclose()
             raise
         self._stack = stack
-
-    async def _start_publisher(
-        self, stack: contextlib.AsyncExitStack, adapter: QueueAdapter, unwritten: list[PublishError]
-    ) -> None:
-        """The writer of what this provider publishes; leaving the provider flushes it
-        first, before the agents stop (what it could not write goes to ``unwritten``)."""
-        make_writer = getattr(adapter, "event_writer", None)
-        writer: EventWriter = make_writer() if make_writer is not None else ContainerWriter(adapter)
-        publisher = Publisher(writer, self.mapper, self._written)
-        # Entered and left by hand: as a context of the stack it would be handed the
-        # block's own error on leaving, and wrap it in an exception group.
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-
-        async def close() -> None:
-            try:
-                await publisher.close()
-            except PublishError as exc:
-                unwritten.append(exc)
-            finally:
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)
-
-        stack.push_async_callback(close)
-        tg.start_soon(publisher.run)
-        self._publisher = publisher
 
     async def _report_unwritten(self, unwritten: list[PublishError]) -> None:
         """Raise what the publisher could not write; when the block is leaving with an
@@ -391,38 +368,7 @@ class StreamProvider:
     def _worker_balancer(self) -> QueueBalancer | None:
         if self.balancer is not None:
             return self.balancer
-        default = getattr(self.factory, "create_queue_balancer", None)  # a fresh one per run
-        return default(self.balancer_options) if default is not None else None
-
-    async def _handoff_sinks(self, stack: contextlib.AsyncExitStack) -> dict[str, Any]:
-        """One sink per handoff stream that a registered consumer type declares: in Kafka
-        when the queues are there, else in the embedded store. Closed when ``stack`` is."""
-        if not any(hasattr(cls, "handoff") for cls in self.registry.types()):
-            return {}  # nothing hands off: do not load Spark's side (pyspark, pyarrow) at all
-        from spark_sink.handoff import EmbeddedHandoffSink, check_handoff, handoff_of
-
-        sinks: dict[str, Any] = {}
-        for cls in self.registry.types():
-            handoff = handoff_of(cls)
-            if handoff is None:
-                continue
-            check_handoff(cls, handoff)
-            if handoff.stream in sinks:
-                continue
-            if isinstance(self.factory, KafkaAdapterFactory):
-                from spark_sink.kafka_sink import KafkaHandoffSink
-
-                sink: Any = await KafkaHandoffSink.open(self.factory.settings, handoff)
-            elif self.store is not None:
-                sink = await anyio.to_thread.run_sync(EmbeddedHandoffSink, self.store, handoff)
-            else:
-                raise ConfigurationError(
-                    f"{cls.__qualname__} hands off to Spark ({handoff.stream!r}): that needs "
-                    "durable queues, StreamProvider.embedded(path) or StreamProvider.kafka(...)"
-                )
-            stack.push_async_callback(sink.close)
-            sinks[handoff.stream] = sink
-        return sinks
+        return self.backend.queue_balancer(self.balancer_options)  # a fresh one per run
 
     def _new_cache(self, queue: QueueId) -> QueueCache:
         return SimpleQueueCache(self.options.cache_size, self.options.cache_buckets)
@@ -472,8 +418,6 @@ class StreamProvider:
                 "decorate it with @provider.consumer() or pass an instance"
             )
         else:
-            from streams.core.observer import as_observer
-
             as_observer(observer)  # fail now, not at the first delivery
             subscription = InProcessSubscription(subscription_id, stream_id, observer, token)
             self.registry.add_observer(subscription)

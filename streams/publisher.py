@@ -27,6 +27,7 @@ not written since the previous flush, and why (``on_next`` raises to its own cal
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -344,3 +345,35 @@ class Publisher:
             await self.flush()
         finally:
             self._closed = True
+
+
+async def start_publisher(
+    stack: contextlib.AsyncExitStack,
+    adapter: QueueAdapter,
+    mapper: QueueMapper,
+    written: Callable[[QueueId], None],
+    unwritten: list[PublishError],
+) -> Publisher:
+    """A running publisher to ``adapter`` (through its own ``event_writer`` if it has one,
+    else a :class:`ContainerWriter`), closed when ``stack`` is: flushed then, and what it
+    could not write appended to ``unwritten``."""
+    make_writer = getattr(adapter, "event_writer", None)
+    writer: EventWriter = make_writer() if make_writer is not None else ContainerWriter(adapter)
+    publisher = Publisher(writer, mapper, written)
+    # Entered and left by hand: as a context of the stack it would be handed the
+    # block's own error on leaving, and wrap it in an exception group.
+    tg = anyio.create_task_group()
+    await tg.__aenter__()
+
+    async def close() -> None:
+        try:
+            await publisher.close()
+        except PublishError as exc:
+            unwritten.append(exc)
+        finally:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+
+    stack.push_async_callback(close)
+    tg.start_soon(publisher.run)
+    return publisher

@@ -19,9 +19,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+import spark_sink
 from balancer.instances import instance_is_dead
 from balancer.protocols import MemberRecord
-from streams.adapters.embedded import queue_positions, recorded_queue_count
+from streams.adapters.embedded_queues import queue_positions, recorded_queue_count
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId
@@ -251,9 +252,8 @@ def _dead_letters(conn: sqlite3.Connection) -> list[DeadLetterCount]:
 
 
 def _handoff(store: EmbeddedStore) -> list[HandoffStatus]:
-    from spark_sink.log import HandoffLog  # pyarrow loads only for a store with a handoff
-
-    log = HandoffLog(store, create_tables=False)
+    # Through the package's lazy attribute: pyarrow loads only for a store with a handoff.
+    log = spark_sink.HandoffLog(store, create_tables=False)
     result = []
     for stream in sorted(log.streams()):
         ends, starts = log.end_offsets(stream), log.start_offsets(stream)

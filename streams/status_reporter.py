@@ -17,16 +17,14 @@ import math
 import sqlite3
 from dataclasses import asdict, astuple, dataclass, field, fields
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from streams.core.errors import ConfigurationError, HeadraceError
 from streams.core.store import EmbeddedStore, Migration
 from streams.observability.snapshot import CursorLag, QueueSnapshot, take_snapshot
-
-if TYPE_CHECKING:
-    from streams.provider import StreamProvider
+from streams.provider import StreamProvider
 
 log = logging.getLogger("headrace.status")
 

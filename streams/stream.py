@@ -4,23 +4,40 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from streams.core.batch import BatchKind, to_seconds
 from streams.core.errors import EncodeError
 from streams.core.ids import StreamId
 from streams.core.tokens import SequenceToken
-
-if TYPE_CHECKING:
-    from streams.provider import StreamProvider
+from streams.publisher import Publisher
 
 EventTime = float | int | datetime | None
+
+
+class InternalStreamProvider(Protocol):
+    """What a stream handle asks of its provider (Orleans' ``IInternalStreamProvider``):
+    :class:`~streams.provider.StreamProvider` is the one."""
+
+    _publisher: Publisher | None
+
+    def _require_publisher(self, what: str = ...) -> Publisher: ...
+
+    async def _subscribe(
+        self, stream_id: StreamId, observer: Any, token: SequenceToken | None
+    ) -> StreamSubscriptionHandle: ...
+
+    async def _unsubscribe(self, handle: StreamSubscriptionHandle) -> None: ...
+
+    async def _handles(self, stream_id: StreamId) -> list[StreamSubscriptionHandle]: ...
 
 
 class StreamSubscriptionHandle:
     """Returned by :meth:`Stream.subscribe`; ``unsubscribe()`` ends the subscription."""
 
-    def __init__(self, provider: StreamProvider, stream_id: StreamId, subscription_id: str, durable: bool) -> None:
+    def __init__(
+        self, provider: InternalStreamProvider, stream_id: StreamId, subscription_id: str, durable: bool
+    ) -> None:
         self._provider = provider
         self.stream_id = stream_id
         self.subscription_id = subscription_id
@@ -41,7 +58,7 @@ class Stream:
     ...     await stream.on_next({"temp": 21.5}, event_time=1_700_000_000.0)
     """
 
-    def __init__(self, provider: StreamProvider, stream_id: StreamId) -> None:
+    def __init__(self, provider: InternalStreamProvider, stream_id: StreamId) -> None:
         self._provider = provider
         self.stream_id = stream_id
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from balancer.mapper import HashRingQueueMapper
+from streams.adapters.mapper import HashRingQueueMapper
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, StreamId

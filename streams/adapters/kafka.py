@@ -1,7 +1,7 @@
 """The Kafka adapter: the queues are the partitions of one Kafka topic (at scale).
 
 Queue ``i`` is partition ``i``. The producer writes each batch container to the partition of
-its stream's queue, as the :class:`~balancer.mapper.HashRingQueueMapper` decides (the stream
+its stream's queue, as the :class:`~streams.adapters.mapper.HashRingQueueMapper` decides (the stream
 id is the record key too, for Kafka's own tools). A receiver reads the one partition its
 pulling agent owns, by explicit assignment: headrace's balancer decides who reads what, not
 Kafka's group protocol. The group id serves only to keep offsets in Kafka: the receiver
@@ -16,7 +16,7 @@ outage once when it starts and once when it ends, and reading resumes where it w
 
 A topic other programs write, one event per record (``records="json"`` etc.), is read the
 same way, its records grouped by stream (:mod:`~streams.adapters.kafka_records`); its
-queue mapper is Kafka's own partitioner (:class:`~balancer.mapper.KafkaPartitionMapper`).
+queue mapper is Kafka's own partitioner (:class:`~streams.adapters.mapper.KafkaPartitionMapper`).
 The settings, topic administration and outage handling it shares with the group balancer and
 the handoff log are in :mod:`streams.kafka`; the receiver is in
 :mod:`~streams.adapters.kafka_receiver`.
@@ -41,19 +41,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaProducer
 
-from balancer.mapper import HashRingQueueMapper, KafkaPartitionMapper
-
-if TYPE_CHECKING:  # create_queue_balancer only; building the balancer belongs to the layer above
-    from balancer.base import BalancerOptions
-    from balancer.kafka_group import KafkaGroupBalancer
-
 from streams.adapters.kafka_receiver import KafkaQueueReceiver, KafkaRecordReceiver
 from streams.adapters.kafka_state import KafkaChangelog, KafkaStateReceiver
+from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
 from streams.core.batch import BatchContainer, BatchKind, encode_batch
 from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
@@ -312,13 +307,6 @@ class KafkaAdapterFactory:
 
     def get_queue_mapper(self) -> HashRingQueueMapper | KafkaPartitionMapper:
         return self._mapper
-
-    def create_queue_balancer(self, options: BalancerOptions | None = None) -> KafkaGroupBalancer | None:
-        """:func:`balancer.kafka_group.group_balancer` of these settings (``None`` when
-        ``group_membership`` is off). The Kafka backend builds it; this stays until then."""
-        from balancer.kafka_group import group_balancer
-
-        return group_balancer(self.settings, options)
 
     async def close(self) -> None:
         await self._adapter.close()

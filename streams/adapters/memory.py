@@ -6,7 +6,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from balancer.mapper import HashRingQueueMapper
+from streams.adapters.mapper import HashRingQueueMapper
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId, StreamId
 from streams.core.tokens import SequenceToken

@@ -41,7 +41,8 @@ from typing import Any, cast
 import anyio
 
 from streams.cli import CliError
-from streams.config import CONFIG_ENV, load_config
+from streams.config import load_config
+from streams.config_schema import CONFIG_ENV
 from streams.core.errors import HeadraceError
 from streams.observability import configure_logging, serve_metrics
 from streams.observability.logs import FORMATS, LEVELS, LogFormat

@@ -25,7 +25,8 @@ import logging
 import math
 import threading
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import anyio.from_thread
 import anyio.lowlevel
@@ -41,11 +42,7 @@ from prometheus_client.registry import Collector
 from agents.latency import HistogramSnapshot
 from streams.core.errors import ConfigurationError, HeadraceError
 from streams.observability.snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot
-
-if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
-    from streams.provider import StreamProvider
+from streams.provider import StreamProvider
 
 log = logging.getLogger("headrace.metrics")
 

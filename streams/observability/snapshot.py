@@ -21,18 +21,15 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from agents.delivery import StreamConsumer
 from agents.holdback import holding_back
 from agents.latency import HistogramSnapshot
+from agents.pulling_agent import PullingAgent
 from streams.core.deadletters import DeadLetterStore
 from streams.eventtime.metrics import Counters
 from streams.eventtime.policy import Reason
-
-if TYPE_CHECKING:
-    from agents.delivery import StreamConsumer
-    from agents.pulling_agent import PullingAgent
-    from streams.provider import StreamProvider
+from streams.provider import StreamProvider
 
 # Every reason the runtime dead-letters with; an adapter's own reasons count as "other".
 DEAD_LETTER_REASONS: tuple[str, ...] = (

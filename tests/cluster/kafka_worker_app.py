@@ -13,6 +13,7 @@ from typing import TextIO
 from balancer import BalancerOptions
 from streams import StreamProvider
 from streams.adapters.kafka import KafkaAdapterFactory
+from streams.backends.kafka import KafkaBackend
 
 from .worker_app import QUEUES, RecordingAdapter, recording
 
@@ -32,7 +33,7 @@ def app() -> StreamProvider:
         os.environ["HEADRACE_TEST_KAFKA"], os.environ["HEADRACE_TEST_TOPIC"], QUEUES, idempotent=False
     )
     provider = StreamProvider(
-        factory,
+        KafkaBackend(factory),
         balancer_options=BalancerOptions(session, renew_period=session / 3, refresh_period=session / 6),
         shutdown_timeout=2.0,
     )

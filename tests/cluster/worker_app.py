@@ -22,6 +22,7 @@ from typing import Any, TextIO, TypeVar
 from balancer import BalancerOptions
 from streams import StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapter, EmbeddedQueueReceiver
+from streams.backends.embedded import EmbeddedBackend
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId
 from streams.core.tokens import SequenceToken
@@ -93,7 +94,7 @@ def app() -> StreamProvider:
     lease = float(os.environ["HEADRACE_TEST_LEASE"])
     factory = RecordingFactory(store, QUEUES)
     provider = StreamProvider(
-        factory,
+        EmbeddedBackend(factory),
         pubsub=factory.create_pubsub_store(),
         dead_letters=factory.create_dead_letter_store(),
         balancer_options=BalancerOptions(lease, renew_period=lease / 4, refresh_period=lease / 8),

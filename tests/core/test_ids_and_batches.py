@@ -6,8 +6,8 @@ import sys
 import msgpack
 import pytest
 
-from balancer.mapper import HashRingQueueMapper
 from streams import BatchContainer, BatchKind, DecodeError, EncodeError, QueueId, SequenceToken, StreamId
+from streams.adapters.mapper import HashRingQueueMapper
 
 
 def test_stream_id_hash_is_stable_across_processes():

@@ -6,8 +6,8 @@ import anyio
 import pytest
 
 from balancer.keyed import KeyedQueueMapper
-from balancer.mapper import HashRingQueueMapper
 from streams import ConfigurationError, StreamId, StreamProvider
+from streams.adapters.mapper import HashRingQueueMapper
 
 from .conftest import drained
 
@@ -152,7 +152,7 @@ async def test_queue_order_goes_on_with_a_warning_when_the_batch_ahead_never_com
 
 def test_kafkas_partitioner_places_by_key_already():
     from balancer.keyed import places_together
-    from balancer.mapper import KafkaPartitionMapper
+    from streams.adapters.mapper import KafkaPartitionMapper
 
     kafka = KafkaPartitionMapper(8)
     assert places_together(kafka, ["tolls", "prices"])

@@ -13,8 +13,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
-from balancer.mapper import KafkaPartitionMapper, kafka_partition, murmur2
 from streams import ConfigurationError, StreamId, StreamProvider
+from streams.adapters.mapper import KafkaPartitionMapper, kafka_partition, murmur2
 from streams.adapters.protocols import RewindableReceiver
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.kafka.admin import ensure_topic
