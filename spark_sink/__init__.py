@@ -52,7 +52,7 @@ _HOMES = {
     "EmbeddedStorage": "storage",
     "HandoffSplit": "storage",
     "HandoffStorage": "storage",
-    "OffsetRange": "storage",
+    "OffsetRange": "offsets",
     "HandoffWriter": "writer",
 }
 
@@ -111,7 +111,8 @@ if TYPE_CHECKING:  # the lazy names, for type checkers (streams.backends types i
     from .kafka_sink import KafkaHandoffSink
     from .kafka_storage import KafkaStorage
     from .log import HandoffLog, Segment
+    from .offsets import OffsetRange
     from .options import ReadOptions
     from .schema import HandoffColumn, HandoffSchema
-    from .storage import EmbeddedStorage, HandoffSplit, HandoffStorage, OffsetRange
+    from .storage import EmbeddedStorage, HandoffSplit, HandoffStorage
     from .writer import HandoffWriter

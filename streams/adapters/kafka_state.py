@@ -79,7 +79,8 @@ def changelog_topic(settings: KafkaSettings) -> str:
 
 
 def state_key(queue: int, consumer: str, stream: str) -> bytes:
-    return msgpack.packb([queue, consumer, stream])
+    key: bytes = msgpack.packb([queue, consumer, stream])
+    return key
 
 
 def decode_key(key: bytes) -> tuple[int, str, str]:
@@ -88,7 +89,8 @@ def decode_key(key: bytes) -> tuple[int, str, str]:
 
 
 def encode_state(sequence_number: int, event_index: int, state: bytes) -> bytes:
-    return msgpack.packb([FORMAT, sequence_number, event_index, state])
+    value: bytes = msgpack.packb([FORMAT, sequence_number, event_index, state])
+    return value
 
 
 def decode_state(value: bytes) -> tuple[SequenceToken, bytes]:
