@@ -28,7 +28,8 @@ from anyio.abc import TaskGroup
 from cache.protocols import QueueCache
 from streams.adapters.embedded_state import StatefulReceiver
 from streams.adapters.protocols import QueueAdapterReceiver
-from streams.core.batch import BatchContainer, BatchKind, QueueMessage, interned
+from streams.core.batch import BatchContainer, BatchKind, QueueMessage
+from streams.core.codec import interned
 from streams.core.deadletters import DeadLetter
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from streams import StreamProvider
 from streams.adapters.kafka import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
 from streams.adapters.kafka_state import changelog_topic
-from streams.core.batch import BatchKind, encode_batch
+from streams.core.batch import BatchKind
+from streams.core.codec import encode_batch
 from streams.core.ids import QueueId, StreamId
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.kafka_broker import TansuBroker

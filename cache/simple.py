@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from streams.core.batch import BatchContainer, EventBatch, QueueMessage, interned
+from streams.core.batch import BatchContainer, EventBatch, QueueMessage
+from streams.core.codec import interned
 from streams.core.errors import CacheMissError, ConfigurationError
 from streams.core.ids import StreamId
 from streams.core.tokens import SequenceToken

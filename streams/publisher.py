@@ -37,7 +37,8 @@ import anyio
 import anyio.lowlevel
 
 from streams.adapters.protocols import QueueAdapter, QueueMapper
-from streams.core.batch import BatchKind, encode_batch
+from streams.core.batch import BatchKind
+from streams.core.codec import encode_batch
 from streams.core.errors import EncodeError, ProviderClosedError, PublishError
 from streams.core.ids import QueueId, StreamId
 

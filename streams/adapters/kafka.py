@@ -49,7 +49,8 @@ from aiokafka import AIOKafkaProducer
 from streams.adapters.kafka_receiver import KafkaQueueReceiver, KafkaRecordReceiver
 from streams.adapters.kafka_state import KafkaChangelog, KafkaStateReceiver
 from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
-from streams.core.batch import BatchContainer, BatchKind, encode_batch
+from streams.core.batch import BatchContainer, BatchKind
+from streams.core.codec import encode_batch
 from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
 from streams.core.outage import OutageLog

@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from streams.core.batch import QueueMessage, interned
+from streams.core.batch import QueueMessage
+from streams.core.codec import interned
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.record_batch import RecordBatch

@@ -1,4 +1,4 @@
-"""Batch containers: the unit a queue carries.
+"""Batch containers: the unit a queue carries, and the event views over them.
 
 One queue message holds several events of one stream, msgpack-encoded, each with its event
 time. A container is also how punctuation (an explicit watermark) and stream completion travel,
@@ -15,11 +15,10 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from streams.core.codec import EAGER_DECODE_LIMIT, MAGIC, NIL, array_length, encode_batch, stream_id_of
 from streams.core.errors import DecodeError, EncodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.tokens import SequenceToken
-
-MAGIC = "hr1"
 
 
 class BatchKind(enum.IntEnum):
@@ -192,98 +191,6 @@ def to_seconds(t: float | int | datetime | None) -> float | None:
     raise EncodeError(f"an event time is POSIX seconds or an aware datetime, not {t!r}")
 
 
-def _unencodable(value: Any, path: str = "value") -> str:
-    """Name the first part of ``value`` msgpack cannot encode, for the error message."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, (str, int, bytes, float, bool)) and k is not None:
-                return f"{path} key of type {type(k).__name__!r}"
-            found = _unencodable(v, f"{path}[{k!r}]")
-            if found:
-                return found
-        return ""
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            found = _unencodable(v, f"{path}[{i}]")
-            if found:
-                return found
-        return ""
-    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
-        return f"{path}, an int outside msgpack's 64-bit range,"
-    if value is None or isinstance(value, (str, int, float, bool, bytes)):
-        return ""
-    return f"{path} of type {type(value).__name__!r}"
-
-
-_STREAM_IDS: dict[tuple[str, str], StreamId] = {}
-
-
-def _stream_id(namespace: str, key: str) -> StreamId:
-    """Decoded stream ids are interned: a busy queue repeats the same few thousand."""
-    sid = _STREAM_IDS.get((namespace, key))
-    if sid is None:
-        if len(_STREAM_IDS) >= 100_000:
-            _STREAM_IDS.clear()
-        sid = _STREAM_IDS[(namespace, key)] = StreamId(namespace, key)
-    return sid
-
-
-def interned(stream_id: StreamId) -> StreamId:
-    """The stream id object that decoding gives for ``stream_id``. A dict lookup by the very
-    key object it holds skips StreamId's equality method (a Python call): caches and agents
-    key their tables by these."""
-    return _stream_id(stream_id.namespace, stream_id.key)
-
-
-# Payloads up to this size are decoded in one call (see BatchContainer.decode). Measured
-# here: whole beats header-only up to about 300 bytes (100 ints, 127 B: 1.2 against 1.9 µs),
-# and loses beyond, where building the values costs more (100 small dicts, 1.5 KB: 9.0
-# against 2.6 µs).
-_EAGER_DECODE_LIMIT = 256
-
-_ARRAY_HEADERS = {0xDC: 2, 0xDD: 4}  # msgpack array16 and array32: bytes of the length
-_NIL = 0xC0
-
-
-def _array_length(payload: bytes, at: int) -> int:
-    """The element count of the msgpack array starting at ``payload[at]``."""
-    first = payload[at]
-    if 0x90 <= first <= 0x9F:
-        return first & 0x0F
-    size = _ARRAY_HEADERS.get(first)
-    if size is None:
-        raise DecodeError("malformed batch container: values are not a list")
-    return int.from_bytes(payload[at + 1 : at + 1 + size], "big")
-
-
-def encode_batch(
-    stream_id: StreamId,
-    kind: BatchKind,
-    arrival_time: float,
-    values: Sequence[Any],
-    event_times: Sequence[float | None] | None = None,
-) -> bytes:
-    """The bytes of a batch container with these parts (what ``BatchContainer(...).encode()``
-    gives, without making the container: producers call this once per batch)."""
-    if type(values) is not list:
-        values = list(values)
-    if event_times is not None and type(event_times) is not list:
-        event_times = list(event_times)
-    try:
-        packed: bytes = msgpack.packb(
-            [MAGIC, int(kind), stream_id.namespace, stream_id.key, arrival_time, values, event_times],
-            use_bin_type=True,
-        )
-    except (TypeError, ValueError, OverflowError) as exc:
-        where = _unencodable(values) or str(exc)
-        raise EncodeError(
-            f"cannot encode {where} for stream {stream_id}: values must be "
-            "msgpack types (None, bool, int, float, str, bytes, list, dict); "
-            "nothing was enqueued"
-        ) from None
-    return packed
-
-
 class BatchContainer:
     """One queue message: events of one stream, or a watermark, or a completion.
 
@@ -355,7 +262,7 @@ class BatchContainer:
         stay bytes, not objects. A large one, or one that does not decode cleanly, takes the
         header-only path, which names what is wrong or leaves the values to be decoded (and
         found unreadable) at delivery."""
-        if len(payload) <= _EAGER_DECODE_LIMIT:
+        if len(payload) <= EAGER_DECODE_LIMIT:
             container = BatchContainer._decode_whole(payload)
             if container is not None:
                 return container
@@ -389,13 +296,13 @@ class BatchContainer:
                 raise DecodeError("not a headrace batch container (bad header)")
             kind, namespace, key, arrival = (unpacker.unpack() for _ in range(4))
             at = unpacker.tell()
-            count = _array_length(payload, at)
+            count = array_length(payload, at)
             unpacker.skip()  # the values, checked for structure in one call, not decoded
             times_at = unpacker.tell()
             unpacker.skip()
             if unpacker.tell() != len(payload):
                 raise DecodeError("malformed batch container: trailing bytes")
-            if payload[times_at] != _NIL and _array_length(payload, times_at) != count:
+            if payload[times_at] != NIL and array_length(payload, times_at) != count:
                 raise DecodeError("malformed batch container: values and event times disagree")
             return BatchContainer._header_only(payload, kind, namespace, key, arrival, count)
         except DecodeError:
@@ -407,7 +314,7 @@ class BatchContainer:
     def _header_only(payload: bytes, kind: Any, namespace: Any, key: Any, arrival: Any, count: int) -> BatchContainer:
         """A decoded container: its header read, its values left in ``payload`` until asked
         for. Raises (not DecodeError) for header fields of the wrong type."""
-        container = BatchContainer(_stream_id(namespace, key), _KINDS[kind], float(arrival), ())
+        container = BatchContainer(stream_id_of(namespace, key), _KINDS[kind], float(arrival), ())
         container.count = count
         container._values = None
         container._payload = payload

@@ -99,7 +99,7 @@ def test_small_and_large_containers_decode_alike(count):
 
 
 def test_encode_batch_gives_what_a_container_encodes():
-    from streams.core.batch import encode_batch
+    from streams.core.codec import encode_batch
 
     sid = StreamId("ns", "k")
     values, times = ("a", 1, [2.5]), [1.0, None, 3.0]
@@ -112,7 +112,7 @@ def test_encode_batch_gives_what_a_container_encodes():
 
 
 def test_decoded_stream_ids_are_the_interned_ones():
-    from streams.core.batch import interned
+    from streams.core.codec import interned
 
     sid = StreamId("ns", "interned")
     payload = BatchContainer(sid, BatchKind.DATA, 1.0, [1]).encode()
