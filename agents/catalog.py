@@ -33,7 +33,7 @@ from .delivery import StreamConsumer
 from .handoff import HandoffTarget
 from .keyed import KeyedActivations
 from .state import ActivationStates, StateKey
-from .timed import EventTimeObserver, InputView, event_time_of
+from .timed import EventTimeObserver, InputView, declared_event_time
 
 log = logging.getLogger("headrace.agent")
 
@@ -189,7 +189,7 @@ class Catalog:
     def _make(self, cls: type, sid: StreamId) -> tuple[EventTimeObserver | None, object]:
         """``(its event-time activation, or None; the user's instance)`` of a new activation."""
         instance = cls(sid)
-        spec = event_time_of(instance)
+        spec = declared_event_time(instance)
         if spec is None:
             return None, instance
         timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))

@@ -44,16 +44,16 @@ from .holdback import HoldBack
 from .order import QueueOrder
 from .turns import Turns
 
-__all__ = ["EventTimeObserver", "InputView", "event_time_of"]
+__all__ = ["EventTimeObserver", "InputView", "declared_event_time"]
 
 
-def event_time_of(instance: object) -> EventTime | None:
+def declared_event_time(instance: object) -> EventTime | None:
     """The ``event_time`` a consumer declares, if it is an event-time consumer.
 
     >>> from streams.eventtime import Count, EventTime, Tumbling
     >>> class Totals:
     ...     event_time = EventTime(window=Tumbling(60), aggregate=Count())
-    >>> event_time_of(Totals()) is Totals.event_time, event_time_of(object())
+    >>> declared_event_time(Totals()) is Totals.event_time, declared_event_time(object())
     (True, None)
     """
     spec = getattr(instance, "event_time", None)

@@ -12,7 +12,9 @@ from streams.core.ids import StreamId
 from streams.core.tokens import SequenceToken
 from streams.publisher import Publisher
 
-EventTime = float | int | datetime | None
+# An instant of event time as producers give it: POSIX seconds or an aware datetime (None:
+# none given). Not `streams.eventtime.EventTime`, which is a consumer type's declaration.
+Instant = float | int | datetime | None
 
 
 class InternalStreamProvider(Protocol):
@@ -66,7 +68,7 @@ class Stream:
         return f"Stream({self.stream_id!r})"
 
     # -- producing -------------------------------------------------------------------
-    async def on_next(self, value: Any, *, event_time: EventTime = None) -> None:
+    async def on_next(self, value: Any, *, event_time: Instant = None) -> None:
         """Publish one event. Returns once the queue has accepted it (durably, on a durable
         queue); concurrent calls share a write, and on one stream a batch container.
 
@@ -77,7 +79,7 @@ class Stream:
         times = None if event_time is None else [to_seconds(event_time)]
         await self._publish(BatchKind.DATA, [value], times)
 
-    async def send(self, value: Any, *, event_time: EventTime = None) -> None:
+    async def send(self, value: Any, *, event_time: Instant = None) -> None:
         """Publish one event without waiting for it to be written: it is buffered, with
         this stream's other events, into batch containers written in the background (a
         few milliseconds later). Returns at once unless the buffer is full. Events stay in
@@ -90,7 +92,7 @@ class Stream:
             publisher = self._provider._require_publisher()
         await publisher.send(self.stream_id, value, None if event_time is None else to_seconds(event_time))
 
-    async def on_next_batch(self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None) -> None:
+    async def on_next_batch(self, values: Iterable[Any], *, event_times: Sequence[Instant] | None = None) -> None:
         """Publish several events as one batch container (one queue record)."""
         values = list(values)
         times = self._times(values, event_times, "on_next_batch")
@@ -98,7 +100,7 @@ class Stream:
             publisher = self._provider._require_publisher()
             await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=True, whole=True)
 
-    async def send_batch(self, values: Iterable[Any], *, event_times: Sequence[EventTime] | None = None) -> None:
+    async def send_batch(self, values: Iterable[Any], *, event_times: Sequence[Instant] | None = None) -> None:
         """:meth:`on_next_batch` without waiting for the write (see :meth:`send`); a value
         that cannot be encoded raises :class:`EncodeError` here, and nothing is buffered."""
         values = list(values)
@@ -108,14 +110,14 @@ class Stream:
             await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=False, whole=True)
 
     @staticmethod
-    def _times(values: list[Any], event_times: Sequence[EventTime] | None, what: str) -> list[float | None] | None:
+    def _times(values: list[Any], event_times: Sequence[Instant] | None, what: str) -> list[float | None] | None:
         if event_times is None:
             return None
         if len(event_times) != len(values):
             raise EncodeError(f"{what} got {len(values)} values and {len(event_times)} event times")
         return [to_seconds(t) for t in event_times]
 
-    async def advance_time(self, watermark: EventTime) -> None:
+    async def advance_time(self, watermark: Instant) -> None:
         """Publish punctuation (a StreamInsight CTI): no event with an earlier event time is
         expected any more. It travels in the queue, in order with the events."""
         await self._publish(BatchKind.WATERMARK, [to_seconds(watermark)], None)

@@ -12,7 +12,7 @@ import time
 import anyio
 
 from streams import StreamId, StreamProvider
-from streams.core.batch import _STREAM_IDS
+from streams.core.codec import _STREAM_IDS
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 
 from ..core.conftest import drained
