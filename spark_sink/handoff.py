@@ -34,6 +34,7 @@ from streams.eventtime.results import EventOutcome, WindowResult
 from streams.eventtime.spec import EventTime
 
 from .errors import HandoffSchemaError
+from .group_commit import GroupAppender
 from .log import HandoffLog, check_stream_name
 from .schema import HandoffSchema
 from .writer import HandoffWriter
@@ -289,32 +290,36 @@ class HandoffSink(Protocol):
 
 class EmbeddedHandoffSink:
     """Appends one handoff stream's windows (or events) to an embedded store, exactly once
-    per (source, consumer, key, end) (or per event)."""
+    per (source, consumer, key, end) (or per event). Appends of many activations that
+    arrive together share one write (:class:`~spark_sink.group_commit.GroupAppender`)."""
 
     def __init__(self, store: EmbeddedStore, handoff: Handoff | EventHandoff) -> None:
         store.require_schema("handoff_marks", _MARKS)
         self.store = store
         self.handoff = handoff
         self._writer = HandoffWriter(HandoffLog(store), handoff.stream, handoff.schema())  # blocking
+        self._appender = GroupAppender(store, self._writer)
 
     async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
         if not windows:
             return 0
-        return await self.store.write(lambda conn: self._append(conn, source, consumer, partition, windows))
+        appended = await self._appender.append(lambda conn: self._stage(conn, source, consumer, partition, windows))
+        return appended.row_count
 
     async def write_events(
         self, source: str, consumer: str, partition: int, released: Sequence[EventOutcome], below: Position | None
     ) -> int:
         if not released:
             return 0
-        return await self.store.write(
-            lambda conn: self._append_events(conn, source, consumer, partition, released, below)
+        appended = await self._appender.append(
+            lambda conn: self._stage_events(conn, source, consumer, partition, released, below)
         )
+        return appended.row_count
 
     async def close(self) -> None:
         pass  # the store belongs to the provider
 
-    def _append_events(
+    def _stage_events(
         self,
         conn: sqlite3.Connection,
         source: str,
@@ -322,27 +327,28 @@ class EmbeddedHandoffSink:
         partition: int,
         released: Sequence[EventOutcome],
         below: Position | None,
-    ) -> int:
+    ) -> tuple[int, pa.Table]:
         assert isinstance(self.handoff, EventHandoff)
         key = (self.handoff.stream, source, consumer)
         row = conn.execute(
             "SELECT mark FROM handoff_event_marks WHERE handoff = ? AND source = ? AND consumer = ?", key
         ).fetchone()
         fresh, mark = fresh_events(released, EventMark.from_bytes(row[0]) if row else EventMark(), below)
-        if fresh:
-            handoff = self.handoff
-            table = conform(self._writer.schema, fresh, lambda e: handoff.row(source, e), handoff.stream)
-            self._writer.append(conn, partition, table)
-            conn.execute(
-                "INSERT INTO handoff_event_marks(handoff, source, consumer, mark) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark",
-                (*key, mark.to_bytes()),
-            )
-        return len(fresh)
+        if not fresh:
+            return partition, self._writer.schema.arrow.empty_table()
+        handoff = self.handoff
+        table = conform(self._writer.schema, fresh, lambda e: handoff.row(source, e), handoff.stream)
+        # The mark goes into the write that appends the rows: both commit, or neither.
+        conn.execute(
+            "INSERT INTO handoff_event_marks(handoff, source, consumer, mark) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark",
+            (*key, mark.to_bytes()),
+        )
+        return partition, table
 
-    def _append(
+    def _stage(
         self, conn: sqlite3.Connection, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]
-    ) -> int:
+    ) -> tuple[int, pa.Table]:
         assert isinstance(self.handoff, Handoff)
         name = self.handoff.stream
         marks: dict[str, float] = dict(
@@ -352,13 +358,13 @@ class EmbeddedHandoffSink:
             )
         )
         fresh, moved = fresh_windows(windows, marks)
-        if fresh:
-            handoff = self.handoff
-            table = conform(self._writer.schema, fresh, lambda w: handoff.row(source, w), handoff.stream)
-            self._writer.append(conn, partition, table)
-            conn.executemany(
-                "INSERT INTO handoff_marks(handoff, source, consumer, key, last_end) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT(handoff, source, consumer, key) DO UPDATE SET last_end = excluded.last_end",
-                [(name, source, consumer, k, end) for k, end in moved.items()],
-            )
-        return len(fresh)
+        if not fresh:
+            return partition, self._writer.schema.arrow.empty_table()
+        handoff = self.handoff
+        table = conform(self._writer.schema, fresh, lambda w: handoff.row(source, w), handoff.stream)
+        conn.executemany(
+            "INSERT INTO handoff_marks(handoff, source, consumer, key, last_end) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(handoff, source, consumer, key) DO UPDATE SET last_end = excluded.last_end",
+            [(name, source, consumer, k, end) for k, end in moved.items()],
+        )
+        return partition, table

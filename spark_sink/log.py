@@ -1,16 +1,23 @@
-"""The embedded handoff log: Arrow IPC segments on disk, indexed in the store's SQLite db.
+"""The embedded handoff log: Arrow IPC segments, indexed in the store's SQLite db.
 
 Layout under a store directory ``path`` (shared with the embedded queues, checkpoints, ...)::
 
     path/headrace.db                                    handoff_* tables (streams.core.store)
-    path/handoff/<stream>/<partition>/<offset>-<tag>.arrow    one file per append
+    path/handoff/<stream>/<partition>/<offset>-<tag>.arrow    segment files
 
 Offsets are dense per (stream, partition): an append of ``n`` rows takes offsets
 ``[end, end + n)``. A segment exists for readers only once its index row is committed, and
 that row is written in the *caller's* transaction, so a handoff commits or vanishes together
-with whatever else the caller writes there (its input checkpoint). A file whose index row
-never committed is an orphan: readers never see it, and :meth:`HandoffLog.remove_orphans`
-deletes it once the partition has moved past its offset.
+with whatever else the caller writes there (its input checkpoint).
+
+A small append (up to ``inline_bytes`` as an Arrow record batch) is kept *inline*: its
+record batch message sits in its index row, and no file is made. A file costs a disk block
+(4 KiB for one 400-byte row), two fsyncs and an inode; the inline row costs its bytes, and is
+exactly as durable as the index that makes it visible. :mod:`spark_sink.compaction` later
+merges runs of inline segments into one file, swapping the index rows in one transaction.
+
+A file whose index row never committed is an orphan: readers never see it, and
+:meth:`HandoffLog.remove_orphans` deletes it once the partition has moved past its offset.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +41,12 @@ from .errors import (
     UnknownHandoffStreamError,
 )
 from .schema import HandoffSchema
-from .segments import first_offset_of, fsync_dir, segment_name, write_segment
+from .segments import encode_rows, first_offset_of, fsync_dir, segment_name, write_segment
 
 HANDOFF_DIR = "handoff"
+# Appends up to this size (as an Arrow record batch) stay inline in the index; larger ones
+# get a file of their own, read memory-mapped.
+INLINE_BYTES = 64 * 1024
 _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 HANDOFF_SCHEMA: list[Migration] = [
@@ -53,21 +63,29 @@ HANDOFF_SCHEMA: list[Migration] = [
         " file TEXT NOT NULL,"  # relative to the store directory
         " PRIMARY KEY (stream, partition, first_offset)) WITHOUT ROWID",
     ],
+    # An inline segment: file '' and its rows here (segments.encode_rows), NULL for a file.
+    ["ALTER TABLE handoff_segments ADD COLUMN data BLOB"],
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One committed segment file: rows ``[first_offset, end_offset)`` of a partition."""
+    """One committed segment: rows ``[first_offset, end_offset)`` of a partition, in a file
+    or inline (``file`` is then ``''`` and ``data`` holds the rows)."""
 
     partition: int
     first_offset: int
     row_count: int
-    file: str  # relative to the store directory
+    file: str  # relative to the store directory; '' for an inline segment
+    data: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def end_offset(self) -> int:
         return self.first_offset + self.row_count
+
+    @property
+    def inline(self) -> bool:
+        return self.data is not None
 
 
 def check_stream_name(stream: str) -> str:
@@ -88,12 +106,16 @@ class HandoffLog:
     {}
     """
 
-    def __init__(self, store: EmbeddedStore, *, create_tables: bool = True) -> None:
+    def __init__(
+        self, store: EmbeddedStore, *, create_tables: bool = True, inline_bytes: int = INLINE_BYTES
+    ) -> None:
         if create_tables:
             store.require_schema("handoff", HANDOFF_SCHEMA)
         self.store = store
         self.path = os.path.abspath(store.path)
+        self.inline_bytes = inline_bytes
         self._database = os.path.realpath(store.database)
+        self._data = "data"  # the inline rows' column ("NULL" in a store written before it existed)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> HandoffLog:
@@ -110,13 +132,17 @@ class HandoffLog:
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
                 ("handoff_streams",),
             ).fetchone()
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(handoff_segments)")}
         if not tables:
             store.close()
             raise UnknownHandoffStreamError(
                 f"the store at {os.fspath(path)!r} has no handoff streams yet: start the "
                 "runtime with a consumer that hands off to Spark first"
             )
-        return cls(store, create_tables=False)
+        log = cls(store, create_tables=False)
+        if "data" not in columns:
+            log._data = "NULL"
+        return log
 
     def close(self) -> None:
         self.store.close()
@@ -180,12 +206,12 @@ class HandoffLog:
         if start >= end:
             return []
         rows = self._query(
-            "SELECT first_offset, row_count, file FROM handoff_segments "
+            f"SELECT first_offset, row_count, file, {self._data} FROM handoff_segments "
             "WHERE stream = ? AND partition = ? AND first_offset < ? "
             "AND first_offset + row_count > ? ORDER BY first_offset",
             (stream, partition, end, start),
         )
-        found = [Segment(partition, first, count, file) for first, count, file in rows]
+        found = [Segment(partition, first, count, file, data) for first, count, file, data in rows]
         covered, gap_end = start, end
         for segment in found:
             if segment.first_offset > covered:
@@ -206,7 +232,8 @@ class HandoffLog:
     def append(self, conn: sqlite3.Connection, stream: str, partition: int, table: pa.Table) -> Segment:
         """Write ``table`` as the next segment of ``stream``/``partition`` and index it in
         ``conn``'s open write transaction. The caller commits; until it does, no reader sees
-        the rows. ``table`` must already match the declared schema.
+        the rows. ``table`` must already match the declared schema. Up to ``inline_bytes``
+        the rows go into the index row itself, else into a new file.
         """
         self._check_same_db(conn)
         if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
@@ -221,10 +248,11 @@ class HandoffLog:
             (stream, partition),
         ).fetchone()
         first = row[0] if row else 0
-        directory = self.partition_dir(stream, partition)
-        self._make_dirs(directory)
-        file = os.path.join(directory, segment_name(first))
-        write_segment(file, table)
+        # nbytes first: a large table is never encoded only to learn that it is large.
+        data = encode_rows(table) if table.nbytes <= self.inline_bytes else None
+        if data is not None and len(data) > self.inline_bytes:
+            data = None
+        relative = "" if data is not None else self.write_file(stream, partition, first, table)
         try:
             conn.execute(
                 "INSERT INTO handoff_partitions (stream, partition, start_offset, end_offset) "
@@ -232,16 +260,31 @@ class HandoffLog:
                 "DO UPDATE SET end_offset = excluded.end_offset",
                 (stream, partition, first + table.num_rows),
             )
-            relative = os.path.relpath(file, self.path)
-            conn.execute(
-                "INSERT INTO handoff_segments "
-                "(stream, partition, first_offset, row_count, file) VALUES (?, ?, ?, ?, ?)",
-                (stream, partition, first, table.num_rows, relative),
-            )
+            self.index(conn, stream, Segment(partition, first, table.num_rows, relative, data))
         except BaseException:
-            _unlink(file)
+            if relative:
+                _unlink(os.path.join(self.path, relative))
             raise
-        return Segment(partition, first, table.num_rows, relative)
+        return Segment(partition, first, table.num_rows, relative, data)
+
+    def write_file(self, stream: str, partition: int, first: int, table: pa.Table) -> str:
+        """Write ``table`` durably as a new segment file starting at offset ``first``; return
+        its path relative to the store. Index it in the same write transaction (an unindexed
+        file below the partition's end is an orphan to :meth:`remove_orphans`)."""
+        directory = self.partition_dir(stream, partition)
+        self._make_dirs(directory)
+        file = os.path.join(directory, segment_name(first))
+        write_segment(file, table)
+        return os.path.relpath(file, self.path)
+
+    @staticmethod
+    def index(conn: sqlite3.Connection, stream: str, segment: Segment) -> None:
+        """Insert ``segment``'s index row in ``conn``'s write transaction."""
+        conn.execute(
+            "INSERT INTO handoff_segments (stream, partition, first_offset, row_count, file, data) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (stream, segment.partition, segment.first_offset, segment.row_count, segment.file, segment.data),
+        )
 
     # -- housekeeping -------------------------------------------------------------------
 
@@ -268,20 +311,26 @@ class HandoffLog:
                 )
         # Unlinked only after the commit: a crash in between leaves orphans, removed later.
         for _, file in doomed:
-            _unlink(os.path.join(self.path, file))
+            if file:  # '' is an inline segment: gone with its row
+                _unlink(os.path.join(self.path, file))
         return len(doomed)
 
     def remove_orphans(self, stream: str) -> int:
         """Delete segment files that can never be committed; return how many.
 
         A file is dead when its index row is absent and its partition has already moved
-        past its first offset (a crash or rollback before the commit, or a trim interrupted
-        before its unlink). A file at the current end may still be committing: it is kept.
+        past its first offset (a crash or rollback before the commit, a trim interrupted
+        before its unlink, a compaction that did not commit). One at the current end is
+        kept until an append moves past it.
         """
         root = Path(self.path, HANDOFF_DIR, stream)
         if not root.is_dir():
             return 0
-        with self.store.snapshot() as conn:  # one snapshot for the index and the offsets
+        # Under the write lock: a writer writes a file and commits its index row inside one
+        # write transaction (appends and compaction alike), so no file seen here unindexed
+        # is about to be indexed.
+        removed = 0
+        with self.store.transaction() as conn:
             indexed = {
                 file for (file,) in conn.execute("SELECT file FROM handoff_segments WHERE stream = ?", (stream,))
             }
@@ -291,18 +340,17 @@ class HandoffLog:
                     (stream,),
                 ).fetchall()
             )
-        removed = 0
-        for directory in root.iterdir():
-            if not directory.name.isdigit():
-                continue
-            end = ends.get(int(directory.name), 0)
-            for file in directory.iterdir():
-                first = first_offset_of(file.name)
-                if first is None or first >= end:
+            for directory in root.iterdir():
+                if not directory.name.isdigit():
                     continue
-                if os.path.relpath(file, self.path) not in indexed:
-                    _unlink(str(file))
-                    removed += 1
+                end = ends.get(int(directory.name), 0)
+                for file in directory.iterdir():
+                    first = first_offset_of(file.name)
+                    if first is None or first >= end:
+                        continue
+                    if os.path.relpath(file, self.path) not in indexed:
+                        _unlink(str(file))
+                        removed += 1
         return removed
 
     # -- plumbing -----------------------------------------------------------------------

@@ -19,7 +19,7 @@ from .errors import HandoffDataLostError
 from .log import HandoffLog
 from .offsets import OffsetRange, Offsets, admit
 from .schema import HandoffSchema
-from .segments import read_segment, rebatch
+from .segments import decode_rows, read_segment, rebatch
 
 # Rows per record batch handed to Spark: large enough that per-batch costs vanish, small
 # enough that a batch stays a few MB.
@@ -66,22 +66,28 @@ class HandoffStorage(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SegmentSplit:
-    """Offsets ``range`` of an embedded handoff log, with the segment files that hold them
-    (resolved at planning time so executors need no database)."""
+    """Offsets ``range`` of an embedded handoff log, with the segments that hold them,
+    resolved at planning time (one query a range) so executors need no database: files by name,
+    inline segments by their rows (a compaction that merges them into a file later changes
+    nothing for this split)."""
 
     root: str
     stream: str
     range: OffsetRange
-    segments: tuple[tuple[str, int, int], ...]  # (file, first_offset, row_count)
+    segments: tuple[tuple[str, int, int, bytes | None], ...]  # (file, first_offset, row_count, inline rows)
+    schema: pa.Schema  # what the inline rows decode to
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         return rebatch(self._segment_batches(), BATCH_ROWS)
 
     def _segment_batches(self) -> Iterator[pa.RecordBatch]:
         lo, hi = self.range.start, self.range.end
-        for file, first, count in self.segments:
+        for file, first, count, data in self.segments:
             skip = max(lo - first, 0)
             take = min(hi, first + count) - max(lo, first)
+            if data is not None:
+                yield decode_rows(data, self.schema).slice(skip, take)
+                continue
             try:
                 yield from read_segment(os.path.join(self.root, file), skip, take)
             except FileNotFoundError:
@@ -118,15 +124,17 @@ class EmbeddedStorage:
         return admit(start, end, max_rows)  # an offset is a row here
 
     def plan(self, stream: str, ranges: Sequence[OffsetRange]) -> list[HandoffSplit]:
+        schema = self.log.schema(stream).arrow
         return [
             SegmentSplit(
                 self.log.path,
                 stream,
                 r,
                 tuple(
-                    (s.file, s.first_offset, s.row_count)
+                    (s.file, s.first_offset, s.row_count, s.data)
                     for s in self.log.segments(stream, r.partition, r.start, r.end)
                 ),
+                schema,
             )
             for r in ranges
         ]

@@ -66,13 +66,24 @@ def expected(spark: SparkSession, events: list[RawEvent]) -> list[WindowRow]:
     return collect_windows(windows, "window.start", "window.end")
 
 
+def _handoff(path: Path, **log_options: int) -> Iterator[Handoff]:
+    store = EmbeddedStore(path)
+    log = HandoffLog(store, **log_options)
+    schema = HandoffSchema.windows({"count": "bigint", "total": "double"}, stream=True)  # as Handoff declares
+    yield Handoff(path, store, log, HandoffWriter(log, STREAM, schema))
+    store.close()
+
+
 @pytest.fixture
 def handoff(tmp_path: Path) -> Iterator[Handoff]:
-    store = EmbeddedStore(tmp_path / "store")
-    log = HandoffLog(store)
-    schema = HandoffSchema.windows({"count": "bigint", "total": "double"}, stream=True)  # as Handoff declares
-    yield Handoff(tmp_path / "store", store, log, HandoffWriter(log, STREAM, schema))
-    store.close()
+    """An embedded log as the runtime makes it: small appends stay inline in the index."""
+    yield from _handoff(tmp_path / "store")
+
+
+@pytest.fixture
+def file_handoff(tmp_path: Path) -> Iterator[Handoff]:
+    """An embedded log that writes every append as a segment file (as large appends are)."""
+    yield from _handoff(tmp_path / "store", inline_bytes=0)
 
 
 @pytest.fixture

@@ -126,7 +126,8 @@ def test_offsets_are_dense_per_partition(handoff: Handoff) -> None:
     assert read_all(handoff, 0).column("count").to_pylist() == [0, 1, 2, 0, 1, 2, 3]
 
 
-def test_handoff_commits_with_the_callers_checkpoint(handoff: Handoff) -> None:
+def test_handoff_commits_with_the_callers_checkpoint(file_handoff: Handoff) -> None:
+    handoff = file_handoff
     store = handoff.store
     with store.transaction() as conn:
         conn.execute("CREATE TABLE checkpoint_test (queue INTEGER PRIMARY KEY, token TEXT)")
@@ -165,28 +166,29 @@ from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
 from streams.core.store import EmbeddedStore
 store = EmbeddedStore(sys.argv[1])
 schema = HandoffSchema.windows({"count": "bigint", "total": "double"}, stream=True)
-writer = HandoffWriter(HandoffLog(store), sys.argv[2], schema)
+writer = HandoffWriter(HandoffLog(store, inline_bytes=int(sys.argv[3])), sys.argv[2], schema)
 with store.transaction() as conn:
     writer.append(conn, 0, [(0.0, 60.0, "sensors/s1", "crash", 99, 99.0)])
     os._exit(1)  # killed after the segment is written, before the caller's commit
 """
 
 
-def test_a_worker_killed_before_commit_hands_off_nothing(handoff: Handoff) -> None:
+@pytest.mark.parametrize("inline_bytes, orphans", [(0, 1), (1 << 16, 0)], ids=["file", "inline"])
+def test_a_worker_killed_before_commit_hands_off_nothing(handoff: Handoff, inline_bytes: int, orphans: int) -> None:
     handoff.append(0, rows(2))
-    died = subprocess.run([sys.executable, "-c", CRASHING_WORKER, str(handoff.path), STREAM])
+    died = subprocess.run([sys.executable, "-c", CRASHING_WORKER, str(handoff.path), STREAM, str(inline_bytes)])
     assert died.returncode == 1
     assert handoff.writer.end_offsets() == {0: 2}
-    assert len(handoff.stream_files() - handoff.indexed_files()) == 1
-    # A restarted worker is free to write at the same offsets; the dead file stays unread.
+    assert len(handoff.stream_files() - handoff.indexed_files()) == orphans  # inline: nothing at all
+    # A restarted worker is free to write at the same offsets; a dead file stays unread.
     store = EmbeddedStore(handoff.path)
     restarted = HandoffWriter(HandoffLog(store), STREAM, handoff.writer.schema)
     with store.transaction() as conn:
         restarted.append(conn, 0, rows(1, first=2))
     store.close()
     assert read_all(handoff, 0).column("key").to_pylist() == ["k0", "k1", "k2"]
-    assert handoff.log.remove_orphans(STREAM) == 1
-    assert handoff.stream_files() == handoff.indexed_files()
+    assert handoff.log.remove_orphans(STREAM) == orphans
+    assert handoff.stream_files() == handoff.indexed_files() - {""}
 
 
 def test_trim_deletes_whole_segments_below_the_offset(handoff: Handoff) -> None:

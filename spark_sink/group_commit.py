@@ -1,0 +1,188 @@
+"""Group commit of handoff appends: what arrives while one write is under way rides in the next.
+
+Thousands of activations of one worker each close a window now and then; written one by
+one, each append is a write transaction of its own (and, before inline segments, a file).
+A :class:`GroupAppender` lets the first caller write and the others gather meanwhile: the
+caller that finds no write under way becomes the leader and writes every pending append
+in one transaction, one segment per partition; when it is done, the first of those that
+gathered meanwhile leads the next write. Nobody waits on a timer, so a lone append is
+written at once, and under load a write carries whatever the previous one left time for.
+
+Every caller still returns only once its rows are committed (or with the error that kept
+them out), so "durable before anyone else hears of it" holds for each of them, and each
+learns the exact offsets of its rows. A caller whose rows the stage function refuses gets
+its own error; the others' rows are written all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+import pyarrow as pa
+
+from streams.core.store import EmbeddedStore
+
+from .compaction import COMPACT_BYTES, compact
+from .log import Segment
+from .writer import HandoffWriter
+
+log = logging.getLogger("headrace.handoff")
+
+# What one caller adds to a write: given the open transaction, its partition and rows (it may
+# read and write its own bookkeeping there too, after the last thing that can fail).
+Stage = Callable[[sqlite3.Connection], tuple[int, pa.Table]]
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where one caller's rows went: offsets ``[first_offset, first_offset + row_count)``."""
+
+    partition: int
+    first_offset: int
+    row_count: int
+
+
+class _Waiter:
+    __slots__ = ("done", "error", "lead", "result", "stage")
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self.done = anyio.Event()
+        self.lead = False  # woken to lead the next write, not with a result
+        self.result: Appended | None = None
+        self.error: BaseException | None = None
+
+
+class GroupAppender:
+    """Appends of one handoff stream, written together when they arrive together.
+
+    Use it from one event loop (the worker's).
+
+    >>> import tempfile
+    >>> from spark_sink import HandoffLog, HandoffSchema
+    >>> store = EmbeddedStore(tempfile.mkdtemp())
+    >>> schema = HandoffSchema.of({"n": "bigint"})
+    >>> appender = GroupAppender(store, HandoffWriter(HandoffLog(store), "s", schema))
+    >>> async def three():
+    ...     async with anyio.create_task_group() as tg:
+    ...         for n in range(3):
+    ...             tg.start_soon(appender.append, lambda conn, n=n: (0, schema.to_table([(n,)])))
+    >>> anyio.run(three)
+    >>> appender.writer.end_offsets()
+    {0: 3}
+    """
+
+    def __init__(self, store: EmbeddedStore, writer: HandoffWriter, *, compact_bytes: int = COMPACT_BYTES) -> None:
+        self.store = store
+        self.writer = writer
+        self.compact_bytes = compact_bytes
+        self.writes = 0  # write transactions so far (the bench divides appends by it)
+        self._pending: list[_Waiter] = []
+        self._writing = False
+        self._inline: dict[int, int] = {}  # inline bytes this appender wrote since the last compaction
+
+    async def append(self, stage: Stage) -> Appended:
+        """Stage rows into the next write and return once they are committed.
+
+        ``stage`` runs in a worker thread inside the write transaction; what it raises is
+        this caller's error alone (an ``sqlite3.Error`` fails the whole write, which the
+        store rolls back: its callers all get it).
+        """
+        waiter = _Waiter(stage)
+        self._pending.append(waiter)
+        if self._writing:
+            try:
+                await waiter.done.wait()
+            except BaseException:  # cancelled: never leave the leadership with nobody
+                if waiter in self._pending:
+                    self._pending.remove(waiter)
+                if waiter.lead:
+                    self._hand_over()
+                raise
+            if not waiter.lead:
+                return _outcome(waiter)
+        self._writing = True
+        try:
+            await self._lead()
+        finally:
+            self._hand_over()
+        return _outcome(waiter)
+
+    async def _lead(self) -> None:
+        batch, self._pending = self._pending, []
+        try:
+            segments = await self.store.write(lambda conn: self._write(conn, batch))
+        except BaseException as exc:
+            # The transaction rolled back: nobody's rows are in. (The thread is never
+            # abandoned, so exc is the write's own error, not this task's cancellation.)
+            for waiter in batch:
+                waiter.result = None
+                waiter.error = waiter.error or exc
+            raise
+        finally:
+            for waiter in batch:
+                waiter.lead = False
+                waiter.done.set()
+        for segment in segments:
+            if segment.data is not None:
+                self._inline[segment.partition] = self._inline.get(segment.partition, 0) + len(segment.data)
+        await self._compact_full()
+
+    def _write(self, conn: sqlite3.Connection, batch: list[_Waiter]) -> list[Segment]:
+        """One transaction: every waiter's rows, one segment per partition, in arrival order."""
+        self.writes += 1
+        staged: dict[int, list[tuple[_Waiter, pa.Table]]] = {}
+        for waiter in batch:
+            try:
+                partition, table = waiter.stage(conn)
+            except sqlite3.Error:
+                raise
+            except Exception as exc:  # this caller's rows only: the others go ahead
+                waiter.error = exc
+                continue
+            staged.setdefault(partition, []).append((waiter, table))
+        segments = []
+        for partition, entries in staged.items():
+            tables = [table for _, table in entries if table.num_rows]
+            segment = self.writer.append(conn, partition, pa.concat_tables(tables)) if tables else None
+            offset = segment.first_offset if segment is not None else 0
+            for waiter, table in entries:
+                waiter.result = Appended(partition, offset, table.num_rows)
+                offset += table.num_rows
+            if segment is not None:
+                segments.append(segment)
+        return segments
+
+    async def _compact_full(self) -> None:
+        """Merge the inline segments of partitions that gathered ``compact_bytes``; a failure
+        is logged and tried again after the next write (the rows are safe inline)."""
+        writer = self.writer
+        for partition, size in list(self._inline.items()):
+            if size < self.compact_bytes:
+                continue
+            try:
+                await anyio.to_thread.run_sync(compact, writer.log, writer.stream, partition, writer.schema.arrow)
+            except Exception:
+                log.warning("compacting handoff stream %r partition %d failed", writer.stream, partition, exc_info=True)
+                continue
+            self._inline[partition] = 0
+
+    def _hand_over(self) -> None:
+        """Wake the first waiter that gathered to lead the next write, or stop writing."""
+        if self._pending:
+            first = self._pending[0]
+            first.lead = True
+            first.done.set()
+        else:
+            self._writing = False
+
+
+def _outcome(waiter: _Waiter) -> Appended:
+    if waiter.error is not None:
+        raise waiter.error
+    assert waiter.result is not None, "a waiter is woken with a result or an error"
+    return waiter.result
