@@ -18,7 +18,7 @@ from .segments import decode_rows
 
 # Compact once this many bytes of inline rows have gathered in a partition: the files it
 # makes then hold about this much.
-COMPACT_BYTES = 1 << 20
+COMPACT_BYTES = 256 * 1024
 
 
 def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema) -> int:

@@ -46,7 +46,9 @@ def write_segment(path: str, table: pa.Table) -> None:
     """
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
+        # One record batch: many small chunks (merged appends) would each pay a batch's
+        # metadata and padding in the file.
+        writer.write_table(table.combine_chunks())
     view = memoryview(sink.getvalue())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
