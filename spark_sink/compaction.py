@@ -46,11 +46,12 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema) -> 
     merged = 0
     with log.store.transaction() as conn:
         rows = conn.execute(
-            "SELECT first_offset, row_count, data FROM handoff_segments "
+            "SELECT first_offset, row_count, data, appended FROM handoff_segments "
             "WHERE stream = ? AND partition = ? AND data IS NOT NULL ORDER BY first_offset",
             (stream, partition),
         ).fetchall()
-        for run in _runs([Segment(partition, first, count, "", data) for first, count, data in rows]):
+        appended = {first: when for first, _, _, when in rows}
+        for run in _runs([Segment(partition, first, count, "", data) for first, count, data, _ in rows]):
             if len(run) < 2:
                 continue
             table = pa.Table.from_batches([decode_rows(s.data or b"", schema) for s in run], schema=schema)
@@ -61,7 +62,9 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema) -> 
                 "AND first_offset BETWEEN ? AND ?",
                 (stream, partition, first, last),
             )
-            log.index(conn, stream, Segment(partition, first, table.num_rows, file))
+            # The file is as young as its newest row: retention by age never takes a row early.
+            newest = max((appended[s.first_offset] for s in run if appended[s.first_offset] is not None), default=None)
+            log.index(conn, stream, Segment(partition, first, table.num_rows, file), newest)
             merged += len(run)
     return merged
 

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
 import pyarrow as pa
 
+from streams.adapters.retention import RetentionPolicy
 from streams.core.store import EmbeddedStore
 
 from .compaction import COMPACT_BYTES, compact
 from .log import Segment
+from .retention import expire
 from .writer import HandoffWriter
 
 log = logging.getLogger("headrace.handoff")
@@ -76,10 +79,19 @@ class GroupAppender:
     {0: 3}
     """
 
-    def __init__(self, store: EmbeddedStore, writer: HandoffWriter, *, compact_bytes: int = COMPACT_BYTES) -> None:
+    def __init__(
+        self,
+        store: EmbeddedStore,
+        writer: HandoffWriter,
+        *,
+        compact_bytes: int = COMPACT_BYTES,
+        retention: RetentionPolicy | None = None,
+    ) -> None:
         self.store = store
         self.writer = writer
         self.compact_bytes = compact_bytes
+        self.retention = retention  # applied every retention.interval (None: never)
+        self._next_retention = float("-inf")
         self.writes = 0  # write transactions so far (the bench divides appends by it)
         self._pending: list[_Waiter] = []
         self._writing = False
@@ -131,6 +143,7 @@ class GroupAppender:
             if segment.data is not None:
                 self._inline[segment.partition] = self._inline.get(segment.partition, 0) + len(segment.data)
         await self._compact_full()
+        await self._retain()
 
     def _write(self, conn: sqlite3.Connection, batch: list[_Waiter]) -> list[Segment]:
         """One transaction: every waiter's rows, one segment per partition, in arrival order."""
@@ -170,6 +183,18 @@ class GroupAppender:
                 log.warning("compacting handoff stream %r partition %d failed", writer.stream, partition, exc_info=True)
                 continue
             self._inline[partition] = 0
+
+    async def _retain(self) -> None:
+        """Apply the retention policy to the stream once every ``interval`` (after a write:
+        a stream nobody appends to stays as it is)."""
+        policy, now = self.retention, time.time()
+        if policy is None or now < self._next_retention:
+            return
+        self._next_retention = now + policy.interval
+        try:
+            await anyio.to_thread.run_sync(expire, self.writer.log, self.writer.stream, policy, now)
+        except Exception:
+            log.warning("retention of handoff stream %r failed", self.writer.stream, exc_info=True)
 
     def _hand_over(self) -> None:
         """Wake the first waiter that gathered to lead the next write, or stop writing."""

@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 import msgpack
 import pyarrow as pa
 
+from streams.adapters.retention import RetentionPolicy
 from streams.core.errors import ConfigurationError, HandoffRefusedError
 from streams.core.store import EmbeddedStore
 from streams.eventtime.release import Position, position_of
@@ -293,12 +294,15 @@ class EmbeddedHandoffSink:
     per (source, consumer, key, end) (or per event). Appends of many activations that
     arrive together share one write (:class:`~spark_sink.group_commit.GroupAppender`)."""
 
-    def __init__(self, store: EmbeddedStore, handoff: Handoff | EventHandoff) -> None:
+    def __init__(
+        self, store: EmbeddedStore, handoff: Handoff | EventHandoff, retention: RetentionPolicy | None = None
+    ) -> None:
         store.require_schema("handoff_marks", _MARKS)
         self.store = store
         self.handoff = handoff
         self._writer = HandoffWriter(HandoffLog(store), handoff.stream, handoff.schema())  # blocking
-        self._appender = GroupAppender(store, self._writer)
+        # retention: what the log keeps when no Spark query trims it (spark_sink.retention)
+        self._appender = GroupAppender(store, self._writer, retention=retention)
 
     async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
         if not windows:

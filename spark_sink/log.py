@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,9 @@ HANDOFF_SCHEMA: list[Migration] = [
     ],
     # An inline segment: file '' and its rows here (segments.encode_rows), NULL for a file.
     ["ALTER TABLE handoff_segments ADD COLUMN data BLOB"],
+    # When the segment's newest row was appended (time.time()), for retention by age;
+    # NULL in a store written before it existed: such segments never expire by age.
+    ["ALTER TABLE handoff_segments ADD COLUMN appended REAL"],
 ]
 
 
@@ -278,12 +282,21 @@ class HandoffLog:
         return os.path.relpath(file, self.path)
 
     @staticmethod
-    def index(conn: sqlite3.Connection, stream: str, segment: Segment) -> None:
-        """Insert ``segment``'s index row in ``conn``'s write transaction."""
+    def index(conn: sqlite3.Connection, stream: str, segment: Segment, appended: float | None = None) -> None:
+        """Insert ``segment``'s index row in ``conn``'s write transaction; ``appended`` is
+        when its newest row was (now, unless given)."""
         conn.execute(
-            "INSERT INTO handoff_segments (stream, partition, first_offset, row_count, file, data) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (stream, segment.partition, segment.first_offset, segment.row_count, segment.file, segment.data),
+            "INSERT INTO handoff_segments (stream, partition, first_offset, row_count, file, data, appended) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                stream,
+                segment.partition,
+                segment.first_offset,
+                segment.row_count,
+                segment.file,
+                segment.data,
+                time.time() if appended is None else appended,
+            ),
         )
 
     # -- housekeeping -------------------------------------------------------------------
@@ -294,26 +307,36 @@ class HandoffLog:
         Offsets stay as they are: trimming only raises the partition's start offset.
         """
         with self.store.transaction() as conn:
-            doomed = conn.execute(
-                "SELECT first_offset + row_count, file FROM handoff_segments "
-                "WHERE stream = ? AND partition = ? AND first_offset + row_count <= ?",
+            files = self.trim_in(conn, stream, partition, up_to)
+        self.unlink(files)
+        return len(files)
+
+    @staticmethod
+    def trim_in(conn: sqlite3.Connection, stream: str, partition: int, up_to: int) -> list[str]:
+        """:meth:`trim` in ``conn``'s write transaction; returns the trimmed segments' files
+        ('' for an inline one), to :meth:`unlink` once the transaction has committed."""
+        doomed = conn.execute(
+            "SELECT first_offset + row_count, file FROM handoff_segments "
+            "WHERE stream = ? AND partition = ? AND first_offset + row_count <= ?",
+            (stream, partition, up_to),
+        ).fetchall()
+        if doomed:
+            conn.execute(
+                "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? AND first_offset + row_count <= ?",
                 (stream, partition, up_to),
-            ).fetchall()
-            if doomed:
-                conn.execute(
-                    "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? AND first_offset + row_count <= ?",
-                    (stream, partition, up_to),
-                )
-                conn.execute(
-                    "UPDATE handoff_partitions SET start_offset = MAX(start_offset, ?) "
-                    "WHERE stream = ? AND partition = ?",
-                    (max(end for end, _ in doomed), stream, partition),
-                )
-        # Unlinked only after the commit: a crash in between leaves orphans, removed later.
-        for _, file in doomed:
+            )
+            conn.execute(
+                "UPDATE handoff_partitions SET start_offset = MAX(start_offset, ?) WHERE stream = ? AND partition = ?",
+                (max(end for end, _ in doomed), stream, partition),
+            )
+        return [file for _, file in doomed]
+
+    def unlink(self, files: list[str]) -> None:
+        """Delete trimmed segments' files. Only after the commit: a crash in between leaves
+        orphans, removed later."""
+        for file in files:
             if file:  # '' is an inline segment: gone with its row
                 _unlink(os.path.join(self.path, file))
-        return len(doomed)
 
     def remove_orphans(self, stream: str) -> int:
         """Delete segment files that can never be committed; return how many.

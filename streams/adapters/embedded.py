@@ -278,6 +278,11 @@ class EmbeddedAdapterFactory:
         )
         self._layout_checked = False
 
+    @property
+    def retention(self) -> RetentionPolicy:
+        """The queues' retention policy (the handoff log in the same store follows it too)."""
+        return self._adapter.retention
+
     async def create_adapter(self) -> EmbeddedQueueAdapter:
         """The adapter (the same one on every call); checks the store's queue count."""
         if not self._layout_checked:

@@ -76,9 +76,10 @@ class EmbeddedBackend:
     async def open_handoff_sink(
         self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff
     ) -> spark_sink.HandoffSink:
-        """The handoff log in the store (its tables are made here: in a worker thread)."""
+        """The handoff log in the store (its tables are made here: in a worker thread). The
+        queues' retention policy bounds it too (:mod:`spark_sink.retention`)."""
         # Through the package's lazy attribute: pyarrow loads only when something hands off.
         sink: spark_sink.HandoffSink = await anyio.to_thread.run_sync(
-            spark_sink.EmbeddedHandoffSink, self.store, handoff
+            spark_sink.EmbeddedHandoffSink, self.store, handoff, self.factory.retention
         )
         return sink

@@ -341,3 +341,55 @@ async def test_the_sink_hands_off_the_windows_of_many_activations_once(tmp_path:
     log = HandoffLog(store)
     assert sum(log.end_offsets("totals").values()) == 1200
     store.close()
+
+
+def test_retention_removes_a_prefix_of_whole_segments_by_size_and_by_age(tmp_path: Path) -> None:
+    from spark_sink.retention import expire
+    from streams.adapters.retention import RetentionPolicy
+
+    store, writer = open_log(tmp_path)
+    log = writer.log
+    for seq, (n, when) in enumerate([(2, 100.0), (3, 100.0), (4000, 200.0), (1, 200.0), (2, 300.0)]):
+        with store.transaction() as conn:  # seq 2 is a file of its own, the rest inline
+            segment = log.append(conn, STREAM, 0, rows_of(0, seq, n))
+            conn.execute("UPDATE handoff_segments SET appended = ? WHERE first_offset = ?", (when, segment.first_offset))
+    before = read(tmp_path, 0)
+    by_size = RetentionPolicy(max_age=None, max_records_per_queue=4001)
+    assert expire(log, STREAM, by_size, now=1000.0) == {0: 5}  # [0,2) and [2,5) go; [5,4005) holds row 4001 from the end
+    assert log.start_offsets(STREAM) == {0: 5} and read(tmp_path, 0, 5) == before[5:]
+    by_age = RetentionPolicy(max_age=750.0, max_records_per_queue=None)
+    assert expire(log, STREAM, by_age, now=1000.0) == {0: 4001}  # appended before 250: the file and [4005,4006)
+    assert files(tmp_path) == set() and read(tmp_path, 0, 4006) == before[4006:]
+    assert expire(log, STREAM, by_age, now=1000.0) == {}
+    assert log.end_offsets(STREAM) == {0: 4008}  # offsets never move
+    store.close()
+
+
+def test_a_compacted_file_is_as_young_as_its_newest_row(tmp_path: Path) -> None:
+    from spark_sink.retention import expire
+    from streams.adapters.retention import RetentionPolicy
+
+    store, writer = open_log(tmp_path)
+    for seq, when in enumerate([100.0, 900.0]):
+        with store.transaction() as conn:
+            segment = writer.log.append(conn, STREAM, 0, rows_of(0, seq, 1))
+            conn.execute("UPDATE handoff_segments SET appended = ? WHERE first_offset = ?", (when, segment.first_offset))
+    assert compact(writer.log, STREAM, 0, SCHEMA.arrow) == 2
+    assert expire(writer.log, STREAM, RetentionPolicy(max_age=500.0), now=1000.0) == {}  # row 1 is 100 s old
+    assert expire(writer.log, STREAM, RetentionPolicy(max_age=50.0), now=1000.0) == {0: 2}
+    store.close()
+
+
+async def test_the_embedded_backend_bounds_its_handoff_log_by_the_queues_retention(tmp_path: Path) -> None:
+    from streams.adapters.retention import RetentionPolicy
+    from streams.backends.embedded import EmbeddedBackend
+
+    backend = EmbeddedBackend.open(tmp_path, queues=2, retention=RetentionPolicy(max_records_per_queue=10, interval=0.01))
+    sink = await backend.open_handoff_sink("w1", Handoff("totals", {"count": "bigint"}))
+    for n in range(40):
+        await sink.write("dev/1", "Totals", 0, [WindowResult("k", 5.0 * n, 5.0 * n + 5, n, None)])
+        await anyio.sleep(0.011)  # past the interval: every write applies the retention
+    log = HandoffLog(backend.store)
+    assert log.end_offsets("totals") == {0: 40}
+    assert log.start_offsets("totals") == {0: 30}  # whole one-row segments: exactly the limit is kept
+    backend.store.close()

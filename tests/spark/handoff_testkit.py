@@ -111,7 +111,7 @@ class Handoff:
 
     def indexed_files(self) -> set[str]:
         with self.store.snapshot() as conn:
-            return {f for (f,) in conn.execute("SELECT file FROM handoff_segments")}
+            return {f for (f,) in conn.execute("SELECT file FROM handoff_segments WHERE file != ''")}  # '': inline
 
 
 def by_closing(rows: Sequence[WindowRow]) -> dict[tuple[int, int], list[WindowRow]]:
