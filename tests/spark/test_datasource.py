@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
 
+from spark_sink import HandoffLog, HandoffWriter
+from spark_sink.compaction import compact
+
 from .handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 
 
@@ -48,6 +51,38 @@ def test_batch_read_equals_spark_windows_over_the_raw_events(spark, any_handoff,
         "struct<window_start:timestamp,window_end:timestamp,stream_id:string,key:string,count:bigint,total:double>"
     )
     assert collect_windows(df) == expected
+
+
+def test_a_read_over_inline_file_and_compacted_segments_equals_spark_windows(spark, handoff, events, expected, tmp_path):
+    results = window_results(events)
+    third = len(results) // 3
+    handoff.append_windows(results[:third])  # inline, then merged into files
+    for partition in handoff.writer.end_offsets():
+        assert compact(handoff.log, STREAM, partition, handoff.writer.schema.arrow) > 0
+    files_only = HandoffWriter(HandoffLog(handoff.store, inline_bytes=0), STREAM, handoff.writer.schema)
+    Handoff(handoff.path, handoff.store, files_only.log, files_only).append_windows(results[third : 2 * third])
+    handoff.append_windows(results[2 * third :])  # inline
+    kinds = {s.inline for p, e in handoff.writer.end_offsets().items() for s in handoff.log.segments(STREAM, p, 0, e)}
+    assert kinds == {True, False}
+    assert collect_windows(batch_of(handoff, spark)) == expected
+    # A stream that reads a few hundred rows at a time while new appends are compacted
+    # between its batches: the next batch's offsets land in merged files.
+    seen: list = []
+
+    def each(df, batch_id: int) -> None:
+        seen.extend(collect_windows(df))
+        for partition in handoff.writer.end_offsets():
+            compact(handoff.log, STREAM, partition, handoff.writer.schema.arrow)
+
+    query = (
+        windows_of(handoff, spark, maxRecordsPerTrigger="300")
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert sorted(seen) == expected
 
 
 def test_stream_stopped_and_restarted_delivers_every_window_once(spark, any_handoff, events, expected, tmp_path):
