@@ -58,8 +58,7 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema) -> 
             first, last = run[0].first_offset, run[-1].first_offset
             file = log.write_file(stream, partition, first, table)
             conn.execute(
-                "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? "
-                "AND first_offset BETWEEN ? AND ?",
+                "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? AND first_offset BETWEEN ? AND ?",
                 (stream, partition, first, last),
             )
             # The file is as young as its newest row: retention by age never takes a row early.

@@ -338,17 +338,22 @@ class EmbeddedHandoffSink:
             "SELECT mark FROM handoff_event_marks WHERE handoff = ? AND source = ? AND consumer = ?", key
         ).fetchone()
         fresh, mark = fresh_events(released, EventMark.from_bytes(row[0]) if row else EventMark(), below)
-        if not fresh:
-            return partition, self._writer.schema.arrow.empty_table()
-        handoff = self.handoff
-        table = conform(self._writer.schema, fresh, lambda e: handoff.row(source, e), handoff.stream)
-        # The mark goes into the write that appends the rows: both commit, or neither.
-        conn.execute(
-            "INSERT INTO handoff_event_marks(handoff, source, consumer, mark) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark",
-            (*key, mark.to_bytes()),
-        )
+        table = self._table(source, fresh)
+        if fresh:  # the mark goes into the write that appends the rows: both commit, or neither
+            conn.execute(
+                "INSERT INTO handoff_event_marks(handoff, source, consumer, mark) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark",
+                (*key, mark.to_bytes()),
+            )
         return partition, table
+
+    def _table(self, source: str, fresh: Sequence[Any]) -> pa.Table:
+        """The rows of ``fresh`` (windows or events of ``source``), before any mark is written:
+        what the schema refuses raises here, with nothing written for this caller."""
+        handoff = self.handoff
+        if not fresh:
+            return self._writer.schema.arrow.empty_table()
+        return conform(self._writer.schema, fresh, lambda item: handoff.row(source, item), handoff.stream)
 
     def _stage(
         self, conn: sqlite3.Connection, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]
@@ -362,10 +367,7 @@ class EmbeddedHandoffSink:
             )
         )
         fresh, moved = fresh_windows(windows, marks)
-        if not fresh:
-            return partition, self._writer.schema.arrow.empty_table()
-        handoff = self.handoff
-        table = conform(self._writer.schema, fresh, lambda w: handoff.row(source, w), handoff.stream)
+        table = self._table(source, fresh)
         conn.executemany(
             "INSERT INTO handoff_marks(handoff, source, consumer, key, last_end) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(handoff, source, consumer, key) DO UPDATE SET last_end = excluded.last_end",

@@ -110,9 +110,7 @@ class HandoffLog:
     {}
     """
 
-    def __init__(
-        self, store: EmbeddedStore, *, create_tables: bool = True, inline_bytes: int = INLINE_BYTES
-    ) -> None:
+    def __init__(self, store: EmbeddedStore, *, create_tables: bool = True, inline_bytes: int = INLINE_BYTES) -> None:
         if create_tables:
             store.require_schema("handoff", HANDOFF_SCHEMA)
         self.store = store

@@ -76,7 +76,8 @@ def encode_rows(table: pa.Table) -> bytes:
     (batch,) = table.combine_chunks().to_batches(max_chunksize=max(table.num_rows, 1)) or [
         pa.record_batch([pa.array([], f.type) for f in table.schema], schema=table.schema)
     ]
-    return batch.serialize().to_pybytes()
+    data: bytes = batch.serialize().to_pybytes()
+    return data
 
 
 def decode_rows(data: bytes, schema: pa.Schema) -> pa.RecordBatch:

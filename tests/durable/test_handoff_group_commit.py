@@ -78,7 +78,9 @@ async def test_concurrent_appends_share_writes_and_each_learns_its_exact_offsets
             tg.start_soon(activation, w)
     assert appender.writes <= 30  # 900 appends: ~one write per round of the 300 activations
     for partition in range(4):
-        ranges = sorted((a.first_offset, a.first_offset + a.row_count) for a in got.values() if a.partition == partition)
+        ranges = sorted(
+            (a.first_offset, a.first_offset + a.row_count) for a in got.values() if a.partition == partition
+        )
         assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # dense
         assert writer.end_offsets()[partition] == ranges[-1][1]
         assert len(read(tmp_path, partition)) == ranges[-1][1]
@@ -141,7 +143,11 @@ async def test_a_write_failing_midway_indexes_nothing_and_every_caller_gets_the_
         for w in (2, 4, 6, 1, 3, 5):
             tg.start_soon(call, w % 2, w)
     assert writer.end_offsets() == {0: 4, 1: 3}
-    assert sorted(r[0] for r in read(tmp_path, 0)) == [0, 2, 4, 6] and sorted(r[0] for r in read(tmp_path, 1)) == [1, 3, 5]
+    assert sorted(r[0] for r in read(tmp_path, 0)) == [0, 2, 4, 6] and sorted(r[0] for r in read(tmp_path, 1)) == [
+        1,
+        3,
+        5,
+    ]
     assert writer.log.remove_orphans(STREAM) == 1
     assert files(tmp_path) == indexed_files(store)
     store.close()
@@ -177,7 +183,7 @@ async def test_cancelled_callers_never_leave_the_next_write_without_a_leader(tmp
 def test_compaction_merges_inline_runs_into_files_and_a_planned_read_is_unchanged(tmp_path: Path) -> None:
     store, writer = open_log(tmp_path)
     big = rows_of(9, 0, 4000)  # over inline_bytes: a file of its own, which ends a run
-    for seq, table in enumerate([rows_of(0, 0, 2), rows_of(0, 1, 1), rows_of(0, 2, 3), big, rows_of(1, 0, 1), rows_of(1, 1, 1)]):
+    for table in [rows_of(0, 0, 2), rows_of(0, 1, 1), rows_of(0, 2, 3), big, rows_of(1, 0, 1), rows_of(1, 1, 1)]:
         with store.transaction() as conn:
             writer.append(conn, 0, table)
     log = writer.log
@@ -213,9 +219,8 @@ def test_readers_racing_appends_and_compactions_see_every_row_once(tmp_path: Pat
         while not stop.is_set():
             seen = read(tmp_path, 0)
             reads += 1
-            expected = [(w, seq, i, n) for w, seq, i, n in seen]
             by_append: dict[tuple[int, int], list[int]] = {}
-            for w, seq, i, n in seen:
+            for w, seq, i, _ in seen:
                 by_append.setdefault((w, seq), []).append(i)
             for (w, seq), got in by_append.items():
                 if got != list(range(len(got))) or len(got) != 1 + seq % 3:
@@ -224,7 +229,6 @@ def test_readers_racing_appends_and_compactions_see_every_row_once(tmp_path: Pat
                 seqs = sorted(seq for ww, seq in by_append if ww == w)
                 if seqs != list(range(len(seqs))):
                     problems.append(f"writer {w}: appends {seqs} (a gap or a repeat)")
-            assert expected == seen
 
     async def write() -> None:
         async def activation(w: int) -> None:
@@ -293,12 +297,14 @@ def test_a_writer_killed_mid_append_leaves_whole_appends_indexed(tmp_path: Path,
         for partition in (0, 1):
             rows = read(tmp_path, partition)  # readable: every indexed file exists, no gap
             assert len(rows) == writer.end_offsets()[partition]
-            for w, seq, i, n in rows:
+            for w, seq, i, _ in rows:
                 appends.setdefault((w, seq), []).append(i)
         for (_, seq), got in appends.items():  # each append whole, once
             assert got == list(range(1 + seq % 3))
         for w in {w for w, _ in appends}:  # each writer's appends: a prefix (each waited for the last)
-            assert sorted(seq for ww, seq in appends if ww == w) == list(range(max(s for ww, s in appends if ww == w) + 1))
+            assert sorted(seq for ww, seq in appends if ww == w) == list(
+                range(max(s for ww, s in appends if ww == w) + 1)
+            )
         durable = {tuple(map(int, line.split())) for line in acknowledged if line.strip()}
         assert durable <= set(appends)  # what a caller was told is durable, is
         writer.log.remove_orphans(STREAM)
@@ -352,10 +358,14 @@ def test_retention_removes_a_prefix_of_whole_segments_by_size_and_by_age(tmp_pat
     for seq, (n, when) in enumerate([(2, 100.0), (3, 100.0), (4000, 200.0), (1, 200.0), (2, 300.0)]):
         with store.transaction() as conn:  # seq 2 is a file of its own, the rest inline
             segment = log.append(conn, STREAM, 0, rows_of(0, seq, n))
-            conn.execute("UPDATE handoff_segments SET appended = ? WHERE first_offset = ?", (when, segment.first_offset))
+            conn.execute(
+                "UPDATE handoff_segments SET appended = ? WHERE first_offset = ?", (when, segment.first_offset)
+            )
     before = read(tmp_path, 0)
     by_size = RetentionPolicy(max_age=None, max_records_per_queue=4001)
-    assert expire(log, STREAM, by_size, now=1000.0) == {0: 5}  # [0,2) and [2,5) go; [5,4005) holds row 4001 from the end
+    assert expire(log, STREAM, by_size, now=1000.0) == {
+        0: 5
+    }  # [0,2) and [2,5) go; [5,4005) holds row 4001 from the end
     assert log.start_offsets(STREAM) == {0: 5} and read(tmp_path, 0, 5) == before[5:]
     by_age = RetentionPolicy(max_age=750.0, max_records_per_queue=None)
     assert expire(log, STREAM, by_age, now=1000.0) == {0: 4001}  # appended before 250: the file and [4005,4006)
@@ -373,7 +383,9 @@ def test_a_compacted_file_is_as_young_as_its_newest_row(tmp_path: Path) -> None:
     for seq, when in enumerate([100.0, 900.0]):
         with store.transaction() as conn:
             segment = writer.log.append(conn, STREAM, 0, rows_of(0, seq, 1))
-            conn.execute("UPDATE handoff_segments SET appended = ? WHERE first_offset = ?", (when, segment.first_offset))
+            conn.execute(
+                "UPDATE handoff_segments SET appended = ? WHERE first_offset = ?", (when, segment.first_offset)
+            )
     assert compact(writer.log, STREAM, 0, SCHEMA.arrow) == 2
     assert expire(writer.log, STREAM, RetentionPolicy(max_age=500.0), now=1000.0) == {}  # row 1 is 100 s old
     assert expire(writer.log, STREAM, RetentionPolicy(max_age=50.0), now=1000.0) == {0: 2}
@@ -384,7 +396,9 @@ async def test_the_embedded_backend_bounds_its_handoff_log_by_the_queues_retenti
     from streams.adapters.retention import RetentionPolicy
     from streams.backends.embedded import EmbeddedBackend
 
-    backend = EmbeddedBackend.open(tmp_path, queues=2, retention=RetentionPolicy(max_records_per_queue=10, interval=0.01))
+    backend = EmbeddedBackend.open(
+        tmp_path, queues=2, retention=RetentionPolicy(max_records_per_queue=10, interval=0.01)
+    )
     sink = await backend.open_handoff_sink("w1", Handoff("totals", {"count": "bigint"}))
     for n in range(40):
         await sink.write("dev/1", "Totals", 0, [WindowResult("k", 5.0 * n, 5.0 * n + 5, n, None)])

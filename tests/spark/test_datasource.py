@@ -53,7 +53,9 @@ def test_batch_read_equals_spark_windows_over_the_raw_events(spark, any_handoff,
     assert collect_windows(df) == expected
 
 
-def test_a_read_over_inline_file_and_compacted_segments_equals_spark_windows(spark, handoff, events, expected, tmp_path):
+def test_a_read_over_inline_file_and_compacted_segments_equals_spark_windows(
+    spark, handoff, events, expected, tmp_path
+):
     results = window_results(events)
     third = len(results) // 3
     handoff.append_windows(results[:third])  # inline, then merged into files
