@@ -43,10 +43,12 @@ class HandoffWriter:
     def append(self, conn: sqlite3.Connection, partition: int | QueueId, data: HandoffData) -> Segment | None:
         """Append ``data`` (rows or Arrow data of the declared schema) to ``partition``.
 
-        The segment file is written and fsynced now (blocking: in async code call it inside
-        ``store.write(fn)``); its index row goes into ``conn``'s open write transaction and
-        becomes visible to Spark when the caller commits. If the caller rolls back or crashes
-        instead, the file is an orphan that readers ignore and a later writer removes.
+        A large append's segment file is written and fsynced now (blocking: in async code
+        call it inside ``store.write(fn)``); a small one's rows go inline into its index row.
+        The index row goes into ``conn``'s open write transaction and becomes visible to
+        Spark when the caller commits. If the caller rolls back or crashes instead, an inline
+        segment vanishes with the transaction, and a file is an orphan that readers ignore and
+        a later writer removes. (Many concurrent small appends: ``GroupAppender``.)
         Returns the new segment (its offsets), or ``None`` when ``data`` has no rows.
         """
         table = self.schema.to_table(data)
