@@ -119,21 +119,28 @@ class GroupAppender:
                 return _outcome(waiter)
         self._writing = True
         try:
-            await self._lead()
+            await self._lead(waiter)
         finally:
             self._hand_over()
         return _outcome(waiter)
 
-    async def _lead(self) -> None:
+    async def _lead(self, own: _Waiter) -> None:
         batch, self._pending = self._pending, []
         try:
             segments = await self.store.write(lambda conn: self._write(conn, batch))
-        except BaseException as exc:
-            # The transaction rolled back: nobody's rows are in. (The thread is never
-            # abandoned, so exc is the write's own error, not this task's cancellation.)
+        except Exception as exc:  # the transaction rolled back: nobody's rows are in
             for waiter in batch:
                 waiter.result = None
                 waiter.error = waiter.error or exc
+            raise
+        except BaseException:
+            # This task was cancelled before the write began (once begun, the thread is
+            # never abandoned): the others' rows go into the next write, led by the first.
+            others = [waiter for waiter in batch if waiter is not own]
+            for waiter in others:
+                waiter.result, waiter.error = None, None
+            self._pending[:0] = others
+            batch = [own]
             raise
         finally:
             for waiter in batch:

@@ -180,6 +180,64 @@ async def test_cancelled_callers_never_leave_the_next_write_without_a_leader(tmp
     assert 200 - 4 * 20 <= len(done) < 200
 
 
+async def _open_all_at_the_end(gates: list[threading.Event]) -> None:
+    """Opens the gates when the test is done or has failed: threads never outlive it."""
+    try:
+        await anyio.sleep_forever()
+    finally:
+        for gate in gates:
+            gate.set()
+
+
+async def test_a_leader_cancelled_before_its_write_began_passes_the_others_rows_on(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path)
+    appender = GroupAppender(store, writer)
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    saved, limiter.total_tokens = limiter.total_tokens, 2
+    gates = [threading.Event() for _ in range(3)]  # held by: a bystander, the first leader, another bystander
+    results: dict[str, object] = {}
+    doomed = anyio.CancelScope()
+
+    async def call(name: str, w: int, scope: anyio.CancelScope | None = None) -> None:
+        def stage(conn: object) -> tuple[int, pa.Table]:
+            if name == "first":
+                gates[1].wait()
+            return 0, rows_of(w, 0, 1)
+
+        with scope or anyio.CancelScope():
+            results[name] = await appender.append(stage)
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, gates[0].wait)  # token 1, held
+                tg.start_soon(_open_all_at_the_end, gates)
+                await anyio.sleep(0.05)
+                tg.start_soon(call, "first", 0)  # token 2, its write held by gates[1]
+                await anyio.sleep(0.05)
+                tg.start_soon(anyio.to_thread.run_sync, gates[2].wait)  # queued for a token
+                await anyio.sleep(0.05)
+                tg.start_soon(call, "a", 1, doomed)  # leads next, then waits for a token
+                tg.start_soon(call, "b", 2)
+                tg.start_soon(call, "c", 3)
+                await anyio.sleep(0.05)
+                gates[1].set()  # the first write ends; its token goes to the queued bystander
+                while "first" not in results or limiter.statistics().tasks_waiting < 1:
+                    await anyio.sleep(0.01)
+                doomed.cancel()  # "a" leads, its write not begun
+                await anyio.sleep(0.05)
+                gates[0].set()
+                gates[2].set()
+                while len(results) < 3:
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+    finally:
+        limiter.total_tokens = saved
+    assert "a" not in results and results["b"] == Appended(0, 1, 1) and results["c"] == Appended(0, 2, 1)
+    assert [r[0] for r in read(tmp_path, 0)] == [0, 2, 3]
+    store.close()
+
+
 def test_compaction_merges_inline_runs_into_files_and_a_planned_read_is_unchanged(tmp_path: Path) -> None:
     store, writer = open_log(tmp_path)
     big = rows_of(9, 0, 4000)  # over inline_bytes: a file of its own, which ends a run
