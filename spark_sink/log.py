@@ -255,19 +255,19 @@ class HandoffLog:
         if data is not None and len(data) > self.inline_bytes:
             data = None
         relative = "" if data is not None else self.write_file(stream, partition, first, table)
+        segment = Segment(partition, first, table.num_rows, relative, data)
         try:
             conn.execute(
                 "INSERT INTO handoff_partitions (stream, partition, start_offset, end_offset) "
                 "VALUES (?, ?, 0, ?) ON CONFLICT (stream, partition) "
                 "DO UPDATE SET end_offset = excluded.end_offset",
-                (stream, partition, first + table.num_rows),
+                (stream, partition, segment.end_offset),
             )
-            self.index(conn, stream, Segment(partition, first, table.num_rows, relative, data))
+            self.index(conn, stream, segment)
         except BaseException:
-            if relative:
-                _unlink(os.path.join(self.path, relative))
+            self.unlink([relative])
             raise
-        return Segment(partition, first, table.num_rows, relative, data)
+        return segment
 
     def write_file(self, stream: str, partition: int, first: int, table: pa.Table) -> str:
         """Write ``table`` durably as a new segment file starting at offset ``first``; return
@@ -283,18 +283,11 @@ class HandoffLog:
     def index(conn: sqlite3.Connection, stream: str, segment: Segment, appended: float | None = None) -> None:
         """Insert ``segment``'s index row in ``conn``'s write transaction; ``appended`` is
         when its newest row was (now, unless given)."""
+        s = segment
         conn.execute(
             "INSERT INTO handoff_segments (stream, partition, first_offset, row_count, file, data, appended) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                stream,
-                segment.partition,
-                segment.first_offset,
-                segment.row_count,
-                segment.file,
-                segment.data,
-                time.time() if appended is None else appended,
-            ),
+            (stream, s.partition, s.first_offset, s.row_count, s.file, s.data, appended or time.time()),
         )
 
     # -- housekeeping -------------------------------------------------------------------
