@@ -224,7 +224,8 @@ class HandoffLog:
             raise HandoffDataLostError(
                 f"offsets {covered}..{gap_end} of handoff stream {stream!r} partition {partition} "
                 f"are not in the log at {self.path!r} (trimmed after another reader's commit, "
-                "or the store was replaced): restart the query with a new checkpoint"
+                "removed by the store's retention policy, or the store was replaced): restart "
+                "the query with a new checkpoint"
             )
         return found
 

@@ -93,8 +93,9 @@ class SegmentSplit:
             except FileNotFoundError:
                 raise HandoffDataLostError(
                     f"segment {file!r} of handoff stream {self.stream!r} was trimmed before "
-                    "this read (another query committed past it with trimOnCommit): give "
-                    "each query but one trimOnCommit=false"
+                    "this read: another query committed past it with trimOnCommit (give each "
+                    "query but one trimOnCommit=false), or the store's retention policy removed "
+                    "it (keep more: [provider.retention])"
                 ) from None
 
 
