@@ -12,9 +12,9 @@ its :class:`~agents.catalog.Catalog`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-import random
 import time
 import uuid
 from collections import deque
@@ -35,7 +35,9 @@ from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
+from streams.core.outage import OutageLog
 from streams.core.pubsub import SubscriptionRecord
+from streams.core.retry import Backoff, RetryStopped, retry
 from streams.registry import InProcessSubscription
 
 from .activation import TimedActivation
@@ -74,6 +76,8 @@ class PullingAgent:
         self.read_events = 0  # in the data batches of those records (status: events in)
         self.last_read_sequence: int | None = None  # status: how far behind each cursor is
         self.read_failures = 0
+        self._outage = OutageLog(str(queue), log)  # the receiver's calls: one line per outage
+        self._calling = f"calling the receiver of {queue}"
         self.pressure_skips = 0
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._streams: dict[StreamId, StreamState] = {}
@@ -267,24 +271,24 @@ class PullingAgent:
                 leave_fields(outer)
 
     async def _retrying(self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T | None:
-        """Call the receiver, backing off on failure; log once per outage, not per retry."""
-        failures = 0
-        while True:
-            try:
-                result = await fn(*args, **kwargs)
-            except Exception as exc:
-                if self._stopping and failures:
-                    return None
-                failures += 1
-                self.read_failures += 1
-                if failures == 1:
-                    log.warning("%s: queue unavailable (%r); backing off", self.queue, exc)
-                delay = min(self.context.options.max_read_backoff, 0.05 * 2 ** min(failures, 16))
-                await anyio.sleep(delay * (0.5 + random.random() / 2))
-                continue
-            if failures:
-                log.warning("%s: queue available again after %d failed attempts", self.queue, failures)
-            return result
+        """Call the receiver until it answers, backing off (the one retry helper: a log line
+        at each end of an outage); ``None`` once the agent is stopping and a retry failed too
+        (what was not acknowledged then is read again by the queue's next owner)."""
+        ceiling = self.context.options.max_read_backoff
+        try:
+            return await retry(
+                functools.partial(fn, *args, **kwargs),
+                what=self._calling,
+                outage=self._outage,
+                backoff=Backoff(min(0.05, ceiling), ceiling),
+                on_failure=self._read_failed,
+                stop=lambda attempt: self._stopping and attempt > 1,
+            )
+        except RetryStopped:
+            return None
+
+    def _read_failed(self, exc: BaseException, attempt: int) -> None:
+        self.read_failures += 1
 
     # -- acknowledging ---------------------------------------------------------------
     def _ack_point(self) -> float:

@@ -138,12 +138,16 @@ class OutageLog:
         if self._started is None:
             return
         if self._announced:
-            self._log.warning(
-                "%s is reachable again after %.1f s (client retries logged at DEBUG: %d)",
-                self.server,
-                time.monotonic() - self._started,
-                self._demoted() - self._demoted_at_start,
-            )
+            waited = time.monotonic() - self._started
+            if self._demoter is None:  # no client library: no lines of its own to count
+                self._log.warning("%s is reachable again after %.1f s", self.server, waited)
+            else:
+                self._log.warning(
+                    "%s is reachable again after %.1f s (client retries logged at DEBUG: %d)",
+                    self.server,
+                    waited,
+                    self._demoted() - self._demoted_at_start,
+                )
         self._last_started, self._started = self._started, None
         self._last_ended = time.monotonic()
         if self._demoter is not None:

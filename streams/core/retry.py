@@ -7,7 +7,7 @@ when it starts and once when it ends. An error that retrying cannot mend (``is_t
 says which) is raised at once; after ``give_up_after`` seconds of failures the retry raises
 one clear error. It is cancelled like any other awaitable (a cancel scope around it ends it
 at once, also mid back-off), and ``stop`` ends it after a failed attempt, for a caller that
-is shutting down.
+is shutting down (the pulling agents' reads and acknowledgements).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ async def retry(
     backoff: Backoff | None = None,
     give_up: Callable[[BaseException, float], Exception] | None = None,
     on_failure: Callable[[BaseException, int], None] | None = None,
-    stop: Callable[[], bool] | None = None,
+    stop: Callable[[int], bool] | None = None,
 ) -> T:
     """Run ``operation`` until it succeeds; return what it returns.
 
@@ -89,7 +89,7 @@ async def retry(
     exceptions are raised as they are. Once failures have lasted ``give_up_after`` seconds,
     the retry raises ``give_up(last failure, seconds)``, by default a
     :class:`~streams.core.errors.QueueAdapterError` saying ``what`` failed and why. When
-    ``stop()`` is true after a failure, it raises :class:`RetryStopped` instead.
+    ``stop(attempt)`` is true after a failure, it raises :class:`RetryStopped` instead.
 
     >>> import anyio, logging
     >>> outage = OutageLog("server A", logging.getLogger("doc"))
@@ -122,7 +122,7 @@ async def retry(
                 outage.failed(reason_of(exc), since=began)
             if on_failure is not None:
                 on_failure(exc, attempt)
-            if stop is not None and stop():
+            if stop is not None and stop(attempt):
                 raise RetryStopped(f"{what}: stopped after {attempt} failed attempt(s)") from exc
             waited = time.monotonic() - began
             if waited >= give_up_after:

@@ -142,16 +142,14 @@ async def test_cancelling_ends_the_retry_during_its_back_off() -> None:
 
 async def test_stop_ends_the_retry_after_a_failure_with_that_failure_as_cause() -> None:
     operation = Failing(1000)
-    stopping = False
+    asked: list[int] = []
 
-    def failed(exc: BaseException, attempt: int) -> None:
-        nonlocal stopping
-        stopping = attempt == 2
+    def stop(attempt: int) -> bool:
+        asked.append(attempt)
+        return attempt == 2
 
     with pytest.raises(RetryStopped) as stopped:
-        await retry(
-            operation, what="reading q-1", backoff=Backoff(0.001, 0.001), on_failure=failed, stop=lambda: stopping
-        )
-    assert operation.attempts == 2
+        await retry(operation, what="reading q-1", backoff=Backoff(0.001, 0.001), stop=stop)
+    assert operation.attempts == 2 and asked == [1, 2]
     assert isinstance(stopped.value.__cause__, ConnectionRefusedError)
     assert str(stopped.value) == "reading q-1: stopped after 2 failed attempt(s)"
