@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 import pytest
@@ -64,6 +65,18 @@ class FlakyFactory(MemoryAdapterFactory):
         self._adapter = FlakyAdapter(outage)
 
 
+SID = StreamId("ns", "s")
+
+
+def flaky_provider(outage: Outage, **options: Any) -> StreamProvider:
+    return StreamProvider(MemoryBackend(FlakyFactory(outage)), max_read_backoff=0.01, **options)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await anyio.sleep(0.001)
+
+
 def agent_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "headrace.agent" and r.levelno >= logging.WARNING]
 
@@ -72,16 +85,15 @@ async def test_reads_that_fail_are_retried_with_one_line_at_each_end_of_the_outa
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     outage = Outage()
-    provider = StreamProvider(MemoryBackend(FlakyFactory(outage)), max_read_backoff=0.01)
-    sid = StreamId("ns", "s")
+    provider = flaky_provider(outage)
     recorder = Recorder()
     caplog.set_level(logging.WARNING, logger="headrace.agent")
     async with provider:
-        await provider.get_stream(sid).subscribe(recorder)
-        await provider.get_stream(sid).on_next_batch([0, 1, 2])
+        await provider.get_stream(SID).subscribe(recorder)
+        await provider.get_stream(SID).on_next_batch([0, 1, 2])
         await drained(provider)
         outage.reads = 5
-        await provider.get_stream(sid).on_next_batch([3, 4])
+        await provider.get_stream(SID).on_next_batch([3, 4])
         await drained(provider)
         [agent] = provider.agents
         assert agent.read_failures == 5
@@ -97,18 +109,16 @@ async def test_reads_that_fail_are_retried_with_one_line_at_each_end_of_the_outa
 
 async def test_an_agent_whose_queue_stays_away_ends_its_retry_at_the_next_failure_once_stopping() -> None:
     outage = Outage()
-    provider = StreamProvider(MemoryBackend(FlakyFactory(outage)), max_read_backoff=0.01)
-    sid = StreamId("ns", "s")
+    provider = flaky_provider(outage)
     recorder = Recorder()
     with anyio.fail_after(10):  # a hang guard, not a speed assertion
         async with provider:
-            await provider.get_stream(sid).subscribe(recorder)
-            await provider.get_stream(sid).on_next_batch([0, 1])
+            await provider.get_stream(SID).subscribe(recorder)
+            await provider.get_stream(SID).on_next_batch([0, 1])
             await drained(provider)
             outage.acks = -1  # away until further notice
-            await provider.get_stream(sid).on_next_batch([2])
-            while outage.ack_calls < 4:  # the agent is retrying its acknowledgement
-                await anyio.sleep(0.001)
+            await provider.get_stream(SID).on_next_batch([2])
+            await until(lambda: outage.ack_calls >= 4)  # the agent is retrying its acknowledgement
             acks_before = outage.ack_calls
     assert outage.ack_calls - acks_before == 1
     assert recorder.values == [0, 1, 2]
@@ -117,21 +127,16 @@ async def test_an_agent_whose_queue_stays_away_ends_its_retry_at_the_next_failur
 async def test_at_shutdown_a_failed_acknowledgement_is_tried_once_more_then_left_to_the_next_owner() -> None:
     outage = Outage()
     # Reads come only when a producer wakes the agent: no timer read acknowledges meanwhile.
-    provider = StreamProvider(
-        MemoryBackend(FlakyFactory(outage)), max_read_backoff=0.01, get_queue_msgs_timer_period=60
-    )
-    sid = StreamId("ns", "s")
+    provider = flaky_provider(outage, get_queue_msgs_timer_period=60)
     recorder = GatedRecorder()
     with anyio.fail_after(10):  # a hang guard, not a speed assertion
         async with provider:
-            await provider.get_stream(sid).subscribe(recorder)
-            await provider.get_stream(sid).on_next_batch([0, 1])
+            await provider.get_stream(SID).subscribe(recorder)
+            await provider.get_stream(SID).on_next_batch([0, 1])
             [agent] = provider.agents
-            while agent.read_messages < 1:
-                await anyio.sleep(0.001)
+            await until(lambda: agent.read_messages >= 1)
             outage.acks = -1  # away until further notice
             recorder.gate.set()
-            while recorder.values != [0, 1]:
-                await anyio.sleep(0.001)
+            await until(lambda: recorder.values == [0, 1])
             assert outage.ack_calls == 0  # the consumer held the checkpoint until now
     assert outage.ack_calls == 2
