@@ -12,15 +12,14 @@ its :class:`~agents.catalog.Catalog`.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from contextvars import Token
-from typing import Any, ParamSpec, TypeVar, TypeVarTuple
+from typing import Any, TypeVarTuple
 
 import anyio
 from anyio.abc import TaskGroup
@@ -35,9 +34,7 @@ from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
-from streams.core.outage import OutageLog
 from streams.core.pubsub import SubscriptionRecord
-from streams.core.retry import Backoff, RetryStopped, retry
 from streams.registry import InProcessSubscription
 
 from .activation import TimedActivation
@@ -48,13 +45,12 @@ from .cursors import Cursors
 from .delivery import StreamConsumer
 from .latency import LatencyHistogram
 from .letters import undecodable_letter
+from .receiver_calls import ReceiverCalls
 from .timed import EventTimeObserver
 
 log = logging.getLogger("headrace.agent")
 
 _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
-P = ParamSpec("P")
-T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 
@@ -75,11 +71,11 @@ class PullingAgent:
         self.read_messages = 0
         self.read_events = 0  # in the data batches of those records (status: events in)
         self.last_read_sequence: int | None = None  # status: how far behind each cursor is
-        self.read_failures = 0
-        self._outage = OutageLog(str(queue), log)  # the receiver's calls: one line per outage
-        self._calling = f"calling the receiver of {queue}"
         self.pressure_skips = 0
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
+        self._retrying = ReceiverCalls(
+            queue, max_backoff=context.options.max_read_backoff, stopping=lambda: self._stopping
+        )
         self._streams: dict[StreamId, StreamState] = {}
         self._unacked: deque[int] = deque()
         self._wake = anyio.Event()
@@ -179,6 +175,10 @@ class PullingAgent:
             await anyio.sleep(0.005)
 
     @property
+    def read_failures(self) -> int:
+        return self._retrying.failures  # reads and acknowledgements (status, metrics)
+
+    @property
     def idle(self) -> bool:
         return all(c.idle for c in self._working)  # a consumer without a task is caught up
 
@@ -269,26 +269,6 @@ class PullingAgent:
         finally:
             if outer is not None:
                 leave_fields(outer)
-
-    async def _retrying(self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T | None:
-        """Call the receiver until it answers, backing off (the one retry helper: a log line
-        at each end of an outage); ``None`` once the agent is stopping and a retry failed too
-        (what was not acknowledged then is read again by the queue's next owner)."""
-        ceiling = self.context.options.max_read_backoff
-        try:
-            return await retry(
-                functools.partial(fn, *args, **kwargs),
-                what=self._calling,
-                outage=self._outage,
-                backoff=Backoff(min(0.05, ceiling), ceiling),
-                on_failure=self._read_failed,
-                stop=lambda attempt: self._stopping and attempt > 1,
-            )
-        except RetryStopped:
-            return None
-
-    def _read_failed(self, exc: BaseException, attempt: int) -> None:
-        self.read_failures += 1
 
     # -- acknowledging ---------------------------------------------------------------
     def _ack_point(self) -> float:
