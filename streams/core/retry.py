@@ -69,11 +69,13 @@ def _always(exc: BaseException) -> bool:
 
 
 class _Retrying:
-    """One retry's bookkeeping, the same whether its pauses suspend a task (:func:`retry`) or
-    block a thread (:func:`retry_blocking`)."""
+    """One retry's bookkeeping after its first failure (a call that succeeds at once makes
+    none), the same whether its pauses suspend a task (:func:`retry`) or block a thread
+    (:func:`retry_blocking`)."""
 
     def __init__(
         self,
+        began: float,
         what: str,
         outage: OutageLog | None,
         give_up_after: float,
@@ -85,7 +87,7 @@ class _Retrying:
         self.what, self.outage, self.give_up_after = what, outage, give_up_after
         self.backoff = Backoff() if backoff is None else backoff
         self.give_up, self.on_failure, self.stop = give_up, on_failure, stop
-        self.began = time.monotonic()
+        self.began = began
         self.attempt = 0
 
     def pause_after(self, exc: Exception) -> float:
@@ -102,10 +104,6 @@ class _Retrying:
         if waited >= self.give_up_after:
             raise (self.give_up or _gave_up(self.what, self.outage))(exc, waited) from None
         return min(self.backoff.next(), max(0.0, self.give_up_after - waited))
-
-    def succeeded(self) -> None:
-        if self.outage is not None:
-            self.outage.recovered()
 
 
 async def retry(
@@ -145,7 +143,8 @@ async def retry(
     >>> outage.outages, outage.ongoing
     (1, False)
     """
-    state = _Retrying(what, outage, give_up_after, backoff, give_up, on_failure, stop)
+    began = time.monotonic()
+    state: _Retrying | None = None
     while True:
         try:
             if attempt_timeout is None:
@@ -156,9 +155,12 @@ async def retry(
         except Exception as exc:  # sorted into transient and not just below
             if not (isinstance(exc, TimeoutError) or is_transient(exc)):
                 raise
+            if state is None:
+                state = _Retrying(began, what, outage, give_up_after, backoff, give_up, on_failure, stop)
             await anyio.sleep(state.pause_after(exc))
         else:
-            state.succeeded()
+            if outage is not None:
+                outage.recovered()
             return result
 
 
@@ -183,16 +185,20 @@ def retry_blocking(
     >>> retry_blocking(ask, what="asking", backoff=Backoff(0.001, 0.001))
     'ok'
     """
-    state = _Retrying(what, outage, give_up_after, backoff, None, None, None)
+    began = time.monotonic()
+    state: _Retrying | None = None
     while True:
         try:
             result = operation()
         except Exception as exc:  # sorted into transient and not just below
             if not is_transient(exc):  # no attempt timeout here: a TimeoutError is the operation's
                 raise
+            if state is None:
+                state = _Retrying(began, what, outage, give_up_after, backoff, None, None, None)
             time.sleep(state.pause_after(exc))
         else:
-            state.succeeded()
+            if outage is not None:
+                outage.recovered()
             return result
 
 
