@@ -2,9 +2,10 @@
 
 ``python -m bench.soak [--minutes 10] [--workers 1] [--rate 1200] [--devices 2000]`` starts
 the workers (each a process running a windowed ``Handoff`` consumer: tumbling 5 s counts per
-device) and a producer process publishing to per-device streams with churn (a share of the
-devices goes quiet and new ones appear every second), half of its calls one event
-(``on_next``), half a batch (``on_next_batch``). Once a minute (``--every``) it prints:
+device, closed 10 s after their end once a device falls silent; an activation goes after
+``--inactivity`` seconds of quiet) and a producer process publishing to per-device streams
+with churn (a share of the devices goes quiet and new ones appear every second), half of its
+calls one event (``on_next``), half a batch (``on_next_batch``). Once a minute (``--every``) it prints:
 
 - checkpoint lag: records written but not yet checkpointed (all queues), and seconds (the age
   of the oldest record not yet checkpointed);
@@ -40,6 +41,7 @@ sys.path.insert(
 QUEUES = 4
 NAMESPACE = "devices"
 WINDOW = 5.0
+IDLE = 10.0  # [s] after a window's end, a silent device's window closes
 
 
 @dataclass
@@ -100,7 +102,9 @@ def run_worker(path: str, name: str, inactivity: float) -> None:
 
     @provider.implicit(NAMESPACE)
     class Readings:
-        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(WINDOW), Count())
+        # A device that leaves for good has its last window closed by the clock (idle
+        # timeout) rather than kept open, and its activation then goes with nothing to keep.
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(WINDOW, idle_timeout=IDLE), Count())
         handoff = Handoff("soak_counts", {"count": "bigint"})
 
         def __init__(self, stream_id: StreamId) -> None:

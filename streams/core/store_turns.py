@@ -5,8 +5,10 @@ with growing sleeps (up to 100 ms each): a process that commits in a tight loop 
 producer) finds the lock free again before a sleeping waiter wakes, and can starve it past any
 ``busy_timeout``. Here a writer first queues for its turn:
 
-- within a process, in arrival order (a ticket lock), so a lease renewal waits behind the
-  writes queued before it, never behind an unbounded stream of later ones;
+- within a process, in arrival order (a ticket lock), except that an *urgent* writer (lease
+  renewals and membership heartbeats, which lose the worker its queues if late) goes before
+  the writes already queued: a backlog of handoff appends never delays a renewal by more than
+  the one write in progress;
 - across processes, through two byte-range locks on a side file ``headrace.db-turns``
   (a *turnstile*): a writer takes the gate, then the write lock, then lets go of the gate.
   A process that has just written and wants to write again must pass the gate, which the
@@ -42,23 +44,34 @@ _GATE, _WRITE = 0, 1  # byte offsets of the two locks in the side file
 
 
 class _TicketLock:
-    """A first-come, first-served lock for the threads of one process."""
+    """A first-come, first-served lock for the threads of one process, which an urgent
+    writer (a lease renewal) passes: it goes next, before every ticket already waiting."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._next = 0
         self._serving = 0
+        self._urgent = 0  # urgent writers waiting
+        self._held = False
 
-    def acquire(self) -> None:
+    def acquire(self, urgent: bool = False) -> None:
         with self._cond:
-            ticket = self._next
-            self._next += 1
-            while ticket != self._serving:
-                self._cond.wait()
+            if urgent:
+                self._urgent += 1
+                while self._held:
+                    self._cond.wait()
+                self._urgent -= 1
+            else:
+                ticket = self._next
+                self._next += 1
+                while self._held or self._urgent or ticket != self._serving:
+                    self._cond.wait()
+                self._serving += 1
+            self._held = True
 
     def release(self) -> None:
         with self._cond:
-            self._serving += 1
+            self._held = False
             self._cond.notify_all()
 
 
@@ -88,8 +101,9 @@ class WriteTurns:
         return self._fd
 
     @contextmanager
-    def turn(self) -> Iterator[None]:
-        """Wait for this writer's turn (blocking: call it from a worker thread in async code)."""
+    def turn(self, urgent: bool = False) -> Iterator[None]:
+        """Wait for this writer's turn (blocking: call it from a worker thread in async code);
+        an ``urgent`` one goes before the writers of this process already waiting."""
         depth = getattr(self._mine, "depth", 0)
         if depth:
             self._mine.depth = depth + 1
@@ -98,7 +112,7 @@ class WriteTurns:
             finally:
                 self._mine.depth -= 1
             return
-        self._local.acquire()
+        self._local.acquire(urgent)
         try:
             fd = self._file()
             fcntl.lockf(fd, fcntl.LOCK_EX, 1, _GATE)
