@@ -16,9 +16,9 @@ producer) finds the lock free again before a sleeping waiter wakes, and can star
   The kernel releases a dead process's locks, so a SIGKILL never leaves the store stuck.
 
 A turn is re-entrant within a thread (a write that calls another write does not wait on
-itself). :func:`retry_busy` is the one back-off for what still finds SQLite busy (a writer
-that does not take turns, such as the ``sqlite3`` shell): it retries with growing pauses, says
-once that it is backing off, and never gives up.
+itself). :class:`BackOff` retries what still finds SQLite busy (a writer that does not take
+turns, such as the ``sqlite3`` shell) through the one retry helper: with growing pauses, saying
+once that it is backing off, and never giving up.
 """
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import random
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
+
+from streams.core.outage import OutageLog
+from streams.core.retry import Backoff, retry_blocking
 
 T = TypeVar("T")
 
@@ -156,9 +157,10 @@ def is_busy(exc: BaseException | None) -> bool:
 
 
 class BackOff:
-    """Retries an operation that finds the store busy (after SQLite's own ``busy_timeout``):
-    pauses grow from 5 ms to 1 s (with jitter, so waiters do not retry in step), forever.
-    The first refusal logs one warning; the recovery logs one line too.
+    """Retries an operation that finds the store busy (after SQLite's own ``busy_timeout``),
+    through the one retry helper (:func:`~streams.core.retry.retry_blocking`): pauses grow
+    from 5 ms to 1 s (with jitter, so waiters do not retry in step), forever. The first
+    refusal logs one warning, however many threads wait; the recovery logs one line too.
 
     >>> BackOff("demo", busy_timeout=1.0).call(lambda: 42)
     42
@@ -166,44 +168,15 @@ class BackOff:
 
     def __init__(self, what: str, *, busy_timeout: float) -> None:
         self.what = what
-        self.busy_timeout = busy_timeout
-        self._warned = False
-        self._lock = threading.Lock()
-
-    def call(self, fn: Callable[[], T]) -> T:
-        pause = 0.005
-        started: float | None = None
-        while True:
-            try:
-                result = fn()
-            except Exception as exc:
-                if not is_busy(exc):
-                    raise
-                if started is None:
-                    started = time.monotonic() - self.busy_timeout
-                    self._warn()
-                time.sleep(pause * random.uniform(0.5, 1.0))
-                pause = min(pause * 2, 1.0)
-                continue
-            if started is not None:
-                self._recovered(time.monotonic() - started)
-            return result
-
-    def _warn(self) -> None:
-        with self._lock:
-            if self._warned:
-                return
-            self._warned = True
-        log.warning(
-            "%s stayed locked by another writer for more than busy_timeout=%s s; backing off "
-            "and retrying until it is free",
-            self.what,
-            self.busy_timeout,
+        self._outage = OutageLog(
+            what,
+            log,
+            away=f"stayed locked by another writer for more than busy_timeout={busy_timeout} s; "
+            "backing off and retrying until it is free",
+            back="is writable again",
         )
 
-    def _recovered(self, waited: float) -> None:
-        with self._lock:
-            if not self._warned:
-                return
-            self._warned = False
-        log.warning("%s is writable again after %.1f s", self.what, waited)
+    def call(self, fn: Callable[[], T]) -> T:
+        return retry_blocking(
+            fn, what=self.what, outage=self._outage, is_transient=is_busy, backoff=Backoff(0.005, 1.0)
+        )
