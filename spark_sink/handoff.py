@@ -20,6 +20,7 @@ the Kafka sink (:mod:`spark_sink.kafka_sink`) in one Kafka record.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -37,23 +38,11 @@ from streams.eventtime.spec import EventTime
 from .errors import HandoffSchemaError
 from .group_commit import GroupAppender
 from .log import HandoffLog, check_stream_name
+from .mark_retention import MARKS_SCHEMA, MarkRetention
 from .schema import HandoffSchema
 from .writer import HandoffWriter
 
 T = TypeVar("T")
-
-_MARKS = [
-    [
-        "CREATE TABLE handoff_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
-        "consumer TEXT NOT NULL, key TEXT NOT NULL, last_end REAL NOT NULL, "
-        "PRIMARY KEY(handoff, source, consumer, key))"
-    ],
-    [
-        "CREATE TABLE handoff_event_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
-        "consumer TEXT NOT NULL, mark BLOB NOT NULL, "  # EventMark.to_bytes()
-        "PRIMARY KEY(handoff, source, consumer))"
-    ],
-]
 
 
 @dataclass(frozen=True)
@@ -295,14 +284,20 @@ class EmbeddedHandoffSink:
     arrive together share one write (:class:`~spark_sink.group_commit.GroupAppender`)."""
 
     def __init__(
-        self, store: EmbeddedStore, handoff: Handoff | EventHandoff, retention: RetentionPolicy | None = None
+        self,
+        store: EmbeddedStore,
+        handoff: Handoff | EventHandoff,
+        retention: MarkRetention | None = None,
+        log_retention: RetentionPolicy | None = None,
     ) -> None:
-        store.require_schema("handoff_marks", _MARKS)
+        store.require_schema("handoff_marks", MARKS_SCHEMA)
         self.store = store
         self.handoff = handoff
+        # Given where the store's queues stand, marks no replay can need go.
+        self._retention = retention
         self._writer = HandoffWriter(HandoffLog(store), handoff.stream, handoff.schema())  # blocking
-        # retention: what the log keeps when no Spark query trims it (spark_sink.retention)
-        self._appender = GroupAppender(store, self._writer, retention=retention)
+        # log_retention: what the log keeps when no Spark query trims it (spark_sink.retention)
+        self._appender = GroupAppender(store, self._writer, retention=log_retention)
 
     async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
         if not windows:
@@ -340,10 +335,11 @@ class EmbeddedHandoffSink:
         fresh, mark = fresh_events(released, EventMark.from_bytes(row[0]) if row else EventMark(), below)
         table = self._table(source, fresh)
         if fresh:  # the mark goes into the write that appends the rows: both commit, or neither
+            now = self._trim(conn)
             conn.execute(
-                "INSERT INTO handoff_event_marks(handoff, source, consumer, mark) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark",
-                (*key, mark.to_bytes()),
+                "INSERT INTO handoff_event_marks(handoff, source, consumer, mark, written) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark, written = excluded.written",
+                (*key, mark.to_bytes(), now),
             )
         return partition, table
 
@@ -368,9 +364,19 @@ class EmbeddedHandoffSink:
         )
         fresh, moved = fresh_windows(windows, marks)
         table = self._table(source, fresh)
-        conn.executemany(
-            "INSERT INTO handoff_marks(handoff, source, consumer, key, last_end) VALUES (?, ?, ?, ?, ?) "
-            "ON CONFLICT(handoff, source, consumer, key) DO UPDATE SET last_end = excluded.last_end",
-            [(name, source, consumer, k, end) for k, end in moved.items()],
-        )
+        if fresh:
+            now = self._trim(conn)
+            conn.executemany(
+                "INSERT INTO handoff_marks(handoff, source, consumer, key, last_end, written) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(handoff, source, consumer, key) "
+                "DO UPDATE SET last_end = excluded.last_end, written = excluded.written",
+                [(name, source, consumer, k, end, now) for k, end in moved.items()],
+            )
         return partition, table
+
+    def _trim(self, conn: sqlite3.Connection) -> float:
+        """Now; the marks no replay can need go first (at most once a minute)."""
+        now = time.time()
+        if self._retention is not None:
+            self._retention.trim(conn, now)
+        return now

@@ -11,7 +11,9 @@ import spark_sink
 from balancer.base import BalancerOptions
 from balancer.lease_based import LeaseBasedQueueBalancer
 from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
+from spark_sink.mark_retention import MarkRetention
 from streams.adapters.embedded import EmbeddedAdapterFactory
+from streams.adapters.embedded_queues import replay_horizon
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.adapters.retention import RetentionPolicy
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
@@ -80,6 +82,10 @@ class EmbeddedBackend:
         queues' retention policy bounds it too (:mod:`spark_sink.retention`)."""
         # Through the package's lazy attribute: pyarrow loads only when something hands off.
         sink: spark_sink.HandoffSink = await anyio.to_thread.run_sync(
-            spark_sink.EmbeddedHandoffSink, self.store, handoff, self.factory.retention
+            spark_sink.EmbeddedHandoffSink,
+            self.store,
+            handoff,
+            MarkRetention(replay_horizon),
+            self.factory.retention,
         )
         return sink
