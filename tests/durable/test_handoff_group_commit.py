@@ -23,7 +23,10 @@ from spark_sink.compaction import compact
 from spark_sink.group_commit import Appended, GroupAppender
 from spark_sink.handoff import EmbeddedHandoffSink
 from spark_sink.offsets import OffsetRange
+from spark_sink.retention import expire
 from spark_sink.storage import EmbeddedStorage
+from streams.adapters.retention import RetentionPolicy
+from streams.backends.embedded import EmbeddedBackend
 from streams.core.store import EmbeddedStore
 from streams.eventtime.results import WindowResult
 
@@ -408,9 +411,6 @@ async def test_the_sink_hands_off_the_windows_of_many_activations_once(tmp_path:
 
 
 def test_retention_removes_a_prefix_of_whole_segments_by_size_and_by_age(tmp_path: Path) -> None:
-    from spark_sink.retention import expire
-    from streams.adapters.retention import RetentionPolicy
-
     store, writer = open_log(tmp_path)
     log = writer.log
     for seq, (n, when) in enumerate([(2, 100.0), (3, 100.0), (4000, 200.0), (1, 200.0), (2, 300.0)]):
@@ -434,9 +434,6 @@ def test_retention_removes_a_prefix_of_whole_segments_by_size_and_by_age(tmp_pat
 
 
 def test_a_compacted_file_is_as_young_as_its_newest_row(tmp_path: Path) -> None:
-    from spark_sink.retention import expire
-    from streams.adapters.retention import RetentionPolicy
-
     store, writer = open_log(tmp_path)
     for seq, when in enumerate([100.0, 900.0]):
         with store.transaction() as conn:
@@ -451,9 +448,6 @@ def test_a_compacted_file_is_as_young_as_its_newest_row(tmp_path: Path) -> None:
 
 
 async def test_the_embedded_backend_bounds_its_handoff_log_by_the_queues_retention(tmp_path: Path) -> None:
-    from streams.adapters.retention import RetentionPolicy
-    from streams.backends.embedded import EmbeddedBackend
-
     backend = EmbeddedBackend.open(
         tmp_path, queues=2, retention=RetentionPolicy(max_records_per_queue=10, interval=0.01)
     )
