@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
-from streams.core.batch import EventBatch
+from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import StreamId
 from streams.core.observer import nothing
@@ -310,6 +310,28 @@ class EventTimeObserver:
     def has_state(self) -> bool:
         return not is_empty(self.processor)
 
+    def can_park(self) -> bool:
+        """Whether it can be deactivated with its windows open: the store has its state as
+        it stands (nothing taken or ticked since the last saved snapshot, nothing being
+        emitted or written) and no tick would change it, so its stream's next data can
+        restore it from that state (:meth:`park`) with nothing lost or counted twice."""
+        return (
+            self.snapshots
+            and self.stored
+            and not self.unsaved
+            and self._saving is None
+            and self._taken is not None
+            and self._unfinished is None
+            and not self.stepping()
+            and self.next_tick() is None
+        )
+
+    def park(self) -> tuple[SequenceToken, bytes]:
+        """``(last event taken, state)``: what :meth:`restore` resumes from (see
+        :meth:`can_park`); the same state as the stored snapshot, kept compact in memory."""
+        assert self._taken is not None
+        return self._taken, self.processor.snapshot()
+
     def _held(self) -> SequenceToken | None:
         # With no snapshot saved or being saved, a restart rebuilds the windows from the
         # queue (held at their oldest event); with one, it restores it and replays what
@@ -378,7 +400,9 @@ class EventTimeObserver:
             return
         by_stream: dict[StreamId, list[EventOutcome]] = {}
         for event in handed:
-            by_stream.setdefault(event.record.stream_id, []).append(event)
+            if not isinstance(record := event.record, Event):
+                raise ValueError(f"on_events returned an outcome of {record!r}, not of an event it was given")
+            by_stream.setdefault(record.stream_id, []).append(event)
         for sid, events in by_stream.items():
             if sid.namespace not in self._inputs:
                 raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")
