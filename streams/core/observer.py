@@ -2,9 +2,10 @@
 
 A consumer may be a callable (sync or async) taking a batch, or an object with ``on_next``
 and optionally ``on_error``, ``on_completed`` and ``on_watermark``, each sync or async.
-:func:`as_observer` turns any of these into one :class:`StreamObserver`. Which hooks a
-consumer type has, and whether each is async, is found once per type (:func:`hooks_of`): a
-worker makes an activation per stream id, each an instance of the same few types.
+:func:`as_observer` turns any of these into one :class:`StreamObserver`. A worker makes an
+activation per stream id, each an instance of the same few types: whether a hook is a
+coroutine function is asked once per function (:func:`is_coroutine_function`), and an
+event-time consumer type's hooks are looked up once per type (:func:`hooks_of`).
 """
 
 from __future__ import annotations
