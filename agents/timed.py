@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import StreamId
-from streams.core.observer import lift, nothing
+from streams.core.observer import nothing
 from streams.core.tokens import SequenceToken
 from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
@@ -69,6 +69,43 @@ class EventTimeObserver:
     redeliverable = False
     user_on_next = None  # steps take turns (agents.turns): never called inline
 
+    # One per activation, so per stream id: slots keep a quiet one small ("__dict__" takes
+    # what is set on one besides, as a test's wrapper around a method).
+    __slots__ = (
+        "target",
+        "_handoff",
+        "_release",
+        "_merge",
+        "_inputs",
+        "holdback",
+        "_open_inputs",
+        "stream_id",
+        "processor",
+        "_partition",
+        "_dead_letters",
+        "_lock",
+        "_on_window",
+        "_on_events",
+        "_user_on_events",
+        "on_error",
+        "has_on_error",
+        "_user_completed",
+        "_user_watermark",
+        "_last_watermark",
+        "_emitting",
+        "_unfinished",
+        "on_change",
+        "snapshots",
+        "stored",
+        "unsaved",
+        "_storing",
+        "_since_snapshot",
+        "_saving",
+        "_taken",
+        "_skip_to",
+        "__dict__",
+    )
+
     def __init__(
         self,
         target: object,
@@ -86,21 +123,25 @@ class EventTimeObserver:
         # Several inputs, no window: every event waits for the merged watermark.
         self._merge = MergedRelease(spec.inputs, spec.imports) if spec.inputs and spec.window is None else None
         self._inputs = spec.inputs
-        self.holdback = HoldBack(str(stream_id)) if spec.inputs else None
-        self._open_inputs = set(spec.inputs)
+        self._partition = name = str(stream_id)
+        self.holdback = HoldBack(name) if spec.inputs else None
+        # The inputs not completed yet (None: the one input, the stream's).
+        self._open_inputs = set(spec.inputs) if spec.inputs else None
         self.stream_id = stream_id
-        self.processor = spec.processor(str(stream_id))
-        self._partition = str(stream_id)
+        self.processor = spec.processor(name)
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
-        spec.check_consumer(type(target))
-        self._on_window = lift(getattr(target, "on_window", None))
-        self._on_events = lift(getattr(target, "on_events", None))
-        self._user_on_events = getattr(target, "on_events", None)  # its result is read (merged)
-        self.on_error = lift(getattr(target, "on_error", None)) or nothing
-        self.has_on_error = getattr(target, "on_error", None) is not None
-        self._user_completed = lift(getattr(target, "on_completed", None)) or nothing
-        self._user_watermark = lift(getattr(target, "on_watermark", None))
+        # Checked, and its hooks inspected, once per consumer type.
+        on_window, on_events, on_error, on_completed, on_watermark = spec.check_consumer(type(target)).bind(
+            target, "on_window", "on_events", "on_error", "on_completed", "on_watermark"
+        )
+        self._on_window = on_window[1]
+        self._on_events = on_events[1]
+        self._user_on_events = on_events[0]  # its result is read (merged)
+        self.on_error = on_error[1] or nothing
+        self.has_on_error = on_error[1] is not None
+        self._user_completed = on_completed[1] or nothing
+        self._user_watermark = on_watermark[1]
         self._last_watermark = self.processor.watermark
         # What the processor held before a step that is still being emitted: the processor
         # forgets a window as it closes it, but its events stay needed until the window is
@@ -163,7 +204,8 @@ class EventTimeObserver:
         part = partition or self._partition
         async with self._lock:
             await self._step(lambda: self.processor.on_completed(part, time.time()))
-        self._open_inputs.discard(part)
+        if self._open_inputs is not None:
+            self._open_inputs.discard(part)
         if not self._open_inputs:  # with several inputs, once the last completes
             await self._user_completed()
 

@@ -2,7 +2,10 @@
 
 A consumer may be a callable (sync or async) taking a batch, or an object with ``on_next``
 and optionally ``on_error``, ``on_completed`` and ``on_watermark``, each sync or async.
-:func:`as_observer` turns any of these into one :class:`StreamObserver`.
+:func:`as_observer` turns any of these into one :class:`StreamObserver`. A worker makes an
+activation per stream id, each an instance of the same few types: whether a hook is a
+coroutine function is asked once per function (:func:`is_coroutine_function`), and an
+event-time consumer type's hooks are looked up once per type (:func:`hooks_of`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Awaitable, Callable
+from types import FunctionType, MethodType
 from typing import Any, Protocol, overload, runtime_checkable
 
 from streams.core.batch import EventBatch
@@ -105,6 +109,81 @@ class _Lifted:
 async def nothing(*_: Any) -> None:
     """The hook a consumer did not write."""
     return None
+
+
+# A hook as a type has it: its function, weakly (a method using super() refers to its class:
+# a strong reference would keep the type, the key of a weak table, alive; None: the type has
+# no plain function of that name), and whether it is a coroutine function.
+_Entry = tuple["weakref.ref[FunctionType] | None", bool]
+_NO_HOOK: tuple[None, None] = (None, None)
+Hook = tuple[Callable[..., Any] | None, Callable[..., Awaitable[None]] | None]
+"""A hook as the user wrote it, and as an async callable (None, None: no such hook)."""
+
+
+class TypeHooks:
+    """The hooks of one consumer type, each inspected the first time it is asked for; each
+    instance's are its bound methods, lifted without asking again whether they are async
+    (what an instance sets of its own, or a type computes, is lifted as before).
+
+    >>> class Counter:
+    ...     def on_next(self, batch): self.seen = batch
+    >>> hooks, c = hooks_of(Counter), Counter()
+    >>> hooks is hooks_of(Counter), hooks.bind(c, "on_error")
+    (True, [(None, None)])
+    >>> [(on_next, lifted)] = hooks.bind(c, "on_next")
+    >>> import anyio
+    >>> anyio.run(lifted, [1]), c.seen
+    (None, [1])
+    """
+
+    __slots__ = ("checked", "_entries")
+
+    def __init__(self) -> None:
+        # What callers have established about the type once (an event-time consumer check).
+        self.checked: set[str] = set()
+        self._entries: dict[str, _Entry] = {}
+
+    def bind(self, target: object, *names: str) -> list[Hook]:
+        """``target``'s hooks ``names`` (``target`` an instance of this type), each as the
+        user wrote it (``getattr(target, name, None)``) and as an async callable (``lift``
+        of it)."""
+        entries = self._entries
+        pairs: list[Hook] = []
+        for name in names:
+            found = getattr(target, name, None)
+            if found is None:
+                pairs.append(_NO_HOOK)
+                continue
+            entry = entries.get(name)
+            if entry is None:
+                entry = entries[name] = _inspect(type(target), name)
+            ref, is_async = entry
+            if ref is not None and type(found) is MethodType and found.__func__ is ref():
+                pairs.append((found, found if is_async else _Lifted(found)))
+            else:  # not the type's function (the instance's own, a static method...): ask
+                pairs.append((found, lift(found)))
+        return pairs
+
+
+def _inspect(cls: type, name: str) -> _Entry:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            if type(attr) is FunctionType:
+                return weakref.ref(attr), is_coroutine_function(attr)
+            break
+    return None, False
+
+
+_HOOKS: weakref.WeakKeyDictionary[type, TypeHooks] = weakref.WeakKeyDictionary()
+
+
+def hooks_of(cls: type) -> TypeHooks:
+    """The hooks of ``cls``: one :class:`TypeHooks` per type, for as long as the type lives."""
+    hooks = _HOOKS.get(cls)
+    if hooks is None:
+        hooks = _HOOKS[cls] = TypeHooks()
+    return hooks
 
 
 class _AdaptedObserver:

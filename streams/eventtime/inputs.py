@@ -34,7 +34,7 @@ class Input:
         self.mark = Watermark(name, generation, delay)
         self.idle_check = FOREVER  # lower bound of the next idle timeout due
         self.completed = False
-        self.importers: list[Input] = []
+        self.importers: tuple[Input, ...] = ()  # the inputs following this one's watermark
         self.imported = generation is None
         # Substreams: at most the earliest close time of any substream's windows. A rise of
         # the floor (mark) below it closes nothing, so it need not visit every substream.

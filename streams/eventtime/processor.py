@@ -22,18 +22,19 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from streams.core.errors import ConfigurationError, StreamCompletedError
-from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.aggregates import Reducer
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.ingest import Ingest
-from streams.eventtime.inputs import Input, check_acyclic
+from streams.eventtime.inputs import Input
 from streams.eventtime.metrics import Counters, EventTimeMetrics
 from streams.eventtime.ordering import OrderingStep
-from streams.eventtime.policy import Action, EventLike, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
+from streams.eventtime.parts import ProcessorParts
+from streams.eventtime.policy import EventLike, Extractor, OrderingPolicy
 from streams.eventtime.refusals import Refusals
 from streams.eventtime.results import Output
 from streams.eventtime.snapshot import restore, snapshot
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, MergedWatermark, WatermarkGeneration
-from streams.eventtime.windows import WindowAssigner, WindowSpec
+from streams.eventtime.windows import WindowSpec
 
 
 class Processor:
@@ -59,8 +60,9 @@ class Processor:
     :meth:`on_completed`; a timer with nothing to deliver calls :meth:`on_tick`.
     """
 
-    # One per activation, so thousands per worker: slots keep each small.
-    __slots__ = ("policy", "window", "reducer", "counters", "_late", "_inputs", "_multi", "_flow", "_ingest")
+    # One per activation, so thousands per worker: slots keep each small, and what every
+    # processor of a declaration shares is in its parts (streams.eventtime.parts).
+    __slots__ = ("_parts", "counters", "_inputs", "_multi", "_flow", "_ingest")
 
     def __init__(
         self,
@@ -75,72 +77,86 @@ class Processor:
         imports: Mapping[Hashable, Hashable] | None = None,
         trace: bool = False,
     ) -> None:
-        self.policy = policy = policy or OrderingPolicy()
-        self.window = window
-        self.reducer: Reducer[Any, Any] = aggregate if aggregate is not None else Count()
-        self.counters = Counters()
-        substreams = policy.substreams
-        if substreams and group_by is not None and group_by != policy.over:
-            raise ConfigurationError(
-                "with substreams (policy.over) windows are per substream key: leave group_by "
-                "unset or give it the same value as over"
-            )
-        key_spec = policy.over if substreams else group_by
-        self._late = FOREVER if policy.late_arrival is None else float(policy.late_arrival)
-        delay = float(policy.out_of_order)
-        assigner = WindowAssigner(window) if window is not None else None
-
-        names = list(inputs)
-        if not names or len(set(names)) != len(names):
-            raise ConfigurationError(f"inputs must be distinct names, at least one: {names!r}")
-        if substreams and len(names) > 1:
-            raise ConfigurationError(
-                "substreams (policy.over) apply within one input: use one Processor per "
-                "partition, or merge the inputs without substreams"
-            )
-        imports = dict(imports or {})
-        self._inputs: dict[Hashable, Input] = {
-            name: Input(name, None if name in imports else generation, delay) for name in names
-        }
-        for follower, source in imports.items():
-            if follower not in self._inputs or source not in self._inputs or follower == source:
-                raise ConfigurationError(
-                    f"imports maps an input to another declared input, not {follower!r} -> {source!r}"
-                )
-            self._inputs[source].importers.append(self._inputs[follower])
-        check_acyclic(imports)
-        self._multi = len(names) > 1
-        self._flow = flow = WatermarkFlow(
-            self._inputs,
-            assigner,
-            self.reducer,
-            self.counters,
-            substreams=substreams,
-            idle_timeout=FOREVER if window is None or window.idle_timeout is None else float(window.idle_timeout),
+        parts = ProcessorParts(
+            policy,
+            window,
+            aggregate,
+            group_by=group_by,
+            select=select,
+            inputs=inputs,
             generation=generation,
-            delay=delay,
+            imports=imports,
             trace=trace,
         )
-        timestamp_of = timestamp_extractor(policy.timestamp_by, policy.unit)
-        refusals = Refusals(
-            self.counters,
-            early=FOREVER if policy.early_arrival is None else float(policy.early_arrival),
-            late=self._late,
+        self._assemble(parts, 0)
+
+    @classmethod
+    def of(cls, parts: ProcessorParts, partition: Hashable = 0) -> Processor:
+        """A new processor of the declaration ``parts`` (shared, never changed), with its
+        own state: one input named ``partition``, or the inputs ``parts`` declares.
+
+        >>> from streams.eventtime import OrderingPolicy, Tumbling
+        >>> from streams.eventtime.parts import ProcessorParts
+        >>> parts = ProcessorParts(OrderingPolicy(), Tumbling(10))
+        >>> a, b = Processor.of(parts, "a"), Processor.of(parts, "b")
+        >>> a.metrics().watermarks, a.policy is b.policy, a.counters is b.counters
+        ({'a': -inf}, True, False)
+        """
+        self = cls.__new__(cls)
+        self._assemble(parts, partition)
+        return self
+
+    def _assemble(self, parts: ProcessorParts, partition: Hashable) -> None:
+        """This processor's own state around the shared ``parts``."""
+        self._parts = parts
+        self.counters = counters = Counters()
+        names = parts.inputs or (partition,)
+        imports, generation, delay = parts.imports, parts.generation, parts.delay
+        self._inputs = inputs = {name: Input(name, None if name in imports else generation, delay) for name in names}
+        for follower, source in imports.items():
+            inputs[source].importers += (inputs[follower],)
+        self._multi = len(names) > 1
+        self._flow = flow = WatermarkFlow(
+            inputs,
+            parts.assigner,
+            parts.reducer,
+            counters,
+            substreams=parts.substreams,
+            idle_timeout=parts.idle_timeout,
+            generation=generation,
             delay=delay,
-            reducer_name=type(self.reducer).__name__,
-            own_time=timestamp_of is None,
-            trace=trace,
+            trace=parts.trace,
+        )
+        refusals = Refusals(
+            counters,
+            early=parts.early,
+            late=parts.late,
+            delay=delay,
+            reducer_name=parts.reducer_name,
+            own_time=parts.timestamp_of is None,
+            trace=parts.trace,
         )
         self._ingest: Ingest = Ingest(
             flow,
-            OrderingStep(Action(policy.action), self.counters, refusals),
+            OrderingStep(parts.action, counters, refusals),
             refusals,
-            timestamp_of=timestamp_of,
-            key_of=key_extractor(key_spec),
-            # A key given as a field name is read inline by the hot path.
-            key_field=key_spec if isinstance(key_spec, str) else None,
-            select=key_extractor(select),
+            timestamp_of=parts.timestamp_of,
+            key_of=parts.key_of,
+            key_field=parts.key_field,
+            select=parts.select,
         )
+
+    @property
+    def policy(self) -> OrderingPolicy:
+        return self._parts.policy
+
+    @property
+    def window(self) -> WindowSpec | None:
+        return self._parts.window
+
+    @property
+    def reducer(self) -> Reducer[Any, Any]:
+        return self._parts.reducer
 
     # ------------------------------------------------------------------ observations
 
@@ -154,14 +170,14 @@ class Processor:
         """The processing clock reached ``arrival_time`` with nothing new (all inputs when
         ``partition`` is None): late-arrival watermarks and idle timeouts move."""
         out = Output()
-        flow = self._flow
+        flow, late = self._flow, self._parts.late
         targets = self._inputs.values() if partition is None else [self._input(partition)]
         for inp in targets:
             if inp.completed:
                 continue
             _clock(inp, arrival_time)
-            if self._late < FOREVER:
-                flow.lift(inp, arrival_time - self._late, arrival_time, out)
+            if late < FOREVER:
+                flow.lift(inp, arrival_time - late, arrival_time, out)
             if arrival_time >= inp.idle_check:
                 flow.idle(inp, arrival_time, out, strict=False)
         return self._done(out)
@@ -247,11 +263,11 @@ class Processor:
         """The earliest processing time at which :meth:`on_tick` would close a window or fire
         an idle timeout (``inf``: a tick would change nothing but the watermark), so a
         runtime with many quiet processors ticks only those that are due."""
-        due = FOREVER
-        if self._late < FOREVER:
+        due, late = FOREVER, self._parts.late
+        if late < FOREVER:
             for store in self._flow.stores():
                 if store.next_close < FOREVER:
-                    due = min(due, store.next_close + self._late)
+                    due = min(due, store.next_close + late)
         for inp in self._inputs.values():
             if not inp.completed and inp.idle_check < due:
                 due = inp.idle_check

@@ -25,6 +25,10 @@ Position = tuple[int, int]  # a queue position: (sequence number, event index)
 E = TypeVar("E")
 
 
+_NOTHING: SortedList = SortedList()  # never added to: TimestampOrder.add makes its own first
+_NO_ARRIVALS = itertools.count()
+
+
 def position_of(outcome: EventOutcome) -> Position:
     """An event outcome's queue position, ``(sequence number, event index)``."""
     token = outcome.record.token
@@ -43,10 +47,14 @@ class TimestampOrder(Generic[E]):
     (['c'], (1, 3))
     """
 
+    # One per windowless activation that hands off, so per stream id: its sorted lists are
+    # made when it first holds an event (a quiet one shares the empty _NOTHING).
+    __slots__ = ("_held", "_positions", "_arrivals", "_newest")
+
     def __init__(self) -> None:
-        self._held: SortedList = SortedList()  # (timestamp, arrival number, position, event)
-        self._positions: SortedList = SortedList()  # the positions of the held events
-        self._arrivals = itertools.count()
+        self._held: SortedList = _NOTHING  # (timestamp, arrival number, position, event)
+        self._positions: SortedList = _NOTHING  # the positions of the held events
+        self._arrivals = _NO_ARRIVALS
         self._newest: Position | None = None  # the newest seen (held, released or refused)
 
     def __len__(self) -> int:
@@ -59,6 +67,8 @@ class TimestampOrder(Generic[E]):
 
     def add(self, timestamp: float, position: Position, event: E) -> None:
         """Hold ``event`` until the watermark reaches ``timestamp``."""
+        if self._held is _NOTHING:
+            self._held, self._positions, self._arrivals = SortedList(), SortedList(), itertools.count()
         self._held.add((timestamp, next(self._arrivals), position, event))
         self._positions.add(position)
         self.saw(position)

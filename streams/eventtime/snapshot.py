@@ -143,7 +143,7 @@ def _set_store(store: WindowStore, state: list[Any]) -> None:
     store.panes = {pane: {_hashable(key): [acc, token] for key, acc, token in bucket} for pane, bucket in panes}
     store._due = list(due)
     heapq.heapify(store._due)
-    store._scheduled = set(due)
+    store._scheduled = dict.fromkeys(due)
 
 
 _TOKEN = 1

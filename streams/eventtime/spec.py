@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams.core.errors import ConfigurationError
+from streams.core.observer import TypeHooks, hooks_of
 from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.parts import ProcessorParts
 from streams.eventtime.policy import Extractor, OrderingPolicy
 from streams.eventtime.processor import Processor
 from streams.eventtime.watermark import EVERY_EVENT, WatermarkGeneration
@@ -73,12 +75,21 @@ class EventTime:
     def __hash__(self) -> int:
         return hash((self.policy, self.window, self.group_by, self.inputs, tuple(self.imports.items())))
 
-    def check_consumer(self, cls: type) -> None:
-        """Refuse, at registration, a consumer type that could not receive the results."""
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_parts", None)  # made again where it is needed (it holds functions)
+        return state
+
+    def check_consumer(self, cls: type) -> TypeHooks:
+        """Refuse, at registration, a consumer type that could not receive the results;
+        its hooks (checked once per type, however many activations it has)."""
         needed = "on_window" if self.window is not None else "on_events"
+        hooks = hooks_of(cls)
+        if needed in hooks.checked:
+            return hooks
         if hasattr(cls, "handoff"):
-            return  # its windows (or events) go to Spark; on_window (on_events) is optional
-        if not callable(getattr(cls, needed, None)):
+            pass  # its windows (or events) go to Spark; on_window (on_events) is optional
+        elif not callable(getattr(cls, needed, None)):
             raise ConfigurationError(
                 f"{cls.__qualname__} declares event_time "
                 + (
@@ -87,18 +98,35 @@ class EventTime:
                     else "without a window: it needs on_events(outcomes)"
                 )
             )
+        hooks.checked.add(needed)
+        return hooks
 
     def processor(self, partition: Hashable = 0) -> Processor:
         """A fresh processor with these settings (one per activation): one input named
-        ``partition``, or the declared ``inputs``."""
-        imports: dict[Hashable, Hashable] = {k: v for k, v in self.imports.items()}  # noqa: C416  (invariant key type)
-        return Processor(
-            self.policy,
-            self.window,
-            self.aggregate,
-            group_by=self.group_by,
-            select=self.select,
-            inputs=self.inputs or (partition,),
-            generation=self.generation,
-            imports=imports,
-        )
+        ``partition``, or the declared ``inputs``. What its activations share is prepared
+        once (:meth:`parts`); each gets only its own state."""
+        return Processor.of(self.parts(), partition)
+
+    def parts(self) -> ProcessorParts:
+        """These settings checked and prepared for building processors, once per declaration.
+
+        >>> from streams.eventtime import Tumbling
+        >>> spec = EventTime(window=Tumbling(60))
+        >>> spec.parts() is spec.parts(), spec.processor("a").policy is spec.policy
+        (True, True)
+        """
+        parts: ProcessorParts | None = self.__dict__.get("_parts")
+        if parts is None:
+            imports: dict[Hashable, Hashable] = {k: v for k, v in self.imports.items()}  # noqa: C416  (invariant key type)
+            parts = ProcessorParts(
+                self.policy,
+                self.window,
+                self.aggregate,
+                group_by=self.group_by,
+                select=self.select,
+                inputs=self.inputs or None,
+                generation=self.generation,
+                imports=imports,
+            )
+            object.__setattr__(self, "_parts", parts)  # a cache, not a setting: frozen still
+        return parts

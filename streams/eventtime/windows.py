@@ -198,7 +198,8 @@ class WindowStore:
         self.watermark = watermark  # the watermark that closes these windows
         self.next_close = FOREVER  # close_time of the earliest scheduled window
         self._due: list[float] = []  # heap of scheduled window indexes
-        self._scheduled: set[float] = set()
+        # The scheduled windows, as keys (an empty dict is a third of an empty set: one per stream).
+        self._scheduled: dict[float, None] = {}
         self.order = order  # creation order: ties between stores close in this order
 
     def open_pane(self, pane: float) -> dict[Hashable, list[Any]]:
@@ -208,7 +209,7 @@ class WindowStore:
         a = self.assigner
         for window in a.windows_of_pane(pane):
             if window not in self._scheduled and a.close_time(window) > self.watermark:
-                self._scheduled.add(window)
+                self._scheduled[window] = None
                 heapq.heappush(self._due, window)
         self.next_close = a.close_time(self._due[0])
         return bucket
@@ -223,7 +224,7 @@ class WindowStore:
         closed = []
         while due and a.close_time(due[0]) <= w:
             window = heapq.heappop(due)
-            self._scheduled.discard(window)
+            self._scheduled.pop(window, None)
             closed.append(window)
         self.next_close = a.close_time(due[0]) if due else FOREVER
         return closed

@@ -39,3 +39,16 @@ def test_below_is_the_oldest_held_position_or_past_the_newest_seen() -> None:
     assert order.release(15.0) == ["early-ts"]
     assert (order.oldest(), order.below()) == ((4, 0), (4, 0))
     assert order.release(20.0) == ["late-ts"] and order.below() == (4, 2)
+
+
+def test_orders_hold_their_own_events_though_quiet_ones_share_their_empty_lists() -> None:
+    quiet: TimestampOrder = TimestampOrder()
+    busy: TimestampOrder = TimestampOrder()
+    busy.add(5.0, (1, 0), "x")
+    busy.add(3.0, (1, 1), "y")
+    assert (len(quiet), quiet.oldest(), quiet.earliest(), quiet.release(10.0)) == (0, None, None, [])
+    assert (len(busy), busy.oldest(), busy.earliest()) == (2, (1, 0), 3.0)
+    quiet.add(1.0, (7, 0), "z")
+    assert busy.release(10.0) == ["y", "x"]
+    assert (len(quiet), quiet.oldest(), TimestampOrder().oldest()) == (1, (7, 0), None)
+    assert quiet.release(1.0) == ["z"]

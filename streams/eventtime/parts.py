@@ -1,0 +1,117 @@
+"""What every processor of one declaration shares: its settings, checked and prepared once.
+
+A worker makes a processor per activation, so per stream id; everything that depends only on
+the declaration (the policy's tolerances, the window assigner, the aggregate, the key and
+timestamp readers, the inputs and imports) is worked out here once, and each processor is
+built from these parts with only its own mutable state (watermarks, windows, counters).
+``EventTime`` keeps one :class:`ProcessorParts` for all its activations.
+
+>>> from streams.eventtime.policy import OrderingPolicy
+>>> from streams.eventtime.windows import Tumbling
+>>> parts = ProcessorParts(OrderingPolicy(out_of_order=5), Tumbling(60), group_by="booth")
+>>> parts.delay, parts.assigner.step, parts.key_field, parts.inputs
+(5.0, 60.0, 'booth', None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+from streams.core.errors import ConfigurationError
+from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.inputs import check_acyclic
+from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
+from streams.eventtime.watermark import EVERY_EVENT, FOREVER, WatermarkGeneration
+from streams.eventtime.windows import WindowAssigner, WindowSpec
+
+
+class ProcessorParts:
+    """A processor declaration, validated, with what its processors read prepared.
+
+    ``inputs`` None: each processor has one input, named when it is made (a stream's
+    activation names it after its stream); otherwise the merged inputs every processor has.
+    Raises :class:`~streams.core.errors.ConfigurationError` for a declaration no processor
+    could follow.
+    """
+
+    __slots__ = (
+        "policy",
+        "window",
+        "reducer",
+        "trace",
+        "substreams",
+        "generation",
+        "early",
+        "late",
+        "delay",
+        "idle_timeout",
+        "action",
+        "assigner",
+        "timestamp_of",
+        "key_of",
+        "key_field",
+        "select",
+        "reducer_name",
+        "inputs",
+        "imports",
+    )
+
+    def __init__(
+        self,
+        policy: OrderingPolicy | None = None,
+        window: WindowSpec | None = None,
+        aggregate: Reducer[Any, Any] | None = None,
+        *,
+        group_by: str | Extractor | None = None,
+        select: str | Extractor | None = None,
+        inputs: Sequence[Hashable] | None = None,
+        generation: WatermarkGeneration = EVERY_EVENT,
+        imports: Mapping[Hashable, Hashable] | None = None,
+        trace: bool = False,
+    ) -> None:
+        self.policy = policy = policy or OrderingPolicy()
+        self.window = window
+        self.reducer: Reducer[Any, Any] = aggregate if aggregate is not None else Count()
+        self.trace = trace
+        self.substreams = substreams = policy.substreams
+        if substreams and group_by is not None and group_by != policy.over:
+            raise ConfigurationError(
+                "with substreams (policy.over) windows are per substream key: leave group_by "
+                "unset or give it the same value as over"
+            )
+        key_spec = policy.over if substreams else group_by
+        self.generation = generation
+        self.early = FOREVER if policy.early_arrival is None else float(policy.early_arrival)
+        self.late = FOREVER if policy.late_arrival is None else float(policy.late_arrival)
+        self.delay = float(policy.out_of_order)
+        self.idle_timeout = FOREVER if window is None or window.idle_timeout is None else float(window.idle_timeout)
+        self.action = Action(policy.action)
+        self.assigner = WindowAssigner(window) if window is not None else None
+        self.timestamp_of: Callable[[Any], float] | None = timestamp_extractor(policy.timestamp_by, policy.unit)
+        self.key_of: Callable[[Any], Hashable] | None = key_extractor(key_spec)
+        # A key given as a field name is read inline by the hot path.
+        self.key_field = key_spec if isinstance(key_spec, str) else None
+        self.select: Callable[[Any], Any] | None = key_extractor(select)  # None: the event's value
+        self.reducer_name = type(self.reducer).__name__
+        self.imports: dict[Hashable, Hashable] = dict(imports or {})
+        self.inputs: tuple[Hashable, ...] | None = None
+        if inputs is None:
+            if self.imports:
+                raise ConfigurationError("imports maps one of the inputs to another: declare the inputs")
+            return
+        names = tuple(inputs)
+        if not names or len(set(names)) != len(names):
+            raise ConfigurationError(f"inputs must be distinct names, at least one: {list(names)!r}")
+        if substreams and len(names) > 1:
+            raise ConfigurationError(
+                "substreams (policy.over) apply within one input: use one Processor per "
+                "partition, or merge the inputs without substreams"
+            )
+        for follower, source in self.imports.items():
+            if follower not in names or source not in names or follower == source:
+                raise ConfigurationError(
+                    f"imports maps an input to another declared input, not {follower!r} -> {source!r}"
+                )
+        check_acyclic(self.imports)
+        self.inputs = names
