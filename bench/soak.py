@@ -9,7 +9,8 @@ calls one event (``on_next``), half a batch (``on_next_batch``). Once a minute (
 
 - checkpoint lag: records written but not yet checkpointed (all queues), and seconds (the age
   of the oldest record not yet checkpointed);
-- worker RSS (MiB), store size (database and WAL, MiB) and the handoff log's files (MiB);
+- worker RSS (MiB), store size (database and WAL, MiB: small handoff appends are rows in it) and
+  the handoff log's segment files (MiB);
 - dead letters (by reason) and delivery failures (``delivery_failed`` dead letters and the
   workers' ``delivery`` error lines);
 - whether every worker is alive.
@@ -60,7 +61,7 @@ class SoakRow:
     published: int = 0
     worker_cpu: list[float] = field(default_factory=list)  # share of one core since the last row
     handoff_age: float | None = None  # seconds since the newest handed-off window ended
-    handoff_mb: float = 0.0  # the handoff log's segment files on disk
+    handoff_mb: float = 0.0  # the handoff log's segment files on disk (small appends are in the store)
 
     def line(self) -> str:
         rss = "/".join(f"{r:.0f}" for r in self.worker_rss_mb)
@@ -71,7 +72,7 @@ class SoakRow:
             f"{self.elapsed / 60:5.1f} min  published {self.published:>8}  "
             f"checkpoint lag {self.lag_records:>6} records {self.lag_seconds:6.1f} s  "
             f"newest window handed off {age} ago  worker CPU {cpu}  "
-            f"worker RSS {rss} MiB  store {self.store_mb:6.1f} MiB  handoff log {self.handoff_mb:6.1f} MiB  dead letters {letters}  "
+            f"worker RSS {rss} MiB  store {self.store_mb:6.1f} MiB  handoff files {self.handoff_mb:6.1f} MiB  dead letters {letters}  "
             f"delivery failures {self.delivery_failures}  workers {'alive' if self.workers_alive else 'DEAD'}"
             f"{'' if self.producer_alive else '  producer DEAD'}"
         )
