@@ -135,11 +135,11 @@ class EventTimeObserver:
         part = partition or self._partition
         async with self._lock:
             if self._skip_to is not None and len(batch):
-                batch = _after(batch, self._skip_to)
+                batch = batch.after(self._skip_to)
             if len(batch) and (self.snapshots or self.stored):
                 if self._since_snapshot is None:
                     self._since_snapshot = batch[0].token
-                self._taken = batch[-1].token
+                self._taken = batch.last_position()  # the same on every read (a replay's skip)
             if len(batch):
                 last = batch[-1].token
                 if self._release is not None:
@@ -390,15 +390,6 @@ def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken |
     if a is None:
         return b
     return a if b is None or a <= b else b
-
-
-def _after(batch: EventBatch, position: SequenceToken) -> EventBatch:
-    """The events of ``batch`` above ``position`` (a replay of what a snapshot has)."""
-    if batch.sequence_number > position.sequence_number:
-        return batch
-    if batch.sequence_number < position.sequence_number:
-        return batch.from_index(batch.container.count)
-    return batch.from_index(position.event_index + 1)
 
 
 def _follows_clock_for_accepted(processor: Processor) -> bool:

@@ -46,8 +46,8 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer
 
-from streams.adapters.kafka_receiver import KafkaQueueReceiver, KafkaRecordReceiver
-from streams.adapters.kafka_state import KafkaChangelog, KafkaStateReceiver
+from streams.adapters.kafka_receiver import KafkaQueueReceiver
+from streams.adapters.kafka_state import KafkaChangelog, KafkaRecordReceiver, KafkaStateReceiver
 from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.codec import encode_batch
@@ -239,7 +239,7 @@ class KafkaQueueAdapter:
 
     def create_receiver(self, queue: QueueId) -> KafkaQueueReceiver:
         if self.settings.record_format is not None:
-            return KafkaRecordReceiver(self.settings, queue, self.outage)
+            return KafkaRecordReceiver(self.settings, queue, self.outage, self.changelog)
         return KafkaStateReceiver(self.settings, queue, self.outage, self.changelog)
 
     async def close(self) -> None:

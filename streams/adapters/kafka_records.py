@@ -170,7 +170,7 @@ class GroupedRecords:
                 bad.extend((r, "has a key that is not UTF-8") for r in members)
                 continue
             times = [r.timestamp / 1000 for r in members]
-            batch = RecordBatch(sid, values, times, [r.headers for r in members])
+            batch = RecordBatch(sid, values, times, [r.headers for r in members], [r.offset for r in members])
             made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
         for r, why in bad:
             error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}")

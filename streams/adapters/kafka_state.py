@@ -290,3 +290,15 @@ class KafkaStateReceiver(KafkaQueueReceiver):
                 raise
             source.written(ok)
             return ok
+
+
+class KafkaRecordReceiver(KafkaStateReceiver):
+    """The receiver of topics of one event per record: it hands the pulling agent one batch
+    per stream and read (see :mod:`~streams.adapters.kafka_records`), and saves states like
+    :class:`KafkaStateReceiver`. Its queue positions are those of its reads' groupings,
+    which a re-read would not reproduce: it does not rewind (so it is no
+    :class:`~streams.adapters.protocols.RewindableReceiver`). A saved state's position is a
+    record's offset, which every read gives its event
+    (:meth:`~streams.core.record_batch.RecordEventBatch.last_position`)."""
+
+    read_range = None  # type: ignore[assignment]
