@@ -298,10 +298,9 @@ class KafkaAdapterFactory:
         if not self._topic_checked:
             what = f"checking Kafka topic(s) {', '.join(map(repr, self.settings.namespaces))}"
             await retry_kafka(lambda: ensure_queue_topics(self.settings), what, self.settings, self._adapter.outage)
-            if self.settings.record_format is None:  # the event-time state's changelog (kafka_state)
-                changelog = self._adapter.changelog
-                what = f"checking Kafka topic {changelog.topic!r}"
-                await retry_kafka(changelog.ensure_topic, what, self.settings, self._adapter.outage)
+            changelog = self._adapter.changelog  # the event-time state's (kafka_state)
+            what = f"checking Kafka topic {changelog.topic!r}"
+            await retry_kafka(changelog.ensure_topic, what, self.settings, self._adapter.outage)
             self._topic_checked = True
         await self._adapter.start()
         return self._adapter

@@ -26,10 +26,12 @@ removes it). Kafka's compaction keeps that read proportional to the open state; 
 that never compacts (Tansu, which accepts ``cleanup.policy=compact`` but keeps every
 record) gives the same answer after a longer read.
 
-Only topics of headrace's own records save states: the positions of a topic of one event
-per record depend on how its reads were grouped (:mod:`~streams.adapters.kafka_records`),
-so a replay could not tell which events a state already holds; its open windows hold the
-offset as before.
+**Topics of one event per record** (``records="json"``, ...; :class:`KafkaRecordReceiver`)
+save states too. Their queue positions depend on how the reads were grouped
+(:mod:`~streams.adapters.kafka_records`), so a state's position there is the offset of the
+last record it holds (``offset:0``), which every read gives that record: a replay, grouped
+otherwise and from an older offset, skips exactly those records (a stream's records are in
+one partition of one topic, in order).
 
 >>> decode_state(encode_state(7, 2, b"s"))
 (SequenceToken(sequence_number=7, event_index=2), b's')

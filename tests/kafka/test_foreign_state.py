@@ -17,7 +17,14 @@ from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from ..core.conftest import drained
 from ..durable.test_saved_state import Distinct, count_windows, publish_quiet_and_busy, read_count, start_worker
 from .test_foreign_records import make_topic
-from .test_saved_state import committed, handed_off, saved_states, wait_for_commit, wait_for_rows
+from .test_saved_state import (
+    changelog_configs,
+    committed,
+    handed_off,
+    saved_states,
+    wait_for_commit,
+    wait_for_rows,
+)
 
 METERS = [StreamId("meters", f"m{i}") for i in range(5)]
 
@@ -46,6 +53,8 @@ async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_a_json_topics_commi
         assert await wait_for_commit(kafka_broker, kafka_topic, 501) == 501
         # Each state is at the offset of the last record it holds (event index 0: one a record).
         assert await saved_states(kafka_broker, kafka_topic) == [("devices/busy", 500, 0), ("devices/quiet", 0, 0)]
+        configs = await changelog_configs(kafka_broker, kafka_topic)  # made by headrace, not by a first write
+        assert configs["cleanup.policy"] == "compact" and configs["segment.ms"] == "600000"
     assert not any(key == "quiet" for key, _, _ in closed)
     busy = [(k, v) for k, _, v in closed if k == "busy"]
     assert len(busy) == 99 and all(v == 5 for _, v in busy)
