@@ -304,4 +304,3 @@ class KafkaQueueReceiver:
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
         return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
-

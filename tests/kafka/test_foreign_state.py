@@ -6,8 +6,6 @@ same for headrace's own records is in test_saved_state.py."""
 
 from __future__ import annotations
 
-import signal
-
 import anyio
 import pytest
 
@@ -15,15 +13,15 @@ from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 
 from ..core.conftest import drained
-from ..durable.test_saved_state import Distinct, count_windows, publish_quiet_and_busy, read_count, start_worker
+from ..durable.test_saved_state import Distinct, count_windows, publish_quiet_and_busy
 from .test_foreign_records import make_topic
 from .test_saved_state import (
     changelog_configs,
     committed,
     handed_off,
     saved_states,
+    stop_with_open_windows,
     wait_for_commit,
-    wait_for_rows,
 )
 
 METERS = [StreamId("meters", f"m{i}") for i in range(5)]
@@ -41,9 +39,7 @@ async def publish(provider: StreamProvider, times: range | list[float], streams:
             await client.get_stream(streams[n % len(streams)]).on_next({"t": float(t)})
 
 
-async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_a_json_topics_committed_offset(
-    kafka_broker, kafka_topic
-):
+async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_a_json_topics_committed_offset(kafka_broker, kafka_topic):
     await make_topic(kafka_broker, kafka_topic, 1)
     provider = json_provider(kafka_broker, kafka_topic, "devices", group_membership=False)
     closed = count_windows(provider)
@@ -65,30 +61,7 @@ async def test_a_json_queue_restarted_or_taken_over_with_open_windows_loses_and_
     tmp_path, kafka_broker, kafka_topic, ending
 ):
     await make_topic(kafka_broker, kafka_topic, 1)
-    client_provider = json_provider(kafka_broker, kafka_topic, "meters")
-    first = start_worker(tmp_path, "run", kafka_broker, kafka_topic, "json")
-    try:
-        await publish(client_provider, range(100), METERS)  # offsets 0..99: windows [0, 3600) open on five streams
-        assert await wait_for_commit(kafka_broker, kafka_topic, 100) == 100  # not held by the windows
-        assert await saved_states(kafka_broker, kafka_topic) == [(f"meters/m{i}", 95 + i, 0) for i in range(5)]
-        if ending == "sigkill":
-            first.send_signal(signal.SIGKILL)
-            first.wait()
-            second = start_worker(tmp_path, "run", kafka_broker, kafka_topic, "json")
-        else:  # a second worker joins; the first stops without a word and its session runs out
-            second = start_worker(tmp_path, "run", kafka_broker, kafka_topic, "json")
-            first.send_signal(signal.SIGSTOP)
-        try:
-            await publish(client_provider, range(100, 110), METERS)  # more events in the open windows
-            await publish(client_provider, [4000.0] * 5, METERS)  # then close them
-            replayed = read_count(second, events=True)
-            await wait_for_rows(kafka_broker, kafka_topic, 5)
-        finally:
-            second.terminate()
-            second.wait()
-    finally:
-        first.kill()
-        first.wait()
+    replayed = await stop_with_open_windows(tmp_path, kafka_broker, kafka_topic, ending, "json")
     # An uninterrupted run's results (20 + 2 events a window), and the replay was the new
     # records only (at most 15), not the 100 the first worker had taken.
     assert sorted(await handed_off(kafka_broker, kafka_topic)) == [(0.0, 3600.0, 22)] * 5
