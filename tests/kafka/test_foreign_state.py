@@ -68,33 +68,42 @@ async def test_a_json_queue_restarted_or_taken_over_with_open_windows_loses_and_
     assert replayed <= 15
 
 
-async def test_a_replay_from_an_older_offset_regrouped_skips_exactly_what_each_state_has(
-    kafka_broker, kafka_topic, caplog
-):
+def hourly_counts(provider: StreamProvider, counted: list[str], distinct: list[str]) -> list[tuple[str, str, int]]:
+    """One-hour windows of field ``t``: ``Counts`` (a count: its state is saved) on the
+    namespaces ``counted``, ``Kinds`` (distinct values, a set: its windows hold the offset)
+    on ``distinct``. Returns the list their results go to: (type, stream, value)."""
+    closed: list[tuple[str, str, int]] = []
+    for name, aggregate, namespaces in (("Counts", Count(), counted), ("Kinds", Distinct(), distinct)):
+
+        class Hourly:
+            event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(3600), aggregate, select="t")
+
+            def __init__(self, stream_id: StreamId, name: str = name) -> None:
+                self.name, self.stream = name, str(stream_id)
+
+            def on_window(self, w) -> None:
+                closed.append((self.name, self.stream, w.value))
+
+        made = type(name, (Hourly,), {})
+        for namespace in namespaces:
+            provider.implicit(namespace)(made)
+    return closed
+
+
+async def wait_for_windows(closed: list, count: int) -> None:
+    with anyio.fail_after(30):
+        while len(closed) < count:
+            await anyio.sleep(0.05)
+
+
+async def test_a_replay_from_an_older_offset_regrouped_skips_exactly_what_each_state_has(kafka_broker, kafka_topic):
     """A consumer type whose state cannot be saved holds the offset at record 0, so the
     restart replays everything, in reads grouped otherwise than the first run's: the saved
     counts take only the records after the last one each holds."""
     await make_topic(kafka_broker, kafka_topic, 1)
-    counts: list[tuple[str, int]] = []
-    distinct: list[tuple[str, int]] = []
-
-    def worker() -> StreamProvider:
-        provider = json_provider(kafka_broker, kafka_topic, "meters", group_membership=False)
-        for name, aggregate, out in (("Counts", Count(), counts), ("Kinds", Distinct(), distinct)):
-
-            class Hourly:
-                event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(3600), aggregate, select="t")
-
-                def __init__(self, stream_id: StreamId, out: list = out) -> None:
-                    self.key, self.out = stream_id.key, out
-
-                def on_window(self, w) -> None:
-                    self.out.append((self.key, w.value))
-
-            provider.implicit("meters")(type(name, (Hourly,), {}))
-        return provider
-
-    async with worker() as provider:
+    provider = json_provider(kafka_broker, kafka_topic, "meters", group_membership=False)
+    hourly_counts(provider, ["meters"], ["meters"])
+    async with provider:
         for n in range(100):  # offsets 0..99, read a few records at a time as they come
             await provider.get_stream(METERS[n % 5]).on_next({"t": float(n)})
         await drained(provider, 30)
@@ -102,12 +111,56 @@ async def test_a_replay_from_an_older_offset_regrouped_skips_exactly_what_each_s
     assert await saved_states(kafka_broker, kafka_topic) == [(f"meters/m{i}", 95 + i, 0) for i in range(5)]
     assert await committed(kafka_broker, kafka_topic) is None  # the distinct values' windows hold offset 0
     await publish(json_provider(kafka_broker, kafka_topic, "meters"), [*range(100, 110), *[4000.0] * 5], METERS)
-    async with worker() as provider:
-        with anyio.fail_after(30):
-            while len(counts) < 5 or len(distinct) < 5:
-                await anyio.sleep(0.05)
+    provider = json_provider(kafka_broker, kafka_topic, "meters", group_membership=False)
+    closed = hourly_counts(provider, ["meters"], ["meters"])
+    async with provider:
+        await wait_for_windows(closed, 10)
         (agent,) = provider.agents
         replayed = agent.read_events
     assert replayed == 115  # all of it, from offset 0
-    assert sorted(counts) == [(m.key, 22) for m in METERS]  # restored, plus the 2 new each
-    assert sorted(distinct) == [(m.key, 22) for m in METERS]  # rebuilt from the replay
+    # The counts restored, plus the 2 new events each; the distinct values rebuilt from the replay.
+    assert sorted(closed) == [(t, f"meters/m{i}", 22) for t in ("Counts", "Kinds") for i in range(5)]
+
+
+async def test_co_partitioned_topics_save_each_states_position_in_its_own_topic(kafka_broker, kafka_topic):
+    """Two topics read together: a state's position is an offset of its stream's topic. The
+    distinct values of one topic's streams hold the queue (both topics: its positions
+    interleave theirs) at offset 0; a restart replays both, regrouped, and each saved count
+    skips exactly the records of its own topic it has."""
+    tolls, prices = f"{kafka_topic}-tolls", f"{kafka_topic}-prices"
+    for topic in (tolls, prices):
+        await make_topic(kafka_broker, topic, 1)
+
+    def provider_of(**kafka: object) -> StreamProvider:
+        settings = {"idempotent": False, **kafka}
+        return StreamProvider.kafka(
+            kafka_broker, topics={"tolls": tolls, "prices": prices}, queues=1, records="json", kafka=settings
+        )
+
+    streams = [StreamId("tolls", f"p{i}") for i in range(3)] + [StreamId("prices", f"p{i}") for i in range(2)]
+    provider = provider_of(group_membership=False)
+    hourly_counts(provider, ["tolls", "prices"], ["tolls"])
+    async with provider:
+        for n in range(50):  # tolls offsets 0..29 (10 a stream), prices 0..19 (10 a stream)
+            await provider.get_stream(streams[n % 5]).on_next({"t": float(n)})
+        await drained(provider, 30)
+        await anyio.sleep(1.5)  # a commit interval: the counts' states are saved
+    assert await saved_states(kafka_broker, tolls) == [
+        ("prices/p0", 18, 0),
+        ("prices/p1", 19, 0),
+        ("tolls/p0", 27, 0),
+        ("tolls/p1", 28, 0),
+        ("tolls/p2", 29, 0),
+    ]
+    assert (await committed(kafka_broker, tolls), await committed(kafka_broker, prices)) == (None, None)
+    await publish(provider_of(), [*range(50, 60), *[4000.0] * 5], streams)  # 2 more each, then close
+    provider = provider_of(group_membership=False)
+    closed = hourly_counts(provider, ["tolls", "prices"], ["tolls"])
+    async with provider:
+        await wait_for_windows(closed, 8)
+        (agent,) = provider.agents
+        replayed = agent.read_events
+    assert replayed == 50 + 15  # both topics from offset 0
+    assert sorted(closed) == sorted(
+        [("Counts", str(s), 12) for s in streams] + [("Kinds", str(s), 12) for s in streams[:3]]
+    )
