@@ -94,7 +94,16 @@ class TimedActivation(Activation, Protocol):
         ...
 
     def has_state(self) -> bool:
-        """Open windows or held events: it stays active while its stream is quiet."""
+        """Open windows or held events: it stays active while its stream is quiet, unless
+        it can be parked (its state saved as it stands)."""
+        ...
+
+    def can_park(self) -> bool:
+        """Its saved state is current and no tick would change it: it may be deactivated."""
+        ...
+
+    def park(self) -> tuple[SequenceToken, bytes]:
+        """``(last event taken, state)`` to restore it from when its stream has data again."""
         ...
 
     # -- saved state (agents.state) ------------------------------------------------------

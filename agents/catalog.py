@@ -229,7 +229,8 @@ class Catalog:
         """The stream ``sid`` is closed: deactivate the instances whose (last) stream it
         was, and return their event-time activations (they hold and tick no more). Their
         saved states go too, unless the agent is ``stopping`` (then they are kept for the
-        queue's next owner)."""
+        queue's next owner) or they still have open windows (parked: kept, and restored
+        when the stream has data again)."""
         ended = self.keyed.leave(sid)  # activations of several streams whose last this was
         registry = self._context.registry
         gone: list[TimedActivation] = []
@@ -243,7 +244,12 @@ class Catalog:
             if timed is not None:
                 timed.on_change = None
                 if self.states is not None and not stopping:
-                    self.states.retire(timed)
+                    if timed.has_state() and timed.can_park():
+                        # Its windows stay open: the stored row stays, and its state waits
+                        # here, compact, for the stream's next data (restored in _make).
+                        self._saved[self._state_key(timed)] = timed.park()
+                    else:
+                        self.states.retire(timed)
                 gone.append(timed)
         for instance in ended:
             if hasattr(instance, "on_deactivate"):

@@ -359,8 +359,10 @@ class PullingAgent:
     def _sweep_inactive(self) -> None:
         """Deactivate the streams with no new data for ``stream_inactivity_period``, nothing
         in flight and no open window holding the checkpoint (those stay: their windows are
-        state the queue's checkpoint already waits for). Streams are kept in order of their
-        last data, so a sweep reads only the quiet ones."""
+        state the queue's checkpoint already waits for). An activation whose open windows are
+        saved with the checkpoint goes too, its state kept compactly until its stream has
+        data again (``Catalog.close``). Streams are kept in order of their last data, so a
+        sweep reads only the quiet ones."""
         now = time.monotonic()
         period = self.context.options.stream_inactivity_period
         if now - self._last_inactivity_sweep < min(period, 60.0):
@@ -380,7 +382,8 @@ class PullingAgent:
         if not all(c.idle for c in state.consumers.values()):
             return False
         return not any(
-            (activation := timed_of(observer)) is not None and (self._holds.holds(activation) or activation.has_state())
+            (activation := timed_of(observer)) is not None
+            and (self._holds.holds(activation) or (activation.has_state() and not activation.can_park()))
             for observer in state.activations.values()
         )
 

@@ -268,6 +268,28 @@ class EventTimeObserver:
     def has_state(self) -> bool:
         return not is_empty(self.processor)
 
+    def can_park(self) -> bool:
+        """Whether it can be deactivated with its windows open: the store has its state as
+        it stands (nothing taken or ticked since the last saved snapshot, nothing being
+        emitted or written) and no tick would change it, so its stream's next data can
+        restore it from that state (:meth:`park`) with nothing lost or counted twice."""
+        return (
+            self.snapshots
+            and self.stored
+            and not self.unsaved
+            and self._saving is None
+            and self._taken is not None
+            and self._unfinished is None
+            and not self.stepping()
+            and self.next_tick() is None
+        )
+
+    def park(self) -> tuple[SequenceToken, bytes]:
+        """``(last event taken, state)``: what :meth:`restore` resumes from (see
+        :meth:`can_park`); the same state as the stored snapshot, kept compact in memory."""
+        assert self._taken is not None
+        return self._taken, self.processor.snapshot()
+
     def _held(self) -> SequenceToken | None:
         # With no snapshot saved or being saved, a restart rebuilds the windows from the
         # queue (held at their oldest event); with one, it restores it and replays what
