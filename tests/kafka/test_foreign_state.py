@@ -54,6 +54,15 @@ async def test_a_quiet_stream_beside_a_busy_one_does_not_pin_a_json_topics_commi
     assert not any(key == "quiet" for key, _, _ in closed)
     busy = [(k, v) for k, _, v in closed if k == "busy"]
     assert len(busy) == 99 and all(v == 5 for _, v in busy)
+    # A restart reads only what came after: quiet's window closes with its saved event.
+    provider = json_provider(kafka_broker, kafka_topic, "devices", group_membership=False)
+    closed = count_windows(provider)
+    async with provider:
+        await provider.get_stream(StreamId("devices", "quiet")).on_next({"t": 7.0})  # offset 501
+        await drained(provider, 30)
+        (agent,) = provider.agents
+        assert agent.read_events == 1
+    assert closed == [("quiet", 0.0, 1)]
 
 
 @pytest.mark.parametrize("ending", ["sigkill", "takeover"])
