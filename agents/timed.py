@@ -33,7 +33,7 @@ from streams.core.tokens import SequenceToken
 from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
-from streams.eventtime.release import TimestampOrder, position_of
+from streams.eventtime.release import TimestampOrder, position_of, replay_position_of
 from streams.eventtime.results import EventOutcome, Output
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
@@ -141,7 +141,7 @@ class EventTimeObserver:
                     self._since_snapshot = batch[0].token
                 self._taken = batch.last_position()  # the same on every read (a replay's skip)
             if len(batch):
-                last = batch[-1].token
+                last = batch.last_position()  # where a replay finds it (the handoff's marks)
                 if self._release is not None:
                     self._release.saw((last.sequence_number, last.event_index))
                 if self._merge is not None:
@@ -323,7 +323,7 @@ class EventTimeObserver:
         elif handoff is not None and self._release is not None:
             for outcome in out.events:
                 if outcome.timestamp is not None:  # always, for an event that passed the policy
-                    self._release.add(outcome.timestamp, position_of(outcome), outcome)
+                    self._release.add(outcome.timestamp, position_of(outcome), outcome, replay_position_of(outcome))
             released = self._release.release(out.watermark)
             if released:
                 await handoff.events(released, self._release.below())

@@ -72,6 +72,13 @@ class Event:
     def token(self) -> SequenceToken:
         return SequenceToken(self._sequence, self._index)
 
+    @property
+    def position(self) -> SequenceToken:
+        """Where the event stands on every read of its queue, as a replay finds it: its
+        token (an event of a one-event record: its record's offset, which its token is not;
+        see :mod:`streams.core.record_batch`)."""
+        return SequenceToken(self._sequence, self._index)
+
     def __repr__(self) -> str:
         return (
             f"Event({self.value!r}, event_time={self.event_time!r}, token={self.token}, stream_id={self.stream_id!r})"

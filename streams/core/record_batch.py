@@ -8,16 +8,18 @@ time (and its event time, unless the consumer declares ``timestamp_by``), its he
 its offset.
 
 An event's token is its queue position, which depends on how the reads were grouped (the
-batch stands at its first record); its record's offset does not. So the position a saved
-state keeps (:meth:`RecordEventBatch.last_position`) is ``offset:0``, and a replay, grouped
-otherwise, skips exactly the records at or below it (:meth:`RecordEventBatch.after`).
+batch stands at its first record); its record's offset does not. So its ``position`` (where
+a replay finds it) is ``offset:0``: what a saved state keeps of the last event it took
+(:meth:`RecordEventBatch.last_position`; a replay, grouped otherwise, skips exactly the
+records at or below it, :meth:`RecordEventBatch.after`), and what a handoff's mark keeps of
+the events it handed off.
 
 >>> sid = StreamId("sensors", "s-1")
 >>> batch = RecordBatch(sid, [{"t": 1}, {"t": 2}], [10.0, 11.0], [(), (("trace", b"x"),)], [100, 104])
 >>> [(e.value, e.arrival_time, e.headers, e.offset) for e in batch.events(100)]
 [({'t': 1}, 10.0, (), 100), ({'t': 2}, 11.0, (('trace', b'x'),), 104)]
->>> str(batch.events(100)[1].token), str(batch.events(100).last_position())
-('100:1', '104:0')
+>>> str(batch.events(100)[1].token), str(batch.events(100)[1].position), str(batch.events(100).last_position())
+('100:1', '104:0', '104:0')
 >>> batch.events(100).after(SequenceToken(102)).values
 [{'t': 2}]
 """
@@ -43,6 +45,10 @@ class RecordEvent(Event):
     __slots__ = ("headers", "offset")
     headers: Headers
     offset: int
+
+    @property
+    def position(self) -> SequenceToken:
+        return SequenceToken(self.offset)
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, headers={self.headers!r}, offset={self.offset})"

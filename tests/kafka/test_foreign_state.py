@@ -1,14 +1,16 @@
 """Event-time state saved in the changelog for topics of one event per record that other
 programs write (``records="json"``...): each event's position there is its record's offset,
 the same on every read however the records are grouped, so a saved state says exactly which
-events it has and open windows no longer hold the committed offset (issue 14, item 1). The
-same for headrace's own records is in test_saved_state.py."""
+events it has and open windows no longer hold the committed offset (issue 14, item 1); and a
+handoff's mark of the events it handed off says which a replay has. The same for headrace's
+own records is in test_saved_state.py."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
+from spark_sink import EventHandoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 
@@ -19,6 +21,7 @@ from .test_saved_state import (
     changelog_configs,
     committed,
     handed_off,
+    handoff_rows,
     saved_states,
     stop_with_open_windows,
     wait_for_commit,
@@ -173,3 +176,38 @@ async def test_co_partitioned_topics_save_each_states_position_in_its_own_topic(
     assert sorted(closed) == sorted(
         [("Counts", str(s), 12) for s in streams] + [("Kinds", str(s), 12) for s in streams[:3]]
     )
+
+
+async def test_events_handed_off_before_a_regrouped_replay_are_neither_lost_nor_repeated(kafka_broker, kafka_topic):
+    """A windowless consumer hands its events to Spark once the watermark passes them: a
+    quiet stream's held event holds the offset at record 0, so a restart replays the busy
+    stream's records grouped otherwise; its mark tells exactly which were handed off."""
+    await make_topic(kafka_broker, kafka_topic, 1)
+
+    def worker() -> StreamProvider:
+        provider = json_provider(kafka_broker, kafka_topic, "m", group_membership=False, handoff_prefix=kafka_topic)
+
+        @provider.implicit("m")
+        class Readings:
+            event_time = EventTime(OrderingPolicy(timestamp_by="t", out_of_order=5))
+            handoff = EventHandoff("readings", {"t": "double"})
+
+            def __init__(self, stream_id: StreamId) -> None:
+                pass
+
+        return provider
+
+    quiet, busy = StreamId("m", "quiet"), StreamId("m", "busy")
+    async with worker() as provider:
+        await provider.get_stream(quiet).on_next({"t": 0.0})  # offset 0: held (its watermark is -5)
+        for n in range(100):  # offsets 1..100, read a few records at a time as they come
+            await provider.get_stream(busy).on_next({"t": float(n)})
+        await drained(provider, 30)
+    assert len(await handoff_rows(kafka_broker, kafka_topic, "readings")) == 95  # t 95..99 still held
+    assert await committed(kafka_broker, kafka_topic) is None
+    async with worker() as provider:  # replays offsets 0..100 in one read, then reads the new ones
+        for n in range(100, 110):
+            await provider.get_stream(busy).on_next({"t": float(n)})
+        await drained(provider, 30)
+    rows = await handoff_rows(kafka_broker, kafka_topic, "readings")
+    assert sorted(r["t"] for r in rows if r["stream_id"] == "m/busy") == [float(n) for n in range(105)]

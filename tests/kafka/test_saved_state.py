@@ -92,13 +92,17 @@ async def changelog_records(bootstrap: str, topic: str) -> list[tuple[str, bool]
         await consumer.stop()
 
 
-async def handed_off(bootstrap: str, prefix: str) -> list[tuple[float, float, int]]:
-    """(window start, window end, count) of every row of the ``counts`` handoff stream that
-    counts (what Spark reads), queue 0."""
+async def handoff_rows(bootstrap: str, prefix: str, stream: str) -> list[dict]:
+    """Every row of handoff stream ``stream`` that counts (what Spark reads), queue 0."""
     async with KafkaHandoffLog({"bootstrap_servers": bootstrap}, prefix) as log:
-        _, end = await log.offsets("counts")
-        records = await log.records("counts", 0, 0, end[0])
-    rows = [row for record in records if record.valid for row in pa.Table.from_batches(record.batches()).to_pylist()]
+        _, end = await log.offsets(stream)
+        records = await log.records(stream, 0, 0, end[0])
+    return [row for record in records if record.valid for row in pa.Table.from_batches(record.batches()).to_pylist()]
+
+
+async def handed_off(bootstrap: str, prefix: str) -> list[tuple[float, float, int]]:
+    """(window start, window end, count) of every row of the ``counts`` handoff stream."""
+    rows = await handoff_rows(bootstrap, prefix, "counts")
     return [(r["window_start"].timestamp(), r["window_end"].timestamp(), r["count"]) for r in rows]
 
 
