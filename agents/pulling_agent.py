@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from contextvars import Token
-from typing import Any, ParamSpec, TypeVar, TypeVarTuple
+from typing import Any, TypeVarTuple
 
 import anyio
 from anyio.abc import TaskGroup
@@ -46,13 +45,12 @@ from .cursors import Cursors
 from .delivery import StreamConsumer
 from .latency import LatencyHistogram
 from .letters import undecodable_letter
+from .receiver_calls import ReceiverCalls
 from .timed import EventTimeObserver
 
 log = logging.getLogger("headrace.agent")
 
 _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
-P = ParamSpec("P")
-T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 
@@ -73,9 +71,11 @@ class PullingAgent:
         self.read_messages = 0
         self.read_events = 0  # in the data batches of those records (status: events in)
         self.last_read_sequence: int | None = None  # status: how far behind each cursor is
-        self.read_failures = 0
         self.pressure_skips = 0
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
+        self._retrying = ReceiverCalls(
+            queue, max_backoff=context.options.max_read_backoff, stopping=lambda: self._stopping
+        )
         self._streams: dict[StreamId, StreamState] = {}
         self._unacked: deque[int] = deque()
         self._wake = anyio.Event()
@@ -175,6 +175,10 @@ class PullingAgent:
             await anyio.sleep(0.005)
 
     @property
+    def read_failures(self) -> int:
+        return self._retrying.failures  # reads and acknowledgements (status, metrics)
+
+    @property
     def idle(self) -> bool:
         return all(c.idle for c in self._working)  # a consumer without a task is caught up
 
@@ -265,26 +269,6 @@ class PullingAgent:
         finally:
             if outer is not None:
                 leave_fields(outer)
-
-    async def _retrying(self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T | None:
-        """Call the receiver, backing off on failure; log once per outage, not per retry."""
-        failures = 0
-        while True:
-            try:
-                result = await fn(*args, **kwargs)
-            except Exception as exc:
-                if self._stopping and failures:
-                    return None
-                failures += 1
-                self.read_failures += 1
-                if failures == 1:
-                    log.warning("%s: queue unavailable (%r); backing off", self.queue, exc)
-                delay = min(self.context.options.max_read_backoff, 0.05 * 2 ** min(failures, 16))
-                await anyio.sleep(delay * (0.5 + random.random() / 2))
-                continue
-            if failures:
-                log.warning("%s: queue available again after %d failed attempts", self.queue, failures)
-            return result
 
     # -- acknowledging ---------------------------------------------------------------
     def _ack_point(self) -> float:

@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
-from streams.core.batch import EventBatch
+from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import StreamId
 from streams.core.observer import lift, nothing
@@ -358,7 +358,9 @@ class EventTimeObserver:
             return
         by_stream: dict[StreamId, list[EventOutcome]] = {}
         for event in handed:
-            by_stream.setdefault(event.record.stream_id, []).append(event)
+            if not isinstance(record := event.record, Event):
+                raise ValueError(f"on_events returned an outcome of {record!r}, not of an event it was given")
+            by_stream.setdefault(record.stream_id, []).append(event)
         for sid, events in by_stream.items():
             if sid.namespace not in self._inputs:
                 raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")

@@ -62,7 +62,7 @@ class SqliteLeaseTable:
         self.category = category
 
     async def update(self, queues: Sequence[QueueId], change: LeaseChange) -> list[Lease]:
-        return await self._store.write(lambda conn: self._update(conn, queues, change))
+        return await self._store.write(lambda conn: self._update(conn, queues, change), urgent=True)
 
     def _update(self, conn: sqlite3.Connection, queues: Sequence[QueueId], change: LeaseChange) -> list[Lease]:
         stored = []
@@ -134,7 +134,7 @@ class SqliteMemberTable:
         self._store = store
 
     async def update(self, worker: str, change: MemberChange) -> MemberRecord | None:
-        return await self._store.write(lambda conn: self._update(conn, worker, change))
+        return await self._store.write(lambda conn: self._update(conn, worker, change), urgent=True)
 
     def _update(self, conn: sqlite3.Connection, worker: str, change: MemberChange) -> MemberRecord | None:
         row = conn.execute(f"SELECT {self._COLUMNS} FROM membership_workers WHERE worker = ?", (worker,)).fetchone()
@@ -150,7 +150,7 @@ class SqliteMemberTable:
 
     async def read_all(self) -> list[MemberRecord]:
         rows = await self._store.read(
-            lambda conn: conn.execute(f"SELECT {self._COLUMNS} FROM membership_workers").fetchall()
+            lambda conn: conn.execute(f"SELECT {self._COLUMNS} FROM membership_workers").fetchall(), urgent=True
         )
         return [MemberRecord(*row) for row in rows]
 

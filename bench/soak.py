@@ -2,13 +2,14 @@
 
 ``python -m bench.soak [--minutes 10] [--workers 1] [--rate 1200] [--devices 2000]`` starts
 the workers (each a process running a windowed ``Handoff`` consumer: tumbling 5 s counts per
-device) and a producer process publishing to per-device streams with churn (a share of the
-devices goes quiet and new ones appear every second), half of its calls one event
-(``on_next``), half a batch (``on_next_batch``). Once a minute (``--every``) it prints:
+device, closed 10 s after their end once a device falls silent; an activation goes after
+``--inactivity`` seconds of quiet) and a producer process publishing to per-device streams
+with churn (a share of the devices goes quiet and new ones appear every second), half of its
+calls one event (``on_next``), half a batch (``on_next_batch``). Once a minute (``--every``) it prints:
 
 - checkpoint lag: records written but not yet checkpointed (all queues), and seconds (the age
   of the oldest record not yet checkpointed);
-- worker RSS (MiB) and store size (database and WAL, MiB);
+- worker RSS (MiB), store size (database and WAL, MiB) and the handoff log's files (MiB);
 - dead letters (by reason) and delivery failures (``delivery_failed`` dead letters and the
   workers' ``delivery`` error lines);
 - whether every worker is alive.
@@ -40,6 +41,7 @@ sys.path.insert(
 QUEUES = 4
 NAMESPACE = "devices"
 WINDOW = 5.0
+IDLE = 10.0  # [s] after a window's end, a silent device's window closes
 
 
 @dataclass
@@ -58,6 +60,7 @@ class SoakRow:
     published: int = 0
     worker_cpu: list[float] = field(default_factory=list)  # share of one core since the last row
     handoff_age: float | None = None  # seconds since the newest handed-off window ended
+    handoff_mb: float = 0.0  # the handoff log's segment files on disk
 
     def line(self) -> str:
         rss = "/".join(f"{r:.0f}" for r in self.worker_rss_mb)
@@ -68,7 +71,7 @@ class SoakRow:
             f"{self.elapsed / 60:5.1f} min  published {self.published:>8}  "
             f"checkpoint lag {self.lag_records:>6} records {self.lag_seconds:6.1f} s  "
             f"newest window handed off {age} ago  worker CPU {cpu}  "
-            f"worker RSS {rss} MiB  store {self.store_mb:6.1f} MiB  dead letters {letters}  "
+            f"worker RSS {rss} MiB  store {self.store_mb:6.1f} MiB  handoff log {self.handoff_mb:6.1f} MiB  dead letters {letters}  "
             f"delivery failures {self.delivery_failures}  workers {'alive' if self.workers_alive else 'DEAD'}"
             f"{'' if self.producer_alive else '  producer DEAD'}"
         )
@@ -77,7 +80,7 @@ class SoakRow:
 # -- the worker ------------------------------------------------------------------------------
 
 
-def run_worker(path: str, name: str) -> None:
+def run_worker(path: str, name: str, inactivity: float) -> None:
     import anyio
 
     from balancer import BalancerOptions
@@ -91,12 +94,17 @@ def run_worker(path: str, name: str) -> None:
         queues=QUEUES,
         retention=RetentionPolicy(max_age=30.0, interval=5.0),
         worker_name=name,
+        # Devices leave for good (churn): their activations go after a minute of quiet, the
+        # open windows parked (saved with the checkpoint, restored if they come back).
+        stream_inactivity_period=inactivity,
         balancer_options=BalancerOptions(lease_length=6.0, renew_period=2.0, refresh_period=0.5),
     )
 
     @provider.implicit(NAMESPACE)
     class Readings:
-        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(WINDOW), Count())
+        # A device that leaves for good has its last window closed by the clock (idle
+        # timeout) rather than kept open, and its activation then goes with nothing to keep.
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(WINDOW, idle_timeout=IDLE), Count())
         handoff = Handoff("soak_counts", {"count": "bigint"})
 
         def __init__(self, stream_id: StreamId) -> None:
@@ -191,6 +199,15 @@ def _store_mb(path: str) -> float:
     return total / 2**20
 
 
+def _tree_mb(directory: Path) -> float:
+    """Bytes of the files under ``directory`` (MiB); files that go meanwhile count nothing."""
+    total = 0
+    for file in directory.rglob("*"):
+        with contextlib.suppress(FileNotFoundError):
+            total += file.stat().st_size
+    return total / 2**20
+
+
 def _cpu_seconds(pid: int) -> float:
     """User and system CPU time of a process so far (0 once it is gone)."""
     try:
@@ -258,6 +275,7 @@ def soak(
     rate: float = 1200.0,
     devices: int = 2000,
     churn: float = 0.01,
+    inactivity: float = 60.0,
     every: float = 60.0,
     path: str | None = None,
     echo: bool = True,
@@ -280,7 +298,7 @@ def soak(
         for i in range(workers):
             err = files.enter_context(open(logs / f"worker-{i + 1}.log", "wb"))  # noqa: SIM115
             worker = subprocess.Popen(
-                [*me, "--role", "worker", "--store", path, "--name", f"soak-{i + 1}"],
+                [*me, "--role", "worker", "--store", path, "--name", f"soak-{i + 1}", "--inactivity", str(inactivity)],
                 stdout=subprocess.PIPE,
                 stderr=err,
                 env=env,
@@ -335,6 +353,7 @@ def soak(
                 published=int(published or 0),
                 worker_cpu=cpu,
                 handoff_age=_handoff_age(path),
+                handoff_mb=_tree_mb(Path(path) / "handoff"),
             )
             rows.append(row)
             if echo:
@@ -367,11 +386,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1200.0, help="events per second")
     parser.add_argument("--devices", type=int, default=2000)
     parser.add_argument("--churn", type=float, default=0.01, help="share of devices replaced per second")
+    parser.add_argument("--inactivity", type=float, default=60.0, help="seconds of quiet before an activation goes")
     parser.add_argument("--count-file")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON at the end")
     args = parser.parse_args()
     if args.role == "worker":
-        run_worker(args.store, args.name)
+        run_worker(args.store, args.name, args.inactivity)
     elif args.role == "producer":
         run_producer(args.store, args.rate, args.devices, args.churn, args.count_file)
     else:
@@ -386,6 +406,7 @@ def main() -> None:
             rate=args.rate,
             devices=args.devices,
             churn=args.churn,
+            inactivity=args.inactivity,
             every=args.every,
             path=args.store,
         )

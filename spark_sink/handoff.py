@@ -21,6 +21,7 @@ the Kafka sink (:mod:`spark_sink.kafka_sink`) in one Kafka record.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -36,23 +37,11 @@ from streams.eventtime.spec import EventTime
 
 from .errors import HandoffSchemaError
 from .log import HandoffLog, check_stream_name
+from .mark_retention import MARKS_SCHEMA, MarkRetention
 from .schema import HandoffSchema
 from .writer import HandoffWriter
 
 T = TypeVar("T")
-
-_MARKS = [
-    [
-        "CREATE TABLE handoff_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
-        "consumer TEXT NOT NULL, key TEXT NOT NULL, last_end REAL NOT NULL, "
-        "PRIMARY KEY(handoff, source, consumer, key))"
-    ],
-    [
-        "CREATE TABLE handoff_event_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
-        "consumer TEXT NOT NULL, mark BLOB NOT NULL, "  # EventMark.to_bytes()
-        "PRIMARY KEY(handoff, source, consumer))"
-    ],
-]
 
 
 @dataclass(frozen=True)
@@ -292,10 +281,14 @@ class EmbeddedHandoffSink:
     """Appends one handoff stream's windows (or events) to an embedded store, exactly once
     per (source, consumer, key, end) (or per event)."""
 
-    def __init__(self, store: EmbeddedStore, handoff: Handoff | EventHandoff) -> None:
-        store.require_schema("handoff_marks", _MARKS)
+    def __init__(
+        self, store: EmbeddedStore, handoff: Handoff | EventHandoff, retention: MarkRetention | None = None
+    ) -> None:
+        store.require_schema("handoff_marks", MARKS_SCHEMA)
         self.store = store
         self.handoff = handoff
+        # Given where the store's queues stand, marks no replay can need go.
+        self._retention = retention
         self._writer = HandoffWriter(HandoffLog(store), handoff.stream, handoff.schema())  # blocking
 
     async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
@@ -334,10 +327,11 @@ class EmbeddedHandoffSink:
             handoff = self.handoff
             table = conform(self._writer.schema, fresh, lambda e: handoff.row(source, e), handoff.stream)
             self._writer.append(conn, partition, table)
+            now = self._trim(conn)
             conn.execute(
-                "INSERT INTO handoff_event_marks(handoff, source, consumer, mark) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark",
-                (*key, mark.to_bytes()),
+                "INSERT INTO handoff_event_marks(handoff, source, consumer, mark, written) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark, written = excluded.written",
+                (*key, mark.to_bytes(), now),
             )
         return len(fresh)
 
@@ -357,9 +351,18 @@ class EmbeddedHandoffSink:
             handoff = self.handoff
             table = conform(self._writer.schema, fresh, lambda w: handoff.row(source, w), handoff.stream)
             self._writer.append(conn, partition, table)
+            now = self._trim(conn)
             conn.executemany(
-                "INSERT INTO handoff_marks(handoff, source, consumer, key, last_end) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT(handoff, source, consumer, key) DO UPDATE SET last_end = excluded.last_end",
-                [(name, source, consumer, k, end) for k, end in moved.items()],
+                "INSERT INTO handoff_marks(handoff, source, consumer, key, last_end, written) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(handoff, source, consumer, key) "
+                "DO UPDATE SET last_end = excluded.last_end, written = excluded.written",
+                [(name, source, consumer, k, end, now) for k, end in moved.items()],
             )
         return len(fresh)
+
+    def _trim(self, conn: sqlite3.Connection) -> float:
+        """Now; the marks no replay can need go first (at most once a minute)."""
+        now = time.time()
+        if self._retention is not None:
+            self._retention.trim(conn, now)
+        return now

@@ -11,8 +11,8 @@ import itertools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 
@@ -24,14 +24,10 @@ from balancer.keyed import KeyedQueueMapper, places_together
 from balancer.protocols import QueueBalancer
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
-from streams.adapters.generator import GeneratorConfig
 from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueMapper
-from streams.adapters.retention import RetentionPolicy
 from streams.backends.base import Backend
-from streams.backends.embedded import EmbeddedBackend
 from streams.backends.handoff import open_handoff_sinks
-from streams.backends.kafka import KafkaBackend
-from streams.backends.memory import MemoryBackend
+from streams.constructors import BackendConstructors
 from streams.core.deadletters import DeadLetterStore
 from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
 from streams.core.failures import LoggingFailureHandler, StreamFailureHandler
@@ -39,8 +35,7 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.observer import as_observer
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore, SubscriptionRecord
-from streams.core.records import RecordFormat
-from streams.core.store import EmbeddedStore, Synchronous
+from streams.core.store import EmbeddedStore
 from streams.core.tokens import SequenceToken
 from streams.publisher import Publisher, start_publisher
 from streams.registry import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
@@ -60,7 +55,7 @@ def default_worker_name() -> str:
     return base if n == 1 else f"{base}-{n}"
 
 
-class StreamProvider:
+class StreamProvider(BackendConstructors):
     """Persistent streams over partitioned queues.
 
     >>> provider = StreamProvider.memory(queues=8)
@@ -75,7 +70,8 @@ class StreamProvider:
     balance the queues among themselves, timed by ``balancer_options``), else every queue.
 
     ``backend`` (:class:`~streams.backends.base.Backend`) is what it runs on: the
-    constructors below make one; pub-sub and dead letters default to the backend's.
+    constructors ``memory``, ``embedded``, ``kafka`` and ``generator`` make one (see
+    :mod:`streams.constructors`); pub-sub and dead letters default to the backend's.
     """
 
     def __init__(
@@ -130,85 +126,6 @@ class StreamProvider:
         """The local store (the embedded queues' own, or one given to ``.kafka`` for pub-sub
         and dead letters); ``None`` with none."""
         return self.backend.store
-
-    # -- constructors --------------------------------------------------------------
-    @classmethod
-    def memory(cls, queues: int = 8, **options: Any) -> StreamProvider:
-        """Queues in this process's memory: for tests and one-process use."""
-        return cls(MemoryBackend.open(queues), **options)
-
-    @classmethod
-    def embedded(
-        cls,
-        path: str | os.PathLike[str],
-        queues: int = 8,
-        *,
-        retention: RetentionPolicy | None = None,
-        synchronous: Synchronous = "NORMAL",
-        **options: Any,
-    ) -> StreamProvider:
-        """Durable queues, checkpoints, pub-sub and dead letters in one SQLite store under
-        ``path`` (the default on one machine; several processes may open it). Workers on one
-        store form a cluster by themselves: each ``async with`` of such a provider, in any
-        process, is one more worker sharing the queues (``balancer_options=BalancerOptions(
-        lease_length=...)`` sets how soon a dead worker's queues move)."""
-        return cls(EmbeddedBackend.open(path, queues, retention=retention, synchronous=synchronous), **options)
-
-    @classmethod
-    def kafka(
-        cls,
-        bootstrap_servers: str | Sequence[str],
-        topic: str | None = None,
-        queues: int = 8,
-        *,
-        group_id: str = "headrace",
-        start: Literal["earliest", "latest"] = "earliest",
-        store: str | os.PathLike[str] | None = None,
-        records: str | RecordFormat = "headrace",
-        namespace: str | None = None,
-        key_field: str | None = None,
-        topics: Mapping[str, str] | None = None,
-        kafka: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> StreamProvider:
-        """Queues on a Kafka topic: queue ``i`` is partition ``i``, offsets committed under
-        ``group_id``; with no committed offset a queue starts at ``start``.
-
-        ``records`` is the topic's format: ``"headrace"`` (its batch containers), or one event
-        per record, ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
-        :class:`~streams.core.records.RecordFormat`: a topic other programs write. Its
-        streams are ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic
-        name; ``key_field`` keys records that have no key; else the partition number).
-        ``topics`` (namespace -> topic) reads several co-partitioned topics instead of one.
-
-        ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead
-        letters (without it they live in memory). Consumers that hand off to Spark do so in
-        Kafka topics (``<handoff_prefix>.handoff.<stream>``; the DataSource reads them with
-        ``kafka.bootstrap.servers``). ``kafka`` holds :class:`~streams.kafka.settings.KafkaSettings` fields, e.g.
-        ``{"client_options": {"security_protocol": "SSL", ...}}``.
-
-        >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
-        >>> json_topic = StreamProvider.kafka("127.0.0.1:9092", "readings", records="json", namespace="sensors")
-        """
-        backend = KafkaBackend.open(
-            bootstrap_servers,
-            topic,
-            queues,
-            group_id=group_id,
-            start=start,
-            store=store,
-            records=records,
-            namespace=namespace,
-            key_field=key_field,
-            topics=topics,
-            kafka=kafka,
-        )
-        return cls(backend, **options)
-
-    @classmethod
-    def generator(cls, config: GeneratorConfig | None = None, queues: int = 8, **options: Any) -> StreamProvider:
-        """Queues that make their own test data (see :class:`GeneratorConfig`)."""
-        return cls(MemoryBackend.generator(config, queues), **options)
 
     # -- consumer registration -----------------------------------------------------
     def implicit(self, namespace: str, *more: str) -> Callable[[T], T]:

@@ -84,6 +84,32 @@ def select_records(queue: QueueId, start: int, limit: int, conn: sqlite3.Connect
     return [QueueMessage(queue, seq, payload, enqueued) for seq, payload, enqueued in rows]
 
 
+def replay_horizon(conn: sqlite3.Connection) -> float | None:
+    """When the oldest record a restart could read again was written: the first after each
+    queue's checkpoint (None: every queue is caught up). Whatever was made only of records
+    written before it can never be made again.
+
+    >>> conn = sqlite3.connect(":memory:")
+    >>> for sql in QUEUE_SCHEMA[0]:
+    ...     _ = conn.execute(sql)
+    >>> _ = conn.execute("INSERT INTO queue_heads VALUES (0, 3)")
+    >>> _ = conn.executemany("INSERT INTO queue_records VALUES (0, ?, 's', x'', ?)", [(0, 10.0), (1, 11.0), (2, 12.0)])
+    >>> _ = conn.execute("INSERT INTO checkpoints VALUES (0, 0, 0.0)")
+    >>> replay_horizon(conn)
+    11.0
+    """
+    oldest: float | None = None
+    for (queue,) in conn.execute("SELECT queue FROM queue_heads").fetchall():
+        row = conn.execute(
+            "SELECT r.enqueued FROM queue_records r WHERE r.queue = ? AND r.seq > "
+            "coalesce((SELECT seq FROM checkpoints WHERE queue = ?), -1) ORDER BY r.seq LIMIT 1",
+            (queue, queue),
+        ).fetchone()
+        if row is not None and (oldest is None or row[0] < oldest):
+            oldest = float(row[0])
+    return oldest
+
+
 def read_checkpoint(queue: QueueId, conn: sqlite3.Connection) -> int | None:
     row = conn.execute("SELECT seq FROM checkpoints WHERE queue = ?", (queue.number,)).fetchone()
     return None if row is None else int(row[0])

@@ -11,7 +11,9 @@ import spark_sink
 from balancer.base import BalancerOptions
 from balancer.lease_based import LeaseBasedQueueBalancer
 from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
+from spark_sink.mark_retention import MarkRetention
 from streams.adapters.embedded import EmbeddedAdapterFactory
+from streams.adapters.embedded_queues import replay_horizon
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.adapters.retention import RetentionPolicy
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
@@ -79,6 +81,6 @@ class EmbeddedBackend:
         """The handoff log in the store (its tables are made here: in a worker thread)."""
         # Through the package's lazy attribute: pyarrow loads only when something hands off.
         sink: spark_sink.HandoffSink = await anyio.to_thread.run_sync(
-            spark_sink.EmbeddedHandoffSink, self.store, handoff
+            spark_sink.EmbeddedHandoffSink, self.store, handoff, MarkRetention(replay_horizon)
         )
         return sink

@@ -258,6 +258,7 @@ def to_json(item: TraceItem, form: TimeForm) -> dict[str, Any] | None:
     t: Callable[[float], Any] = form.format
     if isinstance(item, EventOutcome):
         row = item.record
+        assert isinstance(row, Row)  # what replay() fed the processor
         return {
             "type": "event",
             "index": row.index,

@@ -23,7 +23,7 @@ class StreamProviderOptions:
     stream_inactivity_period: float = 1800.0  # [30 min]
     fault_on_error: bool = False  # fault an explicit subscription whose consumer raises
     shutdown_timeout: float = 10.0  # draining in-flight deliveries at shutdown
-    max_read_backoff: float = 5.0  # ceiling of the read-retry backoff
+    max_read_backoff: float = 5.0  # ceiling of the read-retry back-off (plus up to 20 % jitter)
     # Detach a consumer holding a full cache this long: it goes on from the durable queue and
     # the others from the cache. Queues that cannot be re-read (memory) ignore it.
     slow_consumer_timeout: float | None = 30.0

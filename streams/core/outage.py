@@ -12,6 +12,7 @@ and level, never by their wording, which changes between releases.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 
@@ -80,7 +81,8 @@ class OutageLog:
     ``client_library`` names the client library's loggers and ``connection_loggers`` those
     of them that report each failed attempt to connect; see :class:`ClientLibraryLog`. What
     they log is lowered to DEBUG (and counted in the recovery line), so an outage makes two
-    log lines, not hundreds.
+    log lines, not hundreds. ``away`` and ``back`` word the two lines after the server's
+    name (``{reason}`` in ``away`` is the failure). Clients in several threads may share it.
 
     >>> outage = OutageLog("Kafka at 127.0.0.1:9092", logging.getLogger("demo"))
     >>> outage.failed("connection refused"), outage.failed("connection refused")
@@ -97,9 +99,14 @@ class OutageLog:
         logger: logging.Logger,
         client_library: str | None = None,
         connection_loggers: tuple[str, ...] = (),
+        *,
+        away: str = "is unreachable ({reason}); retrying with back-off, positions and data are kept",
+        back: str = "is reachable again",
     ) -> None:
         self.server = server
         self._log = logger
+        self._away, self._back = away, back
+        self._lock = threading.Lock()
         self._demoter = quiet_client_library(client_library, connection_loggers) if client_library else None
         self._started: float | None = None  # monotonic; None: reachable
         self._announced = False
@@ -116,6 +123,12 @@ class OutageLog:
         began). Returns whether this started a new outage, which is then logged."""
         if self._started is not None:
             return False
+        with self._lock:
+            return self._failed(reason, since)
+
+    def _failed(self, reason: str, since: float | None) -> bool:
+        if self._started is not None:  # another thread started it meanwhile
+            return False
         since = time.monotonic() if since is None else since
         straggler = since <= self._last_ended
         self._started = self._last_started if straggler else time.monotonic()
@@ -126,24 +139,31 @@ class OutageLog:
         if straggler:
             return False
         self.outages += 1
-        self._log.warning(
-            "%s is unreachable (%s); retrying with back-off, positions and data are kept",
-            self.server,
-            reason,
-        )
+        self._log.warning("%s %s", self.server, self._away.format(reason=reason))
         return True
 
     def recovered(self) -> None:
         """Report a successful attempt; ends (and logs the end of) an ongoing outage."""
         if self._started is None:
             return
+        with self._lock:
+            self._recovered()
+
+    def _recovered(self) -> None:
+        if self._started is None:  # another thread ended it meanwhile
+            return
         if self._announced:
-            self._log.warning(
-                "%s is reachable again after %.1f s (client retries logged at DEBUG: %d)",
-                self.server,
-                time.monotonic() - self._started,
-                self._demoted() - self._demoted_at_start,
-            )
+            waited = time.monotonic() - self._started
+            if self._demoter is None:  # no client library: no lines of its own to count
+                self._log.warning("%s %s after %.1f s", self.server, self._back, waited)
+            else:
+                self._log.warning(
+                    "%s %s after %.1f s (client retries logged at DEBUG: %d)",
+                    self.server,
+                    self._back,
+                    waited,
+                    self._demoted() - self._demoted_at_start,
+                )
         self._last_started, self._started = self._started, None
         self._last_ended = time.monotonic()
         if self._demoter is not None:

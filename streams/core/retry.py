@@ -5,9 +5,10 @@
 first success to an :class:`~streams.core.outage.OutageLog`, which logs the outage once
 when it starts and once when it ends. An error that retrying cannot mend (``is_transient``
 says which) is raised at once; after ``give_up_after`` seconds of failures the retry raises
-one clear error. It is cancelled like any other awaitable (a cancel scope around it ends it
+one clear error (:func:`retry_blocking` is the same for an operation that blocks its
+thread). It is cancelled like any other awaitable (a cancel scope around it ends it
 at once, also mid back-off), and ``stop`` ends it after a failed attempt, for a caller that
-is shutting down.
+is shutting down (the pulling agents' reads and acknowledgements).
 """
 
 from __future__ import annotations
@@ -67,6 +68,44 @@ def _always(exc: BaseException) -> bool:
     return True
 
 
+class _Retrying:
+    """One retry's bookkeeping after its first failure (a call that succeeds at once makes
+    none), the same whether its pauses suspend a task (:func:`retry`) or block a thread
+    (:func:`retry_blocking`)."""
+
+    def __init__(
+        self,
+        began: float,
+        what: str,
+        outage: OutageLog | None,
+        give_up_after: float,
+        backoff: Backoff | None,
+        give_up: Callable[[BaseException, float], Exception] | None,
+        on_failure: Callable[[BaseException, int], None] | None,
+        stop: Callable[[int], bool] | None,
+    ) -> None:
+        self.what, self.outage, self.give_up_after = what, outage, give_up_after
+        self.backoff = Backoff() if backoff is None else backoff
+        self.give_up, self.on_failure, self.stop = give_up, on_failure, stop
+        self.began = began
+        self.attempt = 0
+
+    def pause_after(self, exc: Exception) -> float:
+        """Report the failed attempt ``exc``; return the pause before the next, or raise what
+        ends the retry: :class:`RetryStopped`, or the give-up error."""
+        self.attempt += 1
+        if self.outage is not None:
+            self.outage.failed(reason_of(exc), since=self.began)
+        if self.on_failure is not None:
+            self.on_failure(exc, self.attempt)
+        if self.stop is not None and self.stop(self.attempt):
+            raise RetryStopped(f"{self.what}: stopped after {self.attempt} failed attempt(s)") from exc
+        waited = time.monotonic() - self.began
+        if waited >= self.give_up_after:
+            raise (self.give_up or _gave_up(self.what, self.outage))(exc, waited) from None
+        return min(self.backoff.next(), max(0.0, self.give_up_after - waited))
+
+
 async def retry(
     operation: Callable[[], Awaitable[T]],
     *,
@@ -78,7 +117,7 @@ async def retry(
     backoff: Backoff | None = None,
     give_up: Callable[[BaseException, float], Exception] | None = None,
     on_failure: Callable[[BaseException, int], None] | None = None,
-    stop: Callable[[], bool] | None = None,
+    stop: Callable[[int], bool] | None = None,
 ) -> T:
     """Run ``operation`` until it succeeds; return what it returns.
 
@@ -89,7 +128,7 @@ async def retry(
     exceptions are raised as they are. Once failures have lasted ``give_up_after`` seconds,
     the retry raises ``give_up(last failure, seconds)``, by default a
     :class:`~streams.core.errors.QueueAdapterError` saying ``what`` failed and why. When
-    ``stop()`` is true after a failure, it raises :class:`RetryStopped` instead.
+    ``stop(attempt)`` is true after a failure, it raises :class:`RetryStopped` instead.
 
     >>> import anyio, logging
     >>> outage = OutageLog("server A", logging.getLogger("doc"))
@@ -105,10 +144,8 @@ async def retry(
     (1, False)
     """
     began = time.monotonic()
-    backoff = Backoff() if backoff is None else backoff
-    attempt = 0
+    state: _Retrying | None = None
     while True:
-        attempt += 1
         try:
             if attempt_timeout is None:
                 result = await operation()
@@ -118,16 +155,47 @@ async def retry(
         except Exception as exc:  # sorted into transient and not just below
             if not (isinstance(exc, TimeoutError) or is_transient(exc)):
                 raise
+            if state is None:
+                state = _Retrying(began, what, outage, give_up_after, backoff, give_up, on_failure, stop)
+            await anyio.sleep(state.pause_after(exc))
+        else:
             if outage is not None:
-                outage.failed(reason_of(exc), since=began)
-            if on_failure is not None:
-                on_failure(exc, attempt)
-            if stop is not None and stop():
-                raise RetryStopped(f"{what}: stopped after {attempt} failed attempt(s)") from exc
-            waited = time.monotonic() - began
-            if waited >= give_up_after:
-                raise (give_up or _gave_up(what, outage))(exc, waited) from None
-            await anyio.sleep(min(backoff.next(), max(0.0, give_up_after - waited)))
+                outage.recovered()
+            return result
+
+
+def retry_blocking(
+    operation: Callable[[], T],
+    *,
+    what: str,
+    outage: OutageLog | None = None,
+    is_transient: Callable[[BaseException], bool] = _always,
+    give_up_after: float = math.inf,
+    backoff: Backoff | None = None,
+) -> T:
+    """:func:`retry` for an ``operation`` that blocks its thread (a SQLite statement in a
+    worker thread): its pauses block the thread too. Threads may share one ``outage``.
+
+    >>> answers = [ConnectionRefusedError("refused"), "ok"]
+    >>> def ask() -> str:
+    ...     answer = answers.pop(0)
+    ...     if isinstance(answer, Exception):
+    ...         raise answer
+    ...     return answer
+    >>> retry_blocking(ask, what="asking", backoff=Backoff(0.001, 0.001))
+    'ok'
+    """
+    began = time.monotonic()
+    state: _Retrying | None = None
+    while True:
+        try:
+            result = operation()
+        except Exception as exc:  # sorted into transient and not just below
+            if not is_transient(exc):  # no attempt timeout here: a TimeoutError is the operation's
+                raise
+            if state is None:
+                state = _Retrying(began, what, outage, give_up_after, backoff, None, None, None)
+            time.sleep(state.pause_after(exc))
         else:
             if outage is not None:
                 outage.recovered()

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, TypeVar
 
+import anyio.lowlevel
 import anyio.to_thread
 
 from streams.core.errors import ConfigurationError, StoreError
@@ -86,6 +87,7 @@ class EmbeddedStore:
         # Writers take turns (see store_turns); what still finds SQLite busy after its own
         # busy_timeout (a writer that does not take turns) backs off and retries.
         self._turns = turns_for(self.database)
+        self._urgent_threads: tuple[anyio.lowlevel.EventLoopToken, anyio.CapacityLimiter] | None = None
         self._backoff = BackOff(f"the embedded store {str(self.database)!r}", busy_timeout=busy_timeout)
 
     def __repr__(self) -> str:
@@ -182,11 +184,11 @@ class EmbeddedStore:
                     conn.close()
 
     @contextmanager
-    def _transaction_on(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    def _transaction_on(self, conn: sqlite3.Connection, urgent: bool = False) -> Iterator[sqlite3.Connection]:
         # IMMEDIATE takes the write lock up front: a deferred transaction that later tries to
         # write can fail at once with SQLITE_BUSY in WAL mode. The turn comes first, so this
         # process's writers and other processes' queue fairly rather than race for the lock.
-        with self._turns.turn():
+        with self._turns.turn(urgent):
             self._backoff.call(lambda: conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield conn
@@ -197,10 +199,11 @@ class EmbeddedStore:
             self._backoff.call(lambda: conn.execute("COMMIT"))
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, urgent: bool = False) -> Iterator[sqlite3.Connection]:
         """A write transaction: committed when the block ends, rolled back if it raises.
-        Writers from every process are serialized, so a block may read then write safely."""
-        with self.connection() as conn, self._transaction_on(conn):
+        Writers from every process are serialized, so a block may read then write safely;
+        an ``urgent`` one goes before this process's writers already waiting."""
+        with self.connection() as conn, self._transaction_on(conn, urgent):
             yield conn
 
     @contextmanager
@@ -214,13 +217,26 @@ class EmbeddedStore:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(conn)`` in a worker thread, in a read snapshot."""
-        return await anyio.to_thread.run_sync(self._call_in_snapshot, fn)
+    async def read(self, fn: Callable[[sqlite3.Connection], T], *, urgent: bool = False) -> T:
+        """Run ``fn(conn)`` in a worker thread, in a read snapshot (``urgent``: in a thread
+        kept for urgent work, see :meth:`write`)."""
+        limiter = self._urgent_limiter() if urgent else None
+        return await anyio.to_thread.run_sync(self._call_in_snapshot, fn, limiter=limiter)
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(conn)`` in a worker thread, in one write transaction."""
-        return await anyio.to_thread.run_sync(self._call_in_transaction, fn)
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, urgent: bool = False) -> T:
+        """Run ``fn(conn)`` in a worker thread, in one write transaction. An ``urgent`` write
+        (a lease renewal: late, it costs the worker its queues) has threads of its own and
+        goes before this process's writes already waiting for their turn."""
+        limiter = self._urgent_limiter() if urgent else None
+        return await anyio.to_thread.run_sync(self._call_in_transaction, fn, urgent, limiter=limiter)
+
+    def _urgent_limiter(self) -> anyio.CapacityLimiter:
+        """Threads for urgent work, which a backlog of other writes (each holding a thread of
+        the default pool while it waits for its turn) cannot use up; one set per event loop."""
+        loop = anyio.lowlevel.current_token()
+        if self._urgent_threads is None or self._urgent_threads[0] != loop:
+            self._urgent_threads = (loop, anyio.CapacityLimiter(4))
+        return self._urgent_threads[1]
 
     def _call_in_snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def attempt() -> T:
@@ -234,8 +250,8 @@ class EmbeddedStore:
 
         return self._backoff.call(attempt)
 
-    def _call_in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with self.transaction() as conn:
+    def _call_in_transaction(self, fn: Callable[[sqlite3.Connection], T], urgent: bool = False) -> T:
+        with self.transaction(urgent) as conn:
             return fn(conn)
 
     def _error(self, exc: sqlite3.Error) -> StoreError:

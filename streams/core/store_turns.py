@@ -5,8 +5,10 @@ with growing sleeps (up to 100 ms each): a process that commits in a tight loop 
 producer) finds the lock free again before a sleeping waiter wakes, and can starve it past any
 ``busy_timeout``. Here a writer first queues for its turn:
 
-- within a process, in arrival order (a ticket lock), so a lease renewal waits behind the
-  writes queued before it, never behind an unbounded stream of later ones;
+- within a process, in arrival order (a ticket lock), except that an *urgent* writer (lease
+  renewals and membership heartbeats, which lose the worker its queues if late) goes before
+  the writes already queued: a backlog of handoff appends never delays a renewal by more than
+  the one write in progress;
 - across processes, through two byte-range locks on a side file ``headrace.db-turns``
   (a *turnstile*): a writer takes the gate, then the write lock, then lets go of the gate.
   A process that has just written and wants to write again must pass the gate, which the
@@ -14,9 +16,9 @@ producer) finds the lock free again before a sleeping waiter wakes, and can star
   The kernel releases a dead process's locks, so a SIGKILL never leaves the store stuck.
 
 A turn is re-entrant within a thread (a write that calls another write does not wait on
-itself). :func:`retry_busy` is the one back-off for what still finds SQLite busy (a writer
-that does not take turns, such as the ``sqlite3`` shell): it retries with growing pauses, says
-once that it is backing off, and never gives up.
+itself). :class:`BackOff` retries what still finds SQLite busy (a writer that does not take
+turns, such as the ``sqlite3`` shell) through the one retry helper: with growing pauses, saying
+once that it is backing off, and never giving up.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import random
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
+
+from streams.core.outage import OutageLog
+from streams.core.retry import Backoff, retry_blocking
 
 T = TypeVar("T")
 
@@ -41,23 +44,34 @@ _GATE, _WRITE = 0, 1  # byte offsets of the two locks in the side file
 
 
 class _TicketLock:
-    """A first-come, first-served lock for the threads of one process."""
+    """A first-come, first-served lock for the threads of one process, which an urgent
+    writer (a lease renewal) passes: it goes next, before every ticket already waiting."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._next = 0
         self._serving = 0
+        self._urgent = 0  # urgent writers waiting
+        self._held = False
 
-    def acquire(self) -> None:
+    def acquire(self, urgent: bool = False) -> None:
         with self._cond:
-            ticket = self._next
-            self._next += 1
-            while ticket != self._serving:
-                self._cond.wait()
+            if urgent:
+                self._urgent += 1
+                while self._held:
+                    self._cond.wait()
+                self._urgent -= 1
+            else:
+                ticket = self._next
+                self._next += 1
+                while self._held or self._urgent or ticket != self._serving:
+                    self._cond.wait()
+                self._serving += 1
+            self._held = True
 
     def release(self) -> None:
         with self._cond:
-            self._serving += 1
+            self._held = False
             self._cond.notify_all()
 
 
@@ -87,8 +101,9 @@ class WriteTurns:
         return self._fd
 
     @contextmanager
-    def turn(self) -> Iterator[None]:
-        """Wait for this writer's turn (blocking: call it from a worker thread in async code)."""
+    def turn(self, urgent: bool = False) -> Iterator[None]:
+        """Wait for this writer's turn (blocking: call it from a worker thread in async code);
+        an ``urgent`` one goes before the writers of this process already waiting."""
         depth = getattr(self._mine, "depth", 0)
         if depth:
             self._mine.depth = depth + 1
@@ -97,7 +112,7 @@ class WriteTurns:
             finally:
                 self._mine.depth -= 1
             return
-        self._local.acquire()
+        self._local.acquire(urgent)
         try:
             fd = self._file()
             fcntl.lockf(fd, fcntl.LOCK_EX, 1, _GATE)
@@ -142,9 +157,10 @@ def is_busy(exc: BaseException | None) -> bool:
 
 
 class BackOff:
-    """Retries an operation that finds the store busy (after SQLite's own ``busy_timeout``):
-    pauses grow from 5 ms to 1 s (with jitter, so waiters do not retry in step), forever.
-    The first refusal logs one warning; the recovery logs one line too.
+    """Retries an operation that finds the store busy (after SQLite's own ``busy_timeout``),
+    through the one retry helper (:func:`~streams.core.retry.retry_blocking`): pauses grow
+    from 5 ms to 1 s (with jitter, so waiters do not retry in step), forever. The first
+    refusal logs one warning, however many threads wait; the recovery logs one line too.
 
     >>> BackOff("demo", busy_timeout=1.0).call(lambda: 42)
     42
@@ -152,44 +168,15 @@ class BackOff:
 
     def __init__(self, what: str, *, busy_timeout: float) -> None:
         self.what = what
-        self.busy_timeout = busy_timeout
-        self._warned = False
-        self._lock = threading.Lock()
-
-    def call(self, fn: Callable[[], T]) -> T:
-        pause = 0.005
-        started: float | None = None
-        while True:
-            try:
-                result = fn()
-            except Exception as exc:
-                if not is_busy(exc):
-                    raise
-                if started is None:
-                    started = time.monotonic() - self.busy_timeout
-                    self._warn()
-                time.sleep(pause * random.uniform(0.5, 1.0))
-                pause = min(pause * 2, 1.0)
-                continue
-            if started is not None:
-                self._recovered(time.monotonic() - started)
-            return result
-
-    def _warn(self) -> None:
-        with self._lock:
-            if self._warned:
-                return
-            self._warned = True
-        log.warning(
-            "%s stayed locked by another writer for more than busy_timeout=%s s; backing off "
-            "and retrying until it is free",
-            self.what,
-            self.busy_timeout,
+        self._outage = OutageLog(
+            what,
+            log,
+            away=f"stayed locked by another writer for more than busy_timeout={busy_timeout} s; "
+            "backing off and retrying until it is free",
+            back="is writable again",
         )
 
-    def _recovered(self, waited: float) -> None:
-        with self._lock:
-            if not self._warned:
-                return
-            self._warned = False
-        log.warning("%s is writable again after %.1f s", self.what, waited)
+    def call(self, fn: Callable[[], T]) -> T:
+        return retry_blocking(
+            fn, what=self.what, outage=self._outage, is_transient=is_busy, backoff=Backoff(0.005, 1.0)
+        )

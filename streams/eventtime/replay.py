@@ -129,7 +129,7 @@ def summarize(rows: Sequence[Row], trace: Iterable[TraceItem], options: ReplayOp
             if not windowed and item.status in (KEPT, ADJUSTED):
                 assert item.timestamp is not None  # only a dropped event has none
                 lane = item.key if substreams else None
-                heapq.heappush(waiting.setdefault(lane, []), (item.timestamp, item.record.index))
+                heapq.heappush(waiting.setdefault(lane, []), (item.timestamp, item.record.token))
         elif isinstance(item, WindowResult):
             windows += 1
             if item.closed_at is not None:

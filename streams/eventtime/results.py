@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streams.core.deadletters import DeadLetter
+from streams.eventtime.policy import EventLike
 from streams.eventtime.watermark import NEVER
 
 # An event's fate (EventOutcome.status).
@@ -35,7 +36,7 @@ class EventOutcome:
     :class:`~streams.eventtime.policy.EventLike`; the runtime's carries ``stream_id`` too).
     """
 
-    record: Any
+    record: EventLike
     partition: Hashable
     key: Hashable
     event_time: float | None
@@ -52,7 +53,7 @@ class EventOutcome:
         >>> e.with_value({"axles": 2, "price": 7.5}).record.value, e.record.value
         ({'axles': 2, 'price': 7.5}, {'axles': 2})
         """
-        record = copy.copy(self.record)
+        record: Any = copy.copy(self.record)  # a record whose value can be set: the runtime's Event
         record.value = value
         return replace(self, record=record)
 

@@ -4,6 +4,7 @@ when it ends, however many failures are reported (the retries: tests/core/test_r
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import pytest
@@ -27,7 +28,7 @@ def test_many_failures_make_one_outage_with_one_line_at_each_end(
     lines = warnings(caplog)
     assert len(lines) == 2 and outage.outages == 1 and not outage.ongoing
     assert lines[0] == ("server A is unreachable (refused); retrying with back-off, positions and data are kept")
-    assert lines[1].startswith("server A is reachable again after ")
+    assert re.fullmatch(r"server A is reachable again after \d+\.\d s", lines[1])  # no client library to count
 
 
 def test_a_client_that_noticed_late_does_not_start_a_new_outage(

@@ -5,13 +5,14 @@ cancellation or on the caller's stop."""
 from __future__ import annotations
 
 import logging
+import threading
 
 import anyio
 import pytest
 
 from streams.core.errors import QueueAdapterError
 from streams.core.outage import OutageLog
-from streams.core.retry import Backoff, RetryStopped, retry
+from streams.core.retry import Backoff, RetryStopped, retry, retry_blocking
 
 LOG = logging.getLogger("headrace.test-retry")
 
@@ -142,16 +143,64 @@ async def test_cancelling_ends_the_retry_during_its_back_off() -> None:
 
 async def test_stop_ends_the_retry_after_a_failure_with_that_failure_as_cause() -> None:
     operation = Failing(1000)
-    stopping = False
+    asked: list[int] = []
 
-    def failed(exc: BaseException, attempt: int) -> None:
-        nonlocal stopping
-        stopping = attempt == 2
+    def stop(attempt: int) -> bool:
+        asked.append(attempt)
+        return attempt == 2
 
     with pytest.raises(RetryStopped) as stopped:
-        await retry(
-            operation, what="reading q-1", backoff=Backoff(0.001, 0.001), on_failure=failed, stop=lambda: stopping
-        )
-    assert operation.attempts == 2
+        await retry(operation, what="reading q-1", backoff=Backoff(0.001, 0.001), stop=stop)
+    assert operation.attempts == 2 and asked == [1, 2]
     assert isinstance(stopped.value.__cause__, ConnectionRefusedError)
     assert str(stopped.value) == "reading q-1: stopped after 2 failed attempt(s)"
+
+
+class FailingBlocking:
+    """Fails ``failures`` times (with ``error``), then answers ``"done"``; blocking, thread-safe."""
+
+    def __init__(self, failures: int, error: Exception | None = None) -> None:
+        self.failures = failures
+        self.error = error or ConnectionRefusedError("refused")
+        self.attempts = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        with self._lock:
+            self.attempts += 1
+            failing = self.attempts <= self.failures
+        if failing:
+            raise self.error
+        return "done"
+
+
+def test_blocking_retries_in_several_threads_share_one_outage_and_its_two_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outage = OutageLog("server A", LOG)
+    operation = FailingBlocking(12)
+    results: list[str] = []
+
+    def client() -> None:
+        results.append(retry_blocking(operation, what="asking", outage=outage, backoff=Backoff(0.001, 0.004)))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == ["done"] * 4 and operation.attempts == 12 + 4
+    assert outage.outages == 1 and not outage.ongoing
+    lines = warnings(caplog)
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("server A is unreachable (ConnectionRefusedError: refused)")
+    assert lines[1].startswith("server A is reachable again after ")
+
+
+def test_blocking_retry_raises_what_no_retry_mends_even_a_timeout_and_gives_up_clearly() -> None:
+    busy = FailingBlocking(5, TimeoutError("the operation's own timeout"))
+    with pytest.raises(TimeoutError):  # no attempt timeout here: not taken for a retryable one
+        retry_blocking(busy, what="x", is_transient=lambda e: isinstance(e, ConnectionError))
+    assert busy.attempts == 1
+    with pytest.raises(QueueAdapterError, match=r"^writing failed for 0 s \(ConnectionRefusedError: refused\)$"):
+        retry_blocking(FailingBlocking(1000), what="writing", give_up_after=0.02, backoff=Backoff(0.001, 0.002))

@@ -4,11 +4,13 @@ order, and the checkpoint held by what the merge holds back."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import anyio
 import pytest
 
+from spark_sink import EventHandoff
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
 
@@ -273,3 +275,37 @@ async def test_a_punctuation_on_the_silent_input_releases_the_tolls_it_passes():
         assert log[1:] == [("toll", 1, 0, 10.0), ("toll", 2, 1, 10.0), ("toll", 5, 2, 10.0)]
         m = _activation(provider).processor.metrics()
     assert m.watermarks == {"tolls": T0 + 8, "prices": T0 + 5} and m.watermark == T0 + 5
+
+
+async def test_an_outcome_on_events_made_up_is_a_clear_error_of_the_consumer_not_a_handoff(tmp_path):
+    provider = StreamProvider.embedded(tmp_path / "store", queues=1, co_partitioned=[("tolls", "prices")])
+    errors: list = []
+
+    @provider.implicit("tolls", "prices")
+    class MadeUp:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), inputs=("tolls", "prices"))
+        handoff = EventHandoff("made_up", {"n": "bigint"})
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_events(self, events):  # a record of its own, not one of the events it was given
+            return [dataclasses.replace(e, record={"n": 1}) for e in events]
+
+        def on_error(self, error):
+            errors.append(str(error))
+
+    async with provider:
+        await _publish(provider, "prices", "b1", 0, price=10.0)
+        await _publish(provider, "tolls", "b1", 1, n=0)
+        await provider.get_stream(StreamId("prices", "b1")).on_completed()
+        await provider.get_stream(StreamId("tolls", "b1")).on_completed()
+        await drained(provider)
+        letters = await provider.dead_letters.list(reason="delivery_failed")
+    assert errors and all(
+        e == "on_events returned an outcome of {'n': 1}, not of an event it was given" for e in errors
+    )
+    # The batch whose step released the events is dead-lettered (which one depends on how the
+    # reads group the batches), with the error as its detail.
+    assert letters and {d.stream for d in letters} <= {"prices/b1", "tolls/b1"}
+    assert all("on_events returned an outcome of {'n': 1}" in d.detail for d in letters)

@@ -2,7 +2,8 @@
 log → a Spark streaming query, on the embedded store and on Kafka. The worker is killed
 (SIGKILL) and restarted, the query is stopped and restarted, and the final table still equals
 Spark's own ``groupBy(window)`` over the raw events: no window lost, none duplicated or
-changed."""
+changed. Two workers sharing the queues, one of which stops answering with windows open,
+reach the same table."""
 
 from __future__ import annotations
 
@@ -109,6 +110,63 @@ def pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Pipeline:
     return Pipeline(tmp_path / "store")
 
 
+def expected_windows(spark, events: list[tuple[str, dict]]) -> list:
+    """Spark's own windows of the raw events: (start, end, booth, count, total) rows."""
+    return (
+        spark.createDataFrame([(v["t"], v["booth"], v["toll"]) for _, v in events], "t long, booth string, toll double")
+        .groupBy(F.window(F.timestamp_seconds("t"), f"{WINDOW} seconds"), "booth")
+        .agg(F.count("*").alias("count"), F.sum("toll").alias("total"))
+        .select(F.col("window.start").alias("s"), F.col("window.end").alias("e"), "booth", "count", "total")
+        .collect()
+    )
+
+
+def query_output(spark, out: Path) -> list:
+    """What the query wrote, as (start, end, booth, count, total) rows."""
+    return (
+        spark.read.parquet(str(out))
+        .select(
+            F.col("window_start").alias("s"),
+            F.col("window_end").alias("e"),
+            F.col("key").alias("booth"),
+            "count",
+            "total",
+        )
+        .collect()
+    )
+
+
+def as_rows(rows: list) -> list[tuple]:
+    return sorted((r.s, r.e, r.booth, r["count"], r.total) for r in rows)
+
+
+def test_queues_taken_over_with_open_windows_reach_spark_once(spark, tmp_path):
+    # Two workers share the embedded store's two queues; one stops answering with windows
+    # open on its queue, the other takes that queue over with the windows' saved state.
+    pipeline, out, checkpoint = Pipeline(tmp_path / "store"), tmp_path / "out", tmp_path / "checkpoint"
+    events = sorted(make_events(), key=lambda e: e[1]["t"])
+    first, second = events[: len(events) // 2], events[len(events) // 2 :]
+    a = start_worker(WORKER, *pipeline.worker_args())
+    b = start_worker(WORKER, *pipeline.worker_args())
+    try:
+        anyio.run(publish, pipeline, first)
+        assert wait_until(lambda: pipeline.handed_off() > 0, 30, 0.1)
+        run_query(spark, pipeline, out, checkpoint)  # a first run reads what is there
+        a.send_signal(signal.SIGSTOP)  # its leases lapse; b takes its queue over
+        anyio.run(publish, pipeline, second, True)
+        expected = expected_windows(spark, events)
+        assert wait_until(lambda: pipeline.handed_off() >= len(expected), 60, 0.2), pipeline.handed_off()
+    finally:
+        a.kill()
+        a.wait()
+        b.send_signal(signal.SIGTERM)
+        b.wait(timeout=60)
+    run_query(spark, pipeline, out, checkpoint)
+    got = query_output(spark, out)
+    assert len(got) == len(expected)  # no window lost, none handed off twice
+    assert as_rows(got) == as_rows(expected)
+
+
 def test_pipeline_survives_worker_kill_and_query_restart(spark, pipeline, tmp_path):
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     events = make_events()
@@ -129,32 +187,13 @@ def test_pipeline_survives_worker_kill_and_query_restart(spark, pipeline, tmp_pa
         WORKER, *pipeline.worker_args()
     )  # replays from the checkpoint; handed-off windows are skipped
     try:
-        expected = (
-            spark.createDataFrame(
-                [(v["t"], v["booth"], v["toll"]) for _, v in events], "t long, booth string, toll double"
-            )
-            .groupBy(F.window(F.timestamp_seconds("t"), f"{WINDOW} seconds"), "booth")
-            .agg(F.count("*").alias("count"), F.sum("toll").alias("total"))
-            .select(F.col("window.start").alias("s"), F.col("window.end").alias("e"), "booth", "count", "total")
-            .collect()
-        )
+        expected = expected_windows(spark, events)
         wait_until(lambda: pipeline.handed_off() >= len(expected), 60, 0.2)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
     run_query(spark, pipeline, out, checkpoint)  # the restarted query resumes from its offsets
 
-    got = (
-        spark.read.parquet(str(out))
-        .select(
-            F.col("window_start").alias("s"),
-            F.col("window_end").alias("e"),
-            F.col("key").alias("booth"),
-            "count",
-            "total",
-        )
-        .collect()
-    )
-    as_rows = lambda rows: sorted((r.s, r.e, r.booth, r["count"], r.total) for r in rows)  # noqa: E731
+    got = query_output(spark, out)
     assert len(got) == len(expected)  # no window lost, none duplicated
     assert as_rows(got) == as_rows(expected)  # none changed
