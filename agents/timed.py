@@ -33,7 +33,7 @@ from streams.core.tokens import SequenceToken
 from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
-from streams.eventtime.release import TimestampOrder, position_of
+from streams.eventtime.release import TimestampOrder, position_of, replay_position_of
 from streams.eventtime.results import EventOutcome, Output
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
@@ -176,13 +176,13 @@ class EventTimeObserver:
         part = partition or self._partition
         async with self._lock:
             if self._skip_to is not None and len(batch):
-                batch = _after(batch, self._skip_to)
+                batch = batch.after(self._skip_to)
             if len(batch) and (self.snapshots or self.stored):
                 if self._since_snapshot is None:
                     self._since_snapshot = batch[0].token
-                self._taken = batch[-1].token
+                self._taken = batch.last_position()  # the same on every read (a replay's skip)
             if len(batch):
-                last = batch[-1].token
+                last = batch.last_position()  # where a replay finds it (the handoff's marks)
                 if self._release is not None:
                     self._release.saw((last.sequence_number, last.event_index))
                 if self._merge is not None:
@@ -365,7 +365,7 @@ class EventTimeObserver:
         elif handoff is not None and self._release is not None:
             for outcome in out.events:
                 if outcome.timestamp is not None:  # always, for an event that passed the policy
-                    self._release.add(outcome.timestamp, position_of(outcome), outcome)
+                    self._release.add(outcome.timestamp, position_of(outcome), outcome, replay_position_of(outcome))
             released = self._release.release(out.watermark)
             if released:
                 await handoff.events(released, self._release.below())
@@ -456,15 +456,6 @@ def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken |
     if a is None:
         return b
     return a if b is None or a <= b else b
-
-
-def _after(batch: EventBatch, position: SequenceToken) -> EventBatch:
-    """The events of ``batch`` above ``position`` (a replay of what a snapshot has)."""
-    if batch.sequence_number > position.sequence_number:
-        return batch
-    if batch.sequence_number < position.sequence_number:
-        return batch.from_index(batch.container.count)
-    return batch.from_index(position.event_index + 1)
 
 
 def _follows_clock_for_accepted(processor: Processor) -> bool:

@@ -3,10 +3,12 @@ windows, side by side in one run on the test broker (Tansu).
 
 A topic of ``--records`` records on ``--streams`` streams, every event in one one-hour
 window per stream (open through the whole run: the case where holding pins the committed
-offset). For each shape (one event per record, the per-call shape, and ``--events`` per
-record) and each mode, a worker reads the pre-filled topic (events/s while reading), then
+offset). Shapes: headrace's records of one event (the per-call shape) and of ``--events``;
+a topic of one JSON event per record written by plain aiokafka (``records="json"``, where a
+state's position is its record's offset). Each shape's topic is filled once; each mode then
+reads it under its own group id: a worker reads the topic (events/s while reading), then
 leaves; the table shows how far behind the end its committed offset stayed, what the
-changelog holds, and how many records a second worker read again at its start.
+changelog holds, and how many events a second worker read again at its start.
 
 - ``changelog``: the default: states saved before each offset commit (streams/adapters/kafka_state.py);
 - ``holding``: the same worker with plain receivers: open windows hold the offset.
@@ -21,19 +23,21 @@ with its committed offset beyond that would take it for a recreated topic.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from streams import StreamProvider
 from streams.adapters.kafka import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
 from streams.adapters.kafka_state import changelog_topic
+from streams.backends.kafka import KafkaBackend
 from streams.core.batch import BatchKind
 from streams.core.codec import encode_batch
 from streams.core.ids import QueueId, StreamId
@@ -48,19 +52,28 @@ class HoldingAdapter(KafkaQueueAdapter):
         return KafkaQueueReceiver(self.settings, queue, self.outage)
 
 
-def factory(bootstrap: str, topic: str, queues: int, mode: str) -> KafkaAdapterFactory:
-    made = KafkaAdapterFactory(bootstrap, topic, queues, idempotent=False, group_membership=False)
+def factory(bootstrap: str, topic: str, queues: int, mode: str, json_records: bool = False) -> KafkaAdapterFactory:
+    """The adapter of ``mode`` (``holding`` or ``changelog``), reading under a group of its own."""
+    foreign: dict[str, Any] = {"records": "json", "namespace": "bench"} if json_records else {}
+    made = KafkaAdapterFactory(
+        bootstrap, topic, queues, group_id=f"bench-{mode}", idempotent=False, group_membership=False, **foreign
+    )
     if mode == "holding":
         made._adapter = HoldingAdapter(made.settings)
     return made
 
 
-async def fill(bootstrap: str, topic: str, queues: int, records: int, events: int, streams: int) -> list[int]:
-    """``records`` containers of ``events`` events each; event times 0, 1, 2, ... per stream
-    (all in the window [0, 3600) while fewer than 3,600 events a stream). Returns the
-    records of each queue."""
-    made = factory(bootstrap, topic, queues, "changelog")
+async def fill(
+    bootstrap: str, topic: str, queues: int, records: int, events: int, streams: int, json_records: bool
+) -> list[int]:
+    """``records`` containers of ``events`` events each (or JSON records of one event each,
+    written by plain aiokafka); event times 0, 1, 2, ... per stream (all in the window
+    [0, 3600) while fewer than 3,600 events a stream). Returns the records of each queue."""
+    made = factory(bootstrap, topic, queues, "changelog", json_records)
     adapter = await made.create_adapter()
+    if json_records:
+        await made.close()
+        return await fill_json(bootstrap, topic, queues, records, streams)
     mapper = made.get_queue_mapper()
     sids = [StreamId("bench", str(n)) for n in range(streams)]
     sent = [0] * streams
@@ -77,8 +90,24 @@ async def fill(bootstrap: str, topic: str, queues: int, records: int, events: in
     return [sum(1 for q, _, _ in items if q.number == n) for n in range(queues)]
 
 
-def worker(bootstrap: str, topic: str, queues: int, mode: str) -> StreamProvider:
-    provider = StreamProvider(factory(bootstrap, topic, queues, mode))
+async def fill_json(bootstrap: str, topic: str, queues: int, records: int, streams: int) -> list[int]:
+    """One JSON event ``{"t": ...}`` a record, keyed by the stream, as any program writes it."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    filled = [0] * queues
+    try:
+        for n in range(records):
+            s = n % streams
+            value = json.dumps({"t": float((n // streams) % 3600)}).encode()
+            sent = await producer.send_and_wait(topic, value, key=str(s).encode())  # one a send: Tansu
+            filled[sent.partition] += 1
+    finally:
+        await producer.stop()
+    return filled
+
+
+def worker(bootstrap: str, topic: str, queues: int, mode: str, json_records: bool) -> StreamProvider:
+    provider = StreamProvider(KafkaBackend(factory(bootstrap, topic, queues, mode, json_records)))
 
     @provider.implicit("bench")
     class Hourly:
@@ -93,12 +122,12 @@ def worker(bootstrap: str, topic: str, queues: int, mode: str) -> StreamProvider
     return provider
 
 
-async def read_through(provider: StreamProvider, records: int) -> float:
-    """Seconds from the worker being up until its agents have read ``records`` records and
+async def read_through(provider: StreamProvider, events: int) -> float:
+    """Seconds from the worker being up until its agents have read ``events`` events and
     delivered them."""
     async with provider:
         began = time.perf_counter()
-        while sum(agent.read_messages for agent in provider.agents) < records:
+        while sum(agent.read_events for agent in provider.agents) < events:
             await anyio.sleep(0.01)
         await provider.drain()
         seconds = time.perf_counter() - began
@@ -106,17 +135,17 @@ async def read_through(provider: StreamProvider, records: int) -> float:
     return seconds
 
 
-async def offsets(bootstrap: str, topic: str, filled: list[int]) -> tuple[int, int]:
+async def offsets(bootstrap: str, topic: str, filled: list[int], mode: str) -> tuple[int, int]:
     """(records after the committed offsets, records in the changelog)."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id="headrace", enable_auto_commit=False, auto_offset_reset="earliest"
+        bootstrap_servers=bootstrap, group_id=f"bench-{mode}", enable_auto_commit=False, auto_offset_reset="earliest"
     )
     await consumer.start()
     try:
         behind = 0
         for q, count in enumerate(filled):
             behind += count - ((await consumer.committed(TopicPartition(topic, q))) or 0)
-        name = changelog_topic(factory(bootstrap, topic, len(filled), "changelog").settings)
+        name = changelog_topic(factory(bootstrap, topic, len(filled), mode).settings)
         logs = [TopicPartition(name, q) for q in range(len(filled))]
         consumer.assign(logs)
         written = 0
@@ -127,14 +156,14 @@ async def offsets(bootstrap: str, topic: str, filled: list[int]) -> tuple[int, i
     return behind, written
 
 
-async def restart(bootstrap: str, topic: str, queues: int, mode: str) -> tuple[int, float]:
-    """Records a second worker reads until it is caught up, and how long that takes."""
-    provider = worker(bootstrap, topic, queues, mode)
+async def restart(bootstrap: str, topic: str, queues: int, mode: str, json_records: bool) -> tuple[int, float]:
+    """Events a second worker reads until it is caught up, and how long that takes."""
+    provider = worker(bootstrap, topic, queues, mode, json_records)
     async with provider:
         began = time.perf_counter()
         await provider.drain()
         seconds = time.perf_counter() - began
-        read = sum(agent.read_messages for agent in provider.agents)
+        read = sum(agent.read_events for agent in provider.agents)
     return read, seconds
 
 
@@ -143,18 +172,20 @@ async def run(bootstrap: str, records: int, events: int, streams: int, queues: i
         f"headrace Kafka changelog benchmark: {streams} streams in one-hour windows (open throughout), "
         f"{queues} queues, Tansu on loopback"
     )
-    print(f"{'':44} {'events/s':>10} {'offset behind':>14} {'changelog':>10} {'restart reads':>14} {'restart s':>10}")
-    for per_record, count in ((1, records), (events, records // 4)):
+    print(f"{'':48} {'events/s':>10} {'offset behind':>14} {'changelog':>10} {'restart events':>14} {'restart s':>10}")
+    shapes = (("headrace", 1, records), ("headrace", events, records // 4), ("json", 1, records))
+    for kind, per_record, count in shapes:
+        json_records = kind == "json"
+        topic = f"bench-state-{kind}-{per_record}-{time.time_ns()}"
+        filled = await fill(bootstrap, topic, queues, count, per_record, streams, json_records)
         for mode in ("holding", "changelog"):
-            topic = f"bench-state-{per_record}-{mode}-{time.time_ns()}"
-            filled = await fill(bootstrap, topic, queues, count, per_record, streams)
-            provider = worker(bootstrap, topic, queues, mode)
-            seconds = await read_through(provider, count)
-            behind, written = await offsets(bootstrap, topic, filled)
-            reread, restart_seconds = await restart(bootstrap, topic, queues, mode)
-            name = f"{count:,} records x {per_record} event(s), {mode}"
+            provider = worker(bootstrap, topic, queues, mode, json_records)
+            seconds = await read_through(provider, count * per_record)
+            behind, written = await offsets(bootstrap, topic, filled, mode)
+            reread, restart_seconds = await restart(bootstrap, topic, queues, mode, json_records)
+            name = f"{count:,} {kind} records x {per_record} event(s), {mode}"
             print(
-                f"{name:44} {count * per_record / seconds:10,.0f} {behind:>14,} {written:>10,} "
+                f"{name:48} {count * per_record / seconds:10,.0f} {behind:>14,} {written:>10,} "
                 f"{reread:>14,} {restart_seconds:10.2f}"
             )
 

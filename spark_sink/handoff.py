@@ -9,7 +9,8 @@ windows already written, and never writes one twice.
 
 A windowless one sets ``handoff = EventHandoff("name", {"field": "type", ...})``: its events
 go out in timestamp order once the watermark has passed them
-(:class:`~streams.eventtime.release.TimestampOrder`). Their mark is by queue position: the
+(:class:`~streams.eventtime.release.TimestampOrder`). Their mark is by the position where
+every read of the queue finds an event (its token; a one-event record's offset): the
 position below which every event is settled, and the positions handed off above it (events
 leave in timestamp order, not in queue order).
 
@@ -31,7 +32,7 @@ import pyarrow as pa
 from streams.adapters.retention import RetentionPolicy
 from streams.core.errors import ConfigurationError, HandoffRefusedError
 from streams.core.store import EmbeddedStore
-from streams.eventtime.release import Position, position_of
+from streams.eventtime.release import Position, replay_position_of
 from streams.eventtime.results import EventOutcome, WindowResult
 from streams.eventtime.spec import EventTime
 
@@ -181,14 +182,14 @@ def fresh_events(
     >>> from types import SimpleNamespace as NS
     >>> def ev(seq): return NS(record=NS(token=NS(sequence_number=seq, event_index=0)))
     >>> fresh, mark = fresh_events([ev(3), ev(6)], EventMark((4, 0), frozenset({(6, 0)})), (5, 0))
-    >>> [position_of(e) for e in fresh], mark
+    >>> [replay_position_of(e) for e in fresh], mark
     ([], EventMark(below=(5, 0), above=frozenset({(6, 0)})))
     """
-    fresh = [e for e in released if not mark.done(position_of(e))]
+    fresh = [e for e in released if not mark.done(replay_position_of(e))]
     # What was settled stays settled: a replay starts lower than where the mark stands.
     floor = max((p for p in (below, mark.below) if p is not None), default=None)
     above = {p for p in mark.above if floor is None or p >= floor}
-    above.update(p for p in map(position_of, fresh) if floor is None or p >= floor)
+    above.update(p for p in map(replay_position_of, fresh) if floor is None or p >= floor)
     return fresh, EventMark(floor, frozenset(above))
 
 

@@ -46,8 +46,8 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer
 
-from streams.adapters.kafka_receiver import KafkaQueueReceiver, KafkaRecordReceiver
-from streams.adapters.kafka_state import KafkaChangelog, KafkaStateReceiver
+from streams.adapters.kafka_receiver import KafkaQueueReceiver
+from streams.adapters.kafka_state import KafkaChangelog, KafkaRecordReceiver, KafkaStateReceiver
 from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.codec import encode_batch
@@ -239,7 +239,7 @@ class KafkaQueueAdapter:
 
     def create_receiver(self, queue: QueueId) -> KafkaQueueReceiver:
         if self.settings.record_format is not None:
-            return KafkaRecordReceiver(self.settings, queue, self.outage)
+            return KafkaRecordReceiver(self.settings, queue, self.outage, self.changelog)
         return KafkaStateReceiver(self.settings, queue, self.outage, self.changelog)
 
     async def close(self) -> None:
@@ -298,10 +298,9 @@ class KafkaAdapterFactory:
         if not self._topic_checked:
             what = f"checking Kafka topic(s) {', '.join(map(repr, self.settings.namespaces))}"
             await retry_kafka(lambda: ensure_queue_topics(self.settings), what, self.settings, self._adapter.outage)
-            if self.settings.record_format is None:  # the event-time state's changelog (kafka_state)
-                changelog = self._adapter.changelog
-                what = f"checking Kafka topic {changelog.topic!r}"
-                await retry_kafka(changelog.ensure_topic, what, self.settings, self._adapter.outage)
+            changelog = self._adapter.changelog  # the event-time state's (kafka_state)
+            what = f"checking Kafka topic {changelog.topic!r}"
+            await retry_kafka(changelog.ensure_topic, what, self.settings, self._adapter.outage)
             self._topic_checked = True
         await self._adapter.start()
         return self._adapter

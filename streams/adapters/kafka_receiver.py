@@ -304,12 +304,3 @@ class KafkaQueueReceiver:
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
         return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
-
-
-class KafkaRecordReceiver(KafkaQueueReceiver):
-    """The receiver of topics of one event per record: it hands the pulling agent one batch
-    per stream and read (see :mod:`~streams.adapters.kafka_records`). Its positions are
-    those of its reads' groupings, which a re-read would not reproduce: it does not rewind
-    (so it is no :class:`~streams.adapters.protocols.RewindableReceiver`)."""
-
-    read_range = None  # type: ignore[assignment]

@@ -19,6 +19,11 @@ read to read; with one topic it is the record's offset. Since a message stands a
 record, every record before the first record of the oldest unacknowledged message of a
 topic belongs to an acknowledged message: that first record's offset is what the topic
 commits (the read position when none is left).
+
+These positions depend on how the records were grouped, which a replay from another offset
+does not reproduce; each event also keeps its record's offset, which it does
+(:class:`~streams.core.record_batch.RecordBatch`): that is the position a saved event-time
+state keeps (:mod:`~streams.adapters.kafka_state`).
 """
 
 from __future__ import annotations
@@ -170,7 +175,7 @@ class GroupedRecords:
                 bad.extend((r, "has a key that is not UTF-8") for r in members)
                 continue
             times = [r.timestamp / 1000 for r in members]
-            batch = RecordBatch(sid, values, times, [r.headers for r in members])
+            batch = RecordBatch(sid, values, times, [r.headers for r in members], [r.offset for r in members])
             made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
         for r, why in bad:
             error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}")

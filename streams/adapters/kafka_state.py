@@ -26,10 +26,12 @@ removes it). Kafka's compaction keeps that read proportional to the open state; 
 that never compacts (Tansu, which accepts ``cleanup.policy=compact`` but keeps every
 record) gives the same answer after a longer read.
 
-Only topics of headrace's own records save states: the positions of a topic of one event
-per record depend on how its reads were grouped (:mod:`~streams.adapters.kafka_records`),
-so a replay could not tell which events a state already holds; its open windows hold the
-offset as before.
+**Topics of one event per record** (``records="json"``, ...; :class:`KafkaRecordReceiver`)
+save states too. Their queue positions depend on how the reads were grouped
+(:mod:`~streams.adapters.kafka_records`), so a state's position there is the offset of the
+last record it holds (``offset:0``), which every read gives that record: a replay, grouped
+otherwise and from an older offset, skips exactly those records (a stream's records are in
+one partition of one topic, in order).
 
 >>> decode_state(encode_state(7, 2, b"s"))
 (SequenceToken(sequence_number=7, event_index=2), b's')
@@ -290,3 +292,15 @@ class KafkaStateReceiver(KafkaQueueReceiver):
                 raise
             source.written(ok)
             return ok
+
+
+class KafkaRecordReceiver(KafkaStateReceiver):
+    """The receiver of topics of one event per record: it hands the pulling agent one batch
+    per stream and read (see :mod:`~streams.adapters.kafka_records`), and saves states like
+    :class:`KafkaStateReceiver`. Its queue positions are those of its reads' groupings,
+    which a re-read would not reproduce: it does not rewind (so it is no
+    :class:`~streams.adapters.protocols.RewindableReceiver`). A saved state's position is a
+    record's offset, which every read gives its event
+    (:meth:`~streams.core.record_batch.RecordEventBatch.last_position`)."""
+
+    read_range = None  # type: ignore[assignment]

@@ -72,6 +72,13 @@ class Event:
     def token(self) -> SequenceToken:
         return SequenceToken(self._sequence, self._index)
 
+    @property
+    def position(self) -> SequenceToken:
+        """Where the event stands on every read of its queue, as a replay finds it: its
+        token (an event of a one-event record: its record's offset, which its token is not;
+        see :mod:`streams.core.record_batch`)."""
+        return SequenceToken(self._sequence, self._index)
+
     def __repr__(self) -> str:
         return (
             f"Event({self.value!r}, event_time={self.event_time!r}, token={self.token}, stream_id={self.stream_id!r})"
@@ -166,6 +173,29 @@ class EventBatch(Sequence[Event]):
     def from_index(self, event_index: int) -> EventBatch:
         """The same batch without its first ``event_index`` events (a token inside it)."""
         return EventBatch(self.container, self.sequence_number, max(self._start, event_index))
+
+    def last_position(self) -> SequenceToken:
+        """Where the last event stands on every read of the queue: what a saved state says
+        it holds (:meth:`after` skips up to there in a replay). Here its token; events of
+        one-event records stand at their record (:mod:`streams.core.record_batch`).
+
+        >>> BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 1.0, ["a", "b"]).events(7).last_position()
+        SequenceToken(sequence_number=7, event_index=1)
+        """
+        return SequenceToken(self.sequence_number, self.container.count - 1)
+
+    def after(self, position: SequenceToken) -> EventBatch:
+        """The events past ``position`` (a :meth:`last_position` of the same stream).
+
+        >>> batch = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 1.0, ["a", "b"]).events(7)
+        >>> batch.after(SequenceToken(7, 0)).values, len(batch.after(SequenceToken(8, 0)))
+        (['b'], 0)
+        """
+        if self.sequence_number > position.sequence_number:
+            return self
+        if self.sequence_number < position.sequence_number:
+            return self.from_index(self.container.count)
+        return self.from_index(position.event_index + 1)
 
     def __repr__(self) -> str:
         return f"EventBatch({self.stream_id!r}, {self.sequence_number}, {len(self)} events)"

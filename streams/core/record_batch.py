@@ -4,49 +4,70 @@ A topic written by other programs holds one event per record. The receiver gathe
 records of one read by stream into one :class:`RecordBatch`, so the runtime's per-batch work
 (agent, cache, cursor, delivery, acknowledgement) is paid once per stream and read, not once
 per record. Each event keeps what its record said: the record's timestamp is its arrival
-time (and its event time, unless the consumer declares ``timestamp_by``), and the record's
-headers come with it.
+time (and its event time, unless the consumer declares ``timestamp_by``), its headers, and
+its offset.
+
+An event's token is its queue position, which depends on how the reads were grouped (the
+batch stands at its first record); its record's offset does not. So its ``position`` (where
+a replay finds it) is ``offset:0``: what a saved state keeps of the last event it took
+(:meth:`RecordEventBatch.last_position`; a replay, grouped otherwise, skips exactly the
+records at or below it, :meth:`RecordEventBatch.after`), and what a handoff's mark keeps of
+the events it handed off.
 
 >>> sid = StreamId("sensors", "s-1")
->>> batch = RecordBatch(sid, [{"t": 1}, {"t": 2}], [10.0, 11.0], [(), (("trace", b"x"),)])
->>> [(e.value, e.arrival_time, e.headers) for e in batch.events(100)]
-[({'t': 1}, 10.0, ()), ({'t': 2}, 11.0, (('trace', b'x'),))]
->>> str(batch.events(100)[1].token)
-'100:1'
+>>> batch = RecordBatch(sid, [{"t": 1}, {"t": 2}], [10.0, 11.0], [(), (("trace", b"x"),)], [100, 104])
+>>> [(e.value, e.arrival_time, e.headers, e.offset) for e in batch.events(100)]
+[({'t': 1}, 10.0, (), 100), ({'t': 2}, 11.0, (('trace', b'x'),), 104)]
+>>> str(batch.events(100)[1].token), str(batch.events(100)[1].position), str(batch.events(100).last_position())
+('100:1', '104:0', '104:0')
+>>> batch.events(100).after(SequenceToken(102)).values
+[{'t': 2}]
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any, cast
 
 from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch
 from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
 
 Headers = Sequence[tuple[str, bytes]]
 
 
 class RecordEvent(Event):
     """An event read from a foreign record: also its record's ``headers``
-    (``(name, bytes)`` pairs, in the record's order; ``()`` for none)."""
+    (``(name, bytes)`` pairs, in the record's order; ``()`` for none) and ``offset`` (its
+    position in its topic's partition: the same on every read)."""
 
-    __slots__ = ("headers",)
+    __slots__ = ("headers", "offset")
     headers: Headers
+    offset: int
+
+    @property
+    def position(self) -> SequenceToken:
+        return SequenceToken(self.offset)
 
     def __repr__(self) -> str:
-        return f"{super().__repr__()[:-1]}, headers={self.headers!r})"
+        return f"{super().__repr__()[:-1]}, headers={self.headers!r}, offset={self.offset})"
 
 
 class RecordBatch(BatchContainer):
     """The events of one stream from several one-event records: values, and per event the
-    record's timestamp and headers. The batch's own arrival time is its newest record's."""
+    record's timestamp, headers and offset (growing: one partition's records, in order).
+    The batch's own arrival time is its newest record's."""
 
-    __slots__ = ("headers", "times")
+    __slots__ = ("headers", "times", "offsets")
 
-    def __init__(self, stream_id: StreamId, values: list[Any], times: list[float], headers: list[Headers]) -> None:
+    def __init__(
+        self, stream_id: StreamId, values: list[Any], times: list[float], headers: list[Headers], offsets: list[int]
+    ) -> None:
         super().__init__(stream_id, BatchKind.DATA, max(times), values, times)
         self.times = times  # every event's own (the base class allows None for "arrival")
         self.headers = headers
+        self.offsets = offsets
 
     def events(self, sequence_number: int) -> EventBatch:
         return RecordEventBatch(self, sequence_number)
@@ -63,14 +84,27 @@ class RecordEventBatch(EventBatch):
             container = self.container
             assert isinstance(container, RecordBatch)
             seq, sid, at = self.sequence_number, container.stream_id, RecordEvent._at
-            values, times, headers = container.values, container.times, container.headers
+            values, times, headers, offsets = container.values, container.times, container.headers, container.offsets
             events = []
             for i in range(self._start, len(values)):
                 event = cast(RecordEvent, at(values[i], times[i], times[i], seq, i, sid))
                 event.headers = headers[i]
+                event.offset = offsets[i]
                 events.append(event)
             self._events = events
         return events
 
     def from_index(self, event_index: int) -> EventBatch:
         return RecordEventBatch(self.container, self.sequence_number, max(self._start, event_index))
+
+    def last_position(self) -> SequenceToken:
+        """The last event's record: ``offset:0``."""
+        container = self.container
+        assert isinstance(container, RecordBatch)
+        return SequenceToken(container.offsets[-1])
+
+    def after(self, position: SequenceToken) -> EventBatch:
+        """The events of the records past offset ``position.sequence_number``."""
+        container = self.container
+        assert isinstance(container, RecordBatch)
+        return self.from_index(bisect_right(container.offsets, position.sequence_number))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 
-from streams.eventtime.release import Position, TimestampOrder, position_of
+from streams.eventtime.release import Position, TimestampOrder, position_of, replay_position_of
 from streams.eventtime.results import EventOutcome
 
 
@@ -44,12 +44,12 @@ class MergedRelease:
         return sum(len(order) for order in self._orders.values())
 
     def saw(self, name: Hashable, position: Position) -> None:
-        """Events of input ``name`` up to ``position`` have arrived."""
+        """Events of input ``name`` up to replay position ``position`` have arrived."""
         self._orders[name].saw(position)
 
     def add(self, name: Hashable, outcome: EventOutcome) -> None:
         """Hold an event outcome (``.timestamp``, ``.record.token``) of input ``name``."""
-        self._orders[name].add(_timestamp(outcome), position_of(outcome), outcome)
+        self._orders[name].add(_timestamp(outcome), position_of(outcome), outcome, replay_position_of(outcome))
 
     def release(self, watermark: float) -> list[tuple[Hashable, EventOutcome]]:
         """``(input, event)`` for every held event at or below ``watermark``, in timestamp
@@ -74,7 +74,7 @@ class MergedRelease:
         return min(found) if found else None
 
     def below(self, name: Hashable) -> Position | None:
-        """The position of input ``name`` under which nothing of it is held (see
+        """The replay position of input ``name`` under which nothing of it is held (see
         :meth:`TimestampOrder.below`)."""
         return self._orders[name].below()
 

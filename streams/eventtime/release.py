@@ -7,9 +7,12 @@ arrival order. Every event that arrives later is at or above the watermark (the 
 policy adjusts or drops the others; ``accept`` keeps them, and they leave at once, out of
 order, as accepted), so the released stream never goes back in time.
 
-Each event also has a queue position (its sequence token): :meth:`TimestampOrder.below` is
-the position under which nothing is still held, which is where a replay after a crash must
-start and what makes a replayed event recognisable as handed off already.
+Each event also has a queue position (its sequence token): :meth:`TimestampOrder.oldest` is
+the lowest one still held, which is where a replay after a crash must start. And it has a
+position where every read finds it (``record.position``: the token itself, except for an
+event of a one-event record, whose token depends on how the reads were grouped and whose
+position is its record's offset): :meth:`TimestampOrder.below` is the one under which
+nothing is still held, what makes a replayed event recognisable as handed off already.
 """
 
 from __future__ import annotations
@@ -35,6 +38,14 @@ def position_of(outcome: EventOutcome) -> Position:
     return (token.sequence_number, token.event_index)
 
 
+def replay_position_of(outcome: EventOutcome) -> Position:
+    """Where every read of the queue finds the event: its record's ``position`` (its
+    token, when the record has no other)."""
+    record = outcome.record
+    token = getattr(record, "position", None) or record.token
+    return (token.sequence_number, token.event_index)
+
+
 class TimestampOrder(Generic[E]):
     """Holds events until the watermark reaches their timestamp.
 
@@ -45,6 +56,12 @@ class TimestampOrder(Generic[E]):
     (['a', 'b'], (1, 2), (1, 2))
     >>> order.release(float("inf")), order.below()
     (['c'], (1, 3))
+
+    With ``replay`` positions (one-event records at offsets 7 and 9, read in one batch at 7):
+
+    >>> order.saw((9, 0)); order.add(20.0, (7, 0), "d", (7, 0)); order.add(21.0, (7, 1), "e", (9, 0))
+    >>> order.release(20.0), order.oldest(), order.below()
+    (['d'], (7, 1), (9, 0))
     """
 
     # One per windowless activation that hands off, so per stream id: its sorted lists are
@@ -52,26 +69,30 @@ class TimestampOrder(Generic[E]):
     __slots__ = ("_held", "_positions", "_arrivals", "_newest")
 
     def __init__(self) -> None:
-        self._held: SortedList = _NOTHING  # (timestamp, arrival number, position, event)
-        self._positions: SortedList = _NOTHING  # the positions of the held events
+        self._held: SortedList = _NOTHING  # (timestamp, arrival number, positions, event)
+        # (queue position, replay position) of the held events: in the same order either
+        # way (one stream's records, read in order), so the first holds both lowest.
+        self._positions: SortedList = _NOTHING
         self._arrivals = _NO_ARRIVALS
-        self._newest: Position | None = None  # the newest seen (held, released or refused)
+        self._newest: Position | None = None  # the newest replay position seen (held, released or refused)
 
     def __len__(self) -> int:
         return len(self._held)
 
     def saw(self, position: Position) -> None:
-        """Events up to ``position`` have arrived (whatever became of them)."""
+        """Events up to replay position ``position`` have arrived (whatever became of them)."""
         if self._newest is None or position > self._newest:
             self._newest = position
 
-    def add(self, timestamp: float, position: Position, event: E) -> None:
-        """Hold ``event`` until the watermark reaches ``timestamp``."""
+    def add(self, timestamp: float, position: Position, event: E, replay: Position | None = None) -> None:
+        """Hold ``event`` (at queue ``position``; at ``replay`` on every read, when that is
+        not ``position``) until the watermark reaches ``timestamp``."""
         if self._held is _NOTHING:
             self._held, self._positions, self._arrivals = SortedList(), SortedList(), itertools.count()
-        self._held.add((timestamp, next(self._arrivals), position, event))
-        self._positions.add(position)
-        self.saw(position)
+        positions = (position, position if replay is None else replay)
+        self._held.add((timestamp, next(self._arrivals), positions, event))
+        self._positions.add(positions)
+        self.saw(positions[1])
 
     def release(self, watermark: float) -> list[E]:
         """The held events with a timestamp at most ``watermark``, in timestamp order."""
@@ -80,8 +101,8 @@ class TimestampOrder(Generic[E]):
             return []
         released = self._held[:cut]
         del self._held[:cut]
-        for _, _, position, _ in released:
-            self._positions.remove(position)
+        for _, _, positions, _ in released:
+            self._positions.remove(positions)
         return [event for _, _, _, event in released]
 
     def earliest(self) -> float | None:
@@ -89,14 +110,14 @@ class TimestampOrder(Generic[E]):
         return self._held[0][0] if self._held else None
 
     def oldest(self) -> Position | None:
-        """The lowest position still held (the checkpoint must not pass it), or None."""
-        return self._positions[0] if self._positions else None
+        """The lowest queue position still held (the checkpoint must not pass it), or None."""
+        return self._positions[0][0] if self._positions else None
 
     def below(self) -> Position | None:
-        """The position under which no event is held: the oldest held one, or just past the
-        newest seen when none is held (None before any event)."""
+        """The replay position under which no event is held: the oldest held one's, or just
+        past the newest seen when none is held (None before any event)."""
         if self._positions:
-            oldest: Position = self._positions[0]
+            oldest: Position = self._positions[0][1]
             return oldest
         if self._newest is None:
             return None

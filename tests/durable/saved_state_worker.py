@@ -1,7 +1,8 @@
 """A worker for the saved-state tests: tumbling one-hour counts per meter, handed off to the
-embedded store's handoff log ``counts`` (with ``PATH run BOOTSTRAP TOPIC``: on that Kafka
-topic, handing off under the topic's name as prefix). Prints ``ready``, then ``read N`` (the records its
-agent has read) each time a window closes."""
+embedded store's handoff log ``counts`` (with ``PATH run BOOTSTRAP TOPIC [RECORDS]``: on that
+Kafka topic, handing off under the topic's name as prefix; ``RECORDS``: a topic of one event
+per record in that format, namespace ``meters``). Prints ``ready``, then ``read N E`` (the
+records its agent has read, and the events in them) each time a window closes."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ GROUP = BalancerOptions(lease_length=3.0, renew_period=1.0, refresh_period=0.5) 
 
 def main(path: str, *kafka: str) -> None:
     if kafka:  # BOOTSTRAP TOPIC: the topic's one partition, workers in its consumer group
-        bootstrap, topic = kafka
+        bootstrap, topic, *records = kafka
         settings = {"idempotent": False, "handoff_prefix": topic}
-        provider = StreamProvider.kafka(bootstrap, topic, queues=1, kafka=settings, balancer_options=GROUP)
+        foreign = {"records": records[0], "namespace": "meters"} if records else {}
+        provider = StreamProvider.kafka(bootstrap, topic, queues=1, kafka=settings, balancer_options=GROUP, **foreign)
     else:
         provider = StreamProvider.embedded(path, queues=1, balancer_options=SHORT_LEASES)
 
@@ -33,7 +35,8 @@ def main(path: str, *kafka: str) -> None:
             pass
 
         def on_window(self, window: object) -> None:
-            print(f"read {sum(agent.read_messages for agent in provider.agents)}", flush=True)
+            agents = provider.agents
+            print(f"read {sum(a.read_messages for a in agents)} {sum(a.read_events for a in agents)}", flush=True)
 
     serve(provider)
 

@@ -122,12 +122,13 @@ def start_worker(path: Path, mode: str = "run", *kafka: str) -> subprocess.Popen
     return helpers.start_worker(WORKER, path, mode, *kafka)
 
 
-def read_count(process: subprocess.Popen[str]) -> int:
-    """The records the worker had read when it closed its first window (it prints them)."""
+def read_count(process: subprocess.Popen[str], events: bool = False) -> int:
+    """The records (or the events in them) the worker had read when it closed its first
+    window (it prints them)."""
     assert process.stdout is not None
     line = process.stdout.readline().strip()
     assert line.startswith("read "), line
-    return int(line.split()[1])
+    return int(line.split()[2 if events else 1])
 
 
 async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(tmp_path):

@@ -70,3 +70,29 @@ def test_keyless_records_are_keyed_by_their_partition_without_a_key_field():
     grouped = reader(A)
     [message] = grouped.messages({A: [record(A, 0, None, b"1"), record(A, 1, None, b"2")]})
     assert (message.decoded.stream_id, message.decoded.values) == (StreamId("A", "0"), [1, 2])
+
+
+def test_an_events_saved_position_is_its_record_however_the_reads_were_grouped():
+    """A saved state's position (the last event it took) picks out the same records in a
+    replay that starts elsewhere and groups them otherwise (issue 14)."""
+    records = [record(A, n, b"xy"[n % 2 : n % 2 + 1], str(n).encode()) for n in range(10, 30)]
+
+    def read(start: int, sizes: list[int]) -> list:
+        grouped = reader(A, at={A: start})
+        rest = [r for r in records if r.offset >= start]
+        batches = []
+        while rest:
+            take, rest = rest[: sizes[0]], rest[sizes[0] :]
+            sizes = sizes[1:] or sizes
+            batches += [m.decoded.events(m.sequence_number) for m in grouped.messages({A: take})]
+        return batches
+
+    first = read(10, [3])  # the first run: three records a read
+    x_taken = [b for b in first if b.stream_id.key == "x"][:3]  # x's records 10, 12, 14, 16, 18
+    position = x_taken[-1].last_position()
+    assert str(position) == "18:0" and [e.offset for e in x_taken[-1]] == [16, 18]
+    assert {e.offset: str(e.token) for e in x_taken[-1]} == {16: "16:0", 18: "16:1"}  # tokens: the reads
+    for start, sizes in ((10, [20]), (13, [7, 1]), (17, [2])):  # replays from older offsets, grouped otherwise
+        replay = [b.after(position) for b in read(start, sizes) if b.stream_id.key == "x"]
+        assert [v for b in replay for v in b.values] == [20, 22, 24, 26, 28], (start, sizes)
+        assert all(b.last_position().sequence_number > 18 for b in replay if len(b))

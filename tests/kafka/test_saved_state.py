@@ -92,13 +92,17 @@ async def changelog_records(bootstrap: str, topic: str) -> list[tuple[str, bool]
         await consumer.stop()
 
 
-async def handed_off(bootstrap: str, prefix: str) -> list[tuple[float, float, int]]:
-    """(window start, window end, count) of every row of the ``counts`` handoff stream that
-    counts (what Spark reads), queue 0."""
+async def handoff_rows(bootstrap: str, prefix: str, stream: str) -> list[dict]:
+    """Every row of handoff stream ``stream`` that counts (what Spark reads), queue 0."""
     async with KafkaHandoffLog({"bootstrap_servers": bootstrap}, prefix) as log:
-        _, end = await log.offsets("counts")
-        records = await log.records("counts", 0, 0, end[0])
-    rows = [row for record in records if record.valid for row in pa.Table.from_batches(record.batches()).to_pylist()]
+        _, end = await log.offsets(stream)
+        records = await log.records(stream, 0, 0, end[0])
+    return [row for record in records if record.valid for row in pa.Table.from_batches(record.batches()).to_pylist()]
+
+
+async def handed_off(bootstrap: str, prefix: str) -> list[tuple[float, float, int]]:
+    """(window start, window end, count) of every row of the ``counts`` handoff stream."""
+    rows = await handoff_rows(bootstrap, prefix, "counts")
     return [(r["window_start"].timestamp(), r["window_end"].timestamp(), r["count"]) for r in rows]
 
 
@@ -176,33 +180,47 @@ async def test_sigkill_with_a_one_hour_window_open_resumes_from_the_changelog(tm
     assert replayed == 1
 
 
-async def test_a_queue_taken_over_with_open_windows_loses_and_repeats_nothing(tmp_path, kafka_broker, kafka_topic):
+async def stop_with_open_windows(tmp_path, bootstrap: str, topic: str, ending: str, *records: str) -> int:
+    """Five meters with one-hour windows open (100 events) on a worker that then ends
+    (``sigkill``; ``takeover``: a second worker joins and the first stops without a word, so
+    its session runs out); a second worker goes on (10 more events, then each window closes).
+    ``records``: the topic's format, when not headrace's. Returns the events the second
+    worker read until a window closed, once the five windows are handed off."""
     meters = [StreamId("meters", f"m{i}") for i in range(5)]
-    client_provider = StreamProvider.kafka(kafka_broker, kafka_topic, queues=1, kafka={"idempotent": False})
-    first = start_worker(tmp_path, "run", kafka_broker, kafka_topic)
-    try:
+    foreign = {"records": records[0], "namespace": "meters"} if records else {}
+    client_provider = StreamProvider.kafka(bootstrap, topic, queues=1, kafka={"idempotent": False}, **foreign)
+
+    async def publish(times: list[float]) -> None:
         async with client_provider.client() as client:
-            for n in range(100):  # windows [0, 3600) open on five streams
-                await client.get_stream(meters[n % 5]).on_next({"t": float(n)})
-        assert await wait_for_commit(kafka_broker, kafka_topic, 100) == 100
-        # A second worker joins the group; the first stops without saying so: its session
-        # runs out and the second takes the queue over, with the windows' saved state.
-        second = start_worker(tmp_path, "run", kafka_broker, kafka_topic)
-        first.send_signal(signal.SIGSTOP)
+            for n, t in enumerate(times):
+                await client.get_stream(meters[n % 5]).on_next({"t": t})
+
+    first = start_worker(tmp_path, "run", bootstrap, topic, *records)
+    try:
+        await publish([float(n) for n in range(100)])  # offsets 0..99: windows [0, 3600) open on five streams
+        assert await wait_for_commit(bootstrap, topic, 100) == 100  # not held by the windows
+        assert await saved_states(bootstrap, topic) == [(f"meters/m{i}", 95 + i, 0) for i in range(5)]
+        if ending == "sigkill":
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        second = start_worker(tmp_path, "run", bootstrap, topic, *records)
+        if ending == "takeover":
+            first.send_signal(signal.SIGSTOP)
         try:
-            async with client_provider.client() as client:
-                for n in range(100, 110):  # more events in the open windows, then close them
-                    await client.get_stream(meters[n % 5]).on_next({"t": float(n)})
-                for m in meters:
-                    await client.get_stream(m).on_next({"t": 4000.0})
-            replayed = read_count(second)
-            await wait_for_rows(kafka_broker, kafka_topic, 5)
+            await publish([float(n) for n in range(100, 110)] + [4000.0] * 5)  # 2 more each, then close
+            replayed = read_count(second, events=True)
+            await wait_for_rows(bootstrap, topic, 5)
         finally:
             second.terminate()
             second.wait()
     finally:
         first.kill()
         first.wait()
+    return replayed
+
+
+async def test_a_queue_taken_over_with_open_windows_loses_and_repeats_nothing(tmp_path, kafka_broker, kafka_topic):
+    replayed = await stop_with_open_windows(tmp_path, kafka_broker, kafka_topic, "takeover")
     assert sorted(await handed_off(kafka_broker, kafka_topic)) == [(0.0, 3600.0, 22)] * 5
     assert replayed <= 15  # the new records, not the 100 the first worker had taken
 
