@@ -8,16 +8,20 @@ container of ``--events`` small events.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import anyio
 
-from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapter
-from streams.core.batch import BatchContainer, BatchKind
-from streams.core.ids import StreamId
-from streams.core.store import Synchronous
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
+
+from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapter  # noqa: E402
+from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
+from streams.core.ids import StreamId  # noqa: E402
+from streams.core.store import Synchronous  # noqa: E402
 
 QUEUES = 8
 STREAMS = 64
