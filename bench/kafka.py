@@ -249,16 +249,7 @@ def main() -> None:
     if sys.argv[1:2] == ["sensors"]:  # issue 12's workload: a JSON topic others write
         from bench import kafka_sensors
 
-        sensors = argparse.ArgumentParser(
-            prog="kafka.py sensors",
-            description=kafka_sensors.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        sensors.add_argument("--records", type=int, default=200_000)
-        sensors.add_argument("--queues", type=int, default=8)
-        sensors.add_argument("--rounds", type=int, default=3)
-        options = sensors.parse_args(sys.argv[2:])
-        asyncio.run(kafka_sensors.run(options.records, options.queues, options.rounds))
+        kafka_sensors.main(sys.argv[2:], prog="kafka.py sensors")
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=30_000)
