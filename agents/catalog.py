@@ -31,9 +31,10 @@ from .context import AgentContext
 from .cursors import Cursors
 from .delivery import StreamConsumer
 from .handoff import HandoffTarget
+from .input_view import InputView
 from .keyed import KeyedActivations
 from .state import ActivationStates, StateKey
-from .timed import EventTimeObserver, InputView, declared_event_time
+from .timed import EventTimeObserver, declared_event_time
 
 log = logging.getLogger("headrace.agent")
 
@@ -70,7 +71,7 @@ def timed_of(activation: Activation) -> EventTimeObserver | None:
     """The event-time activation a consumer delivers to, directly or as one of its inputs."""
     if isinstance(activation, EventTimeObserver):
         return activation
-    if isinstance(activation, InputView):
+    if isinstance(activation, InputView) and isinstance(activation.activation, EventTimeObserver):
         return activation.activation
     return None
 

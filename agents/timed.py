@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
@@ -41,10 +41,11 @@ from streams.eventtime.spec import EventTime
 from .activation import TimedActivation
 from .handoff import HandoffTarget, HandoffWrites
 from .holdback import HoldBack
+from .input_view import InputView
 from .order import QueueOrder
 from .turns import Turns
 
-__all__ = ["EventTimeObserver", "InputView", "declared_event_time"]
+__all__ = ["EventTimeObserver", "declared_event_time"]
 
 
 def declared_event_time(instance: object) -> EventTime | None:
@@ -407,49 +408,6 @@ class EventTimeObserver:
             if sid.namespace not in self._inputs:
                 raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")
             await handoff.events(events, merge.below(sid.namespace), str(sid))
-
-
-class InputView:
-    """One input's face of an activation with several inputs: the stream of that input
-    delivers to it, and it passes everything on to the activation under the input's name,
-    its batches in their turn in queue order (``agents.keyed``)."""
-
-    __slots__ = ("activation", "name", "order")
-
-    redeliverable = False  # the activation's windows keep what it took
-    user_on_next = None  # every batch waits for its turn: never called inline
-
-    def __init__(self, activation: EventTimeObserver, name: str, order: QueueOrder) -> None:
-        self.activation = activation
-        self.name = name
-        self.order = order
-
-    @property
-    def target(self) -> object:
-        return self.activation.target
-
-    @property
-    def has_on_error(self) -> bool:
-        return self.activation.has_on_error
-
-    @property
-    def waiting_on_handoff(self) -> bool:
-        return self.activation.waiting_on_handoff
-
-    async def on_next(self, batch: EventBatch) -> None:
-        await self.order.deliver(self._take, batch)
-
-    def _take(self, batch: EventBatch) -> Awaitable[None]:
-        return self.activation.on_next(batch, self.name)
-
-    def on_error(self, error: BaseException) -> Awaitable[None]:
-        return self.activation.on_error(error)
-
-    async def on_watermark(self, watermark: float) -> None:
-        await self.activation.on_watermark(watermark, self.name)
-
-    async def on_completed(self) -> None:
-        await self.activation.on_completed(self.name)
 
 
 def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
