@@ -39,6 +39,8 @@ sys.path.insert(
     0, str(Path(__file__).resolve().parents[1])
 )  # run from a checkout (bench/streams.py is not the package)
 
+from streams.core.store import EmbeddedStore  # noqa: E402
+
 QUEUES = 4
 NAMESPACE = "devices"
 WINDOW = 5.0
@@ -242,32 +244,32 @@ def _handoff_age(path: str) -> float | None:
     return None if newest is None else time.time() - newest / 1e6
 
 
-def _measure(path: str) -> tuple[int, float, dict[str, int]]:
-    """Checkpoint lag (records, seconds) over all queues, and dead letters by reason."""
-    from streams.core.store import EmbeddedStore
+def _lag(store: EmbeddedStore) -> tuple[int, float]:
+    """Checkpoint lag over all queues: records written but not yet checkpointed, and the age
+    (seconds) of the oldest of them."""
+    with store.snapshot() as conn:
+        heads = dict(conn.execute("SELECT queue, next_seq FROM queue_heads"))
+        checkpoints = dict(conn.execute("SELECT queue, seq FROM checkpoints"))
+        lag_records, oldest = 0, None
+        for queue, next_seq in heads.items():
+            first = checkpoints.get(queue, -1) + 1
+            lag_records += max(0, next_seq - first)
+            row = conn.execute(
+                "SELECT enqueued FROM queue_records WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT 1",
+                (queue, first),
+            ).fetchone()
+            if row is not None:
+                oldest = row[0] if oldest is None else min(oldest, row[0])
+    return lag_records, 0.0 if oldest is None else max(0.0, time.time() - oldest)
 
-    store = EmbeddedStore(path)
-    try:
-        with store.snapshot() as conn:
-            heads = dict(conn.execute("SELECT queue, next_seq FROM queue_heads"))
-            checkpoints = dict(conn.execute("SELECT queue, seq FROM checkpoints"))
-            lag_records, oldest = 0, None
-            for queue, next_seq in heads.items():
-                first = checkpoints.get(queue, -1) + 1
-                lag_records += max(0, next_seq - first)
-                row = conn.execute(
-                    "SELECT enqueued FROM queue_records WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT 1",
-                    (queue, first),
-                ).fetchone()
-                if row is not None:
-                    oldest = row[0] if oldest is None else min(oldest, row[0])
-            try:
-                letters = dict(conn.execute("SELECT reason, count(*) FROM deadletters GROUP BY reason"))
-            except sqlite3.OperationalError:  # no dead letter yet: the table is made on first use
-                letters = {}
-    finally:
-        store.close()
-    return lag_records, 0.0 if oldest is None else max(0.0, time.time() - oldest), letters
+
+def _dead_letters(store: EmbeddedStore) -> dict[str, int]:
+    """Dead letters by reason."""
+    with store.snapshot() as conn:
+        try:
+            return dict(conn.execute("SELECT reason, count(*) FROM deadletters GROUP BY reason"))
+        except sqlite3.OperationalError:  # no dead letter yet: the table is made on first use
+            return {}
 
 
 def soak(
@@ -328,6 +330,7 @@ def soak(
             stderr=files.enter_context(open(logs / "producer.log", "wb")),
             env=env,  # noqa: SIM115
         )
+        monitor = files.enter_context(contextlib.closing(EmbeddedStore(path)))  # the monitor's reads
         start = time.monotonic()
         end = start + minutes * 60
         cpu_before, at = [0.0 for _ in procs], time.monotonic()
@@ -338,8 +341,9 @@ def soak(
             row_at = min(time.monotonic() + every, end)
             while (left := row_at - time.monotonic()) > 0:
                 time.sleep(min(SAMPLE, left))
-                records, seconds, letters = _measure(path)
+                records, seconds = _lag(monitor)
                 lag_records, lag_seconds = max(lag_records, records), max(lag_seconds, seconds)
+            letters = _dead_letters(monitor)
             cpu_now, now = [_cpu_seconds(p.pid) for p in procs], time.monotonic()
             cpu = [(b - a) / max(now - at, 1e-9) for a, b in zip(cpu_before, cpu_now)]
             cpu_before, at = cpu_now, now

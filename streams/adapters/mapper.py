@@ -9,7 +9,24 @@ from streams.core.ids import QueueId, StreamId
 _RING = 1 << 32
 
 
-class HashRingQueueMapper:
+class FixedQueues:
+    """A fixed number of queues, ``QueueId(0) .. QueueId(queues - 1)``: what every mapper
+    here maps onto."""
+
+    def __init__(self, queues: int) -> None:
+        if not isinstance(queues, int) or queues < 1:
+            raise ValueError(f"the number of queues is a positive int, not {queues!r}")
+        self._queues = [QueueId(i) for i in range(queues)]
+
+    @property
+    def queue_count(self) -> int:
+        return len(self._queues)
+
+    def get_all_queues(self) -> list[QueueId]:
+        return list(self._queues)
+
+
+class HashRingQueueMapper(FixedQueues):
     """Places queues evenly on a 32-bit hash ring; a stream goes to the queue whose range
     holds its stable hash. Every process computes the same mapping.
 
@@ -19,18 +36,9 @@ class HashRingQueueMapper:
     """
 
     def __init__(self, queues: int = 8) -> None:
-        if not isinstance(queues, int) or queues < 1:
-            raise ValueError(f"the number of queues is a positive int, not {queues!r}")
-        self._queues = [QueueId(i) for i in range(queues)]
+        super().__init__(queues)
         # Queue i owns the ring range (upper[i-1], upper[i]].
         self._upper = [((i + 1) * _RING) // queues - 1 for i in range(queues)]
-
-    @property
-    def queue_count(self) -> int:
-        return len(self._queues)
-
-    def get_all_queues(self) -> list[QueueId]:
-        return list(self._queues)
 
     def get_queue_for_stream(self, stream_id: StreamId) -> QueueId:
         return self._queues[bisect.bisect_left(self._upper, stream_id.uniform_hash)]
@@ -80,7 +88,7 @@ def kafka_partition(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-class KafkaPartitionMapper:
+class KafkaPartitionMapper(FixedQueues):
     """The queue mapper of a topic other programs write too: a stream lives in the
     partition Kafka's default partitioner gives its key (``stream_id.key`` as UTF-8), so
     headrace and any other producer agree on where a key's records are.
@@ -93,17 +101,8 @@ class KafkaPartitionMapper:
     places_by_key = True  # the key alone: every namespace's stream of one key shares a queue
 
     def __init__(self, queues: int = 8) -> None:
-        if not isinstance(queues, int) or queues < 1:
-            raise ValueError(f"the number of queues is a positive int, not {queues!r}")
-        self._queues = [QueueId(i) for i in range(queues)]
+        super().__init__(queues)
         self._known: dict[str, QueueId] = {}  # key -> queue: producers repeat their keys
-
-    @property
-    def queue_count(self) -> int:
-        return len(self._queues)
-
-    def get_all_queues(self) -> list[QueueId]:
-        return list(self._queues)
 
     def get_queue_for_stream(self, stream_id: StreamId) -> QueueId:
         key = stream_id.key
