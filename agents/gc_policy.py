@@ -7,8 +7,11 @@ generation every 700 new objects, and a full collection, which walks every live 
 each time the objects promoted since the last one reach a quarter of those that survived
 it; with 100,000 activations those full walks took more than a third of a worker's time.
 
-While a worker runs (the first ``async with provider`` of a process to its last), with
-``StreamProviderOptions.tune_gc`` (the default), the process's collector
+The collector belongs to the process, not to the library: a worker tunes it only in a process
+headrace owns (``headrace worker`` calls :meth:`GcPolicy.own_process`), or where the
+application asks with ``StreamProviderOptions.tune_gc=True``; ``False`` never tunes it.
+While a worker runs (the first ``async with provider`` of a process to its last), the tuned
+collector
 
 - freezes what start-up left (modules, classes, the application's registrations): no
   collection walks it again (``gc.freeze()``);
@@ -25,8 +28,6 @@ While a worker runs (the first ``async with provider`` of a process to its last)
 
 When the last worker of the process stops, the collector's thresholds are restored and the
 frozen objects are thawed (all of them: ``gc`` cannot tell whose they are).
-``tune_gc=False`` leaves the collector alone (an application that tunes it, or freezes
-objects, itself).
 
 >>> policy = GcPolicy()
 >>> policy.enter(); policy.active
@@ -52,6 +53,20 @@ class GcPolicy:
         self._saved: tuple[int, int, int] | None = None
         self._swept = 0  # frozen objects after the last full collection that walked them all
         self.sweeps = 0  # full collections that walked everything (not only the new)
+        self.owns_process = False  # set by a command that runs nothing but headrace
+
+    def own_process(self) -> None:
+        """Say this process runs nothing but headrace (``headrace worker``): workers whose
+        ``tune_gc`` is unset then tune the collector."""
+        self.owns_process = True
+
+    def wanted(self, tune_gc: bool | None) -> bool:
+        """Whether a worker with this ``tune_gc`` setting tunes the collector here.
+
+        >>> GcPolicy().wanted(None), GcPolicy().wanted(True)
+        (False, True)
+        """
+        return self.owns_process if tune_gc is None else tune_gc
 
     @property
     def active(self) -> bool:

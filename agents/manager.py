@@ -65,7 +65,7 @@ class AgentManager:
         the balancer as ``worker``, start agents for its first share and keep following it
         (its maintenance loop runs in ``tg``)."""
         self._tg = tg
-        if self.context.options.tune_gc and not self._gc_tuned:
+        if GC_POLICY.wanted(self.context.options.tune_gc) and not self._gc_tuned:
             self._gc_tuned = True
             GC_POLICY.enter()
         if self.balancer is None:

@@ -40,6 +40,7 @@ from typing import Any, cast
 
 import anyio
 
+from agents.gc_policy import POLICY as GC_POLICY
 from streams.cli import CliError
 from streams.config import load_config
 from streams.config_schema import CONFIG_ENV
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         provider.worker_name = name
     log_format = cast(LogFormat, args.log_format or settings.log_format)  # configure_logging checks it
     configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
+    GC_POLICY.own_process()  # this process runs nothing else: the collector is the worker's to tune
     anyio.run(serve, provider, port, settings.status_interval, host)
     return 0
 

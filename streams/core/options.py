@@ -28,8 +28,10 @@ class StreamProviderOptions:
     # the others from the cache. Queues that cannot be re-read (memory) ignore it.
     slow_consumer_timeout: float | None = 30.0
     # While a worker runs, tune the process's garbage collector for many long-lived
-    # activations (agents.gc_policy); False leaves it as the application set it.
-    tune_gc: bool = True
+    # activations (agents.gc_policy). The collector is the process's, so by default (None)
+    # only a process that headrace owns tunes it: `headrace worker` does, a library user's
+    # process does not. True tunes it anyway; False never does.
+    tune_gc: bool | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -109,7 +109,7 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
     )
     assert config.provider_settings.queues == 16
     assert config.options.shutdown_timeout == 0.25 and config.options.fault_on_error is True
-    assert config.options.tune_gc is False and StreamProviderOptions().tune_gc is True
+    assert config.options.tune_gc is False and StreamProviderOptions().tune_gc is None
     assert config.time.window == Hopping(600.0, 60.0) and config.time.policy.late_arrival is None
     assert config.sources["provider.queues"] == "HEADRACE_PROVIDER__QUEUES"
     assert config.sources["provider.path"] == f"{file}: provider.path"

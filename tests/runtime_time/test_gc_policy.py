@@ -1,5 +1,6 @@
 """The worker's garbage-collector policy (issue 15, agents.gc_policy): applied once per
-process while workers run, restored after the last, off with ``tune_gc=False``; survivors
+process while workers run, restored after the last; only in a process headrace owns
+(``headrace worker``) or with ``tune_gc=True``, never with ``tune_gc=False``; survivors
 of a full collection are frozen, and a cycle among them is still collected once the frozen
 objects have grown enough to warrant a walk of everything."""
 
@@ -23,7 +24,7 @@ def _collector() -> tuple[tuple[int, int, int], int, int]:
 async def test_a_worker_tunes_the_collector_while_it_runs_and_restores_it_after():
     before = _collector()
     assert before[1:] == (0, 0) and not POLICY.active
-    provider = StreamProvider.memory(queues=2)
+    provider = StreamProvider.memory(queues=2, tune_gc=True)
     seen = []
     async with provider:
         during = _collector()
@@ -45,11 +46,35 @@ async def test_tune_gc_false_leaves_the_collector_alone():
     assert not POLICY.active
 
 
+async def test_a_library_users_process_keeps_its_collector_unless_it_asks():
+    before = _collector()
+    async with StreamProvider.memory(queues=1):  # tune_gc unset, in a process headrace does not own
+        during = _collector()
+    assert during == before == _collector()
+    assert not POLICY.wanted(None) and POLICY.wanted(True) and not POLICY.wanted(False)
+
+
+async def test_a_process_headrace_owns_tunes_it_by_default_and_not_when_told_not_to():
+    owned = GcPolicy()
+    owned.own_process()  # what `headrace worker` does before it starts its provider
+    assert owned.wanted(None) and owned.wanted(True) and not owned.wanted(False)
+    POLICY.owns_process = True
+    try:
+        before = _collector()
+        async with StreamProvider.memory(queues=1, tune_gc=False):
+            assert _collector() == before
+        async with StreamProvider.memory(queues=1):
+            assert _collector()[0] == (YOUNG_THRESHOLD, before[0][1], before[0][2])
+        assert _collector() == before
+    finally:
+        POLICY.owns_process = False
+
+
 async def test_two_workers_in_one_process_apply_it_once_and_the_last_one_restores_it():
     before = _collector()
-    async with StreamProvider.memory(queues=1):
+    async with StreamProvider.memory(queues=1, tune_gc=True):
         first = _collector()
-        async with StreamProvider.memory(queues=1):
+        async with StreamProvider.memory(queues=1, tune_gc=True):
             both = _collector()
         after_inner = _collector()
         assert POLICY.active
