@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import spark_sink
 from streams.core.errors import ConfigurationError
 
 from .log import check_stream_name
@@ -114,9 +113,9 @@ class ReadOptions:
 
     def open_storage(self) -> HandoffStorage:
         if self.kafka is not None:
-            # Through the package's lazy attribute: aiokafka loads only when a Kafka log is read.
-            kafka: HandoffStorage = spark_sink.KafkaStorage(self.kafka, self.topic_prefix)
-            return kafka
+            from .kafka_storage import KafkaStorage  # loads aiokafka: only when a Kafka log is read
+
+            return KafkaStorage(self.kafka, self.topic_prefix)
         assert self.path is not None
         return EmbeddedStorage(self.path)
 
