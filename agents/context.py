@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from spark_sink.handoff import HandoffSink
 from streams.core.deadletters import DeadLetterStore
 from streams.core.failures import StreamFailureHandler
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore
 from streams.registry import ConsumerRegistry
-
-from .handoff import HandoffSink
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
+from spark_sink.handoff import HandoffSink  # the one interface of a handoff sink, owned by the log's side
 from streams.core.deadletters import DeadLetter, DeadLetterStore
 from streams.core.errors import HandoffRefusedError
 from streams.core.outage import OutageLog
@@ -27,17 +28,6 @@ from streams.eventtime.results import EventOutcome, WindowResult
 log = logging.getLogger("headrace.handoff")
 T = TypeVar("T")
 HANDOFF_FAILED = "handoff_failed"
-
-
-class HandoffSink(Protocol):
-    """What the runtime appends one handoff stream's output to (``spark_sink``'s sinks, seen
-    from here: the agents do not import them)."""
-
-    async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int: ...
-
-    async def write_events(
-        self, source: str, consumer: str, partition: int, released: Sequence[EventOutcome], below: Position | None
-    ) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
