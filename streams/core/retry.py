@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import anyio
 
-from streams.core.errors import QueueAdapterError
+from streams.core.errors import HeadraceError, QueueAdapterError
 from streams.core.outage import OutageLog
 
 T = TypeVar("T")
@@ -51,7 +51,7 @@ class Backoff:
         self._delay = self.initial
 
 
-class RetryStopped(Exception):
+class RetryStopped(HeadraceError):
     """A retry ended by its ``stop`` callback; the last failure is its ``__cause__``."""
 
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import msgpack
 
+from streams.core.errors import HeadraceError
 from streams.core.tokens import SequenceToken
 from streams.eventtime.aggregates import _Sequenced
 from streams.eventtime.flow import WatermarkFlow
@@ -41,7 +42,7 @@ __all__ = ["SnapshotError", "can_snapshot", "is_empty", "restore", "snapshot"]
 FORMAT = 1
 
 
-class SnapshotError(Exception):
+class SnapshotError(HeadraceError):
     """The processor's state cannot be serialized (an accumulator or key msgpack cannot encode)."""
 
 
