@@ -31,12 +31,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from streams.adapters.protocols import QueueAdapter, QueueMapper
+from streams.adapters.protocols import EventWriter, QueueAdapter, QueueMapper, Times
 from streams.core.batch import BatchKind
 from streams.core.codec import encode_batch
 from streams.core.errors import EncodeError, ProviderClosedError, PublishError
@@ -44,29 +44,12 @@ from streams.core.ids import QueueId, StreamId
 
 log = logging.getLogger("headrace.publisher")
 
-Times = list[float | None] | None
-
-
-class EventWriter(Protocol):
-    """How an adapter takes events: ``encode`` a run of one stream's events into the items it
-    writes (raising :class:`EncodeError` for a value it cannot encode), ``write`` many items
-    durably, in order. The Kafka adapter is one (one record per event on a topic of another
-    format); :class:`ContainerWriter` serves every adapter that takes batch containers."""
-
-    def encode(
-        self, queue: QueueId, stream_id: StreamId, kind: BatchKind, values: list[Any], times: Times
-    ) -> list[Any]: ...
-
-    async def write(self, items: list[Any]) -> None: ...
-
 
 class ContainerWriter:
-    """Events as batch containers, written with the adapter's ``queue_message_batches`` (one
-    call for many) when it has it, else one ``queue_message_batch`` call each."""
+    """Events as batch containers, written with the adapter's ``queue_message_batches``."""
 
     def __init__(self, adapter: QueueAdapter) -> None:
         self._adapter = adapter
-        self._many = getattr(adapter, "queue_message_batches", None)
 
     def encode(
         self, queue: QueueId, stream_id: StreamId, kind: BatchKind, values: list[Any], times: Times
@@ -74,11 +57,7 @@ class ContainerWriter:
         return [(queue, stream_id, encode_batch(stream_id, kind, time.time(), values, times))]
 
     async def write(self, items: list[Any]) -> None:
-        if self._many is not None:
-            await self._many(items)
-            return
-        for queue, stream_id, payload in items:
-            await self._adapter.queue_message_batch(queue, stream_id, payload)
+        await self._adapter.queue_message_batches(items)
 
 
 class _Round:
@@ -358,8 +337,7 @@ async def start_publisher(
     """A running publisher to ``adapter`` (through its own ``event_writer`` if it has one,
     else a :class:`ContainerWriter`), closed when ``stack`` is: flushed then, and what it
     could not write appended to ``unwritten``."""
-    make_writer = getattr(adapter, "event_writer", None)
-    writer: EventWriter = make_writer() if make_writer is not None else ContainerWriter(adapter)
+    writer: EventWriter = adapter.event_writer() or ContainerWriter(adapter)
     publisher = Publisher(writer, mapper, written)
     # Entered and left by hand: as a context of the stack it would be handed the
     # block's own error on leaving, and wrap it in an exception group.

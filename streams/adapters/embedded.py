@@ -51,6 +51,7 @@ from streams.adapters.embedded_receiver import EmbeddedQueueReceiver
 from streams.adapters.embedded_state import STATE_SCHEMA
 from streams.adapters.group_commit import GroupCommitter
 from streams.adapters.mapper import HashRingQueueMapper
+from streams.adapters.protocols import ContainerQueueAdapter
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
 from streams.core.errors import ConfigurationError
@@ -90,7 +91,7 @@ class LeaseTable(Protocol[L_contra]):
     def fence_condition(self, lease: L_contra) -> tuple[str, Mapping[str, Any]]: ...
 
 
-class EmbeddedQueueAdapter:
+class EmbeddedQueueAdapter(ContainerQueueAdapter):
     """Producer side of the embedded queues, and maker of their receivers.
 
     Concurrent :meth:`queue_message_batch` calls share one transaction (group commit), and

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.adapters.mapper import HashRingQueueMapper
+from streams.adapters.protocols import ContainerQueueAdapter
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, StreamId
@@ -35,7 +36,7 @@ class GeneratorConfig:
     complete: bool = True  # end each stream with on_completed
 
 
-class GeneratorQueueAdapter:
+class GeneratorQueueAdapter(ContainerQueueAdapter):
     name = "generator"
     is_rewindable = False
 

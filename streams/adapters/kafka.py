@@ -49,6 +49,7 @@ from aiokafka import AIOKafkaProducer
 from streams.adapters.kafka_receiver import KafkaQueueReceiver
 from streams.adapters.kafka_state import KafkaChangelog, KafkaRecordReceiver, KafkaStateReceiver
 from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
+from streams.adapters.protocols import ContainerQueueAdapter
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.codec import encode_batch
 from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
@@ -65,7 +66,7 @@ _Record = tuple[str, int, bytes, bytes, int | None]  # topic, partition, key, va
 __all__ = ["KafkaAdapterFactory", "KafkaQueueAdapter", "KafkaQueueReceiver", "KafkaRecordReceiver"]
 
 
-class KafkaQueueAdapter:
+class KafkaQueueAdapter(ContainerQueueAdapter):
     """Producer side of the Kafka queues, and maker of their receivers.
 
     Records are sent with ``acks="all"``, by an idempotent producer unless ``idempotent``
@@ -233,7 +234,7 @@ class KafkaQueueAdapter:
         end = len(records)
         return [r for i, r in enumerate(records) if i >= failed_from.get((r[0], r[1]), end)], failure
 
-    def event_writer(self) -> _KafkaEventWriter:
+    def event_writer(self) -> _KafkaEventWriter:  # one record per event, or containers: see encode_events
         """How the provider's publisher writes events here (see streams.publisher)."""
         return _KafkaEventWriter(self)
 

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from streams.adapters.mapper import HashRingQueueMapper
+from streams.adapters.protocols import ContainerQueueAdapter
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId, StreamId
 from streams.core.tokens import SequenceToken
@@ -28,7 +29,7 @@ class _MemoryQueue:
         self.delivered = 0  # records acknowledged, for tests and status
 
 
-class MemoryQueueAdapter:
+class MemoryQueueAdapter(ContainerQueueAdapter):
     """Queues held in memory; records are removed when read, like Orleans' memory streams.
 
     Not rewindable: history lives only in the pulling agents' caches.

@@ -8,9 +8,9 @@ protocols only, so the memory, generator, embedded and Kafka adapters are interc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from streams.core.batch import QueueMessage
+from streams.core.batch import BatchKind, QueueMessage
 from streams.core.ids import QueueId, StreamId
 from streams.core.tokens import SequenceToken
 
@@ -56,9 +56,31 @@ class RewindableReceiver(QueueAdapterReceiver, Protocol):
         ...
 
 
+Times = list[float | None] | None  # each event's own arrival time, or None: the write's
+
+
+class EventWriter(Protocol):
+    """How an adapter takes events when it does not take batch containers: ``encode`` a run of
+    one stream's events into the items it writes (raising
+    :class:`~streams.core.errors.EncodeError` for a value it cannot encode), ``write`` many
+    items durably, in order. The Kafka adapter has one for topics of one record per event."""
+
+    def encode(
+        self, queue: QueueId, stream_id: StreamId, kind: BatchKind, values: list[Any], times: Times
+    ) -> list[Any]: ...
+
+    async def write(self, items: list[Any]) -> None: ...
+
+
 @runtime_checkable
 class QueueAdapter(Protocol):
-    """The producer side of the queues, and the maker of receivers."""
+    """The producer side of the queues, and the maker of receivers.
+
+    Adapters declare what they can do instead of being probed for it: every adapter writes
+    several containers in one call (:meth:`queue_message_batches`) and says whether it takes
+    events its own way (:meth:`event_writer`). :class:`ContainerQueueAdapter` gives the plain
+    answers, for adapters with nothing better.
+    """
 
     name: str
     is_rewindable: bool
@@ -66,9 +88,41 @@ class QueueAdapter(Protocol):
     async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
         """Durably enqueue one encoded batch container; return once it is accepted."""
 
+    async def queue_message_batches(self, items: Sequence[tuple[QueueId, StreamId, bytes]]) -> None:
+        """Durably enqueue several containers, in order; return once all are accepted."""
+
+    def event_writer(self) -> EventWriter | None:
+        """The adapter's own way to take events, or ``None``: it takes batch containers."""
+
     def create_receiver(self, queue: QueueId) -> QueueAdapterReceiver: ...
 
     async def close(self) -> None: ...
+
+
+class ContainerQueueAdapter:
+    """The plain capabilities of an adapter that takes batch containers one call at a time:
+    several are written one by one, and events are encoded into containers by the publisher.
+
+    >>> import anyio
+    >>> class Printing(ContainerQueueAdapter):
+    ...     async def queue_message_batch(self, queue, stream_id, payload):
+    ...         print(queue, payload)
+    >>> anyio.run(Printing().queue_message_batches, [(0, "s", b"a"), (1, "s", b"b")])
+    0 b'a'
+    1 b'b'
+    >>> Printing().event_writer() is None
+    True
+    """
+
+    async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
+        raise NotImplementedError
+
+    async def queue_message_batches(self, items: Sequence[tuple[QueueId, StreamId, bytes]]) -> None:
+        for queue, stream_id, payload in items:
+            await self.queue_message_batch(queue, stream_id, payload)
+
+    def event_writer(self) -> EventWriter | None:
+        return None
 
 
 class QueueAdapterFactory(Protocol):
