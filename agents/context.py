@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spark_sink.handoff import HandoffSink
+from spark_sink.protocols import HandoffSink
 from streams.core.deadletters import DeadLetterStore
 from streams.core.failures import StreamFailureHandler
 from streams.core.options import StreamProviderOptions

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from spark_sink.handoff import HandoffSink  # the one interface of a handoff sink, owned by the log's side
+from spark_sink.protocols import HandoffSink  # the one interface of a handoff sink, owned by the log's side
 from streams.core.deadletters import DeadLetter, DeadLetterStore
 from streams.core.errors import HandoffRefusedError
 from streams.core.outage import OutageLog

@@ -38,7 +38,7 @@ _HOMES = {
     "EmbeddedHandoffSink": "handoff",
     "EventHandoff": "handoff",
     "Handoff": "handoff",
-    "HandoffSink": "handoff",
+    "HandoffSink": "protocols",
     "check_handoff": "handoff",
     "handoff_of": "handoff",
     "KafkaHandoffLog": "kafka_log",
@@ -106,13 +106,14 @@ if TYPE_CHECKING:  # the lazy names, for type checkers (streams.backends types i
         HandoffStoreNotFoundError,
         UnknownHandoffStreamError,
     )
-    from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, HandoffSink, check_handoff, handoff_of
+    from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, check_handoff, handoff_of
     from .kafka_log import KafkaHandoffLog
     from .kafka_sink import KafkaHandoffSink
     from .kafka_storage import KafkaStorage
     from .log import HandoffLog, Segment
     from .offsets import OffsetRange
     from .options import ReadOptions
+    from .protocols import HandoffSink
     from .schema import HandoffColumn, HandoffSchema
     from .storage import EmbeddedStorage, HandoffSplit, HandoffStorage
     from .writer import HandoffWriter

@@ -24,7 +24,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import msgpack
 import pyarrow as pa
@@ -255,28 +255,6 @@ def conform(
     if not refused:  # only together do they fail: none can be told apart from the others
         refused = [(item, f"handoff {stream!r}: {whole}") for item in items]
     raise HandoffRefusedError(f"{len(refused)} of {len(items)} rows refused; {refused[0][1]}", refused)
-
-
-class HandoffSink(Protocol):
-    """Where the runtime appends one handoff stream's closed windows.
-
-    A write raises :class:`~streams.core.errors.HandoffRefusedError`, appending nothing, when
-    some of the windows or events cannot be held by the declared columns; any other error
-    is a failed append that a retry may get through."""
-
-    async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
-        """Append the windows of ``source`` (a stream) and ``consumer`` (a consumer type) not
-        yet handed off, to ``partition`` (the stream's queue); return how many were."""
-        ...
-
-    async def write_events(
-        self, source: str, consumer: str, partition: int, released: Sequence[EventOutcome], below: Position | None
-    ) -> int:
-        """Append the released events not yet handed off; ``below`` is the position under
-        which the consumer holds no event any more. Return how many were appended."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class EmbeddedHandoffSink:
