@@ -352,7 +352,8 @@ def test_a_writer_killed_mid_append_leaves_whole_appends_indexed(tmp_path: Path,
         time.sleep(rng.random() / 20)
         proc.send_signal(signal.SIGKILL)
         later, _ = proc.communicate()
-        acknowledged += later.splitlines()
+        # A line the kill cut short ("200 " with no sequence number) was never acknowledged.
+        acknowledged += later.split("\n")[:-1] if later else []
         store, writer = open_log(tmp_path, inline_bytes=inline_bytes)
         appends: dict[tuple[int, int], list[int]] = {}
         for partition in (0, 1):
