@@ -28,6 +28,7 @@ state keeps (:mod:`~streams.adapters.kafka_state`).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -107,11 +108,15 @@ class GroupedRecords:
         # Per topic: (position, first offset) of each message not yet acknowledged.
         self._pending: dict[TopicPartition, deque[tuple[int, int]]] = {tp: deque() for tp in self._partitions}
         self._stream_ids: dict[tuple[str, Any], StreamId] = {}
+        # The newest record timestamp read (seconds): the queue's clock, from which each
+        # batch learns the clock just before its first record (``clock_before``).
+        self._clock = -math.inf
 
     def start(self, positions: Mapping[TopicPartition, int]) -> None:
         for tp in self._partitions:
             self._positions[tp] = positions[tp]
             self._pending[tp].clear()
+        self._clock = -math.inf  # the records before the start are not read: not known
 
     def messages(self, fetched: Fetched) -> list[QueueMessage]:
         out: list[QueueMessage] = []
@@ -148,7 +153,13 @@ class GroupedRecords:
         # key -> (values, records): two appends a record; the rest is read per group below.
         groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]]]] = {}
         bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
+        # A group gathers records that other streams' records stand between: the clock
+        # before it is the queue's just before its first record, not before the message.
+        clock, clock_before = self._clock, {}
         for r in records:
+            before, arrival = clock, r.timestamp / 1000
+            if arrival > clock:
+                clock = arrival
             try:
                 value = decode(r.value)
             except Exception as exc:  # the format's own errors: any type
@@ -164,6 +175,7 @@ class GroupedRecords:
             group = groups.get(key)
             if group is None:
                 groups[key] = ([value], [r])
+                clock_before[key] = before
             else:
                 group[0].append(value)
                 group[1].append(r)
@@ -176,10 +188,13 @@ class GroupedRecords:
                 continue
             times = [r.timestamp / 1000 for r in members]
             batch = RecordBatch(sid, values, times, [r.headers for r in members], [r.offset for r in members])
+            if clock_before[key] > -math.inf:
+                batch.clock_before = clock_before[key]
             made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
         for r, why in bad:
             error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}")
             made.append(QueueMessage(queue, r.offset + shift, r.value or b"", r.timestamp / 1000, error))
+        self._clock = clock
         if bad:
             made.sort(key=lambda m: m.sequence_number)
         pending.extend((m.sequence_number, m.sequence_number - shift) for m in made)

@@ -127,6 +127,18 @@ class EventBatch(Sequence[Event]):
     def arrival_time(self) -> float:
         return self.container.arrival_time
 
+    @property
+    def clock_before(self) -> float | None:
+        """The queue's processing clock just before this batch: the newest arrival time of
+        the queue's earlier records (None: not known).
+
+        >>> container = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a"])
+        >>> container.clock_before = 98.5
+        >>> container.events(7).clock_before
+        98.5
+        """
+        return self.container.clock_before
+
     def __len__(self) -> int:
         return self.container.count - self._start
 
@@ -229,7 +241,17 @@ class BatchContainer:
     so routing a batch through the agent and cache costs no per-event work.
     """
 
-    __slots__ = ("stream_id", "kind", "arrival_time", "count", "_values", "_times", "_payload", "dead_lettered")
+    __slots__ = (
+        "stream_id",
+        "kind",
+        "arrival_time",
+        "count",
+        "_values",
+        "_times",
+        "_payload",
+        "dead_lettered",
+        "clock_before",
+    )
 
     def __init__(
         self,
@@ -247,6 +269,11 @@ class BatchContainer:
         self._times = event_times
         self._payload: bytes | None = None
         self.dead_lettered = False  # set by the first consumer that found the body undecodable
+        # The queue's processing clock just before this container's first record: the newest
+        # arrival time of the queue's earlier records, set by whoever read it in queue order
+        # (None: not known, the first record read). An activation that sees only its own
+        # stream catches up with it before the batch (docs/event-time.md, backlogs).
+        self.clock_before: float | None = None
 
     @property
     def values(self) -> Sequence[Any]:
