@@ -72,6 +72,7 @@ class PullingAgent:
         self.read_events = 0  # in the data batches of those records (status: events in)
         self.last_read_sequence: int | None = None  # status: how far behind each cursor is
         self.pressure_skips = 0
+        self.ticks = 0  # ticks given to event-time activations (status, tests)
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._retrying = ReceiverCalls(
             queue, max_backoff=context.options.max_read_backoff, stopping=lambda: self._stopping
@@ -163,6 +164,7 @@ class PullingAgent:
             return
         for activation in self._holds.due(clock):
             if self._settled(activation):
+                self.ticks += 1
                 self._spawn(self._tick, activation, clock)
             else:
                 self._holds.on_change(activation)  # due again at the next period

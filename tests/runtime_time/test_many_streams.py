@@ -219,9 +219,7 @@ async def test_a_quiet_accepting_activation_catches_up_with_the_clock_before_lat
 
         @provider.implicit("devices")
         class Counts:
-            event_time = EventTime(
-                OrderingPolicy(late_arrival=0.05, action="accept"), Tumbling(0.1, origin=0), Count()
-            )
+            event_time = EventTime(OrderingPolicy(late_arrival=0.05, action="accept"), Tumbling(0.1, origin=0), Count())
 
             def __init__(self, stream_id):
                 pass
