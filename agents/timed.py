@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
+from functools import partial
 
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
@@ -187,14 +188,18 @@ class EventTimeObserver:
                     self._release.saw((last.sequence_number, last.event_index))
                 if self._merge is not None:
                     self._merge.saw(part, (last.sequence_number, last.event_index))
-            clock = batch.clock_before
-            if len(batch) and clock is not None and _follows_clock_for_accepted(self.processor):
+            if len(batch) and _follows_clock_for_accepted(self.processor):
                 # The agent does not tick a quiet activation; under `accept` a late event's
                 # fate depends on the clock's watermark, so catch up with the queue's clock
                 # as it stood just before this batch (what the other streams' records did),
                 # never the batch's own arrival: how reads split the queue changes nothing.
-                await self._step(lambda: self.processor.on_tick(clock))
-            await self._step(lambda: self.processor.on_events(batch, part))
+                # (A batch gathered from records that others stood between, in runs.)
+                for clock, run in batch.clock_runs():
+                    if clock is not None:
+                        await self._step(partial(self.processor.on_tick, clock))
+                    await self._step(partial(self.processor.on_events, run, part))
+            else:
+                await self._step(lambda: self.processor.on_events(batch, part))
 
     # A watermark or completion is observed at the processing clock as this activation has
     # seen it, never the wall clock's: in a backlog that would run ahead of the records.

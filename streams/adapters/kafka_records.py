@@ -150,12 +150,13 @@ class GroupedRecords:
         """Append the messages of one topic's records (positions: offset + ``shift``)."""
         decode = self._format.decode
         key_field = self._key_field
-        # key -> (values, records): two appends a record; the rest is read per group below.
-        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]]]] = {}
+        # key -> (values, records, clocks): three appends a record; the rest is read per group below.
+        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]], list[float]]] = {}
         bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
-        # A group gathers records that other streams' records stand between: the clock
-        # before it is the queue's just before its first record, not before the message.
-        clock, clock_before = self._clock, {}
+        # A group gathers records that other streams' records stand between: each record
+        # keeps the queue's clock just before it (RecordBatch.clocks), so an activation can
+        # catch up with it as though the records had come one by one.
+        clock = self._clock
         for r in records:
             before, arrival = clock, r.timestamp / 1000
             if arrival > clock:
@@ -174,22 +175,23 @@ class GroupedRecords:
                     continue
             group = groups.get(key)
             if group is None:
-                groups[key] = ([value], [r])
-                clock_before[key] = before
+                groups[key] = ([value], [r], [before])
             else:
                 group[0].append(value)
                 group[1].append(r)
+                group[2].append(before)
         queue, pending = self._queue, self._pending[tp]
         made: list[QueueMessage] = []
-        for key, (values, members) in groups.items():
+        for key, (values, members, clocks) in groups.items():
             sid = self._stream_id(tp, key)
             if sid is None:
                 bad.extend((r, "has a key that is not UTF-8") for r in members)
                 continue
             times = [r.timestamp / 1000 for r in members]
             batch = RecordBatch(sid, values, times, [r.headers for r in members], [r.offset for r in members])
-            if clock_before[key] > -math.inf:
-                batch.clock_before = clock_before[key]
+            batch.clocks = clocks
+            if clocks[0] > -math.inf:
+                batch.clock_before = clocks[0]
             made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
         for r, why in bad:
             error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}")

@@ -139,6 +139,18 @@ class EventBatch(Sequence[Event]):
         """
         return self.container.clock_before
 
+    def clock_runs(self) -> list[tuple[float | None, Sequence[Event]]]:
+        """The batch as runs of events, each with the queue's clock just before it (None:
+        not known): one run here (a record's events arrive together); a batch gathered from
+        several records has a run wherever other streams' records moved the clock between
+        two of its own (:meth:`streams.core.record_batch.RecordEventBatch.clock_runs`).
+
+        >>> container = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a", "b"])
+        >>> [(clock, len(run)) for clock, run in container.events(7).clock_runs()]
+        [(None, 2)]
+        """
+        return [(self.clock_before, self)]
+
     def __len__(self) -> int:
         return self.container.count - self._start
 

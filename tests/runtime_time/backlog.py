@@ -162,15 +162,20 @@ def reference(
 
 
 def counting_type(
-    provider: StreamProvider, action: str, *, ordering: OrderingPolicy | None = None, window: WindowSpec = WINDOW
+    provider: StreamProvider,
+    action: str,
+    *,
+    ordering: OrderingPolicy | None = None,
+    window: WindowSpec = WINDOW,
+    select: str | None = None,
 ) -> dict[str, Seen]:
     """Declare on ``provider`` the consumer of ``NAMESPACE``; what each stream's activation
-    gives is recorded under its key."""
+    gives is recorded under its key (``select``: the field of a value that is its index)."""
     seen: dict[str, Seen] = {}
 
     @provider.implicit(NAMESPACE)
     class Meter:
-        event_time = EventTime(ordering or policy(action), window, Collect())
+        event_time = EventTime(ordering or policy(action), window, Collect(), select=select)
 
         def __init__(self, stream_id: StreamId) -> None:
             self.seen = seen.setdefault(stream_id.key, Seen())
@@ -190,6 +195,7 @@ async def collect(provider: StreamProvider, seen: dict[str, Seen]) -> None:
             seen[activation.stream_id.key].fates = {name: counters[name] for name in FATES}
     for letter in await provider.dead_letters.list(limit=10**7):
         assert letter.stream is not None
-        seen[StreamId.parse(letter.stream).key].letters.append((letter.value, letter.reason))
+        index = letter.value["i"] if isinstance(letter.value, dict) else letter.value
+        seen[StreamId.parse(letter.stream).key].letters.append((index, letter.reason))
     for one in seen.values():
         one.letters.sort()
