@@ -128,10 +128,6 @@ class RecordEventBatch(EventBatch):
         runs.append((_known(clocks[first]), events[first - start :]))
         return runs
 
-
-def _known(clock: float) -> float | None:
-    return None if clock == -math.inf else clock
-
     def last_position(self) -> SequenceToken:
         """The last event's record: ``offset:0``."""
         container = self.container
@@ -143,3 +139,7 @@ def _known(clock: float) -> float | None:
         container = self.container
         assert isinstance(container, RecordBatch)
         return self.from_index(bisect_right(container.offsets, position.sequence_number))
+
+
+def _known(clock: float) -> float | None:
+    return None if clock == -math.inf else clock
