@@ -72,7 +72,7 @@ class PullingAgent:
         self.read_events = 0  # in the data batches of those records (status: events in)
         self.last_read_sequence: int | None = None  # status: how far behind each cursor is
         self.pressure_skips = 0
-        self.ticks = 0  # ticks given to event-time activations (status, tests)
+        self.ticks = 0  # ticks given to event-time activations (for tests and diagnostics)
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._retrying = ReceiverCalls(
             queue, max_backoff=context.options.max_read_backoff, stopping=lambda: self._stopping
