@@ -6,13 +6,15 @@ of the same arrivals), under adjust, drop and accept, however reads split the qu
 
 from __future__ import annotations
 
+import logging
 import time
 
 import anyio
 import pytest
 
 from streams import StreamId, StreamProvider
-from streams.eventtime import OrderingPolicy, Tumbling
+from streams.core.batch import BatchContainer, BatchKind
+from streams.eventtime import EventTime, OrderingPolicy, Tumbling
 
 from ..core.conftest import drained
 from .backlog import HOUR, NAMESPACE, YEAR, Seen, backlog_rows, collect, containers, counting_type, reference
@@ -119,3 +121,60 @@ async def test_a_worker_that_caught_up_and_went_quiet_closes_windows_by_the_wall
         with anyio.fail_after(10):  # its window closes by the wall clock alone
             while seen["busy"].windows[-1][2] != (-1,):
                 await anyio.sleep(0.01)
+
+
+async def merged_backlog(late_arrival: float | None) -> tuple[list[tuple[str, int, float, str]], StreamProvider]:
+    """A backlog an hour old of one key's tolls (600, 0.1 s apart, each on time) and one
+    price before them, read by an activation over both inputs (no window: events leave in
+    event-time order once the merged watermark passes them); prices then complete."""
+    provider = StreamProvider.memory(
+        queues=1, co_partitioned=[("tolls", "prices")], get_queue_msgs_timer_period=TICK, cache_size=50
+    )
+    released: list[tuple[str, int, float, str]] = []
+
+    @provider.implicit("tolls", "prices")
+    class PricedTolls:
+        event_time = EventTime(OrderingPolicy(late_arrival=late_arrival), inputs=("tolls", "prices"))
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_events(self, events):
+            released.extend((e.record.stream_id.namespace, e.record.value, e.timestamp, e.status) for e in events)
+
+    first = time.time() - HOUR
+    prices, tolls = StreamId("prices", "b1"), StreamId("tolls", "b1")
+    records = [(prices, BatchContainer(prices, BatchKind.DATA, first, [-1], [first]))]
+    for n in range(600):
+        at = first + 0.1 * (n + 1)
+        records.append((tolls, BatchContainer(tolls, BatchKind.DATA, at, [n], [at])))
+    records.append((prices, BatchContainer(prices, BatchKind.COMPLETED, first + 60.1, [])))
+    adapter = await provider.factory.create_adapter()
+    for sid, container in records:
+        await adapter.queue_message_batch(
+            provider.factory.get_queue_mapper().get_queue_for_stream(sid), sid, container.encode()
+        )
+    async with provider:
+        await drained(provider)
+    expected = [("prices", -1, first, "kept")] + [("tolls", n, first + 0.1 * (n + 1), "kept") for n in range(600)]
+    assert released == expected  # each on time, in event-time order, at its own timestamp
+    return released, provider
+
+
+async def test_a_silent_input_holds_a_backlog_back_for_seconds_of_the_records_clock(caplog):
+    # Without late_arrival the silent prices hold every toll back; the hold-back is reported
+    # once it has lasted 5 s of processing time: the records' (60 s of tolls), though reading
+    # them takes a fraction of a second of the wall clock's.
+    caplog.set_level(logging.INFO, "headrace.eventtime")
+    await merged_backlog(None)
+    held = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "input 'prices'" in r.getMessage()
+    ]
+    assert len(held) == 1 and " holds the merged watermark back " in held[0] and " for 5 s " in held[0], held
+
+
+async def test_ticks_move_a_silent_input_by_the_records_clock_in_a_backlog():
+    # With late_arrival the ticks move the silent prices (and the tolls) to the records'
+    # clock - L, never the wall clock's: every toll keeps its own time. (At the wall
+    # clock's, every toll after the first tick would be adjusted to an hour later.)
+    await merged_backlog(5.0)
