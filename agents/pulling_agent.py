@@ -170,13 +170,16 @@ class PullingAgent:
                 self._holds.on_change(activation)  # due again at the next period
 
     def _settled(self, activation: TimedActivation) -> bool:
-        """Every record read of the activation's streams has been delivered to it."""
+        """Every record read of the activation's streams has been delivered to it (other
+        subscriptions of those streams go at their own pace)."""
         if activation.stepping():
             return False
         streams = self._streams
         for sid in activation.input_streams():
             state = streams.get(sid)
-            if state is not None and not all(consumer.idle for consumer in state.consumers.values()):
+            if state is not None and not all(
+                consumer.idle for consumer in state.consumers.values() if timed_of(consumer.observer) is activation
+            ):
                 return False
         return True
 

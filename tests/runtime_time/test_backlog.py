@@ -14,9 +14,9 @@ import pytest
 
 from streams import StreamId, StreamProvider
 from streams.core.batch import BatchContainer, BatchKind
-from streams.eventtime import EventTime, OrderingPolicy, Tumbling
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 
-from ..core.conftest import drained
+from ..core.conftest import GatedRecorder, drained
 from .backlog import HOUR, NAMESPACE, YEAR, Seen, backlog_rows, collect, containers, counting_type, reference
 
 STREAM = StreamId(NAMESPACE, "busy")
@@ -178,3 +178,32 @@ async def test_ticks_move_a_silent_input_by_the_records_clock_in_a_backlog():
     # clock - L, never the wall clock's: every toll keeps its own time. (At the wall
     # clock's, every toll after the first tick would be adjusted to an hour later.)
     await merged_backlog(5.0)
+
+
+async def test_a_stuck_observer_of_the_same_stream_does_not_hold_the_activations_ticks_back():
+    # A tick waits for the records of its own activation only: an in-process observer of the
+    # same stream, stuck in its first delivery, does not keep the windows from closing.
+    provider = StreamProvider.memory(queues=1, get_queue_msgs_timer_period=0.01)
+    results: list[int] = []
+
+    @provider.implicit("quiet")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(late_arrival=0.05), Tumbling(0.1), Count())
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_window(self, result):
+            results.append(result.value)
+
+    stuck = GatedRecorder()
+    async with provider:
+        stream = provider.get_stream(StreamId("quiet", "q"))
+        await stream.subscribe(stuck)
+        await stream.on_next_batch(["x", "y", "z"])
+        with anyio.fail_after(5):
+            while not results:  # only ticks can close the window
+                await anyio.sleep(0.01)
+        assert stuck.events == []  # still in its first delivery
+        stuck.gate.set()
+    assert results == [3]
