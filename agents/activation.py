@@ -82,7 +82,13 @@ class TimedActivation(Activation, Protocol):
     def stream_id(self) -> StreamId: ...
 
     def on_tick(self, now: float) -> Awaitable[None]:
-        """The processing clock moved (wall-clock seconds ``now``) and nothing arrived."""
+        """The queue's processing clock moved to ``now`` and nothing arrived (the clock is
+        the newest arrival read while the queue has a backlog, else the wall clock)."""
+        ...
+
+    def input_streams(self) -> list[StreamId]:
+        """The streams whose consumers deliver to it (its agent ticks it only once they have
+        delivered every record read)."""
         ...
 
     def next_tick(self) -> float | None:

@@ -72,6 +72,7 @@ class PullingAgent:
         self.read_events = 0  # in the data batches of those records (status: events in)
         self.last_read_sequence: int | None = None  # status: how far behind each cursor is
         self.pressure_skips = 0
+        self.ticks = 0  # ticks given to event-time activations (for tests and diagnostics)
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._retrying = ReceiverCalls(
             queue, max_backoff=context.options.max_read_backoff, stopping=lambda: self._stopping
@@ -86,6 +87,10 @@ class PullingAgent:
         self._last_inactivity_sweep = time.monotonic()
         self._last_deadline_check = 0.0
         self._last_tick = 0.0
+        # The queue's processing clock (see _processing_clock): the newest arrival time read,
+        # and whether the last read found the queue caught up.
+        self._records_clock = -math.inf
+        self._caught_up = False
         # Kept proportional to the work at hand, not to the streams held: the consumers with
         # a task now, and the holds and next ticks of the event-time activations.
         self._working: set[StreamConsumer] = set()
@@ -129,16 +134,54 @@ class PullingAgent:
         for consumer in tuple(self._working):  # only a consumer with a task delivers
             consumer.check_deadline(now)
 
+    def _processing_clock(self) -> float:
+        """The queue's processing clock, where every tick of its activations falls.
+
+        It never runs ahead of the records (docs/event-time.md, backlogs): while the queue
+        has records not yet read (a restart after downtime, a replay, a topic read from its
+        start), it is the arrival time of the newest record read; only once a read has found
+        the queue caught up does it follow the wall clock (this is the one place a tick
+        reads it). -inf before anything is read from a queue that is not caught up."""
+        if self._caught_up:
+            return max(time.time(), self._records_clock)
+        return self._records_clock
+
     def _run_ticks(self) -> None:
         """Once a timer period, tick the event-time activations whose next tick is due (a
-        silent stream's watermark follows the clock: late arrival, idle timeouts)."""
+        silent stream's watermark follows the clock: late arrival, idle timeouts) at the
+        queue's processing clock.
+
+        A tick is an observation that comes after every record read before it: an
+        activation with records still on their way to it (its consumers not caught up with
+        the cache, or a step in progress) is not ticked now but at a later period, once they
+        are in, so no tick ever gets ahead of its own records."""
         now = time.monotonic()
         if now - self._last_tick < self.context.options.get_queue_msgs_timer_period:
             return
         self._last_tick = now
-        wall = time.time()
-        for activation in self._holds.due(wall):
-            self._spawn(self._tick, activation, wall)
+        clock = self._processing_clock()
+        if clock == -math.inf:
+            return
+        for activation in self._holds.due(clock):
+            if self._settled(activation):
+                self.ticks += 1
+                self._spawn(self._tick, activation, clock)
+            else:
+                self._holds.on_change(activation)  # due again at the next period
+
+    def _settled(self, activation: TimedActivation) -> bool:
+        """Every record read of the activation's streams has been delivered to it (other
+        subscriptions of those streams go at their own pace)."""
+        if activation.stepping():
+            return False
+        streams = self._streams
+        for sid in activation.input_streams():
+            state = streams.get(sid)
+            if state is not None and not all(
+                consumer.idle for consumer in state.consumers.values() if timed_of(consumer.observer) is activation
+            ):
+                return False
+        return True
 
     async def _tick(self, observer: TimedActivation, now: float) -> None:
         try:
@@ -206,17 +249,20 @@ class PullingAgent:
         self._cursors.detach_slow(self._working)
         if cache.is_under_pressure():
             self.pressure_skips += 1
+            self._caught_up = False  # not read: records may be waiting
             await self._ack()
             return 0
         room = cache.get_max_add_count()
         started = time.perf_counter()
+        self._caught_up = False  # until what this read brings is in the cache
         messages = await self._retrying(self.receiver.get_queue_messages, room)
         self.read_latency.observe(time.perf_counter() - started)
-        if messages is None:
+        if messages is None:  # the read failed (its retries gave up to let the agent stop)
             return 0
         if messages:
             await self._add(messages)
             self.read_messages += len(messages)
+        self._caught_up = self.receiver.caught_up
         await self._ack()
         self._sweep_inactive()
         return len(messages)
@@ -239,6 +285,16 @@ class PullingAgent:
                 decoded.append((message, message.container()))
             except DecodeError as exc:
                 letters.append(undecodable_letter(message, exc))
+        # The queue's clock moves with each record, in queue order: each container learns
+        # where it stood just before it (a receiver that gathers records of one stream
+        # across others, as Kafka's grouped records, has set it already).
+        clock = self._records_clock
+        for _, container in decoded:
+            if container.clock_before is None and clock > -math.inf:
+                container.clock_before = clock
+            if container.arrival_time > clock:
+                clock = container.arrival_time
+        self._records_clock = clock
         self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         self.last_read_sequence = messages[-1].sequence_number
         if letters:

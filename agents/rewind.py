@@ -12,6 +12,7 @@ position available, which the consumer hears through ``on_error`` before the dat
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from cache.protocols import CachedBatch, QueueCache, QueueCacheCursor
@@ -61,6 +62,9 @@ class RewindCursor:
         self._joined: QueueCacheCursor | None = None
         self._read_size = read_size
         self._closed = False
+        # The queue's clock as this cursor reads it (every stream's records): each batch
+        # kept learns where it stood just before it, as the agent's reads teach the cache's.
+        self._clock = -math.inf
 
     @property
     def needs_fill(self) -> bool:
@@ -118,6 +122,9 @@ class RewindCursor:
                 container = BatchContainer.decode(message.payload)
             except DecodeError:
                 continue  # the agent dead-lettered it when it first read it
+            if container.clock_before is None and self._clock > -math.inf:
+                container.clock_before = self._clock
+            self._clock = max(self._clock, container.arrival_time)
             if container.stream_id == self.stream_id:
                 self._buffer.append(_HistoryBatch(message, container))
         self._next_sequence = messages[-1].sequence_number + 1

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import inspect
 import math
-import time
 from collections.abc import Callable
+from functools import partial
 
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
@@ -190,28 +190,35 @@ class EventTimeObserver:
                     self._merge.saw(part, (last.sequence_number, last.event_index))
             if len(batch) and _follows_clock_for_accepted(self.processor):
                 # The agent does not tick a quiet activation; under `accept` a late event's
-                # fate depends on the clock's watermark, so catch up with it first (as a
-                # timer tick just before the batch arrived would have).
-                arrival = batch[0].arrival_time
-                await self._step(lambda: self.processor.on_tick(arrival))
-            await self._step(lambda: self.processor.on_events(batch, part))
+                # fate depends on the clock's watermark, so catch up with the queue's clock
+                # as it stood just before this batch (what the other streams' records did),
+                # never the batch's own arrival: how reads split the queue changes nothing.
+                # (A batch gathered from records that others stood between, in runs.)
+                for clock, run in batch.clock_runs():
+                    if clock is not None:
+                        await self._step(partial(self.processor.on_tick, clock))
+                    await self._step(partial(self.processor.on_events, run, part))
+            else:
+                await self._step(lambda: self.processor.on_events(batch, part))
 
+    # A watermark or completion is observed at the processing clock as this activation has
+    # seen it, never the wall clock's: in a backlog that would run ahead of the records.
     async def on_watermark(self, watermark: float, partition: str | None = None) -> None:
         part = partition or self._partition
         async with self._lock:
-            await self._step(lambda: self.processor.advance_time(watermark, time.time(), part))
+            await self._step(lambda: self.processor.advance_time(watermark, self.processor.clock, part))
 
     async def on_completed(self, partition: str | None = None) -> None:
         part = partition or self._partition
         async with self._lock:
-            await self._step(lambda: self.processor.on_completed(part, time.time()))
+            await self._step(lambda: self.processor.on_completed(part, self.processor.clock))
         if self._open_inputs is not None:
             self._open_inputs.discard(part)
         if not self._open_inputs:  # with several inputs, once the last completes
             await self._user_completed()
 
     async def on_tick(self, now: float) -> None:
-        """The processing clock moved and nothing arrived (a silent stream)."""
+        """The queue's processing clock moved to ``now`` and nothing arrived (a silent stream)."""
         if self._lock.locked():
             return
         async with self._lock:
@@ -226,8 +233,9 @@ class EventTimeObserver:
             out = step()
             self._changed()  # the new windows' hold counts before the emit can suspend
             await self._emit(out)
-            if self.holdback is not None and self.processor.merged is not None:  # several inputs
-                self.holdback.observe(self.processor.merged, time.time())
+            merged, clock = self.processor.merged, self.processor.clock
+            if self.holdback is not None and merged is not None and clock is not None:  # several inputs
+                self.holdback.observe(merged, clock)  # held back for how long, in processing time
         except BaseException:
             self._unfinished = _lowest(self._unfinished, before)
             self.snapshots = False  # its state lost what the emit did not finish
@@ -241,8 +249,25 @@ class EventTimeObserver:
         if self.on_change is not None:
             self.on_change(self)
 
+    def input_streams(self) -> list[StreamId]:
+        """The streams it takes batches from: its own, or one per input (same key).
+
+        >>> from streams.eventtime import Count, EventTime, Tumbling
+        >>> from streams.core.deadletters import MemoryDeadLetterStore
+        >>> class Joined:
+        ...     event_time = EventTime(window=Tumbling(60), aggregate=Count(), inputs=["tolls", "prices"])
+        ...     def on_window(self, result): pass
+        >>> observer = EventTimeObserver(Joined(), Joined.event_time, StreamId("tolls", "b1"), MemoryDeadLetterStore())
+        >>> [str(s) for s in observer.input_streams()]
+        ['tolls/b1', 'prices/b1']
+        """
+        if not self._inputs:
+            return [self.stream_id]
+        key = self.stream_id.key
+        return [StreamId(name, key) for name in self._inputs]
+
     def next_tick(self) -> float | None:
-        """When (wall-clock seconds) a tick would next change something for this
+        """When (processing-clock seconds) a tick would next change something for this
         activation: close a window, fire an idle timeout, release held events, or move the
         watermark its type watches (``on_watermark``); None when no tick ever would. An
         activation of several inputs ticks at every timer period, as its merge is timed."""

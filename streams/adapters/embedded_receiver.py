@@ -63,6 +63,9 @@ class EmbeddedQueueReceiver:
         self._acks_since_persist = 0
         self._last_persist = float("-inf")
         self._next_retention = float("-inf")  # a first pass on the first read
+        # The last read returned fewer records than asked: it reached the queue's tail as
+        # that read's transaction saw it (the protocol's ``caught_up``).
+        self.caught_up = False
         # The event-time state saved with each checkpoint (set by the pulling agent).
         self.state_source: StateSource | None = None
 
@@ -83,7 +86,9 @@ class EmbeddedQueueReceiver:
 
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
         if max_count <= 0 or not self._may_read():
+            self.caught_up = False  # nothing was read: the tail is not known
             return []
+        self.caught_up = False  # until this read returns (it may fail)
         now = time.monotonic()
         if self._checkpoint_due(now):
             await self._persist_checkpoint(now)
@@ -93,6 +98,7 @@ class EmbeddedQueueReceiver:
         messages = await self.read_range(self._position, max_count)
         if messages:
             self._position = messages[-1].sequence_number + 1
+        self.caught_up = len(messages) < max_count
         return messages
 
     async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:

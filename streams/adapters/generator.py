@@ -68,6 +68,7 @@ class GeneratorQueueReceiver:
         self._completed: set[StreamId] = set()
         self._sequence = 0
         self.delivered = 0
+        self.caught_up = False  # the last read made everything there was to make
 
     def _next(self) -> BatchContainer | None:
         cfg = self._config
@@ -95,6 +96,7 @@ class GeneratorQueueReceiver:
                 break
             out.append(QueueMessage(self.queue, self._sequence, container.encode(), container.arrival_time))
             self._sequence += 1
+        self.caught_up = len(out) < max_count
         return out
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:

@@ -37,6 +37,9 @@ class KafkaQueueReceiver:
     behind) and on :meth:`shutdown`; after a crash, the records acknowledged since the last
     commit are read again (at least once). ``read_range`` reads history with a separate
     consumer, leaving the read position where it is.
+
+    :attr:`caught_up` (the receiver protocol's) says whether the last read left the read
+    position at every partition's high-water mark, as the fetch answers reported it.
     """
 
     def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog) -> None:
@@ -59,6 +62,7 @@ class KafkaQueueReceiver:
         self._last_commit = float("-inf")
         self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
         self._backoff = Backoff()
+        self.caught_up = False
 
     @property
     def committed_offset(self) -> int | None:
@@ -108,6 +112,7 @@ class KafkaQueueReceiver:
         return position
 
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        self.caught_up = False  # until a read shows it (an outage, a failure: not known)
         if max_count <= 0:
             return []
         consumer = self._require_consumer()
@@ -128,13 +133,17 @@ class KafkaQueueReceiver:
                 return []
             if batch:
                 self._answered()
-                return self._reader.messages(batch)
+                messages = self._reader.messages(batch)
+                # A fetch brings what it brings: the high-water marks say whether more waits.
+                self.caught_up = await self._caught_up(consumer, unknown=False)
+                return messages
             since = self._waiting_since
             answered = [consumer.last_poll_timestamp(tp) for tp in tps]
             silent = time.time() - since / 1000
             if all(a is not None and a >= since for a in answered):
                 self._answered()
-                if await self._caught_up(consumer):
+                if await self._caught_up(consumer, unknown=True):
+                    self.caught_up = True
                     return []  # caught up with what the partitions held at those answers
                 self._waiting_since = time.time() * 1000  # more to come: wait for it
             elif silent >= self.settings.outage_after:
@@ -143,10 +152,15 @@ class KafkaQueueReceiver:
                 return []
         return []  # answers keep coming, records not yet: the agent asks again
 
-    async def _caught_up(self, consumer: AIOKafkaConsumer) -> bool:
+    async def _caught_up(self, consumer: AIOKafkaConsumer, *, unknown: bool) -> bool:
+        """Whether the read position is at every partition's high-water mark as the last
+        fetch answers gave it (``unknown``: what a partition with no answer yet counts as)."""
         for tp in self._partitions:
             highwater = consumer.highwater(tp)
-            if highwater is not None and await consumer.position(tp) < highwater:
+            if highwater is None:
+                if not unknown:
+                    return False
+            elif await consumer.position(tp) < highwater:
                 return False
         return True
 

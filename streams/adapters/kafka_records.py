@@ -28,6 +28,7 @@ state keeps (:mod:`~streams.adapters.kafka_state`).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -107,11 +108,15 @@ class GroupedRecords:
         # Per topic: (position, first offset) of each message not yet acknowledged.
         self._pending: dict[TopicPartition, deque[tuple[int, int]]] = {tp: deque() for tp in self._partitions}
         self._stream_ids: dict[tuple[str, Any], StreamId] = {}
+        # The newest record timestamp read (seconds): the queue's clock, from which each
+        # batch learns the clock just before its first record (``clock_before``).
+        self._clock = -math.inf
 
     def start(self, positions: Mapping[TopicPartition, int]) -> None:
         for tp in self._partitions:
             self._positions[tp] = positions[tp]
             self._pending[tp].clear()
+        self._clock = -math.inf  # the records before the start are not read: not known
 
     def messages(self, fetched: Fetched) -> list[QueueMessage]:
         out: list[QueueMessage] = []
@@ -145,10 +150,17 @@ class GroupedRecords:
         """Append the messages of one topic's records (positions: offset + ``shift``)."""
         decode = self._format.decode
         key_field = self._key_field
-        # key -> (values, records): two appends a record; the rest is read per group below.
-        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]]]] = {}
+        # key -> (values, records, clocks): three appends a record; the rest is read per group below.
+        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]], list[float]]] = {}
         bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
+        # A group gathers records that other streams' records stand between: each record
+        # keeps the queue's clock just before it (RecordBatch.clocks), so an activation can
+        # catch up with it as though the records had come one by one.
+        clock = self._clock
         for r in records:
+            before, arrival = clock, r.timestamp / 1000
+            if arrival > clock:
+                clock = arrival
             try:
                 value = decode(r.value)
             except Exception as exc:  # the format's own errors: any type
@@ -163,23 +175,28 @@ class GroupedRecords:
                     continue
             group = groups.get(key)
             if group is None:
-                groups[key] = ([value], [r])
+                groups[key] = ([value], [r], [before])
             else:
                 group[0].append(value)
                 group[1].append(r)
+                group[2].append(before)
         queue, pending = self._queue, self._pending[tp]
         made: list[QueueMessage] = []
-        for key, (values, members) in groups.items():
+        for key, (values, members, clocks) in groups.items():
             sid = self._stream_id(tp, key)
             if sid is None:
                 bad.extend((r, "has a key that is not UTF-8") for r in members)
                 continue
             times = [r.timestamp / 1000 for r in members]
             batch = RecordBatch(sid, values, times, [r.headers for r in members], [r.offset for r in members])
+            batch.clocks = clocks
+            if clocks[0] > -math.inf:
+                batch.clock_before = clocks[0]
             made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
         for r, why in bad:
             error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}")
             made.append(QueueMessage(queue, r.offset + shift, r.value or b"", r.timestamp / 1000, error))
+        self._clock = clock
         if bad:
             made.sort(key=lambda m: m.sequence_number)
         pending.extend((m.sequence_number, m.sequence_number - shift) for m in made)

@@ -66,6 +66,7 @@ class MemoryQueueReceiver:
     def __init__(self, queue: QueueId, state: _MemoryQueue) -> None:
         self.queue = queue
         self._state = state
+        self.caught_up = False  # the last read left the queue empty (the protocol's)
 
     async def initialize(self) -> None:
         return None
@@ -73,7 +74,9 @@ class MemoryQueueReceiver:
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
         records, queue = self._state.records, self.queue
         n = min(max_count, len(records))
-        return [QueueMessage(queue, *records.popleft()) for _ in range(n)]
+        out = [QueueMessage(queue, *records.popleft()) for _ in range(n)]
+        self.caught_up = not records
+        return out
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         self._state.delivered += len(tokens)

@@ -36,6 +36,19 @@ class QueueAdapterReceiver(Protocol):
         """Up to ``max_count`` records in queue order, or ``[]`` when there are none now."""
         ...
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the last :meth:`get_queue_messages` found the queue caught up: it returned
+        every record the queue held when it read (fewer than asked, or none), so nothing
+        older than the wall clock waits unread. False before the first read, after a read
+        that may have left records behind, and while the queue cannot be read.
+
+        The pulling agent's processing clock follows it (docs/event-time.md, backlogs):
+        while a queue has unread records, its clock is the arrival time of the newest
+        record read; the wall clock ticks its streams only once a read found it caught up.
+        """
+        ...
+
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         """Acknowledge records every consumer has finished with.
 

@@ -127,6 +127,30 @@ class EventBatch(Sequence[Event]):
     def arrival_time(self) -> float:
         return self.container.arrival_time
 
+    @property
+    def clock_before(self) -> float | None:
+        """The queue's processing clock just before this batch: the newest arrival time of
+        the queue's earlier records (None: not known).
+
+        >>> container = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a"])
+        >>> container.clock_before = 98.5
+        >>> container.events(7).clock_before
+        98.5
+        """
+        return self.container.clock_before
+
+    def clock_runs(self) -> list[tuple[float | None, Sequence[Event]]]:
+        """The batch as runs of events, each with the queue's clock just before it (None:
+        not known): one run here (a record's events arrive together); a batch gathered from
+        several records has a run wherever other streams' records moved the clock between
+        two of its own (:meth:`streams.core.record_batch.RecordEventBatch.clock_runs`).
+
+        >>> container = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a", "b"])
+        >>> [(clock, len(run)) for clock, run in container.events(7).clock_runs()]
+        [(None, 2)]
+        """
+        return [(self.clock_before, self)]
+
     def __len__(self) -> int:
         return self.container.count - self._start
 
@@ -229,7 +253,17 @@ class BatchContainer:
     so routing a batch through the agent and cache costs no per-event work.
     """
 
-    __slots__ = ("stream_id", "kind", "arrival_time", "count", "_values", "_times", "_payload", "dead_lettered")
+    __slots__ = (
+        "stream_id",
+        "kind",
+        "arrival_time",
+        "count",
+        "_values",
+        "_times",
+        "_payload",
+        "dead_lettered",
+        "clock_before",
+    )
 
     def __init__(
         self,
@@ -247,6 +281,11 @@ class BatchContainer:
         self._times = event_times
         self._payload: bytes | None = None
         self.dead_lettered = False  # set by the first consumer that found the body undecodable
+        # The queue's processing clock just before this container's first record: the newest
+        # arrival time of the queue's earlier records, set by whoever read it in queue order
+        # (None: not known, the first record read). An activation that sees only its own
+        # stream catches up with it before the batch (docs/event-time.md, backlogs).
+        self.clock_before: float | None = None
 
     @property
     def values(self) -> Sequence[Any]:

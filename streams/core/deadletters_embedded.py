@@ -117,13 +117,7 @@ class EmbeddedDeadLetterStore:
                 )
             )
         if rows:
-            await self._store.write(
-                lambda conn: conn.executemany(
-                    "INSERT OR IGNORE INTO deadletters(reason, stream, queue, seq, payload, value,"
-                    " event_time, detail, recorded_at, event_index) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-            )
+            await self._store.write(partial(_insert, rows))
 
     async def list(self, reason: str | None = None, limit: int = 100) -> builtins.list[DeadLetter]:
         """The oldest ``limit`` dead letters (of one reason), replayed ones included."""
@@ -179,3 +173,14 @@ class EmbeddedDeadLetterStore:
     @staticmethod
     def _select(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> builtins.list[StoredDeadLetter]:
         return [_stored(row) for row in conn.execute(sql, params)]
+
+
+def _insert(rows: Sequence[tuple[object, ...]], conn: sqlite3.Connection) -> None:
+    # Returns nothing: a cursor handed back to the event loop's thread would be finalized
+    # there, on a pooled connection another thread may be using by then (SQLite then says
+    # "bad parameter or other API misuse" and the letters' write fails).
+    conn.executemany(
+        "INSERT OR IGNORE INTO deadletters(reason, stream, queue, seq, payload, value,"
+        " event_time, detail, recorded_at, event_index) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )

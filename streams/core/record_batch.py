@@ -26,6 +26,7 @@ the events it handed off.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any, cast
@@ -59,7 +60,7 @@ class RecordBatch(BatchContainer):
     record's timestamp, headers and offset (growing: one partition's records, in order).
     The batch's own arrival time is its newest record's."""
 
-    __slots__ = ("headers", "times", "offsets")
+    __slots__ = ("headers", "times", "offsets", "clocks")
 
     def __init__(
         self, stream_id: StreamId, values: list[Any], times: list[float], headers: list[Headers], offsets: list[int]
@@ -68,6 +69,9 @@ class RecordBatch(BatchContainer):
         self.times = times  # every event's own (the base class allows None for "arrival")
         self.headers = headers
         self.offsets = offsets
+        # Per record, the queue's clock just before it (the newest arrival time of the
+        # partition's earlier records, other streams' included), when the reader knows it.
+        self.clocks: list[float] | None = None
 
     def events(self, sequence_number: int) -> EventBatch:
         return RecordEventBatch(self, sequence_number)
@@ -97,6 +101,33 @@ class RecordEventBatch(EventBatch):
     def from_index(self, event_index: int) -> EventBatch:
         return RecordEventBatch(self.container, self.sequence_number, max(self._start, event_index))
 
+    def clock_runs(self) -> list[tuple[float | None, Sequence[Event]]]:
+        """Runs of events, a new one wherever the queue's clock before a record is past the
+        arrival of this stream's previous record (other streams' records came between), each
+        with that clock: an activation catches up with it before the run, as it would have
+        had each record come alone.
+
+        >>> sid = StreamId("sensors", "s-1")
+        >>> batch = RecordBatch(sid, ["a", "b", "c"], [10.0, 11.0, 15.0], [(), (), ()], [0, 1, 4])
+        >>> batch.clocks = [9.0, 10.0, 14.0]  # offsets 2 and 3, another stream's, came at 14
+        >>> [(clock, [e.value for e in run]) for clock, run in batch.events(0).clock_runs()]
+        [(9.0, ['a', 'b']), (14.0, ['c'])]
+        """
+        container = self.container
+        assert isinstance(container, RecordBatch)
+        clocks, times, start = container.clocks, container.times, self._start
+        if clocks is None:
+            return [(self.clock_before, self)]
+        events = self._materialize()
+        runs: list[tuple[float | None, Sequence[Event]]] = []
+        first = start
+        for i in range(start + 1, len(times)):
+            if clocks[i] > times[i - 1]:
+                runs.append((_known(clocks[first]), events[first - start : i - start]))
+                first = i
+        runs.append((_known(clocks[first]), events[first - start :]))
+        return runs
+
     def last_position(self) -> SequenceToken:
         """The last event's record: ``offset:0``."""
         container = self.container
@@ -108,3 +139,7 @@ class RecordEventBatch(EventBatch):
         container = self.container
         assert isinstance(container, RecordBatch)
         return self.from_index(bisect_right(container.offsets, position.sequence_number))
+
+
+def _known(clock: float) -> float | None:
+    return None if clock == -math.inf else clock

@@ -182,9 +182,10 @@ class Processor:
                 flow.idle(inp, arrival_time, out, strict=False)
         return self._done(out)
 
-    def advance_time(self, watermark: float, arrival_time: float, partition: Hashable = 0) -> Output:
+    def advance_time(self, watermark: float, arrival_time: float | None, partition: Hashable = 0) -> Output:
         """A producer's punctuation (StreamInsight CTI): the input's watermark moves to at
-        least ``watermark``; later events below it follow the policy's action."""
+        least ``watermark``; later events below it follow the policy's action. With
+        ``arrival_time`` None the clock stays where it is (its arrival is not known)."""
         out = Output()
         inp = self._input(partition)
         self._observe(inp, arrival_time, out)
@@ -229,6 +230,18 @@ class Processor:
         if self._multi:
             return self._flow.merged.value
         return next(iter(self._inputs.values())).mark.value
+
+    @property
+    def clock(self) -> float | None:
+        """The processing clock: the newest arrival time (of events, ticks, punctuation)
+        any input has seen; None before the first.
+
+        >>> p = Processor(OrderingPolicy())
+        >>> p.clock, p.on_tick(5.0).watermark, p.clock
+        (None, -inf, 5.0)
+        """
+        clock = max((i.clock for i in self._inputs.values()), default=NEVER)
+        return None if clock == NEVER else clock
 
     @property
     def merged(self) -> MergedWatermark | None:
@@ -308,11 +321,13 @@ class Processor:
                 f"unknown input {partition!r}: declare it in Processor(inputs=[...]) (declared: {list(self._inputs)!r})"
             ) from None
 
-    def _observe(self, inp: Input, arrival_time: float, out: Output) -> None:
+    def _observe(self, inp: Input, arrival_time: float | None, out: Output) -> None:
         """An observation carried in the queue: like an event, it moves the clock and fires
         the idle timeouts that fell due strictly before it."""
         if inp.completed:
             raise StreamCompletedError(f"input {inp.name!r} has completed; it takes nothing more")
+        if arrival_time is None:
+            return
         _clock(inp, arrival_time)
         if arrival_time > inp.idle_check:
             self._flow.idle(inp, arrival_time, out, strict=True)

@@ -55,6 +55,10 @@ class RecordingReceiver:
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
         return await self._timed(lambda: self._inner.get_queue_messages(max_count))
 
+    @property
+    def caught_up(self) -> bool:
+        return self._inner.caught_up
+
     async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:
         return await self._timed(lambda: self._inner.read_range(start_sequence, max_count))
 

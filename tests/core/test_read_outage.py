@@ -43,6 +43,10 @@ class FlakyReceiver(MemoryQueueReceiver):
             raise QueueAdapterError("the queue is away")
         return await self._inner.get_queue_messages(max_count)
 
+    @property
+    def caught_up(self) -> bool:  # type: ignore[override]  # the inner queue's answer
+        return self._inner.caught_up
+
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         self._outage.ack_calls += 1
         if self._outage.acks:

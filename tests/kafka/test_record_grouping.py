@@ -3,6 +3,8 @@ acknowledgement commits (no broker: records as aiokafka hands them over)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
@@ -96,3 +98,19 @@ def test_an_events_saved_position_is_its_record_however_the_reads_were_grouped()
         replay = [b.after(position) for b in read(start, sizes) if b.stream_id.key == "x"]
         assert [v for b in replay for v in b.values] == [20, 22, 24, 26, 28], (start, sizes)
         assert all(b.last_position().sequence_number > 18 for b in replay if len(b))
+
+
+def test_each_record_keeps_the_queues_clock_just_before_it_across_reads():
+    # Timestamps are offset seconds. Read one: x at 0 and 1, y at 2; read two: y at 3, x at 4.
+    grouped = reader(A)
+    x, y = (m.decoded for m in grouped.messages({A: [record(A, n, key, b"1") for n, key in enumerate(b"xxy")]}))
+    assert (x.clock_before, x.clocks, y.clock_before, y.clocks) == (None, [-math.inf, 0.0], 1.0, [1.0])
+    y2, x2 = (m.decoded for m in grouped.messages({A: [record(A, 3, b"y", b"1"), record(A, 4, b"x", b"1")]}))
+    assert (y2.clock_before, y2.clocks, x2.clock_before, x2.clocks) == (2.0, [2.0], 3.0, [3.0])
+    assert [(clock, [e.offset for e in run]) for clock, run in x.events(0).clock_runs()] == [(None, [0, 1])]
+    # Read again from 0 (a restart), y standing between x's records: x is caught up with
+    # the clock before its second record separately; the clock before the first is unknown.
+    grouped.start({A: 0})
+    [x3, _] = (m.decoded for m in grouped.messages({A: [record(A, n, key, b"1") for n, key in enumerate(b"xyx")]}))
+    assert x3.clock_before is None
+    assert [(clock, [e.offset for e in run]) for clock, run in x3.events(0).clock_runs()] == [(None, [0]), (1.0, [2])]
