@@ -4,7 +4,8 @@ A slow consumer slows only its own cursor; the others keep their own pace. A bat
 delivery raises is delivered again with back-off (``delivery_retry_backoff``, doubling) while
 ``max_event_delivery_time`` allows (``agents.redelivery``); if no attempt succeeds the consumer
 is told through ``on_error``, the failure handler hears of it, the batch is dead-lettered with
-reason ``delivery_failed`` and the traceback (so it stays findable), and delivery goes on,
+reason ``delivery_failed`` (``activation_failed`` when the consumer's constructor raised,
+:mod:`agents.pending`) and the traceback (so it stays findable), and delivery goes on,
 unless the subscription is faulted (``fault_on_error``; never an implicit activation's).
 Every delivery runs with the worker, queue and stream as the logging context
 (``streams.core.logcontext``), so the consumer's own log lines name them.
@@ -34,7 +35,7 @@ import anyio
 
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch
-from streams.core.errors import DecodeError, DeliveryTimeoutError
+from streams.core.errors import DecodeError, DeliveryTimeoutError, user_error
 from streams.core.failures import DeliveryFailure
 from streams.core.ids import StreamId
 from streams.core.logcontext import enter_fields, leave_fields
@@ -76,7 +77,6 @@ class StreamConsumer:
         "_call_now",
         "_begun",
         "implicit",
-        "_redelivers",
         "_log_fields",
         "_working",
     )
@@ -122,9 +122,6 @@ class StreamConsumer:
         self._call_now = inline_on_next(observer)  # None: only the task calls on_next
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
-        # An observer that keeps what it was given (an event-time activation's processor)
-        # says so: delivering the batch again would count it twice.
-        self._redelivers = observer.redeliverable
         self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
 
     @property
@@ -330,23 +327,42 @@ class StreamConsumer:
 
     async def _retry(self, item: CachedBatch, batch: EventBatch, error: Exception) -> None:
         """Deliver a batch whose delivery raised again, with back-off, within the delivery's
-        ``max_event_delivery_time``; dead-letter it if no attempt succeeds."""
-        if self._redelivers and not isinstance(error, DecodeError):
-            log.info("%s: consumer %s raised %r; retrying with back-off", self.stream_id, self.subscription_id, error)
+        ``max_event_delivery_time``; dead-letter it if no attempt succeeds.
+
+        The first failure is logged at warning with the user's traceback; the retries after
+        it are quiet until one succeeds (one info line) or the batch is dead-lettered (one
+        warning line, from the failure handler)."""
+        if isinstance(error, DecodeError):  # its values cannot be read: no retry makes them readable
+            await self._failed(item, batch, error)
+            return
+        options = self._context.options
+        log.warning(
+            "%s: consumer %s raised %r; retrying with back-off for up to %ss, then dead-lettering",
+            self.stream_id,
+            self.subscription_id,
+            user_error(error),
+            options.max_event_delivery_time,
+            exc_info=user_error(error),
+        )
+        # An observer that keeps what it was given (an event-time activation's processor)
+        # says so: delivering the batch again would count it twice. Asked now, not when
+        # attached: an activation whose constructor raised is built by a later attempt.
+        if self.observer.redeliverable:
             last = await redeliver(
                 self.observer.on_next,
                 batch,
                 error,
                 self._deadline,
-                self._context.options.delivery_retry_backoff,
+                options.delivery_retry_backoff,
                 lambda: self._closed,
             )
             if last is None:
+                log.info("%s: consumer %s took the batch on a retry", self.stream_id, self.subscription_id)
                 self.delivered_batches += 1
                 self.delivered_events += len(batch)
                 return
             error = last
-        await self._failed(item, batch, error)
+        await self._failed(item, batch, error, logged=True)
 
     def _batch_of(self, item: CachedBatch) -> EventBatch:
         events = item.events
@@ -357,7 +373,9 @@ class StreamConsumer:
                 return events.from_index(start.event_index)
         return events
 
-    async def _failed(self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception) -> None:
+    async def _failed(
+        self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception, *, logged: bool = False
+    ) -> None:
         self.failures += 1
         options = self._context.options
         self.faulted = options.fault_on_error and not self.implicit
@@ -370,7 +388,7 @@ class StreamConsumer:
             letters = failed_letters(self.subscription_id, str(self.stream_id), item.message.queue.number, batch, error)
             await self._context.dead_letters.add(letters)
         await self._context.failure_handler.on_delivery_failure(
-            DeliveryFailure(self.subscription_id, self.stream_id, token, error, self.faulted)
+            DeliveryFailure(self.subscription_id, self.stream_id, token, error, self.faulted, logged)
         )
         if self.faulted:
             if self.durable:
