@@ -37,6 +37,7 @@ from .keyed import KeyedActivations
 from .pending import PendingActivation
 from .state import ActivationStates, StateKey
 from .timed import EventTimeObserver, declared_event_time
+from .window_hook import HookLimits
 
 log = logging.getLogger("headrace.agent")
 
@@ -209,7 +210,13 @@ class Catalog:
         spec = declared_event_time(instance)
         if spec is None:
             return None, instance
-        timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))
+        options = self._context.options
+        limits = HookLimits(
+            self._context.registry.type_name(cls) or cls.__qualname__,
+            options.max_event_delivery_time,
+            options.delivery_retry_backoff,
+        )
+        timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid), limits)
         timed.on_change = self._on_change
         if self.states is not None and timed.enable_snapshots():
             self._restore(timed)

@@ -44,6 +44,7 @@ from .holdback import HoldBack
 from .input_view import InputView
 from .order import QueueOrder
 from .turns import Turns
+from .window_hook import HookLimits, WindowHook
 
 __all__ = ["EventTimeObserver", "declared_event_time"]
 
@@ -104,6 +105,8 @@ class EventTimeObserver:
         "_saving",
         "_taken",
         "_skip_to",
+        "_through",
+        "_held_from",
         "__dict__",
     )
 
@@ -114,6 +117,7 @@ class EventTimeObserver:
         stream_id: StreamId,
         dead_letters: DeadLetterStore,
         handoff: HandoffTarget | None = None,
+        limits: HookLimits | None = None,
     ) -> None:
         self.target = target
         self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
@@ -136,7 +140,14 @@ class EventTimeObserver:
         on_window, on_events, on_error, on_completed, on_watermark = spec.check_consumer(type(target)).bind(
             target, "on_window", "on_events", "on_error", "on_completed", "on_watermark"
         )
-        self._on_window = on_window[1]
+        # Each window one unit of work: retried, timed, dead-lettered alone (agents.window_hook).
+        self._on_window = (
+            None
+            if on_window[1] is None
+            else WindowHook(
+                on_window[1], limits or HookLimits(type(target).__qualname__), self._partition, dead_letters
+            )
+        )
         self._on_events = on_events[1]
         self._user_on_events = on_events[0]  # its result is read (merged)
         self.on_error = on_error[1] or nothing
@@ -167,6 +178,10 @@ class EventTimeObserver:
         self._saving: SequenceToken | None = None
         self._taken: SequenceToken | None = None  # the last event taken
         self._skip_to: SequenceToken | None = None  # restored: what the snapshot already has
+        # The last event taken, and the hold before the step now emitting: the queue
+        # positions a failed window's letter names (agents.window_hook).
+        self._through: SequenceToken | None = None
+        self._held_from: SequenceToken | None = None
 
     def for_input(self, name: str, order: QueueOrder) -> InputView:
         """What the stream of input ``name`` delivers to (several inputs), its batches
@@ -184,6 +199,7 @@ class EventTimeObserver:
                 self._taken = batch.last_position()  # the same on every read (a replay's skip)
             if len(batch):
                 last = batch.last_position()  # where a replay finds it (the handoff's marks)
+                self._through = last
                 if self._release is not None:
                     self._release.saw((last.sequence_number, last.event_index))
                 if self._merge is not None:
@@ -194,7 +210,7 @@ class EventTimeObserver:
                 # timer tick just before the batch arrived would have).
                 arrival = batch[0].arrival_time
                 await self._step(lambda: self.processor.on_tick(arrival))
-            await self._step(lambda: self.processor.on_events(batch, part))
+            await self._step(lambda: self.processor.on_events(batch, part), batch[0].token if len(batch) else None)
 
     async def on_watermark(self, watermark: float, partition: str | None = None) -> None:
         part = partition or self._partition
@@ -217,11 +233,13 @@ class EventTimeObserver:
         async with self._lock:
             await self._step(lambda: self.processor.on_tick(now))
 
-    async def _step(self, step: Callable[[], Output]) -> None:
-        """Run one processor step and emit its output, holding the checkpoint where it stood
-        before the step until everything the step closed or released is emitted."""
+    async def _step(self, step: Callable[[], Output], first: SequenceToken | None = None) -> None:
+        """Run one processor step (over events from ``first``) and emit its output, holding
+        the checkpoint where it stood before the step until everything the step closed or
+        released is emitted."""
         before = self._held()
         self._emitting = before
+        self._held_from = _lowest(before, first)
         try:
             out = step()
             self._changed()  # the new windows' hold counts before the emit can suspend
@@ -352,8 +370,11 @@ class EventTimeObserver:
 
     @property
     def waiting_on_handoff(self) -> bool:
-        """An append of this activation's output is being retried through an outage."""
-        return self._handoff is not None and self._handoff.retrying
+        """An append of this activation's output is being retried through an outage, or an
+        ``on_window`` call is timed by its own limit (a window's, not the batch's)."""
+        return (self._handoff is not None and self._handoff.retrying) or (
+            self._on_window is not None and self._on_window.running
+        )
 
     async def _emit(self, out: Output) -> None:
         if out.dead_letters:
@@ -372,7 +393,7 @@ class EventTimeObserver:
                 await handoff.events(released, self._release.below())
         if self._on_window is not None:
             for result in out.windows:
-                await self._on_window(result)
+                await self._on_window(result, self._held_from, self._through)
         if self._on_events is not None and out.events and self._merge is None:
             await self._on_events(out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:
