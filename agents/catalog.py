@@ -32,12 +32,12 @@ from .context import AgentContext
 from .cursors import Cursors
 from .delivery import StreamConsumer
 from .handoff import HandoffTarget
+from .hook_calls import HookLimits
 from .input_view import InputView
 from .keyed import KeyedActivations
 from .pending import PendingActivation
 from .state import ActivationStates, StateKey
 from .timed import EventTimeObserver, declared_event_time
-from .window_hook import HookLimits
 
 log = logging.getLogger("headrace.agent")
 

@@ -79,6 +79,7 @@ class StreamConsumer:
         "implicit",
         "_log_fields",
         "_working",
+        "_reporting",
     )
 
     def __init__(
@@ -123,6 +124,9 @@ class StreamConsumer:
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
         self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
+        # Reporting a failure (letters, on_error within its own limit, the failure handler):
+        # the runtime's time, which the watchdog must not cut short halfway.
+        self._reporting = False
 
     @property
     def idle(self) -> bool:
@@ -233,7 +237,7 @@ class StreamConsumer:
         A watchdog instead of a timeout around every batch: a deadline costs one float per
         delivery, where a timer per batch cost a quarter of the agent's time."""
         if self._delivering and now > self._deadline and self._scope is not None:
-            if self.observer.waiting_on_handoff:
+            if self.observer.waiting_on_handoff or self._reporting:
                 # The runtime's own append is riding out an outage with the checkpoint held:
                 # not the consumer's time. It gets a whole limit again once the append is in.
                 self._deadline = now + self._context.options.max_event_delivery_time
@@ -376,6 +380,13 @@ class StreamConsumer:
     async def _failed(
         self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception, *, logged: bool = False
     ) -> None:
+        self._reporting = True
+        try:
+            await self._report(item, batch, error, logged)
+        finally:
+            self._reporting = False
+
+    async def _report(self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception, logged: bool) -> None:
         self.failures += 1
         options = self._context.options
         self.faulted = options.fault_on_error and not self.implicit
@@ -383,10 +394,10 @@ class StreamConsumer:
             await self._undecodable(item, error)
             batch = []  # its values cannot be read: the raw record is what is kept
         token = batch[0].token if batch else item.message.token
-        await self._tell_observer(error)
-        if batch:
+        if batch:  # kept before on_error is told: whatever on_error does, they are findable
             letters = failed_letters(self.subscription_id, str(self.stream_id), item.message.queue.number, batch, error)
             await self._context.dead_letters.add(letters)
+        await self._tell_observer(error)
         await self._context.failure_handler.on_delivery_failure(
             DeliveryFailure(self.subscription_id, self.stream_id, token, error, self.faulted, logged)
         )
@@ -406,11 +417,23 @@ class StreamConsumer:
         await self._context.dead_letters.add([undecodable_letter(item.message, error, str(self.stream_id))])
 
     async def _tell_observer(self, error: Exception) -> None:
-        if self.observer.has_on_error:
-            try:
+        """Tell the consumer's ``on_error``, within ``max_event_delivery_time`` of its own:
+        what it raises is logged, and one that does not return in time is abandoned."""
+        if not self.observer.has_on_error:
+            return
+        limit = self._context.options.max_event_delivery_time
+        try:
+            with anyio.move_on_after(limit) as scope:
                 await self.observer.on_error(error)
-            except Exception:  # a consumer's on_error must not stop its delivery either
-                log.exception("on_error of %s raised", self.subscription_id)
+            if scope.cancelled_caught:
+                log.warning(
+                    "%s: on_error of %s took longer than max_event_delivery_time (%ss); abandoned",
+                    self.stream_id,
+                    self.subscription_id,
+                    limit,
+                )
+        except Exception:  # a consumer's on_error must not stop its delivery either
+            log.exception("%s: on_error of %s raised", self.stream_id, self.subscription_id)
 
     async def report_error(self, error: Exception) -> None:
         """Tell the consumer and the failure handler of an error outside a delivery

@@ -28,7 +28,7 @@ def failure_detail(subscription_id: str, error: BaseException) -> str:
 
 
 def failed_letters(
-    subscription_id: str, stream: str, queue: int, events: Sequence[Event], error: BaseException
+    subscription_id: str, stream: str, queue: int | None, events: Sequence[Event], error: BaseException
 ) -> list[DeadLetter]:
     """One letter per event of a batch no delivery attempt took (:func:`failure_reason`)."""
     detail = failure_detail(subscription_id, error)

@@ -41,10 +41,10 @@ from streams.eventtime.spec import EventTime
 from .activation import TimedActivation
 from .handoff import HandoffTarget, HandoffWrites
 from .holdback import HoldBack
+from .hook_calls import HookCalls, HookLimits
 from .input_view import InputView
 from .order import QueueOrder
 from .turns import Turns
-from .window_hook import HookLimits, WindowHook
 
 __all__ = ["EventTimeObserver", "declared_event_time"]
 
@@ -107,6 +107,7 @@ class EventTimeObserver:
         "_skip_to",
         "_through",
         "_held_from",
+        "_hooks",
         "__dict__",
     )
 
@@ -140,14 +141,10 @@ class EventTimeObserver:
         on_window, on_events, on_error, on_completed, on_watermark = spec.check_consumer(type(target)).bind(
             target, "on_window", "on_events", "on_error", "on_completed", "on_watermark"
         )
-        # Each window one unit of work: retried, timed, dead-lettered alone (agents.window_hook).
-        self._on_window = (
-            None
-            if on_window[1] is None
-            else WindowHook(
-                on_window[1], limits or HookLimits(type(target).__qualname__), self._partition, dead_letters
-            )
-        )
+        self._on_window = on_window[1]
+        # Each window, step's events or watermark one unit of work for its hook: retried,
+        # timed, given up alone (agents.hook_calls).
+        self._hooks = HookCalls(limits or HookLimits(type(target).__qualname__), self._partition, dead_letters)
         self._on_events = on_events[1]
         self._user_on_events = on_events[0]  # its result is read (merged)
         self.on_error = on_error[1] or nothing
@@ -370,15 +367,14 @@ class EventTimeObserver:
 
     @property
     def waiting_on_handoff(self) -> bool:
-        """An append of this activation's output is being retried through an outage, or an
-        ``on_window`` call is timed by its own limit (a window's, not the batch's)."""
-        return (self._handoff is not None and self._handoff.retrying) or (
-            self._on_window is not None and self._on_window.running
-        )
+        """An append of this activation's output is being retried through an outage, or one
+        of its hooks is timed by its own limit (a window's, not the batch's)."""
+        return (self._handoff is not None and self._handoff.retrying) or self._hooks.running
 
     async def _emit(self, out: Output) -> None:
         if out.dead_letters:
             await self._dead_letters.add(out.dead_letters)
+            self._hooks.refused(out.dead_letters)
         handoff = self._handoff
         if handoff is not None and out.windows:  # durable before anyone else hears of them
             await handoff.windows(out.windows)
@@ -391,14 +387,15 @@ class EventTimeObserver:
             released = self._release.release(out.watermark)
             if released:
                 await handoff.events(released, self._release.below())
+        hooks = self._hooks
         if self._on_window is not None:
             for result in out.windows:
-                await self._on_window(result, self._held_from, self._through)
+                await hooks.window(self._on_window, result, self._held_from, self._through)
         if self._on_events is not None and out.events and self._merge is None:
-            await self._on_events(out.events)
+            await hooks.events(self._on_events, out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
-            await self._user_watermark(out.watermark)
+            await hooks.watermark(self._user_watermark, out.watermark)
 
     async def _emit_merged(self, out: Output) -> None:
         """Release what the merged watermark has passed, in event-time order, to on_events
