@@ -395,7 +395,14 @@ class StreamConsumer:
             batch = []  # its values cannot be read: the raw record is what is kept
         token = batch[0].token if batch else item.message.token
         if batch:  # kept before on_error is told: whatever on_error does, they are findable
-            letters = failed_letters(self.subscription_id, str(self.stream_id), item.message.queue.number, batch, error)
+            letters = failed_letters(
+                self.subscription_id,
+                str(self.stream_id),
+                item.message.queue.number,
+                batch,
+                error,
+                item.container.event_times,
+            )
             await self._context.dead_letters.add(letters)
         await self._tell_observer(error)
         await self._context.failure_handler.on_delivery_failure(

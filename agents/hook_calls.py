@@ -185,6 +185,7 @@ class HookCalls:
                 self._limits.consumer,
                 unit,
             )
+            # each with its event time as the consumer's policy read it (timestamp_by's)
             await self._dead_letters.add(
                 [
                     replace(letter, event_time=outcome.event_time)

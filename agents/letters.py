@@ -28,9 +28,17 @@ def failure_detail(subscription_id: str, error: BaseException) -> str:
 
 
 def failed_letters(
-    subscription_id: str, stream: str, queue: int | None, events: Sequence[Event], error: BaseException
+    subscription_id: str,
+    stream: str,
+    queue: int | None,
+    events: Sequence[Event],
+    error: BaseException,
+    given: Sequence[float | None] | None = None,
 ) -> list[DeadLetter]:
-    """One letter per event of a batch no delivery attempt took (:func:`failure_reason`)."""
+    """One letter per event of a batch no delivery attempt took (:func:`failure_reason`).
+    Its event time is the one the producer gave (``given``, by index in the record; None:
+    none given), never the arrival time an event without one is delivered with: a letter
+    says what is known of the event, and ``dlq list`` shows ``-`` for what is not."""
     detail = failure_detail(subscription_id, error)
     reason = failure_reason(error)
     return [
@@ -41,7 +49,7 @@ def failed_letters(
             sequence_number=e.token.sequence_number,
             event_index=e.token.event_index,
             value=e.value,
-            event_time=e.event_time,
+            event_time=None if given is None else given[e.token.event_index],
             detail=detail,
         )
         for e in events
