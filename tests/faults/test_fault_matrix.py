@@ -16,8 +16,12 @@ from typing import Any
 
 import pytest
 
-from streams import StreamProvider
+from spark_sink import Handoff
+from streams import StreamId, StreamProvider
+from streams.eventtime import EventTime, OrderingPolicy, Tumbling
 
+from ..core.conftest import drained
+from ..helpers import handoff_rows
 from . import matrix as m
 from .matrix import FAILURES, HOOKS
 
@@ -114,15 +118,69 @@ async def test_a_failing_hook_costs_its_unit_alone(backend, hook, failure, tmp_p
     SEEN.setdefault((hook, failure), {})[backend] = _seen(found, hook, failure)
 
 
+@pytest.mark.parametrize("failure", FAILURES)
+async def test_a_window_the_handoff_cannot_convert_costs_that_window_alone(failure, tmp_path, caplog):
+    """Handoff column conversion is the runtime's code: it cannot hang, and what it cannot
+    convert (a text for ``bigint``, "raises"; a fraction, "nonsense") is one letter."""
+    provider = StreamProvider.embedded(tmp_path, queues=2, **m.FAST)
+    poison = {"raises": "many", "hangs": None, "nonsense": 2.5}[failure]
+
+    class Counting:  # (events, poisoned): the poisoned window's result is what the column cannot hold
+        def init(self) -> tuple[int, bool]:
+            return 0, False
+
+        def add(self, acc: Any, value: Any) -> Any:
+            return acc[0] + 1, acc[1] or m.is_poison(value)
+
+        def merge(self, a: Any, b: Any) -> Any:
+            return a[0] + b[0], a[1] or b[1]
+
+        def result(self, acc: Any) -> Any:
+            return poison if acc[1] and poison is not None else acc[0]
+
+    @provider.implicit("ns")
+    class Totals:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(10, origin=m.T0), Counting())
+        handoff = Handoff("totals", {"total": "bigint"})
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+    async with provider:
+        for key in ("bad", "good"):
+            stream = provider.get_stream(StreamId("ns", key))
+            await stream.on_next_batch(m.events(key == "bad"))
+            await stream.on_completed()
+        await drained(provider, 30)
+        letters = await provider.dead_letters.list()
+        alive = all(m.provider_agent_running(a) for a in provider.agents)
+    rows = [
+        (r["stream_id"], r["window_start"].timestamp() - m.T0, r["total"])
+        for q in (0, 1)
+        for r in handoff_rows(tmp_path, "totals", q)
+    ]
+    assert alive
+    assert sorted(r for r in rows if r[0] == "ns/good") == [("ns/good", 0.0, 10), ("ns/good", 10.0, 10)]
+    expected = [] if poison is None else [("handoff_failed", "ns/bad", m.T0, poison)]
+    assert [(x.reason, x.stream, x.value["start"], x.value["value"]) for x in letters] == expected
+    handed = sorted(r for r in rows if r[0] == "ns/bad")
+    assert handed == ([("ns/bad", 0.0, 10)] if poison is None else []) + [("ns/bad", 10.0, 10)]
+    SEEN.setdefault(("handoff column", failure), {})["embedded"] = (
+        "n/a: runtime code, no user code runs there; 2 windows handed off"
+        if poison is None
+        else f"1 handoff_failed (the window, {poison!r} for a bigint column); the other windows handed off"
+    )
+
+
 def test_the_matrix_as_a_user_sees_it(capsys):
     """Prints hook × failure → what the user sees (dead letters; the first log line)."""
     if not SEEN:
         pytest.skip("run with the matrix's cases")  # only when selected alone
-    lines = ["", f"{'hook':<13} {'failure':<9} what the user sees (memory and embedded alike unless shown)"]
+    lines = ["", f"{'hook':<15} {'failure':<9} what the user sees (memory and embedded alike unless shown)"]
     for (hook, failure), by_backend in SEEN.items():
         views = Counter(by_backend.values())
         text = next(iter(views)) if len(views) == 1 else " | ".join(f"{b}: {v}" for b, v in by_backend.items())
-        lines.append(f"{hook:<13} {failure:<9} {text}")
+        lines.append(f"{hook:<15} {failure:<9} {text}")
     with capsys.disabled():
         print("\n".join(lines))
-    assert len(SEEN) == len(HOOKS) * len(FAILURES)
+    assert len(SEEN) == (len(HOOKS) + 1) * len(FAILURES)
