@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from functools import partial
 from typing import Any, Protocol, TypeVarTuple
 
 import anyio
@@ -31,8 +32,10 @@ from .context import AgentContext
 from .cursors import Cursors
 from .delivery import StreamConsumer
 from .handoff import HandoffTarget
+from .hook_calls import HookLimits
 from .input_view import InputView
 from .keyed import KeyedActivations
+from .pending import PendingActivation
 from .state import ActivationStates, StateKey
 from .timed import EventTimeObserver, declared_event_time
 
@@ -69,6 +72,10 @@ class StreamState:
 
 def timed_of(activation: Activation) -> EventTimeObserver | None:
     """The event-time activation a consumer delivers to, directly or as one of its inputs."""
+    if isinstance(activation, PendingActivation):
+        if activation.built is None:
+            return None
+        activation = activation.built
     if isinstance(activation, EventTimeObserver):
         return activation
     if isinstance(activation, InputView) and isinstance(activation.activation, EventTimeObserver):
@@ -111,19 +118,29 @@ class Catalog:
 
     def activation(self, state: StreamState, sid: StreamId, cls: type) -> Activation:
         """One instance per stream id and consumer type, like an Orleans grain activation;
-        one per key for a type fed by several namespaces (see ``agents.keyed``)."""
+        one per key for a type fed by several namespaces (see ``agents.keyed``). A
+        constructor that raises leaves a :class:`~agents.pending.PendingActivation`: each
+        batch tries to build it again, and what cannot be delivered for want of it is
+        retried and dead-lettered ``activation_failed``, as a failed delivery is."""
         observer = state.activations.get(cls)
         if observer is None:
-            namespaces = self._context.registry.namespaces_of(cls)
-            instance: object | None
-            if namespaces:
-                observer, instance = self.keyed.observer_for(cls, sid, namespaces[0], self._make)
-            else:
-                timed, instance = self._make(cls, sid)
-                observer = timed if timed is not None else as_observer(instance)
+            try:
+                observer = self._activate(state, sid, cls)
+            except Exception:  # the user's constructor: its batch reports it (retried, logged)
+                observer = PendingActivation(partial(self._activate, state, sid, cls), cls.__qualname__)
             state.activations[cls] = observer
-            if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
-                self._spawn(call_hook, instance, "on_activate", state.log_fields)
+        return observer
+
+    def _activate(self, state: StreamState, sid: StreamId, cls: type) -> Activation:
+        namespaces = self._context.registry.namespaces_of(cls)
+        instance: object | None
+        if namespaces:
+            observer, instance = self.keyed.observer_for(cls, sid, namespaces[0], self._make)
+        else:
+            timed, instance = self._make(cls, sid)
+            observer = timed if timed is not None else as_observer(instance)
+        if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
+            self._spawn(call_hook, instance, "on_activate", state.log_fields)
         return observer
 
     async def attach_all(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
@@ -193,7 +210,13 @@ class Catalog:
         spec = declared_event_time(instance)
         if spec is None:
             return None, instance
-        timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))
+        options = self._context.options
+        limits = HookLimits(
+            self._context.registry.type_name(cls) or cls.__qualname__,
+            options.max_event_delivery_time,
+            options.delivery_retry_backoff,
+        )
+        timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid), limits)
         timed.on_change = self._on_change
         if self.states is not None and timed.enable_snapshots():
             self._restore(timed)

@@ -4,7 +4,8 @@ A slow consumer slows only its own cursor; the others keep their own pace. A bat
 delivery raises is delivered again with back-off (``delivery_retry_backoff``, doubling) while
 ``max_event_delivery_time`` allows (``agents.redelivery``); if no attempt succeeds the consumer
 is told through ``on_error``, the failure handler hears of it, the batch is dead-lettered with
-reason ``delivery_failed`` and the traceback (so it stays findable), and delivery goes on,
+reason ``delivery_failed`` (``activation_failed`` when the consumer's constructor raised,
+:mod:`agents.pending`) and the traceback (so it stays findable), and delivery goes on,
 unless the subscription is faulted (``fault_on_error``; never an implicit activation's).
 Every delivery runs with the worker, queue and stream as the logging context
 (``streams.core.logcontext``), so the consumer's own log lines name them.
@@ -34,7 +35,7 @@ import anyio
 
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch
-from streams.core.errors import DecodeError, DeliveryTimeoutError
+from streams.core.errors import DecodeError, DeliveryTimeoutError, user_error
 from streams.core.failures import DeliveryFailure
 from streams.core.ids import StreamId
 from streams.core.logcontext import enter_fields, leave_fields
@@ -76,9 +77,9 @@ class StreamConsumer:
         "_call_now",
         "_begun",
         "implicit",
-        "_redelivers",
         "_log_fields",
         "_working",
+        "_reporting",
     )
 
     def __init__(
@@ -122,10 +123,10 @@ class StreamConsumer:
         self._call_now = inline_on_next(observer)  # None: only the task calls on_next
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
-        # An observer that keeps what it was given (an event-time activation's processor)
-        # says so: delivering the batch again would count it twice.
-        self._redelivers = observer.redeliverable
         self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
+        # Reporting a failure (letters, on_error within its own limit, the failure handler):
+        # the runtime's time, which the watchdog must not cut short halfway.
+        self._reporting = False
 
     @property
     def idle(self) -> bool:
@@ -236,7 +237,7 @@ class StreamConsumer:
         A watchdog instead of a timeout around every batch: a deadline costs one float per
         delivery, where a timer per batch cost a quarter of the agent's time."""
         if self._delivering and now > self._deadline and self._scope is not None:
-            if self.observer.waiting_on_handoff:
+            if self.observer.waiting_on_handoff or self._reporting:
                 # The runtime's own append is riding out an outage with the checkpoint held:
                 # not the consumer's time. It gets a whole limit again once the append is in.
                 self._deadline = now + self._context.options.max_event_delivery_time
@@ -330,23 +331,42 @@ class StreamConsumer:
 
     async def _retry(self, item: CachedBatch, batch: EventBatch, error: Exception) -> None:
         """Deliver a batch whose delivery raised again, with back-off, within the delivery's
-        ``max_event_delivery_time``; dead-letter it if no attempt succeeds."""
-        if self._redelivers and not isinstance(error, DecodeError):
-            log.info("%s: consumer %s raised %r; retrying with back-off", self.stream_id, self.subscription_id, error)
+        ``max_event_delivery_time``; dead-letter it if no attempt succeeds.
+
+        The first failure is logged at warning with the user's traceback; the retries after
+        it are quiet until one succeeds (one info line) or the batch is dead-lettered (one
+        warning line, from the failure handler)."""
+        if isinstance(error, DecodeError):  # its values cannot be read: no retry makes them readable
+            await self._failed(item, batch, error)
+            return
+        options = self._context.options
+        log.warning(
+            "%s: consumer %s raised %r; retrying with back-off for up to %ss, then dead-lettering",
+            self.stream_id,
+            self.subscription_id,
+            user_error(error),
+            options.max_event_delivery_time,
+            exc_info=user_error(error),
+        )
+        # An observer that keeps what it was given (an event-time activation's processor)
+        # says so: delivering the batch again would count it twice. Asked now, not when
+        # attached: an activation whose constructor raised is built by a later attempt.
+        if self.observer.redeliverable:
             last = await redeliver(
                 self.observer.on_next,
                 batch,
                 error,
                 self._deadline,
-                self._context.options.delivery_retry_backoff,
+                options.delivery_retry_backoff,
                 lambda: self._closed,
             )
             if last is None:
+                log.info("%s: consumer %s took the batch on a retry", self.stream_id, self.subscription_id)
                 self.delivered_batches += 1
                 self.delivered_events += len(batch)
                 return
             error = last
-        await self._failed(item, batch, error)
+        await self._failed(item, batch, error, logged=True)
 
     def _batch_of(self, item: CachedBatch) -> EventBatch:
         events = item.events
@@ -357,7 +377,16 @@ class StreamConsumer:
                 return events.from_index(start.event_index)
         return events
 
-    async def _failed(self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception) -> None:
+    async def _failed(
+        self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception, *, logged: bool = False
+    ) -> None:
+        self._reporting = True
+        try:
+            await self._report(item, batch, error, logged)
+        finally:
+            self._reporting = False
+
+    async def _report(self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception, logged: bool) -> None:
         self.failures += 1
         options = self._context.options
         self.faulted = options.fault_on_error and not self.implicit
@@ -365,12 +394,19 @@ class StreamConsumer:
             await self._undecodable(item, error)
             batch = []  # its values cannot be read: the raw record is what is kept
         token = batch[0].token if batch else item.message.token
-        await self._tell_observer(error)
-        if batch:
-            letters = failed_letters(self.subscription_id, str(self.stream_id), item.message.queue.number, batch, error)
+        if batch:  # kept before on_error is told: whatever on_error does, they are findable
+            letters = failed_letters(
+                self.subscription_id,
+                str(self.stream_id),
+                item.message.queue.number,
+                batch,
+                error,
+                item.container.event_times,
+            )
             await self._context.dead_letters.add(letters)
+        await self._tell_observer(error)
         await self._context.failure_handler.on_delivery_failure(
-            DeliveryFailure(self.subscription_id, self.stream_id, token, error, self.faulted)
+            DeliveryFailure(self.subscription_id, self.stream_id, token, error, self.faulted, logged)
         )
         if self.faulted:
             if self.durable:
@@ -388,11 +424,23 @@ class StreamConsumer:
         await self._context.dead_letters.add([undecodable_letter(item.message, error, str(self.stream_id))])
 
     async def _tell_observer(self, error: Exception) -> None:
-        if self.observer.has_on_error:
-            try:
+        """Tell the consumer's ``on_error``, within ``max_event_delivery_time`` of its own:
+        what it raises is logged, and one that does not return in time is abandoned."""
+        if not self.observer.has_on_error:
+            return
+        limit = self._context.options.max_event_delivery_time
+        try:
+            with anyio.move_on_after(limit) as scope:
                 await self.observer.on_error(error)
-            except Exception:  # a consumer's on_error must not stop its delivery either
-                log.exception("on_error of %s raised", self.subscription_id)
+            if scope.cancelled_caught:
+                log.warning(
+                    "%s: on_error of %s took longer than max_event_delivery_time (%ss); abandoned",
+                    self.stream_id,
+                    self.subscription_id,
+                    limit,
+                )
+        except Exception:  # a consumer's on_error must not stop its delivery either
+            log.exception("%s: on_error of %s raised", self.stream_id, self.subscription_id)
 
     async def report_error(self, error: Exception) -> None:
         """Tell the consumer and the failure handler of an error outside a delivery

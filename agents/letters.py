@@ -1,5 +1,6 @@
 """The dead letters the agents write: a record that does not decode, and the events of a
-delivery that never succeeded (with the traceback, so the failure stays findable).
+delivery that never succeeded (with the traceback, so the failure stays findable): reason
+``activation_failed`` when the consumer's constructor raised, else ``delivery_failed``.
 
 >>> failure_detail("sub-1", ValueError("boom"))
 'sub-1: ValueError: boom'
@@ -12,28 +13,43 @@ from collections.abc import Sequence
 
 from streams.core.batch import Event, QueueMessage
 from streams.core.deadletters import DeadLetter
+from streams.core.errors import ActivationError, user_error
+
+
+def failure_reason(error: BaseException) -> str:
+    """``activation_failed`` for a constructor's error, else ``delivery_failed``."""
+    return "activation_failed" if isinstance(error, ActivationError) else "delivery_failed"
 
 
 def failure_detail(subscription_id: str, error: BaseException) -> str:
     """A failed delivery's dead-letter detail: the subscription, then the error with its
     traceback, as Python prints it (just the error when it was never raised, a timeout)."""
-    return f"{subscription_id}: " + "".join(traceback.format_exception(error)).rstrip()
+    return f"{subscription_id}: " + "".join(traceback.format_exception(user_error(error))).rstrip()
 
 
 def failed_letters(
-    subscription_id: str, stream: str, queue: int, events: Sequence[Event], error: BaseException
+    subscription_id: str,
+    stream: str,
+    queue: int | None,
+    events: Sequence[Event],
+    error: BaseException,
+    given: Sequence[float | None] | None = None,
 ) -> list[DeadLetter]:
-    """One ``delivery_failed`` letter per event of a batch no delivery attempt took."""
+    """One letter per event of a batch no delivery attempt took (:func:`failure_reason`).
+    Its event time is the one the producer gave (``given``, by index in the record; None:
+    none given), never the arrival time an event without one is delivered with: a letter
+    says what is known of the event, and ``dlq list`` shows ``-`` for what is not."""
     detail = failure_detail(subscription_id, error)
+    reason = failure_reason(error)
     return [
         DeadLetter(
-            "delivery_failed",
+            reason,
             stream=stream,
             queue=queue,
             sequence_number=e.token.sequence_number,
             event_index=e.token.event_index,
             value=e.value,
-            event_time=e.event_time,
+            event_time=None if given is None else given[e.token.event_index],
             detail=detail,
         )
         for e in events

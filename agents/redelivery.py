@@ -43,11 +43,22 @@ async def redeliver(
     ...           lambda: False), len(calls)
     (None, 3)
     """
+    return await call_again(lambda: on_next(batch), error, deadline, backoff, stopped)
+
+
+async def call_again(
+    call: Callable[[], Awaitable[object]],
+    error: Exception,
+    deadline: float,
+    backoff: float,
+    stopped: Callable[[], bool],
+) -> Exception | None:
+    """:func:`redeliver` for any call of a consumer's hook (``call()`` failed with ``error``)."""
     delay = backoff
     while not stopped() and time.monotonic() + delay < deadline:
         await anyio.sleep(delay)
         try:
-            await on_next(batch)
+            await call()
             return None
         except DecodeError as exc:  # its values cannot be read: no retry makes them readable
             return exc

@@ -41,6 +41,7 @@ from streams.eventtime.spec import EventTime
 from .activation import TimedActivation
 from .handoff import HandoffTarget, HandoffWrites
 from .holdback import HoldBack
+from .hook_calls import HookCalls, HookLimits
 from .input_view import InputView
 from .order import QueueOrder
 from .turns import Turns
@@ -104,6 +105,9 @@ class EventTimeObserver:
         "_saving",
         "_taken",
         "_skip_to",
+        "_through",
+        "_held_from",
+        "_hooks",
         "__dict__",
     )
 
@@ -114,6 +118,7 @@ class EventTimeObserver:
         stream_id: StreamId,
         dead_letters: DeadLetterStore,
         handoff: HandoffTarget | None = None,
+        limits: HookLimits | None = None,
     ) -> None:
         self.target = target
         self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
@@ -137,6 +142,9 @@ class EventTimeObserver:
             target, "on_window", "on_events", "on_error", "on_completed", "on_watermark"
         )
         self._on_window = on_window[1]
+        # Each window, step's events or watermark one unit of work for its hook: retried,
+        # timed, given up alone (agents.hook_calls).
+        self._hooks = HookCalls(limits or HookLimits(type(target).__qualname__), self._partition, dead_letters)
         self._on_events = on_events[1]
         self._user_on_events = on_events[0]  # its result is read (merged)
         self.on_error = on_error[1] or nothing
@@ -167,6 +175,10 @@ class EventTimeObserver:
         self._saving: SequenceToken | None = None
         self._taken: SequenceToken | None = None  # the last event taken
         self._skip_to: SequenceToken | None = None  # restored: what the snapshot already has
+        # The last event taken, and the hold before the step now emitting: the queue
+        # positions a failed window's letter names (agents.window_hook).
+        self._through: SequenceToken | None = None
+        self._held_from: SequenceToken | None = None
 
     def for_input(self, name: str, order: QueueOrder) -> InputView:
         """What the stream of input ``name`` delivers to (several inputs), its batches
@@ -184,6 +196,7 @@ class EventTimeObserver:
                 self._taken = batch.last_position()  # the same on every read (a replay's skip)
             if len(batch):
                 last = batch.last_position()  # where a replay finds it (the handoff's marks)
+                self._through = last
                 if self._release is not None:
                     self._release.saw((last.sequence_number, last.event_index))
                 if self._merge is not None:
@@ -197,9 +210,9 @@ class EventTimeObserver:
                 for clock, run in batch.clock_runs():
                     if clock is not None:
                         await self._step(partial(self.processor.on_tick, clock))
-                    await self._step(partial(self.processor.on_events, run, part))
+                    await self._step(partial(self.processor.on_events, run, part), run[0].token if len(run) else None)
             else:
-                await self._step(lambda: self.processor.on_events(batch, part))
+                await self._step(lambda: self.processor.on_events(batch, part), batch[0].token if len(batch) else None)
 
     # A watermark or completion is observed at the processing clock as this activation has
     # seen it, never the wall clock's: in a backlog that would run ahead of the records.
@@ -224,11 +237,13 @@ class EventTimeObserver:
         async with self._lock:
             await self._step(lambda: self.processor.on_tick(now))
 
-    async def _step(self, step: Callable[[], Output]) -> None:
-        """Run one processor step and emit its output, holding the checkpoint where it stood
-        before the step until everything the step closed or released is emitted."""
+    async def _step(self, step: Callable[[], Output], first: SequenceToken | None = None) -> None:
+        """Run one processor step (over events from ``first``) and emit its output, holding
+        the checkpoint where it stood before the step until everything the step closed or
+        released is emitted."""
         before = self._held()
         self._emitting = before
+        self._held_from = _lowest(before, first)
         try:
             out = step()
             self._changed()  # the new windows' hold counts before the emit can suspend
@@ -377,12 +392,14 @@ class EventTimeObserver:
 
     @property
     def waiting_on_handoff(self) -> bool:
-        """An append of this activation's output is being retried through an outage."""
-        return self._handoff is not None and self._handoff.retrying
+        """An append of this activation's output is being retried through an outage, or one
+        of its hooks is timed by its own limit (a window's, not the batch's)."""
+        return (self._handoff is not None and self._handoff.retrying) or self._hooks.running
 
     async def _emit(self, out: Output) -> None:
         if out.dead_letters:
             await self._dead_letters.add(out.dead_letters)
+            self._hooks.refused(out.dead_letters)
         handoff = self._handoff
         if handoff is not None and out.windows:  # durable before anyone else hears of them
             await handoff.windows(out.windows)
@@ -395,14 +412,15 @@ class EventTimeObserver:
             released = self._release.release(out.watermark)
             if released:
                 await handoff.events(released, self._release.below())
+        hooks = self._hooks
         if self._on_window is not None:
             for result in out.windows:
-                await self._on_window(result)
+                await hooks.window(self._on_window, result, self._held_from, self._through)
         if self._on_events is not None and out.events and self._merge is None:
-            await self._on_events(out.events)
+            await hooks.events(self._on_events, out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
-            await self._user_watermark(out.watermark)
+            await hooks.watermark(self._user_watermark, out.watermark)
 
     async def _emit_merged(self, out: Output) -> None:
         """Release what the merged watermark has passed, in event-time order, to on_events

@@ -116,7 +116,7 @@ class WorkerSettings:
     app: str | None = None
     name: str | None = None
     log_level: str = "info"
-    log_format: str = "text"
+    log_format: str | None = None  # text on a terminal, else logfmt
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     status_interval: float = 5.0

@@ -3,6 +3,7 @@ durable explicit subscriptions, and in-process observers per stream."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ class ConsumerRegistry:
         known = self._types.get(name)
         if known is not None and known is not cls:
             raise ConfigurationError(f"consumer type name {name!r} is already registered")
+        check_constructor(cls)
         spec = getattr(cls, "event_time", None)
         if isinstance(spec, EventTime):
             spec.check_consumer(cls)
@@ -111,6 +113,30 @@ class ConsumerRegistry:
 
     def observers(self, stream_id: StreamId) -> list[InProcessSubscription]:
         return list(self._observers.get(stream_id, {}).values())
+
+
+def check_constructor(cls: type) -> None:
+    """Refuse a consumer type that cannot be built as ``cls(stream_id)`` (the commonest slip:
+    ``def __init__(self):``), before a worker meets it on every batch.
+
+    >>> class Totals:
+    ...     def __init__(self): self.n = 0
+    >>> check_constructor(Totals)
+    Traceback (most recent call last):
+    ...
+    streams.core.errors.ConfigurationError: consumer type Totals cannot be built for a stream: its constructor must take the stream id, def __init__(self, stream_id)
+    """
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # a type Python cannot describe (a builtin's): let it try
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise ConfigurationError(
+            f"consumer type {cls.__qualname__} cannot be built for a stream: its constructor "
+            "must take the stream id, def __init__(self, stream_id)"
+        ) from None
 
 
 def check_inputs(cls: type, namespaces: tuple[str, ...]) -> None:

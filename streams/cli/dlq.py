@@ -9,7 +9,9 @@ again, with its event time, to its stream (or to ``--to``), then marks it
 replayed: every consumer of that stream sees it as a new event. A dead letter is kept after
 its replay; ``replay`` refuses one already replayed unless ``--again``. An ``undecodable``
 dead letter is a raw record that never decoded: it has no value to publish and cannot be
-replayed (``show`` prints its bytes).
+replayed (``show`` prints its bytes). A ``window_failed`` dead letter is a window whose
+``on_window`` failed: ``replay`` delivers that window to its consumer type's ``on_window``
+(``--app`` names the application), once; docs/cli.md says what replay does for each reason.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from streams.cli.common import (
     table,
     utc_text,
 )
+from streams.cli.dlq_windows import WINDOW_FAILED, replay_windows
+from streams.cli.worker import load_provider
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore, StoredDeadLetter
 from streams.core.ids import StreamId
 from streams.observability.snapshot import DEAD_LETTER_REASONS
@@ -44,6 +48,7 @@ EXAMPLES = """examples:
   headrace dlq replay --path ./store 42 43
   headrace dlq replay --path ./store --reason delivery_failed
   headrace dlq replay --path ./store 42 --to sensors/s-1-reprocessed
+  headrace dlq replay --path ./store --reason window_failed --app myapp.streams:provider
 """
 
 _PAGE = 500  # dead letters read, and events published, at a time
@@ -88,6 +93,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     replay.add_argument("--reason", help="replay every dead letter of this reason not replayed yet")
     replay.add_argument("--to", metavar="NS/KEY", help="publish to this stream instead of each one's own")
     replay.add_argument("--again", action="store_true", help="also replay dead letters replayed before")
+    replay.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="the application whose consumer types window_failed letters go to (default: [worker] app)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "show":
             anyio.run(_show, letters, args.id, args.json)
         else:
-            anyio.run(_replay, letters, config.provider(), args)
+            app = args.app or config.worker.app
+            anyio.run(_replay, letters, config.provider(), args, load_provider(app) if app else None)
     return 0
 
 
@@ -210,7 +221,9 @@ async def _get(letters: EmbeddedDeadLetterStore, letter_id: int) -> StoredDeadLe
 # -- replay -----------------------------------------------------------------------------------
 
 
-async def _replay(letters: EmbeddedDeadLetterStore, provider: StreamProvider, args: argparse.Namespace) -> None:
+async def _replay(
+    letters: EmbeddedDeadLetterStore, provider: StreamProvider, args: argparse.Namespace, app: StreamProvider | None
+) -> None:
     if bool(args.ids) == bool(args.reason):
         raise CliError("say what to replay: dead letter ids, or --reason R (not both)")
     await check_reason(letters, args.reason)
@@ -225,8 +238,15 @@ async def _replay(letters: EmbeddedDeadLetterStore, provider: StreamProvider, ar
                 + ("" if args.again else " not replayed yet")
             )
             return
+    windows = [s for s in chosen if s.letter.reason == WINDOW_FAILED]  # delivered, not published
+    chosen = [s for s in chosen if s.letter.reason != WINDOW_FAILED]
     for stored in chosen:
         _check_replayable(stored, target, args.again)
+    delivered = await replay_windows(letters, app, windows)
+    if delivered:
+        print(f"headrace dlq: delivered {plural(delivered, 'window')} to on_window again")
+    if not chosen:
+        return
     counts: dict[str, int] = {}
     async with provider.client():
         for stream_id, batch in _by_stream(chosen, target):
@@ -254,6 +274,11 @@ def _check_replayable(stored: StoredDeadLetter, target: StreamId | None, again: 
         raise CliError(
             f"dead letter {n} ({letter.reason}) is a raw record that never decoded: there is no value "
             f"to publish, so it cannot be replayed (`headrace dlq show {n}` prints its bytes); nothing was replayed"
+        )
+    if letter.reason == "handoff_failed" and letter.sequence_number is None:
+        raise CliError(
+            f"dead letter {n} (handoff_failed) is a window the handoff refused, not an event: publishing it "
+            f"would count it as one (`headrace dlq show {n}` prints it); nothing was replayed"
         )
     if stored.replayed_at is not None and not again:
         raise CliError(

@@ -8,8 +8,9 @@ runs until SIGTERM or SIGINT, then leaves gracefully: its agents finish their in
 deliveries and checkpoint, and it hands its queues back at once instead of letting their
 leases expire. A second signal ends it at once.
 
-Logs go to stderr, one line per record with the worker, queue and stream it concerns
-(``key=value`` text, or JSON with ``--log-format json``). With ``--metrics-port`` the worker
+Logs go to stderr, each record with the worker, queue and stream it concerns: readable
+text on a terminal (a consumer's traceback on lines of its own), ``key=value`` lines
+(logfmt) otherwise, or JSON with ``--log-format json``. With ``--metrics-port`` the worker
 serves Prometheus metrics at ``http://HOST:PORT/metrics``; HOST is ``--metrics-host``, by
 default 127.0.0.1 (this machine only: give 0.0.0.0 to let a Prometheus elsewhere scrape it).
 
@@ -77,7 +78,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the configuration; its [worker] section may hold these settings (see above)",
     )
     parser.add_argument("--log-level", choices=LEVELS, help="default info")
-    parser.add_argument("--log-format", choices=FORMATS, help="text (key=value, the default) or json")
+    parser.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        help="text (readable, tracebacks on lines of their own), logfmt (key=value) or json; "
+        "default text when stderr is a terminal, else logfmt",
+    )
     parser.add_argument(
         "--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics on PORT (0: any free one)"
     )
@@ -111,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     provider = load_provider(app)
     if name is not None:
         provider.worker_name = name
-    log_format = cast(LogFormat, args.log_format or settings.log_format)  # configure_logging checks it
+    log_format = cast(LogFormat | None, args.log_format or settings.log_format)  # configure_logging checks it
     configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
     GC_POLICY.own_process()  # this process runs nothing else: the collector is the worker's to tune
     anyio.run(serve, provider, port, settings.status_interval, host)

@@ -23,12 +23,18 @@ class DeadLetter:
 
     ``reason`` is one of ``early_arrival``, ``late_arrival``, ``out_of_order``,
     ``window_closed``, ``invalid_timestamp``, ``invalid_value``, ``undecodable``,
-    ``delivery_failed``, ``handoff_failed`` (or an adapter's own). A ``handoff_failed``
+    ``delivery_failed``, ``activation_failed``, ``window_failed``, ``handoff_failed`` (or an
+    adapter's own). A ``handoff_failed``
     window has ``value`` ``{"key", "start", "end", "value"}`` and no queue position. An event's
     letter names its position: ``queue``, ``sequence_number`` (its record) and
     ``event_index`` (its place in the record; ``None`` for a letter about a whole record). A
     letter written for one event must carry its ``event_index``, or stores take the letters of
     a record's several events for one (see :func:`letter_key`).
+
+    ``unit`` names a letter about something that is not one event or record of its queue: a
+    window whose ``on_window`` failed (``window_failed``, ``agents.window_hook``) is the
+    consumer type, key and bounds. Letters of one queue, reason and unit are one, whatever
+    position they name; ``None`` for the letters of events and records.
     """
 
     reason: str
@@ -41,6 +47,7 @@ class DeadLetter:
     detail: str = ""
     recorded_at: float = field(default_factory=time.time)
     event_index: int | None = None  # the event's index in its record; None: the whole record
+    unit: str | None = None  # what it is about, when not an event or record (a window)
 
 
 class DeadLetterStore(Protocol):
@@ -53,12 +60,17 @@ class DeadLetterStore(Protocol):
 
 def letter_key(letter: DeadLetter) -> Hashable | None:
     """What makes a dead letter the same as another: its queue, its position there (record
-    and event index; a whole record's letter has no index) and its reason. ``None`` when
-    its queue or record is not known: such a letter is never taken for another.
+    and event index; a whole record's letter has no index) and its reason; for a letter with
+    a ``unit``, its queue, reason and unit. ``None`` when its queue or record is not known:
+    such a letter is never taken for another.
 
     >>> letter_key(DeadLetter("late_arrival", queue=2, sequence_number=40, event_index=3))
     (2, 40, 3, 'late_arrival')
+    >>> letter_key(DeadLetter("window_failed", queue=2, sequence_number=40, unit="Totals 'a' [0, 10)"))
+    (2, 'window_failed', "Totals 'a' [0, 10)")
     """
+    if letter.unit is not None:
+        return None if letter.queue is None else (letter.queue, letter.reason, letter.unit)
     if letter.queue is None or letter.sequence_number is None:
         return None
     index = -1 if letter.event_index is None else letter.event_index

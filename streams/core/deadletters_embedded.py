@@ -4,7 +4,9 @@ replay: a dead letter is kept after it is replayed, marked with the time of the 
 One row per queue position and reason (``streams.core.deadletters.letter_key``: a unique index,
 and ``INSERT OR IGNORE``), so a range read again after a restart records nothing twice. A
 whole record's letter has event index -1 in the table; rows written before the index existed
-have none (NULL) and are never taken for another."""
+have none (NULL) and are never taken for another. A letter with a ``unit`` (a window) is one
+per queue, reason and unit (a second, partial, unique index); its event index is NULL, so the
+first index never takes it for an event's."""
 
 from __future__ import annotations
 
@@ -33,9 +35,15 @@ DEADLETTER_SCHEMA: list[Migration] = [
         "ALTER TABLE deadletters ADD COLUMN event_index INTEGER",
         "CREATE UNIQUE INDEX deadletters_once ON deadletters(queue, seq, event_index, reason)",
     ],
+    [  # a letter about a window, not an event: one per queue, reason and unit
+        "ALTER TABLE deadletters ADD COLUMN unit TEXT",
+        "CREATE UNIQUE INDEX deadletters_unit_once ON deadletters(queue, reason, unit) WHERE unit IS NOT NULL",
+    ],
 ]
 
-_COLUMNS = "id, reason, stream, queue, seq, payload, value, event_time, detail, recorded_at, replayed_at, event_index"
+_COLUMNS = (
+    "id, reason, stream, queue, seq, payload, value, event_time, detail, recorded_at, replayed_at, event_index, unit"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +68,7 @@ def _encode_value(letter: DeadLetter) -> tuple[bytes | None, str]:
 
 
 def _stored(row: tuple[Any, ...]) -> StoredDeadLetter:
-    letter_id, reason, stream, queue, seq, payload, value, event_time, detail, at, replayed, index = row
+    letter_id, reason, stream, queue, seq, payload, value, event_time, detail, at, replayed, index, unit = row
     letter = DeadLetter(
         reason=reason,
         stream=stream,
@@ -72,6 +80,7 @@ def _stored(row: tuple[Any, ...]) -> StoredDeadLetter:
         detail=detail,
         recorded_at=at,
         event_index=None if index is None or index < 0 else index,
+        unit=unit,
     )
     return StoredDeadLetter(letter_id, letter, replayed)
 
@@ -112,8 +121,14 @@ class EmbeddedDeadLetterStore:
                     letter.event_time,
                     detail,
                     letter.recorded_at,
-                    # -1: the whole record; NULL (no queue position) never matches another
-                    None if letter_key(letter) is None else -1 if letter.event_index is None else letter.event_index,
+                    # -1: the whole record; NULL (no queue position, or a unit's letter) never
+                    # matches another in the positions' index
+                    None
+                    if letter_key(letter) is None or letter.unit is not None
+                    else -1
+                    if letter.event_index is None
+                    else letter.event_index,
+                    letter.unit,
                 )
             )
         if rows:
@@ -181,6 +196,6 @@ def _insert(rows: Sequence[tuple[object, ...]], conn: sqlite3.Connection) -> Non
     # "bad parameter or other API misuse" and the letters' write fails).
     conn.executemany(
         "INSERT OR IGNORE INTO deadletters(reason, stream, queue, seq, payload, value,"
-        " event_time, detail, recorded_at, event_index) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " event_time, detail, recorded_at, event_index, unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         rows,
     )

@@ -37,6 +37,12 @@ class DeliveryTimeoutError(HeadraceError, TimeoutError):
     """A consumer did not finish a batch within ``max_event_delivery_time``."""
 
 
+class ActivationError(HeadraceError):
+    """A consumer's constructor raised while its stream's batch waited for it: the cause is
+    the user's error (``__cause__``). The batch is retried, then dead-lettered
+    ``activation_failed``; the stream's next batch tries to build it again."""
+
+
 class ProviderClosedError(HeadraceError):
     """The provider is not running (use ``async with provider:`` or ``provider.client()``)."""
 
@@ -82,3 +88,18 @@ class PublishError(HeadraceError):
         self.reasons = reasons
         why = "; ".join(dict.fromkeys(reasons)) or "unknown"
         super().__init__(f"{failed} sent event(s) were not enqueued: {why}")
+
+
+def user_error(error: BaseException) -> BaseException:
+    """The error the user's code raised: a constructor's, not the runtime's wrapper round
+    it, so a traceback ends with the user's frame.
+
+    >>> try:
+    ...     raise ActivationError("Totals could not be built") from KeyError("bad")
+    ... except ActivationError as exc:
+    ...     user_error(exc)
+    KeyError('bad')
+    """
+    if isinstance(error, ActivationError) and error.__cause__ is not None:
+        return error.__cause__
+    return error

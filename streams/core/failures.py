@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+from streams.core.errors import user_error
 from streams.core.ids import StreamId
 from streams.core.tokens import SequenceToken
 
@@ -19,6 +20,9 @@ class DeliveryFailure:
     token: SequenceToken | None
     error: BaseException
     faulted: bool  # the subscription was faulted because of it
+    # Its traceback is in the log already (the first failure of this run of failures was
+    # logged with it when its retries began): say it in one line.
+    logged: bool = False
 
 
 class StreamFailureHandler(Protocol):
@@ -45,5 +49,7 @@ class LoggingFailureHandler:
             failure.error,
             # A raised error's traceback says where the consumer failed; a timeout or a
             # cache miss was never raised and has none.
-            exc_info=failure.error if failure.error.__traceback__ is not None else None,
+            exc_info=user_error(failure.error)
+            if failure.error.__traceback__ is not None and not failure.logged
+            else None,
         )

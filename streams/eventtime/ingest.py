@@ -29,6 +29,10 @@ from streams.eventtime.watermark import FOREVER, NEVER
 
 _record_value = attrgetter("value")
 
+# An aggregate's add that returns None lost the accumulator (a forgotten ``return``): the
+# event is dead-lettered invalid_value, and the window keeps what it had.
+_NO_ACCUMULATOR = "the aggregate's add returned None, not the new accumulator (is a return missing?)"
+
 
 class Ingest:
     """Runs events of one input through steps 1-6 (:meth:`run`).
@@ -184,12 +188,17 @@ class Ingest:
                             state = bucket.get(key)
                             if state is None:
                                 acc = 1 if counting else add(init(), select(rec))
+                                if acc is None:  # the commonest slip in a reducer: no return
+                                    raise TypeError(_NO_ACCUMULATOR)
                                 bucket[key] = [acc, {part: rec.token} if multi else rec.token]
                             else:
                                 if counting:
                                     state[0] += 1
                                 else:
-                                    state[0] = add(state[0], select(rec))
+                                    acc = add(state[0], select(rec))
+                                    if acc is None:  # kept as it was: the event is refused
+                                        raise TypeError(_NO_ACCUMULATOR)
+                                    state[0] = acc
                                 if multi and part not in state[1]:
                                     state[1][part] = rec.token
                 except Exception as exc:  # noqa: BLE001 - a key or aggregate of this event raised

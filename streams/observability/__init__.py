@@ -10,6 +10,7 @@ from streams.observability.logs import (
     JsonFormatter,
     KeyValueFormatter,
     LogContextFilter,
+    TextFormatter,
     configure_logging,
 )
 from streams.observability.metrics import HeadraceCollector, MetricsServer, metric_families, serve_metrics
@@ -29,6 +30,7 @@ __all__ = [
     "JsonFormatter",
     "KeyValueFormatter",
     "LogContextFilter",
+    "TextFormatter",
     "MetricsServer",
     "QueueSnapshot",
     "WorkerSnapshot",

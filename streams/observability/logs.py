@@ -11,11 +11,14 @@ A :class:`LogContextFilter` on the handler gives each record three attributes, `
    lines name the worker, queue and stream too, see :mod:`streams.core.logcontext`);
 3. the filter's defaults (``configure_logging(worker=...)``), else ``None``.
 
-Two formats: ``key=value`` text (logfmt) and one JSON object per line.
+Three formats: ``text``, for a person at a terminal (one line per record, then its
+traceback as Python prints it: multi-line); ``logfmt`` (``key=value``, a traceback in one
+quoted field) and ``json`` (one object per line), for files and collectors. The default is
+``text`` when the stream is a terminal, else ``logfmt``.
 
 >>> import io, logging
 >>> out = io.StringIO()
->>> handler = configure_logging("info", "text", stream=out, worker="w1", logger="headrace.doc")
+>>> handler = configure_logging("info", "logfmt", stream=out, worker="w1", logger="headrace.doc")
 >>> logging.getLogger("headrace.doc").warning("%s: queue unavailable", QueueId(3))
 >>> print(out.getvalue().split(" ", 1)[1], end="")
 level=warning logger=headrace.doc worker=w1 queue=3 stream=- msg="queue-3: queue unavailable"
@@ -36,8 +39,8 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import FIELDS, check_fields, current_fields
 
 LEVELS = ("debug", "info", "warning", "error")
-FORMATS = ("text", "json")
-LogFormat = Literal["text", "json"]
+FORMATS = ("text", "logfmt", "json")
+LogFormat = Literal["text", "logfmt", "json"]
 
 
 class LogContextFilter(logging.Filter):
@@ -108,6 +111,26 @@ def _logfmt(value: Any) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+class TextFormatter(logging.Formatter):
+    """For a person: ``06:15:41.123 WARNING  worker=w1 queue=3 stream=ns/k  message``, then
+    the traceback (if any) as Python prints it, the user's frame last.
+
+    >>> record = logging.LogRecord("headrace.agent", logging.WARNING, "", 0, "queue-3: slow", None, None)
+    >>> record.created = 0.0
+    >>> TextFormatter().format(record)
+    '00:00:00.000 WARNING  headrace.agent  queue-3: slow'
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        moment = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S.%f")[:-3]
+        fields = " ".join(f"{name}={value}" for name in FIELDS if (value := getattr(record, name, None)) is not None)
+        where = f"{record.name} {fields}" if fields else record.name
+        text = f"{moment} {record.levelname:<8} {where}  {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``ts``, ``level``, ``logger``, ``worker``, ``queue``,
     ``stream``, ``msg`` (and ``exc`` with a traceback); an unknown field is ``null``."""
@@ -127,22 +150,27 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(
     level: str = "info",
-    fmt: LogFormat = "text",
+    fmt: LogFormat | None = None,
     *,
     stream: TextIO | None = None,
     logger: str = "",
     **defaults: Any,
 ) -> logging.Handler:
     """Send ``logger``'s records (the root's by default) at ``level`` and above to ``stream``
-    (stderr), as ``fmt`` (``text`` or ``json``), with the worker, queue and stream fields;
-    ``defaults`` (``worker=...``) fill a field nothing else names. Returns the handler."""
+    (stderr), as ``fmt`` (``text``, ``logfmt`` or ``json``; None: ``text`` on a terminal,
+    else ``logfmt``), with the worker, queue and stream fields; ``defaults``
+    (``worker=...``) fill a field nothing else names. Returns the handler."""
     if level not in LEVELS:
         raise ConfigurationError(f"a log level is one of {', '.join(LEVELS)}, not {level!r}")
-    if fmt not in FORMATS:
+    if fmt is not None and fmt not in FORMATS:
         raise ConfigurationError(f"a log format is one of {', '.join(FORMATS)}, not {fmt!r}")
-    handler = logging.StreamHandler(stream or sys.stderr)
+    out = stream or sys.stderr
+    if fmt is None:
+        fmt = "text" if out.isatty() else "logfmt"
+    handler = logging.StreamHandler(out)
     handler.addFilter(LogContextFilter(**defaults))
-    handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
+    formatter = {"json": JsonFormatter, "logfmt": KeyValueFormatter, "text": TextFormatter}[fmt]
+    handler.setFormatter(formatter())
     target = logging.getLogger(logger)
     target.addHandler(handler)
     target.setLevel(level.upper())

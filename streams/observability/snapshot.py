@@ -36,6 +36,8 @@ DEAD_LETTER_REASONS: tuple[str, ...] = (
     *(reason.value for reason in Reason),
     "undecodable",
     "delivery_failed",
+    "activation_failed",
+    "window_failed",
     "handoff_failed",
 )
 

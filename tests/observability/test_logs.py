@@ -63,15 +63,32 @@ async def run_worker_with_trouble(path) -> tuple[int, StreamId]:
 
 
 async def test_agent_and_delivery_lines_name_worker_queue_and_stream(tmp_path, capture):
-    out = capture("text")
+    out = capture("logfmt")
     queue, flaky = await run_worker_with_trouble(tmp_path / "store")
     lines = out.getvalue().splitlines()
     [agent] = [line for line in lines if "do not decode" in line]
     assert f" level=warning logger=headrace.agent worker={WORKER} queue={queue} stream=- msg=" in agent
+    # the first failure carries the traceback; the dead-lettering after the retries is one line
+    [first] = [line for line in lines if "retrying with back-off" in line]
+    assert f" logger=headrace.agent worker={WORKER} queue={queue} stream={flaky} msg=" in first
+    assert 'exc="Traceback (most recent call last):' in first and 'RuntimeError: consumer bug"' in first
     [delivery] = [line for line in lines if "delivery failed" in line]
     assert f" logger=headrace.delivery worker={WORKER} queue={queue} stream={flaky} msg=" in delivery
-    assert 'exc="Traceback (most recent call last):' in delivery and 'RuntimeError: consumer bug"' in delivery
+    assert "exc=" not in delivery
     assert all(line.startswith("ts=") and "Z level=" in line for line in lines)
+
+
+async def test_text_is_readable_with_the_traceback_on_lines_of_its_own(tmp_path, capture):
+    out = capture("text")
+    queue, flaky = await run_worker_with_trouble(tmp_path / "store")
+    text = out.getvalue()
+    assert text.count("Traceback (most recent call last):\n") == 1  # once per run of failures
+    first = text.index("retrying with back-off")
+    header = text[text.rindex("\n", 0, first) + 1 : text.index("\n", first)]
+    assert f" WARNING  headrace.agent worker={WORKER} queue={queue} stream={flaky}  {flaky}: consumer " in header
+    traceback = text[text.index("Traceback", first) : text.index("RuntimeError: consumer bug", first)]
+    assert "in on_next\n" in traceback  # the user's frame, last
+    assert traceback.rstrip().splitlines()[-1].strip() == 'raise RuntimeError("consumer bug")'
 
 
 async def test_json_lines_hold_the_same_fields(tmp_path, capture):
@@ -88,11 +105,12 @@ async def test_json_lines_hold_the_same_fields(tmp_path, capture):
     )
     [delivery] = [e for e in entries if "delivery failed" in e["msg"]]
     assert (delivery["worker"], delivery["queue"], delivery["stream"]) == (WORKER, queue, str(flaky))
-    assert delivery["exc"].endswith("RuntimeError: consumer bug")
+    [first] = [e for e in entries if "retrying with back-off" in e["msg"]]
+    assert first["exc"].endswith("RuntimeError: consumer bug") and "exc" not in delivery
 
 
 def test_context_names_what_arguments_do_not_and_arguments_win(capture):
-    out = capture("text")
+    out = capture("logfmt")
     log = logging.getLogger("headrace.test")
     with log_context(queue=QueueId(5), stream=StreamId("tolls", "p-1")):
         log.warning("from the context")
@@ -105,7 +123,7 @@ def test_context_names_what_arguments_do_not_and_arguments_win(capture):
 
 
 def test_exceptions_are_one_field_of_the_line(capture):
-    out = capture("text")
+    out = capture("logfmt")
     try:
         raise ValueError("bad value")
     except ValueError:
@@ -123,3 +141,20 @@ def test_unknown_fields_levels_and_formats_are_refused():
         configure_logging("loud")
     with pytest.raises(ConfigurationError, match="log format"):
         configure_logging("info", "xml")  # type: ignore[arg-type]
+
+
+def test_the_default_format_is_text_on_a_terminal_and_logfmt_elsewhere():
+    import os
+
+    from streams.observability import KeyValueFormatter, TextFormatter
+
+    primary, secondary = os.openpty()
+    with open(secondary, "w") as terminal, io.StringIO() as file:
+        on_terminal = configure_logging("info", None, stream=terminal, logger="headrace.default")
+        in_file = configure_logging("info", None, stream=file, logger="headrace.default")
+        logger = logging.getLogger("headrace.default")
+        logger.removeHandler(on_terminal)
+        logger.removeHandler(in_file)
+    os.close(primary)
+    assert isinstance(on_terminal.formatter, TextFormatter)
+    assert isinstance(in_file.formatter, KeyValueFormatter)

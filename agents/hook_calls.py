@@ -1,0 +1,234 @@
+"""Calling an event-time consumer's own hooks, ``on_window``, ``on_events`` and
+``on_watermark``, one unit of work at a time: a window, the events of one step, a
+watermark. A call that raises is made again with the delivery back-off
+(``delivery_retry_backoff``, doubling) within ``max_event_delivery_time``, each attempt cut
+short if it would run past that (a hook that awaits forever); the first failure is logged at
+warning with its traceback, the retries quietly. If no attempt succeeds the unit alone is
+given up and the activation goes on with the next:
+
+- a window is dead-lettered as the window, reason ``window_failed`` (the events counted
+  into it are not: they were taken, and the window says what they made);
+- the events of a failed ``on_events`` are dead-lettered ``delivery_failed``, one each;
+- a watermark is skipped with a warning (it carries no event; the next one follows).
+
+A window's letter names it (:attr:`~streams.core.deadletters.DeadLetter.unit`: consumer
+type, key and bounds), so a restart that rebuilds the window from the queue and fails it
+again records nothing new. Its ``value`` is what ``headrace dlq replay`` needs to deliver
+the window to the consumer type once more: ``consumer``, ``key``, ``start``, ``end``,
+``value``, ``closed_at``, ``final``, and ``from``/``through``, the queue positions
+``[sequence, index]`` a replay of the queue rebuilds it from (the activation's hold before
+the step that closed it) and the last event taken when it closed.
+
+>>> from streams.eventtime.results import WindowResult
+>>> window_unit("Totals", WindowResult("a", 0.0, 10.0, 3, closed_at=12.0))
+"Totals 'a' [0.0, 10.0)"
+>>> window_text(WindowResult(None, 0.0, 10.0, 3, closed_at=12.0))
+'None [0.0, 10.0)'
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+import anyio
+
+from streams.core.batch import Event
+from streams.core.deadletters import DeadLetter, DeadLetterStore
+from streams.core.errors import DeliveryTimeoutError
+from streams.core.tokens import SequenceToken
+from streams.eventtime.results import EventOutcome, WindowResult
+
+from .letters import failed_letters, failure_detail
+from .redelivery import call_again
+
+log = logging.getLogger("headrace.agent")
+
+WINDOW_FAILED = "window_failed"
+_RAISED = ("invalid_value", "invalid_timestamp")  # refusals a user's callable may cause
+
+
+@dataclass(frozen=True, slots=True)
+class HookLimits:
+    """How long a consumer's hook may take, and how it is retried (the provider's
+    ``max_event_delivery_time`` and ``delivery_retry_backoff``); ``consumer`` names its type
+    as the registry does (a replay builds it by that name)."""
+
+    consumer: str
+    max_time: float = 60.0
+    backoff: float = 1.0
+
+
+def window_text(result: WindowResult) -> str:
+    """A window in a log line: its key and bounds."""
+    return f"{result.key!r} [{result.start}, {result.end})"
+
+
+def window_unit(consumer: str, result: WindowResult) -> str:
+    """What makes a window's letter the same as another's (with its queue and reason)."""
+    return f"{consumer} {window_text(result)}"
+
+
+def _position(token: SequenceToken | None) -> list[int] | None:
+    return None if token is None else [token.sequence_number, token.event_index]
+
+
+class HookCalls:
+    """One activation's calls of its own hooks, each unit within its limits (``running``
+    while a call times itself: the delivery's watchdog leaves the batch alone meanwhile)."""
+
+    __slots__ = ("_limits", "_stream", "_dead_letters", "running", "_refusing")
+
+    def __init__(self, limits: HookLimits, stream: str, dead_letters: DeadLetterStore) -> None:
+        self._limits = limits
+        self._stream = stream
+        self._dead_letters = dead_letters
+        self.running = False
+        self._refusing = False  # in a run of steps whose callables raised for some event
+
+    def refused(self, letters: list[DeadLetter]) -> None:
+        """The event-time core refused these events of one step. Those whose
+        ``timestamp_by``, ``group_by``, ``select`` or aggregate raised are the consumer's
+        bug: the first of a run of such steps is logged at warning with its detail (the
+        traceback, where there was one); the steps after it quietly, until one has none."""
+        raised = [x for x in letters if x.reason in _RAISED]
+        if raised and not self._refusing:
+            log.warning(
+                "%s: %s refused %d event(s) its callables could not handle (dead-lettered %s); the first: %s",
+                self._stream,
+                self._limits.consumer,
+                len(raised),
+                ", ".join(sorted({x.reason for x in raised})),
+                raised[0].detail,
+            )
+        self._refusing = bool(raised)
+
+    async def call(self, hook: str, unit: str, call: Callable[[], Awaitable[object]]) -> Exception | None:
+        """``call()`` (the hook ``hook`` on ``unit``, as log lines name them), retried and
+        timed; None once an attempt succeeds, else the last error (already logged)."""
+        limits = self._limits
+        deadline = time.monotonic() + limits.max_time
+
+        async def attempt() -> None:
+            with anyio.move_on_after(max(0.0, deadline - time.monotonic())) as scope:
+                await call()
+            if scope.cancelled_caught:
+                raise DeliveryTimeoutError(
+                    f"{hook} of {limits.consumer} on {self._stream} took longer than "
+                    f"max_event_delivery_time ({limits.max_time}s)"
+                )
+
+        running, self.running = self.running, True
+        try:
+            try:
+                await attempt()
+                return None
+            except Exception as exc:
+                error = exc
+            log.warning(
+                "%s: %s of %s raised %r for %s; retrying with back-off for up to %ss",
+                self._stream,
+                hook,
+                limits.consumer,
+                error,
+                unit,
+                limits.max_time,
+                # the user's traceback; a timeout is the runtime's, not theirs
+                exc_info=None if isinstance(error, DeliveryTimeoutError) else error,
+            )
+            last = await call_again(attempt, error, deadline, limits.backoff, lambda: False)
+            if last is None:
+                log.info("%s: %s of %s took %s on a retry", self._stream, hook, limits.consumer, unit)
+            return last
+        finally:
+            self.running = running
+
+    async def window(
+        self,
+        on_window: Callable[[WindowResult], Awaitable[object]],
+        result: WindowResult,
+        held_from: SequenceToken | None,
+        through: SequenceToken | None,
+    ) -> None:
+        """Call ``on_window(result)``; dead-letter the window if no attempt takes it."""
+        running, self.running = self.running, True  # until its letter is written too
+        try:
+            error = await self.call("on_window", f"the window {window_text(result)}", lambda: on_window(result))
+            if error is None:
+                return
+            log.warning(
+                "%s: on_window of %s failed for the window %s; dead-lettered (window_failed)",
+                self._stream,
+                self._limits.consumer,
+                window_text(result),
+            )
+            await self._dead_letters.add([self._window_letter(result, held_from, through, error)])
+        finally:
+            self.running = running
+
+    async def events(
+        self, on_events: Callable[[list[EventOutcome]], Awaitable[object]], outcomes: list[EventOutcome]
+    ) -> None:
+        """Call ``on_events(outcomes)``; dead-letter its events if no attempt takes them."""
+        running, self.running = self.running, True
+        try:
+            unit = f"{len(outcomes)} event(s)"
+            error = await self.call("on_events", unit, lambda: on_events(outcomes))
+            if error is None:
+                return
+            events = [o.record for o in outcomes if isinstance(o.record, Event)]
+            log.warning(
+                "%s: on_events of %s failed for %s; dead-lettered (delivery_failed)",
+                self._stream,
+                self._limits.consumer,
+                unit,
+            )
+            # each with its event time as the consumer's policy read it (timestamp_by's)
+            await self._dead_letters.add(
+                [
+                    replace(letter, event_time=outcome.event_time)
+                    for letter, outcome in zip(
+                        failed_letters(f"on_events of {self._limits.consumer}", self._stream, None, events, error),
+                        outcomes,
+                        strict=True,
+                    )
+                ]
+            )
+        finally:
+            self.running = running
+
+    async def watermark(self, on_watermark: Callable[[float], Awaitable[object]], watermark: float) -> None:
+        """Call ``on_watermark(watermark)``; skip it (with a warning) if no attempt takes it."""
+        error = await self.call("on_watermark", f"the watermark {watermark}", lambda: on_watermark(watermark))
+        if error is not None:
+            log.warning(
+                "%s: on_watermark of %s failed for the watermark %s; skipped (it carries no event)",
+                self._stream,
+                self._limits.consumer,
+                watermark,
+            )
+
+    def _window_letter(
+        self, result: WindowResult, held_from: SequenceToken | None, through: SequenceToken | None, error: Exception
+    ) -> DeadLetter:
+        consumer = self._limits.consumer
+        return DeadLetter(
+            WINDOW_FAILED,
+            stream=self._stream,
+            sequence_number=None if held_from is None else held_from.sequence_number,
+            value={
+                "consumer": consumer,
+                "key": result.key,
+                "start": result.start,
+                "end": result.end,
+                "value": result.value,
+                "closed_at": result.closed_at,
+                "final": result.final,
+                "from": _position(held_from),
+                "through": _position(through),
+            },
+            detail=failure_detail(f"on_window of {consumer}", error),
+            unit=window_unit(consumer, result),
+        )
