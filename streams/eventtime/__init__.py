@@ -24,7 +24,7 @@ from streams.eventtime.results import (
 )
 from streams.eventtime.spec import EventTime
 from streams.eventtime.watermark import EVERY_EVENT, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Hopping, Tumbling, WindowAssigner, WindowSpec, WindowStore
+from streams.eventtime.windows import Hopping, Session, Tumbling, WindowAssigner, WindowSpec, WindowStore
 
 __all__ = [
     "ADJUSTED",
@@ -54,6 +54,7 @@ __all__ = [
     "Processor",
     "Reason",
     "Reducer",
+    "Session",
     "Sum",
     "TraceItem",
     "Tumbling",

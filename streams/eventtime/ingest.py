@@ -25,7 +25,9 @@ from streams.eventtime.ordering import OrderingStep
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
 from streams.eventtime.refusals import Refusals
 from streams.eventtime.results import DEAD_LETTER, KEPT, EventOutcome, Output, WatermarkAdvance
+from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
 from streams.eventtime.watermark import FOREVER, NEVER
+from streams.eventtime.windows import WindowStore
 
 _record_value = attrgetter("value")
 
@@ -78,7 +80,7 @@ class Ingest:
             field_key_of = key_of
         substreams = flow.substreams
         a = flow.assigner
-        windowed = a is not None
+        windowed = a is not None or flow.session is not None
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
@@ -106,8 +108,10 @@ class Ingest:
         # after. With a single input the store's closing watermark is ``w`` itself.
         mark, store = inp.mark, flow.store
         w, newest = mark.value, mark.max_timestamp
-        # Without windows ``store`` is None and ``panes`` is never read.
-        panes: dict[float, dict[Hashable, list[Any]]] = store.panes if store is not None else {}
+        # Without fixed windows ``panes`` is never read; with sessions ``sessions`` is the
+        # lane's store (else None), so each kind of store has its typed local.
+        panes: dict[float, dict[Hashable, list[Any]]] = store.panes if isinstance(store, WindowStore) else {}
+        sessions = store if isinstance(store, SessionStore) else None
         next_close = store.next_close if store is not None else FOREVER
         try:
             for rec in events:
@@ -155,8 +159,10 @@ class Ingest:
                             w, newest = mark.value, mark.max_timestamp
                             if w < floor_mark.value:  # the arrivals since its last event lifted it
                                 w = mark.value = floor_mark.value
-                            if store is not None:
+                            if isinstance(store, WindowStore):
                                 panes, next_close = store.panes, store.next_close
+                            elif store is not None:
+                                sessions, next_close = store, store.next_close
                     et = t
                     ts, status, reason = t, KEPT, None
                     # 1-3. the ordering policy, for an event that breaks a tolerance
@@ -166,7 +172,23 @@ class Ingest:
                             continue
                         ts, status, reason = verdict
                     # 4. into the open windows containing the timestamp
-                    if store is not None:  # the lane's store: there is one exactly when windowed
+                    if sessions is not None:  # merge into the key's sessions (or open one)
+                        joined = sessions.add(
+                            key,
+                            ts,
+                            None if counting else select(rec),
+                            rec.token,
+                            w=w if direct else sessions.watermark,
+                            part=part if multi else None,
+                        )
+                        if joined == REFUSED:
+                            status = DEAD_LETTER
+                            refuse(part, rec, key, t, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
+                        elif joined == OPENED:
+                            flow.scheduled(inp, sessions)
+                            idle_check = inp.idle_check
+                        next_close = sessions.next_close
+                    elif store is not None:  # the lane's store: there is one exactly when windowed
                         offset = ts - origin
                         pane = offset // step
                         if gaps and offset - pane * step >= size:

@@ -23,7 +23,7 @@ from streams.eventtime.aggregates import Count, Reducer
 from streams.eventtime.inputs import check_acyclic
 from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, WatermarkGeneration
-from streams.eventtime.windows import WindowAssigner, WindowSpec
+from streams.eventtime.windows import Session, WindowAssigner, WindowSpec
 
 
 class ProcessorParts:
@@ -48,6 +48,7 @@ class ProcessorParts:
         "idle_timeout",
         "action",
         "assigner",
+        "session",
         "timestamp_of",
         "key_of",
         "key_field",
@@ -87,7 +88,9 @@ class ProcessorParts:
         self.delay = float(policy.out_of_order)
         self.idle_timeout = FOREVER if window is None or window.idle_timeout is None else float(window.idle_timeout)
         self.action = Action(policy.action)
-        self.assigner = WindowAssigner(window) if window is not None else None
+        # Fixed windows (tumbling, hopping) have an assigner; sessions have none.
+        self.session = window if isinstance(window, Session) else None
+        self.assigner = WindowAssigner(window) if window is not None and not isinstance(window, Session) else None
         self.timestamp_of: Callable[[Any], float] | None = timestamp_extractor(policy.timestamp_by, policy.unit)
         self.key_of: Callable[[Any], Hashable] | None = key_extractor(key_spec)
         # A key given as a field name is read inline by the hot path.

@@ -126,6 +126,7 @@ class Processor:
             generation=generation,
             delay=delay,
             trace=parts.trace,
+            session=parts.session,
         )
         refusals = Refusals(
             counters,
@@ -241,13 +242,11 @@ class Processor:
         opaque to the core (the runtime's are ``SequenceToken``); they only compare."""
         oldest = None
         for store in self._flow.stores():
-            for bucket in store.panes.values():
-                for state in bucket.values():
-                    token = state[1]
-                    if self._multi:
-                        token = token.get(partition)
-                    if token is not None and (oldest is None or token < oldest):
-                        oldest = token
+            for token in store.tokens():
+                if self._multi:
+                    token = token.get(partition)
+                if token is not None and (oldest is None or token < oldest):
+                    oldest = token
         return oldest
 
     def snapshot(self) -> bytes:
@@ -277,9 +276,7 @@ class Processor:
         """``(key, start, end)`` of every open window holding data, by end then key order."""
         found: list[tuple[float, int, Hashable, float]] = []
         for store in self._flow.stores():
-            for j in store.open_windows():
-                start, end = store.assigner.spec.bounds(j)
-                found.extend((end, store.order, key, start) for key in store.keys_of(j))
+            found.extend((end, store.order, key, start) for end, key, start in store.entries())
         found.sort(key=lambda f: (f[0], f[1]))
         return [(key, start, end) for end, _, key, start in found]
 
