@@ -12,6 +12,7 @@ from typing import Any
 
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.inputs import Input, Lane, Store
+from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.metrics import Counters
 from streams.eventtime.results import Output, WatermarkAdvance, WindowResult
 from streams.eventtime.sessions import OpenSession, SessionStore
@@ -36,6 +37,7 @@ class WatermarkFlow:
         "pending",
         "assigner",
         "session",
+        "join",
         "lateness",
         "reducer",
         "counters",
@@ -59,12 +61,14 @@ class WatermarkFlow:
         delay: float,
         trace: bool,
         session: Session | None = None,
+        join: IntervalJoin | None = None,
     ) -> None:
         self.inputs = inputs
         self.multi = len(inputs) > 1
         self.merged = MergedWatermark(inputs)
         self.assigner = assigner
         self.session = session
+        self.join = join
         self.reducer = reducer
         self.lateness = assigner.lateness if assigner is not None else session.allowed_lateness if session else 0.0
         self.store = self._new_store(0, NEVER)
@@ -79,6 +83,9 @@ class WatermarkFlow:
         self.trace = trace
 
     def _new_store(self, order: int, watermark: float) -> Store | None:
+        if self.join is not None:
+            left, right = self.inputs
+            return JoinStore(self.join, left, right)
         if self.session is not None:
             return SessionStore(self.session, self.reducer, order, watermark)
         if self.assigner is not None:
@@ -176,6 +183,12 @@ class WatermarkFlow:
         """Step 6: emit every window its store's watermark has closed, in order of end."""
         if self.session is not None:
             self._close_sessions(stores, clock, out)
+            return
+        if self.join is not None:
+            for store in dict.fromkeys(stores):
+                assert isinstance(store, JoinStore)
+                if store.watermark > store.next_close:
+                    out.joins.extend(store.pop_due(clock))
             return
         a = self.assigner
         assert a is not None

@@ -21,6 +21,7 @@ from streams.core.errors import StreamCompletedError
 from streams.eventtime.aggregates import Count
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.inputs import Input
+from streams.eventtime.joins import JoinStore
 from streams.eventtime.ordering import OrderingStep
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
 from streams.eventtime.refusals import Refusals
@@ -80,7 +81,7 @@ class Ingest:
             field_key_of = key_of
         substreams = flow.substreams
         a = flow.assigner
-        windowed = a is not None or flow.session is not None
+        windowed = a is not None or flow.session is not None or flow.join is not None
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
@@ -112,6 +113,7 @@ class Ingest:
         # lane's store (else None), so each kind of store has its typed local.
         panes: dict[float, dict[Hashable, list[Any]]] = store.panes if isinstance(store, WindowStore) else {}
         sessions = store if isinstance(store, SessionStore) else None
+        joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
         next_close = store.next_close if store is not None else FOREVER
         try:
             for rec in events:
@@ -161,7 +163,7 @@ class Ingest:
                                 w = mark.value = floor_mark.value
                             if isinstance(store, WindowStore):
                                 panes, next_close = store.panes, store.next_close
-                            elif store is not None:
+                            elif isinstance(store, SessionStore):
                                 sessions, next_close = store, store.next_close
                     et = t
                     ts, status, reason = t, KEPT, None
@@ -172,7 +174,24 @@ class Ingest:
                             continue
                         ts, status, reason = verdict
                     # 4. into the open windows containing the timestamp
-                    if sessions is not None:  # merge into the key's sessions (or open one)
+                    if joins is not None:  # an interval join: its pairs wait for the merged watermark
+                        outcome = EventOutcome(rec, part, key, et, ts, status, reason and reason.value)
+                        if not joins.add(part, key, outcome, w=joins.watermark):
+                            status = DEAD_LETTER
+                            refuse(
+                                part,
+                                rec,
+                                key,
+                                t,
+                                Reason.WINDOW_CLOSED,
+                                DEAD_LETTER,
+                                arr,
+                                out,
+                                f"timestamp {ts:g} is below the merged watermark {joins.watermark:g} by more "
+                                "than the join's allowed lateness: its pairs may be final already",
+                                ts=ts,
+                            )
+                    elif sessions is not None:  # merge into the key's sessions (or open one)
                         joined = sessions.add(
                             key,
                             ts,
@@ -269,6 +288,8 @@ class Ingest:
                         flow.close_pending(arr, out)
                         w = mark.value
                         next_close = store.next_close if store is not None else FOREVER
+                if joins is not None and joins.watermark > joins.next_close:
+                    flow.close([joins], arr, out)  # a left event already due (upper < 0)
         finally:
             mark.value, mark.max_timestamp = w, newest
             if direct and store is not None:

@@ -21,6 +21,7 @@ from typing import Any
 from streams.core.errors import ConfigurationError
 from streams.eventtime.aggregates import Count, Reducer
 from streams.eventtime.inputs import check_acyclic
+from streams.eventtime.joins import IntervalJoin
 from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, WatermarkGeneration
 from streams.eventtime.windows import Session, WindowAssigner, WindowSpec
@@ -49,6 +50,7 @@ class ProcessorParts:
         "action",
         "assigner",
         "session",
+        "join",
         "timestamp_of",
         "key_of",
         "key_field",
@@ -70,8 +72,10 @@ class ProcessorParts:
         generation: WatermarkGeneration = EVERY_EVENT,
         imports: Mapping[Hashable, Hashable] | None = None,
         trace: bool = False,
+        join: IntervalJoin | None = None,
     ) -> None:
         self.policy = policy = policy or OrderingPolicy()
+        self.join = join
         self.window = window
         self.reducer: Reducer[Any, Any] = aggregate if aggregate is not None else Count()
         self.trace = trace
@@ -100,6 +104,8 @@ class ProcessorParts:
         self.imports: dict[Hashable, Hashable] = dict(imports or {})
         self.inputs: tuple[Hashable, ...] | None = None
         if inputs is None:
+            if join is not None:
+                raise ConfigurationError("an interval join takes two inputs (left, right): declare the inputs")
             if self.imports:
                 raise ConfigurationError("imports maps one of the inputs to another: declare the inputs")
             return
@@ -117,4 +123,6 @@ class ProcessorParts:
                     f"imports maps an input to another declared input, not {follower!r} -> {source!r}"
                 )
         check_acyclic(self.imports)
+        if join is not None and (len(names) != 2 or window is not None):
+            raise ConfigurationError("an interval join takes two inputs (left, right) and no window")
         self.inputs = names

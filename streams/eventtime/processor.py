@@ -26,6 +26,7 @@ from streams.eventtime.aggregates import Reducer
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.ingest import Ingest
 from streams.eventtime.inputs import Input
+from streams.eventtime.joins import IntervalJoin
 from streams.eventtime.metrics import Counters, EventTimeMetrics
 from streams.eventtime.ordering import OrderingStep
 from streams.eventtime.parts import ProcessorParts
@@ -51,7 +52,7 @@ class Processor:
     3
 
     ``inputs`` names the merged inputs (partitions or streams) whose minimum watermark closes
-    windows; ``imports`` maps an input to the input whose watermark it follows instead of
+    windows (or, with ``join``, emits the pairs of an interval join of its two inputs); ``imports`` maps an input to the input whose watermark it follows instead of
     generating its own. With ``policy.over`` (substreams) there is one input, and windows are
     per substream key, each closed by its own watermark.
 
@@ -76,6 +77,7 @@ class Processor:
         generation: WatermarkGeneration = EVERY_EVENT,
         imports: Mapping[Hashable, Hashable] | None = None,
         trace: bool = False,
+        join: IntervalJoin | None = None,
     ) -> None:
         parts = ProcessorParts(
             policy,
@@ -87,6 +89,7 @@ class Processor:
             generation=generation,
             imports=imports,
             trace=trace,
+            join=join,
         )
         self._assemble(parts, 0)
 
@@ -127,6 +130,7 @@ class Processor:
             delay=delay,
             trace=parts.trace,
             session=parts.session,
+            join=parts.join,
         )
         refusals = Refusals(
             counters,
@@ -237,16 +241,19 @@ class Processor:
         return self._flow.merged if self._multi else None
 
     def held_since(self, partition: Hashable | None = None) -> object:
-        """The oldest token still held in an open window (of ``partition`` when several
-        inputs are merged), or None: the runtime must not checkpoint past it. Tokens are
-        opaque to the core (the runtime's are ``SequenceToken``); they only compare."""
-        oldest = None
+        """The oldest token still held in an open window or a join (of ``partition``, or of
+        any input, when several inputs are merged), or None: the runtime must not checkpoint
+        past it. Tokens are opaque to the core (the runtime's are ``SequenceToken``); they
+        only compare."""
+        oldest: Any = None
         for store in self._flow.stores():
-            for token in store.tokens():
-                if self._multi:
-                    token = token.get(partition)
-                if token is not None and (oldest is None or token < oldest):
-                    oldest = token
+            for held in store.tokens():
+                tokens = [held]
+                if self._multi:  # per input
+                    tokens = list(held.values()) if partition is None else [held.get(partition)]
+                for token in tokens:
+                    if token is not None and (oldest is None or token < oldest):
+                        oldest = token
         return oldest
 
     def snapshot(self) -> bytes:

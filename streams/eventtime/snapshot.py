@@ -37,6 +37,7 @@ from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.inputs import Store
 from streams.eventtime.sessions import SessionStore
 from streams.eventtime.watermark import Watermark
+from streams.eventtime.windows import WindowStore
 
 __all__ = ["SnapshotError", "can_snapshot", "is_empty", "restore", "snapshot"]
 
@@ -136,6 +137,7 @@ def _set_mark(mark: Watermark, state: list[Any]) -> None:
 def _store(store: Store) -> list[Any]:
     if isinstance(store, SessionStore):
         return ["sessions", *store.state()]
+    assert isinstance(store, WindowStore)  # a join has several inputs: never snapshotted
     panes = [
         [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
     ]
@@ -148,6 +150,7 @@ def _set_store(store: Store, state: list[Any]) -> None:
     if isinstance(store, SessionStore):
         store.set_state(state[1:], _hashable)
         return
+    assert isinstance(store, WindowStore)  # a join has several inputs: never snapshotted
     panes, store.watermark, store.next_close, due, store.order = state
     store.panes = {pane: {_hashable(key): [acc, token] for key, acc, token in bucket} for pane, bucket in panes}
     store._due = list(due)
