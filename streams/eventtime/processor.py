@@ -26,13 +26,13 @@ from streams.eventtime.aggregates import Reducer
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.ingest import Ingest
 from streams.eventtime.inputs import Input
-from streams.eventtime.joins import IntervalJoin
+from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.metrics import Counters, EventTimeMetrics
 from streams.eventtime.ordering import OrderingStep
 from streams.eventtime.parts import ProcessorParts
 from streams.eventtime.policy import EventLike, Extractor, OrderingPolicy
 from streams.eventtime.refusals import Refusals
-from streams.eventtime.results import Output
+from streams.eventtime.results import EventOutcome, Output
 from streams.eventtime.snapshot import restore, snapshot
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, MergedWatermark, WatermarkGeneration
 from streams.eventtime.windows import WindowSpec
@@ -255,6 +255,12 @@ class Processor:
                     if token is not None and (oldest is None or token < oldest):
                         oldest = token
         return oldest
+
+    def join_pending(self) -> list[EventOutcome]:
+        """The left events of an interval join whose pairs are not emitted yet (none
+        without a join)."""
+        store = self._flow.store
+        return store.pending() if isinstance(store, JoinStore) else []
 
     def snapshot(self) -> bytes:
         """This processor's state as bytes (:mod:`streams.eventtime.snapshot`); raises

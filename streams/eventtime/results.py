@@ -107,6 +107,12 @@ class JoinResult:
     closed_at: float | None
     final: bool = False
 
+    def as_event(self) -> EventOutcome:
+        """The pair as its left event carrying :meth:`columns`: what an ``EventHandoff``
+        hands to Spark (``event_time`` the left's timestamp, ``stream_id`` its stream; every
+        pair of a left event shares its queue position, so a replay skips them together)."""
+        return self.left.with_value(self.columns())
+
     def columns(self) -> dict[str, Any]:
         """Both sides' fields as one flat row (what a handoff of pairs writes): the right
         event's timestamp as ``right_time``, each field of a side's mapping value as
