@@ -196,7 +196,7 @@ class Ingest:
                             key,
                             ts,
                             None if counting else select(rec),
-                            rec.token,
+                            rec,
                             w=w if direct else sessions.watermark,
                             part=part if multi else None,
                         )

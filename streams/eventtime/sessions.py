@@ -20,14 +20,15 @@ opened from then on starts above ``W - G - A >= e + G``. So state is bounded by 
 
 >>> from streams.eventtime.aggregates import Count
 >>> store = SessionStore(Session(10), Count())
->>> [store.add("k", t, None, t, w=-1e9) for t in (0.0, 5.0, 30.0, 12.0)] == [OPENED, JOINED, OPENED, JOINED]
+>>> from types import SimpleNamespace as Ev
+>>> [store.add("k", t, None, Ev(token=t), w=-1e9) for t in (0.0, 5.0, 30.0, 12.0)] == [OPENED, JOINED, OPENED, JOINED]
 True
 >>> store.entries()
 [(22.0, 'k', 0.0), (40.0, 'k', 30.0)]
 >>> store.watermark = 25.0
 >>> [(key, s.start, s.end, s.acc) for key, s in store.pop_due()]
 [('k', 0.0, 22.0, 3)]
->>> store.add("k", 21.0, None, 21, w=25.0) == REFUSED  # would merge into the emitted [0, 22)
+>>> store.add("k", 21.0, None, Ev(token=21), w=25.0) == REFUSED  # would merge into the emitted [0, 22)
 True
 """
 
@@ -51,7 +52,7 @@ OPENED = 2  # it opened a new session
 
 class OpenSession:
     """One open session of one key: its bounds, running aggregate, first token (per input,
-    a dict, with several inputs) and the sequence number of its entry in the close heap."""
+    a dict, with several inputs) and its creation number (ties in the close heap)."""
 
     __slots__ = ("start", "end", "acc", "token", "seq")
 
@@ -88,26 +89,41 @@ class SessionStore:
         self.watermark = watermark
         self.next_close = FOREVER
         self.order = order
-        # (close time, seq, key, session): an entry is stale once its session merged away
-        # (end set to -inf) or grew (end + lateness no longer its close time).
+        # (close time, seq, key, session), one a session: stale once its session merged away
+        # (end set to -inf) or grew (end + lateness above the entry's close time).
         self._due: list[tuple[float, int, Hashable, OpenSession]] = []
         # (time the last emitted session may be forgotten, seq, key, its end)
         self._forget: list[tuple[float, int, Hashable, float]] = []
         self._seq = 0
 
-    def add(self, key: Hashable, ts: float, value: Any, token: Any, *, w: float, part: Hashable = None) -> int:
+    def add(self, key: Hashable, ts: float, value: Any, rec: Any, *, w: float, part: Hashable = None) -> int:
         """Step 4 for timestamp ``ts`` of ``key`` under the closing watermark ``w``:
         :data:`JOINED`, :data:`OPENED`, or :data:`REFUSED` (``window_closed``; nothing
-        changed). ``value`` is what the aggregate adds (``select``); ``part`` not
-        None: tokens are kept per input (several inputs). What the aggregate raises leaves
-        the store as it was."""
+        changed). ``value`` is what the aggregate adds (``select``); ``rec.token`` is read
+        only when it may be a session's first (an input's tokens rise in arrival order);
+        ``part`` not None: first tokens are kept per input (several inputs). What the
+        aggregate raises leaves the store as it was."""
         end = ts + self.gap
         ks = self.keys.get(key)
-        hit: list[OpenSession] = []
-        at = 0
         if ks is not None:
             if ts < ks.emitted_end and ks.emitted_start < end:
                 return REFUSED  # never reopen or extend an emitted session
+            sessions = ks.open
+            if sessions:
+                last = sessions[-1]
+                # The common case: the candidate reaches the key's latest session alone.
+                if ts < last.end and last.start < end and (len(sessions) == 1 or sessions[-2].end <= ts):
+                    last.acc = self.reducer.add(last.acc, value)  # may raise: nothing changed yet
+                    if end > last.end:
+                        last.end = end  # its heap entry is rescheduled when it comes up
+                    if ts < last.start:
+                        last.start = ts
+                    if part is not None and part not in last.token:
+                        last.token[part] = rec.token
+                    return JOINED
+        hit: list[OpenSession] = []
+        at = 0
+        if ks is not None:
             for i, s in enumerate(ks.open):
                 if s.start >= end:
                     break
@@ -125,6 +141,7 @@ class SessionStore:
             if ks is None:
                 ks = self.keys[key] = KeySessions()
             self._seq += 1
+            token = rec.token
             session = OpenSession(ts, end, acc, {part: token} if part is not None else token, self._seq)
             ks.open.insert(at, session)
             heapq.heappush(self._due, (end + self.lateness, session.seq, key, session))
@@ -137,42 +154,37 @@ class SessionStore:
             acc = reducer.merge(acc, other.acc)
         acc = reducer.add(acc, value)  # may raise: nothing changed yet
         assert ks is not None
-        new_end = max(end, hit[-1].end)
         first.acc = acc
+        first.end = max(end, hit[-1].end)
         if ts < first.start:
             first.start = ts
         for other in hit[1:]:
             first.token = _earliest(first.token, other.token)
-            other.end = -FOREVER  # its heap entry is stale now
-        if part is None:
-            if token is not None and (first.token is None or token < first.token):
-                first.token = token
-        elif part not in first.token:
-            first.token[part] = token
+            other.end = -FOREVER  # merged away: its heap entry is dropped when it comes up
+        if part is not None and part not in first.token:
+            first.token[part] = rec.token
         if len(hit) > 1:
             del ks.open[at + 1 : at + len(hit)]
-        if new_end != first.end:
-            first.end = new_end
-            self._seq += 1
-            first.seq = self._seq
-            heapq.heappush(self._due, (new_end + self.lateness, first.seq, key, first))
-        self._settle()
         return JOINED
 
     def pop_due(self) -> list[tuple[Hashable, OpenSession]]:
         """Close every session the watermark has closed (``W >= end + A``): ``(key,
-        session)`` in order of end (ties in order of their last change)."""
-        due, w, closed = self._due, self.watermark, []
+        session)``. The heap keeps one entry a session, at most its close time (a session
+        that grew is put back at its new one when its entry comes up), so ``next_close`` is
+        a lower bound of the earliest close."""
+        due, w, lateness, closed = self._due, self.watermark, self.lateness, []
         while due and due[0][0] <= w:
-            close, _, key, s = heapq.heappop(due)
-            if s.end + self.lateness != close:
-                continue  # stale
+            close, seq, key, s = heapq.heappop(due)
+            if s.end == -FOREVER:
+                continue  # merged into another
+            if s.end + lateness > close:
+                heapq.heappush(due, (s.end + lateness, seq, key, s))  # it grew since
+                continue
             ks = self.keys[key]
             ks.open.remove(s)
             if s.end > ks.emitted_end:
                 ks.emitted_start, ks.emitted_end = s.start, s.end
-                self._seq += 1
-                heapq.heappush(self._forget, (s.end + 2 * self.gap + self.lateness, self._seq, key, s.end))
+                heapq.heappush(self._forget, (s.end + 2 * self.gap + lateness, seq, key, s.end))
             closed.append((key, s))
         forget = self._forget
         while forget and forget[0][0] <= w:
@@ -185,15 +197,8 @@ class SessionStore:
                     known.emitted_start = known.emitted_end = NEVER
                 else:
                     del self.keys[key]
-        self._settle()
-        return closed
-
-    def _settle(self) -> None:
-        """Drop stale entries off the top of the heap, so ``next_close`` is exact."""
-        due = self._due
-        while due and due[0][3].end + self.lateness != due[0][0]:
-            heapq.heappop(due)
         self.next_close = due[0][0] if due else FOREVER
+        return closed
 
     def earliest_end(self) -> float:
         """End of the session that closes first (``inf`` when none is open)."""
@@ -228,6 +233,8 @@ class SessionStore:
         return [keys, self.watermark, self.order, self._seq, [list(f) for f in self._forget]]
 
     def set_state(self, state: list[Any], key_of: Any) -> None:
+        # Each session's entry is put back at its close time; the original's entries may
+        # lie lower (sessions grown since), which only makes it look earlier, never later.
         """Take what :meth:`state` gave; ``key_of`` turns a decoded key back into a key."""
         keys, self.watermark, self.order, self._seq, forget = state
         self.keys, self._due = {}, []
@@ -242,7 +249,7 @@ class SessionStore:
         heapq.heapify(self._due)
         self._forget = [(t, seq, key_of(key), end) for t, seq, key, end in forget]
         heapq.heapify(self._forget)
-        self._settle()
+        self.next_close = self._due[0][0] if self._due else FOREVER
 
 
 def _earliest(a: Any, b: Any) -> Any:
