@@ -95,6 +95,7 @@ class EventTimeObserver:
         "_user_completed",
         "_user_watermark",
         "_on_join",
+        "_join_left",
         "_join_seen",
         "_last_watermark",
         "_emitting",
@@ -131,7 +132,9 @@ class EventTimeObserver:
             if spec.inputs and spec.window is None and spec.join is None
             else None
         )
-        # An interval join: the newest replay position of its left input seen (handoff marks).
+        # An interval join: its left input, and the newest replay position of it seen (the
+        # handoff's marks: every pair is marked by its left event's position).
+        self._join_left = spec.inputs[0] if spec.join is not None else None
         self._join_seen: tuple[int, int] | None = None
         self._inputs = spec.inputs
         self._partition = name = str(stream_id)
@@ -199,7 +202,7 @@ class EventTimeObserver:
                     self._release.saw((last.sequence_number, last.event_index))
                 if self._merge is not None:
                     self._merge.saw(part, (last.sequence_number, last.event_index))
-                if self._inputs and part == self._inputs[0]:  # an interval join's left input
+                if part == self._join_left:
                     self._join_seen = (last.sequence_number, last.event_index)
             if len(batch) and _follows_clock_for_accepted(self.processor):
                 # The agent does not tick a quiet activation; under `accept` a late event's

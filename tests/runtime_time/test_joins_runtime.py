@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from spark_sink import EventHandoff
-from streams import StreamId, StreamProvider
+from streams import ConfigurationError, StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy
 from streams.eventtime.joins import IntervalJoin
 
@@ -122,3 +124,15 @@ async def test_pairs_are_handed_to_spark_one_row_each_once_across_a_restart(tmp_
         (0.0, "clicks/ann", "/shoes", None, None),
         (70.0, "clicks/ann", "/", 5.0, 100.0),
     ]
+
+
+def test_a_join_type_without_on_join_or_handoff_is_refused_at_registration():
+    provider = StreamProvider.memory(queues=1, co_partitioned=[("clicks", "orders")])
+    with pytest.raises(ConfigurationError, match=r"with a join: it needs on_join\(pairs\)"):
+
+        @provider.implicit("clicks", "orders")
+        class NoHandler:
+            event_time = SPEC
+
+            def __init__(self, stream_id):
+                pass
