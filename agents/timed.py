@@ -15,7 +15,9 @@ An activation with several inputs (``EventTime(..., inputs=...)``, one activatio
 over several namespaces) is delivered to through one :class:`InputView` per input stream;
 without a window its events wait for the merged watermark and leave in event-time order
 across inputs (:class:`~streams.eventtime.merged_release.MergedRelease`), to ``on_events``
-and, with a handoff, to Spark: what ``on_events`` returns, or the events themselves.
+and, with a handoff, to Spark: what ``on_events`` returns, or the events themselves. With an
+interval join (``EventTime(..., join=IntervalJoin(...))``) the pairs go to ``on_join`` and,
+with an ``EventHandoff``, to Spark, one row a pair (:meth:`EventTimeObserver._emit_joins`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import TimestampOrder, position_of, replay_position_of
-from streams.eventtime.results import EventOutcome, Output
+from streams.eventtime.results import EventOutcome, JoinResult, Output
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
 
@@ -93,6 +95,9 @@ class EventTimeObserver:
         "has_on_error",
         "_user_completed",
         "_user_watermark",
+        "_on_join",
+        "_join_left",
+        "_join_seen",
         "_last_watermark",
         "_emitting",
         "_unfinished",
@@ -127,7 +132,15 @@ class EventTimeObserver:
             TimestampOrder() if handoff is not None and spec.window is None and not spec.inputs else None
         )
         # Several inputs, no window: every event waits for the merged watermark.
-        self._merge = MergedRelease(spec.inputs, spec.imports) if spec.inputs and spec.window is None else None
+        self._merge = (
+            MergedRelease(spec.inputs, spec.imports)
+            if spec.inputs and spec.window is None and spec.join is None
+            else None
+        )
+        # An interval join: its left input, and the newest replay position of it seen (the
+        # handoff's marks: every pair is marked by its left event's position).
+        self._join_left = spec.inputs[0] if spec.join is not None else None
+        self._join_seen: tuple[int, int] | None = None
         self._inputs = spec.inputs
         self._partition = name = str(stream_id)
         self.holdback = HoldBack(name) if spec.inputs else None
@@ -138,9 +151,10 @@ class EventTimeObserver:
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
         # Checked, and its hooks inspected, once per consumer type.
-        on_window, on_events, on_error, on_completed, on_watermark = spec.check_consumer(type(target)).bind(
-            target, "on_window", "on_events", "on_error", "on_completed", "on_watermark"
+        on_window, on_events, on_error, on_completed, on_watermark, on_join = spec.check_consumer(type(target)).bind(
+            target, "on_window", "on_events", "on_error", "on_completed", "on_watermark", "on_join"
         )
+        self._on_join = on_join[1]
         self._on_window = on_window[1]
         # Each window, step's events or watermark one unit of work for its hook: retried,
         # timed, given up alone (agents.hook_calls).
@@ -201,6 +215,8 @@ class EventTimeObserver:
                     self._release.saw((last.sequence_number, last.event_index))
                 if self._merge is not None:
                     self._merge.saw(part, (last.sequence_number, last.event_index))
+                if part == self._join_left:
+                    self._join_seen = (last.sequence_number, last.event_index)
             if len(batch) and _follows_clock_for_accepted(self.processor):
                 # The agent does not tick a quiet activation; under `accept` a late event's
                 # fate depends on the clock's watermark, so catch up with the queue's clock
@@ -403,6 +419,8 @@ class EventTimeObserver:
         handoff = self._handoff
         if handoff is not None and out.windows:  # durable before anyone else hears of them
             await handoff.windows(out.windows)
+        if out.joins:
+            await self._emit_joins(out.joins)
         if self._merge is not None:
             await self._emit_merged(out)
         elif handoff is not None and self._release is not None:
@@ -421,6 +439,24 @@ class EventTimeObserver:
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
             await hooks.watermark(self._user_watermark, out.watermark)
+
+    async def _emit_joins(self, joins: list[JoinResult]) -> None:
+        """An interval join's pairs: to Spark first (one row a pair, as its left event's
+        stream, marked by the left event's position), then to ``on_join``."""
+        handoff = self._handoff
+        if handoff is not None:
+            by_stream: dict[str, list[EventOutcome]] = {}
+            for pair in joins:
+                left = pair.left.record
+                source = str(left.stream_id) if isinstance(left, Event) else self._partition
+                by_stream.setdefault(source, []).append(pair.as_event())
+            pending = [replay_position_of(e) for e in self.processor.join_pending()]
+            seen = self._join_seen
+            below = min(pending) if pending else None if seen is None else (seen[0], seen[1] + 1)
+            for source, rows in by_stream.items():
+                await handoff.events(rows, below, source)
+        if self._on_join is not None:
+            await self._on_join(joins)
 
     async def _emit_merged(self, out: Output) -> None:
         """Release what the merged watermark has passed, in event-time order, to on_events

@@ -1,9 +1,15 @@
 """Event-time core benchmark: a tumbling count per key through ``streams.eventtime.Processor``
-against the dict-of-counts loop a user would write by hand, on the same events, in one run.
+against the dict-of-counts loop a user would write by hand, on the same events, in one run;
+then, on the same events, session windows and an interval join.
 
 Workload: 100 keys, 1 million events one millisecond apart, 5 % of them out of order (up to
 2 s behind), out-of-order tolerance 1 s (later ones are adjusted), 10 s tumbling windows,
 batches of 1000 events as the runtime delivers them. Both sides must produce the same windows.
+Sessions: a count per key with a 0.3 s gap (a key's events come 0.1 s apart on average).
+Join: the batches alternate between a left and a right input, each left event joined to the
+right events of its key in ``[l.ts, l.ts + 1 s]`` (inner). State bytes per key: the open
+state's size in memory (deep, at the end of the run, before the flush) over the keys; for the
+windows, also their snapshot (what the embedded store and the Kafka changelog keep).
 
 Run: .venv/bin/python bench/windows.py [--events N] [--rounds R]
 """
@@ -22,7 +28,7 @@ from bench._common import Stopwatch  # noqa: E402
 from streams.core.batch import Event  # noqa: E402
 from streams.core.ids import StreamId  # noqa: E402
 from streams.core.tokens import SequenceToken  # noqa: E402
-from streams.eventtime import OrderingPolicy, Processor, Tumbling  # noqa: E402
+from streams.eventtime import Count, IntervalJoin, OrderingPolicy, Processor, Session, Tumbling  # noqa: E402
 
 KEYS = 100
 SIZE = 10.0  # window size, seconds
@@ -81,6 +87,85 @@ def hand_loop(batches: list[list[Event]]) -> list[tuple[str, float, int]]:
     return results
 
 
+GAP = 0.3  # session gap, seconds
+UPPER = 1.0  # join interval [l.ts, l.ts + UPPER]
+
+
+def sessions(batches: list[list[Event]]) -> tuple[Processor, int]:
+    processor = Processor(OrderingPolicy(out_of_order=DELAY), Session(GAP), Count(), group_by="key")
+    emitted = 0
+    for batch in batches:
+        emitted += len(processor.on_events(batch).windows)
+    return processor, emitted
+
+
+def tumbling(batches: list[list[Event]]) -> tuple[Processor, int]:
+    processor = Processor(OrderingPolicy(out_of_order=DELAY), Tumbling(SIZE), Count(), group_by="key")
+    emitted = 0
+    for batch in batches:
+        emitted += len(processor.on_events(batch).windows)
+    return processor, emitted
+
+
+def join(batches: list[list[Event]]) -> tuple[Processor, int]:
+    processor = Processor(
+        OrderingPolicy(out_of_order=DELAY), None, group_by="key", inputs=("l", "r"), join=IntervalJoin(0.0, UPPER)
+    )
+    pairs = 0
+    for i, batch in enumerate(batches):
+        pairs += len(processor.on_events(batch, "r" if i % 2 else "l").joins)
+    return processor, pairs
+
+
+def deep_size(obj: object, seen: set[int] | None = None) -> int:
+    """Bytes of ``obj`` and everything it holds (shared objects once)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        size += sum(deep_size(item, seen) for item in obj)
+    else:
+        for name in getattr(type(obj), "__slots__", ()):
+            if hasattr(obj, name):
+                size += deep_size(getattr(obj, name), seen)
+        if hasattr(obj, "__dict__"):
+            size += deep_size(vars(obj), seen)
+    return size
+
+
+def state_bytes(processor: Processor) -> tuple[float, float | None]:
+    """(bytes in memory, bytes of its snapshot) per key of the open state."""
+    stores = processor._flow.stores()
+    shared = {id(processor._flow.reducer), id(None)}
+    memory = sum(deep_size(store, set(shared)) for store in stores)
+    snap = None if processor.merged is not None else len(processor.snapshot())
+    return memory / KEYS, None if snap is None else snap / KEYS
+
+
+def shapes(batches: list[list[Event]], rounds: int) -> None:
+    """Tumbling, sessions and the join on the same events: events/s and state per key."""
+    n = sum(len(b) for b in batches)
+    print(f"{n:,} events, {KEYS} keys, 5 % out of order (tolerance {DELAY:g} s), best of {rounds}:")
+    print(f"  {'shape':34} {'events/s':>12} {'results':>9} {'state B/key':>12} {'snapshot B/key':>15}")
+    for name, run in (
+        (f"tumbling {SIZE:g} s count", tumbling),
+        (f"session gap {GAP:g} s count", sessions),
+        (f"interval join [0, {UPPER:g} s], inner", join),
+    ):
+        best = math.inf
+        for _ in range(max(1, rounds)):
+            with Stopwatch() as watch:
+                processor, results = run(batches)
+            best = min(best, watch.seconds)
+        memory, snap = state_bytes(processor)
+        snapshot = "-" if snap is None else f"{snap:,.0f}"
+        print(f"  {name:34} {n / best:12,.0f} {results:9,} {memory:12,.0f} {snapshot:>15}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -104,6 +189,7 @@ def main() -> None:
     print(f"  core      {core_rate:12,.0f} events/s   ({core_best:.2f} s)")
     print(f"  hand loop {hand_rate:12,.0f} events/s   ({hand_best:.2f} s)")
     print(f"  ratio core/hand: {core_rate / hand_rate:.2f}")
+    shapes(batches, args.rounds)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from streams.eventtime.results import (
     WatermarkAdvance,
     WindowResult,
 )
+from streams.eventtime.windows import Session
 
 _LANE_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 WINDOW_SHADES = ("#fdd9a0", "#c7e0f4")  # alternate, so that neighbouring windows stay apart
@@ -298,7 +299,10 @@ def _title(options: ReplayOptions, *, leave_out: str | None = None) -> str:
         parts.append("substreams")
     if options.window is not None:
         w = options.window
-        kind = f"tumbling {w.size:g}s" if w.hop == w.size else f"hopping {w.size:g}s/{w.hop:g}s"
+        if isinstance(w, Session):
+            kind = f"session {w.gap:g}s"
+        else:
+            kind = f"tumbling {w.size:g}s" if w.hop == w.size else f"hopping {w.size:g}s/{w.hop:g}s"
         lateness = w.allowed_lateness and leave_out != "allowed_lateness"
         parts.append(kind + (f", lateness {w.allowed_lateness:g}s" if lateness else ""))
     if leave_out is not None:

@@ -8,6 +8,7 @@ The contract is ``docs/event-time.md``. The core is synchronous and does no I/O;
 """
 
 from streams.eventtime.aggregates import Collect, Combined, Count, First, Last, Max, Mean, Min, Reducer, Sum
+from streams.eventtime.joins import IntervalJoin
 from streams.eventtime.metrics import Counters, EventTimeMetrics
 from streams.eventtime.policy import Action, EventLike, Extractor, OrderingPolicy, Reason
 from streams.eventtime.processor import Processor
@@ -17,6 +18,7 @@ from streams.eventtime.results import (
     DROPPED,
     KEPT,
     EventOutcome,
+    JoinResult,
     Output,
     TraceItem,
     WatermarkAdvance,
@@ -24,7 +26,7 @@ from streams.eventtime.results import (
 )
 from streams.eventtime.spec import EventTime
 from streams.eventtime.watermark import EVERY_EVENT, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Hopping, Tumbling, WindowAssigner, WindowSpec, WindowStore
+from streams.eventtime.windows import Hopping, Session, Tumbling, WindowAssigner, WindowSpec, WindowStore
 
 __all__ = [
     "ADJUSTED",
@@ -44,6 +46,8 @@ __all__ = [
     "Extractor",
     "First",
     "Hopping",
+    "IntervalJoin",
+    "JoinResult",
     "Last",
     "Max",
     "Mean",
@@ -54,6 +58,7 @@ __all__ = [
     "Processor",
     "Reason",
     "Reducer",
+    "Session",
     "Sum",
     "TraceItem",
     "Tumbling",

@@ -11,11 +11,13 @@ from collections.abc import Hashable
 from typing import Any
 
 from streams.eventtime.aggregates import Reducer
-from streams.eventtime.inputs import Input, Lane
+from streams.eventtime.inputs import Input, Lane, Store
+from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.metrics import Counters
 from streams.eventtime.results import Output, WatermarkAdvance, WindowResult
-from streams.eventtime.watermark import FOREVER, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import WindowAssigner, WindowStore
+from streams.eventtime.sessions import OpenSession, SessionStore
+from streams.eventtime.watermark import FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
+from streams.eventtime.windows import Session, WindowAssigner, WindowStore
 
 
 class WatermarkFlow:
@@ -23,7 +25,7 @@ class WatermarkFlow:
 
     Without substreams every input shares ``store`` (closed by the merged watermark); with
     substreams (one input) each key has a lane: its own watermark and store, started at the
-    input's floor.
+    input's floor. A store holds fixed windows' panes (``assigner``) or sessions (``session``).
     """
 
     __slots__ = (
@@ -34,6 +36,9 @@ class WatermarkFlow:
         "lanes",
         "pending",
         "assigner",
+        "session",
+        "join",
+        "lateness",
         "reducer",
         "counters",
         "substreams",
@@ -55,16 +60,21 @@ class WatermarkFlow:
         generation: WatermarkGeneration,
         delay: float,
         trace: bool,
+        session: Session | None = None,
+        join: IntervalJoin | None = None,
     ) -> None:
         self.inputs = inputs
         self.multi = len(inputs) > 1
         self.merged = MergedWatermark(inputs)
         self.assigner = assigner
-        self.store = WindowStore(assigner) if assigner is not None else None
+        self.session = session
+        self.join = join
+        self.reducer = reducer
+        self.lateness = assigner.lateness if assigner is not None else session.allowed_lateness if session else 0.0
+        self.store = self._new_store(0, NEVER)
         # Substream mode: key -> (watermark, store). Otherwise every input shares self.store.
         self.lanes: dict[Hashable, Lane] = {}
-        self.pending: list[WindowStore] = []  # stores whose watermark moved: close_pending
-        self.reducer = reducer
+        self.pending: list[Store] = []  # stores whose watermark moved: close_pending
         self.counters = counters
         self.substreams = substreams
         self.idle_timeout = idle_timeout
@@ -72,7 +82,17 @@ class WatermarkFlow:
         self.delay = delay
         self.trace = trace
 
-    def stores(self) -> list[WindowStore]:
+    def _new_store(self, order: int, watermark: float) -> Store | None:
+        if self.join is not None:
+            left, right = self.inputs
+            return JoinStore(self.join, left, right)
+        if self.session is not None:
+            return SessionStore(self.session, self.reducer, order, watermark)
+        if self.assigner is not None:
+            return WindowStore(self.assigner, order, watermark)
+        return None
+
+    def stores(self) -> list[Store]:
         """Every window store (one per substream, or the shared one)."""
         if self.substreams:
             return [store for _, store in self.lanes.values() if store is not None]
@@ -81,21 +101,25 @@ class WatermarkFlow:
     def new_lane(self, inp: Input, key: Hashable) -> Lane:
         """A new substream: it starts at the partition's floor (punctuation, ticks)."""
         mark = Watermark(key, self.generation, self.delay, start=inp.mark.value)
-        store = None
-        if self.assigner is not None:
-            store = WindowStore(self.assigner, order=len(self.lanes), watermark=mark.value)
-        lane = (mark, store)
+        lane = (mark, self._new_store(len(self.lanes), mark.value))
         self.lanes[key] = lane
         return lane
 
-    def lanes_of(self, inp: Input) -> list[tuple[Hashable, Watermark, WindowStore | None]]:
+    def lanes_of(self, inp: Input) -> list[tuple[Hashable, Watermark, Store | None]]:
         if self.substreams:
             return [(key, mark, store) for key, (mark, store) in self.lanes.items()]
         return [(None, inp.mark, self.store)]
 
-    def open_pane(self, inp: Input, store: WindowStore, pane: float) -> dict[Hashable, list[Any]]:
+    def open_pane(self, inp: Input, store: Store, pane: float) -> dict[Hashable, list[Any]]:
         """Open ``pane`` in ``store``: its windows are scheduled to close, idle checks lowered."""
+        assert isinstance(store, WindowStore)  # panes are fixed windows'
         bucket = store.open_pane(pane)
+        self.scheduled(inp, store)
+        return bucket
+
+    def scheduled(self, inp: Input, store: Store) -> None:
+        """A window (or session) was scheduled in ``store``: lower the substreams' floor
+        close and the idle checks it may fall due before."""
         if self.substreams and store.next_close < inp.floor_close:
             inp.floor_close = store.next_close
         if self.idle_timeout < FOREVER:
@@ -104,7 +128,6 @@ class WatermarkFlow:
             for other in [inp] if self.substreams else self.inputs.values():
                 if due < other.idle_check:
                     other.idle_check = due
-        return bucket
 
     def advance(
         self,
@@ -114,7 +137,7 @@ class WatermarkFlow:
         value: float,
         arrival: float | None,
         out: Output,
-        store: WindowStore | None = None,
+        store: Store | None = None,
     ) -> None:
         """Raise one watermark and propagate it (merge, imports); closing is left to
         :meth:`close_pending` so that windows of several stores close in order of end."""
@@ -156,12 +179,22 @@ class WatermarkFlow:
             stores, self.pending = self.pending, []
             self.close(stores, clock, out)
 
-    def close(self, stores: list[WindowStore], clock: float | None, out: Output) -> None:
+    def close(self, stores: list[Store], clock: float | None, out: Output) -> None:
         """Step 6: emit every window its store's watermark has closed, in order of end."""
+        if self.session is not None:
+            self._close_sessions(stores, clock, out)
+            return
+        if self.join is not None:
+            for store in dict.fromkeys(stores):
+                assert isinstance(store, JoinStore)
+                if store.watermark > store.next_close:
+                    out.joins.extend(store.pop_due(clock))
+            return
         a = self.assigner
         assert a is not None
         due: list[tuple[float, int, float, WindowStore]] = []
         for store in dict.fromkeys(stores):  # each store once, in order
+            assert isinstance(store, WindowStore)
             if store.watermark >= store.next_close:
                 due.extend((a.end(j), store.order, j, store) for j in store.pop_due())
         due.sort(key=lambda d: (d[0], d[1]))
@@ -176,16 +209,34 @@ class WatermarkFlow:
                     out.trace.append(result)
                 self.counters.windows_emitted += 1
 
+    def _close_sessions(self, stores: list[Store], clock: float | None, out: Output) -> None:
+        due: list[tuple[float, int, int, Hashable, OpenSession, bool]] = []
+        for store in dict.fromkeys(stores):
+            assert isinstance(store, SessionStore)
+            if store.watermark >= store.next_close:
+                final = store.watermark == FOREVER
+                due.extend((s.end, store.order, i, key, s, final) for i, (key, s) in enumerate(store.pop_due()))
+        due.sort(key=lambda d: (d[0], d[1], d[2]))
+        result_of = self.reducer.result
+        for _, _, _, key, s, final in due:
+            result = WindowResult(key, s.start, s.end, result_of(s.acc), clock, final)
+            out.windows.append(result)
+            if self.trace:
+                out.trace.append(result)
+            self.counters.windows_emitted += 1
+
     def idle(self, inp: Input, now: float, out: Output, *, strict: bool) -> None:
         """Fire the idle timeouts due at ``now`` (before it, when an event arrives at ``now``:
         an event arriving at the very instant counts as ingested first)."""
-        timeout, lateness = self.idle_timeout, self.assigner.lateness if self.assigner else 0.0
+        timeout, lateness = self.idle_timeout, self.lateness
         next_check = FOREVER
         for key, mark, store in self.lanes_of(inp):
             if store is None:
                 continue
             while True:
-                end = _first_open_end(store, mark.value)
+                # The earliest open window this watermark still holds back (others, held
+                # by another merged input, are not its to time out).
+                end = store.first_open_end(mark.value)
                 if end == FOREVER:
                     break
                 due = max(end, mark.last_ingest) + timeout
@@ -197,11 +248,3 @@ class WatermarkFlow:
                 next_check = min(next_check, due)
                 break
         inp.idle_check = next_check
-
-
-def _first_open_end(store: WindowStore, watermark: float) -> float:
-    """End of the earliest open window this watermark still holds back (others, held by
-    another merged input, are not its to time out)."""
-    a = store.assigner
-    ends = [a.end(j) for j in store.open_windows() if a.close_time(j) > watermark]
-    return ends[0] if ends else FOREVER

@@ -21,11 +21,14 @@ from streams.core.errors import StreamCompletedError
 from streams.eventtime.aggregates import Count
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.inputs import Input
+from streams.eventtime.joins import JoinStore
 from streams.eventtime.ordering import OrderingStep
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
 from streams.eventtime.refusals import Refusals
 from streams.eventtime.results import DEAD_LETTER, KEPT, EventOutcome, Output, WatermarkAdvance
+from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
 from streams.eventtime.watermark import FOREVER, NEVER
+from streams.eventtime.windows import WindowStore
 
 _record_value = attrgetter("value")
 
@@ -82,7 +85,7 @@ class Ingest:
             field_key_of = key_of
         substreams = flow.substreams
         a = flow.assigner
-        windowed = a is not None
+        windowed = a is not None or flow.session is not None or flow.join is not None
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
@@ -110,8 +113,11 @@ class Ingest:
         # after. With a single input the store's closing watermark is ``w`` itself.
         mark, store = inp.mark, flow.store
         w, newest = mark.value, mark.max_timestamp
-        # Without windows ``store`` is None and ``panes`` is never read.
-        panes: dict[float, dict[Hashable, list[Any]]] = store.panes if store is not None else {}
+        # Without fixed windows ``panes`` is never read; with sessions ``sessions`` is the
+        # lane's store (else None), so each kind of store has its typed local.
+        panes: dict[float, dict[Hashable, list[Any]]] = store.panes if isinstance(store, WindowStore) else {}
+        sessions = store if isinstance(store, SessionStore) else None
+        joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
         next_close = store.next_close if store is not None else FOREVER
         try:
             for rec in events:
@@ -159,8 +165,10 @@ class Ingest:
                             w, newest = mark.value, mark.max_timestamp
                             if w < floor_mark.value:  # the arrivals since its last event lifted it
                                 w = mark.value = floor_mark.value
-                            if store is not None:
+                            if isinstance(store, WindowStore):
                                 panes, next_close = store.panes, store.next_close
+                            elif isinstance(store, SessionStore):
+                                sessions, next_close = store, store.next_close
                     et = t
                     ts, status, reason = t, KEPT, None
                     # 1-3. the ordering policy, for an event that breaks a tolerance
@@ -170,7 +178,40 @@ class Ingest:
                             continue
                         ts, status, reason = verdict
                     # 4. into the open windows containing the timestamp
-                    if store is not None:  # the lane's store: there is one exactly when windowed
+                    if joins is not None:  # an interval join: its pairs wait for the merged watermark
+                        outcome = EventOutcome(rec, part, key, et, ts, status, reason and reason.value)
+                        if not joins.add(part, key, outcome, w=joins.watermark):
+                            status = DEAD_LETTER
+                            refuse(
+                                part,
+                                rec,
+                                key,
+                                t,
+                                Reason.WINDOW_CLOSED,
+                                DEAD_LETTER,
+                                arr,
+                                out,
+                                f"timestamp {ts:g} is below the merged watermark {joins.watermark:g} by more "
+                                "than the join's allowed lateness: its pairs may be final already",
+                                ts=ts,
+                            )
+                    elif sessions is not None:  # merge into the key's sessions (or open one)
+                        joined = sessions.add(
+                            key,
+                            ts,
+                            None if counting else select(rec),
+                            rec,
+                            w=w if direct else sessions.watermark,
+                            part=part if multi else None,
+                        )
+                        if joined == REFUSED:
+                            status = DEAD_LETTER
+                            refuse(part, rec, key, t, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
+                        elif joined == OPENED:
+                            flow.scheduled(inp, sessions)
+                            idle_check = inp.idle_check
+                        next_close = sessions.next_close
+                    elif store is not None:  # the lane's store: there is one exactly when windowed
                         offset = ts - origin
                         pane = offset // step
                         if gaps and offset - pane * step >= size:
@@ -256,6 +297,8 @@ class Ingest:
                         flow.close_pending(arr, out)
                         w = mark.value
                         next_close = store.next_close if store is not None else FOREVER
+                if joins is not None and joins.watermark > joins.next_close:
+                    flow.close([joins], arr, out)  # a left event already due (upper < 0)
         finally:
             mark.value, mark.max_timestamp = w, newest
             if direct and store is not None:

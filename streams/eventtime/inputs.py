@@ -13,10 +13,16 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from streams.core.errors import ConfigurationError
+from streams.eventtime.joins import JoinStore
+from streams.eventtime.sessions import SessionStore
 from streams.eventtime.watermark import FOREVER, NEVER, Watermark, WatermarkGeneration
 from streams.eventtime.windows import WindowStore
 
-Lane = tuple[Watermark, WindowStore | None]
+Store = WindowStore | SessionStore | JoinStore
+"""The open windows governed by one watermark: fixed windows' panes, sessions, or the state
+of an interval join."""
+
+Lane = tuple[Watermark, Store | None]
 """A substream's watermark and its windows (None without a window)."""
 
 

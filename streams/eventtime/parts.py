@@ -21,9 +21,10 @@ from typing import Any
 from streams.core.errors import ConfigurationError
 from streams.eventtime.aggregates import Count, Reducer
 from streams.eventtime.inputs import check_acyclic
+from streams.eventtime.joins import IntervalJoin
 from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, WatermarkGeneration
-from streams.eventtime.windows import WindowAssigner, WindowSpec
+from streams.eventtime.windows import Session, WindowAssigner, WindowSpec
 
 
 class ProcessorParts:
@@ -48,6 +49,8 @@ class ProcessorParts:
         "idle_timeout",
         "action",
         "assigner",
+        "session",
+        "join",
         "timestamp_of",
         "key_of",
         "key_field",
@@ -69,8 +72,10 @@ class ProcessorParts:
         generation: WatermarkGeneration = EVERY_EVENT,
         imports: Mapping[Hashable, Hashable] | None = None,
         trace: bool = False,
+        join: IntervalJoin | None = None,
     ) -> None:
         self.policy = policy = policy or OrderingPolicy()
+        self.join = join
         self.window = window
         self.reducer: Reducer[Any, Any] = aggregate if aggregate is not None else Count()
         self.trace = trace
@@ -87,7 +92,9 @@ class ProcessorParts:
         self.delay = float(policy.out_of_order)
         self.idle_timeout = FOREVER if window is None or window.idle_timeout is None else float(window.idle_timeout)
         self.action = Action(policy.action)
-        self.assigner = WindowAssigner(window) if window is not None else None
+        # Fixed windows (tumbling, hopping) have an assigner; sessions have none.
+        self.session = window if isinstance(window, Session) else None
+        self.assigner = WindowAssigner(window) if window is not None and not isinstance(window, Session) else None
         self.timestamp_of: Callable[[Any], float] | None = timestamp_extractor(policy.timestamp_by, policy.unit)
         self.key_of: Callable[[Any], Hashable] | None = key_extractor(key_spec)
         # A key given as a field name is read inline by the hot path.
@@ -97,6 +104,8 @@ class ProcessorParts:
         self.imports: dict[Hashable, Hashable] = dict(imports or {})
         self.inputs: tuple[Hashable, ...] | None = None
         if inputs is None:
+            if join is not None:
+                raise ConfigurationError("an interval join takes two inputs (left, right): declare the inputs")
             if self.imports:
                 raise ConfigurationError("imports maps one of the inputs to another: declare the inputs")
             return
@@ -114,4 +123,6 @@ class ProcessorParts:
                     f"imports maps an input to another declared input, not {follower!r} -> {source!r}"
                 )
         check_acyclic(self.imports)
+        if join is not None and (len(names) != 2 or window is not None):
+            raise ConfigurationError("an interval join takes two inputs (left, right) and no window")
         self.inputs = names

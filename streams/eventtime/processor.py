@@ -26,12 +26,13 @@ from streams.eventtime.aggregates import Reducer
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.ingest import Ingest
 from streams.eventtime.inputs import Input
+from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.metrics import Counters, EventTimeMetrics
 from streams.eventtime.ordering import OrderingStep
 from streams.eventtime.parts import ProcessorParts
 from streams.eventtime.policy import EventLike, Extractor, OrderingPolicy
 from streams.eventtime.refusals import Refusals
-from streams.eventtime.results import Output
+from streams.eventtime.results import EventOutcome, Output
 from streams.eventtime.snapshot import restore, snapshot
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, MergedWatermark, WatermarkGeneration
 from streams.eventtime.windows import WindowSpec
@@ -51,7 +52,7 @@ class Processor:
     3
 
     ``inputs`` names the merged inputs (partitions or streams) whose minimum watermark closes
-    windows; ``imports`` maps an input to the input whose watermark it follows instead of
+    windows (or, with ``join``, emits the pairs of an interval join of its two inputs); ``imports`` maps an input to the input whose watermark it follows instead of
     generating its own. With ``policy.over`` (substreams) there is one input, and windows are
     per substream key, each closed by its own watermark.
 
@@ -76,6 +77,7 @@ class Processor:
         generation: WatermarkGeneration = EVERY_EVENT,
         imports: Mapping[Hashable, Hashable] | None = None,
         trace: bool = False,
+        join: IntervalJoin | None = None,
     ) -> None:
         parts = ProcessorParts(
             policy,
@@ -87,6 +89,7 @@ class Processor:
             generation=generation,
             imports=imports,
             trace=trace,
+            join=join,
         )
         self._assemble(parts, 0)
 
@@ -126,6 +129,8 @@ class Processor:
             generation=generation,
             delay=delay,
             trace=parts.trace,
+            session=parts.session,
+            join=parts.join,
         )
         refusals = Refusals(
             counters,
@@ -249,19 +254,26 @@ class Processor:
         return self._flow.merged if self._multi else None
 
     def held_since(self, partition: Hashable | None = None) -> object:
-        """The oldest token still held in an open window (of ``partition`` when several
-        inputs are merged), or None: the runtime must not checkpoint past it. Tokens are
-        opaque to the core (the runtime's are ``SequenceToken``); they only compare."""
-        oldest = None
+        """The oldest token still held in an open window or a join (of ``partition``, or of
+        any input, when several inputs are merged), or None: the runtime must not checkpoint
+        past it. Tokens are opaque to the core (the runtime's are ``SequenceToken``); they
+        only compare."""
+        oldest: Any = None
         for store in self._flow.stores():
-            for bucket in store.panes.values():
-                for state in bucket.values():
-                    token = state[1]
-                    if self._multi:
-                        token = token.get(partition)
+            for held in store.tokens():
+                tokens = [held]
+                if self._multi:  # per input
+                    tokens = list(held.values()) if partition is None else [held.get(partition)]
+                for token in tokens:
                     if token is not None and (oldest is None or token < oldest):
                         oldest = token
         return oldest
+
+    def join_pending(self) -> list[EventOutcome]:
+        """The left events of an interval join whose pairs are not emitted yet (none
+        without a join)."""
+        store = self._flow.store
+        return store.pending() if isinstance(store, JoinStore) else []
 
     def snapshot(self) -> bytes:
         """This processor's state as bytes (:mod:`streams.eventtime.snapshot`); raises
@@ -290,9 +302,7 @@ class Processor:
         """``(key, start, end)`` of every open window holding data, by end then key order."""
         found: list[tuple[float, int, Hashable, float]] = []
         for store in self._flow.stores():
-            for j in store.open_windows():
-                start, end = store.assigner.spec.bounds(j)
-                found.extend((end, store.order, key, start) for key in store.keys_of(j))
+            found.extend((end, store.order, key, start) for end, key, start in store.entries())
         found.sort(key=lambda f: (f[0], f[1]))
         return [(key, start, end) for end, _, key, start in found]
 

@@ -81,7 +81,7 @@ class Refusals:
         elif reason is Reason.WINDOW_CLOSED:
             assert ts is not None
             counters.window_closed += 1
-            detail = f"every window containing timestamp {ts:g} has closed"
+            detail = detail or f"every window containing timestamp {ts:g} has closed"
         elif reason is Reason.INVALID_VALUE:
             counters.invalid_value += 1
         else:

@@ -2,8 +2,8 @@
 and the :class:`Output` of one call.
 
 >>> out = Output()
->>> out.watermark, out.windows, out.trace
-(-inf, [], [])
+>>> out.watermark, out.windows, out.joins, out.trace
+(-inf, [], [], [])
 """
 
 from __future__ import annotations
@@ -88,6 +88,47 @@ class WatermarkAdvance:
     watermark: float
 
 
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    """One pair of an interval join (``right`` None: a left event with no partner, with
+    ``how="left"``), emitted once the merged watermark has passed ``left.timestamp +
+    upper``. ``closed_at`` and ``final`` as :class:`WindowResult`.
+
+    >>> from types import SimpleNamespace as NS
+    >>> left = EventOutcome(NS(value={"page": "/a"}), "clicks", "u1", 1.0, 1.0, KEPT, None)
+    >>> right = EventOutcome(NS(value={"total": 9.5}), "orders", "u1", 4.0, 4.0, KEPT, None)
+    >>> JoinResult("u1", left, right, 20.0).columns()
+    {'right_time': 4.0, 'left_page': '/a', 'right_total': 9.5}
+    """
+
+    key: Hashable
+    left: EventOutcome
+    right: EventOutcome | None
+    closed_at: float | None
+    final: bool = False
+
+    def as_event(self) -> EventOutcome:
+        """The pair as its left event carrying :meth:`columns`: what an ``EventHandoff``
+        hands to Spark (``event_time`` the left's timestamp, ``stream_id`` its stream; every
+        pair of a left event shares its queue position, so a replay skips them together)."""
+        return self.left.with_value(self.columns())
+
+    def columns(self) -> dict[str, Any]:
+        """Both sides' fields as one flat row (what a handoff of pairs writes): the right
+        event's timestamp as ``right_time``, each field of a side's mapping value as
+        ``left_NAME`` / ``right_NAME`` (a value that is no mapping as ``left`` / ``right``)."""
+        row: dict[str, Any] = {"right_time": None if self.right is None else self.right.timestamp}
+        for side, outcome in (("left", self.left), ("right", self.right)):
+            if outcome is None:
+                continue
+            value = getattr(outcome.record, "value", None)
+            if isinstance(value, dict):
+                row.update((f"{side}_{name}", v) for name, v in value.items())
+            else:
+                row[side] = value
+        return row
+
+
 TraceItem = EventOutcome | WindowResult | WatermarkAdvance
 """One step of a processor's trace, in causal order."""
 
@@ -98,8 +139,9 @@ class Output:
 
     - ``windows``: closed windows, in order of end;
     - ``dead_letters``: everything dropped or refused, each with its reason and record;
-    - ``events``: without a window, the events that passed the ordering policy with their
-      timestamps (the stream a non-windowed consumer sees);
+    - ``events``: without a window or join, the events that passed the ordering policy
+      with their timestamps (the stream a non-windowed consumer sees);
+    - ``joins``: with an interval join, the pairs (and unmatched left events) it emitted;
     - ``watermark``: the processor's watermark after the call;
     - ``trace``: with ``trace=True``, every outcome, window and watermark step in causal order.
     """
@@ -107,5 +149,6 @@ class Output:
     windows: list[WindowResult] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     events: list[EventOutcome] = field(default_factory=list)
+    joins: list[JoinResult] = field(default_factory=list)
     watermark: float = NEVER
     trace: list[TraceItem] = field(default_factory=list)

@@ -2,7 +2,8 @@
 
 A processor of one input (with or without substreams) is serialized with msgpack: its
 input's clock, watermark and idle bookkeeping, the merged watermark, every window store
-(open panes with each key's accumulator and first token, the scheduled windows), the
+(open panes with each key's accumulator and first token, the scheduled windows; or the open
+sessions with theirs, and each key's last emitted session while it matters), the
 substream lanes and the counters. A ``Count`` pane keeps a number, a ``Collect`` pane its
 values: the state is proportional to what is open.
 
@@ -34,6 +35,8 @@ from streams.core.errors import HeadraceError
 from streams.core.tokens import SequenceToken
 from streams.eventtime.aggregates import _Sequenced
 from streams.eventtime.flow import WatermarkFlow
+from streams.eventtime.inputs import Store
+from streams.eventtime.sessions import SessionStore
 from streams.eventtime.watermark import Watermark
 from streams.eventtime.windows import WindowStore
 
@@ -61,7 +64,7 @@ def can_snapshot(processor: Snapshottable) -> bool:
 def is_empty(processor: Snapshottable) -> bool:
     """No open pane: nothing a restart would need beyond the watermarks (which the next
     events regenerate as they would have)."""
-    return not any(store.panes for store in processor._flow.stores())
+    return not any(store.has_data() for store in processor._flow.stores())
 
 
 def snapshot(processor: Snapshottable) -> bytes:
@@ -132,14 +135,23 @@ def _set_mark(mark: Watermark, state: list[Any]) -> None:
     mark.value, mark.max_timestamp, mark.last_ingest, mark._count, mark._mark = state
 
 
-def _store(store: WindowStore) -> list[Any]:
+def _store(store: Store) -> list[Any]:
+    if isinstance(store, SessionStore):
+        return ["sessions", *store.state()]
+    assert isinstance(store, WindowStore)  # a join has several inputs: never snapshotted
     panes = [
         [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
     ]
     return [panes, store.watermark, store.next_close, list(store._due), store.order]
 
 
-def _set_store(store: WindowStore, state: list[Any]) -> None:
+def _set_store(store: Store, state: list[Any]) -> None:
+    if isinstance(store, SessionStore) != (state[0] == "sessions"):
+        raise SnapshotError("the snapshot's windows are not of this processor's kind (sessions or fixed windows)")
+    if isinstance(store, SessionStore):
+        store.set_state(state[1:], _hashable)
+        return
+    assert isinstance(store, WindowStore)  # a join has several inputs: never snapshotted
     panes, store.watermark, store.next_close, due, store.order = state
     store.panes = {pane: {_hashable(key): [acc, token] for key, acc, token in bucket} for pane, bucket in panes}
     store._due = list(due)

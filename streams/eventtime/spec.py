@@ -13,6 +13,7 @@ from typing import Any
 from streams.core.errors import ConfigurationError
 from streams.core.observer import TypeHooks, hooks_of
 from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.joins import IntervalJoin
 from streams.eventtime.parts import ProcessorParts
 from streams.eventtime.policy import Extractor, OrderingPolicy
 from streams.eventtime.processor import Processor
@@ -46,6 +47,17 @@ class EventTime:
     >>> EventTime(OrderingPolicy(timestamp_by="time"), inputs=("tolls", "prices"),
     ...           imports={"prices": "tolls"}).processor().watermark
     -inf
+
+    ``join`` joins the two ``inputs`` (left, right) by key and time (an
+    :class:`~streams.eventtime.joins.IntervalJoin`); the pairs go to ``on_join(pairs)``
+    (or, with an ``EventHandoff``, to Spark: one row a pair). See ``docs/event-time.md``,
+    "Interval joins".
+
+    >>> from streams.eventtime.joins import IntervalJoin
+    >>> spec = EventTime(OrderingPolicy(timestamp_by="t"), inputs=("clicks", "orders"),
+    ...                  join=IntervalJoin(lower=0, upper=600, how="left"), group_by="user")
+    >>> spec.processor().merged.holder
+    'clicks'
     """
 
     policy: OrderingPolicy = field(default_factory=OrderingPolicy)
@@ -56,6 +68,7 @@ class EventTime:
     generation: WatermarkGeneration = EVERY_EVENT
     inputs: tuple[str, ...] = ()
     imports: Mapping[str, str] = field(default_factory=dict)
+    join: IntervalJoin | None = None
 
     def __post_init__(self) -> None:
         inputs = self.inputs
@@ -69,11 +82,13 @@ class EventTime:
         if inputs and self.policy.substreams:
             raise ConfigurationError("substreams (policy.over) apply within one input: merged inputs take none")
         object.__setattr__(self, "imports", dict(self.imports))
+        if self.join is not None and (len(inputs) != 2 or self.window is not None):
+            raise ConfigurationError("join takes inputs=(left, right), two namespaces, and no window")
         if inputs:
             self.processor()  # refuses imports outside the inputs, or in a cycle, now
 
     def __hash__(self) -> int:
-        return hash((self.policy, self.window, self.group_by, self.inputs, tuple(self.imports.items())))
+        return hash((self.policy, self.window, self.group_by, self.inputs, tuple(self.imports.items()), self.join))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -83,7 +98,7 @@ class EventTime:
     def check_consumer(self, cls: type) -> TypeHooks:
         """Refuse, at registration, a consumer type that could not receive the results;
         its hooks (checked once per type, however many activations it has)."""
-        needed = "on_window" if self.window is not None else "on_events"
+        needed = "on_join" if self.join is not None else "on_window" if self.window is not None else "on_events"
         hooks = hooks_of(cls)
         if needed in hooks.checked:
             return hooks
@@ -93,7 +108,9 @@ class EventTime:
             raise ConfigurationError(
                 f"{cls.__qualname__} declares event_time "
                 + (
-                    "with a window: it needs on_window(result)"
+                    "with a join: it needs on_join(pairs)"
+                    if self.join is not None
+                    else "with a window: it needs on_window(result)"
                     if self.window is not None
                     else "without a window: it needs on_events(outcomes)"
                 )
@@ -127,6 +144,7 @@ class EventTime:
                 inputs=self.inputs or None,
                 generation=self.generation,
                 imports=imports,
+                join=self.join,
             )
             object.__setattr__(self, "_parts", parts)  # a cache, not a setting: frozen still
         return parts

@@ -1,5 +1,5 @@
 """Times written as text: durations (``250ms``, ``5s``), instants (ISO-8601 or POSIX seconds)
-and window specs (``tumbling:1m``).
+and window specs (``tumbling:1m``, ``session:30s``).
 
 One parser for each, shared by the command line and the configuration file, so a duration
 means the same wherever a user writes it. Every error names where the text came from
@@ -13,7 +13,7 @@ import re
 from datetime import UTC, datetime
 
 from streams.core.errors import ConfigurationError
-from streams.eventtime.windows import Hopping, Tumbling, WindowSpec
+from streams.eventtime.windows import Hopping, Session, Tumbling, WindowSpec
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)?$")
@@ -66,20 +66,27 @@ def parse_instant(text: str, where: str) -> tuple[float, datetime | None]:
 
 
 def parse_window(text: str, where: str) -> WindowSpec:
-    """``tumbling:SIZE`` or ``hopping:SIZE:HOP`` (sizes are durations).
+    """``tumbling:SIZE``, ``hopping:SIZE:HOP`` or ``session:GAP`` (sizes are durations).
 
     >>> parse_window("hopping:10m:1m", "window")
     Hopping(size=600.0, hop=60.0, allowed_lateness=0.0, idle_timeout=None, origin=0.0)
+    >>> parse_window("session:30s", "window")
+    Session(gap=30.0, allowed_lateness=0.0, idle_timeout=None)
     """
     kind, _, rest = text.partition(":")
     parts = rest.split(":") if rest else []
+    if kind == "session" and len(parts) == 1:
+        gap = parse_duration(parts[0], f"{where} gap")
+        if gap <= 0:
+            raise ConfigurationError(f"{where}: a session gap must be more than 0, not {text!r}")
+        return Session(gap)
     if kind == "tumbling" and len(parts) == 1:
         size = hop = parse_duration(parts[0], f"{where} size")
     elif kind == "hopping" and len(parts) == 2:
         size = parse_duration(parts[0], f"{where} size")
         hop = parse_duration(parts[1], f"{where} hop")
     else:
-        raise ConfigurationError(f"{where} takes tumbling:SIZE or hopping:SIZE:HOP, not {text!r}")
+        raise ConfigurationError(f"{where} takes tumbling:SIZE or hopping:SIZE:HOP or session:GAP, not {text!r}")
     if size <= 0 or hop <= 0:
         raise ConfigurationError(f"{where}: sizes and hops must be more than 0, not {text!r}")
     return Tumbling(size) if kind == "tumbling" else Hopping(size, hop)

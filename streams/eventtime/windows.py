@@ -1,4 +1,4 @@
-"""Windows: tumbling and hopping specs, the assigner, and the store of open windows.
+"""Windows: tumbling, hopping and session specs, the assigner, and the store of open windows.
 
 Window ``j`` spans ``[origin + j*hop, origin + j*hop + size)``. State is kept per *pane*, the
 largest slice every window is a whole number of: the window itself for tumbling windows and
@@ -97,10 +97,38 @@ class Hopping:
         return float(start), float(start + self.size)
 
 
-WindowSpec = Tumbling | Hopping
+@dataclass(frozen=True, slots=True)
+class Session:
+    """Sessions: an event opens ``[t, t + gap)``, and events of one key less than ``gap``
+    apart merge into one session ``[earliest, latest + gap)`` (Flink, Spark and ASA session
+    windows). A session closes when the watermark passes its end plus ``allowed_lateness``,
+    or by ``idle_timeout`` (processing time, as :class:`Tumbling`); it is never reopened, and
+    an event that would merge into an emitted one is dead-lettered ``window_closed``. The
+    store of open sessions is :mod:`streams.eventtime.sessions`.
+
+    >>> Session(30).gap, Session(30, allowed_lateness=5).allowed_lateness
+    (30.0, 5.0)
+    """
+
+    gap: float
+    allowed_lateness: float = 0.0
+    idle_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        _check("gap", self.gap, positive=True)
+        _check("allowed_lateness", self.allowed_lateness, positive=False)
+        _check("idle_timeout", self.idle_timeout, positive=False, optional=True)
+        object.__setattr__(self, "gap", float(self.gap))
+        object.__setattr__(self, "allowed_lateness", float(self.allowed_lateness))
 
 
-def _validate(spec: WindowSpec) -> None:
+FixedWindow = Tumbling | Hopping
+"""Windows with bounds fixed in advance (whatever the events), kept in panes."""
+
+WindowSpec = Tumbling | Hopping | Session
+
+
+def _validate(spec: FixedWindow) -> None:
     _check("size", spec.size, positive=True)
     _check("allowed_lateness", spec.allowed_lateness, positive=False)
     _check("idle_timeout", spec.idle_timeout, positive=False, optional=True)
@@ -119,6 +147,7 @@ class WindowAssigner:
     """Pane and window arithmetic for one :data:`WindowSpec`.
 
     Indexes are integral floats (exact below 2**53), so the hot path never converts to int.
+    Sessions have no fixed bounds: they have no assigner (:mod:`streams.eventtime.sessions`).
 
     >>> a = WindowAssigner(Hopping(size=20, hop=5))
     >>> a.step, a.pane_of(17.0), list(a.windows_of_pane(3.0))
@@ -129,7 +158,7 @@ class WindowAssigner:
 
     __slots__ = ("spec", "size", "hop", "origin", "lateness", "step", "gaps", "per_window", "per_hop")
 
-    def __init__(self, spec: WindowSpec) -> None:
+    def __init__(self, spec: FixedWindow) -> None:
         self.spec = spec
         self.size = float(spec.size)
         self.hop = float(spec.hop)
@@ -248,6 +277,28 @@ class WindowStore:
     def open_windows(self) -> list[float]:
         """The scheduled (open, non-empty) windows, oldest first."""
         return sorted(self._due)
+
+    def has_data(self) -> bool:
+        """Some pane holds data: a restart would need this store."""
+        return bool(self.panes)
+
+    def tokens(self) -> list[Any]:
+        """The first token of each key in each open pane (what holds the checkpoint)."""
+        return [state[1] for bucket in self.panes.values() for state in bucket.values()]
+
+    def first_open_end(self, watermark: float) -> float:
+        """End of the earliest open window ``watermark`` has not closed (``inf``: none)."""
+        a = self.assigner
+        ends = [a.end(j) for j in self.open_windows() if a.close_time(j) > watermark]
+        return ends[0] if ends else FOREVER
+
+    def entries(self) -> list[tuple[float, Hashable, float]]:
+        """``(end, key, start)`` of every open window holding data, oldest window first."""
+        found: list[tuple[float, Hashable, float]] = []
+        for j in self.open_windows():
+            start, end = self.assigner.spec.bounds(j)
+            found.extend((end, key, start) for key in self.keys_of(j))
+        return found
 
     def keys_of(self, window: float) -> list[Hashable]:
         """The keys with data in ``window``, in order of first appearance."""

@@ -159,7 +159,7 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
         (
             '[time]\nwindow = "sliding:5s"\n',
             {},
-            "headrace.toml: time.window takes tumbling:SIZE or hopping:SIZE:HOP, not 'sliding:5s'",
+            "headrace.toml: time.window takes tumbling:SIZE or hopping:SIZE:HOP or session:GAP, not 'sliding:5s'",
         ),
         (
             '[time]\naction = "keep"\n',
