@@ -129,6 +129,9 @@ def test_consumer_type_without_on_window_is_refused_at_registration():
         class NoEvents:
             event_time = EventTime(OrderingPolicy())
 
+            def __init__(self, stream_id):
+                pass
+
 
 async def test_consumer_without_window_gets_events_with_their_timestamps():
     provider = StreamProvider.memory(queues=1)
