@@ -193,7 +193,9 @@ class Catalog:
         spec = declared_event_time(instance)
         if spec is None:
             return None, instance
-        timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid))
+        timed = EventTimeObserver(
+            instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid), self._context.clock
+        )
         timed.on_change = self._on_change
         if self.states is not None and timed.enable_snapshots():
             self._restore(timed)

@@ -136,9 +136,19 @@ class PullingAgent:
         if now - self._last_tick < self.context.options.get_queue_msgs_timer_period:
             return
         self._last_tick = now
-        wall = time.time()
+        wall = self.context.clock.now()
         for activation in self._holds.due(wall):
             self._spawn(self._tick, activation, wall)
+
+    async def tick_due(self) -> int:
+        """Tick, and wait for, every event-time activation whose tick is due at the
+        processing clock's time now: what the timer does, at once (``streams.testing`` moves
+        the clock and calls this). Returns how many were ticked."""
+        now = self.context.clock.now()
+        due = list(self._holds.due(now))
+        for activation in due:
+            await self._tick(activation, now)
+        return len(due)
 
     async def _tick(self, observer: TimedActivation, now: float) -> None:
         try:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import inspect
 import math
-import time
 from collections.abc import Callable
 
 from streams.core.batch import Event, EventBatch
+from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import StreamId
 from streams.core.observer import nothing
@@ -104,6 +104,7 @@ class EventTimeObserver:
         "_saving",
         "_taken",
         "_skip_to",
+        "_clock",
         "__dict__",
     )
 
@@ -114,8 +115,10 @@ class EventTimeObserver:
         stream_id: StreamId,
         dead_letters: DeadLetterStore,
         handoff: HandoffTarget | None = None,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.target = target
+        self._clock = clock  # the processing clock of punctuation, completion and merges
         self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
         # A windowless consumer's events wait here for the watermark, then go in order.
         self._release: TimestampOrder[EventOutcome] | None = (
@@ -199,12 +202,12 @@ class EventTimeObserver:
     async def on_watermark(self, watermark: float, partition: str | None = None) -> None:
         part = partition or self._partition
         async with self._lock:
-            await self._step(lambda: self.processor.advance_time(watermark, time.time(), part))
+            await self._step(lambda: self.processor.advance_time(watermark, self._clock.now(), part))
 
     async def on_completed(self, partition: str | None = None) -> None:
         part = partition or self._partition
         async with self._lock:
-            await self._step(lambda: self.processor.on_completed(part, time.time()))
+            await self._step(lambda: self.processor.on_completed(part, self._clock.now()))
         if self._open_inputs is not None:
             self._open_inputs.discard(part)
         if not self._open_inputs:  # with several inputs, once the last completes
@@ -227,7 +230,7 @@ class EventTimeObserver:
             self._changed()  # the new windows' hold counts before the emit can suspend
             await self._emit(out)
             if self.holdback is not None and self.processor.merged is not None:  # several inputs
-                self.holdback.observe(self.processor.merged, time.time())
+                self.holdback.observe(self.processor.merged, self._clock.now())
         except BaseException:
             self._unfinished = _lowest(self._unfinished, before)
             self.snapshots = False  # its state lost what the emit did not finish

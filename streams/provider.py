@@ -28,6 +28,7 @@ from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueM
 from streams.backends.base import Backend
 from streams.backends.handoff import open_handoff_sinks
 from streams.constructors import BackendConstructors
+from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
 from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
 from streams.core.failures import LoggingFailureHandler, StreamFailureHandler
@@ -72,6 +73,7 @@ class StreamProvider(BackendConstructors):
     ``backend`` (:class:`~streams.backends.base.Backend`) is what it runs on: the
     constructors ``memory``, ``embedded``, ``kafka`` and ``generator`` make one (see
     :mod:`streams.constructors`); pub-sub and dead letters default to the backend's.
+    ``clock`` is the processing clock (the wall clock; :mod:`streams.testing` moves its own).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class StreamProvider(BackendConstructors):
         worker_name: str | None = None,
         options: StreamProviderOptions | None = None,
         co_partitioned: Sequence[Sequence[str]] = (),
+        clock: Clock = WALL_CLOCK,
         **option_kwargs: Any,
     ) -> None:
         if options is not None and option_kwargs:
@@ -103,6 +106,7 @@ class StreamProvider(BackendConstructors):
         self.balancer_options = balancer_options
         self.options = options or StreamProviderOptions.from_kwargs(**option_kwargs)
         self.backend = backend
+        self.clock = clock  # the processing clock (arrival times, ticks); streams.testing moves one
         self.mapper: QueueMapper = backend.queue_mapper()
         if co_partitioned:  # several namespaces placed by key (see balancer.keyed)
             self.mapper = KeyedQueueMapper(self.mapper, co_partitioned)
@@ -235,6 +239,7 @@ class StreamProvider(BackendConstructors):
                     self.failure_handler,
                     await open_handoff_sinks(self.backend, self.registry.types(), stack),
                     worker_name=self.worker_name,
+                    clock=self.clock,
                 )
                 manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
                 stack.push_async_callback(manager.stop)  # agents first, then the leases
@@ -248,7 +253,7 @@ class StreamProvider(BackendConstructors):
                 await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
             self._adapter = adapter
             # Leaving the provider flushes the publisher first, before the agents stop.
-            self._publisher = await start_publisher(stack, adapter, self.mapper, self._written, unwritten)
+            self._publisher = await start_publisher(stack, adapter, self.mapper, self._written, unwritten, self.clock)
         except BaseException:
             self._adapter = self._manager = self._publisher = None
             await stack.aclose()
