@@ -125,7 +125,7 @@ class EventTimeObserver:
             TimestampOrder() if handoff is not None and spec.window is None and not spec.inputs else None
         )
         # Several inputs, no window: every event waits for the merged watermark.
-        self._merge = MergedRelease(spec.inputs, spec.imports) if spec.inputs and spec.window is None else None
+        self._merge = MergedRelease(spec.inputs, spec.imports or {}) if spec.inputs and spec.window is None else None
         self._inputs = spec.inputs
         self._partition = name = str(stream_id)
         self.holdback = HoldBack(name) if spec.inputs else None

@@ -20,7 +20,7 @@ from agents.context import AgentContext
 from agents.manager import AgentManager
 from agents.pulling_agent import PullingAgent, new_subscription_id
 from balancer.base import BalancerOptions
-from balancer.keyed import KeyedQueueMapper, places_together
+from balancer.keyed import KeyedQueueMapper, co_partition, places_together
 from balancer.protocols import QueueBalancer
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
@@ -139,34 +139,48 @@ class StreamProvider(BackendConstructors):
         With several namespaces (``implicit("tolls", "prices")``) there is one instance per
         *key*, fed by ``tolls/<key>`` and ``prices/<key>`` alike and built once as
         ``cls(StreamId("tolls", key))`` (the first namespace's stream id). The streams of one
-        key must share a queue: create the provider with ``co_partitioned=[("tolls",
-        "prices")]`` (a Kafka topic of a foreign format places by key already).
+        key share a queue: the decorator co-partitions the namespaces (as the provider's
+        ``co_partitioned=[("tolls", "prices")]`` does; a Kafka topic of a foreign format places
+        by key already). A producer in another process places them alike when it builds its
+        provider the same way: importing this module, or with ``co_partitioned=``.
 
-        >>> provider = StreamProvider.memory(queues=4, co_partitioned=[("tolls", "prices")])
+        >>> provider = StreamProvider.memory(queues=4)
         >>> @provider.implicit("tolls", "prices")
         ... class PricedTolls:
         ...     def __init__(self, stream_id): self.key = stream_id.key
         ...     async def on_next(self, batch): pass
+        >>> provider.mapper.co_partitioned(["tolls", "prices"])
+        True
         """
         namespaces = (namespace, *more)
         if len(set(namespaces)) != len(namespaces):
             raise ConfigurationError(f"implicit lists a namespace twice: {namespaces!r}")
-        if more and not places_together(self.mapper, namespaces):
-            listed = ", ".join(repr(n) for n in namespaces)
-            raise ConfigurationError(
-                f"implicit({listed}) activates one instance per key, so the streams of one key "
-                f"must share a queue: create the provider with co_partitioned=[({listed})]"
-            )
+        placed = None if not more or places_together(self.mapper, namespaces) else self._co_partition(namespaces)
 
         def decorate(cls: T) -> T:
             if more:
                 self.registry.register_keyed(namespaces, cls)
+                if placed is not None:
+                    self.mapper = placed
             else:
                 check_inputs(cls, namespaces)
                 self.registry.register_implicit(namespace, cls)
             return cls
 
         return decorate
+
+    def _co_partition(self, namespaces: tuple[str, ...]) -> QueueMapper:
+        """The mapper placing the streams of one key in ``namespaces`` on one queue, as
+        ``co_partitioned=`` would have: only before the provider starts (streams already
+        placed must not move under a running worker)."""
+        listed = ", ".join(repr(n) for n in namespaces)
+        if self.running:
+            raise ConfigurationError(
+                f"implicit({listed}) activates one instance per key, so the streams of one key "
+                f"must share a queue: register it before the provider starts, or create the provider "
+                f"with co_partitioned=[({listed})]"
+            )
+        return co_partition(self.mapper, namespaces)
 
     def consumer(self, name: str | None = None) -> Callable[[T], T]:
         """Register a consumer type for durable explicit subscriptions

@@ -190,7 +190,7 @@ async def test_hooks_of_its_own_are_recorded_by_name_with_their_stream():
         def on_pair(self, namespace, timestamp):  # a hook of the consumer's own
             pass
 
-    harness = Harness(queues=4, co_partitioned=[("tolls", "prices")])
+    harness = Harness(queues=4)  # the decorator co-partitions tolls and prices
     harness.implicit("tolls", "prices")(Merged)
     async with harness:
         await harness.publish("prices/k", {"t": 1}, at=5)
