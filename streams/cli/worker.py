@@ -43,7 +43,7 @@ import anyio
 from streams.cli import CliError
 from streams.config import load_config
 from streams.config_schema import CONFIG_ENV
-from streams.core.errors import HeadraceError
+from streams.core.errors import HeadraceError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
 from streams.observability.logs import FORMATS, LEVELS, LogFormat
 from streams.provider import StreamProvider
@@ -132,7 +132,8 @@ def load_provider(spec: str) -> StreamProvider:
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise CliError(f"module {module_name!r} has no attribute {attribute!r}") from None
+            hint = did_you_mean(part, [n for n in dir(target) if not n.startswith("_")])
+            raise CliError(f"module {module_name!r} has no attribute {attribute!r}{hint}") from None
     if callable(target) and not isinstance(target, StreamProvider):
         try:
             target = target()
@@ -141,7 +142,7 @@ def load_provider(spec: str) -> StreamProvider:
         except Exception as exc:
             raise CliError(f"{spec}() failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(target, StreamProvider):
-        raise CliError(f"{spec} is a {type(target).__name__}, not a StreamProvider")
+        raise CliError(f"{spec} is {a_type(target)}, not a StreamProvider")
     return target
 
 
