@@ -41,6 +41,7 @@ from typing import Any, cast
 import anyio
 
 from streams.cli import CliError
+from streams.cli.worker_startup import log_startup
 from streams.config import load_config
 from streams.config_schema import CONFIG_ENV
 from streams.core.errors import HeadraceError, a_type, did_you_mean
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         provider.worker_name = name
     log_format = cast(LogFormat, args.log_format or settings.log_format)  # configure_logging checks it
     configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
+    log_startup(provider, app)
     anyio.run(serve, provider, port, settings.status_interval, host)
     return 0
 

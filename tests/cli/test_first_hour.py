@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ from streams import StreamProvider
 from streams.adapters.embedded_queues import stored_queue_count
 from streams.cli import SUBCOMMANDS
 
-from .helpers import headrace, json_of, one_error_line, published
+from .helpers import clean_env, headrace, json_of, one_error_line, published
 
 APP = """
 from streams import StreamProvider
@@ -177,3 +180,44 @@ def test_status_lines_end_at_their_last_character(tmp_path):
 def test_a_mistaken_app_says_what_it_is(app_dir, spec, error):
     assert one_error_line(headrace("worker", "--app", spec, cwd=app_dir), "worker") == error
     assert one_error_line(headrace("status", "--app", spec, cwd=app_dir), "status") == error
+
+
+# -- 5: a worker says what it runs -------------------------------------------------------------------
+
+
+def _worker_log(cwd: Path, spec: str) -> str:
+    log_path = cwd / "worker.log"
+    with open(log_path, "w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker", "--app", spec, "--name", "w1", "--metrics-port", "0"],
+            cwd=cwd,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        try:
+            assert worker.stdout is not None
+            assert worker.stdout.readline().startswith("headrace worker w1: running, reading queues [0] of 1")
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=30) == 0
+    return log_path.read_text()
+
+
+def test_a_worker_names_its_app_store_consumer_types_and_metrics_url(app_dir):
+    log = _worker_log(app_dir, "app:provider")
+    assert f"w1: app app:provider: embedded queues (1), store {app_dir / 'app-store'}" in log
+    assert "w1: consumer types: tolls: Tolls" in log
+    assert re.search(r"metrics at http://127\.0\.0\.1:\d+/metrics", log)
+    assert "no consumer types" not in log
+
+
+def test_a_worker_with_no_consumer_types_warns(app_dir):
+    (app_dir / "bare.py").write_text(
+        'from streams import StreamProvider\nprovider = StreamProvider.embedded("s", queues=1)\n'
+    )
+    log = _worker_log(app_dir, "bare:provider")
+    [warning] = [line for line in log.splitlines() if "no consumer types are registered" in line]
+    assert "warning" in warning.lower()
+    assert "register them with @provider.implicit(...) in the module --app imports" in warning
