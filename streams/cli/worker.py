@@ -113,8 +113,7 @@ def run(args: argparse.Namespace) -> int:
         provider.worker_name = name
     log_format = cast(LogFormat, args.log_format or settings.log_format)  # configure_logging checks it
     configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
-    log_startup(provider, app)
-    anyio.run(serve, provider, port, settings.status_interval, host)
+    anyio.run(serve, provider, port, settings.status_interval, host, app)
     return 0
 
 
@@ -153,14 +152,18 @@ async def serve(
     metrics_port: int | None = None,
     status_interval: float = 5.0,
     metrics_host: str = "127.0.0.1",
+    app: str | None = None,
 ) -> None:
     """Run ``provider`` as a worker until SIGTERM or SIGINT, then leave gracefully (a second
     signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics on
     ``metrics_host``; with a local store, write its agents' status there every
-    ``status_interval`` seconds."""
+    ``status_interval`` seconds. With ``app`` (the ``--app`` it came from), log the start-up
+    lines (:mod:`streams.cli.worker_startup`)."""
     with contextlib.ExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
             metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host))
+        if app is not None:  # once every check has passed: a mistake stays one line
+            log_startup(provider, app)
         await _run(provider, status_interval)
 
 
