@@ -403,6 +403,11 @@ class PullingAgent:
         read their processors' counters and watermarks)."""
         return event_time_activations(self._streams.values())
 
+    def fates_by_type(self) -> dict[str, dict[str, int]]:
+        """What event time did to this queue's events, per consumer type: the counters of
+        its activations, running or ended (``headrace status``)."""
+        return self._catalog.fates_by_type(self.event_time_activations())
+
 
 def new_subscription_id() -> str:
     return uuid.uuid4().hex

@@ -6,7 +6,10 @@ import re
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -221,3 +224,75 @@ def test_a_worker_with_no_consumer_types_warns(app_dir):
     [warning] = [line for line in log.splitlines() if "no consumer types are registered" in line]
     assert "warning" in warning.lower()
     assert "register them with @provider.implicit(...) in the module --app imports" in warning
+
+
+# -- 6: what event time did, per consumer type, in status ----------------------------------------------
+
+TIMED_APP = """
+from streams import StreamProvider
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+
+provider = StreamProvider.embedded("timed-store", queues=1)
+
+
+@provider.implicit("tolls")
+class Totals:
+    event_time = EventTime(OrderingPolicy(timestamp_by="t", out_of_order=5, action="adjust"), Tumbling(60), Count())
+
+    def __init__(self, stream_id): ...
+
+    def on_window(self, result): ...
+
+
+@provider.implicit("tolls")
+class Strict:
+    event_time = EventTime(OrderingPolicy(timestamp_by="t", action="drop"), Tumbling(60), Count())
+
+    def __init__(self, stream_id): ...
+
+    def on_window(self, result): ...
+"""
+
+
+def test_status_shows_adjusted_dropped_and_dead_lettered_per_consumer_type(tmp_path):
+    (tmp_path / "timed_app.py").write_text(TIMED_APP)
+    (tmp_path / "headrace.toml").write_text('[worker]\nstatus_interval = "200ms"\n')
+    # 100, 130, then 110 and 120 below the watermark (out of order), then a time that is none
+    lines = '{"t": 100}\n{"t": 130}\n{"t": 110}\n{"t": 120}\n{"t": "soon"}\n'
+    assert (
+        headrace("produce", "--app", "timed_app:provider", "--stream", "tolls/b1", cwd=tmp_path, stdin=lines).returncode
+        == 0
+    )
+    with open(tmp_path / "worker.log", "w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker", "--app", "timed_app:provider", "--name", "w1"],
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+    try:
+        assert worker.stdout is not None
+        worker.stdout.readline()
+        status = _poll_status(tmp_path, lambda s: sum(t["events"] for t in s["consumer_types"]) == 10)
+        assert status["consumer_types"] == [
+            {"consumer_type": "timed_app.Strict", "events": 5, "adjusted": 0, "dropped": 2, "dead_lettered": 1},
+            {"consumer_type": "timed_app.Totals", "events": 5, "adjusted": 2, "dropped": 0, "dead_lettered": 1},
+        ]
+        table = headrace("status", "--app", "timed_app:provider", cwd=tmp_path).stdout
+        assert re.search(r"timed_app\.Totals\s+5\s+2\s+0\s+1\n", table), table
+        assert re.search(r"timed_app\.Strict\s+5\s+0\s+2\s+1\n", table), table
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+
+
+def _poll_status(cwd: Path, until: Callable[[Any], bool], timeout: float = 20.0) -> Any:
+    """``headrace status --app timed_app:provider --json`` until ``until(status)`` or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = json_of(headrace("status", "--app", "timed_app:provider", "--json", cwd=cwd))
+        if until(status) or time.monotonic() > deadline:
+            return status
+        time.sleep(0.2)
