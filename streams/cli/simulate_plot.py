@@ -68,7 +68,7 @@ def figure(rows: Sequence[Row], panels: Sequence[Panel], form: Any, swept: str |
     iso = bool(form.iso)
     x: Callable[[float], Any] = form.to_datetime if iso else (lambda t: t)
     small = len(panels) > 1
-    columns = min(len(panels), _MAX_COLUMNS)
+    columns = grid_columns(len(panels))
     lines = math.ceil(len(panels) / columns)
     size = (11, 7.5) if not small else (4.3 * columns + 0.8, 3.6 * lines + 2.0)
     fig = Figure(figsize=size, dpi=100, layout="constrained")
@@ -93,6 +93,17 @@ def figure(rows: Sequence[Row], panels: Sequence[Panel], form: Any, swept: str |
     for ax, panel in zip(axes, panels):
         _window_labels(ax, rows, panel.trace, x, bounds[1], small)
     return fig
+
+
+def grid_columns(panels: int) -> int:
+    """Columns for ``panels`` panels: at most three, in the fewest rows, then with the fewest
+    empty cells: four panels make a 2 x 2 grid, not three and one.
+
+    >>> [grid_columns(n) for n in range(1, 8)]
+    [1, 2, 3, 2, 3, 3, 3]
+    """
+    choices = range(1, min(panels, _MAX_COLUMNS) + 1)
+    return min(choices, key=lambda c: (math.ceil(panels / c), math.ceil(panels / c) * c - panels))
 
 
 def _bounds(rows: Sequence[Row]) -> tuple[float, float]:

@@ -55,12 +55,16 @@ HOPPING = ("--window", "hopping:20s:5s", "--group-by-key", "--out-of-order", "5s
 def test_one_panel_per_swept_value_sharing_their_axes(tmp_path):
     fig = build(sample(tmp_path / "s.csv"), *HOPPING, sweep="out_of_order=0s,2s,5s,30s")
     axes = fig.get_axes()
-    assert [ax.get_title().split("\n")[0] for ax in axes] == [
+    assert [ax.get_title().split("\n")[0].split(": ")[0] for ax in axes] == [
         "out_of_order=0s",
         "out_of_order=2s",
         "out_of_order=5s",
         "out_of_order=30s",
     ]
+    # each title shows the mean delay the sweep is there to show, and four panels make 2 x 2
+    assert all(re.fullmatch(r"mean delay \d+\.\d s", ax.get_title().split("\n")[0].split(": ")[1]) for ax in axes)
+    assert len({round(ax.get_position().x0, 3) for ax in axes}) == 2
+    assert len({round(ax.get_position().y0, 3) for ax in axes}) == 2
     assert all(ax.get_shared_x_axes().joined(axes[0], ax) for ax in axes)
     # the panels differ as the table does: fewer adjusted events as the tolerance grows
     adjusted = [int(ax.get_title().split("\n")[1].split()[0]) for ax in axes]
