@@ -16,7 +16,7 @@ from matplotlib import dates as mdates
 from matplotlib.ticker import ScalarFormatter
 
 from streams.cli.simulate import TimeForm, _options, parse_sweep, plot_panels, read_rows
-from streams.cli.simulate_plot import WINDOW_LABEL_GID, WINDOW_SHADES, _point_box, _points, figure
+from streams.cli.simulate_plot import KEY_OUTLINE_GID, WINDOW_LABEL_GID, WINDOW_SHADES, _point_box, _points, figure
 from streams.eventtime.replay import replay
 
 DATA = Path(__file__).parent / "data"
@@ -155,3 +155,18 @@ def test_the_command_writes_the_png(tmp_path, sweep):
     )
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_group_by_key_outlines_each_key_s_windows_in_its_colour(tmp_path):
+    fig = build(sample(tmp_path / "s.csv"), *HOPPING)
+    [ax] = fig.get_axes()
+    outlines = [line for line in ax.get_lines() if line.get_gid() == KEY_OUTLINE_GID]
+    keys = {line.get_label() for line in outlines}
+    assert len(keys) >= 2 and all(k.startswith("window of key ") for k in keys)
+    by_key = {}
+    for line in outlines:
+        by_key.setdefault(line.get_label(), set()).add(line.get_color())
+    assert all(len(colours) == 1 for colours in by_key.values())  # one colour per key
+    assert len({next(iter(c)) for c in by_key.values()}) == len(by_key)  # and different keys differ
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert all(k in legend for k in keys)
