@@ -53,7 +53,7 @@ from streams.core.ids import StreamId
 from streams.core.options import StreamProviderOptions
 from streams.eventtime.results import WindowResult
 from streams.provider import StreamProvider
-from streams.stream import Instant, Stream
+from streams.stream import Instant, Stream, StreamSubscriptionHandle
 
 __all__ = ["Emission", "Harness"]
 
@@ -216,9 +216,17 @@ class Harness:
         return self.clock.now()
 
     def stream(self, stream: StreamId | str) -> Stream:
-        """The stream ``namespace/key`` (or a :class:`StreamId`) to publish to or subscribe
-        to directly; call :meth:`settle` after, to have the worker take what was published."""
+        """The stream ``namespace/key`` (or a :class:`StreamId`) to publish to directly (call
+        :meth:`settle` after, to have the worker take it); subscribe with :meth:`subscribe`."""
         return self.provider.get_stream(_stream_id(stream))
+
+    async def subscribe(self, stream: StreamId | str, observer: object) -> StreamSubscriptionHandle:
+        """Subscribe ``observer`` to ``stream``: an observer or callable in this process, or a
+        consumer type registered with :meth:`consumer` (a durable subscription, as
+        ``stream.subscribe(MyConsumer)`` makes; its hooks are recorded like the others)."""
+        if isinstance(observer, type) and observer in self._recorders:
+            observer = self._recorders[observer]
+        return await self.stream(stream).subscribe(observer)
 
     async def publish(
         self,

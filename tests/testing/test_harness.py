@@ -103,7 +103,7 @@ async def test_arrival_times_are_the_clock_s():
     harness = Harness(start=500)
     seen = []
     async with harness:
-        await harness.stream("x/1").subscribe(seen.extend)
+        await harness.subscribe("x/1", seen.extend)
         await harness.publish("x/1", "a", "b", at=512.5)
         await harness.publish("x/1", "c")
     assert [(e.value, e.arrival_time) for e in seen] == [("a", 512.5), ("b", 512.5), ("c", 512.5)]
@@ -219,3 +219,39 @@ async def test_a_failed_assertion_in_the_block_is_raised_as_itself():
         async with Harness() as harness:
             await harness.publish("x/1", 1)
             raise AssertionError("the test's own")
+
+
+async def test_slotted_types_and_durable_subscriptions_run_too():
+    class Slotted:
+        __slots__ = ("n",)
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(10), Count())
+
+        def __init__(self, stream_id):
+            self.n = 0
+
+        def on_window(self, result):
+            self.n += 1
+
+    class Durable:
+        def __init__(self, stream_id):
+            self.seen = []
+
+        async def on_next(self, batch):
+            self.seen.extend(batch.values)
+
+        async def on_completed(self): ...
+
+    harness = Harness()
+    harness.implicit("tolls")(Slotted)
+    harness.consumer()(Durable)
+    async with harness:
+        await harness.subscribe("other/x", Durable)
+        await harness.publish("other/x", "a", "b")
+        await harness.publish(TOLLS, {"t": 1}, {"t": 12})
+        await harness.complete("other/x")
+        assert [(w.start, w.value) for w in harness.windows(Slotted)] == [(0.0, 1)]
+        [slotted] = harness.instances(Slotted).values()
+        assert slotted.n == 1
+        [durable] = harness.instances(Durable).values()
+        assert durable.seen == ["a", "b"]
+        assert [e.stream_id for e in harness.emitted(Durable, "on_completed")] == [StreamId("other", "x")]
