@@ -31,6 +31,7 @@ from .activation import Activation, TimedActivation
 from .context import AgentContext
 from .cursors import Cursors
 from .delivery import StreamConsumer
+from .fate_counts import FateCounts
 from .handoff import HandoffTarget
 from .hook_calls import HookLimits
 from .input_view import InputView
@@ -108,6 +109,7 @@ class Catalog:
         # Event-time state saved with the checkpoint, where the receiver can (agents.state).
         self.states: ActivationStates | None = None
         self._saved: dict[StateKey, tuple[SequenceToken, bytes]] = {}
+        self.fates = FateCounts()  # of the activations that ended here (headrace status)
 
     def keep_states(self, saved: dict[StateKey, tuple[SequenceToken, bytes]]) -> ActivationStates:
         """The queue's store saves event-time states with its checkpoint: restore these
@@ -231,14 +233,21 @@ class Catalog:
         consumer = self._context.registry.type_name(cls) or cls.__qualname__
         return HandoffTarget(sink, str(sid), consumer, self.queue.number, stream)
 
+    def fates_by_type(self, live: Iterable[EventTimeObserver]) -> dict[str, dict[str, int]]:
+        """The event-time counters per consumer type name: of the activations that ended
+        here and of ``live`` ones (the queue's running activations)."""
+        return self.fates.by_type((self._state_key(a)[0], a.processor.counters) for a in live)
+
     def _state_key(self, activation: TimedActivation) -> StateKey:
         cls = type(activation.target)
         return (self._context.registry.type_name(cls) or cls.__qualname__, str(activation.stream_id))
 
     def _restore(self, activation: TimedActivation) -> None:
-        saved = self._saved.pop(self._state_key(activation), None)
+        key = self._state_key(activation)
+        saved = self._saved.pop(key, None)
         if saved is None:
             return
+        self.fates.restored(key)
         try:
             activation.restore(*saved)
         except Exception:
@@ -267,13 +276,16 @@ class Catalog:
                 ended.append(observer.target)
             if timed is not None:
                 timed.on_change = None
+                parked = None
                 if self.states is not None and not stopping:
                     if timed.has_state() and timed.can_park():
                         # Its windows stay open: the stored row stays, and its state waits
                         # here, compact, for the stream's next data (restored in _make).
-                        self._saved[self._state_key(timed)] = timed.park()
+                        parked = self._state_key(timed)
+                        self._saved[parked] = timed.park()
                     else:
                         self.states.retire(timed)
+                self.fates.ended(self._state_key(timed)[0], timed.processor.counters, parked)
                 gone.append(timed)
         for instance in ended:
             if hasattr(instance, "on_deactivate"):

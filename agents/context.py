@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_sink.protocols import HandoffSink
+from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
 from streams.core.failures import StreamFailureHandler
 from streams.core.options import StreamProviderOptions
@@ -23,3 +24,4 @@ class AgentContext:
     # handoff stream name -> its sink, for consumer types that declare a handoff
     handoff_sinks: Mapping[str, HandoffSink] = field(default_factory=dict)
     worker_name: str | None = None  # named in the log context of every delivery
+    clock: Clock = WALL_CLOCK  # the processing clock: ticks, watermark punctuation, completion

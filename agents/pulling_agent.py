@@ -141,9 +141,10 @@ class PullingAgent:
         has records not yet read (a restart after downtime, a replay, a topic read from its
         start), it is the arrival time of the newest record read; only once a read has found
         the queue caught up does it follow the wall clock (this is the one place a tick
-        reads it). -inf before anything is read from a queue that is not caught up."""
+        reads it, through the context's clock: ``streams.testing`` moves it by hand). -inf
+        before anything is read from a queue that is not caught up."""
         if self._caught_up:
-            return max(time.time(), self._records_clock)
+            return max(self.context.clock.now(), self._records_clock)
         return self._records_clock
 
     def _run_ticks(self) -> None:
@@ -182,6 +183,18 @@ class PullingAgent:
             ):
                 return False
         return True
+
+    async def tick_due(self) -> int:
+        """Tick, and wait for, every event-time activation whose tick is due at the
+        processing clock's time now: what the timer does, at once (``streams.testing`` moves
+        the clock and calls this). Returns how many were ticked."""
+        now = self._processing_clock()
+        if now == -math.inf:
+            return 0
+        due = list(self._holds.due(now))
+        for activation in due:
+            await self._tick(activation, now)
+        return len(due)
 
     async def _tick(self, observer: TimedActivation, now: float) -> None:
         try:
@@ -448,6 +461,11 @@ class PullingAgent:
         """The event-time activations of the streams now active here, read-only (metrics
         read their processors' counters and watermarks)."""
         return event_time_activations(self._streams.values())
+
+    def fates_by_type(self) -> dict[str, dict[str, int]]:
+        """What event time did to this queue's events, per consumer type: the counters of
+        its activations, running or ended (``headrace status``)."""
+        return self._catalog.fates_by_type(self.event_time_activations())
 
 
 def new_subscription_id() -> str:

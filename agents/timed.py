@@ -133,7 +133,7 @@ class EventTimeObserver:
         )
         # Several inputs, no window: every event waits for the merged watermark.
         self._merge = (
-            MergedRelease(spec.inputs, spec.imports)
+            MergedRelease(spec.inputs, spec.imports or {})
             if spec.inputs and spec.window is None and spec.join is None
             else None
         )

@@ -31,6 +31,7 @@ class KeyedQueueMapper:
 
     def __init__(self, inner: QueueMapper, groups: Iterable[Sequence[str]]) -> None:
         self.inner = inner
+        self.groups: list[tuple[str, ...]] = []
         self._lead: dict[str, str] = {}  # namespace -> the first namespace of its group
         for group in groups:
             names = list(group) if not isinstance(group, str) else [group]
@@ -42,6 +43,7 @@ class KeyedQueueMapper:
                 if self._lead.get(name, names[0]) != names[0]:
                     raise ConfigurationError(f"namespace {name!r} is in two co-partitioned groups: merge them into one")
                 self._lead[name] = names[0]
+            self.groups.append(tuple(names))
 
     @property
     def queue_count(self) -> int:
@@ -65,6 +67,19 @@ class KeyedQueueMapper:
         """True when every stream of one key in ``namespaces`` goes to one queue."""
         leads = {self._lead.get(n) for n in namespaces}
         return len(leads) == 1 and None not in leads
+
+
+def co_partition(mapper: QueueMapper, namespaces: Sequence[str]) -> KeyedQueueMapper:
+    """``mapper`` with ``namespaces`` placed together by key as well (a new mapper; the
+    groups ``mapper`` has already stay). A namespace already in another group is refused.
+
+    >>> from streams.adapters.mapper import HashRingQueueMapper
+    >>> co_partition(HashRingQueueMapper(8), ["tolls", "prices"]).groups
+    [('tolls', 'prices')]
+    """
+    if isinstance(mapper, KeyedQueueMapper):
+        return KeyedQueueMapper(mapper.inner, [*mapper.groups, tuple(namespaces)])
+    return KeyedQueueMapper(mapper, [tuple(namespaces)])
 
 
 def places_together(mapper: QueueMapper, namespaces: Sequence[str]) -> bool:

@@ -30,7 +30,7 @@ import msgpack
 import pyarrow as pa
 
 from streams.adapters.retention import RetentionPolicy
-from streams.core.errors import ConfigurationError, HandoffRefusedError
+from streams.core.errors import ConfigurationError, HandoffRefusedError, a_type
 from streams.core.store import EmbeddedStore
 from streams.eventtime.release import Position, replay_position_of
 from streams.eventtime.results import EventOutcome, WindowResult
@@ -116,7 +116,7 @@ class EventHandoff:
         if not isinstance(value, Mapping):
             raise HandoffSchemaError(
                 f"handoff {self.stream!r} takes fields {list(self.fields)} from each event's "
-                f"payload, but an event of {source} carries a {type(value).__name__}, not a mapping"
+                f"payload, but an event of {source} carries {a_type(value)}, not a mapping"
             )
         return {"event_time": outcome.timestamp, "stream_id": source, **{f: value.get(f) for f in self.fields}}
 

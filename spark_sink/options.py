@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.errors import ConfigurationError
+from streams.core.errors import ConfigurationError, did_you_mean
 
 from .log import check_stream_name
 from .storage import EmbeddedStorage, HandoffStorage
@@ -21,6 +21,15 @@ _KNOWN_OPTIONS = {
     "startingoffsets",
     "trimoncommit",
 }
+_SPELLED = (
+    "path",
+    "stream",
+    "topicPrefix",
+    "maxRecordsPerTrigger",
+    "maxRowsPerSplit",
+    "startingOffsets",
+    "trimOnCommit",
+)
 _OPTION_NAMES = (
     "path or kafka.bootstrap.servers (and other kafka.* client settings), stream, topicPrefix, "
     "maxRecordsPerTrigger, maxRowsPerSplit, startingOffsets, trimOnCommit"
@@ -72,8 +81,10 @@ class ReadOptions:
         }
         unknown = sorted(k for k in set(given) - _KNOWN_OPTIONS if not k.startswith("kafka."))
         if unknown:
+            named = {k.lower(): k for k in options}  # as the user wrote them
+            hints = "".join(did_you_mean(named[k], _SPELLED) for k in unknown[:1])
             raise ConfigurationError(
-                f"unknown headrace option(s) {', '.join(unknown)}; the options are: {_OPTION_NAMES}"
+                f"unknown headrace option(s) {', '.join(named[k] for k in unknown)}{hints}; the options are: {_OPTION_NAMES}"
             )
         if kafka and _KAFKA not in given:
             raise ConfigurationError(

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from balancer.base import BalancerOptions
-from streams.adapters.embedded_queues import recorded_queue_count
+from streams.adapters.embedded_queues import DEFAULT_QUEUES, stored_queue_count
 from streams.adapters.retention import RetentionPolicy
 from streams.config_schema import (
     CONFIG_ENV,
     CONFIG_FILE,
-    DEFAULT_QUEUES,
     ENV_PREFIX,
     SCHEMA,
     HeadraceSettings,
@@ -43,7 +42,6 @@ from streams.config_schema import (
 )
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
-from streams.core.store import EmbeddedStore
 from streams.eventtime.policy import OrderingPolicy
 
 S = TypeVar("S", bound=HeadraceSettings)
@@ -231,10 +229,7 @@ def _provider_settings(sections: _Sections) -> ProviderSettings:
 def _checked_queue_count(path: Path, queues: int | None, where: str | None) -> int:
     """The queue count of the store at ``path``: the one it was made with, which a
     configured count must equal (streams would map to other queues)."""
-    if not (path / EmbeddedStore.FILE_NAME).is_file():
-        return queues or DEFAULT_QUEUES
-    with EmbeddedStore(path) as store, store.snapshot() as conn:
-        recorded = recorded_queue_count(conn)
+    recorded = stored_queue_count(path)
     if recorded is None:
         return queues or DEFAULT_QUEUES
     if queues is not None and queues != recorded:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from balancer.base import BalancerOptions
+from streams.adapters.embedded_queues import DEFAULT_QUEUES
 from streams.adapters.retention import RetentionPolicy
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
@@ -32,7 +33,6 @@ from streams.observability.logs import FORMATS, LEVELS
 CONFIG_FILE = "headrace.toml"
 CONFIG_ENV = "HEADRACE_CONFIG"
 ENV_PREFIX = "HEADRACE_"
-DEFAULT_QUEUES = 8
 
 Adapter = Literal["embedded", "kafka", "memory"]
 

@@ -38,7 +38,7 @@ class BackendConstructors:
     def embedded(
         cls: Callable[..., P],
         path: str | os.PathLike[str],
-        queues: int = 8,
+        queues: int | None = None,
         *,
         retention: RetentionPolicy | None = None,
         synchronous: Synchronous = "NORMAL",
@@ -48,7 +48,8 @@ class BackendConstructors:
         ``path`` (the default on one machine; several processes may open it). Workers on one
         store form a cluster by themselves: each ``async with`` of such a provider, in any
         process, is one more worker sharing the queues (``balancer_options=BalancerOptions(
-        lease_length=...)`` sets how soon a dead worker's queues move)."""
+        lease_length=...)`` sets how soon a dead worker's queues move). ``queues``: by default
+        the count the store was made with, and 8 for a new one; a store's count is fixed."""
         return cls(EmbeddedBackend.open(path, queues, retention=retention, synchronous=synchronous), **options)
 
     @classmethod

@@ -20,7 +20,7 @@ from agents.context import AgentContext
 from agents.manager import AgentManager
 from agents.pulling_agent import PullingAgent, new_subscription_id
 from balancer.base import BalancerOptions
-from balancer.keyed import KeyedQueueMapper, places_together
+from balancer.keyed import KeyedQueueMapper, co_partition, places_together
 from balancer.protocols import QueueBalancer
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
@@ -28,6 +28,7 @@ from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueM
 from streams.backends.base import Backend
 from streams.backends.handoff import open_handoff_sinks
 from streams.constructors import BackendConstructors
+from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
 from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
 from streams.core.failures import LoggingFailureHandler, StreamFailureHandler
@@ -72,6 +73,7 @@ class StreamProvider(BackendConstructors):
     ``backend`` (:class:`~streams.backends.base.Backend`) is what it runs on: the
     constructors ``memory``, ``embedded``, ``kafka`` and ``generator`` make one (see
     :mod:`streams.constructors`); pub-sub and dead letters default to the backend's.
+    ``clock`` is the processing clock (the wall clock; :mod:`streams.testing` moves its own).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class StreamProvider(BackendConstructors):
         worker_name: str | None = None,
         options: StreamProviderOptions | None = None,
         co_partitioned: Sequence[Sequence[str]] = (),
+        clock: Clock = WALL_CLOCK,
         **option_kwargs: Any,
     ) -> None:
         if options is not None and option_kwargs:
@@ -103,6 +106,7 @@ class StreamProvider(BackendConstructors):
         self.balancer_options = balancer_options
         self.options = options or StreamProviderOptions.from_kwargs(**option_kwargs)
         self.backend = backend
+        self.clock = clock  # the processing clock (arrival times, ticks); streams.testing moves one
         self.mapper: QueueMapper = backend.queue_mapper()
         if co_partitioned:  # several namespaces placed by key (see balancer.keyed)
             self.mapper = KeyedQueueMapper(self.mapper, co_partitioned)
@@ -135,34 +139,48 @@ class StreamProvider(BackendConstructors):
         With several namespaces (``implicit("tolls", "prices")``) there is one instance per
         *key*, fed by ``tolls/<key>`` and ``prices/<key>`` alike and built once as
         ``cls(StreamId("tolls", key))`` (the first namespace's stream id). The streams of one
-        key must share a queue: create the provider with ``co_partitioned=[("tolls",
-        "prices")]`` (a Kafka topic of a foreign format places by key already).
+        key share a queue: the decorator co-partitions the namespaces (as the provider's
+        ``co_partitioned=[("tolls", "prices")]`` does; a Kafka topic of a foreign format places
+        by key already). A producer in another process places them alike when it builds its
+        provider the same way: importing this module, or with ``co_partitioned=``.
 
-        >>> provider = StreamProvider.memory(queues=4, co_partitioned=[("tolls", "prices")])
+        >>> provider = StreamProvider.memory(queues=4)
         >>> @provider.implicit("tolls", "prices")
         ... class PricedTolls:
         ...     def __init__(self, stream_id): self.key = stream_id.key
         ...     async def on_next(self, batch): pass
+        >>> provider.mapper.co_partitioned(["tolls", "prices"])
+        True
         """
         namespaces = (namespace, *more)
         if len(set(namespaces)) != len(namespaces):
             raise ConfigurationError(f"implicit lists a namespace twice: {namespaces!r}")
-        if more and not places_together(self.mapper, namespaces):
-            listed = ", ".join(repr(n) for n in namespaces)
-            raise ConfigurationError(
-                f"implicit({listed}) activates one instance per key, so the streams of one key "
-                f"must share a queue: create the provider with co_partitioned=[({listed})]"
-            )
+        placed = None if not more or places_together(self.mapper, namespaces) else self._co_partition(namespaces)
 
         def decorate(cls: T) -> T:
             if more:
                 self.registry.register_keyed(namespaces, cls)
+                if placed is not None:
+                    self.mapper = placed
             else:
                 check_inputs(cls, namespaces)
                 self.registry.register_implicit(namespace, cls)
             return cls
 
         return decorate
+
+    def _co_partition(self, namespaces: tuple[str, ...]) -> QueueMapper:
+        """The mapper placing the streams of one key in ``namespaces`` on one queue, as
+        ``co_partitioned=`` would have: only before the provider starts (streams already
+        placed must not move under a running worker)."""
+        listed = ", ".join(repr(n) for n in namespaces)
+        if self.running:
+            raise ConfigurationError(
+                f"implicit({listed}) activates one instance per key, so the streams of one key "
+                f"must share a queue: register it before the provider starts, or create the provider "
+                f"with co_partitioned=[({listed})]"
+            )
+        return co_partition(self.mapper, namespaces)
 
     def consumer(self, name: str | None = None) -> Callable[[T], T]:
         """Register a consumer type for durable explicit subscriptions
@@ -235,6 +253,7 @@ class StreamProvider(BackendConstructors):
                     self.failure_handler,
                     await open_handoff_sinks(self.backend, self.registry.types(), stack),
                     worker_name=self.worker_name,
+                    clock=self.clock,
                 )
                 manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
                 stack.push_async_callback(manager.stop)  # agents first, then the leases
@@ -248,7 +267,7 @@ class StreamProvider(BackendConstructors):
                 await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
             self._adapter = adapter
             # Leaving the provider flushes the publisher first, before the agents stop.
-            self._publisher = await start_publisher(stack, adapter, self.mapper, self._written, unwritten)
+            self._publisher = await start_publisher(stack, adapter, self.mapper, self._written, unwritten, self.clock)
         except BaseException:
             self._adapter = self._manager = self._publisher = None
             await stack.aclose()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +37,7 @@ import anyio.lowlevel
 
 from streams.adapters.protocols import EventWriter, QueueAdapter, QueueMapper, Times
 from streams.core.batch import BatchKind
+from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.codec import encode_batch
 from streams.core.errors import EncodeError, ProviderClosedError, PublishError
 from streams.core.ids import QueueId, StreamId
@@ -48,13 +48,14 @@ log = logging.getLogger("headrace.publisher")
 class ContainerWriter:
     """Events as batch containers, written with the adapter's ``queue_message_batches``."""
 
-    def __init__(self, adapter: QueueAdapter) -> None:
+    def __init__(self, adapter: QueueAdapter, clock: Clock = WALL_CLOCK) -> None:
         self._adapter = adapter
+        self._clock = clock  # stamps each container with its arrival time
 
     def encode(
         self, queue: QueueId, stream_id: StreamId, kind: BatchKind, values: list[Any], times: Times
     ) -> list[Any]:
-        return [(queue, stream_id, encode_batch(stream_id, kind, time.time(), values, times))]
+        return [(queue, stream_id, encode_batch(stream_id, kind, self._clock.now(), values, times))]
 
     async def write(self, items: list[Any]) -> None:
         await self._adapter.queue_message_batches(items)
@@ -333,11 +334,12 @@ async def start_publisher(
     mapper: QueueMapper,
     written: Callable[[QueueId], None],
     unwritten: list[PublishError],
+    clock: Clock = WALL_CLOCK,
 ) -> Publisher:
     """A running publisher to ``adapter`` (through its own ``event_writer`` if it has one,
     else a :class:`ContainerWriter`), closed when ``stack`` is: flushed then, and what it
     could not write appended to ``unwritten``."""
-    writer: EventWriter = adapter.event_writer() or ContainerWriter(adapter)
+    writer: EventWriter = adapter.event_writer() or ContainerWriter(adapter, clock)
     publisher = Publisher(writer, mapper, written)
     # Entered and left by hand: as a context of the stack it would be handed the
     # block's own error on leaving, and wrap it in an exception group.

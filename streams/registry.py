@@ -95,6 +95,10 @@ class ConsumerRegistry:
     def implicit_types(self, namespace: str) -> list[type]:
         return self._implicit.get(namespace, [])
 
+    def implicit_namespaces(self) -> list[str]:
+        """The namespaces with implicit consumer types, in order of registration."""
+        return list(self._implicit)
+
     def has_implicit(self, namespace: str) -> bool:
         return namespace in self._implicit
 

@@ -102,6 +102,42 @@ class HandoffStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerTypeFates:
+    """What event time did to the events of one consumer type, summed over the queues of the
+    workers reporting (since each agent started, with the state it took over): every event
+    seen, adjusted into another time, dropped by the ordering policy, dead-lettered by the core."""
+
+    consumer_type: str
+    events: int
+    adjusted: int
+    dropped: int
+    dead_lettered: int
+
+
+def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
+    """The fates per consumer type of these agents' rows, by type name.
+
+    >>> from streams.status_reporter import AgentStatus
+    >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0,
+    ...                   fates={"app.Totals": {"events": 83, "adjusted": 31, "dropped": 0, "dead_lettered": 2}})
+    >>> consumer_type_fates([row, row])
+    [ConsumerTypeFates(consumer_type='app.Totals', events=166, adjusted=62, dropped=0, dead_lettered=4)]
+    """
+    totals: dict[str, dict[str, int]] = {}
+    for agent in agents:
+        for name, fates in agent.fates.items():
+            into = totals.setdefault(name, {})
+            for fate, n in fates.items():
+                into[fate] = into.get(fate, 0) + n
+    return [
+        ConsumerTypeFates(
+            name, t.get("events", 0), t.get("adjusted", 0), t.get("dropped", 0), t.get("dead_lettered", 0)
+        )
+        for name, t in sorted(totals.items())
+    ]
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterStatus:
     store: str
     taken_at: float
@@ -113,6 +149,7 @@ class ClusterStatus:
     handoff: list[HandoffStatus] = field(default_factory=list)
     agents: list[AgentStatus] = field(default_factory=list)  # fresh rows not shown with a queue
     workers_not_shown: int = 0  # long gone (see GONE_AFTER_TIMEOUTS)
+    consumer_types: list[ConsumerTypeFates] = field(default_factory=list)  # event-time fates, per type
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON types (partitions as string keys, as JSON needs)."""
@@ -170,6 +207,7 @@ def read_status(
         handoff,
         others,
         workers_not_shown=len(workers) - len(shown_workers),
+        consumer_types=consumer_type_fates(agents),
     )
 
 

@@ -47,6 +47,7 @@ STATUS_SCHEMA: list[Migration] = [
         "ALTER TABLE status_agents ADD COLUMN events_out_per_s REAL",
         "ALTER TABLE status_agents ADD COLUMN slowest TEXT NOT NULL DEFAULT '[]'",
     ],
+    ["ALTER TABLE status_agents ADD COLUMN fates TEXT NOT NULL DEFAULT '{}'"],  # issue 30: per consumer type
 ]
 
 FRESH_FOR = 3  # a row stays fresh for this many reporting intervals
@@ -65,7 +66,9 @@ class AgentStatus:
     watermarks (``None`` without substreams). ``events_in`` and ``events_out``: events
     read from the queue and delivered to consumers since the agent started, and their rates
     over the last reporting interval (``None`` in the first report); ``slowest``: the
-    consumers furthest behind (:class:`~streams.observability.snapshot.CursorLag`).
+    consumers furthest behind (:class:`~streams.observability.snapshot.CursorLag`); ``fates``:
+    per consumer type, what event time did to its events on this queue since the agent started
+    (:func:`~streams.observability.snapshot.fates_of`).
     """
 
     worker: str
@@ -87,6 +90,7 @@ class AgentStatus:
     events_in_per_s: float | None = None
     events_out_per_s: float | None = None
     slowest: list[CursorLag] = field(default_factory=list)
+    fates: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -116,6 +120,7 @@ class AgentStatus:
             events_in_per_s=(queue.events_read - before.events_in) / span if rated and before else None,
             events_out_per_s=(queue.events_delivered - before.events_out) / span if rated and before else None,
             slowest=list(queue.slowest),
+            fates={name: dict(fates) for name, fates in queue.fates.items()},
         )
 
     @classmethod
@@ -123,11 +128,14 @@ class AgentStatus:
         values = dict(zip(_NAMES, row))
         values["under_pressure"] = bool(values["under_pressure"])  # SQLite keeps 0 or 1
         values["slowest"] = [CursorLag(**lag) for lag in json.loads(values["slowest"])]
+        values["fates"] = json.loads(values["fates"])
         return cls(**values)
 
     def as_row(self) -> tuple[Any, ...]:
-        row = astuple(self)
-        return (*row[:-1], json.dumps([asdict(lag) for lag in self.slowest]))
+        row = dict(zip(_NAMES, astuple(self)))
+        row["slowest"] = json.dumps([asdict(lag) for lag in self.slowest])
+        row["fates"] = json.dumps(self.fates)
+        return tuple(row[name] for name in _NAMES)
 
 
 def _utc(t: float) -> str:

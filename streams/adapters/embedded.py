@@ -40,12 +40,14 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from streams.adapters.embedded_queues import (
+    DEFAULT_QUEUES,
     NO_LEASE,
     QUEUE_SCHEMA,
     LeaseFence,
     QueuePositions,
     queue_positions,
     retain,
+    stored_queue_count,
 )
 from streams.adapters.embedded_receiver import EmbeddedQueueReceiver
 from streams.adapters.embedded_state import STATE_SCHEMA
@@ -258,7 +260,7 @@ class EmbeddedAdapterFactory:
     def __init__(
         self,
         path: str | os.PathLike[str],
-        queues: int = 8,
+        queues: int | None = None,
         *,
         retention: RetentionPolicy | None = None,
         synchronous: Synchronous = "NORMAL",
@@ -266,6 +268,8 @@ class EmbeddedAdapterFactory:
         checkpoint_persist_interval: float = 0.2,
         checkpoint_persist_every: int = 1000,
     ) -> None:
+        if queues is None:  # the store's own count, as it was made; a new store's default
+            queues = stored_queue_count(path) or DEFAULT_QUEUES
         if not isinstance(queues, int) or isinstance(queues, bool) or queues < 1:
             raise ConfigurationError(f"queues is a positive int, not {queues!r}")
         self.store = EmbeddedStore(path, synchronous=synchronous, busy_timeout=busy_timeout)

@@ -6,17 +6,19 @@ worker thread."""
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from streams.adapters.embedded_state import StateRows, write_states
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId
-from streams.core.store import Migration
+from streams.core.store import EmbeddedStore, Migration
 
 log = logging.getLogger("headrace.embedded")
 
@@ -152,6 +154,18 @@ def queue_positions(queue: QueueId, conn: sqlite3.Connection) -> QueuePositions:
     (next_seq,) = conn.execute("SELECT next_seq FROM queue_heads WHERE queue = ?", (queue.number,)).fetchone()
     (first,) = conn.execute("SELECT min(seq) FROM queue_records WHERE queue = ?", (queue.number,)).fetchone()
     return QueuePositions(queue, next_seq if first is None else first, next_seq, read_checkpoint(queue, conn))
+
+
+DEFAULT_QUEUES = 8  # the queue count of a new store when none is given
+
+
+def stored_queue_count(path: str | os.PathLike[str]) -> int | None:
+    """The queue count of the store under ``path``; ``None`` when there is no store there
+    (nothing is created) or it has made no queues yet."""
+    if not (Path(path) / EmbeddedStore.FILE_NAME).is_file():
+        return None
+    with EmbeddedStore(path) as store, store.snapshot() as conn:
+        return recorded_queue_count(conn)
 
 
 def recorded_queue_count(conn: sqlite3.Connection) -> int | None:

@@ -39,12 +39,13 @@ class EmbeddedBackend:
     def open(
         cls,
         path: str | os.PathLike[str],
-        queues: int = 8,
+        queues: int | None = None,
         *,
         retention: RetentionPolicy | None = None,
         synchronous: Synchronous = "NORMAL",
     ) -> EmbeddedBackend:
-        """The store under ``path`` with ``queues`` queues (made on first use)."""
+        """The store under ``path`` with ``queues`` queues (made on first use; by default an
+        existing store's count, else 8)."""
         return cls(EmbeddedAdapterFactory(path, queues, retention=retention, synchronous=synchronous))
 
     @property

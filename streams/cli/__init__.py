@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from streams.core.errors import HeadraceError
 
@@ -70,7 +71,30 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"{__name__}.{name}")
         module.add_parser(subparsers)
+    _plain_help(subparsers)
     return parser
+
+
+def _plain_help(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """The subcommands' descriptions are their modules' docstrings, written for Sphinx;
+    ``--help`` shows them as plain text (and every nested parser's, ``dlq replay``'s too)."""
+    for parser in subparsers.choices.values():
+        if parser.description:
+            parser.description = plain_text(parser.description)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _plain_help(action)
+
+
+def plain_text(doc: str) -> str:
+    """reStructuredText inline markup as plain text.
+
+    >>> plain_text("run ``headrace worker`` (see :class:`~streams.provider.StreamProvider`, :func:`load`)")
+    'run headrace worker (see StreamProvider, load)'
+    """
+    doc = re.sub(r":\w+:`~(?:[\w.]*\.)?([^`]+)`", r"\1", doc)
+    doc = re.sub(r":\w+:`([^`]+)`", r"\1", doc)
+    return doc.replace("``", "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,23 +2,28 @@
 
 ``--config FILE`` reads a configuration (default: ``$HEADRACE_CONFIG``, else
 ``./headrace.toml`` when there is one); ``--path STORE`` (and ``--queues N``) win over it, so
-``headrace status --path /var/lib/headrace`` needs no file at all.
+``headrace status --path /var/lib/headrace`` needs no file at all; ``--app module:attribute``
+names the store of your application's provider, as ``headrace worker --app`` runs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from rich import box
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from streams.cli import CliError
+from streams.cli.worker import load_provider
 from streams.config import HeadraceConfig, load_config
 from streams.core.store import EmbeddedStore
+from streams.provider import StreamProvider
 
 
 def add_config_options(parser: argparse.ArgumentParser, *, queues: bool = False) -> None:
@@ -29,6 +34,11 @@ def add_config_options(parser: argparse.ArgumentParser, *, queues: bool = False)
         help="the configuration (default: $HEADRACE_CONFIG, else ./headrace.toml if there is one)",
     )
     group.add_argument("--path", metavar="STORE", help="the embedded store's directory (wins over the configuration)")
+    group.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="your application's provider (e.g. myapp:provider): its store, as a worker's",
+    )
     if queues:
         group.add_argument(
             "--queues", type=int, metavar="N", help="queues of a new store (default: an existing store's count, else 8)"
@@ -38,11 +48,27 @@ def add_config_options(parser: argparse.ArgumentParser, *, queues: bool = False)
 def load_cli_config(args: argparse.Namespace) -> HeadraceConfig:
     """The configuration, with the command line's ``--path`` and ``--queues`` on top."""
     overrides: dict[str, object] = {}
+    app = load_app(args)
+    if app is not None:
+        if app.store is None:
+            raise CliError(f"--app {args.app}: its provider keeps no local store (memory queues): nothing to read")
+        overrides["provider.path"] = str(app.store.path)
     if args.path is not None:
         overrides["provider.path"] = args.path
     if getattr(args, "queues", None) is not None:
         overrides["provider.queues"] = args.queues
     return load_config(args.config, overrides=overrides)
+
+
+def load_app(args: argparse.Namespace) -> StreamProvider | None:
+    """The provider ``--app module:attribute`` names (imported as a worker imports it), or
+    None without ``--app``; with ``--path`` too, a mistake."""
+    spec = getattr(args, "app", None)
+    if spec is None:
+        return None
+    if getattr(args, "path", None) is not None:
+        raise CliError("give --app or --path, not both: the application's provider names its store")
+    return load_provider(spec)
 
 
 def existing_store(config: HeadraceConfig) -> EmbeddedStore:
@@ -67,9 +93,18 @@ def utc_text(t: float) -> str:
 
 
 def console() -> Console:
-    """Rich output on stdout; piped, it is as wide as it needs (rich would wrap at 80)."""
-    out = Console()
-    return out if out.is_terminal else Console(width=_WIDTH_WHEN_PIPED)
+    """Rich output on stdout; piped, it is as wide as it needs (rich would wrap at 80). Lines
+    end at their last character: no padding of table cells runs on to the line's end."""
+    out = _TrimmedConsole()
+    return out if out.is_terminal else _TrimmedConsole(width=_WIDTH_WHEN_PIPED)
+
+
+class _TrimmedConsole(Console):
+    """A console whose lines carry no trailing spaces (a table pads its last column)."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        rendered = super()._render_buffer(buffer)
+        return "\n".join(line.rstrip(" ") for line in rendered.split("\n"))
 
 
 def table(title: str, *columns: str) -> Table:

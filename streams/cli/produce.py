@@ -7,6 +7,16 @@ name; a cell that reads as a number becomes one and an empty cell becomes null, 
 time from that field: seconds since the epoch, or an ISO-8601 time (UTC unless it says
 otherwise); without it an event's time is its arrival time.
 
+``--key-field FIELD`` publishes each event to a stream of its own key: ``--stream`` is then
+the namespace and the key is the event's FIELD (``--stream tolls --key-field booth`` sends an
+event with ``"booth": "B1"`` to ``tolls/B1``), as ``faust send --key`` and kcat ``-K`` do.
+
+The store at ``--path`` must exist (a worker, or an earlier ``produce``, made it): a path with
+no store is refused, since no worker reads it, unless ``--create`` (or ``--queues N``) asks for
+a new one. A store the configuration names is made on first use, as a worker of it would.
+``--app module:attribute`` publishes through your application's provider (its store, queue
+count and co-partitioned namespaces), as a worker of it reads them.
+
 Events go out in batches (``--batch-size``, one queue record each), in input order, sent
 without waiting for each write (the provider's pipelined ``send``); the command returns once
 all are durable. A line that cannot be read stops the command with exit code 2 after
@@ -33,16 +43,19 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from streams.adapters.embedded_queues import stored_queue_count
+from streams.backends.memory import MemoryBackend
 from streams.cli import CliError
-from streams.cli.common import add_config_options, load_cli_config, plural
-from streams.core.errors import ConfigurationError, EncodeError, PublishError
+from streams.cli.common import add_config_options, load_app, load_cli_config, plural
+from streams.core.errors import ConfigurationError, EncodeError, PublishError, a_type
 from streams.core.ids import StreamId
 from streams.eventtime.timetext import parse_instant
 from streams.provider import StreamProvider
-from streams.stream import Stream
 
 EXAMPLES = """examples:
   headrace produce --path ./store --stream sensors/s-1 readings.jsonl
+  headrace produce --app myapp:provider --stream tolls --key-field booth tolls.csv
+  headrace produce --path ./new-store --create --queues 4 --stream sensors/s-1 readings.jsonl
   cat readings.jsonl | headrace produce --config headrace.toml --stream sensors/s-1
   headrace produce --path ./store --stream tolls/booth-3 --event-time time tolls.csv
   headrace produce --path ./store --stream tolls/booth-3 --format csv --strings - < tolls.txt
@@ -61,8 +74,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("file", nargs="?", default="-", metavar="FILE|-", help="the input (default -: stdin)")
-    parser.add_argument("--stream", required=True, metavar="NS/KEY", help="the stream to publish to, namespace/key")
+    parser.add_argument(
+        "--stream",
+        required=True,
+        metavar="NS/KEY",
+        help="the stream to publish to, namespace/key (NS with --key-field)",
+    )
+    parser.add_argument(
+        "--key-field", metavar="FIELD", help="publish each event to stream NS/<its FIELD>: a stream per key"
+    )
     add_config_options(parser, queues=True)
+    parser.add_argument(
+        "--create", action="store_true", help="make a new store at --path if there is none (default: refuse)"
+    )
     parser.add_argument(
         "--format", choices=("jsonl", "csv"), help="the input's format (default: csv for a .csv file, else jsonl)"
     )
@@ -91,25 +115,19 @@ class Record:
 
 
 def run(args: argparse.Namespace) -> int:
-    stream_id = StreamId.parse(args.stream)
+    target = _target(args.stream, args.key_field)
     if args.batch_size < 1:
         raise CliError(f"--batch-size is at least 1, not {args.batch_size}")
-    config = load_cli_config(args)
-    if config.provider_settings.adapter == "memory":
-        raise CliError(
-            "provider.adapter is 'memory': events published there vanish when this command "
-            "ends; produce to an embedded store (--path) or to Kafka"
-        )
     fmt = args.format or ("csv" if args.file.lower().endswith(".csv") else "jsonl")
     name = "stdin" if args.file == "-" else args.file
     with _open(args.file) as raw:
-        provider = config.provider()  # after the input opened: a typo makes no store
+        provider = _provider_maker(args)()  # after the input opened: a typo makes no store
         source = CountingLines(raw)
         records = parse_records(source, fmt, args.event_time, strings=args.strings)
         total = None if args.file == "-" else Path(args.file).stat().st_size
         show = total is not None and not args.quiet and Console(stderr=True).is_terminal
         with _progress(show, name, total) as advance:
-            batcher = Batcher(provider, stream_id, args.batch_size, args.event_time is not None)
+            batcher = Batcher(provider, target, args.batch_size, args.event_time is not None)
             started = time.perf_counter()
             try:
                 anyio.run(batcher.publish, records, lambda: advance(source.bytes_read))
@@ -121,11 +139,74 @@ def run(args: argparse.Namespace) -> int:
             except PublishError as exc:
                 raise CliError(f"{name}: {exc}") from None
     elapsed = time.perf_counter() - started
+    where = (
+        str(target)
+        if isinstance(target, StreamId)
+        else f"{plural(len(batcher.streams), 'stream')} of {target.namespace} (by {target.field})"
+    )
     print(
-        f"headrace produce: published {plural(batcher.published, 'event')} to {stream_id} "
+        f"headrace produce: published {plural(batcher.published, 'event')} to {where} "
         f"in {plural(batcher.batches, 'batch', 'batches')} ({elapsed:.1f} s)"
     )
     return 0
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedTarget:
+    """Streams ``namespace/<the event's field>``: one per key (``--key-field``)."""
+
+    namespace: str
+    field: str
+
+    def stream_of(self, record: Record) -> StreamId:
+        value = record.value
+        key = value.get(self.field) if isinstance(value, dict) else None
+        if key is None or isinstance(key, (dict, list)) or key == "":
+            if not isinstance(value, dict):
+                raise BadLine(
+                    record.line, f"--key-field {self.field} needs an object with that field, not {a_type(value)}"
+                )
+            raise BadLine(record.line, f"no key: field {self.field!r} is missing, empty or not a single value")
+        return StreamId(self.namespace, str(key))
+
+
+def _target(stream: str, key_field: str | None) -> StreamId | KeyedTarget:
+    if key_field is None:
+        return StreamId.parse(stream)
+    if "/" in stream or not stream:
+        raise CliError(f"with --key-field, --stream is the namespace (e.g. tolls), not {stream!r}")
+    return KeyedTarget(stream, key_field)
+
+
+def _provider_maker(args: argparse.Namespace) -> Callable[[], StreamProvider]:
+    """How to make the provider to publish with, checked now (before the input is read):
+    the application's (``--app``), or the configuration's, whose store must exist unless
+    ``--create`` or ``--queues`` asks for a new one."""
+    app = load_app(args)
+    if app is not None:
+        if args.create or args.queues is not None:
+            raise CliError("--app publishes to the application's own store and queues: drop --create and --queues")
+        if isinstance(app.backend, MemoryBackend):
+            raise CliError(
+                f"--app {args.app} is on memory queues: events published there vanish when this command ends"
+            )
+        return lambda: app
+    config = load_cli_config(args)
+    settings = config.provider_settings
+    if settings.adapter == "memory":
+        raise CliError(
+            "provider.adapter is 'memory': events published there vanish when this command "
+            "ends; produce to an embedded store (--path) or to Kafka"
+        )
+    # A --path typed by hand may be a typo; a configured one is the workers' own.
+    if args.path is not None and settings.adapter == "embedded" and not (args.create or args.queues is not None):
+        path = config.store_path()
+        if stored_queue_count(path) is None:
+            raise CliError(
+                f"no headrace store at {str(path)!r}: no worker reads it; give the directory your workers "
+                "use (or --app), or --create to make a new store there (--queues N: 8 by default)"
+            )
+    return config.provider
 
 
 def _open(path: str) -> BinaryIO:
@@ -202,6 +283,11 @@ def _csv_rows(lines: Iterable[str], strings: bool) -> Iterator[tuple[int, dict[s
             if not any(f.strip() for f in fields):
                 continue  # a blank line
             if header is None:
+                if _is_json(",".join(fields)):
+                    raise BadLine(
+                        reader.line_num,
+                        "this is JSON, not a CSV header: the input reads as JSON lines (--format jsonl)",
+                    )
                 header = [f.strip() for f in fields]
                 if not all(header) or len(set(header)) != len(header):
                     raise BadLine(reader.line_num, "the header needs a distinct, non-empty name for every column")
@@ -211,6 +297,18 @@ def _csv_rows(lines: Iterable[str], strings: bool) -> Iterator[tuple[int, dict[s
             yield reader.line_num, {name: cell if strings else _cell(cell) for name, cell in zip(header, fields)}
     except csv.Error as exc:
         raise BadLine(reader.line_num, f"not readable CSV: {exc}") from None
+
+
+def _is_json(text: str) -> bool:
+    """Whether a line is a JSON object or array (what a CSV header never is)."""
+    text = text.strip()
+    if not text.startswith(("{", "[")):
+        return False
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def _cell(text: str) -> Any:
@@ -228,7 +326,7 @@ def _cell(text: str) -> Any:
 
 def _event_time(value: Any, name: str, line: int) -> float:
     if not isinstance(value, dict):
-        raise BadLine(line, f"--event-time {name} needs an object with that field, not a {type(value).__name__}")
+        raise BadLine(line, f"--event-time {name} needs an object with that field, not {a_type(value)}")
     t = value.get(name)
     if t is None:
         raise BadLine(line, f"no event time: field {name!r} is missing or empty")
@@ -247,36 +345,46 @@ def _event_time(value: Any, name: str, line: int) -> float:
 
 @dataclass
 class Batcher:
-    """Publishes records to one stream in batches of ``size``, in order, counting them."""
+    """Publishes records to their stream (``target``: one, or one per key) in batches of
+    ``size`` per stream, each stream's in input order, counting them."""
 
     provider: StreamProvider
-    stream_id: StreamId
+    target: StreamId | KeyedTarget
     size: int
     timed: bool
     published: int = 0
     batches: int = 0
-    _pending: list[Record] = field(default_factory=list)
+    streams: set[StreamId] = field(default_factory=set)
+    _pending: dict[StreamId, list[Record]] = field(default_factory=dict)
 
     async def publish(self, records: Iterable[Record], after_batch: Callable[[], None]) -> None:
         """Publish every record; at a :class:`BadLine`, publish what came before, then raise."""
+        target = self.target
         async with self.provider.client():
-            stream = self.provider.get_stream(self.stream_id)
             try:
                 for record in records:
-                    self._pending.append(record)
-                    if len(self._pending) >= self.size:
-                        await self._flush(stream)
+                    sid = target if isinstance(target, StreamId) else target.stream_of(record)
+                    pending = self._pending.setdefault(sid, [])
+                    pending.append(record)
+                    if len(pending) >= self.size:
+                        await self._flush(sid)
                         after_batch()
             except BadLine:
-                await self._flush(stream)  # the lines before the bad one
+                await self._flush_all()  # the lines before the bad one
                 raise
-            await self._flush(stream)
+            await self._flush_all()
             after_batch()
 
-    async def _flush(self, stream: Stream) -> None:
-        batch, self._pending = self._pending, []
+    async def _flush_all(self) -> None:
+        for sid in list(self._pending):
+            await self._flush(sid)
+
+    async def _flush(self, sid: StreamId) -> None:
+        batch = self._pending.pop(sid, [])
         if not batch:
             return
+        self.streams.add(sid)
+        stream = self.provider.get_stream(sid)
         times = [r.event_time for r in batch] if self.timed else None
         try:
             await stream.send_batch([r.value for r in batch], event_times=times)

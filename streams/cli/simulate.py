@@ -3,7 +3,13 @@
 Reads a CSV with a header (columns ``arrival_time``, ``event_time``, optional ``key`` and
 ``value``; a row with an empty ``event_time`` is a tick: the clock moved, nothing arrived)
 and prints one JSON object per line: each event's fate, each closed window, each watermark
-step. Times are all numbers (seconds) or all ISO-8601; the output uses the same form.
+step. Times are all numbers (seconds) or all ISO-8601; the output uses the same form. The
+last line, on stderr, sums it up: events kept, adjusted, dropped and dead-lettered, windows,
+and the mean delay until an event's result is final.
+
+With ``--timestamp-by FIELD`` it reads your own data instead, JSON lines or CSV (see
+:mod:`streams.cli.simulate_input`): ``--arrival-by``, ``--key-by`` and ``--value-by`` name the
+other fields, and each window line then has the ``sum`` of its values.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -20,9 +27,10 @@ from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from streams.cli import CliError
+from streams.cli.simulate_input import Fields, read_records
 from streams.core.errors import HeadraceError
 from streams.eventtime.policy import OrderingPolicy
-from streams.eventtime.replay import ReplayOptions, Row, replay, summarize
+from streams.eventtime.replay import ReplayOptions, Row, Summary, replay, summarize
 from streams.eventtime.results import EventOutcome, TraceItem, WatermarkAdvance, WindowResult
 from streams.eventtime.timetext import parse_duration, parse_instant, parse_window
 
@@ -38,6 +46,7 @@ EXAMPLES = """examples:
   headrace simulate --window tumbling:5m --allowed-lateness 2m --action accept --flush sample.csv
   headrace simulate --window hopping:20s:5s --group-by-key --plot sample.png sample.csv
   headrace simulate --sweep out_of_order=0s,30s,1m sample.csv
+  headrace simulate --timestamp-by ts --key-by sensor --value-by temp --window tumbling:1m readings.jsonl
 """
 
 
@@ -67,6 +76,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--sweep", metavar="NAME=V1,V2,…", help=f"print a table over values of one of: {', '.join(SWEEPABLE)}"
     )
+    add_input_options(parser)
+
+
+def add_input_options(parser: argparse.ArgumentParser) -> None:
+    """Reading the user's own JSON lines or CSV (:mod:`streams.cli.simulate_input`)."""
+    mine = parser.add_argument_group("your own data (JSON lines or CSV)")
+    mine.add_argument("--timestamp-by", metavar="FIELD", help="each event's time is this field (reads FILE as yours)")
+    mine.add_argument("--arrival-by", metavar="FIELD", help="its arrival time (default: the file is in arrival order)")
+    mine.add_argument("--key-by", metavar="FIELD", help="its key (with --group-by-key or --substreams)")
+    mine.add_argument("--value-by", metavar="FIELD", help="the value each window sums")
 
 
 _DURATION_OPTIONS = ("--out-of-order", "--late-arrival", "--early-arrival", "--allowed-lateness", "--idle-timeout")
@@ -89,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and not args.plot.lower().endswith(".png"):
         raise CliError(f"--plot takes a .png file name, not {args.plot!r}")
     form = TimeForm()
-    rows = read_rows(args.file, form)
+    rows = read_input(args, form)
     trace = replay(rows, options)
     if args.plot:
         try:
@@ -103,8 +122,36 @@ def run(args: argparse.Namespace) -> int:
     if sweep:
         print_sweep(sys.stdout, rows, options, *sweep)
     else:
-        write_lines(sys.stdout, trace, form)
+        write_lines(sys.stdout, trace, form, summed=rows if args.value_by is not None else None)
+        print(summary_line(summarize(rows, trace, options)), file=sys.stderr)
+    if args.plot:
+        print(f"headrace simulate: plot written to {os.path.abspath(args.plot)}", file=sys.stderr)
     return 0
+
+
+def read_input(args: argparse.Namespace, form: TimeForm) -> list[Row]:
+    """The sample: the user's own records with ``--timestamp-by``, else the CSV of
+    ``arrival_time, event_time, key, value``."""
+    mine = (args.arrival_by, args.key_by, args.value_by)
+    if args.timestamp_by is None:
+        if any(f is not None for f in mine):
+            raise CliError("--arrival-by, --key-by and --value-by read your own data: give --timestamp-by FIELD too")
+        return read_rows(args.file, form)
+    return read_records(args.file, Fields(args.timestamp_by, *mine), form)
+
+
+def summary_line(s: Summary) -> str:
+    """The last line of a replay, on stderr: what the settings did, in one line.
+
+    >>> summary_line(Summary(83, 31, 0, 2, 12, 4.25))
+    'headrace simulate: 83 events: 50 kept, 31 adjusted, 0 dropped, 2 dead-lettered; 12 windows; mean delay 4.250 s'
+    """
+    kept = s.events - s.adjusted - s.dropped - s.dead_lettered
+    delay = "-" if math.isnan(s.mean_delay) else f"{s.mean_delay:.3f} s"
+    return (
+        f"headrace simulate: {s.events} events: {kept} kept, {s.adjusted} adjusted, {s.dropped} dropped, "
+        f"{s.dead_lettered} dead-lettered; {s.windows} windows; mean delay {delay}"
+    )
 
 
 # ---------------------------------------------------------------------- options
@@ -290,11 +337,26 @@ def to_json(item: TraceItem, form: TimeForm) -> dict[str, Any] | None:
     return None
 
 
-def write_lines(out: TextIO, trace: Sequence[TraceItem], form: TimeForm) -> None:
+def write_lines(
+    out: TextIO, trace: Sequence[TraceItem], form: TimeForm, *, summed: Sequence[Row] | None = None
+) -> None:
+    """One JSON object per line; with ``summed`` (the rows replayed), each window's ``sum``
+    of its events' numeric values."""
     for item in trace:
         obj = to_json(item, form)
         if obj is not None:
+            if summed is not None and isinstance(item, WindowResult):
+                obj["sum"] = window_sum([summed[index].value for index in item.value])
             out.write(json.dumps(obj) + "\n")
+
+
+def window_sum(values: Sequence[object]) -> float:
+    """The sum of a window's numeric values (others are not counted).
+
+    >>> window_sum([2, 3.5, None, "x"])
+    5.5
+    """
+    return float(sum(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)))
 
 
 def plot_panels(
@@ -315,7 +377,8 @@ def plot_panels(
         varied = _varied(options, name, label, value)
         varied_trace = replay(rows, varied)
         s = summarize(rows, varied_trace, varied)
-        title = f"{name}={label}\n{s.adjusted} adjusted, {s.dropped} dropped, {s.dead_lettered} dead-lettered"
+        delay = "no result final" if math.isnan(s.mean_delay) else f"mean delay {s.mean_delay:.1f} s"
+        title = f"{name}={label}: {delay}\n{s.adjusted} adjusted, {s.dropped} dropped, {s.dead_lettered} dead-lettered"
         panels.append(Panel(title, varied_trace, varied))
     return panels
 

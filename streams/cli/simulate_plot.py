@@ -69,7 +69,7 @@ def figure(rows: Sequence[Row], panels: Sequence[Panel], form: Any, swept: str |
     iso = bool(form.iso)
     x: Callable[[float], Any] = form.to_datetime if iso else (lambda t: t)
     small = len(panels) > 1
-    columns = min(len(panels), _MAX_COLUMNS)
+    columns = grid_columns(len(panels))
     lines = math.ceil(len(panels) / columns)
     size = (11, 7.5) if not small else (4.3 * columns + 0.8, 3.6 * lines + 2.0)
     fig = Figure(figsize=size, dpi=100, layout="constrained")
@@ -94,6 +94,17 @@ def figure(rows: Sequence[Row], panels: Sequence[Panel], form: Any, swept: str |
     for ax, panel in zip(axes, panels):
         _window_labels(ax, rows, panel.trace, x, bounds[1], small)
     return fig
+
+
+def grid_columns(panels: int) -> int:
+    """Columns for ``panels`` panels: at most three, in the fewest rows, then with the fewest
+    empty cells: four panels make a 2 x 2 grid, not three and one.
+
+    >>> [grid_columns(n) for n in range(1, 8)]
+    [1, 2, 3, 2, 3, 3, 3]
+    """
+    choices = range(1, min(panels, _MAX_COLUMNS) + 1)
+    return min(choices, key=lambda c: (math.ceil(panels / c), math.ceil(panels / c) * c - panels))
 
 
 def _bounds(rows: Sequence[Row]) -> tuple[float, float]:
@@ -143,6 +154,41 @@ def _windows(
     # One band per window span (per-key results of the same window share it).
     for n, ((low, high), start, stop, _) in enumerate(_spans(windows, rows, right)):
         ax.fill_between([x(start), x(stop)], x(low), x(high), color=WINDOW_SHADES[n % 2], alpha=0.45, lw=0, zorder=0)
+    _key_outlines(ax, windows, rows, x, right)
+
+
+KEY_OUTLINE_GID = "key-window"  # how tests find the per-key outlines
+_MAX_KEYS_NAMED = 6  # keys named in the legend; the others share one entry
+
+
+def _key_outlines(
+    ax: Axes, windows: list[WindowResult], rows: Sequence[Row], x: Callable[[float], Any], right: float
+) -> None:
+    """With windows per key (``--group-by-key``), each key's window is outlined in the key's
+    colour, from its own first event's arrival to its own close, nested a little inside the
+    previous key's: the keys that share a band stay apart."""
+    keys = list(dict.fromkeys(w.key for w in windows if w.key is not None))
+    colours = dict(zip(keys, cycle(_LANE_COLOURS)))
+    for window in windows:
+        if window.key is None:
+            continue
+        members = [rows[i].arrival_time for i in window.value]
+        start = min(members) if members else window.start
+        stop = window.closed_at if window.closed_at is not None else right
+        n = keys.index(window.key)
+        label = f"window of key {window.key}" if n < _MAX_KEYS_NAMED else "window of another key"
+        inset = (window.end - window.start) * 0.03 * (n % 8)  # nested: the keys' outlines stay apart
+        low, high = window.start + inset, window.end - inset
+        (outline,) = ax.plot(
+            [x(start), x(stop), x(stop), x(start), x(start)],
+            [x(low), x(low), x(high), x(high), x(low)],
+            color=colours[window.key],
+            lw=1.0,
+            ls=(0, (4, 2)),
+            label=label,
+            zorder=1,
+        )
+        outline.set_gid(KEY_OUTLINE_GID)
 
 
 def _spans(

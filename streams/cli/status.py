@@ -134,6 +134,8 @@ def render(status: ClusterStatus, out: Console) -> None:
         elif agents:
             out.print("slowest consumers: none behind (every consumer has what its worker read)")
 
+    render_fates(status, out)
+
     if status.dead_letters:
         rows = table("dead letters", "reason", "count", "replayed")
         for d in status.dead_letters:
@@ -148,6 +150,16 @@ def render(status: ClusterStatus, out: Console) -> None:
             ends = ", ".join(f"{p}:{o:,}" for p, o in sorted(h.end_offsets.items()))
             add_row(rows, h.stream, str(len(h.end_offsets)), ends or "-", f"{h.retained:,}")
         out.print(rows)
+
+
+def render_fates(status: ClusterStatus, out: Console) -> None:
+    """What event time did to the events, per consumer type, beside the queues."""
+    if not status.consumer_types:
+        return
+    rows = table("event time, by consumer type", "consumer type", "events", "adjusted", "dropped", "dead-lettered")
+    for t in status.consumer_types:
+        add_row(rows, t.consumer_type, f"{t.events:,}", f"{t.adjusted:,}", f"{t.dropped:,}", f"{t.dead_lettered:,}")
+    out.print(rows)
 
 
 def _ago(now: float, t: float) -> str:

@@ -43,9 +43,10 @@ import anyio
 
 from agents.gc_policy import POLICY as GC_POLICY
 from streams.cli import CliError
+from streams.cli.worker_startup import log_startup
 from streams.config import load_config
 from streams.config_schema import CONFIG_ENV
-from streams.core.errors import HeadraceError
+from streams.core.errors import HeadraceError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
 from streams.observability.logs import FORMATS, LEVELS, LogFormat
 from streams.provider import StreamProvider
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     log_format = cast(LogFormat | None, args.log_format or settings.log_format)  # configure_logging checks it
     configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
     GC_POLICY.own_process()  # this process runs nothing else: the collector is the worker's to tune
-    anyio.run(serve, provider, port, settings.status_interval, host)
+    anyio.run(serve, provider, port, settings.status_interval, host, app)
     return 0
 
 
@@ -140,7 +141,8 @@ def load_provider(spec: str) -> StreamProvider:
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise CliError(f"module {module_name!r} has no attribute {attribute!r}") from None
+            hint = did_you_mean(part, [n for n in dir(target) if not n.startswith("_")])
+            raise CliError(f"module {module_name!r} has no attribute {attribute!r}{hint}") from None
     if callable(target) and not isinstance(target, StreamProvider):
         try:
             target = target()
@@ -149,7 +151,7 @@ def load_provider(spec: str) -> StreamProvider:
         except Exception as exc:
             raise CliError(f"{spec}() failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(target, StreamProvider):
-        raise CliError(f"{spec} is a {type(target).__name__}, not a StreamProvider")
+        raise CliError(f"{spec} is {a_type(target)}, not a StreamProvider")
     return target
 
 
@@ -158,14 +160,18 @@ async def serve(
     metrics_port: int | None = None,
     status_interval: float = 5.0,
     metrics_host: str = "127.0.0.1",
+    app: str | None = None,
 ) -> None:
     """Run ``provider`` as a worker until SIGTERM or SIGINT, then leave gracefully (a second
     signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics on
     ``metrics_host``; with a local store, write its agents' status there every
-    ``status_interval`` seconds."""
+    ``status_interval`` seconds. With ``app`` (the ``--app`` it came from), log the start-up
+    lines (:mod:`streams.cli.worker_startup`)."""
     with contextlib.ExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
             metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host))
+        if app is not None:  # once every check has passed: a mistake stays one line
+            log_startup(provider, app)
         await _run(provider, status_interval)
 
 

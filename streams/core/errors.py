@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -103,3 +105,29 @@ def user_error(error: BaseException) -> BaseException:
     if isinstance(error, ActivationError) and error.__cause__ is not None:
         return error.__cause__
     return error
+
+
+# -- the wording of errors ---------------------------------------------------------------------
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the choice closest to ``word`` (ignoring case), or ``''``.
+
+    >>> did_you_mean("maxRecordPerTrigger", ["path", "maxRecordsPerTrigger"])
+    " (did you mean 'maxRecordsPerTrigger'?)"
+    >>> did_you_mean("zzz", ["path"])
+    ''
+    """
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+def a_type(value: object) -> str:
+    """The type of ``value`` with its article, for an error message.
+
+    >>> a_type(3), a_type("x"), a_type(None)
+    ('an int', 'a str', 'a NoneType')
+    """
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"

@@ -67,10 +67,12 @@ class EventTime:
     select: str | Extractor | None = None
     generation: WatermarkGeneration = EVERY_EVENT
     inputs: tuple[str, ...] = ()
-    imports: Mapping[str, str] = field(default_factory=dict)
+    imports: Mapping[str, str] | None = field(default_factory=dict)  # None: no imports
     join: IntervalJoin | None = None
 
     def __post_init__(self) -> None:
+        if self.imports is None:
+            object.__setattr__(self, "imports", {})
         inputs = self.inputs
         if isinstance(inputs, str) or not all(isinstance(n, str) and n for n in inputs):
             raise ConfigurationError(f"inputs is a tuple of namespaces, not {inputs!r}")
@@ -81,14 +83,16 @@ class EventTime:
             raise ConfigurationError("imports maps one of the inputs to another: declare inputs=(...)")
         if inputs and self.policy.substreams:
             raise ConfigurationError("substreams (policy.over) apply within one input: merged inputs take none")
-        object.__setattr__(self, "imports", dict(self.imports))
+        object.__setattr__(self, "imports", dict(self.imports or {}))
         if self.join is not None and (len(inputs) != 2 or self.window is not None):
             raise ConfigurationError("join takes inputs=(left, right), two namespaces, and no window")
         if inputs:
             self.processor()  # refuses imports outside the inputs, or in a cycle, now
 
     def __hash__(self) -> int:
-        return hash((self.policy, self.window, self.group_by, self.inputs, tuple(self.imports.items()), self.join))
+        return hash(
+            (self.policy, self.window, self.group_by, self.inputs, tuple((self.imports or {}).items()), self.join)
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -134,7 +138,7 @@ class EventTime:
         """
         parts: ProcessorParts | None = self.__dict__.get("_parts")
         if parts is None:
-            imports: dict[Hashable, Hashable] = {k: v for k, v in self.imports.items()}  # noqa: C416  (invariant key type)
+            imports: dict[Hashable, Hashable] = {k: v for k, v in (self.imports or {}).items()}  # noqa: C416  (invariant key type)
             parts = ProcessorParts(
                 self.policy,
                 self.window,

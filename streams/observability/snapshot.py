@@ -159,6 +159,24 @@ class QueueSnapshot:
     events_read: int = 0
     events_delivered: int = 0
     slowest: tuple[CursorLag, ...] = ()
+    fates: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # per consumer type: fates_of
+
+
+def fates_of(counters: Mapping[str, int]) -> dict[str, int]:
+    """What event time did to the events of some activations, from their counters: every
+    event seen, and how many were adjusted, dropped by the ordering policy, and dead-lettered
+    by the core (no usable timestamp or value, every window closed).
+
+    >>> fates_of({**Counters(events=9, adjusted=2, early_arrival=1, invalid_timestamp=1).as_dict()})
+    {'events': 9, 'adjusted': 2, 'dropped': 1, 'dead_lettered': 1}
+    """
+    totals = EventTimeTotals(counters={**Counters().as_dict(), **counters})
+    return {
+        "events": totals.counters["events"],
+        "adjusted": totals.counters["adjusted"],
+        "dropped": totals.dropped,
+        "dead_lettered": totals.refused,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +224,7 @@ def _queue(agent: PullingAgent) -> QueueSnapshot:
         events_read=agent.read_events,
         events_delivered=sum(c.delivered_events for c in consumers),
         slowest=slowest_cursors(agent.last_read_sequence, consumers),
+        fates={name: fates_of(counters) for name, counters in agent.fates_by_type().items()},
     )
 
 

@@ -244,7 +244,7 @@ def test_commands_report_configuration_mistakes_in_one_line(tmp_path):
 
 
 def test_commands_find_the_store_through_the_environment(tmp_path):
-    produced = headrace("produce", "--path", "store", "--stream", "a/b", cwd=tmp_path, stdin='{"x": 1}\n')
+    produced = headrace("produce", "--path", "store", "--create", "--stream", "a/b", cwd=tmp_path, stdin='{"x": 1}\n')
     assert produced.returncode == 0, produced.stderr
     env = clean_env(HEADRACE_PROVIDER__PATH=str(tmp_path / "store"))
     status = json_of(headrace("status", "--json", cwd=tmp_path.parent, env=env))

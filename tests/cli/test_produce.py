@@ -22,6 +22,7 @@ def test_json_lines_from_a_file_in_batches_with_event_times(tmp_path):
         "produce",
         "--path",
         "store",
+        "--create",
         "--stream",
         "sensors/s-1",
         "--event-time",
@@ -49,7 +50,17 @@ def test_json_lines_from_a_file_in_batches_with_event_times(tmp_path):
 def test_csv_rows_from_stdin_with_numbers_detected_or_kept_as_strings(tmp_path):
     csv_text = 'booth,toll,note\nB1,4.5,\nB2,7,late\n\nB3,-1e2,"a, b"\n'
     result = headrace(
-        "produce", "--path", "store", "--stream", "tolls/t", "--format", "csv", "-", cwd=tmp_path, stdin=csv_text
+        "produce",
+        "--path",
+        "store",
+        "--create",
+        "--stream",
+        "tolls/t",
+        "--format",
+        "csv",
+        "-",
+        cwd=tmp_path,
+        stdin=csv_text,
     )
     assert result.returncode == 0, result.stderr
     assert "published 3 events to tolls/t in 1 batch (" in result.stdout
@@ -79,7 +90,9 @@ def test_csv_rows_from_stdin_with_numbers_detected_or_kept_as_strings(tmp_path):
 def test_a_bad_line_stops_after_publishing_everything_before_it(tmp_path):
     lines = "".join(f'{{"n": {i}}}\n' for i in range(5)) + '{"n": 5,\n' + '{"n": 6}\n'
     (tmp_path / "in.jsonl").write_text(lines)
-    result = headrace("produce", "--path", "store", "--stream", "a/b", "--batch-size", "2", "in.jsonl", cwd=tmp_path)
+    result = headrace(
+        "produce", "--path", "store", "--create", "--stream", "a/b", "--batch-size", "2", "in.jsonl", cwd=tmp_path
+    )
     assert one_error_line(result, "produce") == (
         "in.jsonl, line 6: not valid JSON: Expecting property name enclosed in double quotes (column 9); "
         "published 5 events from the lines before it, nothing from this line on"
@@ -129,7 +142,7 @@ def test_the_first_unreadable_line_is_named(fmt, text, line, problem):
 def test_a_store_path_that_is_a_file_or_has_other_queues_is_refused(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     error = one_error_line(
-        headrace("produce", "--path", "file", "--stream", "a/b", cwd=tmp_path, stdin="1\n"), "produce"
+        headrace("produce", "--path", "file", "--create", "--stream", "a/b", cwd=tmp_path, stdin="1\n"), "produce"
     )
     assert error == f"the embedded store path '{tmp_path / 'file'}' is a file; give a directory"
     assert (

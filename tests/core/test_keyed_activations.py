@@ -8,6 +8,7 @@ import pytest
 from balancer.keyed import KeyedQueueMapper
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.adapters.mapper import HashRingQueueMapper
+from streams.eventtime import EventTime, OrderingPolicy
 
 from .conftest import drained
 
@@ -37,10 +38,37 @@ def test_mapper_refuses_bad_groups(groups):
         KeyedQueueMapper(HashRingQueueMapper(4), groups)
 
 
-def test_several_namespaces_need_co_partitioned_streams():
+def test_several_namespaces_are_co_partitioned_by_the_decorator():
     provider = StreamProvider.memory(queues=4)
-    with pytest.raises(ConfigurationError, match=r"co_partitioned=\[\('tolls', 'prices'\)\]"):
-        provider.implicit("tolls", "prices")
+
+    @provider.implicit("tolls", "prices")
+    class Both:
+        def __init__(self, stream_id):
+            pass
+
+        def on_next(self, batch):
+            pass
+
+    mapper = provider.mapper
+    assert all(
+        mapper.get_queue_for_stream(StreamId("prices", k)) == mapper.get_queue_for_stream(StreamId("tolls", k))
+        for k in map(str, range(200))
+    )
+    # tolls keeps the placement it had; a namespace in a group already is not moved again
+    assert [mapper.get_queue_for_stream(StreamId("tolls", k)) for k in "abc"] == [
+        HashRingQueueMapper(4).get_queue_for_stream(StreamId("tolls", k)) for k in "abc"
+    ]
+    with pytest.raises(ConfigurationError, match="namespace 'prices' is in two co-partitioned groups"):
+        provider.implicit("fees", "prices")
+
+
+async def test_a_running_provider_does_not_move_its_streams():
+    provider = StreamProvider.memory(queues=4)
+    async with provider:
+        with pytest.raises(
+            ConfigurationError, match=r"before the provider starts, or .* co_partitioned=\[\('a', 'b'\)\]"
+        ):
+            provider.implicit("a", "b")
 
 
 def test_a_type_registers_its_namespaces_once():
@@ -186,3 +214,9 @@ async def test_a_batch_cancelled_while_waiting_for_its_turn_blocks_nothing():
         await deliver(Batch(1))
         await deliver(Batch(3))  # does not wait for the cancelled 2
     assert seen == [1, 3]
+
+
+def test_imports_none_is_no_imports():
+    spec = EventTime(OrderingPolicy(timestamp_by="t"), inputs=("tolls", "prices"), imports=None)
+    assert spec.imports == {}
+    assert spec.processor().merged is not None  # both inputs generate their own watermark

@@ -16,7 +16,7 @@ from matplotlib import dates as mdates
 from matplotlib.ticker import ScalarFormatter
 
 from streams.cli.simulate import TimeForm, _options, parse_sweep, plot_panels, read_rows
-from streams.cli.simulate_plot import WINDOW_LABEL_GID, WINDOW_SHADES, _point_box, _points, figure
+from streams.cli.simulate_plot import KEY_OUTLINE_GID, WINDOW_LABEL_GID, WINDOW_SHADES, _point_box, _points, figure
 from streams.eventtime.replay import replay
 
 DATA = Path(__file__).parent / "data"
@@ -55,12 +55,16 @@ HOPPING = ("--window", "hopping:20s:5s", "--group-by-key", "--out-of-order", "5s
 def test_one_panel_per_swept_value_sharing_their_axes(tmp_path):
     fig = build(sample(tmp_path / "s.csv"), *HOPPING, sweep="out_of_order=0s,2s,5s,30s")
     axes = fig.get_axes()
-    assert [ax.get_title().split("\n")[0] for ax in axes] == [
+    assert [ax.get_title().split("\n")[0].split(": ")[0] for ax in axes] == [
         "out_of_order=0s",
         "out_of_order=2s",
         "out_of_order=5s",
         "out_of_order=30s",
     ]
+    # each title shows the mean delay the sweep is there to show, and four panels make 2 x 2
+    assert all(re.fullmatch(r"mean delay \d+\.\d s", ax.get_title().split("\n")[0].split(": ")[1]) for ax in axes)
+    assert len({round(ax.get_position().x0, 3) for ax in axes}) == 2
+    assert len({round(ax.get_position().y0, 3) for ax in axes}) == 2
     assert all(ax.get_shared_x_axes().joined(axes[0], ax) for ax in axes)
     # the panels differ as the table does: fewer adjusted events as the tolerance grows
     adjusted = [int(ax.get_title().split("\n")[1].split()[0]) for ax in axes]
@@ -151,3 +155,18 @@ def test_the_command_writes_the_png(tmp_path, sweep):
     )
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_group_by_key_outlines_each_key_s_windows_in_its_colour(tmp_path):
+    fig = build(sample(tmp_path / "s.csv"), *HOPPING)
+    [ax] = fig.get_axes()
+    outlines = [line for line in ax.get_lines() if line.get_gid() == KEY_OUTLINE_GID]
+    keys = {line.get_label() for line in outlines}
+    assert len(keys) >= 2 and all(k.startswith("window of key ") for k in keys)
+    by_key = {}
+    for line in outlines:
+        by_key.setdefault(line.get_label(), set()).add(line.get_color())
+    assert all(len(colours) == 1 for colours in by_key.values())  # one colour per key
+    assert len({next(iter(c)) for c in by_key.values()}) == len(by_key)  # and different keys differ
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert all(k in legend for k in keys)
