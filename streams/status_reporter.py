@@ -212,7 +212,11 @@ class StatusReporter:
     async def clear(self) -> None:
         """Remove this worker's rows (it stops: its agents are gone)."""
         worker = self.provider.worker_name
-        await self.store.write(lambda conn: conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,)))
+
+        def delete(conn: sqlite3.Connection) -> None:  # no cursor leaves the worker thread
+            conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,))
+
+        await self.store.write(delete)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Report now, then every ``interval`` until cancelled; then clear this worker's rows.

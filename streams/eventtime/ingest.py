@@ -85,7 +85,8 @@ class Ingest:
             field_key_of = key_of
         substreams = flow.substreams
         a = flow.assigner
-        windowed = a is not None or flow.session is not None or flow.join is not None
+        fixed = a is not None
+        windowed = fixed or flow.session is not None or flow.join is not None
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
@@ -178,50 +179,18 @@ class Ingest:
                             continue
                         ts, status, reason = verdict
                     # 4. into the open windows containing the timestamp
-                    if joins is not None:  # an interval join: its pairs wait for the merged watermark
-                        outcome = EventOutcome(rec, part, key, et, ts, status, reason and reason.value)
-                        if not joins.add(part, key, outcome, w=joins.watermark):
-                            status = DEAD_LETTER
-                            refuse(
-                                part,
-                                rec,
-                                key,
-                                t,
-                                Reason.WINDOW_CLOSED,
-                                DEAD_LETTER,
-                                arr,
-                                out,
-                                f"timestamp {ts:g} is below the merged watermark {joins.watermark:g} by more "
-                                "than the join's allowed lateness: its pairs may be final already",
-                                ts=ts,
-                            )
-                    elif sessions is not None:  # merge into the key's sessions (or open one)
-                        joined = sessions.add(
-                            key,
-                            ts,
-                            None if counting else select(rec),
-                            rec,
-                            w=w if direct else sessions.watermark,
-                            part=part if multi else None,
-                        )
-                        if joined == REFUSED:
-                            status = DEAD_LETTER
-                            refuse(part, rec, key, t, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
-                        elif joined == OPENED:
-                            flow.scheduled(inp, sessions)
-                            idle_check = inp.idle_check
-                        next_close = sessions.next_close
-                    elif store is not None:  # the lane's store: there is one exactly when windowed
+                    if fixed:  # panes of tumbling or hopping windows: the lane's store is a WindowStore
                         offset = ts - origin
                         pane = offset // step
                         if gaps and offset - pane * step >= size:
                             pass  # between two hopping windows: in no window, by definition
-                        elif ts < w and pane_closed(pane, w if direct else store.watermark):
+                        elif ts < w and pane_closed(pane, w if direct or store is None else store.watermark):
                             status = DEAD_LETTER
                             refuse(part, rec, key, t, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
                         else:
                             bucket = panes.get(pane)
                             if bucket is None:
+                                assert store is not None  # fixed windows: every lane has its store
                                 if direct:
                                     store.watermark = w  # scheduling skips windows closed at w
                                 bucket = flow.open_pane(inp, store, pane)
@@ -242,6 +211,41 @@ class Ingest:
                                     state[0] = acc
                                 if multi and part not in state[1]:
                                     state[1][part] = rec.token
+                    elif sessions is not None:  # merge into the key's sessions (or open one)
+                        joined = sessions.add(
+                            key,
+                            ts,
+                            None if counting else select(rec),
+                            rec,
+                            w=w if direct else sessions.watermark,
+                            part=part if multi else None,
+                        )
+                        if joined == REFUSED:
+                            status = DEAD_LETTER
+                            refuse(part, rec, key, t, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
+                        elif joined == OPENED:
+                            flow.scheduled(inp, sessions)
+                            idle_check = inp.idle_check
+                        next_close = sessions.next_close
+                    elif joins is not None:  # an interval join: its pairs wait for the merged watermark
+                        outcome = EventOutcome(rec, part, key, et, ts, status, reason and reason.value)
+                        if not joins.add(part, key, outcome, w=joins.watermark):
+                            status = DEAD_LETTER
+                            refuse(
+                                part,
+                                rec,
+                                key,
+                                t,
+                                Reason.WINDOW_CLOSED,
+                                DEAD_LETTER,
+                                arr,
+                                out,
+                                f"timestamp {ts:g} is below the merged watermark {joins.watermark:g} by more "
+                                "than the join's allowed lateness: its pairs may be final already",
+                                ts=ts,
+                            )
+                        elif joins.watermark > joins.next_close:  # a left event already due (upper < 0)
+                            flow.close([joins], arr, out)  # before step 5: earlier than any it makes due
                 except Exception as exc:  # noqa: BLE001 - a key or aggregate of this event raised
                     if et is None:  # its time or key raised: neither is this event's
                         refusals.invalid(part, rec, None, None, arr, exc, out)
@@ -297,8 +301,6 @@ class Ingest:
                         flow.close_pending(arr, out)
                         w = mark.value
                         next_close = store.next_close if store is not None else FOREVER
-                if joins is not None and joins.watermark > joins.next_close:
-                    flow.close([joins], arr, out)  # a left event already due (upper < 0)
         finally:
             mark.value, mark.max_timestamp = w, newest
             if direct and store is not None:

@@ -78,10 +78,11 @@ class IntervalJoin:
 class _Left:
     """A left event waiting for its pairs to be final, with its partners so far."""
 
-    __slots__ = ("key", "event", "seq", "partners")
+    __slots__ = ("key", "event", "seq", "lo", "hi", "partners")
 
-    def __init__(self, key: Hashable, event: EventOutcome, seq: int) -> None:
+    def __init__(self, key: Hashable, event: EventOutcome, seq: int, lo: float, hi: float) -> None:
         self.key, self.event, self.seq = key, event, seq
+        self.lo, self.hi = lo, hi  # the right timestamps it matches: [l.ts + lower, l.ts + upper]
         self.partners: list[tuple[float, int, EventOutcome]] = []  # (timestamp, arrival, right)
 
 
@@ -130,11 +131,11 @@ class JoinStore:
         self._seq += 1
         seq = self._seq
         if part == self.left:
-            pending = _Left(key, event, seq)
+            pending = _Left(key, event, seq, ts + spec.lower, ts + spec.upper)
             rights = self._rights.get(key)
             if rights:
-                lo = bisect_left(rights, (ts + spec.lower, -1))
-                hi = bisect_right(rights, (ts + spec.upper, math.inf))
+                lo = bisect_left(rights, (pending.lo, -1))
+                hi = bisect_right(rights, (pending.hi, math.inf))
                 pending.partners.extend(rights[lo:hi])
             self._by_key.setdefault(key, []).append(pending)
             close = ts + spec.upper + spec.allowed_lateness
@@ -144,9 +145,7 @@ class JoinStore:
             return True
         entry = (ts, seq, event)
         for pending in self._by_key.get(key, ()):
-            lts = pending.event.timestamp
-            assert lts is not None
-            if lts + spec.lower <= ts <= lts + spec.upper:
+            if pending.lo <= ts <= pending.hi:
                 pending.partners.append(entry)
         insort(self._rights.setdefault(key, []), entry)
         heapq.heappush(self._evict, (ts - spec.lower + spec.allowed_lateness, seq, key, ts))
@@ -165,7 +164,7 @@ class JoinStore:
             if not siblings:
                 del self._by_key[pending.key]
             if pending.partners:
-                for _, _, right in sorted(pending.partners, key=lambda p: (p[0], p[1])):
+                for _, _, right in sorted(pending.partners):  # (timestamp, arrival): unique
                     results.append(JoinResult(pending.key, pending.event, right, clock, final))
             elif self.spec.how == "left":
                 results.append(JoinResult(pending.key, pending.event, None, clock, final))

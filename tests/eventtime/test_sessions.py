@@ -368,3 +368,14 @@ def test_simulate_prints_session_window_lines(tmp_path):
         and bad.stderr.strip()
         == "headrace simulate: error: --window: a session gap must be more than 0, not 'session:0s'"
     )
+
+
+def test_sessions_over_merged_inputs_close_by_the_slower_input_and_hold_each_input():
+    p = Processor(OrderingPolicy(), Session(10), Count(), group_by="key", inputs=("a", "b"))
+    assert p.on_events([ev(0, 0, index=0), ev(25, 1, index=1)], "a").windows == []  # b holds W at -inf
+    p.on_events([ev(5, 2, index=2)], "b")  # joins a's [0, 10) -> [0, 15)
+    assert p.open_windows() == [("k", 0.0, 15.0), ("k", 25.0, 35.0)]
+    assert (p.held_since("a"), p.held_since("b"), p.held_since()) == (0, 2, 0)
+    [w] = p.on_events([ev(20, 3, index=3)], "b").windows  # W = min(25, 20) closes [0, 15)
+    assert (w.start, w.end, w.value) == (0.0, 15.0, 2)
+    assert (p.held_since("a"), p.held_since("b")) == (1, 3)  # [20, 35) holds both inputs
