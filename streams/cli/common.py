@@ -37,7 +37,8 @@ def add_config_options(parser: argparse.ArgumentParser, *, queues: bool = False)
     group.add_argument(
         "--app",
         metavar="MODULE:ATTR",
-        help="your application's provider (e.g. myapp:provider): its store, as a worker's",
+        help="your application's provider (e.g. myapp:provider): its store, as a worker's"
+        " (and, for dlq replay, the consumer types window_failed letters go to)",
     )
     if queues:
         group.add_argument(

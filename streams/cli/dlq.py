@@ -93,11 +93,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     replay.add_argument("--reason", help="replay every dead letter of this reason not replayed yet")
     replay.add_argument("--to", metavar="NS/KEY", help="publish to this stream instead of each one's own")
     replay.add_argument("--again", action="store_true", help="also replay dead letters replayed before")
-    replay.add_argument(
-        "--app",
-        metavar="MODULE:ATTR",
-        help="the application whose consumer types window_failed letters go to (default: [worker] app)",
-    )
+    # --app (with the store options) also names the consumer types window_failed letters go to.
 
 
 def run(args: argparse.Namespace) -> int:
