@@ -170,16 +170,16 @@ async def serve(
     with contextlib.ExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
             metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host))
-        if app is not None:  # once every check has passed: a mistake stays one line
-            log_startup(provider, app)
-        await _run(provider, status_interval)
+        await _run(provider, status_interval, app)
 
 
-async def _run(provider: StreamProvider, status_interval: float) -> None:
+async def _run(provider: StreamProvider, status_interval: float, app: str | None) -> None:
     async with anyio.create_task_group() as tg:
         leave = anyio.Event()
         await tg.start(_watch_signals, leave)
         async with provider:
+            if app is not None:  # joined: every check has passed, so a mistake stays one line
+                log_startup(provider, app)
             async with anyio.create_task_group() as reporting:
                 if provider.store is not None:
                     await reporting.start(StatusReporter(provider, provider.store, status_interval).run)
