@@ -69,7 +69,8 @@ class KafkaQueueAdapter:
     """Producer side of the Kafka queues, and maker of their receivers.
 
     Records are sent with ``acks="all"``, by an idempotent producer unless ``idempotent``
-    is off (for brokers without it, such as Tansu's memory storage); concurrent
+    is off (for brokers without it, such as Tansu's memory storage), compressed with the
+    settings' ``compression`` codec; concurrent
     :meth:`queue_message_batch` calls travel together in one request per partition, and
     :meth:`queue_message_batches` sends many at once. Both return once Kafka has the records.
     A send that fails because the broker is unreachable is retried (with back-off) for up to
@@ -98,12 +99,7 @@ class KafkaQueueAdapter:
                 )
 
     async def _start_producer(self) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
-            **self.settings.client_kwargs(),
-            acks="all",
-            enable_idempotence=self.settings.idempotent,
-            linger_ms=2,
-        )
+        producer = AIOKafkaProducer(**self.settings.producer_kwargs(), linger_ms=2)
         await start_client(producer)
         return producer
 

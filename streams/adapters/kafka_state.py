@@ -223,10 +223,7 @@ class KafkaChangelog:
             async with self._starting:  # the receivers of one worker share one producer
                 if self._producer is None:
                     producer = AIOKafkaProducer(
-                        **self.settings.client_kwargs(),
-                        acks="all",
-                        enable_idempotence=self.settings.idempotent,
-                        max_request_size=self.max_record_bytes,
+                        **self.settings.producer_kwargs(), max_request_size=self.max_record_bytes
                     )
                     await start_client(producer)
                     self._producer = producer

@@ -14,6 +14,9 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.records import HEADRACE, RecordFormat, record_format
 
 Start = Literal["earliest", "latest"]
+# The codecs of Kafka's record batches; aiokafka reads and writes each (with cramjam).
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
 # aiokafka client keyword arguments: bootstrap_servers, the security settings, client_id, ...
 ClientOptions = Mapping[str, object]
 
@@ -58,6 +61,9 @@ class KafkaSettings:
     start: Start = "earliest"
     replication_factor: int = 1  # for a topic the adapter creates
     idempotent: bool = True  # the broker keeps one copy of a record the producer retries
+    # How headrace's own producers compress their record batches (readers need nothing:
+    # every codec is read whatever this says). See docs/kafka.md for the trade-off.
+    compression: Compression = "none"
     commit_interval: float = 1.0  # seconds between offset commits, at most
     poll_timeout: float = 0.1  # how long an empty read waits for new records
     outage_after: float = 3.0  # seconds without a fetch answer before calling it an outage
@@ -88,6 +94,8 @@ class KafkaSettings:
             raise ConfigurationError(f"queues is a positive int, not {self.queues!r}")
         if self.start not in ("earliest", "latest"):
             raise ConfigurationError(f"start is 'earliest' or 'latest', not {self.start!r}")
+        if self.compression not in COMPRESSIONS:
+            raise ConfigurationError(f"compression is one of {', '.join(COMPRESSIONS)}, not {self.compression!r}")
         if not isinstance(self.handoff_prefix, str) or not self.handoff_prefix:
             raise ConfigurationError(f"handoff_prefix is a non-empty str, not {self.handoff_prefix!r}")
         if not isinstance(self.group_id, str) or not self.group_id:
@@ -149,6 +157,21 @@ class KafkaSettings:
     def server(self) -> str:
         """How log lines and errors name the cluster."""
         return cluster_name(self.bootstrap_servers)
+
+    def producer_kwargs(self) -> dict[str, object]:
+        """The settings of every producer of headrace's queues and state: durable
+        (``acks="all"``), idempotent unless ``idempotent`` is off, compressed as
+        ``compression`` says.
+
+        >>> KafkaSettings("127.0.0.1:9092", "sensors", compression="zstd").producer_kwargs()["compression_type"]
+        'zstd'
+        """
+        return {
+            **self.client_kwargs(),
+            "acks": "all",
+            "enable_idempotence": self.idempotent,
+            "compression_type": None if self.compression == "none" else self.compression,
+        }
 
     def client_kwargs(self) -> dict[str, object]:
         return {
