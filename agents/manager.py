@@ -23,6 +23,7 @@ from anyio.abc import TaskGroup
 from balancer.protocols import QueueBalancer, QueueDistributionChange
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapter
+from streams.core.errors import QueueFailedError
 from streams.core.ids import QueueId
 
 from .context import AgentContext
@@ -148,9 +149,22 @@ class AgentManager:
         return frozenset(self._agents)
 
     async def drain(self) -> None:
+        """Return once every agent has drained its queue; raise one
+        :class:`QueueFailedError` naming each queue that cannot be read on (the others
+        drained)."""
+        failed: list[str] = []
+
+        async def drain(agent: PullingAgent) -> None:
+            try:
+                await agent.drain()
+            except QueueFailedError as exc:
+                failed.append(str(exc))
+
         async with anyio.create_task_group() as tg:
             for agent in self._agents.values():
-                tg.start_soon(agent.drain)
+                tg.start_soon(drain, agent)
+        if failed:
+            raise QueueFailedError("; ".join(sorted(failed)))
 
     async def stop(self) -> None:
         """Leave gracefully: stop every agent (as for a removed queue), wait for hand-backs

@@ -47,6 +47,7 @@ STATUS_SCHEMA: list[Migration] = [
         "ALTER TABLE status_agents ADD COLUMN events_out_per_s REAL",
         "ALTER TABLE status_agents ADD COLUMN slowest TEXT NOT NULL DEFAULT '[]'",
     ],
+    ["ALTER TABLE status_agents ADD COLUMN failed TEXT"],  # issue 24: a queue that cannot be read on
 ]
 
 FRESH_FOR = 3  # a row stays fresh for this many reporting intervals
@@ -66,6 +67,7 @@ class AgentStatus:
     read from the queue and delivered to consumers since the agent started, and their rates
     over the last reporting interval (``None`` in the first report); ``slowest``: the
     consumers furthest behind (:class:`~streams.observability.snapshot.CursorLag`).
+    ``failed``: why the queue cannot be read on, its agent stopped (``None``: reading).
     """
 
     worker: str
@@ -87,6 +89,7 @@ class AgentStatus:
     events_in_per_s: float | None = None
     events_out_per_s: float | None = None
     slowest: list[CursorLag] = field(default_factory=list)
+    failed: str | None = None
 
     @classmethod
     def of(
@@ -116,6 +119,7 @@ class AgentStatus:
             events_in_per_s=(queue.events_read - before.events_in) / span if rated and before else None,
             events_out_per_s=(queue.events_delivered - before.events_out) / span if rated and before else None,
             slowest=list(queue.slowest),
+            failed=queue.failed,
         )
 
     @classmethod
@@ -127,7 +131,8 @@ class AgentStatus:
 
     def as_row(self) -> tuple[Any, ...]:
         row = astuple(self)
-        return (*row[:-1], json.dumps([asdict(lag) for lag in self.slowest]))
+        at = _NAMES.index("slowest")
+        return (*row[:at], json.dumps([asdict(lag) for lag in self.slowest]), *row[at + 1 :])
 
 
 def _utc(t: float) -> str:

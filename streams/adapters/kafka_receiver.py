@@ -9,20 +9,22 @@ from typing import TypeVar
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
 
 from streams.adapters.kafka_records import ContainerRecords, GroupedRecords, RecordReader
 from streams.core.batch import QueueMessage
-from streams.core.errors import QueueAdapterError
+from streams.core.errors import QueueAdapterError, QueueFailedError
 from streams.core.ids import QueueId
 from streams.core.outage import OutageLog
 from streams.core.retry import Backoff, reason_of
 from streams.core.tokens import SequenceToken
 from streams.kafka.clients import offset_bounds, start_client
-from streams.kafka.outage import is_transient, log, retry_kafka
+from streams.kafka.outage import is_transient, log, permanent_fix, retry_kafka
 from streams.kafka.settings import KafkaSettings
 
 T = TypeVar("T")
+# A record batch that cannot be unpacked: what came before it in the same fetch is lost too.
+UNREADABLE_BATCH = (UnsupportedCodecError, CorruptRecordException)
 
 
 class KafkaQueueReceiver:
@@ -59,6 +61,8 @@ class KafkaQueueReceiver:
         self._last_commit = float("-inf")
         self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
         self._backoff = Backoff()
+        self._topics_checked = time.monotonic()  # when a deleted topic was last looked for
+        self._narrowing = False  # reading one record at a time up to an unreadable batch
 
     @property
     def committed_offset(self) -> int | None:
@@ -119,11 +123,20 @@ class KafkaQueueReceiver:
         while time.monotonic() - began < self.settings.outage_after:
             try:
                 batch = await consumer.getmany(
-                    *tps, timeout_ms=int(self.settings.poll_timeout * 1000), max_records=max_count
+                    *tps,
+                    timeout_ms=int(self.settings.poll_timeout * 1000),
+                    max_records=1 if self._narrowing else max_count,
                 )
             except KafkaError as exc:
+                if isinstance(exc, UNREADABLE_BATCH) and not self._narrowing:
+                    # The records of the fetch before the unreadable batch were lost with
+                    # it: read them again one at a time, up to the batch's exact offset.
+                    self._narrowing = True
+                    for tp in tps:
+                        consumer.seek(tp, await consumer.position(tp))
+                    return []
                 if not is_transient(exc):
-                    raise QueueAdapterError(f"reading {self.queue} from Kafka failed: {exc}") from exc
+                    raise await self._failed(exc) from exc
                 await self._back_off(reason_of(exc), since=began)
                 return []
             if batch:
@@ -135,6 +148,7 @@ class KafkaQueueReceiver:
             if all(a is not None and a >= since for a in answered):
                 self._answered()
                 if await self._caught_up(consumer):
+                    await self._check_topics(consumer)
                     return []  # caught up with what the partitions held at those answers
                 self._waiting_since = time.time() * 1000  # more to come: wait for it
             elif silent >= self.settings.outage_after:
@@ -149,6 +163,40 @@ class KafkaQueueReceiver:
             if highwater is not None and await consumer.position(tp) < highwater:
                 return False
         return True
+
+    async def _check_topics(self, consumer: AIOKafkaConsumer) -> None:
+        """Raise :class:`QueueFailedError` if a topic of this queue has been deleted.
+
+        A deleted topic's fetches answer, empty, as a caught-up partition's do (the
+        consumer asks for metadata again and again, quietly): only the cluster's list of
+        topics tells them apart. Asked at most every ``outage_after`` seconds while idle.
+        """
+        now = time.monotonic()
+        if now - self._topics_checked < self.settings.outage_after:
+            return
+        self._topics_checked = now
+        try:
+            with anyio.fail_after(self.settings.request_timeout):
+                topics = await consumer.topics()
+        except (KafkaError, TimeoutError):
+            return  # unanswered: the fetches will tell an outage
+        gone = [tp for tp in self._partitions if tp.topic not in topics]
+        if gone:
+            raise await self._failed(UnknownTopicOrPartitionError(f"topic {gone[0].topic!r} is not on the cluster"))
+
+    async def _failed(self, exc: BaseException, what: str = "cannot read") -> QueueFailedError:
+        """The one line that says this queue cannot go on: where, why and the fix."""
+        where = []
+        for tp in self._partitions:
+            offset: object = self._acknowledged.get(tp)
+            if self._consumer is not None:
+                with anyio.move_on_after(1):
+                    offset = await self._consumer.position(tp)
+            where.append(f"{tp.topic} partition {tp.partition} at offset {offset}")
+        reason = str(exc) if type(exc).__name__ in str(exc) else reason_of(exc)  # aiokafka's name themselves
+        return QueueFailedError(
+            f"{self.queue}: {what} {', '.join(where)}: {reason}; {permanent_fix(exc, self.settings)}"
+        )
 
     def _answered(self) -> None:
         """A fetch answered: the broker is reachable."""
@@ -191,7 +239,7 @@ class KafkaQueueReceiver:
                 await self._consumer.commit(offsets)
         except Exception as exc:  # sorted into transient and not just below
             if not (isinstance(exc, TimeoutError) or is_transient(exc)):
-                raise QueueAdapterError(
+                raise QueueFailedError(
                     f"Kafka refused the offset commit of {self.queue} for group "
                     f"{self.settings.group_id!r} ({type(exc).__name__}); headrace assigns "
                     "partitions itself, so its group id must not be used by consumers that "
@@ -303,4 +351,7 @@ class KafkaQueueReceiver:
         return self._consumer
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
-        return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
+        try:
+            return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
+        except KafkaError as exc:  # retry_kafka lets through only what retrying cannot fix
+            raise await self._failed(exc, f"{what} failed for") from exc

@@ -157,6 +157,7 @@ class QueueSnapshot:
     events_read: int = 0
     events_delivered: int = 0
     slowest: tuple[CursorLag, ...] = ()
+    failed: str | None = None  # why the queue cannot be read on (its agent stopped); None: reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,7 @@ def _queue(agent: PullingAgent) -> QueueSnapshot:
         events_read=agent.read_events,
         events_delivered=sum(c.delivered_events for c in consumers),
         slowest=slowest_cursors(agent.last_read_sequence, consumers),
+        failed=agent.failure,
     )
 
 
