@@ -11,7 +11,8 @@ import traceback
 from collections.abc import Sequence
 
 from streams.core.batch import Event, QueueMessage
-from streams.core.deadletters import DeadLetter
+from streams.core.deadletters import DeadLetter, event_position
+from streams.core.errors import DecodeError
 
 
 def failure_detail(subscription_id: str, error: BaseException) -> str:
@@ -25,28 +26,33 @@ def failed_letters(
 ) -> list[DeadLetter]:
     """One ``delivery_failed`` letter per event of a batch no delivery attempt took."""
     detail = failure_detail(subscription_id, error)
-    return [
-        DeadLetter(
-            "delivery_failed",
-            stream=stream,
-            queue=queue,
-            sequence_number=e.token.sequence_number,
-            event_index=e.token.event_index,
-            value=e.value,
-            event_time=e.event_time,
-            detail=detail,
+    letters = []
+    for e in events:
+        sequence_number, event_index = event_position(e)  # the same on every read
+        letters.append(
+            DeadLetter(
+                "delivery_failed",
+                stream=stream,
+                queue=queue,
+                sequence_number=sequence_number,
+                event_index=event_index,
+                value=e.value,
+                event_time=e.event_time,
+                detail=detail,
+            )
         )
-        for e in events
-    ]
+    return letters
 
 
 def undecodable_letter(message: QueueMessage, error: BaseException, stream: str | None = None) -> DeadLetter:
     """The raw record whose batch (or, with ``stream``, whose values) does not decode."""
+    offset = error.offset if isinstance(error, DecodeError) else None
     return DeadLetter(
         "undecodable",
         stream=stream,
         queue=message.queue.number,
-        sequence_number=message.sequence_number,
+        # a foreign record's offset (the same on every read), else the message's position
+        sequence_number=message.sequence_number if offset is None else offset,
         payload=message.payload,
         detail=str(error),
     )

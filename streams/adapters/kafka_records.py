@@ -178,7 +178,7 @@ class GroupedRecords:
             batch = RecordBatch(sid, values, times, [r.headers for r in members], [r.offset for r in members])
             made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
         for r, why in bad:
-            error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}")
+            error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}", r.offset)
             made.append(QueueMessage(queue, r.offset + shift, r.value or b"", r.timestamp / 1000, error))
         if bad:
             made.sort(key=lambda m: m.sequence_number)

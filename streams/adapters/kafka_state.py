@@ -58,7 +58,7 @@ from streams.core.outage import OutageLog
 from streams.core.retry import reason_of
 from streams.core.tokens import SequenceToken
 from streams.kafka.admin import ensure_topic
-from streams.kafka.clients import offset_bounds, start_client
+from streams.kafka.clients import Producers, offset_bounds, start_client
 from streams.kafka.outage import is_transient, log, retry_kafka
 from streams.kafka.settings import KafkaSettings
 
@@ -113,9 +113,10 @@ class KafkaChangelog:
         await changelog.close()
     """
 
-    def __init__(self, settings: KafkaSettings, outage: OutageLog) -> None:
+    def __init__(self, settings: KafkaSettings, outage: OutageLog, producers: Producers | None = None) -> None:
         self.settings = settings
         self.outage = outage
+        self.producers = producers if producers is not None else Producers(settings)  # the adapter's: one fallback
         self.topic = changelog_topic(settings)
         self.max_record_bytes = 16 << 20  # the producer's limit (a Collect's state can be large)
         self._producer: AIOKafkaProducer | None = None
@@ -222,11 +223,7 @@ class KafkaChangelog:
         if self._producer is None:
             async with self._starting:  # the receivers of one worker share one producer
                 if self._producer is None:
-                    producer = AIOKafkaProducer(
-                        **self.settings.producer_kwargs(), max_request_size=self.max_record_bytes
-                    )
-                    await start_client(producer)
-                    self._producer = producer
+                    self._producer = await self.producers.start(max_request_size=self.max_record_bytes)
         return self._producer
 
     async def close(self) -> None:
