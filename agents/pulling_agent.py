@@ -176,18 +176,20 @@ class PullingAgent:
         self._wake.set()
         await self._stopped.wait()
 
-    async def drain(self) -> None:
-        """Return once the queue is read to its end and every consumer has caught up;
-        raise :class:`QueueFailedError` (why, where and the fix) once it cannot be read on."""
+    async def drain(self) -> int:
+        """Return once the queue is read to its end and every consumer has caught up: the
+        records read meanwhile. Raise :class:`QueueFailedError` (why, where and the fix)
+        once it cannot be read on."""
+        total = 0
         while True:
             if self.failure is not None:
                 raise QueueFailedError(self.failure)
             self.wake()
             read = await self._pump()
+            total += read
             if read == 0 and self.idle and not self.cache.is_under_pressure():
                 await self._ack()
-                return
-            self._check_deadlines()
+                return total
             await anyio.sleep(0.005)
 
     @property

@@ -11,7 +11,7 @@ import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
 
-from streams.adapters.kafka_records import ContainerRecords, GroupedRecords, RecordReader
+from streams.adapters.kafka_records import ContainerRecords, Fetched, GroupedRecords, RecordReader
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError, QueueFailedError
 from streams.core.ids import QueueId
@@ -141,7 +141,7 @@ class KafkaQueueReceiver:
                 return []
             if batch:
                 self._answered()
-                return self._reader.messages(batch)
+                return await self._take(batch)
             since = self._waiting_since
             answered = [consumer.last_poll_timestamp(tp) for tp in tps]
             silent = time.time() - since / 1000
@@ -156,6 +156,11 @@ class KafkaQueueReceiver:
                 await self._back_off(reason, since=time.monotonic() - silent)
                 return []
         return []  # answers keep coming, records not yet: the agent asks again
+
+    async def _take(self, fetched: Fetched) -> list[QueueMessage]:
+        """The queue messages of the records of one read (the re-keying hop sends some on
+        first: :class:`~streams.adapters.kafka_state.KafkaRecordReceiver`)."""
+        return self._reader.messages(fetched)
 
     async def _caught_up(self, consumer: AIOKafkaConsumer) -> bool:
         for tp in self._partitions:
@@ -212,11 +217,15 @@ class KafkaQueueReceiver:
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
             return
+        self._acknowledge(self._reader.acknowledged(max(t.sequence_number for t in tokens)))
+        await self._commit_if_due()
+
+    def _acknowledge(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """These offsets may be committed (never moving one back)."""
         acknowledged = self._acknowledged
-        for tp, offset in self._reader.acknowledged(max(t.sequence_number for t in tokens)).items():
+        for tp, offset in offsets.items():
             if offset > acknowledged.get(tp, -1):
                 acknowledged[tp] = offset
-        await self._commit_if_due()
 
     async def _commit_if_due(self) -> None:
         if time.monotonic() - self._last_commit >= self.settings.commit_interval:

@@ -50,8 +50,9 @@ class RecordReader(Protocol):
     def start(self, positions: Mapping[TopicPartition, int]) -> None:
         """Reading begins (again) at these offsets."""
 
-    def messages(self, fetched: Fetched) -> list[QueueMessage]:
-        """The queue messages of one read, in position order."""
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
+        """The queue messages of one read, in position order; ``ends``: where each partition's
+        read ended, when records of it were taken out of ``fetched`` (the re-keying hop's)."""
         ...
 
     def acknowledged(self, last: int) -> dict[TopicPartition, int]:
@@ -69,7 +70,7 @@ class ContainerRecords:
     def start(self, positions: Mapping[TopicPartition, int]) -> None:
         pass
 
-    def messages(self, fetched: Fetched) -> list[QueueMessage]:
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
         # A record with no value (a tombstone from another writer) is empty bytes, which
         # the pulling agent dead-letters like any other record that does not decode.
         queue = self._queue
@@ -113,16 +114,19 @@ class GroupedRecords:
             self._positions[tp] = positions[tp]
             self._pending[tp].clear()
 
-    def messages(self, fetched: Fetched) -> list[QueueMessage]:
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
         out: list[QueueMessage] = []
         base = sum(self._positions.values())
         for tp in self._partitions:
-            records = fetched.get(tp)
-            if not records:
-                continue
+            records = fetched.get(tp) or ()
             start = self._positions[tp]
-            self._group(tp, records, base - start, out)
-            end = records[-1].offset + 1
+            end = records[-1].offset + 1 if records else start
+            if ends is not None:
+                end = max(end, ends.get(tp, end))
+            if end == start:
+                continue
+            if records:
+                self._group(tp, records, base - start, out)
             base += end - start
             self._positions[tp] = end
         return out

@@ -52,6 +52,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streams.adapters.embedded_state import StateKey, StateRows, StateSource
 from streams.adapters.kafka_receiver import KafkaQueueReceiver
+from streams.adapters.kafka_records import Fetched
+from streams.adapters.kafka_repartition import SEEN, Rekeying
+from streams.core.batch import QueueMessage
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
 from streams.core.outage import OutageLog
@@ -298,3 +301,62 @@ class KafkaRecordReceiver(KafkaStateReceiver):
     (:meth:`~streams.core.record_batch.RecordEventBatch.last_position`)."""
 
     read_range = None  # type: ignore[assignment]
+
+    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, changelog: KafkaChangelog) -> None:
+        super().__init__(settings, queue, outage, changelog)
+        hop = settings.repartition_topic
+        fmt, key_field = settings.record_format, settings.key_field
+        self.rekeying: Rekeying | None = None  # records without a key re-keyed through the hop
+        if hop is not None and fmt is not None and key_field is not None:
+            source, repartition = self._partitions  # partition i of the topic and of the hop's
+            self.rekeying = Rekeying(settings, source, repartition, fmt, key_field)
+
+    async def _take(self, fetched: Fetched) -> list[QueueMessage]:
+        """Send the records to re-key through the hop, and once Kafka has them all, make
+        the messages of the rest (the hop's duplicates left out). Should the hop fail,
+        nothing of the read is taken: the consumer goes back to its first records, to read
+        them again after a back-off."""
+        rekeying = self.rekeying
+        if rekeying is None:
+            return self._reader.messages(fetched)
+        forwards = rekeying.to_forward(fetched)
+        if forwards:
+            began = time.monotonic()
+            try:
+                with anyio.fail_after(self.settings.request_timeout):
+                    await rekeying.forward(await self.changelog._producer_started(), forwards)
+            except Exception as exc:  # sorted into transient and not just below
+                consumer = self._require_consumer()
+                for tp, records in fetched.items():
+                    if records:
+                        consumer.seek(tp, records[0].offset)
+                if not (isinstance(exc, TimeoutError) or is_transient(exc)):
+                    raise await self._failed(exc, "cannot re-key (send to the repartition topic)") from exc
+                await self._back_off(f"re-keying {self.queue}: {reason_of(exc)}", since=began)
+                return []
+        ends = {tp: records[-1].offset + 1 for tp, records in fetched.items() if records}
+        messages = self._reader.messages(rekeying.kept(fetched, forwards), ends)
+        if forwards:  # no message stands for them: what they leave behind is done with now
+            self._acknowledge(self._reader.acknowledged(-1))
+        return messages
+
+    async def load_states(self) -> SavedStates:
+        """The saved states, and the hop's memory of the source records it took."""
+        saved = await super().load_states()
+        if self.rekeying is not None:
+            seen = {stream: state for (consumer, stream), (_, state) in saved.items() if consumer == SEEN}
+            self.rekeying.seen.restore_rows(seen)
+            saved = {key: value for key, value in saved.items() if key[0] != SEEN}
+        return saved
+
+    async def _save_states(self) -> bool:
+        """Save the hop's memory as of the offset about to be committed, then the states."""
+        rekeying = self.rekeying
+        if rekeying is not None:
+            offset = self._acknowledged.get(rekeying.repartition)
+            rows = [] if offset is None else rekeying.seen.committed_rows(offset)
+            if rows:
+                if not await self.changelog.write(self.queue, (rows, [])):
+                    return False
+                rekeying.seen.saved(rows)
+        return await super()._save_states()

@@ -123,9 +123,16 @@ class KafkaSettings:
                     "format (json, msgpack, text, bytes or a RecordFormat)"
                 )
         if self.topics is None:
-            return {self.topic: self.namespace or self.topic}
+            namespace = self.namespace or self.topic
+            hop = self.repartition_topic
+            return {self.topic: namespace} if hop is None else {self.topic: namespace, hop: namespace}
         if not foreign:
             raise ConfigurationError("topics= reads topics of one event per record: set records= to their format")
+        if self.key_field is not None:
+            raise ConfigurationError(
+                "key_field= re-keys the records of one topic (streams.adapters.kafka_repartition): "
+                "read the topics of topics= with their record keys, or each topic on its own"
+            )
         if self.namespace is not None:
             raise ConfigurationError("with topics= each topic's namespace is its key there: drop namespace=")
         topics = dict(self.topics)
@@ -136,6 +143,19 @@ class KafkaSettings:
         if self.topic not in topics.values():
             raise ConfigurationError(f"topic {self.topic!r} is not one of topics= {sorted(topics.values())}")
         return {topic: namespace for namespace, topic in topics.items()}
+
+    @property
+    def repartition_topic(self) -> str | None:
+        """The topic of the re-keying hop (:mod:`streams.adapters.kafka_repartition`) when
+        records without a key are keyed by ``key_field``, which queue *i* reads beside
+        partition *i* of ``topic``; ``None``: no hop.
+
+        >>> KafkaSettings("k:9092", "readings", records="json", key_field="device").repartition_topic
+        'headrace.repartition.readings'
+        """
+        if self.key_field is None or self.topics is not None:
+            return None
+        return f"{self.group_id}.repartition.{self.topic}"
 
     def partitions_of(self, queue: QueueId) -> list[TopicPartition]:
         """What ``queue`` reads: partition ``queue.number`` of each topic, in a fixed order."""
