@@ -46,10 +46,13 @@ def closed_window_counts(
     return Counter({(s, start): n for (s, start), n in counts.items() if start + window <= newest[s] - out_of_order})
 
 
-async def write_json(bootstrap: str, topic: str, items: list[tuple[bytes, dict[str, object]]]) -> None:
+async def write_json(
+    bootstrap: str, topic: str, items: list[tuple[bytes, dict[str, object]]], compression: str | None = None
+) -> None:
     """Write ``items`` to ``topic`` with a plain aiokafka producer: Kafka's default
-    partitioner places each key."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    partitioner places each key; ``compression``: its record batches' codec (gzip, snappy,
+    lz4, zstd)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, compression_type=compression)
     await producer.start()
     try:
         sent = [await producer.send(topic, json.dumps(v).encode(), key=k) for k, v in items]
