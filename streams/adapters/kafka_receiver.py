@@ -25,6 +25,7 @@ from streams.kafka.settings import KafkaSettings
 T = TypeVar("T")
 # A record batch that cannot be unpacked: what came before it in the same fetch is lost too.
 UNREADABLE_BATCH = (UnsupportedCodecError, CorruptRecordException)
+NARROW_RECORDS = 10_000  # at most this many read one at a time before such a batch
 
 
 class KafkaQueueReceiver:
@@ -62,7 +63,7 @@ class KafkaQueueReceiver:
         self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
         self._backoff = Backoff()
         self._topics_checked = time.monotonic()  # when a deleted topic was last looked for
-        self._narrowing = False  # reading one record at a time up to an unreadable batch
+        self._narrowing = 0  # records still to read one at a time (up to an unreadable batch)
 
     @property
     def committed_offset(self) -> int | None:
@@ -82,7 +83,10 @@ class KafkaQueueReceiver:
         committed = await self._retry(lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset")
         first, end = await self._bounds(consumer, tp)
         if committed is None:
-            position = first if self.settings.start == "earliest" else end
+            # The re-keying hop's topic holds only what this group's readers sent on:
+            # all of it is to be read, whatever ``start`` says of the source.
+            hop = tp.topic == self.settings.repartition_topic
+            position = first if self.settings.start == "earliest" or hop else end
         elif committed < first:
             log.warning(
                 "%s: committed offset %d is older than the oldest retained record %d; records "
@@ -125,13 +129,15 @@ class KafkaQueueReceiver:
                 batch = await consumer.getmany(
                     *tps,
                     timeout_ms=int(self.settings.poll_timeout * 1000),
-                    max_records=1 if self._narrowing else max_count,
+                    max_records=1 if self._narrowing > 0 else max_count,
                 )
             except KafkaError as exc:
                 if isinstance(exc, UNREADABLE_BATCH) and not self._narrowing:
                     # The records of the fetch before the unreadable batch were lost with
-                    # it: read them again one at a time, up to the batch's exact offset.
-                    self._narrowing = True
+                    # it: read them again one at a time (from the fetched buffer: cheap), up
+                    # to the batch's exact offset. A batch that reads the second time (a
+                    # checksum broken on the way) ends it after NARROW_RECORDS records.
+                    self._narrowing = NARROW_RECORDS
                     for tp in tps:
                         consumer.seek(tp, await consumer.position(tp))
                     return []
@@ -141,6 +147,8 @@ class KafkaQueueReceiver:
                 return []
             if batch:
                 self._answered()
+                if self._narrowing:
+                    self._narrowing -= 1
                 return await self._take(batch)
             since = self._waiting_since
             answered = [consumer.last_poll_timestamp(tp) for tp in tps]
