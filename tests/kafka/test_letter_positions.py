@@ -83,3 +83,34 @@ async def test_invalid_timestamps_are_lettered_at_partition_and_offset_once_over
     shown = await anyio.to_thread.run_sync(lambda: headrace("dlq", "show", letter_id, cwd=tmp_path))
     assert shown.returncode == 0, shown.stderr
     assert "partition:  0\n" in shown.stdout and f"offset:     {bad[0]}\n" in shown.stdout
+
+
+async def test_a_failed_delivery_letters_each_event_at_its_records_offset(kafka_broker, kafka_topic):
+    await make_topic(kafka_broker, kafka_topic, 2)
+    await produce(kafka_broker, kafka_topic, *[record(n) for n in range(20)])  # record n at offset n
+    provider = StreamProvider.kafka(
+        kafka_broker,
+        kafka_topic,
+        2,
+        records="json",
+        namespace="sensors",
+        kafka={"idempotent": False, "group_membership": False},
+        max_event_delivery_time=0.3,
+        delivery_retry_backoff=0.01,
+    )
+
+    @provider.implicit("sensors")
+    class Refuses:
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_next(self, batch) -> None:
+            if any(e.value["n"] == 13 for e in batch):
+                raise ValueError("not 13")
+
+    async with provider:
+        await drained(provider, 30)
+        letters = await provider.dead_letters.list("delivery_failed")
+    assert letters and any(d.value["n"] == 13 for d in letters)
+    # each event's letter stands at its record: partition 0, offset n, index 0
+    assert all((d.queue, d.sequence_number, d.event_index) == (0, d.value["n"], 0) for d in letters)
