@@ -40,8 +40,36 @@ from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.record_batch import RecordBatch
 from streams.core.records import RecordFormat
+from streams.kafka.settings import KeyField
 
 Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
+
+
+def key_of(value: Any, key_field: KeyField) -> str | int | None:
+    """The key ``key_field`` gives a record's decoded ``value``: its field of that name, or
+    what the function returns; ``None`` unless that is a str or an int (a function that
+    raises gives none).
+
+    >>> key_of({"device": "d-7"}, "device"), key_of({"id": 3}, lambda v: v["id"]), key_of([1], "device")
+    ('d-7', 3, None)
+    """
+    if isinstance(key_field, str):
+        key = value.get(key_field) if type(value) is dict else None
+    else:
+        try:
+            key = key_field(value)
+        except Exception:  # the user's function: any error means no key (dead-lettered)
+            return None
+    if key is None or isinstance(key, bool) or not isinstance(key, (str, int)):
+        return None
+    return key
+
+
+def keyed_by(key_field: KeyField) -> str:
+    """How a dead letter's detail names ``key_field``."""
+    if isinstance(key_field, str):
+        return f"its value's field {key_field!r}"
+    return f"key function {getattr(key_field, '__qualname__', repr(key_field))}"
 
 
 class RecordReader(Protocol):
@@ -97,7 +125,7 @@ class GroupedRecords:
         partitions: Sequence[TopicPartition],
         namespaces: Mapping[str, str],
         record_format: RecordFormat,
-        key_field: str | None = None,
+        key_field: KeyField | None = None,
     ) -> None:
         self._queue = queue
         self._partitions = list(partitions)  # a fixed topic order: positions depend on it
@@ -161,9 +189,9 @@ class GroupedRecords:
                 continue
             key: Any = r.key
             if key is None and key_field is not None:
-                key = value.get(key_field) if type(value) is dict else None
-                if key is None or isinstance(key, bool) or not isinstance(key, (str, int)):
-                    bad.append((r, f"has no key and its value no str or int field {key_field!r}"))
+                key = key_of(value, key_field)
+                if key is None:
+                    bad.append((r, f"has no key and {keyed_by(key_field)} gives no str or int"))
                     continue
             group = groups.get(key)
             if group is None:

@@ -45,10 +45,10 @@ from typing import Any
 import msgpack
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 
-from streams.adapters.kafka_records import Fetched
+from streams.adapters.kafka_records import Fetched, key_of
 from streams.adapters.mapper import kafka_partition
 from streams.core.records import RecordFormat
-from streams.kafka.settings import KafkaSettings
+from streams.kafka.settings import KafkaSettings, KeyField
 
 SOURCE_HEADER = "headrace.source"
 # The changelog rows of the hop: consumer name, and one "stream" per source partition.
@@ -125,7 +125,7 @@ class Rekeying:
         source: TopicPartition,
         repartition: TopicPartition,
         record_format: RecordFormat,
-        key_field: str,
+        key_field: KeyField,
     ) -> None:
         self.settings = settings
         self.source = source
@@ -189,10 +189,8 @@ class Rekeying:
             value = self._decode(r.value)
         except Exception:  # the format's own errors: any type; dead-lettered when read
             return None
-        key = value.get(self._key_field) if type(value) is dict else None
-        if key is None or isinstance(key, bool) or not isinstance(key, (str, int)):
-            return None
-        return str(key).encode()
+        key = key_of(value, self._key_field)
+        return None if key is None else str(key).encode()
 
 
 def _source_of(r: ConsumerRecord[bytes, bytes]) -> bytes | None:

@@ -3,9 +3,9 @@ read, and the timeouts of riding out an outage (:class:`KafkaSettings`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from aiokafka import TopicPartition
 
@@ -14,6 +14,9 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.records import HEADRACE, RecordFormat, record_format
 
 Start = Literal["earliest", "latest"]
+# What keys a record without a key: a field of its decoded value, or a function of it (a str
+# or an int; None: no key, the record is dead-lettered).
+KeyField = str | Callable[[Any], object]
 # The codecs of Kafka's record batches; aiokafka reads and writes each (with cramjam).
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -46,7 +49,8 @@ class KafkaSettings:
     per record in ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
     :class:`~streams.core.records.RecordFormat`. Such a topic's streams are
     ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic's name;
-    ``key_field`` names the value's field that keys records without a key). ``topics``
+    ``key_field`` names the value's field that keys records without a key, or is a function
+    of the decoded value giving that key). ``topics``
     (namespace -> topic) reads several co-partitioned topics of one format together.
 
     >>> settings = KafkaSettings("127.0.0.1:9092", "sensors", queues=4)
@@ -79,7 +83,7 @@ class KafkaSettings:
     client_options: ClientOptions = field(default_factory=dict)
     records: str | RecordFormat = HEADRACE
     namespace: str | None = None
-    key_field: str | None = None
+    key_field: KeyField | None = None
     topics: Mapping[str, str] | None = None  # namespace -> topic
     # The decoded form of records (None: headrace's containers), and topic -> namespace.
     record_format: RecordFormat | None = field(init=False, repr=False, compare=False, default=None)
@@ -115,8 +119,11 @@ class KafkaSettings:
         foreign = self.record_format is not None
         for name in ("namespace", "key_field"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, str) and value):
-                raise ConfigurationError(f"{name} is a non-empty str, not {value!r}")
+            function = name == "key_field" and callable(value)
+            if value is not None and not function and not (isinstance(value, str) and value):
+                raise ConfigurationError(
+                    f"{name} is a non-empty str{' or a function' * (name == 'key_field')}, not {value!r}"
+                )
             if value is not None and not foreign:
                 raise ConfigurationError(
                     f"{name} is for topics of one event per record: set records= to their "

@@ -230,3 +230,42 @@ async def test_sigkill_across_the_hop_loses_and_doubles_nothing(kafka_broker, ka
     assert len(sources) == total  # every source record went through the hop
     if commit_interval == 60.0:  # nothing was committed before the kill: all of it was sent again
         assert len(hop) > total
+
+
+async def test_a_key_function_re_keys_too_and_a_record_it_gives_no_key_is_lettered_at_its_offset(
+    kafka_broker, kafka_topic
+):
+    await make_topic(kafka_broker, kafka_topic)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_broker)
+    await producer.start()
+    try:  # partition 1, offsets 0..8: the site is in a nested field; offset 4 has none
+        for n in range(9):
+            value = {"n": n, "meta": {"site": f"s-{n % 2}"}} if n != 4 else {"n": n}
+            await producer.send_and_wait(kafka_topic, json.dumps(value).encode(), partition=1)
+    finally:
+        await producer.stop()
+    provider = StreamProvider.kafka(
+        kafka_broker,
+        kafka_topic,
+        QUEUES,
+        records="json",
+        namespace="sites",
+        key_field=lambda value: value["meta"]["site"],
+        kafka={"idempotent": False, "group_membership": False},
+    )
+    got: dict[str, list[int]] = defaultdict(list)
+
+    @provider.implicit("sites")
+    class Collect:
+        def __init__(self, stream_id: StreamId) -> None:
+            self.key = stream_id.key
+
+        def on_next(self, batch) -> None:
+            got[self.key].extend(e.value["n"] for e in batch)
+
+    async with provider:
+        await drained(provider, 30)
+        [letter] = await provider.dead_letters.list()
+    assert dict(got) == {"s-0": [0, 2, 6, 8], "s-1": [1, 3, 5, 7]}
+    assert (letter.reason, letter.queue, letter.sequence_number) == ("undecodable", 1, 4)
+    assert "has no key and key function" in letter.detail
