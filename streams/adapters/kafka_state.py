@@ -336,8 +336,9 @@ class KafkaRecordReceiver(KafkaStateReceiver):
                 return []
         ends = {tp: records[-1].offset + 1 for tp, records in fetched.items() if records}
         messages = self._reader.messages(rekeying.kept(fetched, forwards), ends)
-        if forwards:  # no message stands for them: what they leave behind is done with now
-            self._acknowledge(self._reader.acknowledged(-1))
+        # No message stands for the records sent on or skipped as copies: what they leave
+        # behind (up to the oldest message not yet acknowledged) is done with now.
+        self._acknowledge(self._reader.acknowledged(-1))
         return messages
 
     async def load_states(self) -> SavedStates:
