@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from spark_sink.protocols import HandoffSink  # the one interface of a handoff sink, owned by the log's side
-from streams.core.deadletters import DeadLetter, DeadLetterStore
+from streams.core.deadletters import DeadLetter, DeadLetterStore, event_position
 from streams.core.errors import HandoffRefusedError
 from streams.core.outage import OutageLog
 from streams.core.retry import Backoff, retry
@@ -140,12 +140,13 @@ class HandoffWrites:
     def _event_letter(self, outcome: EventOutcome, why: str) -> DeadLetter:
         t = self.target
         token = getattr(outcome.record, "token", None)
+        sequence_number, event_index = event_position(outcome.record)  # one letter per event, not per record
         return DeadLetter(
             HANDOFF_FAILED,
             stream=t.source,
             queue=t.partition,
-            sequence_number=getattr(token, "sequence_number", None),
-            event_index=getattr(token, "event_index", None),  # one letter per event, not per record
+            sequence_number=sequence_number,
+            event_index=event_index,
             value=getattr(outcome.record, "value", outcome.record),
             event_time=outcome.timestamp,
             detail=f"{t.consumer}: event not handed off: {why}; token {token}",

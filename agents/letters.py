@@ -12,8 +12,8 @@ import traceback
 from collections.abc import Sequence
 
 from streams.core.batch import Event, QueueMessage
-from streams.core.deadletters import DeadLetter
-from streams.core.errors import ActivationError, user_error
+from streams.core.deadletters import DeadLetter, event_position
+from streams.core.errors import ActivationError, DecodeError, user_error
 
 
 def failure_reason(error: BaseException) -> str:
@@ -41,28 +41,33 @@ def failed_letters(
     says what is known of the event, and ``dlq list`` shows ``-`` for what is not."""
     detail = failure_detail(subscription_id, error)
     reason = failure_reason(error)
-    return [
-        DeadLetter(
-            reason,
-            stream=stream,
-            queue=queue,
-            sequence_number=e.token.sequence_number,
-            event_index=e.token.event_index,
-            value=e.value,
-            event_time=None if given is None else given[e.token.event_index],
-            detail=detail,
+    letters = []
+    for e in events:
+        sequence_number, event_index = event_position(e)  # the same on every read
+        letters.append(
+            DeadLetter(
+                reason,
+                stream=stream,
+                queue=queue,
+                sequence_number=sequence_number,
+                event_index=event_index,
+                value=e.value,
+                event_time=None if given is None else given[e.token.event_index],
+                detail=detail,
+            )
         )
-        for e in events
-    ]
+    return letters
 
 
 def undecodable_letter(message: QueueMessage, error: BaseException, stream: str | None = None) -> DeadLetter:
     """The raw record whose batch (or, with ``stream``, whose values) does not decode."""
+    offset = error.offset if isinstance(error, DecodeError) else None
     return DeadLetter(
         "undecodable",
         stream=stream,
         queue=message.queue.number,
-        sequence_number=message.sequence_number,
+        # a foreign record's offset (the same on every read), else the message's position
+        sequence_number=message.sequence_number if offset is None else offset,
         payload=message.payload,
         detail=str(error),
     )

@@ -23,6 +23,7 @@ from anyio.abc import TaskGroup
 from balancer.protocols import QueueBalancer, QueueDistributionChange
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapter
+from streams.core.errors import QueueFailedError
 from streams.core.ids import QueueId
 
 from .context import AgentContext
@@ -148,9 +149,20 @@ class AgentManager:
         return frozenset(self._agents)
 
     async def drain(self) -> None:
-        async with anyio.create_task_group() as tg:
-            for agent in self._agents.values():
-                tg.start_soon(agent.drain)
+        """Return once every agent has drained its queue, in a round where none read
+        anything (reading one queue may write to another's: the re-keying hop of
+        :mod:`streams.adapters.kafka_repartition`); raise one :class:`QueueFailedError`
+        naming each queue that cannot be read on (the others drained)."""
+        while True:
+            failed: list[str] = []
+            read: list[int] = []
+            async with anyio.create_task_group() as tg:
+                for agent in self._agents.values():
+                    tg.start_soon(_drain, agent, read, failed)
+            if failed:
+                raise QueueFailedError("; ".join(sorted(failed)))
+            if not sum(read):
+                return
 
     async def stop(self) -> None:
         """Leave gracefully: stop every agent (as for a removed queue), wait for hand-backs
@@ -175,3 +187,11 @@ class AgentManager:
             if self.balancer is not None:
                 self.balancer.unsubscribe(self.on_queue_distribution_change)
                 await self.balancer.shutdown()
+
+
+async def _drain(agent: PullingAgent, read: list[int], failed: list[str]) -> None:
+    """One agent's part of a drain round: what it read, or why its queue failed."""
+    try:
+        read.append(await agent.drain())
+    except QueueFailedError as exc:
+        failed.append(str(exc))

@@ -30,7 +30,7 @@ from streams.adapters.protocols import QueueAdapterReceiver
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.codec import interned
 from streams.core.deadletters import DeadLetter
-from streams.core.errors import DecodeError
+from streams.core.errors import DecodeError, QueueFailedError
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
@@ -81,6 +81,7 @@ class PullingAgent:
         self._unacked: deque[int] = deque()
         self._wake = anyio.Event()
         self._stopping = False
+        self.failure: str | None = None  # why the queue cannot be read on (status, metrics)
         self._stopped = anyio.Event()
         self._tg: TaskGroup | None = None
         self._pump_lock = anyio.Lock()
@@ -104,12 +105,15 @@ class PullingAgent:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                await self._retrying(self.receiver.initialize)
-                if isinstance(self.receiver, StatefulReceiver):
-                    saved = await self._retrying(self.receiver.load_states) or {}
-                    self.receiver.state_source = self._holds.states = self._catalog.keep_states(saved)
+                try:
+                    await self._retrying(self.receiver.initialize)
+                    if isinstance(self.receiver, StatefulReceiver):
+                        saved = await self._retrying(self.receiver.load_states) or {}
+                        self.receiver.state_source = self._holds.states = self._catalog.keep_states(saved)
+                except QueueFailedError as exc:
+                    self._fail(exc)
                 task_status.started()
-                while not self._stopping:
+                while not (self._stopping or self.failure):
                     self._check_deadlines()
                     self._run_ticks()
                     read = await self._pump()
@@ -208,6 +212,15 @@ class PullingAgent:
             except Exception:
                 log.exception("on_error of %s raised", type(observer.target).__qualname__)
 
+    def _fail(self, exc: QueueFailedError) -> None:
+        """The queue cannot be read on (its receiver says why, where and the fix): log it
+        once, stop reading, and report it (status, metrics, :meth:`drain`); what was
+        delivered is still acknowledged when the agent stops."""
+        if self.failure is None:
+            self.failure = str(exc)
+            log.error("%s: stopped, shown failed: %s", self.queue, exc)
+        self._wake.set()
+
     def wake(self) -> None:
         """A producer in this process enqueued to this queue: read now, not at the next tick."""
         self._wake.set()
@@ -219,15 +232,20 @@ class PullingAgent:
         self._wake.set()
         await self._stopped.wait()
 
-    async def drain(self) -> None:
-        """Return once the queue is read to its end and every consumer has caught up."""
+    async def drain(self) -> int:
+        """Return once the queue is read to its end and every consumer has caught up: the
+        records read meanwhile. Raise :class:`QueueFailedError` (why, where and the fix)
+        once it cannot be read on."""
+        total = 0
         while True:
+            if self.failure is not None:
+                raise QueueFailedError(self.failure)
             self.wake()
             read = await self._pump()
+            total += read
             if read == 0 and self.idle and not self.cache.is_under_pressure():
                 await self._ack()
-                return
-            self._check_deadlines()
+                return total
             await anyio.sleep(0.005)
 
     @property
@@ -254,7 +272,13 @@ class PullingAgent:
     # -- reading ---------------------------------------------------------------------
     async def _pump(self) -> int:
         async with self._pump_lock:  # never overlap reads: timer, wake-ups and drain share it
-            return await self._pump_once()
+            if self.failure is not None:
+                return 0
+            try:
+                return await self._pump_once()
+            except QueueFailedError as exc:
+                self._fail(exc)
+                return 0
 
     async def _pump_once(self) -> int:
         cache = self.cache
@@ -356,7 +380,10 @@ class PullingAgent:
             return
         done = acknowledgeable(self._unacked, self._ack_point())
         if done:
-            await self._retrying(self.receiver.messages_delivered, Tokens(done))
+            try:
+                await self._retrying(self.receiver.messages_delivered, Tokens(done))
+            except QueueFailedError as exc:
+                self._fail(exc)
 
     # -- consumers ---------------------------------------------------------------------
     async def _open_stream(self, sid: StreamId, skip: str | None = None) -> StreamState:

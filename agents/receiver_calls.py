@@ -10,6 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
+from streams.core.errors import QueueFailedError
 from streams.core.ids import QueueId
 from streams.core.outage import OutageLog
 from streams.core.retry import Backoff, RetryStopped, retry
@@ -23,7 +24,8 @@ T = TypeVar("T")
 class ReceiverCalls:
     """Calls to the receiver of ``queue``: each is retried until it answers, or until
     ``stopping()`` once a retry failed too (what was not acknowledged then is read again by the
-    queue's next owner), and then gives ``None``. ``failures`` counts the failed calls.
+    queue's next owner), and then gives ``None``. ``failures`` counts the failed calls. A
+    :class:`QueueFailedError` (retrying cannot fix it) is raised at once, not retried.
 
     >>> import anyio
     >>> calls = ReceiverCalls(QueueId(0), max_backoff=0.001, stopping=lambda: False)
@@ -51,6 +53,7 @@ class ReceiverCalls:
                 what=self._what,
                 outage=self._outage,
                 backoff=Backoff(min(0.05, self._max_backoff), self._max_backoff),
+                is_transient=lambda exc: not isinstance(exc, QueueFailedError),
                 on_failure=self._failed,
                 stop=lambda attempt: attempt > 1 and self._stopping(),
             )

@@ -11,13 +11,16 @@ in one run, on that topic:
   processors having taken every event; its window counts are checked against a count made
   here;
 - headrace's own format with one event per record (what ``on_next`` makes), the same
-  readings, the same consumer.
+  readings, the same consumer;
+- the same readings written again with ``--codecs`` (lz4 and zstd record batches; the
+  codecs every Kafka producer offers), each read by the raw loop and by the JSON worker:
+  what decompression costs either, side by side.
 
 Each read runs ``--rounds`` times, alternating; each row shows its best round. Rates are
 timed from the first tenth of the events on (see ``steady``).
 
-    python bench/kafka.py sensors [--records 200000] [--queues 8] [--rounds 3]
-    python bench/kafka_sensors.py [--records 200000] [--queues 8] [--rounds 3]
+    python bench/kafka.py sensors [--records 200000] [--queues 8] [--rounds 3] [--codecs lz4,zstd]
+    python bench/kafka_sensors.py [--records 200000] [--queues 8] [--rounds 3] [--codecs lz4,zstd]
 """
 
 from __future__ import annotations
@@ -107,7 +110,11 @@ async def raw_read(bootstrap: str, topic: str, queues: int, expected: int) -> fl
     return seconds
 
 
-async def run(records: int, queues: int, rounds: int) -> None:
+def topic_of(codec: str) -> str:
+    return "sensors" if codec == "none" else f"sensors-{codec}"
+
+
+async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None:
     items = list(readings(records))
     expected = closed_window_counts([v for _, v in items], 60, 5)
     with TansuBroker() as broker:
@@ -117,6 +124,9 @@ async def run(records: int, queues: int, rounds: int) -> None:
         began = time.perf_counter()
         await write_json(bootstrap, "sensors", items)
         written = time.perf_counter() - began
+        for codec in codecs:  # the same readings, compressed
+            await ensure_topic({"bootstrap_servers": bootstrap}, topic_of(codec), queues)
+            await write_json(bootstrap, topic_of(codec), items, compression=codec)
         # The same readings in headrace's own format, one event per record.
         own = KafkaAdapterFactory(bootstrap, "sensors-own", queues=queues, idempotent=False)
         adapter, mapper = await own.create_adapter(), own.get_queue_mapper()
@@ -158,6 +168,24 @@ async def run(records: int, queues: int, rounds: int) -> None:
             times["headrace worker, own format 1 event/record, 60 s windows"] = await worker_read(
                 windowed_provider(own_worker, Counter()), records
             )
+            for codec in codecs:
+                topic = topic_of(codec)
+                times[f"{codec}: {RAW}"] = await raw_read(bootstrap, topic, queues, records)
+                compressed = StreamProvider.kafka(
+                    bootstrap,
+                    topic,
+                    queues,
+                    records="json",
+                    namespace="sensors",
+                    group_id=f"bench-{codec}-{round_no}",
+                    kafka=kafka,
+                )
+                codec_counts: Counter[tuple[str, float]] = Counter()
+                times[f"{codec}: headrace worker, records='json'"] = await worker_read(
+                    windowed_provider(compressed, codec_counts), records
+                )
+                if codec_counts != expected:
+                    checked += f"; {codec} DIFFER ({sum(codec_counts.values())} vs {sum(expected.values())})"
             for name, seconds in times.items():
                 best[name] = min(best.get(name, seconds), seconds)
     base = records / best[RAW]
@@ -165,7 +193,13 @@ async def run(records: int, queues: int, rounds: int) -> None:
     for name, seconds in best.items():
         rate = records / seconds
         print(f"{name:58} {rate:10,.0f} {rate / base:6.2f}x")
-    print(f"\nwindow counts of the JSON worker against a count made here: {checked}")
+    print(f"\nwindow counts of the JSON workers (every codec) against a count made here: {checked}")
+    print(f"\n{'record batches':16} {'raw events/s':>13} {'headrace events/s':>18} {'headrace/raw':>13}")
+    rows = [("none", RAW, "headrace worker, records='json', 60 s windows")]
+    rows += [(c, f"{c}: {RAW}", f"{c}: headrace worker, records='json'") for c in codecs]
+    for codec, raw, worker in rows:
+        raw_rate, worker_rate = records / best[raw], records / best[worker]
+        print(f"{codec:16} {raw_rate:13,.0f} {worker_rate:18,.0f} {worker_rate / raw_rate:12.2f}x")
 
 
 def main(argv: list[str], prog: str = "kafka_sensors.py") -> None:
@@ -175,8 +209,12 @@ def main(argv: list[str], prog: str = "kafka_sensors.py") -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--queues", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--codecs", default="lz4,zstd", help="record batch codecs read beside none (comma-separated; '' for none)"
+    )
     options = parser.parse_args(argv)
-    asyncio.run(run(options.records, options.queues, options.rounds))
+    codecs = [c for c in options.codecs.split(",") if c]
+    asyncio.run(run(options.records, options.queues, options.rounds, codecs))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ _HOMES = {
     "ProviderClosedError": "streams.core.errors",
     "PublishError": "streams.core.errors",
     "QueueAdapterError": "streams.core.errors",
+    "QueueFailedError": "streams.core.errors",
     "DeliveryFailure": "streams.core.failures",
     "StreamFailureHandler": "streams.core.failures",
     "QueueId": "streams.core.ids",
@@ -72,6 +73,7 @@ __all__ = [
     "QueueAdapter",
     "QueueAdapterError",
     "QueueAdapterFactory",
+    "QueueFailedError",
     "QueueAdapterReceiver",
     "QueueId",
     "QueueMapper",
@@ -124,6 +126,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
         ProviderClosedError,
         PublishError,
         QueueAdapterError,
+        QueueFailedError,
     )
     from streams.core.failures import DeliveryFailure, StreamFailureHandler
     from streams.core.ids import QueueId, StreamId

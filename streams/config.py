@@ -3,7 +3,8 @@
 Sections (every key is optional; docs/configuration.md has a full example)::
 
     [provider]            adapter (embedded | kafka | memory), queues, path, synchronous
-    [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field
+    [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field,
+                          compression, idempotent
     [provider.retention]  max_age, max_records_per_queue, interval      (embedded queues)
     [agent]               the pulling agents' StreamProviderOptions
     [cache]               size, buckets, slow_consumer_timeout
@@ -81,6 +82,8 @@ class HeadraceConfig(HeadraceSettings):
         kafka = settings.kafka
         if kafka is None:
             raise ConfigurationError("provider.adapter is 'kafka': set bootstrap_servers and topic in [provider.kafka]")
+        # The file's producer settings, then those the caller gives (KafkaSettings fields).
+        client_settings = {"compression": kafka.compression, "idempotent": kafka.idempotent, **kwargs.pop("kafka", {})}
         return StreamProvider.kafka(
             kafka.bootstrap_servers,
             kafka.topic,
@@ -91,6 +94,7 @@ class HeadraceConfig(HeadraceSettings):
             namespace=kafka.namespace,
             key_field=kafka.key_field,
             store=settings.path,
+            kafka=client_settings,
             **kwargs,
         )
 

@@ -51,6 +51,8 @@ class KafkaTopic:
     records: str = "headrace"  # or json, msgpack, text, bytes: a topic others write
     namespace: str | None = None  # the streams of such a topic (default: the topic's name)
     key_field: str | None = None  # keys records that have no key
+    compression: str = "none"  # how headrace's producers compress: none, gzip, snappy, lz4, zstd
+    idempotent: bool = True  # off for a broker without idempotent producers
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +253,8 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "records": _choice("headrace", "json", "msgpack", "text", "bytes"),
         "namespace": _text,
         "key_field": _text,
+        "compression": _choice("none", "gzip", "snappy", "lz4", "zstd"),
+        "idempotent": _flag,
     },
     "provider.retention": {
         "max_age": _optional_duration,

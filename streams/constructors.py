@@ -16,6 +16,7 @@ from streams.backends.kafka import KafkaBackend
 from streams.backends.memory import MemoryBackend
 from streams.core.records import RecordFormat
 from streams.core.store import Synchronous
+from streams.kafka.settings import KeyField
 
 P = TypeVar("P")  # the provider class: ``cls`` is typed as what builds one from a backend
 
@@ -64,7 +65,7 @@ class BackendConstructors:
         store: str | os.PathLike[str] | None = None,
         records: str | RecordFormat = "headrace",
         namespace: str | None = None,
-        key_field: str | None = None,
+        key_field: KeyField | None = None,
         topics: Mapping[str, str] | None = None,
         kafka: Mapping[str, Any] | None = None,
         **options: Any,
@@ -76,7 +77,8 @@ class BackendConstructors:
         per record, ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
         :class:`~streams.core.records.RecordFormat`: a topic other programs write. Its
         streams are ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic
-        name; ``key_field`` keys records that have no key; else the partition number).
+        name; ``key_field``, a field name or a function of the decoded value, keys records that have
+        no key, through the re-keying hop; else the partition number).
         ``topics`` (namespace -> topic) reads several co-partitioned topics instead of one.
 
         ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead

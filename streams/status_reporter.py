@@ -48,6 +48,7 @@ STATUS_SCHEMA: list[Migration] = [
         "ALTER TABLE status_agents ADD COLUMN slowest TEXT NOT NULL DEFAULT '[]'",
     ],
     ["ALTER TABLE status_agents ADD COLUMN fates TEXT NOT NULL DEFAULT '{}'"],  # issue 30: per consumer type
+    ["ALTER TABLE status_agents ADD COLUMN failed TEXT"],  # issue 24: a queue that cannot be read on
 ]
 
 FRESH_FOR = 3  # a row stays fresh for this many reporting intervals
@@ -68,7 +69,8 @@ class AgentStatus:
     over the last reporting interval (``None`` in the first report); ``slowest``: the
     consumers furthest behind (:class:`~streams.observability.snapshot.CursorLag`); ``fates``:
     per consumer type, what event time did to its events on this queue since the agent started
-    (:func:`~streams.observability.snapshot.fates_of`).
+    (:func:`~streams.observability.snapshot.fates_of`). ``failed``: why the queue cannot be
+    read on, its agent stopped (``None``: reading).
     """
 
     worker: str
@@ -91,6 +93,7 @@ class AgentStatus:
     events_out_per_s: float | None = None
     slowest: list[CursorLag] = field(default_factory=list)
     fates: dict[str, dict[str, int]] = field(default_factory=dict)
+    failed: str | None = None
 
     @classmethod
     def of(
@@ -121,6 +124,7 @@ class AgentStatus:
             events_out_per_s=(queue.events_delivered - before.events_out) / span if rated and before else None,
             slowest=list(queue.slowest),
             fates={name: dict(fates) for name, fates in queue.fates.items()},
+            failed=queue.failed,
         )
 
     @classmethod

@@ -57,8 +57,8 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.outage import OutageLog
 from streams.core.retry import retry
 from streams.kafka.admin import ensure_queue_topics
-from streams.kafka.clients import start_client
-from streams.kafka.outage import is_transient, kafka_outage_log, retry_kafka
+from streams.kafka.clients import Producers
+from streams.kafka.outage import is_transient, kafka_outage_log, permanent_fix, retry_kafka
 from streams.kafka.settings import KafkaSettings, Start
 
 _Record = tuple[str, int, bytes, bytes, int | None]  # topic, partition, key, value, timestamp ms
@@ -70,7 +70,8 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
     """Producer side of the Kafka queues, and maker of their receivers.
 
     Records are sent with ``acks="all"``, by an idempotent producer unless ``idempotent``
-    is off (for brokers without it, such as Tansu's memory storage); concurrent
+    is off or the broker refuses one (:class:`~streams.kafka.clients.Producers`), compressed with the
+    settings' ``compression`` codec; concurrent
     :meth:`queue_message_batch` calls travel together in one request per partition, and
     :meth:`queue_message_batches` sends many at once. Both return once Kafka has the records.
     A send that fails because the broker is unreachable is retried (with back-off) for up to
@@ -86,7 +87,8 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
         self.outage = outage if outage is not None else kafka_outage_log(settings)
         self._producer: AIOKafkaProducer | None = None
         self._starting = anyio.Lock()
-        self.changelog = KafkaChangelog(settings, self.outage)  # event-time state (kafka_state)
+        self.producers = Producers(settings)  # idempotent where the broker allows it
+        self.changelog = KafkaChangelog(settings, self.outage, self.producers)  # event-time state (kafka_state)
 
     async def start(self) -> None:
         """Connect the producer (retrying while the broker is unreachable)."""
@@ -99,14 +101,7 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
                 )
 
     async def _start_producer(self) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
-            **self.settings.client_kwargs(),
-            acks="all",
-            enable_idempotence=self.settings.idempotent,
-            linger_ms=2,
-        )
-        await start_client(producer)
-        return producer
+        return await self.producers.start(linger_ms=2)
 
     async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
         """Durably enqueue one encoded batch container on ``queue``'s partition."""
@@ -227,7 +222,8 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
             topic, partition = record[0], record[1]
             if not is_transient(result):
                 raise QueueAdapterError(
-                    f"Kafka refused a record for topic {topic!r} partition {partition}: {result}"
+                    f"Kafka refused a record for topic {topic!r} partition {partition}: {result}; "
+                    f"{permanent_fix(result, self.settings)}"
                 ) from result
             failure = failure or result
             failed_from.setdefault((topic, partition), index)

@@ -9,20 +9,23 @@ from typing import TypeVar
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
 
-from streams.adapters.kafka_records import ContainerRecords, GroupedRecords, RecordReader
+from streams.adapters.kafka_records import ContainerRecords, Fetched, GroupedRecords, RecordReader
 from streams.core.batch import QueueMessage
-from streams.core.errors import QueueAdapterError
+from streams.core.errors import QueueAdapterError, QueueFailedError
 from streams.core.ids import QueueId
 from streams.core.outage import OutageLog
 from streams.core.retry import Backoff, reason_of
 from streams.core.tokens import SequenceToken
 from streams.kafka.clients import offset_bounds, start_client
-from streams.kafka.outage import is_transient, log, retry_kafka
+from streams.kafka.outage import is_transient, log, permanent_fix, retry_kafka
 from streams.kafka.settings import KafkaSettings
 
 T = TypeVar("T")
+# A record batch that cannot be unpacked: what came before it in the same fetch is lost too.
+UNREADABLE_BATCH = (UnsupportedCodecError, CorruptRecordException)
+NARROW_RECORDS = 10_000  # at most this many read one at a time before such a batch
 
 
 class KafkaQueueReceiver:
@@ -63,6 +66,8 @@ class KafkaQueueReceiver:
         self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
         self._backoff = Backoff()
         self.caught_up = False
+        self._topics_checked = time.monotonic()  # when a deleted topic was last looked for
+        self._narrowing = 0  # records still to read one at a time (up to an unreadable batch)
 
     @property
     def committed_offset(self) -> int | None:
@@ -82,7 +87,10 @@ class KafkaQueueReceiver:
         committed = await self._retry(lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset")
         first, end = await self._bounds(consumer, tp)
         if committed is None:
-            position = first if self.settings.start == "earliest" else end
+            # The re-keying hop's topic holds only what this group's readers sent on:
+            # all of it is to be read, whatever ``start`` says of the source.
+            hop = tp.topic == self.settings.repartition_topic
+            position = first if self.settings.start == "earliest" or hop else end
         elif committed < first:
             log.warning(
                 "%s: committed offset %d is older than the oldest retained record %d; records "
@@ -124,16 +132,29 @@ class KafkaQueueReceiver:
         while time.monotonic() - began < self.settings.outage_after:
             try:
                 batch = await consumer.getmany(
-                    *tps, timeout_ms=int(self.settings.poll_timeout * 1000), max_records=max_count
+                    *tps,
+                    timeout_ms=int(self.settings.poll_timeout * 1000),
+                    max_records=1 if self._narrowing > 0 else max_count,
                 )
             except KafkaError as exc:
+                if isinstance(exc, UNREADABLE_BATCH) and not self._narrowing:
+                    # The records of the fetch before the unreadable batch were lost with
+                    # it: read them again one at a time (from the fetched buffer: cheap), up
+                    # to the batch's exact offset. A batch that reads the second time (a
+                    # checksum broken on the way) ends it after NARROW_RECORDS records.
+                    self._narrowing = NARROW_RECORDS
+                    for tp in tps:
+                        consumer.seek(tp, await consumer.position(tp))
+                    return []
                 if not is_transient(exc):
-                    raise QueueAdapterError(f"reading {self.queue} from Kafka failed: {exc}") from exc
+                    raise await self._failed(exc) from exc
                 await self._back_off(reason_of(exc), since=began)
                 return []
             if batch:
                 self._answered()
-                messages = self._reader.messages(batch)
+                if self._narrowing:
+                    self._narrowing -= 1
+                messages = await self._take(batch)
                 # A fetch brings what it brings: the high-water marks say whether more waits.
                 self.caught_up = await self._caught_up(consumer, unknown=False)
                 return messages
@@ -144,6 +165,7 @@ class KafkaQueueReceiver:
                 self._answered()
                 if await self._caught_up(consumer, unknown=True):
                     self.caught_up = True
+                    await self._check_topics(consumer)
                     return []  # caught up with what the partitions held at those answers
                 self._waiting_since = time.time() * 1000  # more to come: wait for it
             elif silent >= self.settings.outage_after:
@@ -151,6 +173,11 @@ class KafkaQueueReceiver:
                 await self._back_off(reason, since=time.monotonic() - silent)
                 return []
         return []  # answers keep coming, records not yet: the agent asks again
+
+    async def _take(self, fetched: Fetched) -> list[QueueMessage]:
+        """The queue messages of the records of one read (the re-keying hop sends some on
+        first: :class:`~streams.adapters.kafka_state.KafkaRecordReceiver`)."""
+        return self._reader.messages(fetched)
 
     async def _caught_up(self, consumer: AIOKafkaConsumer, *, unknown: bool) -> bool:
         """Whether the read position is at every partition's high-water mark as the last
@@ -163,6 +190,40 @@ class KafkaQueueReceiver:
             elif await consumer.position(tp) < highwater:
                 return False
         return True
+
+    async def _check_topics(self, consumer: AIOKafkaConsumer) -> None:
+        """Raise :class:`QueueFailedError` if a topic of this queue has been deleted.
+
+        A deleted topic's fetches answer, empty, as a caught-up partition's do (the
+        consumer asks for metadata again and again, quietly): only the cluster's list of
+        topics tells them apart. Asked at most every ``outage_after`` seconds while idle.
+        """
+        now = time.monotonic()
+        if now - self._topics_checked < self.settings.outage_after:
+            return
+        self._topics_checked = now
+        try:
+            with anyio.fail_after(self.settings.request_timeout):
+                topics = await consumer.topics()
+        except (KafkaError, TimeoutError):
+            return  # unanswered: the fetches will tell an outage
+        gone = [tp for tp in self._partitions if tp.topic not in topics]
+        if gone:
+            raise await self._failed(UnknownTopicOrPartitionError(f"topic {gone[0].topic!r} is not on the cluster"))
+
+    async def _failed(self, exc: BaseException, what: str = "cannot read") -> QueueFailedError:
+        """The one line that says this queue cannot go on: where, why and the fix."""
+        where = []
+        for tp in self._partitions:
+            offset: object = self._acknowledged.get(tp)
+            if self._consumer is not None:
+                with anyio.move_on_after(1):
+                    offset = await self._consumer.position(tp)
+            where.append(f"{tp.topic} partition {tp.partition} at offset {offset}")
+        reason = str(exc) if type(exc).__name__ in str(exc) else reason_of(exc)  # aiokafka's name themselves
+        return QueueFailedError(
+            f"{self.queue}: {what} {', '.join(where)}: {reason}; {permanent_fix(exc, self.settings)}"
+        )
 
     def _answered(self) -> None:
         """A fetch answered: the broker is reachable."""
@@ -178,11 +239,15 @@ class KafkaQueueReceiver:
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
             return
+        self._acknowledge(self._reader.acknowledged(max(t.sequence_number for t in tokens)))
+        await self._commit_if_due()
+
+    def _acknowledge(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """These offsets may be committed (never moving one back)."""
         acknowledged = self._acknowledged
-        for tp, offset in self._reader.acknowledged(max(t.sequence_number for t in tokens)).items():
+        for tp, offset in offsets.items():
             if offset > acknowledged.get(tp, -1):
                 acknowledged[tp] = offset
-        await self._commit_if_due()
 
     async def _commit_if_due(self) -> None:
         if time.monotonic() - self._last_commit >= self.settings.commit_interval:
@@ -205,7 +270,7 @@ class KafkaQueueReceiver:
                 await self._consumer.commit(offsets)
         except Exception as exc:  # sorted into transient and not just below
             if not (isinstance(exc, TimeoutError) or is_transient(exc)):
-                raise QueueAdapterError(
+                raise QueueFailedError(
                     f"Kafka refused the offset commit of {self.queue} for group "
                     f"{self.settings.group_id!r} ({type(exc).__name__}); headrace assigns "
                     "partitions itself, so its group id must not be used by consumers that "
@@ -317,4 +382,7 @@ class KafkaQueueReceiver:
         return self._consumer
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
-        return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
+        try:
+            return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
+        except KafkaError as exc:  # retry_kafka lets through only what retrying cannot fix
+            raise await self._failed(exc, f"{what} failed for") from exc

@@ -41,8 +41,36 @@ from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.record_batch import RecordBatch
 from streams.core.records import RecordFormat
+from streams.kafka.settings import KeyField
 
 Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
+
+
+def key_of(value: Any, key_field: KeyField) -> str | int | None:
+    """The key ``key_field`` gives a record's decoded ``value``: its field of that name, or
+    what the function returns; ``None`` unless that is a str or an int (a function that
+    raises gives none).
+
+    >>> key_of({"device": "d-7"}, "device"), key_of({"id": 3}, lambda v: v["id"]), key_of([1], "device")
+    ('d-7', 3, None)
+    """
+    if isinstance(key_field, str):
+        key = value.get(key_field) if type(value) is dict else None
+    else:
+        try:
+            key = key_field(value)
+        except Exception:  # the user's function: any error means no key (dead-lettered)
+            return None
+    if key is None or isinstance(key, bool) or not isinstance(key, (str, int)):
+        return None
+    return key
+
+
+def keyed_by(key_field: KeyField) -> str:
+    """How a dead letter's detail names ``key_field``."""
+    if isinstance(key_field, str):
+        return f"its value's field {key_field!r}"
+    return f"key function {getattr(key_field, '__qualname__', repr(key_field))}"
 
 
 class RecordReader(Protocol):
@@ -51,8 +79,9 @@ class RecordReader(Protocol):
     def start(self, positions: Mapping[TopicPartition, int]) -> None:
         """Reading begins (again) at these offsets."""
 
-    def messages(self, fetched: Fetched) -> list[QueueMessage]:
-        """The queue messages of one read, in position order."""
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
+        """The queue messages of one read, in position order; ``ends``: where each partition's
+        read ended, when records of it were taken out of ``fetched`` (the re-keying hop's)."""
         ...
 
     def acknowledged(self, last: int) -> dict[TopicPartition, int]:
@@ -70,7 +99,7 @@ class ContainerRecords:
     def start(self, positions: Mapping[TopicPartition, int]) -> None:
         pass
 
-    def messages(self, fetched: Fetched) -> list[QueueMessage]:
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
         # A record with no value (a tombstone from another writer) is empty bytes, which
         # the pulling agent dead-letters like any other record that does not decode.
         queue = self._queue
@@ -97,7 +126,7 @@ class GroupedRecords:
         partitions: Sequence[TopicPartition],
         namespaces: Mapping[str, str],
         record_format: RecordFormat,
-        key_field: str | None = None,
+        key_field: KeyField | None = None,
     ) -> None:
         self._queue = queue
         self._partitions = list(partitions)  # a fixed topic order: positions depend on it
@@ -118,16 +147,19 @@ class GroupedRecords:
             self._pending[tp].clear()
         self._clock = -math.inf  # the records before the start are not read: not known
 
-    def messages(self, fetched: Fetched) -> list[QueueMessage]:
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
         out: list[QueueMessage] = []
         base = sum(self._positions.values())
         for tp in self._partitions:
-            records = fetched.get(tp)
-            if not records:
-                continue
+            records = fetched.get(tp) or ()
             start = self._positions[tp]
-            self._group(tp, records, base - start, out)
-            end = records[-1].offset + 1
+            end = records[-1].offset + 1 if records else start
+            if ends is not None:
+                end = max(end, ends.get(tp, end))
+            if end == start:
+                continue
+            if records:
+                self._group(tp, records, base - start, out)
             base += end - start
             self._positions[tp] = end
         return out
@@ -169,9 +201,9 @@ class GroupedRecords:
                 continue
             key: Any = r.key
             if key is None and key_field is not None:
-                key = value.get(key_field) if type(value) is dict else None
-                if key is None or isinstance(key, bool) or not isinstance(key, (str, int)):
-                    bad.append((r, f"has no key and its value no str or int field {key_field!r}"))
+                key = key_of(value, key_field)
+                if key is None:
+                    bad.append((r, f"has no key and {keyed_by(key_field)} gives no str or int"))
                     continue
             group = groups.get(key)
             if group is None:
@@ -194,7 +226,7 @@ class GroupedRecords:
                 batch.clock_before = clocks[0]
             made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
         for r, why in bad:
-            error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}")
+            error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}", r.offset)
             made.append(QueueMessage(queue, r.offset + shift, r.value or b"", r.timestamp / 1000, error))
         self._clock = clock
         if bad:

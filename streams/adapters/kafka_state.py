@@ -52,13 +52,16 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streams.adapters.embedded_state import StateKey, StateRows, StateSource
 from streams.adapters.kafka_receiver import KafkaQueueReceiver
+from streams.adapters.kafka_records import Fetched
+from streams.adapters.kafka_repartition import SEEN, Rekeying
+from streams.core.batch import QueueMessage
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
 from streams.core.outage import OutageLog
 from streams.core.retry import reason_of
 from streams.core.tokens import SequenceToken
 from streams.kafka.admin import ensure_topic
-from streams.kafka.clients import offset_bounds, start_client
+from streams.kafka.clients import Producers, offset_bounds, start_client
 from streams.kafka.outage import is_transient, log, retry_kafka
 from streams.kafka.settings import KafkaSettings
 
@@ -113,9 +116,10 @@ class KafkaChangelog:
         await changelog.close()
     """
 
-    def __init__(self, settings: KafkaSettings, outage: OutageLog) -> None:
+    def __init__(self, settings: KafkaSettings, outage: OutageLog, producers: Producers | None = None) -> None:
         self.settings = settings
         self.outage = outage
+        self.producers = producers if producers is not None else Producers(settings)  # the adapter's: one fallback
         self.topic = changelog_topic(settings)
         self.max_record_bytes = 16 << 20  # the producer's limit (a Collect's state can be large)
         self._producer: AIOKafkaProducer | None = None
@@ -222,14 +226,7 @@ class KafkaChangelog:
         if self._producer is None:
             async with self._starting:  # the receivers of one worker share one producer
                 if self._producer is None:
-                    producer = AIOKafkaProducer(
-                        **self.settings.client_kwargs(),
-                        acks="all",
-                        enable_idempotence=self.settings.idempotent,
-                        max_request_size=self.max_record_bytes,
-                    )
-                    await start_client(producer)
-                    self._producer = producer
+                    self._producer = await self.producers.start(max_request_size=self.max_record_bytes)
         return self._producer
 
     async def close(self) -> None:
@@ -304,3 +301,63 @@ class KafkaRecordReceiver(KafkaStateReceiver):
     (:meth:`~streams.core.record_batch.RecordEventBatch.last_position`)."""
 
     read_range = None  # type: ignore[assignment]
+
+    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, changelog: KafkaChangelog) -> None:
+        super().__init__(settings, queue, outage, changelog)
+        hop = settings.repartition_topic
+        fmt, key_field = settings.record_format, settings.key_field
+        self.rekeying: Rekeying | None = None  # records without a key re-keyed through the hop
+        if hop is not None and fmt is not None and key_field is not None:
+            source, repartition = self._partitions  # partition i of the topic and of the hop's
+            self.rekeying = Rekeying(settings, source, repartition, fmt, key_field)
+
+    async def _take(self, fetched: Fetched) -> list[QueueMessage]:
+        """Send the records to re-key through the hop, and once Kafka has them all, make
+        the messages of the rest (the hop's duplicates left out). Should the hop fail,
+        nothing of the read is taken: the consumer goes back to its first records, to read
+        them again after a back-off."""
+        rekeying = self.rekeying
+        if rekeying is None:
+            return self._reader.messages(fetched)
+        forwards = rekeying.to_forward(fetched)
+        if forwards:
+            began = time.monotonic()
+            try:
+                with anyio.fail_after(self.settings.request_timeout):
+                    await rekeying.forward(await self.changelog._producer_started(), forwards)
+            except Exception as exc:  # sorted into transient and not just below
+                consumer = self._require_consumer()
+                for tp, records in fetched.items():
+                    if records:
+                        consumer.seek(tp, records[0].offset)
+                if not (isinstance(exc, TimeoutError) or is_transient(exc)):
+                    raise await self._failed(exc, "cannot re-key (send to the repartition topic)") from exc
+                await self._back_off(f"re-keying {self.queue}: {reason_of(exc)}", since=began)
+                return []
+        ends = {tp: records[-1].offset + 1 for tp, records in fetched.items() if records}
+        messages = self._reader.messages(rekeying.kept(fetched, forwards), ends)
+        # No message stands for the records sent on or skipped as copies: what they leave
+        # behind (up to the oldest message not yet acknowledged) is done with now.
+        self._acknowledge(self._reader.acknowledged(-1))
+        return messages
+
+    async def load_states(self) -> SavedStates:
+        """The saved states, and the hop's memory of the source records it took."""
+        saved = await super().load_states()
+        if self.rekeying is not None:
+            seen = {stream: state for (consumer, stream), (_, state) in saved.items() if consumer == SEEN}
+            self.rekeying.seen.restore_rows(seen)
+            saved = {key: value for key, value in saved.items() if key[0] != SEEN}
+        return saved
+
+    async def _save_states(self) -> bool:
+        """Save the hop's memory as of the offset about to be committed, then the states."""
+        rekeying = self.rekeying
+        if rekeying is not None:
+            offset = self._acknowledged.get(rekeying.repartition)
+            rows = [] if offset is None else rekeying.seen.committed_rows(offset)
+            if rows:
+                if not await self.changelog.write(self.queue, (rows, [])):
+                    return False
+                rekeying.seen.saved(rows)
+        return await super()._save_states()

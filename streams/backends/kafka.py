@@ -20,6 +20,7 @@ from streams.core.pubsub import MemoryPubSubStore, PubSubStore
 from streams.core.pubsub_embedded import EmbeddedPubSubStore
 from streams.core.records import RecordFormat
 from streams.core.store import EmbeddedStore
+from streams.kafka.settings import KeyField
 
 
 class KafkaBackend:
@@ -49,7 +50,7 @@ class KafkaBackend:
         store: str | os.PathLike[str] | None = None,
         records: str | RecordFormat = "headrace",
         namespace: str | None = None,
-        key_field: str | None = None,
+        key_field: KeyField | None = None,
         topics: Mapping[str, str] | None = None,
         kafka: Mapping[str, Any] | None = None,
     ) -> KafkaBackend:

@@ -100,10 +100,12 @@ def run(args: argparse.Namespace) -> int:
     config = load_cli_config(args)
     with existing_store(config) as store:
         letters = EmbeddedDeadLetterStore(store)
+        # On Kafka a queue is a partition and a position an offset: say so.
+        kafka = config.provider_settings.adapter == "kafka"
         if args.action == "list":
-            anyio.run(_list, letters, args)
+            anyio.run(_list, letters, args, kafka)
         elif args.action == "show":
-            anyio.run(_show, letters, args.id, args.json)
+            anyio.run(_show, letters, args.id, args.json, kafka)
         else:
             app = args.app or config.worker.app
             anyio.run(_replay, letters, config.provider(), args, load_provider(app) if app else None)
@@ -143,7 +145,7 @@ async def check_reason(letters: EmbeddedDeadLetterStore, reason: str | None) -> 
         raise CliError(f"unknown dead letter reason {reason!r}: the reasons are {', '.join(DEAD_LETTER_REASONS)}")
 
 
-async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace) -> None:
+async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace, kafka: bool = False) -> None:
     if args.limit < 1:
         raise CliError(f"--limit is at least 1, not {args.limit}")
     await check_reason(letters, args.reason)
@@ -162,7 +164,8 @@ async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace) -> N
             + (f" after id {args.after}" if args.after else "")
         )
         return
-    rows = table("dead letters", "id", "reason", "stream", "queue:seq", "event time", "replayed", "value")
+    where = "partition:offset" if kafka else "queue:seq"
+    rows = table("dead letters", "id", "reason", "stream", where, "event time", "replayed", "value")
     for stored in shown:
         letter = stored.letter
         add_row(
@@ -180,7 +183,7 @@ async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace) -> N
         print(f"more after id {shown[-1].letter_id}: --after {shown[-1].letter_id}")
 
 
-async def _show(letters: EmbeddedDeadLetterStore, letter_id: int, as_one_json: bool) -> None:
+async def _show(letters: EmbeddedDeadLetterStore, letter_id: int, as_one_json: bool, kafka: bool = False) -> None:
     stored = await _get(letters, letter_id)
     if as_one_json:
         print(_dumps(as_json(stored)))
@@ -190,8 +193,8 @@ async def _show(letters: EmbeddedDeadLetterStore, letter_id: int, as_one_json: b
         ("id", stored.letter_id),
         ("reason", letter.reason),
         ("stream", letter.stream or "-"),
-        ("queue", _opt(letter.queue)),
-        ("sequence", _opt(letter.sequence_number)),
+        ("partition" if kafka else "queue", _opt(letter.queue)),
+        ("offset" if kafka else "sequence", _opt(letter.sequence_number)),
         ("event time", "-" if letter.event_time is None else f"{utc_text(letter.event_time)} ({letter.event_time})"),
         ("recorded", utc_text(letter.recorded_at)),
         ("replayed", "no" if stored.replayed_at is None else utc_text(stored.replayed_at)),

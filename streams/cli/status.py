@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable
 
 from rich.console import Console
+from rich.markup import escape
 
 from streams.cli.common import (
     add_config_options,
@@ -135,6 +136,11 @@ def render(status: ClusterStatus, out: Console) -> None:
             out.print("slowest consumers: none behind (every consumer has what its worker read)")
 
     render_fates(status, out)
+    # A queue whose agent stopped because it cannot be read on (a deleted topic, no codec, ...)
+    reported = [q.agent for q in status.queues if q.agent is not None] + status.agents
+    for agent in sorted(reported, key=lambda a: a.queue):
+        if agent.failed:
+            out.print(f"[bold red]queue {agent.queue} FAILED[/] on {escape(agent.worker)}: {escape(agent.failed)}")
 
     if status.dead_letters:
         rows = table("dead letters", "reason", "count", "replayed")

@@ -50,6 +50,22 @@ class DeadLetter:
     unit: str | None = None  # what it is about, when not an event or record (a window)
 
 
+def event_position(event: object) -> tuple[int | None, int | None]:
+    """The ``(sequence_number, event_index)`` a letter about one event names: the event's
+    ``position``, where it stands on every read of its queue (an event of a topic others
+    write: its record's offset, index 0, however the read grouped its records; else its
+    token), so that a replay letters nothing twice.
+
+    >>> from types import SimpleNamespace as NS
+    >>> event_position(NS(position=NS(sequence_number=719, event_index=0), token=NS(sequence_number=3, event_index=128)))
+    (719, 0)
+    >>> event_position("not an event")
+    (None, None)
+    """
+    at = getattr(event, "position", None) or getattr(event, "token", None)
+    return getattr(at, "sequence_number", None), getattr(at, "event_index", None)
+
+
 class DeadLetterStore(Protocol):
     async def add(self, letters: list[DeadLetter]) -> None: ...
 

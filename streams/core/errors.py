@@ -20,7 +20,12 @@ class EncodeError(HeadraceError, TypeError):
 
 
 class DecodeError(HeadraceError):
-    """Bytes read from a queue are not a headrace batch container."""
+    """Bytes read from a queue are not a headrace batch container (or a record of a topic
+    others write does not decode: ``offset`` is then its offset, where its letter stands)."""
+
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
 
 
 class CacheMissError(HeadraceError):
@@ -33,6 +38,13 @@ class CacheMissError(HeadraceError):
 
 class QueueAdapterError(HeadraceError):
     """A queue adapter could not read or write its durable queue."""
+
+
+class QueueFailedError(QueueAdapterError):
+    """A queue cannot be read on, and retrying will not change that (a codec that is not
+    installed, a corrupt record batch, no authorization, a deleted topic): its agent stops
+    and reports the queue failed. The message names the queue, the position and the fix.
+    """
 
 
 class DeliveryTimeoutError(HeadraceError, TimeoutError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Hashable
 
-from streams.core.deadletters import DeadLetter
+from streams.core.deadletters import DeadLetter, event_position
 from streams.eventtime.metrics import Counters
 from streams.eventtime.policy import EventLike, Reason, time_problem
 from streams.eventtime.results import DEAD_LETTER, EventOutcome, Output
@@ -89,15 +89,16 @@ class Refusals:
         token = getattr(rec, "token", None)
         stream = getattr(rec, "stream_id", None)
         queue = partition if isinstance(partition, int) else getattr(partition, "number", None)
+        sequence_number, event_index = event_position(rec)  # the same on every read
         letter = DeadLetter(
             reason=reason.value,
             stream=None if stream is None else str(stream),
             queue=queue,
-            sequence_number=getattr(token, "sequence_number", None),
-            event_index=getattr(token, "event_index", None),
+            sequence_number=sequence_number,
+            event_index=event_index,
             value=getattr(rec, "value", rec),
             event_time=event_time,
-            detail=f"{detail}; token {token}" if token is not None else detail,
+            detail=f"{detail}; {_where(rec, token)}" if token is not None else detail,
             recorded_at=arrival,
         )
         out.dead_letters.append(letter)
@@ -129,3 +130,10 @@ class Refusals:
         trace = "".join(traceback.format_exception(exc)).rstrip()
         detail = f"{what} raised {type(exc).__name__}: {exc}\n{trace}"
         self.refuse(partition, rec, key, event_time, Reason.INVALID_VALUE, DEAD_LETTER, arrival, out, detail)
+
+
+def _where(rec: object, token: object) -> str:
+    """How a letter's detail names its event: a foreign record's offset (see
+    :func:`~streams.core.deadletters.event_position`), else its token."""
+    offset = getattr(rec, "offset", None)
+    return f"token {token}" if offset is None else f"record offset {offset}"

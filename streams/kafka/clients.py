@@ -1,9 +1,19 @@
 """What every aiokafka client of headrace does alike: start (and not leak a half-started
-client), and find the offsets a partition spans."""
+client), start producers on any broker (:class:`Producers`), and find the offsets a
+partition spans."""
 
 from __future__ import annotations
 
+import logging
+
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from streams.core.retry import reason_of
+from streams.kafka.outage import is_transient
+from streams.kafka.settings import KafkaSettings
+
+log = logging.getLogger("headrace.kafka")
 
 
 async def start_client(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
@@ -20,3 +30,52 @@ async def offset_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple
     first = await consumer.beginning_offsets([tp])
     end = await consumer.end_offsets([tp])
     return first[tp], end[tp]
+
+
+class Producers:
+    """Starts the producers of one adapter (its queue and state topics) with ``settings``'
+    :meth:`~streams.kafka.settings.KafkaSettings.producer_kwargs`.
+
+    Idempotent where the broker supports it: a broker that refuses an idempotent producer
+    (its InitProducerId request, e.g. Tansu, or Kafka without the IdempotentWrite ACL before
+    3.0) gets a plain one, and one warning says so and names the setting; later producers
+    start plain at once. A plain producer that fails too raises: the broker's refusal was
+    not about idempotence.
+
+    >>> producers = Producers(KafkaSettings("127.0.0.1:9092", "sensors", idempotent=False))
+    >>> producers.idempotent
+    False
+    """
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self.idempotent = settings.idempotent  # False once the broker has refused it
+
+    async def start(self, **options: object) -> AIOKafkaProducer:
+        """A started producer; ``options`` are further AIOKafkaProducer arguments. Transient
+        failures raise for the caller to retry."""
+        kwargs = {**self.settings.producer_kwargs(), **options}
+        if self.idempotent:
+            try:
+                return await _started(AIOKafkaProducer(**kwargs))
+            except KafkaError as exc:
+                if is_transient(exc):
+                    raise
+                refusal = exc
+            producer = await _started(AIOKafkaProducer(**{**kwargs, "enable_idempotence": False}))
+            if self.idempotent:  # another producer may have fallen back meanwhile
+                self.idempotent = False
+                log.warning(
+                    "%s refused an idempotent producer (InitProducerId: %s); producing without "
+                    "idempotence, so a retried send may be stored twice: set idempotent=false "
+                    "(KafkaSettings, or [provider.kafka] idempotent = false) to start so",
+                    self.settings.server,
+                    reason_of(refusal),
+                )
+            return producer
+        return await _started(AIOKafkaProducer(**{**kwargs, "enable_idempotence": False}))
+
+
+async def _started(producer: AIOKafkaProducer) -> AIOKafkaProducer:
+    await start_client(producer)
+    return producer

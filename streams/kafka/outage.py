@@ -9,7 +9,19 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
+    CorruptRecordException,
+    GroupAuthorizationFailedError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+    UnsupportedCodecError,
+)
 
 from streams.core.outage import OutageLog
 from streams.core.retry import retry
@@ -34,6 +46,41 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, KafkaTimeoutError):  # aiokafka marks it final; an outage causes it
         return True
     return isinstance(exc, (KafkaError, OSError)) and getattr(exc, "retriable", True)
+
+
+def permanent_fix(exc: BaseException, settings: KafkaSettings) -> str:
+    """What to do about a failure that retrying cannot fix (one that :func:`is_transient`
+    refuses): the end of the one line that reports it.
+
+    >>> from aiokafka.errors import UnsupportedCodecError
+    >>> permanent_fix(UnsupportedCodecError(), KafkaSettings("k:9092", "sensors"))
+    "install the codecs: pip install 'aiokafka[lz4,snappy,zstd]' (headrace's default install has them)"
+    """
+    topics = ", ".join(map(repr, settings.namespaces))
+    if isinstance(exc, UnsupportedCodecError):
+        return "install the codecs: pip install 'aiokafka[lz4,snappy,zstd]' (headrace's default install has them)"
+    if isinstance(exc, CorruptRecordException):
+        return (
+            "the record batch there is corrupt (Kafka's own tools cannot read it either); to skip it, "
+            f"reset group {settings.group_id!r}'s offset past it (kafka-consumer-groups --reset-offsets) and restart"
+        )
+    if isinstance(exc, (TopicAuthorizationFailedError, GroupAuthorizationFailedError, ClusterAuthorizationFailedError)):
+        return (
+            f"grant the client's principal Describe and Read on topic(s) {topics} and Read on group "
+            f"{settings.group_id!r} (see docs/kafka.md, Security)"
+        )
+    if isinstance(exc, AuthenticationFailedError):
+        return "check the credentials in client_options (sasl_plain_username, ssl_context, ...)"
+    if isinstance(exc, RecordTooLargeError):
+        return (
+            "a record there is larger than the fetch size: raise client_options max_partition_fetch_bytes "
+            "(aiokafka's default 1 MiB) to the topic's max.message.bytes or more"
+        )
+    if isinstance(exc, MessageSizeTooLargeError):
+        return "the record is larger than the broker takes: raise the topic's max.message.bytes, or send smaller values"
+    if isinstance(exc, UnknownTopicOrPartitionError):
+        return "the topic no longer exists (deleted?): recreate it, or point the worker at another topic"
+    return "retrying cannot fix this; see the broker's log for why it refused"
 
 
 def kafka_outage_log(settings: KafkaSettings) -> OutageLog:

@@ -3,9 +3,9 @@ read, and the timeouts of riding out an outage (:class:`KafkaSettings`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from aiokafka import TopicPartition
 
@@ -14,6 +14,12 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.records import HEADRACE, RecordFormat, record_format
 
 Start = Literal["earliest", "latest"]
+# What keys a record without a key: a field of its decoded value, or a function of it (a str
+# or an int; None: no key, the record is dead-lettered).
+KeyField = str | Callable[[Any], object]
+# The codecs of Kafka's record batches; aiokafka reads and writes each (with cramjam).
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
 # aiokafka client keyword arguments: bootstrap_servers, the security settings, client_id, ...
 ClientOptions = Mapping[str, object]
 
@@ -43,7 +49,8 @@ class KafkaSettings:
     per record in ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
     :class:`~streams.core.records.RecordFormat`. Such a topic's streams are
     ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic's name;
-    ``key_field`` names the value's field that keys records without a key). ``topics``
+    ``key_field`` names the value's field that keys records without a key, or is a function
+    of the decoded value giving that key). ``topics``
     (namespace -> topic) reads several co-partitioned topics of one format together.
 
     >>> settings = KafkaSettings("127.0.0.1:9092", "sensors", queues=4)
@@ -58,6 +65,9 @@ class KafkaSettings:
     start: Start = "earliest"
     replication_factor: int = 1  # for a topic the adapter creates
     idempotent: bool = True  # the broker keeps one copy of a record the producer retries
+    # How headrace's own producers compress their record batches (readers need nothing:
+    # every codec is read whatever this says). See docs/kafka.md for the trade-off.
+    compression: Compression = "none"
     commit_interval: float = 1.0  # seconds between offset commits, at most
     poll_timeout: float = 0.1  # how long an empty read waits for new records
     outage_after: float = 3.0  # seconds without a fetch answer before calling it an outage
@@ -73,7 +83,7 @@ class KafkaSettings:
     client_options: ClientOptions = field(default_factory=dict)
     records: str | RecordFormat = HEADRACE
     namespace: str | None = None
-    key_field: str | None = None
+    key_field: KeyField | None = None
     topics: Mapping[str, str] | None = None  # namespace -> topic
     # The decoded form of records (None: headrace's containers), and topic -> namespace.
     record_format: RecordFormat | None = field(init=False, repr=False, compare=False, default=None)
@@ -88,6 +98,8 @@ class KafkaSettings:
             raise ConfigurationError(f"queues is a positive int, not {self.queues!r}")
         if self.start not in ("earliest", "latest"):
             raise ConfigurationError(f"start is 'earliest' or 'latest', not {self.start!r}")
+        if self.compression not in COMPRESSIONS:
+            raise ConfigurationError(f"compression is one of {', '.join(COMPRESSIONS)}, not {self.compression!r}")
         if not isinstance(self.handoff_prefix, str) or not self.handoff_prefix:
             raise ConfigurationError(f"handoff_prefix is a non-empty str, not {self.handoff_prefix!r}")
         if not isinstance(self.group_id, str) or not self.group_id:
@@ -107,17 +119,27 @@ class KafkaSettings:
         foreign = self.record_format is not None
         for name in ("namespace", "key_field"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, str) and value):
-                raise ConfigurationError(f"{name} is a non-empty str, not {value!r}")
+            function = name == "key_field" and callable(value)
+            if value is not None and not function and not (isinstance(value, str) and value):
+                raise ConfigurationError(
+                    f"{name} is a non-empty str{' or a function' * (name == 'key_field')}, not {value!r}"
+                )
             if value is not None and not foreign:
                 raise ConfigurationError(
                     f"{name} is for topics of one event per record: set records= to their "
                     "format (json, msgpack, text, bytes or a RecordFormat)"
                 )
         if self.topics is None:
-            return {self.topic: self.namespace or self.topic}
+            namespace = self.namespace or self.topic
+            hop = self.repartition_topic
+            return {self.topic: namespace} if hop is None else {self.topic: namespace, hop: namespace}
         if not foreign:
             raise ConfigurationError("topics= reads topics of one event per record: set records= to their format")
+        if self.key_field is not None:
+            raise ConfigurationError(
+                "key_field= re-keys the records of one topic (streams.adapters.kafka_repartition): "
+                "read the topics of topics= with their record keys, or each topic on its own"
+            )
         if self.namespace is not None:
             raise ConfigurationError("with topics= each topic's namespace is its key there: drop namespace=")
         topics = dict(self.topics)
@@ -128,6 +150,19 @@ class KafkaSettings:
         if self.topic not in topics.values():
             raise ConfigurationError(f"topic {self.topic!r} is not one of topics= {sorted(topics.values())}")
         return {topic: namespace for namespace, topic in topics.items()}
+
+    @property
+    def repartition_topic(self) -> str | None:
+        """The topic of the re-keying hop (:mod:`streams.adapters.kafka_repartition`) when
+        records without a key are keyed by ``key_field``, which queue *i* reads beside
+        partition *i* of ``topic``; ``None``: no hop.
+
+        >>> KafkaSettings("k:9092", "readings", records="json", key_field="device").repartition_topic
+        'headrace.repartition.readings'
+        """
+        if self.key_field is None or self.topics is not None:
+            return None
+        return f"{self.group_id}.repartition.{self.topic}"
 
     def partitions_of(self, queue: QueueId) -> list[TopicPartition]:
         """What ``queue`` reads: partition ``queue.number`` of each topic, in a fixed order."""
@@ -149,6 +184,21 @@ class KafkaSettings:
     def server(self) -> str:
         """How log lines and errors name the cluster."""
         return cluster_name(self.bootstrap_servers)
+
+    def producer_kwargs(self) -> dict[str, object]:
+        """The settings of every producer of headrace's queues and state: durable
+        (``acks="all"``), idempotent unless ``idempotent`` is off, compressed as
+        ``compression`` says.
+
+        >>> KafkaSettings("127.0.0.1:9092", "sensors", compression="zstd").producer_kwargs()["compression_type"]
+        'zstd'
+        """
+        return {
+            **self.client_kwargs(),
+            "acks": "all",
+            "enable_idempotence": self.idempotent,
+            "compression_type": None if self.compression == "none" else self.compression,
+        }
 
     def client_kwargs(self) -> dict[str, object]:
         return {

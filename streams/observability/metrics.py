@@ -89,6 +89,10 @@ METRICS: dict[str, tuple[type, str]] = {
         "Records (producer batches) read from the queue: what came in",
     ),
     "headrace_queue_read_failures": (CounterMetricFamily, "Failed reads of the queue (each retried with back-off)"),
+    "headrace_queue_failed": (
+        GaugeMetricFamily,
+        "1 once the queue cannot be read on (its agent stopped; the log and `headrace status` say why)",
+    ),
     "headrace_queue_read_seconds": (HistogramMetricFamily, "Time of each read of the queue, retries included"),
     "headrace_cache_pressure_skips": (CounterMetricFamily, "Reads skipped because the cache was full (backpressure)"),
     "headrace_cache_batches": (GaugeMetricFamily, "Batches in the queue cache"),
@@ -139,6 +143,7 @@ def metric_families(snapshot: WorkerSnapshot, dead_letters: Mapping[str, int]) -
         at = {"worker": snapshot.worker, "queue": str(q.queue)}
         out.add("headrace_queue_records_read", at, q.records_read)
         out.add("headrace_queue_read_failures", at, q.read_failures)
+        out.add("headrace_queue_failed", at, int(q.failed is not None))
         out.add("headrace_queue_read_seconds", at, q.read_latency)
         out.add("headrace_cache_pressure_skips", at, q.pressure_skips)
         out.add("headrace_cache_batches", at, q.cache_size)

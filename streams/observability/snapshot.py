@@ -160,6 +160,7 @@ class QueueSnapshot:
     events_delivered: int = 0
     slowest: tuple[CursorLag, ...] = ()
     fates: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # per consumer type: fates_of
+    failed: str | None = None  # why the queue cannot be read on (its agent stopped); None: reading
 
 
 def fates_of(counters: Mapping[str, int]) -> dict[str, int]:
@@ -225,6 +226,7 @@ def _queue(agent: PullingAgent) -> QueueSnapshot:
         events_delivered=sum(c.delivered_events for c in consumers),
         slowest=slowest_cursors(agent.last_read_sequence, consumers),
         fates={name: fates_of(counters) for name, counters in agent.fates_by_type().items()},
+        failed=agent.failure,
     )
 
 

@@ -179,7 +179,7 @@ async def test_keys_timestamps_headers_and_the_records_that_do_not_decode(kafka_
     assert by_n == {
         1: ("a", s, s, (("trace", b"x1"),)),
         2: ("b", s + 0.001, s + 0.001, ()),
-        4: ("d-7", s + 0.003, s + 0.003, ()),
+        4: ("d-7", s + 0.003, s + 0.003, (("headrace.source", b"0:3"),)),  # re-keyed: through the hop
         6: ("a", s + 0.005, s + 0.005, ()),
         9: ("b", s + 0.008, s + 0.008, (("h", b"1"), ("h", b"2"))),
     }
@@ -397,7 +397,7 @@ def test_a_config_file_names_the_format_of_a_topic_others_write(tmp_path):
     settings = provider.factory.settings
     assert (settings.record_format.name, settings.namespaces, settings.key_field) == (
         "json",
-        {"readings": "sensors"},
+        {"readings": "sensors", "headrace.repartition.readings": "sensors"},  # and the re-keying hop's
         "device",
     )
     assert isinstance(provider.mapper, KafkaPartitionMapper)
