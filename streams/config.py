@@ -3,7 +3,8 @@
 Sections (every key is optional; docs/configuration.md has a full example)::
 
     [provider]            adapter (embedded | kafka | memory), queues, path, synchronous
-    [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field
+    [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field,
+                          dead_letter_topic, idempotent
     [provider.retention]  max_age, max_records_per_queue, interval      (embedded queues)
     [agent]               the pulling agents' StreamProviderOptions
     [cache]               size, buckets, slow_consumer_timeout
@@ -91,6 +92,7 @@ class HeadraceConfig(HeadraceSettings):
             namespace=kafka.namespace,
             key_field=kafka.key_field,
             store=settings.path,
+            kafka={"dead_letter_topic": kafka.dead_letter_topic, "idempotent": kafka.idempotent},
             **kwargs,
         )
 

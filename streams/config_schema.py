@@ -51,12 +51,15 @@ class KafkaTopic:
     records: str = "headrace"  # or json, msgpack, text, bytes: a topic others write
     namespace: str | None = None  # the streams of such a topic (default: the topic's name)
     key_field: str | None = None  # keys records that have no key
+    dead_letter_topic: str | None = None  # default "<topic>.dlq"
+    idempotent: bool = True  # False for a broker without idempotent producers
 
 
 @dataclass(frozen=True, slots=True)
 class ProviderSettings:
     """``[provider]``: which queues. ``path`` is the embedded store's directory (with Kafka:
-    the optional local store for pub-sub and dead letters; the Spark handoff is on Kafka)."""
+    an optional store on this machine for pub-sub and dead letters, which otherwise live in
+    the cluster like the Spark handoff)."""
 
     adapter: Adapter = "embedded"
     queues: int = DEFAULT_QUEUES
@@ -251,6 +254,8 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "records": _choice("headrace", "json", "msgpack", "text", "bytes"),
         "namespace": _text,
         "key_field": _text,
+        "dead_letter_topic": _text,
+        "idempotent": _flag,
     },
     "provider.retention": {
         "max_age": _optional_duration,

@@ -21,14 +21,19 @@ from streams.config import HeadraceConfig, load_config
 from streams.core.store import EmbeddedStore
 
 
-def add_config_options(parser: argparse.ArgumentParser, *, queues: bool = False) -> None:
+def add_config_options(parser: argparse.ArgumentParser, *, queues: bool = False, app: bool = False) -> None:
     group = parser.add_argument_group("where the streams are")
     group.add_argument(
         "--config",
         metavar="FILE.toml",
-        help="the configuration (default: $HEADRACE_CONFIG, else ./headrace.toml if there is one)",
+        help="the configuration (default: $HEADRACE_CONFIG, else ./headrace.toml if there is one); "
+        "with an embedded store or a Kafka adapter",
     )
     group.add_argument("--path", metavar="STORE", help="the embedded store's directory (wins over the configuration)")
+    if app:
+        group.add_argument(
+            "--app", metavar="MODULE:ATTR", help="the application's provider, as `headrace worker --app` runs it"
+        )
     if queues:
         group.add_argument(
             "--queues", type=int, metavar="N", help="queues of a new store (default: an existing store's count, else 8)"
@@ -43,6 +48,13 @@ def load_cli_config(args: argparse.Namespace) -> HeadraceConfig:
     if getattr(args, "queues", None) is not None:
         overrides["provider.queues"] = args.queues
     return load_config(args.config, overrides=overrides)
+
+
+def in_cluster(config: HeadraceConfig) -> bool:
+    """Whether the configuration's workers keep their shared state in a Kafka cluster (a
+    Kafka adapter with no local store), not in an embedded store."""
+    settings = config.provider_settings
+    return settings.adapter == "kafka" and settings.path is None
 
 
 def existing_store(config: HeadraceConfig) -> EmbeddedStore:

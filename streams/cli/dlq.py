@@ -6,7 +6,9 @@ reason (``late_arrival``, ``out_of_order``, ``early_arrival``, ``window_closed``
 ``undecodable``, ...). ``--reason`` refuses a reason the runtime never gives unless a dead
 letter in the store has it (an adapter's own). ``replay`` publishes a dead letter's value
 again, with its event time, to its stream (or to ``--to``), then marks it
-replayed: every consumer of that stream sees it as a new event. A dead letter is kept after
+replayed: every consumer of that stream sees it as a new event. On Kafka (``--config`` naming
+a Kafka adapter, or ``--app``), the dead letters are the cluster's dead-letter topic, the
+same from any machine; a replay is marked there. A dead letter is kept after
 its replay; ``replay`` refuses one already replayed unless ``--again``. An ``undecodable``
 dead letter is a raw record that never decoded: it has no value to publish and cannot be
 replayed (``show`` prints its bytes).
@@ -15,9 +17,11 @@ replayed (``show`` prints its bytes).
 from __future__ import annotations
 
 import argparse
+import builtins
+import contextlib
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 import anyio
 
@@ -27,18 +31,23 @@ from streams.cli.common import (
     add_row,
     console,
     existing_store,
+    in_cluster,
     load_cli_config,
     plural,
     table,
     utc_text,
 )
+from streams.cli.worker import load_provider
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore, StoredDeadLetter
 from streams.core.ids import StreamId
+from streams.kafka.deadletters import KafkaDeadLetterStore
 from streams.observability.snapshot import DEAD_LETTER_REASONS
 from streams.provider import StreamProvider
 
 EXAMPLES = """examples:
   headrace dlq list --path ./store
+  headrace dlq list --config kafka.toml       # a Kafka adapter: the cluster's dead-letter topic
+  headrace dlq list --app myapp.streams:provider
   headrace dlq list --path ./store --reason late_arrival --limit 20 --json
   headrace dlq show --path ./store 42
   headrace dlq replay --path ./store 42 43
@@ -63,7 +72,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listing = actions.add_parser(
         "list", help="dead letters, oldest first", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    add_config_options(listing)
+    add_config_options(listing, app=True)
     listing.add_argument("--reason", help="only this reason")
     listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
     listing.add_argument("--after", type=int, default=0, metavar="ID", help="only ids above ID (the next page)")
@@ -73,7 +82,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     show = actions.add_parser(
         "show", help="one dead letter in full", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    add_config_options(show)
+    add_config_options(show, app=True)
     show.add_argument("id", type=int, metavar="ID")
     show.add_argument("--json", action="store_true", help="as one JSON object")
 
@@ -83,24 +92,64 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_options(replay)
+    add_config_options(replay, app=True)
     replay.add_argument("ids", type=int, nargs="*", metavar="ID", help="the dead letters to replay")
     replay.add_argument("--reason", help="replay every dead letter of this reason not replayed yet")
     replay.add_argument("--to", metavar="NS/KEY", help="publish to this stream instead of each one's own")
     replay.add_argument("--again", action="store_true", help="also replay dead letters replayed before")
 
 
+class DeadLetterArchive(Protocol):
+    """Dead letters with ids and replay marks: the embedded store's, or the Kafka topic's."""
+
+    async def count(self, reason: str | None = None) -> int: ...
+
+    async def entries(
+        self, reason: str | None = None, limit: int = 100, *, after_id: int = 0, replayed: bool | None = None
+    ) -> builtins.list[StoredDeadLetter]: ...
+
+    async def get(self, letter_id: int) -> StoredDeadLetter | None: ...
+
+    async def mark_replayed(self, letter_ids: Iterable[int], at: float | None = None) -> int: ...
+
+
 def run(args: argparse.Namespace) -> int:
-    config = load_cli_config(args)
-    with existing_store(config) as store:
-        letters = EmbeddedDeadLetterStore(store)
-        if args.action == "list":
-            anyio.run(_list, letters, args)
-        elif args.action == "show":
-            anyio.run(_show, letters, args.id, args.json)
-        else:
-            anyio.run(_replay, letters, config.provider(), args)
+    anyio.run(_run, args)
     return 0
+
+
+async def _run(args: argparse.Namespace) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        letters, provider = _open(args, stack)
+        if args.action == "list":
+            await _list(letters, args)
+        elif args.action == "show":
+            await _show(letters, args.id, args.json)
+        else:
+            await _replay(letters, provider(), args)
+
+
+def _open(
+    args: argparse.Namespace, stack: contextlib.AsyncExitStack
+) -> tuple[DeadLetterArchive, Callable[[], StreamProvider]]:
+    """The dead letters the command line names, and (for a replay) the provider to publish with."""
+    if args.app is None:
+        config = load_cli_config(args)
+        if not in_cluster(config):
+            store = stack.enter_context(existing_store(config))
+            return EmbeddedDeadLetterStore(store), config.provider
+        provider = config.provider()
+    else:
+        provider = load_provider(args.app)
+    letters = provider.dead_letters
+    if isinstance(letters, KafkaDeadLetterStore):
+        stack.push_async_callback(letters.close)
+    elif not isinstance(letters, EmbeddedDeadLetterStore):
+        raise CliError(
+            f"{args.app} keeps its dead letters in this process's memory ({type(letters).__name__}): "
+            "nothing outside it can list them"
+        )
+    return letters, lambda: provider
 
 
 # -- list and show ----------------------------------------------------------------------------
@@ -129,14 +178,14 @@ def _dumps(obj: Any, **kwargs: Any) -> str:
     return json.dumps(obj, default=lambda x: x.hex() if isinstance(x, bytes) else repr(x), **kwargs)
 
 
-async def check_reason(letters: EmbeddedDeadLetterStore, reason: str | None) -> None:
+async def check_reason(letters: DeadLetterArchive, reason: str | None) -> None:
     """Refuse a reason the runtime never gives and no dead letter in the store has: a typo
     would otherwise list nothing, or replay nothing, and look like success."""
     if reason is not None and reason not in DEAD_LETTER_REASONS and not await letters.count(reason):
         raise CliError(f"unknown dead letter reason {reason!r}: the reasons are {', '.join(DEAD_LETTER_REASONS)}")
 
 
-async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace) -> None:
+async def _list(letters: DeadLetterArchive, args: argparse.Namespace) -> None:
     if args.limit < 1:
         raise CliError(f"--limit is at least 1, not {args.limit}")
     await check_reason(letters, args.reason)
@@ -173,7 +222,7 @@ async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace) -> N
         print(f"more after id {shown[-1].letter_id}: --after {shown[-1].letter_id}")
 
 
-async def _show(letters: EmbeddedDeadLetterStore, letter_id: int, as_one_json: bool) -> None:
+async def _show(letters: DeadLetterArchive, letter_id: int, as_one_json: bool) -> None:
     stored = await _get(letters, letter_id)
     if as_one_json:
         print(_dumps(as_json(stored)))
@@ -200,7 +249,7 @@ async def _show(letters: EmbeddedDeadLetterStore, letter_id: int, as_one_json: b
         print(_dumps(letter.value, indent=2, ensure_ascii=False))
 
 
-async def _get(letters: EmbeddedDeadLetterStore, letter_id: int) -> StoredDeadLetter:
+async def _get(letters: DeadLetterArchive, letter_id: int) -> StoredDeadLetter:
     stored = await letters.get(letter_id)
     if stored is None:
         raise CliError(f"no dead letter with id {letter_id} (`headrace dlq list` shows the ids)")
@@ -210,7 +259,7 @@ async def _get(letters: EmbeddedDeadLetterStore, letter_id: int) -> StoredDeadLe
 # -- replay -----------------------------------------------------------------------------------
 
 
-async def _replay(letters: EmbeddedDeadLetterStore, provider: StreamProvider, args: argparse.Namespace) -> None:
+async def _replay(letters: DeadLetterArchive, provider: StreamProvider, args: argparse.Namespace) -> None:
     if bool(args.ids) == bool(args.reason):
         raise CliError("say what to replay: dead letter ids, or --reason R (not both)")
     await check_reason(letters, args.reason)
@@ -239,7 +288,7 @@ async def _replay(letters: EmbeddedDeadLetterStore, provider: StreamProvider, ar
     print(f"headrace dlq: replayed {plural(len(chosen), 'dead letter')}: {where}")
 
 
-async def _all_of_reason(letters: EmbeddedDeadLetterStore, reason: str, *, again: bool) -> list[StoredDeadLetter]:
+async def _all_of_reason(letters: DeadLetterArchive, reason: str, *, again: bool) -> list[StoredDeadLetter]:
     chosen: list[StoredDeadLetter] = []
     while page := await letters.entries(
         reason, _PAGE, after_id=chosen[-1].letter_id if chosen else 0, replayed=None if again else False
