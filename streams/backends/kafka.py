@@ -16,11 +16,12 @@ from streams.adapters.protocols import QueueMapper
 from streams.core.deadletters import DeadLetterStore
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
 from streams.core.errors import ConfigurationError
-from streams.core.pubsub import MemoryPubSubStore, PubSubStore
+from streams.core.pubsub import PubSubStore
 from streams.core.pubsub_embedded import EmbeddedPubSubStore
 from streams.core.records import RecordFormat
 from streams.core.store import EmbeddedStore
 from streams.kafka.deadletters import KafkaDeadLetterStore
+from streams.kafka.pubsub import KafkaPubSubStore
 
 
 class KafkaBackend:
@@ -68,7 +69,12 @@ class KafkaBackend:
         return self.factory.get_queue_mapper()
 
     def pubsub_store(self) -> PubSubStore:
-        return MemoryPubSubStore() if self.store is None else EmbeddedPubSubStore(self.store)
+        """The subscriptions topic (:mod:`streams.kafka.pubsub`), or the local store's table."""
+        if self.store is not None:
+            return EmbeddedPubSubStore(self.store)
+        pubsub = KafkaPubSubStore(self.factory.settings, self.factory.outage)
+        self.factory.close_with(pubsub.log)
+        return pubsub
 
     def dead_letter_store(self) -> DeadLetterStore:
         """The dead-letter topic (:mod:`streams.kafka.deadletters`), or the local store's table."""
