@@ -17,8 +17,9 @@ Everything that can be checked is checked before the worker joins the cluster: t
 the application, and the metrics address (a port in use is refused there). A mistake is one
 line and exit code 2, with no lease taken.
 
-With a local store, the worker writes its agents' status there (cache fill, pressure,
-watermarks) every ``status_interval`` for ``headrace status`` to show.
+The worker publishes its agents' status (cache fill, pressure, watermarks) every
+``status_interval`` for ``headrace status`` to show: to its store, or on Kafka to the
+cluster's status topic (``<group_id>.status.<topic>``).
 
 The configuration (``--config``, else ``$HEADRACE_CONFIG``, else ``./headrace.toml`` when
 there is one) may hold these settings in its ``[worker]`` section: ``app``, ``name``,
@@ -40,6 +41,7 @@ from typing import Any, cast
 
 import anyio
 
+from streams.backends.kafka import KafkaBackend
 from streams.cli import CliError
 from streams.config import load_config
 from streams.config_schema import CONFIG_ENV
@@ -47,7 +49,8 @@ from streams.core.errors import HeadraceError
 from streams.observability import configure_logging, serve_metrics
 from streams.observability.logs import FORMATS, LEVELS, LogFormat
 from streams.provider import StreamProvider
-from streams.status_reporter import StatusReporter
+from streams.status_reporter import EmbeddedStatusBoard, StatusBoard, StatusReporter
+from streams.status_topic import KafkaStatusBoard
 
 log = logging.getLogger("headrace.worker")
 
@@ -153,8 +156,8 @@ async def serve(
 ) -> None:
     """Run ``provider`` as a worker until SIGTERM or SIGINT, then leave gracefully (a second
     signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics on
-    ``metrics_host``; with a local store, write its agents' status there every
-    ``status_interval`` seconds."""
+    ``metrics_host``; publish its agents' status (to its store, or to the Kafka status topic)
+    every ``status_interval`` seconds."""
     with contextlib.ExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
             metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host))
@@ -167,8 +170,9 @@ async def _run(provider: StreamProvider, status_interval: float) -> None:
         await tg.start(_watch_signals, leave)
         async with provider:
             async with anyio.create_task_group() as reporting:
-                if provider.store is not None:
-                    await reporting.start(StatusReporter(provider, provider.store, status_interval).run)
+                board = status_board(provider)
+                if board is not None:
+                    await reporting.start(StatusReporter(provider, board, status_interval).run)
                 queues = sorted(agent.queue.number for agent in provider.agents)
                 print(
                     f"headrace worker {provider.worker_name}: running, reading queues {queues} "
@@ -180,6 +184,19 @@ async def _run(provider: StreamProvider, status_interval: float) -> None:
             log.info("%s: leaving; handing back %d queues", provider.worker_name, len(provider.agents))
         tg.cancel_scope.cancel()
     print(f"headrace worker {provider.worker_name}: left", flush=True)
+
+
+def status_board(provider: StreamProvider) -> StatusBoard | None:
+    """Where the worker publishes its status: its local store, or on Kafka the cluster's
+    status topic; ``None`` for memory queues (nobody else could read it)."""
+    if provider.store is not None:
+        return EmbeddedStatusBoard(provider.store)
+    backend = provider.backend
+    if isinstance(backend, KafkaBackend):
+        board = KafkaStatusBoard(backend.factory.settings, backend.factory.outage)
+        backend.factory.close_with(board)
+        return board
+    return None
 
 
 async def _watch_signals(
