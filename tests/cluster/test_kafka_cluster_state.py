@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from streams import StreamId
@@ -126,6 +127,18 @@ async def test_a_subscription_made_anywhere_reaches_its_owner_and_survives_a_res
     assert {p.name for p in (tmp_path / "w1").iterdir()} <= {"got.txt", "worker.log"}
 
 
+def _config(tmp_path: Path, kafka_broker: str, kafka_topic: str) -> Path:
+    """An operator's configuration naming the cluster, in a directory of its own."""
+    operator = tmp_path / "operator"
+    operator.mkdir()
+    config = operator / "cluster.toml"
+    config.write_text(
+        f'[provider]\nadapter = "kafka"\nqueues = {QUEUES}\n\n[provider.kafka]\n'
+        f'bootstrap_servers = "{kafka_broker}"\ntopic = "{kafka_topic}"\nidempotent = false\n'
+    )
+    return config
+
+
 def _status(config: Path, cwd: Path) -> dict[str, Any]:
     result = headrace("status", "--config", config, "--json", cwd=cwd)
     assert result.returncode == 0, result.stderr
@@ -142,13 +155,8 @@ async def _until_status(config: Path, cwd: Path, holds: Callable[[dict[str, Any]
 
 async def test_status_shows_both_workers_every_partitions_lag_and_the_letters(tmp_path, kafka_broker, kafka_topic):
     workers = Workers(tmp_path, kafka_broker, kafka_topic, HEADRACE_WORKER__STATUS_INTERVAL="500ms")
-    operator = tmp_path / "operator"
-    operator.mkdir()
-    config = operator / "cluster.toml"
-    config.write_text(
-        f'[provider]\nadapter = "kafka"\nqueues = {QUEUES}\n\n[provider.kafka]\n'
-        f'bootstrap_servers = "{kafka_broker}"\ntopic = "{kafka_topic}"\nidempotent = false\n'
-    )
+    config = _config(tmp_path, kafka_broker, kafka_topic)
+    operator = config.parent
     client = provider_for(kafka_broker, kafka_topic)
     streams = [StreamId("readings", f"r-{n}") for n in range(8)]
     records = Counter(client.mapper.get_queue_for_stream(sid).number for sid in streams)
@@ -197,5 +205,29 @@ async def test_status_shows_both_workers_every_partitions_lag_and_the_letters(tm
         assert status["workers"] == [] and status["group_members"] == []
         assert [q["checkpoint_lag"] for q in status["queues"]] == [2 if q == behind else 0 for q in range(QUEUES)]
         assert {q["owner"] for q in status["queues"]} == {None}
+    finally:
+        workers.kill_all()
+
+
+@pytest.mark.parametrize("count", [2, 4])
+async def test_workers_started_at_once_against_an_emptied_group_all_get_queues(
+    tmp_path, kafka_broker, kafka_topic, count
+):
+    workers = Workers(tmp_path, kafka_broker, kafka_topic, HEADRACE_WORKER__STATUS_INTERVAL="500ms")
+    config = _config(tmp_path, kafka_broker, kafka_topic)
+    names = tuple(f"w{n}" for n in range(count))
+
+    def shared(status: dict[str, Any]) -> bool:
+        held = {w["name"]: w["queues"] for w in status["workers"] if w["state"] == "live"}
+        return set(held) == set(names) and sorted(q for qs in held.values() for q in qs) == list(range(QUEUES))
+
+    try:
+        for _ in range(2):  # the group's first start, then all again at once once it is empty
+            workers.start(*names)  # launched together; each has joined and got a share
+            status = await _until_status(config, tmp_path, shared)
+            assert all(w["queues"] for w in status["workers"]), status["workers"]  # nobody left out
+            workers.stop(*names)
+        for name in names:
+            assert "got no assignment" not in workers.log(name)
     finally:
         workers.kill_all()
