@@ -13,7 +13,9 @@ A store keeps what it has read and reads only what is newer. A worker asks for a
 subscriptions when the stream becomes active on it; the store then reads the topic unless
 it did so within ``freshness`` seconds (1 s), so a subscription made elsewhere is seen by
 streams activated from at most that long after it was written. Its own writes it sees at
-once.
+once. A running worker also follows the topic (:meth:`KafkaPubSubStore.follow`, every
+``freshness`` seconds), so a subscription made elsewhere to a stream already active on
+it is attached there too.
 
 >>> record = SubscriptionRecord("sub-1", StreamId("sensors", "s-1"), "Averager", SequenceToken(4, 1))
 >>> decode_subscription(b"sub-1", encode_subscription(record)) == record
@@ -31,9 +33,10 @@ from typing import Any
 import anyio
 import msgpack
 
+from streams.core.errors import HeadraceError
 from streams.core.ids import StreamId
 from streams.core.outage import OutageLog
-from streams.core.pubsub import SubscriptionRecord, SubscriptionState
+from streams.core.pubsub import SubscriptionChanges, SubscriptionRecord, SubscriptionState
 from streams.core.tokens import SequenceToken
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topic_log import LogRecord, TopicLog
@@ -122,6 +125,26 @@ class KafkaPubSubStore:
         """The records of one stream, or of every stream, oldest first."""
         await self.refresh(self.freshness)
         return [r for r in self._records.values() if stream_id is None or r.stream_id == stream_id]
+
+    async def follow(self, changed: SubscriptionChanges) -> None:
+        """Every ``freshness`` seconds, read the topic and call ``changed(made, removed)``
+        with the subscriptions made (or made active again) and removed (or faulted) since
+        the last call; until cancelled. A failed read is logged and tried again next time."""
+        known: dict[str, SubscriptionRecord] | None = None  # None: no read yet (a baseline, not news)
+        while True:
+            try:
+                await self.refresh(self.freshness)
+            except HeadraceError as exc:
+                log.warning("following subscriptions topic %r: %s (trying again)", self.log.topic, exc)
+            else:
+                now = {r.subscription_id: r for r in self._records.values() if r.state is SubscriptionState.ACTIVE}
+                if known is not None:
+                    made = [r for i, r in now.items() if known.get(i) != r]
+                    removed = [r for i, r in known.items() if i not in now]
+                    if made or removed:
+                        await changed(made, removed)
+                known = now
+            await anyio.sleep(self.freshness)
 
     async def refresh(self, freshness: float = 0.0) -> None:
         """Read what was written since the last read, unless a read began within

@@ -102,10 +102,21 @@ async def test_a_subscription_made_anywhere_reaches_its_owner_and_survives_a_res
     try:
         workers.start(*names)
         async with client.client():
+            await stream.on_next_batch([0])  # the stream is active on its owner before anyone subscribes
+            await anyio.sleep(1)
             handle = await stream.subscribe(client.registry.get_type("Recorder"))
+            # The owner follows the subscriptions topic: the next events reach the new
+            # subscriber without the stream being activated again.
+            with anyio.fail_after(30):
+                probes = 0
+                while not any(line.startswith("readings/r-1 probe") for n in names for line in workers.got(n)):
+                    probes += 1
+                    await stream.on_next_batch([f"probe{probes}"])
+                    await anyio.sleep(0.2)
             await stream.on_next_batch([1, 2, 3])
         first = await _until_got(workers, names, {"readings/r-1 1", "readings/r-1 2", "readings/r-1 3"})
         assert len(first) == 1  # the worker owning the stream's queue, and only it
+        assert "readings/r-1 0" not in workers.got(first.pop())  # it came before the subscription
 
         workers.stop(*names)  # both go; nothing of theirs is kept but their logs
         workers.start(*names)
@@ -113,8 +124,8 @@ async def test_a_subscription_made_anywhere_reaches_its_owner_and_survives_a_res
             await stream.on_next_batch([4, 5, 6])
             await _until_got(workers, names, {"readings/r-1 4", "readings/r-1 5", "readings/r-1 6"})
             await handle.unsubscribe()  # a tombstone
-        every = [line for name in names for line in workers.got(name)]
-        assert {line.split()[1] for line in every} == {"1", "2", "3", "4", "5", "6"}
+        every = [line.split()[1] for name in names for line in workers.got(name)]
+        assert {v for v in every if not v.startswith("probe")} == {"1", "2", "3", "4", "5", "6"}
 
         anywhere = KafkaPubSubStore(KafkaSettings(kafka_broker, kafka_topic))
         try:
