@@ -31,7 +31,7 @@ async def read_partition(
     consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, settings: KafkaSettings
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """The records of ``tp`` from offset ``start`` (or the oldest retained, if later) to its
-    end as it is now, read by ``consumer`` (assigned ``tp``). A fetch that brings nothing
+    end as it is now, read by ``consumer`` (assigned ``tp``, paused or not). A fetch that brings nothing
     for ``settings.request_timeout`` raises ``TimeoutError`` (an outage: the caller retries).
 
     Every record fetched counts, also past the end: newer still, and Tansu's end offset can
@@ -40,10 +40,19 @@ async def read_partition(
     consumer.seek(tp, max(first, start))
     poll_ms = int(settings.poll_timeout * 1000)
     records: list[ConsumerRecord[bytes, bytes]] = []
-    while await consumer.position(tp) < end:
-        with anyio.fail_after(settings.request_timeout):
-            fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
-            while not fetched and await consumer.position(tp) < end:
-                fetched = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=_FETCH_RECORDS)
-        records += fetched.get(tp, ())
+    # A consumer kept between reads keeps ``tp`` paused, so that its fetcher does not wait
+    # on the broker meanwhile (which delays the offset requests above by its fetch wait).
+    paused = tp in consumer.paused()
+    if paused:
+        consumer.resume(tp)
+    try:
+        while await consumer.position(tp) < end:
+            with anyio.fail_after(settings.request_timeout):
+                fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+                while not fetched and await consumer.position(tp) < end:
+                    fetched = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=_FETCH_RECORDS)
+            records += fetched.get(tp, ())
+    finally:
+        if paused:
+            consumer.pause(tp)
     return records

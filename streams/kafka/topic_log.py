@@ -146,6 +146,7 @@ class TopicLog:
             )
             await start_client(consumer)
             consumer.assign([self._tp])
+            consumer.pause(self._tp)  # between reads (see read_partition)
             self._consumer = consumer
         return self._consumer
 
