@@ -177,7 +177,7 @@ async def test_status_shows_both_workers_every_partitions_lag_and_the_letters(tm
     producer = AIOKafkaProducer(bootstrap_servers=kafka_broker)
     await producer.start()
     try:
-        await producer.send_and_wait(kafka_topic, b"junk", partition=0)  # not a batch container
+        junk = await producer.send_and_wait(kafka_topic, b"junk", partition=0)  # not a batch container
     finally:
         await producer.stop()
     records[0] += 1
@@ -206,6 +206,14 @@ async def test_status_shows_both_workers_every_partitions_lag_and_the_letters(tm
             f"headrace cluster Kafka at {kafka_broker}, topic '{kafka_topic}': 4 queues, 2 live workers"
         )
         assert "consumer group: 2 members" in table.stdout and "undecodable" in table.stdout
+        # The same letter through the application, as `headrace worker --app` runs it.
+        app_env = {**workers.env, "HEADRACE_TEST_OUT": str(operator / "unused")}
+        listed = headrace(
+            "dlq", "list", "--app", "tests.cluster.kafka_cluster_app:app", "--json", cwd=operator, env=app_env
+        )
+        assert listed.returncode == 0, listed.stderr
+        [letter] = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert (letter["reason"], letter["queue"], letter["sequence_number"]) == ("undecodable", 0, junk.offset)
 
         workers.stop(*names)  # they leave: their status goes with them
         async with client.client():
