@@ -12,13 +12,16 @@ from pathlib import Path
 
 import anyio
 import msgpack
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.core.deadletters import DeadLetter, letter_fields
+from streams.core.errors import ConfigurationError
 from streams.kafka.clients import read_partition
 from streams.kafka.deadletters import KafkaDeadLetterStore, dead_letter_topic
 from streams.kafka.settings import KafkaSettings
+from streams.kafka.topic_log import LogRecord
 from tests.cli.helpers import clean_env, headrace, one_error_line
 from tests.sensor_workload import readings, write_json
 
@@ -146,3 +149,39 @@ async def test_a_letter_is_kept_once_whole_and_read_from_any_store(kafka_broker,
     finally:
         await one.close()
         await other.close()
+
+
+async def test_a_record_not_a_letter_is_skipped_and_a_topic_of_several_partitions_refused(kafka_broker, kafka_topic):
+    settings = KafkaSettings(kafka_broker, kafka_topic, idempotent=False)
+    letters = KafkaDeadLetterStore(settings)
+    try:
+        await letters.add([DeadLetter("undecodable", queue=1, sequence_number=5, payload=b"?")])
+        # Another program writes to the topic: its record is skipped, the letters stay readable.
+        await letters.log.append([LogRecord(b"k", b"not msgpack \xc1", (("headrace.kind", b"letter"),))])
+        await letters.log.append([LogRecord(None, b"{}")])
+        await letters.add([DeadLetter("undecodable", queue=1, sequence_number=6, payload=b"!")])
+        assert [(s.letter_id, s.letter.sequence_number) for s in await letters.entries()] == [(1, 5), (4, 6)]
+    finally:
+        await letters.close()
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(f"{kafka_topic}-wide.dlq", num_partitions=3, replication_factor=1)])
+    finally:
+        await admin.close()
+    wide = KafkaDeadLetterStore(KafkaSettings(kafka_broker, f"{kafka_topic}-wide", idempotent=False))
+    try:
+        with pytest.raises(ConfigurationError, match=r"has 3 partitions: headrace keeps its records in one"):
+            await wide.count()
+    finally:
+        await wide.close()
+
+
+def test_dlq_of_an_application_with_letters_in_memory_is_one_clear_error(tmp_path):
+    (tmp_path / "memapp.py").write_text("from streams import StreamProvider\n\nprovider = StreamProvider.memory(2)\n")
+    result = headrace("dlq", "list", "--app", "memapp:provider", cwd=tmp_path)
+    assert one_error_line(result, "dlq") == (
+        "memapp:provider keeps its dead letters in this process's memory (MemoryDeadLetterStore): "
+        "nothing outside it can list them"
+    )
