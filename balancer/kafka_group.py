@@ -47,6 +47,7 @@ import anyio
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
 from streams.core.errors import ConfigurationError, QueueAdapterError
@@ -61,6 +62,7 @@ from .protocols import Lease, QueueDistributionChange, QueueDistributionListener
 log = logging.getLogger("headrace.balancer")
 
 _NO_MEMBER = JoinGroupRequest.UNKNOWN_MEMBER_ID
+_GROUP_COORDINATOR = 0  # FindCoordinator's key type for a consumer group
 
 
 def membership_group_id(settings: KafkaSettings) -> str:
@@ -185,6 +187,7 @@ class KafkaGroupBalancer:
         )
         self._consumer = consumer
         try:
+            await self._forget_if_empty()
             await consumer.start()
             consumer.subscribe([self.settings.topic], listener=_Rebalance(self))
             patience = self.settings.give_up_after + self.rebalance_timeout
@@ -269,6 +272,33 @@ class KafkaGroupBalancer:
             await client.send(node, LeaveGroupRequest(self.group_id, member_id))
         except (KafkaError, OSError) as exc:
             log.warning("%s: leaving group %s failed: %s", self._worker, self.group_id, exc)
+        finally:
+            await client.close()
+
+    async def _forget_if_empty(self) -> None:
+        """Delete the group if it exists with no member, so that this join starts it afresh.
+
+        A broker may keep an emptied group's leader: Tansu (0.6) clears the leader when it
+        leaves a settled group, but not when it leaves during a rebalance, which is what
+        happens when every worker stops at once (the first to leave starts a rebalance, the
+        leader leaves during it). The next workers to join are then told to wait for that
+        leader's assignment, which never comes: each rejoins every few seconds, and gives up
+        after ``give_up_after`` with "got no assignment" (seen with 2 and 4 workers
+        restarted together; see ``tests/cluster/test_kafka_cluster_state.py``). An empty
+        group holds nothing worth keeping (the offsets live in ``group_id``, not here), so
+        it is deleted; Kafka refuses to delete a group that has members, and a broker that
+        refuses (no Delete right on the group) only keeps its old behaviour."""
+        client = AIOKafkaClient(**self.settings.client_kwargs())
+        try:
+            await client.bootstrap()
+            node = await client.coordinator_lookup(_GROUP_COORDINATOR, self.group_id)
+            [group] = (await client.send(node, DescribeGroupsRequest([self.group_id]))).groups
+            error_code, members = group[0], group[5]
+            if error_code == 0 and not members:
+                await client.send(node, DeleteGroupsRequest([self.group_id]))
+                log.debug("%s: group %s was empty: deleted, to start afresh", self._worker, self.group_id)
+        except (KafkaError, OSError) as exc:  # the join goes on as it would have
+            log.debug("%s: could not check whether group %s is empty: %s", self._worker, self.group_id, exc)
         finally:
             await client.close()
 

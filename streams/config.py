@@ -4,7 +4,7 @@ Sections (every key is optional; docs/configuration.md has a full example)::
 
     [provider]            adapter (embedded | kafka | memory), queues, path, synchronous
     [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field,
-                          compression, idempotent
+                          compression, dead_letter_topic, idempotent
     [provider.retention]  max_age, max_records_per_queue, interval      (embedded queues)
     [agent]               the pulling agents' StreamProviderOptions
     [cache]               size, buckets, slow_consumer_timeout
@@ -83,7 +83,12 @@ class HeadraceConfig(HeadraceSettings):
         if kafka is None:
             raise ConfigurationError("provider.adapter is 'kafka': set bootstrap_servers and topic in [provider.kafka]")
         # The file's producer settings, then those the caller gives (KafkaSettings fields).
-        client_settings = {"compression": kafka.compression, "idempotent": kafka.idempotent, **kwargs.pop("kafka", {})}
+        client_settings = {
+            "compression": kafka.compression,
+            "dead_letter_topic": kafka.dead_letter_topic,
+            "idempotent": kafka.idempotent,
+            **kwargs.pop("kafka", {}),
+        }
         return StreamProvider.kafka(
             kafka.bootstrap_servers,
             kafka.topic,

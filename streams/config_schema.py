@@ -52,13 +52,15 @@ class KafkaTopic:
     namespace: str | None = None  # the streams of such a topic (default: the topic's name)
     key_field: str | None = None  # keys records that have no key
     compression: str = "none"  # how headrace's producers compress: none, gzip, snappy, lz4, zstd
+    dead_letter_topic: str | None = None  # default "<topic>.dlq"
     idempotent: bool = True  # off for a broker without idempotent producers
 
 
 @dataclass(frozen=True, slots=True)
 class ProviderSettings:
     """``[provider]``: which queues. ``path`` is the embedded store's directory (with Kafka:
-    the optional local store for pub-sub and dead letters; the Spark handoff is on Kafka)."""
+    an optional store on this machine for pub-sub and dead letters, which otherwise live in
+    the cluster like the Spark handoff)."""
 
     adapter: Adapter = "embedded"
     queues: int = DEFAULT_QUEUES
@@ -254,6 +256,7 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "namespace": _text,
         "key_field": _text,
         "compression": _choice("none", "gzip", "snappy", "lz4", "zstd"),
+        "dead_letter_topic": _text,
         "idempotent": _flag,
     },
     "provider.retention": {

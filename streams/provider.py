@@ -35,7 +35,7 @@ from streams.core.failures import LoggingFailureHandler, StreamFailureHandler
 from streams.core.ids import QueueId, StreamId
 from streams.core.observer import as_observer
 from streams.core.options import StreamProviderOptions
-from streams.core.pubsub import PubSubStore, SubscriptionRecord
+from streams.core.pubsub import FollowedPubSubStore, PubSubStore, SubscriptionRecord
 from streams.core.store import EmbeddedStore
 from streams.core.tokens import SequenceToken
 from streams.publisher import Publisher, start_publisher
@@ -265,6 +265,10 @@ class StreamProvider(BackendConstructors):
                         adapter.name,
                     )
                 await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
+                if isinstance(self.pubsub, FollowedPubSubStore):  # others subscribe elsewhere
+                    following = anyio.CancelScope()
+                    tg.start_soon(self._follow_subscriptions, self.pubsub, following)
+                    stack.callback(following.cancel)
             self._adapter = adapter
             # Leaving the provider flushes the publisher first, before the agents stop.
             self._publisher = await start_publisher(stack, adapter, self.mapper, self._written, unwritten, self.clock)
@@ -273,6 +277,26 @@ class StreamProvider(BackendConstructors):
             await stack.aclose()
             raise
         self._stack = stack
+
+    async def _follow_subscriptions(self, pubsub: FollowedPubSubStore, scope: anyio.CancelScope) -> None:
+        with scope:
+            await pubsub.follow(self._subscriptions_changed)
+
+    async def _subscriptions_changed(self, made: list[SubscriptionRecord], removed: list[SubscriptionRecord]) -> None:
+        """Subscriptions made or removed by another process: attach or detach them where
+        their stream's queue is read here (an agent ignores one it has already)."""
+        for record in removed:
+            agent = self._local_agent(record.stream_id)
+            if agent is not None:
+                agent.remove_subscription(record.stream_id, record.subscription_id)
+        for record in made:
+            agent = self._local_agent(record.stream_id)
+            if agent is None:
+                continue
+            try:
+                await agent.add_subscription(record)
+            except Exception:  # the queue moving away meanwhile, or worse: logged, not fatal
+                log.exception("attaching subscription %s of %s failed", record.subscription_id, record.stream_id)
 
     async def _report_unwritten(self, unwritten: list[PublishError]) -> None:
         """Raise what the publisher could not write; when the block is leaving with an

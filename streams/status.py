@@ -68,7 +68,7 @@ class QueueStatus:
     behind its checkpoint is (``checkpoint_lag = next_sequence - 1 - checkpoint``, the
     records written but not yet acknowledged by every consumer; ``lag_events``, the events
     in them, counted up to :data:`LAG_EVENTS_COUNTED_RECORDS` records: ``lag_events_more``
-    says there are more)."""
+    says there are more; ``None``: not counted, on a Kafka topic of headrace's records)."""
 
     queue: int
     owner: str | None
@@ -80,7 +80,7 @@ class QueueStatus:
     checkpoint: int | None
     checkpoint_lag: int
     agent: AgentStatus | None = None
-    lag_events: int = 0
+    lag_events: int | None = 0
     lag_events_more: bool = False
 
 
@@ -150,6 +150,8 @@ class ClusterStatus:
     agents: list[AgentStatus] = field(default_factory=list)  # fresh rows not shown with a queue
     workers_not_shown: int = 0  # long gone (see GONE_AFTER_TIMEOUTS)
     consumer_types: list[ConsumerTypeFates] = field(default_factory=list)  # event-time fates, per type
+    kind: str = "store"  # "store": an embedded store; "cluster": a Kafka cluster (streams.status_kafka)
+    group_members: list[str] | None = None  # on Kafka: the workers' consumer group's members
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON types (partitions as string keys, as JSON needs)."""

@@ -1,8 +1,10 @@
-"""A worker's live status, written to the embedded store for ``headrace status`` to read.
+"""A worker's live status, written where ``headrace status`` reads it: the embedded store,
+or on Kafka the cluster's status topic (:mod:`streams.status_topic`).
 
 Cache fill, pressure and watermarks live only in a worker's memory. A :class:`StatusReporter`
-running in the worker writes one row per pulling agent to ``status_agents`` every
-``interval`` seconds, replacing that worker's rows, and removes them when the worker stops.
+running in the worker publishes one row per pulling agent to a :class:`StatusBoard` every
+``interval`` seconds (in the embedded store, table ``status_agents``), replacing that
+worker's rows, and removes them when the worker stops.
 Each row says until when it is fresh (three intervals), so a reader can tell a worker that
 stopped reporting (it died) from one that reports. It also carries the events in and out
 per second over the last interval (the reporter keeps its previous reading) and the
@@ -15,9 +17,10 @@ import json
 import logging
 import math
 import sqlite3
+import time
 from dataclasses import asdict, astuple, dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -171,8 +174,44 @@ def read_agent_statuses(conn: sqlite3.Connection, now: float) -> list[AgentStatu
     return [AgentStatus.from_row(row) for row in rows]
 
 
+class StatusBoard(Protocol):
+    """Where workers publish their agents' status for ``headrace status`` to read."""
+
+    async def publish(self, worker: str, statuses: list[AgentStatus], taken_at: float, fresh_until: float) -> None:
+        """Replace ``worker``'s status with ``statuses``, taken at ``taken_at`` and to be
+        taken for current until ``fresh_until``."""
+        ...
+
+    async def clear(self, worker: str) -> None:
+        """Remove ``worker``'s status (it stops: its agents are gone)."""
+        ...
+
+
+class EmbeddedStatusBoard:
+    """The status board in the embedded store: table ``status_agents``, a row per agent."""
+
+    def __init__(self, store: EmbeddedStore) -> None:
+        store.require_schema("status", STATUS_SCHEMA)
+        self.store = store
+
+    async def publish(self, worker: str, statuses: list[AgentStatus], taken_at: float, fresh_until: float) -> None:
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,))
+            marks = ", ".join("?" for _ in _NAMES)
+            conn.executemany(f"INSERT INTO status_agents({COLUMNS}) VALUES ({marks})", [s.as_row() for s in statuses])
+
+        await self.store.write(write)
+
+    async def clear(self, worker: str) -> None:
+        def delete(conn: sqlite3.Connection) -> None:  # no cursor leaves the store's worker thread
+            conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,))
+
+        await self.store.write(delete)
+
+
 class StatusReporter:
-    """Writes ``provider``'s agents to ``store`` every ``interval`` seconds while it runs.
+    """Publishes ``provider``'s agents to ``board`` (an embedded store's, or any
+    :class:`StatusBoard`) every ``interval`` seconds while it runs.
 
     >>> async def run_worker(provider):             # what ``headrace worker`` does
     ...     async with provider, anyio.create_task_group() as tg:
@@ -182,12 +221,11 @@ class StatusReporter:
     ...         tg.cancel_scope.cancel()            # run() removes this worker's rows
     """
 
-    def __init__(self, provider: StreamProvider, store: EmbeddedStore, interval: float = 5.0) -> None:
+    def __init__(self, provider: StreamProvider, board: StatusBoard | EmbeddedStore, interval: float = 5.0) -> None:
         if not interval > 0:
             raise ConfigurationError(f"the status interval is positive seconds, not {interval!r}")
-        store.require_schema("status", STATUS_SCHEMA)
         self.provider = provider
-        self.store = store
+        self.board = EmbeddedStatusBoard(board) if isinstance(board, EmbeddedStore) else board
         self.interval = interval
         self._last: dict[int, AgentStatus] = {}  # by queue: the rates' starting point
 
@@ -202,25 +240,14 @@ class StatusReporter:
 
     async def report(self) -> list[AgentStatus]:
         """Replace this worker's rows with its agents as they are now."""
+        taken_at = time.time()
         statuses = self.snapshot()
-        worker = self.provider.worker_name
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,))
-            marks = ", ".join("?" for _ in _NAMES)
-            conn.executemany(f"INSERT INTO status_agents({COLUMNS}) VALUES ({marks})", [s.as_row() for s in statuses])
-
-        await self.store.write(write)
+        await self.board.publish(self.provider.worker_name, statuses, taken_at, taken_at + FRESH_FOR * self.interval)
         return statuses
 
     async def clear(self) -> None:
         """Remove this worker's rows (it stops: its agents are gone)."""
-        worker = self.provider.worker_name
-
-        def delete(conn: sqlite3.Connection) -> None:  # no cursor leaves the worker thread
-            conn.execute("DELETE FROM status_agents WHERE worker = ?", (worker,))
-
-        await self.store.write(delete)
+        await self.board.clear(self.provider.worker_name)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Report now, then every ``interval`` until cancelled; then clear this worker's rows.

@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from aiokafka import AIOKafkaProducer
@@ -62,6 +62,11 @@ from streams.kafka.outage import is_transient, kafka_outage_log, permanent_fix, 
 from streams.kafka.settings import KafkaSettings, Start
 
 _Record = tuple[str, int, bytes, bytes, int | None]  # topic, partition, key, value, timestamp ms
+
+
+class Closeable(Protocol):
+    async def close(self) -> None: ...
+
 
 __all__ = ["KafkaAdapterFactory", "KafkaQueueAdapter", "KafkaQueueReceiver", "KafkaRecordReceiver"]
 
@@ -89,6 +94,7 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
         self._starting = anyio.Lock()
         self.producers = Producers(settings)  # idempotent where the broker allows it
         self.changelog = KafkaChangelog(settings, self.outage, self.producers)  # event-time state (kafka_state)
+        self._companions: list[Closeable] = []  # the backend's topics beside the queues
 
     async def start(self) -> None:
         """Connect the producer (retrying while the broker is unreachable)."""
@@ -239,12 +245,18 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
             return KafkaRecordReceiver(self.settings, queue, self.outage, self.changelog)
         return KafkaStateReceiver(self.settings, queue, self.outage, self.changelog)
 
+    def close_with(self, companion: Closeable) -> None:
+        """Close ``companion`` (a client of another topic of the cluster) with this adapter."""
+        self._companions.append(companion)
+
     async def close(self) -> None:
-        """Send what is still buffered and disconnect the producer."""
+        """Send what is still buffered and disconnect the producer (and the companions)."""
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
         await self.changelog.close()
+        for companion in self._companions:
+            await companion.close()
 
 
 class _KafkaEventWriter:
@@ -304,6 +316,15 @@ class KafkaAdapterFactory:
 
     def get_queue_mapper(self) -> HashRingQueueMapper | KafkaPartitionMapper:
         return self._mapper
+
+    @property
+    def outage(self) -> OutageLog:
+        """The outage log of the cluster, shared by every client of this factory."""
+        return self._adapter.outage
+
+    def close_with(self, companion: Closeable) -> None:
+        """Close ``companion`` with the adapter (see :meth:`KafkaQueueAdapter.close_with`)."""
+        self._adapter.close_with(companion)
 
     async def close(self) -> None:
         await self._adapter.close()

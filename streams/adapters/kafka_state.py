@@ -61,7 +61,7 @@ from streams.core.outage import OutageLog
 from streams.core.retry import reason_of
 from streams.core.tokens import SequenceToken
 from streams.kafka.admin import ensure_topic
-from streams.kafka.clients import Producers, offset_bounds, start_client
+from streams.kafka.clients import Producers, read_partition, start_client
 from streams.kafka.outage import is_transient, log, retry_kafka
 from streams.kafka.settings import KafkaSettings
 
@@ -69,7 +69,6 @@ FORMAT = 1
 # The topic's configs. Kafka compacts only closed segments: closing one every 10 minutes
 # (not every week) keeps what a takeover reads near the open state plus recent writes.
 CHANGELOG: Mapping[str, str] = {"cleanup.policy": "compact", "segment.ms": "600000"}
-_FETCH_RECORDS = 500
 
 SavedStates = dict[StateKey, tuple[SequenceToken, bytes]]
 
@@ -204,20 +203,10 @@ class KafkaChangelog:
         await start_client(consumer)
         try:
             consumer.assign([tp])
-            first, end = await offset_bounds(consumer, tp)
             newest: dict[bytes, bytes | None] = {}
-            consumer.seek(tp, first)
-            while await consumer.position(tp) < end:
-                # A fetch with nothing for request_timeout: an outage (the caller retries).
-                with anyio.fail_after(self.settings.request_timeout):
-                    fetched: dict[TopicPartition, list[Any]] = {}
-                    while not fetched and await consumer.position(tp) < end:
-                        fetched = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=_FETCH_RECORDS)
-                # Every record fetched counts, also past ``end``: newer still, and Tansu's
-                # end offset can fall inside the last batch written (its base offset + 1).
-                for record in fetched.get(tp, ()):
-                    if record.key is not None:
-                        newest[record.key] = record.value
+            for record in await read_partition(consumer, tp, 0, self.settings):
+                if record.key is not None:
+                    newest[record.key] = record.value
         finally:
             await consumer.stop()
         return _states_of(queue, newest)

@@ -1,6 +1,6 @@
 """The Kafka backend: queues on a Kafka topic, the workers members of a Kafka consumer group,
-the handoff log in Kafka topics; pub-sub and dead letters in an optional local store (else
-in memory)."""
+the handoff log, dead letters and durable subscriptions in Kafka topics (or, with ``store=``,
+pub-sub and dead letters in a store local to this machine)."""
 
 from __future__ import annotations
 
@@ -13,19 +13,21 @@ from balancer.base import BalancerOptions
 from balancer.kafka_group import KafkaGroupBalancer, group_balancer
 from streams.adapters.kafka import KafkaAdapterFactory
 from streams.adapters.protocols import QueueMapper
-from streams.core.deadletters import DeadLetterStore, MemoryDeadLetterStore
+from streams.core.deadletters import DeadLetterStore
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
 from streams.core.errors import ConfigurationError
-from streams.core.pubsub import MemoryPubSubStore, PubSubStore
+from streams.core.pubsub import PubSubStore
 from streams.core.pubsub_embedded import EmbeddedPubSubStore
 from streams.core.records import RecordFormat
 from streams.core.store import EmbeddedStore
+from streams.kafka.deadletters import KafkaDeadLetterStore
+from streams.kafka.pubsub import KafkaPubSubStore
 from streams.kafka.settings import KeyField
 
 
 class KafkaBackend:
-    """The topic of ``factory``, and ``store`` (a local store for pub-sub and dead letters;
-    ``None``: they live in memory).
+    """The topic of ``factory``, and ``store`` (a store on this machine for pub-sub and dead
+    letters; ``None``, the default: they live in the cluster, in topics beside the queues).
 
     >>> backend = KafkaBackend.open("127.0.0.1:9092", "sensors", queues=4)
     >>> backend.queue_mapper().queue_count, backend.store is None
@@ -68,10 +70,20 @@ class KafkaBackend:
         return self.factory.get_queue_mapper()
 
     def pubsub_store(self) -> PubSubStore:
-        return MemoryPubSubStore() if self.store is None else EmbeddedPubSubStore(self.store)
+        """The subscriptions topic (:mod:`streams.kafka.pubsub`), or the local store's table."""
+        if self.store is not None:
+            return EmbeddedPubSubStore(self.store)
+        pubsub = KafkaPubSubStore(self.factory.settings, self.factory.outage)
+        self.factory.close_with(pubsub.log)
+        return pubsub
 
     def dead_letter_store(self) -> DeadLetterStore:
-        return MemoryDeadLetterStore() if self.store is None else EmbeddedDeadLetterStore(self.store)
+        """The dead-letter topic (:mod:`streams.kafka.deadletters`), or the local store's table."""
+        if self.store is not None:
+            return EmbeddedDeadLetterStore(self.store)
+        letters = KafkaDeadLetterStore(self.factory.settings, self.factory.outage)
+        self.factory.close_with(letters.log)
+        return letters
 
     def queue_balancer(self, options: BalancerOptions | None) -> KafkaGroupBalancer | None:
         """The workers reading this topic are the members of a Kafka consumer group

@@ -31,14 +31,15 @@ def add_config_options(parser: argparse.ArgumentParser, *, queues: bool = False)
     group.add_argument(
         "--config",
         metavar="FILE.toml",
-        help="the configuration (default: $HEADRACE_CONFIG, else ./headrace.toml if there is one)",
+        help="the configuration (default: $HEADRACE_CONFIG, else ./headrace.toml if there is one); "
+        "with an embedded store or a Kafka adapter",
     )
     group.add_argument("--path", metavar="STORE", help="the embedded store's directory (wins over the configuration)")
     group.add_argument(
         "--app",
         metavar="MODULE:ATTR",
-        help="your application's provider (e.g. myapp:provider): its store, as a worker's"
-        " (and, for dlq replay, the consumer types window_failed letters go to)",
+        help="your application's provider (e.g. myapp:provider), as `headrace worker --app` runs it: its store "
+        "or Kafka cluster (and, for dlq replay, the consumer types window_failed letters go to)",
     )
     if queues:
         group.add_argument(
@@ -70,6 +71,13 @@ def load_app(args: argparse.Namespace) -> StreamProvider | None:
     if getattr(args, "path", None) is not None:
         raise CliError("give --app or --path, not both: the application's provider names its store")
     return load_provider(spec)
+
+
+def in_cluster(config: HeadraceConfig) -> bool:
+    """Whether the configuration's workers keep their shared state in a Kafka cluster (a
+    Kafka adapter with no local store), not in an embedded store."""
+    settings = config.provider_settings
+    return settings.adapter == "kafka" and settings.path is None
 
 
 def existing_store(config: HeadraceConfig) -> EmbeddedStore:

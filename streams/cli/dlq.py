@@ -6,7 +6,9 @@ reason (``late_arrival``, ``out_of_order``, ``early_arrival``, ``window_closed``
 ``undecodable``, ...). ``--reason`` refuses a reason the runtime never gives unless a dead
 letter in the store has it (an adapter's own). ``replay`` publishes a dead letter's value
 again, with its event time, to its stream (or to ``--to``), then marks it
-replayed: every consumer of that stream sees it as a new event. A dead letter is kept after
+replayed: every consumer of that stream sees it as a new event. On Kafka (``--config`` naming
+a Kafka adapter, or ``--app``), the dead letters are the cluster's dead-letter topic, the
+same from any machine; a replay is marked there. A dead letter is kept after
 its replay; ``replay`` refuses one already replayed unless ``--again``. An ``undecodable``
 dead letter is a raw record that never decoded: it has no value to publish and cannot be
 replayed (``show`` prints its bytes). A ``window_failed`` dead letter is a window whose
@@ -17,18 +19,24 @@ replayed (``show`` prints its bytes). A ``window_failed`` dead letter is a windo
 from __future__ import annotations
 
 import argparse
+import builtins
+import contextlib
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import anyio
 
+from streams.backends.kafka import KafkaBackend
 from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
     add_row,
     console,
     existing_store,
+    in_cluster,
+    load_app,
     load_cli_config,
     plural,
     table,
@@ -38,11 +46,14 @@ from streams.cli.dlq_windows import WINDOW_FAILED, replay_windows
 from streams.cli.worker import load_provider
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore, StoredDeadLetter
 from streams.core.ids import StreamId
+from streams.kafka.deadletters import KafkaDeadLetterStore
 from streams.observability.snapshot import DEAD_LETTER_REASONS
 from streams.provider import StreamProvider
 
 EXAMPLES = """examples:
   headrace dlq list --path ./store
+  headrace dlq list --config kafka.toml       # a Kafka adapter: the cluster's dead-letter topic
+  headrace dlq list --app myapp.streams:provider
   headrace dlq list --path ./store --reason late_arrival --limit 20 --json
   headrace dlq show --path ./store 42
   headrace dlq replay --path ./store 42 43
@@ -96,20 +107,77 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     # --app (with the store options) also names the consumer types window_failed letters go to.
 
 
+class DeadLetterArchive(Protocol):
+    """Dead letters with ids and replay marks: the embedded store's, or the Kafka topic's."""
+
+    async def count(self, reason: str | None = None) -> int: ...
+
+    async def entries(
+        self, reason: str | None = None, limit: int = 100, *, after_id: int = 0, replayed: bool | None = None
+    ) -> builtins.list[StoredDeadLetter]: ...
+
+    async def get(self, letter_id: int) -> StoredDeadLetter | None: ...
+
+    async def mark_replayed(self, letter_ids: Iterable[int], at: float | None = None) -> int: ...
+
+
 def run(args: argparse.Namespace) -> int:
-    config = load_cli_config(args)
-    with existing_store(config) as store:
-        letters = EmbeddedDeadLetterStore(store)
-        # On Kafka a queue is a partition and a position an offset: say so.
-        kafka = config.provider_settings.adapter == "kafka"
-        if args.action == "list":
-            anyio.run(_list, letters, args, kafka)
-        elif args.action == "show":
-            anyio.run(_show, letters, args.id, args.json, kafka)
-        else:
-            app = args.app or config.worker.app
-            anyio.run(_replay, letters, config.provider(), args, load_provider(app) if app else None)
+    anyio.run(_run, args)
     return 0
+
+
+async def _run(args: argparse.Namespace) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        opened = _open(args, stack)
+        if args.action == "list":
+            await _list(opened.letters, args, opened.kafka)
+        elif args.action == "show":
+            await _show(opened.letters, args.id, args.json, opened.kafka)
+        else:
+            await _replay(opened.letters, opened.provider(), args, opened.app())
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """What the command line names: the dead letters, the provider a replay publishes with,
+    the application whose consumer types replayed windows go to, and whether positions are
+    Kafka's (a queue a partition, a position an offset)."""
+
+    letters: DeadLetterArchive
+    provider: Callable[[], StreamProvider]
+    app: Callable[[], StreamProvider | None]
+    kafka: bool
+
+
+def _open(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> _Opened:
+    app = load_app(args)
+    if app is None:
+        config = load_cli_config(args)
+        worker_app = config.worker.app
+
+        def named() -> StreamProvider | None:  # loaded only for a replay of windows
+            return load_provider(worker_app) if worker_app else None
+
+        kafka = config.provider_settings.adapter == "kafka"
+        if not in_cluster(config):
+            store = stack.enter_context(existing_store(config))
+            return _Opened(EmbeddedDeadLetterStore(store), config.provider, named, kafka)
+        provider = config.provider()
+    else:
+        provider, kafka = app, isinstance(app.backend, KafkaBackend)
+
+        def named() -> StreamProvider | None:
+            return app
+
+    letters = provider.dead_letters
+    if isinstance(letters, KafkaDeadLetterStore):
+        stack.push_async_callback(letters.close)
+    elif not isinstance(letters, EmbeddedDeadLetterStore):
+        raise CliError(
+            f"{args.app} keeps its dead letters in this process's memory ({type(letters).__name__}): "
+            "nothing outside it can list them"
+        )
+    return _Opened(letters, lambda: provider, named, kafka)
 
 
 # -- list and show ----------------------------------------------------------------------------
@@ -138,14 +206,14 @@ def _dumps(obj: Any, **kwargs: Any) -> str:
     return json.dumps(obj, default=lambda x: x.hex() if isinstance(x, bytes) else repr(x), **kwargs)
 
 
-async def check_reason(letters: EmbeddedDeadLetterStore, reason: str | None) -> None:
+async def check_reason(letters: DeadLetterArchive, reason: str | None) -> None:
     """Refuse a reason the runtime never gives and no dead letter in the store has: a typo
     would otherwise list nothing, or replay nothing, and look like success."""
     if reason is not None and reason not in DEAD_LETTER_REASONS and not await letters.count(reason):
         raise CliError(f"unknown dead letter reason {reason!r}: the reasons are {', '.join(DEAD_LETTER_REASONS)}")
 
 
-async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace, kafka: bool = False) -> None:
+async def _list(letters: DeadLetterArchive, args: argparse.Namespace, kafka: bool = False) -> None:
     if args.limit < 1:
         raise CliError(f"--limit is at least 1, not {args.limit}")
     await check_reason(letters, args.reason)
@@ -183,7 +251,7 @@ async def _list(letters: EmbeddedDeadLetterStore, args: argparse.Namespace, kafk
         print(f"more after id {shown[-1].letter_id}: --after {shown[-1].letter_id}")
 
 
-async def _show(letters: EmbeddedDeadLetterStore, letter_id: int, as_one_json: bool, kafka: bool = False) -> None:
+async def _show(letters: DeadLetterArchive, letter_id: int, as_one_json: bool, kafka: bool = False) -> None:
     stored = await _get(letters, letter_id)
     if as_one_json:
         print(_dumps(as_json(stored)))
@@ -210,7 +278,7 @@ async def _show(letters: EmbeddedDeadLetterStore, letter_id: int, as_one_json: b
         print(_dumps(letter.value, indent=2, ensure_ascii=False))
 
 
-async def _get(letters: EmbeddedDeadLetterStore, letter_id: int) -> StoredDeadLetter:
+async def _get(letters: DeadLetterArchive, letter_id: int) -> StoredDeadLetter:
     stored = await letters.get(letter_id)
     if stored is None:
         raise CliError(f"no dead letter with id {letter_id} (`headrace dlq list` shows the ids)")
@@ -221,7 +289,7 @@ async def _get(letters: EmbeddedDeadLetterStore, letter_id: int) -> StoredDeadLe
 
 
 async def _replay(
-    letters: EmbeddedDeadLetterStore, provider: StreamProvider, args: argparse.Namespace, app: StreamProvider | None
+    letters: DeadLetterArchive, provider: StreamProvider, args: argparse.Namespace, app: StreamProvider | None
 ) -> None:
     if bool(args.ids) == bool(args.reason):
         raise CliError("say what to replay: dead letter ids, or --reason R (not both)")
@@ -258,7 +326,7 @@ async def _replay(
     print(f"headrace dlq: replayed {plural(len(chosen), 'dead letter')}: {where}")
 
 
-async def _all_of_reason(letters: EmbeddedDeadLetterStore, reason: str, *, again: bool) -> list[StoredDeadLetter]:
+async def _all_of_reason(letters: DeadLetterArchive, reason: str, *, again: bool) -> list[StoredDeadLetter]:
     chosen: list[StoredDeadLetter] = []
     while page := await letters.entries(
         reason, _PAGE, after_id=chosen[-1].letter_id if chosen else 0, replayed=None if again else False

@@ -15,12 +15,12 @@ from __future__ import annotations
 import inspect
 import sys
 import traceback
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from streams.cli import CliError
 from streams.cli.common import utc_text
-from streams.core.deadletters_embedded import EmbeddedDeadLetterStore, StoredDeadLetter
+from streams.core.deadletters_embedded import StoredDeadLetter
 from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId
 from streams.eventtime.results import WindowResult
@@ -67,8 +67,14 @@ def window_of(value: dict[str, Any]) -> WindowResult:
     )
 
 
+class ReplayMarks(Protocol):
+    """Where replayed letters are marked: the embedded store, or the Kafka dead-letter topic."""
+
+    async def mark_replayed(self, letter_ids: Iterable[int], at: float | None = None) -> int: ...
+
+
 async def replay_windows(
-    letters: EmbeddedDeadLetterStore, provider: StreamProvider | None, chosen: Sequence[StoredDeadLetter]
+    letters: ReplayMarks, provider: StreamProvider | None, chosen: Sequence[StoredDeadLetter]
 ) -> int:
     """Deliver each window of ``chosen`` to its consumer type's ``on_window``, marking each
     replayed as soon as it is delivered; returns how many were."""

@@ -1,4 +1,4 @@
-"""``headrace status``: a cluster on an embedded store, as tables (or one JSON object).
+"""``headrace status``: a cluster on an embedded store or on Kafka, as tables (or one JSON object).
 
 Workers (live, stale, suspected or left, by their heartbeats and processes; those gone long
 ago only with --all), each queue (its owner and lease epoch, records retained, checkpoint
@@ -6,32 +6,46 @@ and checkpoint lag: records, and the events in them, written but not yet acknowl
 every consumer), dead letters by reason, and the Spark handoff streams with their end
 offsets. Events in and out per second, cache fill, pressure, watermarks and the slowest
 consumers come from what running workers write every ``status_interval``; a worker that
-stopped writing is not shown there. Reading the store changes nothing in it."""
+stopped writing is not shown there. Reading the store changes nothing in it.
+
+On Kafka (``--config`` naming a Kafka adapter), the same from the cluster, from any machine:
+the workers by the snapshots they publish to the status topic every ``status_interval``
+and the consumer group's members, each partition's owner, committed and end offsets and
+lag, the dead-letter topic by reason and the handoff topics' end offsets."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Iterable
+from functools import partial
 
+import anyio
 from rich.console import Console
 from rich.markup import escape
 
+from streams.backends.kafka import KafkaBackend
 from streams.cli.common import (
     add_config_options,
     add_row,
     console,
     existing_store,
+    in_cluster,
+    load_app,
     load_cli_config,
     plural,
     table,
     utc_text,
 )
+from streams.config import HeadraceConfig, load_config
+from streams.kafka.settings import KafkaSettings
 from streams.status import GONE_AFTER_TIMEOUTS, ClusterStatus, read_status
+from streams.status_kafka import read_kafka_status
 
 EXAMPLES = """examples:
   headrace status --path ./store
   headrace status --config headrace.toml
+  headrace status --config kafka.toml         # a Kafka adapter: the whole cluster, from any machine
   headrace status --path ./store --all        # also workers gone long ago
   headrace status --path ./store --json | jq '.queues[] | select(.checkpoint_lag > 1000)'
 """
@@ -53,9 +67,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_cli_config(args)
-    with existing_store(config) as store:
-        status = read_status(store, suspicion_timeout=config.balancer.suspicion_timeout, everyone=args.all)
+    app = load_app(args)
+    if app is not None and app.store is None and isinstance(app.backend, KafkaBackend):
+        config = load_config(args.config)  # the balancer's timeouts; the cluster is the app's
+        cluster: KafkaSettings | None = app.backend.factory.settings
+    else:
+        config = load_cli_config(args)
+        cluster = _cluster_of(config)
+    timeout = config.balancer.suspicion_timeout
+    if cluster is not None:
+        status = anyio.run(partial(read_kafka_status, cluster, suspicion_timeout=timeout, everyone=args.all))
+    else:
+        with existing_store(config) as store:
+            status = read_status(store, suspicion_timeout=timeout, everyone=args.all)
     if args.json:
         print(json.dumps(status.as_dict()))
         return 0
@@ -63,11 +87,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_of(config: HeadraceConfig) -> KafkaSettings | None:
+    """The Kafka cluster whose status topic the configuration's workers publish to, or None:
+    they keep their status in an embedded store."""
+    if not in_cluster(config):
+        return None
+    backend = config.provider().backend
+    assert isinstance(backend, KafkaBackend)  # in_cluster: a Kafka adapter
+    return backend.factory.settings
+
+
 def render(status: ClusterStatus, out: Console) -> None:
     now = status.taken_at
     live = sum(1 for w in status.workers if w.state == "live")
     queues = "no queues yet" if status.queue_count is None else plural(status.queue_count, "queue")
-    out.print(f"headrace store {status.store}: {queues}, {plural(live, 'live worker')} at {utc_text(now)}")
+    out.print(f"headrace {status.kind} {status.store}: {queues}, {plural(live, 'live worker')} at {utc_text(now)}")
+    if status.group_members is not None:
+        out.print(
+            f"consumer group: {plural(len(status.group_members), 'member')} ({', '.join(status.group_members) or '-'})"
+        )
 
     if status.workers:
         rows = table("workers", "worker", "state", "last heartbeat", "queues", "instance")
@@ -103,7 +141,7 @@ def render(status: ClusterStatus, out: Console) -> None:
                 f"{q.next_sequence:,}",
                 _opt(q.checkpoint),
                 f"{q.checkpoint_lag:,}",
-                f"{'>' if q.lag_events_more else ''}{q.lag_events:,}",
+                "-" if q.lag_events is None else f"{'>' if q.lag_events_more else ''}{q.lag_events:,}",
             ]
             if agents:
                 a = q.agent

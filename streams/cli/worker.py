@@ -18,8 +18,9 @@ Everything that can be checked is checked before the worker joins the cluster: t
 the application, and the metrics address (a port in use is refused there). A mistake is one
 line and exit code 2, with no lease taken.
 
-With a local store, the worker writes its agents' status there (cache fill, pressure,
-watermarks) every ``status_interval`` for ``headrace status`` to show.
+The worker publishes its agents' status (cache fill, pressure, watermarks) every
+``status_interval`` for ``headrace status`` to show: to its store, or on Kafka to the
+cluster's status topic (``<group_id>.status.<topic>``).
 
 The configuration (``--config``, else ``$HEADRACE_CONFIG``, else ``./headrace.toml`` when
 there is one) may hold these settings in its ``[worker]`` section: ``app``, ``name``,
@@ -42,6 +43,7 @@ from typing import Any, cast
 import anyio
 
 from agents.gc_policy import POLICY as GC_POLICY
+from streams.backends.kafka import KafkaBackend
 from streams.cli import CliError
 from streams.cli.worker_startup import log_startup
 from streams.config import load_config
@@ -50,7 +52,8 @@ from streams.core.errors import HeadraceError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
 from streams.observability.logs import FORMATS, LEVELS, LogFormat
 from streams.provider import StreamProvider
-from streams.status_reporter import StatusReporter
+from streams.status_reporter import EmbeddedStatusBoard, StatusBoard, StatusReporter
+from streams.status_topic import KafkaStatusBoard
 
 log = logging.getLogger("headrace.worker")
 
@@ -164,9 +167,9 @@ async def serve(
 ) -> None:
     """Run ``provider`` as a worker until SIGTERM or SIGINT, then leave gracefully (a second
     signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics on
-    ``metrics_host``; with a local store, write its agents' status there every
-    ``status_interval`` seconds. With ``app`` (the ``--app`` it came from), log the start-up
-    lines (:mod:`streams.cli.worker_startup`)."""
+    ``metrics_host``; publish its agents' status (to its store, or to the Kafka status topic)
+    every ``status_interval`` seconds. With ``app`` (the ``--app`` it came from), log the
+    start-up lines (:mod:`streams.cli.worker_startup`)."""
     with contextlib.ExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
             metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host))
@@ -181,8 +184,9 @@ async def _run(provider: StreamProvider, status_interval: float, app: str | None
             if app is not None:  # joined: every check has passed, so a mistake stays one line
                 log_startup(provider, app)
             async with anyio.create_task_group() as reporting:
-                if provider.store is not None:
-                    await reporting.start(StatusReporter(provider, provider.store, status_interval).run)
+                board = status_board(provider)
+                if board is not None:
+                    await reporting.start(StatusReporter(provider, board, status_interval).run)
                 queues = sorted(agent.queue.number for agent in provider.agents)
                 print(
                     f"headrace worker {provider.worker_name}: running, reading queues {queues} "
@@ -194,6 +198,19 @@ async def _run(provider: StreamProvider, status_interval: float, app: str | None
             log.info("%s: leaving; handing back %d queues", provider.worker_name, len(provider.agents))
         tg.cancel_scope.cancel()
     print(f"headrace worker {provider.worker_name}: left", flush=True)
+
+
+def status_board(provider: StreamProvider) -> StatusBoard | None:
+    """Where the worker publishes its status: its local store, or on Kafka the cluster's
+    status topic; ``None`` for memory queues (nobody else could read it)."""
+    if provider.store is not None:
+        return EmbeddedStatusBoard(provider.store)
+    backend = provider.backend
+    if isinstance(backend, KafkaBackend):
+        board = KafkaStatusBoard(backend.factory.settings, backend.factory.outage)
+        backend.factory.close_with(board)
+        return board
+    return None
 
 
 async def _watch_signals(

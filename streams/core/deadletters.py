@@ -12,9 +12,11 @@ counts stay true.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
-from dataclasses import dataclass, field, replace
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
+
+import msgpack
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,42 @@ def letter_key(letter: DeadLetter) -> Hashable | None:
         return None
     index = -1 if letter.event_index is None else letter.event_index
     return (letter.queue, letter.sequence_number, index, letter.reason)
+
+
+def packable(letter: DeadLetter) -> DeadLetter:
+    """``letter``, or, when msgpack cannot hold its value, a copy with the value's repr
+    instead, saying so in its detail (a store keeps what it can rather than nothing).
+
+    >>> packable(DeadLetter("invalid_value", value={1, 2})).value, packable(DeadLetter("x", value=[1])).value
+    ('{1, 2}', [1])
+    """
+    try:
+        msgpack.packb(letter.value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        note = "value stored as its repr (not msgpack-encodable)"
+        return replace(letter, value=repr(letter.value), detail=f"{letter.detail}; {note}" if letter.detail else note)
+    return letter
+
+
+def letter_fields(letter: DeadLetter) -> dict[str, Any]:
+    """Every field of ``letter`` by name: what a store that serializes letters whole keeps,
+    so fields added later are kept too.
+
+    >>> letter_fields(DeadLetter("undecodable", recorded_at=1.0))["reason"]
+    'undecodable'
+    """
+    return {f.name: getattr(letter, f.name) for f in fields(DeadLetter)}
+
+
+def letter_of(values: Mapping[str, Any]) -> DeadLetter:
+    """The letter of :func:`letter_fields`; a field this version does not know (a newer
+    writer's) is left out, one it lacks takes its default.
+
+    >>> letter_of({"reason": "late_arrival", "queue": 2, "from_the_future": 1}).queue
+    2
+    """
+    known = {f.name for f in fields(DeadLetter)}
+    return DeadLetter(**{name: value for name, value in values.items() if name in known})
 
 
 class MemoryDeadLetterStore:

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgpack
 
-from streams.core.deadletters import DeadLetter, letter_key
+from streams.core.deadletters import DeadLetter, letter_key, packable
 from streams.core.store import EmbeddedStore, Migration
 
 DEADLETTER_SCHEMA: list[Migration] = [
@@ -56,15 +56,11 @@ class StoredDeadLetter:
 
 
 def _encode_value(letter: DeadLetter) -> tuple[bytes | None, str]:
-    """The value as msgpack; a value msgpack cannot hold is kept as its repr, and said so."""
+    """The value as msgpack (or its repr, and said so: :func:`packable`), and the detail."""
     if letter.value is None:
         return None, letter.detail
-    try:
-        return msgpack.packb(letter.value, use_bin_type=True), letter.detail
-    except (TypeError, ValueError, OverflowError):
-        note = "value stored as its repr (not msgpack-encodable)"
-        detail = f"{letter.detail}; {note}" if letter.detail else note
-        return msgpack.packb(repr(letter.value), use_bin_type=True), detail
+    kept = packable(letter)
+    return msgpack.packb(kept.value, use_bin_type=True), kept.detail
 
 
 def _stored(row: tuple[Any, ...]) -> StoredDeadLetter:

@@ -9,8 +9,9 @@ moves. In-process observers are not stored: they live as long as the process.
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from streams.core.ids import StreamId
 from streams.core.tokens import SequenceToken
@@ -43,6 +44,21 @@ class PubSubStore(Protocol):
 
     async def subscriptions(self, stream_id: StreamId | None = None) -> list[SubscriptionRecord]:
         """The records of one stream, or of every stream."""
+        ...
+
+
+# What changed since the last call: subscriptions made (or made active again), and those
+# removed (or faulted).
+SubscriptionChanges = Callable[[list[SubscriptionRecord], list[SubscriptionRecord]], Awaitable[None]]
+
+
+@runtime_checkable
+class FollowedPubSubStore(PubSubStore, Protocol):
+    """A store other processes write to that says what they changed (the Kafka topic's):
+    the provider attaches a subscription made elsewhere to a stream already active here."""
+
+    async def follow(self, changed: SubscriptionChanges) -> None:
+        """Call ``changed`` with what others changed, until cancelled."""
         ...
 
 

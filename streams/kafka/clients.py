@@ -1,12 +1,13 @@
 """What every aiokafka client of headrace does alike: start (and not leak a half-started
-client), start producers on any broker (:class:`Producers`), and find the offsets a
-partition spans."""
+client), start producers on any broker (:class:`Producers`), find the offsets a partition
+spans, and read one to its end."""
 
 from __future__ import annotations
 
 import logging
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+import anyio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from streams.core.retry import reason_of
@@ -14,6 +15,7 @@ from streams.kafka.outage import is_transient
 from streams.kafka.settings import KafkaSettings
 
 log = logging.getLogger("headrace.kafka")
+_FETCH_RECORDS = 500
 
 
 async def start_client(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
@@ -79,3 +81,34 @@ class Producers:
 async def _started(producer: AIOKafkaProducer) -> AIOKafkaProducer:
     await start_client(producer)
     return producer
+
+
+async def read_partition(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, settings: KafkaSettings
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """The records of ``tp`` from offset ``start`` (or the oldest retained, if later) to its
+    end as it is now, read by ``consumer`` (assigned ``tp``, paused or not). A fetch that brings nothing
+    for ``settings.request_timeout`` raises ``TimeoutError`` (an outage: the caller retries).
+
+    Every record fetched counts, also past the end: newer still, and Tansu's end offset can
+    fall inside the last batch written (its base offset + 1)."""
+    first, end = await offset_bounds(consumer, tp)
+    consumer.seek(tp, max(first, start))
+    poll_ms = int(settings.poll_timeout * 1000)
+    records: list[ConsumerRecord[bytes, bytes]] = []
+    # A consumer kept between reads keeps ``tp`` paused, so that its fetcher does not wait
+    # on the broker meanwhile (which delays the offset requests above by its fetch wait).
+    paused = tp in consumer.paused()
+    if paused:
+        consumer.resume(tp)
+    try:
+        while await consumer.position(tp) < end:
+            with anyio.fail_after(settings.request_timeout):
+                fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+                while not fetched and await consumer.position(tp) < end:
+                    fetched = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=_FETCH_RECORDS)
+            records += fetched.get(tp, ())
+    finally:
+        if paused:
+            consumer.pause(tp)
+    return records

@@ -80,6 +80,8 @@ class KafkaSettings:
     # Topics of the Spark handoff log start with this: <prefix>.handoff.<stream>, ... (the
     # DataSource's topicPrefix option names the same prefix).
     handoff_prefix: str = "headrace"
+    # The topic of the dead letters (None: "<topic>.dlq", as Kafka Connect and Spring name it).
+    dead_letter_topic: str | None = None
     client_options: ClientOptions = field(default_factory=dict)
     records: str | RecordFormat = HEADRACE
     namespace: str | None = None
@@ -102,6 +104,10 @@ class KafkaSettings:
             raise ConfigurationError(f"compression is one of {', '.join(COMPRESSIONS)}, not {self.compression!r}")
         if not isinstance(self.handoff_prefix, str) or not self.handoff_prefix:
             raise ConfigurationError(f"handoff_prefix is a non-empty str, not {self.handoff_prefix!r}")
+        if self.dead_letter_topic is not None and not (
+            isinstance(self.dead_letter_topic, str) and self.dead_letter_topic
+        ):
+            raise ConfigurationError(f"dead_letter_topic is a non-empty str, not {self.dead_letter_topic!r}")
         if not isinstance(self.group_id, str) or not self.group_id:
             raise ConfigurationError(f"group_id is a non-empty str, not {self.group_id!r}")
         for name in (
