@@ -144,7 +144,10 @@ def test_status_dlq_and_produce_find_the_store_through_the_app(app_dir):
     assert error == "give --app or --path, not both: the application's provider names its store"
     (app_dir / "mem.py").write_text("from streams import StreamProvider\nprovider = StreamProvider.memory()\n")
     error = one_error_line(headrace("dlq", "list", "--app", "mem:provider", cwd=app_dir), "dlq")
-    assert error == "--app mem:provider: its provider keeps no local store (memory queues): nothing to read"
+    assert error == (
+        "mem:provider keeps its dead letters in this process's memory (MemoryDeadLetterStore): "
+        "nothing outside it can list them"
+    )
     error = one_error_line(
         headrace("produce", "--app", "mem:provider", "--stream", "a/b", cwd=app_dir, stdin="1\n"), "produce"
     )
