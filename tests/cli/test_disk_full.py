@@ -1,5 +1,5 @@
-"""The store's disk full, for real: a 3 MB tmpfs (the tests run as root; where mounting is
-refused, the file-size limit of the processes fills the "disk" instead). Producers get a
+"""The store's disk full, for real: a 3 MB tmpfs (mounting it needs root, as the tests run
+here; without, the test fails rather than skips), filled by a file. Producers get a
 StoreError per publish that cannot be written, nothing acknowledged is lost, publishing
 resumes when space returns; a worker stopped while the disk is full says in one line that
 it could not write its last checkpoint and exits 74."""
