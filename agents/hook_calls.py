@@ -48,6 +48,7 @@ log = logging.getLogger("headrace.agent")
 
 WINDOW_FAILED = "window_failed"
 _RAISED = ("invalid_value", "invalid_timestamp")  # refusals a user's callable may cause
+_TRACEBACK = "Traceback (most recent call last)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +92,10 @@ class HookCalls:
     def refused(self, letters: list[DeadLetter]) -> None:
         """The event-time core refused these events of one step. Those whose
         ``timestamp_by``, ``group_by``, ``select`` or aggregate raised are the consumer's
-        bug: the first of a run of such steps is logged at warning with its detail (the
-        traceback, where there was one); the steps after it quietly, until one has none."""
-        raised = [x for x in letters if x.reason in _RAISED]
+        bug (their letters keep a traceback; a field that is missing is the data's, and
+        only dead-lettered): the first of a run of such steps is logged at warning with its
+        detail; the steps after it quietly, until one has none."""
+        raised = [x for x in letters if x.reason in _RAISED and _TRACEBACK in x.detail]
         if raised and not self._refusing:
             log.warning(
                 "%s: %s refused %d event(s) its callables could not handle (dead-lettered %s); the first: %s",
