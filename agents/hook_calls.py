@@ -11,6 +11,9 @@ given up and the activation goes on with the next:
 - the events of a failed ``on_events`` are dead-lettered ``delivery_failed``, one each;
 - a watermark is skipped with a warning (it carries no event; the next one follows).
 
+The consumer's ``on_error``, if it has one, is told of a window or events given up, after
+their letters are kept.
+
 A window's letter names it (:attr:`~streams.core.deadletters.DeadLetter.unit`: consumer
 type, key and bounds), so a restart that rebuilds the window from the queue and fails it
 again records nothing new. Its ``value`` is what ``headrace dlq replay`` needs to deliver
@@ -48,6 +51,7 @@ log = logging.getLogger("headrace.agent")
 
 WINDOW_FAILED = "window_failed"
 _RAISED = ("invalid_value", "invalid_timestamp")  # refusals a user's callable may cause
+_TRACEBACK = "Traceback (most recent call last)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,21 +83,29 @@ class HookCalls:
     """One activation's calls of its own hooks, each unit within its limits (``running``
     while a call times itself: the delivery's watchdog leaves the batch alone meanwhile)."""
 
-    __slots__ = ("_limits", "_stream", "_dead_letters", "running", "_refusing")
+    __slots__ = ("_limits", "_stream", "_dead_letters", "running", "_refusing", "_on_error")
 
-    def __init__(self, limits: HookLimits, stream: str, dead_letters: DeadLetterStore) -> None:
+    def __init__(
+        self,
+        limits: HookLimits,
+        stream: str,
+        dead_letters: DeadLetterStore,
+        on_error: Callable[[BaseException], Awaitable[object]] | None = None,
+    ) -> None:
         self._limits = limits
         self._stream = stream
         self._dead_letters = dead_letters
+        self._on_error = on_error  # the consumer's, told of each unit given up
         self.running = False
         self._refusing = False  # in a run of steps whose callables raised for some event
 
     def refused(self, letters: list[DeadLetter]) -> None:
         """The event-time core refused these events of one step. Those whose
         ``timestamp_by``, ``group_by``, ``select`` or aggregate raised are the consumer's
-        bug: the first of a run of such steps is logged at warning with its detail (the
-        traceback, where there was one); the steps after it quietly, until one has none."""
-        raised = [x for x in letters if x.reason in _RAISED]
+        bug (their letters keep a traceback; a field that is missing is the data's, and
+        only dead-lettered): the first of a run of such steps is logged at warning with its
+        detail; the steps after it quietly, until one has none."""
+        raised = [x for x in letters if x.reason in _RAISED and _TRACEBACK in x.detail]
         if raised and not self._refusing:
             log.warning(
                 "%s: %s refused %d event(s) its callables could not handle (dead-lettered %s); the first: %s",
@@ -165,6 +177,7 @@ class HookCalls:
                 window_text(result),
             )
             await self._dead_letters.add([self._window_letter(result, held_from, through, error)])
+            await self._tell(error)
         finally:
             self.running = running
 
@@ -196,6 +209,7 @@ class HookCalls:
                     )
                 ]
             )
+            await self._tell(error)
         finally:
             self.running = running
 
@@ -209,6 +223,22 @@ class HookCalls:
                 self._limits.consumer,
                 watermark,
             )
+
+    async def _tell(self, error: Exception) -> None:
+        """Tell the consumer's ``on_error`` of a unit given up (its letter is kept already),
+        within a limit of its own; what it raises is logged."""
+        if self._on_error is None:
+            return
+        limit = self._limits.max_time
+        try:
+            with anyio.move_on_after(limit) as scope:
+                await self._on_error(error)
+            if scope.cancelled_caught:
+                log.warning(
+                    "%s: on_error of %s took longer than %ss; abandoned", self._stream, self._limits.consumer, limit
+                )
+        except Exception:
+            log.exception("%s: on_error of %s raised", self._stream, self._limits.consumer)
 
     def _window_letter(
         self, result: WindowResult, held_from: SequenceToken | None, through: SequenceToken | None, error: Exception

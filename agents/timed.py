@@ -158,7 +158,9 @@ class EventTimeObserver:
         self._on_window = on_window[1]
         # Each window, step's events or watermark one unit of work for its hook: retried,
         # timed, given up alone (agents.hook_calls).
-        self._hooks = HookCalls(limits or HookLimits(type(target).__qualname__), self._partition, dead_letters)
+        self._hooks = HookCalls(
+            limits or HookLimits(type(target).__qualname__), self._partition, dead_letters, on_error[1]
+        )
         self._on_events = on_events[1]
         self._user_on_events = on_events[0]  # its result is read (merged)
         self.on_error = on_error[1] or nothing

@@ -39,7 +39,6 @@ class ConsumerRegistry:
         known = self._types.get(name)
         if known is not None and known is not cls:
             raise ConfigurationError(f"consumer type name {name!r} is already registered")
-        check_constructor(cls)
         spec = getattr(cls, "event_time", None)
         if isinstance(spec, EventTime):
             spec.check_consumer(cls)
@@ -48,6 +47,7 @@ class ConsumerRegistry:
                 f"consumer type {cls.__qualname__} needs an on_next(batch) method, or an "
                 "event_time = EventTime(...) declaration with on_window(result)"
             )
+        check_constructor(cls)
         self._types[name] = cls
         cls.__headrace_consumer_name__ = name  # type: ignore[attr-defined]
         return name

@@ -8,6 +8,9 @@ runs until SIGTERM or SIGINT, then leaves gracefully: its agents finish their in
 deliveries and checkpoint, and it hands its queues back at once instead of letting their
 leases expire. A second signal ends it at once.
 
+A worker stopped while its store cannot be written (a full disk) says so in one line and
+exits 74; its queues replay from the last checkpoint written.
+
 Logs go to stderr, each record with the worker, queue and stream it concerns: readable
 text on a terminal (a consumer's traceback on lines of its own), ``key=value`` lines
 (logfmt) otherwise, or JSON with ``--log-format json``. With ``--metrics-port`` the worker
@@ -38,6 +41,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any, cast
 
 import anyio
@@ -48,7 +52,7 @@ from streams.cli import CliError
 from streams.cli.worker_startup import log_startup
 from streams.config import load_config
 from streams.config_schema import CONFIG_ENV
-from streams.core.errors import HeadraceError, a_type, did_you_mean
+from streams.core.errors import HeadraceError, StoreError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
 from streams.observability.logs import FORMATS, LEVELS, LogFormat
 from streams.provider import StreamProvider
@@ -56,6 +60,9 @@ from streams.status_reporter import EmbeddedStatusBoard, StatusBoard, StatusRepo
 from streams.status_topic import KafkaStatusBoard
 
 log = logging.getLogger("headrace.worker")
+
+# sysexits' EX_IOERR: the store could not be written (a full disk), not a usage mistake
+EXIT_STORE = 74
 
 EXAMPLES = """examples:
   headrace worker --app myapp.streams:provider
@@ -124,8 +131,45 @@ def run(args: argparse.Namespace) -> int:
     log_format = cast(LogFormat | None, args.log_format or settings.log_format)  # configure_logging checks it
     configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
     GC_POLICY.own_process()  # this process runs nothing else: the collector is the worker's to tune
-    anyio.run(serve, provider, port, settings.status_interval, host, app)
+    running: list[bool] = []
+    try:
+        anyio.run(serve, provider, port, settings.status_interval, host, app, lambda: running.append(True))
+    except (StoreError, BaseExceptionGroup) as exc:
+        failed = store_error_in(exc)
+        if failed is None:
+            raise
+        if not running:
+            print(f"headrace worker: error: cannot start: {failed}", file=sys.stderr)
+        else:  # its agents could not write what they had finished (a full disk)
+            print(
+                f"headrace worker {provider.worker_name}: stopped without writing its last checkpoint: {failed}; "
+                f"its queues replay from the last checkpoint written (exit code {EXIT_STORE})",
+                file=sys.stderr,
+            )
+        return EXIT_STORE
     return 0
+
+
+def store_error_in(error: BaseException) -> StoreError | None:
+    """The store's error a run ended with, alone or among a task group's; None when it
+    ended for another reason too (that one is not the store's to explain).
+
+    >>> store_error_in(ExceptionGroup("stop", [StoreError("disk full"), StoreError("disk full")]))
+    StoreError('disk full')
+    >>> store_error_in(ExceptionGroup("stop", [StoreError("disk full"), ValueError("bug")])) is None
+    True
+    """
+    if isinstance(error, StoreError):
+        return error
+    if not isinstance(error, BaseExceptionGroup):
+        return None
+    matched, rest = error.split(StoreError)
+    if matched is None or rest is not None:
+        return None
+    found: BaseException = matched
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found if isinstance(found, StoreError) else None
 
 
 def load_provider(spec: str) -> StreamProvider:
@@ -164,19 +208,23 @@ async def serve(
     status_interval: float = 5.0,
     metrics_host: str = "127.0.0.1",
     app: str | None = None,
+    on_running: Callable[[], object] | None = None,
 ) -> None:
     """Run ``provider`` as a worker until SIGTERM or SIGINT, then leave gracefully (a second
     signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics on
     ``metrics_host``; publish its agents' status (to its store, or to the Kafka status topic)
     every ``status_interval`` seconds. With ``app`` (the ``--app`` it came from), log the
-    start-up lines (:mod:`streams.cli.worker_startup`)."""
+    start-up lines (:mod:`streams.cli.worker_startup`); ``on_running`` is called once it has
+    joined."""
     with contextlib.ExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
             metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host))
-        await _run(provider, status_interval, app)
+        await _run(provider, status_interval, app, on_running)
 
 
-async def _run(provider: StreamProvider, status_interval: float, app: str | None) -> None:
+async def _run(
+    provider: StreamProvider, status_interval: float, app: str | None, on_running: Callable[[], object] | None
+) -> None:
     async with anyio.create_task_group() as tg:
         leave = anyio.Event()
         await tg.start(_watch_signals, leave)
@@ -193,6 +241,8 @@ async def _run(provider: StreamProvider, status_interval: float, app: str | None
                     f"of {len(provider.mapper.get_all_queues())}",
                     flush=True,
                 )
+                if on_running is not None:
+                    on_running()
                 await leave.wait()
                 reporting.cancel_scope.cancel()
             log.info("%s: leaving; handing back %d queues", provider.worker_name, len(provider.agents))

@@ -13,6 +13,7 @@ is rare per event (a violation, a new lane or pane, a watermark that closes some
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import attrgetter
 from typing import Any
@@ -79,6 +80,7 @@ class Ingest:
         judge, forget = self.ordering.judge, self.ordering.forget
         refuse = refusals.refuse
         ts_of, key_of, key_field = self.timestamp_of, self.key_of, self.key_field
+        user_ts = getattr(ts_of, "user_code", False)  # the user's timestamp_by: keep its traceback
         if key_field is not None:
             # key_of is key_field's field getter: the fallback when the inline read fails.
             assert key_of is not None
@@ -146,7 +148,8 @@ class Ingest:
                         try:
                             t = ts_of(rec)
                         except (KeyError, AttributeError, TypeError, ValueError) as exc:
-                            refuse(part, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, str(exc))
+                            problem = _with_traceback(exc) if user_ts else str(exc)
+                            refuse(part, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, problem)
                             continue
                     if key_field is not None:
                         try:
@@ -307,3 +310,9 @@ class Ingest:
                 store.watermark = w
             inp.clock = clock
         flow.counters.events += len(events)
+
+
+def _with_traceback(exc: BaseException) -> str:
+    """A refusal's detail when the user's code raised: the error, then where."""
+    trace = "".join(traceback.format_exception(exc)).rstrip()
+    return f"timestamp_by raised {type(exc).__name__}: {exc}\n{trace}"

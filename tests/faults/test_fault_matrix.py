@@ -5,13 +5,14 @@ the other stream's output is what it is with nothing failing, the failed unit is
 dead-lettered exactly once (with the reason the matrix names), and every published event is
 accounted for once: counted into a window, delivered, or in one dead letter.
 
-``test_the_matrix_as_a_user_sees_it`` prints the matrix (``pytest -s``, or see the closing
-note of issue 23)."""
+After its cases the module prints the matrix (hook × failure → what the user sees) on the
+terminal; it is in the closing note of issue 23."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -172,15 +173,19 @@ async def test_a_window_the_handoff_cannot_convert_costs_that_window_alone(failu
     )
 
 
-def test_the_matrix_as_a_user_sees_it(capsys):
-    """Prints hook × failure → what the user sees (dead letters; the first log line)."""
-    if not SEEN:
-        pytest.skip("run with the matrix's cases")  # only when selected alone
+@pytest.fixture(scope="module", autouse=True)
+def print_the_matrix(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the module's cases: hook × failure → what the user saw (dead letters; the first
+    log line), on the terminal."""
+    yield
     lines = ["", f"{'hook':<15} {'failure':<9} what the user sees (memory and embedded alike unless shown)"]
     for (hook, failure), by_backend in SEEN.items():
         views = Counter(by_backend.values())
         text = next(iter(views)) if len(views) == 1 else " | ".join(f"{b}: {v}" for b, v in by_backend.items())
         lines.append(f"{hook:<15} {failure:<9} {text}")
-    with capsys.disabled():
-        print("\n".join(lines))
-    assert len(SEEN) == (len(HOOKS) + 1) * len(FAILURES)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None and SEEN:
+        with capture.global_and_fixture_disabled():  # teardown output is captured otherwise
+            for line in lines:
+                reporter.write_line(line)

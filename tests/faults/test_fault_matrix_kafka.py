@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -109,9 +110,14 @@ async def test_a_failing_decoder_costs_its_record_alone(failure, kafka_broker, k
     }[failure]
 
 
-def test_the_kafka_rows_as_a_user_sees_them(capsys):
-    if not SEEN:
-        pytest.skip("run with the Kafka rows' cases")
-    with capsys.disabled():
-        print("\n" + "\n".join(f"{hook:<19} {failure:<9} {text} (Kafka)" for (hook, failure), text in SEEN.items()))
-    assert len(SEEN) == 9
+@pytest.fixture(scope="module", autouse=True)
+def print_the_rows(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the module's cases: its rows of the matrix, on the terminal."""
+    yield
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None and SEEN:
+        with capture.global_and_fixture_disabled():  # teardown output is captured otherwise
+            reporter.write_line("")
+            for (hook, failure), text in SEEN.items():
+                reporter.write_line(f"{hook:<19} {failure:<9} {text} (Kafka)")

@@ -31,6 +31,7 @@ async def test_a_failing_on_window_dead_letters_that_window_and_nothing_else(bac
     provider = _provider(backend, tmp_path)
     windows: list[tuple[float, int]] = []
     attempts = []
+    errors: list[str] = []
 
     @provider.implicit("rooms")
     class Counts:
@@ -47,6 +48,9 @@ async def test_a_failing_on_window_dead_letters_that_window_and_nothing_else(bac
                 await anyio.sleep_forever()
             windows.append((result.start - T0, result.value))
 
+        def on_error(self, error):
+            errors.append(type(error).__name__)
+
     async with provider:
         stream = provider.get_stream(StreamId("rooms", "r1"))
         times = [T0 + t for t in (*range(10), *range(10, 20), *range(20, 25))]
@@ -55,6 +59,7 @@ async def test_a_failing_on_window_dead_letters_that_window_and_nothing_else(bac
         await drained(provider)
         letters = await provider.dead_letters.list()
     assert windows == [(0.0, 10), (20.0, 5)]  # the windows around it were emitted
+    assert errors == ["ValueError" if failure == "raises" else "DeliveryTimeoutError"]  # told once, when given up
     # retried with back-off before giving up; one that hangs is cut short at the limit
     assert len(attempts) > 1 if failure == "raises" else len(attempts) == 1
     (letter,) = letters  # no event of the batch is a letter
