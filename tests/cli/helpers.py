@@ -36,6 +36,19 @@ def headrace(
     )
 
 
+def start_worker(cwd: Path, *args: Any, env: dict[str, str] | None = None, log: Any = None) -> subprocess.Popen[str]:
+    """``headrace worker ARGS`` running in ``cwd``: its stdout a pipe (the lines it prints for
+    a person), its log lines appended to ``log`` (default ``cwd/worker.log``)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "worker", *map(str, args)],
+        cwd=cwd,
+        env=env or clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=log if log is not None else open(cwd / "worker.log", "a"),
+        text=True,
+    )
+
+
 def one_error_line(result: subprocess.CompletedProcess[str], command: str) -> str:
     """The single error line of a failed command (exit code 2, no traceback), without its prefix."""
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from streams import StreamId, StreamProvider
 from streams.core.errors import StoreError
 
-from .helpers import clean_env
+from .helpers import clean_env, start_worker
 
 CONFIG = """
 [provider]
@@ -91,14 +90,7 @@ def test_a_full_disk_refuses_each_publish_loses_nothing_and_a_stopped_worker_say
     out = tmp_path / "delivered.txt"
     out.touch()
     env = clean_env(POISON_OUT=str(out))
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "worker"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=open(tmp_path / "worker.log", "w"),
-        text=True,
-    )
+    worker = start_worker(tmp_path, env=env)
     try:
         assert worker.stdout is not None
         assert worker.stdout.readline() == "headrace worker w1: running, reading queues [0, 1] of 2\n"

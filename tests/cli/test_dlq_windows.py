@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 
-from .helpers import clean_env, headrace, one_error_line
+from .helpers import clean_env, headrace, one_error_line, start_worker
 
 CONFIG = """
 [provider]
@@ -36,14 +34,7 @@ def test_a_failed_window_is_dead_lettered_alone_and_replayed_once(tmp_path):
     produced = headrace("produce", "--stream", "rooms/r1", "--event-time", "t", cwd=tmp_path, stdin=lines)
     assert produced.returncode == 0, produced.stderr
 
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "worker", "--app", APP, "--name", "w1"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=open(tmp_path / "worker.log", "w"),
-        text=True,
-    )
+    worker = start_worker(tmp_path, "--app", APP, "--name", "w1", env=env)
     try:
         deadline = time.monotonic() + 20
         while "window_failed" not in headrace("dlq", "list", cwd=tmp_path).stdout and time.monotonic() < deadline:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +15,7 @@ from streams import StreamProvider
 from streams.adapters.embedded_queues import stored_queue_count
 from streams.cli import SUBCOMMANDS
 
-from .helpers import clean_env, headrace, json_of, one_error_line, published
+from .helpers import headrace, json_of, one_error_line, published, start_worker
 
 APP = """
 from streams import StreamProvider
@@ -194,14 +192,7 @@ def test_a_mistaken_app_says_what_it_is(app_dir, spec, error):
 def _worker_log(cwd: Path, spec: str) -> str:
     log_path = cwd / "worker.log"
     with open(log_path, "w") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker", "--app", spec, "--name", "w1", "--metrics-port", "0"],
-            cwd=cwd,
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
+        worker = start_worker(cwd, "--app", spec, "--name", "w1", "--metrics-port", "0", log=log)
         try:
             assert worker.stdout is not None
             assert worker.stdout.readline().startswith("headrace worker w1: running, reading queues [0] of 1")
@@ -267,14 +258,7 @@ def test_status_shows_adjusted_dropped_and_dead_lettered_per_consumer_type(tmp_p
         == 0
     )
     with open(tmp_path / "worker.log", "w") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker", "--app", "timed_app:provider", "--name", "w1"],
-            cwd=tmp_path,
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
+        worker = start_worker(tmp_path, "--app", "timed_app:provider", "--name", "w1", log=log)
     try:
         assert worker.stdout is not None
         worker.stdout.readline()

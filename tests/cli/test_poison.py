@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from .helpers import clean_env, headrace
+from .helpers import clean_env, headrace, start_worker
 
 CONFIG = """
 [provider]
@@ -54,14 +52,7 @@ def test_a_poison_record_restarted_three_times_is_one_letter_and_a_running_worke
     _produce(tmp_path, "orders/poison", 666)
     for attempt in range(4):  # the first run, then three restarts after a kill
         _produce(tmp_path, "orders/good", attempt)
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker"],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=open(tmp_path / "worker.log", "a"),
-            text=True,
-        )
+        worker = start_worker(tmp_path, env=env)
         assert worker.stdout is not None
         assert worker.stdout.readline() == "headrace worker w1: running, reading queues [0] of 1\n"
         assert _wait_for(lambda: f"good {attempt}\n" in out.read_text()), (tmp_path / "worker.log").read_text()

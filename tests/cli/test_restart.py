@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-from .helpers import clean_env, headrace, json_of
+from .helpers import headrace, json_of, start_worker
 
 # Leases of 60 s and a suspicion timeout of 30 s: without the takeover, the restart below
 # would be refused for 30 s and then read no queue until the old leases expired.
@@ -31,17 +28,6 @@ app = "tests.cli.status_app:provider"
 name = "w1"
 status_interval = "200ms"
 """
-
-
-def start_worker(cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "worker"],
-        cwd=cwd,
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=open(cwd / "worker.log", "a"),
-        text=True,
-    )
 
 
 def test_a_worker_restarted_after_sigkill_takes_its_leases_back_at_once(tmp_path):

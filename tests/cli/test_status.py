@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
-from .helpers import clean_env, headrace, json_of, one_error_line, poll_status
+from .helpers import clean_env, headrace, json_of, one_error_line, poll_status, start_worker
 
 CONFIG = """
 [provider]
@@ -77,14 +75,7 @@ def test_a_live_worker_reports_its_agents_and_leaves(tmp_path):
     assert produced.returncode == 0, produced.stderr
 
     env = clean_env()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "worker"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=open(tmp_path / "worker.log", "w"),
-        text=True,
-    )
+    worker = start_worker(tmp_path, env=env)
     try:
         assert worker.stdout is not None
         assert worker.stdout.readline() == "headrace worker w1: running, reading queues [0, 1] of 2\n"

@@ -5,12 +5,10 @@ behind on each queue."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from .helpers import clean_env, headrace, json_of, poll_status
+from .helpers import headrace, json_of, poll_status, start_worker
 
 CONFIG = """
 [provider]
@@ -62,14 +60,7 @@ def test_lag_in_events_without_a_worker(tmp_path):
 def test_rates_lag_in_events_and_the_slowest_consumer(tmp_path):
     (tmp_path / "headrace.toml").write_text(CONFIG)
     produce(tmp_path, "stuck/s1", batches=1, per_batch=3)  # record 0: its consumer never finishes it
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "worker"],
-        cwd=tmp_path,
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=open(tmp_path / "worker.log", "w"),
-        text=True,
-    )
+    worker = start_worker(tmp_path)
     try:
         assert worker.stdout is not None
         assert worker.stdout.readline() == "headrace worker w1: running, reading queues [0] of 1\n"
