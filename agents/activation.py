@@ -81,9 +81,11 @@ class TimedActivation(Activation, Protocol):
     @property
     def stream_id(self) -> StreamId: ...
 
-    def on_tick(self, now: float) -> Awaitable[None]:
+    def on_tick(self, now: float, *, strict: bool = False) -> Awaitable[None]:
         """The queue's processing clock moved to ``now`` and nothing arrived (the clock is
-        the newest arrival read while the queue has a backlog, else the wall clock)."""
+        the newest arrival read while the queue has a backlog, else the wall clock).
+        ``strict``: ``now`` is a record's arrival, so another record may still arrive at this
+        very instant and count first: a timeout due exactly at ``now`` waits for it."""
         ...
 
     def input_streams(self) -> list[StreamId]:

@@ -167,10 +167,11 @@ class PullingAgent:
         clock = self._processing_clock()
         if clock == -math.inf:
             return
+        strict = clock == self._records_clock  # a record's arrival: one more may come at this instant
         for activation in self._holds.due(clock):
             if self._settled(activation):
                 self.ticks += 1
-                self._spawn(self._tick, activation, clock)
+                self._spawn(self._tick, activation, clock, strict)
             else:
                 self._holds.on_change(activation)  # due again at the next period
 
@@ -197,12 +198,12 @@ class PullingAgent:
             return 0
         due = list(self._holds.due(now))
         for activation in due:
-            await self._tick(activation, now)
+            await self._tick(activation, now, now == self._records_clock)
         return len(due)
 
-    async def _tick(self, observer: TimedActivation, now: float) -> None:
+    async def _tick(self, observer: TimedActivation, now: float, strict: bool) -> None:
         try:
-            await observer.on_tick(now)
+            await observer.on_tick(now, strict=strict)
         except Exception as exc:  # a consumer's bug (in on_window, say) must not stop the agent
             log.exception(
                 "%s: a tick of %s on %s raised", self.queue, type(observer.target).__qualname__, observer.stream_id

@@ -227,7 +227,7 @@ class EventTimeObserver:
                 # (A batch gathered from records that others stood between, in runs.)
                 for clock, run in batch.clock_runs():
                     if clock is not None:
-                        await self._step(partial(self.processor.on_tick, clock))
+                        await self._step(partial(self.processor.on_tick, clock, strict=True))
                     await self._step(partial(self.processor.on_events, run, part), run[0].token if len(run) else None)
             else:
                 await self._step(lambda: self.processor.on_events(batch, part), batch[0].token if len(batch) else None)
@@ -248,12 +248,13 @@ class EventTimeObserver:
         if not self._open_inputs:  # with several inputs, once the last completes
             await self._user_completed()
 
-    async def on_tick(self, now: float) -> None:
-        """The queue's processing clock moved to ``now`` and nothing arrived (a silent stream)."""
+    async def on_tick(self, now: float, *, strict: bool = False) -> None:
+        """The queue's processing clock moved to ``now`` and nothing arrived (a silent stream);
+        ``strict``: ``now`` is a record's arrival (see :meth:`Processor.on_tick`)."""
         if self._lock.locked():
             return
         async with self._lock:
-            await self._step(lambda: self.processor.on_tick(now))
+            await self._step(lambda: self.processor.on_tick(now, strict=strict))
 
     async def _step(self, step: Callable[[], Output], first: SequenceToken | None = None) -> None:
         """Run one processor step (over events from ``first``) and emit its output, holding

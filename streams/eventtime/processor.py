@@ -171,9 +171,15 @@ class Processor:
         self._ingest.run(self._input(partition), events, out)
         return self._done(out)
 
-    def on_tick(self, arrival_time: float, partition: Hashable | None = None) -> Output:
+    def on_tick(self, arrival_time: float, partition: Hashable | None = None, *, strict: bool = False) -> Output:
         """The processing clock reached ``arrival_time`` with nothing new (all inputs when
-        ``partition`` is None): late-arrival watermarks and idle timeouts move."""
+        ``partition`` is None): late-arrival watermarks and idle timeouts move.
+
+        ``strict``: the clock is a record's arrival (a backlog read, or the catch-up before a
+        batch), and a record arriving at this very instant counts first (time-semantics: an
+        event at the instant a timeout falls due is ingested first), so only the timeouts due
+        strictly before ``arrival_time`` fire; one due exactly then fires with the next
+        observation past it."""
         out = Output()
         flow, late = self._flow, self._parts.late
         targets = self._inputs.values() if partition is None else [self._input(partition)]
@@ -183,8 +189,8 @@ class Processor:
             _clock(inp, arrival_time)
             if late < FOREVER:
                 flow.lift(inp, arrival_time - late, arrival_time, out)
-            if arrival_time >= inp.idle_check:
-                flow.idle(inp, arrival_time, out, strict=False)
+            if arrival_time > inp.idle_check or (arrival_time == inp.idle_check and not strict):
+                flow.idle(inp, arrival_time, out, strict=strict)
         return self._done(out)
 
     def advance_time(self, watermark: float, arrival_time: float | None, partition: Hashable = 0) -> Output:

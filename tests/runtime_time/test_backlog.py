@@ -15,6 +15,7 @@ import pytest
 from streams import StreamId, StreamProvider
 from streams.core.batch import BatchContainer, BatchKind
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from streams.eventtime.replay import Row
 
 from ..core.conftest import GatedRecorder, drained
 from .backlog import HOUR, NAMESPACE, YEAR, Seen, backlog_rows, collect, containers, counting_type, reference
@@ -207,3 +208,33 @@ async def test_a_stuck_observer_of_the_same_stream_does_not_hold_the_activations
         assert stuck.events == []  # still in its first delivery
         stuck.gate.set()
     assert results == [3]
+
+
+@pytest.mark.parametrize("action", ["adjust", "accept"])
+async def test_a_record_at_the_instant_an_idle_timeout_falls_due_counts_first(action):
+    # The contract: "an event that arrives at the very instant a timeout falls due counts as
+    # ingested first". Window [t0, t0+10) of `busy` falls idle-due at t0+15 (its last event
+    # arrived at t0+9, idle_timeout 5). Another stream's record moves the queue's clock to
+    # t0+15, then `busy`'s next record arrives at that same instant with a time inside the
+    # window: neither the agent's tick at the records' clock nor the catch-up before the
+    # batch (under accept) may close the window first.
+    t0 = (time.time() - HOUR) // 10 * 10
+    rows = [
+        Row(0, t0 + 1, t0 + 1, "busy"),
+        Row(1, t0 + 9, t0 + 9, "busy"),
+        Row(2, t0 + 15, t0 + 15, "other"),
+        Row(3, t0 + 15, t0 + 5, "busy"),
+    ]
+    provider = StreamProvider.memory(queues=1, get_queue_msgs_timer_period=TICK, cache_size=1, cache_buckets=1)
+    ordering = OrderingPolicy(out_of_order=100.0, late_arrival=1000.0, action=action)  # ticks follow the clock
+    seen = counting_type(provider, action, ordering=ordering, window=Tumbling(10, idle_timeout=5))
+    adapter = await provider.factory.create_adapter()
+    mapper = provider.factory.get_queue_mapper()
+    for sid, payload in containers(rows):
+        await adapter.queue_message_batch(mapper.get_queue_for_stream(sid), sid, payload)
+    async with provider:
+        await drained(provider, 30)
+        await collect(provider, seen)
+    assert seen["busy"].windows == [(t0, t0 + 10, (0, 1, 3))]
+    assert seen["busy"].letters == []
+    assert seen["busy"].fates["adjusted"] == 0
