@@ -20,6 +20,7 @@ import argparse
 import math
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -91,20 +92,17 @@ GAP = 0.3  # session gap, seconds
 UPPER = 1.0  # join interval [l.ts, l.ts + UPPER]
 
 
-def sessions(batches: list[list[Event]]) -> tuple[Processor, int]:
-    processor = Processor(OrderingPolicy(out_of_order=DELAY), Session(GAP), Count(), group_by="key")
-    emitted = 0
-    for batch in batches:
-        emitted += len(processor.on_events(batch).windows)
-    return processor, emitted
+def counting(window: Tumbling | Session) -> Callable[[list[list[Event]]], tuple[Processor, int]]:
+    """A count per key in ``window``s over the batches: the processor and the windows it emitted."""
 
+    def run(batches: list[list[Event]]) -> tuple[Processor, int]:
+        processor = Processor(OrderingPolicy(out_of_order=DELAY), window, Count(), group_by="key")
+        emitted = 0
+        for batch in batches:
+            emitted += len(processor.on_events(batch).windows)
+        return processor, emitted
 
-def tumbling(batches: list[list[Event]]) -> tuple[Processor, int]:
-    processor = Processor(OrderingPolicy(out_of_order=DELAY), Tumbling(SIZE), Count(), group_by="key")
-    emitted = 0
-    for batch in batches:
-        emitted += len(processor.on_events(batch).windows)
-    return processor, emitted
+    return run
 
 
 def join(batches: list[list[Event]]) -> tuple[Processor, int]:
@@ -152,8 +150,8 @@ def shapes(batches: list[list[Event]], rounds: int) -> None:
     print(f"{n:,} events, {KEYS} keys, 5 % out of order (tolerance {DELAY:g} s), best of {rounds}:")
     print(f"  {'shape':34} {'events/s':>12} {'results':>9} {'state B/key':>12} {'snapshot B/key':>15}")
     for name, run in (
-        (f"tumbling {SIZE:g} s count", tumbling),
-        (f"session gap {GAP:g} s count", sessions),
+        (f"tumbling {SIZE:g} s count", counting(Tumbling(SIZE))),
+        (f"session gap {GAP:g} s count", counting(Session(GAP))),
         (f"interval join [0, {UPPER:g} s], inner", join),
     ):
         best = math.inf

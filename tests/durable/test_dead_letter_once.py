@@ -35,6 +35,24 @@ def store(request, tmp_path):
             yield EmbeddedDeadLetterStore(s)
 
 
+async def test_a_window_rebuilt_and_failed_again_is_one_letter(store):
+    def failed(held_from: int) -> DeadLetter:  # a replay may hold from elsewhere: the unit decides
+        return DeadLetter(
+            "window_failed", stream="rooms/r1", queue=0, sequence_number=held_from, unit="Counts None [10.0, 20.0)"
+        )
+
+    other = DeadLetter("window_failed", stream="rooms/r1", queue=0, sequence_number=0, unit="Counts None [20.0, 30.0)")
+    event = DeadLetter("late_arrival", stream="rooms/r1", queue=0, sequence_number=0, event_index=0)
+    await store.add([failed(0), other, event])
+    await store.add([failed(3), failed(0)])  # restarts and replays write it again
+    kept = await store.list()
+    assert [(x.reason, x.unit) for x in kept] == [
+        ("window_failed", "Counts None [10.0, 20.0)"),
+        ("window_failed", "Counts None [20.0, 30.0)"),
+        ("late_arrival", None),
+    ]
+
+
 async def test_a_store_keeps_one_letter_per_queue_position_and_reason(store):
     await store.add(_letters())
     await store.add(_letters()[1:])  # a replay writes them again

@@ -8,9 +8,6 @@ import anyio
 import pytest
 
 from streams import StreamId, StreamProvider
-from streams.core.deadletters import DeadLetter, MemoryDeadLetterStore
-from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
-from streams.core.store import EmbeddedStore
 from streams.eventtime import Count, EventTime, Hopping, Tumbling
 
 from ..core.conftest import drained
@@ -104,30 +101,3 @@ async def test_hopping_windows_failing_on_one_event_are_a_letter_each():
         await drained(provider)
         letters = await provider.dead_letters.list()
     assert sorted((x.value["start"] - T0, x.value["value"]) for x in letters) == [(0.0, 1), (5.0, 1)]
-
-
-@pytest.fixture(params=["memory", "embedded"])
-def store(request, tmp_path):
-    if request.param == "memory":
-        yield MemoryDeadLetterStore()
-    else:
-        with EmbeddedStore(tmp_path / "store") as s:
-            yield EmbeddedDeadLetterStore(s)
-
-
-async def test_a_window_rebuilt_and_failed_again_is_one_letter(store):
-    def failed(held_from: int) -> DeadLetter:  # a replay may hold from elsewhere: the unit decides
-        return DeadLetter(
-            "window_failed", stream="rooms/r1", queue=0, sequence_number=held_from, unit="Counts None [10.0, 20.0)"
-        )
-
-    other = DeadLetter("window_failed", stream="rooms/r1", queue=0, sequence_number=0, unit="Counts None [20.0, 30.0)")
-    event = DeadLetter("late_arrival", stream="rooms/r1", queue=0, sequence_number=0, event_index=0)
-    await store.add([failed(0), other, event])
-    await store.add([failed(3), failed(0)])  # restarts and replays write it again
-    kept = await store.list()
-    assert [(x.reason, x.unit) for x in kept] == [
-        ("window_failed", "Counts None [10.0, 20.0)"),
-        ("window_failed", "Counts None [20.0, 30.0)"),
-        ("late_arrival", None),
-    ]

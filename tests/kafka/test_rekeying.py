@@ -68,8 +68,9 @@ async def topic_records(bootstrap: str, topic: str) -> list:
         await consumer.stop()
 
 
-def windowed(bootstrap: str, topic: str, activations: Counter, counts: Counter) -> StreamProvider:
-    provider = StreamProvider.kafka(
+def rekeying(bootstrap: str, topic: str) -> StreamProvider:
+    """A provider reading the JSON records of ``topic``, keyed by their ``device`` field."""
+    return StreamProvider.kafka(
         bootstrap,
         topic,
         QUEUES,
@@ -78,6 +79,10 @@ def windowed(bootstrap: str, topic: str, activations: Counter, counts: Counter) 
         key_field="device",
         kafka={"idempotent": False, "group_membership": False},
     )
+
+
+def windowed(bootstrap: str, topic: str, activations: Counter, counts: Counter) -> StreamProvider:
+    provider = rekeying(bootstrap, topic)
 
     @provider.implicit("sensors")
     class PerDevice:
@@ -136,15 +141,7 @@ async def test_a_key_already_the_stream_id_skips_the_hop_and_a_copy_in_the_hop_i
     got: dict[str, list[int]] = defaultdict(list)
 
     def collecting() -> StreamProvider:
-        provider = StreamProvider.kafka(
-            kafka_broker,
-            kafka_topic,
-            QUEUES,
-            records="json",
-            namespace="sensors",
-            key_field="device",
-            kafka={"idempotent": False, "group_membership": False},
-        )
+        provider = rekeying(kafka_broker, kafka_topic)
 
         @provider.implicit("sensors")
         class Collect:
