@@ -20,25 +20,24 @@ from typing import Any, Protocol, TypeVarTuple
 
 import anyio
 
+from agents.activation import Activation, TimedActivation
+from agents.context import AgentContext
+from agents.cursors import Cursors
+from agents.delivery import StreamConsumer
+from agents.fate_counts import FateCounts
+from agents.handoff import HandoffTarget
+from agents.hook_calls import HookLimits
+from agents.input_view import InputView
+from agents.keyed import KeyedActivations
+from agents.pending import PendingActivation
+from agents.state import ActivationStates, StateKey
+from agents.timed import EventTimeObserver, declared_event_time
 from streams.core.deadletters import QueueDeadLetters
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import enter_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionState
 from streams.core.tokens import SequenceToken
-
-from .activation import Activation, TimedActivation
-from .context import AgentContext
-from .cursors import Cursors
-from .delivery import StreamConsumer
-from .fate_counts import FateCounts
-from .handoff import HandoffTarget
-from .hook_calls import HookLimits
-from .input_view import InputView
-from .keyed import KeyedActivations
-from .pending import PendingActivation
-from .state import ActivationStates, StateKey
-from .timed import EventTimeObserver, declared_event_time
 
 log = logging.getLogger("headrace.agent")
 

@@ -15,11 +15,10 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import overload
 
+from agents.activation import TimedActivation
+from agents.keyed_heap import KeyedMinHeap
+from agents.state import ActivationStates
 from streams.core.tokens import SequenceToken
-
-from .activation import TimedActivation
-from .keyed_heap import KeyedMinHeap
-from .state import ActivationStates
 
 
 class Holds:

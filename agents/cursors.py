@@ -16,15 +16,14 @@ import logging
 import time
 from collections.abc import Iterable
 
+from agents.delivery import StreamConsumer
+from agents.rewind import RewindCursor
 from cache.protocols import QueueCache, QueueCacheCursor
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
 from streams.core.errors import CacheMissError
 from streams.core.ids import QueueId, StreamId
 from streams.core.options import StreamProviderOptions
 from streams.core.tokens import SequenceToken
-
-from .delivery import StreamConsumer
-from .rewind import RewindCursor
 
 log = logging.getLogger("headrace.agent")
 

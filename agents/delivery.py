@@ -33,6 +33,11 @@ from typing import Any
 
 import anyio
 
+from agents.activation import Activation
+from agents.context import AgentContext
+from agents.inline import inline_on_next
+from agents.letters import failed_letters, undecodable_letter
+from agents.redelivery import redeliver
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch
 from streams.core.errors import DecodeError, DeliveryTimeoutError, user_error
@@ -40,12 +45,6 @@ from streams.core.failures import DeliveryFailure
 from streams.core.ids import StreamId
 from streams.core.logcontext import enter_fields, leave_fields
 from streams.core.tokens import SequenceToken
-
-from .activation import Activation
-from .context import AgentContext
-from .inline import inline_on_next
-from .letters import failed_letters, undecodable_letter
-from .redelivery import redeliver
 
 log = logging.getLogger("headrace.agent")
 

@@ -38,14 +38,13 @@ from dataclasses import dataclass, replace
 
 import anyio
 
+from agents.letters import failed_letters, failure_detail
+from agents.redelivery import call_again
 from streams.core.batch import Event
 from streams.core.deadletters import DeadLetter, DeadLetterStore
 from streams.core.errors import DeliveryTimeoutError
 from streams.core.tokens import SequenceToken
 from streams.eventtime.results import EventOutcome, WindowResult
-
-from .letters import failed_letters, failure_detail
-from .redelivery import call_again
 
 log = logging.getLogger("headrace.agent")
 

@@ -15,10 +15,9 @@ from collections.abc import Awaitable, Callable
 from types import CodeType
 from typing import Any
 
+from agents.activation import Activation
 from streams.core.batch import EventBatch
 from streams.core.observer import is_coroutine_function
-
-from .activation import Activation
 
 
 def inline_on_next(observer: Activation) -> Callable[[EventBatch], Awaitable[object] | None] | None:

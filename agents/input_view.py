@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Protocol
 
+from agents.order import QueueOrder
 from streams.core.batch import EventBatch
-
-from .order import QueueOrder
 
 
 class InputsActivation(Protocol):

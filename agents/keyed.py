@@ -17,13 +17,12 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
+from agents.activation import Activation
+from agents.order import QueueOrder, ordered
+from agents.timed import EventTimeObserver
 from streams.core.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
 from streams.core.ids import StreamId
 from streams.core.observer import as_observer
-
-from .activation import Activation
-from .order import QueueOrder, ordered
-from .timed import EventTimeObserver
 
 # make(cls, stream_id) -> (the event-time activation, or None; the user's instance)
 MakeActivation = Callable[[type, StreamId], tuple[EventTimeObserver | None, object]]

@@ -20,15 +20,14 @@ from collections.abc import Callable, Sequence
 import anyio
 from anyio.abc import TaskGroup
 
+from agents.context import AgentContext
+from agents.gc_policy import POLICY as GC_POLICY
+from agents.pulling_agent import PullingAgent
 from balancer.protocols import QueueBalancer, QueueDistributionChange
 from cache.protocols import QueueCache
 from streams.adapters.protocols import QueueAdapter
 from streams.core.errors import QueueFailedError
 from streams.core.ids import QueueId
-
-from .context import AgentContext
-from .gc_policy import POLICY as GC_POLICY
-from .pulling_agent import PullingAgent
 
 log = logging.getLogger("headrace.agent")
 

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from agents.activation import Activation
 from streams.core.batch import EventBatch
 from streams.core.errors import ActivationError
-
-from .activation import Activation
 
 __all__ = ["ActivationError", "PendingActivation"]
 

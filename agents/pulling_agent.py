@@ -24,6 +24,16 @@ from typing import Any, TypeVarTuple
 import anyio
 from anyio.abc import TaskGroup
 
+from agents.activation import TimedActivation
+from agents.catalog import Catalog, StreamState, event_time_activations, timed_of
+from agents.checkpoint import Holds, Tokens, acknowledgeable
+from agents.context import AgentContext
+from agents.cursors import Cursors
+from agents.delivery import StreamConsumer
+from agents.latency import LatencyHistogram
+from agents.letters import undecodable_letter
+from agents.receiver_calls import ReceiverCalls
+from agents.timed import EventTimeObserver
 from cache.protocols import QueueCache
 from streams.adapters.embedded_state import StatefulReceiver
 from streams.adapters.protocols import QueueAdapterReceiver
@@ -36,17 +46,6 @@ from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionRecord
 from streams.registry import InProcessSubscription
-
-from .activation import TimedActivation
-from .catalog import Catalog, StreamState, event_time_activations, timed_of
-from .checkpoint import Holds, Tokens, acknowledgeable
-from .context import AgentContext
-from .cursors import Cursors
-from .delivery import StreamConsumer
-from .latency import LatencyHistogram
-from .letters import undecodable_letter
-from .receiver_calls import ReceiverCalls
-from .timed import EventTimeObserver
 
 log = logging.getLogger("headrace.agent")
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from agents.activation import TimedActivation
 from streams.eventtime.snapshot import SnapshotError
-
-from .activation import TimedActivation
 
 log = logging.getLogger(__name__)
 

@@ -27,6 +27,13 @@ import math
 from collections.abc import Callable
 from functools import partial
 
+from agents.activation import TimedActivation
+from agents.handoff import HandoffTarget, HandoffWrites
+from agents.holdback import HoldBack
+from agents.hook_calls import HookCalls, HookLimits
+from agents.input_view import InputView
+from agents.order import QueueOrder
+from agents.turns import Turns
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import StreamId
@@ -39,14 +46,6 @@ from streams.eventtime.release import TimestampOrder, position_of, replay_positi
 from streams.eventtime.results import EventOutcome, JoinResult, Output
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
-
-from .activation import TimedActivation
-from .handoff import HandoffTarget, HandoffWrites
-from .holdback import HoldBack
-from .hook_calls import HookCalls, HookLimits
-from .input_view import InputView
-from .order import QueueOrder
-from .turns import Turns
 
 __all__ = ["EventTimeObserver", "declared_event_time"]
 

@@ -10,17 +10,15 @@
 - leases (:class:`LeaseProvider`): :class:`MemoryLeaseProvider`, :class:`SqliteLeaseProvider`.
 """
 
-from streams.adapters.mapper import HashRingQueueMapper
-
-from .base import BalancerOptions, QueueBalancerBase
-from .best_fit import best_fit_distribution, ideal_distribution, sticky_distribution
-from .clock import Clock, ManualClock, SystemClock
-from .dynamic import BestFitBalancer, mature_workers
-from .lease_based import LeaseBasedQueueBalancer, target_queue_count
-from .leases import MemoryLeaseProvider, TableLeaseProvider
-from .membership import MemoryMembership, TableMembership
-from .ownership import QueueOwnership
-from .protocols import (
+from balancer.base import BalancerOptions, QueueBalancerBase
+from balancer.best_fit import best_fit_distribution, ideal_distribution, sticky_distribution
+from balancer.clock import Clock, ManualClock, SystemClock
+from balancer.dynamic import BestFitBalancer, mature_workers
+from balancer.lease_based import LeaseBasedQueueBalancer, target_queue_count
+from balancer.leases import MemoryLeaseProvider, TableLeaseProvider
+from balancer.membership import MemoryMembership, TableMembership
+from balancer.ownership import QueueOwnership
+from balancer.protocols import (
     Lease,
     LeaseProvider,
     MemberRecord,
@@ -30,8 +28,9 @@ from .protocols import (
     QueueDistributionChange,
     QueueDistributionListener,
 )
-from .sqlite_store import SqliteLeaseProvider, SqliteMembership
-from .static import StaticBalancer
+from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
+from balancer.static import StaticBalancer
+from streams.adapters.mapper import HashRingQueueMapper
 
 __all__ = [
     "BalancerOptions",
@@ -72,11 +71,11 @@ def __getattr__(name: str) -> object:
     # The Kafka assignor pulls in aiokafka: load it only when asked for, so that importing the
     # queue mapper (every producer, every Spark planner process) stays light.
     if name == "BestFitPartitionAssignor":
-        from .kafka_assignor import BestFitPartitionAssignor
+        from balancer.kafka_assignor import BestFitPartitionAssignor
 
         return BestFitPartitionAssignor
     if name == "KafkaGroupBalancer":
-        from .kafka_group import KafkaGroupBalancer
+        from balancer.kafka_group import KafkaGroupBalancer
 
         return KafkaGroupBalancer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,13 +11,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from streams.core.errors import ConfigurationError, WorkerNameInUseError
-from streams.core.ids import QueueId
-
-from .clock import Clock, SystemClock
-from .leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD, MemoryLeaseProvider
-from .ownership import QueueOwnership
-from .protocols import (
+from balancer.clock import Clock, SystemClock
+from balancer.leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD, MemoryLeaseProvider
+from balancer.ownership import QueueOwnership
+from balancer.protocols import (
     Lease,
     LeaseProvider,
     MembershipOracle,
@@ -25,6 +22,8 @@ from .protocols import (
     QueueDistributionChange,
     QueueDistributionListener,
 )
+from streams.core.errors import ConfigurationError, WorkerNameInUseError
+from streams.core.ids import QueueId
 
 log = logging.getLogger("headrace.balancer")
 

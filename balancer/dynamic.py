@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from balancer.base import BalancerOptions, QueueBalancerBase
+from balancer.best_fit import best_fit_distribution
+from balancer.clock import Clock
+from balancer.ownership import QueueOwnership
+from balancer.protocols import LeaseProvider, MemberRecord, MembershipOracle
 from streams.core.errors import ConfigurationError
-
-from .base import BalancerOptions, QueueBalancerBase
-from .best_fit import best_fit_distribution
-from .clock import Clock
-from .ownership import QueueOwnership
-from .protocols import LeaseProvider, MemberRecord, MembershipOracle
 
 DEFAULT_MATURITY_PERIOD = 120.0
 

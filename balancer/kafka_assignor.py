@@ -42,9 +42,8 @@ from aiokafka.coordinator.protocol import (
 )
 from aiokafka.structs import TopicPartition
 
+from balancer.best_fit import sticky_distribution
 from streams.core.errors import ConfigurationError
-
-from .best_fit import sticky_distribution
 
 log = logging.getLogger("headrace.balancer")
 

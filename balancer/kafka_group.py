@@ -50,14 +50,13 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
+from balancer.base import BalancerOptions
+from balancer.kafka_assignor import BestFitPartitionAssignor
+from balancer.protocols import Lease, QueueDistributionChange, QueueDistributionListener
 from streams.core.errors import ConfigurationError, QueueAdapterError
 from streams.core.ids import QueueId
 from streams.kafka.outage import is_transient
 from streams.kafka.settings import KafkaSettings
-
-from .base import BalancerOptions
-from .kafka_assignor import BestFitPartitionAssignor
-from .protocols import Lease, QueueDistributionChange, QueueDistributionListener
 
 log = logging.getLogger("headrace.balancer")
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from balancer.base import BalancerOptions, QueueBalancerBase
+from balancer.clock import Clock
+from balancer.ownership import QueueOwnership
+from balancer.protocols import LeaseProvider, MembershipOracle
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, stable_hash
-
-from .base import BalancerOptions, QueueBalancerBase
-from .clock import Clock
-from .ownership import QueueOwnership
-from .protocols import LeaseProvider, MembershipOracle
 
 
 def target_queue_count(queue_count: int, ranked: Sequence[str], worker: str) -> int:

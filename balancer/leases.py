@@ -12,10 +12,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from balancer.clock import Clock, SystemClock
+from balancer.protocols import Lease
 from streams.core.ids import QueueId
-
-from .clock import Clock, SystemClock
-from .protocols import Lease
 
 DEFAULT_LEASE_LENGTH = 60.0
 # Half the length, less a second: a renewal that fails can be tried once more in time

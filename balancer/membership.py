@@ -13,11 +13,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
+from balancer.clock import Clock, SystemClock
+from balancer.instances import instance_is_dead, new_instance_id
+from balancer.protocols import MemberRecord, MembershipSnapshot
 from streams.core.errors import ConfigurationError, WorkerNameInUseError
-
-from .clock import Clock, SystemClock
-from .instances import instance_is_dead, new_instance_id
-from .protocols import MemberRecord, MembershipSnapshot
 
 DEFAULT_SUSPICION_TIMEOUT = 30.0
 

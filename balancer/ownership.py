@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 
+from balancer.clock import Clock
+from balancer.leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD
+from balancer.protocols import Lease, LeaseProvider
 from streams.core.ids import QueueId
-
-from .clock import Clock
-from .leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD
-from .protocols import Lease, LeaseProvider
 
 
 class QueueOwnership:

@@ -17,13 +17,12 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from balancer.clock import Clock
+from balancer.leases import LeaseChange, TableLeaseProvider
+from balancer.membership import DEFAULT_SUSPICION_TIMEOUT, MemberChange, TableMembership
+from balancer.protocols import Lease, MemberRecord
 from streams.core.ids import QueueId
 from streams.core.store import EmbeddedStore
-
-from .clock import Clock
-from .leases import LeaseChange, TableLeaseProvider
-from .membership import DEFAULT_SUSPICION_TIMEOUT, MemberChange, TableMembership
-from .protocols import Lease, MemberRecord
 
 LEASE_SCHEMA = [
     [

@@ -99,21 +99,21 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the lazy names, for type checkers (streams.backends types its handoff sinks by them)
-    from .datasource import HeadraceDataSource, register
-    from .errors import (
+    from spark_sink.datasource import HeadraceDataSource, register
+    from spark_sink.errors import (
         HandoffDataLostError,
         HandoffSchemaError,
         HandoffStoreNotFoundError,
         UnknownHandoffStreamError,
     )
-    from .handoff import EmbeddedHandoffSink, EventHandoff, Handoff, check_handoff, handoff_of
-    from .kafka_log import KafkaHandoffLog
-    from .kafka_sink import KafkaHandoffSink
-    from .kafka_storage import KafkaStorage
-    from .log import HandoffLog, Segment
-    from .offsets import OffsetRange
-    from .options import ReadOptions
-    from .protocols import HandoffSink
-    from .schema import HandoffColumn, HandoffSchema
-    from .storage import EmbeddedStorage, HandoffSplit, HandoffStorage
-    from .writer import HandoffWriter
+    from spark_sink.handoff import EmbeddedHandoffSink, EventHandoff, Handoff, check_handoff, handoff_of
+    from spark_sink.kafka_log import KafkaHandoffLog
+    from spark_sink.kafka_sink import KafkaHandoffSink
+    from spark_sink.kafka_storage import KafkaStorage
+    from spark_sink.log import HandoffLog, Segment
+    from spark_sink.offsets import OffsetRange
+    from spark_sink.options import ReadOptions
+    from spark_sink.protocols import HandoffSink
+    from spark_sink.schema import HandoffColumn, HandoffSchema
+    from spark_sink.storage import EmbeddedStorage, HandoffSplit, HandoffStorage
+    from spark_sink.writer import HandoffWriter

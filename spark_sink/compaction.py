@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .log import HandoffLog, Segment
-from .segments import decode_rows
+from spark_sink.log import HandoffLog, Segment
+from spark_sink.segments import decode_rows
 
 # Compact once this many bytes of inline rows have gathered in a partition: the files it
 # makes then hold about this much.

@@ -25,13 +25,12 @@ from dataclasses import dataclass
 import anyio
 import pyarrow as pa
 
+from spark_sink.compaction import COMPACT_BYTES, compact
+from spark_sink.log import Segment
+from spark_sink.retention import expire
+from spark_sink.writer import HandoffWriter
 from streams.adapters.retention import RetentionPolicy
 from streams.core.store import EmbeddedStore
-
-from .compaction import COMPACT_BYTES, compact
-from .log import Segment
-from .retention import expire
-from .writer import HandoffWriter
 
 log = logging.getLogger("headrace.handoff")
 

@@ -29,19 +29,18 @@ from typing import Any, TypeVar
 import msgpack
 import pyarrow as pa
 
+from spark_sink.errors import HandoffSchemaError
+from spark_sink.group_commit import GroupAppender
+from spark_sink.log import HandoffLog, check_stream_name
+from spark_sink.mark_retention import MARKS_SCHEMA, MarkRetention
+from spark_sink.schema import HandoffSchema
+from spark_sink.writer import HandoffWriter
 from streams.adapters.retention import RetentionPolicy
 from streams.core.errors import ConfigurationError, HandoffRefusedError, a_type
 from streams.core.store import EmbeddedStore
 from streams.eventtime.release import Position, replay_position_of
 from streams.eventtime.results import EventOutcome, WindowResult
 from streams.eventtime.spec import EventTime
-
-from .errors import HandoffSchemaError
-from .group_commit import GroupAppender
-from .log import HandoffLog, check_stream_name
-from .mark_retention import MARKS_SCHEMA, MarkRetention
-from .schema import HandoffSchema
-from .writer import HandoffWriter
 
 T = TypeVar("T")
 

@@ -30,14 +30,20 @@ import pyarrow as pa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
+from spark_sink.errors import HandoffDataLostError, HandoffSchemaError, UnknownHandoffStreamError
+from spark_sink.kafka_records import (
+    Declaration,
+    HandoffRecord,
+    HandoffTopics,
+    PartitionMarks,
+    encode_rows,
+    record_headers,
+)
+from spark_sink.schema import HandoffSchema
 from streams.core.errors import ConfigurationError
 from streams.kafka.admin import ensure_topic
 from streams.kafka.clients import offset_bounds, start_client
 from streams.kafka.settings import ClientOptions, cluster_name
-
-from .errors import HandoffDataLostError, HandoffSchemaError, UnknownHandoffStreamError
-from .kafka_records import Declaration, HandoffRecord, HandoffTopics, PartitionMarks, encode_rows, record_headers
-from .schema import HandoffSchema
 
 _FETCH_RECORDS = 500  # records per fetch while reading a range
 

@@ -14,8 +14,8 @@ import msgpack
 import pyarrow as pa
 from aiokafka import ConsumerRecord
 
-from .log import check_stream_name
-from .schema import HandoffSchema
+from spark_sink.log import check_stream_name
+from spark_sink.schema import HandoffSchema
 
 _EXPECT, _SOURCE, _CONSUMER, _MARKS, _ROWS, _EVENTS = (
     "headrace-expect",

@@ -19,16 +19,15 @@ from typing import TypeVar
 import anyio
 import pyarrow as pa
 
+from spark_sink.handoff import EventHandoff, EventMark, Handoff, conform, fresh_events, fresh_windows
+from spark_sink.kafka_log import KafkaHandoffLog
+from spark_sink.kafka_records import PartitionMarks
 from streams.core.outage import OutageLog
 from streams.core.retry import retry
 from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
 from streams.kafka.outage import is_transient
 from streams.kafka.settings import KafkaSettings
-
-from .handoff import EventHandoff, EventMark, Handoff, conform, fresh_events, fresh_windows
-from .kafka_log import KafkaHandoffLog
-from .kafka_records import PartitionMarks
 
 log = logging.getLogger("headrace.handoff")
 T = TypeVar("T")

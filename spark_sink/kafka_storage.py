@@ -18,15 +18,14 @@ from typing import TypeVar
 import pyarrow as pa
 from aiokafka import TopicPartition
 
+from spark_sink.kafka_log import KafkaHandoffLog, fetch_range, open_reader
+from spark_sink.kafka_records import HandoffRecord, HandoffTopics
+from spark_sink.offsets import OffsetRange, Offsets, admit_records
+from spark_sink.schema import HandoffSchema
+from spark_sink.segments import rebatch
+from spark_sink.storage import BATCH_ROWS, HandoffSplit
 from streams.kafka.clients import start_client
 from streams.kafka.settings import ClientOptions
-
-from .kafka_log import KafkaHandoffLog, fetch_range, open_reader
-from .kafka_records import HandoffRecord, HandoffTopics
-from .offsets import OffsetRange, Offsets, admit_records
-from .schema import HandoffSchema
-from .segments import rebatch
-from .storage import BATCH_ROWS, HandoffSplit
 
 T = TypeVar("T")
 _SIZE_CHUNK = 500  # records read at a time while sizing a limited batch

@@ -32,17 +32,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from streams.core.errors import ConfigurationError
-from streams.core.store import EmbeddedStore, Migration
-
-from .errors import (
+from spark_sink.errors import (
     HandoffDataLostError,
     HandoffSchemaError,
     HandoffStoreNotFoundError,
     UnknownHandoffStreamError,
 )
-from .schema import HandoffSchema
-from .segments import encode_rows, first_offset_of, fsync_dir, segment_name, write_segment
+from spark_sink.schema import HandoffSchema
+from spark_sink.segments import encode_rows, first_offset_of, fsync_dir, segment_name, write_segment
+from streams.core.errors import ConfigurationError
+from streams.core.store import EmbeddedStore, Migration
 
 HANDOFF_DIR = "handoff"
 # Appends up to this size (as an Arrow record batch) stay inline in the index; larger ones

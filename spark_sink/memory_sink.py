@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from spark_sink.handoff import EventHandoff, EventMark, Handoff, conform, fresh_events, fresh_windows
 from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
-
-from .handoff import EventHandoff, EventMark, Handoff, conform, fresh_events, fresh_windows
 
 
 class MemoryHandoffSink:

@@ -6,10 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_sink.log import check_stream_name
+from spark_sink.storage import EmbeddedStorage, HandoffStorage
 from streams.core.errors import ConfigurationError, did_you_mean
-
-from .log import check_stream_name
-from .storage import EmbeddedStorage, HandoffStorage
 
 _KAFKA = "kafka.bootstrap.servers"
 _KNOWN_OPTIONS = {
@@ -124,7 +123,7 @@ class ReadOptions:
 
     def open_storage(self) -> HandoffStorage:
         if self.kafka is not None:
-            from .kafka_storage import KafkaStorage  # loads aiokafka: only when a Kafka log is read
+            from spark_sink.kafka_storage import KafkaStorage  # loads aiokafka: only when a Kafka log is read
 
             return KafkaStorage(self.kafka, self.topic_prefix)
         assert self.path is not None

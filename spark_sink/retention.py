@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import logging
 
+from spark_sink.log import HandoffLog
 from streams.adapters.retention import RetentionPolicy
-
-from .log import HandoffLog
 
 log = logging.getLogger("headrace.handoff")
 

@@ -15,11 +15,11 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from .errors import HandoffDataLostError
-from .log import HandoffLog
-from .offsets import OffsetRange, Offsets, admit
-from .schema import HandoffSchema
-from .segments import decode_rows, read_segment, rebatch
+from spark_sink.errors import HandoffDataLostError
+from spark_sink.log import HandoffLog
+from spark_sink.offsets import OffsetRange, Offsets, admit
+from spark_sink.schema import HandoffSchema
+from spark_sink.segments import decode_rows, read_segment, rebatch
 
 # Rows per record batch handed to Spark: large enough that per-batch costs vanish, small
 # enough that a batch stays a few MB.

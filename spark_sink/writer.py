@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import sqlite3
 
+from spark_sink.log import HandoffLog, Segment, check_stream_name
+from spark_sink.schema import HandoffData, HandoffSchema
 from streams.core.ids import QueueId
-
-from .log import HandoffLog, Segment, check_stream_name
-from .schema import HandoffData, HandoffSchema
 
 
 class HandoffWriter:

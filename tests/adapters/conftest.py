@@ -22,9 +22,8 @@ from streams.adapters.protocols import QueueAdapter
 from streams.adapters.retention import RetentionPolicy
 from streams.core.ids import QueueId, StreamId
 from streams.core.store import EmbeddedStore
+from tests.adapters.harness import AdapterHarness, HarnessSpec, ProducerSpec, shutdown_all
 from tests.kafka_broker import produce_raw
-
-from .harness import AdapterHarness, HarnessSpec, ProducerSpec, shutdown_all
 
 QUEUES = 4
 

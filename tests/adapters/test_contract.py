@@ -21,8 +21,7 @@ from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.tokens import SequenceToken
-
-from .harness import AdapterHarness, drain, shutdown_all
+from tests.adapters.harness import AdapterHarness, drain, shutdown_all
 
 REPO = Path(__file__).resolve().parents[2]
 Q0 = QueueId(0)

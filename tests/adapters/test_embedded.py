@@ -21,8 +21,7 @@ from streams.core.errors import ConfigurationError, DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
 from streams.core.tokens import SequenceToken
-
-from .harness import drain
+from tests.adapters.harness import drain
 
 Q0 = QueueId(0)
 

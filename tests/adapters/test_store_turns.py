@@ -14,8 +14,7 @@ import pytest
 
 from streams.core.store import EmbeddedStore
 from streams.core.store_turns import WriteTurns
-
-from ..helpers import start_worker
+from tests.helpers import start_worker
 
 HOT_WRITER = Path(__file__).with_name("hot_writer.py")
 

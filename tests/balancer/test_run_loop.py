@@ -16,8 +16,7 @@ from balancer import (
     SqliteLeaseProvider,
 )
 from streams.core.store import EmbeddedStore
-
-from .cluster import Worker, numbers, queues
+from tests.balancer.cluster import Worker, numbers, queues
 
 OPTIONS = BalancerOptions(lease_length=60.0, renew_period=29.0, refresh_period=5.0)
 

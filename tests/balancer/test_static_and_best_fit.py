@@ -15,8 +15,7 @@ from balancer import (
 )
 from balancer.membership import MemoryMemberTable
 from streams.core.errors import ConfigurationError, WorkerNameInUseError
-
-from .cluster import Cluster, Worker, numbers, queues
+from tests.balancer.cluster import Cluster, Worker, numbers, queues
 
 OPTIONS = BalancerOptions(lease_length=60.0, renew_period=29.0, refresh_period=5.0)
 NAMES = [f"w{i}" for i in range(6)]

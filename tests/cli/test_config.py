@@ -14,8 +14,7 @@ from streams.config import load_config
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
 from streams.eventtime import Hopping, Tumbling
-
-from .helpers import ROOT, clean_env, headrace, json_of, one_error_line
+from tests.cli.helpers import ROOT, clean_env, headrace, json_of, one_error_line
 
 DOCS = ROOT / "docs" / "configuration.md"
 

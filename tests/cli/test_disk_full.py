@@ -17,8 +17,7 @@ import pytest
 
 from streams import StreamId, StreamProvider
 from streams.core.errors import StoreError
-
-from .helpers import clean_env, start_worker
+from tests.cli.helpers import clean_env, start_worker
 
 CONFIG = """
 [provider]

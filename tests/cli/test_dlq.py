@@ -11,8 +11,7 @@ import pytest
 from streams.core.deadletters import DeadLetter
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
 from streams.core.store import EmbeddedStore
-
-from .helpers import headrace, one_error_line, published
+from tests.cli.helpers import headrace, one_error_line, published
 
 LETTERS = [
     DeadLetter(

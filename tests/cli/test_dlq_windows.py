@@ -8,7 +8,7 @@ import json
 import signal
 import time
 
-from .helpers import clean_env, headrace, one_error_line, start_worker
+from tests.cli.helpers import clean_env, headrace, one_error_line, start_worker
 
 CONFIG = """
 [provider]

@@ -14,8 +14,7 @@ import pytest
 from streams import StreamProvider
 from streams.adapters.embedded_queues import stored_queue_count
 from streams.cli import SUBCOMMANDS
-
-from .helpers import headrace, json_of, one_error_line, published, start_worker
+from tests.cli.helpers import headrace, json_of, one_error_line, published, start_worker
 
 APP = """
 from streams import StreamProvider

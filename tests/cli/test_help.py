@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import headrace, one_error_line
+from tests.cli.helpers import headrace, one_error_line
 
 
 @pytest.mark.parametrize("command", [["produce"], ["status"], ["dlq"], ["dlq", "replay"]])

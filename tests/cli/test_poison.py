@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from .helpers import clean_env, headrace, start_worker
+from tests.cli.helpers import clean_env, headrace, start_worker
 
 CONFIG = """
 [provider]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streams.cli.produce import BadLine, parse_records
-
-from .helpers import headrace, one_error_line, published
+from tests.cli.helpers import headrace, one_error_line, published
 
 
 def test_json_lines_from_a_file_in_batches_with_event_times(tmp_path):

@@ -9,7 +9,7 @@ import signal
 import sqlite3
 import time
 
-from .helpers import headrace, json_of, start_worker
+from tests.cli.helpers import headrace, json_of, start_worker
 
 # Leases of 60 s and a suspicion timeout of 30 s: without the takeover, the restart below
 # would be refused for 30 s and then read no queue until the old leases expired.

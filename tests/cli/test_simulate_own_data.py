@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .helpers import headrace, one_error_line
+from tests.cli.helpers import headrace, one_error_line
 
 READINGS = (
     '{"ts": 0, "sensor": "a", "temp": 20.5}\n'

@@ -8,7 +8,7 @@ import signal
 import time
 from typing import Any
 
-from .helpers import clean_env, headrace, json_of, one_error_line, poll_status, start_worker
+from tests.cli.helpers import clean_env, headrace, json_of, one_error_line, poll_status, start_worker
 
 CONFIG = """
 [provider]

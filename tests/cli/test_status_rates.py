@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from .helpers import headrace, json_of, poll_status, start_worker
+from tests.cli.helpers import headrace, json_of, poll_status, start_worker
 
 CONFIG = """
 [provider]

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.helpers import clean_env, headrace, one_error_line
 from tests.observability.helpers import free_port, scrape, total
-
-from .helpers import clean_env, headrace, one_error_line
 
 APP = "tests.observability.worker_app:make_provider"
 

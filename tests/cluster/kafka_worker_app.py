@@ -14,8 +14,7 @@ from balancer import BalancerOptions
 from streams import StreamProvider
 from streams.adapters.kafka import KafkaAdapterFactory
 from streams.backends.kafka import KafkaBackend
-
-from .worker_app import QUEUES, RecordingAdapter, recording
+from tests.cluster.worker_app import QUEUES, RecordingAdapter, recording
 
 
 class RecordingKafkaFactory(KafkaAdapterFactory):

@@ -12,8 +12,7 @@ from balancer import BalancerOptions, Lease, SqliteLeaseProvider
 from streams import QueueId, StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueReceiver
 from streams.core.batch import BatchContainer, BatchKind
-
-from ..core.conftest import Recorder, drained
+from tests.core.conftest import Recorder, drained
 
 Q0 = QueueId(0)
 

@@ -22,8 +22,7 @@ from streams import StreamId
 from streams.kafka.pubsub import KafkaPubSubStore
 from streams.kafka.settings import KafkaSettings
 from tests.cli.helpers import headrace
-
-from .kafka_cluster_app import QUEUES, provider_for
+from tests.cluster.kafka_cluster_app import QUEUES, provider_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import anyio
 
 from streams import StreamProvider
-
-from .test_workers import Cluster, Producer, assert_nothing_lost_and_no_overlap, spread_over
-from .worker_app import QUEUES
+from tests.cluster.test_workers import Cluster, Producer, assert_nothing_lost_and_no_overlap, spread_over
+from tests.cluster.worker_app import QUEUES
 
 SESSION = 3.0  # the group's session timeout, seconds: how soon a killed worker's queues move
 ACTIVE = 1.0  # a queue whose receiver was called this recently is being read

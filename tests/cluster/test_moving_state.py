@@ -9,8 +9,7 @@ import anyio
 from balancer import BalancerOptions
 from streams import StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 T0 = 1_700_000_000.0
 FAST = BalancerOptions(lease_length=2.0, renew_period=0.5, refresh_period=0.1)

@@ -18,8 +18,7 @@ from pathlib import Path
 import anyio
 
 from streams import StreamId, StreamProvider
-
-from .worker_app import NAMESPACE, QUEUES
+from tests.cluster.worker_app import NAMESPACE, QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 2.0  # seconds; the app renews every LEASE/4 and balances every LEASE/8

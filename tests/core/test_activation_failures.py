@@ -12,8 +12,7 @@ import pytest
 from streams import StreamId, StreamProvider
 from streams.core.errors import ConfigurationError
 from streams.eventtime import Count, EventTime, Tumbling
-
-from .conftest import drained
+from tests.core.conftest import drained
 
 T0 = 1_700_000_000.0
 FAST = {"max_event_delivery_time": 0.2, "delivery_retry_backoff": 0.01}

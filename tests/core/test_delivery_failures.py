@@ -11,8 +11,7 @@ import pytest
 
 from streams import StreamId, StreamProvider
 from streams.observability.logs import LogContextFilter
-
-from .conftest import drained
+from tests.core.conftest import drained
 
 FAST_RETRIES = {"max_event_delivery_time": 5.0, "delivery_retry_backoff": 0.01}
 

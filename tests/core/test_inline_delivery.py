@@ -10,8 +10,7 @@ import anyio
 
 from agents.inline import never_suspends
 from streams import StreamId, StreamProvider
-
-from .conftest import Recorder, drained
+from tests.core.conftest import Recorder, drained
 
 
 async def _counts(batch):

@@ -9,8 +9,7 @@ from balancer.keyed import KeyedQueueMapper
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.eventtime import EventTime, OrderingPolicy
-
-from .conftest import drained
+from tests.core.conftest import drained
 
 
 def test_mapper_puts_one_key_of_a_group_on_one_queue_and_keeps_the_first_namespace_in_place():

@@ -8,8 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streams import StreamId, StreamProvider
-
-from .conftest import Recorder
+from tests.core.conftest import Recorder
 
 operations = st.lists(
     st.tuples(

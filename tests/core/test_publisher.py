@@ -11,8 +11,7 @@ import pytest
 from streams import EncodeError, PublishError, StreamId, StreamProvider
 from streams.core.batch import BatchContainer, BatchKind
 from streams.publisher import ContainerWriter, Publisher
-
-from .conftest import Recorder, drained
+from tests.core.conftest import Recorder, drained
 
 
 async def test_sent_events_are_each_delivered_once_in_order_after_a_flush(tmp_path):

@@ -17,8 +17,7 @@ from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError
 from streams.core.ids import QueueId
 from streams.core.tokens import SequenceToken
-
-from .conftest import GatedRecorder, Recorder, drained
+from tests.core.conftest import GatedRecorder, Recorder, drained
 
 
 class Outage:

@@ -17,8 +17,7 @@ from streams import (
     StreamId,
     StreamProvider,
 )
-
-from .conftest import GatedRecorder, Recorder, drained
+from tests.core.conftest import GatedRecorder, Recorder, drained
 
 
 async def test_per_stream_order_with_many_streams_over_few_queues():

@@ -9,9 +9,8 @@ import pytest
 
 from streams import StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
-
-from ..core.conftest import drained
-from ..runtime_time.backlog import HOUR, backlog_rows, collect, containers, counting_type, reference
+from tests.core.conftest import drained
+from tests.runtime_time.backlog import HOUR, backlog_rows, collect, containers, counting_type, reference
 
 
 @pytest.mark.parametrize("action", ["adjust", "accept"])

@@ -10,8 +10,7 @@ from streams.core.deadletters import DeadLetter, MemoryDeadLetterStore
 from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
 from streams.core.store import EmbeddedStore
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 T0 = 1_700_000_000.0
 

@@ -13,8 +13,7 @@ from streams import CacheMissError, SequenceToken, StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
 from streams.adapters.retention import RetentionPolicy
 from streams.core.options import StreamProviderOptions
-
-from ..core.conftest import GatedRecorder, Recorder, drained
+from tests.core.conftest import GatedRecorder, Recorder, drained
 
 
 class _SlowAfterGate(GatedRecorder):

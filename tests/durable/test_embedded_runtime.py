@@ -12,9 +12,8 @@ import pytest
 
 from streams import QueueId, SequenceToken, StreamId, StreamProvider
 from streams.adapters.embedded import EmbeddedAdapterFactory
-
-from ..core.conftest import GatedRecorder, Recorder, drained
-from ..helpers import start_worker, wait_until_async
+from tests.core.conftest import GatedRecorder, Recorder, drained
+from tests.helpers import start_worker, wait_until_async
 
 WORKER = Path(__file__).with_name("worker_process.py")
 

@@ -24,9 +24,8 @@ from streams.core.store import EmbeddedStore
 from streams.core.tokens import SequenceToken
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
 from streams.eventtime.results import EventOutcome, WindowResult
-
-from ..core.conftest import drained
-from ..helpers import counting_provider, handoff_rows
+from tests.core.conftest import drained
+from tests.helpers import counting_provider, handoff_rows
 
 METER = StreamId("meters", "m1")
 

@@ -15,9 +15,8 @@ from typing import Any
 import anyio
 
 from streams import StreamId, StreamProvider
-
-from ..core.conftest import drained
-from ..helpers import (
+from tests.core.conftest import drained
+from tests.helpers import (
     counted_windows,
     counting_provider,
     handoff_count,

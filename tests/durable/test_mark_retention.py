@@ -14,10 +14,9 @@ from spark_sink import Handoff
 from spark_sink.mark_retention import MARKS_SCHEMA, MarkRetention
 from streams import StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy, Tumbling
-
-from ..core.conftest import drained
-from ..helpers import handoff_rows, persisted_checkpoint, wait_until_async
-from .test_saved_state import Distinct
+from tests.core.conftest import drained
+from tests.durable.test_saved_state import Distinct
+from tests.helpers import handoff_rows, persisted_checkpoint, wait_until_async
 
 
 def marks(path: Path) -> list[str]:

@@ -14,10 +14,9 @@ import anyio
 from streams import StreamId, StreamProvider
 from streams.core.codec import _STREAM_IDS
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-from ..core.conftest import drained
-from ..helpers import wait_until_async
-from .test_saved_state import saved_states
+from tests.core.conftest import drained
+from tests.durable.test_saved_state import saved_states
+from tests.helpers import wait_until_async
 
 
 def quiet_after(path: Path, period: float = 0.1, **options: object) -> StreamProvider:

@@ -15,10 +15,9 @@ from streams import StreamId, StreamProvider
 from streams.core.store import EmbeddedStore
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.status import read_status
-
-from .. import helpers
-from ..core.conftest import drained
-from ..helpers import counted_windows, handoff_count, persisted_checkpoint, wait_until_async
+from tests import helpers
+from tests.core.conftest import drained
+from tests.helpers import counted_windows, handoff_count, persisted_checkpoint, wait_until_async
 
 WORKER = Path(__file__).with_name("saved_state_worker.py")
 

@@ -21,8 +21,7 @@ from streams.eventtime import (
     Sum,
     Tumbling,
 )
-
-from .helpers import events
+from tests.eventtime.helpers import events
 
 VALUES = [(2.0, 4.0), (8.0, 1.0), (5.0, 6.0), (12.0, 3.0)]  # (event time, reading)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import DATA
+from tests.eventtime.helpers import DATA
 
 HEADRACE = Path(sys.executable).with_name("headrace")  # the installed console script
 

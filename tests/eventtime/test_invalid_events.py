@@ -13,8 +13,7 @@ import pytest
 from streams.core.errors import ConfigurationError
 from streams.eventtime import Count, OrderingPolicy, Processor, Sum, Tumbling
 from streams.eventtime.policy import timestamp_extractor
-
-from .helpers import events
+from tests.eventtime.helpers import events
 
 BAD_TIMES = [math.nan, math.inf, -math.inf, 1.7e15, 1.7e12, -1e12, "12:00", None]  # 1.7e15: epoch µs as seconds
 

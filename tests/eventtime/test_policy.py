@@ -8,8 +8,7 @@ import pytest
 
 from streams.core.errors import ConfigurationError, StreamCompletedError
 from streams.eventtime import OrderingPolicy, Processor, Tumbling
-
-from .helpers import SID, events, feed, outcomes
+from tests.eventtime.helpers import SID, events, feed, outcomes
 
 
 def fates(policy, rows, **kw):

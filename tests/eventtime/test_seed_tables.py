@@ -17,8 +17,7 @@ from streams.eventtime import (
     WatermarkGeneration,
 )
 from streams.eventtime.replay import ReplayOptions
-
-from .helpers import advances, clock, events, feed, outcomes, run_sample, sample, windows
+from tests.eventtime.helpers import advances, clock, events, feed, outcomes, run_sample, sample, windows
 
 # ---------------------------------------------------------------- 003: ASA ordering policies
 

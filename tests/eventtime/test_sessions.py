@@ -323,7 +323,7 @@ def test_the_last_emitted_session_is_remembered_while_a_bridge_could_reach_it():
 
 
 def test_simulate_prints_session_window_lines(tmp_path):
-    from .test_cli import lines, simulate, write  # noqa: PLC0415 - the CLI test's helpers
+    from tests.eventtime.test_cli import lines, simulate, write  # noqa: PLC0415 - the CLI test's helpers
 
     sample = "arrival_time,event_time,key\n0,0,a\n1,1,b\n3,3,a\n6,12,a\n9,9,b\n30,,\n"
     out = lines(simulate("--window", "session:5s", "--group-by-key", "--late-arrival", "10s", write(tmp_path, sample)))

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from streams.eventtime import Count, OrderingPolicy, Processor, Tumbling
 from streams.eventtime.replay import ReplayOptions, Row, replay, summarize
-
-from .helpers import advances, events, feed
+from tests.eventtime.helpers import advances, events, feed
 
 
 def test_a_quiet_keys_window_closes_when_another_keys_arrivals_pass_it():

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 
 from streams.eventtime import MergedWatermark, OrderingPolicy, Processor, Tumbling, Watermark, WatermarkGeneration
-
-from .helpers import advances, events, feed
+from tests.eventtime.helpers import advances, events, feed
 
 
 def test_watermark_generation_counts_events_and_never_goes_back():

@@ -6,8 +6,7 @@ import pytest
 
 from streams.core.tokens import SequenceToken
 from streams.eventtime import Collect, Hopping, OrderingPolicy, Processor, Tumbling
-
-from .helpers import events, feed, outcomes, windows
+from tests.eventtime.helpers import events, feed, outcomes, windows
 
 N = lambda e: e.value["n"]  # noqa: E731  the event's number, to see which events a window got
 

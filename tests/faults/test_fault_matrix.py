@@ -20,11 +20,10 @@ import pytest
 from spark_sink import Handoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy, Tumbling
-
-from ..core.conftest import drained
-from ..helpers import handoff_rows
-from . import matrix as m
-from .matrix import FAILURES, HOOKS
+from tests.core.conftest import drained
+from tests.faults import matrix as m
+from tests.faults.matrix import FAILURES, HOOKS
+from tests.helpers import handoff_rows
 
 # (hook, failure) -> the bad stream's dead letters by reason: the failed unit, once.
 BATCH_LETTERS = {"delivery_failed": m.BATCH}

@@ -16,9 +16,8 @@ from aiokafka import AIOKafkaProducer
 from streams import StreamId, StreamProvider
 from streams.core.records import JsonRecords
 from streams.kafka.admin import ensure_topic
-
-from . import matrix as m
-from .test_fault_matrix import EXPECTED, _seen
+from tests.faults import matrix as m
+from tests.faults.test_fault_matrix import EXPECTED, _seen
 
 KAFKA = {"idempotent": False, "group_membership": False}
 SEEN: dict[tuple[str, str], str] = {}

@@ -9,9 +9,8 @@ import json
 from streams import StreamId, StreamProvider
 from streams.cli.common import utc_text
 from streams.eventtime import EventTime, OrderingPolicy
-
-from ..cli.helpers import headrace
-from ..core.conftest import drained
+from tests.cli.helpers import headrace
+from tests.core.conftest import drained
 
 T0 = 1_600_000_000.0  # long before any arrival
 FAST = {"max_event_delivery_time": 0.1, "delivery_retry_backoff": 0.01}

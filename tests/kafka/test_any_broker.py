@@ -9,9 +9,8 @@ from collections import Counter
 
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-from ..core.conftest import drained
-from .test_foreign_records import make_topic
+from tests.core.conftest import drained
+from tests.kafka.test_foreign_records import make_topic
 
 T0 = 1_700_000_000.0
 

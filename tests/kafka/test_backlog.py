@@ -19,9 +19,8 @@ from aiokafka import AIOKafkaProducer
 from streams import StreamProvider
 from streams.eventtime.replay import Row
 from streams.kafka.admin import ensure_topic
-
-from ..core.conftest import drained
-from ..runtime_time.backlog import HOUR, NAMESPACE, Seen, backlog_rows, collect, counting_type, policy, reference
+from tests.core.conftest import drained
+from tests.runtime_time.backlog import HOUR, NAMESPACE, Seen, backlog_rows, collect, counting_type, policy, reference
 
 
 async def write(bootstrap: str, topic: str, rows) -> None:

@@ -14,10 +14,9 @@ from aiokafka.errors import UnsupportedCodecError
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.config import load_config
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from tests.core.conftest import drained
+from tests.kafka.test_foreign_records import QUEUES, json_provider, make_topic
 from tests.sensor_workload import closed_window_counts, readings, write_with_librdkafka
-
-from ..core.conftest import drained
-from .test_foreign_records import QUEUES, json_provider, make_topic
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 

@@ -18,9 +18,8 @@ from streams.adapters.mapper import KafkaPartitionMapper, kafka_partition, murmu
 from streams.adapters.protocols import RewindableReceiver
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.kafka.admin import ensure_topic
+from tests.core.conftest import Recorder, drained
 from tests.sensor_workload import closed_window_counts, readings, write_json
-
-from ..core.conftest import Recorder, drained
 
 QUEUES = 4
 

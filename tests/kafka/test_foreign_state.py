@@ -13,11 +13,10 @@ import pytest
 from spark_sink import EventHandoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-from ..core.conftest import drained
-from ..durable.test_saved_state import Distinct, count_windows, publish_quiet_and_busy
-from .test_foreign_records import make_topic
-from .test_saved_state import (
+from tests.core.conftest import drained
+from tests.durable.test_saved_state import Distinct, count_windows, publish_quiet_and_busy
+from tests.kafka.test_foreign_records import make_topic
+from tests.kafka.test_saved_state import (
     changelog_configs,
     committed,
     handed_off,

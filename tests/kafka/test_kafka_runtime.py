@@ -5,9 +5,8 @@ from __future__ import annotations
 import anyio
 
 from streams import StreamId, StreamProvider
+from tests.core.conftest import Recorder, drained
 from tests.kafka_broker import produce_raw
-
-from ..core.conftest import Recorder, drained
 
 
 def kafka_provider(bootstrap: str, topic: str, **options) -> StreamProvider:

@@ -8,9 +8,8 @@ import json
 
 from streams import StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy
-
-from ..core.conftest import drained
-from .test_foreign_records import QUEUES, make_topic, produce
+from tests.core.conftest import drained
+from tests.kafka.test_foreign_records import QUEUES, make_topic, produce
 
 T0 = 1_700_000_000.0
 PLAZAS = [f"plaza-{p}" for p in range(3)]

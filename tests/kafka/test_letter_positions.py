@@ -10,10 +10,9 @@ import anyio
 
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-from ..cli.helpers import headrace
-from ..core.conftest import drained
-from .test_foreign_records import make_topic, produce
+from tests.cli.helpers import headrace
+from tests.core.conftest import drained
+from tests.kafka.test_foreign_records import make_topic, produce
 
 T0 = 1_700_000_000_000
 

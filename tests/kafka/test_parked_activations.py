@@ -5,11 +5,10 @@ counterpart is tests/durable/test_parked_activations.py."""
 from __future__ import annotations
 
 from streams import StreamProvider
-
-from ..core.conftest import drained
-from ..durable.test_parked_activations import publish, windows_of
-from ..helpers import wait_until_async
-from .test_saved_state import changelog_records, saved_states, wait_for_commit
+from tests.core.conftest import drained
+from tests.durable.test_parked_activations import publish, windows_of
+from tests.helpers import wait_until_async
+from tests.kafka.test_saved_state import changelog_records, saved_states, wait_for_commit
 
 
 async def test_an_open_window_is_parked_on_kafka_and_resumes_with_its_data(kafka_broker, kafka_topic):

@@ -28,10 +28,9 @@ from streams.kafka.settings import KafkaSettings
 from streams.observability.metrics import metric_families
 from streams.observability.snapshot import take_snapshot
 from streams.status_reporter import StatusReporter
-
-from ..cli.helpers import headrace
-from ..core.conftest import drained
-from .test_foreign_records import QUEUES, make_topic, produce
+from tests.cli.helpers import headrace
+from tests.core.conftest import drained
+from tests.kafka.test_foreign_records import QUEUES, make_topic, produce
 
 
 def collecting(provider: StreamProvider, got: list[int]) -> None:

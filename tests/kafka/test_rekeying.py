@@ -21,11 +21,10 @@ from streams import StreamId, StreamProvider
 from streams.adapters.mapper import kafka_partition
 from streams.adapters.protocols import QueueAdapterReceiver
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from tests.core.conftest import drained
 from tests.helpers import python_env, start_worker
+from tests.kafka.test_foreign_records import make_topic
 from tests.sensor_workload import closed_window_counts
-
-from ..core.conftest import drained
-from .test_foreign_records import make_topic
 
 QUEUES = 4
 T0 = 1_700_000_000_000

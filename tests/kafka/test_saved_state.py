@@ -20,9 +20,8 @@ from streams.adapters.kafka_state import changelog_topic, decode_key
 from streams.core.ids import QueueId
 from streams.eventtime import Collect, EventTime, OrderingPolicy, Tumbling
 from streams.kafka.settings import KafkaSettings
-
-from ..core.conftest import drained
-from ..durable.test_saved_state import (
+from tests.core.conftest import drained
+from tests.durable.test_saved_state import (
     Distinct,
     assert_held_as_before,
     count_windows,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Session
-
-from ..core.conftest import drained
-from ..helpers import wait_until_async
-from .test_saved_state import kafka_provider, saved_states, wait_for_commit
+from tests.core.conftest import drained
+from tests.helpers import wait_until_async
+from tests.kafka.test_saved_state import kafka_provider, saved_states, wait_for_commit
 
 
 def visits(provider: StreamProvider) -> list[tuple[str, float, float, int]]:

@@ -13,8 +13,7 @@ from streams.eventtime import EventTime, OrderingPolicy
 from streams.observability.metrics import metric_families
 from streams.observability.snapshot import take_snapshot
 from streams.status_reporter import AgentStatus
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 T0 = 1_700_000_000.0
 
@@ -82,8 +81,7 @@ async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
 
 async def test_headrace_status_shows_the_input_holding_a_queue_back(tmp_path):
     from streams.status_reporter import StatusReporter
-
-    from ..cli.helpers import headrace
+    from tests.cli.helpers import headrace
 
     provider = StreamProvider.embedded(tmp_path / "store", queues=1, co_partitioned=[("tolls", "prices")])
 
@@ -105,8 +103,7 @@ async def test_headrace_status_shows_the_input_holding_a_queue_back(tmp_path):
 async def test_headrace_status_shows_the_slowest_substreams_not_a_label_per_key(tmp_path):
     from streams.eventtime import Count, Tumbling
     from streams.status_reporter import StatusReporter
-
-    from ..cli.helpers import headrace, json_of
+    from tests.cli.helpers import headrace, json_of
 
     provider = StreamProvider.embedded(tmp_path / "store", queues=1)
 

@@ -12,8 +12,7 @@ import pytest
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.core.ids import QueueId
 from streams.observability import configure_logging, log_context
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 WORKER = "w-logs"
 

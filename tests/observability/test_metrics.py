@@ -12,9 +12,8 @@ import pytest
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.observability import serve_metrics
-
-from ..core.conftest import drained
-from .helpers import by_label, free_port, scrape, total, value
+from tests.core.conftest import drained
+from tests.observability.helpers import by_label, free_port, scrape, total, value
 
 WORKER = "w-metrics"
 

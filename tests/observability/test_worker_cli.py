@@ -13,9 +13,8 @@ from pathlib import Path
 import anyio
 
 from streams import StreamId, StreamProvider
-
-from .helpers import free_port, scrape, total
-from .worker_app import QUEUES
+from tests.observability.helpers import free_port, scrape, total
+from tests.observability.worker_app import QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,7 @@ import streams.core.observer as observer_module
 import streams.eventtime.spec as spec_module
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 
 async def test_activations_of_a_type_share_its_inspection_and_parts_but_not_their_windows(monkeypatch):

@@ -16,9 +16,18 @@ from streams import StreamId, StreamProvider
 from streams.core.batch import BatchContainer, BatchKind
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.eventtime.replay import Row
-
-from ..core.conftest import GatedRecorder, drained
-from .backlog import HOUR, NAMESPACE, YEAR, Seen, backlog_rows, collect, containers, counting_type, reference
+from tests.core.conftest import GatedRecorder, drained
+from tests.runtime_time.backlog import (
+    HOUR,
+    NAMESPACE,
+    YEAR,
+    Seen,
+    backlog_rows,
+    collect,
+    containers,
+    counting_type,
+    reference,
+)
 
 STREAM = StreamId(NAMESPACE, "busy")
 

@@ -8,8 +8,7 @@ import pytest
 
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Sum, Tumbling
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 T0 = 1_700_000_000.0  # event times in the tests: seconds after T0
 

@@ -11,8 +11,7 @@ import anyio
 
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 
 async def run(values: list[dict], policy: OrderingPolicy) -> tuple[list, dict[str, list]]:

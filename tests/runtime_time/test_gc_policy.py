@@ -11,8 +11,7 @@ import weakref
 
 from agents.gc_policy import POLICY, SWEEP_GROWTH, YOUNG_THRESHOLD, GcPolicy
 from streams import StreamId, StreamProvider
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 
 def _collector() -> tuple[tuple[int, int, int], int, int]:

@@ -12,9 +12,8 @@ from spark_sink import EventHandoff
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy
 from streams.eventtime.joins import IntervalJoin
-
-from ..core.conftest import drained
-from ..helpers import handoff_rows, wait_until_async
+from tests.core.conftest import drained
+from tests.helpers import handoff_rows, wait_until_async
 
 T0 = 1_700_000_000.0
 SPEC = EventTime(

@@ -14,8 +14,7 @@ import anyio
 from streams import StreamId, StreamProvider
 from streams.core.codec import _STREAM_IDS
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 
 async def _until(condition, timeout: float = 10.0) -> None:

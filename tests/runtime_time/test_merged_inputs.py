@@ -13,8 +13,7 @@ import pytest
 from spark_sink import EventHandoff
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
-
-from ..core.conftest import drained
+from tests.core.conftest import drained
 
 T0 = 1_700_000_000.0
 

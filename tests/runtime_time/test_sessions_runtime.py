@@ -9,10 +9,9 @@ from pathlib import Path
 from spark_sink import Handoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Session, Sum
-
-from ..core.conftest import drained
-from ..durable.test_saved_state import saved_states, wait_for_checkpoint
-from ..helpers import handoff_rows, wait_until_async
+from tests.core.conftest import drained
+from tests.durable.test_saved_state import saved_states, wait_for_checkpoint
+from tests.helpers import handoff_rows, wait_until_async
 
 T0 = 1_700_000_000.0
 

@@ -16,8 +16,7 @@ from pyspark.sql import functions as F
 
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
 from streams.core.store import EmbeddedStore
-
-from .handoff_testkit import (
+from tests.spark.handoff_testkit import (
     BASE,
     STREAM,
     WINDOW_SECONDS,

@@ -12,8 +12,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 
 from spark_sink import HandoffLog, HandoffWriter
 from spark_sink.compaction import compact
-
-from .handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
+from tests.spark.handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 
 
 def batch_of(handoff: Handoff | KafkaHandoff, spark):

@@ -18,8 +18,7 @@ from pyspark.sql import functions as F
 
 from spark_sink.kafka_log import KafkaHandoffLog
 from streams import StreamId, StreamProvider
-
-from ..helpers import handoff_count, start_worker, wait_until
+from tests.helpers import handoff_count, start_worker, wait_until
 
 WORKER = Path(__file__).with_name("pipeline_worker.py")
 BASE = 1_700_000_000 // 60 * 60  # a window boundary

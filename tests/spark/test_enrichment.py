@@ -13,9 +13,8 @@ import anyio
 from pyspark.sql import functions as F
 
 from streams import StreamId, StreamProvider
-
-from ..helpers import handoff_count, start_worker, wait_until
-from .enrichment_worker import HANDOFF
+from tests.helpers import handoff_count, start_worker, wait_until
+from tests.spark.enrichment_worker import HANDOFF
 
 WORKER = Path(__file__).with_name("enrichment_worker.py")
 

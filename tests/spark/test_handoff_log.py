@@ -30,9 +30,8 @@ from spark_sink.offsets import admit, admit_records, split_ranges
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
 from streams.core.store import EmbeddedStore
-
-from ..helpers import handoff_batches
-from .handoff_testkit import STREAM, Handoff
+from tests.helpers import handoff_batches
+from tests.spark.handoff_testkit import STREAM, Handoff
 
 
 def rows(n: int, first: int = 0) -> list[tuple[float, float, str, str, int, float]]:

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from ..helpers import ROOT, python_env
-from .handoff_testkit import STREAM, Handoff, window_results
+from tests.helpers import ROOT, python_env
+from tests.spark.handoff_testkit import STREAM, Handoff, window_results
 
 pytestmark = pytest.mark.spark  # the subprocess imports pyspark
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ..helpers import ROOT, python_env
-from .handoff_testkit import STREAM, Handoff, window_results
+from tests.helpers import ROOT, python_env
+from tests.spark.handoff_testkit import STREAM, Handoff, window_results
 
 pytestmark = pytest.mark.spark
 
