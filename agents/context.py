@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agents.registry import ConsumerRegistry
 from spark_sink.protocols import HandoffSink
 from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
 from streams.core.failures import StreamFailureHandler
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore
-from streams.registry import ConsumerRegistry
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,10 @@ from agents.delivery import StreamConsumer
 from agents.latency import LatencyHistogram
 from agents.letters import undecodable_letter
 from agents.receiver_calls import ReceiverCalls
+from agents.registry import InProcessSubscription
 from agents.timed import EventTimeObserver
 from cache.protocols import QueueCache
-from streams.adapters.embedded_state import StatefulReceiver
-from streams.adapters.protocols import QueueAdapterReceiver
+from streams.adapters.protocols import QueueAdapterReceiver, StatefulReceiver
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.codec import interned
 from streams.core.deadletters import DeadLetter
@@ -45,7 +45,6 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionRecord
-from streams.registry import InProcessSubscription
 
 log = logging.getLogger("headrace.agent")
 

@@ -71,11 +71,11 @@ def __getattr__(name: str) -> object:
     # The Kafka assignor pulls in aiokafka: load it only when asked for, so that importing the
     # queue mapper (every producer, every Spark planner process) stays light.
     if name == "BestFitPartitionAssignor":
-        from balancer.kafka_assignor import BestFitPartitionAssignor
+        from balancer.kafka.assignor import BestFitPartitionAssignor
 
         return BestFitPartitionAssignor
     if name == "KafkaGroupBalancer":
-        from balancer.kafka_group import KafkaGroupBalancer
+        from balancer.kafka.group import KafkaGroupBalancer
 
         return KafkaGroupBalancer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

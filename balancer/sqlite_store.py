@@ -22,7 +22,7 @@ from balancer.leases import LeaseChange, TableLeaseProvider
 from balancer.membership import DEFAULT_SUSPICION_TIMEOUT, MemberChange, TableMembership
 from balancer.protocols import Lease, MemberRecord
 from streams.core.ids import QueueId
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 
 LEASE_SCHEMA = [
     [

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import Stopwatch  # noqa: E402
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter  # noqa: E402
 from spark_sink.group_commit import GroupAppender  # noqa: E402
-from streams.core.store import EmbeddedStore  # noqa: E402
+from streams.embedded.store import EmbeddedStore  # noqa: E402
 
 STREAM = "bench_counts"
 SCHEMA = HandoffSchema.windows({"count": "bigint"}, stream=True)  # as the soak's Handoff declares

@@ -43,10 +43,10 @@ import tempfile
 import anyio
 
 from streams import StreamProvider
-from streams.adapters.embedded import EmbeddedAdapterFactory
-from streams.adapters.kafka import KafkaAdapterFactory, KafkaQueueReceiver
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.ids import QueueId, StreamId
+from streams.embedded.adapter import EmbeddedAdapterFactory
+from streams.kafka.adapter import KafkaAdapterFactory, KafkaQueueReceiver
 from tests.kafka_broker import TansuBroker
 
 READ_BATCH = 1000

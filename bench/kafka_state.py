@@ -10,7 +10,7 @@ reads it under its own group id: a worker reads the topic (events/s while readin
 leaves; the table shows how far behind the end its committed offset stayed, what the
 changelog holds, and how many events a second worker read again at its start.
 
-- ``changelog``: the default: states saved before each offset commit (streams/adapters/kafka_state.py);
+- ``changelog``: the default: states saved before each offset commit (streams/kafka/state.py);
 - ``holding``: the same worker with plain receivers: open windows hold the offset.
 
     python bench/kafka_state.py [--records 20000] [--events 50] [--streams 200] [--queues 2]
@@ -35,13 +35,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from streams import StreamProvider
-from streams.adapters.kafka import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
-from streams.adapters.kafka_state import changelog_topic
-from streams.backends.kafka import KafkaBackend
 from streams.core.batch import BatchKind
 from streams.core.codec import encode_batch
 from streams.core.ids import QueueId, StreamId
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from streams.kafka.adapter import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
+from streams.kafka.state import changelog_topic
+from streams.runtime.backends.kafka import KafkaBackend
 from tests.kafka_broker import TansuBroker
 
 

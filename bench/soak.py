@@ -39,7 +39,7 @@ sys.path.insert(
     0, str(Path(__file__).resolve().parents[1])
 )  # run from a checkout (bench/streams.py is not the package)
 
-from streams.core.store import EmbeddedStore  # noqa: E402
+from streams.embedded.store import EmbeddedStore  # noqa: E402
 
 QUEUES = 4
 NAMESPACE = "devices"

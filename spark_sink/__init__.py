@@ -13,7 +13,7 @@ With the queues on Kafka the log is in Kafka topics, and Spark reads it with
 
 The writer side of the embedded log (used by the runtime)::
 
-    log = spark_sink.HandoffLog(store)           # store: streams.core.store.EmbeddedStore
+    log = spark_sink.HandoffLog(store)           # store: streams.embedded.store.EmbeddedStore
     writer = spark_sink.HandoffWriter(log, "averages",
                                       spark_sink.HandoffSchema.windows({"mean": "double"}))
     with store.transaction() as conn:            # the caller's transaction
@@ -98,7 +98,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_HOMES))
 
 
-if TYPE_CHECKING:  # the lazy names, for type checkers (streams.backends types its handoff sinks by them)
+if TYPE_CHECKING:  # the lazy names, for type checkers (streams.runtime.backends types its handoff sinks by them)
     from spark_sink.datasource import HeadraceDataSource, register
     from spark_sink.errors import (
         HandoffDataLostError,
@@ -107,9 +107,9 @@ if TYPE_CHECKING:  # the lazy names, for type checkers (streams.backends types i
         UnknownHandoffStreamError,
     )
     from spark_sink.handoff import EmbeddedHandoffSink, EventHandoff, Handoff, check_handoff, handoff_of
-    from spark_sink.kafka_log import KafkaHandoffLog
-    from spark_sink.kafka_sink import KafkaHandoffSink
-    from spark_sink.kafka_storage import KafkaStorage
+    from spark_sink.kafka.log import KafkaHandoffLog
+    from spark_sink.kafka.sink import KafkaHandoffSink
+    from spark_sink.kafka.storage import KafkaStorage
     from spark_sink.log import HandoffLog, Segment
     from spark_sink.offsets import OffsetRange
     from spark_sink.options import ReadOptions

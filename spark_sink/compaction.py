@@ -30,7 +30,7 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema) -> 
     either the inline rows or the file indexed, and at most an unindexed file behind.
 
     >>> import tempfile
-    >>> from streams.core.store import EmbeddedStore
+    >>> from streams.embedded.store import EmbeddedStore
     >>> from spark_sink.schema import HandoffSchema
     >>> store = EmbeddedStore(tempfile.mkdtemp())
     >>> log, schema = HandoffLog(store), HandoffSchema.of({"n": "bigint"})

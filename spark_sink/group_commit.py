@@ -30,7 +30,7 @@ from spark_sink.log import Segment
 from spark_sink.retention import expire
 from spark_sink.writer import HandoffWriter
 from streams.adapters.retention import RetentionPolicy
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 
 log = logging.getLogger("headrace.handoff")
 

@@ -15,7 +15,7 @@ position below which every event is settled, and the positions handed off above 
 leave in timestamp order, not in queue order).
 
 :class:`EmbeddedHandoffSink` keeps rows and marks in one SQLite transaction of the store;
-the Kafka sink (:mod:`spark_sink.kafka_sink`) in one Kafka record.
+the Kafka sink (:mod:`spark_sink.kafka.sink`) in one Kafka record.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from spark_sink.schema import HandoffSchema
 from spark_sink.writer import HandoffWriter
 from streams.adapters.retention import RetentionPolicy
 from streams.core.errors import ConfigurationError, HandoffRefusedError, a_type
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 from streams.eventtime.release import Position, replay_position_of
 from streams.eventtime.results import EventOutcome, WindowResult
 from streams.eventtime.spec import EventTime

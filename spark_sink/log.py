@@ -2,7 +2,7 @@
 
 Layout under a store directory ``path`` (shared with the embedded queues, checkpoints, ...)::
 
-    path/headrace.db                                    handoff_* tables (streams.core.store)
+    path/headrace.db                                    handoff_* tables (streams.embedded.store)
     path/handoff/<stream>/<partition>/<offset>-<tag>.arrow    segment files
 
 Offsets are dense per (stream, partition): an append of ``n`` rows takes offsets
@@ -41,7 +41,7 @@ from spark_sink.errors import (
 from spark_sink.schema import HandoffSchema
 from spark_sink.segments import encode_rows, first_offset_of, fsync_dir, segment_name, write_segment
 from streams.core.errors import ConfigurationError
-from streams.core.store import EmbeddedStore, Migration
+from streams.embedded.store import EmbeddedStore, Migration
 
 HANDOFF_DIR = "handoff"
 # Appends up to this size (as an Arrow record batch) stay inline in the index; larger ones

@@ -123,7 +123,7 @@ class ReadOptions:
 
     def open_storage(self) -> HandoffStorage:
         if self.kafka is not None:
-            from spark_sink.kafka_storage import KafkaStorage  # loads aiokafka: only when a Kafka log is read
+            from spark_sink.kafka.storage import KafkaStorage  # loads aiokafka: only when a Kafka log is read
 
             return KafkaStorage(self.kafka, self.topic_prefix)
         assert self.path is not None

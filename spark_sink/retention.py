@@ -29,7 +29,7 @@ def expire(handoff: HandoffLog, stream: str, policy: RetentionPolicy, now: float
     rows removed, by partition.
 
     >>> import tempfile
-    >>> from streams.core.store import EmbeddedStore
+    >>> from streams.embedded.store import EmbeddedStore
     >>> from spark_sink.schema import HandoffSchema
     >>> store = EmbeddedStore(tempfile.mkdtemp())
     >>> handoff, schema = HandoffLog(store), HandoffSchema.of({"n": "bigint"})

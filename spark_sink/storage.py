@@ -3,7 +3,7 @@
 The DataSource deals in offsets and ranges only; a :class:`HandoffStorage` turns ranges into
 picklable :class:`HandoffSplit`\\ s that Spark's executors read. :class:`EmbeddedStorage` is
 the store directory (:class:`~spark_sink.log.HandoffLog`); Kafka topics are the other
-(:mod:`spark_sink.kafka_storage`).
+(:mod:`spark_sink.kafka.storage`).
 """
 
 from __future__ import annotations

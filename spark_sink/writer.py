@@ -20,7 +20,7 @@ class HandoffWriter:
     """Appends rows of one declared handoff stream, partition by partition.
 
     >>> import tempfile
-    >>> from streams.core.store import EmbeddedStore
+    >>> from streams.embedded.store import EmbeddedStore
     >>> store = EmbeddedStore(tempfile.mkdtemp())
     >>> schema = HandoffSchema.windows({"count": "bigint"})
     >>> writer = HandoffWriter(HandoffLog(store), "counts", schema)

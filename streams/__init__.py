@@ -12,6 +12,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from streams import _moved
+
+_moved.install()  # old module paths keep importing for one release
+
 # public name -> the module that defines it
 _HOMES = {
     "GeneratorConfig": "streams.adapters.generator",
@@ -47,9 +51,9 @@ _HOMES = {
     "PubSubStore": "streams.core.pubsub",
     "SubscriptionRecord": "streams.core.pubsub",
     "SequenceToken": "streams.core.tokens",
-    "StreamProvider": "streams.provider",
-    "Stream": "streams.stream",
-    "StreamSubscriptionHandle": "streams.stream",
+    "StreamProvider": "streams.runtime.provider",
+    "Stream": "streams.runtime.stream",
+    "StreamSubscriptionHandle": "streams.runtime.stream",
 }
 
 __all__ = [
@@ -135,5 +139,5 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from streams.core.pubsub import PubSubStore, SubscriptionRecord
     from streams.core.records import RecordFormat
     from streams.core.tokens import SequenceToken
-    from streams.provider import StreamProvider
-    from streams.stream import Stream, StreamSubscriptionHandle
+    from streams.runtime.provider import StreamProvider
+    from streams.runtime.stream import Stream, StreamSubscriptionHandle

@@ -46,14 +46,14 @@ import spark_sink
 from balancer.clock import ManualClock
 from spark_sink.memory_sink import MemoryHandoffSink
 from streams.adapters.memory import MemoryAdapterFactory
-from streams.backends.memory import MemoryBackend
 from streams.core.deadletters import DeadLetter, MemoryDeadLetterStore
 from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId
 from streams.core.options import StreamProviderOptions
 from streams.eventtime.results import WindowResult
-from streams.provider import StreamProvider
-from streams.stream import Instant, Stream, StreamSubscriptionHandle
+from streams.runtime.backends.memory import MemoryBackend
+from streams.runtime.provider import StreamProvider
+from streams.runtime.stream import Instant, Stream, StreamSubscriptionHandle
 
 __all__ = ["Emission", "Harness"]
 

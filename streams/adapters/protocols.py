@@ -144,3 +144,27 @@ class QueueAdapterFactory(Protocol):
     async def create_adapter(self) -> QueueAdapter: ...
 
     def get_queue_mapper(self) -> QueueMapper: ...
+
+
+# Event-time state a receiver saves beside its checkpoints (the embedded and Kafka receivers).
+StateKey = tuple[str, str]  # (consumer type name, stream id)
+StateRows = tuple[list[tuple[str, str, int, int, bytes]], list[StateKey]]  # upserts, deletes
+
+
+class StateSource(Protocol):
+    """What a receiver saves with its checkpoint (the pulling agent's activation states)."""
+
+    def pending(self) -> bool: ...
+
+    def collect(self) -> StateRows: ...
+
+    def written(self, ok: bool) -> None: ...
+
+
+@runtime_checkable
+class StatefulReceiver(Protocol):
+    """A receiver that saves activation states with its checkpoints."""
+
+    state_source: StateSource | None
+
+    async def load_states(self) -> dict[StateKey, tuple[SequenceToken, bytes]]: ...

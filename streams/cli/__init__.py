@@ -89,7 +89,7 @@ def _plain_help(subparsers: argparse._SubParsersAction[Any]) -> None:
 def plain_text(doc: str) -> str:
     """reStructuredText inline markup as plain text.
 
-    >>> plain_text("run ``headrace worker`` (see :class:`~streams.provider.StreamProvider`, :func:`load`)")
+    >>> plain_text("run ``headrace worker`` (see :class:`~streams.runtime.provider.StreamProvider`, :func:`load`)")
     'run headrace worker (see StreamProvider, load)'
     """
     doc = re.sub(r":\w+:`~(?:[\w.]*\.)?([^`]+)`", r"\1", doc)

@@ -21,9 +21,9 @@ from rich.text import Text
 
 from streams.cli import CliError
 from streams.cli.worker import load_provider
-from streams.config import HeadraceConfig, load_config
-from streams.core.store import EmbeddedStore
-from streams.provider import StreamProvider
+from streams.embedded.store import EmbeddedStore
+from streams.runtime.config import HeadraceConfig, load_config
+from streams.runtime.provider import StreamProvider
 
 
 def add_config_options(parser: argparse.ArgumentParser, *, queues: bool = False) -> None:

@@ -28,7 +28,6 @@ from typing import Any, Protocol
 
 import anyio
 
-from streams.backends.kafka import KafkaBackend
 from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
@@ -44,11 +43,13 @@ from streams.cli.common import (
 )
 from streams.cli.dlq_windows import WINDOW_FAILED, replay_windows
 from streams.cli.worker import load_provider
-from streams.core.deadletters_embedded import EmbeddedDeadLetterStore, StoredDeadLetter
+from streams.core.deadletters import StoredDeadLetter
 from streams.core.ids import StreamId
+from streams.embedded.deadletters import EmbeddedDeadLetterStore
 from streams.kafka.deadletters import KafkaDeadLetterStore
-from streams.observability.snapshot import DEAD_LETTER_REASONS
-from streams.provider import StreamProvider
+from streams.runtime.backends.kafka import KafkaBackend
+from streams.runtime.provider import StreamProvider
+from streams.runtime.snapshot import DEAD_LETTER_REASONS
 
 EXAMPLES = """examples:
   headrace dlq list --path ./store

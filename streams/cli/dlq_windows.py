@@ -20,11 +20,11 @@ from typing import Any, Protocol
 
 from streams.cli import CliError
 from streams.cli.common import utc_text
-from streams.core.deadletters_embedded import StoredDeadLetter
+from streams.core.deadletters import StoredDeadLetter
 from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId
 from streams.eventtime.results import WindowResult
-from streams.provider import StreamProvider
+from streams.runtime.provider import StreamProvider
 
 WINDOW_FAILED = "window_failed"
 _NEEDED = ("consumer", "key", "start", "end", "value")

@@ -43,14 +43,14 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from streams.adapters.embedded_queues import stored_queue_count
-from streams.backends.memory import MemoryBackend
 from streams.cli import CliError
 from streams.cli.common import add_config_options, load_app, load_cli_config, plural
 from streams.core.errors import ConfigurationError, EncodeError, PublishError, a_type
 from streams.core.ids import StreamId
+from streams.embedded.queues import stored_queue_count
 from streams.eventtime.timetext import parse_instant
-from streams.provider import StreamProvider
+from streams.runtime.backends.memory import MemoryBackend
+from streams.runtime.provider import StreamProvider
 
 EXAMPLES = """examples:
   headrace produce --path ./store --stream sensors/s-1 readings.jsonl

@@ -24,7 +24,6 @@ import anyio
 from rich.console import Console
 from rich.markup import escape
 
-from streams.backends.kafka import KafkaBackend
 from streams.cli.common import (
     add_config_options,
     add_row,
@@ -37,10 +36,11 @@ from streams.cli.common import (
     table,
     utc_text,
 )
-from streams.config import HeadraceConfig, load_config
 from streams.kafka.settings import KafkaSettings
-from streams.status import GONE_AFTER_TIMEOUTS, ClusterStatus, read_status
-from streams.status_kafka import read_kafka_status
+from streams.runtime.backends.kafka import KafkaBackend
+from streams.runtime.config import HeadraceConfig, load_config
+from streams.runtime.status import GONE_AFTER_TIMEOUTS, ClusterStatus, read_status
+from streams.runtime.status_kafka import read_kafka_status
 
 EXAMPLES = """examples:
   headrace status --path ./store

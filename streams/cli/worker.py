@@ -47,17 +47,17 @@ from typing import Any, cast
 import anyio
 
 from agents.gc_policy import POLICY as GC_POLICY
-from streams.backends.kafka import KafkaBackend
 from streams.cli import CliError
 from streams.cli.worker_startup import log_startup
-from streams.config import load_config
-from streams.config_schema import CONFIG_ENV
 from streams.core.errors import HeadraceError, StoreError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
-from streams.observability.logs import FORMATS, LEVELS, LogFormat
-from streams.provider import StreamProvider
-from streams.status_reporter import EmbeddedStatusBoard, StatusBoard, StatusReporter
-from streams.status_topic import KafkaStatusBoard
+from streams.runtime.backends.kafka import KafkaBackend
+from streams.runtime.config import load_config
+from streams.runtime.config_schema import CONFIG_ENV
+from streams.runtime.logs import FORMATS, LEVELS, LogFormat
+from streams.runtime.provider import StreamProvider
+from streams.runtime.status_reporter import EmbeddedStatusBoard, StatusBoard, StatusReporter
+from streams.runtime.status_topic import KafkaStatusBoard
 
 log = logging.getLogger("headrace.worker")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from streams.provider import StreamProvider
+from streams.runtime.provider import StreamProvider
 
 log = logging.getLogger("headrace.worker")
 

@@ -68,6 +68,15 @@ def event_position(event: object) -> tuple[int | None, int | None]:
     return getattr(at, "sequence_number", None), getattr(at, "event_index", None)
 
 
+@dataclass(frozen=True, slots=True)
+class StoredDeadLetter:
+    """A dead letter as the store keeps it: its id, and when it was replayed (if it was)."""
+
+    letter_id: int
+    letter: DeadLetter
+    replayed_at: float | None = None
+
+
 class DeadLetterStore(Protocol):
     async def add(self, letters: list[DeadLetter]) -> None: ...
 

@@ -1,7 +1,7 @@
 """The logging context: the worker, queue and stream that records logged here are about.
 
 A context variable, so it follows the code into the tasks and worker threads it starts.
-:class:`streams.observability.logs.LogContextFilter` reads it; the runtime sets it around
+:class:`streams.runtime.logs.LogContextFilter` reads it; the runtime sets it around
 every delivery (:func:`enter_fields`), so any logger a consumer uses names them.
 """
 

@@ -1,5 +1,5 @@
-"""Kafka's client pieces that the queue adapter (:mod:`streams.adapters.kafka`), the group
-balancer (:mod:`balancer.kafka_group`) and the handoff log (:mod:`spark_sink.kafka_log`)
+"""Kafka's client pieces that the queue adapter (:mod:`streams.kafka.adapter`), the group
+balancer (:mod:`balancer.kafka.group`) and the handoff log (:mod:`spark_sink.kafka.log`)
 share, in one place:
 
 - :mod:`streams.kafka.settings`: :class:`~streams.kafka.settings.KafkaSettings`, the cluster,

@@ -32,8 +32,7 @@ from typing import Any
 
 import msgpack
 
-from streams.core.deadletters import DeadLetter, letter_fields, letter_key, letter_of, packable
-from streams.core.deadletters_embedded import StoredDeadLetter
+from streams.core.deadletters import DeadLetter, StoredDeadLetter, letter_fields, letter_key, letter_of, packable
 from streams.core.outage import OutageLog
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topic_log import Headers, LogRecord, TopicLog
@@ -89,7 +88,7 @@ def decode_letter(value: bytes | None) -> DeadLetter:
 
 class KafkaDeadLetterStore:
     """A :class:`~streams.core.deadletters.DeadLetterStore` in the dead-letter topic, with ids
-    (offsets) and replay marks like :class:`~streams.core.deadletters_embedded.EmbeddedDeadLetterStore`.
+    (offsets) and replay marks like :class:`~streams.embedded.deadletters.EmbeddedDeadLetterStore`.
 
     Example (with a broker at 127.0.0.1:9092)::
 

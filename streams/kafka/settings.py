@@ -143,7 +143,7 @@ class KafkaSettings:
             raise ConfigurationError("topics= reads topics of one event per record: set records= to their format")
         if self.key_field is not None:
             raise ConfigurationError(
-                "key_field= re-keys the records of one topic (streams.adapters.kafka_repartition): "
+                "key_field= re-keys the records of one topic (streams.kafka.repartition): "
                 "read the topics of topics= with their record keys, or each topic on its own"
             )
         if self.namespace is not None:
@@ -159,7 +159,7 @@ class KafkaSettings:
 
     @property
     def repartition_topic(self) -> str | None:
-        """The topic of the re-keying hop (:mod:`streams.adapters.kafka_repartition`) when
+        """The topic of the re-keying hop (:mod:`streams.kafka.repartition`) when
         records without a key are keyed by ``key_field``, which queue *i* reads beside
         partition *i* of ``topic``; ``None``: no hop.
 

@@ -15,13 +15,13 @@ from contextlib import asynccontextmanager
 import pytest
 import pytest_asyncio
 
-from streams.adapters.embedded import EmbeddedAdapterFactory
-from streams.adapters.kafka import KafkaAdapterFactory
 from streams.adapters.memory import MemoryAdapterFactory
 from streams.adapters.protocols import QueueAdapter
 from streams.adapters.retention import RetentionPolicy
 from streams.core.ids import QueueId, StreamId
-from streams.core.store import EmbeddedStore
+from streams.embedded.adapter import EmbeddedAdapterFactory
+from streams.embedded.store import EmbeddedStore
+from streams.kafka.adapter import KafkaAdapterFactory
 from tests.adapters.harness import AdapterHarness, HarnessSpec, ProducerSpec, shutdown_all
 from tests.kafka_broker import produce_raw
 
@@ -81,7 +81,7 @@ async def embedded_harness(request: pytest.FixtureRequest, spec: HarnessSpec) ->
         reopen=reopen,
         retain=retain,
         producer=ProducerSpec(
-            "streams.adapters.embedded:EmbeddedAdapterFactory",
+            "streams.embedded.adapter:EmbeddedAdapterFactory",
             {"path": str(path), "queues": QUEUES},
         ),
     )
@@ -114,7 +114,7 @@ async def kafka_harness(request: pytest.FixtureRequest, spec: HarnessSpec) -> As
         factories[0].get_queue_mapper(),
         write_foreign,
         reopen=reopen,
-        producer=ProducerSpec("streams.adapters.kafka:KafkaAdapterFactory", settings),
+        producer=ProducerSpec("streams.kafka.adapter:KafkaAdapterFactory", settings),
     )
     yield opened
     await factories[-1].close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 
 
 def main(path: str, seconds: float) -> None:

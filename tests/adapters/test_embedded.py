@@ -13,7 +13,6 @@ import anyio
 import pytest
 import pytest_asyncio
 
-from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapter
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.deadletters import DeadLetter
@@ -21,6 +20,7 @@ from streams.core.errors import ConfigurationError, DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
 from streams.core.tokens import SequenceToken
+from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter
 from tests.adapters.harness import drain
 
 Q0 = QueueId(0)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.core.store import EmbeddedStore
-from streams.core.store_turns import WriteTurns
+from streams.embedded.store import EmbeddedStore
+from streams.embedded.store_turns import WriteTurns
 from tests.helpers import start_worker
 
 HOT_WRITER = Path(__file__).with_name("hot_writer.py")

@@ -13,7 +13,7 @@ from balancer import (
 )
 from balancer.leases import MemoryLeaseTable
 from balancer.membership import MemoryMemberTable
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 
 
 @pytest.fixture

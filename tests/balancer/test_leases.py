@@ -113,7 +113,7 @@ HOLDER = textwrap.dedent(
     import anyio
     from balancer import ManualClock, SqliteLeaseProvider
     from streams.core.ids import QueueId
-    from streams.core.store import EmbeddedStore
+    from streams.embedded.store import EmbeddedStore
 
     path, now = sys.argv[1], float(sys.argv[2])
     with EmbeddedStore(path) as store:

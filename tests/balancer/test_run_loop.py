@@ -15,7 +15,7 @@ from balancer import (
     MemoryMembership,
     SqliteLeaseProvider,
 )
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 from tests.balancer.cluster import Worker, numbers, queues
 
 OPTIONS = BalancerOptions(lease_length=60.0, renew_period=29.0, refresh_period=5.0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from streams import StreamId
-from streams.config import load_config
+from streams.runtime.config import load_config
 
 config = load_config()
 provider = config.provider()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import anyio
 
 from streams import StreamId
-from streams.config import load_config
+from streams.runtime.config import load_config
 
 provider = load_config().provider()
 

@@ -5,8 +5,8 @@ docs/configuration.md shows."""
 from __future__ import annotations
 
 from streams import StreamId
-from streams.config import load_config
 from streams.eventtime import EventTime
+from streams.runtime.config import load_config
 
 config = load_config()
 provider = config.provider()

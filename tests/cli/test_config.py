@@ -8,12 +8,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from streams.adapters.embedded import EmbeddedAdapterFactory
-from streams.adapters.kafka import KafkaAdapterFactory
-from streams.config import load_config
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
+from streams.embedded.adapter import EmbeddedAdapterFactory
 from streams.eventtime import Hopping, Tumbling
+from streams.kafka.adapter import KafkaAdapterFactory
+from streams.runtime.config import load_config
 from tests.cli.helpers import ROOT, clean_env, headrace, json_of, one_error_line
 
 DOCS = ROOT / "docs" / "configuration.md"

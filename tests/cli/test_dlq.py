@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from streams.core.deadletters import DeadLetter
-from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
-from streams.core.store import EmbeddedStore
+from streams.embedded.deadletters import EmbeddedDeadLetterStore
+from streams.embedded.store import EmbeddedStore
 from tests.cli.helpers import headrace, one_error_line, published
 
 LETTERS = [
@@ -158,7 +158,7 @@ def test_a_dead_letter_recorded_again_by_a_replayed_range_is_replayed_once(tmp_p
 
 @pytest.mark.parametrize("action", ["list", "replay"])
 def test_an_unknown_reason_is_refused_naming_the_known_ones(store, action):
-    from streams.observability.snapshot import DEAD_LETTER_REASONS
+    from streams.runtime.snapshot import DEAD_LETTER_REASONS
 
     result = headrace("dlq", action, "--path", "store", "--reason", "nosuchreason", cwd=store.parent)
     error = one_error_line(result, "dlq")

@@ -75,8 +75,8 @@ def test_a_window_the_handoff_refused_is_not_replayed_as_an_event(tmp_path):
     import anyio
 
     from streams.core.deadletters import DeadLetter
-    from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
-    from streams.core.store import EmbeddedStore
+    from streams.embedded.deadletters import EmbeddedDeadLetterStore
+    from streams.embedded.store import EmbeddedStore
 
     (tmp_path / "headrace.toml").write_text(CONFIG)
     window = {"key": "r1", "start": T0, "end": T0 + 10, "value": 3}

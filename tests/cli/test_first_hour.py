@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from streams import StreamProvider
-from streams.adapters.embedded_queues import stored_queue_count
 from streams.cli import SUBCOMMANDS
+from streams.embedded.queues import stored_queue_count
 from tests.cli.helpers import headrace, json_of, one_error_line, published, start_worker
 
 APP = """

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 from streams import StreamId
-from streams.config import load_config
 from streams.eventtime import Count, EventTime, Tumbling
+from streams.runtime.config import load_config
 
 T0 = 1_700_000_000.0
 config = load_config()

@@ -12,8 +12,8 @@ from typing import TextIO
 
 from balancer import BalancerOptions
 from streams import StreamProvider
-from streams.adapters.kafka import KafkaAdapterFactory
-from streams.backends.kafka import KafkaBackend
+from streams.kafka.adapter import KafkaAdapterFactory
+from streams.runtime.backends.kafka import KafkaBackend
 from tests.cluster.worker_app import QUEUES, RecordingAdapter, recording
 
 

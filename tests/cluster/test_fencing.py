@@ -10,8 +10,8 @@ import anyio
 
 from balancer import BalancerOptions, Lease, SqliteLeaseProvider
 from streams import QueueId, StreamId, StreamProvider
-from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueReceiver
 from streams.core.batch import BatchContainer, BatchKind
+from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueReceiver
 from tests.core.conftest import Recorder, drained
 
 Q0 = QueueId(0)

@@ -21,11 +21,11 @@ from typing import Any, TextIO, TypeVar
 
 from balancer import BalancerOptions
 from streams import StreamId, StreamProvider
-from streams.adapters.embedded import EmbeddedAdapterFactory, EmbeddedQueueAdapter, EmbeddedQueueReceiver
-from streams.backends.embedded import EmbeddedBackend
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId
 from streams.core.tokens import SequenceToken
+from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter, EmbeddedQueueReceiver
+from streams.runtime.backends.embedded import EmbeddedBackend
 
 QUEUES = 8
 NAMESPACE = "cluster"

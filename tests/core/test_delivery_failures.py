@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from streams import StreamId, StreamProvider
-from streams.observability.logs import LogContextFilter
+from streams.runtime.logs import LogContextFilter
 from tests.core.conftest import drained
 
 FAST_RETRIES = {"max_event_delivery_time": 5.0, "delivery_retry_backoff": 0.01}

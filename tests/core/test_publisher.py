@@ -10,7 +10,7 @@ import pytest
 
 from streams import EncodeError, PublishError, StreamId, StreamProvider
 from streams.core.batch import BatchContainer, BatchKind
-from streams.publisher import ContainerWriter, Publisher
+from streams.runtime.publisher import ContainerWriter, Publisher
 from tests.core.conftest import Recorder, drained
 
 

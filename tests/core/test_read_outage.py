@@ -12,11 +12,11 @@ import pytest
 
 from streams import StreamId, StreamProvider
 from streams.adapters.memory import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
-from streams.backends.memory import MemoryBackend
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError
 from streams.core.ids import QueueId
 from streams.core.tokens import SequenceToken
+from streams.runtime.backends.memory import MemoryBackend
 from tests.core.conftest import GatedRecorder, Recorder, drained
 
 

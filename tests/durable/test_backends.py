@@ -13,14 +13,14 @@ import pytest
 from balancer import BalancerOptions, LeaseBasedQueueBalancer
 from spark_sink import Handoff
 from streams import ConfigurationError, QueueId, StreamId, StreamProvider
-from streams.backends.embedded import EmbeddedBackend
-from streams.backends.handoff import open_handoff_sinks
-from streams.backends.memory import MemoryBackend
 from streams.core.batch import BatchContainer, BatchKind
-from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
 from streams.core.pubsub import MemoryPubSubStore
-from streams.core.pubsub_embedded import EmbeddedPubSubStore
+from streams.embedded.deadletters import EmbeddedDeadLetterStore
+from streams.embedded.pubsub import EmbeddedPubSubStore
 from streams.eventtime import EventTime, Tumbling
+from streams.runtime.backends.embedded import EmbeddedBackend
+from streams.runtime.backends.handoff import open_handoff_sinks
+from streams.runtime.backends.memory import MemoryBackend
 
 
 class Hands:
@@ -84,9 +84,9 @@ async def test_the_embedded_balancer_fences_the_receivers_made_after_it(tmp_path
 def test_importing_the_package_root_loads_no_provider_until_a_name_is_asked_for() -> None:
     code = (
         "import sys, streams\n"
-        "print(sorted(m for m in ('streams.provider', 'agents', 'balancer', 'pyarrow') if m in sys.modules))\n"
+        "print(sorted(m for m in ('streams.runtime.provider', 'agents', 'balancer', 'pyarrow') if m in sys.modules))\n"
         "from streams import StreamProvider\n"
-        "print(StreamProvider.__module__, 'streams.provider' in sys.modules, 'pyarrow' in sys.modules)\n"
+        "print(StreamProvider.__module__, 'streams.runtime.provider' in sys.modules, 'pyarrow' in sys.modules)\n"
         "print(set(streams.__all__) <= set(dir(streams)))\n"
         "try:\n"
         "    streams.NoSuchName\n"
@@ -96,7 +96,7 @@ def test_importing_the_package_root_loads_no_provider_until_a_name_is_asked_for(
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == [
         "[]",
-        "streams.provider True False",
+        "streams.runtime.provider True False",
         "True",
         "module 'streams' has no attribute 'NoSuchName'",
     ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from streams import StreamProvider
-from streams.adapters.embedded import EmbeddedAdapterFactory
+from streams.embedded.adapter import EmbeddedAdapterFactory
 from tests.core.conftest import drained
 from tests.runtime_time.backlog import HOUR, backlog_rows, collect, containers, counting_type, reference
 

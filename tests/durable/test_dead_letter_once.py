@@ -7,8 +7,8 @@ import pytest
 
 from streams import StreamId, StreamProvider
 from streams.core.deadletters import DeadLetter, MemoryDeadLetterStore
-from streams.core.deadletters_embedded import EmbeddedDeadLetterStore
-from streams.core.store import EmbeddedStore
+from streams.embedded.deadletters import EmbeddedDeadLetterStore
+from streams.embedded.store import EmbeddedStore
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.core.conftest import drained
 
@@ -132,7 +132,7 @@ async def test_event_time_dead_letters_name_their_queue():
 
 
 async def test_a_store_written_before_the_unique_key_is_upgraded_and_keeps_its_rows(tmp_path):
-    from streams.core.deadletters_embedded import DEADLETTER_SCHEMA
+    from streams.embedded.deadletters import DEADLETTER_SCHEMA
 
     with EmbeddedStore(tmp_path / "store") as old:
         old.require_schema("deadletter", DEADLETTER_SCHEMA[:1])

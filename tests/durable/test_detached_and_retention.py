@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 from streams import CacheMissError, SequenceToken, StreamId, StreamProvider
-from streams.adapters.embedded import EmbeddedAdapterFactory
 from streams.adapters.retention import RetentionPolicy
 from streams.core.options import StreamProviderOptions
+from streams.embedded.adapter import EmbeddedAdapterFactory
 from tests.core.conftest import GatedRecorder, Recorder, drained
 
 

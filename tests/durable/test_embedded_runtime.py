@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from streams import QueueId, SequenceToken, StreamId, StreamProvider
-from streams.adapters.embedded import EmbeddedAdapterFactory
+from streams.embedded.adapter import EmbeddedAdapterFactory
 from tests.core.conftest import GatedRecorder, Recorder, drained
 from tests.helpers import start_worker, wait_until_async
 

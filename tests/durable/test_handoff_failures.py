@@ -20,8 +20,8 @@ from spark_sink.schema import HandoffSchema
 from streams import StreamId, StreamProvider
 from streams.core.batch import Event
 from streams.core.errors import HandoffRefusedError
-from streams.core.store import EmbeddedStore
 from streams.core.tokens import SequenceToken
+from streams.embedded.store import EmbeddedStore
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
 from streams.eventtime.results import EventOutcome, WindowResult
 from tests.core.conftest import drained

@@ -26,9 +26,9 @@ from spark_sink.offsets import OffsetRange
 from spark_sink.retention import expire
 from spark_sink.storage import EmbeddedStorage
 from streams.adapters.retention import RetentionPolicy
-from streams.backends.embedded import EmbeddedBackend
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 from streams.eventtime.results import WindowResult
+from streams.runtime.backends.embedded import EmbeddedBackend
 
 STREAM = "counts"
 SCHEMA = HandoffSchema.of({"writer": "bigint", "seq": "bigint", "row": "bigint", "rows": "bigint"})

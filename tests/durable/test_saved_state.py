@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from streams import StreamId, StreamProvider
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-from streams.status import read_status
+from streams.runtime.status import read_status
 from tests import helpers
 from tests.core.conftest import drained
 from tests.helpers import counted_windows, handoff_count, persisted_checkpoint, wait_until_async

@@ -12,8 +12,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import UnsupportedCodecError
 
 from streams import ConfigurationError, StreamId, StreamProvider
-from streams.config import load_config
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from streams.runtime.config import load_config
 from tests.core.conftest import drained
 from tests.kafka.test_foreign_records import QUEUES, json_provider, make_topic
 from tests.sensor_workload import closed_window_counts, readings, write_with_librdkafka

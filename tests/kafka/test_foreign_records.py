@@ -385,7 +385,7 @@ async def test_event_times_in_epoch_milliseconds_and_iso_text_make_the_same_wind
 
 
 def test_a_config_file_names_the_format_of_a_topic_others_write(tmp_path):
-    from streams.config import load_config
+    from streams.runtime.config import load_config
 
     (tmp_path / "headrace.toml").write_text(
         '[provider]\nadapter = "kafka"\nqueues = 4\n'

@@ -19,11 +19,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams.adapters.kafka import KafkaAdapterFactory, KafkaQueueReceiver
 from streams.adapters.protocols import QueueAdapter, RewindableReceiver
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import ConfigurationError, DecodeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
+from streams.kafka.adapter import KafkaAdapterFactory, KafkaQueueReceiver
 from streams.kafka.admin import ensure_queue_topics, ensure_topic
 from streams.kafka.settings import KafkaSettings
 from tests.adapters.harness import drain

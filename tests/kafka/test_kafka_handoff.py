@@ -14,9 +14,9 @@ import pytest
 from spark_sink import kafka_sink
 from spark_sink.errors import HandoffSchemaError, UnknownHandoffStreamError
 from spark_sink.handoff import EventHandoff, Handoff
-from spark_sink.kafka_log import KafkaHandoffLog
-from spark_sink.kafka_records import PartitionMarks
-from spark_sink.kafka_sink import KafkaHandoffSink
+from spark_sink.kafka.log import KafkaHandoffLog
+from spark_sink.kafka.records import PartitionMarks
+from spark_sink.kafka.sink import KafkaHandoffSink
 from streams.core.batch import Event
 from streams.core.errors import HandoffRefusedError
 from streams.core.ids import StreamId

@@ -25,9 +25,9 @@ from aiokafka.errors import (
 from streams import QueueFailedError, StreamId, StreamProvider
 from streams.kafka.outage import is_transient, permanent_fix
 from streams.kafka.settings import KafkaSettings
-from streams.observability.metrics import metric_families
-from streams.observability.snapshot import take_snapshot
-from streams.status_reporter import StatusReporter
+from streams.runtime.metrics import metric_families
+from streams.runtime.snapshot import take_snapshot
+from streams.runtime.status_reporter import StatusReporter
 from tests.cli.helpers import headrace
 from tests.core.conftest import drained
 from tests.kafka.test_foreign_records import QUEUES, make_topic, produce

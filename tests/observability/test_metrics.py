@@ -127,7 +127,7 @@ async def test_bad_or_busy_port_is_a_configuration_error(tmp_path):
 
 def test_metric_names_say_their_unit():
     """A point in time is ..._timestamp_seconds (its help says POSIX); the cache sizes say they count batches."""
-    from streams.observability.metrics import METRICS
+    from streams.runtime.metrics import METRICS
 
     posix = {name for name, (_, doc) in METRICS.items() if "POSIX" in doc}
     assert (

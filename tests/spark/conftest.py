@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 from tests.spark.handoff_testkit import (
     BASE,
     STREAM,

@@ -15,10 +15,10 @@ from pyspark.sql import functions as F
 import spark_sink
 from spark_sink import Handoff as HandoffDeclaration
 from spark_sink import HandoffLog, HandoffWriter, Segment
-from spark_sink.kafka_sink import KafkaHandoffSink
+from spark_sink.kafka.sink import KafkaHandoffSink
 from spark_sink.schema import HandoffData
 from streams.core.ids import StreamId
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 from streams.eventtime.results import WindowResult
 from streams.kafka.settings import KafkaSettings
 

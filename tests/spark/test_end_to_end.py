@@ -16,7 +16,7 @@ import anyio
 import pytest
 from pyspark.sql import functions as F
 
-from spark_sink.kafka_log import KafkaHandoffLog
+from spark_sink.kafka.log import KafkaHandoffLog
 from streams import StreamId, StreamProvider
 from tests.helpers import handoff_count, start_worker, wait_until
 

@@ -29,7 +29,7 @@ from spark_sink import (
 from spark_sink.offsets import admit, admit_records, split_ranges
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 from tests.helpers import handoff_batches
 from tests.spark.handoff_testkit import STREAM, Handoff
 
@@ -162,7 +162,7 @@ def test_append_needs_the_stores_write_transaction(handoff: Handoff, tmp_path: P
 CRASHING_WORKER = """
 import os, sys
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
-from streams.core.store import EmbeddedStore
+from streams.embedded.store import EmbeddedStore
 store = EmbeddedStore(sys.argv[1])
 schema = HandoffSchema.windows({"count": "bigint", "total": "double"}, stream=True)
 writer = HandoffWriter(HandoffLog(store, inline_bytes=int(sys.argv[3])), sys.argv[2], schema)

@@ -44,7 +44,7 @@ def beyond_reading_side(modules: list[str], *reading: str) -> list[str]:
 def test_importing_the_datasource_loads_no_runtime_and_no_kafka_client():
     _, modules = run_listing("import spark_sink.datasource\n")
     assert "spark_sink.datasource" in modules
-    assert beyond_reading_side(modules) == []  # no agents, balancer, cache, streams.provider/adapters, aiokafka
+    assert beyond_reading_side(modules) == []  # no agents, balancer, cache, streams.runtime.provider/adapters, aiokafka
 
 
 def test_reading_an_embedded_log_as_an_executor_does_loads_no_runtime(handoff: Handoff, events):
@@ -73,5 +73,5 @@ def test_aiokafka_loads_only_when_a_kafka_log_is_opened():
     _, parsed = run_listing(options)
     _, opened = run_listing(options + "storage = options.open_storage()\n")  # connects on first use
     assert not [m for m in parsed if m.startswith("aiokafka")]
-    assert "aiokafka" in opened and "spark_sink.kafka_storage" in opened
+    assert "aiokafka" in opened and "spark_sink.kafka.storage" in opened
     assert beyond_reading_side(opened, "streams.kafka", "aiokafka") == []  # the Kafka client pieces only

@@ -28,7 +28,6 @@ import anyio.lowlevel
 from rich.console import Console
 
 from spark_sink import Handoff
-from streams.adapters.kafka import KafkaAdapterFactory
 from streams.cli.common import plural
 from streams.cli.demo.settings import DemoSettings
 from streams.cli.demo.status import StatusLine
@@ -39,9 +38,10 @@ from streams.cli.demo.windows import handed_off as windows_handed_off
 from streams.core.errors import HeadraceError
 from streams.core.ids import StreamId
 from streams.eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
+from streams.kafka.adapter import KafkaAdapterFactory
 from streams.kafka.reach import check_reachable
 from streams.observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
-from streams.provider import StreamProvider
+from streams.runtime.provider import StreamProvider
 
 log = logging.getLogger("headrace.demo")
 

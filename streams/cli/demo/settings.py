@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streams.observability.logs import LogFormat
+from streams.runtime.logs import LogFormat
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from streams.cli.demo.summary import POLICY_DROPS
 from streams.cli.demo.traffic import Published
 from streams.cli.demo.windows import Received, clock_text
 from streams.observability import EventTimeTotals, dead_letter_counts, take_snapshot
-from streams.provider import StreamProvider
+from streams.runtime.provider import StreamProvider
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ import anyio
 
 from streams.core.ids import StreamId
 from streams.eventtime import OrderingPolicy
-from streams.provider import StreamProvider
+from streams.runtime.provider import StreamProvider
 
 NAMESPACE = "tolls"
 

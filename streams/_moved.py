@@ -1,0 +1,103 @@
+"""Old module paths that still import, for one release: each is the module now at its new home.
+
+The packages were regrouped (``streams/runtime``, ``streams/embedded``, ``streams/kafka``, and so
+on); code that imports a module by its old path keeps working and is told, once, where it went:
+
+>>> import warnings
+>>> with warnings.catch_warnings(record=True) as caught:
+...     warnings.simplefilter("always")
+...     from streams.provider import StreamProvider
+>>> StreamProvider.__module__
+'streams.runtime.provider'
+>>> print(caught[0].message)
+streams.provider moved to streams.runtime.provider: import it from there (the old path goes in the next release)
+
+The public names (``from streams import StreamProvider``) never moved.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+import warnings
+from collections.abc import Sequence
+
+# old module path -> where it lives now
+MOVED: dict[str, str] = {
+    "streams.provider": "streams.runtime.provider",
+    "streams.stream": "streams.runtime.stream",
+    "streams.publisher": "streams.runtime.publisher",
+    "streams.config": "streams.runtime.config",
+    "streams.config_load": "streams.runtime.config_load",
+    "streams.config_schema": "streams.runtime.config_schema",
+    "streams.constructors": "streams.runtime.constructors",
+    "streams.status": "streams.runtime.status",
+    "streams.status_reporter": "streams.runtime.status_reporter",
+    "streams.status_kafka": "streams.runtime.status_kafka",
+    "streams.status_topic": "streams.runtime.status_topic",
+    "streams.observability.logs": "streams.runtime.logs",
+    "streams.observability.metrics": "streams.runtime.metrics",
+    "streams.observability.snapshot": "streams.runtime.snapshot",
+    "streams.backends": "streams.runtime.backends",
+    "streams.registry": "agents.registry",
+    "streams.core.store": "streams.embedded.store",
+    "streams.core.store_turns": "streams.embedded.store_turns",
+    "streams.core.deadletters_embedded": "streams.embedded.deadletters",
+    "streams.core.pubsub_embedded": "streams.embedded.pubsub",
+    "streams.adapters.embedded": "streams.embedded.adapter",
+    "streams.adapters.embedded_queues": "streams.embedded.queues",
+    "streams.adapters.embedded_receiver": "streams.embedded.receiver",
+    "streams.adapters.embedded_state": "streams.embedded.state",
+    "streams.adapters.group_commit": "streams.embedded.group_commit",
+    "streams.adapters.kafka": "streams.kafka.adapter",
+    "streams.adapters.kafka_receiver": "streams.kafka.receiver",
+    "streams.adapters.kafka_records": "streams.kafka.records",
+    "streams.adapters.kafka_repartition": "streams.kafka.repartition",
+    "streams.adapters.kafka_state": "streams.kafka.state",
+    "spark_sink.kafka_log": "spark_sink.kafka.log",
+    "spark_sink.kafka_records": "spark_sink.kafka.records",
+    "spark_sink.kafka_sink": "spark_sink.kafka.sink",
+    "spark_sink.kafka_storage": "spark_sink.kafka.storage",
+    "balancer.kafka_group": "balancer.kafka.group",
+    "balancer.kafka_assignor": "balancer.kafka.assignor",
+}
+
+
+class _MovedLoader(importlib.abc.Loader):
+    def __init__(self, home: str) -> None:
+        self.home = home
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        warnings.warn(
+            f"{spec.name} moved to {self.home}: import it from there (the old path goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(self.home)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass  # the module at its new home is already executed
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+    """Finds an old module path before the file system does, so a moved module loads once."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        head, _, tail = fullname, "", ""
+        while head and head not in MOVED:  # a module inside a moved package moved with it
+            head, _, last = head.rpartition(".")
+            tail = f"{last}.{tail}" if tail else last
+        if not head:
+            return None
+        home = f"{MOVED[head]}.{tail}" if tail else MOVED[head]
+        return importlib.machinery.ModuleSpec(fullname, _MovedLoader(home))
+
+
+def install() -> None:
+    if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, MovedModuleFinder())

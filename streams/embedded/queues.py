@@ -1,0 +1,214 @@
+"""The embedded queues' tables and the SQL on them, shared by the adapter, its receivers and
+the status and configuration readers: records, queue heads, checkpoints, retention, and the
+lease fence a checkpoint is written under. Every function here runs on a connection, in a
+worker thread."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streams.adapters.protocols import StateRows
+from streams.adapters.retention import RetentionPolicy, RetentionReport
+from streams.core.batch import QueueMessage
+from streams.core.ids import QueueId
+from streams.embedded.state import write_states
+from streams.embedded.store import EmbeddedStore, Migration
+
+log = logging.getLogger("headrace.embedded")
+
+QUEUE_SCHEMA: list[Migration] = [
+    [
+        # queue_count: the layout every process must agree on (stream -> queue mapping).
+        "CREATE TABLE queue_meta(key TEXT PRIMARY KEY, value NOT NULL)",
+        # next_seq survives retention emptying a queue, so a sequence number is never reused.
+        "CREATE TABLE queue_heads(queue INTEGER PRIMARY KEY, next_seq INTEGER NOT NULL)",
+        "CREATE TABLE queue_records("
+        " queue INTEGER NOT NULL, seq INTEGER NOT NULL, stream TEXT NOT NULL,"
+        " payload BLOB NOT NULL, enqueued REAL NOT NULL, PRIMARY KEY (queue, seq))",
+        "CREATE TABLE checkpoints( queue INTEGER PRIMARY KEY, seq INTEGER NOT NULL, updated REAL NOT NULL)",
+    ],
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseFence:
+    """The lease a receiver reads its queue under
+    (:meth:`EmbeddedQueueAdapter.fence_with_leases`).
+
+    ``condition`` and ``parameters``: SQL that holds only while that lease is still the
+    queue's current one in the store (:meth:`SqliteLeaseProvider.fence_condition`); a
+    checkpoint lands only then. ``held``: whether this worker still holds the lease by its
+    own clock (renewals extend it); a receiver reads only while it does.
+    """
+
+    condition: str
+    parameters: Mapping[str, Any]
+    held: Callable[[], bool]
+
+
+NO_LEASE = LeaseFence("0", {}, lambda: False)  # made while no lease was held: never reads
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePositions:
+    """Where a queue stands: records ``first_retained .. next_sequence-1`` are readable,
+    and ``checkpoint`` is the last one acknowledged (``None``: nothing yet)."""
+
+    queue: QueueId
+    first_retained: int
+    next_sequence: int
+    checkpoint: int | None
+
+    @property
+    def retained(self) -> int:
+        return self.next_sequence - self.first_retained
+
+    @property
+    def unacknowledged(self) -> int:
+        start = 0 if self.checkpoint is None else self.checkpoint + 1
+        return self.next_sequence - max(start, self.first_retained)
+
+
+# -- SQL shared by the adapter and its receivers (run in worker threads) ---------------------
+
+
+def select_records(queue: QueueId, start: int, limit: int, conn: sqlite3.Connection) -> list[QueueMessage]:
+    rows = conn.execute(
+        "SELECT seq, payload, enqueued FROM queue_records WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT ?",
+        (queue.number, start, limit),
+    ).fetchall()
+    return [QueueMessage(queue, seq, payload, enqueued) for seq, payload, enqueued in rows]
+
+
+def replay_horizon(conn: sqlite3.Connection) -> float | None:
+    """When the oldest record a restart could read again was written: the first after each
+    queue's checkpoint (None: every queue is caught up). Whatever was made only of records
+    written before it can never be made again.
+
+    >>> conn = sqlite3.connect(":memory:")
+    >>> for sql in QUEUE_SCHEMA[0]:
+    ...     _ = conn.execute(sql)
+    >>> _ = conn.execute("INSERT INTO queue_heads VALUES (0, 3)")
+    >>> _ = conn.executemany("INSERT INTO queue_records VALUES (0, ?, 's', x'', ?)", [(0, 10.0), (1, 11.0), (2, 12.0)])
+    >>> _ = conn.execute("INSERT INTO checkpoints VALUES (0, 0, 0.0)")
+    >>> replay_horizon(conn)
+    11.0
+    """
+    oldest: float | None = None
+    for (queue,) in conn.execute("SELECT queue FROM queue_heads").fetchall():
+        row = conn.execute(
+            "SELECT r.enqueued FROM queue_records r WHERE r.queue = ? AND r.seq > "
+            "coalesce((SELECT seq FROM checkpoints WHERE queue = ?), -1) ORDER BY r.seq LIMIT 1",
+            (queue, queue),
+        ).fetchone()
+        if row is not None and (oldest is None or row[0] < oldest):
+            oldest = float(row[0])
+    return oldest
+
+
+def read_checkpoint(queue: QueueId, conn: sqlite3.Connection) -> int | None:
+    row = conn.execute("SELECT seq FROM checkpoints WHERE queue = ?", (queue.number,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def write_checkpoint(queue: QueueId, seq: int, fence: LeaseFence | None, conn: sqlite3.Connection) -> bool:
+    """Store ``seq`` as the queue's checkpoint if ``fence`` (the writer's lease) still holds;
+    return whether it did."""
+    condition, params = (fence.condition, fence.parameters) if fence is not None else ("1", {})
+    # max(): a checkpoint never moves back, even if a former owner of the queue writes late.
+    # (``WHERE`` also keeps SQLite from reading ON CONFLICT as part of the SELECT.)
+    cursor = conn.execute(
+        "INSERT INTO checkpoints(queue, seq, updated)"
+        f" SELECT :queue, :seq, :updated WHERE {condition}"
+        " ON CONFLICT(queue) DO UPDATE"
+        " SET seq = max(seq, excluded.seq), updated = excluded.updated",
+        {**params, "queue": queue.number, "seq": seq, "updated": time.time()},
+    )
+    return cursor.rowcount > 0
+
+
+def write_checkpoint_and_states(
+    queue: QueueId, seq: int | None, fence: LeaseFence | None, rows: StateRows | None, conn: sqlite3.Connection
+) -> bool:
+    """The checkpoint (if any yet) and the activation states it relies on, in one
+    transaction, both only while the lease holds."""
+    if seq is None:
+        condition, params = (fence.condition, fence.parameters) if fence is not None else ("1", {})
+        if conn.execute(f"SELECT 1 WHERE {condition}", params).fetchone() is None:
+            return False
+    elif not write_checkpoint(queue, seq, fence, conn):
+        return False
+    if rows is not None:
+        write_states(queue.number, rows, conn)
+    return True
+
+
+def queue_positions(queue: QueueId, conn: sqlite3.Connection) -> QueuePositions:
+    """Where ``queue`` stands in the store, read on ``conn`` (a snapshot, for consistency)."""
+    (next_seq,) = conn.execute("SELECT next_seq FROM queue_heads WHERE queue = ?", (queue.number,)).fetchone()
+    (first,) = conn.execute("SELECT min(seq) FROM queue_records WHERE queue = ?", (queue.number,)).fetchone()
+    return QueuePositions(queue, next_seq if first is None else first, next_seq, read_checkpoint(queue, conn))
+
+
+DEFAULT_QUEUES = 8  # the queue count of a new store when none is given
+
+
+def stored_queue_count(path: str | os.PathLike[str]) -> int | None:
+    """The queue count of the store under ``path``; ``None`` when there is no store there
+    (nothing is created) or it has made no queues yet."""
+    if not (Path(path) / EmbeddedStore.FILE_NAME).is_file():
+        return None
+    with EmbeddedStore(path) as store, store.snapshot() as conn:
+        return recorded_queue_count(conn)
+
+
+def recorded_queue_count(conn: sqlite3.Connection) -> int | None:
+    """The queue count the store was made with; ``None`` while no queues have been made.
+    Reads only: safe on a store another process is using."""
+    made = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'queue_meta'").fetchone()
+    if not made:
+        return None
+    row = conn.execute("SELECT value FROM queue_meta WHERE key = 'queue_count'").fetchone()
+    return None if row is None else int(row[0])
+
+
+def retain(queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Connection) -> RetentionReport:
+    """One retention pass over one queue; always removes a prefix, so what is retained stays
+    a contiguous run of sequence numbers."""
+    positions = queue_positions(queue, conn)
+    checkpoint = -1 if positions.checkpoint is None else positions.checkpoint
+    expire_to = -1  # acknowledged records up to here go
+    if policy.max_age is not None:
+        (expire_to,) = conn.execute(
+            "SELECT coalesce(max(seq), -1) FROM queue_records WHERE queue = ? AND seq <= ? AND enqueued < ?",
+            (queue.number, checkpoint, now - policy.max_age),
+        ).fetchone()
+    drop_to = -1  # the size limit forces everything up to here out, acknowledged or not
+    if policy.max_records_per_queue is not None:
+        drop_to = positions.next_sequence - policy.max_records_per_queue - 1
+        expire_to = max(expire_to, min(drop_to, checkpoint))
+    delete = "DELETE FROM queue_records WHERE queue = ? AND seq >= ? AND seq <= ?"
+    expired = conn.execute(delete, (queue.number, positions.first_retained, expire_to)).rowcount
+    report = RetentionReport(queue, expired=expired)
+    if drop_to > checkpoint:
+        first = max(checkpoint + 1, positions.first_retained)
+        dropped = conn.execute(delete, (queue.number, first, drop_to)).rowcount
+        if dropped:
+            report = RetentionReport(queue, expired, dropped, first, drop_to)
+            log.warning(
+                "%s: retention dropped %d unacknowledged records (seq %d..%d) to keep "
+                "max_records_per_queue=%d; consumers will not see them",
+                queue,
+                dropped,
+                first,
+                drop_to,
+                policy.max_records_per_queue,
+            )
+    return report

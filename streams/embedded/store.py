@@ -1,0 +1,283 @@
+"""The embedded store: one SQLite database under a directory, shared by every embedded table.
+
+Queues, checkpoints, pub-sub, dead letters (and membership, leases, handoff bookkeeping) all
+live in ``path/headrace.db``. SQLite in WAL mode gives transactions, lets several processes on
+one machine open the file at once (producers write while a worker reads) and needs no server.
+
+Connections: a small pool, each connection used by one thread at a time. sqlite3 calls block,
+so the async methods run them in a worker thread (``anyio.to_thread``).
+
+Durability: ``synchronous=NORMAL`` by default. In WAL mode a NORMAL commit is atomic and
+survives a crash of the process (the WAL is in the operating system's cache); only an OS crash
+or power loss can lose the last few commits, and then a *prefix* of the commits survives, so a
+checkpoint never outlives the records before it. ``FULL`` fsyncs every commit, which caps a
+producer at the disk's fsync rate (see ``bench/embedded_queue.py``); choose it when a power
+loss must not lose an acknowledged ``on_next``.
+
+Schemas: each area (``queue``, ``pubsub``, ``deadletter``, ...) declares a list of migrations;
+the ``schema_versions`` table records how many of them the file has, and the store applies
+the missing ones on first use, in one write transaction (safe when processes race to create).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import anyio.lowlevel
+import anyio.to_thread
+
+from streams.core.errors import ConfigurationError, StoreError
+from streams.embedded.store_turns import BackOff, turns_for
+
+T = TypeVar("T")
+
+Synchronous = Literal["NORMAL", "FULL"]
+Migration = Sequence[str]  # the SQL statements of one schema step, applied in one transaction
+
+
+class EmbeddedStore:
+    """The SQLite database ``path/headrace.db`` (created with its directory when missing).
+
+    >>> import tempfile
+    >>> store = EmbeddedStore(tempfile.mkdtemp())
+    >>> store.require_schema("example", [["CREATE TABLE example_items(x INTEGER)"]])
+    >>> with store.transaction() as conn:
+    ...     _ = conn.execute("INSERT INTO example_items VALUES (1)")
+    >>> with store.connection() as conn:
+    ...     conn.execute("SELECT count(*) FROM example_items").fetchone()[0]
+    1
+    >>> store.close()
+
+    In async code use :meth:`read` and :meth:`write`, which run a function of a connection in
+    a worker thread.
+    """
+
+    FILE_NAME = "headrace.db"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "NORMAL",
+        busy_timeout: float = 10.0,
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ConfigurationError(f"synchronous is 'NORMAL' or 'FULL', not {synchronous!r}")
+        if busy_timeout <= 0:
+            raise ConfigurationError(f"busy_timeout is positive seconds, not {busy_timeout!r}")
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigurationError(f"the embedded store path {str(self.path)!r} is a file; give a directory")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.database = self.path / self.FILE_NAME
+        self.synchronous: Synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._lock = threading.Lock()
+        self._migration_lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._generation = 0  # bumped by close(): connections of an older one are not reused
+        self._schemas: dict[str, Sequence[Migration]] = {}
+        self._unmigrated: list[str] = []
+        # Writers take turns (see store_turns); what still finds SQLite busy after its own
+        # busy_timeout (a writer that does not take turns) backs off and retries.
+        self._turns = turns_for(self.database)
+        self._urgent_threads: tuple[anyio.lowlevel.EventLoopToken, anyio.CapacityLimiter] | None = None
+        self._backoff = BackOff(f"the embedded store {str(self.database)!r}", busy_timeout=busy_timeout)
+
+    def __repr__(self) -> str:
+        return f"EmbeddedStore({str(self.path)!r})"
+
+    # -- schemas ---------------------------------------------------------------------------
+
+    def require_schema(self, area: str, migrations: Sequence[Migration]) -> None:
+        """Declare an area's tables; they are created or upgraded on the store's next use.
+
+        No I/O happens here, so components may call it from their constructors.
+        """
+        with self._lock:
+            known = self._schemas.get(area)
+            if known is not None:
+                if list(known) != list(migrations):
+                    raise ConfigurationError(f"two different schemas declared for area {area!r}")
+                return
+            self._schemas[area] = migrations
+            self._unmigrated.append(area)
+
+    def _migrate_pending(self, conn: sqlite3.Connection) -> None:
+        # One thread migrates; the others wait here rather than use tables not yet made.
+        with self._migration_lock:
+            for area in list(self._unmigrated):
+                self._migrate(conn, area, self._schemas[area])
+                with self._lock:
+                    self._unmigrated.remove(area)
+
+    def _migrate(self, conn: sqlite3.Connection, area: str, migrations: Sequence[Migration]) -> None:
+        with self._transaction_on(conn):
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_versions(area TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+            row = conn.execute("SELECT version FROM schema_versions WHERE area = ?", (area,)).fetchone()
+            version = row[0] if row else 0
+            if version > len(migrations):
+                raise ConfigurationError(
+                    f"the store {str(self.database)!r} has {area} schema version {version}, "
+                    f"newer than this headrace knows ({len(migrations)}); upgrade headrace"
+                )
+            for step in migrations[version:]:
+                for statement in step:
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_versions(area, version) VALUES (?, ?) "
+                "ON CONFLICT(area) DO UPDATE SET version = excluded.version",
+                (area, len(migrations)),
+            )
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _open_connection(self) -> sqlite3.Connection:
+        # check_same_thread=False: the pool hands a connection to one thread at a time, but
+        # not always the same thread. isolation_level=None: transactions are explicit.
+        conn = sqlite3.connect(
+            self.database,
+            timeout=self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise ConfigurationError(
+                    f"cannot put {str(self.database)!r} in WAL mode (got {mode!r}); use a local file system"
+                )
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection for this thread until the block ends (autocommit: each statement is
+        its own transaction). Blocking: call it from a worker thread in async code."""
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+            generation = self._generation
+        try:
+            if conn is None:
+                conn = self._open_connection()
+            if self._unmigrated:
+                self._migrate_pending(conn)
+            yield conn
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        finally:
+            if conn is not None:
+                with self._lock:
+                    keep = generation == self._generation
+                    if keep:
+                        self._idle.append(conn)
+                if not keep:
+                    conn.close()
+
+    @contextmanager
+    def _transaction_on(self, conn: sqlite3.Connection, urgent: bool = False) -> Iterator[sqlite3.Connection]:
+        # IMMEDIATE takes the write lock up front: a deferred transaction that later tries to
+        # write can fail at once with SQLITE_BUSY in WAL mode. The turn comes first, so this
+        # process's writers and other processes' queue fairly rather than race for the lock.
+        with self._turns.turn(urgent):
+            self._backoff.call(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:  # SQLite may already have rolled back (disk full, ...)
+                    conn.execute("ROLLBACK")
+                raise
+            self._backoff.call(lambda: conn.execute("COMMIT"))
+
+    @contextmanager
+    def transaction(self, urgent: bool = False) -> Iterator[sqlite3.Connection]:
+        """A write transaction: committed when the block ends, rolled back if it raises.
+        Writers from every process are serialized, so a block may read then write safely;
+        an ``urgent`` one goes before this process's writers already waiting."""
+        with self.connection() as conn, self._transaction_on(conn, urgent):
+            yield conn
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every statement in the block sees the same committed state."""
+        with self.connection() as conn:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T], *, urgent: bool = False) -> T:
+        """Run ``fn(conn)`` in a worker thread, in a read snapshot (``urgent``: in a thread
+        kept for urgent work, see :meth:`write`)."""
+        limiter = self._urgent_limiter() if urgent else None
+        return await anyio.to_thread.run_sync(self._call_in_snapshot, fn, limiter=limiter)
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, urgent: bool = False) -> T:
+        """Run ``fn(conn)`` in a worker thread, in one write transaction. An ``urgent`` write
+        (a lease renewal: late, it costs the worker its queues) has threads of its own and
+        goes before this process's writes already waiting for their turn."""
+        limiter = self._urgent_limiter() if urgent else None
+        return await anyio.to_thread.run_sync(self._call_in_transaction, fn, urgent, limiter=limiter)
+
+    def _urgent_limiter(self) -> anyio.CapacityLimiter:
+        """Threads for urgent work, which a backlog of other writes (each holding a thread of
+        the default pool while it waits for its turn) cannot use up; one set per event loop."""
+        loop = anyio.lowlevel.current_token()
+        if self._urgent_threads is None or self._urgent_threads[0] != loop:
+            self._urgent_threads = (loop, anyio.CapacityLimiter(4))
+        return self._urgent_threads[1]
+
+    def _call_in_snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def attempt() -> T:
+            with self.connection() as conn:  # a busy reader (rare in WAL) reads again
+                conn.execute("BEGIN")
+                try:
+                    return fn(conn)
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+
+        return self._backoff.call(attempt)
+
+    def _call_in_transaction(self, fn: Callable[[sqlite3.Connection], T], urgent: bool = False) -> T:
+        with self.transaction(urgent) as conn:
+            return fn(conn)
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return StoreError(
+                f"the embedded store {str(self.database)!r} stayed locked by another writer "
+                f"for more than busy_timeout={self.busy_timeout} s; retry or raise busy_timeout"
+            )
+        return StoreError(f"the embedded store {str(self.database)!r} failed: {text}")
+
+    def close(self) -> None:
+        """Release every connection (idle ones now, busy ones when their block ends).
+
+        The store stays usable and reconnects on its next use, so one store can serve a
+        provider that is entered again; when the last connection of every process is
+        closed, SQLite folds the WAL back into the database file.
+        """
+        with self._lock:
+            self._generation += 1
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def __enter__(self) -> EmbeddedStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,342 @@
+"""The configuration's schema: its sections as typed settings, every key and how its value is
+read, and the one-line error for a key that does not exist. ``streams.runtime.config_load`` reads the
+file, the environment and overrides into these; ``streams.runtime.config`` builds a provider from them.
+
+Durations are ``250ms``, ``5s``, ``2m``, ``1h``, ``1d`` or a number of seconds; optional ones
+take ``"off"``. Relative paths in the file are relative to the file's directory.
+
+>>> SCHEMA["cache"]["size"](Setting(1024, "override", "cache.size", Path.cwd()))
+1024
+>>> str(unknown_key("cache.sise", "headrace.toml"))
+"headrace.toml: unknown key 'cache.sise' (did you mean 'cache.size'?); the keys of [cache] are size, buckets, slow_consumer_timeout"
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from balancer.base import BalancerOptions
+from streams.adapters.retention import RetentionPolicy
+from streams.core.errors import ConfigurationError
+from streams.core.options import StreamProviderOptions
+from streams.embedded.queues import DEFAULT_QUEUES
+from streams.embedded.store import Synchronous
+from streams.eventtime.policy import Action, OrderingPolicy
+from streams.eventtime.timetext import parse_duration, parse_window
+from streams.eventtime.windows import WindowSpec
+from streams.runtime.logs import FORMATS, LEVELS
+
+CONFIG_FILE = "headrace.toml"
+CONFIG_ENV = "HEADRACE_CONFIG"
+ENV_PREFIX = "HEADRACE_"
+
+Adapter = Literal["embedded", "kafka", "memory"]
+
+
+# -- the typed sections ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaTopic:
+    """``[provider.kafka]``: the topic whose partitions are the queues."""
+
+    bootstrap_servers: str | tuple[str, ...]
+    topic: str
+    group: str = "headrace"
+    start: Literal["earliest", "latest"] = "earliest"
+    records: str = "headrace"  # or json, msgpack, text, bytes: a topic others write
+    namespace: str | None = None  # the streams of such a topic (default: the topic's name)
+    key_field: str | None = None  # keys records that have no key
+    compression: str = "none"  # how headrace's producers compress: none, gzip, snappy, lz4, zstd
+    dead_letter_topic: str | None = None  # default "<topic>.dlq"
+    idempotent: bool = True  # off for a broker without idempotent producers
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSettings:
+    """``[provider]``: which queues. ``path`` is the embedded store's directory (with Kafka:
+    an optional store on this machine for pub-sub and dead letters, which otherwise live in
+    the cluster like the Spark handoff)."""
+
+    adapter: Adapter = "embedded"
+    queues: int = DEFAULT_QUEUES
+    path: Path | None = None
+    synchronous: Synchronous = "NORMAL"
+    kafka: KafkaTopic | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSettings:
+    """``[time]``: defaults for event-time consumers, e.g.
+    ``EventTime(config.time.policy, config.time.window, Sum(), select="toll")``."""
+
+    policy: OrderingPolicy = field(default_factory=OrderingPolicy)
+    window: WindowSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SparkSettings:
+    """``[spark]``: where Spark reads the handoff log (the provider's store, or its Kafka
+    cluster) and the DataSource options."""
+
+    path: Path | None = None
+    max_records_per_trigger: int | None = None
+    max_rows_per_split: int = 1_000_000
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    trim_on_commit: bool = True
+    kafka_bootstrap_servers: str | None = None  # from [provider.kafka]: the log is on Kafka
+
+    def read_options(self, stream: str) -> dict[str, str]:
+        """The ``headrace`` DataSource options for ``stream``:
+        ``spark.readStream.format("headrace").options(**config.spark.read_options("avg"))``."""
+        if self.kafka_bootstrap_servers is not None:
+            where = {"kafka.bootstrap.servers": self.kafka_bootstrap_servers}
+        elif self.path is not None:
+            where = {"path": str(self.path), "trimOnCommit": str(self.trim_on_commit).lower()}
+        else:
+            raise ConfigurationError("spark.path is not set (nor provider.path): the store Spark reads")
+        options = {
+            **where,
+            "stream": stream,
+            "maxRowsPerSplit": str(self.max_rows_per_split),
+            "startingOffsets": self.starting_offsets,
+        }
+        if self.max_records_per_trigger is not None:
+            options["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
+        return options
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """``[worker]``: what ``headrace worker`` runs. ``app`` is ``module:attribute`` of a
+    StreamProvider; ``metrics_port`` serves Prometheus metrics on ``metrics_host`` (loopback
+    by default: ``0.0.0.0`` exposes them beyond this machine); ``status_interval`` is how
+    often the worker writes its agents' status to the store."""
+
+    app: str | None = None
+    name: str | None = None
+    log_level: str = "info"
+    log_format: str | None = None  # text on a terminal, else logfmt
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    status_interval: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class HeadraceSettings:
+    """Every setting, validated. ``sources`` maps each key that was set (``"provider.queues"``)
+    to where (``"headrace.toml: provider.queues"``, ``"HEADRACE_PROVIDER__QUEUES"``)."""
+
+    provider_settings: ProviderSettings = field(default_factory=ProviderSettings)
+    options: StreamProviderOptions = field(default_factory=StreamProviderOptions)
+    balancer: BalancerOptions = field(default_factory=BalancerOptions)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    time: TimeSettings = field(default_factory=TimeSettings)
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    file: Path | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def store_path(self) -> Path:
+        """The local store's directory (embedded queues, or Kafka's local store)."""
+        path = self.provider_settings.path
+        if path is None:
+            raise ConfigurationError(
+                "provider.path is not set: the store directory (set path in [provider] of "
+                f"{CONFIG_FILE}, HEADRACE_PROVIDER__PATH, or --path)"
+            )
+        return path
+
+
+# -- value parsers ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One raw value; ``origin`` is the file, variable or override that set it, ``where``
+    names it in messages, and a relative path in it is relative to ``base``."""
+
+    value: Any
+    origin: str
+    where: str
+    base: Path
+
+
+Parser = Callable[[Setting], Any]
+
+
+def _duration(s: Setting) -> float:
+    return parse_duration(s.value, s.where)
+
+
+def _positive_duration(s: Setting) -> float:
+    seconds = parse_duration(s.value, s.where)
+    if seconds <= 0:
+        raise ConfigurationError(f"{s.where}: must be more than 0, not {s.value!r}")
+    return seconds
+
+
+def _optional_duration(s: Setting) -> float | None:
+    return None if s.value == "off" else parse_duration(s.value, s.where)
+
+
+def _count(minimum: int, *, optional: bool = False) -> Parser:
+    def parse(s: Setting) -> int | None:
+        if optional and s.value == "off":
+            return None
+        if isinstance(s.value, bool) or not isinstance(s.value, int) or s.value < minimum:
+            off = ' or "off"' if optional else ""
+            raise ConfigurationError(f"{s.where}: must be a whole number >= {minimum}{off}, not {s.value!r}")
+        return s.value
+
+    return parse
+
+
+def _flag(s: Setting) -> bool:
+    if not isinstance(s.value, bool):
+        raise ConfigurationError(f"{s.where}: must be true or false, not {s.value!r}")
+    return s.value
+
+
+def _text(s: Setting) -> str:
+    if not isinstance(s.value, str) or not s.value:
+        raise ConfigurationError(f"{s.where}: must be a non-empty string, not {s.value!r}")
+    return s.value
+
+
+def _choice(*allowed: str) -> Parser:
+    def parse(s: Setting) -> str:
+        value = s.value.lower() if isinstance(s.value, str) else s.value
+        if value not in allowed:
+            raise ConfigurationError(f"{s.where}: must be one of {', '.join(allowed)}, not {s.value!r}")
+        return value
+
+    return parse
+
+
+def _path(s: Setting) -> Path:
+    return s.base / Path(_text(s)).expanduser()
+
+
+def _servers(s: Setting) -> str | tuple[str, ...]:
+    if isinstance(s.value, list) and s.value and all(isinstance(x, str) and x for x in s.value):
+        return tuple(s.value)
+    return _text(s)
+
+
+def _port(s: Setting) -> int:
+    if isinstance(s.value, bool) or not isinstance(s.value, int) or not 0 <= s.value <= 65535:
+        raise ConfigurationError(f"{s.where}: must be a TCP port number (0 to 65535), not {s.value!r}")
+    return s.value
+
+
+def _window(s: Setting) -> WindowSpec:
+    return parse_window(_text(s), s.where)
+
+
+# Every key of every section and how its value is read. A key's Python name is the same,
+# except in [cache] (size, buckets: StreamProviderOptions' cache_size, cache_buckets).
+SCHEMA: dict[str, dict[str, Parser]] = {
+    "provider": {
+        "adapter": _choice("embedded", "kafka", "memory"),
+        "queues": _count(1),
+        "path": _path,
+        "synchronous": _choice("normal", "full"),
+    },
+    "provider.kafka": {
+        "bootstrap_servers": _servers,
+        "topic": _text,
+        "group": _text,
+        "start": _choice("earliest", "latest"),
+        "records": _choice("headrace", "json", "msgpack", "text", "bytes"),
+        "namespace": _text,
+        "key_field": _text,
+        "compression": _choice("none", "gzip", "snappy", "lz4", "zstd"),
+        "dead_letter_topic": _text,
+        "idempotent": _flag,
+    },
+    "provider.retention": {
+        "max_age": _optional_duration,
+        "max_records_per_queue": _count(0, optional=True),
+        "interval": _positive_duration,
+    },
+    "agent": {
+        "get_queue_msgs_timer_period": _positive_duration,
+        "max_event_delivery_time": _positive_duration,
+        "delivery_retry_backoff": _positive_duration,
+        "stream_inactivity_period": _positive_duration,
+        "fault_on_error": _flag,
+        "tune_gc": _flag,
+        "shutdown_timeout": _positive_duration,
+        "max_read_backoff": _positive_duration,
+    },
+    "cache": {
+        "size": _count(1),
+        "buckets": _count(1),
+        "slow_consumer_timeout": _optional_duration,
+    },
+    "balancer": {
+        "lease_length": _positive_duration,
+        "renew_period": _positive_duration,
+        "refresh_period": _positive_duration,
+    },
+    "time": {
+        "timestamp_by": _text,
+        "unit": _choice("s", "ms", "us"),
+        "over": _text,
+        "out_of_order": _duration,
+        "late_arrival": _optional_duration,
+        "early_arrival": _optional_duration,
+        "action": _choice(*(a.value for a in Action)),
+        "window": _window,
+        "allowed_lateness": _duration,
+        "idle_timeout": _optional_duration,
+    },
+    "spark": {
+        "path": _path,
+        "max_records_per_trigger": _count(1),
+        "max_rows_per_split": _count(1),
+        "starting_offsets": _choice("earliest", "latest"),
+        "trim_on_commit": _flag,
+    },
+    "worker": {
+        "app": _text,
+        "name": _text,
+        "log_level": _choice(*LEVELS),
+        "log_format": _choice(*FORMATS),
+        "metrics_host": _text,
+        "metrics_port": _port,
+        "status_interval": _positive_duration,
+    },
+}
+
+_ALL_KEYS = [f"{section}.{key}" for section, keys in SCHEMA.items() for key in keys]
+
+
+# -- the one-line errors for keys that do not exist --------------------------------------------
+
+
+def did_you_mean(dotted: str) -> str:
+    close = difflib.get_close_matches(dotted, _ALL_KEYS, n=1, cutoff=0.6)
+    if not close:  # the right key in the wrong section: match the last part alone
+        last = dotted.rsplit(".", 1)[-1]
+        close = [k for k in _ALL_KEYS if k.rsplit(".", 1)[-1] == last][:1]
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_key(dotted: str, origin: str) -> ConfigurationError:
+    section, _, key = dotted.rpartition(".")
+    if section in SCHEMA:
+        known = ", ".join(SCHEMA[section])
+        return ConfigurationError(
+            f"{origin}: unknown key {dotted!r}{did_you_mean(dotted)}; the keys of [{section}] are {known}"
+        )
+    if not section:  # a value outside every section
+        return ConfigurationError(f"{origin}: unknown key {dotted!r}{did_you_mean(dotted)}")
+    close = difflib.get_close_matches(section, list(SCHEMA), n=1, cutoff=0.6)
+    hint = f" (did you mean [{close[0]}]?)" if close else f"; the sections are {', '.join(SCHEMA)}"
+    return ConfigurationError(f"{origin}: unknown section [{section}] (key {key!r}){hint}")

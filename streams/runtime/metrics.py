@@ -1,0 +1,246 @@
+"""Prometheus metrics of a worker, read from its live state at scrape time.
+
+ASA's job metrics (early, late, out-of-order and dead-lettered events, watermark delay per
+partition) and Orleans' stream metrics (agents running, cache size and pressure, delivery
+failures, queue read latency), plus what goes in and out of each queue. Nothing is counted
+twice: a scrape takes a :func:`~streams.runtime.snapshot.take_snapshot` on the worker's
+event loop and turns it into metric families, so the runtime's hot path carries no metrics
+code. Names and meanings: ``docs/observability.md``.
+
+>>> import anyio, urllib.request
+>>> from streams import StreamProvider
+>>> async def main():
+...     async with StreamProvider.memory(queues=2) as provider:
+...         with serve_metrics(provider, port=0) as server:  # 0: any free port
+...             url = f"http://127.0.0.1:{server.port}/metrics"
+...             body = await anyio.to_thread.run_sync(lambda: urllib.request.urlopen(url).read())
+...     return b"headrace_agents_running" in body
+>>> anyio.run(main)
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+import anyio.from_thread
+import anyio.lowlevel
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from agents.latency import HistogramSnapshot
+from streams.core.errors import ConfigurationError, HeadraceError
+from streams.runtime.provider import StreamProvider
+from streams.runtime.snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot
+
+log = logging.getLogger("headrace.metrics")
+
+_ACTIONS = ("adjusted", "dropped", "accepted")
+
+
+class HeadraceCollector(Collector):
+    """A prometheus-client collector of one provider's worker.
+
+    Make it on the provider's event loop; Prometheus calls :meth:`collect` from its HTTP
+    server's thread, and the collector reads the worker's state on the loop through it.
+    """
+
+    def __init__(self, provider: StreamProvider) -> None:
+        self.provider = provider
+        self._token = anyio.lowlevel.current_token()  # raises outside an event loop
+        self._loop_thread = threading.get_ident()
+
+    def describe(self) -> list[Metric]:
+        return []  # registering must not read the worker
+
+    def collect(self) -> Iterator[Metric]:
+        if threading.get_ident() == self._loop_thread:
+            raise HeadraceError(
+                "HeadraceCollector.collect() reads the worker through its event loop: call it "
+                "from another thread (the metrics HTTP server does)"
+            )
+        try:
+            snapshot, letters = anyio.from_thread.run(self._read, token=self._token)
+        except Exception as exc:  # the loop has ended: the worker has nothing to report
+            log.debug("metrics scrape with no running worker: %r", exc)
+            return
+        yield from metric_families(snapshot, letters)
+
+    async def _read(self) -> tuple[WorkerSnapshot, dict[str, int]]:
+        return take_snapshot(self.provider), await dead_letter_counts(self.provider.dead_letters)
+
+
+# Every metric: its family type and help text (docs/observability.md says more).
+METRICS: dict[str, tuple[type, str]] = {
+    "headrace_agents_running": (GaugeMetricFamily, "Pulling agents running on this worker (one per queue it owns)"),
+    "headrace_queue_records_read": (
+        CounterMetricFamily,
+        "Records (producer batches) read from the queue: what came in",
+    ),
+    "headrace_queue_read_failures": (CounterMetricFamily, "Failed reads of the queue (each retried with back-off)"),
+    "headrace_queue_failed": (
+        GaugeMetricFamily,
+        "1 once the queue cannot be read on (its agent stopped; the log and `headrace status` say why)",
+    ),
+    "headrace_queue_read_seconds": (HistogramMetricFamily, "Time of each read of the queue, retries included"),
+    "headrace_cache_pressure_skips": (CounterMetricFamily, "Reads skipped because the cache was full (backpressure)"),
+    "headrace_cache_batches": (GaugeMetricFamily, "Batches in the queue cache"),
+    "headrace_cache_max_batches": (GaugeMetricFamily, "Batches the queue cache holds at most"),
+    "headrace_cache_under_pressure": (GaugeMetricFamily, "1 while the cache is full and reads are held back"),
+    "headrace_streams_active": (GaugeMetricFamily, "Streams with an activation on this queue"),
+    "headrace_consumers": (GaugeMetricFamily, "Consumers (subscriptions and activations) reading from the cache"),
+    "headrace_batches_delivered": (CounterMetricFamily, "Batches delivered to consumers: what went out"),
+    "headrace_delivery_failures": (CounterMetricFamily, "Deliveries that raised or timed out (dead-lettered)"),
+    "headrace_subscriptions_faulted": (GaugeMetricFamily, "Subscriptions faulted by a failure (fault_on_error)"),
+    "headrace_eventtime_events": (CounterMetricFamily, "Events into event-time consumers"),
+    "headrace_eventtime_early_events": (CounterMetricFamily, "Events dropped for arriving too early (early_arrival)"),
+    "headrace_eventtime_late_events": (CounterMetricFamily, "Events later than late_arrival, by action"),
+    "headrace_eventtime_out_of_order_events": (CounterMetricFamily, "Events below the watermark, by action"),
+    "headrace_eventtime_adjusted_events": (CounterMetricFamily, "Events whose timestamp was moved, each once"),
+    "headrace_eventtime_dead_lettered_events": (
+        CounterMetricFamily,
+        "Events the event-time core dead-lettered, by reason",
+    ),
+    "headrace_eventtime_windows_emitted": (CounterMetricFamily, "Windows closed and emitted"),
+    "headrace_eventtime_activations": (GaugeMetricFamily, "Event-time consumer activations"),
+    "headrace_eventtime_open_windows": (GaugeMetricFamily, "Windows open (holding data) in the activations"),
+    "headrace_eventtime_watermark_timestamp_seconds": (
+        GaugeMetricFamily,
+        "Lowest watermark among the queue's streams (POSIX s)",
+    ),
+    "headrace_eventtime_watermark_delay_seconds": (
+        GaugeMetricFamily,
+        "Highest watermark delay among the queue's streams",
+    ),
+    "headrace_eventtime_input_watermark_timestamp_seconds": (
+        GaugeMetricFamily,
+        "Lowest watermark of each merged input among the queue's activations with several inputs (POSIX s)",
+    ),
+    "headrace_eventtime_input_holding": (
+        GaugeMetricFamily,
+        "Activations whose merged watermark this input holds back (lowest, behind another input)",
+    ),
+    "headrace_dead_letters": (GaugeMetricFamily, "Dead letters kept in the store, by reason (shared by its workers)"),
+}
+
+
+def metric_families(snapshot: WorkerSnapshot, dead_letters: Mapping[str, int]) -> list[Metric]:
+    """The metric families of one snapshot and the store's dead-letter counts."""
+    out = _Families()
+    out.add("headrace_agents_running", {"worker": snapshot.worker}, len(snapshot.queues))
+    for q in snapshot.queues:
+        at = {"worker": snapshot.worker, "queue": str(q.queue)}
+        out.add("headrace_queue_records_read", at, q.records_read)
+        out.add("headrace_queue_read_failures", at, q.read_failures)
+        out.add("headrace_queue_failed", at, int(q.failed is not None))
+        out.add("headrace_queue_read_seconds", at, q.read_latency)
+        out.add("headrace_cache_pressure_skips", at, q.pressure_skips)
+        out.add("headrace_cache_batches", at, q.cache_size)
+        out.add("headrace_cache_max_batches", at, q.cache_max_size)
+        out.add("headrace_cache_under_pressure", at, int(q.under_pressure))
+        out.add("headrace_streams_active", at, q.streams)
+        out.add("headrace_consumers", at, q.consumers)
+        out.add("headrace_batches_delivered", at, q.delivered_batches)
+        out.add("headrace_delivery_failures", at, q.delivery_failures)
+        out.add("headrace_subscriptions_faulted", at, q.faulted)
+
+        et, c = q.event_time, q.event_time.counters
+        out.add("headrace_eventtime_events", at, c["events"])
+        out.add("headrace_eventtime_early_events", at, c["early_arrival"])
+        for action in _ACTIONS:
+            out.add("headrace_eventtime_late_events", {**at, "action": action}, c[f"late_arrival_{action}"])
+            out.add("headrace_eventtime_out_of_order_events", {**at, "action": action}, c[f"out_of_order_{action}"])
+        out.add("headrace_eventtime_adjusted_events", at, c["adjusted"])
+        for reason in ("window_closed", "invalid_timestamp", "invalid_value"):
+            out.add("headrace_eventtime_dead_lettered_events", {**at, "reason": reason}, c[reason])
+        out.add("headrace_eventtime_windows_emitted", at, c["windows_emitted"])
+        out.add("headrace_eventtime_activations", at, et.activations)
+        out.add("headrace_eventtime_open_windows", at, et.open_windows)
+        if et.watermark is not None:  # no running stream: no watermark to report
+            out.add("headrace_eventtime_watermark_timestamp_seconds", at, et.watermark)
+        if et.delay is not None:
+            out.add("headrace_eventtime_watermark_delay_seconds", at, et.delay)
+        for name, mark in et.inputs.items():  # inputs are namespaces: a bounded label set
+            if math.isfinite(mark):
+                out.add("headrace_eventtime_input_watermark_timestamp_seconds", {**at, "input": name}, mark)
+            out.add("headrace_eventtime_input_holding", {**at, "input": name}, et.holding.get(name, 0))
+    for reason, n in dead_letters.items():
+        out.add("headrace_dead_letters", {"reason": reason}, n)
+    return out.families()
+
+
+class _Families:
+    """Metric families by name (see :data:`METRICS`), filled one sample at a time."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Any] = {}
+
+    def add(self, name: str, labels: Mapping[str, str], value: float | HistogramSnapshot) -> None:
+        family = self._by_name.get(name)
+        if family is None:
+            kind, doc = METRICS[name]
+            family = self._by_name[name] = kind(name, doc, labels=list(labels))
+        if isinstance(value, HistogramSnapshot):
+            buckets = [(_le(bound), n) for bound, n in zip(value.bounds, value.cumulative)]
+            family.add_metric(list(labels.values()), buckets, value.sum)
+        else:
+            family.add_metric(list(labels.values()), value)
+
+    def families(self) -> list[Metric]:
+        return list(self._by_name.values())
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
+class MetricsServer:
+    """Prometheus' HTTP endpoint (``/metrics``) for one worker; ``close()`` stops it."""
+
+    def __init__(self, registry: CollectorRegistry, server: WSGIServer, thread: threading.Thread) -> None:
+        self.registry = registry
+        self._server = server
+        self._thread = thread
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def serve_metrics(provider: StreamProvider, port: int, host: str = "127.0.0.1") -> MetricsServer:
+    """Serve ``provider``'s worker metrics at ``http://host:port/metrics`` (``port=0``: a free
+    one, see ``.port``). Call it on the provider's event loop. Loopback by default: expose
+    the endpoint beyond the machine deliberately, with ``host``."""
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigurationError(f"a metrics port is an int from 0 to 65535, not {port!r}")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HeadraceCollector(provider))
+    ProcessCollector(registry=registry)  # the usual process_* metrics: CPU, memory, file descriptors
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
+    log.info("metrics at http://%s:%d/metrics", host, server.server_port)
+    return MetricsServer(registry, server, thread)

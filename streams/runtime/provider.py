@@ -1,0 +1,410 @@
+"""The stream provider: the entry point of the public API (Orleans' ``PersistentStreamProvider``).
+
+``async with provider:`` runs a *worker*: pulling agents for the queues it owns, delivering to
+consumers. ``async with provider.client():`` only publishes (Orleans' cluster client).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+import anyio
+
+from agents.context import AgentContext
+from agents.manager import AgentManager
+from agents.pulling_agent import PullingAgent, new_subscription_id
+from agents.registry import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
+from balancer.base import BalancerOptions
+from balancer.keyed import KeyedQueueMapper, co_partition, places_together
+from balancer.protocols import QueueBalancer
+from cache.protocols import QueueCache
+from cache.simple import SimpleQueueCache
+from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueMapper
+from streams.core.clock import WALL_CLOCK, Clock
+from streams.core.deadletters import DeadLetterStore
+from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
+from streams.core.failures import LoggingFailureHandler, StreamFailureHandler
+from streams.core.ids import QueueId, StreamId
+from streams.core.observer import as_observer
+from streams.core.options import StreamProviderOptions
+from streams.core.pubsub import FollowedPubSubStore, PubSubStore, SubscriptionRecord
+from streams.core.tokens import SequenceToken
+from streams.embedded.store import EmbeddedStore
+from streams.runtime.backends.base import Backend
+from streams.runtime.backends.handoff import open_handoff_sinks
+from streams.runtime.constructors import BackendConstructors
+from streams.runtime.publisher import Publisher, start_publisher
+from streams.runtime.stream import Stream, StreamSubscriptionHandle
+
+log = logging.getLogger("headrace.provider")
+T = TypeVar("T", bound=type)
+
+_providers_in_process = itertools.count(1)
+
+
+def default_worker_name() -> str:
+    """``hostname-pid`` for the first provider of a process, then ``hostname-pid-2``, ...:
+    unique on the machine, so providers never collide by default."""
+    n = next(_providers_in_process)
+    base = f"{socket.gethostname()}-{os.getpid()}"
+    return base if n == 1 else f"{base}-{n}"
+
+
+class StreamProvider(BackendConstructors):
+    """Persistent streams over partitioned queues.
+
+    >>> provider = StreamProvider.memory(queues=8)
+    >>> @provider.implicit("sensors")
+    ... class Average:
+    ...     def __init__(self, stream_id): self.n = 0
+    ...     async def on_next(self, batch): self.n += len(batch)
+
+    Workers: each ``async with provider:`` is one worker, named ``worker_name`` (unique among
+    live workers; by default ``hostname-pid``). A ``balancer`` decides which queues it reads;
+    with none, the backend's default if it has one (an embedded store: workers sharing it
+    balance the queues among themselves, timed by ``balancer_options``), else every queue.
+
+    ``backend`` (:class:`~streams.runtime.backends.base.Backend`) is what it runs on: the
+    constructors ``memory``, ``embedded``, ``kafka`` and ``generator`` make one (see
+    :mod:`streams.runtime.constructors`); pub-sub and dead letters default to the backend's.
+    ``clock`` is the processing clock (the wall clock; :mod:`streams.testing` moves its own).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        pubsub: PubSubStore | None = None,
+        dead_letters: DeadLetterStore | None = None,
+        failure_handler: StreamFailureHandler | None = None,
+        balancer: QueueBalancer | None = None,
+        balancer_options: BalancerOptions | None = None,
+        worker_name: str | None = None,
+        options: StreamProviderOptions | None = None,
+        co_partitioned: Sequence[Sequence[str]] = (),
+        clock: Clock = WALL_CLOCK,
+        **option_kwargs: Any,
+    ) -> None:
+        if options is not None and option_kwargs:
+            raise ConfigurationError("pass either options= or option keywords, not both")
+        if balancer_options is not None and (balancer is not None or not backend.balances):
+            raise ConfigurationError(
+                "balancer_options set the timings of the default balancer (embedded store leases, "
+                "Kafka group membership); a balancer of your own takes its options itself, and "
+                "memory or generator queues have none"
+            )
+        if worker_name is not None and (not isinstance(worker_name, str) or not worker_name):
+            raise ConfigurationError(f"worker_name is a non-empty str, not {worker_name!r}")
+        self.worker_name = worker_name or default_worker_name()
+        self.balancer = balancer
+        self.balancer_options = balancer_options
+        self.options = options or StreamProviderOptions.from_kwargs(**option_kwargs)
+        self.backend = backend
+        self.clock = clock  # the processing clock (arrival times, ticks); streams.testing moves one
+        self.mapper: QueueMapper = backend.queue_mapper()
+        if co_partitioned:  # several namespaces placed by key (see balancer.keyed)
+            self.mapper = KeyedQueueMapper(self.mapper, co_partitioned)
+        self.pubsub: PubSubStore = pubsub or backend.pubsub_store()
+        self.dead_letters: DeadLetterStore = dead_letters or backend.dead_letter_store()
+        self.failure_handler: StreamFailureHandler = failure_handler or LoggingFailureHandler()
+        self.registry = ConsumerRegistry()
+        self._adapter: QueueAdapter | None = None
+        self._manager: AgentManager | None = None
+        self._publisher: Publisher | None = None
+        self._failing = False  # the provider's block is leaving with an error
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    @property
+    def factory(self) -> QueueAdapterFactory:
+        """The backend's queue adapter factory."""
+        return self.backend.factory
+
+    @property
+    def store(self) -> EmbeddedStore | None:
+        """The local store (the embedded queues' own, or one given to ``.kafka`` for pub-sub
+        and dead letters); ``None`` with none."""
+        return self.backend.store
+
+    # -- consumer registration -----------------------------------------------------
+    def implicit(self, namespace: str, *more: str) -> Callable[[T], T]:
+        """Register a consumer type activated for every stream of ``namespace``: one
+        instance per stream id, built as ``cls(stream_id)``, on the worker owning the queue.
+
+        With several namespaces (``implicit("tolls", "prices")``) there is one instance per
+        *key*, fed by ``tolls/<key>`` and ``prices/<key>`` alike and built once as
+        ``cls(StreamId("tolls", key))`` (the first namespace's stream id). The streams of one
+        key share a queue: the decorator co-partitions the namespaces (as the provider's
+        ``co_partitioned=[("tolls", "prices")]`` does; a Kafka topic of a foreign format places
+        by key already). A producer in another process places them alike when it builds its
+        provider the same way: importing this module, or with ``co_partitioned=``.
+
+        >>> provider = StreamProvider.memory(queues=4)
+        >>> @provider.implicit("tolls", "prices")
+        ... class PricedTolls:
+        ...     def __init__(self, stream_id): self.key = stream_id.key
+        ...     async def on_next(self, batch): pass
+        >>> provider.mapper.co_partitioned(["tolls", "prices"])
+        True
+        """
+        namespaces = (namespace, *more)
+        if len(set(namespaces)) != len(namespaces):
+            raise ConfigurationError(f"implicit lists a namespace twice: {namespaces!r}")
+        placed = None if not more or places_together(self.mapper, namespaces) else self._co_partition(namespaces)
+
+        def decorate(cls: T) -> T:
+            if more:
+                self.registry.register_keyed(namespaces, cls)
+                if placed is not None:
+                    self.mapper = placed
+            else:
+                check_inputs(cls, namespaces)
+                self.registry.register_implicit(namespace, cls)
+            return cls
+
+        return decorate
+
+    def _co_partition(self, namespaces: tuple[str, ...]) -> QueueMapper:
+        """The mapper placing the streams of one key in ``namespaces`` on one queue, as
+        ``co_partitioned=`` would have: only before the provider starts (streams already
+        placed must not move under a running worker)."""
+        listed = ", ".join(repr(n) for n in namespaces)
+        if self.running:
+            raise ConfigurationError(
+                f"implicit({listed}) activates one instance per key, so the streams of one key "
+                f"must share a queue: register it before the provider starts, or create the provider "
+                f"with co_partitioned=[({listed})]"
+            )
+        return co_partition(self.mapper, namespaces)
+
+    def consumer(self, name: str | None = None) -> Callable[[T], T]:
+        """Register a consumer type for durable explicit subscriptions
+        (``await stream.subscribe(MyConsumer)``); ``name`` defaults to module.qualname."""
+        return consumer_decorator(self.registry, name)
+
+    # -- streams -----------------------------------------------------------------------
+    def get_stream(self, stream_id: StreamId) -> Stream:
+        if not isinstance(stream_id, StreamId):
+            raise TypeError(f"get_stream takes a StreamId, not {type(stream_id).__name__}")
+        return Stream(self, stream_id)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._adapter is not None
+
+    @property
+    def is_worker(self) -> bool:
+        return self._manager is not None
+
+    async def __aenter__(self) -> StreamProvider:
+        await self._start(worker=True)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool | None:
+        stack, self._stack = self._stack, None
+        if exc_info[1] is not None:
+            self._failing = True
+        try:
+            assert stack is not None
+            return await stack.__aexit__(*exc_info)  # type: ignore[arg-type]
+        finally:
+            self._adapter = None
+            self._manager = None
+            self._publisher = None
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[StreamProvider]:
+        """Open the provider to publish only, with no pulling agents."""
+        await self._start(worker=False)
+        failing = True
+        try:
+            yield self
+            failing = False
+        finally:
+            self._failing = failing  # the block's own error is the one to see
+            await self.__aexit__(None, None, None)
+
+    async def _start(self, *, worker: bool) -> None:
+        if self._stack is not None:
+            raise ConfigurationError("this provider is already running")
+        stack = contextlib.AsyncExitStack()
+        self._failing = False
+        await stack.__aenter__()
+        try:
+            adapter = await self.factory.create_adapter()
+            stack.push_async_callback(adapter.close)
+            # What the publisher could not write, raised once all else has closed (from
+            # within a task group's exit it would come wrapped in an exception group).
+            unwritten: list[PublishError] = []
+            stack.push_async_callback(self._report_unwritten, unwritten)
+            if worker:
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                context = AgentContext(
+                    self.options,
+                    self.registry,
+                    self.pubsub,
+                    self.dead_letters,
+                    self.failure_handler,
+                    await open_handoff_sinks(self.backend, self.registry.types(), stack),
+                    worker_name=self.worker_name,
+                    clock=self.clock,
+                )
+                manager = AgentManager(adapter, context, self._new_cache, self._worker_balancer())
+                stack.push_async_callback(manager.stop)  # agents first, then the leases
+                self._adapter, self._manager = adapter, manager
+                if not adapter.is_rewindable and self.options.slow_consumer_timeout is not None:
+                    log.info(
+                        "%s queues cannot be re-read: slow_consumer_timeout does not apply, and a "
+                        "stalled consumer holds up its queue's other streams until it resumes",
+                        adapter.name,
+                    )
+                await manager.start(tg, self.worker_name, self.mapper.get_all_queues())
+                if isinstance(self.pubsub, FollowedPubSubStore):  # others subscribe elsewhere
+                    following = anyio.CancelScope()
+                    tg.start_soon(self._follow_subscriptions, self.pubsub, following)
+                    stack.callback(following.cancel)
+            self._adapter = adapter
+            # Leaving the provider flushes the publisher first, before the agents stop.
+            self._publisher = await start_publisher(stack, adapter, self.mapper, self._written, unwritten, self.clock)
+        except BaseException:
+            self._adapter = self._manager = self._publisher = None
+            await stack.aclose()
+            raise
+        self._stack = stack
+
+    async def _follow_subscriptions(self, pubsub: FollowedPubSubStore, scope: anyio.CancelScope) -> None:
+        with scope:
+            await pubsub.follow(self._subscriptions_changed)
+
+    async def _subscriptions_changed(self, made: list[SubscriptionRecord], removed: list[SubscriptionRecord]) -> None:
+        """Subscriptions made or removed by another process: attach or detach them where
+        their stream's queue is read here (an agent ignores one it has already)."""
+        for record in removed:
+            agent = self._local_agent(record.stream_id)
+            if agent is not None:
+                agent.remove_subscription(record.stream_id, record.subscription_id)
+        for record in made:
+            agent = self._local_agent(record.stream_id)
+            if agent is None:
+                continue
+            try:
+                await agent.add_subscription(record)
+            except Exception:  # the queue moving away meanwhile, or worse: logged, not fatal
+                log.exception("attaching subscription %s of %s failed", record.subscription_id, record.stream_id)
+
+    async def _report_unwritten(self, unwritten: list[PublishError]) -> None:
+        """Raise what the publisher could not write; when the block is leaving with an
+        error of its own, that is the one to see, and this one is logged."""
+        if unwritten and not self._failing:
+            raise unwritten[0]
+        if unwritten:
+            log.error("leaving the provider: %s", unwritten[0])
+
+    def _written(self, queue: QueueId) -> None:
+        """The publisher wrote to ``queue``: its agent here, if any, reads now."""
+        if self._manager is not None:
+            agent = self._manager.agent_for(queue)
+            if agent is not None:
+                agent.wake()
+
+    async def flush(self) -> None:
+        """Return once every event sent so far (``stream.send``) is durable; raise
+        :class:`~streams.core.errors.PublishError` with how many sent since the last flush were
+        not, and why. Leaving the provider (or its ``client()``) flushes too.
+
+        >>> async def publish(provider):
+        ...     for n in range(10_000):
+        ...         await provider.get_stream(StreamId("sensors", f"s-{n % 100}")).send(n)
+        ...     await provider.flush()
+        """
+        await self._require_publisher("flush()").flush()
+
+    def _worker_balancer(self) -> QueueBalancer | None:
+        if self.balancer is not None:
+            return self.balancer
+        return self.backend.queue_balancer(self.balancer_options)  # a fresh one per run
+
+    def _new_cache(self, queue: QueueId) -> QueueCache:
+        return SimpleQueueCache(self.options.cache_size, self.options.cache_buckets)
+
+    async def drain(self) -> None:
+        """Wait until this worker has read its queues to the end and every consumer has
+        finished everything read (a test and quickstart convenience; bound it with
+        ``anyio.fail_after``)."""
+        if self._manager is None:
+            raise ProviderClosedError("drain() needs a running worker: use `async with provider:`")
+        await self._manager.drain()
+
+    @property
+    def agents(self) -> list[PullingAgent]:
+        return self._manager.agents if self._manager else []
+
+    # -- the stream handles' plumbing ----------------------------------------------------
+    def _require_running(self, what: str) -> QueueAdapter:
+        if self._adapter is None:
+            raise ProviderClosedError(
+                f"{what} needs a running provider: use `async with provider:` (a worker) "
+                "or `async with provider.client():` (publish only)"
+            )
+        return self._adapter
+
+    def _require_publisher(self, what: str = "publishing") -> Publisher:
+        if self._publisher is None:
+            self._require_running(what)
+            raise ProviderClosedError(f"{what}: the provider is closing")
+        return self._publisher
+
+    async def _subscribe(
+        self, stream_id: StreamId, observer: Any, token: SequenceToken | None
+    ) -> StreamSubscriptionHandle:
+        if token is not None and not isinstance(token, SequenceToken):
+            raise TypeError(f"token is a SequenceToken, not {type(token).__name__}")
+        subscription_id = new_subscription_id()
+        subscription: InProcessSubscription | SubscriptionRecord
+        type_name = self.registry.type_name(observer) if isinstance(observer, type) else None
+        if type_name is not None:
+            self._require_running("a durable subscription")
+            subscription = SubscriptionRecord(subscription_id, stream_id, type_name, token)
+            await self.pubsub.add_subscription(subscription)
+        elif isinstance(observer, type):
+            raise ConfigurationError(
+                f"{observer.__qualname__} is a class that is not a registered consumer type; "
+                "decorate it with @provider.consumer() or pass an instance"
+            )
+        else:
+            as_observer(observer)  # fail now, not at the first delivery
+            subscription = InProcessSubscription(subscription_id, stream_id, observer, token)
+            self.registry.add_observer(subscription)
+        agent = self._local_agent(stream_id)
+        if agent is not None:
+            await agent.add_subscription(subscription)
+        return StreamSubscriptionHandle(self, stream_id, subscription_id, type_name is not None)
+
+    async def _unsubscribe(self, handle: StreamSubscriptionHandle) -> None:
+        if handle.durable:
+            await self.pubsub.remove_subscription(handle.subscription_id)
+        else:
+            self.registry.remove_observer(handle.stream_id, handle.subscription_id)
+        agent = self._local_agent(handle.stream_id)
+        if agent is not None:
+            agent.remove_subscription(handle.stream_id, handle.subscription_id)
+
+    async def _handles(self, stream_id: StreamId) -> list[StreamSubscriptionHandle]:
+        handles = [
+            StreamSubscriptionHandle(self, stream_id, s.subscription_id, False)
+            for s in self.registry.observers(stream_id)
+        ]
+        for record in await self.pubsub.subscriptions(stream_id):
+            handles.append(StreamSubscriptionHandle(self, stream_id, record.subscription_id, True))
+        return handles
+
+    def _local_agent(self, stream_id: StreamId) -> PullingAgent | None:
+        if self._manager is None:
+            return None
+        return self._manager.agent_for(self.mapper.get_queue_for_stream(stream_id))

@@ -1,0 +1,146 @@
+"""A stream handle: the producer side (``on_next``) and the consumer side (``subscribe``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from streams.core.batch import BatchKind, to_seconds
+from streams.core.errors import EncodeError
+from streams.core.ids import StreamId
+from streams.core.tokens import SequenceToken
+from streams.runtime.publisher import Publisher
+
+# An instant of event time as producers give it: POSIX seconds or an aware datetime (None:
+# none given). Not `streams.eventtime.EventTime`, which is a consumer type's declaration.
+Instant = float | int | datetime | None
+
+
+class InternalStreamProvider(Protocol):
+    """What a stream handle asks of its provider (Orleans' ``IInternalStreamProvider``):
+    :class:`~streams.runtime.provider.StreamProvider` is the one."""
+
+    _publisher: Publisher | None
+
+    def _require_publisher(self, what: str = ...) -> Publisher: ...
+
+    async def _subscribe(
+        self, stream_id: StreamId, observer: Any, token: SequenceToken | None
+    ) -> StreamSubscriptionHandle: ...
+
+    async def _unsubscribe(self, handle: StreamSubscriptionHandle) -> None: ...
+
+    async def _handles(self, stream_id: StreamId) -> list[StreamSubscriptionHandle]: ...
+
+
+class StreamSubscriptionHandle:
+    """Returned by :meth:`Stream.subscribe`; ``unsubscribe()`` ends the subscription."""
+
+    def __init__(
+        self, provider: InternalStreamProvider, stream_id: StreamId, subscription_id: str, durable: bool
+    ) -> None:
+        self._provider = provider
+        self.stream_id = stream_id
+        self.subscription_id = subscription_id
+        self.durable = durable
+
+    async def unsubscribe(self) -> None:
+        await self._provider._unsubscribe(self)
+
+    def __repr__(self) -> str:
+        return f"StreamSubscriptionHandle({self.stream_id!r}, {self.subscription_id!r})"
+
+
+class Stream:
+    """One stream of a provider.
+
+    >>> async def publish(provider):
+    ...     stream = provider.get_stream(StreamId("sensors", "s-1"))
+    ...     await stream.on_next({"temp": 21.5}, event_time=1_700_000_000.0)
+    """
+
+    def __init__(self, provider: InternalStreamProvider, stream_id: StreamId) -> None:
+        self._provider = provider
+        self.stream_id = stream_id
+
+    def __repr__(self) -> str:
+        return f"Stream({self.stream_id!r})"
+
+    # -- producing -------------------------------------------------------------------
+    async def on_next(self, value: Any, *, event_time: Instant = None) -> None:
+        """Publish one event. Returns once the queue has accepted it (durably, on a durable
+        queue); concurrent calls share a write, and on one stream a batch container.
+
+        ``event_time`` is POSIX seconds or an aware datetime; without it the event time is
+        the arrival time. A value msgpack cannot encode raises :class:`EncodeError` and
+        nothing is enqueued.
+        """
+        times = None if event_time is None else [to_seconds(event_time)]
+        await self._publish(BatchKind.DATA, [value], times)
+
+    async def send(self, value: Any, *, event_time: Instant = None) -> None:
+        """Publish one event without waiting for it to be written: it is buffered, with
+        this stream's other events, into batch containers written in the background (a
+        few milliseconds later). Returns at once unless the buffer is full. Events stay in
+        order with this stream's others; ``await provider.flush()`` waits until all are
+        durable and raises :class:`~streams.core.errors.PublishError` for any that were not.
+        A value that cannot be encoded counts as failed there.
+        """
+        publisher = self._provider._publisher
+        if publisher is None:
+            publisher = self._provider._require_publisher()
+        await publisher.send(self.stream_id, value, None if event_time is None else to_seconds(event_time))
+
+    async def on_next_batch(self, values: Iterable[Any], *, event_times: Sequence[Instant] | None = None) -> None:
+        """Publish several events as one batch container (one queue record)."""
+        values = list(values)
+        times = self._times(values, event_times, "on_next_batch")
+        if values:
+            publisher = self._provider._require_publisher()
+            await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=True, whole=True)
+
+    async def send_batch(self, values: Iterable[Any], *, event_times: Sequence[Instant] | None = None) -> None:
+        """:meth:`on_next_batch` without waiting for the write (see :meth:`send`); a value
+        that cannot be encoded raises :class:`EncodeError` here, and nothing is buffered."""
+        values = list(values)
+        times = self._times(values, event_times, "send_batch")
+        if values:
+            publisher = self._provider._require_publisher()
+            await publisher.add(self.stream_id, BatchKind.DATA, values, times, wait=False, whole=True)
+
+    @staticmethod
+    def _times(values: list[Any], event_times: Sequence[Instant] | None, what: str) -> list[float | None] | None:
+        if event_times is None:
+            return None
+        if len(event_times) != len(values):
+            raise EncodeError(f"{what} got {len(values)} values and {len(event_times)} event times")
+        return [to_seconds(t) for t in event_times]
+
+    async def advance_time(self, watermark: Instant) -> None:
+        """Publish punctuation (a StreamInsight CTI): no event with an earlier event time is
+        expected any more. It travels in the queue, in order with the events."""
+        await self._publish(BatchKind.WATERMARK, [to_seconds(watermark)], None)
+
+    async def on_completed(self) -> None:
+        """End the stream: every consumer's ``on_completed`` runs after all earlier events."""
+        await self._publish(BatchKind.COMPLETED, [], None)
+
+    async def _publish(self, kind: BatchKind, values: list[Any], times: list[float | None] | None) -> None:
+        """Write in order with this stream's sent events, and return once written."""
+        publisher = self._provider._require_publisher()
+        await publisher.add(self.stream_id, kind, values, times, wait=True)
+
+    # -- consuming -------------------------------------------------------------------
+    async def subscribe(self, observer: Any, token: SequenceToken | None = None) -> StreamSubscriptionHandle:
+        """Subscribe an observer, from ``token`` if given (a rewind), else from now.
+
+        ``observer`` is a callable taking a batch (sync or async), an object with
+        ``on_next(batch)`` and optionally ``on_error``, ``on_completed``, ``on_watermark``;
+        or a consumer type registered with ``@provider.consumer()``, which makes a durable
+        subscription kept in the pub-sub store.
+        """
+        return await self._provider._subscribe(self.stream_id, observer, token)
+
+    async def get_all_subscription_handles(self) -> list[StreamSubscriptionHandle]:
+        return await self._provider._handles(self.stream_id)
