@@ -41,7 +41,7 @@ from streams.core.ids import QueueId, StreamId
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.kafka.adapter import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
 from streams.kafka.state import changelog_topic
-from streams.runtime.backends.kafka import KafkaBackend
+from streams.runtime.backends import KafkaBackend
 from tests.kafka_broker import TansuBroker
 
 

@@ -27,6 +27,11 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "streams.backends.kafka": "streams.runtime.backends",
+    "streams.backends.embedded": "streams.runtime.backends",
+    "streams.backends.handoff": "streams.runtime.backends",
+    "streams.backends.memory": "streams.runtime.backends",
+    "streams.backends.base": "streams.runtime.backends",
     "streams.provider": "streams.runtime.provider",
     "streams.stream": "streams.runtime.stream",
     "streams.publisher": "streams.runtime.publisher",

@@ -51,7 +51,7 @@ from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId
 from streams.core.options import StreamProviderOptions
 from streams.eventtime.results import WindowResult
-from streams.runtime.backends.memory import MemoryBackend
+from streams.runtime.backends import MemoryBackend
 from streams.runtime.provider import StreamProvider
 from streams.runtime.stream import Instant, Stream, StreamSubscriptionHandle
 

@@ -47,7 +47,7 @@ from streams.core.deadletters import StoredDeadLetter
 from streams.core.ids import StreamId
 from streams.embedded.deadletters import EmbeddedDeadLetterStore
 from streams.kafka.deadletters import KafkaDeadLetterStore
-from streams.runtime.backends.kafka import KafkaBackend
+from streams.runtime.backends import KafkaBackend
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import DEAD_LETTER_REASONS
 

@@ -49,7 +49,7 @@ from streams.core.errors import ConfigurationError, EncodeError, PublishError, a
 from streams.core.ids import StreamId
 from streams.embedded.queues import stored_queue_count
 from streams.eventtime.timetext import parse_instant
-from streams.runtime.backends.memory import MemoryBackend
+from streams.runtime.backends import MemoryBackend
 from streams.runtime.provider import StreamProvider
 
 EXAMPLES = """examples:

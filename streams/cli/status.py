@@ -37,7 +37,7 @@ from streams.cli.common import (
     utc_text,
 )
 from streams.kafka.settings import KafkaSettings
-from streams.runtime.backends.kafka import KafkaBackend
+from streams.runtime.backends import KafkaBackend
 from streams.runtime.config import HeadraceConfig, load_config
 from streams.runtime.status import GONE_AFTER_TIMEOUTS, ClusterStatus, read_status
 from streams.runtime.status_kafka import read_kafka_status

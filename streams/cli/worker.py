@@ -51,7 +51,7 @@ from streams.cli import CliError
 from streams.cli.worker_startup import log_startup
 from streams.core.errors import HeadraceError, StoreError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
-from streams.runtime.backends.kafka import KafkaBackend
+from streams.runtime.backends import KafkaBackend
 from streams.runtime.config import load_config
 from streams.runtime.config_schema import CONFIG_ENV
 from streams.runtime.logs import FORMATS, LEVELS, LogFormat

@@ -8,7 +8,7 @@ sequence number can be read again (rewind). The owner of a queue checkpoints the
 every consumer has finished with, resumes after it when restarted, and applies the retention
 policy. The tables and their SQL are in :mod:`~streams.embedded.queues`, the receiver
 in :mod:`~streams.embedded.receiver`; the balancer that fences it is built by
-:mod:`streams.runtime.backends.embedded`.
+:mod:`streams.runtime.backends`.
 
 >>> import anyio, tempfile
 >>> from streams.core.batch import BatchContainer, BatchKind
@@ -306,7 +306,7 @@ class EmbeddedAdapterFactory:
 
     def fence_with_leases(self, leases: LeaseTable[L], lease_of: Callable[[QueueId], L | None]) -> None:
         """Fence the adapter's receivers by the leases of the workers sharing this store
-        (see :meth:`EmbeddedQueueAdapter.fence_with_leases`; ``streams.runtime.backends.embedded``
+        (see :meth:`EmbeddedQueueAdapter.fence_with_leases`; ``streams.runtime.backends``
         does it with its lease-based balancer)."""
         self._adapter.fence_with_leases(leases, lease_of)
 

@@ -14,9 +14,7 @@ from streams.adapters.retention import RetentionPolicy
 from streams.core.records import RecordFormat
 from streams.embedded.store import Synchronous
 from streams.kafka.settings import KeyField
-from streams.runtime.backends.embedded import EmbeddedBackend
-from streams.runtime.backends.kafka import KafkaBackend
-from streams.runtime.backends.memory import MemoryBackend
+from streams.runtime.backends import EmbeddedBackend, KafkaBackend, MemoryBackend
 
 P = TypeVar("P")  # the provider class: ``cls`` is typed as what builds one from a backend
 

@@ -36,8 +36,7 @@ from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import FollowedPubSubStore, PubSubStore, SubscriptionRecord
 from streams.core.tokens import SequenceToken
 from streams.embedded.store import EmbeddedStore
-from streams.runtime.backends.base import Backend
-from streams.runtime.backends.handoff import open_handoff_sinks
+from streams.runtime.backends import Backend, open_handoff_sinks
 from streams.runtime.constructors import BackendConstructors
 from streams.runtime.publisher import Publisher, start_publisher
 from streams.runtime.stream import Stream, StreamSubscriptionHandle
@@ -70,7 +69,7 @@ class StreamProvider(BackendConstructors):
     with none, the backend's default if it has one (an embedded store: workers sharing it
     balance the queues among themselves, timed by ``balancer_options``), else every queue.
 
-    ``backend`` (:class:`~streams.runtime.backends.base.Backend`) is what it runs on: the
+    ``backend`` (:class:`~streams.runtime.backends.Backend`) is what it runs on: the
     constructors ``memory``, ``embedded``, ``kafka`` and ``generator`` make one (see
     :mod:`streams.runtime.constructors`); pub-sub and dead letters default to the backend's.
     ``clock`` is the processing clock (the wall clock; :mod:`streams.testing` moves its own).

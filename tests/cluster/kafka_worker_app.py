@@ -13,7 +13,7 @@ from typing import TextIO
 from balancer import BalancerOptions
 from streams import StreamProvider
 from streams.kafka.adapter import KafkaAdapterFactory
-from streams.runtime.backends.kafka import KafkaBackend
+from streams.runtime.backends import KafkaBackend
 from tests.cluster.worker_app import QUEUES, RecordingAdapter, recording
 
 

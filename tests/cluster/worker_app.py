@@ -25,7 +25,7 @@ from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId
 from streams.core.tokens import SequenceToken
 from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter, EmbeddedQueueReceiver
-from streams.runtime.backends.embedded import EmbeddedBackend
+from streams.runtime.backends import EmbeddedBackend
 
 QUEUES = 8
 NAMESPACE = "cluster"

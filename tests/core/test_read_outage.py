@@ -16,7 +16,7 @@ from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError
 from streams.core.ids import QueueId
 from streams.core.tokens import SequenceToken
-from streams.runtime.backends.memory import MemoryBackend
+from streams.runtime.backends import MemoryBackend
 from tests.core.conftest import GatedRecorder, Recorder, drained
 
 

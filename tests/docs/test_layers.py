@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("streams", "agents", "cache", "balancer", "spark_sink")
 HEAVY = ("pyspark", "matplotlib", "aiokafka")
 
+
 def modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for package in PACKAGES:

@@ -18,9 +18,7 @@ from streams.core.pubsub import MemoryPubSubStore
 from streams.embedded.deadletters import EmbeddedDeadLetterStore
 from streams.embedded.pubsub import EmbeddedPubSubStore
 from streams.eventtime import EventTime, Tumbling
-from streams.runtime.backends.embedded import EmbeddedBackend
-from streams.runtime.backends.handoff import open_handoff_sinks
-from streams.runtime.backends.memory import MemoryBackend
+from streams.runtime.backends import EmbeddedBackend, MemoryBackend, open_handoff_sinks
 
 
 class Hands:

@@ -28,7 +28,7 @@ from spark_sink.storage import EmbeddedStorage
 from streams.adapters.retention import RetentionPolicy
 from streams.embedded.store import EmbeddedStore
 from streams.eventtime.results import WindowResult
-from streams.runtime.backends.embedded import EmbeddedBackend
+from streams.runtime.backends import EmbeddedBackend
 
 STREAM = "counts"
 SCHEMA = HandoffSchema.of({"writer": "bigint", "seq": "bigint", "row": "bigint", "rows": "bigint"})
