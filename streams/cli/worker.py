@@ -56,8 +56,8 @@ from streams.runtime.config import load_config
 from streams.runtime.config_schema import CONFIG_ENV
 from streams.runtime.logs import FORMATS, LEVELS, LogFormat
 from streams.runtime.provider import StreamProvider
-from streams.runtime.status_reporter import EmbeddedStatusBoard, StatusBoard, StatusReporter
-from streams.runtime.status_topic import KafkaStatusBoard
+from streams.runtime.status import EmbeddedStatusBoard, StatusBoard, StatusReporter
+from streams.runtime.status_kafka import KafkaStatusBoard
 
 log = logging.getLogger("headrace.worker")
 

@@ -1,5 +1,5 @@
 """The configuration's schema: its sections as typed settings, every key and how its value is
-read, and the one-line error for a key that does not exist. ``streams.runtime.config_load`` reads the
+read, and the one-line error for a key that does not exist. ``streams.runtime.config`` reads the
 file, the environment and overrides into these; ``streams.runtime.config`` builds a provider from them.
 
 Durations are ``250ms``, ``5s``, ``2m``, ``1h``, ``1d`` or a number of seconds; optional ones

@@ -27,7 +27,7 @@ from streams.kafka.outage import is_transient, permanent_fix
 from streams.kafka.settings import KafkaSettings
 from streams.runtime.metrics import metric_families
 from streams.runtime.snapshot import take_snapshot
-from streams.runtime.status_reporter import StatusReporter
+from streams.runtime.status import StatusReporter
 from tests.cli.helpers import headrace
 from tests.core.conftest import drained
 from tests.kafka.test_foreign_records import QUEUES, make_topic, produce

@@ -12,7 +12,7 @@ from streams import StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy
 from streams.runtime.metrics import metric_families
 from streams.runtime.snapshot import take_snapshot
-from streams.runtime.status_reporter import AgentStatus
+from streams.runtime.status import AgentStatus
 from tests.core.conftest import drained
 
 T0 = 1_700_000_000.0
@@ -80,7 +80,7 @@ async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
 
 
 async def test_headrace_status_shows_the_input_holding_a_queue_back(tmp_path):
-    from streams.runtime.status_reporter import StatusReporter
+    from streams.runtime.status import StatusReporter
     from tests.cli.helpers import headrace
 
     provider = StreamProvider.embedded(tmp_path / "store", queues=1, co_partitioned=[("tolls", "prices")])
@@ -102,7 +102,7 @@ async def test_headrace_status_shows_the_input_holding_a_queue_back(tmp_path):
 
 async def test_headrace_status_shows_the_slowest_substreams_not_a_label_per_key(tmp_path):
     from streams.eventtime import Count, Tumbling
-    from streams.runtime.status_reporter import StatusReporter
+    from streams.runtime.status import StatusReporter
     from tests.cli.helpers import headrace, json_of
 
     provider = StreamProvider.embedded(tmp_path / "store", queues=1)
