@@ -283,7 +283,7 @@ class KafkaGroupBalancer:
         leader leaves during it). The next workers to join are then told to wait for that
         leader's assignment, which never comes: each rejoins every few seconds, and gives up
         after ``give_up_after`` with "got no assignment" (seen with 2 and 4 workers
-        restarted together; see ``tests/cluster/test_kafka_cluster_state.py``). An empty
+        restarted together; see ``tests/end_to_end/cluster/test_kafka_cluster_state.py``). An empty
         group holds nothing worth keeping (the offsets live in ``group_id``, not here), so
         it is deleted; Kafka refuses to delete a group that has members, and a broker that
         refuses (no Delete right on the group) only keeps its old behaviour."""

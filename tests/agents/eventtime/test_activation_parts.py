@@ -1,0 +1,85 @@
+"""Activation cost (issue 15): what depends only on the consumer type is worked out once per
+type (its hooks, the spec's check, the processor's parts), and each activation gets only its
+own state."""
+
+from __future__ import annotations
+
+import anyio
+
+import streams.core.observer as observer_module
+import streams.eventtime.spec as spec_module
+from streams import StreamId, StreamProvider
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from tests.agents.delivery.conftest import drained
+
+
+async def test_activations_of_a_type_share_its_inspection_and_parts_but_not_their_windows(monkeypatch):
+    inspected: list[tuple[str, str]] = []
+    parts_made = []
+    real_inspect, real_parts = observer_module._inspect, spec_module.ProcessorParts
+
+    def counting_inspect(cls, name):
+        inspected.append((cls.__name__, name))
+        return real_inspect(cls, name)
+
+    class CountingParts(real_parts):
+        __slots__ = ()
+
+        def __init__(self, *args, **kwargs):
+            parts_made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(observer_module, "_inspect", counting_inspect)
+    monkeypatch.setattr(spec_module, "ProcessorParts", CountingParts)
+
+    provider = StreamProvider.memory(queues=1)
+    windows: dict[str, list[tuple[float, int]]] = {}
+    completed: list[str] = []
+
+    @provider.implicit("devices")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(out_of_order=5), Tumbling(60), Count())
+
+        def __init__(self, stream_id):
+            self.name = stream_id.key
+            windows[self.name] = []
+
+        def on_window(self, result):
+            windows[self.name].append((result.start, result.value))
+
+        async def on_completed(self):
+            completed.append(self.name)
+
+    async with provider:
+        a = provider.get_stream(StreamId("devices", "a"))
+        b = provider.get_stream(StreamId("devices", "b"))
+        await a.on_next_batch(list(range(7)), event_times=[1000.0 + i for i in range(7)])
+        await b.on_next_batch(list(range(2)), event_times=[1000.0, 1001.0])
+        await drained(provider)
+        (agent,) = provider.agents
+        activations = {str(act.stream_id): act for act in agent.event_time_activations()}
+        assert set(activations) == {"devices/a", "devices/b"}
+        act_a, act_b = activations["devices/a"], activations["devices/b"]
+        # Open windows: each activation holds its own stream's events only.
+        assert act_a.processor.open_windows() == [(None, 960.0, 1020.0)]
+        assert act_a.processor.counters.events == 7
+        assert act_b.processor.counters.events == 2
+        assert act_a.processor._parts is act_b.processor._parts is Counts.event_time.parts()
+        assert act_a.processor.counters is not act_b.processor.counters
+        await a.on_completed()  # closes a's window only
+        with anyio.fail_after(10):
+            while "a" not in completed:
+                await anyio.sleep(0.01)
+        assert windows["a"] == [(960.0, 7)]
+        assert windows["b"] == []
+        assert act_b.processor.counters.events == 2
+        assert act_b.processor.open_windows() == [(None, 960.0, 1020.0)]
+        await b.on_completed()
+        with anyio.fail_after(10):
+            while "b" not in completed:
+                await anyio.sleep(0.01)
+    assert windows == {"a": [(960.0, 7)], "b": [(960.0, 2)]}
+    # Two activations, one inspection: each hook name of the type looked up once.
+    counted = [name for cls, name in inspected if cls == "Counts"]
+    assert sorted(counted) == ["on_completed", "on_window"]
+    assert len(parts_made) == 1

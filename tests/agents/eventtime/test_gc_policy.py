@@ -1,0 +1,123 @@
+"""The worker's garbage-collector policy (issue 15, agents.gc_policy): applied once per
+process while workers run, restored after the last; only in a process headrace owns
+(``headrace worker``) or with ``tune_gc=True``, never with ``tune_gc=False``; survivors
+of a full collection are frozen, and a cycle among them is still collected once the frozen
+objects have grown enough to warrant a walk of everything."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from agents.gc_policy import POLICY, SWEEP_GROWTH, YOUNG_THRESHOLD, GcPolicy
+from streams import StreamId, StreamProvider
+from tests.agents.delivery.conftest import drained
+
+
+def _collector() -> tuple[tuple[int, int, int], int, int]:
+    """Thresholds, frozen objects, and how many of the callbacks are a policy's."""
+    ours = sum(1 for cb in gc.callbacks if isinstance(getattr(cb, "__self__", None), GcPolicy))
+    return gc.get_threshold(), gc.get_freeze_count(), ours
+
+
+async def test_a_worker_tunes_the_collector_while_it_runs_and_restores_it_after():
+    before = _collector()
+    assert before[1:] == (0, 0) and not POLICY.active
+    provider = StreamProvider.memory(queues=2, tune_gc=True)
+    seen = []
+    async with provider:
+        during = _collector()
+        await provider.get_stream(StreamId("s", "k")).subscribe(seen.extend)
+        await provider.get_stream(StreamId("s", "k")).on_next_batch([1, 2])
+        await drained(provider)
+    assert [e.value for e in seen] == [1, 2]
+    assert during[0] == (YOUNG_THRESHOLD, before[0][1], before[0][2])
+    assert during[1] > 1000  # what start-up left: modules, classes, the test's own objects
+    assert during[2] == 1
+    assert _collector() == before and not POLICY.active
+
+
+async def test_tune_gc_false_leaves_the_collector_alone():
+    before = _collector()
+    async with StreamProvider.memory(queues=1, tune_gc=False):
+        during = _collector()
+    assert during == before == _collector()
+    assert not POLICY.active
+
+
+async def test_a_library_users_process_keeps_its_collector_unless_it_asks():
+    before = _collector()
+    async with StreamProvider.memory(queues=1):  # tune_gc unset, in a process headrace does not own
+        during = _collector()
+    assert during == before == _collector()
+    assert not POLICY.wanted(None) and POLICY.wanted(True) and not POLICY.wanted(False)
+
+
+async def test_a_process_headrace_owns_tunes_it_by_default_and_not_when_told_not_to():
+    owned = GcPolicy()
+    owned.own_process()  # what `headrace worker` does before it starts its provider
+    assert owned.wanted(None) and owned.wanted(True) and not owned.wanted(False)
+    POLICY.owns_process = True
+    try:
+        before = _collector()
+        async with StreamProvider.memory(queues=1, tune_gc=False):
+            assert _collector() == before
+        async with StreamProvider.memory(queues=1):
+            assert _collector()[0] == (YOUNG_THRESHOLD, before[0][1], before[0][2])
+        assert _collector() == before
+    finally:
+        POLICY.owns_process = False
+
+
+async def test_two_workers_in_one_process_apply_it_once_and_the_last_one_restores_it():
+    before = _collector()
+    async with StreamProvider.memory(queues=1, tune_gc=True):
+        first = _collector()
+        async with StreamProvider.memory(queues=1, tune_gc=True):
+            both = _collector()
+        after_inner = _collector()
+        assert POLICY.active
+    assert first[0] == both[0] == after_inner[0] == (YOUNG_THRESHOLD, before[0][1], before[0][2])
+    assert both[2] == after_inner[2] == 1  # one callback, not one per worker
+    assert _collector() == before and not POLICY.active
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+
+
+def test_survivors_of_a_full_collection_are_frozen_and_an_old_cycle_is_collected_after_growth():
+    policy = GcPolicy()
+    policy.enter()
+    try:
+        base = gc.get_freeze_count()
+        kept = [[i] for i in range(1000)]  # survives the next full collection
+        gc.collect()
+        assert gc.get_freeze_count() >= base + 1000  # frozen: no collection walks them again
+        cycle = _Node()
+        alive = weakref.ref(cycle)
+        gc.collect()  # the cycle survives (still referenced) and is frozen with the rest
+        del cycle
+        gc.collect()  # garbage now, but frozen: this collection does not walk it
+        assert alive() is not None
+        assert policy.sweeps == 0
+        # The frozen objects grow past SWEEP_GROWTH times the last sweep: the next full
+        # collections walk everything again, and the old cycle goes.
+        grown = [[i] for i in range(SWEEP_GROWTH * gc.get_freeze_count())]
+        gc.collect()  # finds the frozen objects grown: thaws them for the next one
+        assert gc.get_freeze_count() == 0
+        gc.collect()
+        assert alive() is None
+        assert policy.sweeps == 1
+        assert gc.get_freeze_count() >= len(grown) + len(kept)  # refrozen after the sweep
+    finally:
+        policy.leave()
+    assert gc.get_freeze_count() == 0
+
+
+def test_leaving_more_often_than_entering_changes_nothing():
+    policy = GcPolicy()
+    before = _collector()
+    policy.leave()
+    assert _collector() == before and not policy.active

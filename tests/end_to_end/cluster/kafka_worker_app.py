@@ -1,0 +1,39 @@
+"""The application the Kafka cluster tests run with
+``headrace worker --app tests.end_to_end.cluster.kafka_worker_app:app``: the topic ``HEADRACE_TEST_TOPIC``
+(8 partitions) of the broker at ``HEADRACE_TEST_KAFKA``, workers sharing it through the Kafka
+consumer group (session timeout ``HEADRACE_TEST_LEASE`` seconds). It records deliveries and
+receiver calls into ``HEADRACE_TEST_RECORDS`` as :mod:`tests.end_to_end.cluster.worker_app` does."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TextIO
+
+from balancer import BalancerOptions
+from streams import StreamProvider
+from streams.kafka.adapter import KafkaAdapterFactory
+from streams.runtime.backends import KafkaBackend
+from tests.end_to_end.cluster.worker_app import QUEUES, RecordingAdapter, recording
+
+
+class RecordingKafkaFactory(KafkaAdapterFactory):
+    provider: StreamProvider
+    reads: TextIO
+
+    async def create_adapter(self) -> RecordingAdapter:  # type: ignore[override]
+        return RecordingAdapter(await super().create_adapter(), self.provider, self.reads)  # type: ignore[arg-type]
+
+
+def app() -> StreamProvider:
+    records = Path(os.environ["HEADRACE_TEST_RECORDS"])
+    session = float(os.environ["HEADRACE_TEST_LEASE"])
+    factory = RecordingKafkaFactory(
+        os.environ["HEADRACE_TEST_KAFKA"], os.environ["HEADRACE_TEST_TOPIC"], QUEUES, idempotent=False
+    )
+    provider = StreamProvider(
+        KafkaBackend(factory),
+        balancer_options=BalancerOptions(session, renew_period=session / 3, refresh_period=session / 6),
+        shutdown_timeout=2.0,
+    )
+    return recording(provider, factory, records)

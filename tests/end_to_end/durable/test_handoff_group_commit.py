@@ -1,0 +1,462 @@
+"""Small handoff appends at the cost of their data (issue 14, the store that takes turns):
+appends of many activations share one write, each caller learns its rows' exact offsets,
+small appends stay inline in the index, and compaction merges them into files while
+readers read; a failure or a SIGKILL in the middle leaves only whole appends indexed."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pyarrow as pa
+import pytest
+
+from spark_sink import Handoff, HandoffLog, HandoffSchema, HandoffWriter
+from spark_sink.compaction import compact
+from spark_sink.group_commit import Appended, GroupAppender
+from spark_sink.handoff import EmbeddedHandoffSink
+from spark_sink.offsets import OffsetRange
+from spark_sink.retention import expire
+from spark_sink.storage import EmbeddedStorage
+from streams.adapters.retention import RetentionPolicy
+from streams.embedded.store import EmbeddedStore
+from streams.eventtime.results import WindowResult
+from streams.runtime.backends import EmbeddedBackend
+
+STREAM = "counts"
+SCHEMA = HandoffSchema.of({"writer": "bigint", "seq": "bigint", "row": "bigint", "rows": "bigint"})
+
+
+def rows_of(writer: int, seq: int, n: int) -> pa.Table:
+    """``n`` rows that say whose append they are: (writer, seq, i, n)."""
+    return SCHEMA.to_table([(writer, seq, i, n) for i in range(n)])
+
+
+def read(path: Path, partition: int, start: int = 0, end: int | None = None) -> list[tuple[int, ...]]:
+    """Rows ``[start, end)`` of ``partition``, planned and read as Spark's tasks do."""
+    storage = EmbeddedStorage(str(path))
+    try:
+        end = storage.end_offsets(STREAM).get(partition, 0) if end is None else end
+        if start == end:
+            return []
+        (split,) = storage.plan(STREAM, [OffsetRange(partition, start, end)])
+        return [tuple(r.values()) for b in split.batches() for r in b.to_pylist()]
+    finally:
+        storage.close()
+
+
+def open_log(path: Path, **options: int) -> tuple[EmbeddedStore, HandoffWriter]:
+    store = EmbeddedStore(path)
+    return store, HandoffWriter(HandoffLog(store, **options), STREAM, SCHEMA)
+
+
+def files(path: Path) -> set[str]:
+    return {str(p.relative_to(path)) for p in (path / "handoff").rglob("*.arrow")}
+
+
+def indexed_files(store: EmbeddedStore) -> set[str]:
+    with store.snapshot() as conn:
+        return {f for (f,) in conn.execute("SELECT file FROM handoff_segments WHERE file != ''")}
+
+
+async def test_concurrent_appends_share_writes_and_each_learns_its_exact_offsets(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path)
+    appender = GroupAppender(store, writer)
+    got: dict[tuple[int, int], Appended] = {}
+
+    async def activation(w: int) -> None:
+        for seq in range(3):
+            n = 1 + (w + seq) % 3
+            got[(w, seq)] = await appender.append(lambda conn, w=w, seq=seq, n=n: (w % 4, rows_of(w, seq, n)))
+
+    async with anyio.create_task_group() as tg:
+        for w in range(300):
+            tg.start_soon(activation, w)
+    assert appender.writes <= 30  # 900 appends: ~one write per round of the 300 activations
+    for partition in range(4):
+        ranges = sorted(
+            (a.first_offset, a.first_offset + a.row_count) for a in got.values() if a.partition == partition
+        )
+        assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # dense
+        assert writer.end_offsets()[partition] == ranges[-1][1]
+        assert len(read(tmp_path, partition)) == ranges[-1][1]
+    for (w, seq), a in got.items():  # every caller's offsets hold exactly its rows
+        assert a.partition == w % 4
+        assert read(tmp_path, a.partition, a.first_offset, a.first_offset + a.row_count) == [
+            (w, seq, i, a.row_count) for i in range(a.row_count)
+        ]
+    store.close()
+
+
+async def test_a_caller_whose_rows_fail_gets_its_error_and_the_others_are_written(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path)
+    appender = GroupAppender(store, writer)
+
+    def bad(conn: object) -> tuple[int, pa.Table]:
+        raise ValueError("this caller's rows are wrong")
+
+    results = {}
+
+    async def call(name: str, stage) -> None:
+        try:
+            results[name] = await appender.append(stage)
+        except ValueError as exc:
+            results[name] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, "first", lambda conn: (0, rows_of(1, 0, 2)))
+        tg.start_soon(call, "bad", bad)
+        tg.start_soon(call, "third", lambda conn: (0, rows_of(3, 0, 1)))
+    assert isinstance(results["bad"], ValueError)
+    assert results["first"] == Appended(0, 0, 2) and results["third"] == Appended(0, 2, 1)
+    assert read(tmp_path, 0) == [(1, 0, 0, 2), (1, 0, 1, 2), (3, 0, 0, 1)]
+    store.close()
+
+
+async def test_a_write_failing_midway_indexes_nothing_and_every_caller_gets_the_error(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)  # files: a write that can fail after another succeeded
+    appender = GroupAppender(store, writer)
+    blocker = tmp_path / "handoff" / STREAM / "1"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a directory")  # partition 1's segment cannot be written
+    errors: list[BaseException] = []
+
+    async def call(partition: int, w: int) -> None:
+        try:
+            await appender.append(lambda conn: (partition, rows_of(w, 0, 1)))
+        except OSError as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, 0, 0)  # leads alone
+        for w in (2, 1, 4, 3, 6, 5):
+            tg.start_soon(call, w % 2, w)  # gather: partition 0's file is written, then 1 fails
+    # The second write rolled back whole: all six callers get the error, none of its rows is in.
+    assert len(errors) == 6 and writer.end_offsets() == {0: 1}
+    assert files(tmp_path) - indexed_files(store)  # the failed write's partition-0 file: unindexed
+    blocker.unlink()
+    async with anyio.create_task_group() as tg:  # the callers retry, as agents.handoff does
+        for w in (2, 4, 6, 1, 3, 5):
+            tg.start_soon(call, w % 2, w)
+    assert writer.end_offsets() == {0: 4, 1: 3}
+    assert sorted(r[0] for r in read(tmp_path, 0)) == [0, 2, 4, 6] and sorted(r[0] for r in read(tmp_path, 1)) == [
+        1,
+        3,
+        5,
+    ]
+    assert writer.log.remove_orphans(STREAM) == 1
+    assert files(tmp_path) == indexed_files(store)
+    store.close()
+
+
+async def test_cancelled_callers_never_leave_the_next_write_without_a_leader(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path)
+    appender = GroupAppender(store, writer)
+    rng = random.Random(7)
+    done: dict[int, Appended] = {}
+
+    async def caller(w: int, scope: anyio.CancelScope) -> None:
+        with scope:
+            done[w] = await appender.append(lambda conn: (0, rows_of(w, 0, 1)))
+
+    with anyio.fail_after(60):  # a write left without a leader would hang here
+        for round_ in range(20):
+            scopes = [anyio.CancelScope() for _ in range(10)]
+            async with anyio.create_task_group() as tg:
+                for i, scope in enumerate(scopes):
+                    tg.start_soon(caller, round_ * 10 + i, scope)
+                for scope in rng.sample(scopes, 4):  # waiting, leading, or woken to lead
+                    await anyio.sleep(rng.choice([0, 0, 0.0005, 0.002]))
+                    scope.cancel()
+        last = await appender.append(lambda conn: (0, rows_of(999, 0, 1)))
+    rows = read(tmp_path, 0)
+    assert len({r[0] for r in rows}) == len(rows) == last.first_offset + 1  # dense, each once
+    for w, a in done.items():  # whoever returned is in, at its offsets
+        assert rows[a.first_offset][0] == w
+    assert 200 - 4 * 20 <= len(done) < 200
+
+
+async def _open_all_at_the_end(gates: list[threading.Event]) -> None:
+    """Opens the gates when the test is done or has failed: threads never outlive it."""
+    try:
+        await anyio.sleep_forever()
+    finally:
+        for gate in gates:
+            gate.set()
+
+
+async def test_a_leader_cancelled_before_its_write_began_passes_the_others_rows_on(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path)
+    appender = GroupAppender(store, writer)
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    saved, limiter.total_tokens = limiter.total_tokens, 2
+    gates = [threading.Event() for _ in range(3)]  # held by: a bystander, the first leader, another bystander
+    results: dict[str, object] = {}
+    doomed = anyio.CancelScope()
+
+    async def call(name: str, w: int, scope: anyio.CancelScope | None = None) -> None:
+        def stage(conn: object) -> tuple[int, pa.Table]:
+            if name == "first":
+                gates[1].wait()
+            return 0, rows_of(w, 0, 1)
+
+        with scope or anyio.CancelScope():
+            results[name] = await appender.append(stage)
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, gates[0].wait)  # token 1, held
+                tg.start_soon(_open_all_at_the_end, gates)
+                await anyio.sleep(0.05)
+                tg.start_soon(call, "first", 0)  # token 2, its write held by gates[1]
+                await anyio.sleep(0.05)
+                tg.start_soon(anyio.to_thread.run_sync, gates[2].wait)  # queued for a token
+                await anyio.sleep(0.05)
+                tg.start_soon(call, "a", 1, doomed)  # leads next, then waits for a token
+                tg.start_soon(call, "b", 2)
+                tg.start_soon(call, "c", 3)
+                await anyio.sleep(0.05)
+                gates[1].set()  # the first write ends; its token goes to the queued bystander
+                while "first" not in results or limiter.statistics().tasks_waiting < 1:
+                    await anyio.sleep(0.01)
+                doomed.cancel()  # "a" leads, its write not begun
+                await anyio.sleep(0.05)
+                gates[0].set()
+                gates[2].set()
+                while len(results) < 3:
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+    finally:
+        limiter.total_tokens = saved
+    assert "a" not in results and results["b"] == Appended(0, 1, 1) and results["c"] == Appended(0, 2, 1)
+    assert [r[0] for r in read(tmp_path, 0)] == [0, 2, 3]
+    store.close()
+
+
+def test_compaction_merges_inline_runs_into_files_and_a_planned_read_is_unchanged(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path)
+    big = rows_of(9, 0, 4000)  # over inline_bytes: a file of its own, which ends a run
+    for table in [rows_of(0, 0, 2), rows_of(0, 1, 1), rows_of(0, 2, 3), big, rows_of(1, 0, 1), rows_of(1, 1, 1)]:
+        with store.transaction() as conn:
+            writer.append(conn, 0, table)
+    log = writer.log
+    assert [s.inline for s in log.segments(STREAM, 0, 0, 4008)] == [True, True, True, False, True, True]
+    before = read(tmp_path, 0)
+    storage = EmbeddedStorage(str(tmp_path))
+    (planned,) = storage.plan(STREAM, [OffsetRange(0, 1, 4008)])  # planned before the merge
+    assert compact(log, STREAM, 0, SCHEMA.arrow) == 5
+    assert [(s.first_offset, s.row_count, s.inline) for s in log.segments(STREAM, 0, 0, 4008)] == [
+        (0, 6, False),
+        (6, 4000, False),
+        (4006, 2, False),
+    ]
+    assert [tuple(r.values()) for b in planned.batches() for r in b.to_pylist()] == before[1:]
+    assert read(tmp_path, 0) == before
+    assert compact(log, STREAM, 0, SCHEMA.arrow) == 0  # nothing inline left
+    assert writer.trim(0, 6) == 1 and read(tmp_path, 0, 6) == before[6:]
+    assert files(tmp_path) == indexed_files(store)
+    storage.close()
+    store.close()
+
+
+def test_readers_racing_appends_and_compactions_see_every_row_once(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path)
+    writer.log.declare(STREAM, SCHEMA)
+    appender = GroupAppender(store, writer, compact_bytes=4096)  # compact every few appends
+    stop = threading.Event()
+    problems: list[str] = []
+    reads = 0
+
+    def reader() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            seen = read(tmp_path, 0)
+            reads += 1
+            by_append: dict[tuple[int, int], list[int]] = {}
+            for w, seq, i, _ in seen:
+                by_append.setdefault((w, seq), []).append(i)
+            for (w, seq), got in by_append.items():
+                if got != list(range(len(got))) or len(got) != 1 + seq % 3:
+                    problems.append(f"append {(w, seq)} read as rows {got}")
+            for w in {w for w, _ in by_append}:
+                seqs = sorted(seq for ww, seq in by_append if ww == w)
+                if seqs != list(range(len(seqs))):
+                    problems.append(f"writer {w}: appends {seqs} (a gap or a repeat)")
+
+    async def write() -> None:
+        async def activation(w: int) -> None:
+            for seq in range(40):
+                await appender.append(lambda conn, w=w, seq=seq: (0, rows_of(w, seq, 1 + seq % 3)))
+
+        async with anyio.create_task_group() as tg:
+            for w in range(5):
+                tg.start_soon(activation, w)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        anyio.run(write)
+    finally:
+        stop.set()
+        thread.join()
+    assert not problems, problems[:5]
+    assert reads > 1 and len(files(tmp_path)) > 1  # the reads did race compactions
+    assert len(read(tmp_path, 0)) == sum(1 + seq % 3 for seq in range(40)) * 5
+    store.close()
+
+
+KILLED_WRITER = """
+import sys, anyio
+from tests.end_to_end.durable.test_handoff_group_commit import SCHEMA, STREAM, open_log, rows_of
+from spark_sink.group_commit import GroupAppender
+from pathlib import Path
+store, writer = open_log(Path(sys.argv[1]), inline_bytes=int(sys.argv[2]))
+first = int(sys.argv[3])  # this run's writers are first, first + 1, ...
+appender = GroupAppender(store, writer, compact_bytes=2048)
+
+async def activation(w):
+    for seq in range(10**6):
+        await appender.append(lambda conn: (w % 2, rows_of(w, seq, 1 + seq % 3)))
+        print(w, seq, flush=True)  # durable: the append returned
+
+async def main():
+    async with anyio.create_task_group() as tg:
+        for w in range(first, first + 20):
+            tg.start_soon(activation, w)
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize("inline_bytes", [0, 1 << 16], ids=["files", "inline"])
+def test_a_writer_killed_mid_append_leaves_whole_appends_indexed(tmp_path: Path, inline_bytes: int) -> None:
+    rng = random.Random(inline_bytes)
+    root = Path(__file__).resolve().parents[3]
+    for round_ in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_WRITER, str(tmp_path), str(inline_bytes), str(100 * round_)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        assert proc.stdout is not None
+        acknowledged = [proc.stdout.readline() for _ in range(50 + rng.randrange(200))]
+        time.sleep(rng.random() / 20)
+        proc.send_signal(signal.SIGKILL)
+        later, _ = proc.communicate()
+        # A line the kill cut short ("200 " with no sequence number) was never acknowledged.
+        acknowledged += later.split("\n")[:-1] if later else []
+        store, writer = open_log(tmp_path, inline_bytes=inline_bytes)
+        appends: dict[tuple[int, int], list[int]] = {}
+        for partition in (0, 1):
+            rows = read(tmp_path, partition)  # readable: every indexed file exists, no gap
+            assert len(rows) == writer.end_offsets()[partition]
+            for w, seq, i, _ in rows:
+                appends.setdefault((w, seq), []).append(i)
+        for (_, seq), got in appends.items():  # each append whole, once
+            assert got == list(range(1 + seq % 3))
+        for w in {w for w, _ in appends}:  # each writer's appends: a prefix (each waited for the last)
+            assert sorted(seq for ww, seq in appends if ww == w) == list(
+                range(max(s for ww, s in appends if ww == w) + 1)
+            )
+        durable = {tuple(map(int, line.split())) for line in acknowledged if line.strip()}
+        assert durable <= set(appends)  # what a caller was told is durable, is
+        writer.log.remove_orphans(STREAM)
+        ends = writer.end_offsets()
+        for left in files(tmp_path) - indexed_files(store):  # kept only until an append passes them
+            assert int(Path(left).name.partition("-")[0]) >= ends[int(Path(left).parent.name)]
+        store.close()
+    store, writer = open_log(tmp_path, inline_bytes=inline_bytes)
+    for partition in (0, 1):
+        with store.transaction() as conn:
+            writer.append(conn, partition, rows_of(99, 0, 1))
+    writer.log.remove_orphans(STREAM)
+    assert files(tmp_path) == indexed_files(store)  # the kills' orphans: gone
+    store.close()
+
+
+async def test_the_sink_hands_off_the_windows_of_many_activations_once(tmp_path: Path) -> None:
+    store = EmbeddedStore(tmp_path)
+    sink = EmbeddedHandoffSink(store, Handoff("totals", {"count": "bigint"}))
+    windows = {d: [WindowResult(f"k{d}", 5.0 * n, 5.0 * n + 5, n, None) for n in range(3)] for d in range(400)}
+
+    async def activation(d: int) -> int:
+        return await sink.write(f"dev/{d}", "Totals", d % 3, windows[d])
+
+    counts: list[int] = []
+
+    async def run_all() -> None:
+        async def one(d: int) -> None:
+            counts.append(await activation(d))
+
+        async with anyio.create_task_group() as tg:
+            for d in range(400):
+                tg.start_soon(one, d)
+
+    await run_all()
+    assert counts == [3] * 400 and sink._appender.writes < 40
+    counts.clear()
+    await run_all()  # a replay after a crash: every window is marked handed off
+    assert counts == [0] * 400
+    log = HandoffLog(store)
+    assert sum(log.end_offsets("totals").values()) == 1200
+    store.close()
+
+
+def test_retention_removes_a_prefix_of_whole_segments_by_size_and_by_age(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path)
+    log = writer.log
+    for seq, (n, when) in enumerate([(2, 100.0), (3, 100.0), (4000, 200.0), (1, 200.0), (2, 300.0)]):
+        with store.transaction() as conn:  # seq 2 is a file of its own, the rest inline
+            segment = log.append(conn, STREAM, 0, rows_of(0, seq, n))
+            conn.execute(
+                "UPDATE handoff_segments SET appended = ? WHERE first_offset = ?", (when, segment.first_offset)
+            )
+    before = read(tmp_path, 0)
+    by_size = RetentionPolicy(max_age=None, max_records_per_queue=4001)
+    assert expire(log, STREAM, by_size, now=1000.0) == {
+        0: 5
+    }  # [0,2) and [2,5) go; [5,4005) holds row 4001 from the end
+    assert log.start_offsets(STREAM) == {0: 5} and read(tmp_path, 0, 5) == before[5:]
+    by_age = RetentionPolicy(max_age=750.0, max_records_per_queue=None)
+    assert expire(log, STREAM, by_age, now=1000.0) == {0: 4001}  # appended before 250: the file and [4005,4006)
+    assert files(tmp_path) == set() and read(tmp_path, 0, 4006) == before[4006:]
+    assert expire(log, STREAM, by_age, now=1000.0) == {}
+    assert log.end_offsets(STREAM) == {0: 4008}  # offsets never move
+    store.close()
+
+
+def test_a_compacted_file_is_as_young_as_its_newest_row(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path)
+    for seq, when in enumerate([100.0, 900.0]):
+        with store.transaction() as conn:
+            segment = writer.log.append(conn, STREAM, 0, rows_of(0, seq, 1))
+            conn.execute(
+                "UPDATE handoff_segments SET appended = ? WHERE first_offset = ?", (when, segment.first_offset)
+            )
+    assert compact(writer.log, STREAM, 0, SCHEMA.arrow) == 2
+    assert expire(writer.log, STREAM, RetentionPolicy(max_age=500.0), now=1000.0) == {}  # row 1 is 100 s old
+    assert expire(writer.log, STREAM, RetentionPolicy(max_age=50.0), now=1000.0) == {0: 2}
+    store.close()
+
+
+async def test_the_embedded_backend_bounds_its_handoff_log_by_the_queues_retention(tmp_path: Path) -> None:
+    backend = EmbeddedBackend.open(
+        tmp_path, queues=2, retention=RetentionPolicy(max_records_per_queue=10, interval=0.01)
+    )
+    sink = await backend.open_handoff_sink("w1", Handoff("totals", {"count": "bigint"}))
+    for n in range(40):
+        await sink.write("dev/1", "Totals", 0, [WindowResult("k", 5.0 * n, 5.0 * n + 5, n, None)])
+        await anyio.sleep(0.011)  # past the interval: every write applies the retention
+    log = HandoffLog(backend.store)
+    assert log.end_offsets("totals") == {0: 40}
+    assert log.start_offsets("totals") == {0: 30}  # whole one-row segments: exactly the limit is kept
+    backend.store.close()

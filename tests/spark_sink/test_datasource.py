@@ -1,0 +1,248 @@
+"""The ``headrace`` DataSource in a real Spark session: batch and streaming reads of handed-off
+window results equal Spark's own ``groupBy(window(...))`` over the raw events, across query
+stops, restarts and failed batches, with admission control and trimming."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.errors import AnalysisException, StreamingQueryException
+
+from spark_sink import HandoffLog, HandoffWriter
+from spark_sink.compaction import compact
+from tests.spark_sink.handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
+
+
+def batch_of(handoff: Handoff | KafkaHandoff, spark):
+    return spark.read.format("headrace").options(**handoff.options()).option("stream", STREAM).load()
+
+
+def windows_of(handoff: Handoff | KafkaHandoff, spark, **options: str):
+    return (
+        spark.readStream.format("headrace")
+        .options(**handoff.options())
+        .option("stream", STREAM)
+        .options(**options)
+        .load()
+    )
+
+
+def to_parquet(df, out: Path, checkpoint: Path, **trigger):
+    return (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**trigger)
+        .start()
+    )
+
+
+def batch_rows(query) -> list[int]:
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def test_batch_read_equals_spark_windows_over_the_raw_events(spark, any_handoff, events, expected):
+    any_handoff.append_windows(window_results(events))
+    df = batch_of(any_handoff, spark)
+    assert df.schema.simpleString() == (
+        "struct<window_start:timestamp,window_end:timestamp,stream_id:string,key:string,count:bigint,total:double>"
+    )
+    assert collect_windows(df) == expected
+
+
+def test_a_read_over_inline_file_and_compacted_segments_equals_spark_windows(
+    spark, handoff, events, expected, tmp_path
+):
+    results = window_results(events)
+    third = len(results) // 3
+    handoff.append_windows(results[:third])  # inline, then merged into files
+    for partition in handoff.writer.end_offsets():
+        assert compact(handoff.log, STREAM, partition, handoff.writer.schema.arrow) > 0
+    files_only = HandoffWriter(HandoffLog(handoff.store, inline_bytes=0), STREAM, handoff.writer.schema)
+    Handoff(handoff.path, handoff.store, files_only.log, files_only).append_windows(results[third : 2 * third])
+    handoff.append_windows(results[2 * third :])  # inline
+    kinds = {s.inline for p, e in handoff.writer.end_offsets().items() for s in handoff.log.segments(STREAM, p, 0, e)}
+    assert kinds == {True, False}
+    assert collect_windows(batch_of(handoff, spark)) == expected
+    # A stream that reads a few hundred rows at a time while new appends are compacted
+    # between its batches: the next batch's offsets land in merged files.
+    seen: list = []
+
+    def each(df, batch_id: int) -> None:
+        seen.extend(collect_windows(df))
+        for partition in handoff.writer.end_offsets():
+            compact(handoff.log, STREAM, partition, handoff.writer.schema.arrow)
+
+    query = (
+        windows_of(handoff, spark, maxRecordsPerTrigger="300")
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert sorted(seen) == expected
+
+
+def test_stream_stopped_and_restarted_delivers_every_window_once(spark, any_handoff, events, expected, tmp_path):
+    results = window_results(events)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    any_handoff.append_windows(results[: len(results) // 3])
+    first = to_parquet(windows_of(any_handoff, spark), out, checkpoint, availableNow=True)
+    first.awaitTermination()
+    any_handoff.append_windows(results[len(results) // 3 :])
+    second = to_parquet(windows_of(any_handoff, spark), out, checkpoint, availableNow=True)
+    second.awaitTermination()
+    assert sum(batch_rows(first)) == len(results) // 3
+    assert sum(batch_rows(second)) == len(results) - len(results) // 3
+    assert collect_windows(spark.read.parquet(str(out))) == expected
+
+
+def admitted_120_at_a_time(spark, handoff: Handoff | KafkaHandoff, table: str, checkpoint: Path):
+    """Everything handed off, read with maxRecordsPerTrigger=120 into memory table ``table``."""
+    query = (
+        windows_of(handoff, spark, maxRecordsPerTrigger="120")
+        .writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return query
+
+
+def test_max_records_per_trigger_bounds_each_batch_and_commits_trim(spark, handoff, events, expected, tmp_path):
+    results = window_results(events)
+    handoff.append_windows(results)
+    query = admitted_120_at_a_time(spark, handoff, "admission", tmp_path / "checkpoint")
+    sizes = batch_rows(query)
+    assert max(sizes) <= 120 and sum(sizes) == len(results)
+    assert len(sizes) == -(-len(results) // 120)  # every batch full but the last
+    assert collect_windows(spark.table("admission")) == expected
+    # Spark committed all batches but perhaps the last: their segments are gone, the rest stays.
+    progress = json.loads(query.lastProgress["sources"][0]["endOffset"])
+    last_end = {int(p): o for p, o in progress.items()}
+    start = handoff.log.start_offsets(STREAM)
+    assert sum(start.values()) > 0
+    assert all(start[p] <= last_end[p] for p in start)
+    assert handoff.stream_files() == handoff.indexed_files()
+
+
+def test_processing_time_query_stopped_mid_stream_loses_and_repeats_nothing(spark, handoff, events, expected, tmp_path):
+    results = window_results(events)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    thirds = [results[: len(results) // 3], results[len(results) // 3 : 2 * len(results) // 3]]
+    handoff.append_windows(thirds[0])
+    running = to_parquet(
+        windows_of(handoff, spark, maxRecordsPerTrigger="40"),
+        out,
+        checkpoint,
+        processingTime="100 milliseconds",
+    )
+    running.processAllAvailable()
+    # More windows close while the query runs (several batches' worth); stop it two batches
+    # later, most likely with batches still to do, possibly in the middle of one.
+    seen = len(batch_rows(running))
+    handoff.append_windows(thirds[1])
+    while len(batch_rows(running)) < seen + 2:
+        running.awaitTermination(0.05)
+    running.stop()
+    handoff.append_windows(results[2 * len(results) // 3 :])
+    to_parquet(windows_of(handoff, spark), out, checkpoint, availableNow=True).awaitTermination()
+    assert collect_windows(spark.read.parquet(str(out))) == expected
+
+
+def test_a_failed_batch_is_rerun_over_the_same_offsets(spark, any_handoff, events, expected, tmp_path):
+    """A batch that dies half-way (here: its sink raises) is re-read from the checkpointed
+    range after the restart: same rows, and the idempotent sink keeps each once."""
+    any_handoff.append_windows(window_results(events))
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    attempts: dict[int, list[list[tuple]]] = {}
+
+    def sink(df, batch_id: int) -> None:
+        rows = collect_windows(df)
+        attempts.setdefault(batch_id, []).append(rows)
+        if batch_id == 1 and len(attempts[1]) == 1:
+            raise RuntimeError("executor lost in the middle of batch 1")
+        df.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
+
+    def run():
+        return (
+            windows_of(any_handoff, spark, maxRecordsPerTrigger="200")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    with pytest.raises(StreamingQueryException, match="executor lost"):
+        run().awaitTermination()
+    run().awaitTermination()
+    assert len(attempts[1]) == 2 and attempts[1][0] == attempts[1][1]
+    assert all(len(tries) == 1 for batch, tries in attempts.items() if batch != 1)
+    assert collect_windows(spark.read.parquet(str(out))) == expected
+
+
+def test_rows_of_an_uncommitted_handoff_never_reach_spark(spark, handoff, events, expected):
+    results = window_results(events)
+    handoff.append_windows(results[:100])
+
+    class WorkerDied(Exception):
+        pass
+
+    with pytest.raises(WorkerDied), handoff.store.transaction() as conn:
+        handoff.writer.append(conn, 0, [(0.0, 30.0, "sensors/p0", "phantom", 1, 1.0)])
+        # Written and fsynced, not committed (and the writer holds the store's write lock):
+        assert "phantom" not in {row[2] for row in collect_windows(batch_of(handoff, spark))}
+        raise WorkerDied
+    handoff.append_windows(results[100:])
+    assert collect_windows(batch_of(handoff, spark)) == expected
+
+
+@pytest.mark.parametrize(
+    "options, schema, message",
+    [
+        ({"path": "/nonexistent/store"}, None, "no headrace store at '/nonexistent/store'"),
+        ({"stream": "nope"}, None, "no handoff stream 'nope' .*declared streams: sensor-totals"),
+        ({}, "window_start timestamp, key string", "which its consumer did not declare"),
+        ({"maxRecordsPerTrigger": "many"}, None, "maxRecordsPerTrigger is a positive integer"),
+    ],
+)
+def test_mistakes_are_reported_clearly(spark, handoff, options, schema, message):
+    reader = spark.readStream.format("headrace").options(path=str(handoff.path), stream=STREAM)
+    reader = reader.options(**options)
+    if schema is not None:
+        reader = reader.schema(schema)
+    # Spark reports a mistake found at load() as an AnalysisException, one found when the
+    # query starts as a StreamingQueryException; either way the message is headrace's.
+    with pytest.raises((AnalysisException, StreamingQueryException), match=message):
+        reader.load().writeStream.format("noop").start().awaitTermination()
+
+
+def test_on_kafka_each_batch_is_whole_appends_within_the_limit(spark, kafka_handoff, events, expected, tmp_path):
+    results = window_results(events)
+    kafka_handoff.append_windows(results)
+    query = admitted_120_at_a_time(spark, kafka_handoff, "kafka_admission", tmp_path / "checkpoint")
+    sizes = batch_rows(query)
+    assert max(sizes) <= 120 and sum(sizes) == len(results)
+    # Whole appends (a window end's rows of one partition): a batch leaves out less than one.
+    largest = max(len(group) for group in by_closing(results).values())
+    assert all(size > 120 - largest for size in sizes[:-1])
+    assert collect_windows(spark.table("kafka_admission")) == expected
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"stream": "nope"}, "no handoff stream 'nope' on Kafka at .*declared streams: sensor-totals"),
+        ({"trimOnCommit": "true"}, "trimmed by their retention"),
+    ],
+)
+def test_kafka_mistakes_are_reported_clearly(spark, kafka_handoff, events, options, message):
+    kafka_handoff.append_windows(window_results(events)[:10])
+    reader = spark.readStream.format("headrace").options(**kafka_handoff.options(), stream=STREAM)
+    with pytest.raises((AnalysisException, StreamingQueryException), match=message):
+        reader.options(**options).load().writeStream.format("noop").start().awaitTermination()

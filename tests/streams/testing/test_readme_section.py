@@ -1,0 +1,15 @@
+"""The README's "Testing your consumers" example is tests/streams/testing/test_readme_example.py, verbatim."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_readme_shows_the_example_that_runs_verbatim():
+    readme = (ROOT / "README.md").read_text()
+    shown = re.search(r"## Testing your consumers\n.*?```python\n(.*?)```", readme, re.S)
+    assert shown is not None, "the README has no 'Testing your consumers' example"
+    assert shown.group(1) == (ROOT / "tests/streams/testing/test_readme_example.py").read_text()
