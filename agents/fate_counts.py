@@ -1,7 +1,7 @@
 """What event time did to the events of each consumer type, counted for ``headrace status``.
 
 Each event-time activation counts the fates of its events (its processor's
-:class:`~streams.eventtime.metrics.Counters`: kept, adjusted, dropped, dead-lettered). An
+:class:`~streams.eventtime.results.Counters`: kept, adjusted, dropped, dead-lettered). An
 activation ends (its stream went quiet) but its events' fates should stay counted: a queue's
 :class:`FateCounts` keeps the counters of the activations that ended, per consumer type, and
 adds the live ones when asked. An activation parked with open windows carries its counters in
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
 
-from streams.eventtime.metrics import Counters
+from streams.eventtime.results import Counters
 
 
 class FateCounts:

@@ -14,7 +14,7 @@ retried, what the sink refuses is dead-lettered (:mod:`agents.handoff`).
 An activation with several inputs (``EventTime(..., inputs=...)``, one activation per key
 over several namespaces) is delivered to through one :class:`InputView` per input stream;
 without a window its events wait for the merged watermark and leave in event-time order
-across inputs (:class:`~streams.eventtime.merged_release.MergedRelease`), to ``on_events``
+across inputs (:class:`~streams.eventtime.release.MergedRelease`), to ``on_events``
 and, with a handoff, to Spark: what ``on_events`` returns, or the events themselves. With an
 interval join (``EventTime(..., join=IntervalJoin(...))``) the pairs go to ``on_join`` and,
 with an ``EventHandoff``, to Spark, one row a pair (:meth:`EventTimeObserver._emit_joins`).
@@ -39,10 +39,9 @@ from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import StreamId
 from streams.core.observer import nothing
 from streams.core.tokens import SequenceToken
-from streams.eventtime.merged_release import MergedRelease
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
-from streams.eventtime.release import TimestampOrder, position_of, replay_position_of
+from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
 from streams.eventtime.results import EventOutcome, JoinResult, Output
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime

@@ -27,6 +27,10 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "streams.eventtime.inputs": "streams.eventtime.parts",
+    "streams.eventtime.metrics": "streams.eventtime.results",
+    "streams.eventtime.refusals": "streams.eventtime.ordering",
+    "streams.eventtime.merged_release": "streams.eventtime.release",
     "streams.backends.kafka": "streams.runtime.backends",
     "streams.backends.embedded": "streams.runtime.backends",
     "streams.backends.handoff": "streams.runtime.backends",

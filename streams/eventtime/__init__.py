@@ -9,7 +9,6 @@ The contract is ``docs/event-time.md``. The core is synchronous and does no I/O;
 
 from streams.eventtime.aggregates import Collect, Combined, Count, First, Last, Max, Mean, Min, Reducer, Sum
 from streams.eventtime.joins import IntervalJoin
-from streams.eventtime.metrics import Counters, EventTimeMetrics
 from streams.eventtime.policy import Action, EventLike, Extractor, OrderingPolicy, Reason
 from streams.eventtime.processor import Processor
 from streams.eventtime.results import (
@@ -17,7 +16,9 @@ from streams.eventtime.results import (
     DEAD_LETTER,
     DROPPED,
     KEPT,
+    Counters,
     EventOutcome,
+    EventTimeMetrics,
     JoinResult,
     Output,
     TraceItem,

@@ -11,10 +11,9 @@ from collections.abc import Hashable
 from typing import Any
 
 from streams.eventtime.aggregates import Reducer
-from streams.eventtime.inputs import Input, Lane, Store
 from streams.eventtime.joins import IntervalJoin, JoinStore
-from streams.eventtime.metrics import Counters
-from streams.eventtime.results import Output, WatermarkAdvance, WindowResult
+from streams.eventtime.parts import Input, Lane, Store
+from streams.eventtime.results import Counters, Output, WatermarkAdvance, WindowResult
 from streams.eventtime.sessions import OpenSession, SessionStore
 from streams.eventtime.watermark import FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
 from streams.eventtime.windows import Session, WindowAssigner, WindowStore

@@ -21,11 +21,10 @@ from typing import Any
 from streams.core.errors import StreamCompletedError
 from streams.eventtime.aggregates import Count
 from streams.eventtime.flow import WatermarkFlow
-from streams.eventtime.inputs import Input
 from streams.eventtime.joins import JoinStore
-from streams.eventtime.ordering import OrderingStep
+from streams.eventtime.ordering import OrderingStep, Refusals
+from streams.eventtime.parts import Input
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
-from streams.eventtime.refusals import Refusals
 from streams.eventtime.results import DEAD_LETTER, KEPT, EventOutcome, Output, WatermarkAdvance
 from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
 from streams.eventtime.watermark import FOREVER, NEVER

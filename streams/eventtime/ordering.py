@@ -1,12 +1,27 @@
-"""Steps 1-3 of the contract for one event: early arrival, late arrival, out of order.
+"""Dead letters for the events the core does not keep: each with its reason, counted once.
+
+Every event has one fate: kept, adjusted, dropped or dead-lettered. A dropped or refused
+event becomes a :class:`~streams.core.deadletters.DeadLetter` naming the rule that acted, its
+stream and queue position, so it is never silently lost and can be found again.
+
+>>> from types import SimpleNamespace as Ev
+>>> from streams.eventtime.results import Counters
+>>> from streams.eventtime.results import DROPPED, Output
+>>> r = Refusals(Counters(), early=float("inf"), late=5.0, delay=1.0, reducer_name="Count", own_time=True, trace=False)
+>>> out = Output()
+>>> r.refuse(0, Ev(value=1, token=None), None, 1.0, Reason.LATE_ARRIVAL, DROPPED, 9.0, out)
+>>> out.dead_letters[0].reason, out.dead_letters[0].detail, r.counters.late_arrival_dropped
+('late_arrival', '8 s behind its arrival (late_arrival 5 s)', 1)
+
+Steps 1-3 of the contract for one event: early arrival, late arrival, out of order.
 
 The processor checks the tolerances inline (most events break none) and hands an event that
 breaks one to :meth:`OrderingStep.judge`, which applies the policy's action: adjust its
 timestamp, accept it as is, or drop it as a dead letter.
 
 >>> from types import SimpleNamespace as Ev
->>> from streams.eventtime.metrics import Counters
->>> from streams.eventtime.refusals import Refusals
+>>> from streams.eventtime.results import Counters
+>>> from streams.eventtime.ordering import Refusals
 >>> from streams.eventtime.results import Output
 >>> counters = Counters()
 >>> refusals = Refusals(counters, early=float("inf"), late=5.0, delay=0.0, reducer_name="Count", own_time=True, trace=False)
@@ -19,12 +34,127 @@ timestamp, accept it as is, or drop it as a dead letter.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Hashable
 
-from streams.eventtime.metrics import Counters
-from streams.eventtime.policy import Action, EventLike, Reason
-from streams.eventtime.refusals import Refusals
-from streams.eventtime.results import ADJUSTED, DROPPED, KEPT, Output
+from streams.core.deadletters import DeadLetter, event_position
+from streams.eventtime.policy import Action, EventLike, Reason, time_problem
+from streams.eventtime.results import ADJUSTED, DEAD_LETTER, DROPPED, KEPT, Counters, EventOutcome, Output
+
+
+class Refusals:
+    """Records the events a processor drops or refuses (steps 1-4 of the contract).
+
+    ``early``, ``late`` and ``delay`` are the policy's tolerances (``inf`` when off), named
+    in each letter's detail; ``own_time``: event times are the events' own ``event_time``
+    (no ``timestamp_by``).
+    """
+
+    __slots__ = ("counters", "early", "late", "delay", "reducer_name", "own_time", "trace")
+
+    def __init__(
+        self,
+        counters: Counters,
+        *,
+        early: float,
+        late: float,
+        delay: float,
+        reducer_name: str,
+        own_time: bool,
+        trace: bool,
+    ) -> None:
+        self.counters = counters
+        self.early, self.late, self.delay = early, late, delay
+        self.reducer_name = reducer_name
+        self.own_time = own_time
+        self.trace = trace
+
+    def refuse(
+        self,
+        partition: Hashable,
+        rec: EventLike,
+        key: Hashable,
+        event_time: float | None,
+        reason: Reason,
+        status: str,
+        arrival: float,
+        out: Output,
+        detail: str = "",
+        ts: float | None = None,
+    ) -> None:
+        """Record a dropped or refused event as a dead letter (never silently lost)."""
+        counters = self.counters
+        if reason is Reason.EARLY_ARRIVAL:
+            assert event_time is not None
+            counters.early_arrival += 1
+            detail = f"{event_time - arrival:g} s ahead of its arrival (early_arrival {self.early:g} s)"
+        elif reason is Reason.LATE_ARRIVAL:
+            assert event_time is not None
+            counters.late_arrival_dropped += 1
+            detail = f"{arrival - event_time:g} s behind its arrival (late_arrival {self.late:g} s)"
+        elif reason is Reason.OUT_OF_ORDER:
+            counters.out_of_order_dropped += 1
+            detail = f"event time below the watermark (out_of_order {self.delay:g} s)"
+        elif reason is Reason.WINDOW_CLOSED:
+            assert ts is not None
+            counters.window_closed += 1
+            detail = detail or f"every window containing timestamp {ts:g} has closed"
+        elif reason is Reason.INVALID_VALUE:
+            counters.invalid_value += 1
+        else:
+            counters.invalid_timestamp += 1
+        token = getattr(rec, "token", None)
+        stream = getattr(rec, "stream_id", None)
+        queue = partition if isinstance(partition, int) else getattr(partition, "number", None)
+        sequence_number, event_index = event_position(rec)  # the same on every read
+        letter = DeadLetter(
+            reason=reason.value,
+            stream=None if stream is None else str(stream),
+            queue=queue,
+            sequence_number=sequence_number,
+            event_index=event_index,
+            value=getattr(rec, "value", rec),
+            event_time=event_time,
+            detail=f"{detail}; {_where(rec, token)}" if token is not None else detail,
+            recorded_at=arrival,
+        )
+        out.dead_letters.append(letter)
+        if self.trace:
+            out.trace.append(EventOutcome(rec, partition, key, event_time, ts, status, reason.value))
+
+    def invalid(
+        self,
+        partition: Hashable,
+        rec: EventLike,
+        key: Hashable,
+        event_time: float | None,
+        arrival: float,
+        exc: Exception,
+        out: Output,
+    ) -> None:
+        """Dead-letter an event whose time or key (``event_time`` None) or aggregate raised;
+        the caller has undone what the ordering policy counted for it."""
+        if event_time is None:
+            own = getattr(rec, "event_time", None)
+            if self.own_time and not isinstance(own, (int, float)):  # not comparable
+                self.refuse(
+                    partition, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arrival, out, time_problem(own)
+                )
+                return
+            what = "its key (over or group_by)"
+        else:
+            what = f"the aggregate {self.reducer_name}"
+        trace = "".join(traceback.format_exception(exc)).rstrip()
+        detail = f"{what} raised {type(exc).__name__}: {exc}\n{trace}"
+        self.refuse(partition, rec, key, event_time, Reason.INVALID_VALUE, DEAD_LETTER, arrival, out, detail)
+
+
+def _where(rec: object, token: object) -> str:
+    """How a letter's detail names its event: a foreign record's offset (see
+    :func:`~streams.core.deadletters.event_position`), else its token."""
+    offset = getattr(rec, "offset", None)
+    return f"token {token}" if offset is None else f"record offset {offset}"
+
 
 Verdict = tuple[float, str, Reason | None]
 """An event's timestamp, status and the rule that acted (None: none did)."""

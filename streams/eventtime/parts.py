@@ -1,4 +1,13 @@
-"""What every processor of one declaration shares: its settings, checked and prepared once.
+"""The merged inputs of a processor: each one's clock, watermark and idle bookkeeping, and
+which input follows (imports) another's watermark.
+
+>>> check_acyclic({"prices": "tolls"})
+>>> check_acyclic({"a": "b", "b": "a"})
+Traceback (most recent call last):
+...
+streams.core.errors.ConfigurationError: imports form a cycle through input 'a'
+
+What every processor of one declaration shares: its settings, checked and prepared once.
 
 A worker makes a processor per activation, so per stream id; everything that depends only on
 the declaration (the policy's tolerances, the window assigner, the aggregate, the key and
@@ -20,11 +29,50 @@ from typing import Any
 
 from streams.core.errors import ConfigurationError
 from streams.eventtime.aggregates import Count, Reducer
-from streams.eventtime.inputs import check_acyclic
-from streams.eventtime.joins import IntervalJoin
+from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
-from streams.eventtime.watermark import EVERY_EVENT, FOREVER, WatermarkGeneration
-from streams.eventtime.windows import Session, WindowAssigner, WindowSpec
+from streams.eventtime.sessions import SessionStore
+from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, Watermark, WatermarkGeneration
+from streams.eventtime.windows import Session, WindowAssigner, WindowSpec, WindowStore
+
+Store = WindowStore | SessionStore | JoinStore
+"""The open windows governed by one watermark: fixed windows' panes, sessions, or the state
+of an interval join."""
+
+Lane = tuple[Watermark, Store | None]
+"""A substream's watermark and its windows (None without a window)."""
+
+
+class Input:
+    """One merged input (a partition or a stream): its clock and watermark.
+
+    With substreams, ``mark`` is the partition's *floor*: what every substream has passed.
+    """
+
+    __slots__ = ("name", "clock", "mark", "idle_check", "completed", "importers", "imported", "floor_close")
+
+    def __init__(self, name: Hashable, generation: WatermarkGeneration | None, delay: float) -> None:
+        self.name = name
+        self.clock = NEVER  # processing clock: the newest arrival time seen
+        self.mark = Watermark(name, generation, delay)
+        self.idle_check = FOREVER  # lower bound of the next idle timeout due
+        self.completed = False
+        self.importers: tuple[Input, ...] = ()  # the inputs following this one's watermark
+        self.imported = generation is None
+        # Substreams: at most the earliest close time of any substream's windows. A rise of
+        # the floor (mark) below it closes nothing, so it need not visit every substream.
+        self.floor_close = FOREVER
+
+
+def check_acyclic(imports: Mapping[Hashable, Hashable]) -> None:
+    """Refuse imports that follow each other round in a cycle."""
+    for start in imports:
+        seen, node = {start}, imports[start]
+        while node in imports:
+            if node in seen:
+                raise ConfigurationError(f"imports form a cycle through input {node!r}")
+            seen.add(node)
+            node = imports[node]
 
 
 class ProcessorParts:

@@ -12,7 +12,7 @@ arrival - late_arrival); 6. close every window with W >= end + allowed_lateness.
 
 The processor builds the parts and orchestrates them: the per-event path is
 :mod:`streams.eventtime.ingest` (with :mod:`~streams.eventtime.ordering` for steps 1-3 and
-:mod:`~streams.eventtime.refusals` for dead letters), watermark propagation and closing is
+:mod:`~streams.eventtime.ordering` for dead letters), watermark propagation and closing is
 :mod:`streams.eventtime.flow`, what it returns is :mod:`streams.eventtime.results`.
 """
 
@@ -25,14 +25,11 @@ from streams.core.errors import ConfigurationError, StreamCompletedError
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.ingest import Ingest
-from streams.eventtime.inputs import Input
 from streams.eventtime.joins import IntervalJoin, JoinStore
-from streams.eventtime.metrics import Counters, EventTimeMetrics
-from streams.eventtime.ordering import OrderingStep
-from streams.eventtime.parts import ProcessorParts
+from streams.eventtime.ordering import OrderingStep, Refusals
+from streams.eventtime.parts import Input, ProcessorParts
 from streams.eventtime.policy import EventLike, Extractor, OrderingPolicy
-from streams.eventtime.refusals import Refusals
-from streams.eventtime.results import EventOutcome, Output
+from streams.eventtime.results import Counters, EventOutcome, EventTimeMetrics, Output
 from streams.eventtime.snapshot import restore, snapshot
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, MergedWatermark, WatermarkGeneration
 from streams.eventtime.windows import WindowSpec

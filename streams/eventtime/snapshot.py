@@ -35,7 +35,7 @@ from streams.core.errors import HeadraceError
 from streams.core.tokens import SequenceToken
 from streams.eventtime.aggregates import _Sequenced
 from streams.eventtime.flow import WatermarkFlow
-from streams.eventtime.inputs import Store
+from streams.eventtime.parts import Store
 from streams.eventtime.sessions import SessionStore
 from streams.eventtime.watermark import Watermark
 from streams.eventtime.windows import WindowStore

@@ -12,6 +12,46 @@ count that disagrees with an existing store; checks across keys are made here.
 >>> settings = load_settings(environ={"HEADRACE_PROVIDER__ADAPTER": "memory"}, into=HeadraceSettings)
 >>> settings.provider_settings.adapter
 'memory'
+
+The configuration: one TOML file (``headrace.toml``) plus ``HEADRACE_*`` environment overrides.
+
+Sections (every key is optional; docs/configuration.md has a full example)::
+
+[provider]            adapter (embedded | kafka | memory), queues, path, synchronous
+[provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field,
+compression, dead_letter_topic, idempotent
+[provider.retention]  max_age, max_records_per_queue, interval      (embedded queues)
+[agent]               the pulling agents' StreamProviderOptions
+[cache]               size, buckets, slow_consumer_timeout
+[balancer]            lease_length, renew_period, refresh_period    (BalancerOptions)
+[time]                ordering-policy defaults and a window
+[spark]               where Spark reads the handoff log, and the DataSource's read options
+[worker]              app, name, log_level, log_format, metrics_host, metrics_port, status_interval
+
+Where settings come from, the later winning: the file, then the environment, then
+``overrides`` (the command line). The file is the one given, else ``$HEADRACE_CONFIG``, else
+``./headrace.toml`` when it exists (else there is none: defaults and the environment).
+
+Environment: ``HEADRACE_<SECTION>__<KEY>``, upper case, ``__`` between levels:
+``HEADRACE_PROVIDER__QUEUES=16``, ``HEADRACE_PROVIDER__KAFKA__TOPIC=events``,
+``HEADRACE_AGENT__SHUTDOWN_TIMEOUT=30s``. A value is read as a TOML value when it is one
+(``16``, ``true``, ``["a", "b"]``), else as a string. Variables without ``__`` are not
+settings (``HEADRACE_CONFIG`` names the file).
+
+Durations are ``250ms``, ``5s``, ``2m``, ``1h``, ``1d`` or a number of seconds; optional ones
+take ``"off"``. Relative paths in the file are relative to the file's directory.
+
+Every mistake raises :class:`ConfigurationError` naming where the setting came from and the
+key: an unknown key (with the closest known one), a bad duration, a negative size, a queue
+count that disagrees with an existing store.
+
+The keys and their sections are :mod:`streams.runtime.config_schema`, reading and validating them
+:mod:`streams.runtime.config`; this module builds the provider they describe.
+
+>>> config = load_config(environ={"HEADRACE_PROVIDER__ADAPTER": "memory",
+...                               "HEADRACE_CACHE__SIZE": "1024"})
+>>> config.options.cache_size, config.provider_settings.queues
+(1024, 8)
 """
 
 from __future__ import annotations
@@ -252,47 +292,6 @@ def _time_settings(sections: _Sections) -> TimeSettings:
     if window is not None:
         window = replace(window, allowed_lateness=lateness or 0.0, idle_timeout=idle)
     return TimeSettings(sections.build(OrderingPolicy, given, "time"), window)
-
-
-# The configuration: one TOML file (``headrace.toml``) plus ``HEADRACE_*`` environment overrides.
-#
-# Sections (every key is optional; docs/configuration.md has a full example)::
-#
-# [provider]            adapter (embedded | kafka | memory), queues, path, synchronous
-# [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field,
-# compression, dead_letter_topic, idempotent
-# [provider.retention]  max_age, max_records_per_queue, interval      (embedded queues)
-# [agent]               the pulling agents' StreamProviderOptions
-# [cache]               size, buckets, slow_consumer_timeout
-# [balancer]            lease_length, renew_period, refresh_period    (BalancerOptions)
-# [time]                ordering-policy defaults and a window
-# [spark]               where Spark reads the handoff log, and the DataSource's read options
-# [worker]              app, name, log_level, log_format, metrics_host, metrics_port, status_interval
-#
-# Where settings come from, the later winning: the file, then the environment, then
-# ``overrides`` (the command line). The file is the one given, else ``$HEADRACE_CONFIG``, else
-# ``./headrace.toml`` when it exists (else there is none: defaults and the environment).
-#
-# Environment: ``HEADRACE_<SECTION>__<KEY>``, upper case, ``__`` between levels:
-# ``HEADRACE_PROVIDER__QUEUES=16``, ``HEADRACE_PROVIDER__KAFKA__TOPIC=events``,
-# ``HEADRACE_AGENT__SHUTDOWN_TIMEOUT=30s``. A value is read as a TOML value when it is one
-# (``16``, ``true``, ``["a", "b"]``), else as a string. Variables without ``__`` are not
-# settings (``HEADRACE_CONFIG`` names the file).
-#
-# Durations are ``250ms``, ``5s``, ``2m``, ``1h``, ``1d`` or a number of seconds; optional ones
-# take ``"off"``. Relative paths in the file are relative to the file's directory.
-#
-# Every mistake raises :class:`ConfigurationError` naming where the setting came from and the
-# key: an unknown key (with the closest known one), a bad duration, a negative size, a queue
-# count that disagrees with an existing store.
-#
-# The keys and their sections are :mod:`streams.runtime.config_schema`, reading and validating them
-# :mod:`streams.runtime.config`; this module builds the provider they describe.
-#
-# >>> config = load_config(environ={"HEADRACE_PROVIDER__ADAPTER": "memory",
-# ...                               "HEADRACE_CACHE__SIZE": "1024"})
-# >>> config.options.cache_size, config.provider_settings.queues
-# (1024, 8)
 
 
 @dataclass(frozen=True, slots=True)

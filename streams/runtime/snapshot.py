@@ -27,8 +27,8 @@ from agents.holdback import holding_back
 from agents.latency import HistogramSnapshot
 from agents.pulling_agent import PullingAgent
 from streams.core.deadletters import DeadLetterStore
-from streams.eventtime.metrics import Counters
 from streams.eventtime.policy import Reason
+from streams.eventtime.results import Counters
 from streams.runtime.provider import StreamProvider
 
 # Every reason the runtime dead-letters with; an adapter's own reasons count as "other".
@@ -46,7 +46,7 @@ DEAD_LETTER_REASONS: tuple[str, ...] = (
 class EventTimeTotals:
     """The event-time activations of some streams, added up.
 
-    ``counters``: the processors' :class:`~streams.eventtime.metrics.Counters`, summed.
+    ``counters``: the processors' :class:`~streams.eventtime.results.Counters`, summed.
     ``watermark``: the lowest watermark among activations still running (None when none has
     one: not started, or every stream completed); ``delay``: the highest watermark delay
     among them (processing clock minus watermark, ASA's *watermark delay*).

@@ -9,6 +9,19 @@ Each row says until when it is fresh (three intervals), so a reader can tell a w
 stopped reporting (it died) from one that reports. It also carries the events in and out
 per second over the last interval (the reporter keeps its previous reading) and the
 consumers furthest behind on the queue.
+
+A cluster's status, read from its embedded store: what ``headrace status`` shows.
+
+Everything comes from the tables the runtime keeps anyway (membership, leases, queue heads,
+checkpoints, dead letters, the handoff log), plus the rows workers write about their agents
+(:mod:`streams.runtime.status`): cache fill, pressure, watermarks. Reading writes nothing,
+and a table a store does not have yet (no worker ran, nothing was dead-lettered) reads empty.
+
+>>> import tempfile
+>>> from streams.embedded.store import EmbeddedStore
+>>> status = read_status(EmbeddedStore(tempfile.mkdtemp()), suspicion_timeout=30.0)
+>>> status.queue_count, status.workers, status.dead_letters
+(None, [], [])
 """
 
 from __future__ import annotations
@@ -276,20 +289,6 @@ class StatusReporter:
             await self.report()
         except HeadraceError as exc:
             log.warning("writing this worker's status failed (trying again in %.1f s): %s", self.interval, exc)
-
-
-# A cluster's status, read from its embedded store: what ``headrace status`` shows.
-#
-# Everything comes from the tables the runtime keeps anyway (membership, leases, queue heads,
-# checkpoints, dead letters, the handoff log), plus the rows workers write about their agents
-# (:mod:`streams.runtime.status`): cache fill, pressure, watermarks. Reading writes nothing,
-# and a table a store does not have yet (no worker ran, nothing was dead-lettered) reads empty.
-#
-# >>> import tempfile
-# >>> from streams.embedded.store import EmbeddedStore
-# >>> status = read_status(EmbeddedStore(tempfile.mkdtemp()), suspicion_timeout=30.0)
-# >>> status.queue_count, status.workers, status.dead_letters
-# (None, [], [])
 
 
 WorkerState = Literal["live", "stale", "suspected", "left"]

@@ -16,6 +16,29 @@ publishing without leaving (killed) shows as no longer live.
 >>> report = WorkerReport("w1", "host/42", 10.0, 12.0, 27.0, [])
 >>> decode_report(encode_report(report)) == report
 True
+
+A Kafka cluster's status, read from the cluster itself: what ``headrace status --config``
+shows for a Kafka adapter, in the same :class:`~streams.runtime.status.ClusterStatus` as the embedded
+store's.
+
+- **Workers**: each worker's last snapshot in the status topic (:mod:`streams.runtime.status_kafka`):
+``live`` while it is current (published within three ``status_interval``), ``suspected``
+after; a worker that left has none. The consumer group's member count comes from Kafka.
+- **Queues**: each partition's oldest retained and end offsets, the offset committed under
+``group_id`` (``checkpoint`` is the last offset acknowledged) and the lag between; its
+owner, cache and watermarks from the current snapshot that names it. Several topics read
+together (``topics=``) are summed per queue. ``lag_events``: on a topic of one event per
+record, the lag; on headrace's own (containers of many events) not counted (``None``).
+- **Dead letters** by reason, from the dead-letter topic; the **handoff log**'s streams and
+end offsets, from its topics.
+
+Reading creates the status and dead-letter topics if they do not exist yet (empty), and
+writes nothing else.
+
+Example (with a broker at 127.0.0.1:9092)::
+
+status = await read_kafka_status(KafkaSettings("127.0.0.1:9092", "sensors"), suspicion_timeout=10)
+[(q.queue, q.owner, q.checkpoint_lag) for q in status.queues]
 """
 
 from __future__ import annotations
@@ -147,30 +170,6 @@ async def read_reports(settings: KafkaSettings) -> dict[str, WorkerReport]:
         except (ValueError, KeyError, TypeError):  # another program's record, or a newer format
             continue
     return reports
-
-
-# A Kafka cluster's status, read from the cluster itself: what ``headrace status --config``
-# shows for a Kafka adapter, in the same :class:`~streams.runtime.status.ClusterStatus` as the embedded
-# store's.
-#
-# - **Workers**: each worker's last snapshot in the status topic (:mod:`streams.runtime.status_kafka`):
-# ``live`` while it is current (published within three ``status_interval``), ``suspected``
-# after; a worker that left has none. The consumer group's member count comes from Kafka.
-# - **Queues**: each partition's oldest retained and end offsets, the offset committed under
-# ``group_id`` (``checkpoint`` is the last offset acknowledged) and the lag between; its
-# owner, cache and watermarks from the current snapshot that names it. Several topics read
-# together (``topics=``) are summed per queue. ``lag_events``: on a topic of one event per
-# record, the lag; on headrace's own (containers of many events) not counted (``None``).
-# - **Dead letters** by reason, from the dead-letter topic; the **handoff log**'s streams and
-# end offsets, from its topics.
-#
-# Reading creates the status and dead-letter topics if they do not exist yet (empty), and
-# writes nothing else.
-#
-# Example (with a broker at 127.0.0.1:9092)::
-#
-# status = await read_kafka_status(KafkaSettings("127.0.0.1:9092", "sensors"), suspicion_timeout=10)
-# [(q.queue, q.owner, q.checkpoint_lag) for q in status.queues]
 
 
 async def read_kafka_status(

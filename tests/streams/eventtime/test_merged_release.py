@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
-from streams.eventtime.merged_release import MergedRelease
+from streams.eventtime.release import MergedRelease
 
 
 def ev(ts: float, seq: int, index: int = 0) -> NS:

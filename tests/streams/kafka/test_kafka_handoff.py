@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pytest
 
-from spark_sink import kafka_sink
+from spark_sink.kafka import sink as kafka_sink
 from spark_sink.errors import HandoffSchemaError, UnknownHandoffStreamError
 from spark_sink.handoff import EventHandoff, Handoff
 from spark_sink.kafka.log import KafkaHandoffLog
