@@ -20,16 +20,15 @@ from typing import Any, Protocol, TypeVarTuple
 
 import anyio
 
-from agents.activation import Activation, TimedActivation
-from agents.context import AgentContext
+from agents.activation import Activation, PendingActivation, TimedActivation
+from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
-from agents.fate_counts import FateCounts
 from agents.handoff import HandoffTarget
 from agents.hook_calls import HookLimits
-from agents.input_view import InputView
 from agents.keyed import KeyedActivations
-from agents.pending import PendingActivation
+from agents.merged_inputs import InputView
+from agents.protocols import AgentContext
 from agents.state import ActivationStates, StateKey
 from agents.timed import EventTimeObserver, declared_event_time
 from streams.core.deadletters import QueueDeadLetters
@@ -120,7 +119,7 @@ class Catalog:
     def activation(self, state: StreamState, sid: StreamId, cls: type) -> Activation:
         """One instance per stream id and consumer type, like an Orleans grain activation;
         one per key for a type fed by several namespaces (see ``agents.keyed``). A
-        constructor that raises leaves a :class:`~agents.pending.PendingActivation`: each
+        constructor that raises leaves a :class:`~agents.activation.PendingActivation`: each
         batch tries to build it again, and what cannot be delivered for want of it is
         retried and dead-lettered ``activation_failed``, as a failed delivery is."""
         observer = state.activations.get(cls)

@@ -2,10 +2,10 @@
 
 A slow consumer slows only its own cursor; the others keep their own pace. A batch whose
 delivery raises is delivered again with back-off (``delivery_retry_backoff``, doubling) while
-``max_event_delivery_time`` allows (``agents.redelivery``); if no attempt succeeds the consumer
+``max_event_delivery_time`` allows (``agents.hook_calls``); if no attempt succeeds the consumer
 is told through ``on_error``, the failure handler hears of it, the batch is dead-lettered with
 reason ``delivery_failed`` (``activation_failed`` when the consumer's constructor raised,
-:mod:`agents.pending`) and the traceback (so it stays findable), and delivery goes on,
+:mod:`agents.activation`) and the traceback (so it stays findable), and delivery goes on,
 unless the subscription is faulted (``fault_on_error``; never an implicit activation's).
 Every delivery runs with the worker, queue and stream as the logging context
 (``streams.core.logcontext``), so the consumer's own log lines name them.
@@ -34,10 +34,9 @@ from typing import Any
 import anyio
 
 from agents.activation import Activation
-from agents.context import AgentContext
+from agents.hook_calls import failed_letters, redeliver, undecodable_letter
 from agents.inline import inline_on_next
-from agents.letters import failed_letters, undecodable_letter
-from agents.redelivery import redeliver
+from agents.protocols import AgentContext
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch
 from streams.core.errors import DecodeError, DeliveryTimeoutError, user_error

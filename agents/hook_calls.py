@@ -7,7 +7,7 @@ warning with its traceback, the retries quietly. If no attempt succeeds the unit
 given up and the activation goes on with the next:
 
 - a window is dead-lettered as the window, reason ``window_failed`` (the events counted
-  into it are not: they were taken, and the window says what they made);
+into it are not: they were taken, and the window says what they made);
 - the events of a failed ``on_events`` are dead-lettered ``delivery_failed``, one each;
 - a watermark is skipped with a warning (it carries no event; the next one follows).
 
@@ -27,24 +27,150 @@ the step that closed it) and the last event taken when it closed.
 "Totals 'a' [0.0, 10.0)"
 >>> window_text(WindowResult(None, 0.0, 10.0, 3, closed_at=12.0))
 'None [0.0, 10.0)'
+
+The dead letters the agents write: a record that does not decode, and the events of a
+delivery that never succeeded (with the traceback, so the failure stays findable): reason
+``activation_failed`` when the consumer's constructor raised, else ``delivery_failed``.
+
+>>> failure_detail("sub-1", ValueError("boom"))
+'sub-1: ValueError: boom'
+
+Delivering a batch again after its consumer raised (Orleans retries a failed delivery with
+back-off until ``MaxEventDeliveryTime``); what one that never succeeded leaves behind is in
+:mod:`agents.hook_calls`.
+
+A consumer's error is often passing (a database restarting, a lock held a moment too long):
+a retry a little later delivers the batch, with nothing dead-lettered and nothing reordered
+(the consumer's cursor waits meanwhile; the other consumers do not). A bug fails every retry,
+and the batch is dead-lettered once ``max_event_delivery_time`` is spent.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 import anyio
 
-from agents.letters import failed_letters, failure_detail
-from agents.redelivery import call_again
-from streams.core.batch import Event
-from streams.core.deadletters import DeadLetter, DeadLetterStore
-from streams.core.errors import DeliveryTimeoutError
+from streams.core.batch import Event, EventBatch, QueueMessage
+from streams.core.deadletters import DeadLetter, DeadLetterStore, event_position
+from streams.core.errors import ActivationError, DecodeError, DeliveryTimeoutError, user_error
 from streams.core.tokens import SequenceToken
 from streams.eventtime.results import EventOutcome, WindowResult
+
+
+def failure_reason(error: BaseException) -> str:
+    """``activation_failed`` for a constructor's error, else ``delivery_failed``."""
+    return "activation_failed" if isinstance(error, ActivationError) else "delivery_failed"
+
+
+def failure_detail(subscription_id: str, error: BaseException) -> str:
+    """A failed delivery's dead-letter detail: the subscription, then the error with its
+    traceback, as Python prints it (just the error when it was never raised, a timeout)."""
+    return f"{subscription_id}: " + "".join(traceback.format_exception(user_error(error))).rstrip()
+
+
+def failed_letters(
+    subscription_id: str,
+    stream: str,
+    queue: int | None,
+    events: Sequence[Event],
+    error: BaseException,
+    given: Sequence[float | None] | None = None,
+) -> list[DeadLetter]:
+    """One letter per event of a batch no delivery attempt took (:func:`failure_reason`).
+    Its event time is the one the producer gave (``given``, by index in the record; None:
+    none given), never the arrival time an event without one is delivered with: a letter
+    says what is known of the event, and ``dlq list`` shows ``-`` for what is not."""
+    detail = failure_detail(subscription_id, error)
+    reason = failure_reason(error)
+    letters = []
+    for e in events:
+        sequence_number, event_index = event_position(e)  # the same on every read
+        letters.append(
+            DeadLetter(
+                reason,
+                stream=stream,
+                queue=queue,
+                sequence_number=sequence_number,
+                event_index=event_index,
+                value=e.value,
+                event_time=None if given is None else given[e.token.event_index],
+                detail=detail,
+            )
+        )
+    return letters
+
+
+def undecodable_letter(message: QueueMessage, error: BaseException, stream: str | None = None) -> DeadLetter:
+    """The raw record whose batch (or, with ``stream``, whose values) does not decode."""
+    offset = error.offset if isinstance(error, DecodeError) else None
+    return DeadLetter(
+        "undecodable",
+        stream=stream,
+        queue=message.queue.number,
+        # a foreign record's offset (the same on every read), else the message's position
+        sequence_number=message.sequence_number if offset is None else offset,
+        payload=message.payload,
+        detail=str(error),
+    )
+
+
+
+
+log = logging.getLogger("headrace.agent")
+
+
+async def redeliver(
+    on_next: Callable[[EventBatch], Awaitable[object]],
+    batch: EventBatch,
+    error: Exception,
+    deadline: float,
+    backoff: float,
+    stopped: Callable[[], bool],
+) -> Exception | None:
+    """Call ``on_next(batch)`` again after ``backoff`` seconds, doubling the wait after each
+    failure, while the next attempt would start before ``deadline`` (``time.monotonic()``)
+    and ``stopped()`` is false. Returns ``None`` once a call succeeds, else the last error.
+
+    >>> calls = []
+    >>> async def flaky(batch):
+    ...     calls.append(batch)
+    ...     if len(calls) < 3:
+    ...         raise ValueError("not yet")
+    >>> anyio.run(redeliver, flaky, [1], ValueError("first"), time.monotonic() + 5, 0.001,
+    ...           lambda: False), len(calls)
+    (None, 3)
+    """
+    return await call_again(lambda: on_next(batch), error, deadline, backoff, stopped)
+
+
+async def call_again(
+    call: Callable[[], Awaitable[object]],
+    error: Exception,
+    deadline: float,
+    backoff: float,
+    stopped: Callable[[], bool],
+) -> Exception | None:
+    """:func:`redeliver` for any call of a consumer's hook (``call()`` failed with ``error``)."""
+    delay = backoff
+    while not stopped() and time.monotonic() + delay < deadline:
+        await anyio.sleep(delay)
+        try:
+            await call()
+            return None
+        except DecodeError as exc:  # its values cannot be read: no retry makes them readable
+            return exc
+        except Exception as exc:
+            error = exc
+        delay *= 2
+    return error
+
+
+
 
 log = logging.getLogger("headrace.agent")
 

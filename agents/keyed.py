@@ -6,7 +6,7 @@ per key on a queue, attached to ``tolls/<key>`` and ``prices/<key>`` alike. The 
 its usual per-stream tables and asks this one for the activation of a (type, key); an
 activation is deactivated when the last of its streams closes.
 
-Each stream has its own consumer task: a :class:`~agents.order.QueueOrder` per activation
+Each stream has its own consumer task: a :class:`~agents.merged_inputs.QueueOrder` per activation
 makes their batches take turns in queue order, so a replay after a crash sees the order the
 first run saw.
 """
@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from agents.activation import Activation
-from agents.order import QueueOrder, ordered
+from agents.merged_inputs import QueueOrder, ordered
 from agents.timed import EventTimeObserver
 from streams.core.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
 from streams.core.ids import StreamId

@@ -29,10 +29,8 @@ from functools import partial
 
 from agents.activation import TimedActivation
 from agents.handoff import HandoffTarget, HandoffWrites
-from agents.holdback import HoldBack
 from agents.hook_calls import HookCalls, HookLimits
-from agents.input_view import InputView
-from agents.order import QueueOrder
+from agents.merged_inputs import HoldBack, InputView, QueueOrder
 from agents.turns import Turns
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore

@@ -27,6 +27,18 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "agents.latency": "agents.counters",
+    "agents.fate_counts": "agents.counters",
+    "agents.receiver_calls": "agents.pulling_agent",
+    "agents.keyed_heap": "agents.checkpoint",
+    "agents.rewind": "agents.cursors",
+    "agents.input_view": "agents.merged_inputs",
+    "agents.holdback": "agents.merged_inputs",
+    "agents.order": "agents.merged_inputs",
+    "agents.pending": "agents.activation",
+    "agents.redelivery": "agents.hook_calls",
+    "agents.letters": "agents.hook_calls",
+    "agents.context": "agents.protocols",
     "streams.eventtime.inputs": "streams.eventtime.parts",
     "streams.eventtime.metrics": "streams.eventtime.results",
     "streams.eventtime.refusals": "streams.eventtime.ordering",

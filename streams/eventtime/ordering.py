@@ -1,19 +1,4 @@
-"""Dead letters for the events the core does not keep: each with its reason, counted once.
-
-Every event has one fate: kept, adjusted, dropped or dead-lettered. A dropped or refused
-event becomes a :class:`~streams.core.deadletters.DeadLetter` naming the rule that acted, its
-stream and queue position, so it is never silently lost and can be found again.
-
->>> from types import SimpleNamespace as Ev
->>> from streams.eventtime.results import Counters
->>> from streams.eventtime.results import DROPPED, Output
->>> r = Refusals(Counters(), early=float("inf"), late=5.0, delay=1.0, reducer_name="Count", own_time=True, trace=False)
->>> out = Output()
->>> r.refuse(0, Ev(value=1, token=None), None, 1.0, Reason.LATE_ARRIVAL, DROPPED, 9.0, out)
->>> out.dead_letters[0].reason, out.dead_letters[0].detail, r.counters.late_arrival_dropped
-('late_arrival', '8 s behind its arrival (late_arrival 5 s)', 1)
-
-Steps 1-3 of the contract for one event: early arrival, late arrival, out of order.
+"""Steps 1-3 of the contract for one event: early arrival, late arrival, out of order.
 
 The processor checks the tolerances inline (most events break none) and hands an event that
 breaks one to :meth:`OrderingStep.judge`, which applies the policy's action: adjust its
@@ -30,6 +15,21 @@ timestamp, accept it as is, or drop it as a dead letter.
 (6.0, 'adjusted', <Reason.OUT_OF_ORDER: 'out_of_order'>)
 >>> counters.late_arrival_adjusted, counters.out_of_order_adjusted, counters.adjusted
 (1, 1, 1)
+
+Dead letters for the events the core does not keep: each with its reason, counted once.
+
+Every event has one fate: kept, adjusted, dropped or dead-lettered. A dropped or refused
+event becomes a :class:`~streams.core.deadletters.DeadLetter` naming the rule that acted, its
+stream and queue position, so it is never silently lost and can be found again.
+
+>>> from types import SimpleNamespace as Ev
+>>> from streams.eventtime.results import Counters
+>>> from streams.eventtime.results import DROPPED, Output
+>>> r = Refusals(Counters(), early=float("inf"), late=5.0, delay=1.0, reducer_name="Count", own_time=True, trace=False)
+>>> out = Output()
+>>> r.refuse(0, Ev(value=1, token=None), None, 1.0, Reason.LATE_ARRIVAL, DROPPED, 9.0, out)
+>>> out.dead_letters[0].reason, out.dead_letters[0].detail, r.counters.late_arrival_dropped
+('late_arrival', '8 s behind its arrival (late_arrival 5 s)', 1)
 """
 
 from __future__ import annotations

@@ -1,13 +1,4 @@
-"""The merged inputs of a processor: each one's clock, watermark and idle bookkeeping, and
-which input follows (imports) another's watermark.
-
->>> check_acyclic({"prices": "tolls"})
->>> check_acyclic({"a": "b", "b": "a"})
-Traceback (most recent call last):
-...
-streams.core.errors.ConfigurationError: imports form a cycle through input 'a'
-
-What every processor of one declaration shares: its settings, checked and prepared once.
+"""What every processor of one declaration shares: its settings, checked and prepared once.
 
 A worker makes a processor per activation, so per stream id; everything that depends only on
 the declaration (the policy's tolerances, the window assigner, the aggregate, the key and
@@ -20,6 +11,15 @@ built from these parts with only its own mutable state (watermarks, windows, cou
 >>> parts = ProcessorParts(OrderingPolicy(out_of_order=5), Tumbling(60), group_by="booth")
 >>> parts.delay, parts.assigner.step, parts.key_field, parts.inputs
 (5.0, 60.0, 'booth', None)
+
+The merged inputs of a processor: each one's clock, watermark and idle bookkeeping, and
+which input follows (imports) another's watermark.
+
+>>> check_acyclic({"prices": "tolls"})
+>>> check_acyclic({"a": "b", "b": "a"})
+Traceback (most recent call last):
+...
+streams.core.errors.ConfigurationError: imports form a cycle through input 'a'
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
-"""What the event-time core makes observable (ASA's job metrics, at least).
-
-:class:`Counters` are updated in place by the processor; :class:`EventTimeMetrics` is a
-snapshot with the counters and the watermarks, taken by ``Processor.metrics()``.
-
-What the event-time core hands back: each event's fate, closed windows, watermark steps,
+"""What the event-time core hands back: each event's fate, closed windows, watermark steps,
 and the :class:`Output` of one call.
 
 >>> out = Output()
 >>> out.watermark, out.windows, out.joins, out.trace
 (-inf, [], [], [])
+
+What the event-time core makes observable (ASA's job metrics, at least).
+
+:class:`Counters` are updated in place by the processor; :class:`EventTimeMetrics` is a
+snapshot with the counters and the watermarks, taken by ``Processor.metrics()``.
 """
 
 from __future__ import annotations

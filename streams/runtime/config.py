@@ -1,19 +1,4 @@
-"""Reading the configuration: one TOML file (``headrace.toml``) plus ``HEADRACE_*`` environment
-overrides, validated into the typed settings of :mod:`streams.runtime.config_schema`.
-
-Where settings come from, the later winning: the file, then the environment, then
-``overrides`` (the command line). The file is the one given, else ``$HEADRACE_CONFIG``, else
-``./headrace.toml`` when it exists (else there is none: defaults and the environment).
-
-Every mistake raises :class:`ConfigurationError` naming where the setting came from and the
-key: an unknown key (with the closest known one), a bad duration, a negative size, a queue
-count that disagrees with an existing store; checks across keys are made here.
-
->>> settings = load_settings(environ={"HEADRACE_PROVIDER__ADAPTER": "memory"}, into=HeadraceSettings)
->>> settings.provider_settings.adapter
-'memory'
-
-The configuration: one TOML file (``headrace.toml``) plus ``HEADRACE_*`` environment overrides.
+"""The configuration: one TOML file (``headrace.toml``) plus ``HEADRACE_*`` environment overrides.
 
 Sections (every key is optional; docs/configuration.md has a full example)::
 
@@ -52,6 +37,21 @@ The keys and their sections are :mod:`streams.runtime.config_schema`, reading an
 ...                               "HEADRACE_CACHE__SIZE": "1024"})
 >>> config.options.cache_size, config.provider_settings.queues
 (1024, 8)
+
+Reading the configuration: one TOML file (``headrace.toml``) plus ``HEADRACE_*`` environment
+overrides, validated into the typed settings of :mod:`streams.runtime.config_schema`.
+
+Where settings come from, the later winning: the file, then the environment, then
+``overrides`` (the command line). The file is the one given, else ``$HEADRACE_CONFIG``, else
+``./headrace.toml`` when it exists (else there is none: defaults and the environment).
+
+Every mistake raises :class:`ConfigurationError` naming where the setting came from and the
+key: an unknown key (with the closest known one), a bad duration, a negative size, a queue
+count that disagrees with an existing store; checks across keys are made here.
+
+>>> settings = load_settings(environ={"HEADRACE_PROVIDER__ADAPTER": "memory"}, into=HeadraceSettings)
+>>> settings.provider_settings.adapter
+'memory'
 """
 
 from __future__ import annotations

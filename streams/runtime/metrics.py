@@ -39,7 +39,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from agents.latency import HistogramSnapshot
+from agents.counters import HistogramSnapshot
 from streams.core.errors import ConfigurationError, HeadraceError
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot

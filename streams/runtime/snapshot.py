@@ -22,9 +22,9 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from agents.counters import HistogramSnapshot
 from agents.delivery import StreamConsumer
-from agents.holdback import holding_back
-from agents.latency import HistogramSnapshot
+from agents.merged_inputs import holding_back
 from agents.pulling_agent import PullingAgent
 from streams.core.deadletters import DeadLetterStore
 from streams.eventtime.policy import Reason

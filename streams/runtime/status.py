@@ -1,16 +1,4 @@
-"""A worker's live status, written where ``headrace status`` reads it: the embedded store,
-or on Kafka the cluster's status topic (:mod:`streams.runtime.status_kafka`).
-
-Cache fill, pressure and watermarks live only in a worker's memory. A :class:`StatusReporter`
-running in the worker publishes one row per pulling agent to a :class:`StatusBoard` every
-``interval`` seconds (in the embedded store, table ``status_agents``), replacing that
-worker's rows, and removes them when the worker stops.
-Each row says until when it is fresh (three intervals), so a reader can tell a worker that
-stopped reporting (it died) from one that reports. It also carries the events in and out
-per second over the last interval (the reporter keeps its previous reading) and the
-consumers furthest behind on the queue.
-
-A cluster's status, read from its embedded store: what ``headrace status`` shows.
+"""A cluster's status, read from its embedded store: what ``headrace status`` shows.
 
 Everything comes from the tables the runtime keeps anyway (membership, leases, queue heads,
 checkpoints, dead letters, the handoff log), plus the rows workers write about their agents
@@ -22,6 +10,18 @@ and a table a store does not have yet (no worker ran, nothing was dead-lettered)
 >>> status = read_status(EmbeddedStore(tempfile.mkdtemp()), suspicion_timeout=30.0)
 >>> status.queue_count, status.workers, status.dead_letters
 (None, [], [])
+
+A worker's live status, written where ``headrace status`` reads it: the embedded store,
+or on Kafka the cluster's status topic (:mod:`streams.runtime.status_kafka`).
+
+Cache fill, pressure and watermarks live only in a worker's memory. A :class:`StatusReporter`
+running in the worker publishes one row per pulling agent to a :class:`StatusBoard` every
+``interval`` seconds (in the embedded store, table ``status_agents``), replacing that
+worker's rows, and removes them when the worker stops.
+Each row says until when it is fresh (three intervals), so a reader can tell a worker that
+stopped reporting (it died) from one that reports. It also carries the events in and out
+per second over the last interval (the reporter keeps its previous reading) and the
+consumers furthest behind on the queue.
 """
 
 from __future__ import annotations

@@ -1,23 +1,4 @@
-"""The workers' status on Kafka: a compacted topic where each worker publishes its snapshot
-every ``status_interval``, for ``headrace status`` to read from any machine.
-
-The topic is ``<group_id>.status.<topic>`` (one partition, compacted), one record per worker:
-
-- key: the worker's name;
-- value: msgpack ``{"format": 1, "worker", "instance", "started_at", "updated",
-  "fresh_until", "agents": [...]}``, each agent every field of its
-  :class:`~streams.runtime.status.AgentStatus` (fields this version does not know, a newer
-  worker's, are left out when read);
-- no value (a tombstone) once the worker has left, so compaction drops it.
-
-A snapshot is current until its ``fresh_until`` (three intervals): a worker that stopped
-publishing without leaving (killed) shows as no longer live.
-
->>> report = WorkerReport("w1", "host/42", 10.0, 12.0, 27.0, [])
->>> decode_report(encode_report(report)) == report
-True
-
-A Kafka cluster's status, read from the cluster itself: what ``headrace status --config``
+"""A Kafka cluster's status, read from the cluster itself: what ``headrace status --config``
 shows for a Kafka adapter, in the same :class:`~streams.runtime.status.ClusterStatus` as the embedded
 store's.
 
@@ -39,6 +20,25 @@ Example (with a broker at 127.0.0.1:9092)::
 
 status = await read_kafka_status(KafkaSettings("127.0.0.1:9092", "sensors"), suspicion_timeout=10)
 [(q.queue, q.owner, q.checkpoint_lag) for q in status.queues]
+
+The workers' status on Kafka: a compacted topic where each worker publishes its snapshot
+every ``status_interval``, for ``headrace status`` to read from any machine.
+
+The topic is ``<group_id>.status.<topic>`` (one partition, compacted), one record per worker:
+
+- key: the worker's name;
+- value: msgpack ``{"format": 1, "worker", "instance", "started_at", "updated",
+  "fresh_until", "agents": [...]}``, each agent every field of its
+  :class:`~streams.runtime.status.AgentStatus` (fields this version does not know, a newer
+  worker's, are left out when read);
+- no value (a tombstone) once the worker has left, so compaction drops it.
+
+A snapshot is current until its ``fresh_until`` (three intervals): a worker that stopped
+publishing without leaving (killed) shows as no longer live.
+
+>>> report = WorkerReport("w1", "host/42", 10.0, 12.0, 27.0, [])
+>>> decode_report(encode_report(report)) == report
+True
 """
 
 from __future__ import annotations

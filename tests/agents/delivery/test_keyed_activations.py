@@ -164,7 +164,7 @@ async def test_the_shared_activation_ends_with_its_last_stream():
 
 
 async def test_queue_order_goes_on_with_a_warning_when_the_batch_ahead_never_comes(caplog):
-    from agents.order import QueueOrder
+    from agents.merged_inputs import QueueOrder
 
     order = QueueOrder(stall=0.05)
     order.expect(3)  # e.g. its consumer faulted: it will never be delivered
@@ -191,7 +191,7 @@ def test_kafkas_partitioner_places_by_key_already():
 
 
 async def test_a_batch_cancelled_while_waiting_for_its_turn_blocks_nothing():
-    from agents.order import QueueOrder, ordered
+    from agents.merged_inputs import QueueOrder, ordered
 
     order = QueueOrder(stall=30.0)
     for seq in (1, 2, 3):

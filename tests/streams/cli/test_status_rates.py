@@ -100,7 +100,7 @@ def test_rates_lag_in_events_and_the_slowest_consumer(tmp_path):
 
 
 def test_rates_are_the_change_over_the_interval_and_none_after_a_restart():
-    from agents.latency import LatencyHistogram
+    from agents.counters import LatencyHistogram
     from streams.runtime.snapshot import EventTimeTotals, QueueSnapshot
     from streams.runtime.status import AgentStatus
 
