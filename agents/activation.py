@@ -49,8 +49,7 @@ from typing import Protocol
 
 from streams.core.batch import EventBatch
 from streams.core.errors import ActivationError
-from streams.core.ids import StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken, StreamId
 
 
 class Activation(Protocol):
@@ -155,8 +154,6 @@ class TimedActivation(Activation, Protocol):
     def end_snapshot(self, ok: bool) -> None: ...
 
     def restore(self, position: SequenceToken, state: bytes) -> None: ...
-
-
 
 
 __all__ = ["ActivationError", "PendingActivation"]

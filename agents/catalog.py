@@ -32,11 +32,10 @@ from agents.protocols import AgentContext
 from agents.state import ActivationStates, StateKey
 from agents.timed import EventTimeObserver, declared_event_time
 from streams.core.deadletters import QueueDeadLetters
-from streams.core.ids import QueueId, StreamId
+from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import enter_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionState
-from streams.core.tokens import SequenceToken
 
 log = logging.getLogger("headrace.agent")
 

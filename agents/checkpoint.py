@@ -26,7 +26,7 @@ from typing import Generic, TypeVar, overload
 
 from agents.activation import TimedActivation
 from agents.state import ActivationStates
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken
 
 K = TypeVar("K", bound=Hashable)
 
@@ -94,8 +94,6 @@ class KeyedMinHeap(Generic[K]):
                 del values[key]
                 keys.append(key)
         return keys
-
-
 
 
 class Holds:

@@ -69,8 +69,6 @@ def _add(into: dict[str, int], values: Mapping[str, int], sign: int = 1) -> None
         into[name] = into.get(name, 0) + sign * value
 
 
-
-
 # Seconds: a read of the embedded store takes about a millisecond, a Kafka fetch that waits
 # for records up to its poll timeout (100 ms), an outage's back-off several seconds.
 READ_BUCKETS: tuple[float, ...] = (

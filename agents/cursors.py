@@ -34,9 +34,8 @@ from cache.protocols import CachedBatch, QueueCache, QueueCacheCursor
 from streams.adapters.protocols import QueueAdapterReceiver, RewindableReceiver
 from streams.core.batch import BatchContainer, EventBatch, QueueMessage
 from streams.core.errors import CacheMissError, DecodeError
-from streams.core.ids import QueueId, StreamId
+from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.options import StreamProviderOptions
-from streams.core.tokens import SequenceToken
 
 
 class _HistoryBatch:
@@ -152,8 +151,6 @@ class RewindCursor:
             f"removed it); the first position available is {'-' if first is None else first}; "
             "resuming from there"
         )
-
-
 
 
 log = logging.getLogger("headrace.agent")

@@ -40,10 +40,9 @@ from agents.protocols import AgentContext
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch
 from streams.core.errors import DecodeError, DeliveryTimeoutError, user_error
-from streams.core.failures import DeliveryFailure
-from streams.core.ids import StreamId
+from streams.core.ids import SequenceToken, StreamId
 from streams.core.logcontext import enter_fields, leave_fields
-from streams.core.tokens import SequenceToken
+from streams.core.observer import DeliveryFailure
 
 log = logging.getLogger("headrace.agent")
 

@@ -20,8 +20,7 @@ from typing import TypeVar
 from spark_sink.protocols import HandoffSink  # the one interface of a handoff sink, owned by the log's side
 from streams.core.deadletters import DeadLetter, DeadLetterStore, event_position
 from streams.core.errors import HandoffRefusedError
-from streams.core.outage import OutageLog
-from streams.core.retry import Backoff, retry
+from streams.core.retry import Backoff, OutageLog, retry
 from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
 

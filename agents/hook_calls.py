@@ -58,7 +58,7 @@ import anyio
 from streams.core.batch import Event, EventBatch, QueueMessage
 from streams.core.deadletters import DeadLetter, DeadLetterStore, event_position
 from streams.core.errors import ActivationError, DecodeError, DeliveryTimeoutError, user_error
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken
 from streams.eventtime.results import EventOutcome, WindowResult
 
 
@@ -119,8 +119,6 @@ def undecodable_letter(message: QueueMessage, error: BaseException, stream: str 
     )
 
 
-
-
 log = logging.getLogger("headrace.agent")
 
 
@@ -168,8 +166,6 @@ async def call_again(
             error = exc
         delay *= 2
     return error
-
-
 
 
 log = logging.getLogger("headrace.agent")

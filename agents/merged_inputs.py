@@ -116,8 +116,6 @@ def ordered(
     return call
 
 
-
-
 log = logging.getLogger("headrace.eventtime")
 
 REPORT_AFTER = 5.0  # seconds an input stays behind before it is said to hold the others back
@@ -179,8 +177,6 @@ class HoldBack:
             )
             return holder
         return None
-
-
 
 
 class InputsActivation(Protocol):

@@ -9,7 +9,7 @@ from agents.registry import ConsumerRegistry
 from spark_sink.protocols import HandoffSink
 from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
-from streams.core.failures import StreamFailureHandler
+from streams.core.observer import StreamFailureHandler
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import PubSubStore
 

@@ -48,9 +48,8 @@ from streams.core.errors import DecodeError, QueueFailedError
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
-from streams.core.outage import OutageLog
 from streams.core.pubsub import SubscriptionRecord
-from streams.core.retry import Backoff, RetryStopped, retry
+from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 
 log = logging.getLogger("headrace.agent")
 
@@ -99,8 +98,6 @@ class ReceiverCalls:
 
     def _failed(self, exc: BaseException, attempt: int) -> None:
         self.failures += 1
-
-
 
 
 log = logging.getLogger("headrace.agent")

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from streams.core.errors import ConfigurationError
-from streams.core.ids import StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken, StreamId
 from streams.eventtime.spec import EventTime
 
 T = TypeVar("T", bound=type)

@@ -34,9 +34,8 @@ from agents.merged_inputs import HoldBack, InputView, QueueOrder
 from agents.turns import Turns
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
-from streams.core.ids import StreamId
+from streams.core.ids import SequenceToken, StreamId
 from streams.core.observer import nothing
-from streams.core.tokens import SequenceToken
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of

@@ -11,13 +11,18 @@
 """
 
 from balancer.base import BalancerOptions, QueueBalancerBase
-from balancer.best_fit import best_fit_distribution, ideal_distribution, sticky_distribution
 from balancer.clock import Clock, ManualClock, SystemClock
-from balancer.dynamic import BestFitBalancer, mature_workers
+from balancer.deployment_based import (
+    BestFitBalancer,
+    StaticBalancer,
+    best_fit_distribution,
+    ideal_distribution,
+    mature_workers,
+    sticky_distribution,
+)
 from balancer.lease_based import LeaseBasedQueueBalancer, target_queue_count
-from balancer.leases import MemoryLeaseProvider, TableLeaseProvider
+from balancer.leases import MemoryLeaseProvider, QueueOwnership, TableLeaseProvider
 from balancer.membership import MemoryMembership, TableMembership
-from balancer.ownership import QueueOwnership
 from balancer.protocols import (
     Lease,
     LeaseProvider,
@@ -29,7 +34,6 @@ from balancer.protocols import (
     QueueDistributionListener,
 )
 from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
-from balancer.static import StaticBalancer
 from streams.adapters.mapper import HashRingQueueMapper
 
 __all__ = [

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import anyio
 
 from balancer.clock import Clock, SystemClock
-from balancer.leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD, MemoryLeaseProvider
-from balancer.ownership import QueueOwnership
+from balancer.leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD, MemoryLeaseProvider, QueueOwnership
 from balancer.protocols import (
     Lease,
     LeaseProvider,

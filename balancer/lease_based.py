@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from balancer.base import BalancerOptions, QueueBalancerBase
 from balancer.clock import Clock
-from balancer.ownership import QueueOwnership
+from balancer.leases import QueueOwnership
 from balancer.protocols import LeaseProvider, MembershipOracle
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, stable_hash

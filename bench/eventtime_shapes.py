@@ -25,8 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from streams.core.batch import Event  # noqa: E402
-from streams.core.ids import StreamId  # noqa: E402
-from streams.core.tokens import SequenceToken  # noqa: E402
+from streams.core.ids import (
+    SequenceToken,  # noqa: E402
+    StreamId,  # noqa: E402
+)
 from streams.eventtime import Hopping, Mean, OrderingPolicy, Processor, Sum, Tumbling  # noqa: E402
 
 

@@ -43,7 +43,7 @@ from streams import StreamId, StreamProvider  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling  # noqa: E402
 from streams.kafka.adapter import KafkaAdapterFactory  # noqa: E402
-from streams.kafka.admin import ensure_topic  # noqa: E402
+from streams.kafka.clients import ensure_topic  # noqa: E402
 from tests.kafka_broker import TansuBroker  # noqa: E402
 from tests.sensor_workload import closed_window_counts, readings, write_json  # noqa: E402
 

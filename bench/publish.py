@@ -33,7 +33,7 @@ from aiokafka import AIOKafkaProducer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from streams import StreamId, StreamProvider
-from streams.kafka.admin import ensure_topic
+from streams.kafka.clients import ensure_topic
 from tests.kafka_broker import TansuBroker
 
 STREAMS = [StreamId("bench", f"s-{n}") for n in range(100)]

@@ -27,8 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import Stopwatch  # noqa: E402
 from streams.core.batch import Event  # noqa: E402
-from streams.core.ids import StreamId  # noqa: E402
-from streams.core.tokens import SequenceToken  # noqa: E402
+from streams.core.ids import (
+    SequenceToken,  # noqa: E402
+    StreamId,  # noqa: E402
+)
 from streams.eventtime import Count, IntervalJoin, OrderingPolicy, Processor, Session, Tumbling  # noqa: E402
 
 KEYS = 100

@@ -6,8 +6,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from streams.core.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
-from streams.core.ids import StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken, StreamId
 
 
 class CachedBatch(Protocol):

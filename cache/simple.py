@@ -17,8 +17,7 @@ from collections.abc import Iterable
 from streams.core.batch import BatchContainer, EventBatch, QueueMessage
 from streams.core.codec import interned
 from streams.core.errors import CacheMissError, ConfigurationError
-from streams.core.ids import StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken, StreamId
 
 
 class SimpleCachedBatch:

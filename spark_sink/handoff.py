@@ -32,7 +32,7 @@ import pyarrow as pa
 from spark_sink.errors import HandoffSchemaError
 from spark_sink.group_commit import GroupAppender
 from spark_sink.log import HandoffLog, check_stream_name
-from spark_sink.mark_retention import MARKS_SCHEMA, MarkRetention
+from spark_sink.retention import MARKS_SCHEMA, MarkRetention
 from spark_sink.schema import HandoffSchema
 from spark_sink.writer import HandoffWriter
 from streams.adapters.retention import RetentionPolicy

@@ -16,10 +16,9 @@ from typing import Protocol
 import pyarrow as pa
 
 from spark_sink.errors import HandoffDataLostError
-from spark_sink.log import HandoffLog
+from spark_sink.log import HandoffLog, decode_rows, read_segment, rebatch
 from spark_sink.offsets import OffsetRange, Offsets, admit
 from spark_sink.schema import HandoffSchema
-from spark_sink.segments import decode_rows, read_segment, rebatch
 
 # Rows per record batch handed to Spark: large enough that per-batch costs vanish, small
 # enough that a batch stays a few MB.

@@ -42,15 +42,15 @@ _HOMES = {
     "PublishError": "streams.core.errors",
     "QueueAdapterError": "streams.core.errors",
     "QueueFailedError": "streams.core.errors",
-    "DeliveryFailure": "streams.core.failures",
-    "StreamFailureHandler": "streams.core.failures",
+    "DeliveryFailure": "streams.core.observer",
+    "StreamFailureHandler": "streams.core.observer",
     "QueueId": "streams.core.ids",
     "StreamId": "streams.core.ids",
     "StreamObserver": "streams.core.observer",
     "StreamProviderOptions": "streams.core.options",
     "PubSubStore": "streams.core.pubsub",
     "SubscriptionRecord": "streams.core.pubsub",
-    "SequenceToken": "streams.core.tokens",
+    "SequenceToken": "streams.core.ids",
     "StreamProvider": "streams.runtime.provider",
     "Stream": "streams.runtime.stream",
     "StreamSubscriptionHandle": "streams.runtime.stream",
@@ -132,12 +132,10 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
         QueueAdapterError,
         QueueFailedError,
     )
-    from streams.core.failures import DeliveryFailure, StreamFailureHandler
-    from streams.core.ids import QueueId, StreamId
-    from streams.core.observer import StreamObserver
+    from streams.core.ids import QueueId, SequenceToken, StreamId
+    from streams.core.observer import DeliveryFailure, StreamFailureHandler, StreamObserver
     from streams.core.options import StreamProviderOptions
     from streams.core.pubsub import PubSubStore, SubscriptionRecord
     from streams.core.records import RecordFormat
-    from streams.core.tokens import SequenceToken
     from streams.runtime.provider import StreamProvider
     from streams.runtime.stream import Stream, StreamSubscriptionHandle

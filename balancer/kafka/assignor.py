@@ -6,9 +6,9 @@ gets its share. Each member tells the leader its headrace worker name and the pa
 holds (in the join metadata's user data), so the assignment is
 
 - the ideal distribution over worker names when nothing is held (the same one
-  :class:`~balancer.static.StaticBalancer` computes), and
+  :class:`~balancer.deployment_based.StaticBalancer` computes), and
 - sticky otherwise: every member keeps what it holds up to its fair share, and only the
-  partitions that must move do (:func:`~balancer.best_fit.sticky_distribution`).
+  partitions that must move do (:func:`~balancer.deployment_based.sticky_distribution`).
 
 The hand-off is Kafka's own: aiokafka rebalances eagerly, so every member's
 ``on_partitions_revoked`` (drain, commit) returns before it rejoins and the leader assigns;
@@ -42,7 +42,7 @@ from aiokafka.coordinator.protocol import (
 )
 from aiokafka.structs import TopicPartition
 
-from balancer.best_fit import sticky_distribution
+from balancer.deployment_based import sticky_distribution
 from streams.core.errors import ConfigurationError
 
 log = logging.getLogger("headrace.balancer")

@@ -41,8 +41,7 @@ from spark_sink.kafka.records import (
 )
 from spark_sink.schema import HandoffSchema
 from streams.core.errors import ConfigurationError
-from streams.kafka.admin import ensure_topic
-from streams.kafka.clients import offset_bounds, start_client
+from streams.kafka.clients import ensure_topic, offset_bounds, start_client
 from streams.kafka.settings import ClientOptions, cluster_name
 
 _FETCH_RECORDS = 500  # records per fetch while reading a range

@@ -22,8 +22,7 @@ import pyarrow as pa
 from spark_sink.handoff import EventHandoff, EventMark, Handoff, conform, fresh_events, fresh_windows
 from spark_sink.kafka.log import KafkaHandoffLog
 from spark_sink.kafka.records import PartitionMarks
-from streams.core.outage import OutageLog
-from streams.core.retry import retry
+from streams.core.retry import OutageLog, retry
 from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
 from streams.kafka.outage import is_transient

@@ -15,8 +15,7 @@ from streams.adapters.mapper import HashRingQueueMapper
 from streams.adapters.protocols import ContainerQueueAdapter
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import ConfigurationError
-from streams.core.ids import QueueId, StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import QueueId, SequenceToken, StreamId
 
 
 def _default_value(stream_id: StreamId, n: int) -> Any:

@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.adapters.protocols import ContainerQueueAdapter
 from streams.core.batch import QueueMessage
-from streams.core.ids import QueueId, StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import QueueId, SequenceToken, StreamId
 
 
 class _MemoryQueue:

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from streams.core.batch import BatchKind, QueueMessage
-from streams.core.ids import QueueId, StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import QueueId, SequenceToken, StreamId
 
 
 class QueueMapper(Protocol):

@@ -30,6 +30,14 @@ there is one) may hold these settings in its ``[worker]`` section: ``app``, ``na
 ``log_level``, ``log_format``, ``metrics_host``, ``metrics_port``, ``status_interval`` (default 5s); options
 on the command line win. The worker exports the file's path as ``HEADRACE_CONFIG``, so an
 application that builds its provider with ``load_config().provider()`` reads the same file.
+
+What a worker says as it starts: which application, which store, which consumer types.
+
+``headrace worker`` logs these lines before it joins the cluster, so the log of every run
+says what ran: the ``--app`` it imported, where its queues are, and its consumer types by
+namespace. A worker with no consumer type registered reads its queues and delivers to
+nothing, which is almost always a mistake (the module that registers them was not the one
+imported): that is a warning.
 """
 
 from __future__ import annotations
@@ -48,7 +56,6 @@ import anyio
 
 from agents.gc_policy import POLICY as GC_POLICY
 from streams.cli import CliError
-from streams.cli.worker_startup import log_startup
 from streams.core.errors import HeadraceError, StoreError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
 from streams.runtime.backends import KafkaBackend
@@ -214,7 +221,7 @@ async def serve(
     signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics on
     ``metrics_host``; publish its agents' status (to its store, or to the Kafka status topic)
     every ``status_interval`` seconds. With ``app`` (the ``--app`` it came from), log the
-    start-up lines (:mod:`streams.cli.worker_startup`); ``on_running`` is called once it has
+    start-up lines (:mod:`streams.cli.worker`); ``on_running`` is called once it has
     joined."""
     with contextlib.ExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
@@ -274,3 +281,50 @@ async def _watch_signals(
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)  # ends the process as the signal normally does
             leave.set()
+
+
+log = logging.getLogger("headrace.worker")
+
+NO_CONSUMERS = (
+    "no consumer types are registered: this worker reads its queues and delivers to nothing; "
+    "register them with @provider.implicit(...) in the module --app imports"
+)
+
+
+def startup_lines(provider: StreamProvider, app: str) -> list[tuple[int, str]]:
+    """``(level, message)`` of each start-up line.
+
+    >>> provider = StreamProvider.memory(queues=2)
+    >>> @provider.implicit("sensors")
+    ... class Average:
+    ...     def __init__(self, stream_id): ...
+    ...     def on_next(self, batch): ...
+    >>> for level, line in startup_lines(provider, "myapp:provider"):
+    ...     print(logging.getLevelName(level), line)
+    INFO app myapp:provider: memory queues (2), no local store
+    INFO consumer types: sensors: Average
+    """
+    kind = type(provider.backend).__name__.removesuffix("Backend").lower() or "custom"
+    queues = len(provider.mapper.get_all_queues())
+    where = f"store {provider.store.path.resolve()}" if provider.store is not None else "no local store"
+    lines = [(logging.INFO, f"app {app}: {kind} queues ({queues}), {where}")]
+    registry = provider.registry
+    by_namespace = [
+        f"{namespace}: {', '.join(cls.__qualname__ for cls in registry.implicit_types(namespace))}"
+        for namespace in registry.implicit_namespaces()
+    ]
+    implicit = {cls for namespace in registry.implicit_namespaces() for cls in registry.implicit_types(namespace)}
+    durable = [cls.__qualname__ for cls in registry.types() if cls not in implicit]
+    if durable:
+        by_namespace.append(f"for subscriptions: {', '.join(durable)}")
+    if by_namespace:
+        lines.append((logging.INFO, f"consumer types: {'; '.join(by_namespace)}"))
+    else:
+        lines.append((logging.WARNING, NO_CONSUMERS))
+    return lines
+
+
+def log_startup(provider: StreamProvider, app: str) -> None:
+    """Log :func:`startup_lines` (the metrics address is logged as its server binds)."""
+    for level, line in startup_lines(provider, app):
+        log.log(level, "%s: %s", provider.worker_name, line)

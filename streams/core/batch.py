@@ -17,8 +17,7 @@ import msgpack
 
 from streams.core.codec import EAGER_DECODE_LIMIT, MAGIC, NIL, array_length, encode_batch, stream_id_of
 from streams.core.errors import DecodeError, EncodeError
-from streams.core.ids import QueueId, StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import QueueId, SequenceToken, StreamId
 
 
 class BatchKind(enum.IntEnum):

@@ -6,17 +6,23 @@ and optionally ``on_error``, ``on_completed`` and ``on_watermark``, each sync or
 activation per stream id, each an instance of the same few types: whether a hook is a
 coroutine function is asked once per function (:func:`is_coroutine_function`), and an
 event-time consumer type's hooks are looked up once per type (:func:`hooks_of`).
+
+Being told when delivery fails (Orleans' ``IStreamFailureHandler``).
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from types import FunctionType, MethodType
 from typing import Any, Protocol, overload, runtime_checkable
 
 from streams.core.batch import EventBatch
+from streams.core.errors import user_error
+from streams.core.ids import SequenceToken, StreamId
 
 
 @runtime_checkable
@@ -228,3 +234,48 @@ def as_observer(target: Any) -> _AdaptedObserver:
     raise TypeError(
         f"a stream observer is a callable taking a batch, or an object with on_next(batch); got {type(target).__name__}"
     )
+
+
+log = logging.getLogger("headrace.delivery")
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFailure:
+    subscription_id: str
+    stream_id: StreamId
+    token: SequenceToken | None
+    error: BaseException
+    faulted: bool  # the subscription was faulted because of it
+    # Its traceback is in the log already (the first failure of this run of failures was
+    # logged with it when its retries began): say it in one line.
+    logged: bool = False
+
+
+class StreamFailureHandler(Protocol):
+    """Called for every failed delivery and every cache miss."""
+
+    async def on_delivery_failure(self, failure: DeliveryFailure) -> None: ...
+
+
+class LoggingFailureHandler:
+    """The default handler: one warning per failure (with the traceback of an error the
+    consumer raised), and a count."""
+
+    def __init__(self) -> None:
+        self.failures: int = 0
+
+    async def on_delivery_failure(self, failure: DeliveryFailure) -> None:
+        self.failures += 1
+        log.warning(
+            "delivery failed: stream=%s subscription=%s token=%s faulted=%s error=%r",
+            failure.stream_id,
+            failure.subscription_id,
+            failure.token,
+            failure.faulted,
+            failure.error,
+            # A raised error's traceback says where the consumer failed; a timeout or a
+            # cache miss was never raised and has none.
+            exc_info=user_error(failure.error)
+            if failure.error.__traceback__ is not None and not failure.logged
+            else None,
+        )

@@ -32,8 +32,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch
-from streams.core.ids import StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken, StreamId
 
 Headers = Sequence[tuple[str, bytes]]
 

@@ -6,9 +6,8 @@ import sqlite3
 import time
 from functools import partial
 
-from streams.core.ids import StreamId
+from streams.core.ids import SequenceToken, StreamId
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
-from streams.core.tokens import SequenceToken
 from streams.embedded.store import EmbeddedStore, Migration
 
 PUBSUB_SCHEMA: list[Migration] = [

@@ -11,8 +11,7 @@ from functools import partial
 from streams.adapters.protocols import StateKey, StateSource
 from streams.adapters.retention import RetentionPolicy
 from streams.core.batch import QueueMessage
-from streams.core.ids import QueueId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import QueueId, SequenceToken
 from streams.embedded.queues import (
     LeaseFence,
     read_checkpoint,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 
 from streams.adapters.protocols import StateKey, StateRows
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken
 from streams.embedded.store import Migration
 
 STATE_SCHEMA: list[Migration] = [

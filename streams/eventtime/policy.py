@@ -21,7 +21,7 @@ from streams.core.errors import ConfigurationError
 class EventLike(Protocol):
     """What the core reads from an event; :class:`streams.core.batch.Event` is one.
 
-    ``token`` is opaque to the core (a :class:`~streams.core.tokens.SequenceToken` in the runtime):
+    ``token`` is opaque to the core (a :class:`~streams.core.ids.SequenceToken` in the runtime):
     it is kept so that :meth:`Processor.held_since` can say which position is still held.
     """
 

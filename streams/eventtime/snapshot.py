@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import msgpack
 
 from streams.core.errors import HeadraceError
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken
 from streams.eventtime.aggregates import _Sequenced
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.parts import Store

@@ -6,9 +6,9 @@ share, in one place:
   topics and timeouts every client uses;
 - :mod:`streams.kafka.outage`: which failures are worth retrying, the outage log that quiets
   aiokafka, and the retry with the settings' give-up time;
-- :mod:`streams.kafka.admin`: creating topics and checking their partition counts;
+- :mod:`streams.kafka.clients`: creating topics and checking their partition counts;
 - :mod:`streams.kafka.clients`: starting a client, a partition's offset bounds;
-- :mod:`streams.kafka.reach`: whether a cluster answers at all, asked before starting.
+- :mod:`streams.kafka.clients`: whether a cluster answers at all, asked before starting.
 
 It imports only :mod:`streams.core` (and aiokafka); the retry itself is
 :func:`streams.core.retry.retry`, the one every client of headrace uses.

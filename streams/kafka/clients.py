@@ -1,18 +1,34 @@
 """What every aiokafka client of headrace does alike: start (and not leak a half-started
 client), start producers on any broker (:class:`Producers`), find the offsets a partition
-spans, and read one to its end."""
+spans, and read one to its end.
+
+Topic administration: creating a topic unless it exists, and checking that the topics
+headrace reads have the partitions its queues need.
+
+Whether a Kafka cluster answers at all, asked once before starting anything on it.
+
+A worker that has run rides out an outage for ``give_up_after`` seconds (a minute by
+default), keeping its positions. A command that has not started yet has nothing to keep:
+when no broker answers within a few seconds, the address is most likely wrong, and saying
+so at once is kinder than a minute of retries.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Mapping
 
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
-from streams.core.retry import reason_of
-from streams.kafka.outage import is_transient
-from streams.kafka.settings import KafkaSettings
+from streams.core.errors import ConfigurationError, QueueAdapterError
+from streams.core.retry import quiet_client_library, reason_of, retry
+from streams.kafka.outage import AIOKAFKA_CONNECTION_LOGGERS, is_transient
+from streams.kafka.settings import ClientOptions, KafkaSettings
 
 log = logging.getLogger("headrace.kafka")
 _FETCH_RECORDS = 500
@@ -112,3 +128,118 @@ async def read_partition(
         if paused:
             consumer.pause(tp)
     return records
+
+
+log = logging.getLogger("headrace.kafka")
+
+
+async def ensure_topic(
+    client_kwargs: ClientOptions,
+    topic: str,
+    partitions: int,
+    replication_factor: int = 1,
+    configs: Mapping[str, str] | None = None,
+) -> int:
+    """Create ``topic`` with ``partitions`` partitions (and topic ``configs``) unless it
+    exists; return the partition count it has (the caller decides what another count means).
+    Transient failures raise for the caller to retry.
+
+    Example (with a broker at 127.0.0.1:9092)::
+
+        partitions = await ensure_topic({"bootstrap_servers": "127.0.0.1:9092"}, "sensors", 8)
+    """
+    admin = AIOKafkaAdminClient(**client_kwargs)
+    await admin.start()
+    try:
+        if topic not in await admin.list_topics():
+            await _create_topic(admin, topic, partitions, replication_factor, configs)
+        [described] = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    if described["error_code"]:  # raised to the caller's retry, which retries it if transient
+        raise for_code(described["error_code"])(f"describing topic {topic!r}")
+    return len(described["partitions"])
+
+
+async def ensure_queue_topics(settings: KafkaSettings) -> None:
+    """Create the topic(s) of ``settings`` unless they exist, and refuse topics whose
+    partition count is not ``settings.queues`` (the count decides which queue carries each
+    stream, so every process must agree on it). Transient failures raise for the caller
+    to retry."""
+    counts = {
+        topic: await ensure_topic(settings.client_kwargs(), topic, settings.queues, settings.replication_factor)
+        for topic in settings.namespaces
+    }
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{topic!r} has {n}" for topic, n in counts.items())
+        raise ConfigurationError(
+            f"topics read together must have as many partitions each (queue i reads "
+            f"partition i of every topic): {listed}"
+        )
+    for topic, partitions in counts.items():
+        if partitions != settings.queues:
+            raise ConfigurationError(
+                f"Kafka topic {topic!r} has {partitions} partitions but queues="
+                f"{settings.queues}: use queues={partitions}, or another topic (a topic's "
+                "partition count fixes which queue carries each stream)"
+            )
+
+
+async def _create_topic(
+    admin: AIOKafkaAdminClient,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    configs: Mapping[str, str] | None = None,
+) -> None:
+    new = NewTopic(topic, partitions, replication_factor, topic_configs=dict(configs or {}))
+    response = await admin.create_topics([new])
+    for _topic, code, message, *_ in response.topic_errors:
+        error = for_code(code)
+        if code == 0 or error is TopicAlreadyExistsError:  # another process was first
+            continue
+        if error.retriable:
+            raise error(message)
+        raise ConfigurationError(
+            f"cannot create Kafka topic {topic!r} with {partitions} partitions "
+            f"and replication factor {replication_factor}: {message or error.__name__}"
+        )
+    log.info("created Kafka topic %r with %d partitions", topic, partitions)
+
+
+async def check_reachable(settings: KafkaSettings, within: float = 5.0) -> None:
+    """Return once a broker of ``settings`` answers a metadata request; raise
+    :class:`QueueAdapterError` (one line) if none does within ``within`` seconds.
+
+    >>> import anyio
+    >>> settings = KafkaSettings("127.0.0.1:1", "sensors", 4)    # nothing listens on port 1
+    >>> try:
+    ...     anyio.run(check_reachable, settings, 0.2)
+    ... except QueueAdapterError as exc:
+    ...     print(str(exc).split(" (")[0])
+    Kafka at 127.0.0.1:1 did not answer within 0.2 s
+    """
+    quiet_client_library("aiokafka", AIOKAFKA_CONNECTION_LOGGERS)  # its per-attempt errors: DEBUG
+    began = time.monotonic()
+
+    async def bootstrap() -> None:
+        client = AIOKafkaClient(**settings.client_kwargs())
+        try:
+            with anyio.fail_after(max(within - (time.monotonic() - began), 0.01)):
+                await client.bootstrap()
+        finally:
+            await client.close()
+
+    def unanswered(exc: BaseException, waited: float) -> Exception:
+        return QueueAdapterError(
+            f"{settings.server} did not answer within {within:g} s ({str(exc) or type(exc).__name__}); "
+            "check the address, and that the broker is running and reachable from here"
+        )
+
+    await retry(
+        bootstrap,
+        what=f"reaching {settings.server}",
+        is_transient=lambda exc: isinstance(exc, (KafkaError, OSError)),
+        give_up_after=within,
+        give_up=unanswered,
+    )

@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 
 from streams.core.deadletters import DeadLetter, StoredDeadLetter, letter_fields, letter_key, letter_of, packable
-from streams.core.outage import OutageLog
+from streams.core.retry import OutageLog
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topic_log import Headers, LogRecord, TopicLog
 

@@ -23,8 +23,7 @@ from aiokafka.errors import (
     UnsupportedCodecError,
 )
 
-from streams.core.outage import OutageLog
-from streams.core.retry import retry
+from streams.core.retry import OutageLog, retry
 from streams.kafka.settings import KafkaSettings
 
 log = logging.getLogger("headrace.kafka")

@@ -34,10 +34,9 @@ import anyio
 import msgpack
 
 from streams.core.errors import HeadraceError
-from streams.core.ids import StreamId
-from streams.core.outage import OutageLog
+from streams.core.ids import SequenceToken, StreamId
 from streams.core.pubsub import SubscriptionChanges, SubscriptionRecord, SubscriptionState
-from streams.core.tokens import SequenceToken
+from streams.core.retry import OutageLog
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topic_log import LogRecord, TopicLog
 

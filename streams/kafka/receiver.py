@@ -13,10 +13,8 @@ from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPa
 
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError, QueueFailedError
-from streams.core.ids import QueueId
-from streams.core.outage import OutageLog
-from streams.core.retry import Backoff, reason_of
-from streams.core.tokens import SequenceToken
+from streams.core.ids import QueueId, SequenceToken
+from streams.core.retry import Backoff, OutageLog, reason_of
 from streams.kafka.clients import offset_bounds, start_client
 from streams.kafka.outage import is_transient, log, permanent_fix, retry_kafka
 from streams.kafka.records import ContainerRecords, Fetched, GroupedRecords, RecordReader

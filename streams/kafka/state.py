@@ -53,12 +53,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from streams.adapters.protocols import StateKey, StateRows, StateSource
 from streams.core.batch import QueueMessage
 from streams.core.errors import ConfigurationError
-from streams.core.ids import QueueId
-from streams.core.outage import OutageLog
-from streams.core.retry import reason_of
-from streams.core.tokens import SequenceToken
-from streams.kafka.admin import ensure_topic
-from streams.kafka.clients import Producers, read_partition, start_client
+from streams.core.ids import QueueId, SequenceToken
+from streams.core.retry import OutageLog, reason_of
+from streams.kafka.clients import Producers, ensure_topic, read_partition, start_client
 from streams.kafka.outage import is_transient, log, retry_kafka
 from streams.kafka.receiver import KafkaQueueReceiver
 from streams.kafka.records import Fetched

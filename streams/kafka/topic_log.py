@@ -27,9 +27,8 @@ import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streams.core.errors import ConfigurationError
-from streams.core.outage import OutageLog
-from streams.kafka.admin import ensure_topic
-from streams.kafka.clients import read_partition, start_client
+from streams.core.retry import OutageLog
+from streams.kafka.clients import ensure_topic, read_partition, start_client
 from streams.kafka.outage import kafka_outage_log, retry_kafka
 from streams.kafka.settings import KafkaSettings
 

@@ -38,7 +38,7 @@ from typing import Any, Literal, Protocol
 import anyio
 
 import spark_sink
-from balancer.instances import instance_is_dead
+from balancer.membership import instance_is_dead
 from balancer.protocols import MemberRecord
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.errors import ConfigurationError, DecodeError, HeadraceError

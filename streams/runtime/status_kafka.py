@@ -59,7 +59,7 @@ import spark_sink
 from balancer.kafka.assignor import MemberClaim
 from balancer.kafka.group import membership_group_id
 from streams.core.ids import QueueId
-from streams.core.outage import OutageLog
+from streams.core.retry import OutageLog
 from streams.kafka.clients import start_client
 from streams.kafka.deadletters import KafkaDeadLetterStore
 from streams.kafka.outage import kafka_outage_log, retry_kafka

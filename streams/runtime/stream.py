@@ -8,8 +8,7 @@ from typing import Any, Protocol
 
 from streams.core.batch import BatchKind, to_seconds
 from streams.core.errors import EncodeError
-from streams.core.ids import StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken, StreamId
 from streams.runtime.publisher import Publisher
 
 # An instant of event time as producers give it: POSIX seconds or an aware datetime (None:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from balancer import MemberRecord, mature_workers
-from balancer.instances import instance_is_dead, new_instance_id, parse_instance
+from balancer.membership import instance_is_dead, new_instance_id, parse_instance
 from streams.core.errors import ConfigurationError, WorkerNameInUseError
 
 

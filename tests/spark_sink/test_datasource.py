@@ -11,7 +11,7 @@ import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
 
 from spark_sink import HandoffLog, HandoffWriter
-from spark_sink.compaction import compact
+from spark_sink.retention import compact
 from tests.spark_sink.handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 
 

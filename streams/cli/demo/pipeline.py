@@ -39,7 +39,7 @@ from streams.core.errors import HeadraceError
 from streams.core.ids import StreamId
 from streams.eventtime import Action, Combined, Count, EventTime, Sum, Tumbling
 from streams.kafka.adapter import KafkaAdapterFactory
-from streams.kafka.reach import check_reachable
+from streams.kafka.clients import check_reachable
 from streams.observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
 from streams.runtime.provider import StreamProvider
 

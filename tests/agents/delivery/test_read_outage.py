@@ -14,8 +14,7 @@ from streams import StreamId, StreamProvider
 from streams.adapters.memory import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError
-from streams.core.ids import QueueId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import QueueId, SequenceToken
 from streams.runtime.backends import MemoryBackend
 from tests.agents.delivery.conftest import GatedRecorder, Recorder, drained
 

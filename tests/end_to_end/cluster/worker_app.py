@@ -22,8 +22,7 @@ from typing import Any, TextIO, TypeVar
 from balancer import BalancerOptions
 from streams import StreamId, StreamProvider
 from streams.core.batch import QueueMessage
-from streams.core.ids import QueueId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import QueueId, SequenceToken
 from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter, EmbeddedQueueReceiver
 from streams.runtime.backends import EmbeddedBackend
 

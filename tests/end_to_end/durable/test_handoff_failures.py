@@ -20,7 +20,7 @@ from spark_sink.schema import HandoffSchema
 from streams import StreamId, StreamProvider
 from streams.core.batch import Event
 from streams.core.errors import HandoffRefusedError
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken
 from streams.embedded.store import EmbeddedStore
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
 from streams.eventtime.results import EventOutcome, WindowResult

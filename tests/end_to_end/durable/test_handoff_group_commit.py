@@ -19,11 +19,10 @@ import pyarrow as pa
 import pytest
 
 from spark_sink import Handoff, HandoffLog, HandoffSchema, HandoffWriter
-from spark_sink.compaction import compact
 from spark_sink.group_commit import Appended, GroupAppender
 from spark_sink.handoff import EmbeddedHandoffSink
 from spark_sink.offsets import OffsetRange
-from spark_sink.retention import expire
+from spark_sink.retention import compact, expire
 from spark_sink.storage import EmbeddedStorage
 from streams.adapters.retention import RetentionPolicy
 from streams.embedded.store import EmbeddedStore

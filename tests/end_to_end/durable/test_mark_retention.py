@@ -1,4 +1,4 @@
-"""The handoff's exactly-once marks go once no replay can need them (spark_sink.mark_retention),
+"""The handoff's exactly-once marks go once no replay can need them (spark_sink.retention),
 so a store fed by devices that come and go does not keep a mark for every device that ever
 published; a mark a replay still needs stays, and the replay hands nothing off twice."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 
 from spark_sink import Handoff
-from spark_sink.mark_retention import MARKS_SCHEMA, MarkRetention
+from spark_sink.retention import MARKS_SCHEMA, MarkRetention
 from streams import StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy, Tumbling
 from tests.agents.delivery.conftest import drained

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams import StreamId, StreamProvider
 from streams.core.records import JsonRecords
-from streams.kafka.admin import ensure_topic
+from streams.kafka.clients import ensure_topic
 from tests.end_to_end.faults import matrix as m
 from tests.end_to_end.faults.test_fault_matrix import EXPECTED, _seen
 

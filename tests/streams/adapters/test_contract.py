@@ -19,8 +19,7 @@ import pytest
 from streams.adapters.protocols import QueueAdapter, RewindableReceiver
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import DecodeError
-from streams.core.ids import QueueId, StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import QueueId, SequenceToken, StreamId
 from tests.streams.adapters.harness import AdapterHarness, drain, shutdown_all
 
 REPO = Path(__file__).resolve().parents[3]

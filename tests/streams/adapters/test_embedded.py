@@ -17,9 +17,8 @@ from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.deadletters import DeadLetter
 from streams.core.errors import ConfigurationError, DecodeError
-from streams.core.ids import QueueId, StreamId
+from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
-from streams.core.tokens import SequenceToken
 from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter
 from tests.streams.adapters.harness import drain
 

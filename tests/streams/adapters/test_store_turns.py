@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.embedded.store import EmbeddedStore
-from streams.embedded.store_turns import WriteTurns
+from streams.embedded.store import EmbeddedStore, WriteTurns
 from tests.helpers import start_worker
 
 HOT_WRITER = Path(__file__).with_name("hot_writer.py")

@@ -1,4 +1,4 @@
-"""Outage bookkeeping (streams/core/outage.py): one log line when an outage starts and one
+"""Outage bookkeeping (streams/core/retry.py): one log line when an outage starts and one
 when it ends, however many failures are reported (the retries: tests/streams/core/test_retry.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from streams.core.outage import OutageLog, quiet_client_library
+from streams.core.retry import OutageLog, quiet_client_library
 
 LOG = logging.getLogger("headrace.test-outage")
 

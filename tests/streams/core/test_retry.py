@@ -11,8 +11,7 @@ import anyio
 import pytest
 
 from streams.core.errors import QueueAdapterError
-from streams.core.outage import OutageLog
-from streams.core.retry import Backoff, RetryStopped, retry, retry_blocking
+from streams.core.retry import Backoff, OutageLog, RetryStopped, retry, retry_blocking
 
 LOG = logging.getLogger("headrace.test-retry")
 

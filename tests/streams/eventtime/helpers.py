@@ -8,8 +8,7 @@ from typing import Any
 
 from streams.cli.simulate import TimeForm, read_rows
 from streams.core.batch import Event
-from streams.core.ids import StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken, StreamId
 from streams.eventtime import EventOutcome, Processor, WatermarkAdvance, WindowResult
 from streams.eventtime.replay import ReplayOptions, Row, replay
 

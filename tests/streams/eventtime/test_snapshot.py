@@ -7,7 +7,7 @@ from types import SimpleNamespace as Ev
 
 import pytest
 
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken
 from streams.eventtime import Collect, Count, Hopping, OrderingPolicy, Processor, Sum, Tumbling
 from streams.eventtime.snapshot import SnapshotError, is_empty
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken
 from streams.eventtime import Collect, Hopping, OrderingPolicy, Processor, Tumbling
 from tests.streams.eventtime.helpers import events, feed, outcomes, windows
 

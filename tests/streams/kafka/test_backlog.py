@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams import StreamProvider
 from streams.eventtime.replay import Row
-from streams.kafka.admin import ensure_topic
+from streams.kafka.clients import ensure_topic
 from tests.agents.delivery.conftest import drained
 from tests.agents.eventtime.backlog import (
     HOUR,

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from streams import StreamId
+from streams.core.ids import SequenceToken
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
-from streams.core.tokens import SequenceToken
 from streams.kafka.pubsub import KafkaPubSubStore, pubsub_topic
 from streams.kafka.settings import KafkaSettings
 

@@ -17,7 +17,7 @@ from streams import ConfigurationError, StreamId, StreamProvider
 from streams.adapters.mapper import KafkaPartitionMapper, kafka_partition, murmur2
 from streams.adapters.protocols import RewindableReceiver
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-from streams.kafka.admin import ensure_topic
+from streams.kafka.clients import ensure_topic
 from tests.agents.delivery.conftest import Recorder, drained
 from tests.sensor_workload import closed_window_counts, readings, write_json
 

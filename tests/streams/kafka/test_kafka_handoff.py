@@ -19,8 +19,7 @@ from spark_sink.kafka.records import PartitionMarks
 from spark_sink.kafka.sink import KafkaHandoffSink
 from streams.core.batch import Event
 from streams.core.errors import HandoffRefusedError
-from streams.core.ids import StreamId
-from streams.core.tokens import SequenceToken
+from streams.core.ids import SequenceToken, StreamId
 from streams.eventtime.results import EventOutcome, WindowResult
 from streams.kafka.settings import KafkaSettings
 from tests.kafka_broker import produce_raw
