@@ -27,6 +27,9 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "streams.cli.demo.status": "streams.cli.demo.report",
+    "streams.cli.demo.summary": "streams.cli.demo.report",
+    "streams.cli.demo.traffic": "streams.cli.demo.pipeline",
     "streams.cli.worker_startup": "streams.cli.worker",
     "streams.cli.dlq_windows": "streams.cli.dlq",
     "streams.runtime.constructors": "streams.runtime.provider",

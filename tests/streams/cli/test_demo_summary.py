@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from streams.cli.demo.summary import Ledger
+from streams.cli.demo.report import Ledger
 from streams.cli.demo.windows import BatchPrinter, WindowRow
 
 
