@@ -80,7 +80,7 @@ class Activation(Protocol):
     @property
     def user_on_next(self) -> Callable[[EventBatch], object] | None:
         """``on_next`` as the user wrote it, which the agent may call where the data arrives
-        (:mod:`agents.inline`); None when only the consumer's task may call it."""
+        (:mod:`agents.delivery`); None when only the consumer's task may call it."""
         ...
 
     def on_next(self, batch: EventBatch) -> Awaitable[None]: ...

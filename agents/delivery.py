@@ -22,10 +22,19 @@ suspend cannot be cut short by the ``max_event_delivery_time`` watchdog either, 
 runs; an awaitable handed to the task is watched as any delivery. A call made by the agent
 runs in the agent's task and context: code that looks at the current task or sets context
 variables sees the agent's.)
+
+Calling a consumer's ``on_next`` where the data arrives, without a task switch per batch.
+
+When ``on_next`` cannot suspend (a plain function, or an ``async def`` marked
+:func:`streams.inline`), the agent calls it as soon as the data is cached
+(``agents.delivery``): the call runs to completion where it is made and returns what is still
+to be awaited (an awaitable a plain function returned). Whether to call inline is the user's
+declared choice; nothing is guessed from the function's code.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -35,14 +44,13 @@ import anyio
 
 from agents.activation import Activation
 from agents.hook_calls import failed_letters, redeliver, undecodable_letter
-from agents.inline import inline_on_next
 from agents.protocols import AgentContext
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch
 from streams.core.errors import DecodeError, DeliveryTimeoutError, user_error
 from streams.core.ids import SequenceToken, StreamId
 from streams.core.logcontext import enter_fields, leave_fields
-from streams.core.observer import DeliveryFailure
+from streams.core.observer import DeliveryFailure, is_coroutine_function, is_inline
 
 log = logging.getLogger("headrace.agent")
 
@@ -446,3 +454,48 @@ class StreamConsumer:
         await self._context.failure_handler.on_delivery_failure(
             DeliveryFailure(self.subscription_id, self.stream_id, None, error, False)
         )
+
+
+def inline_on_next(observer: Activation) -> Callable[[EventBatch], Awaitable[object] | None] | None:
+    """``on_next`` as a call that runs to completion where it is made, returning what is
+    still to be awaited (an awaitable a plain function returned), or ``None`` when only the
+    consumer's task calls it: an ``async def on_next`` not marked :func:`streams.inline`.
+
+    >>> from streams.core.observer import as_observer
+    >>> seen = []
+    >>> call = inline_on_next(as_observer(seen.extend))
+    >>> call([1, 2]), seen
+    (None, [1, 2])
+    """
+    fn = observer.user_on_next  # the function as_observer adapted
+    if fn is None:
+        return None
+    if is_coroutine_function(fn):
+        return _completing(fn) if is_inline(fn) else None
+    return _calling(fn)
+
+
+def _calling(fn: Callable[..., Any]) -> Callable[[EventBatch], Awaitable[object] | None]:
+    """A plain callable, called as ``streams.core.observer.lift`` calls it: an awaitable it
+    returns has not started, so the task may await it."""
+
+    def call(batch: EventBatch) -> Awaitable[object] | None:
+        result = fn(batch)
+        return result if result is not None and inspect.isawaitable(result) else None
+
+    return call
+
+
+def _completing(fn: Callable[..., Any]) -> Callable[[EventBatch], None]:
+    def call(batch: EventBatch) -> None:
+        # Iterating the coroutine runs its body to the end; a marked callback yields nothing.
+        # (Cheaper than send(None), which ends by raising StopIteration.)
+        coroutine = fn(batch)
+        for _ in coroutine.__await__():
+            coroutine.close()
+            raise RuntimeError(
+                f"{getattr(fn, '__qualname__', fn)} is marked @inline but awaited: "
+                "remove the await, or the @inline mark so that its own task calls it"
+            )
+
+    return call

@@ -8,7 +8,10 @@ in one transaction, one segment per partition; when it is done, the first of tho
 gathered meanwhile leads the next write. Nobody waits on a timer, so a lone append is
 written at once, and under load a write carries whatever the previous one left time for.
 
-Every caller still returns only once its rows are committed (or with the error that kept
+The leader and its waiters are the queues' own group commit
+(:class:`~streams.embedded.group_commit.GroupCommitter`); this module adds what a handoff
+append needs on top: each caller's offsets, its own errors, and compaction and retention run
+by the leader after its write. Every caller still returns only once its rows are committed (or with the error that kept
 them out), so "durable before anyone else hears of it" holds for each of them, and each
 learns the exact offsets of its rows. A caller whose rows the stage function refuses gets
 its own error; the others' rows are written all the same.
@@ -29,6 +32,7 @@ from spark_sink.log import Segment
 from spark_sink.retention import COMPACT_BYTES, compact, expire
 from spark_sink.writer import HandoffWriter
 from streams.adapters.retention import RetentionPolicy
+from streams.embedded.group_commit import GroupCommitter
 from streams.embedded.store import EmbeddedStore
 
 log = logging.getLogger("headrace.handoff")
@@ -48,18 +52,19 @@ class Appended:
 
 
 class _Waiter:
-    __slots__ = ("done", "error", "lead", "result", "stage")
+    __slots__ = ("cancelled", "error", "result", "stage")
 
     def __init__(self, stage: Stage) -> None:
         self.stage = stage
-        self.done = anyio.Event()
-        self.lead = False  # woken to lead the next write, not with a result
         self.result: Appended | None = None
         self.error: BaseException | None = None
+        self.cancelled = False  # its caller gave up before the write began: not written
 
 
 class GroupAppender:
-    """Appends of one handoff stream, written together when they arrive together.
+    """Appends of one handoff stream, written together when they arrive together: the
+    leader and its waiters are :class:`streams.embedded.group_commit.GroupCommitter`'s, the
+    one group commit the queues use too.
 
     Use it from one event loop (the worker's).
 
@@ -91,8 +96,7 @@ class GroupAppender:
         self.retention = retention  # applied every retention.interval (None: never)
         self._next_retention = float("-inf")
         self.writes = 0  # write transactions so far (the bench divides appends by it)
-        self._pending: list[_Waiter] = []
-        self._writing = False
+        self._committer: GroupCommitter[_Waiter] = GroupCommitter(self._write_and_maintain)
         self._inline: dict[int, int] = {}  # inline bytes this appender wrote since the last compaction
 
     async def append(self, stage: Stage) -> Appended:
@@ -103,58 +107,31 @@ class GroupAppender:
         store rolls back: its callers all get it).
         """
         waiter = _Waiter(stage)
-        self._pending.append(waiter)
-        if self._writing:
-            try:
-                await waiter.done.wait()
-            except BaseException:  # cancelled: never leave the leadership with nobody
-                if waiter in self._pending:
-                    self._pending.remove(waiter)
-                if waiter.lead:
-                    self._hand_over()
-                raise
-            if not waiter.lead:
-                return _outcome(waiter)
-        self._writing = True
         try:
-            await self._lead(waiter)
-        finally:
-            self._hand_over()
+            await self._committer.submit([waiter])
+        except BaseException:
+            waiter.cancelled = True  # a write not yet begun leaves its rows out
+            raise
         return _outcome(waiter)
 
-    async def _lead(self, own: _Waiter) -> None:
-        batch, self._pending = self._pending, []
-        try:
-            segments = await self.store.write(lambda conn: self._write(conn, batch))
-        except Exception as exc:  # the transaction rolled back: nobody's rows are in
-            for waiter in batch:
-                waiter.result = None
-                waiter.error = waiter.error or exc
-            raise
-        except BaseException:
-            # This task was cancelled before the write began (once begun, the thread is
-            # never abandoned): the others' rows go into the next write, led by the first.
-            others = [waiter for waiter in batch if waiter is not own]
-            for waiter in others:
-                waiter.result, waiter.error = None, None
-            self._pending[:0] = others
-            batch = [own]
-            raise
-        finally:
-            for waiter in batch:
-                waiter.lead = False
-                waiter.done.set()
-        for segment in segments:
-            if segment.data is not None:
-                self._inline[segment.partition] = self._inline.get(segment.partition, 0) + len(segment.data)
-        await self._compact_full()
-        await self._retain()
+    async def _write_and_maintain(self, batch: list[_Waiter]) -> None:
+        """The committer's write: one transaction, then (still the only writer, and shielded:
+        the rows are in) compaction and retention."""
+        segments = await self.store.write(lambda conn: self._write(conn, batch))
+        with anyio.CancelScope(shield=True):
+            for segment in segments:
+                if segment.data is not None:
+                    self._inline[segment.partition] = self._inline.get(segment.partition, 0) + len(segment.data)
+            await self._compact_full()
+            await self._retain()
 
     def _write(self, conn: sqlite3.Connection, batch: list[_Waiter]) -> list[Segment]:
         """One transaction: every waiter's rows, one segment per partition, in arrival order."""
         self.writes += 1
         staged: dict[int, list[tuple[_Waiter, pa.Table]]] = {}
         for waiter in batch:
+            if waiter.cancelled:
+                continue
             try:
                 partition, table = waiter.stage(conn)
             except sqlite3.Error:
@@ -200,15 +177,6 @@ class GroupAppender:
             await anyio.to_thread.run_sync(expire, self.writer.log, self.writer.stream, policy, now)
         except Exception:
             log.warning("retention of handoff stream %r failed", self.writer.stream, exc_info=True)
-
-    def _hand_over(self) -> None:
-        """Wake the first waiter that gathered to lead the next write, or stop writing."""
-        if self._pending:
-            first = self._pending[0]
-            first.lead = True
-            first.done.set()
-        else:
-            self._writing = False
 
 
 def _outcome(waiter: _Waiter) -> Appended:

@@ -47,6 +47,7 @@ _HOMES = {
     "QueueId": "streams.core.ids",
     "StreamId": "streams.core.ids",
     "StreamObserver": "streams.core.observer",
+    "inline": "streams.core.observer",
     "StreamProviderOptions": "streams.core.options",
     "PubSubStore": "streams.core.pubsub",
     "SubscriptionRecord": "streams.core.pubsub",
@@ -93,6 +94,7 @@ __all__ = [
     "StreamProviderOptions",
     "StreamSubscriptionHandle",
     "SubscriptionRecord",
+    "inline",
 ]
 
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "agents.inline": "agents.delivery",
     "streams.cli.demo.status": "streams.cli.demo.report",
     "streams.cli.demo.summary": "streams.cli.demo.report",
     "streams.cli.demo.traffic": "streams.cli.demo.pipeline",

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import FunctionType, MethodType
-from typing import Any, Protocol, overload, runtime_checkable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 from streams.core.batch import EventBatch
 from streams.core.errors import user_error
@@ -65,6 +65,35 @@ def is_coroutine_function(fn: Callable[..., Any]) -> bool:
         if key is fn or known == inspect.iscoroutinefunction(key):
             _COROUTINE_FUNCTIONS[key] = known
     return known
+
+
+_Callback = TypeVar("_Callback", bound=Callable[..., Any])
+
+
+def inline(fn: _Callback) -> _Callback:
+    """Mark an ``async def`` consumer callback that never awaits, so the pulling agent calls it
+    where the data arrives, with no task switch per batch.
+
+    A plain ``def on_next`` is always called that way: it cannot suspend. An ``async def`` one
+    runs in the consumer's own task unless it carries this mark; one that is marked and awaits
+    all the same fails that delivery with an error that says so (it is retried and
+    dead-lettered like any failing delivery).
+
+    >>> from streams import inline
+    >>> class Counter:
+    ...     @inline
+    ...     async def on_next(self, batch):
+    ...         self.seen = len(batch)
+    >>> is_inline(Counter().on_next)
+    True
+    """
+    fn.__headrace_inline__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+def is_inline(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` (or the function of a bound method) was marked with :func:`inline`."""
+    return getattr(getattr(fn, "__func__", fn), "__headrace_inline__", False) is True
 
 
 @overload

@@ -127,7 +127,7 @@ class EmbeddedQueueAdapter(ContainerQueueAdapter):
         self._persist_interval = checkpoint_persist_interval
         self._persist_every = checkpoint_persist_every
         self._queues = set(mapper.get_all_queues())
-        self._committer: GroupCommitter[_Row] = GroupCommitter(self._insert)
+        self._committer: GroupCommitter[_Row] = GroupCommitter.threaded(self._insert)
         self._fence_for: Callable[[QueueId], LeaseFence] | None = None
 
     def fence_with_leases(self, leases: LeaseTable[L], lease_of: Callable[[QueueId], L | None]) -> None:

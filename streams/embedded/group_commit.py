@@ -6,11 +6,14 @@ call of ``write`` (one transaction). Callers arriving meanwhile join the next op
 wait; when the write ends, the leader hands that batch to one of its waiters, who leads it.
 Every caller returns only once its own items are written, so durability is unchanged, and a
 leader writes one batch only, so no caller is held up by a steady stream of others.
+
+The one group commit of headrace: the embedded queues' appends and the handoff log's
+(:class:`spark_sink.group_commit.GroupAppender`) both ride on :class:`GroupCommitter`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 import anyio
@@ -32,21 +35,32 @@ class _Batch(Generic[Item]):
 
 
 class GroupCommitter(Generic[Item]):
-    """Coalesces concurrent :meth:`submit` calls into calls of a blocking ``write(items)``,
-    run in a worker thread, one at a time.
+    """Coalesces concurrent :meth:`submit` calls into calls of ``await write(items)``, one at
+    a time. ``write`` must not be abandoned once it has begun (as ``anyio.to_thread.run_sync``
+    is not): a cancellation may land only before it begins, so whether a batch was written is
+    never left unknown.
 
     >>> import anyio
     >>> written = []
-    >>> committer = GroupCommitter(written.append)
+    >>> committer = GroupCommitter.threaded(written.append)
     >>> anyio.run(committer.submit, [1, 2])
     >>> written
     [[1, 2]]
     """
 
-    def __init__(self, write: Callable[[list[Item]], None]) -> None:
+    def __init__(self, write: Callable[[list[Item]], Awaitable[object]]) -> None:
         self._write = write
         self._open: _Batch[Item] | None = None
         self._writing = False
+
+    @classmethod
+    def threaded(cls, write: Callable[[list[Item]], object]) -> GroupCommitter[Item]:
+        """A committer whose ``write`` blocks: each call runs in a worker thread."""
+
+        async def in_thread(items: list[Item]) -> None:
+            await anyio.to_thread.run_sync(write, items)
+
+        return cls(in_thread)
 
     async def submit(self, items: Sequence[Item]) -> None:
         """Return once ``items`` are written; raise what ``write`` raised for their batch."""
@@ -89,9 +103,9 @@ class GroupCommitter(Generic[Item]):
         if self._open is batch:
             self._open = None
         try:
-            # The thread call is shielded once started, so ``written`` is never left unknown;
+            # ``write`` is never abandoned once begun, so ``written`` is never left unknown;
             # a cancellation can only land before the write begins.
-            await anyio.to_thread.run_sync(self._write, batch.items)
+            await self._write(batch.items)
             batch.written = True
         except Exception as exc:
             batch.error = exc

@@ -35,13 +35,11 @@ from streams.adapters.retention import RetentionPolicy
 from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
 from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
-from streams.core.failures import LoggingFailureHandler, StreamFailureHandler
-from streams.core.ids import QueueId, StreamId
-from streams.core.observer import as_observer
+from streams.core.ids import QueueId, SequenceToken, StreamId
+from streams.core.observer import LoggingFailureHandler, StreamFailureHandler, as_observer
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import FollowedPubSubStore, PubSubStore, SubscriptionRecord
 from streams.core.records import RecordFormat
-from streams.core.tokens import SequenceToken
 from streams.embedded.store import EmbeddedStore, Synchronous
 from streams.kafka.settings import KeyField
 from streams.runtime.backends import Backend, EmbeddedBackend, KafkaBackend, MemoryBackend, open_handoff_sinks

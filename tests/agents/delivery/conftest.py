@@ -3,7 +3,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from streams import Event
+from streams import Event, inline
 
 
 class Recorder:
@@ -15,6 +15,7 @@ class Recorder:
         self.completed = 0
         self.batches = 0
 
+    @inline  # never awaits: the agent calls it where the data arrives
     async def on_next(self, batch: list[Event]) -> None:
         self.batches += 1
         self.events.extend(batch)

@@ -8,50 +8,57 @@ import functools
 
 import anyio
 
-from agents.inline import never_suspends
-from streams import StreamId, StreamProvider
+from agents.delivery import inline_on_next
+from streams import StreamId, StreamProvider, inline
+from streams.core.observer import as_observer
 from tests.agents.delivery.conftest import Recorder, drained
 
 
+@inline
 async def _counts(batch):
     return len(batch)
 
 
-async def _awaits(batch):
-    await anyio.sleep(0)
-
-
-async def _iterates(batch):
-    async for _ in batch:
-        pass
-
-
-async def _enters(batch):
-    async with batch:
-        pass
-
-
-def _wrapped(fn):
-    @functools.wraps(fn)
-    async def wrapper(batch):
-        await anyio.sleep(0)
-        return await fn(batch)
-
-    return wrapper
+async def _unmarked(batch):
+    return len(batch)
 
 
 class _Counter:
+    @inline
     async def on_next(self, batch):
         self.n = len(batch)
 
 
-def test_only_a_coroutine_function_without_await_counts_as_never_suspending():
-    assert never_suspends(_counts) and never_suspends(_Counter().on_next)
-    assert not never_suspends(_awaits)
-    assert not never_suspends(_iterates) and not never_suspends(_enters)
-    assert not never_suspends(_wrapped(_counts))  # the wrapper runs, whatever it wraps
-    assert not never_suspends(functools.partial(_counts))
-    assert not never_suspends(len)
+def test_only_a_plain_function_or_one_marked_inline_is_called_where_the_data_arrives():
+    def call(fn):
+        return inline_on_next(as_observer(fn))
+
+    assert call(len) is not None and call(lambda batch: None) is not None  # cannot suspend
+    assert call(_counts) is not None and call(_Counter().on_next) is not None  # declared
+    assert call(_unmarked) is None  # no await, but not declared: nothing is guessed
+    assert call(functools.partial(_unmarked)) is None
+
+
+async def test_an_inline_consumer_that_awaits_fails_that_delivery_with_a_clear_error():
+    provider = StreamProvider.memory(queues=1, delivery_retry_backoff=120)  # no time to retry
+    seen: list = []
+
+    @inline
+    async def awaits(batch):
+        seen.extend(e.value for e in batch)
+        if batch[0].value == 1:
+            await anyio.sleep(0)
+
+    async with provider:
+        stream = provider.get_stream(StreamId("ns", "awaits"))
+        await stream.subscribe(awaits)
+        for n in range(3):
+            await stream.on_next(n)
+        await drained(provider)
+        letters = await provider.dead_letters.list(reason="delivery_failed")
+    assert [d.value for d in letters] == [1]  # only the batch that awaited, the others delivered
+    assert "awaits is marked @inline but awaited" in letters[0].detail
+    assert [v for v in seen if v != 1] == [0, 2]
 
 
 async def test_consumers_called_inline_keep_no_task_while_caught_up():
@@ -76,7 +83,8 @@ async def test_an_inline_failure_is_reported_before_the_next_batch_is_delivered(
     log: list = []
 
     class Failing:
-        async def on_next(self, batch):  # no await: called by the agent
+        @inline
+        async def on_next(self, batch):  # marked: called by the agent
             log.extend(e.value for e in batch)
             if batch[0].value == 2:
                 raise ValueError("boom on 2")

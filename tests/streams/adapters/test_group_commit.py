@@ -34,7 +34,7 @@ async def until_writing(writer: GatedWriter) -> None:
 
 async def test_callers_arriving_during_a_write_share_the_next_one() -> None:
     writer = GatedWriter()
-    committer = GroupCommitter(writer)
+    committer = GroupCommitter.threaded(writer)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(committer.submit, [1])
@@ -49,7 +49,7 @@ async def test_callers_arriving_during_a_write_share_the_next_one() -> None:
 
 async def test_a_failed_write_raises_in_every_caller_of_its_batch_only() -> None:
     writer = GatedWriter()
-    committer = GroupCommitter(writer)
+    committer = GroupCommitter.threaded(writer)
     errors: list[Exception] = []
 
     async def submit(items: list[int]) -> None:
@@ -74,7 +74,7 @@ async def test_a_failed_write_raises_in_every_caller_of_its_batch_only() -> None
 
 async def test_cancelled_waiters_neither_block_later_writes_nor_get_written() -> None:
     writer = GatedWriter()
-    committer = GroupCommitter(writer)
+    committer = GroupCommitter.threaded(writer)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(committer.submit, [1])
@@ -93,7 +93,7 @@ async def test_cancelled_waiters_neither_block_later_writes_nor_get_written() ->
 
 async def test_a_waiter_cancelled_as_it_is_handed_the_lead_does_not_wedge_the_committer() -> None:
     writer = GatedWriter()
-    committer = GroupCommitter(writer)
+    committer = GroupCommitter.threaded(writer)
     waiter_scope = anyio.CancelScope()
 
     async def leader() -> None:
@@ -119,7 +119,7 @@ async def test_a_waiter_cancelled_as_it_is_handed_the_lead_does_not_wedge_the_co
 
 async def test_when_a_new_leader_is_cancelled_another_waiter_writes_the_batch() -> None:
     writer = GatedWriter()
-    committer = GroupCommitter(writer)
+    committer = GroupCommitter.threaded(writer)
     first_waiter = anyio.CancelScope()
 
     async def leader() -> None:
@@ -146,7 +146,7 @@ async def test_when_a_new_leader_is_cancelled_another_waiter_writes_the_batch() 
 async def test_a_caller_cancelled_before_its_write_starts_writes_nothing() -> None:
     writer = GatedWriter()
     writer.gate.set()
-    committer = GroupCommitter(writer)
+    committer = GroupCommitter.threaded(writer)
     with anyio.CancelScope() as scope:
         scope.cancel()
         await committer.submit([1])
@@ -157,14 +157,14 @@ async def test_a_caller_cancelled_before_its_write_starts_writes_nothing() -> No
 
 async def test_empty_submit_writes_nothing() -> None:
     writer = GatedWriter()
-    await GroupCommitter(writer).submit([])
+    await GroupCommitter.threaded(writer).submit([])
     assert writer.batches == [] and not writer.entered.is_set()
 
 
 @pytest.mark.parametrize("producers", [1, 25])
 async def test_every_item_is_written_once_in_each_callers_order(producers: int) -> None:
     written: list[tuple[int, int]] = []
-    committer: GroupCommitter[tuple[int, int]] = GroupCommitter(written.extend)
+    committer: GroupCommitter[tuple[int, int]] = GroupCommitter.threaded(written.extend)
 
     async def producer(p: int) -> None:
         for n in range(20):
