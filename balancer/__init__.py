@@ -11,7 +11,6 @@
 """
 
 from balancer.base import BalancerOptions, QueueBalancerBase
-from balancer.clock import Clock, ManualClock, SystemClock
 from balancer.deployment_based import (
     BestFitBalancer,
     StaticBalancer,
@@ -35,6 +34,7 @@ from balancer.protocols import (
 )
 from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
 from streams.adapters.mapper import HashRingQueueMapper
+from streams.core.clock import Clock, ManualClock, WallClock
 
 __all__ = [
     "BalancerOptions",
@@ -60,7 +60,7 @@ __all__ = [
     "SqliteLeaseProvider",
     "SqliteMembership",
     "StaticBalancer",
-    "SystemClock",
+    "WallClock",
     "TableLeaseProvider",
     "TableMembership",
     "best_fit_distribution",

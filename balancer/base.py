@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import anyio
 
-from balancer.clock import Clock, SystemClock
 from balancer.leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD, MemoryLeaseProvider, QueueOwnership
 from balancer.protocols import (
     Lease,
@@ -21,6 +20,7 @@ from balancer.protocols import (
     QueueDistributionChange,
     QueueDistributionListener,
 )
+from streams.core.clock import Clock, WallClock
 from streams.core.errors import ConfigurationError, WorkerNameInUseError
 from streams.core.ids import QueueId
 
@@ -88,7 +88,7 @@ class QueueBalancerBase(abc.ABC):
         clock: Clock | None = None,
         options: BalancerOptions | None = None,
     ) -> None:
-        self._clock = clock or SystemClock()
+        self._clock = clock or WallClock()
         self._leases = lease_provider or MemoryLeaseProvider(clock=self._clock)
         self._membership = membership
         self.options = options or BalancerOptions()

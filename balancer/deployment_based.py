@@ -27,9 +27,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from balancer.base import BalancerOptions, QueueBalancerBase
-from balancer.clock import Clock
 from balancer.leases import QueueOwnership
 from balancer.protocols import LeaseProvider, MemberRecord, MembershipOracle
+from streams.core.clock import Clock
 from streams.core.errors import ConfigurationError
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from balancer.base import BalancerOptions, QueueBalancerBase
-from balancer.clock import Clock
 from balancer.leases import QueueOwnership
 from balancer.protocols import LeaseProvider, MembershipOracle
+from streams.core.clock import Clock
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, stable_hash
 

@@ -18,8 +18,8 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Protocol
 
-from balancer.clock import Clock, SystemClock
 from balancer.protocols import Lease, LeaseProvider
+from streams.core.clock import Clock, WallClock
 from streams.core.ids import QueueId
 
 DEFAULT_LEASE_LENGTH = 60.0
@@ -95,7 +95,7 @@ class TableLeaseProvider:
 
     def __init__(self, table: LeaseTable, *, clock: Clock | None = None) -> None:
         self._table = table
-        self._clock = clock or SystemClock()
+        self._clock = clock or WallClock()
 
     async def acquire(
         self,
@@ -173,7 +173,7 @@ class QueueOwnership:
     those it is handing back (still renewed until :meth:`release`).
 
     >>> import anyio
-    >>> from balancer.clock import ManualClock
+    >>> from streams.core.clock import ManualClock
     >>> from balancer.leases import MemoryLeaseProvider
     >>> clock = ManualClock()
     >>> ownership = QueueOwnership(MemoryLeaseProvider(clock=clock), "w1", clock=clock)

@@ -30,8 +30,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
-from balancer.clock import Clock, SystemClock
 from balancer.protocols import MemberRecord, MembershipSnapshot
+from streams.core.clock import Clock, WallClock
 from streams.core.errors import ConfigurationError, WorkerNameInUseError
 
 
@@ -179,7 +179,7 @@ class TableMembership:
         if suspicion_timeout <= 0:
             raise ConfigurationError(f"suspicion_timeout is positive seconds, not {suspicion_timeout!r}")
         self._table = table
-        self._clock = clock or SystemClock()
+        self._clock = clock or WallClock()
         self.suspicion_timeout = suspicion_timeout
         self._is_dead = is_dead
         self._incarnations: dict[str, str] = {}
@@ -250,7 +250,7 @@ class MemoryMembership(TableMembership):
     """Membership within one process (tests, single-process workers).
 
     >>> import anyio
-    >>> from balancer.clock import ManualClock
+    >>> from streams.core.clock import ManualClock
     >>> clock = ManualClock()
     >>> membership = MemoryMembership(clock=clock, suspicion_timeout=30)
     >>> _ = anyio.run(membership.join, "worker-1")

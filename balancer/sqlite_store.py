@@ -17,10 +17,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from balancer.clock import Clock
 from balancer.leases import LeaseChange, TableLeaseProvider
 from balancer.membership import DEFAULT_SUSPICION_TIMEOUT, MemberChange, TableMembership
 from balancer.protocols import Lease, MemberRecord
+from streams.core.clock import Clock
 from streams.core.ids import QueueId
 from streams.embedded.store import EmbeddedStore
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "balancer.clock": "streams.core.clock",
     "agents.inline": "agents.delivery",
     "streams.cli.demo.status": "streams.cli.demo.report",
     "streams.cli.demo.summary": "streams.cli.demo.report",

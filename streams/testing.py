@@ -3,7 +3,7 @@
 :class:`Harness` runs your consumer types in the same runtime a ``headrace worker`` runs
 (pulling agents, queue caches, activations, the event-time core, dead letters, handoff
 appends); only the queues are in memory and the processing clock is a
-:class:`~balancer.clock.ManualClock` that moves when the test says so. Nothing sleeps, and
+:class:`~streams.core.clock.ManualClock` that moves when the test says so. Nothing sleeps, and
 the same test gives the same result on every run, under pytest-asyncio or ``anyio.run``.
 
 - ``await harness.publish(stream, *values, at=t)``: the values arrive at processing time ``t``
@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import spark_sink
-from balancer.clock import ManualClock
 from spark_sink.memory_sink import MemoryHandoffSink
 from streams.adapters.memory import MemoryAdapterFactory
+from streams.core.clock import ManualClock
 from streams.core.deadletters import DeadLetter, MemoryDeadLetterStore
 from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId

@@ -48,7 +48,7 @@ from rich.console import Console
 
 from spark_sink import Handoff
 from streams.cli.common import plural
-from streams.cli.demo.report import Ledger, StatusLine
+from streams.cli.demo.report import Ledger, Published, StatusLine
 from streams.cli.demo.settings import DemoSettings
 from streams.cli.demo.windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader
 from streams.cli.demo.windows import handed_off as windows_handed_off
@@ -268,19 +268,6 @@ class Shares:
     late: float = 0.01
     early: float = 0.002
     no_time: float = 0.001
-
-
-@dataclass(slots=True)
-class Published:
-    """What the producers published, by kind (each report counts once)."""
-
-    events: int = 0  # every report, with or without a time
-    out_of_order: int = 0
-    late: int = 0
-    early: int = 0
-    no_time: int = 0
-    corrupt: int = 0  # raw records that are not batch containers (not events)
-    streams: int = 0
 
 
 class TollTraffic:

@@ -22,7 +22,6 @@ from rich.live import Live
 from rich.text import Text
 
 from streams.cli.common import plural
-from streams.cli.demo.pipeline import Published
 from streams.cli.demo.windows import Received, clock_text
 from streams.observability import EventTimeTotals, dead_letter_counts, take_snapshot
 from streams.runtime.provider import StreamProvider
@@ -30,6 +29,19 @@ from streams.runtime.provider import StreamProvider
 # Dead-letter reasons of events an ordering policy dropped; every other reason is a record
 # the runtime could not use (corrupt, no timestamp, windows closed, consumer failure).
 POLICY_DROPS = ("early_arrival", "late_arrival", "out_of_order")
+
+
+@dataclass(slots=True)
+class Published:
+    """What the producers published, by kind (each report counts once)."""
+
+    events: int = 0  # every report, with or without a time
+    out_of_order: int = 0
+    late: int = 0
+    early: int = 0
+    no_time: int = 0
+    corrupt: int = 0  # raw records that are not batch containers (not events)
+    streams: int = 0
 
 
 @dataclass(frozen=True, slots=True)
