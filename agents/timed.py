@@ -9,7 +9,7 @@ loses no window (the queue replays it).
 A type that hands off to Spark has its closed windows written to the handoff sink first; a
 windowless one has its events held until the watermark passes them and handed off in
 timestamp order (the checkpoint is held at the oldest event still held). A failed append is
-retried, what the sink refuses is dead-lettered (:mod:`agents.handoff`).
+retried, what the sink refuses is dead-lettered (:mod:`spark_sink.handoff`).
 
 An activation with several inputs (``EventTime(..., inputs=...)``, one activation per key
 over several namespaces) is delivered to through one :class:`InputView` per input stream;
@@ -28,10 +28,10 @@ from collections.abc import Callable
 from functools import partial
 
 from agents.activation import TimedActivation
-from agents.handoff import HandoffTarget, HandoffWrites
 from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
 from agents.turns import Turns
+from spark_sink.handoff import HandoffTarget, HandoffWrites
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId

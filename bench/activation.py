@@ -37,7 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("streams", "agents", "cache", "balancer", "spark_sink")
-MODULES = ("streams.core.ids", "streams.core.observer", "streams.eventtime", "agents.timed", "agents.handoff")
+MODULES = ("streams.core.ids", "streams.core.observer", "streams.eventtime", "agents.timed", "spark_sink.handoff")
 
 Make = Callable[[Any, Any], object]  # (instance, stream id) -> the activation
 Shape = tuple[Callable[[Any], Any], Make]  # (make an instance from a stream id, make its activation)
@@ -89,7 +89,7 @@ class _Letters:
 
 def shapes(m: dict[str, ModuleType]) -> dict[str, Shape]:
     """Each shape's consumer type, written against the tree of modules ``m``."""
-    et, timed, handoff = m["streams.eventtime"], m["agents.timed"], m["agents.handoff"]
+    et, timed, handoff = m["streams.eventtime"], m["agents.timed"], m["spark_sink.handoff"]
     as_observer = m["streams.core.observer"].as_observer
     letters, sink = _Letters(), _Sink()
 

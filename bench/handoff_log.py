@@ -2,7 +2,7 @@
 
 ``--activations`` concurrent activations (asyncio tasks of one process, as in a worker) each
 append ``--appends`` windows of one row, one after another, each waiting until its row is
-durable (as ``agents.handoff`` does), to ``--partitions`` partitions. Each way gets a fresh
+durable (as ``spark_sink.handoff`` does), to ``--partitions`` partitions. Each way gets a fresh
 store:
 
 * ``per-append files``: one write transaction and one segment file per append (the log

@@ -224,8 +224,8 @@ def _cpu_seconds(pid: int) -> float:
 def _handoff_age(path: str) -> float | None:
     """How long ago the newest window in the handoff log ended: a worker that keeps up hands
     each window off about one window length after it ends; one that falls behind, later and later."""
+    from spark_sink.log import EmbeddedStorage
     from spark_sink.offsets import OffsetRange
-    from spark_sink.storage import EmbeddedStorage
 
     storage = EmbeddedStorage(path)
     try:

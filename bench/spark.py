@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import spark_sink  # noqa: E402
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter, KafkaHandoffLog  # noqa: E402
-from spark_sink.storage import BATCH_ROWS  # noqa: E402
+from spark_sink.log import BATCH_ROWS  # noqa: E402
 from streams.embedded.store import EmbeddedStore  # noqa: E402
 from tests.kafka_broker import TansuBroker  # noqa: E402
 

@@ -110,10 +110,8 @@ if TYPE_CHECKING:  # the lazy names, for type checkers (streams.runtime.backends
     from spark_sink.kafka.log import KafkaHandoffLog
     from spark_sink.kafka.sink import KafkaHandoffSink
     from spark_sink.kafka.storage import KafkaStorage
-    from spark_sink.log import HandoffLog, Segment
+    from spark_sink.log import EmbeddedStorage, HandoffLog, HandoffSplit, HandoffStorage, HandoffWriter, Segment
     from spark_sink.offsets import OffsetRange
     from spark_sink.options import ReadOptions
     from spark_sink.protocols import HandoffSink
     from spark_sink.schema import HandoffColumn, HandoffSchema
-    from spark_sink.storage import EmbeddedStorage, HandoffSplit, HandoffStorage
-    from spark_sink.writer import HandoffWriter

@@ -44,9 +44,9 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_sink.errors import HandoffDataLostError, HandoffSchemaError
+from spark_sink.log import HandoffSplit, HandoffStorage
 from spark_sink.offsets import Offsets, decode_offsets, encode_offsets, split_ranges
 from spark_sink.options import ReadOptions
-from spark_sink.storage import HandoffSplit, HandoffStorage
 
 NAME = "headrace"
 

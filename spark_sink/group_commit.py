@@ -28,9 +28,8 @@ from dataclasses import dataclass
 import anyio
 import pyarrow as pa
 
-from spark_sink.log import Segment
+from spark_sink.log import HandoffWriter, Segment
 from spark_sink.retention import COMPACT_BYTES, compact, expire
-from spark_sink.writer import HandoffWriter
 from streams.adapters.retention import RetentionPolicy
 from streams.embedded.group_commit import GroupCommitter
 from streams.embedded.store import EmbeddedStore

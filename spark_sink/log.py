@@ -1,4 +1,4 @@
-"""The embedded handoff log: Arrow IPC segments, indexed in the store's SQLite db.
+r"""The embedded handoff log: Arrow IPC segments, indexed in the store's SQLite db.
 
 Layout under a store directory ``path`` (shared with the embedded queues, checkpoints, ...)::
 
@@ -24,6 +24,21 @@ Arrow IPC segment files: written durably once, read memory-mapped without copyin
 A segment holds a run of consecutive offsets of one handoff partition. Files are never
 rewritten: a name is unique to one write attempt, so a retried append never touches the file
 of an earlier attempt that another process might still be reading.
+
+The handoff writer: how the runtime hands a consumer's finalized output to Spark.
+
+One writer per handoff stream (a consumer's declared output). The queue's owner appends what
+the watermark finalized for that queue (closed windows, or events released in timestamp
+order) to the partition of the same number, inside the transaction that also saves its input
+checkpoint: after a crash either both are there or neither, so replay from the checkpoint
+recomputes exactly the rows that were not handed off.
+
+What the Spark DataSource needs from the storage below a handoff log.
+
+The DataSource deals in offsets and ranges only; a :class:`HandoffStorage` turns ranges into
+picklable :class:`HandoffSplit`\ s that Spark's executors read. :class:`EmbeddedStorage` is
+the store directory (:class:`~spark_sink.log.HandoffLog`); Kafka topics are the other
+(:mod:`spark_sink.kafka.storage`).
 """
 
 from __future__ import annotations
@@ -33,10 +48,10 @@ import re
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -46,8 +61,10 @@ from spark_sink.errors import (
     HandoffStoreNotFoundError,
     UnknownHandoffStreamError,
 )
-from spark_sink.schema import HandoffSchema
+from spark_sink.offsets import OffsetRange, Offsets, admit
+from spark_sink.schema import HandoffData, HandoffSchema
 from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId
 from streams.embedded.store import EmbeddedStore, Migration
 
 HANDOFF_DIR = "handoff"
@@ -526,3 +543,184 @@ def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+class HandoffWriter:
+    """Appends rows of one declared handoff stream, partition by partition.
+
+    >>> import tempfile
+    >>> from streams.embedded.store import EmbeddedStore
+    >>> store = EmbeddedStore(tempfile.mkdtemp())
+    >>> schema = HandoffSchema.windows({"count": "bigint"})
+    >>> writer = HandoffWriter(HandoffLog(store), "counts", schema)
+    >>> with store.transaction() as conn:  # the caller's checkpoint is saved here too
+    ...     writer.append(conn, 0, [(0.0, 60.0, "a", 3), (0.0, 60.0, "b", 1)]).end_offset
+    2
+    >>> writer.end_offsets()
+    {0: 2}
+    """
+
+    def __init__(self, log: HandoffLog, stream: str, schema: HandoffSchema) -> None:
+        self.log = log
+        self.stream = check_stream_name(stream)
+        self.schema = schema
+        log.declare(stream, schema)
+        # Files of attempts that crashed before their commit: safe to drop at start-up.
+        log.remove_orphans(stream)
+
+    def append(self, conn: sqlite3.Connection, partition: int | QueueId, data: HandoffData) -> Segment | None:
+        """Append ``data`` (rows or Arrow data of the declared schema) to ``partition``.
+
+        A large append's segment file is written and fsynced now (blocking: in async code
+        call it inside ``store.write(fn)``); a small one's rows go inline into its index row.
+        The index row goes into ``conn``'s open write transaction and becomes visible to
+        Spark when the caller commits. If the caller rolls back or crashes instead, an inline
+        segment vanishes with the transaction, and a file is an orphan that readers ignore and
+        a later writer removes. (Many concurrent small appends: ``GroupAppender``.)
+        Returns the new segment (its offsets), or ``None`` when ``data`` has no rows.
+        """
+        table = self.schema.to_table(data)
+        if table.num_rows == 0:
+            return None
+        return self.log.append(conn, self.stream, _number(partition), table)
+
+    def end_offsets(self) -> dict[int, int]:
+        """The next offset of each partition, as committed."""
+        return self.log.end_offsets(self.stream)
+
+    def trim(self, partition: int | QueueId, up_to: int) -> int:
+        """Delete whole segments below ``up_to`` (what every reader has consumed)."""
+        return self.log.trim(self.stream, _number(partition), up_to)
+
+
+def _number(partition: int | QueueId) -> int:
+    """Handoff partitions are numbered like the queues whose output they carry."""
+    return partition.number if isinstance(partition, QueueId) else partition
+
+
+# Rows per record batch handed to Spark: large enough that per-batch costs vanish, small
+# enough that a batch stays a few MB.
+BATCH_ROWS = 1 << 16
+
+
+class HandoffSplit(Protocol):
+    """One Spark task's share of a read. Pickled to an executor and read there."""
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows of the split in offset order, as batches of the declared schema."""
+        ...
+
+
+class HandoffStorage(Protocol):
+    """The durable log a handoff stream lives in, as the DataSource sees it."""
+
+    def schema(self, stream: str) -> HandoffSchema:
+        """The stream's declared output; unknown streams raise ``UnknownHandoffStreamError``."""
+        ...
+
+    def start_offsets(self, stream: str) -> dict[int, int]:
+        """The first offset still retained, per partition."""
+        ...
+
+    def end_offsets(self, stream: str) -> dict[int, int]:
+        """One past the last committed offset, per partition."""
+        ...
+
+    def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+        """How far from ``start`` towards ``end`` a batch of at most ``max_rows`` rows goes."""
+        ...
+
+    def plan(self, stream: str, ranges: Sequence[OffsetRange]) -> list[HandoffSplit]:
+        """One split per range (ranges come already cut to a task's size)."""
+        ...
+
+    def trim(self, stream: str, offsets: Mapping[int, int]) -> None:
+        """Release what lies below ``offsets`` (all readers are past it)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSplit:
+    """Offsets ``range`` of an embedded handoff log, with the segments that hold them,
+    resolved at planning time (one query a range) so executors need no database: files by name,
+    inline segments by their rows (a compaction that merges them into a file later changes
+    nothing for this split)."""
+
+    root: str
+    stream: str
+    range: OffsetRange
+    segments: tuple[tuple[str, int, int, bytes | None], ...]  # (file, first_offset, row_count, inline rows)
+    schema: pa.Schema  # what the inline rows decode to
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        return rebatch(self._segment_batches(), BATCH_ROWS)
+
+    def _segment_batches(self) -> Iterator[pa.RecordBatch]:
+        lo, hi = self.range.start, self.range.end
+        for file, first, count, data in self.segments:
+            skip = max(lo - first, 0)
+            take = min(hi, first + count) - max(lo, first)
+            if data is not None:
+                yield decode_rows(data, self.schema).slice(skip, take)
+                continue
+            try:
+                yield from read_segment(os.path.join(self.root, file), skip, take)
+            except FileNotFoundError:
+                raise HandoffDataLostError(
+                    f"segment {file!r} of handoff stream {self.stream!r} was trimmed before "
+                    "this read: another query committed past it with trimOnCommit (give each "
+                    "query but one trimOnCommit=false), or the store's retention policy removed "
+                    "it (keep more: [provider.retention])"
+                ) from None
+
+
+class EmbeddedStorage:
+    """A store directory's handoff log, for the DataSource.
+
+    >>> import tempfile
+    >>> EmbeddedStorage(tempfile.mkdtemp())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    spark_sink.errors.HandoffStoreNotFoundError: no headrace store at ...
+    """
+
+    def __init__(self, path: str) -> None:
+        self.log = HandoffLog.open(path)
+
+    def schema(self, stream: str) -> HandoffSchema:
+        return self.log.schema(stream)
+
+    def start_offsets(self, stream: str) -> dict[int, int]:
+        return self.log.start_offsets(stream)
+
+    def end_offsets(self, stream: str) -> dict[int, int]:
+        return self.log.end_offsets(stream)
+
+    def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+        return admit(start, end, max_rows)  # an offset is a row here
+
+    def plan(self, stream: str, ranges: Sequence[OffsetRange]) -> list[HandoffSplit]:
+        schema = self.log.schema(stream).arrow
+        return [
+            SegmentSplit(
+                self.log.path,
+                stream,
+                r,
+                tuple(
+                    (s.file, s.first_offset, s.row_count, s.data)
+                    for s in self.log.segments(stream, r.partition, r.start, r.end)
+                ),
+                schema,
+            )
+            for r in ranges
+        ]
+
+    def trim(self, stream: str, offsets: Mapping[int, int]) -> None:
+        for partition, offset in offsets.items():
+            self.log.trim(stream, partition, offset)
+        self.log.remove_orphans(stream)
+
+    def close(self) -> None:
+        self.log.close()

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_sink.log import check_stream_name
-from spark_sink.storage import EmbeddedStorage, HandoffStorage
+from spark_sink.log import EmbeddedStorage, HandoffStorage, check_stream_name
 from streams.core.errors import ConfigurationError, did_you_mean
 
 _KAFKA = "kafka.bootstrap.servers"

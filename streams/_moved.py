@@ -27,6 +27,10 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "spark_sink.storage": "spark_sink.log",
+    "spark_sink.writer": "spark_sink.log",
+    "agents.handoff": "spark_sink.handoff",
+    "streams.embedded.receiver": "streams.embedded.queues",
     "balancer.clock": "streams.core.clock",
     "agents.inline": "agents.delivery",
     "streams.cli.demo.status": "streams.cli.demo.report",
@@ -92,7 +96,7 @@ MOVED: dict[str, str] = {
     "streams.core.pubsub_embedded": "streams.embedded.pubsub",
     "streams.adapters.embedded": "streams.embedded.adapter",
     "streams.adapters.embedded_queues": "streams.embedded.queues",
-    "streams.adapters.embedded_receiver": "streams.embedded.receiver",
+    "streams.adapters.embedded_receiver": "streams.embedded.queues",
     "streams.adapters.embedded_state": "streams.embedded.state",
     "streams.adapters.group_commit": "streams.embedded.group_commit",
     "streams.adapters.kafka": "streams.kafka.adapter",

@@ -21,9 +21,8 @@ import pyarrow as pa
 from balancer import BalancerOptions
 from spark_sink import Handoff
 from spark_sink.errors import HandoffStoreNotFoundError, UnknownHandoffStreamError
-from spark_sink.log import HandoffLog
+from spark_sink.log import EmbeddedStorage, HandoffLog
 from spark_sink.offsets import OffsetRange
-from spark_sink.storage import EmbeddedStorage
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 

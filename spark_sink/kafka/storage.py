@@ -20,10 +20,9 @@ from aiokafka import TopicPartition
 
 from spark_sink.kafka.log import KafkaHandoffLog, fetch_range, open_reader
 from spark_sink.kafka.records import HandoffRecord, HandoffTopics
-from spark_sink.log import rebatch
+from spark_sink.log import BATCH_ROWS, HandoffSplit, rebatch
 from spark_sink.offsets import OffsetRange, Offsets, admit_records
 from spark_sink.schema import HandoffSchema
-from spark_sink.storage import BATCH_ROWS, HandoffSplit
 from streams.kafka.clients import start_client
 from streams.kafka.settings import ClientOptions
 

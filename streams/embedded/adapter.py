@@ -7,7 +7,7 @@ A record stays after it is read: receivers read forward from a position, and any
 sequence number can be read again (rewind). The owner of a queue checkpoints the last record
 every consumer has finished with, resumes after it when restarted, and applies the retention
 policy. The tables and their SQL are in :mod:`~streams.embedded.queues`, the receiver
-in :mod:`~streams.embedded.receiver`; the balancer that fences it is built by
+in :mod:`~streams.embedded.queues`; the balancer that fences it is built by
 :mod:`streams.runtime.backends`.
 
 >>> import anyio, tempfile
@@ -51,13 +51,13 @@ from streams.embedded.queues import (
     DEFAULT_QUEUES,
     NO_LEASE,
     QUEUE_SCHEMA,
+    EmbeddedQueueReceiver,
     LeaseFence,
     QueuePositions,
     queue_positions,
     retain,
     stored_queue_count,
 )
-from streams.embedded.receiver import EmbeddedQueueReceiver
 from streams.embedded.state import STATE_SCHEMA
 from streams.embedded.store import EmbeddedStore, Synchronous
 

@@ -21,9 +21,9 @@ import pytest
 from spark_sink import Handoff, HandoffLog, HandoffSchema, HandoffWriter
 from spark_sink.group_commit import Appended, GroupAppender
 from spark_sink.handoff import EmbeddedHandoffSink
+from spark_sink.log import EmbeddedStorage
 from spark_sink.offsets import OffsetRange
 from spark_sink.retention import compact, expire
-from spark_sink.storage import EmbeddedStorage
 from streams.adapters.retention import RetentionPolicy
 from streams.embedded.store import EmbeddedStore
 from streams.eventtime.results import WindowResult
@@ -141,7 +141,7 @@ async def test_a_write_failing_midway_indexes_nothing_and_every_caller_gets_the_
     assert len(errors) == 6 and writer.end_offsets() == {0: 1}
     assert files(tmp_path) - indexed_files(store)  # the failed write's partition-0 file: unindexed
     blocker.unlink()
-    async with anyio.create_task_group() as tg:  # the callers retry, as agents.handoff does
+    async with anyio.create_task_group() as tg:  # the callers retry, as spark_sink.handoff does
         for w in (2, 4, 6, 1, 3, 5):
             tg.start_soon(call, w % 2, w)
     assert writer.end_offsets() == {0: 4, 1: 3}
