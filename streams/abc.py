@@ -1,0 +1,70 @@
+"""What an extension author implements: every protocol a new queue, store, format, balancer,
+cache or handoff sink must satisfy, in one place (as ``collections.abc`` is for containers).
+
+Each is a :class:`typing.Protocol`: implement the methods, no base class needed. A queue
+backend implements :class:`QueueAdapterFactory`, :class:`QueueAdapter` and
+:class:`QueueAdapterReceiver` (and :class:`RewindableReceiver` if its queue can be re-read);
+foreign records need a :class:`RecordFormat`; durable subscriptions and dead letters a
+:class:`PubSubStore` and a :class:`DeadLetterStore`.
+
+>>> from streams.abc import RecordFormat
+>>> class Lines:
+...     name = "lines"
+...     def decode(self, data: bytes) -> str:
+...         return data.decode()
+...     def encode(self, value: str) -> bytes:
+...         return value.encode()
+>>> lines: RecordFormat = Lines()  # checked by mypy: a Lines is a RecordFormat
+>>> lines.decode(b"a line")
+'a line'
+"""
+
+from __future__ import annotations
+
+from balancer.protocols import LeaseProvider, MembershipOracle, QueueBalancer
+from cache.protocols import CachedBatch, QueueCache, QueueCacheCursor
+from spark_sink.protocols import HandoffSink
+from streams.adapters.protocols import (
+    ContainerQueueAdapter,
+    EventWriter,
+    QueueAdapter,
+    QueueAdapterFactory,
+    QueueAdapterReceiver,
+    QueueMapper,
+    RewindableReceiver,
+    StatefulReceiver,
+    StateSource,
+)
+from streams.core.clock import Clock
+from streams.core.deadletters import DeadLetterStore
+from streams.core.observer import StreamFailureHandler, StreamObserver
+from streams.core.pubsub import FollowedPubSubStore, PubSubStore
+from streams.core.records import RecordFormat
+from streams.eventtime.aggregates import Reducer
+
+__all__ = [
+    "CachedBatch",
+    "Clock",
+    "ContainerQueueAdapter",
+    "DeadLetterStore",
+    "EventWriter",
+    "FollowedPubSubStore",
+    "HandoffSink",
+    "LeaseProvider",
+    "MembershipOracle",
+    "PubSubStore",
+    "QueueAdapter",
+    "QueueAdapterFactory",
+    "QueueAdapterReceiver",
+    "QueueBalancer",
+    "QueueCache",
+    "QueueCacheCursor",
+    "QueueMapper",
+    "RecordFormat",
+    "Reducer",
+    "RewindableReceiver",
+    "StateSource",
+    "StatefulReceiver",
+    "StreamFailureHandler",
+    "StreamObserver",
+]
