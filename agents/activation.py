@@ -5,7 +5,7 @@ delivers to: an activation of a consumer type, or an in-process observer
 (:func:`streams.core.observer.as_observer` adapts either shape a user writes). An event-time
 activation (:class:`agents.timed.EventTimeObserver`) is also a :class:`TimedActivation`:
 the agent ticks it while its stream is silent, its open windows hold the queue's
-checkpoint, and its state may be saved with that checkpoint (:mod:`agents.state`).
+checkpoint, and its state may be saved with that checkpoint (:mod:`agents.checkpoint`).
 
 Both are structural: nothing subclasses them, and checking one costs nothing at run time.
 
@@ -98,7 +98,7 @@ class TimedActivation(Activation, Protocol):
     Ticks and holds: after each step it calls ``on_change`` with itself, and the agent then
     reads :meth:`checkpoint_hold` and :meth:`next_tick` (kept in heaps, not asked of every
     activation at every acknowledgement and timer). Snapshots: the members
-    :class:`agents.state.ActivationStates` reads and calls while saving its state."""
+    :class:`agents.checkpoint.ActivationStates` reads and calls while saving its state."""
 
     on_change: Callable[[TimedActivation], None] | None
 
@@ -140,7 +140,7 @@ class TimedActivation(Activation, Protocol):
         """``(last event taken, state)`` to restore it from when its stream has data again."""
         ...
 
-    # -- saved state (agents.state) ------------------------------------------------------
+    # -- saved state (agents.checkpoint) ------------------------------------------------------
     snapshots: bool  # its state is saved with the checkpoint (no hold at its open windows)
     stored: bool  # a snapshot of it is in the store
     unsaved: bool  # stepped since its last snapshot was taken

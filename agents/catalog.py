@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVarTuple
 import anyio
 
 from agents.activation import Activation, PendingActivation, TimedActivation
+from agents.checkpoint import ActivationStates, StateKey
 from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
@@ -28,7 +29,6 @@ from agents.hook_calls import HookLimits
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
 from agents.protocols import AgentContext
-from agents.state import ActivationStates, StateKey
 from agents.timed import EventTimeObserver, declared_event_time
 from spark_sink.handoff import HandoffTarget
 from streams.core.deadletters import QueueDeadLetters
@@ -103,7 +103,7 @@ class Catalog:
         # Activations of types fed by several namespaces (a batch waits for its turn at most
         # half as long as a delivery may take: it goes out of order before it would time out).
         self.keyed = KeyedActivations(context.options.max_event_delivery_time / 2)
-        # Event-time state saved with the checkpoint, where the receiver can (agents.state).
+        # Event-time state saved with the checkpoint, where the receiver can (agents.checkpoint).
         self.states: ActivationStates | None = None
         self._saved: dict[StateKey, tuple[SequenceToken, bytes]] = {}
         self.fates = FateCounts()  # of the activations that ended here (headrace status)

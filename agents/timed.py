@@ -18,19 +18,29 @@ across inputs (:class:`~streams.eventtime.release.MergedRelease`), to ``on_event
 and, with a handoff, to Spark: what ``on_events`` returns, or the events themselves. With an
 interval join (``EventTime(..., join=IntervalJoin(...))``) the pairs go to ``on_join`` and,
 with an ``EventHandoff``, to Spark, one row a pair (:meth:`EventTimeObserver._emit_joins`).
+
+One step at a time per activation, costing nothing while no one waits.
+
+An event-time activation may be delivered to by several subscriptions, and ticked by the
+agent, so its steps take turns. A lock object with its waiter queue per activation would be
+most of a quiet activation's memory; this holds a flag, and makes a queue only for a caller
+that has to wait.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+from collections import deque
 from collections.abc import Callable
 from functools import partial
+from types import TracebackType
+
+import anyio
 
 from agents.activation import TimedActivation
 from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
-from agents.turns import Turns
 from spark_sink.handoff import HandoffTarget, HandoffWrites
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
@@ -42,6 +52,63 @@ from streams.eventtime.release import MergedRelease, TimestampOrder, position_of
 from streams.eventtime.results import EventOutcome, JoinResult, Output
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
+
+
+class Turns:
+    """An async context manager letting one caller in at a time, in arrival order.
+
+    >>> import anyio
+    >>> async def main():
+    ...     turns, order = Turns(), []
+    ...     async def step(name):
+    ...         async with turns:
+    ...             order.append(name); await anyio.sleep(0); order.append(name)
+    ...     async with anyio.create_task_group() as tg:
+    ...         tg.start_soon(step, "a"); tg.start_soon(step, "b")
+    ...     return order
+    >>> anyio.run(main)
+    ['a', 'a', 'b', 'b']
+    """
+
+    __slots__ = ("_held", "_waiters")
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiters: deque[anyio.Event] | None = None
+
+    def locked(self) -> bool:
+        return self._held
+
+    async def __aenter__(self) -> None:
+        if not self._held:
+            self._held = True
+            return
+        if self._waiters is None:
+            self._waiters = deque()
+        turn = anyio.Event()
+        self._waiters.append(turn)
+        try:
+            await turn.wait()  # the one leaving hands the turn over: _held stays True
+        except BaseException:
+            if turn.is_set():
+                self._pass_on()  # handed the turn while being cancelled: give it on
+            else:
+                self._waiters.remove(turn)
+            raise
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._pass_on()
+
+    def _pass_on(self) -> None:
+        waiters = self._waiters
+        if waiters:
+            waiters.popleft().set()
+        else:
+            self._held = False
+            self._waiters = None
+
 
 __all__ = ["EventTimeObserver", "declared_event_time"]
 
@@ -66,7 +133,7 @@ class EventTimeObserver:
     # A batch it took is in its processor's windows: the runtime must not deliver it again
     # after a failure (it would be counted twice).
     redeliverable = False
-    user_on_next = None  # steps take turns (agents.turns): never called inline
+    user_on_next = None  # steps take turns (agents.timed): never called inline
 
     # One per activation, so per stream id: slots keep a quiet one small ("__dict__" takes
     # what is set on one besides, as a test's wrapper around a method).
@@ -173,7 +240,7 @@ class EventTimeObserver:
         # Told after each step (its hold and next tick may have moved): the agent keeps
         # them in heaps rather than asking every activation at every ack and tick.
         self.on_change: Callable[[TimedActivation], None] | None = None
-        # Snapshots (agents.state): while on, open windows do not hold the checkpoint; the
+        # Snapshots (agents.checkpoint): while on, open windows do not hold the checkpoint; the
         # first event taken since the last saved snapshot does (and, while one is being
         # written, the first one that snapshot covers). Held events of a handoff and merges
         # of several inputs are not snapshotted: their windows hold it as before.

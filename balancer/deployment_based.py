@@ -209,7 +209,7 @@ class BestFitBalancer(QueueBalancerBase):
     configuration); by default, every name the membership table has ever seen. Name workers
     stably (``worker-0`` … ``worker-N``): a worker that comes back gets its own queues back,
     and only those move. A never-seen name changes the ideal distribution itself, so for
-    fleets of throwaway names use :class:`~balancer.lease_based.LeaseBasedQueueBalancer`. (A
+    fleets of throwaway names use :class:`~balancer.leases.LeaseBasedQueueBalancer`. (A
     name that never comes back leaves its ideal share to the others as orphans: still balanced,
     within one queue.)
 

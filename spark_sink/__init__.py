@@ -29,31 +29,31 @@ from typing import TYPE_CHECKING, Any
 # Loaded on first use (PEP 562): a worker that only declares ``Handoff`` needs neither
 # pyspark nor the Kafka client, and a Spark executor reading the log needs no runtime.
 _HOMES = {
-    "HeadraceDataSource": "datasource",
-    "register": "datasource",
-    "HandoffDataLostError": "errors",
-    "HandoffSchemaError": "errors",
-    "HandoffStoreNotFoundError": "errors",
-    "UnknownHandoffStreamError": "errors",
-    "EmbeddedHandoffSink": "handoff",
-    "EventHandoff": "handoff",
-    "Handoff": "handoff",
-    "HandoffSink": "protocols",
-    "check_handoff": "handoff",
-    "handoff_of": "handoff",
-    "KafkaHandoffLog": "kafka_log",
-    "KafkaHandoffSink": "kafka_sink",
-    "KafkaStorage": "kafka_storage",
-    "HandoffLog": "log",
-    "Segment": "log",
-    "ReadOptions": "options",
-    "HandoffColumn": "schema",
-    "HandoffSchema": "schema",
-    "EmbeddedStorage": "storage",
-    "HandoffSplit": "storage",
-    "HandoffStorage": "storage",
-    "OffsetRange": "offsets",
-    "HandoffWriter": "writer",
+    "HeadraceDataSource": "spark_sink.datasource",
+    "register": "spark_sink.datasource",
+    "HandoffDataLostError": "streams.core.errors",
+    "HandoffSchemaError": "streams.core.errors",
+    "HandoffStoreNotFoundError": "streams.core.errors",
+    "UnknownHandoffStreamError": "streams.core.errors",
+    "EmbeddedHandoffSink": "spark_sink.handoff",
+    "EventHandoff": "spark_sink.handoff",
+    "Handoff": "spark_sink.handoff",
+    "HandoffSink": "spark_sink.protocols",
+    "check_handoff": "spark_sink.handoff",
+    "handoff_of": "spark_sink.handoff",
+    "KafkaHandoffLog": "spark_sink.kafka.log",
+    "KafkaHandoffSink": "spark_sink.kafka.sink",
+    "KafkaStorage": "spark_sink.kafka.storage",
+    "HandoffLog": "spark_sink.log",
+    "Segment": "spark_sink.log",
+    "ReadOptions": "spark_sink.options",
+    "HandoffColumn": "spark_sink.schema",
+    "HandoffSchema": "spark_sink.schema",
+    "EmbeddedStorage": "spark_sink.log",
+    "HandoffSplit": "spark_sink.log",
+    "HandoffStorage": "spark_sink.log",
+    "OffsetRange": "spark_sink.offsets",
+    "HandoffWriter": "spark_sink.log",
 }
 
 __all__ = [
@@ -89,7 +89,7 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'spark_sink' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value  # once loaded, an ordinary attribute
     return value
 
@@ -100,12 +100,6 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # the lazy names, for type checkers (streams.runtime.backends types its handoff sinks by them)
     from spark_sink.datasource import HeadraceDataSource, register
-    from spark_sink.errors import (
-        HandoffDataLostError,
-        HandoffSchemaError,
-        HandoffStoreNotFoundError,
-        UnknownHandoffStreamError,
-    )
     from spark_sink.handoff import EmbeddedHandoffSink, EventHandoff, Handoff, check_handoff, handoff_of
     from spark_sink.kafka.log import KafkaHandoffLog
     from spark_sink.kafka.sink import KafkaHandoffSink
@@ -115,3 +109,9 @@ if TYPE_CHECKING:  # the lazy names, for type checkers (streams.runtime.backends
     from spark_sink.options import ReadOptions
     from spark_sink.protocols import HandoffSink
     from spark_sink.schema import HandoffColumn, HandoffSchema
+    from streams.core.errors import (
+        HandoffDataLostError,
+        HandoffSchemaError,
+        HandoffStoreNotFoundError,
+        UnknownHandoffStreamError,
+    )

@@ -43,10 +43,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_sink.errors import HandoffDataLostError, HandoffSchemaError
 from spark_sink.log import HandoffSplit, HandoffStorage
 from spark_sink.offsets import Offsets, decode_offsets, encode_offsets, split_ranges
 from spark_sink.options import ReadOptions
+from streams.core.errors import HandoffDataLostError, HandoffSchemaError
 
 NAME = "headrace"
 

@@ -55,15 +55,15 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from spark_sink.errors import (
+from spark_sink.offsets import OffsetRange, Offsets, admit
+from spark_sink.schema import HandoffData, HandoffSchema
+from streams.core.errors import (
+    ConfigurationError,
     HandoffDataLostError,
     HandoffSchemaError,
     HandoffStoreNotFoundError,
     UnknownHandoffStreamError,
 )
-from spark_sink.offsets import OffsetRange, Offsets, admit
-from spark_sink.schema import HandoffData, HandoffSchema
-from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
 from streams.embedded.store import EmbeddedStore, Migration
 
@@ -683,7 +683,7 @@ class EmbeddedStorage:
     >>> EmbeddedStorage(tempfile.mkdtemp())  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    spark_sink.errors.HandoffStoreNotFoundError: no headrace store at ...
+    streams.core.errors.HandoffStoreNotFoundError: no headrace store at ...
     """
 
     def __init__(self, path: str) -> None:

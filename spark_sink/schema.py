@@ -20,7 +20,7 @@ from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 
-from spark_sink.errors import HandoffSchemaError
+from streams.core.errors import HandoffSchemaError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)

@@ -18,7 +18,7 @@ _moved.install()  # old module paths keep importing for one release
 
 # public name -> the module that defines it
 _HOMES = {
-    "GeneratorConfig": "streams.adapters.generator",
+    "GeneratorConfig": "streams.adapters.memory",
     "QueueAdapter": "streams.adapters.protocols",
     "QueueAdapterFactory": "streams.adapters.protocols",
     "QueueAdapterReceiver": "streams.adapters.protocols",
@@ -112,7 +112,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the lazy names, for type checkers
-    from streams.adapters.generator import GeneratorConfig
+    from streams.adapters.memory import GeneratorConfig
     from streams.adapters.protocols import (
         QueueAdapter,
         QueueAdapterFactory,

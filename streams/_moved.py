@@ -3,7 +3,8 @@
 The packages were regrouped (``streams/runtime``, ``streams/embedded``, ``streams/kafka``, and so
 on); code that imports a module by its old path keeps working and is told, once, where it went:
 
->>> import warnings
+>>> import sys, warnings
+>>> _ = sys.modules.pop("streams.provider", None)  # as in a process that never imported it
 >>> with warnings.catch_warnings(record=True) as caught:
 ...     warnings.simplefilter("always")
 ...     from streams.provider import StreamProvider
@@ -27,6 +28,13 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "streams.kafka.outage": "streams.kafka.clients",
+    "streams.adapters.generator": "streams.adapters.memory",
+    "agents.state": "agents.checkpoint",
+    "streams.embedded.state": "streams.embedded.queues",
+    "agents.turns": "agents.timed",
+    "spark_sink.memory_sink": "spark_sink.handoff",
+    "spark_sink.errors": "streams.core.errors",
     "spark_sink.storage": "spark_sink.log",
     "spark_sink.writer": "spark_sink.log",
     "agents.handoff": "spark_sink.handoff",
@@ -97,7 +105,7 @@ MOVED: dict[str, str] = {
     "streams.adapters.embedded": "streams.embedded.adapter",
     "streams.adapters.embedded_queues": "streams.embedded.queues",
     "streams.adapters.embedded_receiver": "streams.embedded.queues",
-    "streams.adapters.embedded_state": "streams.embedded.state",
+    "streams.adapters.embedded_state": "streams.embedded.queues",
     "streams.adapters.group_commit": "streams.embedded.group_commit",
     "streams.adapters.kafka": "streams.kafka.adapter",
     "streams.adapters.kafka_receiver": "streams.kafka.receiver",

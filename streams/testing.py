@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import spark_sink
-from spark_sink.memory_sink import MemoryHandoffSink
+from spark_sink.handoff import MemoryHandoffSink
 from streams.adapters.memory import MemoryAdapterFactory
 from streams.core.clock import ManualClock
 from streams.core.deadletters import DeadLetter, MemoryDeadLetterStore

@@ -55,7 +55,7 @@ from balancer.kafka.assignor import BestFitPartitionAssignor
 from balancer.protocols import Lease, QueueDistributionChange, QueueDistributionListener
 from streams.core.errors import ConfigurationError, QueueAdapterError
 from streams.core.ids import QueueId
-from streams.kafka.outage import is_transient
+from streams.kafka.clients import is_transient
 from streams.kafka.settings import KafkaSettings
 
 log = logging.getLogger("headrace.balancer")

@@ -30,7 +30,6 @@ import pyarrow as pa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
-from spark_sink.errors import HandoffDataLostError, HandoffSchemaError, UnknownHandoffStreamError
 from spark_sink.kafka.records import (
     Declaration,
     HandoffRecord,
@@ -40,7 +39,7 @@ from spark_sink.kafka.records import (
     record_headers,
 )
 from spark_sink.schema import HandoffSchema
-from streams.core.errors import ConfigurationError
+from streams.core.errors import ConfigurationError, HandoffDataLostError, HandoffSchemaError, UnknownHandoffStreamError
 from streams.kafka.clients import ensure_topic, offset_bounds, start_client
 from streams.kafka.settings import ClientOptions, cluster_name
 

@@ -25,7 +25,7 @@ from spark_sink.kafka.records import PartitionMarks
 from streams.core.retry import OutageLog, retry
 from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
-from streams.kafka.outage import is_transient
+from streams.kafka.clients import is_transient
 from streams.kafka.settings import KafkaSettings
 
 log = logging.getLogger("headrace.handoff")

@@ -1,14 +1,23 @@
-"""The memory adapter: queues in this process, for tests and one-process use."""
+"""The memory adapter: queues in this process, for tests and one-process use.
+
+The generator adapter: test data made by the adapter itself (Orleans' GeneratorAdapterFactory).
+
+Each queue's receiver invents batch containers for the streams that map to it, until it has
+made ``events_per_stream`` events for each. Producers cannot write to it.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.adapters.protocols import ContainerQueueAdapter
-from streams.core.batch import QueueMessage
+from streams.core.batch import BatchContainer, BatchKind, QueueMessage
+from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, SequenceToken, StreamId
 
 
@@ -89,6 +98,104 @@ class MemoryAdapterFactory:
         self._adapter = MemoryQueueAdapter(queues)
 
     async def create_adapter(self) -> MemoryQueueAdapter:
+        return self._adapter
+
+    def get_queue_mapper(self) -> HashRingQueueMapper:
+        return self._adapter.mapper
+
+
+def _default_value(stream_id: StreamId, n: int) -> Any:
+    return {"stream": stream_id.key, "n": n}
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """What to generate: ``streams`` stream ids ``namespace/0 … namespace/streams-1``, each
+    with ``events_per_stream`` events numbered from 0, ``batch_size`` to a container."""
+
+    namespace: str = "generated"
+    streams: int = 16
+    events_per_stream: int = 100
+    batch_size: int = 10
+    make_value: Callable[[StreamId, int], Any] = _default_value
+    complete: bool = True  # end each stream with on_completed
+
+
+class GeneratorQueueAdapter(ContainerQueueAdapter):
+    name = "generator"
+    is_rewindable = False
+
+    def __init__(self, config: GeneratorConfig, queues: int = 8) -> None:
+        if config.batch_size < 1 or config.streams < 0 or config.events_per_stream < 0:
+            raise ConfigurationError("generator sizes must be positive")
+        self.config = config
+        self.mapper = HashRingQueueMapper(queues)
+        self._streams: dict[QueueId, list[StreamId]] = {q: [] for q in self.mapper.get_all_queues()}
+        for i in range(config.streams):
+            sid = StreamId(config.namespace, str(i))
+            self._streams[self.mapper.get_queue_for_stream(sid)].append(sid)
+
+    async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
+        raise ConfigurationError("the generator adapter makes its own data; producers cannot write to it")
+
+    def create_receiver(self, queue: QueueId) -> GeneratorQueueReceiver:
+        return GeneratorQueueReceiver(queue, self._streams[queue], self.config)
+
+    async def close(self) -> None:
+        return None
+
+
+class GeneratorQueueReceiver:
+    def __init__(self, queue: QueueId, streams: list[StreamId], config: GeneratorConfig) -> None:
+        self.queue = queue
+        self._config = config
+        self._made = {sid: 0 for sid in streams}
+        self._completed: set[StreamId] = set()
+        self._sequence = 0
+        self.delivered = 0
+        self.caught_up = False  # the last read made everything there was to make
+
+    def _next(self) -> BatchContainer | None:
+        cfg = self._config
+        # Round-robin over the streams that still have data, so streams interleave.
+        for sid, made in self._made.items():
+            if made < cfg.events_per_stream:
+                n = min(cfg.batch_size, cfg.events_per_stream - made)
+                self._made[sid] = made + n
+                values = [cfg.make_value(sid, made + i) for i in range(n)]
+                return BatchContainer(sid, BatchKind.DATA, time.time(), values)
+        for sid in self._made:
+            if cfg.complete and sid not in self._completed:
+                self._completed.add(sid)
+                return BatchContainer(sid, BatchKind.COMPLETED, time.time(), [])
+        return None
+
+    async def initialize(self) -> None:
+        return None
+
+    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        out: list[QueueMessage] = []
+        while len(out) < max_count:
+            container = self._next()
+            if container is None:
+                break
+            out.append(QueueMessage(self.queue, self._sequence, container.encode(), container.arrival_time))
+            self._sequence += 1
+        self.caught_up = len(out) < max_count
+        return out
+
+    async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
+        self.delivered += len(tokens)
+
+    async def shutdown(self) -> None:
+        return None
+
+
+class GeneratorAdapterFactory:
+    def __init__(self, config: GeneratorConfig | None = None, queues: int = 8) -> None:
+        self._adapter = GeneratorQueueAdapter(config or GeneratorConfig(), queues)
+
+    async def create_adapter(self) -> GeneratorQueueAdapter:
         return self._adapter
 
     def get_queue_mapper(self) -> HashRingQueueMapper:

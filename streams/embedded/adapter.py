@@ -51,6 +51,7 @@ from streams.embedded.queues import (
     DEFAULT_QUEUES,
     NO_LEASE,
     QUEUE_SCHEMA,
+    STATE_SCHEMA,
     EmbeddedQueueReceiver,
     LeaseFence,
     QueuePositions,
@@ -58,7 +59,6 @@ from streams.embedded.queues import (
     retain,
     stored_queue_count,
 )
-from streams.embedded.state import STATE_SCHEMA
 from streams.embedded.store import EmbeddedStore, Synchronous
 
 __all__ = [  # what other modules import from here, wherever it is defined

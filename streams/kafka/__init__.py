@@ -4,7 +4,7 @@ share, in one place:
 
 - :mod:`streams.kafka.settings`: :class:`~streams.kafka.settings.KafkaSettings`, the cluster,
   topics and timeouts every client uses;
-- :mod:`streams.kafka.outage`: which failures are worth retrying, the outage log that quiets
+- :mod:`streams.kafka.clients`: which failures are worth retrying, the outage log that quiets
   aiokafka, and the retry with the settings' give-up time;
 - :mod:`streams.kafka.clients`: creating topics and checking their partition counts;
 - :mod:`streams.kafka.clients`: starting a client, a partition's offset bounds;

@@ -53,8 +53,14 @@ from streams.core.codec import encode_batch
 from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
 from streams.core.retry import OutageLog, retry
-from streams.kafka.clients import Producers, ensure_queue_topics
-from streams.kafka.outage import is_transient, kafka_outage_log, permanent_fix, retry_kafka
+from streams.kafka.clients import (
+    Producers,
+    ensure_queue_topics,
+    is_transient,
+    kafka_outage_log,
+    permanent_fix,
+    retry_kafka,
+)
 from streams.kafka.receiver import KafkaQueueReceiver
 from streams.kafka.settings import KafkaSettings, Start
 from streams.kafka.state import KafkaChangelog, KafkaRecordReceiver, KafkaStateReceiver

@@ -15,8 +15,7 @@ from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError, QueueFailedError
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.retry import Backoff, OutageLog, reason_of
-from streams.kafka.clients import offset_bounds, start_client
-from streams.kafka.outage import is_transient, log, permanent_fix, retry_kafka
+from streams.kafka.clients import is_transient, log, offset_bounds, permanent_fix, retry_kafka, start_client
 from streams.kafka.records import ContainerRecords, Fetched, GroupedRecords, RecordReader
 from streams.kafka.settings import KafkaSettings
 

@@ -1,7 +1,7 @@
 """Event-time state on Kafka: a compacted changelog topic beside the queues' topic.
 
 Each activation's saved state (:mod:`streams.eventtime.snapshot`, collected by the pulling
-agent's :class:`~agents.state.ActivationStates`) is one record of
+agent's :class:`~agents.checkpoint.ActivationStates`) is one record of
 ``<group_id>.state.<topic>``, partition = queue, so whoever reads queue *i* next reads
 partition *i* of the changelog:
 
@@ -55,8 +55,7 @@ from streams.core.batch import QueueMessage
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.retry import OutageLog, reason_of
-from streams.kafka.clients import Producers, ensure_topic, read_partition, start_client
-from streams.kafka.outage import is_transient, log, retry_kafka
+from streams.kafka.clients import Producers, ensure_topic, is_transient, log, read_partition, retry_kafka, start_client
 from streams.kafka.receiver import KafkaQueueReceiver
 from streams.kafka.records import Fetched
 from streams.kafka.repartition import SEEN, Rekeying
@@ -236,14 +235,14 @@ def _states_of(queue: QueueId, newest: Mapping[bytes, bytes | None]) -> SavedSta
 
 class KafkaStateReceiver(KafkaQueueReceiver):
     """A Kafka receiver that saves its activations' event-time state in the changelog, before
-    each offset commit (a :class:`~streams.embedded.state.StatefulReceiver`).
+    each offset commit (a :class:`~streams.embedded.queues.StatefulReceiver`).
 
     Example (``adapter.create_receiver`` makes it for a topic of headrace's records)::
 
         receiver = KafkaStateReceiver(settings, QueueId(0), outage, adapter.changelog)
         await receiver.initialize()
         saved = await receiver.load_states()  # the pulling agent restores its activations
-        receiver.state_source = states  # agents.state.ActivationStates: written at each commit
+        receiver.state_source = states  # agents.checkpoint.ActivationStates: written at each commit
     """
 
     def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, changelog: KafkaChangelog) -> None:

@@ -28,8 +28,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streams.core.errors import ConfigurationError
 from streams.core.retry import OutageLog
-from streams.kafka.clients import ensure_topic, read_partition, start_client
-from streams.kafka.outage import kafka_outage_log, retry_kafka
+from streams.kafka.clients import ensure_topic, kafka_outage_log, read_partition, retry_kafka, start_client
 from streams.kafka.settings import KafkaSettings
 
 Headers = tuple[tuple[str, bytes], ...]

@@ -22,9 +22,8 @@ from balancer.lease_based import LeaseBasedQueueBalancer
 from balancer.protocols import QueueBalancer
 from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
 from spark_sink.retention import MarkRetention
-from streams.adapters.generator import GeneratorAdapterFactory, GeneratorConfig
 from streams.adapters.mapper import HashRingQueueMapper
-from streams.adapters.memory import MemoryAdapterFactory
+from streams.adapters.memory import GeneratorAdapterFactory, GeneratorConfig, MemoryAdapterFactory
 from streams.adapters.protocols import QueueAdapterFactory, QueueMapper
 from streams.adapters.retention import RetentionPolicy
 from streams.core.deadletters import DeadLetterStore, MemoryDeadLetterStore

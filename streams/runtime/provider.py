@@ -29,7 +29,7 @@ from balancer.keyed import KeyedQueueMapper, co_partition, places_together
 from balancer.protocols import QueueBalancer
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
-from streams.adapters.generator import GeneratorConfig
+from streams.adapters.memory import GeneratorConfig
 from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueMapper
 from streams.adapters.retention import RetentionPolicy
 from streams.core.clock import WALL_CLOCK, Clock

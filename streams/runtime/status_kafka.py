@@ -60,9 +60,8 @@ from balancer.kafka.assignor import MemberClaim
 from balancer.kafka.group import membership_group_id
 from streams.core.ids import QueueId
 from streams.core.retry import OutageLog
-from streams.kafka.clients import start_client
+from streams.kafka.clients import kafka_outage_log, retry_kafka, start_client
 from streams.kafka.deadletters import KafkaDeadLetterStore
-from streams.kafka.outage import kafka_outage_log, retry_kafka
 from streams.kafka.pubsub import COMPACTED
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topic_log import LogRecord, TopicLog

@@ -1,5 +1,5 @@
 """A Spark executor that reads the handoff log imports the reading side only: the DataSource,
-the log and ``streams.core``; no agent, balancer, cache, provider, queue adapter or Kafka
+the log, its SQLite store and ``streams.core``; no agent, balancer, cache, provider, queue adapter or Kafka
 client (aiokafka loads only when a Kafka log is read)."""
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ def run_listing(script: str) -> tuple[list[str], list[str]]:
 
 
 def beyond_reading_side(modules: list[str], *reading: str) -> list[str]:
-    """``modules`` outside the reading side: spark_sink, the floor ``streams.core`` (and the
-    packages named in ``reading``)."""
-    allowed = ("spark_sink", "streams.core", *reading)
-    return [m for m in modules if m != "streams" and not any(m == p or m.startswith(f"{p}.") for p in allowed)]
+    """``modules`` outside the reading side: spark_sink, the floor ``streams.core``, the
+    SQLite store the embedded log is indexed in (and the packages named in ``reading``)."""
+    allowed = ("spark_sink", "streams.core", "streams.embedded.store", *reading)
+    root = ("streams", "streams._moved", "streams.embedded")  # package roots: nothing loads with them
+    return [m for m in modules if m not in root and not any(m == p or m.startswith(f"{p}.") for p in allowed)]
 
 
 def test_importing_the_datasource_loads_no_runtime_and_no_kafka_client():

@@ -14,12 +14,11 @@ import pyarrow as pa
 import pytest
 
 from spark_sink import EventHandoff, Handoff
-from spark_sink.errors import HandoffSchemaError
 from spark_sink.handoff import EmbeddedHandoffSink, conform
 from spark_sink.schema import HandoffSchema
 from streams import StreamId, StreamProvider
 from streams.core.batch import Event
-from streams.core.errors import HandoffRefusedError
+from streams.core.errors import HandoffRefusedError, HandoffSchemaError
 from streams.core.ids import SequenceToken
 from streams.embedded.store import EmbeddedStore
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling

@@ -11,14 +11,13 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pytest
 
-from spark_sink.errors import HandoffSchemaError, UnknownHandoffStreamError
 from spark_sink.handoff import EventHandoff, Handoff
 from spark_sink.kafka import sink as kafka_sink
 from spark_sink.kafka.log import KafkaHandoffLog
 from spark_sink.kafka.records import PartitionMarks
 from spark_sink.kafka.sink import KafkaHandoffSink
 from streams.core.batch import Event
-from streams.core.errors import HandoffRefusedError
+from streams.core.errors import HandoffRefusedError, HandoffSchemaError, UnknownHandoffStreamError
 from streams.core.ids import SequenceToken, StreamId
 from streams.eventtime.results import EventOutcome, WindowResult
 from streams.kafka.settings import KafkaSettings

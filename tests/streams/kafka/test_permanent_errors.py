@@ -23,7 +23,7 @@ from aiokafka.errors import (
 )
 
 from streams import QueueFailedError, StreamId, StreamProvider
-from streams.kafka.outage import is_transient, permanent_fix
+from streams.kafka.clients import is_transient, permanent_fix
 from streams.kafka.settings import KafkaSettings
 from streams.runtime.metrics import metric_families
 from streams.runtime.snapshot import take_snapshot
