@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-SAMPLE = ROOT / "tests" / "eventtime" / "data" / "asa_ordering_policy.csv"
+SAMPLE = ROOT / "tests" / "streams" / "eventtime" / "data" / "asa_ordering_policy.csv"
 
 # Runs the rest of the script as if the named top-level packages were not installed.
 WITHOUT = """

@@ -2,7 +2,7 @@
 
 What is Kafka-specific is tested here: the topic's layout, where records land, offsets
 committed to Kafka, the start position, and outages. The behaviour every adapter shares is
-in the contract suite (``tests/adapters``), which runs on this adapter too.
+in the contract suite (``tests/streams/adapters``), which runs on this adapter too.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Kafka handoff log on the test broker: appends, marks, and records that do not count.
 
-Spark reads of this log are tested with the other DataSource tests (tests/spark); here is
+Spark reads of this log are tested with the other DataSource tests (tests/spark_sink); here is
 the writer's side: every window appended once, whoever writes and however often.
 """
 
