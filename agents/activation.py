@@ -1,4 +1,7 @@
-"""What the agents deliver to: the boundary between a queue's pulling agent and the consumers.
+"""What the agents deliver to: the boundary between a queue's pulling agent and the consumers, and
+an activation whose constructor has not succeeded yet.
+
+What the agents deliver to: the boundary between a queue's pulling agent and the consumers.
 
 :class:`Activation` is what a subscription's :class:`~agents.delivery.StreamConsumer`
 delivers to: an activation of a consumer type, or an in-process observer

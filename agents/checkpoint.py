@@ -1,4 +1,7 @@
-"""What a queue's checkpoint waits for, kept proportional to the work at hand.
+"""What a queue's checkpoint waits for, kept proportional to the work at hand, and the event-time
+state saved with it.
+
+What a queue's checkpoint waits for, kept proportional to the work at hand.
 
 A pulling agent acknowledges to its queue only the positions nobody needs any more: not a
 cursor in the cache or reading history, and not an event-time activation whose open windows

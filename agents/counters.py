@@ -1,4 +1,7 @@
-"""What event time did to the events of each consumer type, counted for ``headrace status``.
+"""What a pulling agent counts for ``headrace status`` and the metrics: each consumer type's event
+fates, and the latency of its queue reads.
+
+What event time did to the events of each consumer type, counted for ``headrace status``.
 
 Each event-time activation counts the fates of its events (its processor's
 :class:`~streams.eventtime.results.Counters`: kept, adjusted, dropped, dead-lettered). An

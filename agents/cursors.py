@@ -1,4 +1,7 @@
-"""Where a consumer reads from: its queue's cache, or the durable queue where the cache
+"""Where a consumer reads from: its queue's cache, or (a rewind, a detached consumer) the durable
+queue where the cache cannot serve it.
+
+Where a consumer reads from: its queue's cache, or the durable queue where the cache
 cannot serve it.
 
 A subscription from a token older than the cache (or made before the cache has read

@@ -1,4 +1,7 @@
-"""Batches of several streams taking turns in queue order.
+"""Several inputs of one activation: batches of several streams taking turns in queue order, which
+input holds the merged watermark back, and each input's face of the activation.
+
+Batches of several streams taking turns in queue order.
 
 An activation fed by several streams (``agents.keyed``: one per key over several
 namespaces) gets each stream's batches from that stream's consumer task; without care they

@@ -1,4 +1,6 @@
-"""Driving the event-time core for one consumer activation.
+"""Driving the event-time core for one consumer activation, one step at a time.
+
+Driving the event-time core for one consumer activation.
 
 An activation whose type declares ``event_time = EventTime(...)`` is wrapped in an
 :class:`EventTimeObserver`: batches go through its processor (ordering policy, watermark,

@@ -1,4 +1,7 @@
-"""Best-fit distributions of queues over workers: pure functions, no I/O, no state.
+"""The deployment-based balancers (Orleans' ``DeploymentBasedQueueBalancer``): static over a fixed
+list of workers, dynamic over live membership, and the best-fit distributions both use.
+
+Best-fit distributions of queues over workers: pure functions, no I/O, no state.
 
 Every function here depends only on the *sets* it is given (inputs are sorted first), so each
 worker computes the same answer from the same facts, and every result puts each queue with

@@ -1,4 +1,7 @@
-r"""The embedded handoff log: Arrow IPC segments, indexed in the store's SQLite db.
+"""The embedded handoff log: Arrow IPC segments indexed in the store's SQLite db, the writer the
+runtime appends through, and the reading side the Spark DataSource plans on.
+
+The embedded handoff log: Arrow IPC segments, indexed in the store's SQLite db.
 
 Layout under a store directory ``path`` (shared with the embedded queues, checkpoints, ...)::
 
@@ -36,7 +39,7 @@ recomputes exactly the rows that were not handed off.
 What the Spark DataSource needs from the storage below a handoff log.
 
 The DataSource deals in offsets and ranges only; a :class:`HandoffStorage` turns ranges into
-picklable :class:`HandoffSplit`\ s that Spark's executors read. :class:`EmbeddedStorage` is
+picklable :class:`HandoffSplit` objects that Spark's executors read. :class:`EmbeddedStorage` is
 the store directory (:class:`~spark_sink.log.HandoffLog`); Kafka topics are the other
 (:mod:`spark_sink.kafka.storage`).
 """

@@ -1,4 +1,7 @@
-"""Retention of the embedded handoff log: what stays when no Spark query trims it.
+"""Keeping the embedded handoff log small: retention of what no Spark query trims, compaction of
+inline segments into files, and forgetting exactly-once marks no replay can need.
+
+Retention of the embedded handoff log: what stays when no Spark query trims it.
 
 A Spark query with ``trimOnCommit`` deletes what it has read. Without one (none started yet,
 or ``trimOnCommit=false``), nothing else would, and a busy stream's log would grow for ever.

@@ -1,4 +1,7 @@
-"""The memory adapter: queues in this process, for tests and one-process use.
+"""Queues in this process: the memory adapter (for tests and one-process use) and the generator
+adapter (generated test data).
+
+The memory adapter: queues in this process, for tests and one-process use.
 
 The generator adapter: test data made by the adapter itself (Orleans' GeneratorAdapterFactory).
 

@@ -1,4 +1,7 @@
-"""Every error headrace raises on purpose derives from :class:`HeadraceError`.
+"""Every error headrace raises on purpose, the Spark handoff's included; each derives from
+:class:`HeadraceError`.
+
+Every error headrace raises on purpose derives from :class:`HeadraceError`.
 
 The errors of the Spark handoff: each says what is wrong and what to do about it.
 

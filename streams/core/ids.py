@@ -1,4 +1,7 @@
-"""Stream identities and queue identities, with hashes that are stable across processes.
+"""Stream identities, queue identities and sequence tokens: what an event is about, and where it
+stands in its queue.
+
+Stream identities and queue identities, with hashes that are stable across processes.
 
 Sequence tokens: where an event stands in its queue, totally ordered within the queue.
 """

@@ -1,4 +1,7 @@
-"""Observers: what consumes a stream, in whatever shape the user wrote it.
+"""Observers: what consumes a stream, in whatever shape the user wrote it, and the failure handler
+told when delivery fails.
+
+Observers: what consumes a stream, in whatever shape the user wrote it.
 
 A consumer may be a callable (sync or async) taking a batch, or an object with ``on_next``
 and optionally ``on_error``, ``on_completed`` and ``on_watermark``, each sync or async.

@@ -1,4 +1,7 @@
-"""Retrying what failed because a server is away: one helper for every client in headrace.
+"""Retrying what failed because a server is away: one helper for every client in headrace, and the
+outage log that says so once when it starts and once when it ends.
+
+Retrying what failed because a server is away: one helper for every client in headrace.
 
 :func:`retry` runs an operation until it succeeds, sleeping a growing delay between attempts
 (:class:`Backoff`: doubling up to a cap, with jitter), and reports each failure and the

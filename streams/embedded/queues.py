@@ -1,4 +1,7 @@
-"""The embedded queues' tables and the SQL on them, shared by the adapter, its receivers and
+"""The embedded queues: their tables and the SQL on them, the receiver that reads a queue for its
+agent, and the event-time state saved beside each checkpoint.
+
+The embedded queues' tables and the SQL on them, shared by the adapter, its receivers and
 the status and configuration readers: records, queue heads, checkpoints, retention, and the
 lease fence a checkpoint is written under. Every function here runs on a connection, in a
 worker thread.

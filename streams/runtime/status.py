@@ -1,4 +1,7 @@
-"""A cluster's status, read from its embedded store: what ``headrace status`` shows.
+"""A worker's live status and a cluster's: what a worker publishes to the embedded store, and what
+``headrace status`` reads back from it.
+
+A cluster's status, read from its embedded store: what ``headrace status`` shows.
 
 Everything comes from the tables the runtime keeps anyway (membership, leases, queue heads,
 checkpoints, dead letters, the handoff log), plus the rows workers write about their agents

@@ -1,4 +1,7 @@
-"""A Kafka cluster's status, read from the cluster itself: what ``headrace status --config``
+"""The workers' status on Kafka: each worker's snapshot on a compacted status topic, and a Kafka
+cluster's status read from the cluster itself for ``headrace status``.
+
+A Kafka cluster's status, read from the cluster itself: what ``headrace status --config``
 shows for a Kafka adapter, in the same :class:`~streams.runtime.status.ClusterStatus` as the embedded
 store's.
 

@@ -1,4 +1,7 @@
-"""The demo's closing account: every published record has exactly one fate.
+"""What the demo shows as it runs and at its end: the live status line and the closing account in
+which every published record has exactly one fate.
+
+The demo's closing account: every published record has exactly one fate.
 
 The counts come from independent places, so agreeing means something: the producers' own
 tally, the windows the last stage (Spark) received and the events counted in them, the
