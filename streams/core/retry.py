@@ -8,7 +8,9 @@ says which) is raised at once; after ``give_up_after`` seconds of failures the r
 one clear error (:func:`retry_blocking` is the same for an operation that blocks its
 thread). It is cancelled like any other awaitable (a cancel scope around it ends it
 at once, also mid back-off), and ``stop`` ends it after a failed attempt, for a caller that
-is shutting down (the pulling agents' reads and acknowledgements).
+is shutting down (the pulling agents' reads and acknowledgements). It also paces a consumer's
+redelivery (``after=`` the first failure, exact doubling, no attempt that would start past
+the batch's deadline). Why not tenacity or stamina: docs/architecture.md, Dependencies.
 
 Logging an outage of a server once when it starts and once when it ends, however many
 retries and clients it involves (:class:`OutageLog`; the retries are
