@@ -48,6 +48,7 @@ and the batch is dead-lettered once ``max_event_delivery_time`` is spent.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
@@ -59,6 +60,7 @@ from streams.core.batch import Event, EventBatch, QueueMessage
 from streams.core.deadletters import DeadLetter, DeadLetterStore, event_position
 from streams.core.errors import ActivationError, DecodeError, DeliveryTimeoutError, user_error
 from streams.core.ids import SequenceToken
+from streams.core.retry import Backoff, RetryStopped, retry
 from streams.eventtime.results import EventOutcome, WindowResult
 
 
@@ -153,19 +155,41 @@ async def call_again(
     backoff: float,
     stopped: Callable[[], bool],
 ) -> Exception | None:
-    """:func:`redeliver` for any call of a consumer's hook (``call()`` failed with ``error``)."""
-    delay = backoff
-    while not stopped() and time.monotonic() + delay < deadline:
-        await anyio.sleep(delay)
-        try:
-            await call()
-            return None
-        except DecodeError as exc:  # its values cannot be read: no retry makes them readable
-            return exc
-        except Exception as exc:
-            error = exc
-        delay *= 2
-    return error
+    """:func:`redeliver` for any call of a consumer's hook (``call()`` failed with ``error``),
+    through the one retry helper: pauses of exactly ``backoff``, doubling (the documented
+    ``delivery_retry_backoff``), and no attempt that would start past ``deadline``."""
+    try:
+        await retry(
+            call,
+            what="a consumer's call",
+            after=error,
+            is_transient=_worth_retrying,
+            give_up_after=deadline - time.monotonic(),
+            backoff=Backoff(backoff, math.inf, jitter=0.0),
+            give_up=_LastError,
+            stop=lambda attempt: stopped(),
+            shorten_last_pause=False,
+        )
+        return None
+    except DecodeError as exc:  # its values cannot be read: no retry makes them readable
+        return exc
+    except _LastError as gave_up:
+        return gave_up.last
+    except RetryStopped as stopped_early:
+        last = stopped_early.__cause__
+        return last if isinstance(last, Exception) else error
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    return not isinstance(exc, DecodeError)
+
+
+class _LastError(Exception):
+    """How a redelivery's retry that ran out of time hands back the consumer's last error."""
+
+    def __init__(self, last: BaseException, waited: float) -> None:
+        super().__init__(f"gave up after {waited:.1f} s")
+        self.last = last if isinstance(last, Exception) else Exception(last)
 
 
 log = logging.getLogger("headrace.agent")

@@ -11,7 +11,9 @@ says which) is raised at once; after ``give_up_after`` seconds of failures the r
 one clear error (:func:`retry_blocking` is the same for an operation that blocks its
 thread). It is cancelled like any other awaitable (a cancel scope around it ends it
 at once, also mid back-off), and ``stop`` ends it after a failed attempt, for a caller that
-is shutting down (the pulling agents' reads and acknowledgements).
+is shutting down (the pulling agents' reads and acknowledgements). It also paces a consumer's
+redelivery (``after=`` the first failure, exact doubling, no attempt that would start past
+the batch's deadline). Why not tenacity or stamina: docs/architecture.md, Dependencies.
 
 Logging an outage of a server once when it starts and once when it ends, however many
 retries and clients it involves (:class:`OutageLog`; the retries are
@@ -43,23 +45,27 @@ T = TypeVar("T")
 
 class Backoff:
     """Growing delays between retries: ``initial``, then doubling up to ``maximum``, each
-    with up to 20 % jitter so that many clients do not retry in step.
+    with up to ``jitter`` (20 %) more so that many clients do not retry in step.
 
     >>> backoff = Backoff(initial=0.1, maximum=0.4)
     >>> delays = [backoff.next() for _ in range(4)]
     >>> [0.1 <= delays[0] <= 0.12, 0.2 <= delays[1] <= 0.24, 0.4 <= delays[3] <= 0.48]
     [True, True, True]
+    >>> exact = Backoff(initial=1.0, maximum=math.inf, jitter=0.0)
+    >>> [exact.next() for _ in range(4)]
+    [1.0, 2.0, 4.0, 8.0]
     """
 
-    def __init__(self, initial: float = 0.05, maximum: float = 2.0) -> None:
+    def __init__(self, initial: float = 0.05, maximum: float = 2.0, *, jitter: float = 0.2) -> None:
         self.initial = initial
         self.maximum = maximum
+        self.jitter = jitter
         self._delay = initial
 
     def next(self) -> float:
         delay = self._delay
         self._delay = min(self.maximum, self._delay * 2)
-        return delay * (1 + random.uniform(0, 0.2))
+        return delay * (1 + random.uniform(0, self.jitter)) if self.jitter else delay
 
     def reset(self) -> None:
         self._delay = self.initial
@@ -97,8 +103,10 @@ class _Retrying:
         give_up: Callable[[BaseException, float], Exception] | None,
         on_failure: Callable[[BaseException, int], None] | None,
         stop: Callable[[int], bool] | None,
+        shorten_last_pause: bool = True,
     ) -> None:
         self.what, self.outage, self.give_up_after = what, outage, give_up_after
+        self.shorten_last_pause = shorten_last_pause
         self.backoff = Backoff() if backoff is None else backoff
         self.give_up, self.on_failure, self.stop = give_up, on_failure, stop
         self.began = began
@@ -115,9 +123,13 @@ class _Retrying:
         if self.stop is not None and self.stop(self.attempt):
             raise RetryStopped(f"{self.what}: stopped after {self.attempt} failed attempt(s)") from exc
         waited = time.monotonic() - self.began
-        if waited >= self.give_up_after:
-            raise (self.give_up or _gave_up(self.what, self.outage))(exc, waited) from None
-        return min(self.backoff.next(), max(0.0, self.give_up_after - waited))
+        if waited < self.give_up_after:
+            pause = self.backoff.next()
+            if self.shorten_last_pause:
+                return min(pause, self.give_up_after - waited)
+            if waited + pause < self.give_up_after:
+                return pause
+        raise (self.give_up or _gave_up(self.what, self.outage))(exc, waited) from None
 
 
 async def retry(
@@ -132,6 +144,8 @@ async def retry(
     give_up: Callable[[BaseException, float], Exception] | None = None,
     on_failure: Callable[[BaseException, int], None] | None = None,
     stop: Callable[[int], bool] | None = None,
+    after: Exception | None = None,
+    shorten_last_pause: bool = True,
 ) -> T:
     """Run ``operation`` until it succeeds; return what it returns.
 
@@ -143,6 +157,12 @@ async def retry(
     the retry raises ``give_up(last failure, seconds)``, by default a
     :class:`~streams.core.errors.QueueAdapterError` saying ``what`` failed and why. When
     ``stop(attempt)`` is true after a failure, it raises :class:`RetryStopped` instead.
+
+    ``after``: the caller's own first call already failed with this error, so the retry
+    begins with a pause (and counts it as attempt 1). The last pause is shortened so that
+    one attempt starts as ``give_up_after`` ends; with ``shorten_last_pause=False`` the
+    retry gives up instead when a whole pause would end past it (no attempt starts late:
+    a consumer's redelivery, whose time limit is the batch's).
 
     >>> import anyio, logging
     >>> outage = OutageLog("server A", logging.getLogger("doc"))
@@ -159,6 +179,9 @@ async def retry(
     """
     began = time.monotonic()
     state: _Retrying | None = None
+    if after is not None:
+        state = _Retrying(began, what, outage, give_up_after, backoff, give_up, on_failure, stop, shorten_last_pause)
+        await anyio.sleep(state.pause_after(after))
     while True:
         try:
             if attempt_timeout is None:
@@ -170,7 +193,9 @@ async def retry(
             if not (isinstance(exc, TimeoutError) or is_transient(exc)):
                 raise
             if state is None:
-                state = _Retrying(began, what, outage, give_up_after, backoff, give_up, on_failure, stop)
+                state = _Retrying(
+                    began, what, outage, give_up_after, backoff, give_up, on_failure, stop, shorten_last_pause
+                )
             await anyio.sleep(state.pause_after(exc))
         else:
             if outage is not None:

@@ -155,6 +155,48 @@ async def test_stop_ends_the_retry_after_a_failure_with_that_failure_as_cause() 
     assert str(stopped.value) == "reading q-1: stopped after 2 failed attempt(s)"
 
 
+def test_backoff_without_jitter_doubles_exactly() -> None:
+    backoff = Backoff(initial=0.25, maximum=1.0, jitter=0.0)
+    assert [backoff.next() for _ in range(5)] == [0.25, 0.5, 1.0, 1.0, 1.0]
+
+
+async def test_a_retry_after_the_callers_own_failure_begins_with_a_pause() -> None:
+    operation = Failing(0)
+    backoff = RecordedBackoff(0.01, 0.01)
+    failures: list[tuple[BaseException, int]] = []
+    first = ConnectionRefusedError("the caller's attempt")
+    result = await retry(
+        operation, what="x", after=first, backoff=backoff, on_failure=lambda e, n: failures.append((e, n))
+    )
+    assert result == "done" and operation.attempts == 1  # one call of its own, after one pause
+    assert len(backoff.delays) == 1 and failures == [(first, 1)]
+
+
+async def test_a_retry_that_must_not_start_late_gives_up_rather_than_shorten_its_last_pause() -> None:
+    # Pauses 0.1, 0.2, then 0.4: that one would end at 0.7 s, past give_up_after (0.5 s).
+    whole = Failing(1000)
+    with pytest.raises(QueueAdapterError, match=r"^x failed for 0 s \(ConnectionRefusedError: refused\)$"):
+        await retry(whole, what="x", give_up_after=0.5, backoff=Backoff(0.1, 1.0, jitter=0.0), shorten_last_pause=False)
+    assert whole.attempts == 3  # at 0, 0.1 and 0.3 s
+    shortened = Failing(1000)
+    with pytest.raises(QueueAdapterError):
+        await retry(shortened, what="x", give_up_after=0.5, backoff=Backoff(0.1, 1.0, jitter=0.0))
+    assert shortened.attempts == 4  # and at 0.5 s, as give_up_after ends
+
+
+async def test_a_retry_after_a_failure_gives_up_at_once_when_no_whole_pause_fits() -> None:
+    operation = Failing(0)
+    first = ConnectionRefusedError("the caller's attempt")
+    with pytest.raises(RetryStopped) as stopped:
+        await retry(operation, what="x", after=first, stop=lambda attempt: True)
+    assert stopped.value.__cause__ is first
+    with pytest.raises(QueueAdapterError, match="the caller's attempt"):
+        await retry(
+            operation, what="x", after=first, give_up_after=1.0, backoff=Backoff(5, 5), shorten_last_pause=False
+        )
+    assert operation.attempts == 0
+
+
 class FailingBlocking:
     """Fails ``failures`` times (with ``error``), then answers ``"done"``; blocking, thread-safe."""
 
