@@ -36,7 +36,7 @@ producer) finds the lock free again before a sleeping waiter wakes, and can star
   The kernel releases a dead process's locks, so a SIGKILL never leaves the store stuck.
 
 A turn is re-entrant within a thread (a write that calls another write does not wait on
-itself). :class:`BackOff` retries what still finds SQLite busy (a writer that does not take
+itself). :class:`BusyRetry` retries what still finds SQLite busy (a writer that does not take
 turns, such as the ``sqlite3`` shell) through the one retry helper: with growing pauses, saying
 once that it is backing off, and never giving up.
 """
@@ -112,7 +112,7 @@ class EmbeddedStore:
         # busy_timeout (a writer that does not take turns) backs off and retries.
         self._turns = turns_for(self.database)
         self._urgent_threads: tuple[anyio.lowlevel.EventLoopToken, anyio.CapacityLimiter] | None = None
-        self._backoff = BackOff(f"the embedded store {str(self.database)!r}", busy_timeout=busy_timeout)
+        self._backoff = BusyRetry(f"the embedded store {str(self.database)!r}", busy_timeout=busy_timeout)
 
     def __repr__(self) -> str:
         return f"EmbeddedStore({str(self.path)!r})"
@@ -425,13 +425,13 @@ def is_busy(exc: BaseException | None) -> bool:
     return "locked" in text or "busy" in text
 
 
-class BackOff:
+class BusyRetry:
     """Retries an operation that finds the store busy (after SQLite's own ``busy_timeout``),
     through the one retry helper (:func:`~streams.core.retry.retry_blocking`): pauses grow
     from 5 ms to 1 s (with jitter, so waiters do not retry in step), forever. The first
     refusal logs one warning, however many threads wait; the recovery logs one line too.
 
-    >>> BackOff("demo", busy_timeout=1.0).call(lambda: 42)
+    >>> BusyRetry("demo", busy_timeout=1.0).call(lambda: 42)
     42
     """
 
