@@ -1,5 +1,5 @@
 """A writer in its own process that commits in a tight loop, as a steady producer does:
-``python -m tests.streams.adapters.hot_writer PATH SECONDS``. Prints ``writing`` once started and the
+``python -m tests.streams.embedded.hot_writer PATH SECONDS``. Prints ``writing`` once started and the
 number of commits when done."""
 
 from __future__ import annotations
