@@ -25,12 +25,12 @@ from agents.checkpoint import ActivationStates, StateKey
 from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
+from agents.handoff import HandoffTarget
 from agents.hook_calls import HookLimits
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
 from agents.protocols import AgentContext
 from agents.timed import EventTimeObserver, declared_event_time
-from spark_sink.handoff import HandoffTarget
 from streams.core.deadletters import QueueDeadLetters
 from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import enter_fields

@@ -41,9 +41,9 @@ from types import TracebackType
 import anyio
 
 from agents.activation import TimedActivation
+from agents.handoff import HandoffTarget, HandoffWrites
 from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
-from spark_sink.handoff import HandoffTarget, HandoffWrites
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId

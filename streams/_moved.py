@@ -31,7 +31,6 @@ from collections.abc import Sequence
 MOVED: dict[str, str] = {
     "agents.context": "agents.protocols",
     "agents.fate_counts": "agents.counters",
-    "agents.handoff": "spark_sink.handoff",
     "agents.holdback": "agents.merged_inputs",
     "agents.inline": "agents.delivery",
     "agents.input_view": "agents.merged_inputs",
