@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from spark_sink.group_commit import GroupAppender
 from spark_sink.log import HandoffLog, HandoffWriter, check_stream_name
-from spark_sink.retention import MARKS_SCHEMA, MarkRetention
+from spark_sink.mark_retention import MARKS_SCHEMA, MarkRetention
 from spark_sink.schema import HandoffSchema
 from streams.adapters.retention import RetentionPolicy
 from streams.core.errors import ConfigurationError, HandoffRefusedError, HandoffSchemaError, a_type

@@ -58,7 +58,6 @@ MOVED: dict[str, str] = {
     "spark_sink.kafka_records": "spark_sink.kafka.records",
     "spark_sink.kafka_sink": "spark_sink.kafka.sink",
     "spark_sink.kafka_storage": "spark_sink.kafka.storage",
-    "spark_sink.mark_retention": "spark_sink.retention",
     "spark_sink.memory_sink": "spark_sink.handoff",
     "spark_sink.segments": "spark_sink.log",
     "spark_sink.storage": "spark_sink.log",

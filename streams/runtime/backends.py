@@ -21,7 +21,7 @@ from balancer.kafka.group import KafkaGroupBalancer, group_balancer
 from balancer.lease_based import LeaseBasedQueueBalancer
 from balancer.protocols import QueueBalancer
 from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
-from spark_sink.retention import MarkRetention
+from spark_sink.mark_retention import MarkRetention
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.adapters.memory import GeneratorAdapterFactory, GeneratorConfig, MemoryAdapterFactory
 from streams.adapters.protocols import QueueAdapterFactory, QueueMapper

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 
 from spark_sink import Handoff
-from spark_sink.retention import MARKS_SCHEMA, MarkRetention
+from spark_sink.mark_retention import MARKS_SCHEMA, MarkRetention
 from streams import StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy, Tumbling
 from tests.agents.delivery.conftest import drained
