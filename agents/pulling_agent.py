@@ -45,6 +45,7 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionRecord
+from streams.eventtime.lateness import ObservedTimes
 
 log = logging.getLogger("headrace.agent")
 
@@ -492,6 +493,12 @@ class PullingAgent:
         """What event time did to this queue's events, per consumer type: the counters of
         its activations, running or ended (``headrace status``)."""
         return self._catalog.fates_by_type(self.event_time_activations())
+
+    def observed_times(self) -> dict[str, ObservedTimes]:
+        """Per consumer type, the lateness and disorder of a sample of this queue's events
+        over the hour up to the queue's processing clock (``headrace status``)."""
+        now = self._processing_clock()
+        return self._catalog.observed_times(now if math.isfinite(now) else self.context.clock.now())
 
 
 def new_subscription_id() -> str:

@@ -22,6 +22,7 @@ from streams.core.errors import StreamCompletedError
 from streams.eventtime.aggregates import Count
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
+from streams.eventtime.lateness import LatenessSketch
 from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
@@ -45,7 +46,7 @@ class Ingest:
     """
 
     # One per processor: only what the flow and the ordering step do not hold already.
-    __slots__ = ("flow", "ordering", "refusals", "timestamp_of", "key_of", "key_field", "select")
+    __slots__ = ("flow", "ordering", "refusals", "timestamp_of", "key_of", "key_field", "select", "sampler")
 
     def __init__(
         self,
@@ -61,6 +62,7 @@ class Ingest:
         self.flow, self.ordering, self.refusals = flow, ordering, refusals
         self.timestamp_of, self.key_of, self.key_field = timestamp_of, key_of, key_field
         self.select = select or _record_value
+        self.sampler: LatenessSketch | None = None  # observed lateness and disorder (status)
 
     def run(self, inp: Input, events: Iterable[EventLike], out: Output) -> None:
         """Steps 1-6 for ``events`` of input ``inp``."""
@@ -121,6 +123,9 @@ class Ingest:
         sessions = store if isinstance(store, SessionStore) else None
         joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
         next_close = store.next_close if store is not None else FOREVER
+        # One event in sampler.every is sampled, by a countdown (no sampler: never reaches 0).
+        sampler = self.sampler
+        due, sample = (sampler.due, sampler.record) if sampler is not None else (-1, _no_sample)
         try:
             for rec in events:
                 arr = rec.arrival_time
@@ -172,6 +177,9 @@ class Ingest:
                                 panes, next_close = store.panes, store.next_close
                             elif isinstance(store, SessionStore):
                                 sessions, next_close = store, store.next_close
+                    due -= 1
+                    if not due:  # lateness and disorder, before the policy touches the event
+                        due = sample(arr, t, newest, key if substreams else None)
                     et = t
                     ts, status, reason = t, KEPT, None
                     # 1-3. the ordering policy, for an event that breaks a tolerance
@@ -308,7 +316,13 @@ class Ingest:
             if direct and store is not None:
                 store.watermark = w
             inp.clock = clock
+            if sampler is not None:
+                sampler.due = due
         flow.counters.events += len(events)
+
+
+def _no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> int:
+    return -1
 
 
 def _with_traceback(exc: BaseException) -> str:

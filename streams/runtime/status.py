@@ -45,6 +45,7 @@ from streams.core.errors import ConfigurationError, DecodeError, HeadraceError
 from streams.core.ids import QueueId
 from streams.embedded.queues import queue_positions, recorded_queue_count
 from streams.embedded.store import EmbeddedStore, Migration
+from streams.eventtime.lateness import ObservedTimes
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import CursorLag, QueueSnapshot, take_snapshot
 
@@ -71,6 +72,8 @@ STATUS_SCHEMA: list[Migration] = [
     ],
     ["ALTER TABLE status_agents ADD COLUMN fates TEXT NOT NULL DEFAULT '{}'"],  # issue 30: per consumer type
     ["ALTER TABLE status_agents ADD COLUMN failed TEXT"],  # issue 24: a queue that cannot be read on
+    # issue 29: per consumer type, sampled lateness and disorder over the last hour
+    ["ALTER TABLE status_agents ADD COLUMN observed TEXT NOT NULL DEFAULT '{}'"],
 ]
 
 FRESH_FOR = 3  # a row stays fresh for this many reporting intervals
@@ -92,7 +95,9 @@ class AgentStatus:
     consumers furthest behind (:class:`~streams.runtime.snapshot.CursorLag`); ``fates``:
     per consumer type, what event time did to its events on this queue since the agent started
     (:func:`~streams.runtime.snapshot.fates_of`). ``failed``: why the queue cannot be
-    read on, its agent stopped (``None``: reading).
+    read on, its agent stopped (``None``: reading). ``observed``: per consumer type, the
+    lateness and disorder of a sample of its events on this queue over the last hour
+    (:class:`~streams.eventtime.lateness.ObservedTimes`).
     """
 
     worker: str
@@ -116,6 +121,7 @@ class AgentStatus:
     slowest: list[CursorLag] = field(default_factory=list)
     fates: dict[str, dict[str, int]] = field(default_factory=dict)
     failed: str | None = None
+    observed: dict[str, ObservedTimes] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -147,6 +153,7 @@ class AgentStatus:
             slowest=list(queue.slowest),
             fates={name: dict(fates) for name, fates in queue.fates.items()},
             failed=queue.failed,
+            observed=dict(queue.observed),
         )
 
     @classmethod
@@ -155,13 +162,29 @@ class AgentStatus:
         values["under_pressure"] = bool(values["under_pressure"])  # SQLite keeps 0 or 1
         values["slowest"] = [CursorLag(**lag) for lag in json.loads(values["slowest"])]
         values["fates"] = json.loads(values["fates"])
+        values["observed"] = observed_of(json.loads(values["observed"]))
         return cls(**values)
 
     def as_row(self) -> tuple[Any, ...]:
         row = dict(zip(_NAMES, astuple(self)))
         row["slowest"] = json.dumps([asdict(lag) for lag in self.slowest])
         row["fates"] = json.dumps(self.fates)
+        row["observed"] = json.dumps({name: asdict(seen) for name, seen in self.observed.items()})
         return tuple(row[name] for name in _NAMES)
+
+
+def observed_of(data: object) -> dict[str, ObservedTimes]:
+    """A row's ``observed`` from its JSON (or msgpack) form; what does not read is left out
+    (a row of another version)."""
+    if not isinstance(data, dict):
+        return {}
+    found = {}
+    for name, seen in data.items():
+        try:
+            found[str(name)] = ObservedTimes.from_dict(seen)
+        except (KeyError, TypeError, ValueError, AssertionError, IndexError):
+            continue
+    return found
 
 
 def _utc(t: float) -> str:
