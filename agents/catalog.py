@@ -111,7 +111,7 @@ class Catalog:
         self._saved: dict[StateKey, tuple[SequenceToken, bytes]] = {}
         self.fates = FateCounts()  # of the activations that ended here (headrace status)
         # Observed lateness and disorder per consumer type, sampled by their processors.
-        self.times = LatenessSketches()
+        self.times = LatenessSketches(context.options.lateness_sample_every)
 
     def keep_states(self, saved: dict[StateKey, tuple[SequenceToken, bytes]]) -> ActivationStates:
         """The queue's store saves event-time states with its checkpoint: restore these

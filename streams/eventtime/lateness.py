@@ -171,6 +171,23 @@ class ObservedTimes:
         buckets = self.lateness if which == "lateness" else self.disorder
         return quantile_of(((int(i), n) for i, n in buckets.items()), sum(buckets.values()), q, upper=upper)
 
+    def share_within(self, which: str, tolerance: float | None) -> float:
+        """The share of the sampled events whose ``which`` is certainly within ``tolerance``
+        (their bucket's upper bound at or below it; ``None``: off, every event): a lower bound
+        of the share that tolerance keeps unadjusted (NaN: none sampled).
+
+        >>> seen = ObservedTimes(4, 1, lateness={str(bucket_of(1.0)): 3, str(bucket_of(9.0)): 1})
+        >>> seen.share_within("lateness", 2.0), seen.share_within("lateness", 1.0), seen.share_within("lateness", None)
+        (0.75, 0.0, 1.0)
+        """
+        buckets = self.lateness if which == "lateness" else self.disorder
+        total = sum(buckets.values())
+        if not total:
+            return math.nan
+        if tolerance is None:
+            return 1.0
+        return sum(n for i, n in buckets.items() if upper_of(int(i)) <= tolerance) / total
+
     def quantiles(self, which: str) -> tuple[float, ...]:
         """The quantiles status shows (:data:`SHOWN`: p50, p99, p99.9) of ``which``."""
         return tuple(self.quantile(which, q) for q in SHOWN)

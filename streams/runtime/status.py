@@ -422,6 +422,24 @@ def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
     ]
 
 
+def observed_by_type(agents: list[AgentStatus]) -> dict[str, ObservedTimes]:
+    """The lateness and disorder observed per consumer type over these agents' queues, merged
+    (``headrace status --advise``), by type name.
+
+    >>> from streams.eventtime.lateness import LatenessSketch
+    >>> sketch = LatenessSketch(every=1)
+    >>> _ = sketch.record(10.0, 8.0, 8.0)
+    >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0, observed={"app.T": sketch.observed(10.0)})
+    >>> observed_by_type([row, row])["app.T"].samples
+    2
+    """
+    parts: dict[str, list[ObservedTimes]] = {}
+    for agent in agents:
+        for name, seen in agent.observed.items():
+            parts.setdefault(name, []).append(seen)
+    return {name: ObservedTimes.combine(seen) for name, seen in sorted(parts.items())}
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
     store: str
