@@ -66,7 +66,7 @@ def advise(seen: ObservedTimes, share: float) -> Tolerances:
     >>> sketch = LatenessSketch(every=1)
     >>> for i in range(100):  # 1 s late; every tenth 8 s late, 6 s behind the newest
     ...     t = float(i) - (7.0 if i % 10 == 9 else 0.0)
-    ...     _ = sketch.record(i + 1.0, t, max(float(i - 1), t))
+    ...     sketch.record(i + 1.0, t, max(float(i - 1), t))
     >>> a = advise(sketch.observed(100.0), 0.8)
     >>> round(a.out_of_order, 1), round(a.late_arrival or 0, 1), round(a.delay, 1)
     (0.0, 1.0, 1.0)

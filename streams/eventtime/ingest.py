@@ -123,9 +123,14 @@ class Ingest:
         sessions = store if isinstance(store, SessionStore) else None
         joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
         next_close = store.next_close if store is not None else FOREVER
-        # One event in sampler.every is sampled, by a countdown (no sampler: never reaches 0).
-        sampler = self.sampler
-        due, sample = (sampler.due, sampler.record) if sampler is not None else (-1, _no_sample)
+        # One event in sampler.every is sampled (lateness, disorder): the loop only asks whether
+        # an event is the next one due, by identity (cheaper per event than counting down).
+        sampler, n = self.sampler, len(events)
+        marked: object = None
+        if sampler is not None:
+            at, every, sample = sampler.due - 1, sampler.every, sampler.record
+            if at < n:
+                marked = events[at]
         try:
             for rec in events:
                 arr = rec.arrival_time
@@ -177,9 +182,10 @@ class Ingest:
                                 panes, next_close = store.panes, store.next_close
                             elif isinstance(store, SessionStore):
                                 sessions, next_close = store, store.next_close
-                    due -= 1
-                    if not due:  # lateness and disorder, before the policy touches the event
-                        due = sample(arr, t, newest, key if substreams else None)
+                    if rec is marked:  # lateness and disorder, before the policy touches the event
+                        at += every
+                        marked = events[at] if at < n else None
+                        sample(arr, t, newest, key if substreams else None)
                     et = t
                     ts, status, reason = t, KEPT, None
                     # 1-3. the ordering policy, for an event that breaks a tolerance
@@ -316,13 +322,9 @@ class Ingest:
             if direct and store is not None:
                 store.watermark = w
             inp.clock = clock
-            if sampler is not None:
-                sampler.due = due
-        flow.counters.events += len(events)
-
-
-def _no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> int:
-    return -1
+            if sampler is not None:  # due in the next batch (its first, if this one's was refused)
+                sampler.due = at - n + 1 if at >= n else 1
+        flow.counters.events += n
 
 
 def _with_traceback(exc: BaseException) -> str:

@@ -17,7 +17,7 @@ per :data:`SLOT` seconds of arrival time in a ring of :data:`SLOTS`, so what it 
 the last hour (between 55 and 60 minutes of it), and its memory is fixed: it never grows with
 the number of events. With substreams, it also keeps the first :data:`MAX_SUBSTREAMS`
 substreams it sees apart (the others are counted, not kept), dropping one once its hour is
-empty. The core samples one event in ``every`` with a countdown (no random draw per event).
+empty. The core samples one event in ``every``, by position (no random draw per event).
 """
 
 from __future__ import annotations
@@ -36,10 +36,16 @@ BUCKETS = math.ceil(math.log(LARGEST / SMALLEST) / _LOG_GAMMA) + 1  # bucket 0 h
 SLOT = 300.0  # s of arrival time per ring slot
 SLOTS = 12  # slots in the ring: one hour
 MAX_SUBSTREAMS = 4  # substreams kept apart per sketch
-EVERY = 64  # one event in EVERY is sampled (the runtime's default)
+EVERY = 128  # one event in EVERY is sampled (the runtime's default)
 
 # Quantiles that status shows (p50, p99, p99.9).
 SHOWN = (0.5, 0.99, 0.999)
+
+
+_TOP = BUCKETS - 1
+_PER_LOG = 1 / _LOG_GAMMA
+_BASE = math.log(SMALLEST) / _LOG_GAMMA
+_log, _ceil = math.log, math.ceil
 
 
 def bucket_of(value: float) -> int:
@@ -51,8 +57,8 @@ def bucket_of(value: float) -> int:
     if value <= SMALLEST:  # also an event from the future (negative lateness)
         return 0
     if value >= LARGEST:
-        return BUCKETS - 1
-    return min(BUCKETS - 1, max(1, math.ceil(math.log(value / SMALLEST) / _LOG_GAMMA)))
+        return _TOP
+    return _ceil(_log(value) * _PER_LOG - _BASE)  # >= 1 above SMALLEST, < _TOP below LARGEST
 
 
 def upper_of(bucket: int) -> float:
@@ -91,26 +97,26 @@ class Histogram:
     (5, 2.0, 100.0, True)
     """
 
-    __slots__ = ("counts", "count")
+    __slots__ = ("counts",)
 
     def __init__(self) -> None:
         self.counts = array("I", bytes(4 * BUCKETS))
-        self.count = 0
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
 
     def add(self, value: float) -> None:
         self.counts[bucket_of(value)] += 1
-        self.count += 1
 
     def merge(self, other: Histogram) -> None:
         counts = self.counts
         for i, n in enumerate(other.counts):
             if n:
                 counts[i] += n
-        self.count += other.count
 
     def clear(self) -> None:
         self.counts = array("I", bytes(4 * BUCKETS))
-        self.count = 0
 
     def quantile(self, q: float, *, upper: bool = False) -> float:
         """The ``q`` quantile (0 < q ≤ 1): the smallest value at least ``q`` of the values are
@@ -150,7 +156,7 @@ class ObservedTimes:
 
     >>> sketch = LatenessSketch(every=1)
     >>> for t in [0.0, 2.0, 1.0]:
-    ...     _ = sketch.record(10.0, t, 2.0 if t == 1.0 else t)
+    ...     sketch.record(10.0, t, 2.0 if t == 1.0 else t)
     >>> seen = sketch.observed(10.0)
     >>> seen.samples, round(seen.quantile("lateness", 0.5)), round(seen.quantile("disorder", 1.0))
     (3, 9, 1)
@@ -247,18 +253,29 @@ class LatenessSketch:
     histograms (:meth:`size_bytes`), and as many per kept substream.
 
     >>> sketch = LatenessSketch(every=2)
-    >>> sketch.due
+    >>> sketch.due  # the position of the next event sampled, among those to come
     2
-    >>> sketch.record(arrival=100.0, event_time=97.0, newest=99.0)  # the next one in 2 events
-    2
+    >>> sketch.record(arrival=100.0, event_time=97.0, newest=99.0)
     >>> sketch.record(arrival=3700.0, event_time=3699.0, newest=3699.0)
-    2
     >>> s = sketch.observed(now=3700.0)  # the first sample's slot has left the hour
     >>> s.samples, round(s.quantile("lateness", 0.5), 1), s.quantile("disorder", 0.5)
     (1, 1.0, 0.0)
     """
 
-    __slots__ = ("every", "due", "out_of_order", "late_arrival", "_slots", "_starts", "_subs", "untracked", "_kept")
+    __slots__ = (
+        "every",
+        "due",
+        "out_of_order",
+        "late_arrival",
+        "_slots",
+        "_starts",
+        "_pair",
+        "_since",
+        "_until",
+        "_subs",
+        "untracked",
+        "_kept",
+    )
 
     def __init__(
         self, every: int = EVERY, *, out_of_order: float = 0.0, late_arrival: float | None = None, substreams: int = 0
@@ -266,38 +283,57 @@ class LatenessSketch:
         if every < 1:
             raise ValueError(f"every must be at least 1, not {every!r}")
         self.every = every
-        self.due = every  # the countdown the per-event path keeps (parked here between batches)
+        self.due = every  # 1-based position of the next sampled event among those to come
         self.out_of_order, self.late_arrival = out_of_order, late_arrival
         # slot i of the ring: (lateness, disorder), holding arrival slot number _starts[i]
         self._slots: list[tuple[Histogram, Histogram] | None] = [None] * SLOTS
         self._starts = [-math.inf] * SLOTS
+        # The slot samples go to now: its pair and arrival bounds.
+        self._pair: tuple[Histogram, Histogram] | None = None
+        self._since = self._until = -math.inf
         self._kept = substreams  # substreams kept apart at most
         self._subs: dict[Hashable, LatenessSketch] = {}
         self.untracked = 0  # samples of substreams not kept apart
 
-    def record(self, arrival: float, event_time: float, newest: float, substream: Hashable = None) -> int:
-        """One sampled event (``newest``: its lane's newest event time before it); returns
-        the countdown to the next sample. An arrival older than the hour is not kept."""
-        slot = arrival // SLOT
-        i = int(slot % SLOTS)
-        if self._starts[i] != slot:
-            if self._starts[i] > slot:  # older than what the ring holds: outside the hour
-                return self.every
-            self._starts[i] = slot
-            pair = self._slots[i]
-            if pair is None:
-                pair = self._slots[i] = (Histogram(), Histogram())
-            else:
-                pair[0].clear()
-                pair[1].clear()
+    def record(self, arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:
+        """One sampled event (``newest``: its lane's newest event time before it). An arrival
+        older than the hour is not kept."""
+        # On the per-event path (one event in ``every``): bucket_of inlined, the current
+        # slot's bounds kept so that most samples skip the ring's arithmetic.
+        pair = self._pair
+        if not self._since <= arrival < self._until or pair is None:
+            pair = self._turn(arrival)
+            if pair is None:  # older than what the ring holds: outside the hour
+                return
+        late = arrival - event_time
+        if late <= SMALLEST:
+            pair[0].counts[0] += 1
         else:
-            pair = self._slots[i]
-            assert pair is not None
-        pair[0].add(arrival - event_time)
-        pair[1].add(newest - event_time if newest > event_time else 0.0)
+            pair[0].counts[_TOP if late >= LARGEST else _ceil(_log(late) * _PER_LOG - _BASE)] += 1
+        late = newest - event_time  # the disorder
+        if late <= SMALLEST:
+            pair[1].counts[0] += 1
+        else:
+            pair[1].counts[_TOP if late >= LARGEST else _ceil(_log(late) * _PER_LOG - _BASE)] += 1
         if substream is not None and self._kept:
             self._substream(substream, arrival).record(arrival, event_time, newest)
-        return self.every
+
+    def _turn(self, arrival: float) -> tuple[Histogram, Histogram] | None:
+        """The pair of the ring slot ``arrival`` falls in, made current (cleared when it held an
+        older slot); None when it is older than the slot there (outside the hour)."""
+        slot = arrival // SLOT
+        i = int(slot % SLOTS)
+        if self._starts[i] > slot:
+            return None
+        pair = self._slots[i]
+        if pair is None:
+            pair = self._slots[i] = (Histogram(), Histogram())
+        elif self._starts[i] != slot:
+            pair[0].clear()
+            pair[1].clear()
+        self._starts[i] = slot
+        self._pair, self._since, self._until = pair, slot * SLOT, (slot + 1) * SLOT
+        return pair
 
     def _substream(self, key: Hashable, arrival: float) -> LatenessSketch:
         sub = self._subs.get(key)
@@ -359,8 +395,8 @@ class _Nowhere(LatenessSketch):
 
     __slots__ = ()
 
-    def record(self, arrival: float, event_time: float, newest: float, substream: Hashable = None) -> int:
-        return self.every
+    def record(self, arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:
+        return
 
 
 _NOWHERE = _Nowhere()
@@ -373,7 +409,7 @@ class LatenessSketches:
     >>> s = sketches.of("app.Totals", out_of_order=5.0, late_arrival=None, substreams=False)
     >>> s is sketches.of("app.Totals", out_of_order=5.0, late_arrival=None, substreams=False)
     True
-    >>> _ = s.record(10.0, 9.0, 9.0)
+    >>> s.record(10.0, 9.0, 9.0)
     >>> sketches.observed(10.0)["app.Totals"].samples
     1
     """

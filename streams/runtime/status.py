@@ -428,7 +428,7 @@ def observed_by_type(agents: list[AgentStatus]) -> dict[str, ObservedTimes]:
 
     >>> from streams.eventtime.lateness import LatenessSketch
     >>> sketch = LatenessSketch(every=1)
-    >>> _ = sketch.record(10.0, 8.0, 8.0)
+    >>> sketch.record(10.0, 8.0, 8.0)
     >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0, observed={"app.T": sketch.observed(10.0)})
     >>> observed_by_type([row, row])["app.T"].samples
     2

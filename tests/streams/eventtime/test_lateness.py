@@ -246,3 +246,18 @@ def test_finalization_delay_follows_the_watermark() -> None:
     assert finalization_delay(10.0, None, 2.0) == 12.0
     assert finalization_delay(10.0, 5.0, 2.0) == 5.0
     assert finalization_delay(1.0, 5.0, -1.0) == 1.0  # early events: no less than O
+
+
+def test_a_sampled_event_whose_time_does_not_read_passes_its_turn_on() -> None:
+    sketch = LatenessSketch(every=3)
+    p = Processor(OrderingPolicy(timestamp_by="ts"))
+    p.sample_times(sketch)
+    batch = [SimpleNamespace(value={"ts": 5.0}, event_time=0.0, arrival_time=10.0, token=i) for i in range(4)]
+    batch[2] = SimpleNamespace(value={}, event_time=0.0, arrival_time=10.0, token=2)  # the third: no time
+    out = p.on_events(batch)
+    assert [d.reason for d in out.dead_letters] == ["invalid_timestamp"]
+    assert sketch.observed(10.0).samples == 0 and sketch.due == 1  # the next batch's first instead
+    p.on_events([SimpleNamespace(value={"ts": 9.0}, event_time=0.0, arrival_time=11.0, token=4)])
+    seen = sketch.observed(11.0)
+    assert seen.samples == 1 and close_enough(seen.quantile("lateness", 1.0), 2.0)
+    assert sketch.due == 3
