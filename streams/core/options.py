@@ -34,7 +34,7 @@ class StreamProviderOptions:
     tune_gc: bool | None = None
     # One event in this many is sampled into the lateness and disorder sketch that
     # `headrace status` shows and `--advise` reads (streams.eventtime.lateness).
-    lateness_sample_every: int = 128
+    lateness_sample_every: int = 256
 
     def __post_init__(self) -> None:
         for f in fields(self):
