@@ -457,10 +457,25 @@ class ClusterStatus:
     group_members: list[str] | None = None  # on Kafka: the workers' consumer group's members
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain JSON types (partitions as string keys, as JSON needs)."""
+        """Plain JSON types (partitions as string keys, as JSON needs); each agent's observed
+        times also as their quantiles (``"quantiles": {"lateness": {"p50": ...}, ...}``, null
+        where none was sampled: JSON has no NaN)."""
         data = asdict(self)
         for item in data["handoff"]:
             item["end_offsets"] = {str(p): o for p, o in item["end_offsets"].items()}
+        rows = [(q["agent"], s.agent) for q, s in zip(data["queues"], self.queues)] + list(
+            zip(data["agents"], self.agents)
+        )
+        for row, agent in rows:
+            if agent is not None:
+                for name, seen in agent.observed.items():
+                    row["observed"][name]["quantiles"] = {
+                        which: {
+                            label: None if math.isnan(v) else v
+                            for label, v in zip(("p50", "p99", "p99.9"), seen.quantiles(which))
+                        }
+                        for which in ("lateness", "disorder")
+                    }
         return data
 
 

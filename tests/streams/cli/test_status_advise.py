@@ -83,6 +83,9 @@ def test_status_shows_observed_times_and_advice_matches_brute_force(tmp_path):
 
         status = poll_status(tmp_path, settled)
         assert settled(status), status
+        [from_json] = [a["observed"][TYPE] for a in _agents(status) if TYPE in a["observed"]]
+        assert set(from_json["quantiles"]) == {"lateness", "disorder"}
+        assert set(from_json["quantiles"]["lateness"]) == {"p50", "p99", "p99.9"}
         table = headrace("status", cwd=tmp_path).stdout
         assert "lateness and disorder, last hour (1 event in 1 sampled)" in table
         observed = table.split("lateness and disorder, last hour")[1]
@@ -124,6 +127,7 @@ def test_status_shows_observed_times_and_advice_matches_brute_force(tmp_path):
         for q, label in ((0.5, "p50"), (0.99, "p99")):
             truth = _exact(values, q)
             assert abs(advice[which][label] - truth) <= RELATIVE_ERROR * truth + SMALLEST
+            assert from_json["quantiles"][which][label] == advice[which][label]  # status --json: the same
     # What the policy in force (out_of_order 2 s, adjust) did: every event more than 2 s below
     # its stream's newest was adjusted, nothing dropped.
     current = advice["current"]
