@@ -320,7 +320,9 @@ class LatenessSketch:
 
     def _turn(self, arrival: float) -> tuple[Histogram, Histogram] | None:
         """The pair of the ring slot ``arrival`` falls in, made current (cleared when it held an
-        older slot); None when it is older than the slot there (outside the hour)."""
+        older slot); None when it is older than the slot there (outside the hour), or no time."""
+        if not math.isfinite(arrival):
+            return None
         slot = arrival // SLOT
         i = int(slot % SLOTS)
         if self._starts[i] > slot:

@@ -261,3 +261,12 @@ def test_a_sampled_event_whose_time_does_not_read_passes_its_turn_on() -> None:
     seen = sketch.observed(11.0)
     assert seen.samples == 1 and close_enough(seen.quantile("lateness", 1.0), 2.0)
     assert sketch.due == 3
+
+
+def test_an_arrival_that_is_no_time_is_not_kept() -> None:
+    sketch = LatenessSketch(every=1)
+    for arrival in (math.inf, -math.inf, math.nan):
+        sketch.record(arrival, 5.0, 5.0)
+    sketch.record(10.0, 5.0, -math.inf)  # the first of its lane: no disorder
+    seen = sketch.observed(10.0)
+    assert seen.samples == 1 and seen.quantile("disorder", 1.0) == 0.0
