@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
                 "last hour (a worker samples one event in [agent] lateness_sample_every)"
             )
         if args.json:
-            print(json.dumps(advice))
+            print(json.dumps({a.consumer_type: a.as_dict() for a in advice}))
         else:
             render_advice(advice, console())
         return 0

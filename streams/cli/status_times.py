@@ -11,13 +11,20 @@ force and what it adjusted and dropped (:mod:`streams.eventtime.advice`; docs/cl
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 from rich.console import Console
 
 from streams.cli.common import add_row, plural, table
 from streams.eventtime.advice import SHARES, Tolerances, advise, current
 from streams.eventtime.lateness import ObservedTimes
-from streams.runtime.status import AgentStatus, ClusterStatus, consumer_type_fates, observed_by_type
+from streams.runtime.status import (
+    AgentStatus,
+    ClusterStatus,
+    ConsumerTypeFates,
+    consumer_type_fates,
+    observed_by_type,
+)
 
 
 def reported_agents(status: ClusterStatus) -> list[AgentStatus]:
@@ -75,49 +82,88 @@ def render_observed(status: ClusterStatus, out: Console) -> None:
     out.print(rows)
 
 
-def advice_of(status: ClusterStatus) -> dict[str, dict[str, object]]:
-    """Per consumer type: what was observed, the policy in force with its fates, and the
-    advised tolerances (the ``--advise --json`` object)."""
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """A row of ``--advise``: tolerances (``late_arrival`` None: off), their finalization
+    delay, and the share of the sampled events certainly within each."""
+
+    out_of_order: float
+    late_arrival: float | None
+    finalization_delay: float
+    within_out_of_order: float
+    within_late_arrival: float
+
+    @classmethod
+    def of(cls, seen: ObservedTimes, t: Tolerances) -> Setting:
+        return cls(
+            t.out_of_order,
+            t.late_arrival,
+            t.delay,
+            seen.share_within("disorder", t.out_of_order),
+            seen.share_within("lateness", t.late_arrival),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TypeAdvice:
+    """``--advise`` for one consumer type: what was sampled (quantiles by ``p50``, ``p99``,
+    ``p99.9``), the policy in force with what it did, and a setting per share kept
+    (``"99%"``, ``"99.9%"``)."""
+
+    consumer_type: str
+    sampled: int
+    every: int
+    lateness: dict[str, float]
+    disorder: dict[str, float]
+    current: Setting
+    fates: ConsumerTypeFates
+    advised: dict[str, Setting]
+
+    def as_dict(self) -> dict[str, object]:
+        """The ``--advise --json`` object of the type."""
+        fates = asdict(self.fates)
+        del fates["consumer_type"]
+        return {
+            "sampled": self.sampled,
+            "every": self.every,
+            "lateness": self.lateness,
+            "disorder": self.disorder,
+            "current": {**asdict(self.current), **fates},
+            **{share: asdict(setting) for share, setting in self.advised.items()},
+        }
+
+
+def advice_of(status: ClusterStatus) -> list[TypeAdvice]:
+    """Per consumer type with events sampled: what was observed, the policy in force with
+    its fates, and the advised tolerances, by type name."""
     agents = reported_agents(status)
     fates = {t.consumer_type: t for t in consumer_type_fates(agents)}
-    found: dict[str, dict[str, object]] = {}
+    found = []
+    labels = ("p50", "p99", "p99.9")
     for name, seen in observed_by_type(agents).items():
         if not seen.samples:
             continue
-        fate = fates.get(name)
-        found[name] = {
-            "sampled": seen.samples,
-            "every": seen.every,
-            "lateness": dict(zip(("p50", "p99", "p99.9"), seen.quantiles("lateness"))),
-            "disorder": dict(zip(("p50", "p99", "p99.9"), seen.quantiles("disorder"))),
-            "current": {
-                **_setting(seen, current(seen)),
-                "events": fate.events if fate else 0,
-                "adjusted": fate.adjusted if fate else 0,
-                "dropped": fate.dropped if fate else 0,
-                "dead_lettered": fate.dead_lettered if fate else 0,
-            },
-            **{f"{share:.1%}".replace(".0%", "%"): _setting(seen, advise(seen, share)) for share in SHARES},
-        }
+        found.append(
+            TypeAdvice(
+                name,
+                seen.samples,
+                seen.every,
+                dict(zip(labels, seen.quantiles("lateness"))),
+                dict(zip(labels, seen.quantiles("disorder"))),
+                Setting.of(seen, current(seen)),
+                fates.get(name, ConsumerTypeFates(name, 0, 0, 0, 0)),
+                {f"{share:.1%}".replace(".0%", "%"): Setting.of(seen, advise(seen, share)) for share in SHARES},
+            )
+        )
     return found
 
 
-def _setting(seen: ObservedTimes, t: Tolerances) -> dict[str, object]:
-    return {
-        "out_of_order": t.out_of_order,
-        "late_arrival": t.late_arrival,
-        "finalization_delay": t.delay,
-        "within_out_of_order": seen.share_within("disorder", t.out_of_order),
-        "within_late_arrival": seen.share_within("lateness", t.late_arrival),
-    }
-
-
-def render_advice(advice: dict[str, dict[str, object]], out: Console) -> None:
+def render_advice(advice: list[TypeAdvice], out: Console) -> None:
     """One table per consumer type: the policy in force, then each advised setting."""
-    for name, a in advice.items():
+    for a in advice:
         rows = table(
-            f"{name}: tolerances from {plural(_int(a['sampled']), 'sampled event')} of the last hour "
-            f"(1 in {_int(a['every']):,})",
+            f"{a.consumer_type}: tolerances from {plural(a.sampled, 'sampled event')} of the last hour "
+            f"(1 in {a.every:,})",
             "setting",
             "out_of_order",
             "late_arrival",
@@ -127,26 +173,23 @@ def render_advice(advice: dict[str, dict[str, object]], out: Console) -> None:
             "adjusted",
             "dropped",
         )
-        for label, key in (("in force", "current"), *((f"keeps {k}", k) for k in a if k.endswith("%"))):
-            s = a[key]
-            assert isinstance(s, dict)
-            counts = (f"{s['adjusted']:,} of {s['events']:,}", f"{s['dropped']:,}") if key == "current" else ("-", "-")
+        done = (f"{a.fates.adjusted:,} of {a.fates.events:,}", f"{a.fates.dropped:,}")
+        for label, setting, counts in (
+            ("in force", a.current, done),
+            *((f"keeps {share}", s, ("-", "-")) for share, s in a.advised.items()),
+        ):
             add_row(
                 rows,
                 label,
-                seconds(s["out_of_order"]),
-                seconds(s["late_arrival"]),
-                seconds(s["finalization_delay"]),
-                _share(s["within_out_of_order"]),
-                _share(s["within_late_arrival"]),
+                seconds(setting.out_of_order),
+                seconds(setting.late_arrival),
+                seconds(setting.finalization_delay),
+                _share(setting.within_out_of_order),
+                _share(setting.within_late_arrival),
                 *counts,
             )
         out.print(rows)
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) else 0
-
-
-def _share(value: object) -> str:
-    return "-" if not isinstance(value, float) or math.isnan(value) else f"{value:.1%}"
+def _share(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.1%}"

@@ -219,22 +219,29 @@ class ObservedTimes:
     def from_dict(data: Mapping[str, object]) -> ObservedTimes:
         """What :func:`dataclasses.asdict` made of one (a status row's JSON or msgpack)."""
         subs = data.get("substreams") or []
-        assert isinstance(subs, list)
+        if not isinstance(subs, list):
+            raise ValueError(f"substreams is a list, not {subs!r}")
         late = data.get("late_arrival")
         return ObservedTimes(
-            samples=int(str(data["samples"])),
-            every=int(str(data["every"])),
+            samples=int(_number(data["samples"])),
+            every=int(_number(data["every"])),
             lateness=_buckets(data.get("lateness")),
             disorder=_buckets(data.get("disorder")),
-            out_of_order=float(str(data.get("out_of_order", 0.0))),
-            late_arrival=None if late is None else float(str(late)),
-            substreams=[(str(s[0]), float(s[1]), float(s[2])) for s in subs],
-            untracked=int(str(data.get("untracked", 0))),
+            out_of_order=_number(data.get("out_of_order", 0.0)),
+            late_arrival=None if late is None else _number(late),
+            substreams=[(str(s[0]), _number(s[1]), _number(s[2])) for s in subs],
+            untracked=int(_number(data.get("untracked", 0))),
         )
 
 
+def _number(value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(f"not a number: {value!r}")
+
+
 def _buckets(data: object) -> dict[str, int]:
-    return {str(k): int(v) for k, v in data.items()} if isinstance(data, Mapping) else {}
+    return {str(k): int(_number(v)) for k, v in data.items()} if isinstance(data, Mapping) else {}
 
 
 def _sum_buckets(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:

@@ -182,7 +182,7 @@ def observed_of(data: object) -> dict[str, ObservedTimes]:
     for name, seen in data.items():
         try:
             found[str(name)] = ObservedTimes.from_dict(seen)
-        except (KeyError, TypeError, ValueError, AssertionError, IndexError):
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError):
             continue
     return found
 

@@ -270,3 +270,17 @@ def test_an_arrival_that_is_no_time_is_not_kept() -> None:
     sketch.record(10.0, 5.0, -math.inf)  # the first of its lane: no disorder
     seen = sketch.observed(10.0)
     assert seen.samples == 1 and seen.quantile("disorder", 1.0) == 0.0
+
+
+def test_observed_times_read_back_from_their_plain_form() -> None:
+    from dataclasses import asdict
+
+    from streams.runtime.status import observed_of
+
+    sketch = LatenessSketch(every=1, late_arrival=5.0, substreams=MAX_SUBSTREAMS)
+    sketch.record(10.0, 7.0, 9.0, "a")
+    seen = sketch.observed(10.0)
+    assert ObservedTimes.from_dict(asdict(seen)) == seen
+    # What does not read (another version's row) is left out, the rest kept.
+    assert observed_of({"ok": asdict(seen), "bad": {"samples": "x", "every": 1}, "worse": [1]}) == {"ok": seen}
+    assert observed_of("nothing") == {}
