@@ -255,6 +255,11 @@ class KafkaRecords:
 
     @classmethod
     async def read(cls, settings: KafkaSettings) -> KafkaRecords:
+        if len(settings.namespaces) > 1:  # a queue's history is read one partition at a time
+            raise CliError(
+                f"headrace export reads one topic; this configuration reads {len(settings.namespaces)} together "
+                f"({', '.join(sorted(settings.namespaces))}): give a configuration of the one to export"
+            )
         found: list[tuple[int, int, BatchContainer]] = []
         outage = kafka_outage_log(settings)
         for number in range(settings.queues):

@@ -8,8 +8,11 @@ import csv
 import time
 
 import anyio
+import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streams.cli import CliError
+from streams.cli.export import KafkaRecords
 from streams.eventtime.advice import advise
 from streams.eventtime.lateness import LatenessSketch
 from streams.kafka.settings import KafkaSettings
@@ -124,4 +127,16 @@ def test_export_reads_a_topic_of_json_records(kafka_broker, kafka_topic, tmp_pat
     assert missing.returncode == 2
     assert missing.stderr.strip() == (
         "headrace export: error: no events of namespace 'nope' are retained (namespaces with events: sensors)"
+    )
+
+
+def test_export_refuses_several_topics_read_together():
+    settings = KafkaSettings(
+        "127.0.0.1:1", "t-tolls", topics={"tolls": "t-tolls", "prices": "t-prices"}, records="json"
+    )
+    with pytest.raises(CliError) as refused:
+        anyio.run(KafkaRecords.read, settings)  # refused before any connection
+    assert str(refused.value) == (
+        "headrace export reads one topic; this configuration reads 2 together (t-prices, t-tolls): "
+        "give a configuration of the one to export"
     )
