@@ -36,6 +36,7 @@ from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import enter_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionState
+from streams.eventtime.lateness import LatenessSketches, ObservedTimes
 
 log = logging.getLogger("headrace.agent")
 
@@ -107,6 +108,8 @@ class Catalog:
         self.states: ActivationStates | None = None
         self._saved: dict[StateKey, tuple[SequenceToken, bytes]] = {}
         self.fates = FateCounts()  # of the activations that ended here (headrace status)
+        # Observed lateness and disorder per consumer type, sampled by their processors.
+        self.times = LatenessSketches(context.options.lateness_sample_every)
 
     def keep_states(self, saved: dict[StateKey, tuple[SequenceToken, bytes]]) -> ActivationStates:
         """The queue's store saves event-time states with its checkpoint: restore these
@@ -217,6 +220,14 @@ class Catalog:
         )
         timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid), limits)
         timed.on_change = self._on_change
+        policy = spec.policy
+        sketch = self.times.of(
+            limits.consumer,  # the type's name as the registry has it, as fates count it
+            out_of_order=policy.out_of_order,
+            late_arrival=policy.late_arrival,
+            substreams=policy.over is not None,
+        )
+        timed.processor.sample_times(sketch)
         if self.states is not None and timed.enable_snapshots():
             self._restore(timed)
         return timed, instance
@@ -234,6 +245,11 @@ class Catalog:
         """The event-time counters per consumer type name: of the activations that ended
         here and of ``live`` ones (the queue's running activations)."""
         return self.fates.by_type((self._state_key(a)[0], a.processor.counters) for a in live)
+
+    def observed_times(self, now: float) -> dict[str, ObservedTimes]:
+        """Per consumer type, the lateness and disorder its events showed here over the hour
+        up to ``now`` (arrival-clock seconds), sampled."""
+        return self.times.observed(now)
 
     def _state_key(self, activation: TimedActivation) -> StateKey:
         cls = type(activation.target)

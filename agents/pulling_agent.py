@@ -50,6 +50,7 @@ from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionRecord
 from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
+from streams.eventtime.lateness import ObservedTimes
 
 log = logging.getLogger("headrace.agent")
 
@@ -99,8 +100,6 @@ class ReceiverCalls:
     def _failed(self, exc: BaseException, attempt: int) -> None:
         self.failures += 1
 
-
-log = logging.getLogger("headrace.agent")
 
 _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
 Ts = TypeVarTuple("Ts")
@@ -546,6 +545,12 @@ class PullingAgent:
         """What event time did to this queue's events, per consumer type: the counters of
         its activations, running or ended (``headrace status``)."""
         return self._catalog.fates_by_type(self.event_time_activations())
+
+    def observed_times(self) -> dict[str, ObservedTimes]:
+        """Per consumer type, the lateness and disorder of a sample of this queue's events
+        over the hour up to the queue's processing clock (``headrace status``)."""
+        now = self._processing_clock()
+        return self._catalog.observed_times(now if math.isfinite(now) else self.context.clock.now())
 
 
 def new_subscription_id() -> str:

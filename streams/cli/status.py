@@ -11,7 +11,12 @@ stopped writing is not shown there. Reading the store changes nothing in it.
 On Kafka (``--config`` naming a Kafka adapter), the same from the cluster, from any machine:
 the workers by the snapshots they publish to the status topic every ``status_interval``
 and the consumer group's members, each partition's owner, committed and end offsets and
-lag, the dead-letter topic by reason and the handoff topics' end offsets."""
+lag, the dead-letter topic by reason and the handoff topics' end offsets.
+
+Each event-time consumer type's observed lateness (arrival − event time) and disorder (newest
+event time − event time) over the last hour, sampled, per queue; with ``--advise``, the
+``out_of_order`` and ``late_arrival`` that would have kept 99 % and 99.9 % of those events
+unadjusted, their finalization delay, and what the policy in force adjusted and dropped."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import anyio
 from rich.console import Console
 from rich.markup import escape
 
+from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
     add_row,
@@ -36,6 +42,7 @@ from streams.cli.common import (
     table,
     utc_text,
 )
+from streams.cli.status_times import advice_of, render_advice, render_observed
 from streams.kafka.settings import KafkaSettings
 from streams.runtime.backends import KafkaBackend
 from streams.runtime.config import HeadraceConfig, load_config
@@ -48,6 +55,7 @@ EXAMPLES = """examples:
   headrace status --config kafka.toml         # a Kafka adapter: the whole cluster, from any machine
   headrace status --path ./store --all        # also workers gone long ago
   headrace status --path ./store --json | jq '.queues[] | select(.checkpoint_lag > 1000)'
+  headrace status --path ./store --advise     # tolerances advised from the last hour's events
 """
 
 
@@ -63,6 +71,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--json", action="store_true", help="print the same as one JSON object")
     parser.add_argument(
         "--all", action="store_true", help="also the workers gone long ago (left or silent for 10 suspicion timeouts)"
+    )
+    parser.add_argument(
+        "--advise",
+        action="store_true",
+        help="the out_of_order and late_arrival that would have kept 99%% and 99.9%% of the last hour's events unadjusted",
     )
 
 
@@ -80,6 +93,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         with existing_store(config) as store:
             status = read_status(store, suspicion_timeout=timeout, everyone=args.all)
+    if args.advise:
+        advice = advice_of(status)
+        if not advice:
+            raise CliError(
+                "nothing to advise from: no running worker has reported event-time consumers' events of the "
+                "last hour (a worker samples one event in [agent] lateness_sample_every)"
+            )
+        if args.json:
+            print(json.dumps({a.consumer_type: a.as_dict() for a in advice}))
+        else:
+            render_advice(advice, console())
+        return 0
     if args.json:
         print(json.dumps(status.as_dict()))
         return 0
@@ -174,6 +199,7 @@ def render(status: ClusterStatus, out: Console) -> None:
             out.print("slowest consumers: none behind (every consumer has what its worker read)")
 
     render_fates(status, out)
+    render_observed(status, out)
     # A queue whose agent stopped because it cannot be read on (a deleted topic, no codec, ...)
     reported = [q.agent for q in status.queues if q.agent is not None] + status.agents
     for agent in sorted(reported, key=lambda a: a.queue):

@@ -32,6 +32,9 @@ class StreamProviderOptions:
     # only a process that headrace owns tunes it: `headrace worker` does, a library user's
     # process does not. True tunes it anyway; False never does.
     tune_gc: bool | None = None
+    # One event in this many is sampled into the lateness and disorder sketch that
+    # `headrace status` shows and `--advise` reads (streams.eventtime.lateness).
+    lateness_sample_every: int = 256
 
     def __post_init__(self) -> None:
         for f in fields(self):

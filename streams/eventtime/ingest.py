@@ -22,6 +22,7 @@ from streams.core.errors import StreamCompletedError
 from streams.eventtime.aggregates import Count
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
+from streams.eventtime.lateness import LatenessSketch
 from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
@@ -45,7 +46,7 @@ class Ingest:
     """
 
     # One per processor: only what the flow and the ordering step do not hold already.
-    __slots__ = ("flow", "ordering", "refusals", "timestamp_of", "key_of", "key_field", "select")
+    __slots__ = ("flow", "ordering", "refusals", "timestamp_of", "key_of", "key_field", "select", "sampler")
 
     def __init__(
         self,
@@ -61,6 +62,7 @@ class Ingest:
         self.flow, self.ordering, self.refusals = flow, ordering, refusals
         self.timestamp_of, self.key_of, self.key_field = timestamp_of, key_of, key_field
         self.select = select or _record_value
+        self.sampler: LatenessSketch | None = None  # observed lateness and disorder (status)
 
     def run(self, inp: Input, events: Iterable[EventLike], out: Output) -> None:
         """Steps 1-6 for ``events`` of input ``inp``."""
@@ -121,6 +123,14 @@ class Ingest:
         sessions = store if isinstance(store, SessionStore) else None
         joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
         next_close = store.next_close if store is not None else FOREVER
+        # One event in sampler.every is sampled (lateness, disorder): the loop only asks whether
+        # an event is the next one due, by identity (cheaper per event than counting down).
+        sampler, n = self.sampler, len(events)
+        marked: object = None
+        if sampler is not None:
+            at, every, sample = sampler.due - 1, sampler.every, sampler.record
+            if at < n:
+                marked = events[at]
         try:
             for rec in events:
                 arr = rec.arrival_time
@@ -172,6 +182,10 @@ class Ingest:
                                 panes, next_close = store.panes, store.next_close
                             elif isinstance(store, SessionStore):
                                 sessions, next_close = store, store.next_close
+                    if rec is marked:  # lateness and disorder, before the policy touches the event
+                        at += every
+                        marked = events[at] if at < n else None
+                        sample(arr, t, newest, key if substreams else None)
                     et = t
                     ts, status, reason = t, KEPT, None
                     # 1-3. the ordering policy, for an event that breaks a tolerance
@@ -308,7 +322,9 @@ class Ingest:
             if direct and store is not None:
                 store.watermark = w
             inp.clock = clock
-        flow.counters.events += len(events)
+            if sampler is not None:  # due in the next batch (its first, if this one's was refused)
+                sampler.due = at - n + 1 if at >= n else 1
+        flow.counters.events += n
 
 
 def _with_traceback(exc: BaseException) -> str:

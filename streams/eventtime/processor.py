@@ -26,6 +26,7 @@ from streams.eventtime.aggregates import Reducer
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.ingest import Ingest
 from streams.eventtime.joins import IntervalJoin, JoinStore
+from streams.eventtime.lateness import LatenessSketch
 from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input, ProcessorParts
 from streams.eventtime.policy import EventLike, Extractor, OrderingPolicy
@@ -159,6 +160,21 @@ class Processor:
     @property
     def reducer(self) -> Reducer[Any, Any]:
         return self._parts.reducer
+
+    def sample_times(self, sketch: LatenessSketch | None) -> None:
+        """Sample the lateness and disorder of the events it takes into ``sketch`` (shared
+        by the processors of a queue's consumer type; None: stop).
+
+        >>> from types import SimpleNamespace as Ev
+        >>> from streams.eventtime.lateness import LatenessSketch
+        >>> p, sketch = Processor(OrderingPolicy(out_of_order=5)), LatenessSketch(every=1)
+        >>> p.sample_times(sketch)
+        >>> _ = p.on_events([Ev(value=0, event_time=t, arrival_time=12.0, token=0) for t in (10.0, 7.0)])
+        >>> seen = sketch.observed(12.0)
+        >>> seen.samples, round(seen.quantile("lateness", 1.0), 1), round(seen.quantile("disorder", 1.0), 1)
+        (2, 4.9, 3.0)
+        """
+        self._ingest.sampler = sketch
 
     # ------------------------------------------------------------------ observations
 

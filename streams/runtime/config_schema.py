@@ -273,6 +273,7 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "tune_gc": _flag,
         "shutdown_timeout": _positive_duration,
         "max_read_backoff": _positive_duration,
+        "lateness_sample_every": _count(1),
     },
     "cache": {
         "size": _count(1),

@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from agents.counters import HistogramSnapshot
 from streams.core.errors import ConfigurationError, HeadraceError
+from streams.eventtime.lateness import SHOWN
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot
 
@@ -131,6 +132,18 @@ METRICS: dict[str, tuple[type, str]] = {
         GaugeMetricFamily,
         "Activations whose merged watermark this input holds back (lowest, behind another input)",
     ),
+    "headrace_eventtime_sampled_events": (
+        GaugeMetricFamily,
+        "Events sampled over the last hour for observed lateness and disorder, per consumer type",
+    ),
+    "headrace_eventtime_lateness_seconds": (
+        GaugeMetricFamily,
+        "Observed lateness (arrival - event time) over the last hour, sampled, by quantile (0.5, 0.99, 0.999)",
+    ),
+    "headrace_eventtime_disorder_seconds": (
+        GaugeMetricFamily,
+        "Observed disorder (newest event time of the lane - event time) over the last hour, sampled, by quantile",
+    ),
     "headrace_dead_letters": (GaugeMetricFamily, "Dead letters kept in the store, by reason (shared by its workers)"),
 }
 
@@ -175,6 +188,12 @@ def metric_families(snapshot: WorkerSnapshot, dead_letters: Mapping[str, int]) -
             if math.isfinite(mark):
                 out.add("headrace_eventtime_input_watermark_timestamp_seconds", {**at, "input": name}, mark)
             out.add("headrace_eventtime_input_holding", {**at, "input": name}, et.holding.get(name, 0))
+        for type_name, seen in q.observed.items():  # consumer types: a bounded label set
+            of_type = {**at, "consumer_type": type_name}
+            out.add("headrace_eventtime_sampled_events", of_type, seen.samples)
+            for which in ("lateness", "disorder"):
+                for share, v in zip(SHOWN, seen.quantiles(which)):
+                    out.add(f"headrace_eventtime_{which}_seconds", {**of_type, "quantile": str(share)}, v)
     for reason, n in dead_letters.items():
         out.add("headrace_dead_letters", {"reason": reason}, n)
     return out.families()

@@ -27,6 +27,7 @@ from agents.delivery import StreamConsumer
 from agents.merged_inputs import holding_back
 from agents.pulling_agent import PullingAgent
 from streams.core.deadletters import DeadLetterStore
+from streams.eventtime.lateness import ObservedTimes
 from streams.eventtime.policy import Reason
 from streams.eventtime.results import Counters
 from streams.runtime.provider import StreamProvider
@@ -140,6 +141,8 @@ class QueueSnapshot:
     ``events_read``: events in the data records read; ``events_delivered``: events delivered,
     summed over the consumers (an event two consumers take counts twice); ``slowest``: the
     consumers furthest behind, at most :data:`SLOWEST_SHOWN`, slowest first (none caught up).
+    ``observed``: per event-time consumer type, the lateness and disorder of a sample of its
+    events over the last hour (``observed[name].quantiles("lateness")``: p50, p99, p99.9).
     """
 
     queue: int
@@ -161,6 +164,8 @@ class QueueSnapshot:
     slowest: tuple[CursorLag, ...] = ()
     fates: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # per consumer type: fates_of
     failed: str | None = None  # why the queue cannot be read on (its agent stopped); None: reading
+    # per consumer type: lateness and disorder sampled over the last hour (streams.eventtime.lateness)
+    observed: Mapping[str, ObservedTimes] = field(default_factory=dict)
 
 
 def fates_of(counters: Mapping[str, int]) -> dict[str, int]:
@@ -227,6 +232,7 @@ def _queue(agent: PullingAgent) -> QueueSnapshot:
         slowest=slowest_cursors(agent.last_read_sequence, consumers),
         fates={name: fates_of(counters) for name, counters in agent.fates_by_type().items()},
         failed=agent.failure,
+        observed=agent.observed_times(),
     )
 
 

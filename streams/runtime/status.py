@@ -48,6 +48,7 @@ from streams.core.errors import ConfigurationError, DecodeError, HeadraceError
 from streams.core.ids import QueueId
 from streams.embedded.queues import queue_positions, recorded_queue_count
 from streams.embedded.store import EmbeddedStore, Migration
+from streams.eventtime.lateness import ObservedTimes
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import CursorLag, QueueSnapshot, take_snapshot
 
@@ -74,6 +75,8 @@ STATUS_SCHEMA: list[Migration] = [
     ],
     ["ALTER TABLE status_agents ADD COLUMN fates TEXT NOT NULL DEFAULT '{}'"],  # issue 30: per consumer type
     ["ALTER TABLE status_agents ADD COLUMN failed TEXT"],  # issue 24: a queue that cannot be read on
+    # issue 29: per consumer type, sampled lateness and disorder over the last hour
+    ["ALTER TABLE status_agents ADD COLUMN observed TEXT NOT NULL DEFAULT '{}'"],
 ]
 
 FRESH_FOR = 3  # a row stays fresh for this many reporting intervals
@@ -95,7 +98,9 @@ class AgentStatus:
     consumers furthest behind (:class:`~streams.runtime.snapshot.CursorLag`); ``fates``:
     per consumer type, what event time did to its events on this queue since the agent started
     (:func:`~streams.runtime.snapshot.fates_of`). ``failed``: why the queue cannot be
-    read on, its agent stopped (``None``: reading).
+    read on, its agent stopped (``None``: reading). ``observed``: per consumer type, the
+    lateness and disorder of a sample of its events on this queue over the last hour
+    (:class:`~streams.eventtime.lateness.ObservedTimes`).
     """
 
     worker: str
@@ -119,6 +124,7 @@ class AgentStatus:
     slowest: list[CursorLag] = field(default_factory=list)
     fates: dict[str, dict[str, int]] = field(default_factory=dict)
     failed: str | None = None
+    observed: dict[str, ObservedTimes] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -150,6 +156,7 @@ class AgentStatus:
             slowest=list(queue.slowest),
             fates={name: dict(fates) for name, fates in queue.fates.items()},
             failed=queue.failed,
+            observed=dict(queue.observed),
         )
 
     @classmethod
@@ -158,13 +165,29 @@ class AgentStatus:
         values["under_pressure"] = bool(values["under_pressure"])  # SQLite keeps 0 or 1
         values["slowest"] = [CursorLag(**lag) for lag in json.loads(values["slowest"])]
         values["fates"] = json.loads(values["fates"])
+        values["observed"] = observed_of(json.loads(values["observed"]))
         return cls(**values)
 
     def as_row(self) -> tuple[Any, ...]:
         row = dict(zip(_NAMES, astuple(self)))
         row["slowest"] = json.dumps([asdict(lag) for lag in self.slowest])
         row["fates"] = json.dumps(self.fates)
+        row["observed"] = json.dumps({name: asdict(seen) for name, seen in self.observed.items()})
         return tuple(row[name] for name in _NAMES)
+
+
+def observed_of(data: object) -> dict[str, ObservedTimes]:
+    """A row's ``observed`` from its JSON (or msgpack) form; what does not read is left out
+    (a row of another version)."""
+    if not isinstance(data, dict):
+        return {}
+    found = {}
+    for name, seen in data.items():
+        try:
+            found[str(name)] = ObservedTimes.from_dict(seen)
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError):
+            continue
+    return found
 
 
 def _utc(t: float) -> str:
@@ -402,6 +425,24 @@ def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
     ]
 
 
+def observed_by_type(agents: list[AgentStatus]) -> dict[str, ObservedTimes]:
+    """The lateness and disorder observed per consumer type over these agents' queues, merged
+    (``headrace status --advise``), by type name.
+
+    >>> from streams.eventtime.lateness import LatenessSketch
+    >>> sketch = LatenessSketch(every=1)
+    >>> sketch.record(10.0, 8.0, 8.0)
+    >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0, observed={"app.T": sketch.observed(10.0)})
+    >>> observed_by_type([row, row])["app.T"].samples
+    2
+    """
+    parts: dict[str, list[ObservedTimes]] = {}
+    for agent in agents:
+        for name, seen in agent.observed.items():
+            parts.setdefault(name, []).append(seen)
+    return {name: ObservedTimes.combine(seen) for name, seen in sorted(parts.items())}
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
     store: str
@@ -419,10 +460,25 @@ class ClusterStatus:
     group_members: list[str] | None = None  # on Kafka: the workers' consumer group's members
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain JSON types (partitions as string keys, as JSON needs)."""
+        """Plain JSON types (partitions as string keys, as JSON needs); each agent's observed
+        times also as their quantiles (``"quantiles": {"lateness": {"p50": ...}, ...}``, null
+        where none was sampled: JSON has no NaN)."""
         data = asdict(self)
         for item in data["handoff"]:
             item["end_offsets"] = {str(p): o for p, o in item["end_offsets"].items()}
+        rows = [(q["agent"], s.agent) for q, s in zip(data["queues"], self.queues)] + list(
+            zip(data["agents"], self.agents)
+        )
+        for row, agent in rows:
+            if agent is not None:
+                for name, seen in agent.observed.items():
+                    row["observed"][name]["quantiles"] = {
+                        which: {
+                            label: None if math.isnan(v) else v
+                            for label, v in zip(("p50", "p99", "p99.9"), seen.quantiles(which))
+                        }
+                        for which in ("lateness", "disorder")
+                    }
         return data
 
 

@@ -77,6 +77,7 @@ from streams.runtime.status import (
     HandoffStatus,
     QueueStatus,
     WorkerStatus,
+    observed_of,
 )
 
 FORMAT = 1
@@ -120,6 +121,7 @@ def decode_report(value: bytes) -> WorkerReport:
     for agent in data["agents"]:
         known = {name: v for name, v in agent.items() if name in _AGENT_FIELDS}
         known["slowest"] = [CursorLag(**lag) for lag in known.get("slowest", [])]
+        known["observed"] = observed_of(known.get("observed", {}))
         agents.append(AgentStatus(**known))
     return WorkerReport(
         data["worker"], data["instance"], data["started_at"], data["updated"], data["fresh_until"], agents

@@ -13,14 +13,19 @@ from streams import ConfigurationError, StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.observability import serve_metrics
 from tests.agents.delivery.conftest import drained
-from tests.streams.runtime.helpers import by_label, free_port, scrape, total, value
+from tests.streams.runtime.helpers import Samples, by_label, free_port, scrape, total, value
 
 WORKER = "w-metrics"
 
 
 def make_provider(path) -> StreamProvider:
     provider = StreamProvider.embedded(
-        path, queues=2, worker_name=WORKER, max_event_delivery_time=0.2, delivery_retry_backoff=0.01
+        path,
+        queues=2,
+        worker_name=WORKER,
+        max_event_delivery_time=0.2,
+        delivery_retry_backoff=0.01,
+        lateness_sample_every=1,
     )
 
     @provider.implicit("sensors")
@@ -100,10 +105,22 @@ async def test_scrape_reports_what_was_published(tmp_path):
                 total(samples, "headrace_cache_batches") == sum(records.values()) - 1
             )  # the corrupt one is not cached
             assert value(samples, "headrace_cache_max_batches", worker=WORKER, queue="0") == 4096
+            # Observed lateness, every event sampled: the 26 events (the early one at 0 s), the
+            # oldest 30 s behind its arrival (within the sketch's 2 % and the time to publish).
+            assert total(samples, "headrace_eventtime_sampled_events") == 26
+            worst = value_max(samples, "headrace_eventtime_lateness_seconds", "0.999")
+            assert 30 * 0.98 <= worst <= (time.time() - now + 30) * 1.02
+            assert value_max(samples, "headrace_eventtime_lateness_seconds", "0.5") < worst
+            assert value_max(samples, "headrace_eventtime_disorder_seconds", "0.999") == 0.0  # in order per stream
 
     # The endpoint is gone with its context; the worker has left.
     with pytest.raises(OSError):
         await anyio.to_thread.run_sync(scrape, server.port)
+
+
+def value_max(samples: Samples, name: str, quantile: str) -> float:
+    """The largest sample of ``name`` with that quantile label, over queues and types."""
+    return max(v for (n, labels), v in samples.items() if n == name and dict(labels)["quantile"] == quantile)
 
 
 async def test_a_worker_that_left_reports_no_agents(tmp_path):

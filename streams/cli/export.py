@@ -1,0 +1,292 @@
+"""``headrace export``: a sample of a namespace's recent events, as ``headrace simulate`` reads it.
+
+Writes the events of ``--stream`` (a namespace, or one stream ``namespace/key``) that arrived
+in the last ``--since`` (``1h``, ``30m``) to a CSV with the columns ``arrival_time``,
+``event_time``, ``key`` (the stream's key) and ``value``, in arrival order, times in POSIX
+seconds: ``headrace simulate --sweep out_of_order=0s,5s,30s FILE.csv`` then replays your
+production data under other tolerances. The events come from the queues' records the store
+(or the Kafka topic) still retains; at most ``--limit`` of them, the newest.
+
+An event's time is what an event-time consumer of the configuration reads: ``--timestamp-by``
+(default: ``[time] timestamp_by``, in ``[time] unit``), else the event's own event time (its
+arrival time when its producer gave none). ``value`` is the event's ``--value-by`` field, or
+the event itself when it is a number; empty otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+
+from streams.cli import CliError
+from streams.cli.common import add_config_options, existing_store, load_app, load_cli_config, plural, utc_text
+from streams.core.batch import BatchContainer, BatchKind
+from streams.core.errors import DecodeError
+from streams.core.ids import QueueId, StreamId
+from streams.embedded.queues import recorded_queue_count
+from streams.embedded.store import EmbeddedStore
+from streams.eventtime.policy import timestamp_extractor
+from streams.eventtime.timetext import parse_duration
+from streams.kafka.clients import kafka_outage_log
+from streams.kafka.receiver import KafkaQueueReceiver
+from streams.kafka.settings import KafkaSettings
+from streams.runtime.backends import KafkaBackend
+from streams.runtime.config import HeadraceConfig, load_config
+
+EXAMPLES = """examples:
+  headrace export --path ./store --stream tolls --since 1h sample.csv
+  headrace export --config headrace.toml --stream tolls/booth-1 --since 30m --value-by amount booth1.csv
+  headrace simulate --sweep out_of_order=0s,5s,30s --window tumbling:1m --group-by-key sample.csv
+"""
+
+DEFAULT_LIMIT = 100_000
+COLUMNS = ("arrival_time", "event_time", "key", "value")
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRow:
+    """One exported event (``value`` None: an empty cell)."""
+
+    arrival_time: float
+    event_time: float
+    key: str
+    value: float | None
+
+
+class RecordSource(Protocol):
+    """Where the queues' records are: the batch containers of ``namespace`` (of one stream,
+    when ``key`` is given), each with its queue and position, in queue order; and every
+    namespace with records (for a mistake's message)."""
+
+    def containers(self, namespace: str, key: str | None) -> Iterator[tuple[int, int, BatchContainer]]: ...
+
+    def namespaces(self) -> list[str]: ...
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="write a namespace's recent events as a CSV sample for `headrace simulate`",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_options(parser)
+    parser.add_argument("--stream", required=True, metavar="NS[/KEY]", help="a namespace, or one stream of it")
+    parser.add_argument(
+        "--since", required=True, metavar="DURATION", help="the events that arrived in the last 1h, 30m"
+    )
+    parser.add_argument("--timestamp-by", metavar="FIELD", help="the field with the event time (default: [time])")
+    parser.add_argument(
+        "--unit", choices=("s", "ms", "us"), help="what a --timestamp-by number counts (default: [time])"
+    )
+    parser.add_argument("--value-by", metavar="FIELD", help="the field written as value (a number)")
+    parser.add_argument(
+        "--limit", type=int, default=DEFAULT_LIMIT, help=f"at most this many, the newest ({DEFAULT_LIMIT:,})"
+    )
+    parser.add_argument("file", metavar="FILE.csv", help="where to write the sample")
+
+
+def run(args: argparse.Namespace) -> int:
+    since = parse_duration(args.since, "--since")
+    if since <= 0:
+        raise CliError(f"--since takes a duration above 0, like 1h or 30m, not {args.since!r}")
+    if args.limit < 1:
+        raise CliError(f"--limit takes a whole number >= 1, not {args.limit}")
+    namespace, _, key = args.stream.partition("/")
+    if not namespace:
+        raise CliError(f"--stream takes a namespace or namespace/key, not {args.stream!r}")
+    config, kafka = _where(args)
+    policy = config.time.policy
+    spec = args.timestamp_by if args.timestamp_by is not None else policy.timestamp_by
+    time_of = timestamp_extractor(spec, args.unit or policy.unit)
+    start = time.time() - since
+    source: RecordSource
+    if kafka is not None:
+        source = anyio.run(KafkaRecords.read, kafka)
+        rows = sample(source, namespace, key or None, start, time_of, args.value_by, args.limit)
+    else:
+        with existing_store(config) as store:
+            source = StoreRecords(store)
+            rows = sample(source, namespace, key or None, start, time_of, args.value_by, args.limit)
+    if not rows:
+        raise CliError(_nothing(source, args.stream, namespace, args.since))
+    write_sample(args.file, rows)
+    print(
+        f"headrace export: {plural(len(rows), 'event')} of {args.stream} that arrived from "
+        f"{utc_text(rows[0].arrival_time)} to {utc_text(rows[-1].arrival_time)} written to {args.file}"
+    )
+    return 0
+
+
+def _where(args: argparse.Namespace) -> tuple[HeadraceConfig, KafkaSettings | None]:
+    app = load_app(args)
+    if app is not None and app.store is None and isinstance(app.backend, KafkaBackend):
+        return load_config(args.config), app.backend.factory.settings
+    config = load_cli_config(args)
+    settings = config.provider_settings
+    if settings.adapter == "kafka" and settings.path is None:
+        backend = config.provider().backend
+        assert isinstance(backend, KafkaBackend)
+        return config, backend.factory.settings
+    return config, None
+
+
+def _nothing(source: RecordSource, stream: str, namespace: str, since: str) -> str:
+    known = source.namespaces()
+    if namespace not in known:
+        there = ", ".join(known) if known else "none"
+        return f"no events of namespace {namespace!r} are retained (namespaces with events: {there})"
+    return f"no events of {stream} arrived in the last {since} (a longer --since reaches older ones)"
+
+
+def sample(
+    source: RecordSource,
+    namespace: str,
+    key: str | None,
+    since: float,
+    time_of: Callable[[Any], float] | None,
+    value_by: str | None,
+    limit: int,
+) -> list[SampleRow]:
+    """The newest ``limit`` events of the source that arrived at or after ``since``, in
+    arrival order (then queue order). An event whose time does not read is left out (an
+    event-time consumer dead-letters it ``invalid_timestamp``)."""
+    newest: list[tuple[float, int, int, int, SampleRow]] = []  # a heap: the oldest kept on top
+    for queue, position, container in source.containers(namespace, key):
+        for event in container.events(position):
+            arrival = event.arrival_time
+            if arrival < since:
+                continue
+            try:
+                t = event.event_time if time_of is None else time_of(event)
+            except (KeyError, AttributeError, TypeError, ValueError):
+                continue
+            if not math.isfinite(t):
+                continue
+            item = (
+                arrival,
+                queue,
+                position,
+                event.token.event_index,
+                SampleRow(arrival, t, str(event.stream_id.key), _value(event.value, value_by)),
+            )
+            if len(newest) < limit:
+                heapq.heappush(newest, item)
+            elif item[:4] > newest[0][:4]:
+                heapq.heapreplace(newest, item)
+    return [item[4] for item in sorted(newest, key=lambda i: i[:4])]
+
+
+def _value(value: Any, field: str | None) -> float | None:
+    if field is not None:
+        value = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def write_sample(path: str, rows: list[SampleRow]) -> None:
+    """``rows`` as ``headrace simulate``'s CSV."""
+    try:
+        with Path(path).open("w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            out.writerow(COLUMNS)
+            for r in rows:
+                out.writerow(
+                    [repr(r.arrival_time), repr(r.event_time), r.key, "" if r.value is None else repr(r.value)]
+                )
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class StoreRecords:
+    """The records an embedded store's queues retain (:class:`RecordSource`)."""
+
+    def __init__(self, store: EmbeddedStore) -> None:
+        self.store = store
+
+    def containers(self, namespace: str, key: str | None) -> Iterator[tuple[int, int, BatchContainer]]:
+        with self.store.snapshot() as conn:
+            if recorded_queue_count(conn) is None:
+                return
+            prefix = f"{namespace}/"
+            where, params = (
+                ("stream = ?", (str(StreamId(namespace, key)),))
+                if key is not None
+                else ("substr(stream, 1, ?) = ?", (len(prefix), prefix))
+            )
+            rows = conn.execute(
+                f"SELECT queue, seq, payload FROM queue_records WHERE {where} ORDER BY queue, seq", params
+            )
+            for queue, seq, payload in rows:
+                try:
+                    container = BatchContainer.decode(payload)
+                except DecodeError:
+                    continue  # not a batch container: no events (the agent dead-letters it)
+                if container.kind is BatchKind.DATA:
+                    yield queue, seq, container
+
+    def namespaces(self) -> list[str]:
+        with self.store.snapshot() as conn:
+            if recorded_queue_count(conn) is None:
+                return []
+            rows = conn.execute(
+                "SELECT DISTINCT substr(stream, 1, instr(stream, '/') - 1) FROM queue_records ORDER BY 1"
+            )
+            return [name for (name,) in rows if name]
+
+
+class KafkaRecords:
+    """The records a Kafka topic's partitions retain, read whole (:class:`RecordSource`):
+    headrace's own batch containers, or another program's records as the workers decode them."""
+
+    def __init__(self, found: list[tuple[int, int, BatchContainer]]) -> None:
+        self.found = found
+
+    @classmethod
+    async def read(cls, settings: KafkaSettings) -> KafkaRecords:
+        if len(settings.namespaces) > 1:  # a queue's history is read one partition at a time
+            raise CliError(
+                f"headrace export reads one topic; this configuration reads {len(settings.namespaces)} together "
+                f"({', '.join(sorted(settings.namespaces))}): give a configuration of the one to export"
+            )
+        found: list[tuple[int, int, BatchContainer]] = []
+        outage = kafka_outage_log(settings)
+        for number in range(settings.queues):
+            receiver = KafkaQueueReceiver(settings, QueueId(number), outage)
+            try:
+                start = 0
+                while chunk := await receiver.read_range(start, _KAFKA_CHUNK):
+                    for message in chunk:
+                        try:
+                            container = message.container()
+                        except DecodeError:
+                            continue
+                        if container.kind is BatchKind.DATA:
+                            found.append((number, message.sequence_number, container))
+                    start = chunk[-1].sequence_number + 1
+            finally:
+                await receiver.shutdown()
+        return cls(found)
+
+    def containers(self, namespace: str, key: str | None) -> Iterator[tuple[int, int, BatchContainer]]:
+        for queue, position, container in self.found:
+            sid = container.stream_id
+            if sid.namespace == namespace and (key is None or str(sid.key) == key):
+                yield queue, position, container
+
+    def namespaces(self) -> list[str]:
+        return sorted({container.stream_id.namespace for _, _, container in self.found})
+
+
+_KAFKA_CHUNK = 10_000  # records per read of a partition
