@@ -25,10 +25,9 @@ from agents.checkpoint import ActivationStates, StateKey
 from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
-from agents.handoff import HandoffTarget
-from agents.hook_calls import HookLimits
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
+from agents.output import HandoffTarget, HookLimits
 from agents.protocols import AgentContext
 from agents.timed import EventTimeObserver, declared_event_time
 from streams.core.deadletters import QueueDeadLetters

@@ -2,7 +2,7 @@
 
 A slow consumer slows only its own cursor; the others keep their own pace. A batch whose
 delivery raises is delivered again with back-off (``delivery_retry_backoff``, doubling) while
-``max_event_delivery_time`` allows (``agents.hook_calls``); if no attempt succeeds the consumer
+``max_event_delivery_time`` allows (``agents.output``); if no attempt succeeds the consumer
 is told through ``on_error``, the failure handler hears of it, the batch is dead-lettered with
 reason ``delivery_failed`` (``activation_failed`` when the consumer's constructor raised,
 :mod:`agents.activation`) and the traceback (so it stays findable), and delivery goes on,
@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 
 from agents.activation import Activation
-from agents.hook_calls import failed_letters, redeliver, undecodable_letter
+from agents.output import failed_letters, redeliver, undecodable_letter
 from agents.protocols import AgentContext
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch

@@ -35,7 +35,7 @@ from agents.checkpoint import Holds, Tokens, acknowledgeable
 from agents.counters import LatencyHistogram
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
-from agents.hook_calls import undecodable_letter
+from agents.output import undecodable_letter
 from agents.protocols import AgentContext
 from agents.registry import InProcessSubscription
 from agents.timed import EventTimeObserver

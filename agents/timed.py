@@ -41,9 +41,8 @@ from types import TracebackType
 import anyio
 
 from agents.activation import TimedActivation
-from agents.handoff import HandoffTarget, HandoffWrites
-from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
+from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
@@ -221,7 +220,7 @@ class EventTimeObserver:
         self._on_join = on_join[1]
         self._on_window = on_window[1]
         # Each window, step's events or watermark one unit of work for its hook: retried,
-        # timed, given up alone (agents.hook_calls).
+        # timed, given up alone (agents.output).
         self._hooks = HookCalls(
             limits or HookLimits(type(target).__qualname__), self._partition, dead_letters, on_error[1]
         )

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "agents.handoff": "agents.output",
+    "agents.hook_calls": "agents.output",
     "agents.context": "agents.protocols",
     "agents.fate_counts": "agents.counters",
     "agents.holdback": "agents.merged_inputs",
@@ -36,11 +38,11 @@ MOVED: dict[str, str] = {
     "agents.input_view": "agents.merged_inputs",
     "agents.keyed_heap": "agents.checkpoint",
     "agents.latency": "agents.counters",
-    "agents.letters": "agents.hook_calls",
+    "agents.letters": "agents.output",
     "agents.order": "agents.merged_inputs",
     "agents.pending": "agents.activation",
     "agents.receiver_calls": "agents.pulling_agent",
-    "agents.redelivery": "agents.hook_calls",
+    "agents.redelivery": "agents.output",
     "agents.rewind": "agents.cursors",
     "agents.state": "agents.checkpoint",
     "agents.turns": "agents.timed",

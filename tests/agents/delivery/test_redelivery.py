@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from agents.hook_calls import redeliver
+from agents.output import redeliver
 from streams.core.errors import DecodeError
 
 
