@@ -108,7 +108,7 @@ class EmbeddedStore:
         self._generation = 0  # bumped by close(): connections of an older one are not reused
         self._schemas: dict[str, Sequence[Migration]] = {}
         self._unmigrated: list[str] = []
-        # Writers take turns (see store_turns); what still finds SQLite busy after its own
+        # Writers take turns (WriteTurns, below); what still finds SQLite busy after its own
         # busy_timeout (a writer that does not take turns) backs off and retries.
         self._turns = turns_for(self.database)
         self._urgent_threads: tuple[anyio.lowlevel.EventLoopToken, anyio.CapacityLimiter] | None = None
