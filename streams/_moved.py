@@ -29,6 +29,8 @@ from collections.abc import Sequence
 
 # old module path -> where it lives now
 MOVED: dict[str, str] = {
+    "balancer.keyed": "streams.adapters.mapper",
+    "streams.cli.simulate_input": "streams.cli.simulate",
     "agents.handoff": "agents.output",
     "agents.hook_calls": "agents.output",
     "agents.context": "agents.protocols",

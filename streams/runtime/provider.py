@@ -25,10 +25,10 @@ from agents.protocols import AgentContext
 from agents.pulling_agent import PullingAgent, new_subscription_id
 from agents.registry import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
 from balancer.base import BalancerOptions
-from balancer.keyed import KeyedQueueMapper, co_partition, places_together
 from balancer.protocols import QueueBalancer
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
+from streams.adapters.mapper import KeyedQueueMapper, co_partition, places_together
 from streams.adapters.memory import GeneratorConfig
 from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueMapper
 from streams.adapters.retention import RetentionPolicy
@@ -206,7 +206,7 @@ class StreamProvider(BackendConstructors):
         self.backend = backend
         self.clock = clock  # the processing clock (arrival times, ticks); streams.testing moves one
         self.mapper: QueueMapper = backend.queue_mapper()
-        if co_partitioned:  # several namespaces placed by key (see balancer.keyed)
+        if co_partitioned:  # several namespaces placed by key (see streams.adapters.mapper)
             self.mapper = KeyedQueueMapper(self.mapper, co_partitioned)
         self.pubsub: PubSubStore = pubsub or backend.pubsub_store()
         self.dead_letters: DeadLetterStore = dead_letters or backend.dead_letter_store()

@@ -5,9 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from balancer.keyed import KeyedQueueMapper
 from streams import ConfigurationError, StreamId, StreamProvider
-from streams.adapters.mapper import HashRingQueueMapper
+from streams.adapters.mapper import HashRingQueueMapper, KeyedQueueMapper
 from streams.eventtime import EventTime, OrderingPolicy
 from tests.agents.delivery.conftest import drained
 
@@ -178,8 +177,7 @@ async def test_queue_order_goes_on_with_a_warning_when_the_batch_ahead_never_com
 
 
 def test_kafkas_partitioner_places_by_key_already():
-    from balancer.keyed import places_together
-    from streams.adapters.mapper import KafkaPartitionMapper
+    from streams.adapters.mapper import KafkaPartitionMapper, places_together
 
     kafka = KafkaPartitionMapper(8)
     assert places_together(kafka, ["tolls", "prices"])
