@@ -25,7 +25,7 @@ type into a sketch of the last hour (:mod:`streams.eventtime.lateness`); their s
 carry it. ``status`` shows its quantiles per queue; ``status --advise`` merges each consumer
 type's over the queues and prints the tolerances that would have kept 99 % and 99.9 % of the
 observed events unadjusted, with what each costs in finalization delay, beside the policy in
-force and what it adjusted and dropped (:mod:`streams.eventtime.advice`; docs/cli.md).
+force and what it adjusted and dropped (:mod:`streams.eventtime.lateness`; docs/cli.md).
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ from streams.cli.common import (
     table,
     utc_text,
 )
-from streams.eventtime.advice import SHARES, Tolerances, advise, current
-from streams.eventtime.lateness import ObservedTimes
+from streams.eventtime.lateness import SHARES, ObservedTimes, Tolerances, advise, current
 from streams.kafka.settings import KafkaSettings
 from streams.runtime.backends import KafkaBackend
 from streams.runtime.config import HeadraceConfig, load_config

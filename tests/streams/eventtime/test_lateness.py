@@ -1,5 +1,5 @@
 """The lateness and disorder sketch (streams.eventtime.lateness) and the tolerances advised
-from it (streams.eventtime.advice), against exact computations on random data."""
+from it (streams.eventtime.lateness), against exact computations on random data."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 
 from streams.eventtime import Count, OrderingPolicy, Processor, Tumbling
-from streams.eventtime.advice import advise, current, finalization_delay
 from streams.eventtime.lateness import (
     BUCKETS,
     LARGEST,
@@ -22,6 +21,9 @@ from streams.eventtime.lateness import (
     Histogram,
     LatenessSketch,
     ObservedTimes,
+    advise,
+    current,
+    finalization_delay,
 )
 
 GAMMA = (1 + RELATIVE_ERROR) / (1 - RELATIVE_ERROR)  # a bucket's upper bound over its lower one

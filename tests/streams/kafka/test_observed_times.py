@@ -13,8 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.cli import CliError
 from streams.cli.export import KafkaRecords
-from streams.eventtime.advice import advise
-from streams.eventtime.lateness import LatenessSketch
+from streams.eventtime.lateness import LatenessSketch, advise
 from streams.kafka.settings import KafkaSettings
 from streams.runtime.status import AgentStatus, observed_by_type
 from streams.runtime.status_kafka import KafkaStatusBoard, read_reports
