@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 
 def _status_mb(field: str) -> float:
@@ -42,3 +45,20 @@ class Stopwatch:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.start
+
+
+def import_ms(statement: str, module: str, libs: str | None, rounds: int = 5) -> float:
+    """Best of ``rounds``: the cumulative import time (-X importtime) of ``module`` in a fresh
+    interpreter that runs ``statement`` (what it imports before is not counted)."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, libs) if p))
+    best = float("inf")
+    for _ in range(rounds):
+        run = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", statement], env=env, capture_output=True, text=True, check=False
+        )
+        for line in run.stderr.splitlines():
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) == 3 and parts[2] == module:
+                best = min(best, int(parts[1]) / 1000)
+    return best

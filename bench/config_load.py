@@ -15,7 +15,6 @@ what they cost is a lower bound of what adopting them would.
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +23,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench._common import import_ms  # noqa: E402
 
 DOC = ROOT / "docs" / "configuration.md"
 
@@ -54,22 +55,6 @@ MISTAKES: list[tuple[str, dict[str, str], str]] = [
         "headrace.toml: worker.metrics_port: must be a TCP port number (0 to 65535), not 70000",
     ),
 ]
-
-
-def import_ms(statement: str, module: str, libs: str | None, rounds: int = 5) -> float:
-    """Best of ``rounds``: the cumulative import time (-X importtime) of ``module`` in a fresh
-    interpreter that runs ``statement`` (what it imports before is not counted)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), libs) if p))
-    best = float("inf")
-    for _ in range(rounds):
-        run = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", statement], env=env, capture_output=True, text=True, check=False
-        )
-        for line in run.stderr.splitlines():
-            parts = [p.strip() for p in line.split("|")]
-            if len(parts) == 3 and parts[2] == module:
-                best = min(best, int(parts[1]) / 1000)
-    return best
 
 
 def per_load_us(load: Any, rounds: int = 2000) -> float:

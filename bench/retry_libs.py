@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -25,23 +23,10 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._common import import_ms  # noqa: E402
 from streams.core.retry import Backoff, OutageLog, retry  # noqa: E402
 
 CALLS = 20_000
-
-
-def import_ms(statement: str, module: str, libs: str | None, rounds: int = 5) -> float:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), libs) if p))
-    best = float("inf")
-    for _ in range(rounds):
-        run = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", statement], env=env, capture_output=True, text=True, check=False
-        )
-        for line in run.stderr.splitlines():
-            parts = [p.strip() for p in line.split("|")]
-            if len(parts) == 3 and parts[2] == module:
-                best = min(best, int(parts[1]) / 1000)
-    return best
 
 
 async def ok() -> int:
