@@ -50,6 +50,8 @@ class QueueCacheCursor(Protocol):
 
 
 class QueueCache(Protocol):
+    max_size: int  # the bound the cache holds its batches to (status shows the fill against it)
+
     def add(self, messages: Iterable[tuple[QueueMessage, BatchContainer]]) -> set[StreamId]:
         """Add decoded messages in queue order; return the streams that got data."""
         ...

@@ -219,7 +219,7 @@ def _queue(agent: PullingAgent) -> QueueSnapshot:
         pressure_skips=agent.pressure_skips,
         read_latency=agent.read_latency.snapshot(),
         cache_size=cache.size,
-        cache_max_size=getattr(cache, "max_size", 0),  # not every cache has a fixed bound
+        cache_max_size=cache.max_size,
         under_pressure=cache.is_under_pressure(),
         streams=len(agent.stream_ids()),
         consumers=len(consumers),
