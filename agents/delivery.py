@@ -14,7 +14,8 @@ A consumer's task delivers until the cursor is caught up, then ends: a quiet con
 no task (an agent may hold a hundred thousand of them), and the agent starts one when data
 comes. When ``on_next`` cannot suspend (a plain function, or a coroutine function with no
 ``await``), the agent calls it instead, as soon as the data is cached: the same calls in the
-same order, without a task switch per batch. Such a consumer has a task only while there is
+same order, without a task switch per batch. An event-time activation's step runs there too,
+and only what it has to emit (closed windows, letters) is left to a task. Such a consumer has a task only while there is
 something to await (catching up when it starts, a failure to report, a watermark or a
 completion, history to read). A plain function that returns an awaitable is
 from then on called by a task of its own, which awaits what it returns. (A call that cannot
@@ -35,7 +36,7 @@ import anyio
 
 from agents.activation import Activation
 from agents.context import AgentContext
-from agents.inline import inline_on_next
+from agents.inline import inline_on_next, steps_inline
 from agents.letters import failed_letters, undecodable_letter
 from agents.redelivery import redeliver
 from cache.protocols import CachedBatch, QueueCacheCursor
@@ -74,6 +75,7 @@ class StreamConsumer:
         "_spawn",
         "_has_task",
         "_call_now",
+        "_steps_inline",
         "_begun",
         "implicit",
         "_log_fields",
@@ -120,6 +122,7 @@ class StreamConsumer:
         # its watchdog and drain look at these, not at every consumer.
         self._working: set[StreamConsumer] = set() if working is None else working
         self._call_now = inline_on_next(observer)  # None: only the task calls on_next
+        self._steps_inline = steps_inline(observer)  # an event-time activation's steps
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
         self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
@@ -202,7 +205,7 @@ class StreamConsumer:
         self._deadline = time.monotonic() + self._context.options.max_event_delivery_time
         self._delivering = True
         self._begun = (cursor, item, batch, pending)
-        if not isinstance(pending, Exception):
+        if not isinstance(pending, Exception) and not self._steps_inline:
             self._call_now = None  # it returns awaitables: a task calls it from now on
 
     async def _finish_begun(self) -> None:

@@ -23,7 +23,9 @@ from streams.core.observer import is_coroutine_function
 def inline_on_next(observer: Activation) -> Callable[[EventBatch], Awaitable[object] | None] | None:
     """``on_next`` as a call that runs to completion where it is made, returning what is
     still to be awaited (an awaitable a plain function returned), or ``None`` if ``on_next``
-    may suspend (then only the consumer's task calls it).
+    may suspend (then only the consumer's task calls it). An activation that runs what it
+    can of a delivery where it is made says so with a ``take_now(batch)`` of its own, which
+    returns what is left for the task to await, if anything (:func:`steps_inline`).
 
     >>> from streams.core.observer import as_observer
     >>> seen = []
@@ -31,12 +33,27 @@ def inline_on_next(observer: Activation) -> Callable[[EventBatch], Awaitable[obj
     >>> call([1, 2]), seen
     (None, [1, 2])
     """
+    take_now = getattr(observer, "take_now", None)  # an event-time activation's own (agents.timed)
+    if take_now is not None:
+        return take_now  # type: ignore[no-any-return]
     fn = observer.user_on_next  # the function as_observer adapted
     if fn is None:
         return None
     if is_coroutine_function(fn):
         return _completing(fn) if never_suspends(fn) else None
     return _calling(fn)
+
+
+def steps_inline(observer: Activation) -> bool:
+    """Whether the call :func:`inline_on_next` gives is the activation's own ``take_now``,
+    which may return an awaitable for one delivery and finish the next where it is made
+    (a plain function that returns an awaitable once is awaited by a task from then on).
+
+    >>> from streams.core.observer import as_observer
+    >>> steps_inline(as_observer(print))
+    False
+    """
+    return getattr(observer, "take_now", None) is not None
 
 
 def never_suspends(fn: Callable[..., Any]) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from agents.activation import TimedActivation
@@ -202,21 +202,7 @@ class EventTimeObserver:
     async def on_next(self, batch: EventBatch, partition: str | None = None) -> None:
         part = partition or self._partition
         async with self._lock:
-            if self._skip_to is not None and len(batch):
-                batch = batch.after(self._skip_to)
-            if len(batch) and (self.snapshots or self.stored):
-                if self._since_snapshot is None:
-                    self._since_snapshot = batch[0].token
-                self._taken = batch.last_position()  # the same on every read (a replay's skip)
-            if len(batch):
-                last = batch.last_position()  # where a replay finds it (the handoff's marks)
-                self._through = last
-                if self._release is not None:
-                    self._release.saw((last.sequence_number, last.event_index))
-                if self._merge is not None:
-                    self._merge.saw(part, (last.sequence_number, last.event_index))
-                if part == self._join_left:
-                    self._join_seen = (last.sequence_number, last.event_index)
+            batch = self._taking(batch, part)
             if len(batch) and _follows_clock_for_accepted(self.processor):
                 # The agent does not tick a quiet activation; under `accept` a late event's
                 # fate depends on the clock's watermark, so catch up with the queue's clock
@@ -229,6 +215,72 @@ class EventTimeObserver:
                     await self._step(partial(self.processor.on_events, run, part), run[0].token if len(run) else None)
             else:
                 await self._step(lambda: self.processor.on_events(batch, part), batch[0].token if len(batch) else None)
+
+    def take_now(self, batch: EventBatch) -> Awaitable[None] | None:
+        """The agent's call where ``batch`` arrives (``agents.delivery``), saving a task per
+        delivery: the step runs here, and ends here when it has nothing to emit (no window
+        closed, nothing refused or released, no watermark for ``on_watermark``), which is
+        most batches. Otherwise the rest (the emit, or the whole delivery while another
+        step holds the turn, or one that needs the queue's clock) is returned for the
+        consumer's task to await; it holds the turn until it is done."""
+        if self._inputs or _follows_clock_for_accepted(self.processor) or not self._lock.take_now():
+            return self.on_next(batch)
+        part = self._partition
+        try:
+            batch = self._taking(batch, part)
+            before = self._begin(batch[0].token if len(batch) else None)
+            try:
+                out = self.processor.on_events(batch, part)
+                self._changed()
+            except BaseException:
+                self._step_lost(before)
+                raise
+        except BaseException:
+            self._lock.give_back()
+            raise
+        if not self._has_output(out):
+            self._step_ended()
+            self._lock.give_back()
+            return None
+        return self._emit_taken(out, before)
+
+    async def _emit_taken(self, out: Output, before: SequenceToken | None) -> None:
+        """The emit of a step :meth:`take_now` ran, in the turn it took."""
+        try:
+            await self._emit_step(out, before)
+        finally:
+            self._lock.give_back()
+
+    def _has_output(self, out: Output) -> bool:
+        """Whether emitting ``out`` has anything to do (see :meth:`_emit`)."""
+        return bool(
+            out.windows
+            or out.dead_letters
+            or out.joins
+            or (out.events and (self._on_events is not None or self._release is not None))
+            or self._merge is not None
+            or (self._user_watermark is not None and out.watermark > self._last_watermark)
+        )
+
+    def _taking(self, batch: EventBatch, part: str) -> EventBatch:
+        """What a step is about to take of ``batch`` (past a restored snapshot's events),
+        noting the positions the checkpoint, snapshots and handoff marks follow."""
+        if self._skip_to is not None and len(batch):
+            batch = batch.after(self._skip_to)
+        if len(batch) and (self.snapshots or self.stored):
+            if self._since_snapshot is None:
+                self._since_snapshot = batch[0].token
+            self._taken = batch.last_position()  # the same on every read (a replay's skip)
+        if len(batch):
+            last = batch.last_position()  # where a replay finds it (the handoff's marks)
+            self._through = last
+            if self._release is not None:
+                self._release.saw((last.sequence_number, last.event_index))
+            if self._merge is not None:
+                self._merge.saw(part, (last.sequence_number, last.event_index))
+            if part == self._join_left:
+                self._join_seen = (last.sequence_number, last.event_index)
+        return batch
 
     # A watermark or completion is observed at the processing clock as this activation has
     # seen it, never the wall clock's: in a backlog that would run ahead of the records.
@@ -258,24 +310,43 @@ class EventTimeObserver:
         """Run one processor step (over events from ``first``) and emit its output, holding
         the checkpoint where it stood before the step until everything the step closed or
         released is emitted."""
-        before = self._held()
-        self._emitting = before
-        self._held_from = _lowest(before, first)
+        before = self._begin(first)
         try:
             out = step()
             self._changed()  # the new windows' hold counts before the emit can suspend
+        except BaseException:
+            self._step_lost(before)
+            raise
+        await self._emit_step(out, before)
+
+    def _begin(self, first: SequenceToken | None) -> SequenceToken | None:
+        """A step begins (over events from ``first``): the hold before it, kept until it is emitted."""
+        before = self._held()
+        self._emitting = before
+        self._held_from = _lowest(before, first)
+        return before
+
+    async def _emit_step(self, out: Output, before: SequenceToken | None) -> None:
+        try:
             await self._emit(out)
             merged, clock = self.processor.merged, self.processor.clock
             if self.holdback is not None and merged is not None and clock is not None:  # several inputs
                 self.holdback.observe(merged, clock)  # held back for how long, in processing time
         except BaseException:
-            self._unfinished = _lowest(self._unfinished, before)
-            self.snapshots = False  # its state lost what the emit did not finish
+            self._step_lost(before)
             raise
-        finally:
-            self._emitting = None
-            self.unsaved = True
-            self._changed()
+        self._step_ended()
+
+    def _step_lost(self, before: SequenceToken | None) -> None:
+        """A step or its emit did not finish: hold what it held until the activation ends."""
+        self._unfinished = _lowest(self._unfinished, before)
+        self.snapshots = False  # its state lost what the emit did not finish
+        self._step_ended()
+
+    def _step_ended(self) -> None:
+        self._emitting = None
+        self.unsaved = True
+        self._changed()
 
     def _changed(self) -> None:
         if self.on_change is not None:

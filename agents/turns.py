@@ -39,6 +39,23 @@ class Turns:
     def locked(self) -> bool:
         return self._held
 
+    def take_now(self) -> bool:
+        """Take the turn without waiting, if no one holds it (True: taken; give it back with
+        :meth:`give_back`): for a caller that cannot wait, as the agent delivering inline.
+
+        >>> turns = Turns()
+        >>> turns.take_now(), turns.take_now(), turns.give_back(), turns.locked()
+        (True, False, None, False)
+        """
+        if self._held:
+            return False
+        self._held = True
+        return True
+
+    def give_back(self) -> None:
+        """End a turn :meth:`take_now` took: the next waiter, if any, goes on."""
+        self._pass_on()
+
     async def __aenter__(self) -> None:
         if not self._held:
             self._held = True

@@ -10,6 +10,8 @@ in one run, on that topic:
   tumbling 60 s windows (out-of-order tolerance 5 s), timed from the worker being up to its
   processors having taken every event; its window counts are checked against a count made
   here;
+- Quix Streams 3.x (``bench/quix_sensors.py``, a process of its own): the same tumbling 60 s
+  count per sensor, grace 5 s, event time from ``ts``;
 - headrace's own format with one event per record (what ``on_next`` makes), the same
   readings, the same consumer;
 - the same readings written again with ``--codecs`` (lz4 and zstd record batches; the
@@ -17,7 +19,8 @@ in one run, on that topic:
   what decompression costs either, side by side.
 
 Each read runs ``--rounds`` times, alternating; each row shows its best round. Rates are
-timed from the first tenth of the events on (see ``steady``).
+timed from the first tenth of the events on (see ``steady``). Then one record's decoding, by
+each JSON library, on the same records (ns a record, best of 7).
 
     python bench/kafka.py sensors [--records 200000] [--queues 8] [--rounds 3] [--codecs lz4,zstd]
     python bench/kafka_sensors.py [--records 200000] [--queues 8] [--rounds 3] [--codecs lz4,zstd]
@@ -27,9 +30,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
+import subprocess
 import sys
 import time
+import timeit
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -41,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py
 
 from streams import StreamId, StreamProvider  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
+from streams.core.records import JsonRecords  # noqa: E402
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling  # noqa: E402
 from streams.kafka.adapter import KafkaAdapterFactory  # noqa: E402
 from streams.kafka.admin import ensure_topic  # noqa: E402
@@ -48,6 +55,8 @@ from tests.kafka_broker import TansuBroker  # noqa: E402
 from tests.sensor_workload import closed_window_counts, readings, write_json  # noqa: E402
 
 RAW = "raw aiokafka: getmany + json.loads"
+JSON_WORKER = "headrace worker, records='json', 60 s windows"
+QUIX = "Quix Streams 3, tumbling 60 s count"
 
 
 def windowed_provider(provider: StreamProvider, counts: Counter[tuple[str, float]]) -> StreamProvider:
@@ -110,11 +119,39 @@ async def raw_read(bootstrap: str, topic: str, queues: int, expected: int) -> fl
     return seconds
 
 
+def quix_read(bootstrap: str, topic: str, expected: int) -> float:
+    """Seconds Quix Streams takes (bench/quix_sensors.py, in a process of its own)."""
+    script = Path(__file__).with_name("quix_sensors.py")
+    done = subprocess.run(
+        [sys.executable, str(script), bootstrap, topic, str(expected)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"Quix Streams failed: {done.stderr.strip().splitlines()[-1:]}")
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def decoders(items: list[tuple[bytes, dict[str, object]]]) -> None:
+    """ns a record for each JSON decoder, on the topic's records."""
+    records = [json.dumps(v).encode() for _, v in items[:20_000]]
+    candidates = {"json.loads": json.loads, "headrace JsonRecords.decode": JsonRecords.decode}
+    for name, module, call in (("orjson.loads", "orjson", "loads"), ("msgspec.json.decode", "msgspec.json", "decode")):
+        if importlib.util.find_spec(module.split(".")[0]):
+            candidates[name] = getattr(importlib.import_module(module), call)
+    print(f"\n{'one JSON record decoded by':30} {'ns':>6} {'vs json.loads':>14}")
+    base = None
+    for name, decode in candidates.items():
+        seconds = min(timeit.repeat(lambda d=decode: [d(r) for r in records], number=1, repeat=7))  # type: ignore[misc]
+        ns = seconds / len(records) * 1e9
+        base = base or ns
+        print(f"{name:30} {ns:6.0f} {base / ns:13.1f}x")
+
+
 def topic_of(codec: str) -> str:
     return "sensors" if codec == "none" else f"sensors-{codec}"
 
 
 async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None:
+    quix = importlib.util.find_spec("quixstreams") is not None
     items = list(readings(records))
     expected = closed_window_counts([v for _, v in items], 60, 5)
     with TansuBroker() as broker:
@@ -158,10 +195,10 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
                 group_id=f"bench-json-{round_no}",
                 kafka=kafka,
             )
-            times["headrace worker, records='json', 60 s windows"] = await worker_read(
-                windowed_provider(json_worker, counts), records
-            )
+            times[JSON_WORKER] = await worker_read(windowed_provider(json_worker, counts), records)
             checked = "equal" if counts == expected else f"DIFFER ({sum(counts.values())} vs {sum(expected.values())})"
+            if quix:
+                times[QUIX] = await asyncio.to_thread(quix_read, bootstrap, "sensors", records)
             own_worker = StreamProvider.kafka(
                 bootstrap, "sensors-own", queues, group_id=f"bench-own-{round_no}", kafka=kafka
             )
@@ -193,13 +230,21 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
     for name, seconds in best.items():
         rate = records / seconds
         print(f"{name:58} {rate:10,.0f} {rate / base:6.2f}x")
+    if quix:
+        print(
+            f"\nheadrace's JSON worker: {best[QUIX] / best[JSON_WORKER]:.2f}x Quix Streams (aim 5x), "
+            f"{best[RAW] / best[JSON_WORKER]:.2f}x the raw loop (aim 1.0x), in the same run"
+        )
+    else:
+        print("\nQuix Streams is not installed (pip install 'headrace[bench]'): its row is left out")
     print(f"\nwindow counts of the JSON workers (every codec) against a count made here: {checked}")
     print(f"\n{'record batches':16} {'raw events/s':>13} {'headrace events/s':>18} {'headrace/raw':>13}")
-    rows = [("none", RAW, "headrace worker, records='json', 60 s windows")]
+    rows = [("none", RAW, JSON_WORKER)]
     rows += [(c, f"{c}: {RAW}", f"{c}: headrace worker, records='json'") for c in codecs]
     for codec, raw, worker in rows:
         raw_rate, worker_rate = records / best[raw], records / best[worker]
         print(f"{codec:16} {raw_rate:13,.0f} {worker_rate:18,.0f} {worker_rate / raw_rate:12.2f}x")
+    decoders(items)
 
 
 def main(argv: list[str], prog: str = "kafka_sensors.py") -> None:
