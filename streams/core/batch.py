@@ -188,6 +188,37 @@ class EventBatch(Sequence[Event]):
             self._events = events
         return events
 
+    def columns(self) -> tuple[list[Any], list[float], list[float]]:
+        """``(values, event times, arrival times)`` of its events, without event objects:
+        what the event-time core reads of an in-order run (:meth:`event_at` makes the
+        event it needs whole).
+
+        >>> BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a", "b"], [5.0, None]).events(7).columns()
+        (['a', 'b'], [5.0, 100.0], [100.0, 100.0])
+        """
+        return self.values, self.event_times, [self.arrival_time] * len(self)
+
+    def event_at(self, index: int) -> Event:
+        """Its event at ``index`` (from the first it holds), made alone if the batch's events
+        are not made yet.
+
+        >>> batch = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a", "b"]).events(7).from_index(1)
+        >>> batch.event_at(0)
+        Event('b', event_time=100.0, token=7:1, stream_id=StreamId('ns', 'k'))
+        """
+        if self._events is not None:
+            return self._events[index]
+        container, i = self.container, self._start + index
+        arrival, times = container.arrival_time, container.event_times
+        t = None if times is None else times[i]
+        return Event._at(
+            container.values[i], arrival if t is None else t, arrival, self.sequence_number, i, container.stream_id
+        )
+
+    def token_at(self, index: int) -> SequenceToken:
+        """The token of its event at ``index`` (from the first it holds)."""
+        return SequenceToken(self.sequence_number, self._start + index)
+
     def __getitem__(self, index: Any) -> Any:
         return self._materialize()[index]
 
