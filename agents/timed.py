@@ -214,7 +214,7 @@ class EventTimeObserver:
                         await self._step(partial(self.processor.on_tick, clock, strict=True))
                     await self._step(partial(self.processor.on_events, run, part), run[0].token if len(run) else None)
             else:
-                await self._step(lambda: self.processor.on_events(batch, part), batch[0].token if len(batch) else None)
+                await self._step(lambda: self.processor.on_events(batch, part), _first_token(batch))
 
     def take_now(self, batch: EventBatch) -> Awaitable[None] | None:
         """The agent's call where ``batch`` arrives (``agents.delivery``), saving a task per
@@ -228,7 +228,7 @@ class EventTimeObserver:
         part = self._partition
         try:
             batch = self._taking(batch, part)
-            before = self._begin(batch[0].token if len(batch) else None)
+            before = self._begin(_first_token(batch))
             try:
                 out = self.processor.on_events(batch, part)
                 self._changed()
@@ -269,7 +269,7 @@ class EventTimeObserver:
             batch = batch.after(self._skip_to)
         if len(batch) and (self.snapshots or self.stored):
             if self._since_snapshot is None:
-                self._since_snapshot = batch[0].token
+                self._since_snapshot = _first_token(batch)
             self._taken = batch.last_position()  # the same on every read (a replay's skip)
         if len(batch):
             last = batch.last_position()  # where a replay finds it (the handoff's marks)
@@ -559,6 +559,13 @@ class EventTimeObserver:
             if sid.namespace not in self._inputs:
                 raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")
             await handoff.events(events, merge.below(sid.namespace), str(sid))
+
+
+def _first_token(batch: EventBatch) -> SequenceToken | None:
+    """Its first event's token, without making its events (the core reads its columns)."""
+    if not len(batch):
+        return None
+    return batch.token_at(0) if isinstance(batch, EventBatch) else batch[0].token
 
 
 def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
