@@ -16,8 +16,9 @@ consumer's shape allows (one input, fixed windows, a count, no key function, the
 event's own or a field of its value, no arrival bounds, idle timeout or trace): the events
 in order, into a pane that is open for them, are read from the columns alone (no event
 object) and counted into their pane once per run; the watermark still moves, and closes,
-event by event. Any other event (out of order, a new pane or key, a bad time) is made whole
-and goes the per-event way, where it stands in the run, so both ways give the same result.
+event by event, and an event out of order is adjusted there when the policy adjusts. Any
+other event (a time to refuse, one out of order under drop or accept) is made whole and goes
+the per-event way, where it stands in the run, so both ways give the same result.
 """
 
 from __future__ import annotations
@@ -340,9 +341,10 @@ class Ingest:
         flow.counters.events += len(events)
 
     def _in_order(self, inp: Input, events: Any, out: Output) -> None:
-        """Steps 1-6 for a batch of columns (see the module's docstring): a run of events in
-        order into one open pane adds its count once; every other event goes the per-event
-        way (:meth:`run` of that event alone), with the state as the run left it."""
+        """Steps 1-6 for a batch of columns (see the module's docstring): a run of events
+        into one pane adds its count once; an event out of order is adjusted here, as the
+        ordering step would (the policy's ``adjust``); any other event goes the per-event way
+        (:meth:`run` of that event alone), from the state as the run left it."""
         flow, store = self.flow, self.flow.store
         a = flow.assigner
         assert isinstance(store, WindowStore) and a is not None  # as in_runs says
@@ -351,10 +353,11 @@ class Ingest:
         field = getattr(ts_of, "field", None)
         per_second = getattr(ts_of, "per_second", 1)
         step, origin, delay, earliest, latest = a.step, a.origin, flow.delay, EARLIEST, LATEST
+        adjusting = self.ordering.adjust
         mark, panes = inp.mark, store.panes
         w, newest, clock, next_close = mark.value, mark.max_timestamp, inp.clock, store.next_close
         state: list[Any] | None = None  # the current run's [count, first token] in its pane
-        run_pane = run = taken = 0
+        run_pane = run = taken = adjusted = 0
         nan = float("nan")
         for i in range(len(values)):
             arr = arrivals[i]
@@ -364,32 +367,40 @@ class Ingest:
                 v = values[i]
                 raw = v.get(field) if type(v) is dict else None
                 t = raw / per_second if type(raw) is int or type(raw) is float else nan
-            if earliest <= t < latest and t >= w:  # in order, a valid time (not NaN)
+            if earliest <= t < latest and (t >= w or adjusting):  # a valid time (not NaN)
+                if t < w:  # 3. out of order: adjusted to the watermark (OrderingStep.judge)
+                    t = w
+                    adjusted += 1
                 pane = (t - origin) // step
-                if state is None or pane != run_pane:
+                if state is None or pane != run_pane:  # 4. into the pane's state for the key
                     if run:
                         state[0] += run  # type: ignore[index]
                         run = 0
                     bucket = panes.get(pane)
-                    state = None if bucket is None else bucket.get(None)
+                    if bucket is None:
+                        store.watermark = w  # scheduling skips windows closed at w
+                        bucket = flow.open_pane(inp, store, pane)
+                        next_close = store.next_close
+                    state = bucket.get(None)
+                    if state is None:
+                        state = bucket[None] = [0, events.token_at(i)]
                     run_pane = pane
-                if state is not None:
-                    run += 1
-                    taken += 1
-                    if arr > clock:
-                        clock = arr
-                    if t > newest:  # 5. the watermark (generation every event)
-                        newest = t
-                        if t - delay > w:
-                            w = t - delay
-                            if w >= next_close:  # 6. what it passed closes, with this run counted
-                                state[0] += run
-                                run = 0
-                                mark.value, mark.max_timestamp, store.watermark = w, newest, w
-                                flow.close([store], arr, out)
-                                next_close, state = store.next_close, None
-                    continue
-            # Out of order, a new pane or key, a time to refuse: this event goes the
+                run += 1
+                taken += 1
+                if arr > clock:
+                    clock = arr
+                if t > newest:  # 5. the watermark (generation every event)
+                    newest = t
+                    if t - delay > w:
+                        w = t - delay
+                        if w >= next_close:  # 6. what it passed closes, with this run counted
+                            state[0] += run
+                            run = 0
+                            mark.value, mark.max_timestamp, store.watermark = w, newest, w
+                            flow.close([store], arr, out)
+                            next_close, state = store.next_close, None
+                continue
+            # A time to refuse, or an event out of order under drop or accept: the
             # per-event way, from the state as it stands here.
             if run:
                 state[0] += run  # type: ignore[index]
@@ -400,7 +411,10 @@ class Ingest:
         if run:
             state[0] += run  # type: ignore[index]
         mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
-        flow.counters.events += taken
+        counters = flow.counters
+        counters.events += taken
+        counters.adjusted += adjusted
+        counters.out_of_order_adjusted += adjusted
 
 
 def _with_traceback(exc: BaseException) -> str:
