@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from streams.core.codec import EAGER_DECODE_LIMIT, MAGIC, NIL, array_length, encode_batch, stream_id_of
+from streams.core.codec import EAGER_DECODE_LIMIT, MAGIC, NIL, array_length, encode_batch, stream_id_of, unpack
 from streams.core.errors import DecodeError, EncodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.tokens import SequenceToken
@@ -373,7 +373,7 @@ class BatchContainer:
         """The container if ``payload`` is a well-formed one, else ``None`` (the header path
         then says why)."""
         try:
-            obj = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
+            obj = unpack(payload)
             if type(obj) is not list or len(obj) != 7:
                 return None
             magic, kind, namespace, key, arrival, values, times = obj
@@ -427,7 +427,7 @@ class BatchContainer:
 
     def _decode_body(self) -> None:
         try:
-            obj = msgpack.unpackb(self._payload, raw=False, strict_map_key=False, use_list=True)
+            obj = unpack(self._payload)  # type: ignore[arg-type]  # None raises TypeError: caught
         except Exception as exc:  # e.g. a string that is not UTF-8, which skip() does not check
             raise DecodeError(f"malformed batch container: {exc!r}") from None
         self._times = obj[6]
