@@ -121,8 +121,10 @@ class StreamConsumer:
         # The agent's consumers that have a task now (the only ones with anything in flight):
         # its watchdog and drain look at these, not at every consumer.
         self._working: set[StreamConsumer] = set() if working is None else working
-        self._call_now = inline_on_next(observer)  # None: only the task calls on_next
         self._steps_inline = steps_inline(observer)  # an event-time activation's steps
+        # None: only the task calls on_next (or, stepping inline, the observer's own call,
+        # bound when it is made: a bound method kept per consumer is 64 bytes a stream).
+        self._call_now = None if self._steps_inline else inline_on_next(observer)
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
         self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
@@ -162,14 +164,14 @@ class StreamConsumer:
         """The agent added batches of this consumer's stream to the cache: deliver them here
         and now if ``on_next`` cannot suspend and no task is busy with this consumer, else
         leave them to a task. The agent calls it with the stream's log context set."""
-        if self._call_now is not None and not self._has_task and self._deliver_now():
+        if (self._call_now is not None or self._steps_inline) and not self._has_task and self._deliver_now():
             return
         self._resume()
 
     def _deliver_now(self) -> bool:
         """Deliver data batches from the cursor in the caller's task (the agent's); return
         whether the cursor is caught up with nothing left for the task to do."""
-        cursor, call = self.cursor, self._call_now
+        cursor, call = self.cursor, self._call_now or inline_on_next(self.observer)
         assert call is not None
         # The log context is the agent's to set here: once per stream for all its consumers.
         while not self._closed:
