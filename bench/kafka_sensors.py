@@ -287,7 +287,7 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
                 f"  against Quix Streams (aim 5x): {quix_wall / json_wall:.2f}x "
                 f"({quix_cpu / json_cpu:.2f}x per CPU second)"
             )
-    else:
+    if not quix:
         print("\nQuix Streams is not installed (pip install 'headrace[bench]'): its row is left out")
     print(f"\nwindow counts of the JSON workers (every codec) against a count made here: {checked}")
     print(f"\n{'record batches':16} {'raw events/s':>13} {'headrace events/s':>18} {'headrace/raw':>13}")
