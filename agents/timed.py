@@ -37,12 +37,12 @@ from agents.turns import Turns
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import StreamId
-from streams.core.observer import nothing
+from streams.core.observer import nothing, plain_function
 from streams.core.tokens import SequenceToken
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
-from streams.eventtime.results import EventOutcome, JoinResult, Output
+from streams.eventtime.results import EventOutcome, JoinResult, Output, WindowResult
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
 
@@ -242,12 +242,65 @@ class EventTimeObserver:
             self._step_ended()
             self._lock.give_back()
             return None
+        if self._only_windows(out):
+            left = self._windows_now(out.windows)
+            if left is None:
+                self._step_ended()
+                self._lock.give_back()
+                return None
+            return self._emit_taken(out, before, left)
         return self._emit_taken(out, before)
 
-    async def _emit_taken(self, out: Output, before: SequenceToken | None) -> None:
-        """The emit of a step :meth:`take_now` ran, in the turn it took."""
+    def _only_windows(self, out: Output) -> bool:
+        """Emitting ``out`` is calling a plain ``on_window`` for each window (or nothing)."""
+        return (
+            self._handoff is None
+            and not (out.dead_letters or out.joins or self._merge is not None or self._release is not None)
+            and not (out.events and self._on_events is not None)
+            and not (self._user_watermark is not None and out.watermark > self._last_watermark)
+            and (self._on_window is None or plain_function(self._on_window) is not None)
+        )
+
+    def _windows_now(self, windows: list[WindowResult]) -> tuple[int, Exception | Awaitable[object]] | None:
+        """Call a plain ``on_window`` for each closed window here; None once every call
+        returned, else the window whose call raised or returned an awaitable, and what it
+        did: that window and those after it are the task's to finish (``hooks.window``,
+        which takes it as its first attempt)."""
+        on_window = plain_function(self._on_window)
+        if on_window is None:
+            return None
+        for i, result in enumerate(windows):
+            try:
+                returned = on_window(result)
+            except Exception as exc:  # the user's hook: retried and given up by the task
+                return i, exc
+            if returned is not None and inspect.isawaitable(returned):
+                return i, returned
+        return None
+
+    async def _emit_taken(
+        self,
+        out: Output,
+        before: SequenceToken | None,
+        left: tuple[int, Exception | Awaitable[object]] | None = None,
+    ) -> None:
+        """The emit of a step :meth:`take_now` ran, in the turn it took; ``left``: only its
+        windows from this one on are left to emit (see :meth:`_windows_now`)."""
         try:
-            await self._emit_step(out, before)
+            if left is None:
+                await self._emit_step(out, before)
+                return
+            first, begun = left
+            try:
+                assert self._on_window is not None
+                for i, result in enumerate(out.windows[first:]):
+                    await self._hooks.window(
+                        self._on_window, result, self._held_from, self._through, begun if i == 0 else None
+                    )
+            except BaseException:
+                self._step_lost(before)
+                raise
+            self._step_ended()
         finally:
             self._lock.give_back()
 

@@ -106,6 +106,16 @@ class _Lifted:
             await result
 
 
+def plain_function(hook: Callable[..., Awaitable[None]] | None) -> Callable[..., Any] | None:
+    """The user's plain (not async) function behind a lifted hook, which a caller may call
+    where it is, without awaiting; None for a coroutine function or no hook.
+
+    >>> plain_function(_Lifted(print)) is print, plain_function(nothing)
+    (True, None)
+    """
+    return hook.fn if type(hook) is _Lifted else None
+
+
 async def nothing(*_: Any) -> None:
     """The hook a consumer did not write."""
     return None
