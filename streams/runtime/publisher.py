@@ -2,7 +2,9 @@
 
 ``stream.send(value)`` only buffers: it returns at once, and waits only while the buffer
 holds ``max_buffered`` events (backpressure, bounded memory). A writer task takes what is
-buffered after a few milliseconds (``linger``), makes each stream's events into batch
+buffered after a few milliseconds (``linger``; at once when a stream has ``max_batch`` events
+buffered, or the buffer a quarter of ``max_buffered``: the runtime's costs are per container,
+so fuller containers are cheaper to read), makes each stream's events into batch
 containers of at most ``max_batch`` events, and writes them all in one call of the adapter
 (one transaction, one group commit, on the embedded store; one pipelined round of produce
 requests on Kafka), one write at a time, so every stream's events stay in order.
