@@ -223,7 +223,16 @@ class EventTimeObserver:
         most batches. Otherwise the rest (the emit, or the whole delivery while another
         step holds the turn, or one that needs the queue's clock) is returned for the
         consumer's task to await; it holds the turn until it is done."""
-        if self._inputs or _follows_clock_for_accepted(self.processor) or not self._lock.take_now():
+        if (
+            self._inputs
+            or ((self.snapshots or self.stored) and self._since_snapshot is None)
+            or _follows_clock_for_accepted(self.processor)
+            or not self._lock.take_now()
+        ):
+            # Several inputs take turns; a step that needs the queue's clock is awaited; and
+            # the first step after a saved snapshot (the one that holds the checkpoint
+            # again) is left to the task, after the agent's acknowledgement of what came
+            # before, as every step was before they ran inline.
             return self.on_next(batch)
         part = self._partition
         try:
