@@ -86,6 +86,13 @@ class Activation(Protocol):
         (:mod:`agents.delivery`); None when only the consumer's task may call it."""
         ...
 
+    @property
+    def take_now(self) -> Callable[[EventBatch], Awaitable[None] | None] | None:
+        """The activation's own way to take a batch where the data arrives: it runs what it
+        can there and returns what is left for its task to await (an event-time activation's
+        step, :mod:`agents.timed`); None for one that has none."""
+        ...
+
     def on_next(self, batch: EventBatch) -> Awaitable[None]: ...
 
     def on_error(self, error: BaseException) -> Awaitable[None]: ...
@@ -204,6 +211,10 @@ class PendingActivation:
     @property
     def user_on_next(self) -> Callable[[EventBatch], object] | None:
         return None  # delivered by the consumer's task, which retries and times it
+
+    @property
+    def take_now(self) -> Callable[[EventBatch], Awaitable[None] | None] | None:
+        return None  # likewise
 
     async def on_next(self, batch: EventBatch) -> None:
         await self.activation().on_next(batch)

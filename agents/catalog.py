@@ -109,6 +109,7 @@ class Catalog:
         self.fates = FateCounts()  # of the activations that ended here (headrace status)
         # Observed lateness and disorder per consumer type, sampled by their processors.
         self.times = LatenessSketches(context.options.lateness_sample_every)
+        self._limits: dict[type, HookLimits] = {}
 
     def keep_states(self, saved: dict[StateKey, tuple[SequenceToken, bytes]]) -> ActivationStates:
         """The queue's store saves event-time states with its checkpoint: restore these
@@ -211,12 +212,14 @@ class Catalog:
         spec = declared_event_time(instance)
         if spec is None:
             return None, instance
-        options = self._context.options
-        limits = HookLimits(
-            self._context.registry.type_name(cls) or cls.__qualname__,
-            options.max_event_delivery_time,
-            options.delivery_retry_backoff,
-        )
+        limits = self._limits.get(cls)
+        if limits is None:  # one per consumer type, not per activation
+            options = self._context.options
+            limits = self._limits[cls] = HookLimits(
+                self._context.registry.type_name(cls) or cls.__qualname__,
+                options.max_event_delivery_time,
+                options.delivery_retry_backoff,
+            )
         timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid), limits)
         timed.on_change = self._on_change
         policy = spec.policy

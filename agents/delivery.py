@@ -14,7 +14,8 @@ A consumer's task delivers until the cursor is caught up, then ends: a quiet con
 no task (an agent may hold a hundred thousand of them), and the agent starts one when data
 comes. When ``on_next`` cannot suspend (a plain function, or a coroutine function with no
 ``await``), the agent calls it instead, as soon as the data is cached: the same calls in the
-same order, without a task switch per batch. Such a consumer has a task only while there is
+same order, without a task switch per batch. An event-time activation's step runs there too,
+and only what it has to emit (closed windows, letters) is left to a task. Such a consumer has a task only while there is
 something to await (catching up when it starts, a failure to report, a watermark or a
 completion, history to read). A plain function that returns an awaitable is
 from then on called by a task of its own, which awaits what it returns. (A call that cannot
@@ -80,6 +81,7 @@ class StreamConsumer:
         "_spawn",
         "_has_task",
         "_call_now",
+        "_steps_inline",
         "_begun",
         "implicit",
         "_log_fields",
@@ -125,7 +127,10 @@ class StreamConsumer:
         # The agent's consumers that have a task now (the only ones with anything in flight):
         # its watchdog and drain look at these, not at every consumer.
         self._working: set[StreamConsumer] = set() if working is None else working
-        self._call_now = inline_on_next(observer)  # None: only the task calls on_next
+        self._steps_inline = steps_inline(observer)  # an event-time activation's steps
+        # None: only the task calls on_next (or, stepping inline, the observer's own call,
+        # bound when it is made: a bound method kept per consumer is 64 bytes a stream).
+        self._call_now = None if self._steps_inline else inline_on_next(observer)
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
         self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
@@ -165,14 +170,14 @@ class StreamConsumer:
         """The agent added batches of this consumer's stream to the cache: deliver them here
         and now if ``on_next`` cannot suspend and no task is busy with this consumer, else
         leave them to a task. The agent calls it with the stream's log context set."""
-        if self._call_now is not None and not self._has_task and self._deliver_now():
+        if (self._call_now is not None or self._steps_inline) and not self._has_task and self._deliver_now():
             return
         self._resume()
 
     def _deliver_now(self) -> bool:
         """Deliver data batches from the cursor in the caller's task (the agent's); return
         whether the cursor is caught up with nothing left for the task to do."""
-        cursor, call = self.cursor, self._call_now
+        cursor, call = self.cursor, self._call_now or inline_on_next(self.observer)
         assert call is not None
         # The log context is the agent's to set here: once per stream for all its consumers.
         while not self._closed:
@@ -208,7 +213,7 @@ class StreamConsumer:
         self._deadline = time.monotonic() + self._context.options.max_event_delivery_time
         self._delivering = True
         self._begun = (cursor, item, batch, pending)
-        if not isinstance(pending, Exception):
+        if not isinstance(pending, Exception) and not self._steps_inline:
             self._call_now = None  # it returns awaitables: a task calls it from now on
 
     async def _finish_begun(self) -> None:
@@ -467,12 +472,27 @@ def inline_on_next(observer: Activation) -> Callable[[EventBatch], Awaitable[obj
     >>> call([1, 2]), seen
     (None, [1, 2])
     """
+    take_now = observer.take_now  # an event-time activation's own step (agents.timed)
+    if take_now is not None:
+        return take_now
     fn = observer.user_on_next  # the function as_observer adapted
     if fn is None:
         return None
     if is_coroutine_function(fn):
         return _completing(fn) if is_inline(fn) else None
     return _calling(fn)
+
+
+def steps_inline(observer: Activation) -> bool:
+    """Whether the call :func:`inline_on_next` gives is the activation's own ``take_now``,
+    which may return an awaitable for one delivery and finish the next where it is made
+    (a plain function that returns an awaitable once is awaited by a task from then on).
+
+    >>> from streams.core.observer import as_observer
+    >>> steps_inline(as_observer(print))
+    False
+    """
+    return observer.take_now is not None
 
 
 def _calling(fn: Callable[..., Any]) -> Callable[[EventBatch], Awaitable[object] | None]:

@@ -209,6 +209,7 @@ class InputView:
 
     redeliverable = False  # the activation's windows keep what it took
     user_on_next = None  # every batch waits for its turn: never called inline
+    take_now = None
 
     def __init__(self, activation: InputsActivation, name: str, order: QueueOrder) -> None:
         self.activation = activation

@@ -281,15 +281,23 @@ class HookCalls:
             )
         self._refusing = bool(raised)
 
-    async def call(self, hook: str, unit: str, call: Callable[[], Awaitable[object]]) -> Exception | None:
+    async def call(
+        self,
+        hook: str,
+        unit: str,
+        call: Callable[[], Awaitable[object]],
+        begun: Exception | Awaitable[object] | None = None,
+    ) -> Exception | None:
         """``call()`` (the hook ``hook`` on ``unit``, as log lines name them), retried and
-        timed; None once an attempt succeeds, else the last error (already logged)."""
+        timed; None once an attempt succeeds, else the last error (already logged).
+        ``begun``: the first attempt was made already (where the step ran), and raised this,
+        or returned this awaitable, which is awaited as its end."""
         limits = self._limits
         deadline = time.monotonic() + limits.max_time
 
-        async def attempt() -> None:
+        async def attempt(first: Awaitable[object] | None = None) -> None:
             with anyio.move_on_after(max(0.0, deadline - time.monotonic())) as scope:
-                await call()
+                await (call() if first is None else first)
             if scope.cancelled_caught:
                 raise DeliveryTimeoutError(
                     f"{hook} of {limits.consumer} on {self._stream} took longer than "
@@ -299,7 +307,9 @@ class HookCalls:
         running, self.running = self.running, True
         try:
             try:
-                await attempt()
+                if isinstance(begun, Exception):
+                    raise begun
+                await attempt(begun)
                 return None
             except Exception as exc:
                 error = exc
@@ -327,11 +337,13 @@ class HookCalls:
         result: WindowResult,
         held_from: SequenceToken | None,
         through: SequenceToken | None,
+        begun: Exception | Awaitable[object] | None = None,
     ) -> None:
-        """Call ``on_window(result)``; dead-letter the window if no attempt takes it."""
+        """Call ``on_window(result)``; dead-letter the window if no attempt takes it
+        (``begun``: as :meth:`call` says)."""
         running, self.running = self.running, True  # until its letter is written too
         try:
-            error = await self.call("on_window", f"the window {window_text(result)}", lambda: on_window(result))
+            error = await self.call("on_window", f"the window {window_text(result)}", lambda: on_window(result), begun)
             if error is None:
                 return
             log.warning(

@@ -34,7 +34,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from types import TracebackType
 
@@ -46,11 +46,11 @@ from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
-from streams.core.observer import nothing
+from streams.core.observer import nothing, plain_function
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
-from streams.eventtime.results import EventOutcome, JoinResult, Output
+from streams.eventtime.results import EventOutcome, JoinResult, Output, WindowResult
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
 
@@ -79,6 +79,23 @@ class Turns:
 
     def locked(self) -> bool:
         return self._held
+
+    def take_now(self) -> bool:
+        """Take the turn without waiting, if no one holds it (True: taken; give it back with
+        :meth:`give_back`): for a caller that cannot wait, as the agent delivering inline.
+
+        >>> turns = Turns()
+        >>> turns.take_now(), turns.take_now(), turns.give_back(), turns.locked()
+        (True, False, None, False)
+        """
+        if self._held:
+            return False
+        self._held = True
+        return True
+
+    def give_back(self) -> None:
+        """End a turn :meth:`take_now` took: the next waiter, if any, goes on."""
+        self._pass_on()
 
     async def __aenter__(self) -> None:
         if not self._held:
@@ -267,21 +284,7 @@ class EventTimeObserver:
     async def on_next(self, batch: EventBatch, partition: str | None = None) -> None:
         part = partition or self._partition
         async with self._lock:
-            if self._skip_to is not None and len(batch):
-                batch = batch.after(self._skip_to)
-            if len(batch) and (self.snapshots or self.stored):
-                if self._since_snapshot is None:
-                    self._since_snapshot = batch[0].token
-                self._taken = batch.last_position()  # the same on every read (a replay's skip)
-            if len(batch):
-                last = batch.last_position()  # where a replay finds it (the handoff's marks)
-                self._through = last
-                if self._release is not None:
-                    self._release.saw((last.sequence_number, last.event_index))
-                if self._merge is not None:
-                    self._merge.saw(part, (last.sequence_number, last.event_index))
-                if part == self._join_left:
-                    self._join_seen = (last.sequence_number, last.event_index)
+            batch = self._taking(batch, part)
             if len(batch) and _follows_clock_for_accepted(self.processor):
                 # The agent does not tick a quiet activation; under `accept` a late event's
                 # fate depends on the clock's watermark, so catch up with the queue's clock
@@ -293,7 +296,135 @@ class EventTimeObserver:
                         await self._step(partial(self.processor.on_tick, clock, strict=True))
                     await self._step(partial(self.processor.on_events, run, part), run[0].token if len(run) else None)
             else:
-                await self._step(lambda: self.processor.on_events(batch, part), batch[0].token if len(batch) else None)
+                await self._step(lambda: self.processor.on_events(batch, part), _first_token(batch))
+
+    def take_now(self, batch: EventBatch) -> Awaitable[None] | None:
+        """The agent's call where ``batch`` arrives (``agents.delivery``), saving a task per
+        delivery: the step runs here, and ends here when it has nothing to emit (no window
+        closed, nothing refused or released, no watermark for ``on_watermark``), which is
+        most batches. Otherwise the rest (the emit, or the whole delivery while another
+        step holds the turn, or one that needs the queue's clock) is returned for the
+        consumer's task to await; it holds the turn until it is done."""
+        if (
+            self._inputs
+            or ((self.snapshots or self.stored) and self._since_snapshot is None)
+            or _follows_clock_for_accepted(self.processor)
+            or not self._lock.take_now()
+        ):
+            # Several inputs take turns; a step that needs the queue's clock is awaited; and
+            # the first step after a saved snapshot (the one that holds the checkpoint
+            # again) is left to the task, after the agent's acknowledgement of what came
+            # before, as every step was before they ran inline.
+            return self.on_next(batch)
+        part = self._partition
+        try:
+            batch = self._taking(batch, part)
+            before = self._begin(_first_token(batch))
+            try:
+                out = self.processor.on_events(batch, part)
+                self._changed()
+            except BaseException:
+                self._step_lost(before)
+                raise
+        except BaseException:
+            self._lock.give_back()
+            raise
+        if not self._has_output(out):
+            self._step_ended()
+            self._lock.give_back()
+            return None
+        if self._only_windows(out):
+            left = self._windows_now(out.windows)
+            if left is None:
+                self._step_ended()
+                self._lock.give_back()
+                return None
+            return self._emit_taken(out, before, left)
+        return self._emit_taken(out, before)
+
+    def _only_windows(self, out: Output) -> bool:
+        """Emitting ``out`` is calling a plain ``on_window`` for each window (or nothing)."""
+        return (
+            self._handoff is None
+            and not (out.dead_letters or out.joins or self._merge is not None or self._release is not None)
+            and not (out.events and self._on_events is not None)
+            and not (self._user_watermark is not None and out.watermark > self._last_watermark)
+            and (self._on_window is None or plain_function(self._on_window) is not None)
+        )
+
+    def _windows_now(self, windows: list[WindowResult]) -> tuple[int, Exception | Awaitable[object]] | None:
+        """Call a plain ``on_window`` for each closed window here; None once every call
+        returned, else the window whose call raised or returned an awaitable, and what it
+        did: that window and those after it are the task's to finish (``hooks.window``,
+        which takes it as its first attempt)."""
+        on_window = plain_function(self._on_window)
+        if on_window is None:
+            return None
+        for i, result in enumerate(windows):
+            try:
+                returned = on_window(result)
+            except Exception as exc:  # the user's hook: retried and given up by the task
+                return i, exc
+            if returned is not None and inspect.isawaitable(returned):
+                return i, returned
+        return None
+
+    async def _emit_taken(
+        self,
+        out: Output,
+        before: SequenceToken | None,
+        left: tuple[int, Exception | Awaitable[object]] | None = None,
+    ) -> None:
+        """The emit of a step :meth:`take_now` ran, in the turn it took; ``left``: only its
+        windows from this one on are left to emit (see :meth:`_windows_now`)."""
+        try:
+            if left is None:
+                await self._emit_step(out, before)
+                return
+            first, begun = left
+            try:
+                assert self._on_window is not None
+                for i, result in enumerate(out.windows[first:]):
+                    await self._hooks.window(
+                        self._on_window, result, self._held_from, self._through, begun if i == 0 else None
+                    )
+            except BaseException:
+                self._step_lost(before)
+                raise
+            self._step_ended()
+        finally:
+            self._lock.give_back()
+
+    def _has_output(self, out: Output) -> bool:
+        """Whether emitting ``out`` has anything to do (see :meth:`_emit`)."""
+        return bool(
+            out.windows
+            or out.dead_letters
+            or out.joins
+            or (out.events and (self._on_events is not None or self._release is not None))
+            or self._merge is not None
+            or (self._user_watermark is not None and out.watermark > self._last_watermark)
+        )
+
+    def _taking(self, batch: EventBatch, part: str) -> EventBatch:
+        """What a step is about to take of ``batch`` (past a restored snapshot's events),
+        noting the positions the checkpoint, snapshots and handoff marks follow."""
+        if self._skip_to is not None and len(batch):
+            batch = batch.after(self._skip_to)
+        if len(batch) and (self.snapshots or self.stored):
+            if self._since_snapshot is None:
+                self._since_snapshot = _first_token(batch)
+            self._taken = batch.last_position()  # the same on every read (a replay's skip)
+        if len(batch):
+            last = batch.last_position()  # where a replay finds it (the handoff's marks)
+            self._through = last
+            if self._release is not None:
+                self._release.saw((last.sequence_number, last.event_index))
+            if self._merge is not None:
+                self._merge.saw(part, (last.sequence_number, last.event_index))
+            if part == self._join_left:
+                self._join_seen = (last.sequence_number, last.event_index)
+        return batch
 
     # A watermark or completion is observed at the processing clock as this activation has
     # seen it, never the wall clock's: in a backlog that would run ahead of the records.
@@ -323,24 +454,43 @@ class EventTimeObserver:
         """Run one processor step (over events from ``first``) and emit its output, holding
         the checkpoint where it stood before the step until everything the step closed or
         released is emitted."""
-        before = self._held()
-        self._emitting = before
-        self._held_from = _lowest(before, first)
+        before = self._begin(first)
         try:
             out = step()
             self._changed()  # the new windows' hold counts before the emit can suspend
+        except BaseException:
+            self._step_lost(before)
+            raise
+        await self._emit_step(out, before)
+
+    def _begin(self, first: SequenceToken | None) -> SequenceToken | None:
+        """A step begins (over events from ``first``): the hold before it, kept until it is emitted."""
+        before = self._held()
+        self._emitting = before
+        self._held_from = _lowest(before, first)
+        return before
+
+    async def _emit_step(self, out: Output, before: SequenceToken | None) -> None:
+        try:
             await self._emit(out)
             merged, clock = self.processor.merged, self.processor.clock
             if self.holdback is not None and merged is not None and clock is not None:  # several inputs
                 self.holdback.observe(merged, clock)  # held back for how long, in processing time
         except BaseException:
-            self._unfinished = _lowest(self._unfinished, before)
-            self.snapshots = False  # its state lost what the emit did not finish
+            self._step_lost(before)
             raise
-        finally:
-            self._emitting = None
-            self.unsaved = True
-            self._changed()
+        self._step_ended()
+
+    def _step_lost(self, before: SequenceToken | None) -> None:
+        """A step or its emit did not finish: hold what it held until the activation ends."""
+        self._unfinished = _lowest(self._unfinished, before)
+        self.snapshots = False  # its state lost what the emit did not finish
+        self._step_ended()
+
+    def _step_ended(self) -> None:
+        self._emitting = None
+        self.unsaved = True
+        self._changed()
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -553,6 +703,13 @@ class EventTimeObserver:
             if sid.namespace not in self._inputs:
                 raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")
             await handoff.events(events, merge.below(sid.namespace), str(sid))
+
+
+def _first_token(batch: EventBatch) -> SequenceToken | None:
+    """Its first event's token, without making its events (the core reads its columns)."""
+    if not len(batch):
+        return None
+    return batch.token_at(0) if isinstance(batch, EventBatch) else batch[0].token
 
 
 def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:

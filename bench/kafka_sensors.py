@@ -10,6 +10,10 @@ in one run, on that topic:
   tumbling 60 s windows (out-of-order tolerance 5 s), timed from the worker being up to its
   processors having taken every event; its window counts are checked against a count made
   here;
+- the same worker with ``tune_gc=True``, the garbage-collector policy ``headrace worker``
+  applies (a library leaves it off: see agents/gc_policy.py);
+- Quix Streams 3.x (``bench/quix_sensors.py``, a process of its own): the same tumbling 60 s
+  count per sensor, grace 5 s, event time from ``ts``;
 - headrace's own format with one event per record (what ``on_next`` makes), the same
   readings, the same consumer;
 - the same readings written again with ``--codecs`` (lz4 and zstd record batches; the
@@ -17,7 +21,10 @@ in one run, on that topic:
   what decompression costs either, side by side.
 
 Each read runs ``--rounds`` times, alternating; each row shows its best round. Rates are
-timed from the first tenth of the events on (see ``steady``).
+timed from the first tenth of the events on (see ``steady``), in wall-clock seconds and in
+CPU seconds of the reading process (the broker's are not counted for any row; the machine
+is shared, and CPU time moves less with what else runs). Then one record's decoding, by
+each JSON library, on the same records (ns a record, best of 7).
 
     python bench/kafka.py sensors [--records 200000] [--queues 8] [--rounds 3] [--codecs lz4,zstd]
     python bench/kafka_sensors.py [--records 200000] [--queues 8] [--rounds 3] [--codecs lz4,zstd]
@@ -27,9 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import importlib.util
 import json
+import subprocess
 import sys
 import time
+import timeit
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -41,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py
 
 from streams import StreamId, StreamProvider  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
+from streams.core.records import JsonRecords  # noqa: E402
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling  # noqa: E402
 from streams.kafka.adapter import KafkaAdapterFactory  # noqa: E402
 from streams.kafka.clients import ensure_topic  # noqa: E402
@@ -48,6 +60,9 @@ from tests.kafka_broker import TansuBroker  # noqa: E402
 from tests.sensor_workload import closed_window_counts, readings, write_json  # noqa: E402
 
 RAW = "raw aiokafka: getmany + json.loads"
+JSON_WORKER = "headrace worker, records='json', 60 s windows"
+TUNED = "the same, tune_gc=True (as `headrace worker` runs it)"
+QUIX = "Quix Streams 3, tumbling 60 s count"
 
 
 def windowed_provider(provider: StreamProvider, counts: Counter[tuple[str, float]]) -> StreamProvider:
@@ -74,27 +89,53 @@ def steady(expected: int) -> int:
     return expected // 10
 
 
-async def worker_read(provider: StreamProvider, expected: int) -> float:
-    """Seconds its processors take from the first ``steady`` events to all ``expected``."""
-    began = None
+# (wall-clock seconds, CPU seconds of the reading process) for all the records, as timed
+# from the first ``steady`` ones: on a machine other work shares, the CPU time moves less.
+Timing = tuple[float, float]
+
+
+class Span:
+    """Times a read from its ``steady`` point on, scaled to all ``expected`` records.
+
+    Made before the read starts, it freezes what the set-up left alive (the readings, the
+    counts to check against): no side's garbage collections walk them."""
+
+    def __init__(self, expected: int) -> None:
+        gc.collect()
+        gc.freeze()
+        self.expected = expected
+        self.began: tuple[float, float, int] | None = None
+
+    def at(self, done: int) -> None:
+        if self.began is None and done >= steady(self.expected):
+            self.began = (time.perf_counter(), time.process_time(), done)
+
+    def timing(self, done: int) -> Timing:
+        assert self.began is not None
+        wall, cpu, at = self.began
+        scale = self.expected / (done - at)
+        return (time.perf_counter() - wall) * scale, (time.process_time() - cpu) * scale
+
+
+async def worker_read(provider: StreamProvider, expected: int) -> Timing:
+    """What its processors take from the first ``steady`` events to all ``expected``."""
+    span = Span(expected)
     async with provider:
         while True:
             taken = sum(o.processor.counters.events for a in provider.agents for o in a.event_time_activations())
-            if began is None and taken >= steady(expected):
-                began, at = time.perf_counter(), taken
+            span.at(taken)
             if taken >= expected:
-                assert began is not None
-                return (time.perf_counter() - began) * expected / (taken - at)
+                return span.timing(taken)
             await anyio.sleep(0.002)
 
 
-async def raw_read(bootstrap: str, topic: str, queues: int, expected: int) -> float:
+async def raw_read(bootstrap: str, topic: str, queues: int, expected: int) -> Timing:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     tps = [TopicPartition(topic, p) for p in range(queues)]
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
-    began = None
+    span = Span(expected)
     read = 0
     loads = json.loads
     while read < expected:
@@ -102,12 +143,38 @@ async def raw_read(bootstrap: str, topic: str, queues: int, expected: int) -> fl
             for r in records:
                 loads(r.value)  # type: ignore[arg-type]
             read += len(records)
-        if began is None and read >= steady(expected):
-            began, at = time.perf_counter(), read
-    assert began is not None
-    seconds = (time.perf_counter() - began) * expected / (read - at)
+        span.at(read)
+    timing = span.timing(read)
     await consumer.stop()
-    return seconds
+    return timing
+
+
+def quix_read(bootstrap: str, topic: str, expected: int) -> Timing:
+    """What Quix Streams takes (bench/quix_sensors.py, in a process of its own)."""
+    script = Path(__file__).with_name("quix_sensors.py")
+    done = subprocess.run(
+        [sys.executable, str(script), bootstrap, topic, str(expected)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"Quix Streams failed: {done.stderr.strip().splitlines()[-1:]}")
+    wall, cpu = done.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
+
+
+def decoders(items: list[tuple[bytes, dict[str, object]]]) -> None:
+    """ns a record for each JSON decoder, on the topic's records."""
+    records = [json.dumps(v).encode() for _, v in items[:20_000]]
+    candidates = {"json.loads": json.loads, "headrace JsonRecords.decode": JsonRecords.decode}
+    for name, module, call in (("orjson.loads", "orjson", "loads"), ("msgspec.json.decode", "msgspec.json", "decode")):
+        if importlib.util.find_spec(module.split(".")[0]):
+            candidates[name] = getattr(importlib.import_module(module), call)
+    print(f"\n{'one JSON record decoded by':30} {'ns':>6} {'vs json.loads':>14}")
+    base = None
+    for name, decode in candidates.items():
+        seconds = min(timeit.repeat(lambda d=decode: [d(r) for r in records], number=1, repeat=7))  # type: ignore[misc]
+        ns = seconds / len(records) * 1e9
+        base = base or ns
+        print(f"{name:30} {ns:6.0f} {base / ns:13.1f}x")
 
 
 def topic_of(codec: str) -> str:
@@ -115,6 +182,7 @@ def topic_of(codec: str) -> str:
 
 
 async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None:
+    quix = importlib.util.find_spec("quixstreams") is not None
     items = list(readings(records))
     expected = closed_window_counts([v for _, v in items], 60, 5)
     with TansuBroker() as broker:
@@ -144,7 +212,7 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
             f"{queues} partitions (written by plain aiokafka at {records / written:,.0f}/s); "
             f"best of {rounds} rounds\n"
         )
-        best: dict[str, float] = {}
+        best: dict[str, Timing] = {}
         checked = ""
         for round_no in range(rounds):
             times = {RAW: await raw_read(bootstrap, "sensors", queues, records)}
@@ -158,10 +226,24 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
                 group_id=f"bench-json-{round_no}",
                 kafka=kafka,
             )
-            times["headrace worker, records='json', 60 s windows"] = await worker_read(
-                windowed_provider(json_worker, counts), records
-            )
+            times[JSON_WORKER] = await worker_read(windowed_provider(json_worker, counts), records)
             checked = "equal" if counts == expected else f"DIFFER ({sum(counts.values())} vs {sum(expected.values())})"
+            tuned_counts: Counter[tuple[str, float]] = Counter()
+            tuned = StreamProvider.kafka(
+                bootstrap,
+                "sensors",
+                queues,
+                records="json",
+                namespace="sensors",
+                group_id=f"bench-tuned-{round_no}",
+                kafka=kafka,
+                tune_gc=True,
+            )
+            times[TUNED] = await worker_read(windowed_provider(tuned, tuned_counts), records)
+            if tuned_counts != expected:
+                checked += f"; tune_gc DIFFER ({sum(tuned_counts.values())} vs {sum(expected.values())})"
+            if quix:
+                times[QUIX] = await asyncio.to_thread(quix_read, bootstrap, "sensors", records)
             own_worker = StreamProvider.kafka(
                 bootstrap, "sensors-own", queues, group_id=f"bench-own-{round_no}", kafka=kafka
             )
@@ -186,20 +268,35 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
                 )
                 if codec_counts != expected:
                     checked += f"; {codec} DIFFER ({sum(codec_counts.values())} vs {sum(expected.values())})"
-            for name, seconds in times.items():
-                best[name] = min(best.get(name, seconds), seconds)
-    base = records / best[RAW]
-    print(f"{'':58} {'events/s':>10} {'vs raw':>7}")
-    for name, seconds in best.items():
-        rate = records / seconds
-        print(f"{name:58} {rate:10,.0f} {rate / base:6.2f}x")
+            for name, (wall, cpu) in times.items():
+                was = best.get(name, (wall, cpu))
+                best[name] = (min(was[0], wall), min(was[1], cpu))
+    base, base_cpu = best[RAW]
+    print(f"{'':58} {'events/s':>10} {'vs raw':>7} {'per CPU s':>10} {'vs raw':>7}")
+    for name, (wall, cpu) in best.items():
+        print(f"{name:58} {records / wall:10,.0f} {base / wall:6.2f}x {records / cpu:10,.0f} {base_cpu / cpu:6.2f}x")
+    for name in (JSON_WORKER, TUNED):
+        json_wall, json_cpu = best[name]
+        print(
+            f"\n{name}:\n  against the raw loop (aim 1.0x): {base / json_wall:.2f}x "
+            f"({base_cpu / json_cpu:.2f}x per CPU second)"
+        )
+        if quix:
+            quix_wall, quix_cpu = best[QUIX]
+            print(
+                f"  against Quix Streams (aim 5x): {quix_wall / json_wall:.2f}x "
+                f"({quix_cpu / json_cpu:.2f}x per CPU second)"
+            )
+    if not quix:
+        print("\nQuix Streams is not installed (pip install 'headrace[bench]'): its row is left out")
     print(f"\nwindow counts of the JSON workers (every codec) against a count made here: {checked}")
     print(f"\n{'record batches':16} {'raw events/s':>13} {'headrace events/s':>18} {'headrace/raw':>13}")
-    rows = [("none", RAW, "headrace worker, records='json', 60 s windows")]
+    rows = [("none", RAW, JSON_WORKER)]
     rows += [(c, f"{c}: {RAW}", f"{c}: headrace worker, records='json'") for c in codecs]
     for codec, raw, worker in rows:
-        raw_rate, worker_rate = records / best[raw], records / best[worker]
+        raw_rate, worker_rate = records / best[raw][0], records / best[worker][0]
         print(f"{codec:16} {raw_rate:13,.0f} {worker_rate:18,.0f} {worker_rate / raw_rate:12.2f}x")
+    decoders(items)
 
 
 def main(argv: list[str], prog: str = "kafka_sensors.py") -> None:

@@ -14,6 +14,11 @@ done). Rows:
 Each row runs ``--rounds`` times; the best round is shown.
 
     python bench/publish.py [--events 100000] [--rounds 3]
+    python bench/publish.py inprocess [--events 200000] [--rounds 3]
+
+``inprocess`` runs issue 28's in-process shapes instead: one event per ``send``, per awaited
+``on_next_batch`` of one event and batches of 100 into a windowed consumer, against Bytewax's
+``fold_window`` (bench/publish_inprocess.py).
 """
 
 from __future__ import annotations
@@ -158,6 +163,11 @@ async def run(events: int, rounds: int) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["inprocess"]:  # issue 28's shapes, against Bytewax
+        from bench import publish_inprocess
+
+        publish_inprocess.main(sys.argv[2:], prog="publish.py inprocess")
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from streams.core.codec import EAGER_DECODE_LIMIT, MAGIC, NIL, array_length, encode_batch, stream_id_of
+from streams.core.codec import EAGER_DECODE_LIMIT, MAGIC, NIL, array_length, encode_batch, stream_id_of, unpack
 from streams.core.errors import DecodeError, EncodeError
 from streams.core.ids import QueueId, SequenceToken, StreamId
 
@@ -187,6 +187,37 @@ class EventBatch(Sequence[Event]):
             self._events = events
         return events
 
+    def columns(self) -> tuple[list[Any], list[float], list[float]]:
+        """``(values, event times, arrival times)`` of its events, without event objects:
+        what the event-time core reads of an in-order run (:meth:`event_at` makes the
+        event it needs whole).
+
+        >>> BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a", "b"], [5.0, None]).events(7).columns()
+        (['a', 'b'], [5.0, 100.0], [100.0, 100.0])
+        """
+        return self.values, self.event_times, [self.arrival_time] * len(self)
+
+    def event_at(self, index: int) -> Event:
+        """Its event at ``index`` (from the first it holds), made alone if the batch's events
+        are not made yet.
+
+        >>> batch = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a", "b"]).events(7).from_index(1)
+        >>> batch.event_at(0)
+        Event('b', event_time=100.0, token=7:1, stream_id=StreamId('ns', 'k'))
+        """
+        if self._events is not None:
+            return self._events[index]
+        container, i = self.container, self._start + index
+        arrival, times = container.arrival_time, container.event_times
+        t = None if times is None else times[i]
+        return Event._at(
+            container.values[i], arrival if t is None else t, arrival, self.sequence_number, i, container.stream_id
+        )
+
+    def token_at(self, index: int) -> SequenceToken:
+        """The token of its event at ``index`` (from the first it holds)."""
+        return SequenceToken(self.sequence_number, self._start + index)
+
     def __getitem__(self, index: Any) -> Any:
         return self._materialize()[index]
 
@@ -341,7 +372,7 @@ class BatchContainer:
         """The container if ``payload`` is a well-formed one, else ``None`` (the header path
         then says why)."""
         try:
-            obj = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
+            obj = unpack(payload)
             if type(obj) is not list or len(obj) != 7:
                 return None
             magic, kind, namespace, key, arrival, values, times = obj
@@ -395,7 +426,7 @@ class BatchContainer:
 
     def _decode_body(self) -> None:
         try:
-            obj = msgpack.unpackb(self._payload, raw=False, strict_map_key=False, use_list=True)
+            obj = unpack(self._payload)  # type: ignore[arg-type]  # None raises TypeError: caught
         except Exception as exc:  # e.g. a string that is not UTF-8, which skip() does not check
             raise DecodeError(f"malformed batch container: {exc!r}") from None
         self._times = obj[6]

@@ -144,6 +144,16 @@ class _Lifted:
             await result
 
 
+def plain_function(hook: Callable[..., Awaitable[None]] | None) -> Callable[..., Any] | None:
+    """The user's plain (not async) function behind a lifted hook, which a caller may call
+    where it is, without awaiting; None for a coroutine function or no hook.
+
+    >>> plain_function(_Lifted(print)) is print, plain_function(nothing)
+    (True, None)
+    """
+    return hook.fn if type(hook) is _Lifted else None
+
+
 async def nothing(*_: Any) -> None:
     """The hook a consumer did not write."""
     return None
@@ -239,6 +249,7 @@ class _AdaptedObserver:
 
     redeliverable = True  # a failed batch may be delivered again: it keeps nothing of it
     waiting_on_handoff = False  # only the runtime's event-time activations hand off
+    take_now = None  # no step of its own: on_next as the user wrote it (user_on_next)
 
     def __init__(self, target: Any, on_next: Callable[..., Any]) -> None:
         self.target = target

@@ -97,6 +97,26 @@ class RecordEventBatch(EventBatch):
             self._events = events
         return events
 
+    def columns(self) -> tuple[list[Any], list[float], list[float]]:
+        """Values, and each record's timestamp as both its event time and its arrival."""
+        container = self.container
+        assert isinstance(container, RecordBatch)
+        times = container.times[self._start :] if self._start else container.times
+        return self.values, times, times
+
+    def event_at(self, index: int) -> Event:
+        if self._events is not None:
+            return self._events[index]
+        container, i = self.container, self._start + index
+        assert isinstance(container, RecordBatch)
+        t = container.times[i]
+        event = cast(
+            RecordEvent, RecordEvent._at(container.values[i], t, t, self.sequence_number, i, container.stream_id)
+        )
+        event.headers = container.headers[i]
+        event.offset = container.offsets[i]
+        return event
+
     def from_index(self, event_index: int) -> EventBatch:
         return RecordEventBatch(self.container, self.sequence_number, max(self._start, event_index))
 

@@ -235,4 +235,7 @@ def timestamp_extractor(spec: str | Extractor | None, unit: str = "s") -> Callab
         raw = value[name] if type(value) is dict or isinstance(value, Mapping) else getattr(value, name)
         return seconds(raw, per_second)
 
+    # What the core's in-order runs read from values alone (streams.eventtime.ingest).
+    by_field.field = name  # type: ignore[attr-defined]
+    by_field.per_second = per_second  # type: ignore[attr-defined]
     return by_field

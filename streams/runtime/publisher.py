@@ -2,7 +2,9 @@
 
 ``stream.send(value)`` only buffers: it returns at once, and waits only while the buffer
 holds ``max_buffered`` events (backpressure, bounded memory). A writer task takes what is
-buffered after a few milliseconds (``linger``), makes each stream's events into batch
+buffered after a few milliseconds (``linger``; at once when a stream has ``max_batch`` events
+buffered, or the buffer a quarter of ``max_buffered``: the runtime's costs are per container,
+so fuller containers are cheaper to read), makes each stream's events into batch
 containers of at most ``max_batch`` events, and writes them all in one call of the adapter
 (one transaction, one group commit, on the embedded store; one pipelined round of produce
 requests on Kafka), one write at a time, so every stream's events stay in order.
@@ -64,13 +66,14 @@ class ContainerWriter:
 class _Round:
     """What is buffered between two writes: each stream's runs of events, in order."""
 
-    __slots__ = ("_done", "awaited", "error", "events", "finished", "streams", "urgent")
+    __slots__ = ("_done", "awaited", "error", "events", "finished", "full", "streams", "urgent")
 
     def __init__(self) -> None:
         self.streams: dict[StreamId, list[list[Any]]] = {}  # runs of events (see add)
         self.events = 0
         self.awaited = 0  # of which callers wait for (on_next): they hear of a failure
         self.urgent = False  # an on_next caller waits: write without lingering
+        self.full = False  # a stream's container is full: write without lingering
         self.finished = False
         self._done: anyio.Event | None = None  # made only when someone waits: most rounds have no waiter
         self.error: Exception | None = None  # why the write failed (every event of it)
@@ -107,6 +110,9 @@ class Publisher:
         self._linger = linger
         self._max_batch = max_batch
         self._max_buffered = max_buffered
+        # A write takes at most linger's worth of sends, or this many events, or a full
+        # container of one stream, whichever comes first.
+        self._round_events = max(max_buffered // 4, max_batch)
         self._open = _Round()
         self._writing: _Round | None = None
         self._buffered = 0  # events buffered or being written
@@ -126,6 +132,8 @@ class Publisher:
             last = runs[-1]
             values = last[1]
             if last[3] and len(values) < self._max_batch:
+                if len(values) + 1 == self._max_batch:
+                    r.full = True
                 times = last[2]
                 if times is not None:
                     times.append(event_time)
@@ -185,6 +193,8 @@ class Publisher:
             if times is not None or last[2] is not None:
                 last[2] = (last[2] or [None] * len(last[1])) + (times or [None] * n)
             last[1].extend(values)
+            if len(last[1]) == self._max_batch:
+                r.full = True
         else:  # [kind, values, times, open to more events, its items if encoded already]
             open_run = kind is BatchKind.DATA and not whole
             runs.append([kind, list(values), times, open_run, None if open_run else encoded])
@@ -215,8 +225,11 @@ class Publisher:
         while True:
             await self._pending.wait()
             self._pending = anyio.Event()  # only this task replaces it: it waits on it
-            if not self._open.urgent and self._open.events < self._max_batch:
-                await anyio.sleep(self._linger)  # let more sends join this write
+            r = self._open
+            if not (r.urgent or r.full or r.events >= self._round_events):
+                # Let more sends join this write: each stream's events go in fewer, fuller
+                # containers (the runtime's costs are per container), for at most linger.
+                await anyio.sleep(self._linger)
             while self._writing is not None:  # an on_next caller is writing: one at a time
                 await self._writing.written()
             if self._open.events:
