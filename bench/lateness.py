@@ -105,6 +105,9 @@ def main() -> None:
             ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True, text=True
         ).stdout.strip()
     )
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if not args.against and rev == head:
+        rev = ""  # on main itself there is no base to compare with: pass --against REV
     batches = make_batches(args.events)
     with tempfile.TemporaryDirectory() as tmp:
         base = load_tree(export_tree(rev, Path(tmp)))["streams.eventtime"] if rev else None
