@@ -40,7 +40,7 @@ from agents.protocols import AgentContext
 from agents.registry import InProcessSubscription
 from agents.timed import EventTimeObserver
 from cache.protocols import QueueCache
-from streams.adapters.protocols import QueueAdapterReceiver, StatefulReceiver
+from streams.adapters.protocols import ForwardingReceiver, QueueAdapterReceiver, StatefulReceiver
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.codec import interned
 from streams.core.deadletters import DeadLetter
@@ -143,6 +143,9 @@ class PullingAgent:
         # and whether the last read found the queue caught up.
         self._records_clock = -math.inf
         self._caught_up = False
+        # A receiver that sends records on to other queues (the re-keying hop): those count
+        # as read, or a read that sent all it fetched on would look like an idle queue.
+        self._forwarding = receiver if isinstance(receiver, ForwardingReceiver) else None
         # Kept proportional to the work at hand, not to the streams held: the consumers with
         # a task now, and the holds and next ticks of the event-time activations.
         self._working: set[StreamConsumer] = set()
@@ -344,6 +347,8 @@ class PullingAgent:
         room = cache.get_max_add_count()
         started = time.perf_counter()
         self._caught_up = False  # until what this read brings is in the cache
+        forwarding = self._forwarding
+        forwarded = forwarding.forwarded if forwarding is not None else 0
         messages = await self._retrying(self.receiver.get_queue_messages, room)
         self.read_latency.observe(time.perf_counter() - started)
         if messages is None:  # the read failed (its retries gave up to let the agent stop)
@@ -354,6 +359,8 @@ class PullingAgent:
         self._caught_up = self.receiver.caught_up
         await self._ack()
         self._sweep_inactive()
+        if forwarding is not None:
+            return len(messages) + forwarding.forwarded - forwarded
         return len(messages)
 
     async def _add(self, messages: list[QueueMessage]) -> None:

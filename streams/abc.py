@@ -3,7 +3,8 @@ cache or handoff sink must satisfy, in one place (as ``collections.abc`` is for 
 
 Each is a :class:`typing.Protocol`: implement the methods, no base class needed. A queue
 backend implements :class:`QueueAdapterFactory`, :class:`QueueAdapter` and
-:class:`QueueAdapterReceiver` (and :class:`RewindableReceiver` if its queue can be re-read);
+:class:`QueueAdapterReceiver` (and :class:`RewindableReceiver` if its queue can be re-read,
+:class:`ForwardingReceiver` if it sends records on to other queues);
 foreign records need a :class:`RecordFormat`; durable subscriptions and dead letters a
 :class:`PubSubStore` and a :class:`DeadLetterStore`.
 
@@ -27,6 +28,7 @@ from spark_sink.protocols import HandoffSink
 from streams.adapters.protocols import (
     ContainerQueueAdapter,
     EventWriter,
+    ForwardingReceiver,
     QueueAdapter,
     QueueAdapterFactory,
     QueueAdapterReceiver,
@@ -49,6 +51,7 @@ __all__ = [
     "DeadLetterStore",
     "EventWriter",
     "FollowedPubSubStore",
+    "ForwardingReceiver",
     "HandoffSink",
     "LeaseProvider",
     "MembershipOracle",

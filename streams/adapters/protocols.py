@@ -68,6 +68,22 @@ class RewindableReceiver(QueueAdapterReceiver, Protocol):
         ...
 
 
+@runtime_checkable
+class ForwardingReceiver(QueueAdapterReceiver, Protocol):
+    """A receiver that sends some of what it reads on to other queues instead of returning
+    it (Kafka's re-keying hop, :mod:`streams.kafka.repartition`).
+
+    The pulling agent counts those records as read: a read that sent everything on still
+    made progress (read again at once), and a worker's ``drain`` goes on until the queues
+    they went to have read them.
+    """
+
+    @property
+    def forwarded(self) -> int:
+        """Records read and sent on to another queue, since the receiver was made."""
+        ...
+
+
 Times = list[float | None] | None  # each event's own arrival time, or None: the write's
 
 

@@ -296,6 +296,12 @@ class KafkaRecordReceiver(KafkaStateReceiver):
             source, repartition = self._partitions  # partition i of the topic and of the hop's
             self.rekeying = Rekeying(settings, source, repartition, fmt, key_field)
 
+    @property
+    def forwarded(self) -> int:
+        """Records sent on through the re-keying hop (the agent counts them as read:
+        :class:`~streams.adapters.protocols.ForwardingReceiver`)."""
+        return self.rekeying.forwarded if self.rekeying is not None else 0
+
     async def _take(self, fetched: Fetched) -> list[QueueMessage]:
         """Send the records to re-key through the hop, and once Kafka has them all, make
         the messages of the rest (the hop's duplicates left out). Should the hop fail,

@@ -182,6 +182,40 @@ async def test_a_key_already_the_stream_id_skips_the_hop_and_a_copy_in_the_hop_i
     assert skipped >= 1
 
 
+async def test_drain_waits_for_what_a_queue_only_sent_on(kafka_broker, kafka_topic):
+    """Every record in one partition and keyless, of keys other queues own: each read of
+    queue 3 sends all it fetched on and returns nothing; the worker's drain returns once the
+    other queues have delivered them all (the agent's side: test_forwarding_receiver.py)."""
+    total = 2_000
+    await make_topic(kafka_broker, kafka_topic)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, linger_ms=5)
+    await producer.start()
+    try:
+        for n in range(total):  # devices of queues 0 and 2: queue 3 keeps none
+            device = f"d-{(0, 3, 5, 7, 8, 9)[n % 6]}"
+            value = {**reading(n), "sensor": device, "device": device}
+            await producer.send(kafka_topic, json.dumps(value).encode(), partition=3)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    got: list[int] = []
+    provider = rekeying(kafka_broker, kafka_topic)
+
+    @provider.implicit("sensors")
+    class Collect:
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_next(self, batch) -> None:
+            got.extend(e.value["n"] for e in batch)
+
+    async with provider:
+        await drained(provider, 60)
+        forwarded = [agent.receiver.forwarded for agent in provider.agents]  # type: ignore[attr-defined]
+        assert sorted(got) == list(range(total))  # all delivered when drain returned
+    assert sorted(forwarded) == [0, 0, 0, total]  # all of them by queue 3, through the hop
+
+
 @pytest.mark.parametrize("commit_interval", [60.0, 0.2])
 async def test_sigkill_across_the_hop_loses_and_doubles_nothing(kafka_broker, kafka_topic, tmp_path, commit_interval):
     total = 6_000

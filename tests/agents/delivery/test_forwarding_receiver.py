@@ -1,0 +1,91 @@
+"""A receiver that sends what it reads on to another queue (as Kafka's re-keying hop does,
+``streams/kafka/repartition.py``) returns nothing from such a read. The pulling agent
+counts those records as read all the same (:class:`~streams.abc.ForwardingReceiver`): it
+reads on at once, and a worker's drain returns only once the queue they went to has
+delivered them. (Found by CI, stop 32: a drain returned with 395 records of a keyless topic
+still in the repartition topic.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+
+from streams import StreamId, StreamProvider
+from streams.abc import ForwardingReceiver
+from streams.adapters.memory import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
+from streams.core.batch import QueueMessage
+from streams.core.ids import QueueId, SequenceToken
+from streams.runtime.backends import MemoryBackend
+from tests.agents.delivery.conftest import Recorder, drained
+
+SEND_TIME = 0.02  # how long a record takes to reach the other queue (Kafka: acks=all)
+
+
+class HopReceiver:
+    """Reads one record of its queue at a time and sends it on to ``to``'s queue."""
+
+    def __init__(self, queue: QueueId, inner: MemoryQueueReceiver, adapter: HopAdapter, to: QueueId) -> None:
+        self.queue, self._inner, self._adapter, self._to = queue, inner, adapter, to
+        self.forwarded = 0
+
+    @property
+    def caught_up(self) -> bool:
+        return self._inner.caught_up
+
+    async def initialize(self) -> None:
+        await self._inner.initialize()
+
+    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        for message in await self._inner.get_queue_messages(min(max_count, 1)):
+            await anyio.sleep(SEND_TIME)
+            await self._adapter.queue_message_batch(self._to, message.container().stream_id, message.payload)
+            self.forwarded += 1
+        return []
+
+    async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
+        await self._inner.messages_delivered(tokens)
+
+    async def shutdown(self) -> None:
+        await self._inner.shutdown()
+
+
+class HopAdapter(MemoryQueueAdapter):
+    """Two queues: what is written to the first is read by the second, through the hop."""
+
+    def __init__(self) -> None:
+        super().__init__(queues=2)
+        self.source, self.target = self.mapper.get_all_queues()
+
+    def create_receiver(self, queue: QueueId) -> MemoryQueueReceiver | HopReceiver:  # type: ignore[override]
+        inner = super().create_receiver(queue)
+        return HopReceiver(queue, inner, self, self.target) if queue == self.source else inner
+
+
+class HopFactory(MemoryAdapterFactory):
+    def __init__(self) -> None:
+        self._adapter = HopAdapter()
+
+
+async def test_records_sent_on_count_as_read_and_drain_waits_for_their_delivery() -> None:
+    factory = HopFactory()
+    adapter = factory._adapter
+    provider = StreamProvider(MemoryBackend(factory))
+    [sid] = [
+        s
+        for s in (StreamId("ns", f"s{n}") for n in range(20))
+        if adapter.mapper.get_queue_for_stream(s) == adapter.source
+    ][:1]
+    recorder = Recorder()
+    async with provider:
+        await provider.get_stream(sid).subscribe(recorder)
+        for n in range(10):
+            await provider.get_stream(sid).on_next(n)
+        await drained(provider)
+        # Every record was sent on one read at a time, each such read returning nothing,
+        # and drain returned only once the second queue had delivered all ten.
+        assert recorder.values == list(range(10))
+        hop = next(a.receiver for a in provider.agents if a.queue == adapter.source)
+        assert isinstance(hop, ForwardingReceiver)
+        assert hop.forwarded == 10
+        assert adapter.depth(adapter.source) == adapter.depth(adapter.target) == 0
