@@ -14,6 +14,11 @@ in one run, on that topic:
   applies (a library leaves it off: see agents/gc_policy.py);
 - Quix Streams 3.x (``bench/quix_sensors.py``, a process of its own): the same tumbling 60 s
   count per sensor, grace 5 s, event time from ``ts``;
+- the same readings written without a key (a producer that keys nothing spreads them over
+  every partition), read by the JSON worker with ``key_field="sensor"``: each record goes
+  through the re-keying hop (streams/kafka/repartition.py), so it is read twice and written
+  once more; the total taken is checked (not the windows: a sensor's readings now come from
+  every partition, each read at its own pace, so some are adjusted);
 - headrace's own format with one event per record (what ``on_next`` makes), the same
   readings, the same consumer;
 - the same readings written again with ``--codecs`` (lz4 and zstd record batches; the
@@ -63,6 +68,7 @@ RAW = "raw aiokafka: getmany + json.loads"
 JSON_WORKER = "headrace worker, records='json', 60 s windows"
 TUNED = "the same, tune_gc=True (as `headrace worker` runs it)"
 QUIX = "Quix Streams 3, tumbling 60 s count"
+KEYLESS = "keyless records, re-keyed through the hop (key_field)"
 
 
 def windowed_provider(provider: StreamProvider, counts: Counter[tuple[str, float]]) -> StreamProvider:
@@ -195,6 +201,8 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
         for codec in codecs:  # the same readings, compressed
             await ensure_topic({"bootstrap_servers": bootstrap}, topic_of(codec), queues)
             await write_json(bootstrap, topic_of(codec), items, compression=codec)
+        await ensure_topic({"bootstrap_servers": bootstrap}, "sensors-keyless", queues)
+        await write_json(bootstrap, "sensors-keyless", [(None, v) for _, v in items])
         # The same readings in headrace's own format, one event per record.
         own = KafkaAdapterFactory(bootstrap, "sensors-own", queues=queues, idempotent=False)
         adapter, mapper = await own.create_adapter(), own.get_queue_mapper()
@@ -244,6 +252,17 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
                 checked += f"; tune_gc DIFFER ({sum(tuned_counts.values())} vs {sum(expected.values())})"
             if quix:
                 times[QUIX] = await asyncio.to_thread(quix_read, bootstrap, "sensors", records)
+            keyless = StreamProvider.kafka(
+                bootstrap,
+                "sensors-keyless",
+                queues,
+                records="json",
+                namespace="sensors",
+                key_field="sensor",
+                group_id=f"bench-keyless-{round_no}",
+                kafka=kafka,
+            )
+            times[KEYLESS] = await worker_read(windowed_provider(keyless, Counter()), records)
             own_worker = StreamProvider.kafka(
                 bootstrap, "sensors-own", queues, group_id=f"bench-own-{round_no}", kafka=kafka
             )

@@ -47,10 +47,10 @@ def closed_window_counts(
 
 
 async def write_json(
-    bootstrap: str, topic: str, items: list[tuple[bytes, dict[str, object]]], compression: str | None = None
+    bootstrap: str, topic: str, items: list[tuple[bytes | None, dict[str, object]]], compression: str | None = None
 ) -> None:
     """Write ``items`` to ``topic`` with a plain aiokafka producer: Kafka's default
-    partitioner places each key; ``compression``: its record batches' codec (gzip, snappy,
+    partitioner places each key (a record without one on any partition); ``compression``: its record batches' codec (gzip, snappy,
     lz4, zstd)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, compression_type=compression)
     await producer.start()

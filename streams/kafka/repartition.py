@@ -44,6 +44,7 @@ from typing import Any
 
 import msgpack
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.producer.message_accumulator import BatchBuilder
 
 from streams.adapters.mapper import kafka_partition
 from streams.core.records import RecordFormat
@@ -134,6 +135,7 @@ class Rekeying:
         self._key_field = key_field
         self.seen = SeenSources()
         self.forwarded = 0
+        self._partitions: dict[bytes, int] = {}  # a key's partition of the repartition topic
 
     def to_forward(self, fetched: Fetched) -> list[Forward]:
         """The source records of a read that go through the hop, with their keys: no
@@ -149,25 +151,41 @@ class Rekeying:
 
     async def forward(self, producer: AIOKafkaProducer, records: Sequence[Forward]) -> None:
         """Send ``records`` to their keys' repartition partitions; return once Kafka has all
-        of them (raise the first failure: the caller reads them again)."""
-        topic, partitions = self.repartition.topic, self.settings.queues
+        of them (raise the first failure: the caller reads them again).
+
+        One record batch per partition, filled here, rather than a ``send`` per record:
+        the producer's per-record future and partition lookup cost more than the
+        record itself. A partition's batches are queued in order, so its records stay in
+        source offset order (what :class:`SeenSources` relies on)."""
+        topic = self.repartition.topic
+        building: dict[int, BatchBuilder] = {}
         sending: list[asyncio.Future[Any]] = []
         for r, key in records:
+            partition = self._partition_of(key)
+            batch = building.get(partition)
+            if batch is None:
+                batch = building[partition] = producer.create_batch()
             headers = [*r.headers, (SOURCE_HEADER, f"{r.partition}:{r.offset}".encode())]
-            sending.append(
-                await producer.send(
-                    topic,
-                    r.value,
-                    key=key,
-                    partition=kafka_partition(key, partitions),
-                    timestamp_ms=r.timestamp,
-                    headers=headers,
-                )
-            )
+            if batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers) is None:
+                sending.append(await producer.send_batch(batch, topic, partition=partition))
+                batch = building[partition] = producer.create_batch()
+                batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers)  # a first always fits
+        for partition, batch in building.items():
+            sending.append(await producer.send_batch(batch, topic, partition=partition))
         for result in await asyncio.gather(*sending, return_exceptions=True):
             if isinstance(result, BaseException):
                 raise result
         self.forwarded += len(records)
+
+    def _partition_of(self, key: bytes) -> int:
+        """Kafka's partition of ``key`` (murmur2, as any Kafka producer places it); a
+        topic's keys repeat, and murmur2 in Python costs microseconds."""
+        partition = self._partitions.get(key)
+        if partition is None:
+            if len(self._partitions) >= 100_000:
+                self._partitions.clear()
+            partition = self._partitions[key] = kafka_partition(key, self.settings.queues)
+        return partition
 
     def kept(self, fetched: Fetched, forwarded: Sequence[Forward]) -> dict[TopicPartition, Any]:
         """What the queue reads of ``fetched``: the source records not ``forwarded``, and

@@ -125,6 +125,15 @@ async def test_keyless_records_spread_over_partitions_give_one_activation_and_ex
     hop = await topic_records(kafka_broker, f"headrace.repartition.{kafka_topic}")
     assert len(hop) == 3_006
     assert all(r.partition == kafka_partition(r.key, QUEUES) for r in hop)  # each key in its queue's partition
+    # Sent a record batch per partition at a time (several per read: 3,006 records do not fit
+    # one), each source partition's records reach each hop partition in source offset order.
+    sources: defaultdict[tuple[int, int], list[int]] = defaultdict(list)
+    for r in hop:
+        source_partition, source_offset = map(int, dict(r.headers)["headrace.source"].split(b":"))
+        sources[(r.partition, source_partition)].append(source_offset)
+    hop_partitions = {kafka_partition(f"d-{d}".encode(), QUEUES) for d in range(6)}
+    assert set(sources) == {(p, source) for p in hop_partitions for source in range(QUEUES)}
+    assert all(offsets == sorted(offsets) for offsets in sources.values())
 
 
 async def test_a_key_already_the_stream_id_skips_the_hop_and_a_copy_in_the_hop_is_taken_once(kafka_broker, kafka_topic):
