@@ -251,8 +251,9 @@ class Processor:
     def watermark(self) -> float:
         """The watermark that closes windows: the minimum over inputs (with substreams, the
         partition's floor, which every substream has passed)."""
-        if self._multi:
-            return self._flow.merged.value
+        merged = self._flow.merged
+        if merged is not None:
+            return merged.value
         return next(iter(self._inputs.values())).mark.value
 
     @property
@@ -270,7 +271,7 @@ class Processor:
     @property
     def merged(self) -> MergedWatermark | None:
         """The merge of several inputs (``holder``, ``values()``); None with one input."""
-        return self._flow.merged if self._multi else None
+        return self._flow.merged
 
     def held_since(self, partition: Hashable | None = None) -> object:
         """The oldest token still held in an open window or a join (of ``partition``, or of
@@ -336,7 +337,7 @@ class Processor:
             # A substream's own value may lag the floor until it is next visited.
             substream_watermarks={k: max(lane[0].value, wm) for k, lane in self._flow.lanes.items()},
             delay=clock - wm if wm > NEVER and clock > NEVER else FOREVER,
-            holder=self._flow.merged.holder if self._multi else None,
+            holder=self._flow.merged.holder if self._flow.merged is not None else None,
             open_windows=len(self.open_windows()) if self.window is not None else 0,
         )
 

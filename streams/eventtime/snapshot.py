@@ -78,11 +78,12 @@ def snapshot(processor: Snapshottable) -> bytes:
     if isinstance(reducer, _Sequenced):
         seq = next(reducer._seq)
         reducer._seq = itertools.count(seq)  # peeked, not consumed
-    merged = flow.merged
+    # One input has no merge of its own (its watermark is the merge's value): written as
+    # the merge of one input was, so a saved state reads back either way.
     state = {
         "format": FORMAT,
         "input": [inp.clock, inp.idle_check, inp.completed, inp.floor_close, _mark(inp.mark)],
-        "merged": [merged.value, list(merged._values.values())],
+        "merged": [inp.mark.value, [inp.mark.value]],
         "store": None if flow.store is None else _store(flow.store),
         "lanes": [
             [key, _mark(mark), None if store is None else _store(store)] for key, (mark, store) in flow.lanes.items()
@@ -105,12 +106,7 @@ def restore(processor: Snapshottable, data: bytes) -> None:
     flow = processor._flow
     (inp,) = flow.inputs.values()
     inp.clock, inp.idle_check, inp.completed, inp.floor_close, mark = state["input"]
-    _set_mark(inp.mark, mark)
-    merged = flow.merged
-    merged.value = state["merged"][0]
-    for name, value in zip(list(merged._values), state["merged"][1], strict=True):
-        merged._values[name] = value
-    merged.holder = min(merged._values, key=merged._values.__getitem__)
+    _set_mark(inp.mark, mark)  # the one input's watermark is what "merged" repeats
     if state["store"] is not None and flow.store is not None:
         _set_store(flow.store, state["store"])
     flow.lanes.clear()

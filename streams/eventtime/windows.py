@@ -255,7 +255,13 @@ class WindowStore:
             window = heapq.heappop(due)
             self._scheduled.pop(window, None)
             closed.append(window)
-        self.next_close = a.close_time(due[0]) if due else FOREVER
+        if due:
+            self.next_close = a.close_time(due[0])
+        else:
+            self.next_close = FOREVER
+            # A dict emptied by pops keeps its table; clear() gives it back. A quiet stream's
+            # store (a worker may hold 100,000) then costs an empty dict, not a grown one.
+            self._scheduled.clear()
         return closed
 
     def collect(self, window: float, merge: Callable[[Any, Any], Any], init: Callable[[], Any]) -> dict[Hashable, Any]:
@@ -263,6 +269,8 @@ class WindowStore:
         a, panes = self.assigner, self.panes
         if a.per_window == 1.0:
             bucket = panes.pop(window * a.per_hop, None) or {}
+            if not panes:
+                panes.clear()  # its table back, as in pop_due
             return {key: state[0] for key, state in bucket.items()}
         accs: dict[Hashable, Any] = {}
         for p in a.panes_of_window(window):
@@ -272,6 +280,8 @@ class WindowStore:
                     accs[key] = merge(accs[key] if key in accs else init(), state[0])
         for p in a.retired_by(window):
             panes.pop(p, None)
+        if not panes:
+            panes.clear()
         return accs
 
     def open_windows(self) -> list[float]:
