@@ -144,6 +144,36 @@ class _Lifted:
             await result
 
 
+class _LiftedMethod:
+    """A type's plain method of one instance as an async callable: the function (the type's,
+    shared) and the instance, where a :class:`_Lifted` of the bound method is two objects
+    per hook kept by each of a worker's activations.
+
+    >>> import anyio
+    >>> class Box:
+    ...     def put(self, x): self.x = x
+    >>> box = Box(); hook = _LiftedMethod(Box.put, box)
+    >>> anyio.run(hook, 3), box.x, plain_function(hook)(4), box.x
+    (None, 3, None, 4)
+    """
+
+    __slots__ = ("function", "instance")
+
+    def __init__(self, function: Callable[..., Any], instance: object) -> None:
+        self.function = function
+        self.instance = instance
+
+    async def __call__(self, *args: Any) -> None:
+        result = self.function(self.instance, *args)
+        if result is not None and inspect.isawaitable(result):
+            await result
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        """The bound method, made when asked for."""
+        return MethodType(self.function, self.instance)
+
+
 def plain_function(hook: Callable[..., Awaitable[None]] | None) -> Callable[..., Any] | None:
     """The user's plain (not async) function behind a lifted hook, which a caller may call
     where it is, without awaiting; None for a coroutine function or no hook.
@@ -151,7 +181,9 @@ def plain_function(hook: Callable[..., Awaitable[None]] | None) -> Callable[...,
     >>> plain_function(_Lifted(print)) is print, plain_function(nothing)
     (True, None)
     """
-    return hook.fn if type(hook) is _Lifted else None
+    if type(hook) is _Lifted or type(hook) is _LiftedMethod:
+        return hook.fn
+    return None
 
 
 async def nothing(*_: Any) -> None:
@@ -207,7 +239,7 @@ class TypeHooks:
                 entry = entries[name] = _inspect(type(target), name)
             ref, is_async = entry
             if ref is not None and type(found) is MethodType and found.__func__ is ref():
-                pairs.append((found, found if is_async else _Lifted(found)))
+                pairs.append((found, found if is_async else _LiftedMethod(found.__func__, found.__self__)))
             else:  # not the type's function (the instance's own, a static method...): ask
                 pairs.append((found, lift(found)))
         return pairs
