@@ -152,7 +152,7 @@ def _set_store(store: Store, state: list[Any]) -> None:
     store.panes = {pane: {_hashable(key): [acc, token] for key, acc, token in bucket} for pane, bucket in panes}
     store._due = list(due)
     heapq.heapify(store._due)
-    store._scheduled = dict.fromkeys(due)
+    store._scheduled = dict.fromkeys(due) if due else None
 
 
 _TOKEN = 1

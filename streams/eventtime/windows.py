@@ -227,8 +227,9 @@ class WindowStore:
         self.watermark = watermark  # the watermark that closes these windows
         self.next_close = FOREVER  # close_time of the earliest scheduled window
         self._due: list[float] = []  # heap of scheduled window indexes
-        # The scheduled windows, as keys (an empty dict is a third of an empty set: one per stream).
-        self._scheduled: dict[float, None] = {}
+        # The scheduled windows, as keys; None while none is (a quiet stream's store, one per
+        # stream, holds no empty dict).
+        self._scheduled: dict[float, None] | None = None
         self.order = order  # creation order: ties between stores close in this order
 
     def open_pane(self, pane: float) -> dict[Hashable, list[Any]]:
@@ -236,9 +237,12 @@ class WindowStore:
         bucket: dict[Hashable, list[Any]] = {}
         self.panes[pane] = bucket
         a = self.assigner
+        scheduled = self._scheduled
+        if scheduled is None:
+            scheduled = self._scheduled = {}
         for window in a.windows_of_pane(pane):
-            if window not in self._scheduled and a.close_time(window) > self.watermark:
-                self._scheduled[window] = None
+            if window not in scheduled and a.close_time(window) > self.watermark:
+                scheduled[window] = None
                 heapq.heappush(self._due, window)
         self.next_close = a.close_time(self._due[0])
         return bucket
@@ -249,19 +253,20 @@ class WindowStore:
 
     def pop_due(self) -> list[float]:
         """Unschedule and return the windows the watermark has closed, oldest first."""
-        a, due, w = self.assigner, self._due, self.watermark
+        a, due, w, scheduled = self.assigner, self._due, self.watermark, self._scheduled
         closed = []
         while due and a.close_time(due[0]) <= w:
             window = heapq.heappop(due)
-            self._scheduled.pop(window, None)
+            if scheduled is not None:
+                scheduled.pop(window, None)
             closed.append(window)
         if due:
             self.next_close = a.close_time(due[0])
         else:
             self.next_close = FOREVER
-            # A dict emptied by pops keeps its table; clear() gives it back. A quiet stream's
-            # store (a worker may hold 100,000) then costs an empty dict, not a grown one.
-            self._scheduled.clear()
+            # Nothing scheduled: no dict (an emptied one keeps its table). A worker may hold
+            # 100,000 quiet stores.
+            self._scheduled = None
         return closed
 
     def collect(self, window: float, merge: Callable[[Any, Any], Any], init: Callable[[], Any]) -> dict[Hashable, Any]:
@@ -270,7 +275,7 @@ class WindowStore:
         if a.per_window == 1.0:
             bucket = panes.pop(window * a.per_hop, None) or {}
             if not panes:
-                panes.clear()  # its table back, as in pop_due
+                panes.clear()  # an emptied dict keeps its table: clear() gives it back
             return {key: state[0] for key, state in bucket.items()}
         accs: dict[Hashable, Any] = {}
         for p in a.panes_of_window(window):
