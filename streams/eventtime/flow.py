@@ -57,7 +57,7 @@ class WatermarkFlow:
 
     def __init__(
         self,
-        inputs: dict[Hashable, Input],
+        inputs: tuple[Input, ...],
         assigner: WindowAssigner | None,
         reducer: Reducer[Any, Any],
         counters: Counters,
@@ -72,7 +72,7 @@ class WatermarkFlow:
     ) -> None:
         self.inputs = inputs
         self.multi = len(inputs) > 1
-        self.merged = MergedWatermark(inputs) if self.multi else None
+        self.merged = MergedWatermark(i.name for i in inputs) if self.multi else None
         self.assigner = assigner
         self.session = session
         self.join = join
@@ -95,7 +95,7 @@ class WatermarkFlow:
 
     def _new_store(self, order: int, watermark: float) -> Store | None:
         if self.join is not None:
-            left, right = self.inputs
+            left, right = (i.name for i in self.inputs)
             return JoinStore(self.join, left, right)
         if self.session is not None:
             return SessionStore(self.session, self.reducer, order, watermark)
@@ -137,7 +137,7 @@ class WatermarkFlow:
         if self.idle_timeout < FOREVER:
             # A new window may fall due before the known ones: lower the idle check.
             due = store.earliest_end() + self.idle_timeout
-            for other in [inp] if self.substreams else self.inputs.values():
+            for other in [inp] if self.substreams else self.inputs:
                 if due < other.idle_check:
                     other.idle_check = due
 

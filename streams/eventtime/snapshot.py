@@ -72,7 +72,7 @@ def snapshot(processor: Snapshottable) -> bytes:
     flow = processor._flow
     if flow.multi:
         raise SnapshotError("a processor of several merged inputs is not snapshotted")
-    (inp,) = flow.inputs.values()
+    (inp,) = flow.inputs
     reducer = flow.reducer
     seq = None
     if isinstance(reducer, _Sequenced):
@@ -104,7 +104,7 @@ def restore(processor: Snapshottable, data: bytes) -> None:
     if state.get("format") != FORMAT:
         raise SnapshotError(f"unknown snapshot format {state.get('format')!r}")
     flow = processor._flow
-    (inp,) = flow.inputs.values()
+    (inp,) = flow.inputs
     inp.clock, inp.idle_check, inp.completed, inp.floor_close, mark = state["input"]
     _set_mark(inp.mark, mark)  # the one input's watermark is what "merged" repeats
     if state["store"] is not None and flow.store is not None:
