@@ -47,7 +47,7 @@ from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
-from streams.core.observer import nothing, plain_function
+from streams.core.observer import SharedHook, hook_of, is_plain, nothing, plain_function
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
@@ -236,12 +236,15 @@ class EventTimeObserver:
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
         # Checked, and its hooks inspected, once per consumer type.
-        on_window, on_events, on_error, on_completed, on_watermark, on_join = spec.check_consumer(type(target)).bind(
-            target, "on_window", "on_events", "on_error", "on_completed", "on_watermark", "on_join"
+        type_hooks = spec.check_consumer(type(target))
+        on_events, on_error, on_watermark, on_join = type_hooks.bind(
+            target, "on_events", "on_error", "on_watermark", "on_join"
         )
+        # Called once a window and once a stream: the type's method, bound when called.
+        on_window, on_completed = type_hooks.bind(target, "on_window", "on_completed", shared=True)
         if on_join[1] is not None:
             self._on_join = on_join[1]
-        self._on_window = on_window[1]
+        self._on_window: SharedHook | None = on_window[1]
         # Each window, step's events or watermark one unit of work for its hook: retried,
         # timed, given up alone (agents.output). Made when a hook is called (see _hook_calls).
         self._limits = limits or HookLimits(type(target).__qualname__)
@@ -251,7 +254,7 @@ class EventTimeObserver:
             self._user_on_events = on_events[0]  # its result is read (merged)
         self.on_error = on_error[1] or nothing
         self.has_on_error = on_error[1] is not None
-        self._user_completed = on_completed[1] or nothing
+        self._user_completed: SharedHook = on_completed[1] or nothing
         if on_watermark[1] is not None:
             self._user_watermark = on_watermark[1]
         self._last_watermark = self.processor.watermark
@@ -356,7 +359,7 @@ class EventTimeObserver:
             and not (out.dead_letters or out.joins or self._merge is not None or self._release is not None)
             and not (out.events and self._on_events is not None)
             and not (self._user_watermark is not None and out.watermark > self._last_watermark)
-            and (self._on_window is None or plain_function(self._on_window) is not None)
+            and (self._on_window is None or is_plain(self._on_window))
         )
 
     def _windows_now(self, windows: list[WindowResult]) -> tuple[int, Exception | Awaitable[object]] | None:
@@ -364,7 +367,7 @@ class EventTimeObserver:
         returned, else the window whose call raised or returned an awaitable, and what it
         did: that window and those after it are the task's to finish (``hooks.window``,
         which takes it as its first attempt)."""
-        on_window = plain_function(self._on_window)
+        on_window = plain_function(hook_of(self._on_window, self.target)) if self._on_window is not None else None
         if on_window is None:
             return None
         for i, result in enumerate(windows):
@@ -391,9 +394,10 @@ class EventTimeObserver:
             first, begun = left
             try:
                 assert self._on_window is not None
+                on_window = hook_of(self._on_window, self.target)
                 for i, result in enumerate(out.windows[first:]):
                     await self._hook_calls().window(
-                        self._on_window, result, self._held_from, self._through, begun if i == 0 else None
+                        on_window, result, self._held_from, self._through, begun if i == 0 else None
                     )
             except BaseException:
                 self._step_lost(before)
@@ -447,7 +451,7 @@ class EventTimeObserver:
         if self._open_inputs is not None:
             self._open_inputs.discard(part)
         if not self._open_inputs:  # with several inputs, once the last completes
-            await self._user_completed()
+            await hook_of(self._user_completed, self.target)()
 
     async def on_tick(self, now: float, *, strict: bool = False) -> None:
         """The queue's processing clock moved to ``now`` and nothing arrived (a silent stream);
@@ -667,9 +671,10 @@ class EventTimeObserver:
             if released:
                 await handoff.events(released, self._release.below())
         hooks = self._hook_calls()
-        if self._on_window is not None:
+        if self._on_window is not None and out.windows:
+            on_window = hook_of(self._on_window, self.target)
             for result in out.windows:
-                await hooks.window(self._on_window, result, self._held_from, self._through)
+                await hooks.window(on_window, result, self._held_from, self._through)
         if self._on_events is not None and out.events and self._merge is None:
             await hooks.events(self._on_events, out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:

@@ -174,6 +174,47 @@ class _LiftedMethod:
         return MethodType(self.function, self.instance)
 
 
+class TypeMethod:
+    """Stands for a consumer type's own method ``name`` as the hook of any of its instances:
+    one per type and name, shared by its activations, made into one instance's hook when it
+    is called (:func:`hook_of`). It holds no reference to the function (a type's hooks are
+    kept weakly, see :class:`TypeHooks`).
+
+    >>> class Box:
+    ...     def put(self, x): self.x = x
+    >>> box = Box(); [(_, shared)] = hooks_of(Box).bind(box, "put", shared=True)
+    >>> shared is hooks_of(Box).bind(Box(), "put", shared=True)[0][1], is_plain(shared)
+    (True, True)
+    >>> plain_function(hook_of(shared, box))(5), box.x
+    (None, 5)
+    """
+
+    __slots__ = ("name", "is_async")
+
+    def __init__(self, name: str, is_async: bool) -> None:
+        self.name = name
+        self.is_async = is_async
+
+
+SharedHook = Callable[..., Awaitable[None]] | TypeMethod
+"""A hook as an activation keeps it: its own async callable, or its type's shared method."""
+
+
+def hook_of(hook: SharedHook, instance: object) -> Callable[..., Awaitable[None]]:
+    """``hook`` as an async callable of ``instance`` (bound now if it is its type's method)."""
+    if type(hook) is not TypeMethod:
+        return hook  # type: ignore[return-value]
+    function = getattr(type(instance), hook.name)
+    return MethodType(function, instance) if hook.is_async else _LiftedMethod(function, instance)
+
+
+def is_plain(hook: SharedHook | None) -> bool:
+    """Whether ``hook`` lifts a plain (not async) function, which may be called where it is."""
+    if type(hook) is TypeMethod:
+        return not hook.is_async
+    return plain_function(hook) is not None  # type: ignore[arg-type]
+
+
 def plain_function(hook: Callable[..., Awaitable[None]] | None) -> Callable[..., Any] | None:
     """The user's plain (not async) function behind a lifted hook, which a caller may call
     where it is, without awaiting; None for a coroutine function or no hook.
@@ -216,19 +257,31 @@ class TypeHooks:
     (None, [1])
     """
 
-    __slots__ = ("checked", "_entries")
+    __slots__ = ("checked", "_entries", "_shared")
 
     def __init__(self) -> None:
         # What callers have established about the type once (an event-time consumer check).
         self.checked: set[str] = set()
         self._entries: dict[str, _Entry] = {}
+        self._shared: dict[str, TypeMethod] = {}
 
-    def bind(self, target: object, *names: str) -> list[Hook]:
+    @overload
+    def bind(self, target: object, *names: str) -> list[Hook]: ...
+
+    @overload
+    def bind(
+        self, target: object, *names: str, shared: bool
+    ) -> list[tuple[Callable[..., Any] | None, SharedHook | None]]: ...
+
+    def bind(
+        self, target: object, *names: str, shared: bool = False
+    ) -> list[Hook] | list[tuple[Callable[..., Any] | None, SharedHook | None]]:
         """``target``'s hooks ``names`` (``target`` an instance of this type), each as the
         user wrote it (``getattr(target, name, None)``) and as an async callable (``lift``
-        of it)."""
+        of it); ``shared``: the type's own method as its :class:`TypeMethod` instead, which
+        the caller makes into ``target``'s hook when it calls it (:func:`hook_of`)."""
         entries = self._entries
-        pairs: list[Hook] = []
+        pairs: list[Any] = []
         for name in names:
             found = getattr(target, name, None)
             if found is None:
@@ -239,7 +292,13 @@ class TypeHooks:
                 entry = entries[name] = _inspect(type(target), name)
             ref, is_async = entry
             if ref is not None and type(found) is MethodType and found.__func__ is ref():
-                pairs.append((found, found if is_async else _LiftedMethod(found.__func__, found.__self__)))
+                if shared:
+                    method = self._shared.get(name)
+                    if method is None:
+                        method = self._shared[name] = TypeMethod(name, is_async)
+                    pairs.append((found, method))
+                else:
+                    pairs.append((found, found if is_async else _LiftedMethod(found.__func__, found.__self__)))
             else:  # not the type's function (the instance's own, a static method...): ask
                 pairs.append((found, lift(found)))
         return pairs
