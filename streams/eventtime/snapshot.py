@@ -138,7 +138,7 @@ def _store(store: Store) -> list[Any]:
     panes = [
         [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
     ]
-    return [panes, store.watermark, store.next_close, list(store._due), store.order]
+    return [panes, store.watermark, store.next_close, list(store._due or ()), store.order]
 
 
 def _set_store(store: Store, state: list[Any]) -> None:
@@ -150,9 +150,12 @@ def _set_store(store: Store, state: list[Any]) -> None:
     assert isinstance(store, WindowStore)  # a join has several inputs: never snapshotted
     panes, store.watermark, store.next_close, due, store.order = state
     store.panes = {pane: {_hashable(key): [acc, token] for key, acc, token in bucket} for pane, bucket in panes}
-    store._due = list(due)
-    heapq.heapify(store._due)
-    store._scheduled = dict.fromkeys(due) if due else None
+    if due:
+        store._due = list(due)
+        heapq.heapify(store._due)
+        store._scheduled = dict.fromkeys(due)
+    else:
+        store._due = store._scheduled = None
 
 
 _TOKEN = 1

@@ -226,7 +226,7 @@ class WindowStore:
         self.panes: dict[float, dict[Hashable, list[Any]]] = {}
         self.watermark = watermark  # the watermark that closes these windows
         self.next_close = FOREVER  # close_time of the earliest scheduled window
-        self._due: list[float] = []  # heap of scheduled window indexes
+        self._due: list[float] | None = None  # heap of scheduled window indexes (None: none)
         # The scheduled windows, as keys; None while none is (a quiet stream's store, one per
         # stream, holds no empty dict).
         self._scheduled: dict[float, None] | None = None
@@ -237,14 +237,16 @@ class WindowStore:
         bucket: dict[Hashable, list[Any]] = {}
         self.panes[pane] = bucket
         a = self.assigner
-        scheduled = self._scheduled
+        scheduled, due = self._scheduled, self._due
         if scheduled is None:
             scheduled = self._scheduled = {}
+        if due is None:
+            due = self._due = []
         for window in a.windows_of_pane(pane):
             if window not in scheduled and a.close_time(window) > self.watermark:
                 scheduled[window] = None
-                heapq.heappush(self._due, window)
-        self.next_close = a.close_time(self._due[0])
+                heapq.heappush(due, window)
+        self.next_close = a.close_time(due[0])
         return bucket
 
     def earliest_end(self) -> float:
@@ -254,7 +256,9 @@ class WindowStore:
     def pop_due(self) -> list[float]:
         """Unschedule and return the windows the watermark has closed, oldest first."""
         a, due, w, scheduled = self.assigner, self._due, self.watermark, self._scheduled
-        closed = []
+        closed: list[float] = []
+        if due is None:
+            return closed
         while due and a.close_time(due[0]) <= w:
             window = heapq.heappop(due)
             if scheduled is not None:
@@ -264,9 +268,9 @@ class WindowStore:
             self.next_close = a.close_time(due[0])
         else:
             self.next_close = FOREVER
-            # Nothing scheduled: no dict (an emptied one keeps its table). A worker may hold
-            # 100,000 quiet stores.
-            self._scheduled = None
+            # Nothing scheduled: no dict or list (an emptied dict keeps its table). A worker
+            # may hold 100,000 quiet stores.
+            self._scheduled = self._due = None
         return closed
 
     def collect(self, window: float, merge: Callable[[Any, Any], Any], init: Callable[[], Any]) -> dict[Hashable, Any]:
@@ -291,7 +295,7 @@ class WindowStore:
 
     def open_windows(self) -> list[float]:
         """The scheduled (open, non-empty) windows, oldest first."""
-        return sorted(self._due)
+        return sorted(self._due or ())
 
     def has_data(self) -> bool:
         """Some pane holds data: a restart would need this store."""
