@@ -14,6 +14,7 @@ identity.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,7 +71,9 @@ def stream_id_of(namespace: str, key: str) -> StreamId:
     if sid is None:
         if len(ids) >= _MAX_INTERNED:
             ids.clear()
-        sid = StreamId(namespace, key)
+        # The namespace string interned: a decoded one is a copy per record, and each id kept
+        # its own (one string per stream, where a namespace has thousands of streams).
+        sid = StreamId(sys.intern(namespace) if type(namespace) is str else namespace, key)
         ids[sid.key] = sid
     return sid
 
