@@ -326,17 +326,14 @@ def hooks_of(cls: type) -> TypeHooks:
 
 
 class _AdaptedObserver:
-    """The one wrapper around a user's observer or callable (an ``agents.activation.Activation``)."""
+    """The one wrapper around a user's observer or callable (an ``agents.activation.Activation``).
 
-    __slots__ = (
-        "target",
-        "user_on_next",
-        "on_next",
-        "on_error",
-        "on_completed",
-        "on_watermark",
-        "has_on_error",
-    )
+    ``on_next`` is kept lifted (a keyed activation wraps it); the hooks called once in a
+    while (``on_error``, ``on_completed``, ``on_watermark``) are looked up on the target when
+    called, so a quiet activation, one of a worker's many, keeps no object for them.
+    """
+
+    __slots__ = ("target", "user_on_next", "on_next", "has_on_error")
 
     redeliverable = True  # a failed batch may be delivered again: it keeps nothing of it
     waiting_on_handoff = False  # only the runtime's event-time activations hand off
@@ -347,11 +344,26 @@ class _AdaptedObserver:
         # As the user wrote it (the agent may call it directly); None: only through on_next.
         self.user_on_next: Callable[..., Any] | None = on_next
         self.on_next = lift(on_next)
-        on_error = getattr(target, "on_error", None) if target is not on_next else None
-        self.has_on_error = on_error is not None
-        self.on_error = lift(on_error) or nothing
-        self.on_completed = lift(getattr(target, "on_completed", None)) or nothing
-        self.on_watermark = lift(getattr(target, "on_watermark", None)) or nothing
+        # A callable observer is its own on_next, and has no on_error of its own.
+        self.has_on_error = target is not on_next and getattr(target, "on_error", None) is not None
+
+    def _hook(self, name: str) -> Callable[..., Awaitable[None]] | None:
+        return lift(getattr(self.target, name, None))
+
+    async def on_error(self, error: BaseException) -> None:
+        hook = self._hook("on_error") if self.has_on_error else None
+        if hook is not None:
+            await hook(error)
+
+    async def on_completed(self) -> None:
+        hook = self._hook("on_completed")
+        if hook is not None:
+            await hook()
+
+    async def on_watermark(self, watermark: float) -> None:
+        hook = self._hook("on_watermark")
+        if hook is not None:
+            await hook(watermark)
 
 
 def as_observer(target: Any) -> _AdaptedObserver:
