@@ -49,14 +49,22 @@ class Spawn(Protocol):
 
 
 class StreamState:
-    """What the agent knows of one active stream."""
+    """What the agent knows of one active stream: its consumers (by subscription id) and
+    the activations they deliver to (by consumer type).
 
-    __slots__ = ("consumers", "activations", "last_activity", "opening", "log_fields")
+    A worker holds one per active stream, most with one consumer and one activation: those
+    are kept in slots, and a dict is made only for a second (a dict of one entry was over
+    200 bytes a stream, and one more object for the collector to walk).
+    """
+
+    __slots__ = ("_consumers", "_activation_type", "_activations", "last_activity", "opening", "log_fields")
 
     def __init__(self, log_fields: Mapping[str, Any]) -> None:
         self.log_fields = log_fields  # worker, queue, stream: the log context of its deliveries
-        self.consumers: dict[str, StreamConsumer] = {}
-        self.activations: dict[type, Activation] = {}  # consumer type -> what is delivered to
+        self._consumers: StreamConsumer | dict[str, StreamConsumer] | None = None
+        # consumer type -> what is delivered to: the one (its type in _activation_type), or a dict
+        self._activation_type: type | None = None
+        self._activations: Activation | dict[type, Activation] | None = None
         self.last_activity = time.monotonic()
         # Set, and dropped, once every consumer is attached: a plain attribute test on the
         # hot path, and no event kept per stream.
@@ -66,6 +74,71 @@ class StreamState:
         opening = self.opening
         if opening is not None:
             await opening.wait()
+
+    @property
+    def consumers(self) -> tuple[StreamConsumer, ...]:
+        """Its consumers, in the order they were attached."""
+        consumers = self._consumers
+        if consumers is None:
+            return ()
+        if isinstance(consumers, dict):
+            return tuple(consumers.values())
+        return (consumers,)
+
+    def consumer(self, subscription_id: str) -> StreamConsumer | None:
+        consumers = self._consumers
+        if isinstance(consumers, dict):
+            return consumers.get(subscription_id)
+        return consumers if consumers is not None and consumers.subscription_id == subscription_id else None
+
+    def add_consumer(self, consumer: StreamConsumer) -> None:
+        """Attach ``consumer`` (in place of one of the same subscription id, if any)."""
+        consumers = self._consumers
+        if consumers is None or (
+            not isinstance(consumers, dict) and consumers.subscription_id == consumer.subscription_id
+        ):
+            self._consumers = consumer
+            return
+        if not isinstance(consumers, dict):
+            consumers = self._consumers = {consumers.subscription_id: consumers}
+        consumers[consumer.subscription_id] = consumer
+
+    def remove_consumer(self, subscription_id: str) -> StreamConsumer | None:
+        """Detach the consumer of ``subscription_id``; it, or None if there was none."""
+        consumers = self._consumers
+        if isinstance(consumers, dict):
+            return consumers.pop(subscription_id, None)
+        if consumers is not None and consumers.subscription_id == subscription_id:
+            self._consumers = None
+            return consumers
+        return None
+
+    @property
+    def activations(self) -> list[tuple[type, Activation]]:
+        """``(consumer type, activation)`` of each activation, in the order they were made."""
+        activations = self._activations
+        if isinstance(activations, dict):
+            return list(activations.items())
+        if activations is None or self._activation_type is None:
+            return []
+        return [(self._activation_type, activations)]
+
+    def activation_of(self, cls: type) -> Activation | None:
+        activations = self._activations
+        if isinstance(activations, dict):
+            return activations.get(cls)
+        return activations if cls is self._activation_type else None
+
+    def set_activation(self, cls: type, activation: Activation) -> None:
+        activations = self._activations
+        if activations is None or cls is self._activation_type:
+            self._activation_type, self._activations = cls, activation
+            return
+        if not isinstance(activations, dict):
+            assert self._activation_type is not None
+            activations = self._activations = {self._activation_type: activations}
+            self._activation_type = None
+        activations[cls] = activation
 
 
 def timed_of(activation: Activation) -> EventTimeObserver | None:
@@ -110,6 +183,9 @@ class Catalog:
         # Observed lateness and disorder per consumer type, sampled by their processors.
         self.times = LatenessSketches(context.options.lateness_sample_every)
         self._limits: dict[type, HookLimits] = {}
+        # "implicit:<type>", the subscription id of a type's implicit activations: one string
+        # per type, not one per stream.
+        self._implicit_ids: dict[type, str] = {}
 
     def keep_states(self, saved: dict[StateKey, tuple[SequenceToken, bytes]]) -> ActivationStates:
         """The queue's store saves event-time states with its checkpoint: restore these
@@ -124,13 +200,13 @@ class Catalog:
         constructor that raises leaves a :class:`~agents.activation.PendingActivation`: each
         batch tries to build it again, and what cannot be delivered for want of it is
         retried and dead-lettered ``activation_failed``, as a failed delivery is."""
-        observer = state.activations.get(cls)
+        observer = state.activation_of(cls)
         if observer is None:
             try:
                 observer = self._activate(state, sid, cls)
             except Exception:  # the user's constructor: its batch reports it (retried, logged)
                 observer = PendingActivation(partial(self._activate, state, sid, cls), cls.__qualname__)
-            state.activations[cls] = observer
+            state.set_activation(cls, observer)
         return observer
 
     def _activate(self, state: StreamState, sid: StreamId, cls: type) -> Activation:
@@ -152,10 +228,13 @@ class Catalog:
         registry = self._context.registry
         try:
             for cls in registry.implicit_types(sid.namespace):
+                subscription_id = self._implicit_ids.get(cls)
+                if subscription_id is None:
+                    subscription_id = self._implicit_ids[cls] = f"implicit:{registry.type_name(cls)}"
                 await self.attach(
                     state,
                     sid,
-                    f"implicit:{registry.type_name(cls)}",
+                    subscription_id,
                     self.activation(state, sid, cls),
                     implicit=True,
                 )
@@ -200,7 +279,7 @@ class Catalog:
             spawn=self._spawn,
             working=self._working,
         )
-        state.consumers[subscription_id] = consumer
+        state.add_consumer(consumer)
         if miss is not None:
             await consumer.report_error(miss)
         consumer.start()
@@ -282,7 +361,7 @@ class Catalog:
         ended = self.keyed.leave(sid)  # activations of several streams whose last this was
         registry = self._context.registry
         gone: list[TimedActivation] = []
-        for cls, observer in state.activations.items():
+        for cls, observer in state.activations:
             timed = timed_of(observer)
             if registry.namespaces_of(cls):  # shared by the streams of a key
                 if timed is None or not any(timed.target is e for e in ended):
@@ -313,7 +392,7 @@ def event_time_activations(states: Iterable[StreamState]) -> list[EventTimeObser
     found through each of its streams)."""
     found: dict[int, EventTimeObserver] = {}
     for state in states:
-        for observer in state.activations.values():
+        for _, observer in state.activations:
             timed = timed_of(observer)
             if timed is not None:
                 found[id(timed)] = timed

@@ -495,21 +495,37 @@ def steps_inline(observer: Activation) -> bool:
     return observer.take_now is not None
 
 
-def _calling(fn: Callable[..., Any]) -> Callable[[EventBatch], Awaitable[object] | None]:
+class _Calling:
     """A plain callable, called as ``streams.core.observer.lift`` calls it: an awaitable it
-    returns has not started, so the task may await it."""
+    returns has not started, so the task may await it. (One slotted object per consumer,
+    where a closure was three.)"""
 
-    def call(batch: EventBatch) -> Awaitable[object] | None:
-        result = fn(batch)
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, batch: EventBatch) -> Awaitable[object] | None:
+        result = self.fn(batch)
         return result if result is not None and inspect.isawaitable(result) else None
 
-    return call
+
+def _calling(fn: Callable[..., Any]) -> Callable[[EventBatch], Awaitable[object] | None]:
+    return _Calling(fn)
 
 
-def _completing(fn: Callable[..., Any]) -> Callable[[EventBatch], None]:
-    def call(batch: EventBatch) -> None:
+class _Completing:
+    """A coroutine function marked :func:`streams.inline`, run to its end where it is called."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, batch: EventBatch) -> None:
         # Iterating the coroutine runs its body to the end; a marked callback yields nothing.
         # (Cheaper than send(None), which ends by raising StopIteration.)
+        fn = self.fn
         coroutine = fn(batch)
         for _ in coroutine.__await__():
             coroutine.close()
@@ -518,4 +534,6 @@ def _completing(fn: Callable[..., Any]) -> Callable[[EventBatch], None]:
                 "remove the await, or the @inline mark so that its own task calls it"
             )
 
-    return call
+
+def _completing(fn: Callable[..., Any]) -> Callable[[EventBatch], None]:
+    return _Completing(fn)

@@ -263,6 +263,11 @@ class HookCalls:
         self.running = False
         self._refusing = False  # in a run of steps whose callables raised for some event
 
+    @property
+    def idle(self) -> bool:
+        """No call running and no run of refused steps going on: nothing to remember."""
+        return not self.running and not self._refusing
+
     def refused(self, letters: list[DeadLetter]) -> None:
         """The event-time core refused these events of one step. Those whose
         ``timestamp_by``, ``group_by``, ``select`` or aggregate raised are the consumer's

@@ -238,7 +238,7 @@ class PullingAgent:
         for sid in activation.input_streams():
             state = streams.get(sid)
             if state is not None and not all(
-                consumer.idle for consumer in state.consumers.values() if timed_of(consumer.observer) is activation
+                consumer.idle for consumer in state.consumers if timed_of(consumer.observer) is activation
             ):
                 return False
         return True
@@ -416,7 +416,7 @@ class PullingAgent:
                 state.last_activity = now
                 entered = enter_fields(state.log_fields)
                 outer = outer or entered
-                for consumer in state.consumers.values():
+                for consumer in state.consumers:
                     consumer.data_arrived()
         finally:
             if outer is not None:
@@ -463,7 +463,7 @@ class PullingAgent:
         if state is None:
             state = await self._open_stream(sid, skip=subscription.subscription_id)
         await state.opened()
-        if subscription.subscription_id in state.consumers:
+        if state.consumer(subscription.subscription_id) is not None:
             return
         if isinstance(subscription, InProcessSubscription):
             await self._catalog.attach(
@@ -484,13 +484,13 @@ class PullingAgent:
         state = self._streams.get(stream_id)
         if state is None:
             return
-        consumer = state.consumers.pop(subscription_id, None)
+        consumer = state.remove_consumer(subscription_id)
         if consumer is not None:
             consumer.close()
 
     def _close_stream(self, sid: StreamId) -> None:
         state = self._streams.pop(sid)
-        for consumer in state.consumers.values():
+        for consumer in state.consumers:
             consumer.close()
         for activation in self._catalog.close(sid, state, stopping=self._stopping):
             self._holds.drop(activation)
@@ -518,12 +518,12 @@ class PullingAgent:
                 self._close_stream(sid)
 
     def _quiet(self, state: StreamState) -> bool:
-        if not all(c.idle for c in state.consumers.values()):
+        if not all(c.idle for c in state.consumers):
             return False
         return not any(
             (activation := timed_of(observer)) is not None
             and (self._holds.holds(activation) or (activation.has_state() and not activation.can_park()))
-            for observer in state.activations.values()
+            for _, observer in state.activations
         )
 
     # -- status ----------------------------------------------------------------------------
@@ -532,7 +532,7 @@ class PullingAgent:
 
     def consumers(self, stream_id: StreamId) -> list[StreamConsumer]:
         state = self._streams.get(stream_id)
-        return list(state.consumers.values()) if state else []
+        return list(state.consumers) if state else []
 
     async def abandon(self) -> None:
         """Stop at once: no more reads or deliveries, no acknowledgement, no checkpoint (the

@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
 from types import TracebackType
+from typing import Any
 
 import anyio
 
@@ -46,7 +47,7 @@ from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
-from streams.core.observer import nothing, plain_function
+from streams.core.observer import SharedHook, hook_of, is_plain, nothing, plain_function
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
@@ -157,30 +158,17 @@ class EventTimeObserver:
     # what is set on one besides, as a test's wrapper around a method).
     __slots__ = (
         "target",
-        "_handoff",
-        "_release",
-        "_merge",
-        "_inputs",
-        "holdback",
-        "_open_inputs",
         "stream_id",
         "processor",
         "_partition",
         "_dead_letters",
         "_lock",
         "_on_window",
-        "_on_events",
-        "_user_on_events",
         "on_error",
         "has_on_error",
         "_user_completed",
-        "_user_watermark",
-        "_on_join",
-        "_join_left",
-        "_join_seen",
         "_last_watermark",
         "_emitting",
-        "_unfinished",
         "on_change",
         "snapshots",
         "stored",
@@ -189,12 +177,31 @@ class EventTimeObserver:
         "_since_snapshot",
         "_saving",
         "_taken",
-        "_skip_to",
         "_through",
         "_held_from",
+        "_limits",
         "_hooks",
         "__dict__",
     )
+
+    # What only some consumer types have (a handoff, several inputs, a join, on_events or
+    # on_watermark), or an activation after a rare event (a lost emit, a restore): class
+    # defaults, set on the few activations that have them (in their __dict__), so that the
+    # many of the common shape (a window and on_window) carry no slot for them.
+    _handoff: HandoffWrites | None = None
+    _release: TimestampOrder[EventOutcome] | None = None
+    _merge: MergedRelease | None = None
+    _inputs: tuple[str, ...] = ()
+    holdback: HoldBack | None = None
+    _open_inputs: set[str] | None = None  # the inputs not completed yet (None: the one input)
+    _join_left: str | None = None
+    _join_seen: tuple[int, int] | None = None
+    _on_join: Callable[[list[JoinResult]], Awaitable[None]] | None = None
+    _on_events: Callable[[list[EventOutcome]], Awaitable[None]] | None = None
+    _user_on_events: Callable[..., Any] | None = None
+    _user_watermark: Callable[[float], Awaitable[None]] | None = None
+    _unfinished: SequenceToken | None = None
+    _skip_to: SequenceToken | None = None
 
     def __init__(
         self,
@@ -206,55 +213,58 @@ class EventTimeObserver:
         limits: HookLimits | None = None,
     ) -> None:
         self.target = target
-        self._handoff = HandoffWrites(handoff, dead_letters) if handoff is not None else None
-        # A windowless consumer's events wait here for the watermark, then go in order.
-        self._release: TimestampOrder[EventOutcome] | None = (
-            TimestampOrder() if handoff is not None and spec.window is None and not spec.inputs else None
-        )
-        # Several inputs, no window: every event waits for the merged watermark.
-        self._merge = (
-            MergedRelease(spec.inputs, spec.imports or {})
-            if spec.inputs and spec.window is None and spec.join is None
-            else None
-        )
-        # An interval join: its left input, and the newest replay position of it seen (the
-        # handoff's marks: every pair is marked by its left event's position).
-        self._join_left = spec.inputs[0] if spec.join is not None else None
-        self._join_seen: tuple[int, int] | None = None
-        self._inputs = spec.inputs
+        if handoff is not None:
+            self._handoff = HandoffWrites(handoff, dead_letters)
+            if spec.window is None and not spec.inputs:
+                # A windowless consumer's events wait here for the watermark, then go in order.
+                self._release = TimestampOrder()
+        if spec.inputs:
+            self._inputs = spec.inputs
+            if spec.window is None and spec.join is None:
+                # Several inputs, no window: every event waits for the merged watermark.
+                self._merge = MergedRelease(spec.inputs, spec.imports or {})
+            if spec.join is not None:
+                # An interval join: its left input, and the newest replay position of it seen
+                # (the handoff's marks: every pair is marked by its left event's position).
+                self._join_left = spec.inputs[0]
         self._partition = name = str(stream_id)
-        self.holdback = HoldBack(name) if spec.inputs else None
-        # The inputs not completed yet (None: the one input, the stream's).
-        self._open_inputs = set(spec.inputs) if spec.inputs else None
+        if spec.inputs:
+            self.holdback = HoldBack(name)
+            self._open_inputs = set(spec.inputs)
         self.stream_id = stream_id
         self.processor = spec.processor(name)
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
         # Checked, and its hooks inspected, once per consumer type.
-        on_window, on_events, on_error, on_completed, on_watermark, on_join = spec.check_consumer(type(target)).bind(
-            target, "on_window", "on_events", "on_error", "on_completed", "on_watermark", "on_join"
+        type_hooks = spec.check_consumer(type(target))
+        on_events, on_error, on_watermark, on_join = type_hooks.bind(
+            target, "on_events", "on_error", "on_watermark", "on_join"
         )
-        self._on_join = on_join[1]
-        self._on_window = on_window[1]
+        # Called once a window and once a stream: the type's method, bound when called.
+        on_window, on_completed = type_hooks.bind(target, "on_window", "on_completed", shared=True)
+        if on_join[1] is not None:
+            self._on_join = on_join[1]
+        self._on_window: SharedHook | None = on_window[1]
         # Each window, step's events or watermark one unit of work for its hook: retried,
-        # timed, given up alone (agents.output).
-        self._hooks = HookCalls(
-            limits or HookLimits(type(target).__qualname__), self._partition, dead_letters, on_error[1]
-        )
-        self._on_events = on_events[1]
-        self._user_on_events = on_events[0]  # its result is read (merged)
+        # timed, given up alone (agents.output). Made when a hook is called (see _hook_calls).
+        self._limits = limits or HookLimits(type(target).__qualname__)
+        self._hooks: HookCalls | None = None
+        if on_events[1] is not None:
+            self._on_events = on_events[1]
+            self._user_on_events = on_events[0]  # its result is read (merged)
         self.on_error = on_error[1] or nothing
         self.has_on_error = on_error[1] is not None
-        self._user_completed = on_completed[1] or nothing
-        self._user_watermark = on_watermark[1]
+        self._user_completed: SharedHook = on_completed[1] or nothing
+        if on_watermark[1] is not None:
+            self._user_watermark = on_watermark[1]
         self._last_watermark = self.processor.watermark
         # What the processor held before a step that is still being emitted: the processor
         # forgets a window as it closes it, but its events stay needed until the window is
         # handed off (and on_window has returned), or a crash in between would lose them.
         self._emitting: SequenceToken | None = None
         # The hold of an emit that never finished (cancelled, or failed past its retries):
-        # kept until the activation ends, so a restart replays and rebuilds what it lost.
-        self._unfinished: SequenceToken | None = None
+        # kept until the activation ends, so a restart replays and rebuilds what it lost
+        # (_unfinished, None until then).
         # Told after each step (its hold and next tick may have moved): the agent keeps
         # them in heaps rather than asking every activation at every ack and tick.
         self.on_change: Callable[[TimedActivation], None] | None = None
@@ -270,7 +280,7 @@ class EventTimeObserver:
         self._since_snapshot: SequenceToken | None = None
         self._saving: SequenceToken | None = None
         self._taken: SequenceToken | None = None  # the last event taken
-        self._skip_to: SequenceToken | None = None  # restored: what the snapshot already has
+        # Restored: what the snapshot already has (_skip_to, None until then).
         # The last event taken, and the hold before the step now emitting: the queue
         # positions a failed window's letter names (agents.window_hook).
         self._through: SequenceToken | None = None
@@ -349,7 +359,7 @@ class EventTimeObserver:
             and not (out.dead_letters or out.joins or self._merge is not None or self._release is not None)
             and not (out.events and self._on_events is not None)
             and not (self._user_watermark is not None and out.watermark > self._last_watermark)
-            and (self._on_window is None or plain_function(self._on_window) is not None)
+            and (self._on_window is None or is_plain(self._on_window))
         )
 
     def _windows_now(self, windows: list[WindowResult]) -> tuple[int, Exception | Awaitable[object]] | None:
@@ -357,7 +367,7 @@ class EventTimeObserver:
         returned, else the window whose call raised or returned an awaitable, and what it
         did: that window and those after it are the task's to finish (``hooks.window``,
         which takes it as its first attempt)."""
-        on_window = plain_function(self._on_window)
+        on_window = plain_function(hook_of(self._on_window, self.target)) if self._on_window is not None else None
         if on_window is None:
             return None
         for i, result in enumerate(windows):
@@ -384,9 +394,10 @@ class EventTimeObserver:
             first, begun = left
             try:
                 assert self._on_window is not None
+                on_window = hook_of(self._on_window, self.target)
                 for i, result in enumerate(out.windows[first:]):
-                    await self._hooks.window(
-                        self._on_window, result, self._held_from, self._through, begun if i == 0 else None
+                    await self._hook_calls().window(
+                        on_window, result, self._held_from, self._through, begun if i == 0 else None
                     )
             except BaseException:
                 self._step_lost(before)
@@ -440,7 +451,7 @@ class EventTimeObserver:
         if self._open_inputs is not None:
             self._open_inputs.discard(part)
         if not self._open_inputs:  # with several inputs, once the last completes
-            await self._user_completed()
+            await hook_of(self._user_completed, self.target)()
 
     async def on_tick(self, now: float, *, strict: bool = False) -> None:
         """The queue's processing clock moved to ``now`` and nothing arrived (a silent stream);
@@ -490,7 +501,19 @@ class EventTimeObserver:
     def _step_ended(self) -> None:
         self._emitting = None
         self.unsaved = True
+        hooks = self._hooks
+        if hooks is not None and hooks.idle:
+            self._hooks = None  # made again by the next emit that calls a hook
         self._changed()
+
+    def _hook_calls(self) -> HookCalls:
+        """Its hooks' calls: made for an emit, and kept while one runs or a run of refused
+        steps goes on (a quiet activation keeps none)."""
+        hooks = self._hooks
+        if hooks is None:
+            on_error = self.on_error if self.has_on_error else None
+            hooks = self._hooks = HookCalls(self._limits, self._partition, self._dead_letters, on_error)
+        return hooks
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -626,12 +649,13 @@ class EventTimeObserver:
     def waiting_on_handoff(self) -> bool:
         """An append of this activation's output is being retried through an outage, or one
         of its hooks is timed by its own limit (a window's, not the batch's)."""
-        return (self._handoff is not None and self._handoff.retrying) or self._hooks.running
+        hooks = self._hooks
+        return (self._handoff is not None and self._handoff.retrying) or (hooks is not None and hooks.running)
 
     async def _emit(self, out: Output) -> None:
         if out.dead_letters:
             await self._dead_letters.add(out.dead_letters)
-            self._hooks.refused(out.dead_letters)
+            self._hook_calls().refused(out.dead_letters)
         handoff = self._handoff
         if handoff is not None and out.windows:  # durable before anyone else hears of them
             await handoff.windows(out.windows)
@@ -646,10 +670,11 @@ class EventTimeObserver:
             released = self._release.release(out.watermark)
             if released:
                 await handoff.events(released, self._release.below())
-        hooks = self._hooks
-        if self._on_window is not None:
+        hooks = self._hook_calls()
+        if self._on_window is not None and out.windows:
+            on_window = hook_of(self._on_window, self.target)
             for result in out.windows:
-                await hooks.window(self._on_window, result, self._held_from, self._through)
+                await hooks.window(on_window, result, self._held_from, self._through)
         if self._on_events is not None and out.events and self._merge is None:
             await hooks.events(self._on_events, out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:

@@ -91,8 +91,38 @@ class _StreamEntry:
     def __init__(self) -> None:
         self.head: SimpleCachedBatch | None = None
         self.tail: SimpleCachedBatch | None = None
-        self.waiting: set[SimpleCacheCursor] = set()  # caught-up cursors
+        # The caught-up cursors: none, the one (a stream mostly has one consumer), or a tuple
+        # of several. An entry lives while its stream's consumers do, quiet ones too: a set
+        # here was 216 bytes a stream.
+        self.waiting: SimpleCacheCursor | tuple[SimpleCacheCursor, ...] | None = None
         self.cursors = 0  # open cursors on the stream
+
+    def wait(self, cursor: SimpleCacheCursor) -> None:
+        """``cursor`` is caught up (once, however often it is said)."""
+        waiting = self.waiting
+        if waiting is None:
+            self.waiting = cursor
+        elif isinstance(waiting, tuple):
+            if cursor not in waiting:
+                self.waiting = (*waiting, cursor)
+        elif waiting is not cursor:
+            self.waiting = (waiting, cursor)
+
+    def stop_waiting(self, cursor: SimpleCacheCursor) -> None:
+        """``cursor`` is not caught up (any more, or was not)."""
+        waiting = self.waiting
+        if waiting is cursor:
+            self.waiting = None
+        elif isinstance(waiting, tuple) and cursor in waiting:
+            rest = tuple(c for c in waiting if c is not cursor)
+            self.waiting = rest[0] if len(rest) == 1 else rest
+
+    def take_waiting(self) -> tuple[SimpleCacheCursor, ...]:
+        """The caught-up cursors, none of them waiting any more."""
+        waiting, self.waiting = self.waiting, None
+        if waiting is None:
+            return ()
+        return waiting if isinstance(waiting, tuple) else (waiting,)
 
 
 class SimpleCacheCursor:
@@ -190,7 +220,7 @@ class SimpleQueueCache:
             else:
                 entry.tail.next = item
             entry.tail = item
-            if entry.waiting:
+            if entry.waiting is not None:
                 self._wake_waiting(entry, item)
             touched.add(sid)
         self._next_position = position
@@ -254,11 +284,10 @@ class SimpleQueueCache:
 
     def _wake_waiting(self, entry: _StreamEntry, item: SimpleCachedBatch) -> None:
         """Caught-up cursors of the stream step onto its new batch (if not before their token)."""
-        waiting, entry.waiting = entry.waiting, set()
         bucket = self._buckets.get(item.bucket)
-        for cursor in waiting:
+        for cursor in entry.take_waiting():
             if item.sequence < cursor._min_sequence:
-                entry.waiting.add(cursor)
+                entry.wait(cursor)
                 continue
             cursor._item = item
             if bucket is None:
@@ -275,11 +304,11 @@ class SimpleQueueCache:
         if old is not None:
             self._buckets[old.bucket].discard(cursor)
         else:
-            cursor._entry.waiting.discard(cursor)
+            cursor._entry.stop_waiting(cursor)
         if item is not None:
             self._buckets.setdefault(item.bucket, set()).add(cursor)
         elif waiting:
-            cursor._entry.waiting.add(cursor)
+            cursor._entry.wait(cursor)
 
     def _entry(self, stream_id: StreamId) -> _StreamEntry:
         entry = self._streams.get(stream_id)
@@ -290,7 +319,12 @@ class SimpleQueueCache:
     def _forget_if_unused(self, stream_id: StreamId, entry: _StreamEntry) -> None:
         """A stream with no cursor and nothing cached is forgotten (its last cursor closed
         after its batches were dropped: a deactivated stream must leave nothing behind)."""
-        if entry.head is None and entry.cursors <= 0 and not entry.waiting and self._streams.get(stream_id) is entry:
+        if (
+            entry.head is None
+            and entry.cursors <= 0
+            and entry.waiting is None
+            and self._streams.get(stream_id) is entry
+        ):
             del self._streams[stream_id]
 
     @property
@@ -313,5 +347,5 @@ class SimpleQueueCache:
         entry.head = item.next
         if entry.head is None:
             entry.tail = None
-            if not entry.waiting and entry.cursors <= 0:
+            if entry.waiting is None and entry.cursors <= 0:
                 del self._streams[sid]

@@ -14,6 +14,7 @@ identity.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,16 +50,31 @@ def _unencodable(value: Any, path: str = "value") -> str:
     return f"{path} of type {type(value).__name__!r}"
 
 
-_STREAM_IDS: dict[tuple[str, str], StreamId] = {}
+# namespace -> key -> its stream id: keyed by the key string the id holds already, where a
+# (namespace, key) tuple per stream was one more object per stream id.
+_STREAM_IDS: dict[str, dict[str, StreamId]] = {}
+_MAX_INTERNED = 100_000  # ids per namespace (and namespaces); then that table starts again
 
 
 def stream_id_of(namespace: str, key: str) -> StreamId:
-    """Decoded stream ids are interned: a busy queue repeats the same few thousand."""
-    sid = _STREAM_IDS.get((namespace, key))
-    if sid is None:
-        if len(_STREAM_IDS) >= 100_000:
+    """Decoded stream ids are interned: a busy queue repeats the same few thousand.
+
+    >>> stream_id_of("ns", "k") is stream_id_of("ns", "k"), stream_id_of("ns", "k")
+    (True, StreamId('ns', 'k'))
+    """
+    ids = _STREAM_IDS.get(namespace)
+    if ids is None:
+        if len(_STREAM_IDS) >= _MAX_INTERNED:
             _STREAM_IDS.clear()
-        sid = _STREAM_IDS[(namespace, key)] = StreamId(namespace, key)
+        ids = _STREAM_IDS[namespace] = {}
+    sid = ids.get(key)
+    if sid is None:
+        if len(ids) >= _MAX_INTERNED:
+            ids.clear()
+        # The namespace string interned: a decoded one is a copy per record, and each id kept
+        # its own (one string per stream, where a namespace has thousands of streams).
+        sid = StreamId(sys.intern(namespace) if type(namespace) is str else namespace, key)
+        ids[sid.key] = sid
     return sid
 
 

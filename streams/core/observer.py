@@ -144,6 +144,77 @@ class _Lifted:
             await result
 
 
+class _LiftedMethod:
+    """A type's plain method of one instance as an async callable: the function (the type's,
+    shared) and the instance, where a :class:`_Lifted` of the bound method is two objects
+    per hook kept by each of a worker's activations.
+
+    >>> import anyio
+    >>> class Box:
+    ...     def put(self, x): self.x = x
+    >>> box = Box(); hook = _LiftedMethod(Box.put, box)
+    >>> anyio.run(hook, 3), box.x, plain_function(hook)(4), box.x
+    (None, 3, None, 4)
+    """
+
+    __slots__ = ("function", "instance")
+
+    def __init__(self, function: Callable[..., Any], instance: object) -> None:
+        self.function = function
+        self.instance = instance
+
+    async def __call__(self, *args: Any) -> None:
+        result = self.function(self.instance, *args)
+        if result is not None and inspect.isawaitable(result):
+            await result
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        """The bound method, made when asked for."""
+        return MethodType(self.function, self.instance)
+
+
+class TypeMethod:
+    """Stands for a consumer type's own method ``name`` as the hook of any of its instances:
+    one per type and name, shared by its activations, made into one instance's hook when it
+    is called (:func:`hook_of`). It holds no reference to the function (a type's hooks are
+    kept weakly, see :class:`TypeHooks`).
+
+    >>> class Box:
+    ...     def put(self, x): self.x = x
+    >>> box = Box(); [(_, shared)] = hooks_of(Box).bind(box, "put", shared=True)
+    >>> shared is hooks_of(Box).bind(Box(), "put", shared=True)[0][1], is_plain(shared)
+    (True, True)
+    >>> plain_function(hook_of(shared, box))(5), box.x
+    (None, 5)
+    """
+
+    __slots__ = ("name", "is_async")
+
+    def __init__(self, name: str, is_async: bool) -> None:
+        self.name = name
+        self.is_async = is_async
+
+
+SharedHook = Callable[..., Awaitable[None]] | TypeMethod
+"""A hook as an activation keeps it: its own async callable, or its type's shared method."""
+
+
+def hook_of(hook: SharedHook, instance: object) -> Callable[..., Awaitable[None]]:
+    """``hook`` as an async callable of ``instance`` (bound now if it is its type's method)."""
+    if type(hook) is not TypeMethod:
+        return hook  # type: ignore[return-value]
+    function = getattr(type(instance), hook.name)
+    return MethodType(function, instance) if hook.is_async else _LiftedMethod(function, instance)
+
+
+def is_plain(hook: SharedHook | None) -> bool:
+    """Whether ``hook`` lifts a plain (not async) function, which may be called where it is."""
+    if type(hook) is TypeMethod:
+        return not hook.is_async
+    return plain_function(hook) is not None  # type: ignore[arg-type]
+
+
 def plain_function(hook: Callable[..., Awaitable[None]] | None) -> Callable[..., Any] | None:
     """The user's plain (not async) function behind a lifted hook, which a caller may call
     where it is, without awaiting; None for a coroutine function or no hook.
@@ -151,7 +222,9 @@ def plain_function(hook: Callable[..., Awaitable[None]] | None) -> Callable[...,
     >>> plain_function(_Lifted(print)) is print, plain_function(nothing)
     (True, None)
     """
-    return hook.fn if type(hook) is _Lifted else None
+    if type(hook) is _Lifted or type(hook) is _LiftedMethod:
+        return hook.fn
+    return None
 
 
 async def nothing(*_: Any) -> None:
@@ -184,19 +257,31 @@ class TypeHooks:
     (None, [1])
     """
 
-    __slots__ = ("checked", "_entries")
+    __slots__ = ("checked", "_entries", "_shared")
 
     def __init__(self) -> None:
         # What callers have established about the type once (an event-time consumer check).
         self.checked: set[str] = set()
         self._entries: dict[str, _Entry] = {}
+        self._shared: dict[str, TypeMethod] = {}
 
-    def bind(self, target: object, *names: str) -> list[Hook]:
+    @overload
+    def bind(self, target: object, *names: str) -> list[Hook]: ...
+
+    @overload
+    def bind(
+        self, target: object, *names: str, shared: bool
+    ) -> list[tuple[Callable[..., Any] | None, SharedHook | None]]: ...
+
+    def bind(
+        self, target: object, *names: str, shared: bool = False
+    ) -> list[Hook] | list[tuple[Callable[..., Any] | None, SharedHook | None]]:
         """``target``'s hooks ``names`` (``target`` an instance of this type), each as the
         user wrote it (``getattr(target, name, None)``) and as an async callable (``lift``
-        of it)."""
+        of it); ``shared``: the type's own method as its :class:`TypeMethod` instead, which
+        the caller makes into ``target``'s hook when it calls it (:func:`hook_of`)."""
         entries = self._entries
-        pairs: list[Hook] = []
+        pairs: list[Any] = []
         for name in names:
             found = getattr(target, name, None)
             if found is None:
@@ -207,7 +292,13 @@ class TypeHooks:
                 entry = entries[name] = _inspect(type(target), name)
             ref, is_async = entry
             if ref is not None and type(found) is MethodType and found.__func__ is ref():
-                pairs.append((found, found if is_async else _Lifted(found)))
+                if shared:
+                    method = self._shared.get(name)
+                    if method is None:
+                        method = self._shared[name] = TypeMethod(name, is_async)
+                    pairs.append((found, method))
+                else:
+                    pairs.append((found, found if is_async else _LiftedMethod(found.__func__, found.__self__)))
             else:  # not the type's function (the instance's own, a static method...): ask
                 pairs.append((found, lift(found)))
         return pairs
@@ -235,17 +326,14 @@ def hooks_of(cls: type) -> TypeHooks:
 
 
 class _AdaptedObserver:
-    """The one wrapper around a user's observer or callable (an ``agents.activation.Activation``)."""
+    """The one wrapper around a user's observer or callable (an ``agents.activation.Activation``).
 
-    __slots__ = (
-        "target",
-        "user_on_next",
-        "on_next",
-        "on_error",
-        "on_completed",
-        "on_watermark",
-        "has_on_error",
-    )
+    ``on_next`` is kept lifted (a keyed activation wraps it); the hooks called once in a
+    while (``on_error``, ``on_completed``, ``on_watermark``) are looked up on the target when
+    called, so a quiet activation, one of a worker's many, keeps no object for them.
+    """
+
+    __slots__ = ("target", "user_on_next", "on_next", "has_on_error")
 
     redeliverable = True  # a failed batch may be delivered again: it keeps nothing of it
     waiting_on_handoff = False  # only the runtime's event-time activations hand off
@@ -256,11 +344,26 @@ class _AdaptedObserver:
         # As the user wrote it (the agent may call it directly); None: only through on_next.
         self.user_on_next: Callable[..., Any] | None = on_next
         self.on_next = lift(on_next)
-        on_error = getattr(target, "on_error", None) if target is not on_next else None
-        self.has_on_error = on_error is not None
-        self.on_error = lift(on_error) or nothing
-        self.on_completed = lift(getattr(target, "on_completed", None)) or nothing
-        self.on_watermark = lift(getattr(target, "on_watermark", None)) or nothing
+        # A callable observer is its own on_next, and has no on_error of its own.
+        self.has_on_error = target is not on_next and getattr(target, "on_error", None) is not None
+
+    def _hook(self, name: str) -> Callable[..., Awaitable[None]] | None:
+        return lift(getattr(self.target, name, None))
+
+    async def on_error(self, error: BaseException) -> None:
+        hook = self._hook("on_error") if self.has_on_error else None
+        if hook is not None:
+            await hook(error)
+
+    async def on_completed(self) -> None:
+        hook = self._hook("on_completed")
+        if hook is not None:
+            await hook()
+
+    async def on_watermark(self, watermark: float) -> None:
+        hook = self._hook("on_watermark")
+        if hook is not None:
+            await hook(watermark)
 
 
 def as_observer(target: Any) -> _AdaptedObserver:

@@ -18,13 +18,20 @@ from streams.eventtime.sessions import OpenSession, SessionStore
 from streams.eventtime.watermark import FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
 from streams.eventtime.windows import Session, WindowAssigner, WindowStore
 
+_NO_LANES: dict[Hashable, Lane] = {}  # shared by every flow without substreams: never written
+_NO_STORES: list[Store] = []  # likewise: only substreams append to pending
+
 
 class WatermarkFlow:
     """The watermarks of a processor's inputs and substreams, and the windows they close.
 
-    Without substreams every input shares ``store`` (closed by the merged watermark); with
-    substreams (one input) each key has a lane: its own watermark and store, started at the
-    input's floor. A store holds fixed windows' panes (``assigner``) or sessions (``session``).
+    Without substreams every input shares ``store`` (closed by the merged watermark, or by
+    the one input's own: ``merged`` is None then); with substreams (one input) each key has a
+    lane: its own watermark and store, started at the input's floor. A store holds fixed
+    windows' panes (``assigner``) or sessions (``session``).
+
+    A processor per stream is a flow per stream: what one input does not need is not made
+    (the merge of several, the substreams' lanes and their list of stores to close).
     """
 
     __slots__ = (
@@ -34,6 +41,7 @@ class WatermarkFlow:
         "store",
         "lanes",
         "pending",
+        "store_due",
         "assigner",
         "session",
         "join",
@@ -49,7 +57,7 @@ class WatermarkFlow:
 
     def __init__(
         self,
-        inputs: dict[Hashable, Input],
+        inputs: tuple[Input, ...],
         assigner: WindowAssigner | None,
         reducer: Reducer[Any, Any],
         counters: Counters,
@@ -64,16 +72,20 @@ class WatermarkFlow:
     ) -> None:
         self.inputs = inputs
         self.multi = len(inputs) > 1
-        self.merged = MergedWatermark(inputs)
+        self.merged = MergedWatermark(i.name for i in inputs) if self.multi else None
         self.assigner = assigner
         self.session = session
         self.join = join
         self.reducer = reducer
         self.lateness = assigner.lateness if assigner is not None else session.allowed_lateness if session else 0.0
         self.store = self._new_store(0, NEVER)
-        # Substream mode: key -> (watermark, store). Otherwise every input shares self.store.
-        self.lanes: dict[Hashable, Lane] = {}
-        self.pending: list[Store] = []  # stores whose watermark moved: close_pending
+        # Substream mode: key -> (watermark, store). Otherwise every input shares self.store
+        # (and lanes is the one shared empty dict, never written: new_lane is for substreams).
+        self.lanes: dict[Hashable, Lane] = {} if substreams else _NO_LANES
+        # Stores whose watermark moved, for close_pending: the lanes' (substreams), or the
+        # shared store's (store_due).
+        self.pending: list[Store] = [] if substreams else _NO_STORES
+        self.store_due = False
         self.counters = counters
         self.substreams = substreams
         self.idle_timeout = idle_timeout
@@ -83,7 +95,7 @@ class WatermarkFlow:
 
     def _new_store(self, order: int, watermark: float) -> Store | None:
         if self.join is not None:
-            left, right = self.inputs
+            left, right = (i.name for i in self.inputs)
             return JoinStore(self.join, left, right)
         if self.session is not None:
             return SessionStore(self.session, self.reducer, order, watermark)
@@ -99,6 +111,7 @@ class WatermarkFlow:
 
     def new_lane(self, inp: Input, key: Hashable) -> Lane:
         """A new substream: it starts at the partition's floor (punctuation, ticks)."""
+        assert self.substreams, "lanes are substreams'"
         mark = Watermark(key, self.generation, self.delay, start=inp.mark.value)
         lane = (mark, self._new_store(len(self.lanes), mark.value))
         self.lanes[key] = lane
@@ -124,7 +137,7 @@ class WatermarkFlow:
         if self.idle_timeout < FOREVER:
             # A new window may fall due before the known ones: lower the idle check.
             due = store.earliest_end() + self.idle_timeout
-            for other in [inp] if self.substreams else self.inputs.values():
+            for other in [inp] if self.substreams else self.inputs:
                 if due < other.idle_check:
                     other.idle_check = due
 
@@ -149,12 +162,17 @@ class WatermarkFlow:
                 store.watermark = value
                 self.pending.append(store)
             return
-        if self.merged.update(inp.name, value):
-            if self.multi and self.trace:
-                out.trace.append(WatermarkAdvance(arrival, None, None, self.merged.value))
+        merged = self.merged
+        if merged is None:  # one input: its watermark closes the windows
             if self.store is not None:
-                self.store.watermark = self.merged.value
-                self.pending.append(self.store)
+                self.store.watermark = value
+                self.store_due = True
+        elif merged.update(inp.name, value):
+            if self.trace:
+                out.trace.append(WatermarkAdvance(arrival, None, None, merged.value))
+            if self.store is not None:
+                self.store.watermark = merged.value
+                self.store_due = True
         for follower in inp.importers:
             self.advance(follower, None, follower.mark, value, arrival, out)
 
@@ -174,7 +192,11 @@ class WatermarkFlow:
         inp.floor_close = min((s.next_close for _, s in self.lanes.values() if s is not None), default=FOREVER)
 
     def close_pending(self, clock: float | None, out: Output) -> None:
-        if self.pending:
+        if self.store_due:
+            self.store_due = False
+            assert self.store is not None
+            self.close([self.store], clock, out)
+        elif self.pending:
             stores, self.pending = self.pending, []
             self.close(stores, clock, out)
 

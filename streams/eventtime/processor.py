@@ -61,7 +61,7 @@ class Processor:
 
     # One per activation, so thousands per worker: slots keep each small, and what every
     # processor of a declaration shares is in its parts (streams.eventtime.parts).
-    __slots__ = ("_parts", "counters", "_inputs", "_multi", "_flow", "_ingest")
+    __slots__ = ("_parts", "counters", "_inputs", "_by_name", "_multi", "_flow", "_ingest")
 
     def __init__(
         self,
@@ -113,10 +113,14 @@ class Processor:
         self.counters = counters = Counters()
         names = parts.inputs or (partition,)
         imports, generation, delay = parts.imports, parts.generation, parts.delay
-        self._inputs = inputs = {name: Input(name, None if name in imports else generation, delay) for name in names}
+        by_name = {name: Input(name, None if name in imports else generation, delay) for name in names}
         for follower, source in imports.items():
-            inputs[source].importers += (inputs[follower],)
+            by_name[source].importers += (by_name[follower],)
+        # The inputs in declaration order, shared with the flow; by name only for several
+        # (one input is found by comparing its name: no dict per stream's processor).
+        self._inputs = inputs = tuple(by_name.values())
         self._multi = len(names) > 1
+        self._by_name = by_name if self._multi else None
         self._flow = flow = WatermarkFlow(
             inputs,
             parts.assigner,
@@ -195,7 +199,7 @@ class Processor:
         observation past it."""
         out = Output()
         flow, late = self._flow, self._parts.late
-        targets = self._inputs.values() if partition is None else [self._input(partition)]
+        targets = self._inputs if partition is None else (self._input(partition),)
         for inp in targets:
             if inp.completed:
                 continue
@@ -239,7 +243,7 @@ class Processor:
     def flush(self) -> Output:
         """Close the query: every input completes and every open window closes (``final``)."""
         out = Output()
-        for inp in self._inputs.values():
+        for inp in self._inputs:
             if not inp.completed:
                 self._flow.lift(inp, FOREVER, None, out)
                 inp.completed = True
@@ -251,9 +255,10 @@ class Processor:
     def watermark(self) -> float:
         """The watermark that closes windows: the minimum over inputs (with substreams, the
         partition's floor, which every substream has passed)."""
-        if self._multi:
-            return self._flow.merged.value
-        return next(iter(self._inputs.values())).mark.value
+        merged = self._flow.merged
+        if merged is not None:
+            return merged.value
+        return self._inputs[0].mark.value
 
     @property
     def clock(self) -> float | None:
@@ -264,13 +269,13 @@ class Processor:
         >>> p.clock, p.on_tick(5.0).watermark, p.clock
         (None, -inf, 5.0)
         """
-        clock = max((i.clock for i in self._inputs.values()), default=NEVER)
+        clock = max((i.clock for i in self._inputs), default=NEVER)
         return None if clock == NEVER else clock
 
     @property
     def merged(self) -> MergedWatermark | None:
         """The merge of several inputs (``holder``, ``values()``); None with one input."""
-        return self._flow.merged if self._multi else None
+        return self._flow.merged
 
     def held_since(self, partition: Hashable | None = None) -> object:
         """The oldest token still held in an open window or a join (of ``partition``, or of
@@ -312,7 +317,7 @@ class Processor:
             for store in self._flow.stores():
                 if store.next_close < FOREVER:
                     due = min(due, store.next_close + late)
-        for inp in self._inputs.values():
+        for inp in self._inputs:
             if not inp.completed and inp.idle_check < due:
                 due = inp.idle_check
         return due
@@ -327,28 +332,35 @@ class Processor:
 
     def metrics(self) -> EventTimeMetrics:
         """A snapshot of the counters and watermarks (ASA's job metrics)."""
-        clock = max((i.clock for i in self._inputs.values()), default=NEVER)
+        clock = max((i.clock for i in self._inputs), default=NEVER)
         wm = self.watermark
         return EventTimeMetrics(
             counters=self.counters.as_dict(),
             watermark=wm,
-            watermarks={name: i.mark.value for name, i in self._inputs.items()},
+            watermarks={i.name: i.mark.value for i in self._inputs},
             # A substream's own value may lag the floor until it is next visited.
             substream_watermarks={k: max(lane[0].value, wm) for k, lane in self._flow.lanes.items()},
             delay=clock - wm if wm > NEVER and clock > NEVER else FOREVER,
-            holder=self._flow.merged.holder if self._multi else None,
+            holder=self._flow.merged.holder if self._flow.merged is not None else None,
             open_windows=len(self.open_windows()) if self.window is not None else 0,
         )
 
     # ------------------------------------------------------------------ helpers
 
     def _input(self, partition: Hashable) -> Input:
-        try:
-            return self._inputs[partition]
-        except KeyError:
-            raise ConfigurationError(
-                f"unknown input {partition!r}: declare it in Processor(inputs=[...]) (declared: {list(self._inputs)!r})"
-            ) from None
+        by_name = self._by_name
+        if by_name is None:
+            inp = self._inputs[0]
+            if inp.name == partition:
+                return inp
+        else:
+            found = by_name.get(partition)
+            if found is not None:
+                return found
+        raise ConfigurationError(
+            f"unknown input {partition!r}: declare it in Processor(inputs=[...]) "
+            f"(declared: {[i.name for i in self._inputs]!r})"
+        )
 
     def _observe(self, inp: Input, arrival_time: float | None, out: Output) -> None:
         """An observation carried in the queue: like an event, it moves the clock and fires

@@ -72,17 +72,18 @@ def snapshot(processor: Snapshottable) -> bytes:
     flow = processor._flow
     if flow.multi:
         raise SnapshotError("a processor of several merged inputs is not snapshotted")
-    (inp,) = flow.inputs.values()
+    (inp,) = flow.inputs
     reducer = flow.reducer
     seq = None
     if isinstance(reducer, _Sequenced):
         seq = next(reducer._seq)
         reducer._seq = itertools.count(seq)  # peeked, not consumed
-    merged = flow.merged
+    # One input has no merge of its own (its watermark is the merge's value): written as
+    # the merge of one input was, so a saved state reads back either way.
     state = {
         "format": FORMAT,
         "input": [inp.clock, inp.idle_check, inp.completed, inp.floor_close, _mark(inp.mark)],
-        "merged": [merged.value, list(merged._values.values())],
+        "merged": [inp.mark.value, [inp.mark.value]],
         "store": None if flow.store is None else _store(flow.store),
         "lanes": [
             [key, _mark(mark), None if store is None else _store(store)] for key, (mark, store) in flow.lanes.items()
@@ -103,14 +104,9 @@ def restore(processor: Snapshottable, data: bytes) -> None:
     if state.get("format") != FORMAT:
         raise SnapshotError(f"unknown snapshot format {state.get('format')!r}")
     flow = processor._flow
-    (inp,) = flow.inputs.values()
+    (inp,) = flow.inputs
     inp.clock, inp.idle_check, inp.completed, inp.floor_close, mark = state["input"]
-    _set_mark(inp.mark, mark)
-    merged = flow.merged
-    merged.value = state["merged"][0]
-    for name, value in zip(list(merged._values), state["merged"][1], strict=True):
-        merged._values[name] = value
-    merged.holder = min(merged._values, key=merged._values.__getitem__)
+    _set_mark(inp.mark, mark)  # the one input's watermark is what "merged" repeats
     if state["store"] is not None and flow.store is not None:
         _set_store(flow.store, state["store"])
     flow.lanes.clear()
@@ -142,7 +138,7 @@ def _store(store: Store) -> list[Any]:
     panes = [
         [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
     ]
-    return [panes, store.watermark, store.next_close, list(store._due), store.order]
+    return [panes, store.watermark, store.next_close, list(store._due or ()), store.order]
 
 
 def _set_store(store: Store, state: list[Any]) -> None:
@@ -154,9 +150,12 @@ def _set_store(store: Store, state: list[Any]) -> None:
     assert isinstance(store, WindowStore)  # a join has several inputs: never snapshotted
     panes, store.watermark, store.next_close, due, store.order = state
     store.panes = {pane: {_hashable(key): [acc, token] for key, acc, token in bucket} for pane, bucket in panes}
-    store._due = list(due)
-    heapq.heapify(store._due)
-    store._scheduled = dict.fromkeys(due)
+    if due:
+        store._due = list(due)
+        heapq.heapify(store._due)
+        store._scheduled = dict.fromkeys(due)
+    else:
+        store._due = store._scheduled = None
 
 
 _TOKEN = 1

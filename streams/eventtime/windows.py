@@ -226,9 +226,10 @@ class WindowStore:
         self.panes: dict[float, dict[Hashable, list[Any]]] = {}
         self.watermark = watermark  # the watermark that closes these windows
         self.next_close = FOREVER  # close_time of the earliest scheduled window
-        self._due: list[float] = []  # heap of scheduled window indexes
-        # The scheduled windows, as keys (an empty dict is a third of an empty set: one per stream).
-        self._scheduled: dict[float, None] = {}
+        self._due: list[float] | None = None  # heap of scheduled window indexes (None: none)
+        # The scheduled windows, as keys; None while none is (a quiet stream's store, one per
+        # stream, holds no empty dict).
+        self._scheduled: dict[float, None] | None = None
         self.order = order  # creation order: ties between stores close in this order
 
     def open_pane(self, pane: float) -> dict[Hashable, list[Any]]:
@@ -236,11 +237,16 @@ class WindowStore:
         bucket: dict[Hashable, list[Any]] = {}
         self.panes[pane] = bucket
         a = self.assigner
+        scheduled, due = self._scheduled, self._due
+        if scheduled is None:
+            scheduled = self._scheduled = {}
+        if due is None:
+            due = self._due = []
         for window in a.windows_of_pane(pane):
-            if window not in self._scheduled and a.close_time(window) > self.watermark:
-                self._scheduled[window] = None
-                heapq.heappush(self._due, window)
-        self.next_close = a.close_time(self._due[0])
+            if window not in scheduled and a.close_time(window) > self.watermark:
+                scheduled[window] = None
+                heapq.heappush(due, window)
+        self.next_close = a.close_time(due[0])
         return bucket
 
     def earliest_end(self) -> float:
@@ -249,13 +255,22 @@ class WindowStore:
 
     def pop_due(self) -> list[float]:
         """Unschedule and return the windows the watermark has closed, oldest first."""
-        a, due, w = self.assigner, self._due, self.watermark
-        closed = []
+        a, due, w, scheduled = self.assigner, self._due, self.watermark, self._scheduled
+        closed: list[float] = []
+        if due is None:
+            return closed
         while due and a.close_time(due[0]) <= w:
             window = heapq.heappop(due)
-            self._scheduled.pop(window, None)
+            if scheduled is not None:
+                scheduled.pop(window, None)
             closed.append(window)
-        self.next_close = a.close_time(due[0]) if due else FOREVER
+        if due:
+            self.next_close = a.close_time(due[0])
+        else:
+            self.next_close = FOREVER
+            # Nothing scheduled: no dict or list (an emptied dict keeps its table). A worker
+            # may hold 100,000 quiet stores.
+            self._scheduled = self._due = None
         return closed
 
     def collect(self, window: float, merge: Callable[[Any, Any], Any], init: Callable[[], Any]) -> dict[Hashable, Any]:
@@ -263,6 +278,8 @@ class WindowStore:
         a, panes = self.assigner, self.panes
         if a.per_window == 1.0:
             bucket = panes.pop(window * a.per_hop, None) or {}
+            if not panes:
+                panes.clear()  # an emptied dict keeps its table: clear() gives it back
             return {key: state[0] for key, state in bucket.items()}
         accs: dict[Hashable, Any] = {}
         for p in a.panes_of_window(window):
@@ -272,11 +289,13 @@ class WindowStore:
                     accs[key] = merge(accs[key] if key in accs else init(), state[0])
         for p in a.retired_by(window):
             panes.pop(p, None)
+        if not panes:
+            panes.clear()
         return accs
 
     def open_windows(self) -> list[float]:
         """The scheduled (open, non-empty) windows, oldest first."""
-        return sorted(self._due)
+        return sorted(self._due or ())
 
     def has_data(self) -> bool:
         """Some pane holds data: a restart would need this store."""

@@ -119,3 +119,23 @@ def test_a_stream_whose_last_cursor_closes_after_its_batches_were_dropped_is_for
     b = cache.create_cursor(B, None)
     b.close()
     assert cache.stream_count == 1  # B still has batches cached: they go with their bucket
+
+
+def test_several_caught_up_cursors_of_a_stream_each_step_onto_its_new_batch():
+    # One, two and three cursors of a stream waiting at once, one closing while caught up,
+    # one whose token is ahead of the next batch: each sees exactly its own batches.
+    cache = SimpleQueueCache(100, 10)
+    first, second = cache.create_cursor(A, None), cache.create_cursor(A, None)
+    ahead = cache.create_cursor(A, SequenceToken(3))  # wants batches from position 3 on
+    cache.add(msgs([A, B], start=0))
+    assert drain(first) == [0] and drain(second) == [0] and drain(ahead) == []
+    second.close()  # caught up when it closes: it must not be woken again
+    cache.add(msgs([A, A, B], start=2))
+    assert drain(first) == [2, 3] and drain(ahead) == [3] and drain(second) == []
+    assert second.closed
+    first.close()
+    cache.add(msgs([A], start=5))
+    assert drain(ahead) == [5] and drain(first) == []
+    ahead.close()
+    assert cache.stream_count == 2  # A's batches are still cached (for rewinds), B's too
+    assert drain(cache.create_cursor(A, SequenceToken(2))) == [2, 3, 5]

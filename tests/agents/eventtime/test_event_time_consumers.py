@@ -152,3 +152,46 @@ async def test_consumer_without_window_gets_events_with_their_timestamps():
             await stream.on_next(value, event_time=t)
         await drained(provider)
     assert seen == [("a", 10.0, "kept"), ("b", 12.0, "kept"), ("c", 12.0, "adjusted")]
+
+
+async def test_on_window_as_the_type_has_it_async_or_as_an_instance_sets_its_own():
+    # The type's own method is kept once per type and bound when called; an instance's own
+    # callable (set in its constructor) is what is called for that instance.
+    provider = StreamProvider.memory(queues=1)
+    got: list = []
+
+    @provider.implicit("plain")
+    class Plain:
+        event_time = EventTime(OrderingPolicy(), Tumbling(10), Count())
+
+        def __init__(self, stream_id):
+            self.name = stream_id.key
+            if stream_id.key == "own":
+                self.on_window = lambda result: got.append(("own", result.value))
+
+        def on_window(self, result):
+            got.append((self.name, result.value))
+
+        def on_completed(self):
+            got.append((self.name, "completed"))
+
+    @provider.implicit("asynchronous")
+    class Asynchronous:
+        event_time = EventTime(OrderingPolicy(), Tumbling(10), Count())
+
+        def __init__(self, stream_id):
+            self.name = f"async {stream_id.key}"
+
+        async def on_window(self, result):
+            await anyio.sleep(0)
+            got.append((self.name, result.value))
+
+    async with provider:
+        for sid, n in ((StreamId("plain", "a"), 2), (StreamId("plain", "own"), 3), (StreamId("asynchronous", "b"), 4)):
+            stream = provider.get_stream(sid)
+            await stream.on_next_batch(list(range(n)))
+            await stream.on_completed()
+        await drained(provider)
+    assert sorted(got, key=str) == sorted(
+        [("a", 2), ("a", "completed"), ("own", 3), ("own", "completed"), ("async b", 4)], key=str
+    )

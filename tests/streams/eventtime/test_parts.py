@@ -101,3 +101,17 @@ def test_a_declaration_with_its_parts_prepared_still_pickles():
     processor = copy.processor("s")
     processor.on_events([Ev(value={"t": 61.0}, event_time=0.0, arrival_time=0.0, token=0)], "s")
     assert processor.watermark == 56.0
+
+
+def test_one_input_is_found_by_its_name_and_another_name_is_refused_naming_it():
+    # One input has no dict by name (its processor compares the name); several do.
+    one = Processor.of(ProcessorParts(OrderingPolicy(), Tumbling(10)), "booths/b0")
+    assert one.on_events(_events([1.0]), "booths/b0").watermark == 1.0
+    with pytest.raises(ConfigurationError, match=r"unknown input 'booths/b1'.*\['booths/b0'\]"):
+        one.on_events(_events([2.0]), "booths/b1")
+    two = Processor(OrderingPolicy(), Tumbling(10), inputs=("a", "b"))
+    assert two.on_events(_events([1.0]), "b").watermark == float("-inf")  # a has none yet
+    with pytest.raises(ConfigurationError, match=r"unknown input 'c'.*\['a', 'b'\]"):
+        two.on_events(_events([2.0]), "c")
+    assert one.on_completed("booths/b0").watermark == float("inf")
+    assert [(w.start, w.value) for w in two.flush().windows] == [(0.0, 1)]

@@ -1,0 +1,58 @@
+"""A run of steps whose callables raise is logged once, at its first step, until a step
+refuses events with none raised, however the activation keeps its hooks' calls between steps
+(agents.output.HookCalls: made for an emit, kept while a run of refused steps goes on)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from streams import Event, StreamId, StreamProvider
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from tests.agents.delivery.conftest import drained
+
+
+def key_of(event: Event) -> float:
+    return 1.0 / event.value["k"]  # k == 0 raises: the consumer's bug
+
+
+async def test_a_run_of_refused_steps_is_logged_once_until_a_step_refuses_none_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    provider = StreamProvider.memory(queues=1)
+    windows: list[tuple[object, float, int]] = []
+
+    @provider.implicit("booths")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(10), Count(), group_by=key_of)
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_window(self, result: object) -> None:
+            windows.append((result.key, result.start, result.value))  # type: ignore[attr-defined]
+
+    caplog.set_level(logging.WARNING, logger="headrace")
+    batches = [
+        [{"t": 1, "k": 1}, {"t": 2, "k": 0}],  # refused, raised: a run begins (logged)
+        [{"t": 3, "k": 0}],  # refused again: the same run (quiet)
+        [{"t": 4, "k": 1}],  # clean: nothing refused, the run goes on
+        [{"t": 5, "k": 0}],  # the same run (quiet)
+        [{"k": 1}],  # refused, none raised (no time: the data's): the run ends
+        [{"t": 6, "k": 0}],  # refused, raised: a new run (logged)
+    ]
+    async with provider:
+        stream = provider.get_stream(StreamId("booths", "b0"))
+        for batch in batches:
+            await stream.on_next_batch(batch)
+            await drained(provider)
+        await stream.on_completed()
+        await drained(provider)
+        letters = await provider.dead_letters.list()
+    logged = [r.getMessage() for r in caplog.records if "its callables could not handle" in r.getMessage()]
+    assert len(logged) == 2, logged
+    assert all("ZeroDivisionError" in line for line in logged)
+    assert [letter.reason for letter in letters] == ["invalid_value"] * 3 + ["invalid_timestamp", "invalid_value"]
+    assert ["ZeroDivisionError" in letter.detail for letter in letters] == [True, True, True, False, True]
+    assert windows == [(1.0, 0.0, 2)]  # times 1 and 4, each counted once
