@@ -186,7 +186,7 @@ class Ingest:
                     else:
                         try:
                             t = ts_of(rec)
-                        except (KeyError, AttributeError, TypeError, ValueError) as exc:
+                        except Exception as exc:  # a user's timestamp_by may raise anything
                             problem = _with_traceback(exc) if user_ts else str(exc)
                             refuse(part, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arr, out, problem)
                             continue

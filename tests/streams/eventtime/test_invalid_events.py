@@ -123,6 +123,24 @@ def test_a_key_function_that_raises_dead_letters_its_event_only():
     assert [(w.key, w.value) for w in p.flush().windows] == [("a", 2)]
 
 
+@pytest.mark.parametrize("error", [ZeroDivisionError, RuntimeError, KeyError])
+def test_a_timestamp_function_that_raises_anything_dead_letters_its_event_as_an_invalid_timestamp(error):
+    def event_time(e):
+        if e.value.get("bad"):
+            raise error("no time here")
+        return e.value["t"]
+
+    p = Processor(OrderingPolicy(timestamp_by=event_time), Tumbling(10), Count())
+    out = p.on_events(with_values([{"t": 1.0}, {"t": 2.0, "bad": True}, {"t": 3.0}]))
+    [letter] = out.dead_letters
+    assert (letter.reason, letter.value) == ("invalid_timestamp", {"t": 2.0, "bad": True})
+    assert error.__name__ in letter.detail and "no time here" in letter.detail
+    assert "in event_time" in letter.detail  # its traceback, naming the user's function
+    assert "key" not in letter.detail.split("\n")[0]  # not blamed on a key function
+    assert [w.value for w in p.flush().windows] == [2]
+    assert (p.counters.invalid_timestamp, p.counters.invalid_value) == (1, 0)
+
+
 @pytest.mark.parametrize(
     ("action", "counted"), [("adjust", "late_arrival_adjusted"), ("accept", "late_arrival_accepted")]
 )
