@@ -97,6 +97,12 @@ def counted_windows(path: Path) -> list[tuple[float, float, int]]:
     return [(r["window_start"].timestamp(), r["window_end"].timestamp(), r["count"]) for r in rows]
 
 
+def saved_states(path: Path) -> list[tuple[str, int, int]]:
+    """(stream, seq, idx) of each activation state an embedded store at ``path`` holds."""
+    with sqlite3.connect(path / "headrace.db") as conn:
+        return conn.execute("SELECT stream, seq, idx FROM activation_states ORDER BY stream").fetchall()
+
+
 def persisted_checkpoint(path: Path, queue: int = 0) -> int | None:
     """The checkpoint an embedded store at ``path`` holds for ``queue`` (None: none yet)."""
     with sqlite3.connect(path / "headrace.db") as conn:

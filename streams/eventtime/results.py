@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Hashable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from streams.core.deadletters import DeadLetter
@@ -48,7 +48,16 @@ class Counters:
     punctuations: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        """The counts by name (every field an int: no :func:`dataclasses.asdict`, whose deep
+        copy costs microseconds an activation when a worker of 100,000 ends or reports).
+
+        >>> Counters(events=3, adjusted=1).as_dict()["adjusted"]
+        1
+        """
+        return {name: getattr(self, name) for name in _COUNTER_NAMES}
+
+
+_COUNTER_NAMES = tuple(f.name for f in fields(Counters))
 
 
 @dataclass(frozen=True, slots=True)

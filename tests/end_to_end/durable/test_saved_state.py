@@ -4,7 +4,6 @@ it (issue 14, item 1), and restored by whichever worker reads the queue next."""
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -17,14 +16,9 @@ from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.runtime.status import read_status
 from tests import helpers
 from tests.agents.delivery.conftest import drained
-from tests.helpers import counted_windows, handoff_count, persisted_checkpoint, wait_until_async
+from tests.helpers import counted_windows, handoff_count, persisted_checkpoint, saved_states, wait_until_async
 
 WORKER = Path(__file__).with_name("saved_state_worker.py")
-
-
-def saved_states(path: Path) -> list[tuple[str, int, int]]:
-    with sqlite3.connect(path / "headrace.db") as conn:
-        return conn.execute("SELECT stream, seq, idx FROM activation_states ORDER BY stream").fetchall()
 
 
 async def wait_for_checkpoint(path: Path, seq: int, seconds: float = 15.0) -> int | None:
