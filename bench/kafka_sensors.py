@@ -89,6 +89,15 @@ def windowed_provider(provider: StreamProvider, counts: Counter[tuple[str, float
     return provider
 
 
+def json_reader(
+    bootstrap: str, topic: str, queues: int, group_id: str, kafka: dict[str, Any], **options: Any
+) -> StreamProvider:
+    """A worker reading ``topic``'s JSON records as the ``sensors`` namespace."""
+    return StreamProvider.kafka(
+        bootstrap, topic, queues, records="json", namespace="sensors", group_id=group_id, kafka=kafka, **options
+    )
+
+
 def steady(expected: int) -> int:
     """Rates are timed from this many events on to the last: the start (connections, first
     fetches, which both sides prefetch differently) is left out of both."""
@@ -225,42 +234,18 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
         for round_no in range(rounds):
             times = {RAW: await raw_read(bootstrap, "sensors", queues, records)}
             counts: Counter[tuple[str, float]] = Counter()
-            json_worker = StreamProvider.kafka(
-                bootstrap,
-                "sensors",
-                queues,
-                records="json",
-                namespace="sensors",
-                group_id=f"bench-json-{round_no}",
-                kafka=kafka,
-            )
+            json_worker = json_reader(bootstrap, "sensors", queues, f"bench-json-{round_no}", kafka)
             times[JSON_WORKER] = await worker_read(windowed_provider(json_worker, counts), records)
             checked = "equal" if counts == expected else f"DIFFER ({sum(counts.values())} vs {sum(expected.values())})"
             tuned_counts: Counter[tuple[str, float]] = Counter()
-            tuned = StreamProvider.kafka(
-                bootstrap,
-                "sensors",
-                queues,
-                records="json",
-                namespace="sensors",
-                group_id=f"bench-tuned-{round_no}",
-                kafka=kafka,
-                tune_gc=True,
-            )
+            tuned = json_reader(bootstrap, "sensors", queues, f"bench-tuned-{round_no}", kafka, tune_gc=True)
             times[TUNED] = await worker_read(windowed_provider(tuned, tuned_counts), records)
             if tuned_counts != expected:
                 checked += f"; tune_gc DIFFER ({sum(tuned_counts.values())} vs {sum(expected.values())})"
             if quix:
                 times[QUIX] = await asyncio.to_thread(quix_read, bootstrap, "sensors", records)
-            keyless = StreamProvider.kafka(
-                bootstrap,
-                "sensors-keyless",
-                queues,
-                records="json",
-                namespace="sensors",
-                key_field="sensor",
-                group_id=f"bench-keyless-{round_no}",
-                kafka=kafka,
+            keyless = json_reader(
+                bootstrap, "sensors-keyless", queues, f"bench-keyless-{round_no}", kafka, key_field="sensor"
             )
             times[KEYLESS] = await worker_read(windowed_provider(keyless, Counter()), records)
             own_worker = StreamProvider.kafka(
@@ -272,15 +257,7 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
             for codec in codecs:
                 topic = topic_of(codec)
                 times[f"{codec}: {RAW}"] = await raw_read(bootstrap, topic, queues, records)
-                compressed = StreamProvider.kafka(
-                    bootstrap,
-                    topic,
-                    queues,
-                    records="json",
-                    namespace="sensors",
-                    group_id=f"bench-{codec}-{round_no}",
-                    kafka=kafka,
-                )
+                compressed = json_reader(bootstrap, topic, queues, f"bench-{codec}-{round_no}", kafka)
                 codec_counts: Counter[tuple[str, float]] = Counter()
                 times[f"{codec}: headrace worker, records='json'"] = await worker_read(
                     windowed_provider(compressed, codec_counts), records

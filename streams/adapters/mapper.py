@@ -118,7 +118,10 @@ class KafkaPartitionMapper(FixedQueues):
         self._known: dict[str, QueueId] = {}  # key -> queue: producers repeat their keys
 
     def get_queue_for_stream(self, stream_id: StreamId) -> QueueId:
-        key = stream_id.key
+        return self.queue_of_key(stream_id.key)
+
+    def queue_of_key(self, key: str) -> QueueId:
+        """The queue of a record keyed ``key`` (UTF-8), whatever its namespace."""
         queue = self._known.get(key)
         if queue is None:
             if len(self._known) >= 100_000:

@@ -46,7 +46,7 @@ import msgpack
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from streams.adapters.mapper import kafka_partition
+from streams.adapters.mapper import KafkaPartitionMapper
 from streams.core.records import RecordFormat
 from streams.kafka.records import Fetched, key_of
 from streams.kafka.settings import KafkaSettings, KeyField
@@ -135,7 +135,7 @@ class Rekeying:
         self._key_field = key_field
         self.seen = SeenSources()
         self.forwarded = 0
-        self._partitions: dict[bytes, int] = {}  # a key's partition of the repartition topic
+        self._placing = KafkaPartitionMapper(settings.queues)  # as Kafka's partitioner, each key once
 
     def to_forward(self, fetched: Fetched) -> list[Forward]:
         """The source records of a read that go through the hop, with their keys: no
@@ -161,7 +161,7 @@ class Rekeying:
         building: dict[int, BatchBuilder] = {}
         sending: list[asyncio.Future[Any]] = []
         for r, key in records:
-            partition = self._partition_of(key)
+            partition = self._placing.queue_of_key(key.decode()).number
             batch = building.get(partition)
             if batch is None:
                 batch = building[partition] = producer.create_batch()
@@ -176,16 +176,6 @@ class Rekeying:
             if isinstance(result, BaseException):
                 raise result
         self.forwarded += len(records)
-
-    def _partition_of(self, key: bytes) -> int:
-        """Kafka's partition of ``key`` (murmur2, as any Kafka producer places it); a
-        topic's keys repeat, and murmur2 in Python costs microseconds."""
-        partition = self._partitions.get(key)
-        if partition is None:
-            if len(self._partitions) >= 100_000:
-                self._partitions.clear()
-            partition = self._partitions[key] = kafka_partition(key, self.settings.queues)
-        return partition
 
     def kept(self, fetched: Fetched, forwarded: Sequence[Forward]) -> dict[TopicPartition, Any]:
         """What the queue reads of ``fetched``: the source records not ``forwarded``, and
