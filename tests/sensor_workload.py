@@ -63,11 +63,11 @@ async def write_json(
 
 
 def write_with_librdkafka(
-    bootstrap: str, topic: str, items: list[tuple[bytes, dict[str, object]]], compression: str = "none"
+    bootstrap: str, topic: str, items: list[tuple[bytes | None, dict[str, object]]], compression: str = "none"
 ) -> None:
     """Write ``items`` with confluent-kafka (librdkafka), the client most non-Java producers
     are built on, with its ``compression.type`` (none, gzip, snappy, lz4, zstd) and its
-    default partitioner; blocks until the broker has every record."""
+    default partitioner (a record without a key on a random partition); blocks until the broker has every record."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,

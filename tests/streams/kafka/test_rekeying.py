@@ -23,7 +23,7 @@ from streams.adapters.protocols import QueueAdapterReceiver
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.agents.delivery.conftest import drained
 from tests.helpers import python_env, start_worker
-from tests.sensor_workload import closed_window_counts
+from tests.sensor_workload import closed_window_counts, write_with_librdkafka
 from tests.streams.kafka.test_foreign_records import make_topic
 
 QUEUES = 4
@@ -134,6 +134,30 @@ async def test_keyless_records_spread_over_partitions_give_one_activation_and_ex
     hop_partitions = {kafka_partition(f"d-{d}".encode(), QUEUES) for d in range(6)}
     assert set(sources) == {(p, source) for p in hop_partitions for source in range(QUEUES)}
     assert all(offsets == sorted(offsets) for offsets in sources.values())
+
+
+async def test_keyless_lz4_records_librdkafka_wrote_are_re_keyed_once_each(kafka_broker, kafka_topic):
+    """The same through the hop, for records headrace did not write: confluent-kafka
+    (librdkafka) without keys, on random partitions, in lz4 record batches."""
+    values = [reading(n) for n in range(1_200)]
+    await make_topic(kafka_broker, kafka_topic)
+    await anyio.to_thread.run_sync(
+        lambda: write_with_librdkafka(kafka_broker, kafka_topic, [(None, v) for v in values], "lz4")
+    )
+    activations: Counter[str] = Counter()
+    counts: Counter[tuple[str, float]] = Counter()
+    async with windowed(kafka_broker, kafka_topic, activations, counts) as provider:
+        await drained(provider, 60)
+        finals = [{**reading(1_200 + d), "ts": T0 + 1_000_000} for d in range(6)]  # then every window closes
+        await anyio.to_thread.run_sync(
+            lambda: write_with_librdkafka(kafka_broker, kafka_topic, [(None, v) for v in finals])
+        )
+        await drained(provider, 60)
+        forwarded = sum(agent.receiver.forwarded for agent in provider.agents)  # type: ignore[attr-defined]
+        letters = await provider.dead_letters.count()
+    assert activations == Counter({f"d-{d}": 1 for d in range(6)})
+    assert counts == closed_window_counts(values + finals, 60, 400) and sum(counts.values()) == 1_200
+    assert (forwarded, letters) == (1_206, 0)
 
 
 async def test_a_key_already_the_stream_id_skips_the_hop_and_a_copy_in_the_hop_is_taken_once(kafka_broker, kafka_topic):
