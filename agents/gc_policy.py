@@ -16,15 +16,19 @@ collector
 - freezes what start-up left (modules, classes, the application's registrations): no
   collection walks it again (``gc.freeze()``);
 - collects the youngest generation every ``YOUNG_THRESHOLD`` new objects instead of 700: a
-  batch's objects die before a collection sees them, instead of being promoted, walked
-  again and counted towards the next full collection;
-- freezes the survivors of each full collection, so the next one walks only what was
-  promoted since (its cost follows the objects made, not the activations held). Frozen
-  objects are still freed when their last reference goes (most are: an activation holds
-  no reference cycle); a cycle among them is not collected until the frozen objects have
-  grown to ``SWEEP_GROWTH`` times what the last whole sweep left, when the next full
-  collection walks them all again. So a full walk of everything comes each time the
-  long-lived objects double, amortized two walks per object.
+  batch's objects die before a collection sees them, instead of being promoted and walked
+  again;
+- freezes the survivors of each young collection at once, so each long-lived object is
+  walked once, not again in the middle and the oldest generations (with 100,000 activations
+  those walks were a fifth of a worker's time, most of it cache misses on a large heap).
+  Frozen objects are still freed when their last reference goes (most are: an activation
+  holds no reference cycle). A cycle among them waits for a *sweep*, a full collection that
+  walks everything: the worker runs one (:meth:`GcPolicy.keep_swept`) once the frozen objects
+  have grown to ``SWEEP_GROWTH`` times what the last sweep left, at most once every
+  ``SWEEP_INTERVAL`` and no more than ``SWEEP_SHARE`` of the time (a sweep that took two
+  seconds waits 100 s before the next). So a walk of everything comes each time the
+  long-lived objects double, amortized two walks per object, and garbage cycles wait at most
+  that long. A ``gc.collect()`` of the application's is a sweep too.
 
 When the last worker of the process stops, the collector's thresholds are restored and the
 frozen objects are thawed (all of them: ``gc`` cannot tell whose they are).
@@ -39,20 +43,30 @@ False
 from __future__ import annotations
 
 import gc
+import time
 from typing import Any
 
-YOUNG_THRESHOLD = 50_000  # new objects (allocations less deallocations) between young collections
+import anyio
+
+YOUNG_THRESHOLD = 200_000  # new objects (allocations less deallocations) between young collections
 SWEEP_GROWTH = 2  # walk everything again once the frozen objects have grown this much
+SWEEP_SHARE = 0.02  # sweeps take at most this share of the time: the next waits 50 times the last
+SWEEP_INTERVAL = 60.0  # seconds at least between sweeps
+CHECK_PERIOD = 5.0  # seconds between looks at the frozen objects (counting them walks the list)
 
 
 class GcPolicy:
     """The collector's settings while workers run in this process, counted by worker."""
 
-    def __init__(self) -> None:
+    def __init__(self, sweep_interval: float = SWEEP_INTERVAL, check_period: float = CHECK_PERIOD) -> None:
+        self._sweep_interval = sweep_interval
+        self._check_period = check_period
         self._workers = 0
         self._saved: tuple[int, int, int] | None = None
-        self._swept = 0  # frozen objects after the last full collection that walked them all
-        self.sweeps = 0  # full collections that walked everything (not only the new)
+        self._swept = 0  # frozen objects after the last sweep
+        self._sweep_started = 0.0
+        self._next_sweep = 0.0  # time.monotonic() before which no sweep is due (SWEEP_SHARE)
+        self.sweeps = 0  # full collections that walked everything
         self.owns_process = False  # set by a command that runs nothing but headrace
 
     def own_process(self) -> None:
@@ -81,6 +95,7 @@ class GcPolicy:
         gc.collect()
         gc.freeze()
         self._swept = gc.get_freeze_count()
+        self._next_sweep = time.monotonic() + self._sweep_interval
         _, middle, old = self._saved
         gc.set_threshold(YOUNG_THRESHOLD, middle, old)
         gc.callbacks.append(self._collected)
@@ -99,17 +114,38 @@ class GcPolicy:
         self._saved = None
         gc.unfreeze()
 
+    def sweep_due(self, now: float | None = None) -> bool:
+        """Whether a sweep is due: the frozen objects have grown to ``SWEEP_GROWTH`` times
+        what the last one left, and ``sweep_interval`` and ``SWEEP_SHARE`` allow one
+        ``now`` (``time.monotonic()`` by default)."""
+        if not self.active or (time.monotonic() if now is None else now) < self._next_sweep:
+            return False
+        return gc.get_freeze_count() > SWEEP_GROWTH * max(self._swept, 1)
+
+    async def keep_swept(self) -> None:
+        """Run a sweep whenever one is due, looking every ``check_period`` seconds (a worker
+        runs this while it tunes the collector; cancel it to stop)."""
+        while True:
+            await anyio.sleep(self._check_period)
+            if self.sweep_due():
+                gc.collect()  # a sweep: see _collected
+
     def _collected(self, phase: str, info: dict[str, Any]) -> None:
-        if phase != "stop" or info["generation"] != 2:
+        if info["generation"] < 2:
+            if phase == "stop":
+                gc.freeze()  # a young collection's survivors: walked once, not again when older
             return
-        swept_all = gc.get_freeze_count() == 0  # nothing was frozen: this one walked everything
+        if phase == "start":
+            # A full collection (a sweep, or the application's gc.collect()) walks everything,
+            # cycles among the frozen objects too.
+            gc.unfreeze()
+            self._sweep_started = time.perf_counter()
+            return
         gc.freeze()
-        frozen = gc.get_freeze_count()
-        if swept_all:
-            self.sweeps += 1
-            self._swept = frozen
-        elif frozen > SWEEP_GROWTH * max(self._swept, 1):
-            gc.unfreeze()  # the next full collection walks all, cycles among old objects too
+        self.sweeps += 1
+        self._swept = gc.get_freeze_count()
+        took = time.perf_counter() - self._sweep_started
+        self._next_sweep = time.monotonic() + max(self._sweep_interval, took / SWEEP_SHARE)
 
 
 # One per process: the collector is the process's.

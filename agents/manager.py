@@ -59,6 +59,7 @@ class AgentManager:
         self._stopping = False
         self._tg: TaskGroup | None = None
         self._gc_tuned = False
+        self._sweeps: anyio.CancelScope | None = None  # the collector's sweeps while tuned
 
     async def start(self, tg: TaskGroup, worker: str, queues: Sequence[QueueId]) -> None:
         """Start reading in ``tg``: every one of ``queues`` with no balancer; otherwise join
@@ -68,6 +69,8 @@ class AgentManager:
         if GC_POLICY.wanted(self.context.options.tune_gc) and not self._gc_tuned:
             self._gc_tuned = True
             GC_POLICY.enter()
+            self._sweeps = anyio.CancelScope()
+            tg.start_soon(self._keep_swept, self._sweeps)
         if self.balancer is None:
             for queue in queues:
                 await self.add_queue(queue)
@@ -173,7 +176,14 @@ class AgentManager:
         finally:
             if self._gc_tuned:
                 self._gc_tuned = False
+                assert self._sweeps is not None
+                self._sweeps.cancel()
                 GC_POLICY.leave()
+
+    @staticmethod
+    async def _keep_swept(scope: anyio.CancelScope) -> None:
+        with scope:
+            await GC_POLICY.keep_swept()
 
     async def _stop_agents(self) -> None:
         # Shielded: a cancelled worker (Ctrl-C) still hands its queues back rather than

@@ -345,7 +345,7 @@ class EventTimeObserver:
             return None
         if self._only_windows(out):
             left = self._windows_now(out.windows)
-            if left is None:
+            if left[0] == len(out.windows):
                 self._step_ended()
                 self._lock.give_back()
                 return None
@@ -362,14 +362,14 @@ class EventTimeObserver:
             and (self._on_window is None or is_plain(self._on_window))
         )
 
-    def _windows_now(self, windows: list[WindowResult]) -> tuple[int, Exception | Awaitable[object]] | None:
-        """Call a plain ``on_window`` for each closed window here; None once every call
-        returned, else the window whose call raised or returned an awaitable, and what it
-        did: that window and those after it are the task's to finish (``hooks.window``,
-        which takes it as its first attempt)."""
+    def _windows_now(self, windows: list[WindowResult]) -> tuple[int, Exception | Awaitable[object] | None]:
+        """Call a plain ``on_window`` for each closed window here, until one raises or
+        returns an awaitable: ``(that window's index, what it did)``, ``(len(windows), None)``
+        once every call returned. The windows from that one on are the task's to finish
+        (:meth:`_emit_windows`); all of them, ``(0, None)``, for an ``async def on_window``."""
         on_window = plain_function(hook_of(self._on_window, self.target)) if self._on_window is not None else None
         if on_window is None:
-            return None
+            return 0, None
         for i, result in enumerate(windows):
             try:
                 returned = on_window(result)
@@ -377,13 +377,27 @@ class EventTimeObserver:
                 return i, exc
             if returned is not None and inspect.isawaitable(returned):
                 return i, returned
-        return None
+        return len(windows), None
+
+    async def _emit_windows(
+        self, windows: list[WindowResult], left: tuple[int, Exception | Awaitable[object] | None]
+    ) -> None:
+        """The windows :meth:`_windows_now` left, from the one it stopped at, to ``on_window``
+        within its limits (retried, dead-lettered ``window_failed`` if no attempt takes one)."""
+        first, begun = left
+        if first == len(windows):
+            return
+        assert self._on_window is not None
+        on_window = hook_of(self._on_window, self.target)
+        hooks = self._hook_calls()
+        for i, result in enumerate(windows[first:]):
+            await hooks.window(on_window, result, self._held_from, self._through, begun if i == 0 else None)
 
     async def _emit_taken(
         self,
         out: Output,
         before: SequenceToken | None,
-        left: tuple[int, Exception | Awaitable[object]] | None = None,
+        left: tuple[int, Exception | Awaitable[object] | None] | None = None,
     ) -> None:
         """The emit of a step :meth:`take_now` ran, in the turn it took; ``left``: only its
         windows from this one on are left to emit (see :meth:`_windows_now`)."""
@@ -391,14 +405,8 @@ class EventTimeObserver:
             if left is None:
                 await self._emit_step(out, before)
                 return
-            first, begun = left
             try:
-                assert self._on_window is not None
-                on_window = hook_of(self._on_window, self.target)
-                for i, result in enumerate(out.windows[first:]):
-                    await self._hook_calls().window(
-                        on_window, result, self._held_from, self._through, begun if i == 0 else None
-                    )
+                await self._emit_windows(out.windows, left)
             except BaseException:
                 self._step_lost(before)
                 raise
@@ -670,16 +678,13 @@ class EventTimeObserver:
             released = self._release.release(out.watermark)
             if released:
                 await handoff.events(released, self._release.below())
-        hooks = self._hook_calls()
         if self._on_window is not None and out.windows:
-            on_window = hook_of(self._on_window, self.target)
-            for result in out.windows:
-                await hooks.window(on_window, result, self._held_from, self._through)
+            await self._emit_windows(out.windows, self._windows_now(out.windows))
         if self._on_events is not None and out.events and self._merge is None:
-            await hooks.events(self._on_events, out.events)
+            await self._hook_calls().events(self._on_events, out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
-            await hooks.watermark(self._user_watermark, out.watermark)
+            await self._hook_calls().watermark(self._user_watermark, out.watermark)
 
     async def _emit_joins(self, joins: list[JoinResult]) -> None:
         """An interval join's pairs: to Spark first (one row a pair, as its left event's

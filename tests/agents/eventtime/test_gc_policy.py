@@ -9,6 +9,9 @@ from __future__ import annotations
 import gc
 import weakref
 
+import anyio
+
+from agents import manager
 from agents.gc_policy import POLICY, SWEEP_GROWTH, YOUNG_THRESHOLD, GcPolicy
 from streams import StreamId, StreamProvider
 from tests.agents.delivery.conftest import drained
@@ -87,33 +90,48 @@ class _Node:
         self.me = self  # a reference cycle: only the collector frees it
 
 
-def test_survivors_of_a_full_collection_are_frozen_and_an_old_cycle_is_collected_after_growth():
+def test_young_survivors_are_frozen_and_a_full_collection_sweeps_a_cycle_among_them():
     policy = GcPolicy()
     policy.enter()
     try:
         base = gc.get_freeze_count()
-        kept = [[i] for i in range(1000)]  # survives the next full collection
-        gc.collect()
-        assert gc.get_freeze_count() >= base + 1000  # frozen: no collection walks them again
         cycle = _Node()
         alive = weakref.ref(cycle)
-        gc.collect()  # the cycle survives (still referenced) and is frozen with the rest
+        kept = [[i] for i in range(YOUNG_THRESHOLD + 1000)]  # a young collection comes, and freezes them
+        assert gc.get_freeze_count() >= base + YOUNG_THRESHOLD // 2  # no collection walks them again
         del cycle
-        gc.collect()  # garbage now, but frozen: this collection does not walk it
+        more = [[i] for i in range(YOUNG_THRESHOLD + 1000)]  # another: the frozen cycle is not walked
         assert alive() is not None
         assert policy.sweeps == 0
-        # The frozen objects grow past SWEEP_GROWTH times the last sweep: the next full
-        # collections walk everything again, and the old cycle goes.
-        grown = [[i] for i in range(SWEEP_GROWTH * gc.get_freeze_count())]
-        gc.collect()  # finds the frozen objects grown: thaws them for the next one
-        assert gc.get_freeze_count() == 0
-        gc.collect()
+        assert not policy.sweep_due()  # not within SWEEP_INTERVAL of the start, grown or not
+        gc.collect()  # a full collection (the application's, or the worker's sweep) walks all
         assert alive() is None
         assert policy.sweeps == 1
-        assert gc.get_freeze_count() >= len(grown) + len(kept)  # refrozen after the sweep
+        assert gc.get_freeze_count() >= len(kept) + len(more)  # frozen again after the sweep
     finally:
         policy.leave()
     assert gc.get_freeze_count() == 0
+
+
+async def test_a_worker_sweeps_once_the_frozen_objects_have_doubled(monkeypatch):
+    # The worker's policy, with no wait between sweeps and a look every 10 ms.
+    policy = GcPolicy(sweep_interval=0.0, check_period=0.01)
+    monkeypatch.setattr(manager, "GC_POLICY", policy)
+    async with StreamProvider.memory(queues=1, tune_gc=True):
+        assert policy.active and not policy.sweep_due()  # nothing has grown since start-up
+        cycle = _Node()
+        alive = weakref.ref(cycle)
+        few = [[i] for i in range(YOUNG_THRESHOLD + 1000)]
+        del cycle
+        grown = [[i] for i in range(SWEEP_GROWTH * gc.get_freeze_count())]  # frozen by the young collections
+        assert alive() is not None and policy.sweeps == 0
+        with anyio.fail_after(10):
+            while policy.sweeps == 0:  # the worker sees the frozen objects doubled and sweeps
+                await anyio.sleep(0.01)
+        assert alive() is None and policy.sweeps == 1
+        assert not policy.sweep_due()  # what the sweep left is the new measure
+        assert gc.get_freeze_count() >= len(grown) + len(few)
+    assert not policy.active and gc.get_freeze_count() == 0
 
 
 def test_leaving_more_often_than_entering_changes_nothing():
