@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from functools import partial
-from typing import Any, Protocol, TypeVarTuple
+from typing import Any, Literal, Protocol, TypeVarTuple
 
 import anyio
 
@@ -66,14 +66,25 @@ class StreamState:
         self._activation_type: type | None = None
         self._activations: Activation | dict[type, Activation] | None = None
         self.last_activity = time.monotonic()
-        # Set, and dropped, once every consumer is attached: a plain attribute test on the
-        # hot path, and no event kept per stream.
-        self.opening: anyio.Event | None = anyio.Event()
+        # None once every consumer is attached: a plain attribute test on the hot path. An
+        # event is made only for a batch that has to wait (True: opening, nobody waits).
+        self.opening: anyio.Event | Literal[True] | None = True
 
     async def opened(self) -> None:
+        """Return once every consumer is attached."""
         opening = self.opening
-        if opening is not None:
-            await opening.wait()
+        if opening is None:
+            return
+        if opening is True:
+            opening = self.opening = anyio.Event()
+        await opening.wait()
+
+    def open(self) -> None:
+        """Every consumer is attached: let what waits for it go on."""
+        opening, self.opening = self.opening, None
+        assert opening is not None, "opened twice"
+        if opening is not True:
+            opening.set()
 
     @property
     def consumers(self) -> tuple[StreamConsumer, ...]:
@@ -248,9 +259,7 @@ class Catalog:
                         state, sid, record.subscription_id, self.activation(state, sid, cls), durable=True
                     )
         finally:
-            opening, state.opening = state.opening, None
-            assert opening is not None
-            opening.set()
+            state.open()
 
     async def attach(
         self,
