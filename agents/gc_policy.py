@@ -20,15 +20,16 @@ collector
   again;
 - freezes the survivors of each young collection at once, so each long-lived object is
   walked once, not again in the middle and the oldest generations (with 100,000 activations
-  those walks were a fifth of a worker's time, most of it cache misses on a large heap).
+  made in a burst, those walks were a fifth of the worker's time, mostly cache misses).
   Frozen objects are still freed when their last reference goes (most are: an activation
   holds no reference cycle). A cycle among them waits for a *sweep*, a full collection that
-  walks everything: the worker runs one (:meth:`GcPolicy.keep_swept`) once the frozen objects
-  have grown to ``SWEEP_GROWTH`` times what the last sweep left, at most once every
+  walks everything: the worker runs one (:meth:`GcPolicy.keep_swept`) once the heap (memory
+  blocks in use, cheap to count, unlike the frozen objects, which counting walks) has grown
+  to ``SWEEP_GROWTH`` times what the last sweep left, at most once every
   ``SWEEP_INTERVAL`` and no more than ``SWEEP_SHARE`` of the time (a sweep that took two
-  seconds waits 100 s before the next). So a walk of everything comes each time the
-  long-lived objects double, amortized two walks per object, and garbage cycles wait at most
-  that long. A ``gc.collect()`` of the application's is a sweep too.
+  seconds waits 100 s before the next). So a walk of everything comes each time the heap
+  doubles, amortized two walks per object, and garbage cycles grow the heap at most twofold
+  (or for a minute) before one. A ``gc.collect()`` of the application's is a sweep too.
 
 When the last worker of the process stops, the collector's thresholds are restored and the
 frozen objects are thawed (all of them: ``gc`` cannot tell whose they are).
@@ -43,13 +44,14 @@ False
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from typing import Any
 
 import anyio
 
 YOUNG_THRESHOLD = 200_000  # new objects (allocations less deallocations) between young collections
-SWEEP_GROWTH = 2  # walk everything again once the frozen objects have grown this much
+SWEEP_GROWTH = 2  # walk everything again once the heap has grown this much
 SWEEP_SHARE = 0.02  # sweeps take at most this share of the time: the next waits 50 times the last
 SWEEP_INTERVAL = 60.0  # seconds at least between sweeps
 CHECK_PERIOD = 5.0  # seconds between looks at the frozen objects (counting them walks the list)
@@ -63,7 +65,7 @@ class GcPolicy:
         self._check_period = check_period
         self._workers = 0
         self._saved: tuple[int, int, int] | None = None
-        self._swept = 0  # frozen objects after the last sweep
+        self._swept = 0  # memory blocks in use after the last sweep
         self._sweep_started = 0.0
         self._next_sweep = 0.0  # time.monotonic() before which no sweep is due (SWEEP_SHARE)
         self.sweeps = 0  # full collections that walked everything
@@ -94,7 +96,7 @@ class GcPolicy:
         self._saved = gc.get_threshold()
         gc.collect()
         gc.freeze()
-        self._swept = gc.get_freeze_count()
+        self._swept = sys.getallocatedblocks()
         self._next_sweep = time.monotonic() + self._sweep_interval
         _, middle, old = self._saved
         gc.set_threshold(YOUNG_THRESHOLD, middle, old)
@@ -115,12 +117,12 @@ class GcPolicy:
         gc.unfreeze()
 
     def sweep_due(self, now: float | None = None) -> bool:
-        """Whether a sweep is due: the frozen objects have grown to ``SWEEP_GROWTH`` times
+        """Whether a sweep is due: the heap has grown to ``SWEEP_GROWTH`` times
         what the last one left, and ``sweep_interval`` and ``SWEEP_SHARE`` allow one
         ``now`` (``time.monotonic()`` by default)."""
         if not self.active or (time.monotonic() if now is None else now) < self._next_sweep:
             return False
-        return gc.get_freeze_count() > SWEEP_GROWTH * max(self._swept, 1)
+        return sys.getallocatedblocks() > SWEEP_GROWTH * max(self._swept, 1)
 
     async def keep_swept(self) -> None:
         """Run a sweep whenever one is due, looking every ``check_period`` seconds (a worker
@@ -143,7 +145,7 @@ class GcPolicy:
             return
         gc.freeze()
         self.sweeps += 1
-        self._swept = gc.get_freeze_count()
+        self._swept = sys.getallocatedblocks()
         took = time.perf_counter() - self._sweep_started
         self._next_sweep = time.monotonic() + max(self._sweep_interval, took / SWEEP_SHARE)
 
