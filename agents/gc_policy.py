@@ -18,9 +18,11 @@ collector
 - collects the youngest generation every ``YOUNG_THRESHOLD`` new objects instead of 700: a
   batch's objects die before a collection sees them, instead of being promoted and walked
   again;
-- freezes the survivors of each young collection at once, so each long-lived object is
-  walked once, not again in the middle and the oldest generations (with 100,000 activations
-  made in a burst, those walks were a fifth of the worker's time, mostly cache misses).
+- freezes what a read that opened streams made (:meth:`GcPolicy.settle`), and the survivors
+  of each young collection at once, so each long-lived object is
+  walked once at most, not again in the middle and the oldest generations (with 100,000
+  activations made in a burst, those walks were a fifth of the worker's time, mostly cache
+  misses).
   Frozen objects are still freed when their last reference goes (most are: an activation
   holds no reference cycle). A cycle among them waits for a *sweep*, a full collection that
   walks everything: the worker runs one (:meth:`GcPolicy.keep_swept`) once the heap (memory
@@ -115,6 +117,14 @@ class GcPolicy:
         gc.set_threshold(*self._saved)
         self._saved = None
         gc.unfreeze()
+
+    def settle(self) -> None:
+        """Long-lived objects were just made (a read opened streams: their activations stay
+        for minutes or hours): freeze them now, before a young collection walks them once
+        (what is frozen with them and dies is still freed by its reference count; a cycle
+        waits for the next sweep)."""
+        if self._workers:
+            gc.freeze()
 
     def sweep_due(self, now: float | None = None) -> bool:
         """Whether a sweep is due: the heap has grown to ``SWEEP_GROWTH`` times

@@ -35,6 +35,7 @@ from agents.checkpoint import Holds, Tokens, acknowledgeable
 from agents.counters import LatencyHistogram
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
+from agents.gc_policy import POLICY as GC_POLICY
 from agents.output import undecodable_letter
 from agents.protocols import AgentContext
 from agents.registry import InProcessSubscription
@@ -354,8 +355,11 @@ class PullingAgent:
         if messages is None:  # the read failed (its retries gave up to let the agent stop)
             return 0
         if messages:
+            streams = len(self._streams)
             await self._add(messages)
             self.read_messages += len(messages)
+            if len(self._streams) > streams:  # activations made: they live long
+                GC_POLICY.settle()
         self._caught_up = self.receiver.caught_up
         await self._ack()
         self._sweep_inactive()

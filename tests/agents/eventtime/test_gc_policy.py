@@ -12,7 +12,7 @@ import weakref
 
 import anyio
 
-from agents import manager
+from agents import manager, pulling_agent
 from agents.gc_policy import POLICY, SWEEP_GROWTH, YOUNG_THRESHOLD, GcPolicy
 from streams import StreamId, StreamProvider
 from tests.agents.delivery.conftest import drained
@@ -141,3 +141,36 @@ def test_leaving_more_often_than_entering_changes_nothing():
     before = _collector()
     policy.leave()
     assert _collector() == before and not policy.active
+
+
+async def test_a_read_that_opens_streams_freezes_what_it_made_and_other_reads_do_not(monkeypatch):
+    policy = GcPolicy()
+    monkeypatch.setattr(manager, "GC_POLICY", policy)
+    monkeypatch.setattr(pulling_agent, "GC_POLICY", policy)
+    provider = StreamProvider.memory(queues=1, tune_gc=True)
+    made: list[object] = []
+    kept: list[list[int]] = []
+
+    @provider.implicit("devices")
+    class Device:
+        def __init__(self, stream_id: StreamId) -> None:
+            made.append(self)
+
+        def on_next(self, batch: list) -> None:
+            kept.append([len(batch)])  # one tracked object a batch, kept
+
+    async with provider:
+        for i in range(100):
+            await provider.get_stream(StreamId("devices", f"d{i}")).on_next(i)
+        await drained(provider)
+        assert len(made) == 100 and len(kept) == 100
+        # Far fewer new objects than a young collection needs: the read froze them.
+        young = {id(o) for o in gc.get_objects()}
+        assert not any(id(d) in young for d in made)
+        assert all(gc.is_tracked(d) for d in made)  # frozen, not untracked
+        for i in range(100):  # the same streams again: no activation made, nothing frozen
+            await provider.get_stream(StreamId("devices", f"d{i}")).on_next(i)
+        await drained(provider)
+        young = {id(o) for o in gc.get_objects()}
+        assert len(kept) == 200 and all(id(k) in young for k in kept[100:])
+    assert not policy.active
