@@ -56,7 +56,7 @@ YOUNG_THRESHOLD = 200_000  # new objects (allocations less deallocations) betwee
 SWEEP_GROWTH = 2  # walk everything again once the heap has grown this much
 SWEEP_SHARE = 0.02  # sweeps take at most this share of the time: the next waits 50 times the last
 SWEEP_INTERVAL = 60.0  # seconds at least between sweeps
-CHECK_PERIOD = 5.0  # seconds between looks at the frozen objects (counting them walks the list)
+CHECK_PERIOD = 5.0  # seconds between looks at the size of the heap
 
 
 class GcPolicy:
