@@ -123,7 +123,7 @@ class GcPolicy:
         for minutes or hours): freeze them now, before a young collection walks them once
         (what is frozen with them and dies is still freed by its reference count; a cycle
         waits for the next sweep)."""
-        if self._workers:
+        if self.active:
             gc.freeze()
 
     def sweep_due(self, now: float | None = None) -> bool:

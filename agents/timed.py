@@ -367,9 +367,10 @@ class EventTimeObserver:
         returns an awaitable: ``(that window's index, what it did)``, ``(len(windows), None)``
         once every call returned. The windows from that one on are the task's to finish
         (:meth:`_emit_windows`); all of them, ``(0, None)``, for an ``async def on_window``."""
-        on_window = plain_function(hook_of(self._on_window, self.target)) if self._on_window is not None else None
-        if on_window is None:
-            return 0, None
+        if self._on_window is None or not is_plain(self._on_window):
+            return 0, None  # an async def: no binding made here only to find that out
+        on_window = plain_function(hook_of(self._on_window, self.target))
+        assert on_window is not None
         for i, result in enumerate(windows):
             try:
                 returned = on_window(result)
