@@ -5,6 +5,7 @@ to the consumer's task, which retries, gives up and dead-letters exactly as befo
 from __future__ import annotations
 
 import anyio
+import pytest
 
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
@@ -102,3 +103,58 @@ async def test_a_plain_on_window_returning_an_awaitable_is_awaited_before_the_ne
     async with provider:
         await publish(provider)
     assert order == ["called 0", "called 10", "awaited 10", "called 20"]
+
+
+async def close_by(provider: StreamProvider, closer: str) -> None:
+    """The same three windows, closed not by data but by the stream's completion or by a
+    producer's watermark: the step that closes them runs in the consumer's task."""
+    stream = provider.get_stream(SID)
+    await stream.on_next_batch([{"t": T0 + 1}, {"t": T0 + 2}, {"t": T0 + 12}, {"t": T0 + 25}])
+    await drained(provider)
+    if closer == "completed":
+        await stream.on_completed()
+    else:
+        await stream.advance_time(T0 + 100)
+    await drained(provider)
+
+
+@pytest.mark.parametrize("closer", ["completed", "watermark"])
+async def test_a_plain_on_window_that_fails_where_completion_or_a_watermark_closes_is_one_letter(closer):
+    calls: list[float] = []
+    told: list[str] = []
+
+    def on_window(result):  # type: ignore[no-untyped-def]
+        calls.append(result.start - T0)
+        if result.start == T0 + 10:
+            raise RuntimeError("the middle one")
+
+    provider = provider_with(on_window, told.append)
+    async with provider:
+        await close_by(provider, closer)
+        letters = await provider.dead_letters.list()
+    assert calls[0] == 0.0 and calls[-1] == 20.0  # the windows around it were emitted, in order
+    assert calls.count(10.0) > 1 and set(calls) == {0.0, 10.0, 20.0}  # retried, then given up
+    [letter] = letters
+    assert (letter.reason, letter.value["start"], letter.value["value"]) == ("window_failed", T0 + 10, 1)
+    assert [str(e) for e in told] == ["the middle one"]
+
+
+@pytest.mark.parametrize("closer", ["completed", "watermark"])
+async def test_a_plain_on_window_returning_an_awaitable_where_completion_closes_is_awaited_in_order(closer):
+    order: list[str] = []
+
+    async def later(start: float) -> None:
+        await anyio.sleep(0.01)
+        order.append(f"awaited {start:g}")
+
+    def on_window(result):  # type: ignore[no-untyped-def]
+        start = result.start - T0
+        order.append(f"called {start:g}")
+        return later(start) if start == 10 else None
+
+    provider = provider_with(on_window)
+    async with provider:
+        await close_by(provider, closer)
+        letters = await provider.dead_letters.list()
+    assert order == ["called 0", "called 10", "awaited 10", "called 20"]
+    assert letters == []
