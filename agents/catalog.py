@@ -13,6 +13,7 @@ hooks, if it has them, run in tasks of their own with the stream's log context.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from functools import partial
@@ -21,10 +22,11 @@ from typing import Any, Literal, Protocol, TypeVarTuple
 import anyio
 
 from agents.activation import Activation, PendingActivation, TimedActivation
-from agents.checkpoint import ActivationStates, StateKey
+from agents.checkpoint import ActivationStates, KeyedMinHeap, StateKey
 from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
+from agents.durable import DurableActivation, warn_not_saved
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
 from agents.output import HandoffTarget, HookLimits
@@ -35,6 +37,7 @@ from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import enter_fields
 from streams.core.observer import as_observer
 from streams.core.pubsub import SubscriptionState
+from streams.core.state import StateError, is_stateful, next_processing_timer, state_ttl
 from streams.eventtime.lateness import LatenessSketches, ObservedTimes
 
 log = logging.getLogger("headrace.agent")
@@ -152,13 +155,15 @@ class StreamState:
         activations[cls] = activation
 
 
-def timed_of(activation: Activation) -> EventTimeObserver | None:
-    """The event-time activation a consumer delivers to, directly or as one of its inputs."""
+def timed_of(activation: Activation) -> EventTimeObserver | DurableActivation | None:
+    """The activation a consumer delivers to that its agent ticks and whose state holds the
+    checkpoint (an event-time one, or one with durable state), directly or as one of its
+    inputs."""
     if isinstance(activation, PendingActivation):
         if activation.built is None:
             return None
         activation = activation.built
-    if isinstance(activation, EventTimeObserver):
+    if isinstance(activation, EventTimeObserver | DurableActivation):
         return activation
     if isinstance(activation, InputView) and isinstance(activation.activation, EventTimeObserver):
         return activation.activation
@@ -190,6 +195,13 @@ class Catalog:
         # Event-time state saved with the checkpoint, where the receiver can (agents.checkpoint).
         self.states: ActivationStates | None = None
         self._saved: dict[StateKey, tuple[SequenceToken, bytes]] = {}
+        # Saved states of types with a time to live, by when (monotonic) their stream was last
+        # active: dropped from here and from the store once idle that long (expire).
+        self._expiring: dict[StateKey, tuple[float, float]] = {}  # key -> (last active, ttl)
+        self.shortest_ttl = math.inf  # of the types activated here: streams idle that long are swept
+        # Saved states not active here whose processing-time timers fall due: their streams
+        # are activated then, with no data, so the timers fire (waking).
+        self._sleeping: KeyedMinHeap[StateKey] = KeyedMinHeap()
         self.fates = FateCounts()  # of the activations that ended here (headrace status)
         # Observed lateness and disorder per consumer type, sampled by their processors.
         self.times = LatenessSketches(context.options.lateness_sample_every)
@@ -203,7 +215,50 @@ class Catalog:
         (``saved``) as their activations are made, and collect new ones from now on."""
         self._saved = saved
         self.states = ActivationStates(self._state_key)
+        now = time.monotonic()  # a restart counts as activity: the store keeps no idle time
+        for key, (_, state) in saved.items():
+            ttl = self._ttl_of(key[0])
+            if ttl is not None:
+                self._expiring[key] = (now, ttl)
+            try:
+                self._sleeping.set(key, next_processing_timer(state))
+            except StateError:
+                pass  # unreadable: its activation says so when it is made
         return self.states
+
+    def waking(self, now: float) -> list[StreamId]:
+        """The streams of saved states, not active here, whose processing-time timers are
+        due at ``now`` (processing clock): to activate, so that their timers fire."""
+        if not len(self._sleeping):
+            return []
+        return [StreamId.parse(stream) for _, stream in self._sleeping.pop_until(now)]
+
+    def _note_ttl(self, cls: type) -> None:
+        ttl = state_ttl(cls)
+        if ttl is not None and ttl < self.shortest_ttl:
+            self.shortest_ttl = ttl
+
+    def _ttl_of(self, consumer: str) -> float | None:
+        try:
+            cls = self._context.registry.get_type(consumer)
+        except Exception:  # a type this app no longer registers: its state is not ours to judge
+            return None
+        return state_ttl(cls)
+
+    def expire(self, now: float) -> int:
+        """Drop the saved states whose stream has been idle longer than their type's time
+        to live (``Durable(ttl=...)`` or ``state_ttl``), here and, with the next checkpoint,
+        from the store; how many."""
+        if self.states is None or not self._expiring:
+            return 0
+        gone = [key for key, (active, ttl) in self._expiring.items() if now - active >= ttl]
+        for key in gone:
+            del self._expiring[key]
+            if self._saved.pop(key, None) is not None:
+                self.states.expire(key)
+        if gone:
+            log.info("%s: %d idle activation state(s) expired (their time to live passed)", self.queue, len(gone))
+        return len(gone)
 
     def activation(self, state: StreamState, sid: StreamId, cls: type) -> Activation:
         """One instance per stream id and consumer type, like an Orleans grain activation;
@@ -225,9 +280,11 @@ class Catalog:
         instance: object | None
         if namespaces:
             observer, instance = self.keyed.observer_for(cls, sid, namespaces[0], self._make)
+            if instance is not None and timed_of(observer) is None and is_stateful(cls):
+                warn_not_saved(cls, "a plain type fed by several namespaces")
         else:
             timed, instance = self._make(cls, sid)
-            observer = timed if timed is not None else as_observer(instance)
+            observer = timed if timed is not None else self._plain(cls, sid, instance)
         if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
             self._spawn(call_hook, instance, "on_activate", state.log_fields)
         return observer
@@ -294,12 +351,20 @@ class Catalog:
         consumer.start()
         return consumer
 
-    def _make(self, cls: type, sid: StreamId) -> tuple[EventTimeObserver | None, object]:
-        """``(its event-time activation, or None; the user's instance)`` of a new activation."""
-        instance = cls(sid)
-        spec = declared_event_time(instance)
-        if spec is None:
-            return None, instance
+    def _plain(self, cls: type, sid: StreamId, instance: object) -> Activation:
+        """What a plain consumer's instance is delivered to: the adapted instance, wrapped
+        so that its state is saved when its type declares durable fields or timers."""
+        observer = as_observer(instance)
+        if not is_stateful(cls):
+            return observer
+        self._note_ttl(cls)
+        durable = DurableActivation(observer, sid, self._dead_letters, self._hook_limits(cls))
+        durable.on_change = self._on_change
+        if self.states is not None and durable.enable_snapshots():
+            self._restore(durable)
+        return durable
+
+    def _hook_limits(self, cls: type) -> HookLimits:
         limits = self._limits.get(cls)
         if limits is None:  # one per consumer type, not per activation
             options = self._context.options
@@ -308,6 +373,16 @@ class Catalog:
                 options.max_event_delivery_time,
                 options.delivery_retry_backoff,
             )
+        return limits
+
+    def _make(self, cls: type, sid: StreamId) -> tuple[EventTimeObserver | None, object]:
+        """``(its event-time activation, or None; the user's instance)`` of a new activation."""
+        instance = cls(sid)
+        spec = declared_event_time(instance)
+        if spec is None:
+            return None, instance
+        limits = self._hook_limits(cls)
+        self._note_ttl(cls)
         timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid), limits)
         timed.on_change = self._on_change
         policy = spec.policy
@@ -348,6 +423,8 @@ class Catalog:
     def _restore(self, activation: TimedActivation) -> None:
         key = self._state_key(activation)
         saved = self._saved.pop(key, None)
+        self._expiring.pop(key, None)  # active again
+        self._sleeping.discard(key)
         if saved is None:
             return
         self.fates.restored(key)
@@ -386,9 +463,13 @@ class Catalog:
                         # here, compact, for the stream's next data (restored in _make).
                         parked = self._state_key(timed)
                         self._saved[parked] = timed.park()
+                        ttl = state_ttl(cls)
+                        if ttl is not None:
+                            self._expiring[parked] = (state.last_activity, ttl)
                     else:
                         self.states.retire(timed)
-                self.fates.ended(self._state_key(timed)[0], timed.processor.counters, parked)
+                if isinstance(timed, EventTimeObserver):
+                    self.fates.ended(self._state_key(timed)[0], timed.processor.counters, parked)
                 gone.append(timed)
         for instance in ended:
             if hasattr(instance, "on_deactivate"):
@@ -403,7 +484,7 @@ def event_time_activations(states: Iterable[StreamState]) -> list[EventTimeObser
     for state in states:
         for _, observer in state.activations:
             timed = timed_of(observer)
-            if timed is not None:
+            if isinstance(timed, EventTimeObserver):
                 found[id(timed)] = timed
     return list(found.values())
 

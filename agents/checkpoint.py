@@ -45,7 +45,7 @@ from typing import Generic, TypeVar, overload
 
 from agents.activation import TimedActivation
 from streams.core.ids import SequenceToken
-from streams.eventtime.snapshot import SnapshotError
+from streams.core.state import StateError
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class ActivationStates:
         self._retired: list[StateKey] = []
         self._writing: list[TimedActivation] = []
         self._deleting: list[StateKey] = []
+        self._refused: set[StateKey] = set()  # whose last save was refused (logged once)
 
     def changed(self, activation: TimedActivation) -> None:
         if activation.snapshots and activation.unsaved:
@@ -72,6 +73,10 @@ class ActivationStates:
         self._dirty.discard(activation)
         if activation.stored or activation in self._writing:
             self._retired.append(self._key_of(activation))
+
+    def expire(self, key: StateKey) -> None:
+        """A parked activation's state outlived its time to live: delete it from the store."""
+        self._retired.append(key)
 
     def pending(self) -> bool:
         return bool(self._dirty or self._retired)
@@ -88,14 +93,21 @@ class ActivationStates:
                 continue
             try:
                 position, state = activation.begin_snapshot()
-            except SnapshotError as exc:
-                log.warning(
-                    "%s on %s: %s; its open windows hold the queue's checkpoint",
-                    type(activation.target).__qualname__,
-                    activation.stream_id,
-                    exc,
-                )
+            except StateError as exc:
+                key = self._key_of(activation)
+                if key not in self._refused:  # once until it saves again, not at every checkpoint
+                    self._refused.add(key)
+                    log.warning(
+                        "%s on %s: %s; its state holds the queue's checkpoint until it can be saved",
+                        type(activation.target).__qualname__,
+                        activation.stream_id,
+                        exc,
+                    )
+                if activation.snapshots:
+                    keep.add(activation)  # tried again at the next checkpoint
                 continue
+            if self._refused:
+                self._refused.discard(self._key_of(activation))
             self._writing.append(activation)
             if state is None:  # empty
                 deletes.append(self._key_of(activation))

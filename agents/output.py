@@ -79,6 +79,7 @@ from streams.core.deadletters import DeadLetter, DeadLetterStore, event_position
 from streams.core.errors import ActivationError, DecodeError, DeliveryTimeoutError, HandoffRefusedError, user_error
 from streams.core.ids import SequenceToken
 from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
+from streams.core.state import Timer
 from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
 
@@ -214,6 +215,7 @@ class _LastError(Exception):
 log = logging.getLogger("headrace.agent")
 
 WINDOW_FAILED = "window_failed"
+TIMER_FAILED = "timer_failed"
 _RAISED = ("invalid_value", "invalid_timestamp")  # refusals a user's callable may cause
 _TRACEBACK = "Traceback (most recent call last)"
 
@@ -404,6 +406,29 @@ class HookCalls:
                 self._limits.consumer,
                 watermark,
             )
+
+    async def timer(self, on_timer: Callable[[Timer], Awaitable[object]], timer: Timer) -> None:
+        """Call ``on_timer(timer)``; dead-letter the firing (``timer_failed``) if no attempt
+        takes it: the timer is gone either way, as a window given up is."""
+        running, self.running = self.running, True
+        try:
+            unit = f"the {timer.kind}-time timer {timer.name!r} at {timer.time}"
+            error = await self.call("on_timer", unit, lambda: on_timer(timer))
+            if error is None:
+                return
+            consumer = self._limits.consumer
+            log.warning("%s: on_timer of %s failed for %s; dead-lettered (timer_failed)", self._stream, consumer, unit)
+            letter = DeadLetter(
+                TIMER_FAILED,
+                stream=self._stream,
+                value={"consumer": consumer, "name": timer.name, "time": timer.time, "kind": timer.kind},
+                detail=failure_detail(f"on_timer of {consumer}", error),
+                unit=f"{consumer} {unit}",
+            )
+            await self._dead_letters.add([letter])
+            await self._tell(error)
+        finally:
+            self.running = running
 
     async def _tell(self, error: Exception) -> None:
         """Tell the consumer's ``on_error`` of a unit given up (its letter is kept already),

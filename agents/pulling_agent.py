@@ -223,6 +223,8 @@ class PullingAgent:
         if clock == -math.inf:
             return
         strict = clock == self._records_clock  # a record's arrival: one more may come at this instant
+        for sid in self._catalog.waking(clock):
+            self._spawn(self._wake_stream, sid)  # its timers are due: it ticks once active
         for activation in self._holds.due(clock):
             if self._settled(activation):
                 self.ticks += 1
@@ -251,6 +253,8 @@ class PullingAgent:
         now = self._processing_clock()
         if now == -math.inf:
             return 0
+        for sid in self._catalog.waking(now):
+            await self._wake_stream(sid)
         due = list(self._holds.due(now))
         for activation in due:
             await self._tick(activation, now, now == self._records_clock)
@@ -449,6 +453,12 @@ class PullingAgent:
                 self._fail(exc)
 
     # -- consumers ---------------------------------------------------------------------
+    async def _wake_stream(self, sid: StreamId) -> None:
+        """Activate ``sid`` with no data: a saved state of it has a timer due."""
+        sid = interned(sid)
+        if sid not in self._streams and not self._stopping:
+            await self._open_stream(sid)
+
     async def _open_stream(self, sid: StreamId, skip: str | None = None) -> StreamState:
         """Attach every consumer of a newly active stream (``skip`` is attached by the
         caller, from its own token)."""
@@ -507,7 +517,8 @@ class PullingAgent:
         data again (``Catalog.close``). Streams are kept in order of their last data, so a
         sweep reads only the quiet ones."""
         now = time.monotonic()
-        period = self.context.options.stream_inactivity_period
+        # A state's time to live is idle time too: its streams are swept once idle that long.
+        period = min(self.context.options.stream_inactivity_period, self._catalog.shortest_ttl)
         if now - self._last_inactivity_sweep < min(period, 60.0):
             return
         self._last_inactivity_sweep = now
@@ -520,6 +531,7 @@ class PullingAgent:
         for sid, state in quiet:
             if state.opening is None and self._quiet(state):
                 self._close_stream(sid)
+        self._catalog.expire(now)
 
     def _quiet(self, state: StreamState) -> bool:
         if not all(c.idle for c in state.consumers):

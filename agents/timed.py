@@ -32,6 +32,7 @@ that has to wait.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -42,18 +43,31 @@ from typing import Any
 import anyio
 
 from agents.activation import TimedActivation
+from agents.durable import fire_timers, on_timer_of, warn_not_saved
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
 from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
 from streams.core.observer import SharedHook, hook_of, is_plain, nothing, plain_function
+from streams.core.state import (
+    EVENT_TIME,
+    PROCESSING_TIME,
+    Timer,
+    TimerTable,
+    is_stateful,
+    pack_unit,
+    timers_of,
+    unpack_unit,
+)
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
 from streams.eventtime.results import EventOutcome, JoinResult, Output, WindowResult
 from streams.eventtime.snapshot import can_snapshot, is_empty
 from streams.eventtime.spec import EventTime
+
+log = logging.getLogger("headrace.agent")
 
 
 class Turns:
@@ -202,6 +216,10 @@ class EventTimeObserver:
     _user_watermark: Callable[[float], Awaitable[None]] | None = None
     _unfinished: SequenceToken | None = None
     _skip_to: SequenceToken | None = None
+    # A type with durable fields or timers (streams.core.state): saved as one unit with its windows.
+    _unit = False
+    timers: TimerTable | None = None
+    _on_timer: Callable[[Timer], Awaitable[None]] | None = None
 
     def __init__(
         self,
@@ -233,6 +251,9 @@ class EventTimeObserver:
             self._open_inputs = set(spec.inputs)
         self.stream_id = stream_id
         self.processor = spec.processor(name)
+        if is_stateful(type(target)):
+            self._unit = True
+            self.timers = timers_of(target)
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
         # Checked, and its hooks inspected, once per consumer type.
@@ -360,6 +381,7 @@ class EventTimeObserver:
             and not (out.events and self._on_events is not None)
             and not (self._user_watermark is not None and out.watermark > self._last_watermark)
             and (self._on_window is None or is_plain(self._on_window))
+            and (self.timers is None or not _due(self.timers, out.watermark))
         )
 
     def _windows_now(self, windows: list[WindowResult]) -> tuple[int, Exception | Awaitable[object] | None]:
@@ -424,6 +446,7 @@ class EventTimeObserver:
             or (out.events and (self._on_events is not None or self._release is not None))
             or self._merge is not None
             or (self._user_watermark is not None and out.watermark > self._last_watermark)
+            or (self.timers is not None and _due(self.timers, out.watermark))
         )
 
     def _taking(self, batch: EventBatch, part: str) -> EventBatch:
@@ -469,6 +492,15 @@ class EventTimeObserver:
             return
         async with self._lock:
             await self._step(lambda: self.processor.on_tick(now, strict=strict))
+            timers = self.timers
+            if timers is not None and timers.next_due(PROCESSING_TIME) is not None:
+                before = self._begin(None)
+                try:
+                    await fire_timers(timers, PROCESSING_TIME, now, self._hook_calls(), self._timer_hook())
+                except BaseException:
+                    self._step_lost(before)
+                    raise
+                self._step_ended()
 
     async def _step(self, step: Callable[[], Output], first: SequenceToken | None = None) -> None:
         """Run one processor step (over events from ``first``) and emit its output, holding
@@ -551,11 +583,15 @@ class EventTimeObserver:
         watermark its type watches (``on_watermark``); None when no tick ever would. An
         activation of several inputs ticks at every timer period, as its merge is timed."""
         processor = self.processor
+        timers = self.timers
+        timer = None if timers is None else timers.next_due(PROCESSING_TIME)
         if processor.watermark == math.inf:
-            return None
+            return timer
         if self._inputs:
             return -math.inf
         due = processor.next_tick()
+        if timer is not None:
+            due = min(due, timer)
         late = processor.policy.late_arrival
         if late is not None:
             earliest = self._release.earliest() if self._release is not None else None
@@ -573,6 +609,8 @@ class EventTimeObserver:
         """The store saves states with the checkpoint: snapshot this activation if its kind
         of state can be (True when it will)."""
         self.snapshots = self._merge is None and self._release is None and can_snapshot(self.processor)
+        if self._unit and not self.snapshots:
+            warn_not_saved(type(self.target), "several merged inputs, or events held for a handoff")
         return self.snapshots
 
     def stepping(self) -> bool:
@@ -588,6 +626,8 @@ class EventTimeObserver:
         except Exception:
             self.snapshots = False
             raise
+        if self._unit:  # its fields and timers too, never empty (StateError: it holds, and tries again)
+            state = pack_unit(self.target, state, self.timers)
         self._saving = _lowest(self._saving, self._since_snapshot)
         self._since_snapshot = None
         self.unsaved = False
@@ -606,14 +646,18 @@ class EventTimeObserver:
 
     def restore(self, position: SequenceToken, state: bytes) -> None:
         """Resume from a saved snapshot: events at or below ``position`` are in it."""
-        self.processor.restore(state)
+        windows: bytes | None = state
+        if self._unit:
+            windows = unpack_unit(self.target, state, self.timers)
+        if windows is not None:
+            self.processor.restore(windows)
         self._skip_to = self._taken = position
         self._last_watermark = self.processor.watermark
         self.stored = True
         self._changed()
 
     def has_state(self) -> bool:
-        return not is_empty(self.processor)
+        return self._unit or not is_empty(self.processor)
 
     def can_park(self) -> bool:
         """Whether it can be deactivated with its windows open: the store has its state as
@@ -635,7 +679,8 @@ class EventTimeObserver:
         """``(last event taken, state)``: what :meth:`restore` resumes from (see
         :meth:`can_park`); the same state as the stored snapshot, kept compact in memory."""
         assert self._taken is not None
-        return self._taken, self.processor.snapshot()
+        windows = None if is_empty(self.processor) else self.processor.snapshot()
+        return self._taken, pack_unit(self.target, windows, self.timers) if self._unit else self.processor.snapshot()
 
     def _held(self) -> SequenceToken | None:
         # With no snapshot saved or being saved, a restart rebuilds the windows from the
@@ -679,13 +724,37 @@ class EventTimeObserver:
             released = self._release.release(out.watermark)
             if released:
                 await handoff.events(released, self._release.below())
-        if self._on_window is not None and out.windows:
+        timers = self.timers
+        if timers is not None and _due(timers, out.watermark):
+            await self._emit_windows_and_timers(out.windows if self._on_window is not None else [], out.watermark)
+        elif self._on_window is not None and out.windows:
             await self._emit_windows(out.windows, self._windows_now(out.windows))
         if self._on_events is not None and out.events and self._merge is None:
             await self._hook_calls().events(self._on_events, out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
             await self._hook_calls().watermark(self._user_watermark, out.watermark)
+
+    async def _emit_windows_and_timers(self, windows: list[WindowResult], watermark: float) -> None:
+        """The step's windows and the event-time timers due at its watermark, in order of
+        their due times (a window's ``end + A``, a timer's time); at equal times the windows
+        first, and the timers in the order they were set (the contract's "Early results and
+        timers"). A timer an ``on_timer`` sets already due fires in the same step."""
+        timers = self.timers
+        assert timers is not None
+        hooks, on_timer = self._hook_calls(), self._timer_hook()
+        lateness = self.processor.allowed_lateness
+        for i, window in enumerate(windows):
+            # the timers due before this window (strictly: at equal times, windows go first)
+            for timer in timers.due(EVENT_TIME, math.nextafter(window.end + lateness, -math.inf)):
+                await hooks.timer(on_timer, timer)
+            await self._emit_windows(windows[i : i + 1], (0, None))
+        await fire_timers(timers, EVENT_TIME, watermark, hooks, on_timer)
+
+    def _timer_hook(self) -> Callable[[Timer], Awaitable[None]]:
+        if self._on_timer is None:
+            self._on_timer = on_timer_of(self.target)
+        return self._on_timer
 
     async def _emit_joins(self, joins: list[JoinResult]) -> None:
         """An interval join's pairs: to Spark first (one row a pair, as its left event's
@@ -752,3 +821,9 @@ def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken |
 def _follows_clock_for_accepted(processor: Processor) -> bool:
     policy = processor.policy
     return policy.late_arrival is not None and policy.action is Action.ACCEPT
+
+
+def _due(timers: TimerTable, watermark: float) -> bool:
+    """An event-time timer is due at ``watermark``."""
+    due = timers.next_due(EVENT_TIME)
+    return due is not None and due <= watermark

@@ -49,6 +49,10 @@ _HOMES = {
     "StreamObserver": "streams.core.observer",
     "inline": "streams.core.observer",
     "StreamProviderOptions": "streams.core.options",
+    "Durable": "streams.core.state",
+    "StateError": "streams.core.state",
+    "Timer": "streams.core.state",
+    "Timers": "streams.core.state",
     "PubSubStore": "streams.core.pubsub",
     "SubscriptionRecord": "streams.core.pubsub",
     "SequenceToken": "streams.core.ids",
@@ -67,6 +71,7 @@ __all__ = [
     "DecodeError",
     "DeliveryFailure",
     "DeliveryTimeoutError",
+    "Durable",
     "EncodeError",
     "Event",
     "EventBatch",
@@ -86,6 +91,7 @@ __all__ = [
     "RecordFormat",
     "RewindableReceiver",
     "SequenceToken",
+    "StateError",
     "Stream",
     "StreamFailureHandler",
     "StreamId",
@@ -94,6 +100,8 @@ __all__ = [
     "StreamProviderOptions",
     "StreamSubscriptionHandle",
     "SubscriptionRecord",
+    "Timer",
+    "Timers",
     "inline",
 ]
 
@@ -139,5 +147,6 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from streams.core.options import StreamProviderOptions
     from streams.core.pubsub import PubSubStore, SubscriptionRecord
     from streams.core.records import RecordFormat
+    from streams.core.state import Durable, StateError, Timer, Timers
     from streams.runtime.provider import StreamProvider
     from streams.runtime.stream import Stream, StreamSubscriptionHandle

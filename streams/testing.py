@@ -81,7 +81,7 @@ class _TestBackend(MemoryBackend):
     """Memory queues whose Spark handoff streams are kept in memory, for inspection."""
 
     def __init__(self, queues: int) -> None:
-        super().__init__(MemoryAdapterFactory(queues))
+        super().__init__(MemoryAdapterFactory(queues, keep_states=True))
         self.handoff_sinks: dict[str, MemoryHandoffSink] = {}
 
     async def open_handoff_sink(
@@ -248,6 +248,22 @@ class Harness:
             self._move_to(at)
         await self.stream(stream).on_completed()
         await self.settle()
+
+    async def restart(self) -> None:
+        """Stop the worker and start a new one, as a restart of ``headrace worker`` would:
+        what was published is taken first, the activations' durable fields, timers and
+        windows are saved as at a checkpoint, and the new worker's activations (new
+        instances) restore them before their streams' next events. A test proves with it
+        that its consumer survives a restart::
+
+            await harness.publish("orders/ann", {"total": 10}, {"total": 20})
+            await harness.restart()
+            await harness.publish("orders/ann", {"total": 5})
+            assert harness.instances(ThirdOrderAlert)[StreamId("orders", "ann")].orders == 3
+        """
+        await self.settle()
+        await self.provider.__aexit__(None, None, None)
+        await self.provider.__aenter__()
 
     async def advance(self, seconds: float) -> None:
         """Let ``seconds`` of processing time pass with nothing arriving, then :meth:`settle`."""

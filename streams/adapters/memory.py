@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.adapters.mapper import HashRingQueueMapper
-from streams.adapters.protocols import ContainerQueueAdapter
+from streams.adapters.protocols import ContainerQueueAdapter, StateKey, StateSource
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, SequenceToken, StreamId
@@ -32,12 +32,14 @@ class _MemoryQueue:
     collection (a QueueMessage holds a QueueId and stays tracked). The receiver makes the
     messages as it hands them out."""
 
-    __slots__ = ("records", "next_sequence", "delivered")
+    __slots__ = ("records", "next_sequence", "delivered", "states")
 
     def __init__(self) -> None:
         self.records: deque[tuple[int, bytes, float]] = deque()
         self.next_sequence = 0
         self.delivered = 0  # records acknowledged, for tests and status
+        # The activation states saved with its acknowledgements (an adapter that keeps them).
+        self.states: dict[StateKey, tuple[SequenceToken, bytes]] = {}
 
 
 class MemoryQueueAdapter(ContainerQueueAdapter):
@@ -49,10 +51,13 @@ class MemoryQueueAdapter(ContainerQueueAdapter):
     name = "memory"
     is_rewindable = False
 
-    def __init__(self, queues: int = 8) -> None:
+    def __init__(self, queues: int = 8, *, keep_states: bool = False) -> None:
         self.mapper = HashRingQueueMapper(queues)
         # Keyed by queue number: an int hashes in C, a QueueId through a Python method.
         self._queues = {q.number: _MemoryQueue() for q in self.mapper.get_all_queues()}
+        # Save activations' states with each acknowledgement, for the next worker of this
+        # process (streams.testing's restart); off: every worker starts from nothing.
+        self._keep_states = keep_states
 
     async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
         q = self._queues[queue.number]
@@ -60,7 +65,13 @@ class MemoryQueueAdapter(ContainerQueueAdapter):
         q.next_sequence += 1
 
     def create_receiver(self, queue: QueueId) -> MemoryQueueReceiver:
+        if self._keep_states:
+            return StatefulMemoryQueueReceiver(queue, self._queues[queue.number])
         return MemoryQueueReceiver(queue, self._queues[queue.number])
+
+    def saved_states(self, queue: QueueId) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+        """The activation states saved with ``queue``'s acknowledgements (kept states only)."""
+        return dict(self._queues[queue.number].states)
 
     def depth(self, queue: QueueId) -> int:
         """Records enqueued and not yet read."""
@@ -96,9 +107,45 @@ class MemoryQueueReceiver:
         return None
 
 
+class StatefulMemoryQueueReceiver(MemoryQueueReceiver):
+    """A memory receiver that saves its activations' states with each acknowledgement (a
+    :class:`~streams.adapters.protocols.StatefulReceiver`), as the embedded store saves them
+    with its checkpoint: a worker started again in the same process restores them."""
+
+    def __init__(self, queue: QueueId, state: _MemoryQueue) -> None:
+        super().__init__(queue, state)
+        self.state_source: StateSource | None = None
+
+    async def load_states(self) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+        return dict(self._state.states)
+
+    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        self._save()  # as the embedded receiver persists a due checkpoint before it reads
+        return await super().get_queue_messages(max_count)
+
+    async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
+        await super().messages_delivered(tokens)
+        self._save()
+
+    async def shutdown(self) -> None:
+        self._save()
+
+    def _save(self) -> None:
+        source = self.state_source
+        if source is None or not source.pending():
+            return
+        upserts, deletes = source.collect()
+        states = self._state.states
+        for consumer, stream, sequence_number, event_index, state in upserts:
+            states[(consumer, stream)] = (SequenceToken(sequence_number, event_index), state)
+        for key in deletes:
+            states.pop(key, None)
+        source.written(True)
+
+
 class MemoryAdapterFactory:
-    def __init__(self, queues: int = 8) -> None:
-        self._adapter = MemoryQueueAdapter(queues)
+    def __init__(self, queues: int = 8, *, keep_states: bool = False) -> None:
+        self._adapter = MemoryQueueAdapter(queues, keep_states=keep_states)
 
     async def create_adapter(self) -> MemoryQueueAdapter:
         return self._adapter

@@ -401,6 +401,15 @@ def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection) -> None:
     )
 
 
+def every_state(conn: sqlite3.Connection) -> list[tuple[int, str, str, SequenceToken, bytes]]:
+    """Every activation state the store holds, ``(queue, consumer, stream, position, state)``
+    by consumer and stream (``headrace state``)."""
+    rows = conn.execute(
+        "SELECT queue, consumer, stream, seq, idx, state FROM activation_states ORDER BY consumer, stream"
+    ).fetchall()
+    return [(q, c, s, SequenceToken(seq, idx), bytes(state)) for q, c, s, seq, idx, state in rows]
+
+
 def read_states(queue: int, conn: sqlite3.Connection) -> dict[StateKey, tuple[SequenceToken, bytes]]:
     rows = conn.execute(
         "SELECT consumer, stream, seq, idx, state FROM activation_states WHERE queue = ?", (queue,)

@@ -162,6 +162,11 @@ class Processor:
         return self._parts.window
 
     @property
+    def allowed_lateness(self) -> float:
+        """How long a window stays open after the watermark passes its end (``A``)."""
+        return self._flow.lateness
+
+    @property
     def reducer(self) -> Reducer[Any, Any]:
         return self._parts.reducer
 

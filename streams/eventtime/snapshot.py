@@ -31,8 +31,8 @@ from typing import Any, Protocol
 
 import msgpack
 
-from streams.core.errors import HeadraceError
 from streams.core.ids import SequenceToken
+from streams.core.state import StateError
 from streams.eventtime.aggregates import _Sequenced
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.parts import Store
@@ -45,7 +45,7 @@ __all__ = ["SnapshotError", "can_snapshot", "is_empty", "restore", "snapshot"]
 FORMAT = 1
 
 
-class SnapshotError(HeadraceError):
+class SnapshotError(StateError):
     """The processor's state cannot be serialized (an accumulator or key msgpack cannot encode)."""
 
 

@@ -39,6 +39,7 @@ DEAD_LETTER_REASONS: tuple[str, ...] = (
     "delivery_failed",
     "activation_failed",
     "window_failed",
+    "timer_failed",
     "handoff_failed",
 )
 

@@ -1,0 +1,152 @@
+"""``headrace state``: the saved state of a consumer type's activations, for operators.
+
+Each activation of a type with durable fields (``streams.Durable``), timers
+(``streams.Timers``) or open windows is saved with its queue's checkpoint: on the embedded
+store in its database, on Kafka in the state changelog topic. This lists them (one line per
+stream, its fields in short) or shows one in full, decoded as JSON: the position of the last
+event the state reflects, the fields, the timers not fired yet, and whether windows are open.
+Nothing here changes the state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from streams.cli import CliError
+from streams.cli.common import add_config_options, add_row, console, existing_store, load_app, load_cli_config, table
+from streams.core.ids import QueueId, SequenceToken
+from streams.core.state import StateError, unit_json
+from streams.embedded.queues import every_state
+from streams.kafka.clients import kafka_outage_log
+from streams.kafka.state import KafkaChangelog
+from streams.runtime.backends import KafkaBackend
+
+EXAMPLES = """examples:
+  headrace state --app myapp:provider ThirdOrderAlert             # every saved activation of the type
+  headrace state --app myapp:provider ThirdOrderAlert orders/ann  # one, in full, as JSON
+  headrace state --path ./store ThirdOrderAlert --json            # one JSON object per line
+"""
+
+_PREVIEW = 70  # characters of the fields in the list
+
+
+@dataclass(frozen=True, slots=True)
+class SavedState:
+    """One activation's saved unit, as the store or the changelog holds it."""
+
+    queue: int
+    consumer: str
+    stream: str
+    position: SequenceToken
+    state: bytes
+
+    def as_json(self) -> dict[str, Any]:
+        try:
+            unit = unit_json(self.state)
+        except StateError as exc:
+            unit = {"error": str(exc)}
+        return {
+            "consumer": self.consumer,
+            "stream": self.stream,
+            "queue": self.queue,
+            "position": [self.position.sequence_number, self.position.event_index],
+            **unit,
+        }
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "state",
+        help="show the saved state of a consumer type's activations",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_options(parser)
+    parser.add_argument("type", metavar="TYPE", help="the consumer type (its name, or the registry's full name)")
+    parser.add_argument("stream", nargs="?", metavar="STREAM", help="namespace/key: show this one in full")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def run(args: argparse.Namespace) -> int:
+    states = anyio.run(_read, args)
+    chosen = matching(states, args.type)
+    if args.stream is not None:
+        found = [s for s in chosen if s.stream == args.stream]
+        if not found:
+            raise CliError(f"no saved state of {args.type} for {args.stream} ({len(chosen)} saved for the type)")
+        for saved in found:
+            print(json.dumps(saved.as_json(), indent=None if args.json else 2, default=_plain))
+        return 0
+    if args.json:
+        for saved in chosen:
+            print(json.dumps(saved.as_json(), default=_plain))
+        return 0
+    rows = table(f"saved state of {args.type}: {len(chosen)} activation(s)", "stream", "queue", "position", "fields")
+    for saved in chosen:
+        unit = saved.as_json()
+        fields = json.dumps(unit.get("fields", unit.get("error")), default=_plain)
+        preview = fields if len(fields) <= _PREVIEW else fields[: _PREVIEW - 1] + "…"
+        position = f"{saved.position.sequence_number}:{saved.position.event_index}"
+        add_row(rows, saved.stream, str(saved.queue), position, preview)
+    console().print(rows)
+    return 0
+
+
+def matching(states: Iterable[SavedState], name: str) -> list[SavedState]:
+    """The states of the consumer type ``name``: its registry name, or the last part of it.
+
+    >>> s = SavedState(0, "app.ThirdOrderAlert", "orders/ann", SequenceToken(3), b"")
+    >>> [x.stream for x in matching([s], "ThirdOrderAlert")]
+    ['orders/ann']
+    >>> matching([s], "Alerts")
+    Traceback (most recent call last):
+    ...
+    streams.cli.CliError: no saved state of a consumer type 'Alerts'; types with saved state: app.ThirdOrderAlert
+    """
+    states = list(states)
+    exact = [s for s in states if s.consumer == name]
+    if exact:
+        return exact
+    short = [s for s in states if s.consumer.rsplit(".", 1)[-1] == name]
+    if short:
+        return short
+    known = sorted({s.consumer for s in states})
+    raise CliError(f"no saved state of a consumer type {name!r}; types with saved state: {', '.join(known) or 'none'}")
+
+
+async def _read(args: argparse.Namespace) -> list[SavedState]:
+    app = load_app(args)
+    if app is not None and isinstance(app.backend, KafkaBackend):
+        return await _from_changelog(app.backend)
+    if app is not None and app.store is None:
+        raise CliError(f"--app {args.app}: its provider keeps its state in this process's memory: nothing to read")
+    config = load_cli_config(args)
+    with contextlib.closing(existing_store(config)) as store:
+        rows = await store.read(every_state)
+    return [SavedState(*row) for row in rows]
+
+
+async def _from_changelog(backend: KafkaBackend) -> list[SavedState]:
+    """Every queue's newest states in the Kafka state changelog."""
+    settings = backend.factory.settings
+    changelog = KafkaChangelog(settings, kafka_outage_log(settings))
+    found: list[SavedState] = []
+    try:
+        for number in range(settings.queues):
+            saved = await changelog.load(QueueId(number))
+            found += [SavedState(number, c, s, pos, state) for (c, s), (pos, state) in saved.items()]
+    finally:
+        await changelog.close()
+    return sorted(found, key=lambda s: (s.consumer, s.stream))
+
+
+def _plain(value: object) -> object:
+    return value.hex() if isinstance(value, bytes) else repr(value)
