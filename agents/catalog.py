@@ -32,6 +32,7 @@ from agents.merged_inputs import InputView
 from agents.output import HandoffTarget, HookLimits
 from agents.protocols import AgentContext
 from agents.timed import EventTimeObserver, declared_event_time
+from streams.adapters.protocols import StateLookup
 from streams.core.deadletters import QueueDeadLetters
 from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import enter_fields
@@ -195,6 +196,7 @@ class Catalog:
         # Event-time state saved with the checkpoint, where the receiver can (agents.checkpoint).
         self.states: ActivationStates | None = None
         self._saved: dict[StateKey, tuple[SequenceToken, bytes]] = {}
+        self._lookup: StateLookup | None = None  # reads one durable state from the store
         # Saved states of types with a time to live, by when (monotonic) their stream was last
         # active: dropped from here and from the store once idle that long (expire).
         self._expiring: dict[StateKey, tuple[float, float]] = {}  # key -> (last active, ttl)
@@ -210,10 +212,15 @@ class Catalog:
         # per type, not one per stream.
         self._implicit_ids: dict[type, str] = {}
 
-    def keep_states(self, saved: dict[StateKey, tuple[SequenceToken, bytes]]) -> ActivationStates:
+    def keep_states(
+        self, saved: dict[StateKey, tuple[SequenceToken, bytes]], lookup: StateLookup | None = None
+    ) -> ActivationStates:
         """The queue's store saves event-time states with its checkpoint: restore these
-        (``saved``) as their activations are made, and collect new ones from now on."""
+        (``saved``) as their activations are made, and collect new ones from now on. With a
+        ``lookup``, the durable state of a consumer type is read from the store when its
+        activation is made (not in ``saved``), and a parked one's is left there."""
         self._saved = saved
+        self._lookup = lookup
         self.states = ActivationStates(self._state_key)
         now = time.monotonic()  # a restart counts as activity: the store keeps no idle time
         for key, (_, state) in saved.items():
@@ -244,6 +251,13 @@ class Catalog:
         except Exception:  # a type this app no longer registers: its state is not ours to judge
             return None
         return state_ttl(cls)
+
+    def expiring_types(self) -> list[tuple[str, float]]:
+        """``(consumer type name, time to live)`` of the durable types activated here, whose
+        idle states the store itself drops (a lookup store)."""
+        if self._lookup is None:
+            return []
+        return [(limits.consumer, ttl) for cls, limits in self._limits.items() if (ttl := state_ttl(cls)) is not None]
 
     def expire(self, now: float) -> int:
         """Drop the saved states whose stream has been idle longer than their type's time
@@ -425,6 +439,10 @@ class Catalog:
         saved = self._saved.pop(key, None)
         self._expiring.pop(key, None)  # active again
         self._sleeping.discard(key)
+        lookup, states = self._lookup, self.states
+        if saved is None and lookup is not None and states is not None and _durable(activation):
+            if not states.deleting(key):  # a deletion on its way: the row is not its state any more
+                saved = lookup.saved_state(key)
         if saved is None:
             return
         self.fates.restored(key)
@@ -460,12 +478,14 @@ class Catalog:
                 if self.states is not None and not stopping:
                     if timed.has_state() and timed.can_park():
                         # Its windows stay open: the stored row stays, and its state waits
-                        # here, compact, for the stream's next data (restored in _make).
+                        # here, compact, for the stream's next data (restored in _make);
+                        # a durable one with a store to look it up in waits only there.
                         parked = self._state_key(timed)
-                        self._saved[parked] = timed.park()
-                        ttl = state_ttl(cls)
-                        if ttl is not None:
-                            self._expiring[parked] = (state.last_activity, ttl)
+                        if self._lookup is None or not _durable(timed):
+                            self._saved[parked] = timed.park()
+                            ttl = state_ttl(cls)
+                            if ttl is not None:
+                                self._expiring[parked] = (state.last_activity, ttl)
                     else:
                         self.states.retire(timed)
                 if isinstance(timed, EventTimeObserver):
@@ -475,6 +495,10 @@ class Catalog:
             if hasattr(instance, "on_deactivate"):
                 self._spawn(call_hook, instance, "on_deactivate", state.log_fields)
         return gone
+
+
+def _durable(activation: TimedActivation) -> bool:
+    return is_stateful(type(activation.target))
 
 
 def event_time_activations(states: Iterable[StreamState]) -> list[EventTimeObserver]:

@@ -46,6 +46,7 @@ from typing import Generic, TypeVar, overload
 from agents.activation import TimedActivation
 from streams.core.ids import SequenceToken
 from streams.core.state import StateError
+from streams.eventtime.snapshot import SnapshotError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,10 @@ class ActivationStates:
         """A parked activation's state outlived its time to live: delete it from the store."""
         self._retired.append(key)
 
+    def deleting(self, key: StateKey) -> bool:
+        """A deletion of ``key``'s saved state is on its way to the store."""
+        return key in self._retired or key in self._deleting
+
     def pending(self) -> bool:
         return bool(self._dirty or self._retired)
 
@@ -97,11 +102,13 @@ class ActivationStates:
                 key = self._key_of(activation)
                 if key not in self._refused:  # once until it saves again, not at every checkpoint
                     self._refused.add(key)
+                    holds = (
+                        "its open windows hold the queue's checkpoint"  # for good: snapshots are off
+                        if isinstance(exc, SnapshotError)
+                        else "its state holds the queue's checkpoint until it can be saved"
+                    )
                     log.warning(
-                        "%s on %s: %s; its state holds the queue's checkpoint until it can be saved",
-                        type(activation.target).__qualname__,
-                        activation.stream_id,
-                        exc,
+                        "%s on %s: %s; %s", type(activation.target).__qualname__, activation.stream_id, exc, holds
                     )
                 if activation.snapshots:
                     keep.add(activation)  # tried again at the next checkpoint

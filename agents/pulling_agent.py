@@ -41,7 +41,7 @@ from agents.protocols import AgentContext
 from agents.registry import InProcessSubscription
 from agents.timed import EventTimeObserver
 from cache.protocols import QueueCache
-from streams.adapters.protocols import ForwardingReceiver, QueueAdapterReceiver, StatefulReceiver
+from streams.adapters.protocols import ForwardingReceiver, QueueAdapterReceiver, StatefulReceiver, StateLookup
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.codec import interned
 from streams.core.deadletters import DeadLetter
@@ -164,7 +164,8 @@ class PullingAgent:
                     await self._retrying(self.receiver.initialize)
                     if isinstance(self.receiver, StatefulReceiver):
                         saved = await self._retrying(self.receiver.load_states) or {}
-                        self.receiver.state_source = self._holds.states = self._catalog.keep_states(saved)
+                        lookup = self.receiver if isinstance(self.receiver, StateLookup) else None
+                        self.receiver.state_source = self._holds.states = self._catalog.keep_states(saved, lookup)
                 except QueueFailedError as exc:
                     self._fail(exc)
                 task_status.started()
@@ -532,6 +533,19 @@ class PullingAgent:
             if state.opening is None and self._quiet(state):
                 self._close_stream(sid)
         self._catalog.expire(now)
+        receiver = self.receiver
+        if isinstance(receiver, StateLookup):  # its parked durable states are only in the store
+            for consumer, ttl in self._catalog.expiring_types():
+                self._spawn(self._expire_stored, receiver, consumer, time.time() - ttl)
+
+    async def _expire_stored(self, receiver: StateLookup, consumer: str, before: float) -> None:
+        try:
+            gone = await receiver.expire_states(consumer, before)
+        except Exception:  # the store is away: the next sweep tries again
+            log.warning("%s: expiring the idle states of %s failed", self.queue, consumer, exc_info=True)
+            return
+        if gone:
+            log.info("%s: %d idle state(s) of %s expired (their time to live passed)", self.queue, gone, consumer)
 
     def _quiet(self, state: StreamState) -> bool:
         if not all(c.idle for c in state.consumers):

@@ -177,6 +177,17 @@ class StateSource(Protocol):
 
 
 @runtime_checkable
+class StateLookup(Protocol):
+    """A stateful receiver that reads one activation's durable state when it is needed,
+    rather than every one at start (the embedded store): a worker then keeps none of the
+    durable state of streams it does not serve now."""
+
+    def saved_state(self, key: StateKey) -> tuple[SequenceToken, bytes] | None: ...
+
+    async def expire_states(self, consumer: str, before: float) -> int: ...
+
+
+@runtime_checkable
 class StatefulReceiver(Protocol):
     """A receiver that saves activation states with its checkpoints."""
 

@@ -427,6 +427,11 @@ def unpack_unit(instance: object, data: bytes, timers: TimerTable | None) -> byt
     return windows if windows is None or isinstance(windows, bytes) else bytes(windows)
 
 
+def is_unit(data: bytes) -> bool:
+    """Whether saved bytes are a unit with durable fields or timers (not only windows)."""
+    return data.startswith(_UNIT)
+
+
 def next_processing_timer(data: bytes) -> float | None:
     """When the earliest processing-time timer of a saved unit is due (None: it has none):
     what a worker must wake an inactive activation for."""

@@ -19,10 +19,19 @@ lease holds, as the checkpoint itself.
 
 >>> import tempfile, pathlib, sqlite3
 >>> conn = sqlite3.connect(":memory:")
->>> for sql in STATE_SCHEMA[0]: _ = conn.execute(sql)
+>>> for step in STATE_SCHEMA:
+...     for sql in step: _ = conn.execute(sql)
 >>> write_states(3, ([("Counter", "ns/k", 7, 0, b"s")], []), conn)
 >>> read_states(3, conn)
 {('Counter', 'ns/k'): (SequenceToken(sequence_number=7, event_index=0), b's')}
+>>> saved_state(3, ("Counter", "ns/k"), conn), saved_state(3, ("Counter", "ns/j"), conn)
+((SequenceToken(sequence_number=7, event_index=0), b's'), None)
+
+A consumer type's durable state (:mod:`streams.core.state`) is not read at start but looked
+up by key when its stream next has data, so a worker holds no bytes for the streams it does
+not serve now: ``read_states`` leaves out the units with no processing-time timer
+(``wake``), which a worker must know of to fire them, and ``touched`` (when a row was last
+written, POSIX seconds) lets :func:`expire_states` drop the idle ones past their time to live.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from streams.adapters.protocols import StateKey, StateRows, StateSource
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId, SequenceToken
+from streams.core.state import is_unit, next_processing_timer
 from streams.embedded.store import EmbeddedStore, Migration
 
 log = logging.getLogger("headrace.embedded")
@@ -295,8 +305,21 @@ class EmbeddedQueueReceiver:
         self._position = 0 if checkpoint is None else checkpoint + 1
 
     async def load_states(self) -> dict[StateKey, tuple[SequenceToken, bytes]]:
-        """The activation states saved with this queue's checkpoint."""
+        """The activation states saved with this queue's checkpoint (but the durable units
+        :meth:`saved_state` looks up when their stream has data)."""
         return await self._store.read(partial(read_states, self.queue.number))
+
+    def saved_state(self, key: StateKey) -> tuple[SequenceToken, bytes] | None:
+        """One activation's saved state, read now (a point read by primary key: this blocks
+        for well under a millisecond, and only when a stream of a durable type activates)."""
+        with self._store.connection() as conn:
+            return saved_state(self.queue.number, key, conn)
+
+    async def expire_states(self, consumer: str, before: float) -> int:
+        """Delete ``consumer``'s durable states of this queue written before ``before``."""
+        if self.fenced_out:
+            return 0
+        return await self._store.write(partial(expire_states, self.queue.number, consumer, before))
 
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
         if max_count <= 0 or not self._may_read():
@@ -384,6 +407,12 @@ STATE_SCHEMA: list[Migration] = [
         " seq INTEGER NOT NULL, idx INTEGER NOT NULL, state BLOB NOT NULL,"
         " PRIMARY KEY (queue, consumer, stream))",
     ],
+    [  # durable consumer state: when a row was written, and when its first processing timer is due
+        "ALTER TABLE activation_states ADD COLUMN touched REAL",
+        "ALTER TABLE activation_states ADD COLUMN wake REAL",
+        "ALTER TABLE activation_states ADD COLUMN durable INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX activation_states_touched ON activation_states(queue, consumer, touched) WHERE durable",
+    ],
 ]
 
 
@@ -393,12 +422,34 @@ def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection) -> None:
         "DELETE FROM activation_states WHERE queue = ? AND consumer = ? AND stream = ?",
         [(queue, consumer, stream) for consumer, stream in deletes],
     )
+    now = time.time()
     conn.executemany(
-        "INSERT INTO activation_states(queue, consumer, stream, seq, idx, state) VALUES (?, ?, ?, ?, ?, ?)"
+        "INSERT INTO activation_states(queue, consumer, stream, seq, idx, state, touched, wake, durable)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(queue, consumer, stream) DO UPDATE"
-        " SET seq = excluded.seq, idx = excluded.idx, state = excluded.state",
-        [(queue, *row) for row in upserts],
+        " SET seq = excluded.seq, idx = excluded.idx, state = excluded.state, touched = excluded.touched,"
+        " wake = excluded.wake, durable = excluded.durable",
+        [(queue, *row, now, next_processing_timer(row[4]), is_unit(row[4])) for row in upserts],
     )
+
+
+def saved_state(queue: int, key: StateKey, conn: sqlite3.Connection) -> tuple[SequenceToken, bytes] | None:
+    """The saved state of one activation, or None."""
+    row = conn.execute(
+        "SELECT seq, idx, state FROM activation_states WHERE queue = ? AND consumer = ? AND stream = ?",
+        (queue, *key),
+    ).fetchone()
+    return None if row is None else (SequenceToken(row[0], row[1]), bytes(row[2]))
+
+
+def expire_states(queue: int, consumer: str, before: float, conn: sqlite3.Connection) -> int:
+    """Delete the durable states of ``consumer`` on ``queue`` last written before ``before``
+    (POSIX seconds); how many."""
+    cursor = conn.execute(
+        "DELETE FROM activation_states WHERE queue = ? AND consumer = ? AND durable AND touched < ?",
+        (queue, consumer, before),
+    )
+    return cursor.rowcount
 
 
 def every_state(conn: sqlite3.Connection) -> list[tuple[int, str, str, SequenceToken, bytes]]:
@@ -411,7 +462,11 @@ def every_state(conn: sqlite3.Connection) -> list[tuple[int, str, str, SequenceT
 
 
 def read_states(queue: int, conn: sqlite3.Connection) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+    """The states a worker restores as their activations are made: every window state, and
+    the durable units with a processing timer to fire (the others are looked up by key)."""
     rows = conn.execute(
-        "SELECT consumer, stream, seq, idx, state FROM activation_states WHERE queue = ?", (queue,)
+        "SELECT consumer, stream, seq, idx, state FROM activation_states"
+        " WHERE queue = ? AND (NOT durable OR wake IS NOT NULL)",
+        (queue,),
     ).fetchall()
     return {(c, s): (SequenceToken(seq, idx), bytes(state)) for c, s, seq, idx, state in rows}
