@@ -563,7 +563,7 @@ class StreamProvider(BackendConstructors):
             subscription = replace(
                 record,
                 consumer_type=type_name,
-                start_token=token if token is not None else record.start_token,
+                start_token=token,  # where a consumer attached afresh starts (None: from now)
                 state=SubscriptionState.ACTIVE,  # a faulted one delivers again
             )
             await self.pubsub.add_subscription(subscription)  # replaces the record

@@ -123,6 +123,28 @@ async def test_resume_of_a_durable_subscription_changes_its_type_for_good(tmp_pa
     assert again.values == [5, 6]  # the record names Second: it survived the restart
 
 
+async def test_resume_makes_a_faulted_durable_subscription_deliver_again():
+    provider = StreamProvider.memory(
+        queues=1, fault_on_error=True, max_event_delivery_time=0.05, delivery_retry_backoff=0.01
+    )
+    first, second = durable_types(provider)
+
+    @provider.consumer("Failing")
+    class Failing(first):  # type: ignore[misc, valid-type]
+        def on_next(self, batch) -> None:
+            raise ValueError("bad")
+
+    async with provider:
+        handle = await provider.get_stream(SID).subscribe(Failing)
+        await publish(provider, range(2))  # 0 fails every retry: faulted, 1 never delivered
+        (faulted,) = await provider.pubsub.subscriptions(SID)
+        await handle.resume(second)
+        await publish(provider, range(2, 4))
+        (resumed,) = await provider.pubsub.subscriptions(SID)
+    assert (faulted.state.value, resumed.state.value) == ("faulted", "active")
+    assert (resumed.consumer_type, second.values) == ("Second", [2, 3])
+
+
 async def test_resume_refuses_what_it_cannot_do():
     provider = StreamProvider.memory(queues=1)
     first, _ = durable_types(provider)
@@ -161,6 +183,19 @@ async def test_a_filter_keeps_the_events_it_returns_true_for():
     assert isinstance(batches[0], KeptEvents) and batches[0].values == [3, 4, 5]
     assert [str(e.token) for e in evens.events] == ["0:0", "0:2", "0:4"]  # the gaps show
     assert await provider.dead_letters.list() == []
+
+
+async def test_one_observer_under_two_filters_gets_what_either_keeps():
+    """Orleans' MultipleSubscriptionsDifferentFilterData: one consumer subscribed twice,
+    once for 3 and once for 7, receives exactly those two."""
+    provider = StreamProvider.memory(queues=1)
+    seen = Recorder()
+    async with provider:
+        stream = provider.get_stream(SID)
+        await stream.subscribe(seen, filter=lambda e: e.value == 3)
+        await stream.subscribe(seen, filter=lambda e: e.value == 7)
+        await publish(provider, range(10))
+    assert sorted(seen.values) == [3, 7]
 
 
 async def test_a_raising_filter_dead_letters_its_event_and_the_stream_goes_on(caplog):
