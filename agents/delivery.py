@@ -88,8 +88,7 @@ class StreamConsumer:
         "_log_fields",
         "_working",
         "_reporting",
-        "event_filter",
-        "_filter_failing",
+        "_filter",
     )
 
     def __init__(
@@ -133,9 +132,8 @@ class StreamConsumer:
         self._working: set[StreamConsumer] = set() if working is None else working
         # The subscription's filter (subscribe(..., filter=)): evaluated by the task, which
         # can await the letters of the events it fails on, so such a consumer is never
-        # delivered to inline. _filter_failing: the last batch's filter raised (a run).
-        self.event_filter = event_filter
-        self._filter_failing = False
+        # delivered to inline. One slot, None for most consumers.
+        self._filter = None if event_filter is None else _Filter(event_filter)
         self._steps_inline = False
         self._call_now: Callable[[EventBatch], Awaitable[object] | None] | None = None
         self._bind(observer)
@@ -151,7 +149,7 @@ class StreamConsumer:
         self._steps_inline = steps_inline(observer)  # an event-time activation's steps
         # None: only the task calls on_next (or, stepping inline, the observer's own call,
         # bound when it is made: a bound method kept per consumer is 64 bytes a stream).
-        inline = not self._steps_inline and self.event_filter is None
+        inline = not self._steps_inline and self._filter is None
         self._call_now = inline_on_next(observer) if inline else None
 
     def replace_observer(self, observer: Activation) -> None:
@@ -352,8 +350,8 @@ class StreamConsumer:
         try:
             if kind is BatchKind.DATA:
                 data = self._batch_of(item)
-                if data and self.event_filter is not None:
-                    data = await self._filtered(item, data, self.event_filter)
+                if data and self._filter is not None:
+                    data = await self._filtered(item, data, self._filter)
                 if data:
                     await observer.on_next(data)
             elif kind is BatchKind.COMPLETED:
@@ -368,7 +366,7 @@ class StreamConsumer:
             else:
                 await self._failed(item, data or [], exc)
 
-    async def _filtered(self, item: CachedBatch, batch: EventBatch, event_filter: EventFilter) -> EventBatch:
+    async def _filtered(self, item: CachedBatch, batch: EventBatch, event_filter: _Filter) -> EventBatch:
         """The events of ``batch`` that the subscription's filter keeps (the batch itself
         when it keeps all). The filter is user code: an event it raises on, or returns an
         awaitable for (an ``async def`` filter is refused at subscribe; a lambda may still
@@ -379,21 +377,23 @@ class StreamConsumer:
         refused: list[tuple[Event, Exception]] = []
         for event in batch:
             try:
-                if filter_verdict(event_filter, event):
+                if filter_verdict(event_filter.fn, event):
                     kept.append(event)
             except Exception as exc:  # the user's predicate: isolated, as any user code
                 refused.append((event, exc))
         if refused:
-            await self._filter_failed(item, refused)
-        self._filter_failing = bool(refused)
+            await self._filter_failed(item, refused, first_of_run=not event_filter.failing)
+        event_filter.failing = bool(refused)
         if len(kept) == len(batch):
             return batch  # the shared batch, no copy
         # An in-process observer (the only kind with a filter) takes any sequence of events.
         return cast(EventBatch, KeptEvents(batch.stream_id, kept))
 
-    async def _filter_failed(self, item: CachedBatch, refused: list[tuple[Event, Exception]]) -> None:
+    async def _filter_failed(
+        self, item: CachedBatch, refused: list[tuple[Event, Exception]], *, first_of_run: bool
+    ) -> None:
         first = refused[0][1]
-        if not self._filter_failing:  # the first of a run; the rest are in the letters
+        if first_of_run:  # logged with its traceback; the rest of the run is in the letters
             log.warning(
                 "%s: the filter of subscription %s raised %r on %d event(s) of %s; dead-lettered filter_failed",
                 self.stream_id,
@@ -532,6 +532,17 @@ class StreamConsumer:
         await self._context.failure_handler.on_delivery_failure(
             DeliveryFailure(self.subscription_id, self.stream_id, None, error, False)
         )
+
+
+class _Filter:
+    """A subscription's filter, and whether the last batch it looked at had events it
+    failed on (a run of such batches is logged at its first)."""
+
+    __slots__ = ("fn", "failing")
+
+    def __init__(self, fn: EventFilter) -> None:
+        self.fn = fn
+        self.failing = False
 
 
 def filter_verdict(event_filter: EventFilter, event: Event) -> bool:
