@@ -513,7 +513,9 @@ class PullingAgent:
         elif isinstance(subscription, InProcessSubscription):
             consumer.replace_observer(as_observer(subscription.observer))
         else:
-            consumer.replace_observer(self._activation_of(state, sid, subscription))
+            activation = self._activation_of(state, sid, subscription)  # one per stream and type
+            if activation is not consumer.observer:
+                consumer.replace_observer(activation)
 
     def remove_subscription(self, stream_id: StreamId, subscription_id: str) -> None:
         state = self._streams.get(stream_id)

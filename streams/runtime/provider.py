@@ -420,8 +420,10 @@ class StreamProvider(BackendConstructors):
             await pubsub.follow(self._subscriptions_changed)
 
     async def _subscriptions_changed(self, made: list[SubscriptionRecord], removed: list[SubscriptionRecord]) -> None:
-        """Subscriptions made or removed by another process: attach or detach them where
-        their stream's queue is read here (an agent ignores one it has already)."""
+        """Subscriptions made, changed or removed by another process: attach, resume or
+        detach them where their stream's queue is read here. A changed one was resumed
+        there (``handle.resume``): its consumer here goes on from where it is, with the
+        type the record names now (one it has already, unchanged, is left as it is)."""
         for record in removed:
             agent = self._local_agent(record.stream_id)
             if agent is not None:
@@ -431,7 +433,7 @@ class StreamProvider(BackendConstructors):
             if agent is None:
                 continue
             try:
-                await agent.add_subscription(record)
+                await agent.resume_subscription(record, rewind=False)
             except Exception:  # the queue moving away meanwhile, or worse: logged, not fatal
                 log.exception("attaching subscription %s of %s failed", record.subscription_id, record.stream_id)
 

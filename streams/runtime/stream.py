@@ -78,8 +78,10 @@ class StreamSubscriptionHandle:
         A durable subscription resumes with a consumer type registered with
         ``@provider.consumer()`` (its record is updated, so it holds after a restart); an
         in-process one with any observer. It takes effect at once in a worker that reads
-        the stream's queue; elsewhere, when a worker next activates the stream. A
-        subscription that is gone raises
+        the stream's queue. A durable one resumed from another process: on Kafka, the
+        worker reading the stream follows within about a second, from where its consumer
+        is (a token is not replayed there); on an embedded store, when a worker next
+        activates the stream. A subscription that is gone raises
         :class:`~streams.core.errors.SubscriptionNotFoundError`.
 
         >>> async def hand_over(stream, new_observer):
