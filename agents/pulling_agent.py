@@ -55,6 +55,9 @@ from streams.eventtime.lateness import ObservedTimes
 
 log = logging.getLogger("headrace.agent")
 
+# What a subscription is to an agent: an in-process observer's, or a durable record.
+Subscription = InProcessSubscription | SubscriptionRecord
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -595,9 +598,6 @@ class PullingAgent:
         over the hour up to the queue's processing clock (``headrace status``)."""
         now = self._processing_clock()
         return self._catalog.observed_times(now if math.isfinite(now) else self.context.clock.now())
-
-
-Subscription = InProcessSubscription | SubscriptionRecord
 
 
 def new_subscription_id() -> str:

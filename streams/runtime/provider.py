@@ -154,6 +154,7 @@ _providers_in_process = itertools.count(1)
 
 
 def check_token(token: object) -> None:
+    """Refuse a token that is not a :class:`SequenceToken` (a bare int, say) at once."""
     if token is not None and not isinstance(token, SequenceToken):
         raise TypeError(f"token is a SequenceToken, not {type(token).__name__}")
 
