@@ -36,7 +36,7 @@ from streams.adapters.protocols import StateLookup
 from streams.core.deadletters import QueueDeadLetters
 from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import enter_fields
-from streams.core.observer import as_observer
+from streams.core.observer import EventFilter, as_observer
 from streams.core.pubsub import SubscriptionState
 from streams.core.state import StateError, is_stateful, next_processing_timer, state_ttl
 from streams.eventtime.lateness import LatenessSketches, ObservedTimes
@@ -322,7 +322,8 @@ class Catalog:
                 )
             for sub in registry.observers(sid):
                 if sub.subscription_id != skip:
-                    await self.attach(state, sid, sub.subscription_id, as_observer(sub.observer))
+                    observer = as_observer(sub.observer)
+                    await self.attach(state, sid, sub.subscription_id, observer, event_filter=sub.filter)
             for record in await self._context.pubsub.subscriptions(sid):
                 if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
                     cls = registry.get_type(record.consumer_type)
@@ -342,6 +343,7 @@ class Catalog:
         *,
         durable: bool = False,
         implicit: bool = False,
+        event_filter: EventFilter | None = None,
     ) -> StreamConsumer:
         """Attach a consumer of ``sid`` delivering to ``observer`` from ``token`` (None: from
         the stream's next data) and start it."""
@@ -358,6 +360,7 @@ class Catalog:
             log_fields=state.log_fields,
             spawn=self._spawn,
             working=self._working,
+            event_filter=event_filter,
         )
         state.add_consumer(consumer)
         if miss is not None:

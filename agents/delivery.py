@@ -39,7 +39,8 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 import anyio
 
@@ -47,11 +48,11 @@ from agents.activation import Activation
 from agents.output import failed_letters, redeliver, undecodable_letter
 from agents.protocols import AgentContext
 from cache.protocols import CachedBatch, QueueCacheCursor
-from streams.core.batch import BatchKind, Event, EventBatch
+from streams.core.batch import BatchKind, Event, EventBatch, KeptEvents
 from streams.core.errors import DecodeError, DeliveryTimeoutError, user_error
 from streams.core.ids import SequenceToken, StreamId
 from streams.core.logcontext import enter_fields, leave_fields
-from streams.core.observer import DeliveryFailure, is_coroutine_function, is_inline
+from streams.core.observer import DeliveryFailure, EventFilter, is_coroutine_function, is_inline
 
 log = logging.getLogger("headrace.agent")
 
@@ -87,6 +88,7 @@ class StreamConsumer:
         "_log_fields",
         "_working",
         "_reporting",
+        "_filter",
     )
 
     def __init__(
@@ -103,6 +105,7 @@ class StreamConsumer:
         log_fields: Mapping[str, Any] | None = None,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
         working: set[StreamConsumer] | None = None,
+        event_filter: EventFilter | None = None,
     ) -> None:
         self.subscription_id = subscription_id
         self.stream_id = stream_id
@@ -127,16 +130,38 @@ class StreamConsumer:
         # The agent's consumers that have a task now (the only ones with anything in flight):
         # its watchdog and drain look at these, not at every consumer.
         self._working: set[StreamConsumer] = set() if working is None else working
-        self._steps_inline = steps_inline(observer)  # an event-time activation's steps
-        # None: only the task calls on_next (or, stepping inline, the observer's own call,
-        # bound when it is made: a bound method kept per consumer is 64 bytes a stream).
-        self._call_now = None if self._steps_inline else inline_on_next(observer)
+        # The subscription's filter (subscribe(..., filter=)): evaluated by the task, which
+        # can await the letters of the events it fails on, so such a consumer is never
+        # delivered to inline. One slot, None for most consumers.
+        self._filter = None if event_filter is None else _Filter(event_filter)
+        self._steps_inline = False
+        self._call_now: Callable[[EventBatch], Awaitable[object] | None] | None = None
+        self._bind(observer)
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
         self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
         # Reporting a failure (letters, on_error within its own limit, the failure handler):
         # the runtime's time, which the watchdog must not cut short halfway.
         self._reporting = False
+
+    def _bind(self, observer: Activation) -> None:
+        self.observer = observer
+        self._steps_inline = steps_inline(observer)  # an event-time activation's steps
+        # None: only the task calls on_next (or, stepping inline, the observer's own call,
+        # bound when it is made: a bound method kept per consumer is 64 bytes a stream).
+        inline = not self._steps_inline and self._filter is None
+        self._call_now = inline_on_next(observer) if inline else None
+
+    def replace_observer(self, observer: Activation) -> None:
+        """Deliver to ``observer`` from this consumer's position on (``handle.resume()``
+        without a token): the cursor, and so the position, stay; a delivery in flight
+        finishes with the observer it began with."""
+        self._bind(observer)
+
+    @property
+    def closed(self) -> bool:
+        """Closed: unsubscribed, its stream deactivated, or faulted by a failure."""
+        return self._closed
 
     @property
     def idle(self) -> bool:
@@ -321,23 +346,71 @@ class StreamConsumer:
     async def _deliver(self, item: CachedBatch) -> None:
         kind = item.kind
         observer = self.observer
-        batch: EventBatch | list[Event] = []
+        data: EventBatch | None = None  # a data batch's events (those its filter kept)
         try:
             if kind is BatchKind.DATA:
-                batch = self._batch_of(item)
-                if batch:
-                    await observer.on_next(batch)
+                data = self._batch_of(item)
+                if data and self._filter is not None:
+                    data = await self._filtered(item, data, self._filter)
+                if data:
+                    await observer.on_next(data)
             elif kind is BatchKind.COMPLETED:
                 await observer.on_completed()
             elif kind is BatchKind.WATERMARK:
                 await observer.on_watermark(float(item.container.values[0]))
             self.delivered_batches += 1
-            self.delivered_events += len(batch)
+            self.delivered_events += len(data or ())
         except Exception as exc:  # a consumer's bug must not stop the agent
-            if isinstance(batch, EventBatch) and batch:  # data: retried
-                await self._retry(item, batch, exc)
+            if data:  # data: retried
+                await self._retry(item, data, exc)
             else:
-                await self._failed(item, batch, exc)
+                await self._failed(item, data or [], exc)
+
+    async def _filtered(self, item: CachedBatch, batch: EventBatch, event_filter: _Filter) -> EventBatch:
+        """The events of ``batch`` that the subscription's filter keeps (the batch itself
+        when it keeps all). The filter is user code: an event it raises on, or returns an
+        awaitable for (an ``async def`` filter is refused at subscribe; a lambda may still
+        return a coroutine), or whose verdict has no truth value, is dead-lettered
+        ``filter_failed`` with the traceback, the first of a run of such batches logged at
+        warning, and the rest of the batch goes on."""
+        kept: list[Event] = []
+        refused: list[tuple[Event, Exception]] = []
+        for event in batch:
+            try:
+                if filter_verdict(event_filter.fn, event):
+                    kept.append(event)
+            except Exception as exc:  # the user's predicate: isolated, as any user code
+                refused.append((event, exc))
+        if refused:
+            await self._filter_failed(item, refused, first_of_run=not event_filter.failing)
+        event_filter.failing = bool(refused)
+        if len(kept) == len(batch):
+            return batch  # the shared batch, no copy
+        # An in-process observer (the only kind with a filter) takes any sequence of events.
+        return cast(EventBatch, KeptEvents(batch.stream_id, kept))
+
+    async def _filter_failed(
+        self, item: CachedBatch, refused: list[tuple[Event, Exception]], *, first_of_run: bool
+    ) -> None:
+        first = refused[0][1]
+        if first_of_run:  # logged with its traceback; the rest of the run is in the letters
+            log.warning(
+                "%s: the filter of subscription %s raised %r on %d event(s) of %s; dead-lettered filter_failed",
+                self.stream_id,
+                self.subscription_id,
+                first,
+                len(refused),
+                item.message.token,
+                exc_info=first,
+            )
+        given = item.container.event_times
+        letters = []
+        for event, error in refused:
+            letter = failed_letters(
+                self.subscription_id, str(self.stream_id), item.message.queue.number, [event], error, given
+            )[0]
+            letters.append(replace(letter, reason="filter_failed"))
+        await self._context.dead_letters.add(letters)
 
     async def _retry(self, item: CachedBatch, batch: EventBatch, error: Exception) -> None:
         """Deliver a batch whose delivery raised again, with back-off, within the delivery's
@@ -459,6 +532,40 @@ class StreamConsumer:
         await self._context.failure_handler.on_delivery_failure(
             DeliveryFailure(self.subscription_id, self.stream_id, None, error, False)
         )
+
+
+class _Filter:
+    """A subscription's filter, and whether the last batch it looked at had events it
+    failed on (a run of such batches is logged at its first)."""
+
+    __slots__ = ("fn", "failing")
+
+    def __init__(self, fn: EventFilter) -> None:
+        self.fn = fn
+        self.failing = False
+
+
+def filter_verdict(event_filter: EventFilter, event: Event) -> bool:
+    """Whether ``event_filter`` keeps ``event``: its result taken by truth value, as Python's
+    ``filter()`` takes it, so ``lambda e: e.value.get("vip")`` keeps the events whose field
+    is truthy. An awaitable is refused (a coroutine is always true: an ``async`` filter
+    would keep everything), and so is a result with no truth value (a NumPy array).
+
+    >>> filter_verdict(lambda e: e, 0), filter_verdict(lambda e: [e], 0)
+    (False, True)
+    >>> async def later(e): return False
+    >>> filter_verdict(lambda e: later(e), 0)
+    Traceback (most recent call last):
+    ...
+    TypeError: a stream filter returns a bool, not a coroutine: make it a plain def
+    """
+    verdict = event_filter(event)
+    if inspect.isawaitable(verdict):
+        close = getattr(verdict, "close", None)
+        if close is not None:
+            close()  # never awaited: no "coroutine was never awaited" warning later
+        raise TypeError(f"a stream filter returns a bool, not a {type(verdict).__name__}: make it a plain def")
+    return bool(verdict)
 
 
 def inline_on_next(observer: Activation) -> Callable[[EventBatch], Awaitable[object] | None] | None:

@@ -249,7 +249,7 @@ class HookCalls:
     """One activation's calls of its own hooks, each unit within its limits (``running``
     while a call times itself: the delivery's watchdog leaves the batch alone meanwhile)."""
 
-    __slots__ = ("_limits", "_stream", "_dead_letters", "running", "_refusing", "_on_error")
+    __slots__ = ("_limits", "_stream", "_dead_letters", "running", "_refusing", "_untimed", "_on_error")
 
     def __init__(
         self,
@@ -264,18 +264,20 @@ class HookCalls:
         self._on_error = on_error  # the consumer's, told of each unit given up
         self.running = False
         self._refusing = False  # in a run of steps whose callables raised for some event
+        self._untimed = False  # in a run of steps with events whose time could not be read
 
     @property
     def idle(self) -> bool:
         """No call running and no run of refused steps going on: nothing to remember."""
-        return not self.running and not self._refusing
+        return not self.running and not self._refusing and not self._untimed
 
     def refused(self, letters: list[DeadLetter]) -> None:
         """The event-time core refused these events of one step. Those whose
         ``timestamp_by``, ``group_by``, ``select`` or aggregate raised are the consumer's
-        bug (their letters keep a traceback; a field that is missing is the data's, and
-        only dead-lettered): the first of a run of such steps is logged at warning with its
-        detail; the steps after it quietly, until one has none."""
+        bug (their letters keep a traceback): the first of a run of such steps is logged at
+        warning with its detail; the steps after it quietly, until one has none. A run of
+        steps with events whose time could not be read (``invalid_timestamp`` with no
+        traceback: a time field missing or not a time) is logged the same way, apart."""
         raised = [x for x in letters if x.reason in _RAISED and _TRACEBACK in x.detail]
         if raised and not self._refusing:
             log.warning(
@@ -287,6 +289,19 @@ class HookCalls:
                 raised[0].detail,
             )
         self._refusing = bool(raised)
+        # Events whose time could not be read, with no user code raising: the data's, or a
+        # name in timestamp_by that no event has. A typo letters every event, so the first
+        # step of such a run is logged too (then quietly, as above), naming the problem.
+        untimed = [x for x in letters if x.reason == "invalid_timestamp" and _TRACEBACK not in x.detail]
+        if untimed and not self._untimed:
+            log.warning(
+                "%s: %s could not read the event time of %d event(s) (dead-lettered invalid_timestamp); the first: %s",
+                self._stream,
+                self._limits.consumer,
+                len(untimed),
+                untimed[0].detail,
+            )
+        self._untimed = bool(untimed)
 
     async def call(
         self,

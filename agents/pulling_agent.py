@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 import anyio
 from anyio.abc import TaskGroup
 
-from agents.activation import TimedActivation
+from agents.activation import Activation, TimedActivation
 from agents.catalog import Catalog, StreamState, event_time_activations, timed_of
 from agents.checkpoint import Holds, Tokens, acknowledgeable
 from agents.counters import LatencyHistogram
@@ -54,6 +54,9 @@ from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 from streams.eventtime.lateness import ObservedTimes
 
 log = logging.getLogger("headrace.agent")
+
+# What a subscription is to an agent: an in-process observer's, or a durable record.
+Subscription = InProcessSubscription | SubscriptionRecord
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -471,7 +474,7 @@ class PullingAgent:
         assert self._tg is not None, "the agent is not running"
         self._tg.start_soon(fn, *args)
 
-    async def add_subscription(self, subscription: InProcessSubscription | SubscriptionRecord) -> None:
+    async def add_subscription(self, subscription: Subscription) -> None:
         """A subscription made while this agent runs: attach it now, from its token."""
         sid = interned(subscription.stream_id)  # the key object decoded batches bring
         state = self._streams.get(sid)
@@ -480,20 +483,53 @@ class PullingAgent:
         await state.opened()
         if state.consumer(subscription.subscription_id) is not None:
             return
+        await self._attach(state, sid, subscription)
+
+    async def _attach(self, state: StreamState, sid: StreamId, subscription: Subscription) -> None:
+        """Attach ``subscription`` to the active stream ``sid``, from its token."""
         if isinstance(subscription, InProcessSubscription):
-            await self._catalog.attach(
-                state, sid, subscription.subscription_id, as_observer(subscription.observer), subscription.token
-            )
-        else:
-            cls = self.context.registry.get_type(subscription.consumer_type)
             await self._catalog.attach(
                 state,
                 sid,
                 subscription.subscription_id,
-                self._catalog.activation(state, sid, cls),
+                as_observer(subscription.observer),
+                subscription.token,
+                event_filter=subscription.filter,
+            )
+        else:
+            await self._catalog.attach(
+                state,
+                sid,
+                subscription.subscription_id,
+                self._activation_of(state, sid, subscription),
                 subscription.start_token,
                 durable=True,
             )
+
+    def _activation_of(self, state: StreamState, sid: StreamId, record: SubscriptionRecord) -> Activation:
+        return self._catalog.activation(state, sid, self.context.registry.get_type(record.consumer_type))
+
+    async def resume_subscription(self, subscription: Subscription, *, rewind: bool) -> None:
+        """``handle.resume()``: the subscription delivers to its new observer (the one
+        ``subscription`` names) from where its consumer here is, or, when ``rewind``, from
+        the subscription's token. A subscription with no live consumer here (its stream not
+        active, or the consumer faulted) is attached afresh, from its token."""
+        sid = interned(subscription.stream_id)
+        state = self._streams.get(sid)
+        if state is not None:
+            await state.opened()
+        consumer = state.consumer(subscription.subscription_id) if state is not None else None
+        if state is None or consumer is None or consumer.closed or rewind:
+            if state is not None and consumer is not None:
+                state.remove_consumer(subscription.subscription_id)
+                consumer.close()  # a delivery in flight finishes first, to the old observer
+            await self.add_subscription(subscription)
+        elif isinstance(subscription, InProcessSubscription):
+            consumer.replace_observer(as_observer(subscription.observer))
+        else:
+            activation = self._activation_of(state, sid, subscription)  # one per stream and type
+            if activation is not consumer.observer:
+                consumer.replace_observer(activation)
 
     def remove_subscription(self, stream_id: StreamId, subscription_id: str) -> None:
         state = self._streams.get(stream_id)

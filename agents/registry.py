@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from streams.core.errors import ConfigurationError
 from streams.core.ids import SequenceToken, StreamId
+from streams.core.observer import EventFilter
 from streams.eventtime.spec import EventTime
 
 T = TypeVar("T", bound=type)
@@ -21,6 +22,7 @@ class InProcessSubscription:
     stream_id: StreamId
     observer: Any
     token: SequenceToken | None
+    filter: EventFilter | None = None  # which events it delivers (None: all)
 
 
 class ConsumerRegistry:

@@ -29,6 +29,7 @@ _HOMES = {
     "BatchKind": "streams.core.batch",
     "Event": "streams.core.batch",
     "EventBatch": "streams.core.batch",
+    "KeptEvents": "streams.core.batch",
     "QueueMessage": "streams.core.batch",
     "DeadLetter": "streams.core.deadletters",
     "DeadLetterStore": "streams.core.deadletters",
@@ -40,6 +41,7 @@ _HOMES = {
     "HeadraceError": "streams.core.errors",
     "ProviderClosedError": "streams.core.errors",
     "PublishError": "streams.core.errors",
+    "SubscriptionNotFoundError": "streams.core.errors",
     "QueueAdapterError": "streams.core.errors",
     "QueueFailedError": "streams.core.errors",
     "DeliveryFailure": "streams.core.observer",
@@ -77,6 +79,7 @@ __all__ = [
     "EventBatch",
     "GeneratorConfig",
     "HeadraceError",
+    "KeptEvents",
     "ProviderClosedError",
     "PublishError",
     "PubSubStore",
@@ -99,6 +102,7 @@ __all__ = [
     "StreamProvider",
     "StreamProviderOptions",
     "StreamSubscriptionHandle",
+    "SubscriptionNotFoundError",
     "SubscriptionRecord",
     "Timer",
     "Timers",
@@ -128,7 +132,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
         QueueMapper,
         RewindableReceiver,
     )
-    from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
+    from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, KeptEvents, QueueMessage
     from streams.core.deadletters import DeadLetter, DeadLetterStore
     from streams.core.errors import (
         CacheMissError,
@@ -141,6 +145,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
         PublishError,
         QueueAdapterError,
         QueueFailedError,
+        SubscriptionNotFoundError,
     )
     from streams.core.ids import QueueId, SequenceToken, StreamId
     from streams.core.observer import DeliveryFailure, StreamFailureHandler, StreamObserver

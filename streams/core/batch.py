@@ -262,6 +262,52 @@ class EventBatch(Sequence[Event]):
     __hash__ = None  # type: ignore[assignment]
 
 
+class KeptEvents(Sequence[Event]):
+    """The events of one batch that a subscription's filter kept (``subscribe(observer,
+    filter=...)``), in order: what a filtered observer receives in place of an
+    :class:`EventBatch`, with the same columns (``values``, ``event_times``) and
+    ``stream_id``. The events keep their tokens, so gaps show where the filter dropped some.
+
+    >>> batch = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 100.0, ["a", "b", "c"]).events(7)
+    >>> kept = KeptEvents(batch.stream_id, [e for e in batch if e.value != "b"])
+    >>> len(kept), kept.values, [str(e.token) for e in kept]
+    (2, ['a', 'c'], ['7:0', '7:2'])
+    """
+
+    __slots__ = ("stream_id", "_events")
+
+    def __init__(self, stream_id: StreamId, events: list[Event]) -> None:
+        self.stream_id = stream_id
+        self._events = events
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._events[index]
+
+    def __iter__(self) -> Any:
+        return iter(self._events)
+
+    @property
+    def values(self) -> list[Any]:
+        return [e.value for e in self._events]
+
+    @property
+    def event_times(self) -> list[float]:
+        return [e.event_time for e in self._events]
+
+    def __repr__(self) -> str:
+        return f"KeptEvents({self.stream_id!r}, {len(self)} events)"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (EventBatch, KeptEvents, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def to_seconds(t: float | int | datetime | None) -> float | None:
     """Normalise an event time: POSIX seconds or an aware ``datetime``."""
     if t is None:

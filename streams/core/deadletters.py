@@ -25,8 +25,8 @@ class DeadLetter:
 
     ``reason`` is one of ``early_arrival``, ``late_arrival``, ``out_of_order``,
     ``window_closed``, ``invalid_timestamp``, ``invalid_value``, ``undecodable``,
-    ``delivery_failed``, ``activation_failed``, ``window_failed``, ``handoff_failed`` (or an
-    adapter's own). A ``handoff_failed``
+    ``delivery_failed``, ``activation_failed``, ``window_failed``, ``handoff_failed``,
+    ``filter_failed`` (a subscription's filter raised on the event; or an adapter's own). A ``handoff_failed``
     window has ``value`` ``{"key", "start", "end", "value"}`` and no queue position. An event's
     letter names its position: ``queue``, ``sequence_number`` (its record) and
     ``event_index`` (its place in the record; ``None`` for a letter about a whole record). A

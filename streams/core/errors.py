@@ -70,6 +70,10 @@ class ProviderClosedError(HeadraceError):
     """The provider is not running (use ``async with provider:`` or ``provider.client()``)."""
 
 
+class SubscriptionNotFoundError(HeadraceError):
+    """A subscription handle names a subscription that is gone (unsubscribed)."""
+
+
 class StoreError(QueueAdapterError):
     """The embedded store (``path/headrace.db``) could not be read or written.
 

@@ -23,9 +23,13 @@ from dataclasses import dataclass
 from types import FunctionType, MethodType
 from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
-from streams.core.batch import EventBatch
+from streams.core.batch import Event, EventBatch
 from streams.core.errors import user_error
 from streams.core.ids import SequenceToken, StreamId
+
+# A subscription's filter (``stream.subscribe(observer, filter=...)``, Orleans' StreamFilter):
+# a plain function of one event; the event is delivered when its result is true.
+EventFilter = Callable[[Event], object]
 
 
 @runtime_checkable

@@ -40,15 +40,18 @@ Headers = Sequence[tuple[str, bytes]]
 class RecordEvent(Event):
     """An event read from a foreign record: also its record's ``headers``
     (``(name, bytes)`` pairs, in the record's order; ``()`` for none) and ``offset`` (its
-    position in its topic's partition: the same on every read)."""
+    position in its topic's partition: the same on every read). A record the re-keying hop
+    sent on shows its source record's offset and headers, as the user's topic holds it;
+    its ``position`` is where the queue reads it (the hop's copy)."""
 
-    __slots__ = ("headers", "offset")
+    __slots__ = ("headers", "offset", "_read_at")
     headers: Headers
     offset: int
+    _read_at: int  # the offset the queue reads it at (its position)
 
     @property
     def position(self) -> SequenceToken:
-        return SequenceToken(self.offset)
+        return SequenceToken(self._read_at)
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, headers={self.headers!r}, offset={self.offset})"
@@ -59,15 +62,24 @@ class RecordBatch(BatchContainer):
     record's timestamp, headers and offset (growing: one partition's records, in order).
     The batch's own arrival time is its newest record's."""
 
-    __slots__ = ("headers", "times", "offsets", "clocks")
+    __slots__ = ("headers", "times", "offsets", "shown_offsets", "clocks")
 
     def __init__(
-        self, stream_id: StreamId, values: list[Any], times: list[float], headers: list[Headers], offsets: list[int]
+        self,
+        stream_id: StreamId,
+        values: list[Any],
+        times: list[float],
+        headers: list[Headers],
+        offsets: list[int],
+        *,
+        shown_offsets: list[int] | None = None,
     ) -> None:
         super().__init__(stream_id, BatchKind.DATA, max(times), values, times)
         self.times = times  # every event's own (the base class allows None for "arrival")
         self.headers = headers
-        self.offsets = offsets
+        self.offsets = offsets  # where the queue reads each record: positions, replays
+        # What each event shows as its offset, when not that: a re-keyed record's source.
+        self.shown_offsets = shown_offsets
         # Per record, the queue's clock just before it (the newest arrival time of the
         # partition's earlier records, other streams' included), when the reader knows it.
         self.clocks: list[float] | None = None
@@ -88,11 +100,13 @@ class RecordEventBatch(EventBatch):
             assert isinstance(container, RecordBatch)
             seq, sid, at = self.sequence_number, container.stream_id, RecordEvent._at
             values, times, headers, offsets = container.values, container.times, container.headers, container.offsets
+            shown = container.shown_offsets or offsets
             events = []
             for i in range(self._start, len(values)):
                 event = cast(RecordEvent, at(values[i], times[i], times[i], seq, i, sid))
                 event.headers = headers[i]
-                event.offset = offsets[i]
+                event.offset = shown[i]
+                event._read_at = offsets[i]
                 events.append(event)
             self._events = events
         return events
@@ -114,7 +128,8 @@ class RecordEventBatch(EventBatch):
             RecordEvent, RecordEvent._at(container.values[i], t, t, self.sequence_number, i, container.stream_id)
         )
         event.headers = container.headers[i]
-        event.offset = container.offsets[i]
+        event.offset = (container.shown_offsets or container.offsets)[i]
+        event._read_at = container.offsets[i]
         return event
 
     def from_index(self, event_index: int) -> EventBatch:

@@ -209,6 +209,28 @@ def key_extractor(spec: str | Extractor | None) -> Callable[[Any], Hashable] | N
     return field_getter(spec)
 
 
+def missing_field(name: str, value: Any) -> str:
+    """Why an event's value has no field ``name``, naming the fields it has (a typo in
+    ``timestamp_by`` shows at once).
+
+    >>> missing_field("ts", {"user": "u1", "page": "/", "t": 5})
+    "field 'ts' missing; fields present: user, page, t"
+    >>> missing_field("ts", [1, 2])
+    "field 'ts' missing: the event's value is a list, not a mapping or an object with fields"
+    """
+    if isinstance(value, Mapping):
+        names = [str(k) for k in value]
+    elif hasattr(value, "__dict__") and not isinstance(value, type):
+        names = list(vars(value))
+    else:
+        return f"field {name!r} missing: the event's value is a {type(value).__name__}, not a mapping or an object with fields"
+    shown = ", ".join(names[:_FIELDS_SHOWN]) + (f", ... ({len(names)} in all)" if len(names) > _FIELDS_SHOWN else "")
+    return f"field {name!r} missing; fields present: {shown or '(none)'}"
+
+
+_FIELDS_SHOWN = 20  # a letter's detail names at most these many of a value's fields
+
+
 def timestamp_extractor(spec: str | Extractor | None, unit: str = "s") -> Callable[[Any], float] | None:
     """The ``TIMESTAMP BY`` function returning POSIX seconds; ``None`` means ``event_time``.
 
@@ -232,7 +254,11 @@ def timestamp_extractor(spec: str | Extractor | None, unit: str = "s") -> Callab
 
     def by_field(record: Any) -> float:
         value = record.value
-        raw = value[name] if type(value) is dict or isinstance(value, Mapping) else getattr(value, name)
+        try:
+            raw = value[name] if type(value) is dict or isinstance(value, Mapping) else getattr(value, name)
+        except (KeyError, AttributeError):
+            # The letter's detail: what a typo in the name needs (not KeyError's bare 'ts').
+            raise ValueError(missing_field(name, value)) from None
         return seconds(raw, per_second)
 
     # What the core's in-order runs read from values alone (streams.eventtime.ingest).

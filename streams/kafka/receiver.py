@@ -52,7 +52,9 @@ class KafkaQueueReceiver:
         self._reader: RecordReader = (
             ContainerRecords(queue, self._partition)
             if fmt is None
-            else GroupedRecords(queue, self._partitions, settings.namespaces, fmt, settings.key_field)
+            else GroupedRecords(
+                queue, self._partitions, settings.namespaces, fmt, settings.key_field, settings.repartition_topic
+            )
         )
         self._consumer: AIOKafkaConsumer | None = None
         self._rewinder: AIOKafkaConsumer | None = None  # for read_range, made when first needed

@@ -45,6 +45,25 @@ from streams.kafka.settings import KeyField
 
 Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
 
+# The header the re-keying hop adds to each record it sends on (streams.kafka.repartition):
+# b"<source partition>:<source offset>", after the producer's own headers.
+SOURCE_HEADER = "headrace.source"
+
+
+def unwrapped(headers: Sequence[tuple[str, bytes]]) -> tuple[Sequence[tuple[str, bytes]], int | None]:
+    """A repartition record's headers as its producer wrote them, and its source record's
+    offset (None: not sent on by the hop): what a consumer sees of a re-keyed record is
+    the record in the user's own topic, not the hop's copy.
+
+    >>> unwrapped((("trace", b"x"), ("headrace.source", b"3:0")))
+    ((('trace', b'x'),), 0)
+    >>> unwrapped((("trace", b"x"),))
+    ((('trace', b'x'),), None)
+    """
+    if headers and headers[-1][0] == SOURCE_HEADER:  # the hop's header is the last one
+        return headers[:-1], int(bytes(headers[-1][1]).split(b":")[1])
+    return headers, None
+
 
 def key_of(value: Any, key_field: KeyField) -> str | int | None:
     """The key ``key_field`` gives a record's decoded ``value``: its field of that name, or
@@ -127,8 +146,10 @@ class GroupedRecords:
         namespaces: Mapping[str, str],
         record_format: RecordFormat,
         key_field: KeyField | None = None,
+        hop: str | None = None,
     ) -> None:
         self._queue = queue
+        self._hop = hop  # the re-keying hop's repartition topic, if any
         self._partitions = list(partitions)  # a fixed topic order: positions depend on it
         self._namespaces = dict(namespaces)  # topic -> namespace
         self._format = record_format
@@ -220,7 +241,14 @@ class GroupedRecords:
                 bad.extend((r, "has a key that is not UTF-8") for r in members)
                 continue
             times = [r.timestamp / 1000 for r in members]
-            batch = RecordBatch(sid, values, times, [r.headers for r in members], [r.offset for r in members])
+            offsets = [r.offset for r in members]
+            if tp.topic == self._hop:  # events show their source records, not the hop's copies
+                shown = [unwrapped(r.headers) for r in members]
+                headers = [h for h, _ in shown]
+                sources = [offset if source is None else source for (_, source), offset in zip(shown, offsets)]
+                batch = RecordBatch(sid, values, times, headers, offsets, shown_offsets=sources)
+            else:
+                batch = RecordBatch(sid, values, times, [r.headers for r in members], offsets)
             batch.clocks = clocks
             if clocks[0] > -math.inf:
                 batch.clock_before = clocks[0]

@@ -12,7 +12,11 @@ receiver of queue *i* re-keys the records of partition *i* it reads that have no
 2. it waits until Kafka has every one (``acks=all``) before it takes anything else of that
    read, so the source offset it commits later never passes a record not yet durable there;
 3. queue *j* reads partition *j* of the repartition topic beside partition *j* of the source
-   (a second topic read together), whose records are keyed: one activation per key.
+   (a second topic read together), whose records are keyed: one activation per key. Its
+   consumers see each such record as its source: ``event.offset`` is the source record's
+   offset and ``event.headers`` are the producer's, without ``headrace.source``
+   (:func:`~streams.kafka.records.unwrapped`); the event's ``position``, where a replay of
+   the queue finds it, stays the repartition record's.
 
 Records that have a key (the stream id already) skip the hop.
 
@@ -48,10 +52,9 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 
 from streams.adapters.mapper import KafkaPartitionMapper
 from streams.core.records import RecordFormat
-from streams.kafka.records import Fetched, key_of
+from streams.kafka.records import SOURCE_HEADER, Fetched, key_of
 from streams.kafka.settings import KafkaSettings, KeyField
 
-SOURCE_HEADER = "headrace.source"
 # The changelog rows of the hop: consumer name, and one "stream" per source partition.
 SEEN = "headrace.repartition"
 

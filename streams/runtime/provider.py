@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -34,11 +35,17 @@ from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueM
 from streams.adapters.retention import RetentionPolicy
 from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
-from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
+from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError, SubscriptionNotFoundError
 from streams.core.ids import QueueId, SequenceToken, StreamId
-from streams.core.observer import LoggingFailureHandler, StreamFailureHandler, as_observer
+from streams.core.observer import (
+    EventFilter,
+    LoggingFailureHandler,
+    StreamFailureHandler,
+    as_observer,
+    is_coroutine_function,
+)
 from streams.core.options import StreamProviderOptions
-from streams.core.pubsub import FollowedPubSubStore, PubSubStore, SubscriptionRecord
+from streams.core.pubsub import FollowedPubSubStore, PubSubStore, SubscriptionRecord, SubscriptionState
 from streams.core.records import RecordFormat
 from streams.embedded.store import EmbeddedStore, Synchronous
 from streams.kafka.settings import KeyField
@@ -144,6 +151,39 @@ log = logging.getLogger("headrace.provider")
 T = TypeVar("T", bound=type)
 
 _providers_in_process = itertools.count(1)
+
+
+def check_token(token: object) -> None:
+    """Refuse a token that is not a :class:`SequenceToken` (a bare int, say) at once."""
+    if token is not None and not isinstance(token, SequenceToken):
+        raise TypeError(f"token is a SequenceToken, not {type(token).__name__}")
+
+
+def check_filter(event_filter: object, *, durable: bool) -> None:
+    """Refuse a filter that could never work, at subscribe rather than at every event.
+
+    >>> async def vip(event): return event.value["vip"]
+    >>> check_filter(vip, durable=False)
+    Traceback (most recent call last):
+    ...
+    streams.core.errors.ConfigurationError: a stream filter is a plain function of one event returning a bool; vip is async (its coroutine would count as true and keep every event)
+    """
+    if not callable(event_filter):
+        raise ConfigurationError(f"a stream filter is a function of one event, not {event_filter!r}")
+    if is_coroutine_function(event_filter):
+        name = getattr(event_filter, "__qualname__", repr(event_filter))
+        raise ConfigurationError(
+            f"a stream filter is a plain function of one event returning a bool; {name} is async "
+            "(its coroutine would count as true and keep every event)"
+        )
+    if durable:
+        # A durable subscription is delivered by whichever worker reads its stream, after
+        # restarts too: its record would have to carry the function, which it cannot.
+        raise ConfigurationError(
+            "a durable subscription (a @provider.consumer() type) takes no filter: the worker "
+            "that reads the stream cannot rebuild a function from the subscription's record. "
+            "Filter in the type's on_next, or subscribe an in-process observer with the filter"
+        )
 
 
 def default_worker_name() -> str:
@@ -381,8 +421,10 @@ class StreamProvider(BackendConstructors):
             await pubsub.follow(self._subscriptions_changed)
 
     async def _subscriptions_changed(self, made: list[SubscriptionRecord], removed: list[SubscriptionRecord]) -> None:
-        """Subscriptions made or removed by another process: attach or detach them where
-        their stream's queue is read here (an agent ignores one it has already)."""
+        """Subscriptions made, changed or removed by another process: attach, resume or
+        detach them where their stream's queue is read here. A changed one was resumed
+        there (``handle.resume``): its consumer here goes on from where it is, with the
+        type the record names now (one it has already, unchanged, is left as it is)."""
         for record in removed:
             agent = self._local_agent(record.stream_id)
             if agent is not None:
@@ -392,7 +434,7 @@ class StreamProvider(BackendConstructors):
             if agent is None:
                 continue
             try:
-                await agent.add_subscription(record)
+                await agent.resume_subscription(record, rewind=False)
             except Exception:  # the queue moving away meanwhile, or worse: logged, not fatal
                 log.exception("attaching subscription %s of %s failed", record.subscription_id, record.stream_id)
 
@@ -459,30 +501,86 @@ class StreamProvider(BackendConstructors):
         return self._publisher
 
     async def _subscribe(
-        self, stream_id: StreamId, observer: Any, token: SequenceToken | None
+        self,
+        stream_id: StreamId,
+        observer: Any,
+        token: SequenceToken | None,
+        event_filter: EventFilter | None = None,
     ) -> StreamSubscriptionHandle:
-        if token is not None and not isinstance(token, SequenceToken):
-            raise TypeError(f"token is a SequenceToken, not {type(token).__name__}")
+        check_token(token)
         subscription_id = new_subscription_id()
         subscription: InProcessSubscription | SubscriptionRecord
         type_name = self.registry.type_name(observer) if isinstance(observer, type) else None
+        if event_filter is not None:
+            check_filter(event_filter, durable=type_name is not None)
         if type_name is not None:
             self._require_running("a durable subscription")
             subscription = SubscriptionRecord(subscription_id, stream_id, type_name, token)
             await self.pubsub.add_subscription(subscription)
-        elif isinstance(observer, type):
-            raise ConfigurationError(
-                f"{observer.__qualname__} is a class that is not a registered consumer type; "
-                "decorate it with @provider.consumer() or pass an instance"
-            )
         else:
-            as_observer(observer)  # fail now, not at the first delivery
-            subscription = InProcessSubscription(subscription_id, stream_id, observer, token)
+            self._check_observer(observer)
+            if self.running and not self.is_worker:
+                log.warning(
+                    "%s: an in-process observer subscribed through provider.client() receives "
+                    "nothing in this process: a client reads no queue. Subscribe it in a worker "
+                    "(async with provider), or subscribe a @provider.consumer() type, which the "
+                    "worker reading the stream delivers to",
+                    stream_id,
+                )
+            subscription = InProcessSubscription(subscription_id, stream_id, observer, token, event_filter)
             self.registry.add_observer(subscription)
         agent = self._local_agent(stream_id)
         if agent is not None:
             await agent.add_subscription(subscription)
         return StreamSubscriptionHandle(self, stream_id, subscription_id, type_name is not None)
+
+    def _check_observer(self, observer: Any) -> None:
+        """Refuse what cannot be an in-process observer now, not at the first delivery."""
+        if isinstance(observer, type):
+            raise ConfigurationError(
+                f"{observer.__qualname__} is a class that is not a registered consumer type; "
+                "decorate it with @provider.consumer() or pass an instance"
+            )
+        as_observer(observer)
+
+    async def _resume(
+        self, handle: StreamSubscriptionHandle, observer: Any, token: SequenceToken | None
+    ) -> StreamSubscriptionHandle:
+        check_token(token)
+        sid, subscription_id = handle.stream_id, handle.subscription_id
+        subscription: InProcessSubscription | SubscriptionRecord
+        if handle.durable:
+            self._require_running("resuming a durable subscription")
+            type_name = self.registry.type_name(observer) if isinstance(observer, type) else None
+            if type_name is None:
+                raise ConfigurationError(
+                    f"a durable subscription resumes with a consumer type registered with "
+                    f"@provider.consumer(), not {observer!r}: its record names the type, so that "
+                    "whichever worker reads the stream can build it"
+                )
+            record = next(
+                (r for r in await self.pubsub.subscriptions(sid) if r.subscription_id == subscription_id), None
+            )
+            if record is None:
+                raise SubscriptionNotFoundError(f"subscription {subscription_id} of {sid} no longer exists")
+            subscription = replace(
+                record,
+                consumer_type=type_name,
+                start_token=token,  # where a consumer attached afresh starts (None: from now)
+                state=SubscriptionState.ACTIVE,  # a faulted one delivers again
+            )
+            await self.pubsub.add_subscription(subscription)  # replaces the record
+        else:
+            old = next((s for s in self.registry.observers(sid) if s.subscription_id == subscription_id), None)
+            if old is None:
+                raise SubscriptionNotFoundError(f"subscription {subscription_id} of {sid} no longer exists")
+            self._check_observer(observer)
+            subscription = replace(old, observer=observer, token=token)
+            self.registry.add_observer(subscription)  # replaces the old one
+        agent = self._local_agent(sid)
+        if agent is not None:
+            await agent.resume_subscription(subscription, rewind=token is not None)
+        return StreamSubscriptionHandle(self, sid, subscription_id, handle.durable)
 
     async def _unsubscribe(self, handle: StreamSubscriptionHandle) -> None:
         if handle.durable:

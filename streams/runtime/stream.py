@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from streams.core.batch import BatchKind, to_seconds
 from streams.core.errors import EncodeError
 from streams.core.ids import SequenceToken, StreamId
+from streams.core.observer import EventFilter
 from streams.runtime.publisher import Publisher
 
 # An instant of event time as producers give it: POSIX seconds or an aware datetime (None:
@@ -25,7 +26,11 @@ class InternalStreamProvider(Protocol):
     def _require_publisher(self, what: str = ...) -> Publisher: ...
 
     async def _subscribe(
-        self, stream_id: StreamId, observer: Any, token: SequenceToken | None
+        self, stream_id: StreamId, observer: Any, token: SequenceToken | None, event_filter: EventFilter | None = ...
+    ) -> StreamSubscriptionHandle: ...
+
+    async def _resume(
+        self, handle: StreamSubscriptionHandle, observer: Any, token: SequenceToken | None
     ) -> StreamSubscriptionHandle: ...
 
     async def _unsubscribe(self, handle: StreamSubscriptionHandle) -> None: ...
@@ -34,7 +39,23 @@ class InternalStreamProvider(Protocol):
 
 
 class StreamSubscriptionHandle:
-    """Returned by :meth:`Stream.subscribe`; ``unsubscribe()`` ends the subscription."""
+    """Returned by :meth:`Stream.subscribe` and :meth:`Stream.get_all_subscription_handles`:
+    ``unsubscribe()`` ends the subscription, ``resume(observer)`` gives it a new observer.
+
+    Two handles of one subscription are equal and hash alike (Orleans' handles compare by
+    stream and subscription id), however each was obtained; ``durable`` is whether its
+    subscription is a consumer type's record in the pub-sub store.
+
+    >>> import anyio
+    >>> from streams import StreamProvider
+    >>> async def main():
+    ...     async with StreamProvider.memory(queues=1) as provider:
+    ...         stream = provider.get_stream(StreamId("ns", "k"))
+    ...         handle = await stream.subscribe(print)
+    ...         return [handle] == await stream.get_all_subscription_handles()
+    >>> anyio.run(main)
+    True
+    """
 
     def __init__(
         self, provider: InternalStreamProvider, stream_id: StreamId, subscription_id: str, durable: bool
@@ -46,6 +67,37 @@ class StreamSubscriptionHandle:
 
     async def unsubscribe(self) -> None:
         await self._provider._unsubscribe(self)
+
+    async def resume(self, observer: Any, token: SequenceToken | None = None) -> StreamSubscriptionHandle:
+        """Deliver this subscription to ``observer`` from now on (Orleans' ``ResumeAsync``):
+        from where the subscription is (nothing skipped, nothing repeated), or from
+        ``token`` (a rewind, as :meth:`Stream.subscribe`'s). The subscription keeps its id,
+        its filter and its kind; a faulted one delivers again. Returns a handle equal to
+        this one.
+
+        A durable subscription resumes with a consumer type registered with
+        ``@provider.consumer()`` (its record is updated, so it holds after a restart); an
+        in-process one with any observer. It takes effect at once in a worker that reads
+        the stream's queue. A durable one resumed from another process: on Kafka, the
+        worker reading the stream follows within about a second, from where its consumer
+        is (a token is not replayed there); on an embedded store, when a worker next
+        activates the stream. A subscription that is gone raises
+        :class:`~streams.core.errors.SubscriptionNotFoundError`.
+
+        >>> async def hand_over(stream, new_observer):
+        ...     for handle in await stream.get_all_subscription_handles():
+        ...         if not handle.durable:
+        ...             await handle.resume(new_observer)  # the old observer gets no more
+        """
+        return await self._provider._resume(self, observer, token)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StreamSubscriptionHandle):
+            return NotImplemented
+        return (self.stream_id, self.subscription_id) == (other.stream_id, other.subscription_id)
+
+    def __hash__(self) -> int:
+        return hash((self.stream_id, self.subscription_id))
 
     def __repr__(self) -> str:
         return f"StreamSubscriptionHandle({self.stream_id!r}, {self.subscription_id!r})"
@@ -131,15 +183,37 @@ class Stream:
         await publisher.add(self.stream_id, kind, values, times, wait=True)
 
     # -- consuming -------------------------------------------------------------------
-    async def subscribe(self, observer: Any, token: SequenceToken | None = None) -> StreamSubscriptionHandle:
+    async def subscribe(
+        self, observer: Any, token: SequenceToken | None = None, *, filter: EventFilter | None = None
+    ) -> StreamSubscriptionHandle:
         """Subscribe an observer, from ``token`` if given (a rewind), else from now.
 
         ``observer`` is a callable taking a batch (sync or async), an object with
         ``on_next(batch)`` and optionally ``on_error``, ``on_completed``, ``on_watermark``;
         or a consumer type registered with ``@provider.consumer()``, which makes a durable
         subscription kept in the pub-sub store.
+
+        ``filter`` (Orleans' stream filter; in-process observers only) is a plain function
+        of one :class:`~streams.core.batch.Event`: the observer gets only the events for
+        which it returns a true value (taken by truth value, as Python's ``filter()`` does),
+        as :class:`~streams.core.batch.KeptEvents`, and nothing for a batch it keeps none
+        of. It runs in the subscription's delivery on the worker. An event it raises on, or
+        returns an awaitable or a value with no truth value for, is dead-lettered
+        ``filter_failed`` with the traceback (the first of a run logged) and the other
+        events go on. An ``async def`` filter is refused here, and so is a filter on a
+        durable subscription (a worker elsewhere could not rebuild it from the record).
+
+        An in-process observer delivers in this process only, from the queues its worker
+        reads: subscribed through ``provider.client()`` (no worker) it receives nothing,
+        which one warning says at subscribe.
+
+        >>> async def follow_vips(provider, seen):
+        ...     stream = provider.get_stream(StreamId("clicks", "u-1"))
+        ...     return await stream.subscribe(seen.extend, filter=lambda e: e.value.get("vip"))
         """
-        return await self._provider._subscribe(self.stream_id, observer, token)
+        return await self._provider._subscribe(self.stream_id, observer, token, filter)
 
     async def get_all_subscription_handles(self) -> list[StreamSubscriptionHandle]:
+        """A handle of each subscription of this stream: its in-process observers in this
+        process, and the durable subscriptions in the pub-sub store."""
         return await self._provider._handles(self.stream_id)

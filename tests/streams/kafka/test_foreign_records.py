@@ -150,7 +150,7 @@ async def test_keys_timestamps_headers_and_the_records_that_do_not_decode(kafka_
         (b"a", b'{"n": 1}', 0, t, [("trace", b"x1")]),
         (b"b", b'{"n": 2}', 0, t + 1, None),
         (b"a", b"{not json", 0, t + 2, None),  # undecodable: dead-lettered, reading goes on
-        (None, b'{"n": 4, "device": "d-7"}', 0, t + 3, None),  # keyless: key_field
+        (None, b'{"n": 4, "device": "d-7"}', 0, t + 3, [("trace", b"x4")]),  # keyless: key_field
         (None, b'{"n": 5}', 0, t + 4, None),  # keyless, no such field: dead-lettered
         (b"a", b'{"n": 6}', 0, t + 5, None),
         (b"a", None, 0, t + 6, None),  # a tombstone: dead-lettered
@@ -166,21 +166,25 @@ async def test_keys_timestamps_headers_and_the_records_that_do_not_decode(kafka_
             self.key = stream_id.key
 
         def on_next(self, batch):
-            seen.extend((self.key, e.value["n"], e.event_time, e.arrival_time, e.headers, e.token) for e in batch)
+            seen.extend(
+                (self.key, e.value["n"], e.event_time, e.arrival_time, e.headers, e.offset, e.token) for e in batch
+            )
 
     async with provider:
         await drained(provider, 30)
         letters = await provider.dead_letters.list(reason="undecodable")
         agent = provider.agents[0]
         assert not isinstance(agent.receiver, RewindableReceiver)
-    by_n = {n: (key, et, at, headers) for key, n, et, at, headers, _ in seen}
+    by_n = {n: (key, et, at, tuple(headers), offset) for key, n, et, at, headers, offset, _ in seen}
     s = t / 1000
     assert by_n == {
-        1: ("a", s, s, (("trace", b"x1"),)),
-        2: ("b", s + 0.001, s + 0.001, ()),
-        4: ("d-7", s + 0.003, s + 0.003, (("headrace.source", b"0:3"),)),  # re-keyed: through the hop
-        6: ("a", s + 0.005, s + 0.005, ()),
-        9: ("b", s + 0.008, s + 0.008, (("h", b"1"), ("h", b"2"))),
+        1: ("a", s, s, (("trace", b"x1"),), 0),
+        2: ("b", s + 0.001, s + 0.001, (), 1),
+        # re-keyed through the hop, seen as the record in the user's topic: its offset there
+        # (not the repartition topic's), its producer's headers (not the hop's)
+        4: ("d-7", s + 0.003, s + 0.003, (("trace", b"x4"),), 3),
+        6: ("a", s + 0.005, s + 0.005, (), 5),
+        9: ("b", s + 0.008, s + 0.008, (("h", b"1"), ("h", b"2")), 8),
     }
     assert len(seen) == 5 and len({token for *_, token in seen}) == 5  # told apart by token
     assert [n for key, n, *_ in seen if key == "a"] == [1, 6]  # a stream's order is kept
