@@ -1,0 +1,189 @@
+"""More keys than memory: a worker serving many streams with durable state, few active at a time.
+
+Workload (issue 35): an embedded store of 4 queues; a plain consumer type with two durable
+fields (a count and a last value) is activated per stream. Phase 1 gives every one of
+``--streams`` streams one event: each activation saves its state with the checkpoint and,
+once idle for ``stream_inactivity_period`` (2 s here), is parked: deactivated, its state
+left in the store only. Phase 2 is "a minute" of traffic on ``--active`` of the streams (1 %
+by default), chosen at random, one event each: every one is a parked stream reactivated, its
+state read back from the store before its event is taken.
+
+Printed:
+- ``rss``: the worker process's peak RSS above its RSS before the first stream, per stream
+  and in all (publisher and worker share the process; the publisher holds one batch of
+  records at a time);
+- ``store``: the SQLite file's size per stream;
+- ``restore``: what reactivating a parked stream adds, the read of its state from the store
+  and putting it into the new instance (the catalog's restore, timed around the call), median
+  and 99th percentile;
+- ``to on_next``: from the consumer's ``__init__`` (the activation made) to its first
+  ``on_next`` (the state restored and the event delivered), stamped in the consumer's own
+  hooks: this includes waiting behind the other streams of the same read, so it is a
+  latency under load, not a cost;
+- ``phase 2``: the whole phase's wall-clock and CPU time, from the first event published to
+  the last ``on_next`` that took one (stamped in the hook), and the share of its events the
+  span covers (it refuses a rate under 90 %).
+
+Run: .venv/bin/python bench/durable_streams.py [--streams 1000000] [--active 0.01]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agents.catalog import Catalog  # noqa: E402
+from bench._common import peak_rss_mb, percentile, rss_mb  # noqa: E402
+from streams import Durable, StreamId, StreamProvider  # noqa: E402
+
+QUEUES = 4
+BATCH = 2000  # streams published per client call
+
+
+class Hooks:
+    """Stamps taken in the consumer's hooks (not by a poller on the event loop)."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, float] = {}
+        self.reactivations: list[float] = []
+        self.taken = 0
+        self.first: tuple[float, float] | None = None  # (wall, cpu) at the first event taken
+        self.last: tuple[float, float] | None = None  # ... at the last
+
+    def took(self, n: int) -> None:
+        now = (time.perf_counter(), time.process_time())
+        if self.first is None:
+            self.first = now
+        self.last = now
+        self.taken += n
+
+
+def provider_for(path: Path, hooks: Hooks) -> StreamProvider:
+    provider = StreamProvider.embedded(path, queues=QUEUES, stream_inactivity_period=2.0)
+
+    @provider.implicit("devices")
+    class Device:
+        count = Durable(0)
+        last = Durable(None)
+
+        def __init__(self, stream_id: StreamId) -> None:
+            self.key = stream_id.key
+            hooks.made[self.key] = time.perf_counter()
+
+        def on_next(self, batch: Any) -> None:
+            made = hooks.made.pop(self.key, None)
+            if made is not None and self.count:  # restored: it had taken an event before
+                hooks.reactivations.append(time.perf_counter() - made)
+            self.count += len(batch)
+            self.last = batch.values[-1]
+            hooks.took(len(batch))
+
+    return provider
+
+
+async def publish(provider: StreamProvider, keys: list[int]) -> None:
+    for i in range(0, len(keys), BATCH):
+        for key in keys[i : i + BATCH]:
+            await provider.get_stream(StreamId("devices", str(key))).send(key)
+        await provider.flush()
+
+
+async def wait_taken(hooks: Hooks, target: int, seconds: float) -> None:
+    with anyio.fail_after(seconds):
+        while hooks.taken < target:
+            await anyio.sleep(0.05)
+
+
+def active_streams(provider: StreamProvider) -> int:
+    return sum(len(agent.stream_ids()) for agent in provider.agents)
+
+
+def timing_restores(into: list[float]) -> None:
+    """Time each restore of a saved state (the catalog's, wrapped in place)."""
+    restore = Catalog._restore
+
+    def timed(self: Catalog, activation: Any) -> None:
+        began = time.perf_counter()
+        restore(self, activation)
+        if activation.stored:  # there was a state to restore
+            into.append(time.perf_counter() - began)
+
+    Catalog._restore = timed  # type: ignore[method-assign]
+
+
+async def run(streams: int, active: float, path: Path) -> None:
+    hooks = Hooks()
+    restores: list[float] = []
+    timing_restores(restores)
+    provider = provider_for(path, hooks)
+    base = rss_mb()
+    async with provider:
+        started = time.perf_counter()
+        await publish(provider, list(range(streams)))
+        await wait_taken(hooks, streams, 3600)
+        taken_in = time.perf_counter() - started
+        # Every stream goes quiet and is parked (its state in the store only).
+        with anyio.fail_after(600):
+            while active_streams(provider):
+                await anyio.sleep(0.5)
+        phase1 = time.perf_counter() - started
+        parked_rss = rss_mb()
+        chosen = random.Random(35).sample(range(streams), max(1, int(streams * active)))
+        hooks.taken, hooks.first, hooks.last = 0, None, None
+        published_at = (time.perf_counter(), time.process_time())
+        await publish(provider, chosen)
+        await wait_taken(hooks, len(chosen), 600)
+    peak = peak_rss_mb()
+    size = sum(f.stat().st_size for f in path.glob("headrace.db*"))
+    assert hooks.first is not None and hooks.last is not None
+    wall = hooks.last[0] - published_at[0]
+    cpu = hooks.last[1] - published_at[1]
+    reactivations = sorted(hooks.reactivations)
+    restores.sort()
+    print(f"streams {streams:,}, active in phase 2 {len(chosen):,} ({active:.0%})")
+    print(f"phase 1 (every stream one event, then parked): {phase1:.1f} s, of which taking the events {taken_in:.1f} s")
+    print(
+        f"rss: peak {peak - base:,.0f} MB above the start ({(peak - base) * 2**20 / streams:,.0f} B a stream); "
+        f"with every stream parked {parked_rss - base:,.0f} MB ({(parked_rss - base) * 2**20 / streams:,.0f} B a stream)"
+    )
+    print(f"store: {size / 2**20:,.0f} MB ({size / streams:,.0f} B a stream)")
+    print(
+        f"restore ({len(restores):,} parked streams reactivated): median {percentile(restores, 0.5) * 1e3:.3f} ms, "
+        f"p99 {percentile(restores, 0.99) * 1e3:.3f} ms"
+    )
+    print(
+        f"to on_next: median {percentile(reactivations, 0.5) * 1e3:.1f} ms, "
+        f"p99 {percentile(reactivations, 0.99) * 1e3:.1f} ms (behind the other streams of the same read)"
+    )
+    covered = hooks.taken / len(chosen)
+    if covered < 0.9:
+        print(f"phase 2: the span covers {covered:.0%} of its events: no rate printed")
+    else:
+        print(
+            f"phase 2: {len(chosen):,} events in {wall:.2f} s wall, {cpu:.2f} s CPU "
+            f"({len(chosen) / wall:,.0f} events/s; span covers {covered:.0%})"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", type=int, default=1_000_000)
+    parser.add_argument("--active", type=float, default=0.01)
+    parser.add_argument("--dir", type=Path, default=None, help="where the store goes (default: a temporary one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        anyio.run(run, args.streams, args.active, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
