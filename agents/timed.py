@@ -610,7 +610,7 @@ class EventTimeObserver:
         of state can be (True when it will)."""
         self.snapshots = self._merge is None and self._release is None and can_snapshot(self.processor)
         if self._unit and not self.snapshots:
-            warn_not_saved(type(self.target), "several merged inputs, or events held for a handoff")
+            warn_not_saved(type(self.target), "several inputs without a window or join, or events held for a handoff")
         return self.snapshots
 
     def stepping(self) -> bool:
@@ -651,6 +651,8 @@ class EventTimeObserver:
             windows = unpack_unit(self.target, state, self.timers)
         if windows is not None:
             self.processor.restore(windows)
+        if self._join_left is not None:  # every left event up to here is emitted, or held in the state
+            self._join_seen = (position.sequence_number, position.event_index)
         self._skip_to = self._taken = position
         self._last_watermark = self.processor.watermark
         self.stored = True

@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,6 +180,24 @@ class JoinStore:
 
     def has_data(self) -> bool:
         return bool(self._lefts or self._rights)
+
+    def state(self) -> list[Any]:
+        """What :meth:`set_state` puts back (events as the outcomes they are: the snapshot
+        encodes them)."""
+        lefts = [[close, p.seq, p.key, p.event, p.lo, p.hi, p.partners] for close, _, p in self._lefts]
+        rights = [[key, entries] for key, entries in self._rights.items()]
+        return [lefts, rights, self._evict, self.watermark, self.next_close, self.order, self._seq]
+
+    def set_state(self, state: list[Any], hashable: Callable[[Any], Hashable]) -> None:
+        lefts, rights, evict, self.watermark, self.next_close, self.order, self._seq = state
+        self._lefts, self._by_key = [], {}
+        for close, seq, key, event, lo, hi, partners in lefts:  # in heap order: still a heap
+            pending = _Left(hashable(key), event, seq, lo, hi)
+            pending.partners = [tuple(p) for p in partners]  # (ts, seq, outcome): tuples compare
+            self._lefts.append((close, seq, pending))
+            self._by_key.setdefault(pending.key, []).append(pending)
+        self._rights = {hashable(key): [tuple(e) for e in entries] for key, entries in rights}
+        self._evict = [(due, seq, hashable(key), ts) for due, seq, key, ts in evict]
 
     def tokens(self) -> list[dict[Hashable, Any]]:
         """What the state holds, per input: each pending left with its partners (a replay

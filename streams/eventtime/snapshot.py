@@ -31,11 +31,15 @@ from typing import Any, Protocol
 
 import msgpack
 
-from streams.core.ids import SequenceToken
+from streams.core.batch import Event
+from streams.core.ids import SequenceToken, StreamId
+from streams.core.record_batch import RecordEvent
 from streams.core.state import StateError
 from streams.eventtime.aggregates import _Sequenced
 from streams.eventtime.flow import WatermarkFlow
-from streams.eventtime.parts import Store
+from streams.eventtime.joins import JoinStore
+from streams.eventtime.parts import Input, Store
+from streams.eventtime.results import EventOutcome
 from streams.eventtime.sessions import SessionStore
 from streams.eventtime.watermark import Watermark
 from streams.eventtime.windows import WindowStore
@@ -57,8 +61,10 @@ class Snapshottable(Protocol):
 
 
 def can_snapshot(processor: Snapshottable) -> bool:
-    """Whether this processor's kind of state is serializable at all (one input)."""
-    return not processor._flow.multi
+    """Whether this processor's kind of state is serializable at all: one input, or several
+    with a window or an interval join (whose state is in the processor)."""
+    flow = processor._flow
+    return not flow.multi or flow.store is not None
 
 
 def is_empty(processor: Snapshottable) -> bool:
@@ -70,9 +76,9 @@ def is_empty(processor: Snapshottable) -> bool:
 def snapshot(processor: Snapshottable) -> bytes:
     """The processor's state, as bytes :func:`restore` reads back."""
     flow = processor._flow
-    if flow.multi:
-        raise SnapshotError("a processor of several merged inputs is not snapshotted")
-    (inp,) = flow.inputs
+    if not can_snapshot(processor):
+        raise SnapshotError("a processor of several merged inputs without a window or join is not snapshotted")
+    inp = flow.inputs[0]
     reducer = flow.reducer
     seq = None
     if isinstance(reducer, _Sequenced):
@@ -82,7 +88,7 @@ def snapshot(processor: Snapshottable) -> bytes:
     # the merge of one input was, so a saved state reads back either way.
     state = {
         "format": FORMAT,
-        "input": [inp.clock, inp.idle_check, inp.completed, inp.floor_close, _mark(inp.mark)],
+        "input": _input(inp),
         "merged": [inp.mark.value, [inp.mark.value]],
         "store": None if flow.store is None else _store(flow.store),
         "lanes": [
@@ -91,6 +97,11 @@ def snapshot(processor: Snapshottable) -> bytes:
         "counters": [getattr(flow.counters, f.name) for f in fields(flow.counters)],
         "seq": seq,
     }
+    if flow.multi:  # every input's clock and watermark, and their merge
+        assert flow.merged is not None
+        values = flow.merged.values()
+        state["inputs"] = [[i.name, _input(i)] for i in flow.inputs]
+        state["merged"] = [flow.merged.value, [values[i.name] for i in flow.inputs]]
     try:
         data: bytes = msgpack.packb(state, default=_default)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -104,9 +115,23 @@ def restore(processor: Snapshottable, data: bytes) -> None:
     if state.get("format") != FORMAT:
         raise SnapshotError(f"unknown snapshot format {state.get('format')!r}")
     flow = processor._flow
-    (inp,) = flow.inputs
-    inp.clock, inp.idle_check, inp.completed, inp.floor_close, mark = state["input"]
-    _set_mark(inp.mark, mark)  # the one input's watermark is what "merged" repeats
+    inp = flow.inputs[0]
+    if "inputs" in state:
+        if not flow.multi or [name for name, _ in state["inputs"]] != [i.name for i in flow.inputs]:
+            raise SnapshotError("the snapshot's inputs are not this processor's")
+        for i, (_, input_state) in zip(flow.inputs, state["inputs"], strict=True):
+            _set_input(i, input_state)
+        merged = flow.merged
+        assert merged is not None
+        value, values = state["merged"]
+        for i, mark_value in zip(flow.inputs, values, strict=True):
+            merged._values[i.name] = mark_value
+        merged.value = value
+        merged.holder = min(merged._values, key=merged._values.__getitem__)
+    elif flow.multi:
+        raise SnapshotError("the snapshot is of one input, this processor has several")
+    else:
+        _set_input(inp, state["input"])  # the one input's watermark is what "merged" repeats
     if state["store"] is not None and flow.store is not None:
         _set_store(flow.store, state["store"])
     flow.lanes.clear()
@@ -123,6 +148,15 @@ def restore(processor: Snapshottable, data: bytes) -> None:
         flow.reducer._seq = itertools.count(state["seq"])
 
 
+def _input(inp: Input) -> list[Any]:
+    return [inp.clock, inp.idle_check, inp.completed, inp.floor_close, _mark(inp.mark)]
+
+
+def _set_input(inp: Input, state: list[Any]) -> None:
+    inp.clock, inp.idle_check, inp.completed, inp.floor_close, mark = state
+    _set_mark(inp.mark, mark)
+
+
 def _mark(mark: Watermark) -> list[Any]:
     return [mark.value, mark.max_timestamp, mark.last_ingest, mark._count, mark._mark]
 
@@ -134,7 +168,9 @@ def _set_mark(mark: Watermark, state: list[Any]) -> None:
 def _store(store: Store) -> list[Any]:
     if isinstance(store, SessionStore):
         return ["sessions", *store.state()]
-    assert isinstance(store, WindowStore)  # a join has several inputs: never snapshotted
+    if isinstance(store, JoinStore):
+        return ["join", *store.state()]
+    assert isinstance(store, WindowStore)
     panes = [
         [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
     ]
@@ -142,12 +178,17 @@ def _store(store: Store) -> list[Any]:
 
 
 def _set_store(store: Store, state: list[Any]) -> None:
-    if isinstance(store, SessionStore) != (state[0] == "sessions"):
-        raise SnapshotError("the snapshot's windows are not of this processor's kind (sessions or fixed windows)")
+    kind = state[0] if state and isinstance(state[0], str) else "windows"
+    mine = "sessions" if isinstance(store, SessionStore) else "join" if isinstance(store, JoinStore) else "windows"
+    if kind != mine:
+        raise SnapshotError(f"the snapshot holds {kind}, this processor {mine}")
     if isinstance(store, SessionStore):
         store.set_state(state[1:], _hashable)
         return
-    assert isinstance(store, WindowStore)  # a join has several inputs: never snapshotted
+    if isinstance(store, JoinStore):
+        store.set_state(state[1:], _hashable)
+        return
+    assert isinstance(store, WindowStore)
     panes, store.watermark, store.next_close, due, store.order = state
     store.panes = {pane: {_hashable(key): [acc, token] for key, acc, token in bucket} for pane, bucket in panes}
     if due:
@@ -159,6 +200,7 @@ def _set_store(store: Store, state: list[Any]) -> None:
 
 
 _TOKEN = 1
+_OUTCOME = 2  # an event held in a join: the event and what the policy made of it
 
 
 def _default(value: Any) -> Any:
@@ -166,13 +208,48 @@ def _default(value: Any) -> Any:
         return msgpack.ExtType(_TOKEN, msgpack.packb([value.sequence_number, value.event_index]))
     if isinstance(value, tuple):
         return list(value)
+    if isinstance(value, EventOutcome):
+        return msgpack.ExtType(_OUTCOME, msgpack.packb(_outcome(value), default=_default))
     raise TypeError(f"cannot serialize {type(value).__name__}")
 
 
 def _ext(code: int, data: bytes) -> Any:
     if code == _TOKEN:
         return SequenceToken(*msgpack.unpackb(data))
+    if code == _OUTCOME:
+        return _set_outcome(msgpack.unpackb(data, strict_map_key=False, ext_hook=_ext))
     return msgpack.ExtType(code, data)
+
+
+def _outcome(outcome: EventOutcome) -> list[Any]:
+    record = outcome.record
+    if isinstance(record, RecordEvent):
+        kept: list[Any] = [1, *_event(record), list(record.headers), record.offset, record._read_at]
+    elif isinstance(record, Event):
+        kept = [0, *_event(record)]
+    else:
+        raise TypeError(f"cannot serialize an event of {type(record).__name__}")
+    return [kept, outcome.partition, outcome.key, outcome.event_time, outcome.timestamp, outcome.status, outcome.reason]
+
+
+def _event(event: Event) -> list[Any]:
+    sid = event.stream_id
+    return [event.value, event.event_time, event.arrival_time, sid.namespace, sid.key, event._sequence, event._index]
+
+
+def _set_outcome(state: list[Any]) -> EventOutcome:
+    kept, partition, key, event_time, timestamp, status, reason = state
+    kind, value, at, arrival, namespace, stream_key, sequence, index = kept[:8]
+    sid = StreamId(namespace, stream_key)
+    record: Event
+    if kind == 1:
+        record = RecordEvent._at(value, at, arrival, sequence, index, sid)
+        assert isinstance(record, RecordEvent)
+        headers, record.offset, record._read_at = kept[8:]
+        record.headers = tuple((name, bytes(data)) for name, data in headers)
+    else:
+        record = Event._at(value, at, arrival, sequence, index, sid)
+    return EventOutcome(record, partition, _hashable(key), event_time, timestamp, status, reason)
 
 
 def _hashable(key: Any) -> Hashable:

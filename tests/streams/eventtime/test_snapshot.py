@@ -9,7 +9,7 @@ import pytest
 
 from streams.core.ids import SequenceToken
 from streams.eventtime import Collect, Count, Hopping, OrderingPolicy, Processor, Sum, Tumbling
-from streams.eventtime.snapshot import SnapshotError, is_empty
+from streams.eventtime.snapshot import SnapshotError, can_snapshot, is_empty
 
 
 def events(n: int, seed: int = 7) -> list[Ev]:
@@ -90,7 +90,10 @@ def test_an_empty_processor_is_empty_and_an_unencodable_accumulator_says_so():
         p.snapshot()
 
 
-def test_several_merged_inputs_are_not_snapshotted():
-    p = Processor(OrderingPolicy(), Tumbling(5), inputs=["a", "b"])
-    with pytest.raises(SnapshotError, match="several merged inputs"):
+def test_several_merged_inputs_without_a_window_or_join_are_not_snapshotted():
+    # With a window (or a join) they are: tests/streams/eventtime/test_snapshot_inputs.py.
+    assert can_snapshot(Processor(OrderingPolicy(), Tumbling(5), inputs=["a", "b"]))
+    p = Processor(OrderingPolicy(), inputs=["a", "b"])
+    assert not can_snapshot(p)
+    with pytest.raises(SnapshotError, match="several merged inputs without a window or join"):
         p.snapshot()
