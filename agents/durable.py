@@ -309,7 +309,7 @@ class DurableActivation:
     def restore(self, position: SequenceToken, state: bytes) -> None:
         """Resume from a saved unit: its fields and timers, and the events it reflects
         (those at or below ``position``) are not taken again."""
-        unpack_unit(self.target, state, self.timers)
+        unpack_unit(self.target, state, self.timers)  # (no windows, nothing held)
         self._skip_to = self._taken = position
         self.stored = True
         self._changed()

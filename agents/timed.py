@@ -64,7 +64,7 @@ from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
 from streams.eventtime.results import EventOutcome, JoinResult, Output, WindowResult
-from streams.eventtime.snapshot import can_snapshot, is_empty
+from streams.eventtime.snapshot import can_snapshot, held_snapshot, is_empty, restore_held
 from streams.eventtime.spec import EventTime
 
 log = logging.getLogger("headrace.agent")
@@ -218,6 +218,7 @@ class EventTimeObserver:
     _skip_to: SequenceToken | None = None
     # A type with durable fields or timers (streams.core.state): saved as one unit with its windows.
     _unit = False
+    _durable = False  # its type declares durable fields or timers: a unit is kept even when empty
     timers: TimerTable | None = None
     _on_timer: Callable[[Timer], Awaitable[None]] | None = None
 
@@ -252,8 +253,10 @@ class EventTimeObserver:
         self.stream_id = stream_id
         self.processor = spec.processor(name)
         if is_stateful(type(target)):
-            self._unit = True
+            self._unit = self._durable = True
             self.timers = timers_of(target)
+        if self._release is not None:
+            self._unit = True  # the events it holds for the watermark are saved with it
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
         # Checked, and its hooks inspected, once per consumer type.
@@ -608,7 +611,7 @@ class EventTimeObserver:
     def enable_snapshots(self) -> bool:
         """The store saves states with the checkpoint: snapshot this activation if its kind
         of state can be (True when it will)."""
-        self.snapshots = self._merge is None and self._release is None and can_snapshot(self.processor)
+        self.snapshots = self._merge is None and can_snapshot(self.processor)
         if self._unit and not self.snapshots:
             warn_not_saved(type(self.target), "several inputs without a window or join, or events held for a handoff")
         return self.snapshots
@@ -626,8 +629,9 @@ class EventTimeObserver:
         except Exception:
             self.snapshots = False
             raise
-        if self._unit:  # its fields and timers too, never empty (StateError: it holds, and tries again)
-            state = pack_unit(self.target, state, self.timers)
+        held = self._held_events()
+        if self._durable or held is not None:  # fields, timers, held events (StateError: it holds, and tries again)
+            state = pack_unit(self.target, state, self.timers, held)
         self._saving = _lowest(self._saving, self._since_snapshot)
         self._since_snapshot = None
         self.unsaved = False
@@ -647,10 +651,13 @@ class EventTimeObserver:
     def restore(self, position: SequenceToken, state: bytes) -> None:
         """Resume from a saved snapshot: events at or below ``position`` are in it."""
         windows: bytes | None = state
+        held = None
         if self._unit:
-            windows = unpack_unit(self.target, state, self.timers)
+            windows, held = unpack_unit(self.target, state, self.timers)
         if windows is not None:
             self.processor.restore(windows)
+        if held is not None and self._release is not None:
+            restore_held(self._release, held)
         if self._join_left is not None:  # every left event up to here is emitted, or held in the state
             self._join_seen = (position.sequence_number, position.event_index)
         self._skip_to = self._taken = position
@@ -659,7 +666,12 @@ class EventTimeObserver:
         self._changed()
 
     def has_state(self) -> bool:
-        return self._unit or not is_empty(self.processor)
+        return self._durable or not is_empty(self.processor) or bool(self._release)
+
+    def _held_events(self) -> bytes | None:
+        """The events a windowless handoff holds for the watermark, as saved (None: none)."""
+        release = self._release
+        return held_snapshot(release) if release else None
 
     def can_park(self) -> bool:
         """Whether it can be deactivated with its windows open: the store has its state as
@@ -682,7 +694,9 @@ class EventTimeObserver:
         :meth:`can_park`); the same state as the stored snapshot, kept compact in memory."""
         assert self._taken is not None
         windows = None if is_empty(self.processor) else self.processor.snapshot()
-        return self._taken, pack_unit(self.target, windows, self.timers) if self._unit else self.processor.snapshot()
+        if not self._unit:
+            return self._taken, self.processor.snapshot()
+        return self._taken, pack_unit(self.target, windows, self.timers, self._held_events())
 
     def _held(self) -> SequenceToken | None:
         # With no snapshot saved or being saved, a restart rebuilds the windows from the
@@ -724,14 +738,19 @@ class EventTimeObserver:
                 if outcome.timestamp is not None:  # always, for an event that passed the policy
                     self._release.add(outcome.timestamp, position_of(outcome), outcome, replay_position_of(outcome))
             released = self._release.release(out.watermark)
-            if released:
-                await handoff.events(released, self._release.below())
+            if released:  # through on_events first, as with several inputs: what it returns goes
+                handed = await self._handed(released)
+                for event in handed:
+                    if (sid := _stream_of(event)) != self.stream_id:
+                        raise ValueError(f"on_events returned an event of {sid}, not of {self.stream_id}")
+                if handed:
+                    await handoff.events(handed, self._release.below())
         timers = self.timers
         if timers is not None and _due(timers, out.watermark):
             await self._emit_windows_and_timers(out.windows if self._on_window is not None else [], out.watermark)
         elif self._on_window is not None and out.windows:
             await self._emit_windows(out.windows, self._windows_now(out.windows))
-        if self._on_events is not None and out.events and self._merge is None:
+        if self._on_events is not None and out.events and self._merge is None and self._release is None:
             await self._hook_calls().events(self._on_events, out.events)
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
@@ -786,25 +805,46 @@ class EventTimeObserver:
         released = [event for _, event in merge.release(out.watermark)]
         if not released:
             return
-        handed: list[EventOutcome] = released
-        if self._user_on_events is not None:
-            result = self._user_on_events(released)
-            if inspect.isawaitable(result):
-                result = await result
-            if result is not None:
-                handed = list(result)
+        handed = await self._handed(released)
         handoff = self._handoff
         if handoff is None or not handed:
             return
         by_stream: dict[StreamId, list[EventOutcome]] = {}
         for event in handed:
-            if not isinstance(record := event.record, Event):
-                raise ValueError(f"on_events returned an outcome of {record!r}, not of an event it was given")
-            by_stream.setdefault(record.stream_id, []).append(event)
+            by_stream.setdefault(_stream_of(event), []).append(event)
         for sid, events in by_stream.items():
             if sid.namespace not in self._inputs:
                 raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")
             await handoff.events(events, merge.below(sid.namespace), str(sid))
+
+    async def _handed(self, released: list[EventOutcome]) -> list[EventOutcome]:
+        """What a handoff takes of the events the watermark ``released``: what ``on_events``
+        returns (a filter, an enrichment), or the events themselves without one or when it
+        returns None. The same for one input as for several."""
+        if self._user_on_events is None:
+            return released
+        result = self._user_on_events(released)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is None:
+            return released
+        handed = list(result)
+        for item in handed:
+            if not isinstance(item, EventOutcome):
+                raise ValueError(
+                    f"on_events returned {item!r}, not one of the events it was given: return those "
+                    "(event.with_value(v) for a changed value), or None to hand them all off"
+                )
+            if not isinstance(item.record, Event):
+                raise ValueError(f"on_events returned an outcome of {item.record!r}, not of an event it was given")
+        return handed
+
+
+def _stream_of(outcome: EventOutcome) -> StreamId:
+    """The stream of an event ``_handed`` let through (a runtime event)."""
+    record = outcome.record
+    assert isinstance(record, Event)
+    return record.stream_id
 
 
 def _first_token(batch: EventBatch) -> SequenceToken | None:

@@ -87,7 +87,9 @@ class _TestBackend(MemoryBackend):
     async def open_handoff_sink(
         self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff
     ) -> spark_sink.HandoffSink:
-        sink = self.handoff_sinks[handoff.stream] = MemoryHandoffSink(handoff)
+        sink = self.handoff_sinks.get(handoff.stream)
+        if sink is None:  # one per handoff stream for the harness's life: restarts append to it
+            sink = self.handoff_sinks[handoff.stream] = MemoryHandoffSink(handoff)
         return sink
 
 

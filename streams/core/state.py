@@ -406,25 +406,31 @@ _UNIT = b"\xc1"
 UNIT_FORMAT = 1
 
 
-def pack_unit(instance: object, windows: bytes | None, timers: TimerTable | None) -> bytes:
-    """An activation's saved unit: its window state (if any), durable fields and timers."""
-    body = [UNIT_FORMAT, windows, field_values(instance), None if timers is None else timers.dump()]
+def pack_unit(instance: object, windows: bytes | None, timers: TimerTable | None, held: bytes | None = None) -> bytes:
+    """An activation's saved unit: its window state (if any), durable fields and timers, and
+    the events it holds for the watermark (``held``, a windowless handoff's)."""
+    body = [UNIT_FORMAT, windows, field_values(instance), None if timers is None else timers.dump(), held]
     return _UNIT + encode(body, instance)
 
 
-def unpack_unit(instance: object, data: bytes, timers: TimerTable | None) -> bytes | None:
-    """Restore the fields and timers of a saved unit into ``instance``; its window state
-    back (a window-only snapshot is returned as it is)."""
+def unpack_unit(instance: object, data: bytes, timers: TimerTable | None) -> tuple[bytes | None, bytes | None]:
+    """Restore the fields and timers of a saved unit into ``instance``; ``(its window state,
+    the events it held)`` back (a window-only snapshot is returned as it is)."""
     if not data.startswith(_UNIT):
-        return data
+        return data, None
     body = decode(data[1:])
     if not isinstance(body, list) or not body or body[0] != UNIT_FORMAT:
         raise StateError(f"unknown saved state format {body[0] if isinstance(body, list) and body else body!r}")
-    _, windows, values, timer_rows = body
+    windows, values, timer_rows = body[1:4]
+    held = body[4] if len(body) > 4 else None
     set_field_values(instance, values)
     if timers is not None and timer_rows:
         timers.load(timer_rows)
-    return windows if windows is None or isinstance(windows, bytes) else bytes(windows)
+    return _bytes(windows), _bytes(held)
+
+
+def _bytes(value: Any) -> bytes | None:
+    return value if value is None or isinstance(value, bytes) else bytes(value)
 
 
 def is_unit(data: bytes) -> bool:
@@ -448,7 +454,7 @@ def unit_json(data: bytes) -> dict[str, Any]:
     whether windows are open."""
     if not data.startswith(_UNIT):
         return {"fields": {}, "timers": [], "windows": True}
-    _, windows, values, timer_rows = decode(data[1:])
+    _, windows, values, timer_rows = decode(data[1:])[:4]
     timers = [
         {"kind": kind, "name": name, "time": due}
         for kind, name, due, _ in sorted(timer_rows or [], key=lambda r: (r[2], r[3]))

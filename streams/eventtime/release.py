@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sortedcontainers import SortedList
 
@@ -118,6 +118,18 @@ class TimestampOrder(Generic[E]):
         for _, _, positions, _ in released:
             self._positions.remove(positions)
         return [event for _, _, _, event in released]
+
+    def state(self) -> list[Any]:
+        """What :meth:`set_state` puts back: the held events with their timestamps and
+        positions, and the newest position seen."""
+        return [[[ts, list(positions), event] for ts, _, positions, event in self._held], self._newest]
+
+    def set_state(self, state: list[Any]) -> None:
+        held, newest = state
+        self._held, self._positions, self._arrivals = _NOTHING, _NOTHING, _NO_ARRIVALS
+        for ts, (position, replay), event in held:  # in (timestamp, arrival) order: arrivals renumbered alike
+            self.add(ts, tuple(position), event, tuple(replay))
+        self._newest = None if newest is None else tuple(newest)
 
     def earliest(self) -> float | None:
         """The smallest timestamp still held (the watermark that releases something next)."""

@@ -39,12 +39,13 @@ from streams.eventtime.aggregates import _Sequenced
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
 from streams.eventtime.parts import Input, Store
+from streams.eventtime.release import TimestampOrder
 from streams.eventtime.results import EventOutcome
 from streams.eventtime.sessions import SessionStore
 from streams.eventtime.watermark import Watermark
 from streams.eventtime.windows import WindowStore
 
-__all__ = ["SnapshotError", "can_snapshot", "is_empty", "restore", "snapshot"]
+__all__ = ["SnapshotError", "can_snapshot", "held_snapshot", "is_empty", "restore", "restore_held", "snapshot"]
 
 FORMAT = 1
 
@@ -146,6 +147,20 @@ def restore(processor: Snapshottable, data: bytes) -> None:
         setattr(counters, f.name, value)
     if state["seq"] is not None and isinstance(flow.reducer, _Sequenced):
         flow.reducer._seq = itertools.count(state["seq"])
+
+
+def held_snapshot(order: TimestampOrder[EventOutcome]) -> bytes:
+    """The events a windowless handoff holds for the watermark, as bytes
+    :func:`restore_held` reads back."""
+    try:
+        data: bytes = msgpack.packb(order.state(), default=_default)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SnapshotError(f"the held events cannot be serialized: {exc}") from exc
+    return data
+
+
+def restore_held(order: TimestampOrder[EventOutcome], data: bytes) -> None:
+    order.set_state(msgpack.unpackb(data, strict_map_key=False, ext_hook=_ext))
 
 
 def _input(inp: Input) -> list[Any]:

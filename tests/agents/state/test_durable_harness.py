@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from spark_sink import EventHandoff
 from streams import Durable, StreamId, Timer, Timers
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.testing import Harness
@@ -232,3 +233,80 @@ async def test_a_processing_timer_of_an_inactive_activation_fires_after_a_restar
         await harness.restart()
         await harness.advance_to(500)
         assert harness.instances(Ping) == {}  # fired once: nothing left to wake it
+
+
+class AlertToSpark:
+    """The third-order alert as Spark would receive it: a windowless handoff whose on_events
+    returns the alerts only (a filter and an enrichment, one input)."""
+
+    event_time = EventTime(OrderingPolicy(timestamp_by="t", out_of_order=5))
+    handoff = EventHandoff("alerts", {"user": "string", "total": "double"})
+    orders = Durable(0)
+    total = Durable(0.0)
+
+    def __init__(self, stream_id: StreamId) -> None:
+        self.user = stream_id.key
+
+    def on_events(self, events: list[Any]) -> list[Any]:
+        alerts = []
+        for event in events:
+            self.orders += 1
+            self.total += event.record.value["amount"]
+            if self.orders == 3:
+                alerts.append(event.with_value({"user": self.user, "total": self.total}))
+        return alerts  # only these are handed off
+
+
+async def test_on_events_filters_a_single_input_handoff_and_held_events_survive_a_restart() -> None:
+    harness = Harness()
+    harness.implicit("orders")(AlertToSpark)  # before it starts: its handoff opens then
+    async with harness:
+        # W = 20 - 5: t=10 is released (and counted), t=20 held for the watermark
+        await harness.publish("orders/ann", {"t": 10, "amount": 1.0}, {"t": 20, "amount": 2.0}, at=20)
+        assert harness.handed_off("alerts") == []
+        await harness.restart()  # the held event (t=20) and the fields are in the saved unit
+        await harness.publish("orders/ann", {"t": 30, "amount": 4.0}, {"t": 40, "amount": 8.0}, at=40)
+        rows = harness.handed_off("alerts")
+        assert [(r["stream_id"], r["user"], r["total"]) for r in rows] == [("orders/ann", "ann", 7.0)]
+        (instance,) = harness.instances(AlertToSpark).values()
+        assert (instance.orders, instance.total) == (3, 7.0)  # type: ignore[attr-defined]
+        await harness.complete("orders/ann")  # t=40 released: no alert (its 4th order)
+        assert len(harness.handed_off("alerts")) == 1
+
+
+async def test_on_events_returning_what_it_was_not_given_is_refused_clearly() -> None:
+    class Wrong:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"))
+        handoff = EventHandoff("wrong", {"t": "double"})
+
+        def __init__(self, stream_id: StreamId) -> None: ...
+
+        def on_events(self, events: list[Any]) -> list[Any]:
+            return ["not an outcome"]
+
+    harness = Harness()
+    harness.implicit("orders")(Wrong)
+    async with harness:
+        await harness.publish("orders/ann", {"t": 1})
+        assert harness.handed_off("wrong") == []
+        (letter,) = harness.dead_letters("delivery_failed")
+        assert "on_events returned 'not an outcome', not one of the events it was given" in letter.detail
+
+
+async def test_a_durable_subscriptions_consumer_keeps_its_fields_across_a_restart() -> None:
+    class Tally:
+        seen = Durable(0)
+
+        def __init__(self, stream_id: StreamId) -> None: ...
+
+        def on_next(self, batch: Any) -> None:
+            self.seen += len(batch)
+
+    harness = Harness()
+    harness.consumer("Tally")(Tally)
+    async with harness:
+        await harness.subscribe("orders/ann", Tally)  # an explicit, durable subscription
+        await harness.publish("orders/ann", 1, 2)
+        await harness.restart()
+        await harness.publish("orders/ann", 3)
+        assert harness.instances(Tally)[ANN].seen == 3  # type: ignore[attr-defined]

@@ -7,6 +7,9 @@ consumers do is appended to ``HEADRACE_TEST_OUT``, a line each:
   each order, and ``alert USER 3 TOTAL`` at a user's third order (issue 35's consumer);
 - ``RunningTotal`` (namespace ``amounts``, integer values): keeps the sum and count per key
   in durable fields and writes nothing (the tests read its saved state);
+- ``AlertToSpark`` (namespace ``purchases``, values ``{"t": time, "amount": x}``): the same
+  alert as a row of the handoff stream ``alerts`` (its ``on_events`` returns only the alert),
+  ``bought USER N`` for each purchase;
 - ``Reminder`` (namespace ``reminders``, values ``{"in": seconds}``): sets a processing-time
   timer that many seconds ahead, ``set KEY``, and writes ``fired KEY NAME`` when it fires.
 """
@@ -18,7 +21,9 @@ import time
 from typing import Any
 
 from balancer import BalancerOptions
+from spark_sink import EventHandoff
 from streams import Durable, StreamId, StreamProvider, Timer, Timers
+from streams.eventtime import EventTime, OrderingPolicy
 
 QUEUES = 2
 LEASES = BalancerOptions(lease_length=2.0, renew_period=0.5, refresh_period=0.25)
@@ -70,6 +75,26 @@ def app() -> StreamProvider:
             values = batch.values
             self.total += sum(values)
             self.count += len(values)
+
+    @provider.implicit("purchases")
+    class AlertToSpark:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"))
+        handoff = EventHandoff("alerts", {"user": "string", "total": "double"})
+        orders = Durable(0)
+        total = Durable(0.0)
+
+        def __init__(self, stream_id: StreamId) -> None:
+            self.user = stream_id.key
+
+        def on_events(self, events: list[Any]) -> list[Any]:
+            alerts = []
+            for event in events:
+                self.orders += 1
+                self.total += event.record.value["amount"]
+                _write(f"bought {self.user} {self.orders}")
+                if self.orders == 3:
+                    alerts.append(event.with_value({"user": self.user, "total": self.total}))
+            return alerts
 
     @provider.implicit("reminders")
     class Reminder:
