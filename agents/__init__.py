@@ -6,7 +6,7 @@ delivering to each subscription through its cursor (Orleans' persistent stream p
 - :class:`StreamConsumer` (``agents.delivery``): delivery to one subscription;
 - :class:`Activation`, :class:`TimedActivation` (``agents.activation``): what is delivered to;
 - :class:`EventTimeObserver` (``agents.timed``): an event-time consumer's activation;
-- :class:`AgentContext` (``agents.protocols``): what an agent needs from its provider.
+- :class:`AgentContext` (``agents.context``): what an agent needs from its provider.
 
 Names load on first use, so importing one module of the package loads only what it needs.
 
@@ -21,7 +21,7 @@ import importlib
 
 _WHERE = {
     "Activation": "agents.activation",
-    "AgentContext": "agents.protocols",
+    "AgentContext": "agents.context",
     "AgentManager": "agents.manager",
     "EventTimeObserver": "agents.timed",
     "PullingAgent": "agents.pulling_agent",

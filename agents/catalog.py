@@ -23,6 +23,7 @@ import anyio
 
 from agents.activation import Activation, PendingActivation, TimedActivation
 from agents.checkpoint import ActivationStates, KeyedMinHeap, StateKey
+from agents.context import AgentContext
 from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
@@ -30,7 +31,6 @@ from agents.durable import DurableActivation, warn_not_saved
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
 from agents.output import HandoffTarget, HookLimits
-from agents.protocols import AgentContext
 from agents.timed import EventTimeObserver, declared_event_time
 from streams.adapters.protocols import StateLookup
 from streams.core.deadletters import QueueDeadLetters
@@ -240,6 +240,16 @@ class Catalog:
             return []
         return [StreamId.parse(stream) for _, stream in self._sleeping.pop_until(now)]
 
+    def idle_limit(self, state: StreamState, period: float) -> float:
+        """How long ``state``'s stream may stay idle before it is swept: ``period``, or the
+        shorter time to live of one of its consumer types' state."""
+        limit = period
+        for cls, _ in state.activations:
+            ttl = state_ttl(cls)
+            if ttl is not None and ttl < limit:
+                limit = ttl
+        return limit
+
     def _note_ttl(self, cls: type) -> None:
         ttl = state_ttl(cls)
         if ttl is not None and ttl < self.shortest_ttl:
@@ -268,6 +278,7 @@ class Catalog:
         gone = [key for key, (active, ttl) in self._expiring.items() if now - active >= ttl]
         for key in gone:
             del self._expiring[key]
+            self._sleeping.discard(key)
             if self._saved.pop(key, None) is not None:
                 self.states.expire(key)
         if gone:
@@ -489,6 +500,8 @@ class Catalog:
                             ttl = state_ttl(cls)
                             if ttl is not None:
                                 self._expiring[parked] = (state.last_activity, ttl)
+                        if isinstance(timed, DurableActivation):  # parked with a timer: woken for it
+                            self._sleeping.set(parked, timed.next_tick())
                     else:
                         self.states.retire(timed)
                 if isinstance(timed, EventTimeObserver):

@@ -45,8 +45,8 @@ from typing import Any, cast
 import anyio
 
 from agents.activation import Activation
+from agents.context import AgentContext
 from agents.output import failed_letters, redeliver, undecodable_letter
-from agents.protocols import AgentContext
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch, KeptEvents
 from streams.core.errors import DecodeError, DeliveryTimeoutError, user_error

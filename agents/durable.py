@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from agents.activation import Activation, TimedActivation
 from agents.delivery import inline_on_next
 from agents.output import HookCalls, HookLimits
+from agents.turns import Turns
 from streams.core.batch import EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
@@ -49,6 +50,8 @@ from streams.core.state import PROCESSING_TIME, Timer, TimerTable, pack_unit, ti
 log = logging.getLogger("headrace.agent")
 
 __all__ = ["DurableActivation", "fire_timers", "on_timer_of", "warn_not_saved"]
+
+BEFORE_ANY = SequenceToken(-1)  # the position of a unit saved before its first event
 
 # A timer set by on_timer itself at a time already due fires in the same step; this many
 # firings in one step and the rest wait for the next (a hook that always sets one due now
@@ -138,7 +141,8 @@ class DurableActivation:
         "_storing",
         "_taken",
         "_skip_to",
-        "_busy",
+        "_turns",
+        "_failing",
     )
 
     def __init__(
@@ -166,41 +170,68 @@ class DurableActivation:
         self._storing = False
         self._taken: SequenceToken | None = None  # the last event whose on_next returned
         self._skip_to: SequenceToken | None = None  # restored: the events the saved unit has
-        self._busy = False  # an on_next is running, or the last one raised (its batch is redelivered)
+        self._turns = Turns()  # on_next and on_timer take turns, as a grain's calls do
+        # The batch whose on_next raised last: its state may be half changed, so nothing is
+        # saved until it is redelivered and taken, or given up (dead-lettered: on_error).
+        self._failing: EventBatch | None = None
 
     # -- delivery ---------------------------------------------------------------------------
-    @property
-    def has_on_error(self) -> bool:
-        return self.inner.has_on_error
+    # Told of every batch given up (its letters kept), so that a failed on_next does not hold
+    # the checkpoint for ever: the user's on_error is called only if it has one.
+    has_on_error = True
 
     def take_now(self, batch: EventBatch) -> Awaitable[None] | None:
-        """Call ``on_next`` where ``batch`` arrives (past what a restored unit has); the
-        rest of an async one is returned for the consumer's task to await."""
+        """Call ``on_next`` where ``batch`` arrives (past what a restored unit has), unless
+        a timer is firing; what is left (an async ``on_next``, or the wait for the turn) is
+        returned for the consumer's task to await."""
         if self._skip_to is not None and len(batch):
             batch = batch.after(self._skip_to)
         if not len(batch):
             return None
-        if self._since_snapshot is None:
-            self._since_snapshot = batch.token_at(0) if isinstance(batch, EventBatch) else batch[0].token
-        self._busy = True
+        if not self._turns.take_now():
+            return self._in_turn(batch)
         try:
-            call = self._call
-            pending = call(batch) if call is not None else self.inner.on_next(batch)
+            pending = self._call_on_next(batch)
         except BaseException:
-            self._changed()  # still busy: no save of a state the failed call may have half changed
+            self._turns.give_back()
             raise
         if pending is None:
             self._took(batch)
+            self._turns.give_back()
             return None
         return self._finish(pending, batch)
+
+    def _call_on_next(self, batch: EventBatch) -> Awaitable[object] | None:
+        if self._since_snapshot is None:
+            self._since_snapshot = batch.token_at(0) if isinstance(batch, EventBatch) else batch[0].token
+        self._failing = batch  # until it returns
+        call = self._call
+        try:
+            return call(batch) if call is not None else self.inner.on_next(batch)
+        except BaseException:
+            self._changed()
+            raise
 
     async def _finish(self, pending: Awaitable[object], batch: EventBatch) -> None:
         try:
             await pending
+            self._took(batch)
         except BaseException:
             self._changed()
             raise
-        self._took(batch)
+        finally:
+            self._turns.give_back()
+
+    async def _in_turn(self, batch: EventBatch) -> None:
+        async with self._turns:
+            pending = self._call_on_next(batch)
+            if pending is not None:
+                try:
+                    await pending
+                except BaseException:
+                    self._changed()
+                    raise
+            self._took(batch)
 
     async def on_next(self, batch: EventBatch) -> None:
         pending = self.take_now(batch)
@@ -208,13 +239,21 @@ class DurableActivation:
             await pending
 
     def _took(self, batch: EventBatch) -> None:
-        self._busy = False
-        self._taken = batch.last_position()
+        self._failing = None
+        last = batch.last_position()
+        if self._taken is None or last > self._taken:  # never back (a second subscription behind)
+            self._taken = last
         self.unsaved = True
         self._changed()
 
     async def on_error(self, error: BaseException) -> None:
-        await self.inner.on_error(error)
+        """A batch was given up (dead-lettered): its events are accounted for as letters, so
+        the state is saved past them; then the user's ``on_error``, if it has one."""
+        failing = self._failing
+        if failing is not None and not self._turns.locked():
+            self._took(failing)
+        if self.inner.has_on_error:
+            await self.inner.on_error(error)
 
     async def on_completed(self) -> None:
         await self.inner.on_completed()
@@ -225,14 +264,11 @@ class DurableActivation:
     async def on_tick(self, now: float, *, strict: bool = False) -> None:
         """Fire the processing-time timers due at ``now`` (the queue's processing clock)."""
         timers = self.timers
-        if timers is None or self._busy:
+        if timers is None or self._turns.locked():
             return
-        self._busy = True
-        try:
+        async with self._turns:
             fired = await fire_timers(timers, PROCESSING_TIME, now, self._hook_calls(), self._timer_hook())
-        finally:
-            self._busy = False
-        if fired and self._taken is not None:
+        if fired:
             self.unsaved = True
         self._changed()
 
@@ -243,7 +279,8 @@ class DurableActivation:
 
     def _hook_calls(self) -> HookCalls:
         if self._hooks is None:
-            on_error = self.inner.on_error if self.inner.has_on_error else None
+            inner = self.inner
+            on_error = inner.on_error if inner.has_on_error else None
             self._hooks = HookCalls(self._limits, str(self.stream_id), self._dead_letters, on_error)
         return self._hooks
 
@@ -267,19 +304,16 @@ class DurableActivation:
         return True  # its fields: parked with the store's copy, never simply dropped
 
     def can_park(self) -> bool:
-        return (
-            self.snapshots
-            and self.stored
-            and not self.unsaved
-            and self._saving is None
-            and self._taken is not None
-            and not self._busy
-            and self.next_tick() is None
-        )
+        """Its saved unit is current: it may be deactivated (a processing-time timer of it
+        wakes it again: ``agents.catalog``)."""
+        return self.snapshots and self.stored and not self.unsaved and self._saving is None and not self.stepping()
 
     def park(self) -> tuple[SequenceToken, bytes]:
-        assert self._taken is not None
-        return self._taken, pack_unit(self.target, None, self.timers)
+        return self._position(), pack_unit(self.target, None, self.timers)
+
+    def _position(self) -> SequenceToken:
+        # Before any event (a timer fired first) a unit stands before the queue's first record.
+        return self._taken if self._taken is not None else BEFORE_ANY
 
     # -- saved state (agents.checkpoint) ----------------------------------------------------
     def enable_snapshots(self) -> bool:
@@ -287,7 +321,8 @@ class DurableActivation:
         return True
 
     def stepping(self) -> bool:
-        return self._busy
+        """In a turn, or its last on_next raised (its state may be half changed)."""
+        return self._turns.locked() or self._failing is not None
 
     def begin_snapshot(self) -> tuple[SequenceToken | None, bytes | None]:
         state = pack_unit(self.target, None, self.timers)  # raises StateError: it holds on
@@ -295,7 +330,7 @@ class DurableActivation:
         self._since_snapshot = None
         self.unsaved = False
         self._storing = True
-        return self._taken, state
+        return self._position(), state
 
     def end_snapshot(self, ok: bool) -> None:
         if ok:

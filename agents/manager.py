@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 import anyio
 from anyio.abc import TaskGroup
 
+from agents.context import AgentContext
 from agents.gc_policy import POLICY as GC_POLICY
-from agents.protocols import AgentContext
 from agents.pulling_agent import PullingAgent
 from balancer.protocols import QueueBalancer, QueueDistributionChange
 from cache.protocols import QueueCache

@@ -32,12 +32,12 @@ from anyio.abc import TaskGroup
 from agents.activation import Activation, TimedActivation
 from agents.catalog import Catalog, StreamState, event_time_activations, timed_of
 from agents.checkpoint import Holds, Tokens, acknowledgeable
+from agents.context import AgentContext
 from agents.counters import LatencyHistogram
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
 from agents.gc_policy import POLICY as GC_POLICY
 from agents.output import undecodable_letter
-from agents.protocols import AgentContext
 from agents.registry import InProcessSubscription
 from agents.timed import EventTimeObserver
 from cache.protocols import QueueCache
@@ -561,10 +561,13 @@ class PullingAgent:
         self._last_inactivity_sweep = now
         self._holds.refresh()
         quiet = []
+        inactivity = self.context.options.stream_inactivity_period
         for sid, state in self._streams.items():
-            if now - state.last_activity < period:
+            idle = now - state.last_activity
+            if idle < period:
                 break
-            quiet.append((sid, state))
+            if idle >= inactivity or idle >= self._catalog.idle_limit(state, inactivity):
+                quiet.append((sid, state))  # a stream of no type with a ttl waits the whole period
         for sid, state in quiet:
             if state.opening is None and self._quiet(state):
                 self._close_stream(sid)

@@ -21,12 +21,8 @@ and, with a handoff, to Spark: what ``on_events`` returns, or the events themsel
 interval join (``EventTime(..., join=IntervalJoin(...))``) the pairs go to ``on_join`` and,
 with an ``EventHandoff``, to Spark, one row a pair (:meth:`EventTimeObserver._emit_joins`).
 
-One step at a time per activation, costing nothing while no one waits.
-
-An event-time activation may be delivered to by several subscriptions, and ticked by the
-agent, so its steps take turns. A lock object with its waiter queue per activation would be
-most of a quiet activation's memory; this holds a flag, and makes a queue only for a caller
-that has to wait.
+Its steps take turns (:class:`agents.turns.Turns`): several subscriptions may deliver to it,
+and its agent ticks it.
 """
 
 from __future__ import annotations
@@ -34,18 +30,15 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
-from types import TracebackType
 from typing import Any
-
-import anyio
 
 from agents.activation import TimedActivation
 from agents.durable import fire_timers, on_timer_of, warn_not_saved
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
 from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
+from agents.turns import Turns
 from streams.core.batch import Event, EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
@@ -68,79 +61,6 @@ from streams.eventtime.snapshot import can_snapshot, held_snapshot, is_empty, re
 from streams.eventtime.spec import EventTime
 
 log = logging.getLogger("headrace.agent")
-
-
-class Turns:
-    """An async context manager letting one caller in at a time, in arrival order.
-
-    >>> import anyio
-    >>> async def main():
-    ...     turns, order = Turns(), []
-    ...     async def step(name):
-    ...         async with turns:
-    ...             order.append(name); await anyio.sleep(0); order.append(name)
-    ...     async with anyio.create_task_group() as tg:
-    ...         tg.start_soon(step, "a"); tg.start_soon(step, "b")
-    ...     return order
-    >>> anyio.run(main)
-    ['a', 'a', 'b', 'b']
-    """
-
-    __slots__ = ("_held", "_waiters")
-
-    def __init__(self) -> None:
-        self._held = False
-        self._waiters: deque[anyio.Event] | None = None
-
-    def locked(self) -> bool:
-        return self._held
-
-    def take_now(self) -> bool:
-        """Take the turn without waiting, if no one holds it (True: taken; give it back with
-        :meth:`give_back`): for a caller that cannot wait, as the agent delivering inline.
-
-        >>> turns = Turns()
-        >>> turns.take_now(), turns.take_now(), turns.give_back(), turns.locked()
-        (True, False, None, False)
-        """
-        if self._held:
-            return False
-        self._held = True
-        return True
-
-    def give_back(self) -> None:
-        """End a turn :meth:`take_now` took: the next waiter, if any, goes on."""
-        self._pass_on()
-
-    async def __aenter__(self) -> None:
-        if not self._held:
-            self._held = True
-            return
-        if self._waiters is None:
-            self._waiters = deque()
-        turn = anyio.Event()
-        self._waiters.append(turn)
-        try:
-            await turn.wait()  # the one leaving hands the turn over: _held stays True
-        except BaseException:
-            if turn.is_set():
-                self._pass_on()  # handed the turn while being cancelled: give it on
-            else:
-                self._waiters.remove(turn)
-            raise
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._pass_on()
-
-    def _pass_on(self) -> None:
-        waiters = self._waiters
-        if waiters:
-            waiters.popleft().set()
-        else:
-            self._held = False
-            self._waiters = None
 
 
 __all__ = ["EventTimeObserver", "declared_event_time"]
@@ -767,7 +687,8 @@ class EventTimeObserver:
         lateness = self.processor.allowed_lateness
         for i, window in enumerate(windows):
             # the timers due before this window (strictly: at equal times, windows go first)
-            for timer in timers.due(EVENT_TIME, math.nextafter(window.end + lateness, -math.inf)):
+            # (a substream's window may close above the partition's watermark: never past it)
+            for timer in timers.due(EVENT_TIME, min(math.nextafter(window.end + lateness, -math.inf), watermark)):
                 await hooks.timer(on_timer, timer)
             await self._emit_windows(windows[i : i + 1], (0, None))
         await fire_timers(timers, EVENT_TIME, watermark, hooks, on_timer)

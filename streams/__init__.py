@@ -12,10 +12,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from streams import _moved
-
-_moved.install()  # old module paths keep importing for one release
-
 # public name -> the module that defines it
 _HOMES = {
     "GeneratorConfig": "streams.adapters.memory",

@@ -35,6 +35,7 @@ from streams.adapters.protocols import (
     QueueMapper,
     RewindableReceiver,
     StatefulReceiver,
+    StateLookup,
     StateSource,
 )
 from streams.core.clock import Clock
@@ -66,6 +67,7 @@ __all__ = [
     "RecordFormat",
     "Reducer",
     "RewindableReceiver",
+    "StateLookup",
     "StateSource",
     "StatefulReceiver",
     "StreamFailureHandler",

@@ -433,9 +433,13 @@ def _bytes(value: Any) -> bytes | None:
     return value if value is None or isinstance(value, bytes) else bytes(value)
 
 
-def is_unit(data: bytes) -> bool:
-    """Whether saved bytes are a unit with durable fields or timers (not only windows)."""
-    return data.startswith(_UNIT)
+def declares_state(data: bytes) -> bool:
+    """Whether saved bytes hold durable fields or timers of a consumer's own (not only its
+    windows or held events): the state a lookup store reads by key rather than at start."""
+    if not data.startswith(_UNIT):
+        return False
+    body = decode(data[1:])
+    return isinstance(body, list) and len(body) > 3 and bool(body[2] or body[3])
 
 
 def next_processing_timer(data: bytes) -> float | None:
@@ -454,7 +458,10 @@ def unit_json(data: bytes) -> dict[str, Any]:
     whether windows are open."""
     if not data.startswith(_UNIT):
         return {"fields": {}, "timers": [], "windows": True}
-    _, windows, values, timer_rows = decode(data[1:])[:4]
+    body = decode(data[1:])
+    if not isinstance(body, list) or len(body) < 4:
+        raise StateError(f"saved state of an unknown shape: {body!r:.80}")
+    _, windows, values, timer_rows = body[:4]
     timers = [
         {"kind": kind, "name": name, "time": due}
         for kind, name, due, _ in sorted(timer_rows or [], key=lambda r: (r[2], r[3]))

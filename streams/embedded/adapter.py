@@ -66,7 +66,7 @@ __all__ = [  # what other modules import from here, wherever it is defined
     "EmbeddedQueueAdapter",
     "EmbeddedQueueReceiver",
     "FencingLease",
-    "LeaseTable",
+    "LeaseFencing",
     "QueuePositions",
 ]
 
@@ -86,7 +86,7 @@ L = TypeVar("L", bound=FencingLease)
 L_contra = TypeVar("L_contra", contravariant=True)
 
 
-class LeaseTable(Protocol[L_contra]):
+class LeaseFencing(Protocol[L_contra]):
     """The lease table in the store (``balancer.SqliteLeaseProvider``): the SQL condition
     under which a lease is still its queue's current one."""
 
@@ -130,7 +130,7 @@ class EmbeddedQueueAdapter(ContainerQueueAdapter):
         self._committer: GroupCommitter[_Row] = GroupCommitter.threaded(self._insert)
         self._fence_for: Callable[[QueueId], LeaseFence] | None = None
 
-    def fence_with_leases(self, leases: LeaseTable[L], lease_of: Callable[[QueueId], L | None]) -> None:
+    def fence_with_leases(self, leases: LeaseFencing[L], lease_of: Callable[[QueueId], L | None]) -> None:
         """Fence every receiver made from now on by the lease its queue has then
         (``lease_of``: this worker's view, e.g. a balancer's ``get_lease``; ``leases``: the
         lease table in this store). The receiver reads only while this worker still holds
@@ -304,7 +304,7 @@ class EmbeddedAdapterFactory:
     def create_dead_letter_store(self) -> EmbeddedDeadLetterStore:
         return EmbeddedDeadLetterStore(self.store)
 
-    def fence_with_leases(self, leases: LeaseTable[L], lease_of: Callable[[QueueId], L | None]) -> None:
+    def fence_with_leases(self, leases: LeaseFencing[L], lease_of: Callable[[QueueId], L | None]) -> None:
         """Fence the adapter's receivers by the leases of the workers sharing this store
         (see :meth:`EmbeddedQueueAdapter.fence_with_leases`; ``streams.runtime.backends``
         does it with its lease-based balancer)."""

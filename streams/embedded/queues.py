@@ -50,7 +50,7 @@ from streams.adapters.protocols import StateKey, StateRows, StateSource
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId, SequenceToken
-from streams.core.state import is_unit, next_processing_timer
+from streams.core.state import declares_state, next_processing_timer
 from streams.embedded.store import EmbeddedStore, Migration
 
 log = logging.getLogger("headrace.embedded")
@@ -429,7 +429,7 @@ def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection) -> None:
         " ON CONFLICT(queue, consumer, stream) DO UPDATE"
         " SET seq = excluded.seq, idx = excluded.idx, state = excluded.state, touched = excluded.touched,"
         " wake = excluded.wake, durable = excluded.durable",
-        [(queue, *row, now, next_processing_timer(row[4]), is_unit(row[4])) for row in upserts],
+        [(queue, *row, now, next_processing_timer(row[4]), declares_state(row[4])) for row in upserts],
     )
 
 
@@ -446,7 +446,7 @@ def expire_states(queue: int, consumer: str, before: float, conn: sqlite3.Connec
     """Delete the durable states of ``consumer`` on ``queue`` last written before ``before``
     (POSIX seconds); how many."""
     cursor = conn.execute(
-        "DELETE FROM activation_states WHERE queue = ? AND consumer = ? AND durable AND touched < ?",
+        "DELETE FROM activation_states WHERE queue = ? AND consumer = ? AND durable AND COALESCE(touched, 0) < ?",
         (queue, consumer, before),
     )
     return cursor.rowcount

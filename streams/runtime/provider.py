@@ -21,8 +21,8 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
+from agents.context import AgentContext
 from agents.manager import AgentManager
-from agents.protocols import AgentContext
 from agents.pulling_agent import PullingAgent, new_subscription_id
 from agents.registry import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
 from balancer.base import BalancerOptions

@@ -38,7 +38,7 @@ def beyond_reading_side(modules: list[str], *reading: str) -> list[str]:
     """``modules`` outside the reading side: spark_sink, the floor ``streams.core``, the
     SQLite store the embedded log is indexed in (and the packages named in ``reading``)."""
     allowed = ("spark_sink", "streams.core", "streams.embedded.store", *reading)
-    root = ("streams", "streams._moved", "streams.embedded")  # package roots: nothing loads with them
+    root = ("streams", "streams.embedded")  # package roots: nothing loads with them
     return [m for m in modules if m not in root and not any(m == p or m.startswith(f"{p}.") for p in allowed)]
 
 

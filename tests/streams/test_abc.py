@@ -12,7 +12,7 @@ from typing import Protocol
 import streams.abc
 
 ROOT = Path(__file__).resolve().parents[2]
-INTERNAL = {"agents.protocols.AgentContext"}  # what the provider gives its agents: nobody else implements it
+INTERNAL = {"agents.context.AgentContext"}  # what the provider gives its agents: nobody else implements it
 BASES = {"ContainerQueueAdapter"}  # a class to subclass: the declared capabilities' defaults
 
 

@@ -310,3 +310,72 @@ async def test_a_durable_subscriptions_consumer_keeps_its_fields_across_a_restar
         await harness.restart()
         await harness.publish("orders/ann", 3)
         assert harness.instances(Tally)[ANN].seen == 3  # type: ignore[attr-defined]
+
+
+async def test_a_batch_given_up_does_not_hold_the_checkpoint_and_the_state_is_saved_past_it() -> None:
+    class Picky:
+        taken = Durable(list)
+
+        def __init__(self, stream_id: StreamId) -> None: ...
+
+        def on_next(self, batch: Any) -> None:
+            if "bad" in batch.values:
+                raise ValueError("bad value")
+            self.taken.extend(batch.values)
+
+    async with Harness() as harness:
+        harness.implicit("orders")(Picky)
+        await harness.publish("orders/ann", "a")
+        await harness.publish("orders/ann", "bad")  # its last batch: nothing comes after it
+        (letter,) = harness.dead_letters("delivery_failed")
+        assert letter.value == "bad"
+        (agent,) = harness.provider.agents
+        assert agent._holds.oldest() is None  # white-box: given up, it holds nothing
+        await harness.restart()
+        await harness.publish("orders/ann", "c")
+        assert harness.instances(Picky)[ANN].taken == ["a", "c"]  # type: ignore[attr-defined]
+        assert len(harness.dead_letters("delivery_failed")) == 1  # not replayed after the restart
+
+
+async def test_on_next_waits_for_a_firing_timer_and_no_save_is_taken_meanwhile() -> None:
+    import anyio
+
+    from agents.durable import DurableActivation
+    from streams.core.batch import BatchContainer, BatchKind
+    from streams.core.deadletters import MemoryDeadLetterStore
+    from streams.core.observer import as_observer
+
+    release = anyio.Event()
+    order: list[str] = []
+
+    class Slow:
+        timers = Timers()
+        log = Durable(list)
+
+        def __init__(self, stream_id: StreamId) -> None: ...
+
+        def on_next(self, batch: Any) -> None:
+            order.append("on_next")
+            self.log.append("event")
+
+        async def on_timer(self, timer: Timer) -> None:
+            order.append("on_timer begins")
+            await release.wait()
+            self.log.append("timer")
+            order.append("on_timer ends")
+
+    activation = DurableActivation(as_observer(Slow(ANN)), ANN, MemoryDeadLetterStore())
+    activation.enable_snapshots()
+    activation.target.timers.at_processing_time(5.0, "t")  # type: ignore[attr-defined]
+    batch = BatchContainer(ANN, BatchKind.DATA, 0.0, [1]).events(0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(activation.on_tick, 5.0)
+        await anyio.sleep(0.01)
+        pending = activation.take_now(batch)  # the timer's turn: it waits
+        assert pending is not None and order == ["on_timer begins"]
+        assert activation.stepping()  # no save of a half-fired timer
+        tg.start_soon(lambda: pending)  # type: ignore[arg-type,return-value]
+        release.set()
+    assert order == ["on_timer begins", "on_timer ends", "on_next"]
+    assert activation.target.log == ["timer", "event"]  # type: ignore[attr-defined]
+    assert not activation.stepping()

@@ -9,7 +9,7 @@ from typing import Any
 
 from streams import Durable, StreamId, StreamProvider
 from tests.agents.delivery.conftest import drained
-from tests.helpers import saved_states, wait_until_async
+from tests.helpers import persisted_checkpoint, saved_states, wait_until_async
 
 
 async def test_parked_durable_state_is_only_in_the_store_and_comes_back(tmp_path: Path) -> None:
@@ -40,3 +40,51 @@ async def test_parked_durable_state_is_only_in_the_store_and_comes_back(tmp_path
             await provider.get_stream(StreamId("devices", key)).on_next_batch([2, 3])
         await drained(provider, 30)
     assert counts == {key: [1, 3] for key in keys}
+
+
+async def test_a_windowless_handoffs_held_events_survive_a_restart_on_the_embedded_store(tmp_path: Path) -> None:
+    """The events a windowless handoff holds for the watermark are saved with the checkpoint
+    (with durable fields or without) and handed off after a restart, each once."""
+    from spark_sink import EventHandoff
+    from streams.eventtime import EventTime, OrderingPolicy
+    from tests.helpers import handoff_rows
+
+    def app() -> StreamProvider:
+        provider = StreamProvider.embedded(tmp_path, queues=1)
+
+        @provider.implicit("plain")
+        class Passed:
+            event_time = EventTime(OrderingPolicy(timestamp_by="t", out_of_order=5))
+            handoff = EventHandoff("passed", {"t": "double"})
+
+            def __init__(self, stream_id: StreamId) -> None: ...
+
+        @provider.implicit("counted")
+        class Counted(Passed):
+            count = Durable(0)
+            handoff = EventHandoff("counted", {"t": "double"})
+
+            def on_events(self, events: list[Any]) -> None:
+                self.count += len(events)
+
+        return provider
+
+    first = app()
+    async with first:
+        for namespace in ("plain", "counted"):
+            stream = first.get_stream(StreamId(namespace, "k"))
+            await stream.on_next({"t": 10.0})
+            await stream.on_next({"t": 20.0})  # W = 15: held
+        for n in range(5):  # other records: the checkpoint passes the held ones
+            await first.get_stream(StreamId("plain", "other")).on_next({"t": float(n)})
+        await drained(first, 30)
+        assert await wait_until_async(lambda: persisted_checkpoint(tmp_path) == 8, 10)
+    second = app()
+    async with second:
+        for namespace in ("plain", "counted"):
+            await second.get_stream(StreamId(namespace, "k")).on_next({"t": 40.0})  # W = 35: t=20 goes
+        await drained(second, 30)
+        assert await wait_until_async(lambda: len(handoff_rows(tmp_path, "counted")) == 2, 10)
+    for handoff in ("passed", "counted"):
+        times = [r["t"] for r in handoff_rows(tmp_path, handoff) if r["stream_id"].endswith("/k")]
+        assert times == [10.0, 20.0], handoff
