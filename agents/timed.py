@@ -520,6 +520,9 @@ class EventTimeObserver:
             earliest = self._release.earliest() if self._release is not None else None
             if earliest is not None:
                 due = min(due, earliest + late)
+            event_timer = None if timers is None else timers.next_due(EVENT_TIME)
+            if event_timer is not None:  # the clock carries the watermark to it on a silent stream
+                due = min(due, event_timer + late)
             if self._user_watermark is not None:
                 due = -math.inf  # at every tick, as its watermark follows the clock
         return None if due == math.inf else due
