@@ -30,6 +30,9 @@ there is one) may hold these settings in its ``[worker]`` section: ``app``, ``na
 ``log_level``, ``log_format``, ``metrics_host``, ``metrics_port``, ``status_interval`` (default 5s); options
 on the command line win. The worker exports the file's path as ``HEADRACE_CONFIG``, so an
 application that builds its provider with ``load_config().provider()`` reads the same file.
+A provider the application builds in code takes the ``[agent]`` and ``[cache]`` settings of
+the file and the environment all the same (they win over the code's, and the worker logs
+which); ``[provider]`` and ``[balancer]`` do not apply to it, and a warning names them.
 
 What a worker says as it starts: which application, which store, which consumer types.
 
@@ -59,7 +62,7 @@ from streams.cli import CliError
 from streams.core.errors import HeadraceError, StoreError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
 from streams.runtime.backends import KafkaBackend
-from streams.runtime.config import load_config
+from streams.runtime.config import apply_options, load_config
 from streams.runtime.config_schema import CONFIG_ENV
 from streams.runtime.logs import FORMATS, LEVELS, LogFormat
 from streams.runtime.provider import StreamProvider
@@ -137,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         provider.worker_name = name
     log_format = cast(LogFormat | None, args.log_format or settings.log_format)  # configure_logging checks it
     configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
+    for level, line in apply_options(config, provider):  # the file and HEADRACE_* win (docs/configuration.md)
+        log.log(level, "%s: %s", provider.worker_name, line)
     GC_POLICY.own_process()  # this process runs nothing else: the collector is the worker's to tune
     running: list[bool] = []
     try:
