@@ -174,13 +174,41 @@ async def call_again(
     deadline: float,
     backoff: float,
     stopped: Callable[[], bool],
+    same_failures: int | None = None,
 ) -> Exception | None:
     """:func:`redeliver` for any call of a consumer's hook (``call()`` failed with ``error``),
     through the one retry helper: pauses of exactly ``backoff``, doubling (the documented
-    ``delivery_retry_backoff``), and no attempt that would start past ``deadline``."""
+    ``delivery_retry_backoff``), and no attempt that would start past ``deadline``.
+
+    ``same_failures``: give up once that many attempts in a row (the first, ``error``,
+    included) raised the same exception type with the same message, which a retry will
+    not change (a bug, a bad value); I/O errors and timeouts are retried until ``deadline``.
+
+    >>> calls = []
+    >>> async def broken():
+    ...     calls.append(1)
+    ...     raise KeyError("price")
+    >>> anyio.run(call_again, broken, KeyError("price"), time.monotonic() + 60, 0.001, lambda: False, 3), len(calls)
+    (KeyError('price'), 2)
+    """
+    last_kind = _failure_kind(error)
+    in_a_row = 1  # failures of last_kind in a row, the first call's included
+
+    async def attempt() -> None:
+        nonlocal last_kind, in_a_row
+        try:
+            await call()
+        except Exception as exc:
+            kind = _failure_kind(exc)
+            in_a_row = in_a_row + 1 if kind is not None and kind == last_kind else 1
+            last_kind = kind
+            if same_failures is not None and kind is not None and in_a_row >= same_failures:
+                raise _SameFailure(exc) from exc
+            raise
+
     try:
         await retry(
-            call,
+            attempt,
             what="a consumer's call",
             after=error,
             is_transient=_worth_retrying,
@@ -193,7 +221,7 @@ async def call_again(
         return None
     except DecodeError as exc:  # its values cannot be read: no retry makes them readable
         return exc
-    except _LastError as gave_up:
+    except (_LastError, _SameFailure) as gave_up:
         return gave_up.last
     except RetryStopped as stopped_early:
         last = stopped_early.__cause__
@@ -201,7 +229,23 @@ async def call_again(
 
 
 def _worth_retrying(exc: BaseException) -> bool:
-    return not isinstance(exc, DecodeError)
+    return not isinstance(exc, (DecodeError, _SameFailure))
+
+
+def _failure_kind(error: BaseException) -> tuple[type, str] | None:
+    """What makes two failures the same one, or None for a failure that may well pass on
+    its own: an I/O error (a connection, a file) or a timeout."""
+    if isinstance(error, (OSError, TimeoutError, DeliveryTimeoutError)):
+        return None
+    return type(error), str(error)
+
+
+class _SameFailure(Exception):
+    """How an attempt that failed as the ones before it ends the retry at once."""
+
+    def __init__(self, last: Exception) -> None:
+        super().__init__(f"raised {last!r} again")
+        self.last = last
 
 
 class _LastError(Exception):
@@ -220,6 +264,9 @@ _RAISED = ("invalid_value", "invalid_timestamp")  # refusals a user's callable m
 _TRACEBACK = "Traceback (most recent call last)"
 
 
+SAME_FAILURES = 3  # attempts raising the same exception before a hook's unit is given up
+
+
 @dataclass(frozen=True, slots=True)
 class HookLimits:
     """How long a consumer's hook may take, and how it is retried (the provider's
@@ -229,6 +276,10 @@ class HookLimits:
     consumer: str
     max_time: float = 60.0
     backoff: float = 1.0
+    # A hook that raised the same exception (type and message) this many times in a row on
+    # one unit is given up then, not retried for the whole max_time: the same error on the
+    # same window is a bug or a bad value, and its stream waits while it is retried.
+    same_failures: int | None = SAME_FAILURES
 
 
 def window_text(result: WindowResult) -> str:
@@ -335,18 +386,20 @@ class HookCalls:
                 return None
             except Exception as exc:
                 error = exc
+            same = "" if limits.same_failures is None else f" ({limits.same_failures} attempts if it raises the same)"
             log.warning(
-                "%s: %s of %s raised %r for %s; retrying with back-off for up to %ss",
+                "%s: %s of %s raised %r for %s; retrying with back-off for up to %ss%s",
                 self._stream,
                 hook,
                 limits.consumer,
                 error,
                 unit,
                 limits.max_time,
+                same,
                 # the user's traceback; a timeout is the runtime's, not theirs
                 exc_info=None if isinstance(error, DeliveryTimeoutError) else error,
             )
-            last = await call_again(attempt, error, deadline, limits.backoff, lambda: False)
+            last = await call_again(attempt, error, deadline, limits.backoff, lambda: False, limits.same_failures)
             if last is None:
                 log.info("%s: %s of %s took %s on a retry", self._stream, hook, limits.consumer, unit)
             return last
