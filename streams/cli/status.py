@@ -367,18 +367,52 @@ class TypeAdvice:
     fates: ConsumerTypeFates
     advised: dict[str, Setting]
 
+    @property
+    def warning(self) -> str | None:
+        """What the advice is worth when too few events were sampled for its shares (about
+        ten beyond each share's quantile: :func:`samples_needed`), else None.
+
+        A quantile of the tail from a handful of samples is a guess: 15 samples say
+        nothing of the one event in a hundred that out_of_order must keep.
+        """
+        short = [(share, samples_needed(share)) for share in self.advised]
+        short = [(share, n) for share, n in short if self.sampled < n]
+        if not short:
+            return None
+        needs = ", ".join(f"keeps {share} about {n:,}" for share, n in short)
+        more = (
+            "wait for more events"
+            if self.every == 1
+            else f"sample more with [agent] lateness_sample_every = 1 (now 1 in {self.every:,}), or wait for more events"
+        )
+        return (
+            f"only {plural(self.sampled, 'sampled event')}, too few for the tails ({needs} needed): "
+            f"these settings are guesses; {more}"
+        )
+
     def as_dict(self) -> dict[str, object]:
         """The ``--advise --json`` object of the type."""
         fates = asdict(self.fates)
         del fates["consumer_type"]
         return {
             "sampled": self.sampled,
+            "warning": self.warning,
             "every": self.every,
             "lateness": self.lateness,
             "disorder": self.disorder,
             "current": {**asdict(self.current), **fates},
             **{share: asdict(setting) for share, setting in self.advised.items()},
         }
+
+
+def samples_needed(share: str) -> int:
+    """How many sampled events an advice keeping ``share`` ("99%") needs to mean something:
+    about ten beyond its quantile.
+
+    >>> samples_needed("99%"), samples_needed("99.9%")
+    (1000, 10000)
+    """
+    return round(10 / (1 - float(share.rstrip("%")) / 100))
 
 
 def advice_of(status: ClusterStatus) -> list[TypeAdvice]:
@@ -437,6 +471,8 @@ def render_advice(advice: list[TypeAdvice], out: Console) -> None:
                 *counts,
             )
         out.print(rows)
+        if a.warning is not None:
+            out.print(f"warning: {a.warning}", highlight=False)
 
 
 def _share(value: float) -> str:
