@@ -1,5 +1,6 @@
 """docs/walkthrough.md runs as written: its module, its commands (the `headrace` script, a
-worker in the background) and its Spark snippet, whose output is the table the page shows."""
+worker in the background) and its Spark snippet, whose output is the table the page shows,
+in this process and in a fresh one without the venv on PATH (no PYSPARK_PYTHON either)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,22 @@ def test_the_walkthrough_runs_as_written(spark, tmp_path, monkeypatch, capsys):
                 break
             time.sleep(0.5)
         assert printed == shown.strip()
+        # Step 5 again as a user runs it: a new Python with headrace (the venv's, by its path)
+        # in a fresh shell: no venv on PATH, no PYSPARK_PYTHON, no PYTHONPATH. Spark's workers
+        # would start the first python3 on PATH, which has no headrace, unless register()
+        # points a local Spark at this interpreter.
+        venv_bin = str(Path(sys.executable).parent)
+        fresh = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYSPARK_", "HEADRACE_", "VIRTUAL_ENV", "PYTHONPATH"))
+        }
+        fresh["PATH"] = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
+        step5 = subprocess.run(
+            [sys.executable, "-c", spark_code], cwd=tmp_path, env=fresh, capture_output=True, text=True, timeout=300
+        )
+        assert step5.returncode == 0, step5.stderr[-3000:]
+        assert step5.stdout.strip() == shown.strip()
         status = subprocess.run(shlex.split(status_cmd), cwd=tmp_path, env=env, capture_output=True, text=True)
         assert status.returncode == 0, status.stderr
         assert "booth-totals" in status.stdout and "BoothTotals" in (tmp_path / "worker.log").read_text()
