@@ -87,6 +87,7 @@ async def test_the_join_example_emits_every_click_of_a_user_who_stops_ordering(t
         ("clicks/bob", 20.0, "/socks", None),
     ]
     assert not [r for r in caplog.records if "holds the merged watermark back" in r.getMessage()]
+    assert not (tmp_path / "shop-store").exists()  # importing the app (the harness runs it) made no store
 
 
 async def test_without_late_arrival_the_held_clicks_are_one_line_saying_what_to_do(tmp_path, monkeypatch, caplog):
