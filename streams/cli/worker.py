@@ -190,6 +190,9 @@ def load_provider(spec: str) -> StreamProvider:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise CliError(f"--app is module:attribute (e.g. myapp:provider), not {spec!r}")
+    if module_name.endswith(".py") or "/" in module_name:  # a file's name, as for `python app.py`
+        module = module_name.removesuffix(".py").replace("/", ".").strip(".")
+        raise CliError(f"--app takes a module, not a file: --app {module}:{attribute} (drop .py; dots for folders)")
     if os.getcwd() not in sys.path:  # like `python -m`: the application is found from here
         sys.path.insert(0, os.getcwd())
     try:
