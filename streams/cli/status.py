@@ -63,6 +63,7 @@ from streams.runtime.status import (
     AgentStatus,
     ClusterStatus,
     ConsumerTypeFates,
+    QueueStatus,
     consumer_type_fates,
     observed_by_type,
     read_status,
@@ -142,6 +143,41 @@ def _cluster_of(config: HeadraceConfig) -> KafkaSettings | None:
     return backend.factory.settings
 
 
+LONG_DELAY = 3600.0  # a watermark delay past this gets a word on why (delay_note)
+
+
+def delay_text(seconds: float) -> str:
+    """A watermark delay as the queues table shows it; a long one also in days or years.
+
+    >>> delay_text(2.5), delay_text(95_789_332), delay_text(200_000)
+    ('2.5 s', '95,789,332 s (3.0 years)', '200,000 s (2.3 days)')
+    """
+    if seconds < LONG_DELAY:
+        return f"{seconds:,.1f} s"
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400.0), ("hours", 3600.0)):
+        if seconds >= size:
+            return f"{seconds:,.0f} s ({seconds / size:.1f} {unit})"
+    return f"{seconds:,.0f} s"  # pragma: no cover - LONG_DELAY is an hour
+
+
+def delay_note(queues: list[QueueStatus]) -> str | None:
+    """Why a queue's watermark delay is long (the longest, when one is), in one line.
+
+    The delay is processing time minus the lowest watermark, so it is long for one of two
+    reasons the table cannot tell apart: the events' own times are that old (a replay of
+    old data, normal), or a stream has had no event for that long (its windows wait).
+    """
+    delays = [(q.agent.watermark_delay, q.queue) for q in queues if q.agent and q.agent.watermark_delay is not None]
+    if not delays or max(delays)[0] < LONG_DELAY:
+        return None
+    worst, queue = max(delays)
+    return (
+        f"delay {delay_text(worst)} on queue {queue}: the lowest watermark is that far behind the clock, because "
+        "the events' times are that old (a replay of old data: windows still close by event time) or a stream "
+        "has had no event since (late_arrival or idle_timeout move a silent one)"
+    )
+
+
 def render(status: ClusterStatus, out: Console) -> None:
     now = status.taken_at
     live = sum(1 for w in status.workers if w.state == "live")
@@ -200,7 +236,7 @@ def render(status: ClusterStatus, out: Console) -> None:
                         "yes" if a.under_pressure else "no",
                         f"{a.streams:,}",
                         "-" if a.watermark_min is None else utc_text(a.watermark_min),
-                        "-" if a.watermark_delay is None else f"{a.watermark_delay:,.1f} s",
+                        "-" if a.watermark_delay is None else delay_text(a.watermark_delay),
                         *([a.held_by or "-"] if held else []),
                         *([a.slowest_substreams or "-"] if slow else []),
                     ]
@@ -209,6 +245,9 @@ def render(status: ClusterStatus, out: Console) -> None:
         out.print(rows)
         if not agents:
             out.print("cache and watermarks: no running worker has reported them")
+        note = delay_note(status.queues)
+        if note is not None:
+            out.print(note, highlight=False)
         behind = [(q.queue, lag) for q in status.queues if q.agent is not None for lag in q.agent.slowest]
         if behind:
             rows = table("slowest consumers", "queue", "stream", "subscription", "next seq", "behind (records)")
