@@ -30,8 +30,8 @@ the step that closed it) and the last event taken when it closed.
 >>> from streams.eventtime.results import WindowResult
 >>> window_unit("Totals", WindowResult("a", 0.0, 10.0, 3, closed_at=12.0))
 "Totals 'a' [0.0, 10.0)"
->>> window_text(WindowResult(None, 0.0, 10.0, 3, closed_at=12.0))
-'None [0.0, 10.0)'
+>>> window_text(WindowResult(None, 1_700_000_040.0, 1_700_000_100.0, 3, closed_at=1_700_000_112.0))
+'None [2023-11-14T22:14:00Z, 2023-11-14T22:15:00Z)'
 
 The dead letters the agents write: a record that does not decode, and the events of a
 delivery that never succeeded (with the traceback, so the failure stays findable): reason
@@ -82,6 +82,7 @@ from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 from streams.core.state import Timer
 from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
+from streams.eventtime.timetext import instant_text
 
 
 def failure_reason(error: BaseException) -> str:
@@ -283,13 +284,15 @@ class HookLimits:
 
 
 def window_text(result: WindowResult) -> str:
-    """A window in a log line: its key and bounds."""
-    return f"{result.key!r} [{result.start}, {result.end})"
+    """A window in a log line: its key and bounds, as ISO-8601 times (a person reads them)."""
+    return f"{result.key!r} [{instant_text(result.start)}, {instant_text(result.end)})"
 
 
 def window_unit(consumer: str, result: WindowResult) -> str:
-    """What makes a window's letter the same as another's (with its queue and reason)."""
-    return f"{consumer} {window_text(result)}"
+    """What makes a window's letter the same as another's (with its queue and reason).
+    Stored with the letter, so its form stays as letters already written have it (the
+    bounds as numbers), whatever log lines show."""
+    return f"{consumer} {result.key!r} [{result.start}, {result.end})"
 
 
 def _position(token: SequenceToken | None) -> list[int] | None:
@@ -466,13 +469,15 @@ class HookCalls:
 
     async def watermark(self, on_watermark: Callable[[float], Awaitable[object]], watermark: float) -> None:
         """Call ``on_watermark(watermark)``; skip it (with a warning) if no attempt takes it."""
-        error = await self.call("on_watermark", f"the watermark {watermark}", lambda: on_watermark(watermark))
+        error = await self.call(
+            "on_watermark", f"the watermark {instant_text(watermark)}", lambda: on_watermark(watermark)
+        )
         if error is not None:
             log.warning(
                 "%s: on_watermark of %s failed for the watermark %s; skipped (it carries no event)",
                 self._stream,
                 self._limits.consumer,
-                watermark,
+                instant_text(watermark),
             )
 
     async def timer(self, on_timer: Callable[[Timer], Awaitable[object]], timer: Timer) -> None:
@@ -480,7 +485,7 @@ class HookCalls:
         takes it: the timer is gone either way, as a window given up is."""
         running, self.running = self.running, True
         try:
-            unit = f"the {timer.kind}-time timer {timer.name!r} at {timer.time}"
+            unit = f"the {timer.kind}-time timer {timer.name!r} at {instant_text(timer.time)}"
             error = await self.call("on_timer", unit, lambda: on_timer(timer))
             if error is None:
                 return
@@ -491,7 +496,8 @@ class HookCalls:
                 stream=self._stream,
                 value={"consumer": consumer, "name": timer.name, "time": timer.time, "kind": timer.kind},
                 detail=failure_detail(f"on_timer of {consumer}", error),
-                unit=f"{consumer} {unit}",
+                # as letters already written have it (the time as a number): what makes one the same
+                unit=f"{consumer} the {timer.kind}-time timer {timer.name!r} at {timer.time}",
             )
             await self._dead_letters.add([letter])
             await self._tell(error)

@@ -5,6 +5,7 @@ on the same window is given up after 3 attempts, not retried for the whole
 
 from __future__ import annotations
 
+import logging
 import time
 
 from streams import StreamProvider
@@ -40,7 +41,8 @@ async def windows_of(provider: StreamProvider) -> Harness:
     return harness
 
 
-async def test_the_same_error_on_the_same_window_is_given_up_after_three_attempts():
+async def test_the_same_error_on_the_same_window_is_given_up_after_three_attempts(caplog):
+    caplog.set_level(logging.INFO, "headrace")
     provider, _, calls = app([ValueError("no price for B1")] * 10)
     began = time.monotonic()
     harness = await windows_of(provider)
@@ -48,6 +50,16 @@ async def test_the_same_error_on_the_same_window_is_given_up_after_three_attempt
     assert time.monotonic() - began < 5
     [letter] = harness.dead_letters()
     assert letter.reason == "window_failed" and "ValueError: no price for B1" in letter.detail
+    # What the log says, the window's bounds as times a person reads
+    counts = f"{__name__}.app.<locals>.Counts"  # the type's registered name
+    said = [r.getMessage().replace(counts, "Counts") for r in caplog.records if "on_window of" in r.getMessage()]
+    assert said == [
+        "tolls/north: on_window of Counts raised ValueError('no price for B1') for the window None "
+        "[1970-01-01T00:00:00Z, 1970-01-01T00:00:10Z); retrying with back-off for up to 60.0s "
+        "(3 attempts if it raises the same)",
+        "tolls/north: on_window of Counts failed for the window None [1970-01-01T00:00:00Z, 1970-01-01T00:00:10Z); "
+        "dead-lettered (window_failed)",
+    ]
 
 
 async def test_a_failure_that_changes_is_retried_until_an_attempt_takes_the_window():
