@@ -34,6 +34,7 @@ from typing import Protocol
 import anyio
 
 from streams.core.batch import EventBatch
+from streams.eventtime.timetext import instant_text
 from streams.eventtime.watermark import MergedWatermark
 
 log = logging.getLogger("headrace.agent")
@@ -121,6 +122,12 @@ def ordered(
 
 log = logging.getLogger("headrace.eventtime")
 
+# What a user can do about a silent input, in the hold-back's one line (docs/event-time.md).
+HOLDBACK_ADVICE = (
+    "what it holds waits: set late_arrival= on the policy (a silent input then follows the clock), "
+    "or advance_time on the input's stream"
+)
+
 REPORT_AFTER = 5.0  # seconds an input stays behind before it is said to hold the others back
 
 
@@ -147,9 +154,12 @@ class HoldBack:
 
     __slots__ = ("name", "after", "_candidate", "_since", "reported")
 
-    def __init__(self, name: str, after: float = REPORT_AFTER) -> None:
+    def __init__(self, name: str, after: float = REPORT_AFTER, late_arrival: float | None = None) -> None:
         self.name = name
-        self.after = after
+        # With late_arrival a silent input follows the clock at most that far behind (its
+        # ticks move it): a hold-back up to then is the policy at work, not a stuck input
+        # whose user should be told to set late_arrival.
+        self.after = after + (late_arrival or 0.0)
         self._candidate: Hashable | None = None
         self._since = 0.0
         self.reported: Hashable | None = None  # the input whose hold-back was logged
@@ -164,19 +174,20 @@ class HoldBack:
                 "%s: input %r no longer holds the merged watermark back (now %s)",
                 self.name,
                 self.reported,
-                merged.value,
+                instant_text(merged.value),
             )
             self.reported = None
         if holder is not None and self.reported is None and now - self._since >= self.after:
             self.reported = holder
             values = merged.values()
             log.warning(
-                "%s: input %r holds the merged watermark back at %s for %.0f s (inputs: %s)",
+                "%s: input %r holds the merged watermark back at %s for %.0f s (inputs: %s); %s",
                 self.name,
                 holder,
-                values[holder],
+                instant_text(values[holder]),
                 now - self._since,
-                ", ".join(f"{k}={v}" for k, v in values.items()),
+                ", ".join(f"{k}={instant_text(v)}" for k, v in values.items()),
+                HOLDBACK_ADVICE,
             )
             return holder
         return None

@@ -30,8 +30,8 @@ the step that closed it) and the last event taken when it closed.
 >>> from streams.eventtime.results import WindowResult
 >>> window_unit("Totals", WindowResult("a", 0.0, 10.0, 3, closed_at=12.0))
 "Totals 'a' [0.0, 10.0)"
->>> window_text(WindowResult(None, 0.0, 10.0, 3, closed_at=12.0))
-'None [0.0, 10.0)'
+>>> window_text(WindowResult(None, 1_700_000_040.0, 1_700_000_100.0, 3, closed_at=1_700_000_112.0))
+'None [2023-11-14T22:14:00Z, 2023-11-14T22:15:00Z)'
 
 The dead letters the agents write: a record that does not decode, and the events of a
 delivery that never succeeded (with the traceback, so the failure stays findable): reason
@@ -82,6 +82,7 @@ from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 from streams.core.state import Timer
 from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
+from streams.eventtime.timetext import instant_text
 
 
 def failure_reason(error: BaseException) -> str:
@@ -174,13 +175,41 @@ async def call_again(
     deadline: float,
     backoff: float,
     stopped: Callable[[], bool],
+    same_failures: int | None = None,
 ) -> Exception | None:
     """:func:`redeliver` for any call of a consumer's hook (``call()`` failed with ``error``),
     through the one retry helper: pauses of exactly ``backoff``, doubling (the documented
-    ``delivery_retry_backoff``), and no attempt that would start past ``deadline``."""
+    ``delivery_retry_backoff``), and no attempt that would start past ``deadline``.
+
+    ``same_failures``: give up once that many attempts in a row (the first, ``error``,
+    included) raised the same exception type with the same message, which a retry will
+    not change (a bug, a bad value); I/O errors and timeouts are retried until ``deadline``.
+
+    >>> calls = []
+    >>> async def broken():
+    ...     calls.append(1)
+    ...     raise KeyError("price")
+    >>> anyio.run(call_again, broken, KeyError("price"), time.monotonic() + 60, 0.001, lambda: False, 3), len(calls)
+    (KeyError('price'), 2)
+    """
+    last_kind = _failure_kind(error)
+    in_a_row = 1  # failures of last_kind in a row, the first call's included
+
+    async def attempt() -> None:
+        nonlocal last_kind, in_a_row
+        try:
+            await call()
+        except Exception as exc:
+            kind = _failure_kind(exc)
+            in_a_row = in_a_row + 1 if kind is not None and kind == last_kind else 1
+            last_kind = kind
+            if same_failures is not None and kind is not None and in_a_row >= same_failures:
+                raise _SameFailure(exc) from exc
+            raise
+
     try:
         await retry(
-            call,
+            attempt,
             what="a consumer's call",
             after=error,
             is_transient=_worth_retrying,
@@ -193,7 +222,7 @@ async def call_again(
         return None
     except DecodeError as exc:  # its values cannot be read: no retry makes them readable
         return exc
-    except _LastError as gave_up:
+    except (_LastError, _SameFailure) as gave_up:
         return gave_up.last
     except RetryStopped as stopped_early:
         last = stopped_early.__cause__
@@ -201,7 +230,23 @@ async def call_again(
 
 
 def _worth_retrying(exc: BaseException) -> bool:
-    return not isinstance(exc, DecodeError)
+    return not isinstance(exc, (DecodeError, _SameFailure))
+
+
+def _failure_kind(error: BaseException) -> tuple[type, str] | None:
+    """What makes two failures the same one, or None for a failure that may well pass on
+    its own: an I/O error (a connection, a file) or a timeout."""
+    if isinstance(error, (OSError, TimeoutError, DeliveryTimeoutError)):
+        return None
+    return type(error), str(error)
+
+
+class _SameFailure(Exception):
+    """How an attempt that failed as the ones before it ends the retry at once."""
+
+    def __init__(self, last: Exception) -> None:
+        super().__init__(f"raised {last!r} again")
+        self.last = last
 
 
 class _LastError(Exception):
@@ -220,6 +265,9 @@ _RAISED = ("invalid_value", "invalid_timestamp")  # refusals a user's callable m
 _TRACEBACK = "Traceback (most recent call last)"
 
 
+SAME_FAILURES = 3  # attempts raising the same exception before a hook's unit is given up
+
+
 @dataclass(frozen=True, slots=True)
 class HookLimits:
     """How long a consumer's hook may take, and how it is retried (the provider's
@@ -229,16 +277,22 @@ class HookLimits:
     consumer: str
     max_time: float = 60.0
     backoff: float = 1.0
+    # A hook that raised the same exception (type and message) this many times in a row on
+    # one unit is given up then, not retried for the whole max_time: the same error on the
+    # same window is a bug or a bad value, and its stream waits while it is retried.
+    same_failures: int | None = SAME_FAILURES
 
 
 def window_text(result: WindowResult) -> str:
-    """A window in a log line: its key and bounds."""
-    return f"{result.key!r} [{result.start}, {result.end})"
+    """A window in a log line: its key and bounds, as ISO-8601 times (a person reads them)."""
+    return f"{result.key!r} [{instant_text(result.start)}, {instant_text(result.end)})"
 
 
 def window_unit(consumer: str, result: WindowResult) -> str:
-    """What makes a window's letter the same as another's (with its queue and reason)."""
-    return f"{consumer} {window_text(result)}"
+    """What makes a window's letter the same as another's (with its queue and reason).
+    Stored with the letter, so its form stays as letters already written have it (the
+    bounds as numbers), whatever log lines show."""
+    return f"{consumer} {result.key!r} [{result.start}, {result.end})"
 
 
 def _position(token: SequenceToken | None) -> list[int] | None:
@@ -335,18 +389,20 @@ class HookCalls:
                 return None
             except Exception as exc:
                 error = exc
+            same = "" if limits.same_failures is None else f" ({limits.same_failures} attempts if it raises the same)"
             log.warning(
-                "%s: %s of %s raised %r for %s; retrying with back-off for up to %ss",
+                "%s: %s of %s raised %r for %s; retrying with back-off for up to %ss%s",
                 self._stream,
                 hook,
                 limits.consumer,
                 error,
                 unit,
                 limits.max_time,
+                same,
                 # the user's traceback; a timeout is the runtime's, not theirs
                 exc_info=None if isinstance(error, DeliveryTimeoutError) else error,
             )
-            last = await call_again(attempt, error, deadline, limits.backoff, lambda: False)
+            last = await call_again(attempt, error, deadline, limits.backoff, lambda: False, limits.same_failures)
             if last is None:
                 log.info("%s: %s of %s took %s on a retry", self._stream, hook, limits.consumer, unit)
             return last
@@ -413,13 +469,15 @@ class HookCalls:
 
     async def watermark(self, on_watermark: Callable[[float], Awaitable[object]], watermark: float) -> None:
         """Call ``on_watermark(watermark)``; skip it (with a warning) if no attempt takes it."""
-        error = await self.call("on_watermark", f"the watermark {watermark}", lambda: on_watermark(watermark))
+        error = await self.call(
+            "on_watermark", f"the watermark {instant_text(watermark)}", lambda: on_watermark(watermark)
+        )
         if error is not None:
             log.warning(
                 "%s: on_watermark of %s failed for the watermark %s; skipped (it carries no event)",
                 self._stream,
                 self._limits.consumer,
-                watermark,
+                instant_text(watermark),
             )
 
     async def timer(self, on_timer: Callable[[Timer], Awaitable[object]], timer: Timer) -> None:
@@ -427,7 +485,7 @@ class HookCalls:
         takes it: the timer is gone either way, as a window given up is."""
         running, self.running = self.running, True
         try:
-            unit = f"the {timer.kind}-time timer {timer.name!r} at {timer.time}"
+            unit = f"the {timer.kind}-time timer {timer.name!r} at {instant_text(timer.time)}"
             error = await self.call("on_timer", unit, lambda: on_timer(timer))
             if error is None:
                 return
@@ -438,7 +496,8 @@ class HookCalls:
                 stream=self._stream,
                 value={"consumer": consumer, "name": timer.name, "time": timer.time, "kind": timer.kind},
                 detail=failure_detail(f"on_timer of {consumer}", error),
-                unit=f"{consumer} {unit}",
+                # as letters already written have it (the time as a number): what makes one the same
+                unit=f"{consumer} the {timer.kind}-time timer {timer.name!r} at {timer.time}",
             )
             await self._dead_letters.add([letter])
             await self._tell(error)

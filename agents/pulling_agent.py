@@ -104,6 +104,11 @@ class ReceiverCalls:
     def _failed(self, exc: BaseException, attempt: int) -> None:
         self.failures += 1
 
+    @property
+    def unreachable(self) -> bool:
+        """The receiver's calls are failing now (retried with back-off): an outage goes on."""
+        return self._outage.ongoing
+
 
 _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
 Ts = TypeVarTuple("Ts")
@@ -284,6 +289,12 @@ class PullingAgent:
             self.failure = str(exc)
             log.error("%s: stopped, shown failed: %s", self.queue, exc)
         self._wake.set()
+
+    @property
+    def unreachable(self) -> bool:
+        """Its queue cannot be read now (the reads are retried with back-off): a worker's
+        readiness says so (:mod:`streams.runtime.health`)."""
+        return self._retrying.unreachable
 
     def wake(self) -> None:
         """A producer in this process enqueued to this queue: read now, not at the next tick."""

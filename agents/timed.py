@@ -168,7 +168,7 @@ class EventTimeObserver:
                 self._join_left = spec.inputs[0]
         self._partition = name = str(stream_id)
         if spec.inputs:
-            self.holdback = HoldBack(name)
+            self.holdback = HoldBack(name, late_arrival=spec.policy.late_arrival)
             self._open_inputs = set(spec.inputs)
         self.stream_id = stream_id
         self.processor = spec.processor(name)

@@ -24,6 +24,8 @@ depends on the record alone, see :mod:`spark_sink.kafka.log`); an idempotent sin
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -187,6 +189,38 @@ def _ddl(schema: StructType) -> str:
 def register(spark: SparkSession) -> None:
     """Make ``format("headrace")`` available in ``spark`` (once per session).
 
+    On a local Spark (``local[...]``) with no ``PYSPARK_PYTHON`` set, the source's Python
+    workers run this interpreter, the one that imported headrace (see
+    :func:`workers_run_this_python`).
+
     Example: ``spark_sink.register(spark); spark.read.format("headrace")...``
     """
+    workers_run_this_python(spark)
     spark.dataSource.register(HeadraceDataSource)
+
+
+def workers_run_this_python(spark: SparkSession) -> bool:
+    """Have a local Spark run the data source's Python workers with ``sys.executable``;
+    True when it did.
+
+    Spark starts them with ``$PYSPARK_PYTHON``, by default the first ``python3`` on ``PATH``:
+    in a shell without the virtual environment on ``PATH`` that one has no headrace, and
+    every read fails with ``ModuleNotFoundError: No module named 'spark_sink'``. On a local
+    master the workers run on this machine, so this interpreter (which has headrace, since
+    it imported this module) is the right one. A ``PYSPARK_PYTHON`` of the user's, and any
+    cluster (whose executors have their own interpreters), are left as they are.
+
+    Example: ``workers_run_this_python(SparkSession.builder.master("local[2]").getOrCreate())``
+    """
+    if os.environ.get("PYSPARK_PYTHON"):
+        return False
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect: no context here, the server starts the workers
+        return False
+    if not (context.master or "").startswith("local") or context.pythonExec == sys.executable:
+        return False
+    # Read when the source's functions are wrapped (pyspark.sql.udf._wrap_function), so it
+    # applies to the registration that follows.
+    context.pythonExec = sys.executable
+    return True

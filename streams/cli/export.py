@@ -7,9 +7,12 @@ seconds: ``headrace simulate --sweep out_of_order=0s,5s,30s FILE.csv`` then repl
 production data under other tolerances. The events come from the queues' records the store
 (or the Kafka topic) still retains; at most ``--limit`` of them, the newest.
 
-An event's time is what an event-time consumer of the configuration reads: ``--timestamp-by``
-(default: ``[time] timestamp_by``, in ``[time] unit``), else the event's own event time (its
-arrival time when its producer gave none). ``value`` is the event's ``--value-by`` field, or
+An event's time is what an event-time consumer reads: ``--timestamp-by``; else, with
+``--app``, the ``timestamp_by`` (and ``unit``) of the app's event-time consumer types of the
+namespace; else ``[time] timestamp_by`` (in ``[time] unit``); else the event's own event time
+(its arrival time when its producer gave none). The last line says which, and how to replay
+the sample as the workers run it: an implicit consumer type has one activation (one
+watermark) per stream, so ``headrace simulate --substreams``. ``value`` is the event's ``--value-by`` field, or
 the event itself when it is a number; empty otherwise.
 """
 
@@ -34,13 +37,15 @@ from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.embedded.queues import recorded_queue_count
 from streams.embedded.store import EmbeddedStore
-from streams.eventtime.policy import timestamp_extractor
+from streams.eventtime.policy import OrderingPolicy, timestamp_extractor
+from streams.eventtime.spec import EventTime
 from streams.eventtime.timetext import parse_duration
 from streams.kafka.clients import kafka_outage_log
 from streams.kafka.receiver import KafkaQueueReceiver
 from streams.kafka.settings import KafkaSettings
 from streams.runtime.backends import KafkaBackend
 from streams.runtime.config import HeadraceConfig, load_config
+from streams.runtime.provider import StreamProvider
 
 EXAMPLES = """examples:
   headrace export --path ./store --stream tolls --since 1h sample.csv
@@ -105,8 +110,9 @@ def run(args: argparse.Namespace) -> int:
     namespace, _, key = args.stream.partition("/")
     if not namespace:
         raise CliError(f"--stream takes a namespace or namespace/key, not {args.stream!r}")
-    config, kafka = _where(args)
-    policy = config.time.policy
+    app, config, kafka = _where(args)
+    readers = app_policy(app, namespace) if app is not None else None
+    policy = readers[1] if readers is not None else config.time.policy
     spec = args.timestamp_by if args.timestamp_by is not None else policy.timestamp_by
     time_of = timestamp_extractor(spec, args.unit or policy.unit)
     start = time.time() - since
@@ -125,20 +131,78 @@ def run(args: argparse.Namespace) -> int:
         f"headrace export: {plural(len(rows), 'event')} of {args.stream} that arrived from "
         f"{utc_text(rows[0].arrival_time)} to {utc_text(rows[-1].arrival_time)} written to {args.file}"
     )
+    print(f"headrace export: {_replay_hint(args, readers, spec)}")
     return 0
 
 
-def _where(args: argparse.Namespace) -> tuple[HeadraceConfig, KafkaSettings | None]:
+def _replay_hint(args: argparse.Namespace, readers: tuple[str, OrderingPolicy] | None, spec: object) -> str:
+    """Where the event times came from, and how ``simulate`` replays the sample as the
+    workers run it: an implicit consumer type has one activation per stream, each with its
+    own watermark, which only ``--substreams`` (one watermark per key) reproduces."""
+    if args.timestamp_by is not None:
+        source = f"--timestamp-by {args.timestamp_by!r}"
+    elif readers is not None:
+        source = f"{readers[0]}'s timestamp_by {_named(spec)}"
+    else:
+        source = f"[time] timestamp_by {_named(spec)}" if spec is not None else "each event's own event time"
+    return (
+        f"event times from {source}; an @provider.implicit consumer type has one activation per stream, each "
+        f"with its own watermark: replay it with `headrace simulate --substreams {args.file}`"
+    )
+
+
+def _named(spec: object) -> str:
+    return repr(spec) if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec))
+
+
+def app_policy(app: StreamProvider, namespace: str) -> tuple[str, OrderingPolicy] | None:
+    """The ordering policy the app's event-time consumer types of ``namespace`` read event
+    times with, and their names; None when it has none. Types that read them differently
+    are a mistake here: the sample can hold one time per event, so ``--timestamp-by`` chooses.
+
+    >>> from streams import StreamProvider
+    >>> from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+    >>> app = StreamProvider.memory(queues=1)
+    >>> @app.implicit("tolls")
+    ... class Totals:
+    ...     event_time = EventTime(OrderingPolicy(timestamp_by="t", unit="ms"), Tumbling(60), Count())
+    ...     def __init__(self, stream_id): ...
+    ...     def on_window(self, result): ...
+    >>> names, policy = app_policy(app, "tolls")
+    >>> names, policy.timestamp_by, policy.unit
+    ('Totals', 't', 'ms')
+    """
+    found: dict[tuple[object, str], list[str]] = {}
+    policies: dict[tuple[object, str], OrderingPolicy] = {}
+    for cls in app.registry.implicit_types(namespace):
+        spec = getattr(cls, "event_time", None)
+        if isinstance(spec, EventTime):
+            reads = (spec.policy.timestamp_by, spec.policy.unit)
+            found.setdefault(reads, []).append(cls.__qualname__)
+            policies[reads] = spec.policy
+    if not found:
+        return None
+    if len(found) > 1:
+        ways = "; ".join(f"{', '.join(names)}: {_named(t)} in {unit}" for (t, unit), names in found.items())
+        raise CliError(
+            f"the consumer types of {namespace!r} read event times differently ({ways}): "
+            "say which with --timestamp-by (and --unit)"
+        )
+    [(only, names)] = found.items()
+    return ", ".join(names), policies[only]
+
+
+def _where(args: argparse.Namespace) -> tuple[StreamProvider | None, HeadraceConfig, KafkaSettings | None]:
     app = load_app(args)
     if app is not None and app.store is None and isinstance(app.backend, KafkaBackend):
-        return load_config(args.config), app.backend.factory.settings
+        return app, load_config(args.config), app.backend.factory.settings
     config = load_cli_config(args)
     settings = config.provider_settings
     if settings.adapter == "kafka" and settings.path is None:
         backend = config.provider().backend
         assert isinstance(backend, KafkaBackend)
-        return config, backend.factory.settings
-    return config, None
+        return app, config, backend.factory.settings
+    return app, config, None
 
 
 def _nothing(source: RecordSource, stream: str, namespace: str, since: str) -> str:

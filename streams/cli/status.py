@@ -63,6 +63,7 @@ from streams.runtime.status import (
     AgentStatus,
     ClusterStatus,
     ConsumerTypeFates,
+    QueueStatus,
     consumer_type_fates,
     observed_by_type,
     read_status,
@@ -142,6 +143,41 @@ def _cluster_of(config: HeadraceConfig) -> KafkaSettings | None:
     return backend.factory.settings
 
 
+LONG_DELAY = 3600.0  # a watermark delay past this gets a word on why (delay_note)
+
+
+def delay_text(seconds: float) -> str:
+    """A watermark delay as the queues table shows it; a long one also in days or years.
+
+    >>> delay_text(2.5), delay_text(95_789_332), delay_text(200_000)
+    ('2.5 s', '95,789,332 s (3.0 years)', '200,000 s (2.3 days)')
+    """
+    if seconds < LONG_DELAY:
+        return f"{seconds:,.1f} s"
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400.0), ("hours", 3600.0)):
+        if seconds >= size:
+            return f"{seconds:,.0f} s ({seconds / size:.1f} {unit})"
+    return f"{seconds:,.0f} s"  # pragma: no cover - LONG_DELAY is an hour
+
+
+def delay_note(queues: list[QueueStatus]) -> str | None:
+    """Why a queue's watermark delay is long (the longest, when one is), in one line.
+
+    The delay is processing time minus the lowest watermark, so it is long for one of two
+    reasons the table cannot tell apart: the events' own times are that old (a replay of
+    old data, normal), or a stream has had no event for that long (its windows wait).
+    """
+    delays = [(q.agent.watermark_delay, q.queue) for q in queues if q.agent and q.agent.watermark_delay is not None]
+    if not delays or max(delays)[0] < LONG_DELAY:
+        return None
+    worst, queue = max(delays)
+    return (
+        f"delay {delay_text(worst)} on queue {queue}: the lowest watermark is that far behind the clock, because "
+        "the events' times are that old (a replay of old data: windows still close by event time) or a stream "
+        "has had no event since (late_arrival or idle_timeout move a silent one)"
+    )
+
+
 def render(status: ClusterStatus, out: Console) -> None:
     now = status.taken_at
     live = sum(1 for w in status.workers if w.state == "live")
@@ -200,7 +236,7 @@ def render(status: ClusterStatus, out: Console) -> None:
                         "yes" if a.under_pressure else "no",
                         f"{a.streams:,}",
                         "-" if a.watermark_min is None else utc_text(a.watermark_min),
-                        "-" if a.watermark_delay is None else f"{a.watermark_delay:,.1f} s",
+                        "-" if a.watermark_delay is None else delay_text(a.watermark_delay),
                         *([a.held_by or "-"] if held else []),
                         *([a.slowest_substreams or "-"] if slow else []),
                     ]
@@ -209,6 +245,9 @@ def render(status: ClusterStatus, out: Console) -> None:
         out.print(rows)
         if not agents:
             out.print("cache and watermarks: no running worker has reported them")
+        note = delay_note(status.queues)
+        if note is not None:
+            out.print(note, highlight=False)
         behind = [(q.queue, lag) for q in status.queues if q.agent is not None for lag in q.agent.slowest]
         if behind:
             rows = table("slowest consumers", "queue", "stream", "subscription", "next seq", "behind (records)")
@@ -367,18 +406,52 @@ class TypeAdvice:
     fates: ConsumerTypeFates
     advised: dict[str, Setting]
 
+    @property
+    def warning(self) -> str | None:
+        """What the advice is worth when too few events were sampled for its shares (about
+        ten beyond each share's quantile: :func:`samples_needed`), else None.
+
+        A quantile of the tail from a handful of samples is a guess: 15 samples say
+        nothing of the one event in a hundred that out_of_order must keep.
+        """
+        short = [(share, samples_needed(share)) for share in self.advised]
+        short = [(share, n) for share, n in short if self.sampled < n]
+        if not short:
+            return None
+        needs = ", ".join(f"keeps {share} about {n:,}" for share, n in short)
+        more = (
+            "wait for more events"
+            if self.every == 1
+            else f"sample more with [agent] lateness_sample_every = 1 (now 1 in {self.every:,}), or wait for more events"
+        )
+        return (
+            f"only {plural(self.sampled, 'sampled event')}, too few for the tails ({needs} needed): "
+            f"these settings are guesses; {more}"
+        )
+
     def as_dict(self) -> dict[str, object]:
         """The ``--advise --json`` object of the type."""
         fates = asdict(self.fates)
         del fates["consumer_type"]
         return {
             "sampled": self.sampled,
+            "warning": self.warning,
             "every": self.every,
             "lateness": self.lateness,
             "disorder": self.disorder,
             "current": {**asdict(self.current), **fates},
             **{share: asdict(setting) for share, setting in self.advised.items()},
         }
+
+
+def samples_needed(share: str) -> int:
+    """How many sampled events an advice keeping ``share`` ("99%") needs to mean something:
+    about ten beyond its quantile.
+
+    >>> samples_needed("99%"), samples_needed("99.9%")
+    (1000, 10000)
+    """
+    return round(10 / (1 - float(share.rstrip("%")) / 100))
 
 
 def advice_of(status: ClusterStatus) -> list[TypeAdvice]:
@@ -437,6 +510,8 @@ def render_advice(advice: list[TypeAdvice], out: Console) -> None:
                 *counts,
             )
         out.print(rows)
+        if a.warning is not None:
+            out.print(f"warning: {a.warning}", highlight=False)
 
 
 def _share(value: float) -> str:

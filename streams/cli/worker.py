@@ -15,7 +15,9 @@ Logs go to stderr, each record with the worker, queue and stream it concerns: re
 text on a terminal (a consumer's traceback on lines of its own), ``key=value`` lines
 (logfmt) otherwise, or JSON with ``--log-format json``. With ``--metrics-port`` the worker
 serves Prometheus metrics at ``http://HOST:PORT/metrics``; HOST is ``--metrics-host``, by
-default 127.0.0.1 (this machine only: give 0.0.0.0 to let a Prometheus elsewhere scrape it).
+default 127.0.0.1 (this machine only: give 0.0.0.0 to let a Prometheus elsewhere scrape it),
+and its probes: ``/livez`` (the event loop answers) and ``/readyz`` (joined, not leaving, every
+queue read), each 200 or 503 with one line (:mod:`streams.runtime.health`).
 
 Everything that can be checked is checked before the worker joins the cluster: the settings,
 the application, and the metrics address (a port in use is refused there). A mistake is one
@@ -30,6 +32,9 @@ there is one) may hold these settings in its ``[worker]`` section: ``app``, ``na
 ``log_level``, ``log_format``, ``metrics_host``, ``metrics_port``, ``status_interval`` (default 5s); options
 on the command line win. The worker exports the file's path as ``HEADRACE_CONFIG``, so an
 application that builds its provider with ``load_config().provider()`` reads the same file.
+A provider the application builds in code takes the ``[agent]`` and ``[cache]`` settings of
+the file and the environment all the same (they win over the code's, and the worker logs
+which); ``[provider]`` and ``[balancer]`` do not apply to it, and a warning names them.
 
 What a worker says as it starts: which application, which store, which consumer types.
 
@@ -59,8 +64,9 @@ from streams.cli import CliError
 from streams.core.errors import HeadraceError, StoreError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
 from streams.runtime.backends import KafkaBackend
-from streams.runtime.config import load_config
+from streams.runtime.config import apply_options, load_config
 from streams.runtime.config_schema import CONFIG_ENV
+from streams.runtime.health import WorkerHealth
 from streams.runtime.logs import FORMATS, LEVELS, LogFormat
 from streams.runtime.provider import StreamProvider
 from streams.runtime.status import EmbeddedStatusBoard, StatusBoard, StatusReporter
@@ -137,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         provider.worker_name = name
     log_format = cast(LogFormat | None, args.log_format or settings.log_format)  # configure_logging checks it
     configure_logging(args.log_level or settings.log_level, log_format, worker=provider.worker_name)
+    for level, line in apply_options(config, provider):  # the file and HEADRACE_* win (docs/configuration.md)
+        log.log(level, "%s: %s", provider.worker_name, line)
     GC_POLICY.own_process()  # this process runs nothing else: the collector is the worker's to tune
     running: list[bool] = []
     try:
@@ -185,6 +193,9 @@ def load_provider(spec: str) -> StreamProvider:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise CliError(f"--app is module:attribute (e.g. myapp:provider), not {spec!r}")
+    if module_name.endswith(".py") or "/" in module_name:  # a file's name, as for `python app.py`
+        module = module_name.removesuffix(".py").replace("/", ".").strip(".")
+        raise CliError(f"--app takes a module, not a file: --app {module}:{attribute} (drop .py; dots for folders)")
     if os.getcwd() not in sys.path:  # like `python -m`: the application is found from here
         sys.path.insert(0, os.getcwd())
     try:
@@ -223,14 +234,19 @@ async def serve(
     every ``status_interval`` seconds. With ``app`` (the ``--app`` it came from), log the
     start-up lines (:mod:`streams.cli.worker`); ``on_running`` is called once it has
     joined."""
+    health = WorkerHealth()  # /livez and /readyz beside the metrics (streams.runtime.health)
     with contextlib.ExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
-            metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host))
-        await _run(provider, status_interval, app, on_running)
+            metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host, health))
+        await _run(provider, status_interval, app, on_running, health)
 
 
 async def _run(
-    provider: StreamProvider, status_interval: float, app: str | None, on_running: Callable[[], object] | None
+    provider: StreamProvider,
+    status_interval: float,
+    app: str | None,
+    on_running: Callable[[], object] | None,
+    health: WorkerHealth,
 ) -> None:
     async with anyio.create_task_group() as tg:
         leave = anyio.Event()
@@ -248,9 +264,11 @@ async def _run(
                     f"of {len(provider.mapper.get_all_queues())}",
                     flush=True,
                 )
+                health.joined()
                 if on_running is not None:
                     on_running()
                 await leave.wait()
+                health.leaving()  # readiness fails at once, while it drains and hands back
                 reporting.cancel_scope.cancel()
             log.info("%s: leaving; handing back %d queues", provider.worker_name, len(provider.agents))
         tg.cancel_scope.cancel()

@@ -42,6 +42,14 @@ class StreamProviderOptions:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
                 raise ConfigurationError(f"{f.name} must be positive, got {value!r}")
 
+    def differing_from_defaults(self) -> frozenset[str]:
+        """The names of the fields set to something other than their default.
+
+        >>> sorted(StreamProviderOptions(cache_size=1024, cache_buckets=10).differing_from_defaults())
+        ['cache_size']
+        """
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name) != f.default)
+
     @classmethod
     def from_kwargs(cls, **kwargs: object) -> StreamProviderOptions:
         known = {f.name for f in fields(cls)}

@@ -98,7 +98,8 @@ class EmbeddedStore:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise ConfigurationError(f"the embedded store path {str(self.path)!r} is a file; give a directory")
-        self.path.mkdir(parents=True, exist_ok=True)
+        # The directory is made by the first connection, not here: importing an app that
+        # builds its provider at module level (a test, `headrace status --app`) makes none.
         self.database = self.path / self.FILE_NAME
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = busy_timeout
@@ -165,6 +166,7 @@ class EmbeddedStore:
     def _open_connection(self) -> sqlite3.Connection:
         # check_same_thread=False: the pool hands a connection to one thread at a time, but
         # not always the same thread. isolation_level=None: transactions are explicit.
+        self.path.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
             self.database,
             timeout=self.busy_timeout,
@@ -365,6 +367,7 @@ class WriteTurns:
     def _file(self) -> int:
         # Locks are per process: a forked child opens its own descriptor.
         if self._fd is None or self._pid != os.getpid():
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # the store's, made on first use
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             self._pid = os.getpid()
         return self._fd

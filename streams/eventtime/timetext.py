@@ -19,6 +19,19 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)?$")
 
 
+def instant_text(t: float) -> str:
+    """An instant in POSIX seconds as log lines and status show it: ISO-8601 in UTC (to the
+    millisecond when it has a fraction), and ``-inf`` for a watermark no event has moved yet.
+
+    >>> instant_text(1714565220.0), instant_text(1714565220.25), instant_text(float("-inf"))
+    ('2024-05-01T12:07:00Z', '2024-05-01T12:07:00.250Z', '-inf')
+    """
+    if not math.isfinite(t):
+        return "-inf" if t < 0 else "+inf"
+    timespec = "seconds" if t == int(t) else "milliseconds"
+    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
 def parse_duration(value: str | float | int, where: str) -> float:
     """Seconds from ``250ms``, ``5s``, ``2m``, ``1h``, ``1d``, a plain number of seconds
     (as text or as a number).

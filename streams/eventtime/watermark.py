@@ -179,10 +179,12 @@ class MergedWatermark:
         return False
 
     def _note_held_back(self, moved: Hashable) -> None:
-        # One log line per episode: the holder held the minimum while another input moved on.
+        # One debug line per episode: the holder held the minimum while another input moved
+        # on. Debug: in a worker, agents.merged_inputs.HoldBack says it once it has lasted,
+        # with what to do, and one line is what a user should read (metrics().holder has it).
         if self._reported != self.holder:
             self._reported = self.holder
-            log.info(
+            log.debug(
                 "merged watermark held at %s by input %r (input %r is at %s)",
                 self.value,
                 self.holder,

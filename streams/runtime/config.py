@@ -56,6 +56,7 @@ count that disagrees with an existing store; checks across keys are made here.
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
@@ -310,6 +311,11 @@ class HeadraceConfig(HeadraceSettings):
         if self.worker.name is not None:
             kwargs.setdefault("worker_name", self.worker.name)
         kwargs.setdefault("options", self.options)
+        provider = self._new_provider(settings, kwargs)
+        provider.from_config = True
+        return provider
+
+    def _new_provider(self, settings: ProviderSettings, kwargs: dict[str, Any]) -> StreamProvider:
         if settings.adapter == "memory":
             return StreamProvider.memory(settings.queues, **kwargs)
         if settings.adapter == "embedded":
@@ -344,6 +350,60 @@ class HeadraceConfig(HeadraceSettings):
             kafka=client_settings,
             **kwargs,
         )
+
+
+# The sections whose keys become StreamProviderOptions fields, and the fields' names.
+_OPTION_SECTIONS = ("agent.", "cache.")
+_OPTION_FIELD = {"cache.size": "cache_size", "cache.buckets": "cache_buckets"}
+
+
+def apply_options(config: HeadraceSettings, provider: StreamProvider) -> list[tuple[int, str]]:
+    """Give ``provider`` (built by the application's code) the ``[agent]`` and ``[cache]``
+    settings that ``config`` (a worker's file and environment) sets; ``(level, line)`` of
+    what to log about it.
+
+    The configuration wins: a setting the code left to its default takes the configured value
+    (one info line lists them), and one the code set otherwise is overridden with a warning,
+    since an operator's file or ``HEADRACE_*`` variable is what a deployment changes. Sections
+    the code's provider cannot take after it is built (``[provider]``, ``[balancer]``) are
+    named in a warning when set, rather than ignored without a word.
+
+    >>> config = load_config(environ={"HEADRACE_AGENT__MAX_EVENT_DELIVERY_TIME": "5s"})
+    >>> provider = StreamProvider.memory(queues=2)
+    >>> apply_options(config, provider)
+    [(20, 'settings from the configuration: agent.max_event_delivery_time = 5.0 (HEADRACE_AGENT__MAX_EVENT_DELIVERY_TIME)')]
+    >>> provider.options.max_event_delivery_time
+    5.0
+    """
+    lines: list[tuple[int, str]] = []
+    changes: dict[str, Any] = {}
+    applied: list[str] = []
+    for dotted, where in config.sources.items():
+        if dotted.startswith(_OPTION_SECTIONS):
+            name = _OPTION_FIELD.get(dotted, dotted.partition(".")[2])
+            value = getattr(config.options, name)
+            was = getattr(provider.options, name)
+            if name in provider.explicit_options and value != was:
+                lines.append(
+                    (logging.WARNING, f"{where} = {value} overrides the app's {name}={was}: the configuration wins")
+                )
+            changes[name] = value
+            applied.append(f"{dotted} = {value} ({where.partition(': ')[0]})")
+    if changes:
+        provider.options = replace(provider.options, **changes)
+        lines.insert(0, (logging.INFO, f"settings from the configuration: {', '.join(applied)}"))
+    if not provider.from_config:
+        ignored = sorted(d for d in config.sources if d.startswith(("provider.", "balancer.")))
+        if ignored:
+            origins = sorted({config.sources[d].partition(": ")[0] for d in ignored})
+            lines.append(
+                (
+                    logging.WARNING,
+                    f"{', '.join(ignored)} ({', '.join(origins)}) do not apply: the app builds its own "
+                    "provider (build it with load_config().provider() to use them)",
+                )
+            )
+    return lines
 
 
 def load_config(

@@ -23,25 +23,28 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import anyio.from_thread
 import anyio.lowlevel
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app, start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from agents.counters import HistogramSnapshot
 from streams.core.errors import ConfigurationError, HeadraceError
 from streams.eventtime.lateness import SHOWN
+from streams.runtime.health import WorkerHealth, health_app
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot
 
@@ -248,18 +251,46 @@ class MetricsServer:
         self.close()
 
 
-def serve_metrics(provider: StreamProvider, port: int, host: str = "127.0.0.1") -> MetricsServer:
+def serve_metrics(
+    provider: StreamProvider, port: int, host: str = "127.0.0.1", health: WorkerHealth | None = None
+) -> MetricsServer:
     """Serve ``provider``'s worker metrics at ``http://host:port/metrics`` (``port=0``: a free
-    one, see ``.port``). Call it on the provider's event loop. Loopback by default: expose
-    the endpoint beyond the machine deliberately, with ``host``."""
+    one, see ``.port``), and with ``health`` its probes at ``/livez`` and ``/readyz``
+    (:mod:`streams.runtime.health`). Call it on the provider's event loop. Loopback by
+    default: expose the endpoint beyond the machine deliberately, with ``host``."""
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ConfigurationError(f"a metrics port is an int from 0 to 65535, not {port!r}")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HeadraceCollector(provider))
     ProcessCollector(registry=registry)  # the usual process_* metrics: CPU, memory, file descriptors
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        if health is None:
+            server, thread = start_http_server(port, addr=host, registry=registry)
+        else:
+            health.attach(provider)
+            server, thread = _start_server(host, port, health_app(health, make_wsgi_app(registry)))
     except OSError as exc:
         raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
     log.info("metrics at http://%s:%d/metrics", host, server.server_port)
     return MetricsServer(registry, server, thread)
+
+
+class _Quiet(WSGIRequestHandler):
+    """A request handler that logs no request (probes come every few seconds)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _start_server(host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread]:
+    """``app`` served on ``host:port`` by a thread per request, as prometheus-client's own
+    server does (which serves only its metrics application)."""
+
+    class Server(ThreadingWSGIServer):
+        pass
+
+    Server.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    server = make_server(host, port, app, Server, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="headrace-metrics", daemon=True)
+    thread.start()
+    return server, thread

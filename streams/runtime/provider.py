@@ -243,6 +243,13 @@ class StreamProvider(BackendConstructors):
         self.balancer = balancer
         self.balancer_options = balancer_options
         self.options = options or StreamProviderOptions.from_kwargs(**option_kwargs)
+        self.from_config = False  # built by HeadraceConfig.provider(): [provider] applies
+        # What the code chose, so that a worker's configuration can tell its own settings
+        # from the defaults it fills in (HeadraceConfig.apply_options): the keywords given,
+        # or the fields of an options object that differ from the defaults.
+        self.explicit_options: frozenset[str] = (
+            frozenset(option_kwargs) if options is None else options.differing_from_defaults()
+        )
         self.backend = backend
         self.clock = clock  # the processing clock (arrival times, ticks); streams.testing moves one
         self.mapper: QueueMapper = backend.queue_mapper()

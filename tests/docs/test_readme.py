@@ -68,3 +68,23 @@ def test_the_kafka_json_path_runs_as_written(kafka_broker, kafka_topic, tmp_path
     expected = closed_window_counts([v for _, v in items], window=60, out_of_order=5)
     assert printed == sorted((s, f"{start:.1f}", str(n)) for (s, start), n in expected.items())
     assert len(printed) >= 10
+
+
+def test_the_testing_example_runs_with_the_readme_settings_and_no_warning(tmp_path):
+    """*Testing your consumers*: its pytest file, in a project of its own with the settings the
+    README gives, passes with no warning (no loop-scope deprecation from pytest-asyncio)."""
+    text = README.read_text()
+    section = text[text.index("## Testing your consumers") :]
+    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    settings = re.search(r"```toml\n(\[tool\.pytest\.ini_options\].*?)```", section, re.S).group(1)
+    (tmp_path / "pyproject.toml").write_text(settings)
+    (tmp_path / "test_tolls.py").write_text(example)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "test_tolls.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1].startswith("1 passed in ") and "warning" not in result.stdout.lower()

@@ -1,5 +1,7 @@
 """docs/walkthrough.md runs as written: its module, its commands (the `headrace` script, a
-worker in the background) and its Spark snippet, whose output is the table the page shows."""
+worker in the background) and its Spark snippet, whose output is the table the page shows,
+in this process and in a fresh one. Every command runs as in a fresh shell: the `headrace`
+command on PATH but not the venv, and no PYSPARK_PYTHON or PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -11,8 +13,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-from tests.streams.cli.helpers import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "walkthrough.md"
@@ -28,7 +28,19 @@ def test_the_walkthrough_runs_as_written(spark, tmp_path, monkeypatch, capsys):
     (app, worker_cmd, data, produce_cmd, status_cmd, spark_code, shown) = (code for _, code in blocks)
     (tmp_path / "tolls_app.py").write_text(app)
     (tmp_path / "tolls.jsonl").write_text(data)
-    env = clean_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    # A fresh shell: headrace installed as a tool (its `headrace` command on PATH, as pipx
+    # does), but not its venv (the first python3 on PATH has no headrace), and no
+    # PYSPARK_PYTHON, PYTHONPATH or HEADRACE_* variables.
+    venv_bin = str(Path(sys.executable).parent)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "headrace").symlink_to(Path(venv_bin) / "headrace")
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "HEADRACE_", "VIRTUAL_ENV", "PYTHONPATH"))
+    }
+    env["PATH"] = os.pathsep.join(
+        [str(tools), *(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)]
+    )
     with open(tmp_path / "worker.log", "w") as log:
         worker = subprocess.Popen(
             shlex.split(worker_cmd), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=log, text=True
@@ -49,6 +61,14 @@ def test_the_walkthrough_runs_as_written(spark, tmp_path, monkeypatch, capsys):
                 break
             time.sleep(0.5)
         assert printed == shown.strip()
+        # Step 5 again as a user runs it: a new Python with headrace (the venv's, by its path)
+        # in the fresh shell. Spark's workers would start the first python3 on PATH, which
+        # has no headrace, unless register() points a local Spark at this interpreter.
+        step5 = subprocess.run(
+            [sys.executable, "-c", spark_code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert step5.returncode == 0, step5.stderr[-3000:]
+        assert step5.stdout.strip() == shown.strip()
         status = subprocess.run(shlex.split(status_cmd), cwd=tmp_path, env=env, capture_output=True, text=True)
         assert status.returncode == 0, status.stderr
         assert "booth-totals" in status.stdout and "BoothTotals" in (tmp_path / "worker.log").read_text()

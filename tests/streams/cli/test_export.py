@@ -48,7 +48,7 @@ def test_export_then_simulate_sweeps_the_exported_sample(tmp_path):
     assert arrivals == sorted(arrivals) and before <= arrivals[0] and arrivals[-1] <= after
     assert [r["key"] for r in rows] == ["b1"] * 4 + ["b2"] * 2  # b1 was published first
     assert result.stdout.startswith("headrace export: 6 events of tolls that arrived from ")
-    assert result.stdout.rstrip().endswith("written to s.csv")
+    assert result.stdout.splitlines()[0].endswith("written to s.csv")
 
     # One stream of it, the newest event only (--limit).
     one = headrace(
@@ -117,3 +117,61 @@ def test_no_store_is_one_line(tmp_path):
         headrace("export", "--path", "nowhere", "--stream", "a", "--since", "1h", "x.csv", cwd=tmp_path), "export"
     )
     assert error.startswith(f"no headrace store at '{tmp_path / 'nowhere'}'")
+
+
+EXPORT_APP = """
+from streams import StreamProvider
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+
+provider = StreamProvider.embedded("store", queues=2)
+
+
+@provider.implicit("clicks")
+class Sessions:
+    event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(60), Count())
+
+    def __init__(self, stream_id):
+        pass
+
+    def on_window(self, result):
+        pass
+{more}
+"""
+
+
+def test_export_with_the_app_reads_the_time_its_consumers_read(tmp_path):
+    (tmp_path / "shop.py").write_text(EXPORT_APP.format(more=""))
+    t0 = int(time.time()) - 600  # well before their arrival: the arrival time would be wrong
+    lines = "".join(json.dumps({"t": t0 + i, "page": "/"}) + "\n" for i in (0, 2, 1))
+    produced = headrace("produce", "--app", "shop:provider", "--stream", "clicks/ann", cwd=tmp_path, stdin=lines)
+    assert produced.returncode == 0, produced.stderr
+    result = headrace("export", "--app", "shop:provider", "--stream", "clicks", "--since", "1h", "c.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [float(r["event_time"]) - t0 for r in _rows(tmp_path / "c.csv")] == [0.0, 2.0, 1.0]
+    assert result.stdout.splitlines()[1] == (
+        "headrace export: event times from Sessions's timestamp_by 't'; an @provider.implicit consumer type has "
+        "one activation per stream, each with its own watermark: replay it with `headrace simulate --substreams c.csv`"
+    )
+    # The sample replays as the worker ran it: one watermark for ann, the 1 is out of order by 1 s.
+    swept = headrace("simulate", "--sweep", "out_of_order=0s,1s", "--substreams", "c.csv", cwd=tmp_path)
+    assert [line.split()[:3] for line in swept.stdout.splitlines()[1:3]] == [["0s", "3", "1"], ["1s", "3", "0"]]
+
+
+def test_consumer_types_reading_times_differently_are_one_line(tmp_path):
+    other = """
+@provider.implicit("clicks")
+class Pages:
+    event_time = EventTime(OrderingPolicy(timestamp_by="ts", unit="ms"), Tumbling(60), Count())
+
+    def __init__(self, stream_id):
+        pass
+
+    def on_window(self, result):
+        pass
+"""
+    (tmp_path / "shop.py").write_text(EXPORT_APP.format(more=other))
+    result = headrace("export", "--app", "shop:provider", "--stream", "clicks", "--since", "1h", "c.csv", cwd=tmp_path)
+    assert one_error_line(result, "export") == (
+        "the consumer types of 'clicks' read event times differently (Sessions: 't' in s; Pages: 'ts' in ms): "
+        "say which with --timestamp-by (and --unit)"
+    )

@@ -178,6 +178,11 @@ def test_status_lines_end_at_their_last_character(tmp_path):
     [
         ("app:provder", "module 'app' has no attribute 'provder' (did you mean 'provider'?)"),
         ("app:number", "app:number is an int, not a StreamProvider"),
+        ("app.py:provider", "--app takes a module, not a file: --app app:provider (drop .py; dots for folders)"),
+        (
+            "src/shop/app.py:provider",
+            "--app takes a module, not a file: --app src.shop.app:provider (drop .py; dots for folders)",
+        ),
     ],
 )
 def test_a_mistaken_app_says_what_it_is(app_dir, spec, error):

@@ -3,6 +3,7 @@ its agents; the worker leaves on SIGTERM and its status rows go with it."""
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import time
@@ -123,3 +124,28 @@ def test_a_live_worker_reports_its_agents_and_leaves(tmp_path):
     status = json_of(headrace("status", "--json", cwd=tmp_path))
     assert [(w["name"], w["state"], w["queues"]) for w in status["workers"]] == [("w1", "left", [])]
     assert all(q["agent"] is None and q["owner"] is None for q in status["queues"]) and status["agents"] == []
+
+
+def test_a_long_watermark_delay_says_why():
+    from rich.console import Console
+
+    from streams.cli.status import render
+    from streams.runtime.status import AgentStatus, ClusterStatus, QueueStatus
+
+    def queue(number: int, delay: float) -> QueueStatus:
+        agent = AgentStatus("w1", number, 0, 4096, False, 3, 10, 0, 1_700_000_000.0, delay, 0.0, 5.0)
+        return QueueStatus(number, "w1", 1, None, 0, 10, 10, 9, 0, agent)
+
+    def shown(*queues: QueueStatus) -> str:
+        out = Console(width=400, record=True, file=io.StringIO())
+        render(ClusterStatus("store", 1_795_789_332.0, 10.0, len(queues), queues=list(queues)), out)
+        return out.export_text()
+
+    text = shown(queue(0, 2.5), queue(1, 95_789_332.0))
+    assert "2.5 s" in text and "95,789,332 s (3.0 years)" in text
+    assert (
+        "\ndelay 95,789,332 s (3.0 years) on queue 1: the lowest watermark is that far behind the clock, because the "
+        "events' times are that old (a replay of old data: windows still close by event time) or a stream has had "
+        "no event since (late_arrival or idle_timeout move a silent one)\n"
+    ) in text
+    assert "the lowest watermark is that far behind" not in shown(queue(0, 2.5))

@@ -137,6 +137,12 @@ def test_status_shows_observed_times_and_advice_matches_brute_force(tmp_path):
     assert f"{TYPE}: tolerances from 120 sampled events of the last hour (1 in 1)" in text
     assert "in force" in text and "keeps 99%" in text and "keeps 99.9%" in text
     assert f"{current['adjusted']} of 120" in text
+    # 120 samples say little of the tails: the advice says so, in the table and the JSON
+    warning = (
+        "only 120 sampled events, too few for the tails (keeps 99% about 1,000, keeps 99.9% about 10,000 "
+        "needed): these settings are guesses; wait for more events"
+    )
+    assert f"\nwarning: {warning}\n" in text and advice["warning"] == warning
 
 
 def _agents(status: dict[str, Any]) -> list[dict[str, Any]]:
@@ -148,3 +154,30 @@ def test_advise_with_nothing_observed_is_one_line(tmp_path):
     assert produced.returncode == 0, produced.stderr
     error = one_error_line(headrace("status", "--path", "store", "--advise", cwd=tmp_path), "status")
     assert error.startswith("nothing to advise from: no running worker has reported")
+
+
+def _advice(sampled: int, every: int) -> Any:
+    from streams.cli.status import ConsumerTypeFates, Setting, TypeAdvice
+
+    setting = Setting(0.001, None, 0.5, 0.99, math.nan)
+    return TypeAdvice(
+        "app.Sessions",
+        sampled,
+        every,
+        {},
+        {},
+        setting,
+        ConsumerTypeFates("app.Sessions", 0, 0, 0, 0),
+        {"99%": setting, "99.9%": setting},
+    )
+
+
+def test_few_samples_are_a_warning_that_says_how_many_and_what_to_do():
+    # The case: 15 sampled events at the default 1 in 256
+    assert _advice(15, 256).warning == (
+        "only 15 sampled events, too few for the tails (keeps 99% about 1,000, keeps 99.9% about 10,000 needed): "
+        "these settings are guesses; sample more with [agent] lateness_sample_every = 1 (now 1 in 256), "
+        "or wait for more events"
+    )
+    assert "keeps 99.9% about 10,000" in _advice(5_000, 1).warning and "keeps 99% " not in _advice(5_000, 1).warning
+    assert _advice(10_000, 1).warning is None and _advice(10_000, 1).as_dict()["warning"] is None

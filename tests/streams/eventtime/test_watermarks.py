@@ -17,7 +17,7 @@ def test_watermark_generation_counts_events_and_never_goes_back():
 
 def test_merged_watermark_is_the_minimum_and_names_its_holder(caplog):
     p = Processor(OrderingPolicy(), Tumbling(10), inputs=["p0", "p1"])
-    with caplog.at_level(logging.INFO, logger="streams.eventtime.watermark"):
+    with caplog.at_level(logging.DEBUG, logger="streams.eventtime.watermark"):
         p.on_events(events([(5, 5)]), "p1")
         p.on_events(events([(25, 25)]), "p0")
         assert p.watermark == 5.0
