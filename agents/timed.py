@@ -175,7 +175,7 @@ class EventTimeObserver:
         if is_stateful(type(target)):
             self._unit = self._durable = True
             self.timers = timers_of(target)
-        if self._release is not None:
+        if self._release is not None or self._merge is not None:
             self._unit = True  # the events it holds for the watermark are saved with it
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
@@ -534,9 +534,11 @@ class EventTimeObserver:
     def enable_snapshots(self) -> bool:
         """The store saves states with the checkpoint: snapshot this activation if its kind
         of state can be (True when it will)."""
-        self.snapshots = self._merge is None and can_snapshot(self.processor)
+        # A merge whose imported input's event in force must be replayed (the user's own
+        # fields, not saved, rebuild from it) keeps holding the checkpoint instead.
+        self.snapshots = (self._merge is None or not self._merge.references) and can_snapshot(self.processor)
         if self._unit and not self.snapshots:
-            warn_not_saved(type(self.target), "several inputs without a window or join, or events held for a handoff")
+            warn_not_saved(type(self.target), "a merge with an imported input, whose event in force is replayed")
         return self.snapshots
 
     def stepping(self) -> bool:
@@ -547,13 +549,14 @@ class EventTimeObserver:
         """``(last event taken, state)`` to save (state None: empty, delete it); the hold
         of what it covers stays until :meth:`end_snapshot`. Raises ``SnapshotError``
         (snapshots then stay off for this activation)."""
+        held = self._held_events()
+        unit = self._durable or held is not None  # fields, timers, held events: with the watermarks
         try:
-            state = None if is_empty(self.processor) else self.processor.snapshot()
+            state = self.processor.snapshot() if unit or not is_empty(self.processor) else None
         except Exception:
             self.snapshots = False
             raise
-        held = self._held_events()
-        if self._durable or held is not None:  # fields, timers, held events (StateError: it holds, and tries again)
+        if unit:  # (StateError: it holds, and tries again at the next checkpoint)
             state = pack_unit(self.target, state, self.timers, held)
         self._saving = _lowest(self._saving, self._since_snapshot)
         self._since_snapshot = None
@@ -579,8 +582,9 @@ class EventTimeObserver:
             windows, held = unpack_unit(self.target, state, self.timers)
         if windows is not None:
             self.processor.restore(windows)
-        if held is not None and self._release is not None:
-            restore_held(self._release, held)
+        holding = self._release if self._release is not None else self._merge
+        if held is not None and holding is not None:
+            restore_held(holding, held)
         if self._join_left is not None:  # every left event up to here is emitted, or held in the state
             self._join_seen = (position.sequence_number, position.event_index)
         self._skip_to = self._taken = position
@@ -589,12 +593,13 @@ class EventTimeObserver:
         self._changed()
 
     def has_state(self) -> bool:
-        return self._durable or not is_empty(self.processor) or bool(self._release)
+        return self._durable or not is_empty(self.processor) or bool(self._release) or bool(self._merge)
 
     def _held_events(self) -> bytes | None:
-        """The events a windowless handoff holds for the watermark, as saved (None: none)."""
-        release = self._release
-        return held_snapshot(release) if release else None
+        """The events a windowless activation holds for the watermark (of one input for a
+        handoff, or of several), as saved (None: none)."""
+        holding = self._release if self._release is not None else self._merge
+        return held_snapshot(holding) if holding else None
 
     def can_park(self) -> bool:
         """Whether it can be deactivated with its windows open: the store has its state as
@@ -616,10 +621,9 @@ class EventTimeObserver:
         """``(last event taken, state)``: what :meth:`restore` resumes from (see
         :meth:`can_park`); the same state as the stored snapshot, kept compact in memory."""
         assert self._taken is not None
-        windows = None if is_empty(self.processor) else self.processor.snapshot()
         if not self._unit:
             return self._taken, self.processor.snapshot()
-        return self._taken, pack_unit(self.target, windows, self.timers, self._held_events())
+        return self._taken, pack_unit(self.target, self.processor.snapshot(), self.timers, self._held_events())
 
     def _held(self) -> SequenceToken | None:
         # With no snapshot saved or being saved, a restart rebuilds the windows from the

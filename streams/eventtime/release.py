@@ -198,6 +198,20 @@ class MergedRelease:
         released.sort(key=lambda r: r[0])  # (timestamp, position): the same on every replay
         return [(name, e) for _, name, e in released]
 
+    @property
+    def references(self) -> bool:
+        """Some input is imported: its event in force is kept (and replayed) for the others."""
+        return bool(self._references)
+
+    def state(self) -> list[Any]:
+        """What :meth:`set_state` puts back: each input's held events (a merge without
+        references: one with them is not saved, its event in force must be replayed)."""
+        return [[name, order.state()] for name, order in self._orders.items()]
+
+    def set_state(self, state: list[Any]) -> None:
+        for name, order_state in state:
+            self._orders[name].set_state(order_state)
+
     def oldest(self) -> Position | None:
         """The lowest position still needed: held, or a reference event in force."""
         found = [p for p in (o.oldest() for o in self._orders.values()) if p is not None]

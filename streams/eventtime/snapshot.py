@@ -39,7 +39,6 @@ from streams.eventtime.aggregates import _Sequenced
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
 from streams.eventtime.parts import Input, Store
-from streams.eventtime.release import TimestampOrder
 from streams.eventtime.results import EventOutcome
 from streams.eventtime.sessions import SessionStore
 from streams.eventtime.watermark import Watermark
@@ -62,10 +61,9 @@ class Snapshottable(Protocol):
 
 
 def can_snapshot(processor: Snapshottable) -> bool:
-    """Whether this processor's kind of state is serializable at all: one input, or several
-    with a window or an interval join (whose state is in the processor)."""
-    flow = processor._flow
-    return not flow.multi or flow.store is not None
+    """Whether this processor's kind of state is serializable at all: every kind is (one
+    input or several, windows, sessions, a join, or none: its watermarks)."""
+    return True
 
 
 def is_empty(processor: Snapshottable) -> bool:
@@ -77,8 +75,6 @@ def is_empty(processor: Snapshottable) -> bool:
 def snapshot(processor: Snapshottable) -> bytes:
     """The processor's state, as bytes :func:`restore` reads back."""
     flow = processor._flow
-    if not can_snapshot(processor):
-        raise SnapshotError("a processor of several merged inputs without a window or join is not snapshotted")
     inp = flow.inputs[0]
     reducer = flow.reducer
     seq = None
@@ -149,9 +145,17 @@ def restore(processor: Snapshottable, data: bytes) -> None:
         flow.reducer._seq = itertools.count(state["seq"])
 
 
-def held_snapshot(order: TimestampOrder[EventOutcome]) -> bytes:
-    """The events a windowless handoff holds for the watermark, as bytes
-    :func:`restore_held` reads back."""
+class Holding(Protocol):
+    """What holds events for the watermark: a windowless handoff's :class:`TimestampOrder`,
+    or the :class:`MergedRelease` of several inputs."""
+
+    def state(self) -> list[Any]: ...
+
+    def set_state(self, state: list[Any]) -> None: ...
+
+
+def held_snapshot(order: Holding) -> bytes:
+    """The events held for the watermark, as bytes :func:`restore_held` reads back."""
     try:
         data: bytes = msgpack.packb(order.state(), default=_default)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -159,7 +163,7 @@ def held_snapshot(order: TimestampOrder[EventOutcome]) -> bytes:
     return data
 
 
-def restore_held(order: TimestampOrder[EventOutcome], data: bytes) -> None:
+def restore_held(order: Holding, data: bytes) -> None:
     order.set_state(msgpack.unpackb(data, strict_map_key=False, ext_hook=_ext))
 
 

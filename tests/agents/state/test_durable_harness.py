@@ -379,3 +379,29 @@ async def test_on_next_waits_for_a_firing_timer_and_no_save_is_taken_meanwhile()
     assert order == ["on_timer begins", "on_timer ends", "on_next"]
     assert activation.target.log == ["timer", "event"]  # type: ignore[attr-defined]
     assert not activation.stepping()
+
+
+async def test_a_windowless_merge_of_two_inputs_keeps_its_held_events_and_fields_across_a_restart() -> None:
+    released: list[tuple[str, float]] = []
+
+    class Merged:
+        event_time = EventTime(OrderingPolicy(timestamp_by="t"), inputs=("clicks", "views"))
+        seen = Durable(0)
+
+        def __init__(self, stream_id: StreamId) -> None: ...
+
+        def on_events(self, events: list[Any]) -> None:
+            for event in events:
+                self.seen += 1
+                released.append((event.record.stream_id.namespace, event.timestamp))
+
+    async with Harness(co_partitioned=[("clicks", "views")]) as harness:
+        harness.implicit("clicks", "views")(Merged)
+        await harness.publish("clicks/u", {"t": 10}, {"t": 30})
+        await harness.publish("views/u", {"t": 20})  # merged W = 20: clicks 10, views 20 go
+        assert released == [("clicks", 10.0), ("views", 20.0)]
+        await harness.restart()  # clicks 30 is held: saved with the merge's watermarks
+        await harness.publish("views/u", {"t": 40})  # W = min(30, 40) = 30
+        assert released == [("clicks", 10.0), ("views", 20.0), ("clicks", 30.0)]
+        (instance,) = harness.instances(Merged).values()
+        assert instance.seen == 3  # type: ignore[attr-defined]

@@ -90,10 +90,12 @@ def test_an_empty_processor_is_empty_and_an_unencodable_accumulator_says_so():
         p.snapshot()
 
 
-def test_several_merged_inputs_without_a_window_or_join_are_not_snapshotted():
-    # With a window (or a join) they are: tests/streams/eventtime/test_snapshot_inputs.py.
-    assert can_snapshot(Processor(OrderingPolicy(), Tumbling(5), inputs=["a", "b"]))
-    p = Processor(OrderingPolicy(), inputs=["a", "b"])
-    assert not can_snapshot(p)
-    with pytest.raises(SnapshotError, match="several merged inputs without a window or join"):
-        p.snapshot()
+def test_several_merged_inputs_without_a_window_are_snapshotted_with_their_watermarks():
+    # With a window (or a join): tests/streams/eventtime/test_snapshot_inputs.py.
+    p = Processor(OrderingPolicy(timestamp_by="t"), inputs=["a", "b"])
+    p.on_events([Ev(value={"t": 5.0}, event_time=5.0, arrival_time=5.0, token=None)], "a")
+    p.on_events([Ev(value={"t": 3.0}, event_time=3.0, arrival_time=3.0, token=None)], "b")
+    assert can_snapshot(p) and p.watermark == 3.0
+    q = Processor(OrderingPolicy(timestamp_by="t"), inputs=["a", "b"])
+    q.restore(p.snapshot())
+    assert q.watermark == 3.0 and q.merged is not None and q.merged.values() == {"a": 5.0, "b": 3.0}
