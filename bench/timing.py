@@ -31,7 +31,8 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 # Under this share of the events inside the timed span a rate is an extrapolation: refused.
@@ -103,12 +104,13 @@ def best(reports: Iterable[Report]) -> Report:
 class Clock:
     """Stamps a run of ``expected`` events from the consumer's hooks (see the module's doc).
 
-    Made before the run, it collects and freezes what the set-up left alive (the events, the
-    counts to check against): no side's garbage collections walk them."""
+    Made before the run, it collects the set-up's garbage (no side pays for what the other
+    left) and, with ``freeze``, freezes what the set-up left alive (the events, the counts to
+    check against): no side's garbage collections walk them."""
 
     def __init__(self, expected: int, *, freeze: bool = True) -> None:
+        gc.collect()
         if freeze:
-            gc.collect()
             gc.freeze()
         self.expected = expected
         self.done = 0
@@ -176,6 +178,30 @@ class Clock:
         )
 
 
+@contextmanager
+def timed(events: int, *, freeze: bool = True) -> Iterator[Clock]:
+    """A section that does ``events`` events' work by itself, start to end: a synchronous
+    loop (nothing else runs while it does, so nothing can be starved), or a producer's calls
+    up to its flush. It begins at entry and has its one result at exit; a section that stamps
+    its own steps (``taken`` / ``result``) inside gets its steady part as well.
+
+    >>> with timed(10, freeze=False) as clock:
+    ...     _ = sum(range(1000))
+    >>> report = clock.report()
+    >>> report.coverage, report.first_at, report.refused
+    (1.0, 1, False)
+    """
+    clock = Clock(events, freeze=freeze)
+    clock.begin()
+    yield clock
+    clock.result(events - clock.done)
+
+
+def figure(report: Report, scale: float = 1.0) -> str:
+    """``report``'s rate (times ``scale``) as printed, or its refusal."""
+    return report.refusal() if report.rate is None else f"{report.rate * scale:,.0f}"
+
+
 HEADER = (
     f"{'':58} {'events/s':>10} {'vs base':>7} {'per CPU s':>10} {'vs base':>7} "
     f"{'steady/s':>10} {'CPU/wall':>8}  timed span"
@@ -192,7 +218,6 @@ def row(name: str, report: Report, base: Report | None = None) -> str:
         return f"{name:58} {report.refusal()}"
     vs = f"{rate / base.rate:6.2f}x" if base is not None and base.rate else f"{'':7}"
     vs_cpu = f"{cpu_rate / base.cpu_rate:6.2f}x" if cpu_rate and base is not None and base.cpu_rate else f"{'':7}"
-    return (
-        f"{name:58} {rate:10,.0f} {vs} {cpu_rate or math.nan:10,.0f} {vs_cpu} "
-        f"{steady or math.nan:10,.0f} {report.steady_cpu_share:8.2f}  {span}"
-    )
+    # A section timed only from its start to its end has no steady part: "-".
+    steady_text = f"{steady:10,.0f} {report.steady_cpu_share:8.2f}" if steady else f"{'-':>10} {'-':>8}"
+    return f"{name:58} {rate:10,.0f} {vs} {cpu_rate or math.nan:10,.0f} {vs_cpu} {steady_text}  {span}"

@@ -4,13 +4,14 @@ only which events the stamps fall at)."""
 
 from __future__ import annotations
 
+import doctest
 import math
 from collections import Counter
 from typing import Any
 
 import anyio
 
-from bench.timing import Clock, best, row
+from bench.timing import Clock, best, figure, row, timed
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.sensor_workload import closed_window_counts, readings
@@ -111,3 +112,19 @@ async def test_a_windowed_consumer_stamps_from_its_first_activation_to_its_last_
     assert counts == expected
     assert (report.first_at, report.coverage, report.refused) == (1, 1.0, False)
     assert 0 < report.steady_events < report.covered
+
+
+def test_a_timed_section_with_steps_gets_its_steady_part() -> None:
+    with timed(1_000, freeze=False) as clock:
+        for _ in range(10):
+            clock.taken(100)
+    report = clock.report()
+    assert (report.coverage, report.first_at, report.steady_events) == (1.0, 1, 800)
+    assert figure(report) == f"{report.rate:,.0f}"
+
+
+def test_the_helpers_examples_hold() -> None:
+    import bench.timing
+
+    result = doctest.testmod(bench.timing)
+    assert result.attempted > 0 and result.failed == 0
