@@ -19,7 +19,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
-from bench.timing import Report, figure, timed  # noqa: E402
+from bench.timing import Report, coverage_line, figure, timed  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
 from streams.core.ids import StreamId  # noqa: E402
 from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter  # noqa: E402
@@ -109,6 +109,7 @@ async def main(records: int, events: int) -> None:
     for sync, seq, conc, bat, read in rows:
         read_text = figure(read) if read else "-"
         print(f"{sync:<12}{figure(seq):>12}{figure(conc):>15}{figure(bat):>16}{read_text:>12}")
+    print(coverage_line(r for row in rows for r in row[1:] if r is not None))
     normal, full = [[r.rate or math.nan for r in row[1:4]] for row in rows]
     print(
         f"ratios: concurrent/sequential (group commit) NORMAL {normal[1] / normal[0]:.1f}x, "

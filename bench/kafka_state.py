@@ -185,7 +185,10 @@ async def run(bootstrap: str, records: int, events: int, streams: int, queues: i
         f"headrace Kafka changelog benchmark: {streams} streams in one-hour windows (open throughout), "
         f"{queues} queues, Tansu on loopback"
     )
-    print(f"{'':48} {'events/s':>10} {'offset behind':>14} {'changelog':>10} {'restart events':>14} {'restart s':>10}")
+    print(
+        f"{'':48} {'events/s':>10} {'offset behind':>14} {'changelog':>10} {'restart events':>14} {'restart s':>10}"
+        f" {'timed':>6}"
+    )
     shapes = (("headrace", 1, records), ("headrace", events, records // 4), ("json", 1, records))
     for kind, per_record, count in shapes:
         json_records = kind == "json"
@@ -197,7 +200,9 @@ async def run(bootstrap: str, records: int, events: int, streams: int, queues: i
             behind, written = await offsets(bootstrap, topic, filled, mode)
             reread, restart_seconds = await restart(bootstrap, topic, queues, mode, json_records)
             name = f"{count:,} {kind} records x {per_record} event(s), {mode}"
-            print(f"{name:48} {figure(report):>10} {behind:>14,} {written:>10,} {reread:>14,} {restart_seconds:10.2f}")
+            print(
+                f"{name:48} {figure(report):>10} {behind:>14,} {written:>10,} {reread:>14,} {restart_seconds:10.2f} {report.coverage:6.0%}"
+            )
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ from pyspark.sql.types import StructType
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import spark_sink  # noqa: E402
-from bench.timing import Report, best, figure, timed  # noqa: E402
+from bench.timing import Report, best, coverage_line, figure, timed  # noqa: E402
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter, KafkaHandoffLog  # noqa: E402
 from spark_sink.log import BATCH_ROWS  # noqa: E402
 from streams.embedded.store import EmbeddedStore  # noqa: E402
@@ -273,6 +273,7 @@ def compare(spark: SparkSession, workdir: str, args: argparse.Namespace, broker:
         rates = best_rates(runs, args.rows, args.repeat)
         for name, report in rates.items():
             print(f"{mode:<8} {name:<9} {figure(report):>12}")
+        print(f"{mode:<8} {coverage_line(rates.values())}")
         base = rates["minimal"].rate
         for name in ("headrace", "kafka") if broker is not None else ("headrace",):
             ours = rates[name].rate

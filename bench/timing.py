@@ -202,6 +202,22 @@ def figure(report: Report, scale: float = 1.0) -> str:
     return report.refusal() if report.rate is None else f"{report.rate * scale:,.0f}"
 
 
+def coverage_line(reports: Iterable[Report]) -> str:
+    """The share of their events the timed spans of ``reports`` cover, for a table whose
+    rows show only rates (each row under :data:`MIN_COVERAGE` shows its refusal instead).
+
+    >>> with timed(10, freeze=False) as clock:
+    ...     pass
+    >>> coverage_line([clock.report()])
+    'timed spans (bench/timing.py): 100%–100% of their events; under 90% a row gives no rate'
+    """
+    shares = [r.coverage for r in reports]
+    return (
+        f"timed spans (bench/timing.py): {min(shares):.0%}–{max(shares):.0%} of their events; "
+        f"under {MIN_COVERAGE:.0%} a row gives no rate"
+    )
+
+
 HEADER = (
     f"{'':58} {'events/s':>10} {'vs base':>7} {'per CPU s':>10} {'vs base':>7} "
     f"{'steady/s':>10} {'CPU/wall':>8}  timed span"

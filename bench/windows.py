@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.timing import best, figure, timed  # noqa: E402
+from bench.timing import Report, best, coverage_line, figure, timed  # noqa: E402
 from streams.core.batch import Event  # noqa: E402
 from streams.core.ids import (
     SequenceToken,  # noqa: E402
@@ -151,6 +151,7 @@ def shapes(batches: list[list[Event]], rounds: int) -> None:
     n = sum(len(b) for b in batches)
     print(f"{n:,} events, {KEYS} keys, 5 % out of order (tolerance {DELAY:g} s), best of {rounds}:")
     print(f"  {'shape':34} {'events/s':>12} {'results':>9} {'state B/key':>12} {'snapshot B/key':>15}")
+    timed_runs: list[Report] = []
     for name, run in (
         (f"tumbling {SIZE:g} s count", counting(Tumbling(SIZE))),
         (f"session gap {GAP:g} s count", counting(Session(GAP))),
@@ -164,6 +165,8 @@ def shapes(batches: list[list[Event]], rounds: int) -> None:
         memory, snap = state_bytes(processor)
         snapshot = "-" if snap is None else f"{snap:,.0f}"
         print(f"  {name:34} {figure(best(reports)):>12} {results:9,} {memory:12,.0f} {snapshot:>15}")
+        timed_runs += reports
+    print(f"  {coverage_line(timed_runs)}")
 
 
 def main() -> None:
@@ -190,6 +193,7 @@ def main() -> None:
     print(f"  hand loop {figure(hand_run):>12} events/s   ({hand_run.wall:.2f} s)")
     if core_run.rate and hand_run.rate:
         print(f"  ratio core/hand: {core_run.rate / hand_run.rate:.2f}")
+    print(f"  {coverage_line(cores + hands)}")
     shapes(batches, args.rounds)
 
 
