@@ -15,7 +15,7 @@ follows the balancer's changes (see :mod:`balancer.protocols` for the hand-off r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import anyio
 from anyio.abc import TaskGroup
@@ -72,8 +72,7 @@ class AgentManager:
             self._sweeps = anyio.CancelScope()
             tg.start_soon(self._keep_swept, self._sweeps)
         if self.balancer is None:
-            for queue in queues:
-                await self.add_queue(queue)
+            await self.add_queues(queues)
             return
         self.balancer.subscribe(self.on_queue_distribution_change)
         try:
@@ -92,8 +91,25 @@ class AgentManager:
             self._hand_back(queue)
         if self._stopping:
             return  # leaving: a queue picked up now is released with the rest at shutdown
-        for queue in change.added:
-            await self.add_queue(queue)
+        await self.add_queues(change.added)
+
+    async def add_queues(self, queues: Iterable[QueueId]) -> None:
+        """Start agents for ``queues`` side by side. An agent is started once its receiver
+        is connected and positioned (and its saved states loaded), which takes round trips to
+        the broker; one after the other, the last queue was read a round trip per queue
+        late, and a worker's first queues were drained before its last were read at all."""
+        adding = list(queues)
+        if len(adding) == 1:
+            await self.add_queue(adding[0])
+            return
+        try:
+            async with anyio.create_task_group() as starting:
+                for queue in adding:
+                    starting.start_soon(self.add_queue, queue)
+        except BaseExceptionGroup as group:  # one failure raises as it did one at a time
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     async def add_queue(self, queue: QueueId) -> PullingAgent:
         """Start an agent for a queue this worker now owns."""

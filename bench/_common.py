@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 
@@ -32,19 +30,6 @@ def percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
-class Stopwatch:
-    """Times a section; it starts after a full garbage collection, so that no side of a
-    comparison pays for the garbage the set-up (or the other side) left behind."""
-
-    def __enter__(self) -> Stopwatch:
-        gc.collect()
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds = time.perf_counter() - self.start
 
 
 def import_ms(statement: str, module: str, libs: str | None, rounds: int = 5) -> float:

@@ -13,28 +13,45 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import Stopwatch, percentile, rss_mb  # noqa: E402
+from bench._common import percentile, rss_mb  # noqa: E402
+from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams import BatchContainer, BatchKind, GeneratorConfig, StreamId, StreamProvider, inline  # noqa: E402
 from streams.adapters.memory import MemoryQueueAdapter  # noqa: E402
 
+HEADRACE = "headrace, 25 events a record"
+BASELINE = "baseline: plain asyncio queues, same batches, callbacks"
+HEADRACE_1 = "headrace, one event a record"
+BASELINE_1 = "baseline, one event a record"
+
 
 class Counter:
-    """The consumer both sides hand batches to."""
+    """The consumer both sides hand batches to; it stamps the run's ``clock`` (bench/timing.py)."""
 
     total = 0
+    clock = Clock(0, freeze=False)
 
     def __init__(self, stream_id: StreamId | None = None) -> None:
         pass
 
     @inline  # never awaits: the agent calls it where the data arrives, as in the baseline
-    async def on_next(self, batch: list) -> None:
+    async def on_next(self, batch: list[int]) -> None:
+        Counter.clock.taken(len(batch))
         Counter.total += len(batch)
+        Counter.clock.result()
 
 
-async def runtime_throughput(streams: int, batches: int, size: int, queues: int) -> float:
+def start(expected: int) -> Clock:
+    """A run's clock; it begins now, at the first publish (in process the publisher is part
+    of the run), and ends at the last batch a consumer takes."""
+    Counter.total = 0
+    Counter.clock = Clock(expected)
+    Counter.clock.begin()
+    return Counter.clock
+
+
+async def runtime_throughput(streams: int, batches: int, size: int, queues: int) -> Report:
     provider = StreamProvider.memory(queues=queues)
     sids = [StreamId("bench", str(i)) for i in range(streams)]
-    Counter.total = 0
     expected = streams * batches * size * 2
     async with provider:
         for sid in sids:
@@ -42,16 +59,16 @@ async def runtime_throughput(streams: int, batches: int, size: int, queues: int)
                 await provider.get_stream(sid).subscribe(Counter())
         handles = [provider.get_stream(sid) for sid in sids]
         values = list(range(size))
-        with Stopwatch() as watch:
-            for _ in range(batches):
-                for stream in handles:
-                    await stream.on_next_batch(values)
-            while Counter.total < expected:
-                await anyio.sleep(0.001)
-    return expected / watch.seconds
+        clock = start(expected)
+        for _ in range(batches):
+            for stream in handles:
+                await stream.on_next_batch(values)
+        while not clock.complete:  # only when to stop: the consumers stamped the end
+            await anyio.sleep(0.001)
+    return clock.report()
 
 
-async def baseline_throughput(streams: int, batches: int, size: int, queues: int) -> float:
+async def baseline_throughput(streams: int, batches: int, size: int, queues: int) -> Report:
     """The same batches (already decoded Event lists) through plain asyncio queues, one
     reader task per queue handing each batch to the stream's two consumers."""
     adapter = MemoryQueueAdapter(queues)  # only for its queue mapping
@@ -60,7 +77,6 @@ async def baseline_throughput(streams: int, batches: int, size: int, queues: int
     qs = {q: asyncio.Queue() for q in adapter.mapper.get_all_queues()}
     queue_of = {sid: qs[adapter.mapper.get_queue_for_stream(sid)] for sid in sids}
     container = {sid: BatchContainer(sid, BatchKind.DATA, time.time(), list(range(size))).events(0) for sid in sids}
-    Counter.total = 0
     expected = streams * batches * size * 2
 
     async def reader(q: asyncio.Queue) -> None:
@@ -70,16 +86,16 @@ async def baseline_throughput(streams: int, batches: int, size: int, queues: int
                 await consumer.on_next(batch)
 
     tasks = [asyncio.create_task(reader(q)) for q in qs.values()]
-    with Stopwatch() as watch:
-        for _ in range(batches):
-            for sid in sids:
-                queue_of[sid].put_nowait((sid, container[sid]))
-                await asyncio.sleep(0)  # as a producer awaiting its enqueue would yield
-        while Counter.total < expected:
-            await asyncio.sleep(0.001)
+    clock = start(expected)
+    for _ in range(batches):
+        for sid in sids:
+            queue_of[sid].put_nowait((sid, container[sid]))
+            await asyncio.sleep(0)  # as a producer awaiting its enqueue would yield
+    while not clock.complete:
+        await asyncio.sleep(0.001)
     for t in tasks:
         t.cancel()
-    return expected / watch.seconds
+    return clock.report()
 
 
 async def latency(rate: int, seconds: float) -> list[float]:
@@ -164,19 +180,18 @@ def main() -> None:
             f"{batches} batches of {size} events per stream"
         )
         # Turns, best of each: load from elsewhere on the machine falls on both sides alike.
-        ours = base = 0.0
+        runs: dict[str, list[Report]] = {}
         for _ in range(args.repeat):
-            ours = max(ours, await runtime_throughput(streams, batches, size, 8))
-            base = max(base, await baseline_throughput(streams, batches, size, 8))
-        print(f"  delivered events/s  headrace: {ours:>12,.0f}   (best of {args.repeat})")
-        print(f"  delivered events/s  baseline: {base:>12,.0f}   (plain asyncio queues, same batches and callbacks)")
-        print(f"  ratio headrace/baseline: {ours / base:.2f}   (aim >= 0.5)")
-        # One event per record: the per-call costs (a delivery, its log context) dominate.
-        ours1 = base1 = 0.0
-        for _ in range(args.repeat):
-            ours1 = max(ours1, await runtime_throughput(streams, batches * 5, 1, 8))
-            base1 = max(base1, await baseline_throughput(streams, batches * 5, 1, 8))
-        print(f"  one event per record: headrace {ours1:,.0f}/s, baseline {base1:,.0f}/s, ratio {ours1 / base1:.2f}")
+            runs.setdefault(HEADRACE, []).append(await runtime_throughput(streams, batches, size, 8))
+            runs.setdefault(BASELINE, []).append(await baseline_throughput(streams, batches, size, 8))
+            # One event per record: the per-call costs (a delivery, its log context) dominate.
+            runs.setdefault(HEADRACE_1, []).append(await runtime_throughput(streams, batches * 5, 1, 8))
+            runs.setdefault(BASELINE_1, []).append(await baseline_throughput(streams, batches * 5, 1, 8))
+        table = {name: best(reports) for name, reports in runs.items()}
+        print(f"  delivered events, best of {args.repeat}; aim headrace >= 0.5x the baseline\n")
+        print(HEADER)
+        for name, report in table.items():
+            print(row(name, report, table[BASELINE_1 if name in (HEADRACE_1, BASELINE_1) else BASELINE]))
         delays = await latency(rate=2000, seconds=3 / scale)
         print(
             f"  latency on_next -> delivery at 2000 events/s: p50 {percentile(delays, 0.5) * 1e3:.2f} ms, "

@@ -8,6 +8,7 @@ container of ``--events`` small events.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 import time
@@ -18,6 +19,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
+from bench.timing import Report, coverage_line, figure, timed  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
 from streams.core.ids import StreamId  # noqa: E402
 from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter  # noqa: E402
@@ -76,20 +78,19 @@ async def _rate(
     n: int,
     events: int,
     read: bool = False,
-) -> tuple[float, float | None]:
+) -> tuple[Report, Report | None]:
     with tempfile.TemporaryDirectory() as path:
         async with EmbeddedAdapterFactory(path, QUEUES, synchronous=synchronous) as factory:
             adapter = await factory.create_adapter()
             mapper = factory.get_queue_mapper()
             items = [(mapper.get_queue_for_stream(sid), sid, p) for sid, p in _payloads(events)]
-            t0 = time.perf_counter()
-            await write(adapter, items, n)
-            write_rate = n / (time.perf_counter() - t0)
-            read_rate = None
+            with timed(n, freeze=False) as clock:  # the writer's calls, to the last one committed
+                await write(adapter, items, n)
+            write_rate, read_rate = clock.report(), None
             if read:
-                t0 = time.perf_counter()
-                got = await _read_all(adapter)
-                read_rate = got / (time.perf_counter() - t0)
+                with timed(n, freeze=False) as clock:  # the only task: nothing else to starve
+                    got = await _read_all(adapter)
+                read_rate = clock.report()
                 assert got == n, (got, n)
             return write_rate, read_rate
 
@@ -106,12 +107,14 @@ async def main(records: int, events: int) -> None:
         rows.append((sync, seq, conc, bat, read))
     print(f"{'synchronous':<12}{'sequential':>12}{'32 concurrent':>15}{'batches of 500':>16}{'read':>12}")
     for sync, seq, conc, bat, read in rows:
-        print(f"{sync:<12}{seq:>12,.0f}{conc:>15,.0f}{bat:>16,.0f}{read:>12,.0f}")
-    normal, full = rows
+        read_text = figure(read) if read else "-"
+        print(f"{sync:<12}{figure(seq):>12}{figure(conc):>15}{figure(bat):>16}{read_text:>12}")
+    print(coverage_line(r for row in rows for r in row[1:] if r is not None))
+    normal, full = [[r.rate or math.nan for r in row[1:4]] for row in rows]
     print(
-        f"ratios: concurrent/sequential (group commit) NORMAL {normal[2] / normal[1]:.1f}x, "
-        f"batched/sequential NORMAL {normal[3] / normal[1]:.1f}x; "
-        f"NORMAL/FULL sequential {normal[1] / full[1]:.1f}x, batched {normal[3] / full[3]:.1f}x"
+        f"ratios: concurrent/sequential (group commit) NORMAL {normal[1] / normal[0]:.1f}x, "
+        f"batched/sequential NORMAL {normal[2] / normal[0]:.1f}x; "
+        f"NORMAL/FULL sequential {normal[0] / full[0]:.1f}x, batched {normal[2] / full[2]:.1f}x"
     )
 
 

@@ -14,8 +14,12 @@ One run starts a Tansu broker on a loopback port, then measures:
   per partition (what the pulling agents use), also with decoding to events.
 
 Rates are records/s and events/s (each record is a batch container of ``--events`` events);
-read ratios are against raw aiokafka with one consumer for all partitions. The reads run
-``--rounds`` times, alternating, and each row shows its best round (the machine is shared).
+read ratios are against raw aiokafka with one consumer for all partitions. Each run is timed
+by bench/timing.py's ``Clock``, stamped where the records are taken (the runtime's
+consumers' ``on_next``, each raw loop after its fetch): from the first to the last, wall
+clock and CPU time, with the share of the events its span covers (no rate under 90 %). The
+reads run ``--rounds`` times, alternating, and each row shows its best round (the machine is
+shared).
 
     python bench/kafka.py [--records 30000] [--events 100] [--queues 4] [--rounds 3]
     python bench/kafka.py sensors [--records 200000] [--queues 8] [--rounds 3]
@@ -42,6 +46,7 @@ import tempfile
 
 import anyio
 
+from bench.timing import HEADER, Clock, Report, best, row
 from streams import StreamProvider
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.ids import QueueId, StreamId
@@ -73,42 +78,43 @@ def containers(
 
 
 class Table:
-    """Measured rates, best of the rounds for each row, printed side by side."""
+    """Measured runs (bench/timing.py), best of the rounds for each row, printed side by side."""
 
-    def __init__(self) -> None:
-        self.best: dict[str, tuple[int, float]] = {}
+    def __init__(self, events: int) -> None:
+        self.events = events
+        self.runs: dict[str, list[Report]] = {}
 
-    async def measure(self, name: str, work: Awaitable[int]) -> None:
-        began = time.perf_counter()
-        count = await work
-        self.record(name, count, time.perf_counter() - began)
+    async def measure(self, name: str, expected: int, work: Callable[[Clock], Awaitable[None]]) -> None:
+        """Run ``work``, which stamps a clock of ``expected`` records' events as it takes them."""
+        clock = Clock(expected * self.events)
+        await work(clock)
+        self.runs.setdefault(name, []).append(clock.report())
 
-    def record(self, name: str, count: int, seconds: float) -> None:
-        if name not in self.best or seconds < self.best[name][1]:
-            self.best[name] = (count, seconds)
-
-    def print(self, events: int, baseline: str) -> None:
-        count, seconds = self.best[baseline]
-        base = count / seconds
-        print(f"{'':52} {'records/s':>11} {'events/s':>11} {'vs raw':>7}")
-        for name, (count, seconds) in self.best.items():
-            rate = count / seconds
-            ratio = f"{rate / base:6.2f}x" if name.startswith("consume") else ""
-            print(f"{name:52} {rate:11,.0f} {rate * events:11,.0f} {ratio:>7}")
+    def print(self, baseline: str) -> None:
+        table = {name: best(reports) for name, reports in self.runs.items()}
+        print(f"{'':58} {'records/s':>10} " + HEADER[59:].replace("vs base", " vs raw"))
+        for name, report in table.items():
+            base = table[baseline] if name.startswith("consume") else None
+            records = f"{report.rate / self.events:10,.0f}" if report.rate else f"{'':10}"
+            print(f"{name:58} {records}{row('', report, base)[58:]}")
 
 
-async def raw_produce(bootstrap: str, topic: str, items: list[tuple[QueueId, StreamId, bytes]]) -> int:
+async def raw_produce(
+    bootstrap: str, topic: str, items: list[tuple[QueueId, StreamId, bytes]], clock: Clock, events: int
+) -> None:
+    """From the first send to the last acknowledgement (a produce's results)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
     await producer.start()
     try:
+        clock.begin()
         futures = [
             await producer.send(topic, payload, key=str(sid).encode(), partition=queue.number)
             for queue, sid, payload in items
         ]
         await asyncio.gather(*futures)
+        clock.result(len(items) * events)
     finally:
         await producer.stop()
-    return len(items)
 
 
 async def raw_consumer(bootstrap: str, topic: str, partitions: list[int]) -> AIOKafkaConsumer:
@@ -121,40 +127,38 @@ async def raw_consumer(bootstrap: str, topic: str, partitions: list[int]) -> AIO
     return consumer
 
 
-async def raw_read(consumer: AIOKafkaConsumer, expected: int) -> int:
+async def raw_read(consumer: AIOKafkaConsumer, expected: int, clock: Clock, events: int) -> None:
     read = 0
     while read < expected:
         for records in (await consumer.getmany(timeout_ms=500, max_records=READ_BATCH)).values():
+            clock.taken(len(records) * events)
             read += len(records)
+            clock.result()
     await consumer.stop()
-    return read
 
 
-async def gather_sum(counts: Iterable[Awaitable[int]]) -> int:
-    return sum(await asyncio.gather(*counts))
+async def gather(reads: Iterable[Awaitable[None]]) -> None:
+    await asyncio.gather(*reads)
 
 
-async def read_all(receiver: KafkaQueueReceiver, expected: int, decode: bool) -> int:
+async def read_all(receiver: KafkaQueueReceiver, expected: int, decode: bool, clock: Clock, events: int) -> None:
     """Read ``expected`` records through the adapter's receiver (decoding them to events,
     as the pulling agent does, when ``decode``)."""
     read = 0
     while read < expected:
         messages = await receiver.get_queue_messages(READ_BATCH)
+        clock.taken(len(messages) * events)
         if decode:
             for m in messages:
                 BatchContainer.decode(m.payload).events(m.sequence_number)
         read += len(messages)
+        clock.result()
     await receiver.shutdown()
-    return read
 
 
-async def runtime_read(provider: StreamProvider, records: int, events: int) -> tuple[int, float]:
-    """Start a worker on pre-filled queues and count the events its consumers receive.
-
-    Returns the records read and the seconds from the moment the worker is up (its
-    receivers connected and positioned, as the raw consumers are before their clock starts)."""
-    expected_events = records * events
-    delivered = 0
+async def runtime_read(provider: StreamProvider, clock: Clock) -> None:
+    """Start a worker on pre-filled queues; its consumers stamp ``clock`` as they take the
+    events (from the first to the last, whenever this task gets to look)."""
 
     @provider.implicit("bench")
     class Count:
@@ -162,15 +166,12 @@ async def runtime_read(provider: StreamProvider, records: int, events: int) -> t
             pass
 
         def on_next(self, batch) -> None:  # type: ignore[no-untyped-def]
-            nonlocal delivered
-            delivered += len(batch)
+            clock.taken(len(batch))
+            clock.result()
 
     async with provider:
-        began = time.perf_counter()
-        while delivered < expected_events:
+        while not clock.complete:  # only when to stop
             await anyio.sleep(0.005)
-        seconds = time.perf_counter() - began
-    return delivered // events, seconds
 
 
 async def run(records: int, events: int, queues: int, rounds: int) -> None:
@@ -188,16 +189,19 @@ async def run(records: int, events: int, queues: int, rounds: int) -> None:
             f"Tansu broker {bootstrap}; {records} records x {events} events ({size:.0f} B a "
             f"record) on {queues} partitions; best of {rounds} rounds\n"
         )
-        table = Table()
+        table = Table(events)
 
-        async def adapter_produce() -> int:
+        async def adapter_produce(clock: Clock) -> None:
+            clock.begin()
             for start in range(0, len(items), 1000):
                 await adapter.queue_message_batches(items[start : start + 1000])
-            return len(items)
+            clock.result(len(items) * events)
 
         # Writes, once: headrace into the topic the reads use, raw aiokafka into a twin.
-        await table.measure("produce  headrace queue_message_batches", adapter_produce())
-        await table.measure("produce  raw aiokafka send", raw_produce(bootstrap, "bench-raw", items))
+        await table.measure("produce  headrace queue_message_batches", records, adapter_produce)
+        await table.measure(
+            "produce  raw aiokafka send", records, lambda c: raw_produce(bootstrap, "bench-raw", items, c, events)
+        )
 
         # The embedded store, filled with the same records, for the runtime over it.
         pristine = Path(tempfile.mkdtemp(prefix="headrace-bench-")) / "store"
@@ -209,28 +213,27 @@ async def run(records: int, events: int, queues: int, rounds: int) -> None:
         # Reads: clients are connected and positioned before the clock starts.
         partitions = list(range(queues))
         for round_no in range(rounds):
-            table.record(
+            kafka = StreamProvider.kafka(
+                bootstrap, topic, queues, group_id=f"bench-{round_no}", kafka={"idempotent": False}
+            )
+            await table.measure(
                 "consume  headrace runtime on Kafka (agents, caches, consumers)",
-                *await runtime_read(
-                    StreamProvider.kafka(
-                        bootstrap, topic, queues, group_id=f"bench-{round_no}", kafka={"idempotent": False}
-                    ),
-                    records,
-                    events,
-                ),
+                records,
+                lambda c: runtime_read(kafka, c),
             )
             store = pristine.with_name(f"round-{round_no}")  # unread: no checkpoint yet
             shutil.copytree(pristine, store)
-            table.record(
-                "consume  headrace runtime on the embedded store",
-                *await runtime_read(StreamProvider.embedded(store, queues), records, events),
+            embedded_worker = StreamProvider.embedded(store, queues)
+            await table.measure(
+                "consume  headrace runtime on the embedded store", records, lambda c: runtime_read(embedded_worker, c)
             )
             one = await raw_consumer(bootstrap, topic, partitions)
-            await table.measure(RAW, raw_read(one, records))
+            await table.measure(RAW, records, lambda c: raw_read(one, records, c, events))
             several = {p: await raw_consumer(bootstrap, topic, [p]) for p in partitions}
             await table.measure(
                 "consume  raw aiokafka, 1 consumer / partition",
-                gather_sum(raw_read(c, per_queue[QueueId(p)]) for p, c in several.items()),
+                records,
+                lambda c: gather(raw_read(s, per_queue[QueueId(p)], c, events) for p, s in several.items()),
             )
             for decode in (False, True):
                 receivers = [adapter.create_receiver(q) for q in mapper.get_all_queues()]
@@ -238,11 +241,12 @@ async def run(records: int, events: int, queues: int, rounds: int) -> None:
                     await receiver.initialize()  # nothing acknowledged: each pass reads from 0
                 await table.measure(
                     "consume  headrace receivers, 1 / partition" + (" + decode" if decode else ""),
-                    gather_sum(read_all(r, per_queue[r.queue], decode) for r in receivers),
+                    records,
+                    lambda c: gather(read_all(r, per_queue[r.queue], decode, c, events) for r in receivers),
                 )
         await factory.close()
         await twin.close()
-    table.print(events, baseline=RAW)
+    table.print(baseline=RAW)
 
 
 def main() -> None:

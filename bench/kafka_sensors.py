@@ -7,9 +7,8 @@ in one run, on that topic:
 - raw: one ``AIOKafkaConsumer`` over every partition, ``getmany`` + ``json.loads`` per record
   (it only decodes);
 - headrace: a worker (``records="json"``) whose consumer counts each sensor's events in
-  tumbling 60 s windows (out-of-order tolerance 5 s), timed from the worker being up to its
-  processors having taken every event; its window counts are checked against a count made
-  here;
+  tumbling 60 s windows (out-of-order tolerance 5 s), timed from its first activation to
+  its last closed window; its window counts are checked against a count made here;
 - the same worker with ``tune_gc=True``, the garbage-collector policy ``headrace worker``
   applies (a library leaves it off: see agents/gc_policy.py);
 - Quix Streams 3.x (``bench/quix_sensors.py``, a process of its own): the same tumbling 60 s
@@ -17,18 +16,23 @@ in one run, on that topic:
 - the same readings written without a key (a producer that keys nothing spreads them over
   every partition), read by the JSON worker with ``key_field="sensor"``: each record goes
   through the re-keying hop (streams/kafka/repartition.py), so it is read twice and written
-  once more; the total taken is checked (not the windows: a sensor's readings now come from
-  every partition, each read at its own pace, so some are adjusted);
+  once more; its consumer is a plain ``on_next`` count (a sensor's readings now come from
+  every partition, each read at its own pace, and most of its windows stay open);
 - headrace's own format with one event per record (what ``on_next`` makes), the same
   readings, the same consumer;
 - the same readings written again with ``--codecs`` (lz4 and zstd record batches; the
   codecs every Kafka producer offers), each read by the raw loop and by the JSON worker:
   what decompression costs either, side by side.
 
-Each read runs ``--rounds`` times, alternating; each row shows its best round. Rates are
-timed from the first tenth of the events on (see ``steady``), in wall-clock seconds and in
-CPU seconds of the reading process (the broker's are not counted for any row; the machine
-is shared, and CPU time moves less with what else runs). Then one record's decoding, by
+Each read runs ``--rounds`` times, alternating; each row shows its best round. Each run is
+timed by bench/timing.py's ``Clock``, stamped in the consumer's own hooks: from the first
+event taken (a windowed consumer's first activation; the raw loop's first ``getmany``) to
+the last result (the last closed window; the last record decoded), in wall-clock seconds
+and in CPU seconds of the reading process (the broker's are not counted for any row; the
+machine is shared, and CPU time moves less with what else runs); for the whole run and
+its steady part (10 % to 90 % of the events), whose CPU over wall-clock time says how long
+the process waited. Each row says the share of the events its span covers, and gives no
+rate under 90 %. Then one record's decoding, by
 each JSON library, on the same records (ns a record, best of 7).
 
     python bench/kafka.py sensors [--records 200000] [--queues 8] [--rounds 3] [--codecs lz4,zstd]
@@ -39,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import importlib.util
 import json
 import subprocess
@@ -55,6 +58,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
+from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
 from streams.core.records import JsonRecords  # noqa: E402
@@ -68,10 +72,27 @@ RAW = "raw aiokafka: getmany + json.loads"
 JSON_WORKER = "headrace worker, records='json', 60 s windows"
 TUNED = "the same, tune_gc=True (as `headrace worker` runs it)"
 QUIX = "Quix Streams 3, tumbling 60 s count"
-KEYLESS = "keyless records, re-keyed through the hop (key_field)"
+KEYLESS = "keyless records, re-keyed through the hop, on_next count"
+OWN = "headrace worker, own format 1 event/record, 60 s windows"
 
 
-def windowed_provider(provider: StreamProvider, counts: Counter[tuple[str, float]]) -> StreamProvider:
+def ratio(report: Report, base: Report) -> str:
+    """``report``'s rate against ``base``'s, wall-clock and per CPU second, or a refusal."""
+    if report.rate is None or base.rate is None or report.cpu_rate is None or base.cpu_rate is None:
+        return "no rate: a timed span covers under 90 % of the events"
+    return f"{report.rate / base.rate:.2f}x ({report.cpu_rate / base.cpu_rate:.2f}x per CPU second)"
+
+
+def windowed_provider(
+    provider: StreamProvider, counts: Counter[tuple[str, float]], clock: Clock | None = None
+) -> StreamProvider:
+    """``provider`` with a consumer counting each sensor's events in tumbling 60 s windows.
+
+    ``clock`` is stamped from the consumer's own hooks: its first activation (made as its
+    stream's first event is taken) begins the run, each closed window accounts for its events
+    (see bench/timing.py)."""
+    stamps = clock or Clock(0, freeze=False)
+
     @provider.implicit("sensors")
     class PerSensor:
         event_time = EventTime(
@@ -81,10 +102,12 @@ def windowed_provider(provider: StreamProvider, counts: Counter[tuple[str, float
         )
 
         def __init__(self, stream_id: StreamId) -> None:
+            stamps.begin()
             self.key = stream_id.key
 
         def on_window(self, result: Any) -> None:
             counts[(self.key, result.start)] += result.value
+            stamps.result(result.value)
 
     return provider
 
@@ -98,73 +121,62 @@ def json_reader(
     )
 
 
-def steady(expected: int) -> int:
-    """Rates are timed from this many events on to the last: the start (connections, first
-    fetches, which both sides prefetch differently) is left out of both."""
-    return expected // 10
+def taken(provider: StreamProvider) -> int:
+    return sum(o.processor.counters.events for a in provider.agents for o in a.event_time_activations())
 
 
-# (wall-clock seconds, CPU seconds of the reading process) for all the records, as timed
-# from the first ``steady`` ones: on a machine other work shares, the CPU time moves less.
-Timing = tuple[float, float]
+async def worker_read(provider: StreamProvider, clock: Clock, records: int) -> Report:
+    """The run as the consumer's hooks stamped it (``windowed_provider``'s ``clock``).
 
-
-class Span:
-    """Times a read from its ``steady`` point on, scaled to all ``expected`` records.
-
-    Made before the read starts, it freezes what the set-up left alive (the readings, the
-    counts to check against): no side's garbage collections walk them."""
-
-    def __init__(self, expected: int) -> None:
-        gc.collect()
-        gc.freeze()
-        self.expected = expected
-        self.began: tuple[float, float, int] | None = None
-
-    def at(self, done: int) -> None:
-        if self.began is None and done >= steady(self.expected):
-            self.began = (time.perf_counter(), time.process_time(), done)
-
-    def timing(self, done: int) -> Timing:
-        assert self.began is not None
-        wall, cpu, at = self.began
-        scale = self.expected / (done - at)
-        return (time.perf_counter() - wall) * scale, (time.process_time() - cpu) * scale
-
-
-async def worker_read(provider: StreamProvider, expected: int) -> Timing:
-    """What its processors take from the first ``steady`` events to all ``expected``."""
-    span = Span(expected)
+    This task only decides when the run is over, never when it began or ended: once the
+    results account for every expected event, or once the processors took every record and
+    no result came for a second (a run whose windows do not all close; its coverage says so)."""
     async with provider:
-        while True:
-            taken = sum(o.processor.counters.events for a in provider.agents for o in a.event_time_activations())
-            span.at(taken)
-            if taken >= expected:
-                return span.timing(taken)
+        quiet = 0.0
+        while not clock.complete and quiet < 1.0:
+            done = clock.done
             await anyio.sleep(0.002)
+            quiet = quiet + 0.002 if clock.done == done and taken(provider) >= records else 0.0
+        return clock.report()
 
 
-async def raw_read(bootstrap: str, topic: str, queues: int, expected: int) -> Timing:
+def counting_provider(provider: StreamProvider, clock: Clock) -> StreamProvider:
+    """``provider`` with a plain consumer (no event time) that counts what ``on_next`` gets."""
+
+    @provider.implicit("sensors")
+    class Taken:
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_next(self, batch: list[Any]) -> None:
+            clock.taken(len(batch))
+            clock.result()
+
+    return provider
+
+
+async def raw_read(bootstrap: str, topic: str, queues: int, expected: int) -> Report:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     tps = [TopicPartition(topic, p) for p in range(queues)]
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
-    span = Span(expected)
+    clock = Clock(expected)
     read = 0
     loads = json.loads
     while read < expected:
         for records in (await consumer.getmany(timeout_ms=500, max_records=1000)).values():
+            clock.taken(len(records))
             for r in records:
                 loads(r.value)  # type: ignore[arg-type]
             read += len(records)
-        span.at(read)
-    timing = span.timing(read)
+            clock.result()
+    report = clock.report()
     await consumer.stop()
-    return timing
+    return report
 
 
-def quix_read(bootstrap: str, topic: str, expected: int) -> Timing:
+def quix_read(bootstrap: str, topic: str, expected: int) -> Report:
     """What Quix Streams takes (bench/quix_sensors.py, in a process of its own)."""
     script = Path(__file__).with_name("quix_sensors.py")
     done = subprocess.run(
@@ -172,8 +184,7 @@ def quix_read(bootstrap: str, topic: str, expected: int) -> Timing:
     )
     if done.returncode != 0:
         raise RuntimeError(f"Quix Streams failed: {done.stderr.strip().splitlines()[-1:]}")
-    wall, cpu = done.stdout.strip().splitlines()[-1].split()
-    return float(wall), float(cpu)
+    return Report(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def decoders(items: list[tuple[bytes, dict[str, object]]]) -> None:
@@ -229,69 +240,70 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
             f"{queues} partitions (written by plain aiokafka at {records / written:,.0f}/s); "
             f"best of {rounds} rounds\n"
         )
-        best: dict[str, Timing] = {}
+        closed = sum(expected.values())  # the events a consumer's closed windows account for
+        runs: dict[str, list[Report]] = {}
         checked = ""
+
+        async def windowed(name: str, provider: StreamProvider, counts: Counter[tuple[str, float]]) -> None:
+            clock = Clock(closed)
+            runs.setdefault(name, []).append(
+                await worker_read(windowed_provider(provider, counts, clock), clock, records)
+            )
+
         for round_no in range(rounds):
-            times = {RAW: await raw_read(bootstrap, "sensors", queues, records)}
+            runs.setdefault(RAW, []).append(await raw_read(bootstrap, "sensors", queues, records))
             counts: Counter[tuple[str, float]] = Counter()
-            json_worker = json_reader(bootstrap, "sensors", queues, f"bench-json-{round_no}", kafka)
-            times[JSON_WORKER] = await worker_read(windowed_provider(json_worker, counts), records)
-            checked = "equal" if counts == expected else f"DIFFER ({sum(counts.values())} vs {sum(expected.values())})"
+            await windowed(
+                JSON_WORKER, json_reader(bootstrap, "sensors", queues, f"bench-json-{round_no}", kafka), counts
+            )
+            checked = "equal" if counts == expected else f"DIFFER ({sum(counts.values())} vs {closed})"
             tuned_counts: Counter[tuple[str, float]] = Counter()
             tuned = json_reader(bootstrap, "sensors", queues, f"bench-tuned-{round_no}", kafka, tune_gc=True)
-            times[TUNED] = await worker_read(windowed_provider(tuned, tuned_counts), records)
+            await windowed(TUNED, tuned, tuned_counts)
             if tuned_counts != expected:
-                checked += f"; tune_gc DIFFER ({sum(tuned_counts.values())} vs {sum(expected.values())})"
+                checked += f"; tune_gc DIFFER ({sum(tuned_counts.values())} vs {closed})"
             if quix:
-                times[QUIX] = await asyncio.to_thread(quix_read, bootstrap, "sensors", records)
+                runs.setdefault(QUIX, []).append(await asyncio.to_thread(quix_read, bootstrap, "sensors", records))
             keyless = json_reader(
                 bootstrap, "sensors-keyless", queues, f"bench-keyless-{round_no}", kafka, key_field="sensor"
             )
-            times[KEYLESS] = await worker_read(windowed_provider(keyless, Counter()), records)
+            # Plain on_next: a sensor's re-keyed readings come from every partition, and its
+            # windows stay open (about 10 % of them closed when every record was taken).
+            clock = Clock(records)
+            runs.setdefault(KEYLESS, []).append(await worker_read(counting_provider(keyless, clock), clock, records))
             own_worker = StreamProvider.kafka(
                 bootstrap, "sensors-own", queues, group_id=f"bench-own-{round_no}", kafka=kafka
             )
-            times["headrace worker, own format 1 event/record, 60 s windows"] = await worker_read(
-                windowed_provider(own_worker, Counter()), records
-            )
+            await windowed(OWN, own_worker, Counter())
             for codec in codecs:
                 topic = topic_of(codec)
-                times[f"{codec}: {RAW}"] = await raw_read(bootstrap, topic, queues, records)
+                runs.setdefault(f"{codec}: {RAW}", []).append(await raw_read(bootstrap, topic, queues, records))
                 compressed = json_reader(bootstrap, topic, queues, f"bench-{codec}-{round_no}", kafka)
                 codec_counts: Counter[tuple[str, float]] = Counter()
-                times[f"{codec}: headrace worker, records='json'"] = await worker_read(
-                    windowed_provider(compressed, codec_counts), records
-                )
+                await windowed(f"{codec}: headrace worker, records='json'", compressed, codec_counts)
                 if codec_counts != expected:
-                    checked += f"; {codec} DIFFER ({sum(codec_counts.values())} vs {sum(expected.values())})"
-            for name, (wall, cpu) in times.items():
-                was = best.get(name, (wall, cpu))
-                best[name] = (min(was[0], wall), min(was[1], cpu))
-    base, base_cpu = best[RAW]
-    print(f"{'':58} {'events/s':>10} {'vs raw':>7} {'per CPU s':>10} {'vs raw':>7}")
-    for name, (wall, cpu) in best.items():
-        print(f"{name:58} {records / wall:10,.0f} {base / wall:6.2f}x {records / cpu:10,.0f} {base_cpu / cpu:6.2f}x")
+                    checked += f"; {codec} DIFFER ({sum(codec_counts.values())} vs {closed})"
+    table = {name: best(reports) for name, reports in runs.items()}
+    base = table[RAW]
+    print(HEADER.replace("vs base", " vs raw"))
+    for name, report in table.items():
+        print(row(name, report, base))
     for name in (JSON_WORKER, TUNED):
-        json_wall, json_cpu = best[name]
-        print(
-            f"\n{name}:\n  against the raw loop (aim 1.0x): {base / json_wall:.2f}x "
-            f"({base_cpu / json_cpu:.2f}x per CPU second)"
-        )
+        print(f"\n{name}:\n  against the raw loop (aim 1.0x): {ratio(table[name], base)}")
         if quix:
-            quix_wall, quix_cpu = best[QUIX]
-            print(
-                f"  against Quix Streams (aim 5x): {quix_wall / json_wall:.2f}x "
-                f"({quix_cpu / json_cpu:.2f}x per CPU second)"
-            )
+            print(f"  against Quix Streams (aim 5x): {ratio(table[name], table[QUIX])}")
     if not quix:
         print("\nQuix Streams is not installed (pip install 'headrace[bench]'): its row is left out")
     print(f"\nwindow counts of the JSON workers (every codec) against a count made here: {checked}")
     print(f"\n{'record batches':16} {'raw events/s':>13} {'headrace events/s':>18} {'headrace/raw':>13}")
-    rows = [("none", RAW, JSON_WORKER)]
-    rows += [(c, f"{c}: {RAW}", f"{c}: headrace worker, records='json'") for c in codecs]
-    for codec, raw, worker in rows:
-        raw_rate, worker_rate = records / best[raw][0], records / best[worker][0]
-        print(f"{codec:16} {raw_rate:13,.0f} {worker_rate:18,.0f} {worker_rate / raw_rate:12.2f}x")
+    lines = [("none", RAW, JSON_WORKER)]
+    lines += [(c, f"{c}: {RAW}", f"{c}: headrace worker, records='json'") for c in codecs]
+    for codec, raw, worker in lines:
+        raw_rate, worker_rate = table[raw].rate, table[worker].rate
+        if raw_rate is None or worker_rate is None:
+            print(f"{codec:16} no rate: a timed span covers under 90 % of the events")
+        else:
+            print(f"{codec:16} {raw_rate:13,.0f} {worker_rate:18,.0f} {worker_rate / raw_rate:12.2f}x")
     decoders(items)
 
 

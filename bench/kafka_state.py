@@ -7,7 +7,8 @@ offset). Shapes: headrace's records of one event (the per-call shape) and of ``-
 a topic of one JSON event per record written by plain aiokafka (``records="json"``, where a
 state's position is its record's offset). Each shape's topic is filled once; each mode then
 reads it under its own group id: a worker reads the topic (events/s while reading), then
-leaves; the table shows how far behind the end its committed offset stayed, what the
+leaves (timed by bench/timing.py's ``Clock``, which the consumer's timestamp function
+stamps); the table shows how far behind the end its committed offset stayed, what the
 changelog holds, and how many events a second worker read again at its start.
 
 - ``changelog``: the default: states saved before each offset commit (streams/kafka/state.py);
@@ -34,6 +35,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from bench.timing import Clock, Report, figure
 from streams import StreamProvider
 from streams.core.batch import BatchKind
 from streams.core.codec import encode_batch
@@ -106,12 +108,22 @@ async def fill_json(bootstrap: str, topic: str, queues: int, records: int, strea
     return filled
 
 
-def worker(bootstrap: str, topic: str, queues: int, mode: str, json_records: bool) -> StreamProvider:
+def worker(
+    bootstrap: str, topic: str, queues: int, mode: str, json_records: bool, clock: Clock | None = None
+) -> StreamProvider:
+    """A worker counting each stream's events in one-hour windows; ``clock`` is stamped by the
+    consumer's own timestamp function, once an event (its windows stay open: no results)."""
     provider = StreamProvider(KafkaBackend(factory(bootstrap, topic, queues, mode, json_records)))
+    stamps = clock or Clock(0, freeze=False)
+
+    def timestamp(event: Any) -> Any:
+        stamps.taken(1)
+        stamps.result()  # stamps only from the last expected event on
+        return event.value["t"]
 
     @provider.implicit("bench")
     class Hourly:
-        event_time = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(3600), Count())
+        event_time = EventTime(OrderingPolicy(timestamp_by=timestamp if clock else "t"), Tumbling(3600), Count())
 
         def __init__(self, stream_id: StreamId) -> None:
             pass
@@ -122,17 +134,18 @@ def worker(bootstrap: str, topic: str, queues: int, mode: str, json_records: boo
     return provider
 
 
-async def read_through(provider: StreamProvider, events: int) -> float:
-    """Seconds from the worker being up until its agents have read ``events`` events and
-    delivered them."""
+async def read_through(provider: StreamProvider, clock: Clock) -> Report:
+    """The worker's read as its consumer stamped it: from the first event's timestamp taken
+    to the last one's."""
     async with provider:
-        began = time.perf_counter()
-        while sum(agent.read_events for agent in provider.agents) < events:
+        while not clock.complete:  # only when to stop
             await anyio.sleep(0.01)
         await provider.drain()
-        seconds = time.perf_counter() - began
+        report = clock.report()
+        if clock.done != clock.expected:  # the timestamp function ran again for some events
+            raise RuntimeError(f"{clock.done} timestamps taken for {clock.expected} events: the span is void")
         await anyio.sleep(1.2)  # a commit interval: what a running worker would have committed
-    return seconds
+    return report
 
 
 async def offsets(bootstrap: str, topic: str, filled: list[int], mode: str) -> tuple[int, int]:
@@ -172,21 +185,23 @@ async def run(bootstrap: str, records: int, events: int, streams: int, queues: i
         f"headrace Kafka changelog benchmark: {streams} streams in one-hour windows (open throughout), "
         f"{queues} queues, Tansu on loopback"
     )
-    print(f"{'':48} {'events/s':>10} {'offset behind':>14} {'changelog':>10} {'restart events':>14} {'restart s':>10}")
+    print(
+        f"{'':48} {'events/s':>10} {'offset behind':>14} {'changelog':>10} {'restart events':>14} {'restart s':>10}"
+        f" {'timed':>6}"
+    )
     shapes = (("headrace", 1, records), ("headrace", events, records // 4), ("json", 1, records))
     for kind, per_record, count in shapes:
         json_records = kind == "json"
         topic = f"bench-state-{kind}-{per_record}-{time.time_ns()}"
         filled = await fill(bootstrap, topic, queues, count, per_record, streams, json_records)
         for mode in ("holding", "changelog"):
-            provider = worker(bootstrap, topic, queues, mode, json_records)
-            seconds = await read_through(provider, count * per_record)
+            clock = Clock(count * per_record)
+            report = await read_through(worker(bootstrap, topic, queues, mode, json_records, clock), clock)
             behind, written = await offsets(bootstrap, topic, filled, mode)
             reread, restart_seconds = await restart(bootstrap, topic, queues, mode, json_records)
             name = f"{count:,} {kind} records x {per_record} event(s), {mode}"
             print(
-                f"{name:48} {count * per_record / seconds:10,.0f} {behind:>14,} {written:>10,} "
-                f"{reread:>14,} {restart_seconds:10.2f}"
+                f"{name:48} {figure(report):>10} {behind:>14,} {written:>10,} {reread:>14,} {restart_seconds:10.2f} {report.coverage:6.0%}"
             )
 
 

@@ -11,7 +11,8 @@ done). Rows:
 - headrace on the embedded store, then read back by a worker: each event delivered once;
 - ``on_next`` in a loop (waiting for each event) on both, for comparison (fewer events).
 
-Each row runs ``--rounds`` times; the best round is shown.
+Each row runs ``--rounds`` times; the best round is shown, timed by bench/timing.py's
+``Clock`` from the first call to the last event durable, wall-clock and CPU time.
 
     python bench/publish.py [--events 100000] [--rounds 3]
     python bench/publish.py inprocess [--events 200000] [--rounds 3]
@@ -28,7 +29,6 @@ import asyncio
 import json
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from aiokafka import AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from bench.timing import HEADER, Clock, Report, best, row
 from streams import StreamId, StreamProvider
 from streams.kafka.clients import ensure_topic
 from tests.kafka_broker import TansuBroker
@@ -96,15 +97,17 @@ async def delivered_once(store: Path, events: int) -> str:
 
 
 async def run(events: int, rounds: int) -> None:
-    best: dict[str, tuple[int, float]] = {}
+    runs: dict[str, list[Report]] = {}
     checked = ""
 
     async def measure(name: str, count: int, work: Callable[[], Awaitable[None]]) -> None:
-        began = time.perf_counter()
+        # A producer's run: from its first call to every event durable (its flush, or the
+        # last future), stamped by the producing task itself.
+        clock = Clock(count)
+        clock.begin()
         await work()
-        seconds = time.perf_counter() - began
-        if name not in best or seconds < best[name][1]:
-            best[name] = (count, seconds)
+        clock.result(count)
+        runs.setdefault(name, []).append(clock.report())
 
     slow = max(events // 50, 100)  # on_next waits for every event: fewer of them
     with TansuBroker() as broker, tempfile.TemporaryDirectory(prefix="headrace-bench-") as tmp:
@@ -153,12 +156,11 @@ async def run(events: int, rounds: int) -> None:
                 await measure(name, count, work)
                 if name == "headrace send + flush, embedded store":
                     checked = await delivered_once(store, events)
-    count, seconds = best["aiokafka send (pipelined), then all acked"]
-    base = count / seconds
-    print(f"{'':58} {'events/s':>10} {'vs aiokafka':>11}")
-    for name, (count, seconds) in best.items():
-        rate = count / seconds
-        print(f"{name:58} {rate:10,.0f} {rate / base:10.2f}x")
+    table = {name: best(reports) for name, reports in runs.items()}
+    base = table["aiokafka send (pipelined), then all acked"]
+    print(HEADER.replace("vs base", "vs aiok"))
+    for name, report in table.items():
+        print(row(name, report, base))
     print(f"\nembedded store, read back by a worker: {checked}")
 
 

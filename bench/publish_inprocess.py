@@ -5,8 +5,9 @@ The events are issue 12's sensor readings (``--events`` of them, 100 sensors, 10
 5 % of them 3 s out of order, ``ts`` in epoch milliseconds). Each headrace row publishes them
 to memory queues (8) of a provider that is also the worker, whose consumer counts each
 sensor's events in tumbling 60 s windows (out-of-order tolerance 5 s, event time from
-``ts``), and is timed from the first publish to the processors having taken every event; the
-closed windows' counts are checked against a count made here. Rows:
+``ts``), and is timed from the first publish to the last window its consumer's ``on_window``
+gets (bench/timing.py); the closed windows' counts are checked against a count made here.
+Rows:
 
 - ``send``: one call per event, then ``flush``; again with ``tune_gc=True`` (the collector
   policy ``headrace worker`` applies; a library leaves it off);
@@ -15,10 +16,12 @@ closed windows' counts are checked against a count made here. Rows:
 - Bytewax: ``TestingSource`` (1,000 and 10,000 items a poll: one item a poll runs at about
   1,400 events/s, 100 at 53,000, on this machine) -> ``key_on`` sensor ->
   ``fold_window`` (``EventClock`` from ``ts``, 5 s wait, ``TumblingWindower`` 60 s, a count)
-  -> a sink, run with ``run_main`` (one worker) until its input ends.
+  -> a sink, run with ``run_main`` (one worker) until its input ends, timed from its source
+  taking the first item to the last window its sink gets.
 
 Each row runs ``--rounds`` times, alternating; the best round is shown, in wall-clock time
-and in CPU time of the process (steadier on a machine other work shares).
+and in CPU time of the process (steadier on a machine other work shares), for the whole run
+and its steady part (10 % to 90 % of the events), with the share of events the span covers.
 
     python bench/publish.py inprocess [--events 200000] [--rounds 3]
 """
@@ -26,12 +29,10 @@ and in CPU time of the process (steadier on a machine other work shares).
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import sys
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
-from bench.kafka_sensors import windowed_provider  # noqa: E402
+from bench.kafka_sensors import ratio, windowed_provider  # noqa: E402
+from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
 from tests.sensor_workload import closed_window_counts, readings  # noqa: E402
 
@@ -48,35 +50,25 @@ Reading = dict[str, Any]
 SEND = "headrace send, 1 event a call, then flush"
 
 
-Timing = tuple[float, float]  # wall-clock seconds, CPU seconds of this process
-
-
 async def headrace(
     publish: Callable[[StreamProvider], Awaitable[None]], events: int, tune_gc: bool = False
-) -> tuple[Timing, str]:
-    """The time from the first publish until the processors took ``events``, and whether
-    the closed windows are right."""
+) -> tuple[Report, str]:
+    """The run from the first publish to the last window the consumer gets, and whether the
+    closed windows are right."""
     counts: Counter[tuple[str, float]] = Counter()
-    provider = windowed_provider(StreamProvider.memory(queues=8, tune_gc=tune_gc), counts)
-    settle()
+    clock = Clock(sum(EXPECTED[0].values()))
+    provider = windowed_provider(StreamProvider.memory(queues=8, tune_gc=tune_gc), counts, clock)
     async with provider:
-        began, cpu = time.perf_counter(), time.process_time()
+        clock.begin()  # in process the publisher is part of the run: it begins at its first call
         await publish(provider)
-        while sum(o.processor.counters.events for a in provider.agents for o in a.event_time_activations()) < events:
+        while not clock.complete:  # only when to stop: the hooks stamped the end
             await anyio.sleep(0.001)
-        timing = time.perf_counter() - began, time.process_time() - cpu
-    return timing, ("" if counts == EXPECTED[0] else f"{sum(counts.values())} counted")
+        report = clock.report()
+    return report, ("" if counts == EXPECTED[0] else f"{sum(counts.values())} counted")
 
 
 EXPECTED: list[Counter[tuple[str, float]]] = []
 TUNED = "headrace send, the same with tune_gc=True"
-
-
-def settle() -> None:
-    """Freeze what the set-up left alive (the readings, the counts to check against): no
-    side's garbage collections walk them."""
-    gc.collect()
-    gc.freeze()
 
 
 def senders(items: list[tuple[bytes, Reading]]) -> dict[str, Callable[[StreamProvider], Awaitable[None]]]:
@@ -117,29 +109,41 @@ def senders(items: list[tuple[bytes, Reading]]) -> dict[str, Callable[[StreamPro
     }
 
 
-def bytewax_seconds(values: list[Reading], batch_size: int) -> Timing:
+def bytewax_run(values: list[Reading], batch_size: int) -> Report:
     import bytewax.operators as op
     import bytewax.operators.windowing as win
     from bytewax.dataflow import Dataflow
     from bytewax.testing import TestingSink, TestingSource, run_main
 
-    out: list[Any] = []
+    clock = Clock(len(values))  # its windows all close at the end of its input
+
+    def source() -> Iterator[Reading]:
+        clock.begin()  # runs when Bytewax takes the first item
+        yield from values
+
+    class Windows(list[Any]):
+        """TestingSink's list: ``+=`` is how its sink takes a batch of windows."""
+
+        def __iadd__(self, items: Iterable[Any]) -> Windows:  # type: ignore[misc]
+            items = list(items)
+            super().__iadd__(items)
+            clock.result(sum(n for _, (_, n) in items))
+            return self
+
+    out = Windows()
     flow = Dataflow("sensors")
-    stream = op.input("in", flow, TestingSource(values, batch_size=batch_size))
+    stream = op.input("in", flow, TestingSource(source(), batch_size=batch_size))
     keyed = op.key_on("key", stream, lambda v: v["sensor"])
-    clock = win.EventClock(
+    clock_of = win.EventClock(
         lambda v: datetime.fromtimestamp(v["ts"] / 1000, UTC), wait_for_system_duration=timedelta(seconds=5)
     )
     windower = win.TumblingWindower(length=timedelta(seconds=60), align_to=datetime(2023, 1, 1, tzinfo=UTC))
-    counted = win.fold_window("count", keyed, clock, windower, lambda: 0, lambda n, v: n + 1, lambda a, b: a + b)
+    counted = win.fold_window("count", keyed, clock_of, windower, lambda: 0, lambda n, v: n + 1, lambda a, b: a + b)
     op.output("out", counted.down, TestingSink(out))
-    settle()
-    began, cpu = time.perf_counter(), time.process_time()
     run_main(flow)
-    timing = time.perf_counter() - began, time.process_time() - cpu
     if sum(n for _, (_, n) in out) != len(values):
         raise RuntimeError("Bytewax counted another number of events")
-    return timing
+    return clock.report()
 
 
 async def run(events: int, rounds: int) -> None:
@@ -148,37 +152,35 @@ async def run(events: int, rounds: int) -> None:
     rows = senders(items)
     has_bytewax = importlib.util.find_spec("bytewax") is not None
     print(f"{events} sensor readings, 100 sensors, memory queues (8), in process; best of {rounds} rounds\n")
-    best: dict[str, Timing] = {}
+    runs: dict[str, list[Report]] = {}
     wrong: set[str] = set()
     for _ in range(rounds):
-        times: dict[str, Timing] = {}
         if has_bytewax:
             for size in (1000, 10_000):
-                times[f"Bytewax 0.21 fold_window, {size} item(s) a poll"] = bytewax_seconds([v for _, v in items], size)
+                name = f"Bytewax 0.21 fold_window, {size} item(s) a poll"
+                runs.setdefault(name, []).append(bytewax_run([v for _, v in items], size))
         for name, publish in rows.items():
-            times[name], problem = await headrace(publish, events)
+            report, problem = await headrace(publish, events)
+            runs.setdefault(name, []).append(report)
             if problem:
                 wrong.add(f"{name}: {problem}")
             if name == SEND:
-                times[TUNED], problem = await headrace(publish, events, tune_gc=True)
+                report, problem = await headrace(publish, events, tune_gc=True)
+                runs.setdefault(TUNED, []).append(report)
                 if problem:
                     wrong.add(f"{TUNED}: {problem}")
-        for name, (wall, cpu) in times.items():
-            was = best.get(name, (wall, cpu))
-            best[name] = (min(was[0], wall), min(was[1], cpu))
-    bytewax = [name for name in best if name.startswith("Bytewax")] or [SEND]
-    base = min(best[name][0] for name in bytewax)
-    base_cpu = min(best[name][1] for name in bytewax)
-    print(f"{'':58} {'events/s':>10} {'vs Bytewax':>10} {'per CPU s':>10} {'vs Bytewax':>10}")
-    for name, (wall, cpu) in best.items():
-        print(f"{name:58} {events / wall:10,.0f} {base / wall:9.2f}x {events / cpu:10,.0f} {base_cpu / cpu:9.2f}x")
+    table = {name: best(reports) for name, reports in runs.items()}
+    bytewax = [table[name] for name in table if name.startswith("Bytewax")] or [table[SEND]]
+    base = max(bytewax, key=lambda r: r.rate or 0.0)  # Bytewax's faster row
+    print(HEADER.replace("vs base", "vs Bwax"))
+    for name, report in table.items():
+        print(row(name, report, base))
     if not has_bytewax:
         print("\nBytewax is not installed (pip install 'headrace[bench]'): ratios are against send")
     else:
         print(
-            f"\n'vs Bytewax' is against Bytewax's faster row; send: {base / best[SEND][0]:.2f}x "
-            f"({base_cpu / best[SEND][1]:.2f}x per CPU second; aim 1.0x); with tune_gc=True: "
-            f"{base / best[TUNED][0]:.2f}x ({base_cpu / best[TUNED][1]:.2f}x)"
+            f"\n'vs Bwax' is against Bytewax's faster row; send: {ratio(table[SEND], base)} (aim 1.0x); "
+            f"with tune_gc=True: {ratio(table[TUNED], base)}"
         )
     print(f"closed windows' counts against a count made here: {'; '.join(sorted(wrong)) or 'equal'}")
 

@@ -4,8 +4,8 @@ from the record's ``ts`` field, with Quix's defaults otherwise (RocksDB state, c
 topics).
 
 It runs in a process of its own (Quix installs signal handlers and runs its own blocking
-loop) and prints the seconds its consumer took from the first tenth of the records to the
-last, scaled to all of them, as the other rows of the table are timed: wall-clock, then
+loop) and prints, as JSON, the run as bench/timing.py's ``Clock`` stamped it from Quix's own
+``on_message_processed`` hook: from the first record processed to the last, wall-clock and
 CPU seconds of its process (librdkafka's and RocksDB's threads included).
 
     python bench/quix_sensors.py BOOTSTRAP TOPIC RECORDS
@@ -13,27 +13,29 @@ CPU seconds of its process (librdkafka's and RocksDB's threads included).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import sys
 import tempfile
-import time
 import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
+
+from bench.timing import Clock, Report  # noqa: E402
 
 
-def quix_read(bootstrap: str, topic: str, expected: int) -> tuple[float, float]:
+def quix_read(bootstrap: str, topic: str, expected: int) -> Report:
     from quixstreams import Application
 
-    began: list[tuple[float, float]] = []
-    done: list[tuple[float, float]] = []
-    seen = 0
+    clock = Clock(expected)
 
     def processed(topic: str, partition: int, offset: int) -> None:
-        nonlocal seen
-        seen += 1
-        if seen == expected // 10:
-            began.append((time.perf_counter(), time.process_time()))
-        if seen == expected:
-            done.append((time.perf_counter(), time.process_time()))
+        # Called once a record went through the dataframe: the stamp is after it, so the
+        # first record is outside the span (199,999 of 200,000 are in).
+        clock.result(1)
+        if clock.complete:
             app.stop()
 
     with tempfile.TemporaryDirectory(prefix="headrace-quix-") as state:
@@ -56,12 +58,10 @@ def quix_read(bootstrap: str, topic: str, expected: int) -> tuple[float, float]:
         sdf = app.dataframe(readings)
         sdf.tumbling_window(duration_ms=60_000, grace_ms=5_000).count().final()
         app.run()
-    if not done:
-        raise RuntimeError(f"Quix stopped after {seen} of {expected} records")
-    scale = expected / (expected - expected // 10)
-    return (done[0][0] - began[0][0]) * scale, (done[0][1] - began[0][1]) * scale
+    if not clock.complete:
+        raise RuntimeError(f"Quix stopped after {clock.done} of {expected} records")
+    return clock.report()
 
 
 if __name__ == "__main__":
-    wall, cpu = quix_read(sys.argv[1], sys.argv[2], int(sys.argv[3]))
-    print(wall, cpu)
+    print(json.dumps(dataclasses.asdict(quix_read(sys.argv[1], sys.argv[2], int(sys.argv[3])))))

@@ -22,7 +22,6 @@ import contextlib
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
@@ -43,6 +42,7 @@ from pyspark.sql.types import StructType
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import spark_sink  # noqa: E402
+from bench.timing import Report, best, coverage_line, figure, timed  # noqa: E402
 from spark_sink import HandoffLog, HandoffSchema, HandoffWriter, KafkaHandoffLog  # noqa: E402
 from spark_sink.log import BATCH_ROWS  # noqa: E402
 from streams.embedded.store import EmbeddedStore  # noqa: E402
@@ -169,18 +169,19 @@ def write_ipc(path: str, table: pa.Table) -> None:
             writer.write_batch(batch)
 
 
-def best_rates(runs: dict[str, Callable[[], None]], rows: int, repeat: int) -> dict[str, float]:
+def best_rates(runs: dict[str, Callable[[], None]], rows: int, repeat: int) -> dict[str, Report]:
     """Warm each run up once, then time them in turns (so that load from elsewhere on the
-    machine falls on both alike); the best rows per second of each."""
+    machine falls on both alike); the best run of each (bench/timing.py: a blocking job,
+    timed from its call to its return)."""
     for run in runs.values():
         run()
-    best = {name: float("inf") for name in runs}
+    reports: dict[str, list[Report]] = {name: [] for name in runs}
     for _ in range(repeat):
         for name, run in runs.items():
-            began = time.perf_counter()
-            run()
-            best[name] = min(best[name], time.perf_counter() - began)
-    return {name: rows / seconds for name, seconds in best.items()}
+            with timed(rows, freeze=False) as clock:
+                run()
+            reports[name].append(clock.report())
+    return {name: best(done) for name, done in reports.items()}
 
 
 def batch_run(df: Callable[[], DataFrame]) -> Callable[[], None]:
@@ -270,11 +271,14 @@ def compare(spark: SparkSession, workdir: str, args: argparse.Namespace, broker:
         if broker is not None:
             runs["kafka"] = make_run(mode, kafka)
         rates = best_rates(runs, args.rows, args.repeat)
-        for name, rate in rates.items():
-            print(f"{mode:<8} {name:<9} {rate:12,.0f}")
-        print(f"{mode:<8} ratio headrace/minimal = {rates['headrace'] / rates['minimal']:.2f}")
-        if broker is not None:
-            print(f"{mode:<8} ratio kafka/minimal = {rates['kafka'] / rates['minimal']:.2f}")
+        for name, report in rates.items():
+            print(f"{mode:<8} {name:<9} {figure(report):>12}")
+        print(f"{mode:<8} {coverage_line(rates.values())}")
+        base = rates["minimal"].rate
+        for name in ("headrace", "kafka") if broker is not None else ("headrace",):
+            ours = rates[name].rate
+            if ours and base:
+                print(f"{mode:<8} ratio {name}/minimal = {ours / base:.2f}")
     print("(each stream run includes starting and stopping a query, ~2 s here, alike for both)")
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import Stopwatch  # noqa: E402
+from bench.timing import Report, best, coverage_line, figure, timed  # noqa: E402
 from streams.core.batch import Event  # noqa: E402
 from streams.core.ids import (
     SequenceToken,  # noqa: E402
@@ -151,19 +151,22 @@ def shapes(batches: list[list[Event]], rounds: int) -> None:
     n = sum(len(b) for b in batches)
     print(f"{n:,} events, {KEYS} keys, 5 % out of order (tolerance {DELAY:g} s), best of {rounds}:")
     print(f"  {'shape':34} {'events/s':>12} {'results':>9} {'state B/key':>12} {'snapshot B/key':>15}")
+    timed_runs: list[Report] = []
     for name, run in (
         (f"tumbling {SIZE:g} s count", counting(Tumbling(SIZE))),
         (f"session gap {GAP:g} s count", counting(Session(GAP))),
         (f"interval join [0, {UPPER:g} s], inner", join),
     ):
-        best = math.inf
+        reports = []
         for _ in range(max(1, rounds)):
-            with Stopwatch() as watch:
+            with timed(n, freeze=False) as clock:
                 processor, results = run(batches)
-            best = min(best, watch.seconds)
+            reports.append(clock.report())
         memory, snap = state_bytes(processor)
         snapshot = "-" if snap is None else f"{snap:,.0f}"
-        print(f"  {name:34} {n / best:12,.0f} {results:9,} {memory:12,.0f} {snapshot:>15}")
+        print(f"  {name:34} {figure(best(reports)):>12} {results:9,} {memory:12,.0f} {snapshot:>15}")
+        timed_runs += reports
+    print(f"  {coverage_line(timed_runs)}")
 
 
 def main() -> None:
@@ -172,23 +175,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; best of each kept")
     args = parser.parse_args()
     batches = make_batches(args.events)
-    hand_best = core_best = math.inf
+    n = args.events
+    hands, cores = [], []
     for _ in range(max(1, args.rounds)):  # alternate, so both sides see the same machine load
-        with Stopwatch() as hand_watch:
+        with timed(n, freeze=False) as clock:  # a synchronous loop: timed from its start to its end
             expected = hand_loop(batches)
-        with Stopwatch() as core_watch:
+        hands.append(clock.report())
+        with timed(n, freeze=False) as clock:
             got = core(batches)
-        hand_best = min(hand_best, hand_watch.seconds)
-        core_best = min(core_best, core_watch.seconds)
+        cores.append(clock.report())
     if sorted(got, key=repr) != sorted(expected, key=repr):
         raise SystemExit("the core and the hand loop disagree: the benchmark is void")
-    n = args.events
-    core_rate, hand_rate = n / core_best, n / hand_best
+    core_run, hand_run = best(cores), best(hands)
     print(f"tumbling count per key: {n:,} events, {KEYS} keys, 5 % out of order, {len(got):,} windows")
     print(f"best of {args.rounds} alternating rounds:")
-    print(f"  core      {core_rate:12,.0f} events/s   ({core_best:.2f} s)")
-    print(f"  hand loop {hand_rate:12,.0f} events/s   ({hand_best:.2f} s)")
-    print(f"  ratio core/hand: {core_rate / hand_rate:.2f}")
+    print(f"  core      {figure(core_run):>12} events/s   ({core_run.wall:.2f} s)")
+    print(f"  hand loop {figure(hand_run):>12} events/s   ({hand_run.wall:.2f} s)")
+    if core_run.rate and hand_run.rate:
+        print(f"  ratio core/hand: {core_run.rate / hand_run.rate:.2f}")
+    print(f"  {coverage_line(cores + hands)}")
     shapes(batches, args.rounds)
 
 

@@ -44,8 +44,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
+import anyio
 import msgpack
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
@@ -152,29 +154,39 @@ class Rekeying:
                     out.append((r, key))
         return out
 
-    async def forward(self, producer: AIOKafkaProducer, records: Sequence[Forward]) -> None:
+    async def forward(
+        self, producer: AIOKafkaProducer, records: Sequence[Forward], enqueueing: anyio.Lock | None = None
+    ) -> None:
         """Send ``records`` to their keys' repartition partitions; return once Kafka has all
         of them (raise the first failure: the caller reads them again).
 
         One record batch per partition, filled here, rather than a ``send`` per record:
         the producer's per-record future and partition lookup cost more than the
         record itself. A partition's batches are queued in order, so its records stay in
-        source offset order (what :class:`SeenSources` relies on)."""
+        source offset order (what :class:`SeenSources` relies on).
+
+        ``enqueueing``, shared by the hops of one producer, lets one hop at a time enqueue:
+        the producer holds one batch a partition, and hops that wait for the same
+        partition's turn together run out of aiokafka's wait (its ``add_batch`` takes the time
+        waited off its timeout again on every turn) and fail with ``KafkaTimeoutError``, as
+        a worker's agents, started side by side, did. The acknowledgements are awaited
+        outside it."""
         topic = self.repartition.topic
         building: dict[int, BatchBuilder] = {}
         sending: list[asyncio.Future[Any]] = []
-        for r, key in records:
-            partition = self._placing.queue_of_key(key.decode()).number
-            batch = building.get(partition)
-            if batch is None:
-                batch = building[partition] = producer.create_batch()
-            headers = [*r.headers, (SOURCE_HEADER, f"{r.partition}:{r.offset}".encode())]
-            if batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers) is None:
+        async with enqueueing if enqueueing is not None else nullcontext():
+            for r, key in records:
+                partition = self._placing.queue_of_key(key.decode()).number
+                batch = building.get(partition)
+                if batch is None:
+                    batch = building[partition] = producer.create_batch()
+                headers = [*r.headers, (SOURCE_HEADER, f"{r.partition}:{r.offset}".encode())]
+                if batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers) is None:
+                    sending.append(await producer.send_batch(batch, topic, partition=partition))
+                    batch = building[partition] = producer.create_batch()
+                    batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers)  # a first always fits
+            for partition, batch in building.items():
                 sending.append(await producer.send_batch(batch, topic, partition=partition))
-                batch = building[partition] = producer.create_batch()
-                batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers)  # a first always fits
-        for partition, batch in building.items():
-            sending.append(await producer.send_batch(batch, topic, partition=partition))
         for result in await asyncio.gather(*sending, return_exceptions=True):
             if isinstance(result, BaseException):
                 raise result

@@ -119,6 +119,9 @@ class KafkaChangelog:
         self.max_record_bytes = 16 << 20  # the producer's limit (a Collect's state can be large)
         self._producer: AIOKafkaProducer | None = None
         self._starting = anyio.Lock()
+        # The re-keying hops of one worker's receivers enqueue their batches on the shared
+        # producer one at a time (see Rekeying.forward).
+        self.enqueueing = anyio.Lock()
         self._refused: set[QueueId] = set()  # queues whose last write Kafka refused (logged)
 
     async def ensure_topic(self) -> None:
@@ -315,7 +318,8 @@ class KafkaRecordReceiver(KafkaStateReceiver):
             began = time.monotonic()
             try:
                 with anyio.fail_after(self.settings.request_timeout):
-                    await rekeying.forward(await self.changelog._producer_started(), forwards)
+                    producer = await self.changelog._producer_started()
+                    await rekeying.forward(producer, forwards, self.changelog.enqueueing)
             except Exception as exc:  # sorted into transient and not just below
                 consumer = self._require_consumer()
                 for tp, records in fetched.items():

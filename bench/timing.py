@@ -1,0 +1,239 @@
+"""The one timing helper of the benchmarks: a run timed from inside the consumer's own hooks.
+
+A benchmark used to time a run from a task that polled the processors' counters every few
+milliseconds on the worker's own event loop. While the agents drained a prefetched backlog
+that task was not scheduled, so its span began late (once at event 174,000 of 200,000) and
+the rate was extrapolated from the cheap tail of the run. A :class:`Clock` cannot be fooled
+that way: the consumer's code stamps it itself, in the hooks the runtime calls.
+
+- ``clock.taken(n)`` at the start of a hook that takes ``n`` events (``on_next``; the raw
+  loop after ``getmany``). The first call stamps the run's start, before those events.
+- ``clock.begin()`` in the first hook of a consumer that sees no events one by one (a
+  windowed consumer's ``__init__``: the runtime activates it when its stream's first event is
+  taken).
+- ``clock.result(n)`` when a result is out (``on_window``, ``on_completed``, the end of an
+  ``on_next``); ``n`` counts the events the result accounts for, for a consumer that counts
+  through its results (a window's count). The last result once every event is done is the
+  run's end.
+
+At each stamp it reads ``time.perf_counter()`` and ``time.process_time()`` (this process's
+CPU time: on a shared machine it moves less than the wall clock, and CPU over wall-clock time
+says how much of the run the process waited). It reports both for the whole run and for its
+steady part (from the stamp at which 10 % of the events were done to the one at which 90 %
+were), and the share of the events the timed span covers: events counted at a stamp that
+was the run's start (a poller's first look) happened before the span and are not covered.
+A report covering under 90 % refuses to give a rate (:meth:`Report.rate` is ``None``, and
+:meth:`Report.row` prints the refusal instead of a figure).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+# Under this share of the events inside the timed span a rate is an extrapolation: refused.
+MIN_COVERAGE = 0.9
+STEADY = (0.1, 0.9)  # the steady part: from 10 % of the events done to 90 %
+
+Stamp = tuple[float, float, int]  # perf_counter, process_time, events done at that instant
+
+
+def _now(done: int) -> Stamp:
+    return time.perf_counter(), time.process_time(), done
+
+
+@dataclass(frozen=True)
+class Report:
+    """A run's times, as stamped. Wall-clock and CPU seconds are NaN where a span is missing."""
+
+    expected: int
+    covered: int  # events done inside the timed span (after its first stamp)
+    first_at: int  # the event the span began at (1 when it began before the first event)
+    wall: float
+    cpu: float
+    steady_events: int
+    steady_wall: float
+    steady_cpu: float
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.expected if self.expected else 0.0
+
+    @property
+    def refused(self) -> bool:
+        return not self.coverage >= MIN_COVERAGE or not self.wall > 0
+
+    @property
+    def rate(self) -> float | None:
+        """Events a wall-clock second over the whole span; None when the span is refused."""
+        return None if self.refused else self.covered / self.wall
+
+    @property
+    def cpu_rate(self) -> float | None:
+        return None if self.refused or not self.cpu > 0 else self.covered / self.cpu
+
+    @property
+    def steady_rate(self) -> float | None:
+        ok = not self.refused and self.steady_wall > 0
+        return self.steady_events / self.steady_wall if ok else None
+
+    @property
+    def steady_cpu_share(self) -> float:
+        """CPU over wall-clock time in the steady part: under 1, the process waited."""
+        return self.steady_cpu / self.steady_wall if self.steady_wall > 0 else math.nan
+
+    def refusal(self) -> str:
+        return (
+            f"no rate: the timed span covers {self.coverage:.0%} of the {self.expected:,} events "
+            f"(from event {self.first_at:,}), under {MIN_COVERAGE:.0%}"
+        )
+
+
+def best(reports: Iterable[Report]) -> Report:
+    """The best of several runs: the fastest one whose span is not refused (a shared machine
+    only slows runs down), or the first refused one when all are."""
+    runs = list(reports)
+    good = [r for r in runs if not r.refused]
+    return min(good, key=lambda r: r.wall) if good else runs[0]
+
+
+class Clock:
+    """Stamps a run of ``expected`` events from the consumer's hooks (see the module's doc).
+
+    Made before the run, it collects the set-up's garbage (no side pays for what the other
+    left) and, with ``freeze``, freezes what the set-up left alive (the events, the counts to
+    check against): no side's garbage collections walk them."""
+
+    def __init__(self, expected: int, *, freeze: bool = True) -> None:
+        gc.collect()
+        if freeze:
+            gc.freeze()
+        self.expected = expected
+        self.done = 0
+        self.start: Stamp | None = None
+        self.end: Stamp | None = None
+        self.steady: list[Stamp] = []
+        # The next count at which a stamp is due (10 %, 90 %, then every event done): one
+        # comparison a call until then, so that the hooks stay cheap.
+        self._due = [max(1, math.ceil(expected * s)) for s in STEADY] + [expected]
+
+    def begin(self) -> None:
+        """The first event is being taken now (idempotent: only the first call stamps)."""
+        if self.start is None:
+            self.start = _now(self.done)
+
+    def taken(self, n: int = 1) -> None:
+        """``n`` events are being taken now, before the hook handles them."""
+        if self.start is None:
+            self.start = _now(self.done)
+        if self.done >= self._due[0]:
+            self._passed(self.done)
+        self.done += n
+
+    def result(self, n: int = 0) -> None:
+        """A result is out now, accounting for ``n`` more events (0: they were counted by
+        :meth:`taken`). The last one once every event is done ends the run."""
+        self.done += n
+        if self.start is None:  # the first stamp comes after these events: not covered
+            self.start = _now(self.done)
+        if self.done >= self._due[0]:
+            self._passed(self.done)
+
+    def _passed(self, done: int) -> None:
+        stamp = _now(done)
+        while len(self._due) > 1 and done >= self._due[0]:
+            self.steady.append(stamp)
+            self._due.pop(0)
+        if done >= self.expected:
+            self.end = stamp
+
+    @property
+    def complete(self) -> bool:
+        """Every expected event is done (the bench may stop the run; the stamps are taken)."""
+        return self.done >= self.expected
+
+    def report(self) -> Report:
+        """The run as stamped so far: take it before shutting the run down, whose results
+        (windows a shutdown closes) would stamp later."""
+        nan = math.nan
+        if self.start is None:
+            return Report(self.expected, 0, 0, nan, nan, 0, nan, nan)
+        end = self.end or (self.steady[-1] if self.steady else self.start)
+        wall0, cpu0, at = self.start
+        wall1, cpu1, done = end
+        steady = self.steady if len(self.steady) == 2 else None
+        return Report(
+            expected=self.expected,
+            covered=done - at,
+            first_at=at + 1,
+            wall=wall1 - wall0,
+            cpu=cpu1 - cpu0,
+            steady_events=steady[1][2] - steady[0][2] if steady else 0,
+            steady_wall=steady[1][0] - steady[0][0] if steady else nan,
+            steady_cpu=steady[1][1] - steady[0][1] if steady else nan,
+        )
+
+
+@contextmanager
+def timed(events: int, *, freeze: bool = True) -> Iterator[Clock]:
+    """A section that does ``events`` events' work by itself, start to end: a synchronous
+    loop (nothing else runs while it does, so nothing can be starved), or a producer's calls
+    up to its flush. It begins at entry and has its one result at exit; a section that stamps
+    its own steps (``taken`` / ``result``) inside gets its steady part as well.
+
+    >>> with timed(10, freeze=False) as clock:
+    ...     _ = sum(range(1000))
+    >>> report = clock.report()
+    >>> report.coverage, report.first_at, report.refused
+    (1.0, 1, False)
+    """
+    clock = Clock(events, freeze=freeze)
+    clock.begin()
+    yield clock
+    clock.result(events - clock.done)
+
+
+def figure(report: Report, scale: float = 1.0) -> str:
+    """``report``'s rate (times ``scale``) as printed, or its refusal."""
+    return report.refusal() if report.rate is None else f"{report.rate * scale:,.0f}"
+
+
+def coverage_line(reports: Iterable[Report]) -> str:
+    """The share of their events the timed spans of ``reports`` cover, for a table whose
+    rows show only rates (each row under :data:`MIN_COVERAGE` shows its refusal instead).
+
+    >>> with timed(10, freeze=False) as clock:
+    ...     pass
+    >>> coverage_line([clock.report()])
+    'timed spans (bench/timing.py): 100%–100% of their events; under 90% a row gives no rate'
+    """
+    shares = [r.coverage for r in reports]
+    return (
+        f"timed spans (bench/timing.py): {min(shares):.0%}–{max(shares):.0%} of their events; "
+        f"under {MIN_COVERAGE:.0%} a row gives no rate"
+    )
+
+
+HEADER = (
+    f"{'':58} {'events/s':>10} {'vs base':>7} {'per CPU s':>10} {'vs base':>7} "
+    f"{'steady/s':>10} {'CPU/wall':>8}  timed span"
+)
+
+
+def row(name: str, report: Report, base: Report | None = None) -> str:
+    """One benchmark row: rates over the whole span (and against ``base``'s), the steady
+    part's rate and CPU over wall-clock time, and the share of events the span covers; or,
+    under :data:`MIN_COVERAGE`, a refusal in place of every figure."""
+    span = f"{report.coverage:4.0%} of {report.expected:,}, from event {report.first_at:,}"
+    rate, cpu_rate, steady = report.rate, report.cpu_rate, report.steady_rate
+    if rate is None:
+        return f"{name:58} {report.refusal()}"
+    vs = f"{rate / base.rate:6.2f}x" if base is not None and base.rate else f"{'':7}"
+    vs_cpu = f"{cpu_rate / base.cpu_rate:6.2f}x" if cpu_rate and base is not None and base.cpu_rate else f"{'':7}"
+    # A section timed only from its start to its end has no steady part: "-".
+    steady_text = f"{steady:10,.0f} {report.steady_cpu_share:8.2f}" if steady else f"{'-':>10} {'-':>8}"
+    return f"{name:58} {rate:10,.0f} {vs} {cpu_rate or math.nan:10,.0f} {vs_cpu} {steady_text}  {span}"

@@ -1,0 +1,79 @@
+"""The re-keying hops of one worker enqueue their batches on the shared producer one at a
+time. Side by side, hops that waited for the same partition's turn on the producer together
+ran out of aiokafka's wait and failed with ``KafkaTimeoutError`` (issue 36, once a worker's
+agents started side by side). No broker: a producer that records whose batch it takes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+from aiokafka import ConsumerRecord, TopicPartition
+
+from streams.core.records import record_format
+from streams.kafka.repartition import Rekeying
+from streams.kafka.settings import KafkaSettings
+
+SETTINGS = KafkaSettings("k:9092", "readings", queues=2, records="json", key_field="device")
+
+
+class Batch:
+    """Two records a batch, so that a hop sends several."""
+
+    def __init__(self) -> None:
+        self.keys: list[bytes] = []
+
+    def append(self, *, timestamp: int, key: bytes, value: bytes, headers: Any) -> object | None:
+        if len(self.keys) == 2:
+            return None
+        self.keys.append(key)
+        return object()
+
+
+class Producer:
+    def __init__(self) -> None:
+        self.taken: list[str] = []  # which hop each batch came from, in the order enqueued
+        self.records = 0
+
+    def create_batch(self) -> Batch:
+        return Batch()
+
+    async def send_batch(self, batch: Batch, topic: str, partition: int) -> asyncio.Future[None]:
+        self.taken.append(batch.keys[0].decode()[0])
+        self.records += len(batch.keys)
+        await anyio.sleep(0)  # a partition's turn: other tasks run meanwhile
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+def forwards(hop: str) -> list[tuple[ConsumerRecord[bytes, bytes], bytes]]:
+    records = []
+    for n in range(6):
+        r = ConsumerRecord("readings", 0, n, 0, 0, None, b"{}", None, 0, 2, ())
+        records.append((r, f"{hop}-device-{n}".encode()))
+    return records
+
+
+def hop() -> Rekeying:
+    fmt = record_format("json")
+    assert fmt is not None
+    return Rekeying(SETTINGS, TopicPartition("readings", 0), TopicPartition("readings-hop", 0), fmt, "device")
+
+
+async def run(lock: anyio.Lock | None) -> Producer:
+    producer = Producer()
+    async with anyio.create_task_group() as tg:
+        for name in "ab":
+            tg.start_soon(hop().forward, producer, forwards(name), lock)  # type: ignore[arg-type]
+    return producer
+
+
+async def test_hops_sharing_a_producer_enqueue_one_at_a_time() -> None:
+    locked = await run(anyio.Lock())
+    assert locked.records == 12 and len(locked.taken) > 2  # every record sent, several batches a hop
+    assert locked.taken == sorted(locked.taken)  # one hop's batches all enqueued before the other's
+    side_by_side = await run(None)
+    assert sorted(side_by_side.taken) == sorted(locked.taken)
+    assert side_by_side.taken != sorted(side_by_side.taken)  # without the lock they interleave
