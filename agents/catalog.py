@@ -27,7 +27,7 @@ from agents.context import AgentContext
 from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
-from agents.durable import DurableActivation, warn_not_saved
+from agents.durable import DurableActivation
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
 from agents.output import HandoffTarget, HookLimits
@@ -166,7 +166,7 @@ def timed_of(activation: Activation) -> EventTimeObserver | DurableActivation | 
         activation = activation.built
     if isinstance(activation, EventTimeObserver | DurableActivation):
         return activation
-    if isinstance(activation, InputView) and isinstance(activation.activation, EventTimeObserver):
+    if isinstance(activation, InputView) and isinstance(activation.activation, EventTimeObserver | DurableActivation):
         return activation.activation
     return None
 
@@ -305,11 +305,9 @@ class Catalog:
         instance: object | None
         if namespaces:
             observer, instance = self.keyed.observer_for(cls, sid, namespaces[0], self._make)
-            if instance is not None and timed_of(observer) is None and is_stateful(cls):
-                warn_not_saved(cls, "a plain type fed by several namespaces")
         else:
             timed, instance = self._make(cls, sid)
-            observer = timed if timed is not None else self._plain(cls, sid, instance)
+            observer = timed if timed is not None else as_observer(instance)
         if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
             self._spawn(call_hook, instance, "on_activate", state.log_fields)
         return observer
@@ -379,14 +377,12 @@ class Catalog:
         consumer.start()
         return consumer
 
-    def _plain(self, cls: type, sid: StreamId, instance: object) -> Activation:
-        """What a plain consumer's instance is delivered to: the adapted instance, wrapped
-        so that its state is saved when its type declares durable fields or timers."""
-        observer = as_observer(instance)
-        if not is_stateful(cls):
-            return observer
+    def _durable(self, cls: type, sid: StreamId, instance: object) -> DurableActivation:
+        """What a plain consumer's instance is delivered to when its type declares durable
+        fields or timers: the adapted instance, wrapped so that they are saved."""
         self._note_ttl(cls)
-        durable = DurableActivation(observer, sid, self._dead_letters, self._hook_limits(cls))
+        inputs = tuple(self._context.registry.namespaces_of(cls))
+        durable = DurableActivation(as_observer(instance), sid, self._dead_letters, self._hook_limits(cls), inputs)
         durable.on_change = self._on_change
         if self.states is not None and durable.enable_snapshots():
             self._restore(durable)
@@ -403,12 +399,13 @@ class Catalog:
             )
         return limits
 
-    def _make(self, cls: type, sid: StreamId) -> tuple[EventTimeObserver | None, object]:
-        """``(its event-time activation, or None; the user's instance)`` of a new activation."""
+    def _make(self, cls: type, sid: StreamId) -> tuple[EventTimeObserver | DurableActivation | None, object]:
+        """``(its event-time or durable activation, or None; the user's instance)`` of a new
+        activation."""
         instance = cls(sid)
         spec = declared_event_time(instance)
         if spec is None:
-            return None, instance
+            return (self._durable(cls, sid, instance) if is_stateful(cls) else None), instance
         limits = self._hook_limits(cls)
         self._note_ttl(cls)
         timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid), limits)

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 
 from agents.activation import Activation, TimedActivation
 from agents.delivery import inline_on_next
+from agents.merged_inputs import InputView, QueueOrder
 from agents.output import HookCalls, HookLimits
 from agents.turns import Turns
 from streams.core.batch import EventBatch
@@ -143,6 +144,7 @@ class DurableActivation:
         "_skip_to",
         "_turns",
         "_failing",
+        "_inputs",
     )
 
     def __init__(
@@ -151,6 +153,7 @@ class DurableActivation:
         stream_id: StreamId,
         dead_letters: DeadLetterStore,
         limits: HookLimits | None = None,
+        inputs: tuple[str, ...] = (),
     ) -> None:
         self.inner = inner
         self.target = inner.target
@@ -174,6 +177,7 @@ class DurableActivation:
         # The batch whose on_next raised last: its state may be half changed, so nothing is
         # saved until it is redelivered and taken, or given up (dead-lettered: on_error).
         self._failing: EventBatch | None = None
+        self._inputs = inputs  # the namespaces of a type fed by several (one activation per key)
 
     # -- delivery ---------------------------------------------------------------------------
     # Told of every batch given up (its letters kept), so that a failed on_next does not hold
@@ -233,10 +237,16 @@ class DurableActivation:
                     raise
             self._took(batch)
 
-    async def on_next(self, batch: EventBatch) -> None:
+    async def on_next(self, batch: EventBatch, partition: str | None = None) -> None:
         pending = self.take_now(batch)
         if pending is not None:
             await pending
+
+    def for_input(self, name: str, order: QueueOrder) -> InputView:
+        """What the stream of namespace ``name`` delivers to (a type fed by several: one
+        activation per key), its batches taking turns with the other namespaces' in queue
+        order, so that a restored unit's position holds for all of them."""
+        return InputView(self, name, order)
 
     def _took(self, batch: EventBatch) -> None:
         self._failing = None
@@ -255,10 +265,10 @@ class DurableActivation:
         if self.inner.has_on_error:
             await self.inner.on_error(error)
 
-    async def on_completed(self) -> None:
+    async def on_completed(self, partition: str | None = None) -> None:
         await self.inner.on_completed()
 
-    async def on_watermark(self, watermark: float) -> None:
+    async def on_watermark(self, watermark: float, partition: str | None = None) -> None:
         await self.inner.on_watermark(watermark)
 
     async def on_tick(self, now: float, *, strict: bool = False) -> None:
@@ -290,7 +300,9 @@ class DurableActivation:
 
     # -- as its agent sees it (agents.activation.TimedActivation) ----------------------------
     def input_streams(self) -> list[StreamId]:
-        return [self.stream_id]
+        if not self._inputs:
+            return [self.stream_id]
+        return [StreamId(name, self.stream_id.key) for name in self._inputs]
 
     def next_tick(self) -> float | None:
         timers = self.timers

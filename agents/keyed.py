@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from agents.activation import Activation
+from agents.durable import DurableActivation
 from agents.merged_inputs import QueueOrder, ordered
 from agents.timed import EventTimeObserver
 from streams.core.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
@@ -25,14 +26,14 @@ from streams.core.ids import StreamId
 from streams.core.observer import as_observer
 
 # make(cls, stream_id) -> (the event-time activation, or None; the user's instance)
-MakeActivation = Callable[[type, StreamId], tuple[EventTimeObserver | None, object]]
+MakeActivation = Callable[[type, StreamId], tuple[EventTimeObserver | DurableActivation | None, object]]
 
 
 class _Shared:
     __slots__ = ("timed", "instance", "streams", "lock", "order")
 
-    def __init__(self, timed: EventTimeObserver | None, instance: object, stall: float) -> None:
-        self.timed = timed  # the event-time activation around the instance, if it has one
+    def __init__(self, timed: EventTimeObserver | DurableActivation | None, instance: object, stall: float) -> None:
+        self.timed = timed  # the event-time or durable activation around the instance, if it has one
         self.instance = instance
         self.streams: set[StreamId] = set()
         self.lock = anyio.Lock()

@@ -194,10 +194,12 @@ class HoldBack:
 
 
 class InputsActivation(Protocol):
-    """What an input's view passes on to (an ``agents.timed.EventTimeObserver``)."""
+    """What an input's view passes on to (an ``agents.timed.EventTimeObserver``, or an
+    ``agents.durable.DurableActivation`` of a plain type fed by several namespaces)."""
 
     target: object
     has_on_error: bool
+    redeliverable: bool
 
     @property
     def waiting_on_handoff(self) -> bool: ...
@@ -218,7 +220,6 @@ class InputView:
 
     __slots__ = ("activation", "name", "order")
 
-    redeliverable = False  # the activation's windows keep what it took
     user_on_next = None  # every batch waits for its turn: never called inline
     take_now = None
 
@@ -234,6 +235,11 @@ class InputView:
     @property
     def has_on_error(self) -> bool:
         return self.activation.has_on_error
+
+    @property
+    def redeliverable(self) -> bool:
+        """As its activation: not an event-time one (its windows keep what it took)."""
+        return self.activation.redeliverable
 
     @property
     def waiting_on_handoff(self) -> bool:

@@ -405,3 +405,26 @@ async def test_a_windowless_merge_of_two_inputs_keeps_its_held_events_and_fields
         assert released == [("clicks", 10.0), ("views", 20.0), ("clicks", 30.0)]
         (instance,) = harness.instances(Merged).values()
         assert instance.seen == 3  # type: ignore[attr-defined]
+
+
+async def test_a_plain_type_fed_by_several_namespaces_keeps_its_fields_per_key_across_a_restart() -> None:
+    class Basket:
+        items = Durable(list)
+
+        def __init__(self, stream_id: StreamId) -> None: ...
+
+        def on_next(self, batch: Any) -> None:
+            for event in batch:
+                self.items.append(f"{event.stream_id.namespace}:{event.value}")
+
+    async with Harness(co_partitioned=[("adds", "removes")]) as harness:
+        harness.implicit("adds", "removes")(Basket)
+        await harness.publish("adds/u1", "apple", "pear")
+        await harness.publish("removes/u1", "pear")
+        await harness.publish("adds/u2", "fig")
+        await harness.restart()
+        await harness.publish("removes/u1", "apple")
+        await harness.publish("adds/u2", "kiwi")
+        found = {sid.key: instance.items for sid, instance in harness.instances(Basket).items()}  # type: ignore[attr-defined]
+        assert found["u1"] == ["adds:apple", "adds:pear", "removes:pear", "removes:apple"]
+        assert found["u2"] == ["adds:fig", "adds:kiwi"]

@@ -176,7 +176,7 @@ async def test_third_order_alert_and_running_totals_under_sigkills_on_kafka(
 async def test_a_timer_set_before_a_sigkill_fires_once_after_the_restart(tmp_path: Path) -> None:
     worker = Worker(tmp_path, HEADRACE_TEST_STORE=str(tmp_path / "store"))
     async with client(worker).client() as producer:
-        await producer.get_stream(StreamId("reminders", "r1")).on_next({"in": 6.0})
+        await producer.get_stream(StreamId("reminders", "r1")).on_next({"in": 4.0})
     worker.start()
     await worker.wait_for("set r1")
 
@@ -189,7 +189,7 @@ async def test_a_timer_set_before_a_sigkill_fires_once_after_the_restart(tmp_pat
     assert worker.lines("fired") == []
     worker.start()
     await worker.wait_for("fired r1 ping", 30)
-    await wait_until_async(lambda: False, 1.5)  # a second firing would come by now
+    await wait_until_async(lambda: False, 1.0)  # a second firing would come by now
     worker.stop(signal.SIGTERM)
     assert worker.lines("fired") == ["fired r1 ping"]
     (saved,) = worker.state("Reminder", "reminders/r1")
