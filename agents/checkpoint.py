@@ -137,6 +137,54 @@ class ActivationStates:
             self._retired.extend(deleting)
 
 
+def lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
+    """The lower of two queue positions, either of which may be None (none).
+
+    >>> lowest(SequenceToken(3), None), lowest(SequenceToken(3), SequenceToken(2))
+    (SequenceToken(sequence_number=3, event_index=0), SequenceToken(sequence_number=2, event_index=0))
+    """
+    if a is None:
+        return b
+    return a if b is None or a <= b else b
+
+
+class SavedUnit:
+    """What an activation whose state is saved with the checkpoint keeps of it (an
+    ``agents.timed.EventTimeObserver``, an ``agents.durable.DurableActivation``): the first
+    event taken since its last save, and while a save is being written, the first one that
+    save covers; both hold the checkpoint until the save is written."""
+
+    __slots__ = ("stored", "unsaved", "_storing", "_since_snapshot", "_saving")
+
+    def __init__(self) -> None:
+        self.stored = False  # a save of it is in the store
+        self.unsaved = False  # stepped since its last save was taken
+        self._storing = False  # the save being written has state (not a deletion)
+        self._since_snapshot: SequenceToken | None = None
+        self._saving: SequenceToken | None = None
+
+    def _changed(self) -> None: ...
+
+    def _save_begun(self, storing: bool) -> None:
+        """A save is taken now (``storing``: a state, not a deletion): what it covers holds
+        until :meth:`end_snapshot`."""
+        self._saving = lowest(self._saving, self._since_snapshot)
+        self._since_snapshot = None
+        self.unsaved = False
+        self._storing = storing
+
+    def end_snapshot(self, ok: bool) -> None:
+        """The save taken was written with the checkpoint (``ok``), or was not: then what it
+        covered holds again, and it is taken again at the next checkpoint."""
+        if ok:
+            self.stored = self._storing  # written, or deleted when it was empty
+        else:
+            self._since_snapshot = lowest(self._since_snapshot, self._saving)
+            self.unsaved = True
+        self._saving = None
+        self._changed()
+
+
 K = TypeVar("K", bound=Hashable)
 
 

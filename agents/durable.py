@@ -38,6 +38,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from agents.activation import Activation, TimedActivation
+from agents.checkpoint import SavedUnit, lowest
 from agents.delivery import inline_on_next
 from agents.merged_inputs import InputView, QueueOrder
 from agents.output import HookCalls, HookLimits
@@ -108,13 +109,7 @@ def warn_not_saved(cls: type, kind: str) -> None:
         )
 
 
-def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
-    if a is None:
-        return b
-    return a if b is None or a <= b else b
-
-
-class DurableActivation:
+class DurableActivation(SavedUnit):
     """A plain consumer type's activation whose durable fields and timers are saved with
     the queue's checkpoint (see the module's docs); it delivers to ``inner``, the adapted
     user instance."""
@@ -129,17 +124,12 @@ class DurableActivation:
         "stream_id",
         "on_change",
         "snapshots",
-        "stored",
-        "unsaved",
         "timers",
         "_call",
         "_dead_letters",
         "_limits",
         "_hooks",
         "_on_timer",
-        "_since_snapshot",
-        "_saving",
-        "_storing",
         "_taken",
         "_skip_to",
         "_turns",
@@ -159,18 +149,14 @@ class DurableActivation:
         self.target = inner.target
         self.stream_id = stream_id
         self.on_change: Callable[[TimedActivation], None] | None = None
+        super().__init__()  # nothing saved yet
         self.snapshots = False  # saved with the checkpoint once the store can (enable_snapshots)
-        self.stored = False
-        self.unsaved = False
         self.timers = timers_of(self.target)
         self._call = inline_on_next(inner)  # None: an async on_next, awaited by the task
         self._dead_letters = dead_letters
         self._limits = limits or HookLimits(type(self.target).__qualname__)
         self._hooks: HookCalls | None = None
         self._on_timer: Callable[[Timer], Awaitable[None]] | None = None
-        self._since_snapshot: SequenceToken | None = None  # the first event taken since the last save
-        self._saving: SequenceToken | None = None  # ... since the one before, while one is written
-        self._storing = False
         self._taken: SequenceToken | None = None  # the last event whose on_next returned
         self._skip_to: SequenceToken | None = None  # restored: the events the saved unit has
         self._turns = Turns()  # on_next and on_timer take turns, as a grain's calls do
@@ -310,7 +296,7 @@ class DurableActivation:
 
     def checkpoint_hold(self) -> SequenceToken | None:
         """The first event taken since the saved state (or the one being written) began."""
-        return _lowest(self._since_snapshot, self._saving)
+        return lowest(self._since_snapshot, self._saving)
 
     def has_state(self) -> bool:
         return True  # its fields: parked with the store's copy, never simply dropped
@@ -338,20 +324,8 @@ class DurableActivation:
 
     def begin_snapshot(self) -> tuple[SequenceToken | None, bytes | None]:
         state = pack_unit(self.target, None, self.timers)  # raises StateError: it holds on
-        self._saving = _lowest(self._saving, self._since_snapshot)
-        self._since_snapshot = None
-        self.unsaved = False
-        self._storing = True
+        self._save_begun(True)
         return self._position(), state
-
-    def end_snapshot(self, ok: bool) -> None:
-        if ok:
-            self.stored = self._storing
-        else:
-            self._since_snapshot = _lowest(self._since_snapshot, self._saving)
-            self.unsaved = True
-        self._saving = None
-        self._changed()
 
     def restore(self, position: SequenceToken, state: bytes) -> None:
         """Resume from a saved unit: its fields and timers, and the events it reflects

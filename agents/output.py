@@ -419,53 +419,29 @@ class HookCalls:
     ) -> None:
         """Call ``on_window(result)``; dead-letter the window if no attempt takes it
         (``begun``: as :meth:`call` says)."""
-        running, self.running = self.running, True  # until its letter is written too
-        try:
-            error = await self.call("on_window", f"the window {window_text(result)}", lambda: on_window(result), begun)
-            if error is None:
-                return
-            log.warning(
-                "%s: on_window of %s failed for the window %s; dead-lettered (window_failed)",
-                self._stream,
-                self._limits.consumer,
-                window_text(result),
-            )
-            await self._dead_letters.add([self._window_letter(result, held_from, through, error)])
-            await self._tell(error)
-        finally:
-            self.running = running
+        await self._unit(
+            "on_window",
+            f"the window {window_text(result)}",
+            lambda: on_window(result),
+            WINDOW_FAILED,
+            lambda error: [self._window_letter(result, held_from, through, error)],
+            begun,
+        )
 
     async def events(
         self, on_events: Callable[[list[EventOutcome]], Awaitable[object]], outcomes: list[EventOutcome]
     ) -> None:
         """Call ``on_events(outcomes)``; dead-letter its events if no attempt takes them."""
-        running, self.running = self.running, True
-        try:
-            unit = f"{len(outcomes)} event(s)"
-            error = await self.call("on_events", unit, lambda: on_events(outcomes))
-            if error is None:
-                return
+
+        def letters(error: Exception) -> list[DeadLetter]:
             events = [o.record for o in outcomes if isinstance(o.record, Event)]
-            log.warning(
-                "%s: on_events of %s failed for %s; dead-lettered (delivery_failed)",
-                self._stream,
-                self._limits.consumer,
-                unit,
-            )
+            failed = failed_letters(f"on_events of {self._limits.consumer}", self._stream, None, events, error)
             # each with its event time as the consumer's policy read it (timestamp_by's)
-            await self._dead_letters.add(
-                [
-                    replace(letter, event_time=outcome.event_time)
-                    for letter, outcome in zip(
-                        failed_letters(f"on_events of {self._limits.consumer}", self._stream, None, events, error),
-                        outcomes,
-                        strict=True,
-                    )
-                ]
-            )
-            await self._tell(error)
-        finally:
-            self.running = running
+            return [replace(x, event_time=o.event_time) for x, o in zip(failed, outcomes, strict=True)]
+
+        await self._unit(
+            "on_events", f"{len(outcomes)} event(s)", lambda: on_events(outcomes), "delivery_failed", letters
+        )
 
     async def watermark(self, on_watermark: Callable[[float], Awaitable[object]], watermark: float) -> None:
         """Call ``on_watermark(watermark)``; skip it (with a warning) if no attempt takes it."""
@@ -483,23 +459,44 @@ class HookCalls:
     async def timer(self, on_timer: Callable[[Timer], Awaitable[object]], timer: Timer) -> None:
         """Call ``on_timer(timer)``; dead-letter the firing (``timer_failed``) if no attempt
         takes it: the timer is gone either way, as a window given up is."""
+        consumer = self._limits.consumer
+        unit = f"the {timer.kind}-time timer {timer.name!r} at {instant_text(timer.time)}"
+
+        def letters(error: Exception) -> list[DeadLetter]:
+            value = {"consumer": consumer, "name": timer.name, "time": timer.time, "kind": timer.kind}
+            detail = failure_detail(f"on_timer of {consumer}", error)
+            return [
+                DeadLetter(TIMER_FAILED, stream=self._stream, value=value, detail=detail, unit=f"{consumer} {unit}")
+            ]
+
+        await self._unit("on_timer", unit, lambda: on_timer(timer), TIMER_FAILED, letters)
+
+    async def _unit(
+        self,
+        hook: str,
+        unit: str,
+        call: Callable[[], Awaitable[object]],
+        reason: str,
+        letters: Callable[[Exception], list[DeadLetter]],
+        begun: Exception | Awaitable[object] | None = None,
+    ) -> None:
+        """One unit of work for ``hook`` (:meth:`call`'s retries and limits): if no attempt
+        takes it, its ``letters`` are kept, then the consumer's ``on_error`` is told. Running
+        until the letters are written too."""
         running, self.running = self.running, True
         try:
-            unit = f"the {timer.kind}-time timer {timer.name!r} at {instant_text(timer.time)}"
-            error = await self.call("on_timer", unit, lambda: on_timer(timer))
+            error = await self.call(hook, unit, call, begun)
             if error is None:
                 return
-            consumer = self._limits.consumer
-            log.warning("%s: on_timer of %s failed for %s; dead-lettered (timer_failed)", self._stream, consumer, unit)
-            letter = DeadLetter(
-                TIMER_FAILED,
-                stream=self._stream,
-                value={"consumer": consumer, "name": timer.name, "time": timer.time, "kind": timer.kind},
-                detail=failure_detail(f"on_timer of {consumer}", error),
-                # as letters already written have it (the time as a number): what makes one the same
-                unit=f"{consumer} the {timer.kind}-time timer {timer.name!r} at {timer.time}",
+            log.warning(
+                "%s: %s of %s failed for %s; dead-lettered (%s)",
+                self._stream,
+                hook,
+                self._limits.consumer,
+                unit,
+                reason,
             )
-            await self._dead_letters.add([letter])
+            await self._dead_letters.add(letters(error))
             await self._tell(error)
         finally:
             self.running = running

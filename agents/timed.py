@@ -35,6 +35,7 @@ from functools import partial
 from typing import Any
 
 from agents.activation import TimedActivation
+from agents.checkpoint import SavedUnit, lowest
 from agents.durable import fire_timers, on_timer_of, warn_not_saved
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
 from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
@@ -79,7 +80,7 @@ def declared_event_time(instance: object) -> EventTime | None:
     return spec if isinstance(spec, EventTime) else None
 
 
-class EventTimeObserver:
+class EventTimeObserver(SavedUnit):
     """The one wrapper around an event-time consumer's instance (``target``): what its
     consumers deliver to and its agent ticks (an ``agents.activation.TimedActivation``)."""
 
@@ -105,11 +106,6 @@ class EventTimeObserver:
         "_emitting",
         "on_change",
         "snapshots",
-        "stored",
-        "unsaved",
-        "_storing",
-        "_since_snapshot",
-        "_saving",
         "_taken",
         "_through",
         "_held_from",
@@ -218,11 +214,7 @@ class EventTimeObserver:
         # of several inputs are not snapshotted: their windows hold it as before.
         # Off unless the queue's store saves them (enable_snapshots).
         self.snapshots = False
-        self.stored = False  # a snapshot of this activation is in the store
-        self.unsaved = False  # stepped since its last snapshot was taken
-        self._storing = False  # the snapshot being written has state (not a deletion)
-        self._since_snapshot: SequenceToken | None = None
-        self._saving: SequenceToken | None = None
+        super().__init__()  # nothing saved yet
         self._taken: SequenceToken | None = None  # the last event taken
         # Restored: what the snapshot already has (_skip_to, None until then).
         # The last event taken, and the hold before the step now emitting: the queue
@@ -442,7 +434,7 @@ class EventTimeObserver:
         """A step begins (over events from ``first``): the hold before it, kept until it is emitted."""
         before = self._held()
         self._emitting = before
-        self._held_from = _lowest(before, first)
+        self._held_from = lowest(before, first)
         return before
 
     async def _emit_step(self, out: Output, before: SequenceToken | None) -> None:
@@ -458,7 +450,7 @@ class EventTimeObserver:
 
     def _step_lost(self, before: SequenceToken | None) -> None:
         """A step or its emit did not finish: hold what it held until the activation ends."""
-        self._unfinished = _lowest(self._unfinished, before)
+        self._unfinished = lowest(self._unfinished, before)
         self.snapshots = False  # its state lost what the emit did not finish
         self._step_ended()
 
@@ -529,7 +521,7 @@ class EventTimeObserver:
 
     def checkpoint_hold(self) -> SequenceToken | None:
         """The oldest queue position this activation still needs (None: none)."""
-        return _lowest(_lowest(self._held(), self._emitting), self._unfinished)
+        return lowest(lowest(self._held(), self._emitting), self._unfinished)
 
     def enable_snapshots(self) -> bool:
         """The store saves states with the checkpoint: snapshot this activation if its kind
@@ -558,21 +550,8 @@ class EventTimeObserver:
             raise
         if unit:  # (StateError: it holds, and tries again at the next checkpoint)
             state = pack_unit(self.target, state, self.timers, held)
-        self._saving = _lowest(self._saving, self._since_snapshot)
-        self._since_snapshot = None
-        self.unsaved = False
-        self._storing = state is not None
+        self._save_begun(state is not None)
         return self._taken, state
-
-    def end_snapshot(self, ok: bool) -> None:
-        if ok:
-            self.stored = self._storing  # written, or deleted when it was empty
-            self._saving = None
-        else:
-            self._since_snapshot = _lowest(self._since_snapshot, self._saving)
-            self._saving = None
-            self.unsaved = True
-        self._changed()
 
     def restore(self, position: SequenceToken, state: bytes) -> None:
         """Resume from a saved snapshot: events at or below ``position`` are in it."""
@@ -631,8 +610,8 @@ class EventTimeObserver:
         # came after (held at the first event it does not have).
         if not self.stored and self._saving is None:
             return self._window_held()
-        own = _lowest(self._since_snapshot, self._saving)
-        return own if self.snapshots else _lowest(own, self._window_held())
+        own = lowest(self._since_snapshot, self._saving)
+        return own if self.snapshots else lowest(own, self._window_held())
 
     def _window_held(self) -> SequenceToken | None:
         token = self.processor.held_since()
@@ -640,7 +619,7 @@ class EventTimeObserver:
         oldest = self._release.oldest() if self._release is not None else None
         if self._merge is not None:
             oldest = self._merge.oldest()
-        return _lowest(token, SequenceToken(*oldest) if oldest is not None else None)
+        return lowest(token, SequenceToken(*oldest) if oldest is not None else None)
 
     @property
     def waiting_on_handoff(self) -> bool:
@@ -780,12 +759,6 @@ def _first_token(batch: EventBatch) -> SequenceToken | None:
     if not len(batch):
         return None
     return batch.token_at(0) if isinstance(batch, EventBatch) else batch[0].token
-
-
-def _lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
-    if a is None:
-        return b
-    return a if b is None or a <= b else b
 
 
 def _follows_clock_for_accepted(processor: Processor) -> bool:

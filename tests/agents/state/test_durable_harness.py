@@ -12,6 +12,7 @@ from spark_sink import EventHandoff
 from streams import Durable, StreamId, Timer, Timers
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.testing import Harness
+from tests.end_to_end.durable.orders_app import AlertToSpark
 
 ANN = StreamId("orders", "ann")
 
@@ -233,28 +234,6 @@ async def test_a_processing_timer_of_an_inactive_activation_fires_after_a_restar
         await harness.restart()
         await harness.advance_to(500)
         assert harness.instances(Ping) == {}  # fired once: nothing left to wake it
-
-
-class AlertToSpark:
-    """The third-order alert as Spark would receive it: a windowless handoff whose on_events
-    returns the alerts only (a filter and an enrichment, one input)."""
-
-    event_time = EventTime(OrderingPolicy(timestamp_by="t", out_of_order=5))
-    handoff = EventHandoff("alerts", {"user": "string", "total": "double"})
-    orders = Durable(0)
-    total = Durable(0.0)
-
-    def __init__(self, stream_id: StreamId) -> None:
-        self.user = stream_id.key
-
-    def on_events(self, events: list[Any]) -> list[Any]:
-        alerts = []
-        for event in events:
-            self.orders += 1
-            self.total += event.record.value["amount"]
-            if self.orders == 3:
-                alerts.append(event.with_value({"user": self.user, "total": self.total}))
-        return alerts  # only these are handed off
 
 
 async def test_on_events_filters_a_single_input_handoff_and_held_events_survive_a_restart() -> None:

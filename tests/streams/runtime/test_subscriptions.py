@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -14,6 +16,7 @@ from streams import (
     KeptEvents,
     StreamId,
     StreamProvider,
+    StreamSubscriptionHandle,
     SubscriptionNotFoundError,
 )
 from tests.agents.delivery.conftest import Recorder, drained
@@ -75,12 +78,20 @@ async def test_handles_of_one_subscription_are_equal_however_obtained():
 # -- resume ----------------------------------------------------------------------------------
 
 
-async def test_resume_hands_what_follows_to_the_new_observer():
+@asynccontextmanager
+async def subscribed(old: Recorder, published: int) -> AsyncIterator[tuple[StreamProvider, StreamSubscriptionHandle]]:
+    """A worker on memory queues whose one in-process subscription (to ``old``) has taken
+    the values ``0 .. published - 1``: the provider and the subscription's handle."""
     provider = StreamProvider.memory(queues=1)
-    old, new = Recorder(), Recorder()
     async with provider:
         handle = await provider.get_stream(SID).subscribe(old)
-        await publish(provider, range(5))
+        await publish(provider, range(published))
+        yield provider, handle
+
+
+async def test_resume_hands_what_follows_to_the_new_observer():
+    old, new = Recorder(), Recorder()
+    async with subscribed(old, 5) as (provider, handle):
         (listed,) = await provider.get_stream(SID).get_all_subscription_handles()
         resumed = await listed.resume(new)
         await publish(provider, range(5, 9))
@@ -91,11 +102,8 @@ async def test_resume_hands_what_follows_to_the_new_observer():
 
 
 async def test_resume_with_a_token_replays_from_it():
-    provider = StreamProvider.memory(queues=1)
     old, new = Recorder(), Recorder()
-    async with provider:
-        handle = await provider.get_stream(SID).subscribe(old)
-        await publish(provider, range(10))
+    async with subscribed(old, 10) as (provider, handle):
         await handle.resume(new, token=old.events[3].token)
         await drained(provider)
         await publish(provider, range(10, 12))
