@@ -8,6 +8,7 @@ The contract is ``docs/event-time.md``. The core is synchronous and does no I/O;
 """
 
 from streams.eventtime.aggregates import Collect, Combined, Count, First, Last, Max, Mean, Min, Reducer, Sum
+from streams.eventtime.dedup import Dedup
 from streams.eventtime.joins import IntervalJoin
 from streams.eventtime.policy import Action, EventLike, Extractor, OrderingPolicy, Reason
 from streams.eventtime.processor import Processor
@@ -40,6 +41,7 @@ __all__ = [
     "Combined",
     "Count",
     "Counters",
+    "Dedup",
     "EventLike",
     "EventOutcome",
     "EventTime",

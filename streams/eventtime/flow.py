@@ -11,6 +11,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from streams.eventtime.aggregates import Reducer
+from streams.eventtime.dedup import Deduplication
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.parts import Input, Lane, Store
 from streams.eventtime.results import Counters, Output, WatermarkAdvance, WindowResult
@@ -53,6 +54,7 @@ class WatermarkFlow:
         "generation",
         "delay",
         "trace",
+        "dedup",
     )
 
     def __init__(
@@ -92,6 +94,7 @@ class WatermarkFlow:
         self.generation = generation
         self.delay = delay
         self.trace = trace
+        self.dedup: Deduplication | None = None  # the keys seen within the horizon (Dedup)
 
     def _new_store(self, order: int, watermark: float) -> Store | None:
         if self.join is not None:

@@ -30,13 +30,14 @@ from typing import Any
 
 from streams.core.errors import StreamCompletedError
 from streams.eventtime.aggregates import Count
+from streams.eventtime.dedup import Deduplication
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
 from streams.eventtime.lateness import LatenessSketch
 from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
-from streams.eventtime.results import DEAD_LETTER, KEPT, EventOutcome, Output, WatermarkAdvance
+from streams.eventtime.results import DEAD_LETTER, DROPPED, KEPT, EventOutcome, Output, WatermarkAdvance
 from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
 from streams.eventtime.watermark import FOREVER, NEVER
 from streams.eventtime.windows import WindowStore
@@ -82,6 +83,7 @@ class Ingest:
             and not flow.substreams
             and not flow.trace
             and flow.idle_timeout == FOREVER
+            and flow.dedup is None
             and flow.generation.every_event
             and ordering.early == FOREVER
             and ordering.late == FOREVER
@@ -127,6 +129,7 @@ class Ingest:
         counting, select = type(reducer) is Count, self.select
         add, init = reducer.add, reducer.init
         trace = flow.trace
+        dedup = flow.dedup
         passthrough = not windowed
         record = trace or passthrough
         idle = flow.idle_timeout < FOREVER
@@ -224,6 +227,18 @@ class Ingest:
                         if verdict is None:  # dropped
                             continue
                         ts, status, reason = verdict
+                    # 3b. dedup, past the ordering policy: a dropped event registers no key
+                    if dedup is not None:
+                        try:
+                            duplicate = dedup.seen(key if substreams else None, rec, ts, w)
+                        except Exception as exc:  # noqa: BLE001 - the user's dedup key raised
+                            forget(t, arr, status, reason)
+                            refusals.invalid(part, rec, key, t, arr, exc, out, what="the dedup key")
+                            continue
+                        if duplicate is not None:
+                            forget(t, arr, status, reason)  # one fate: dropped, not adjusted
+                            refuse(part, rec, key, t, Reason.DUPLICATE, DROPPED, arr, out, _repeat(duplicate, dedup))
+                            continue
                     # 4. into the open windows containing the timestamp
                     if fixed:  # panes of tumbling or hopping windows: the lane's store is a WindowStore
                         offset = ts - origin
@@ -450,6 +465,13 @@ class Ingest:
         counters.events += taken
         counters.adjusted += adjusted
         counters.out_of_order_adjusted += adjusted
+
+
+def _repeat(duplicate: tuple[Hashable, float], dedup: Deduplication) -> str:
+    """A duplicate's letter detail: its key, and the horizon it fell within."""
+    key, first = duplicate
+    within = dedup.spec.within
+    return f"dedup key {key!r} first seen at {first:g}, within {within:g} s (until the watermark reaches {first + within:g})"
 
 
 def _no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:

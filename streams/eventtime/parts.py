@@ -29,6 +29,7 @@ from typing import Any
 
 from streams.core.errors import ConfigurationError
 from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.dedup import Dedup
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
 from streams.eventtime.sessions import SessionStore
@@ -106,6 +107,7 @@ class ProcessorParts:
         "reducer_name",
         "inputs",
         "imports",
+        "dedup",
     )
 
     def __init__(
@@ -121,9 +123,11 @@ class ProcessorParts:
         imports: Mapping[Hashable, Hashable] | None = None,
         trace: bool = False,
         join: IntervalJoin | None = None,
+        dedup: Dedup | None = None,
     ) -> None:
         self.policy = policy = policy or OrderingPolicy()
         self.join = join
+        self.dedup = dedup
         self.window = window
         self.reducer: Reducer[Any, Any] = aggregate if aggregate is not None else Count()
         self.trace = trace
@@ -158,6 +162,9 @@ class ProcessorParts:
                 raise ConfigurationError("imports maps one of the inputs to another: declare the inputs")
             return
         names = tuple(inputs)
+        if dedup is not None and len(names) > 1:
+            # Its horizon is measured against one watermark: an input's (or a substream's).
+            raise ConfigurationError("dedup applies to the events of one input: declare it on a single-input consumer")
         if not names or len(set(names)) != len(names):
             raise ConfigurationError(f"inputs must be distinct names, at least one: {list(names)!r}")
         if substreams and len(names) > 1:

@@ -23,6 +23,7 @@ from typing import Any
 
 from streams.core.errors import ConfigurationError, StreamCompletedError
 from streams.eventtime.aggregates import Reducer
+from streams.eventtime.dedup import Dedup, Deduplication
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.ingest import Ingest
 from streams.eventtime.joins import IntervalJoin, JoinStore
@@ -76,6 +77,7 @@ class Processor:
         imports: Mapping[Hashable, Hashable] | None = None,
         trace: bool = False,
         join: IntervalJoin | None = None,
+        dedup: Dedup | None = None,
     ) -> None:
         parts = ProcessorParts(
             policy,
@@ -88,6 +90,7 @@ class Processor:
             imports=imports,
             trace=trace,
             join=join,
+            dedup=dedup,
         )
         self._assemble(parts, 0)
 
@@ -134,6 +137,8 @@ class Processor:
             session=parts.session,
             join=parts.join,
         )
+        if parts.dedup is not None:
+            flow.dedup = Deduplication(parts.dedup)
         refusals = Refusals(
             counters,
             early=parts.early,

@@ -67,9 +67,12 @@ def can_snapshot(processor: Snapshottable) -> bool:
 
 
 def is_empty(processor: Snapshottable) -> bool:
-    """No open pane: nothing a restart would need beyond the watermarks (which the next
-    events regenerate as they would have)."""
-    return not any(store.has_data() for store in processor._flow.stores())
+    """No open pane and no dedup key held: nothing a restart would need beyond the
+    watermarks (which the next events regenerate as they would have)."""
+    flow = processor._flow
+    if flow.dedup is not None and flow.dedup.entries():
+        return False
+    return not any(store.has_data() for store in flow.stores())
 
 
 def snapshot(processor: Snapshottable) -> bytes:
@@ -94,6 +97,8 @@ def snapshot(processor: Snapshottable) -> bytes:
         "counters": [getattr(flow.counters, f.name) for f in fields(flow.counters)],
         "seq": seq,
     }
+    if flow.dedup is not None:  # the keys seen within the horizon: a retry after a restart is dropped
+        state["dedup"] = flow.dedup.state()
     if flow.multi:  # every input's clock and watermark, and their merge
         assert flow.merged is not None
         values = flow.merged.values()
@@ -139,8 +144,11 @@ def restore(processor: Snapshottable, data: bytes) -> None:
         if store is not None and store_state is not None:
             _set_store(store, store_state)
     counters = flow.counters
-    for f, value in zip(fields(counters), state["counters"], strict=True):
+    # Counters added since (at the end) stay 0 in an older snapshot.
+    for f, value in zip(fields(counters), state["counters"], strict=False):
         setattr(counters, f.name, value)
+    if flow.dedup is not None:
+        flow.dedup.set_state(state.get("dedup", []), _hashable)
     if state["seq"] is not None and isinstance(flow.reducer, _Sequenced):
         flow.reducer._seq = itertools.count(state["seq"])
 

@@ -244,3 +244,28 @@ def test_a_missing_file_is_named(tmp_path):
     assert result.stderr.splitlines() == [
         f"headrace simulate: error: cannot read {tmp_path / 'nope.csv'}: No such file or directory"
     ]
+
+
+def test_dedup_drops_a_retried_value_within_the_horizon_and_says_so(tmp_path):
+    sample = write(
+        tmp_path,
+        "arrival_time,event_time,key,value\n1,1,a,p1\n2,2,a,p2\n3,1,a,p1\n30,30,a,x\n31,2,b,p2\n40,40,a,p1\n",
+    )
+    result = simulate("--out-of-order", "60s", "--dedup-within", "30s", "--window", "tumbling:100s", "--flush", sample)
+    out = lines(result)
+    events = {o["index"]: (o["status"], o["reason"]) for o in out if o["type"] == "event"}
+    # W = -inf until t=40 passes the delay: p1 at 40 is still within 1 + 30 > W = -20.
+    assert events == {
+        0: ("kept", None),
+        1: ("kept", None),
+        2: ("dropped", "duplicate"),
+        3: ("kept", None),
+        4: ("dropped", "duplicate"),
+        5: ("dropped", "duplicate"),
+    }
+    (window,) = [o for o in out if o["type"] == "window"]
+    assert window["events"] == [0, 1, 3]
+    assert "3 dropped (3 duplicate)" in result.stderr
+    assert "--dedup-within" in simulate("--help").stdout
+    bad = simulate("--dedup-within", "0s", sample)
+    assert bad.returncode != 0 and "--dedup-within takes a duration > 0" in bad.stderr
