@@ -79,7 +79,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--action", default="adjust", metavar="ACTION", help="adjust | drop | accept (default adjust)")
     parser.add_argument("--substreams", action="store_true", help="one watermark per key (TIMESTAMP BY … OVER key)")
     parser.add_argument("--group-by-key", action="store_true", help="windows per key (always, with --substreams)")
-    parser.add_argument("--window", metavar="SPEC", help="tumbling:SIZE, hopping:SIZE:HOP or session:GAP")
+    parser.add_argument(
+        "--window", metavar="SPEC", help="tumbling:SIZE, hopping:SIZE:HOP or session:GAP; of events: tumbling:5ev"
+    )
     parser.add_argument("--allowed-lateness", metavar="D", help="keep windows open D after the watermark passes")
     parser.add_argument("--idle-timeout", metavar="D", help="close an idle source's windows after D of processing time")
     parser.add_argument("--flush", action="store_true", help="close every open window at the end of input")

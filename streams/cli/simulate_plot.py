@@ -347,6 +347,8 @@ def _title(options: ReplayOptions, *, leave_out: str | None = None) -> str:
         w = options.window
         if isinstance(w, Session):
             kind = f"session {w.gap:g}s"
+        elif w.events is not None:
+            kind = f"tumbling {w.events} events" if w.every == w.events else f"hopping {w.events}/{w.every} events"
         else:
             kind = f"tumbling {w.size:g}s" if w.hop == w.size else f"hopping {w.size:g}s/{w.hop:g}s"
         lateness = w.allowed_lateness and leave_out != "allowed_lateness"

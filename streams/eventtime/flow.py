@@ -11,13 +11,14 @@ from collections.abc import Hashable
 from typing import Any
 
 from streams.eventtime.aggregates import Reducer
+from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Deduplication
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.parts import Input, Lane, Store
 from streams.eventtime.results import Counters, Output, WatermarkAdvance, WindowResult
 from streams.eventtime.sessions import OpenSession, SessionStore
 from streams.eventtime.watermark import FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Session, WindowAssigner, WindowStore
+from streams.eventtime.windows import Hopping, Session, Tumbling, WindowAssigner, WindowStore
 
 _NO_LANES: dict[Hashable, Lane] = {}  # shared by every flow without substreams: never written
 _NO_STORES: list[Store] = []  # likewise: only substreams append to pending
@@ -45,6 +46,7 @@ class WatermarkFlow:
         "store_due",
         "assigner",
         "session",
+        "counted",
         "join",
         "lateness",
         "reducer",
@@ -71,12 +73,14 @@ class WatermarkFlow:
         trace: bool,
         session: Session | None = None,
         join: IntervalJoin | None = None,
+        counted: Tumbling | Hopping | None = None,
     ) -> None:
         self.inputs = inputs
         self.multi = len(inputs) > 1
         self.merged = MergedWatermark(i.name for i in inputs) if self.multi else None
         self.assigner = assigner
         self.session = session
+        self.counted = counted
         self.join = join
         self.reducer = reducer
         self.lateness = assigner.lateness if assigner is not None else session.allowed_lateness if session else 0.0
@@ -102,6 +106,8 @@ class WatermarkFlow:
             return JoinStore(self.join, left, right)
         if self.session is not None:
             return SessionStore(self.session, self.reducer, order, watermark)
+        if self.counted is not None:
+            return CountStore(self.counted, self.reducer, order, watermark)
         if self.assigner is not None:
             return WindowStore(self.assigner, order, watermark)
         return None
@@ -208,6 +214,11 @@ class WatermarkFlow:
         if self.session is not None:
             self._close_sessions(stores, clock, out)
             return
+        if self.counted is not None:  # only a final watermark closes one (partial)
+            for store in dict.fromkeys(stores):
+                assert isinstance(store, CountStore)
+                self.emit(store.pop_due(), out)
+            return
         if self.join is not None:
             for store in dict.fromkeys(stores):
                 assert isinstance(store, JoinStore)
@@ -232,6 +243,13 @@ class WatermarkFlow:
                 if self.trace:
                     out.trace.append(result)
                 self.counters.windows_emitted += 1
+
+    def emit(self, results: list[WindowResult], out: Output) -> None:
+        """Hand closed windows out (and into the trace), counted."""
+        out.windows.extend(results)
+        if self.trace:
+            out.trace.extend(results)
+        self.counters.windows_emitted += len(results)
 
     def _close_sessions(self, stores: list[Store], clock: float | None, out: Output) -> None:
         due: list[tuple[float, int, int, Hashable, OpenSession, bool]] = []

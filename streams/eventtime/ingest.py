@@ -30,6 +30,7 @@ from typing import Any
 
 from streams.core.errors import StreamCompletedError
 from streams.eventtime.aggregates import Count
+from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Deduplication
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
@@ -121,7 +122,7 @@ class Ingest:
         substreams = flow.substreams
         a = flow.assigner
         fixed = a is not None
-        windowed = fixed or flow.session is not None or flow.join is not None
+        windowed = fixed or flow.session is not None or flow.join is not None or flow.counted is not None
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
@@ -155,6 +156,7 @@ class Ingest:
         panes: dict[float, dict[Hashable, list[Any]]] = store.panes if isinstance(store, WindowStore) else {}
         sessions = store if isinstance(store, SessionStore) else None
         joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
+        counts = store if isinstance(store, CountStore) else None
         next_close = store.next_close if store is not None else FOREVER
         # One event in sampler.every is sampled (lateness, disorder): the loop only asks whether
         # an event is the next one due, by identity (cheaper per event than counting down).
@@ -215,6 +217,8 @@ class Ingest:
                                 panes, next_close = store.panes, store.next_close
                             elif isinstance(store, SessionStore):
                                 sessions, next_close = store, store.next_close
+                            elif isinstance(store, CountStore):
+                                counts = store
                     if rec is marked:  # lateness and disorder, before the policy touches the event
                         at += every
                         marked = events[at] if at < n else None
@@ -307,6 +311,10 @@ class Ingest:
                             )
                         elif joins.watermark > joins.next_close:  # a left event already due (upper < 0)
                             flow.close([joins], arr, out)  # before step 5: earlier than any it makes due
+                    elif counts is not None:  # a window of events: one its event completes is emitted now
+                        done = counts.add(key, ts, None if counting else select(rec), rec.token, arr)
+                        if done:
+                            flow.emit(done, out)
                 except Exception as exc:  # noqa: BLE001 - a key or aggregate of this event raised
                     if et is None:  # its time or key raised: neither is this event's
                         refusals.invalid(part, rec, None, None, arr, exc, out)

@@ -29,16 +29,17 @@ from typing import Any
 
 from streams.core.errors import ConfigurationError
 from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Dedup
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
 from streams.eventtime.sessions import SessionStore
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Session, WindowAssigner, WindowSpec, WindowStore
+from streams.eventtime.windows import Hopping, Session, Tumbling, WindowAssigner, WindowSpec, WindowStore, counted
 
-Store = WindowStore | SessionStore | JoinStore
-"""The open windows governed by one watermark: fixed windows' panes, sessions, or the state
-of an interval join."""
+Store = WindowStore | SessionStore | JoinStore | CountStore
+"""The open windows governed by one watermark: fixed windows' panes, sessions, the state
+of an interval join, or windows of a count of events."""
 
 Lane = tuple[Watermark, Store | None]
 """A substream's watermark and its windows (None without a window)."""
@@ -99,6 +100,7 @@ class ProcessorParts:
         "action",
         "assigner",
         "session",
+        "counted",
         "join",
         "timestamp_of",
         "key_of",
@@ -146,7 +148,10 @@ class ProcessorParts:
         self.action = Action(policy.action)
         # Fixed windows (tumbling, hopping) have an assigner; sessions have none.
         self.session = window if isinstance(window, Session) else None
-        self.assigner = WindowAssigner(window) if window is not None and not isinstance(window, Session) else None
+        # Windows of a count of events have a store of their own (streams.eventtime.counted).
+        timed = isinstance(window, (Tumbling, Hopping)) and not counted(window)
+        self.counted = window if isinstance(window, (Tumbling, Hopping)) and not timed else None
+        self.assigner = WindowAssigner(window) if isinstance(window, (Tumbling, Hopping)) and timed else None
         self.timestamp_of: Callable[[Any], float] | None = timestamp_extractor(policy.timestamp_by, policy.unit)
         self.key_of: Callable[[Any], Hashable] | None = key_extractor(key_spec)
         # A key given as a field name is read inline by the hot path.
@@ -162,6 +167,9 @@ class ProcessorParts:
                 raise ConfigurationError("imports maps one of the inputs to another: declare the inputs")
             return
         names = tuple(inputs)
+        if self.counted is not None and len(names) > 1:
+            # Counted in the order one input accepts its events: several have no such order.
+            raise ConfigurationError("a window of events counts one input's events: declare it on a single input")
         if dedup is not None and len(names) > 1:
             # Its horizon is measured against one watermark: an input's (or a substream's).
             raise ConfigurationError("dedup applies to the events of one input: declare it on a single-input consumer")

@@ -136,6 +136,7 @@ class Processor:
             trace=parts.trace,
             session=parts.session,
             join=parts.join,
+            counted=parts.counted,
         )
         if parts.dedup is not None:
             flow.dedup = Deduplication(parts.dedup)

@@ -36,6 +36,7 @@ from streams.core.ids import SequenceToken, StreamId
 from streams.core.record_batch import RecordEvent
 from streams.core.state import StateError
 from streams.eventtime.aggregates import _Sequenced
+from streams.eventtime.counted import CountStore
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
 from streams.eventtime.parts import Input, Store
@@ -197,6 +198,8 @@ def _store(store: Store) -> list[Any]:
         return ["sessions", *store.state()]
     if isinstance(store, JoinStore):
         return ["join", *store.state()]
+    if isinstance(store, CountStore):
+        return ["counted", *store.state()]
     assert isinstance(store, WindowStore)
     panes = [
         [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
@@ -206,13 +209,18 @@ def _store(store: Store) -> list[Any]:
 
 def _set_store(store: Store, state: list[Any]) -> None:
     kind = state[0] if state and isinstance(state[0], str) else "windows"
-    mine = "sessions" if isinstance(store, SessionStore) else "join" if isinstance(store, JoinStore) else "windows"
+    mine = (
+        "sessions"
+        if isinstance(store, SessionStore)
+        else "join"
+        if isinstance(store, JoinStore)
+        else "counted"
+        if isinstance(store, CountStore)
+        else "windows"
+    )
     if kind != mine:
         raise SnapshotError(f"the snapshot holds {kind}, this processor {mine}")
-    if isinstance(store, SessionStore):
-        store.set_state(state[1:], _hashable)
-        return
-    if isinstance(store, JoinStore):
+    if not isinstance(store, WindowStore):  # a store that writes its own state
         store.set_state(state[1:], _hashable)
         return
     assert isinstance(store, WindowStore)

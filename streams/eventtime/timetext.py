@@ -79,15 +79,24 @@ def parse_instant(text: str, where: str) -> tuple[float, datetime | None]:
 
 
 def parse_window(text: str, where: str) -> WindowSpec:
-    """``tumbling:SIZE``, ``hopping:SIZE:HOP`` or ``session:GAP`` (sizes are durations).
+    """``tumbling:SIZE``, ``hopping:SIZE:HOP`` or ``session:GAP`` (sizes are durations);
+    windows of events: ``tumbling:Nev``, ``hopping:Nev:Mev``.
 
     >>> parse_window("hopping:10m:1m", "window")
-    Hopping(size=600.0, hop=60.0, allowed_lateness=0.0, idle_timeout=None, origin=0.0)
+    Hopping(size=600.0, hop=60.0, allowed_lateness=0.0, idle_timeout=None, origin=0.0, events=None, every=None)
     >>> parse_window("session:30s", "window")
     Session(gap=30.0, allowed_lateness=0.0, idle_timeout=None)
+    >>> parse_window("hopping:10ev:5ev", "window").every
+    5
     """
     kind, _, rest = text.partition(":")
     parts = rest.split(":") if rest else []
+    if parts and all(p.endswith("ev") and p[:-2].isdigit() for p in parts):  # windows of events
+        counts = [int(p[:-2]) for p in parts]
+        if kind == "tumbling" and len(counts) == 1:
+            return Tumbling(events=counts[0])
+        if kind == "hopping" and len(counts) == 2:
+            return Hopping(events=counts[0], every=counts[1])
     if kind == "session" and len(parts) == 1:
         gap = parse_duration(parts[0], f"{where} gap")
         if gap <= 0:

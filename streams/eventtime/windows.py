@@ -42,7 +42,9 @@ def _check(name: str, value: Any, *, positive: bool, optional: bool = False) -> 
 
 @dataclass(frozen=True, slots=True)
 class Tumbling:
-    """Back-to-back windows of ``size`` seconds (Atlas ``$tumblingWindow``).
+    """Back-to-back windows of ``size`` seconds (Atlas ``$tumblingWindow``), or of
+    ``events`` events of a key (Quix's count windows: ``Tumbling(events=100)``; see
+    :mod:`streams.eventtime.counted`).
 
     ``allowed_lateness``: how long a window stays open after the watermark passes its end.
     ``idle_timeout``: processing time after which an idle source's window closes anyway.
@@ -50,15 +52,26 @@ class Tumbling:
 
     >>> Tumbling(300).bounds(1)
     (300.0, 600.0)
+    >>> Tumbling(events=3).events, Tumbling(events=3).every
+    (3, 3)
     """
 
-    size: float
+    size: float = 0.0  # seconds; 0 for a window of events
     allowed_lateness: float = 0.0
     idle_timeout: float | None = None
     origin: float = 0.0
+    events: int | None = None
 
     def __post_init__(self) -> None:
-        _validate(self)
+        if self.events is None:
+            _validate(self)
+        else:
+            _check_counted(self, self.events, self.events)
+
+    @property
+    def every(self) -> int | None:
+        """How many events apart counted windows start (``events``: back to back)."""
+        return self.events
 
     @property
     def hop(self) -> float:
@@ -72,24 +85,31 @@ class Tumbling:
 
 @dataclass(frozen=True, slots=True)
 class Hopping:
-    """Windows of ``size`` seconds opening every ``hop`` seconds (Atlas ``$hoppingWindow``).
+    """Windows of ``size`` seconds opening every ``hop`` seconds (Atlas ``$hoppingWindow``),
+    or of ``events`` events of a key opening every ``every`` events (Quix's count windows:
+    ``Hopping(events=10, every=5)``; see :mod:`streams.eventtime.counted`).
 
     ``hop < size`` overlaps windows; ``hop > size`` leaves gaps whose events belong to no
-    window. Other fields as :class:`Tumbling`.
+    window (likewise ``every`` and ``events``). Other fields as :class:`Tumbling`.
 
     >>> Hopping(20, 5).bounds(3)
     (15.0, 35.0)
     """
 
-    size: float
-    hop: float
+    size: float = 0.0  # seconds; 0 for windows of events
+    hop: float = 0.0
     allowed_lateness: float = 0.0
     idle_timeout: float | None = None
     origin: float = 0.0
+    events: int | None = None
+    every: int | None = None
 
     def __post_init__(self) -> None:
-        _check("hop", self.hop, positive=True)
-        _validate(self)
+        if self.events is None and self.every is None:
+            _check("hop", self.hop, positive=True)
+            _validate(self)
+        else:
+            _check_counted(self, self.events, self.every)
 
     def bounds(self, j: float) -> tuple[float, float]:
         """Start and end of window ``j``."""
@@ -123,7 +143,33 @@ class Session:
 
 
 FixedWindow = Tumbling | Hopping
-"""Windows with bounds fixed in advance (whatever the events), kept in panes."""
+"""Windows with bounds fixed in advance (whatever the events), kept in panes; or, with
+``events`` set, windows of a count of events (:mod:`streams.eventtime.counted`)."""
+
+
+def counted(spec: object) -> bool:
+    """Whether ``spec`` declares windows of a count of events rather than of time.
+
+    >>> counted(Tumbling(events=5)), counted(Tumbling(5)), counted(Session(5))
+    (True, False, False)
+    """
+    return isinstance(spec, (Tumbling, Hopping)) and spec.events is not None
+
+
+def _check_counted(spec: FixedWindow, events: int | None, every: int | None) -> None:
+    """A window of ``events`` events opening every ``every``: whole numbers > 0, and none of
+    the time settings (a counted window closes at its last event, not by the watermark)."""
+    for name, n in (("events", events), ("every", every)):
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ConfigurationError(f"{name} must be a whole number of events > 0, not {n!r}")
+    if spec.size or spec.hop or spec.origin:
+        raise ConfigurationError("a window is of seconds (size, hop) or of events (events, every), not both")
+    if spec.allowed_lateness or spec.idle_timeout is not None:
+        raise ConfigurationError(
+            "allowed_lateness and idle_timeout apply to windows of time: a window of events closes at its "
+            "last event, or (partial) at the final watermark"
+        )
+
 
 WindowSpec = Tumbling | Hopping | Session
 

@@ -269,3 +269,12 @@ def test_dedup_drops_a_retried_value_within_the_horizon_and_says_so(tmp_path):
     assert "--dedup-within" in simulate("--help").stdout
     bad = simulate("--dedup-within", "0s", sample)
     assert bad.returncode != 0 and "--dedup-within takes a duration > 0" in bad.stderr
+
+
+def test_a_window_of_events_from_the_command_line(tmp_path):
+    sample = write(tmp_path, "arrival_time,event_time,key,value\n1,1,a,\n2,5,a,\n3,2,a,\n4,9,a,\n5,8,a,\n")
+    out = lines(simulate("--out-of-order", "10s", "--window", "tumbling:2ev", "--flush", sample))
+    windows = [(w["start"], w["end"], w["events"], w["closed_at"], w["final"]) for w in out if w["type"] == "window"]
+    assert windows == [(1, 5, [0, 1], 2, False), (2, 9, [2, 3], 4, False), (8, 8, [4], None, True)]
+    bad = simulate("--window", "tumbling:2ev", "--allowed-lateness", "5s", sample)
+    assert bad.returncode != 0 and "allowed_lateness and idle_timeout apply to windows of time" in bad.stderr

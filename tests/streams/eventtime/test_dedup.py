@@ -13,74 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.errors import ConfigurationError
-from streams.eventtime import Collect, EventOutcome, EventTime, OrderingPolicy, Processor, Tumbling, WindowResult
+from streams.eventtime import Collect, EventTime, OrderingPolicy, Processor, Tumbling
 from streams.eventtime.dedup import Dedup
 from streams.eventtime.replay import Row
 from streams.eventtime.snapshot import is_empty, restore, snapshot
-
-INF = math.inf
-
-
-class Reference:
-    """Steps 1-3, dedup, and step 5 for a windowless consumer, written out plainly: every
-    key ever registered kept in a list, every watermark recomputed, nothing expired."""
-
-    def __init__(self, policy: OrderingPolicy, within: float) -> None:
-        self.p, self.within = policy, within
-        self.substreams = policy.over is not None
-        self.floor = -INF
-        self.w: dict[Any, float] = {}
-        self.registered: list[tuple[Any, Any, float]] = []  # (lane, dedup key, first timestamp)
-        self.fates: dict[int, tuple[str, str | None, float | None]] = {}
-
-    def lane_w(self, lane: Any) -> float:
-        return max(self.w.get(lane, -INF), self.floor)
-
-    def tick(self, t: float) -> None:
-        if self.p.late_arrival is not None:
-            self.floor = max(self.floor, t - self.p.late_arrival)
-
-    def event(self, row: Row) -> None:
-        p, arr, et = self.p, row.arrival_time, row.event_time
-        assert et is not None
-        lane = row.key if self.substreams else None
-        w = self.lane_w(lane)
-        if p.early_arrival is not None and et - arr > p.early_arrival:
-            self.fates[row.index] = ("dropped", "early_arrival", None)
-            return
-        ts, status, reason = et, "kept", None
-        if p.late_arrival is not None and arr - et > p.late_arrival:
-            reason = "late_arrival"
-            if p.action == "drop":
-                self.fates[row.index] = ("dropped", reason, None)
-                return
-            if p.action == "adjust":
-                ts, status = arr - p.late_arrival, "adjusted"
-        if ts < w:
-            reason = "out_of_order"
-            if p.action == "drop":
-                self.fates[row.index] = ("dropped", reason, None)
-                return
-            if p.action == "adjust":
-                ts, status = w, "adjusted"
-        dedup_key = row.value
-        if any(r[0] == lane and r[1] == dedup_key and r[2] + self.within > w for r in self.registered):
-            self.fates[row.index] = ("dropped", "duplicate", None)
-            return  # as if it never arrived: no watermark moves
-        if ts + self.within > w:
-            self.registered.append((lane, dedup_key, ts))
-        self.fates[row.index] = (status, reason, ts)
-        self.w[lane] = max(w, ts - p.out_of_order)
-        if p.late_arrival is not None:
-            self.floor = max(self.floor, arr - p.late_arrival)
-
-
-class _Rec:
-    __slots__ = ("value", "event_time", "arrival_time", "token")
-
-    def __init__(self, row: Row) -> None:
-        self.value = {"key": row.key, "id": row.value, "index": row.index}
-        self.event_time, self.arrival_time, self.token = row.event_time, row.arrival_time, row.index
+from tests.streams.eventtime.reference import Fates, Rec, Reference, run_core
 
 
 @st.composite
@@ -107,7 +44,7 @@ def samples(draw: Any) -> tuple[list[Row], OrderingPolicy, float, list[int]]:
     return rows, policy, within, cuts
 
 
-def run_core(
+def run(
     rows: list[Row],
     policy: OrderingPolicy,
     within: float,
@@ -115,70 +52,30 @@ def run_core(
     *,
     window: Tumbling | None = None,
     restore_at: int = -1,
-) -> tuple[dict[int, tuple], list[tuple], Processor]:
-    """Fates and windows of the processor, the rows fed in calls of ``cuts`` events;
-    ``restore_at``: after that many calls, carry on in a fresh processor restored from a
-    snapshot."""
+) -> tuple[Fates, list[tuple], Processor]:
+    """The processor with ``Dedup(key="id", within=within)``: fates, windows as ``(start,
+    indexes)``, and the processor."""
 
     def make() -> Processor:
         return Processor(policy, window, Collect(), select="index", trace=True, dedup=Dedup(key="id", within=within))
 
-    p, fates, windows = make(), {}, []
-    sizes, i, calls = iter(cuts * (len(rows) + 1)), 0, 0
-    outs = []
-    while i < len(rows):
-        if calls == restore_at:
-            q = make()
-            restore(q, snapshot(p))
-            p = q
-        calls += 1
-        if rows[i].event_time is None:
-            outs.append(p.on_tick(rows[i].arrival_time))
-            i += 1
-            continue
-        j, size = i, next(sizes)
-        while j < len(rows) and j - i < size and rows[j].event_time is not None:
-            j += 1
-        outs.append(p.on_events([_Rec(r) for r in rows[i:j]]))
-        i = j
-    outs.append(p.flush())
-    for out in outs:
-        for item in out.trace:
-            if isinstance(item, EventOutcome):
-                assert item.record.value["index"] not in fates  # one fate each
-                fates[item.record.value["index"]] = (item.status, item.reason, item.timestamp)
-            elif isinstance(item, WindowResult):
-                windows.append((item.start, tuple(item.value)))
-        # every drop is a letter, in the order of the trace
-        refused = [o for o in out.trace if isinstance(o, EventOutcome) and o.status in ("dropped", "dead_letter")]
-        assert [d.value["index"] for d in out.dead_letters] == [o.record.value["index"] for o in refused]
-    return fates, windows, p
+    fates, windows, p = run_core(make, rows, cuts, restore_at)
+    return fates, [(w.start, tuple(w.value)) for w in windows], p
 
 
-def run_reference(rows: list[Row], policy: OrderingPolicy, within: float) -> dict[int, tuple]:
-    ref = Reference(policy, within)
-    for row in rows:
-        if row.event_time is None:
-            ref.tick(row.arrival_time)
-        else:
-            ref.event(row)
-    return ref.fates
-
-
-def _events(rows: list[Row]) -> list[int]:
-    return [r.index for r in rows if r.event_time is not None]
+def run_reference(rows: list[Row], policy: OrderingPolicy, within: float) -> Fates:
+    return Reference(policy, within).run(rows).fates
 
 
 @settings(max_examples=400, deadline=None)
 @given(samples())
 def test_dedup_matches_the_brute_force_reference(sample):
     rows, policy, within, cuts = sample
-    fates, _, p = run_core(rows, policy, within, cuts)
+    fates, _, p = run(rows, policy, within, cuts)
     assert fates == run_reference(rows, policy, within)
-    assert sorted(fates) == _events(rows)  # every event has exactly one fate
     duplicates = [i for i, f in fates.items() if f[1] == "duplicate"]
     assert p.counters.duplicate == len(duplicates)
-    assert p.counters.events == len(_events(rows))
+    assert p.counters.events == len(fates)  # one fate each (run_core)
 
 
 @settings(max_examples=150, deadline=None)
@@ -186,7 +83,7 @@ def test_dedup_matches_the_brute_force_reference(sample):
 def test_dedup_before_windows_each_kept_event_in_its_window(sample):
     """Windows see exactly the events dedup kept, each in the window of its timestamp."""
     rows, policy, within, cuts = sample
-    fates, windows, _ = run_core(rows, policy, within, cuts, window=Tumbling(10))
+    fates, windows, _ = run(rows, policy, within, cuts, window=Tumbling(10))
     ref = run_reference(rows, policy, within)
     members = {i: start for start, events in windows for i in events}
     for index, (status, reason, ts) in fates.items():
@@ -205,12 +102,12 @@ def test_dedup_before_windows_each_kept_event_in_its_window(sample):
 @given(samples(), st.integers(0, 12))
 def test_a_snapshot_restored_mid_stream_keeps_what_was_seen(sample, restore_at):
     rows, policy, within, cuts = sample
-    restored = run_core(rows, policy, within, cuts, restore_at=restore_at)
-    assert restored[:2] == run_core(rows, policy, within, cuts)[:2]
+    restored = run(rows, policy, within, cuts, restore_at=restore_at)
+    assert restored[:2] == run(rows, policy, within, cuts)[:2]
 
 
-def ev(t: float, ident: Any, index: int, arrival: float | None = None) -> _Rec:
-    return _Rec(Row(index, t if arrival is None else arrival, t, "k", ident))
+def ev(t: float, ident: Any, index: int, arrival: float | None = None) -> Rec:
+    return Rec(Row(index, t if arrival is None else arrival, t, "k", ident))
 
 
 def test_a_retry_within_the_horizon_is_dropped_and_one_after_it_is_kept():
@@ -252,9 +149,9 @@ def test_state_stays_bounded_by_the_horizon():
 
 def test_with_substreams_each_substream_keeps_its_own_keys_by_its_own_watermark():
     p = Processor(OrderingPolicy(over="key"), dedup=Dedup(key="id", within=5))
-    a = [_Rec(Row(0, 1, 1, "a", "x")), _Rec(Row(1, 2, 20, "a", "z"))]  # substream a: W = 20
-    b = [_Rec(Row(2, 3, 2, "b", "x")), _Rec(Row(3, 4, 3, "b", "x"))]  # substream b: W = 2
-    out = p.on_events(a + b + [_Rec(Row(4, 5, 21, "a", "x"))])
+    a = [Rec(Row(0, 1, 1, "a", "x")), Rec(Row(1, 2, 20, "a", "z"))]  # substream a: W = 20
+    b = [Rec(Row(2, 3, 2, "b", "x")), Rec(Row(3, 4, 3, "b", "x"))]  # substream b: W = 2
+    out = p.on_events(a + b + [Rec(Row(4, 5, 21, "a", "x"))])
     assert [(d.reason, d.value["index"]) for d in out.dead_letters] == [("duplicate", 3)]
     assert [o.record.value["index"] for o in out.events] == [0, 1, 2, 4]
 
