@@ -32,7 +32,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
@@ -43,6 +43,7 @@ from streams.eventtime.policy import OrderingPolicy
 from streams.eventtime.replay import ReplayOptions, Row, Summary, replay, row_dedup, summarize
 from streams.eventtime.results import EventOutcome, TraceItem, WatermarkAdvance, WindowResult
 from streams.eventtime.timetext import parse_duration, parse_instant, parse_window
+from streams.eventtime.windows import with_timing
 
 if TYPE_CHECKING:
     from streams.cli.simulate_plot import Panel
@@ -80,7 +81,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--substreams", action="store_true", help="one watermark per key (TIMESTAMP BY … OVER key)")
     parser.add_argument("--group-by-key", action="store_true", help="windows per key (always, with --substreams)")
     parser.add_argument(
-        "--window", metavar="SPEC", help="tumbling:SIZE, hopping:SIZE:HOP or session:GAP; of events: tumbling:5ev"
+        "--window",
+        metavar="SPEC",
+        help="tumbling:SIZE, hopping:SIZE:HOP, session:GAP or sliding:SPAN; of events: tumbling:5ev",
     )
     parser.add_argument("--allowed-lateness", metavar="D", help="keep windows open D after the watermark passes")
     parser.add_argument("--idle-timeout", metavar="D", help="close an idle source's windows after D of processing time")
@@ -222,7 +225,7 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
     if window is None and (lateness is not None or idle is not None):
         raise CliError("--allowed-lateness and --idle-timeout need --window")
     if window is not None:
-        window = replace(window, allowed_lateness=lateness or 0.0, idle_timeout=idle)
+        window = with_timing(window, lateness or 0.0, idle)
     if args.action not in ("adjust", "drop", "accept"):
         raise CliError(f"--action takes adjust, drop or accept, not {args.action!r}")
     policy = OrderingPolicy(

@@ -28,7 +28,7 @@ from streams.eventtime.results import (
 )
 from streams.eventtime.spec import EventTime
 from streams.eventtime.watermark import EVERY_EVENT, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Hopping, Session, Tumbling, WindowAssigner, WindowSpec, WindowStore
+from streams.eventtime.windows import Hopping, Session, Sliding, Tumbling, WindowAssigner, WindowSpec, WindowStore
 
 __all__ = [
     "ADJUSTED",
@@ -62,6 +62,7 @@ __all__ = [
     "Reason",
     "Reducer",
     "Session",
+    "Sliding",
     "Sum",
     "TraceItem",
     "Tumbling",

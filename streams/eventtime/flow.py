@@ -17,8 +17,9 @@ from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.parts import Input, Lane, Store
 from streams.eventtime.results import Counters, Output, WatermarkAdvance, WindowResult
 from streams.eventtime.sessions import OpenSession, SessionStore
+from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Hopping, Session, Tumbling, WindowAssigner, WindowStore
+from streams.eventtime.windows import Hopping, Session, Sliding, Tumbling, WindowAssigner, WindowStore
 
 _NO_LANES: dict[Hashable, Lane] = {}  # shared by every flow without substreams: never written
 _NO_STORES: list[Store] = []  # likewise: only substreams append to pending
@@ -47,6 +48,7 @@ class WatermarkFlow:
         "assigner",
         "session",
         "counted",
+        "sliding",
         "join",
         "lateness",
         "reducer",
@@ -74,6 +76,7 @@ class WatermarkFlow:
         session: Session | None = None,
         join: IntervalJoin | None = None,
         counted: Tumbling | Hopping | None = None,
+        sliding: Sliding | None = None,
     ) -> None:
         self.inputs = inputs
         self.multi = len(inputs) > 1
@@ -81,6 +84,7 @@ class WatermarkFlow:
         self.assigner = assigner
         self.session = session
         self.counted = counted
+        self.sliding = sliding
         self.join = join
         self.reducer = reducer
         self.lateness = assigner.lateness if assigner is not None else session.allowed_lateness if session else 0.0
@@ -108,6 +112,8 @@ class WatermarkFlow:
             return SessionStore(self.session, self.reducer, order, watermark)
         if self.counted is not None:
             return CountStore(self.counted, self.reducer, order, watermark)
+        if self.sliding is not None:
+            return SlidingStore(self.sliding, self.reducer, order, watermark)
         if self.assigner is not None:
             return WindowStore(self.assigner, order, watermark)
         return None
@@ -218,6 +224,15 @@ class WatermarkFlow:
             for store in dict.fromkeys(stores):
                 assert isinstance(store, CountStore)
                 self.emit(store.pop_due(), out)
+            return
+        if self.sliding is not None:
+            slid: list[tuple[float, int, int, WindowResult]] = []
+            for store in dict.fromkeys(stores):
+                assert isinstance(store, SlidingStore)
+                if store.watermark >= store.next_close:
+                    slid.extend((r.end, store.order, i, r) for i, r in enumerate(store.pop_due(clock)))
+            slid.sort(key=lambda d: d[:3])
+            self.emit([d[3] for d in slid], out)
             return
         if self.join is not None:
             for store in dict.fromkeys(stores):

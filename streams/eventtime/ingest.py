@@ -40,6 +40,7 @@ from streams.eventtime.parts import Input
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
 from streams.eventtime.results import DEAD_LETTER, DROPPED, KEPT, EventOutcome, Output, WatermarkAdvance
 from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
+from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import FOREVER, NEVER
 from streams.eventtime.windows import WindowStore
 
@@ -122,7 +123,13 @@ class Ingest:
         substreams = flow.substreams
         a = flow.assigner
         fixed = a is not None
-        windowed = fixed or flow.session is not None or flow.join is not None or flow.counted is not None
+        windowed = (
+            fixed
+            or flow.session is not None
+            or flow.join is not None
+            or flow.counted is not None
+            or flow.sliding is not None
+        )
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
@@ -157,6 +164,7 @@ class Ingest:
         sessions = store if isinstance(store, SessionStore) else None
         joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
         counts = store if isinstance(store, CountStore) else None
+        slides = store if isinstance(store, SlidingStore) else None
         next_close = store.next_close if store is not None else FOREVER
         # One event in sampler.every is sampled (lateness, disorder): the loop only asks whether
         # an event is the next one due, by identity (cheaper per event than counting down).
@@ -219,6 +227,8 @@ class Ingest:
                                 sessions, next_close = store, store.next_close
                             elif isinstance(store, CountStore):
                                 counts = store
+                            elif isinstance(store, SlidingStore):
+                                slides, next_close = store, store.next_close
                     if rec is marked:  # lateness and disorder, before the policy touches the event
                         at += every
                         marked = events[at] if at < n else None
@@ -315,6 +325,14 @@ class Ingest:
                         done = counts.add(key, ts, None if counting else select(rec), rec.token, arr)
                         if done:
                             flow.emit(done, out)
+                    elif slides is not None:  # the open sliding windows containing it, and those it creates
+                        value = None if counting else select(rec)
+                        if slides.add(key, ts, value, rec.token, w=w if direct else slides.watermark):
+                            flow.scheduled(inp, slides)
+                        else:
+                            status = DEAD_LETTER
+                            refuse(part, rec, key, t, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
+                        next_close = slides.next_close
                 except Exception as exc:  # noqa: BLE001 - a key or aggregate of this event raised
                     if et is None:  # its time or key raised: neither is this event's
                         refusals.invalid(part, rec, None, None, arr, exc, out)

@@ -34,12 +34,22 @@ from streams.eventtime.dedup import Dedup
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
 from streams.eventtime.sessions import SessionStore
+from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Hopping, Session, Tumbling, WindowAssigner, WindowSpec, WindowStore, counted
+from streams.eventtime.windows import (
+    Hopping,
+    Session,
+    Sliding,
+    Tumbling,
+    WindowAssigner,
+    WindowSpec,
+    WindowStore,
+    counted,
+)
 
-Store = WindowStore | SessionStore | JoinStore | CountStore
+Store = WindowStore | SessionStore | JoinStore | CountStore | SlidingStore
 """The open windows governed by one watermark: fixed windows' panes, sessions, the state
-of an interval join, or windows of a count of events."""
+of an interval join, windows of a count of events, or sliding windows."""
 
 Lane = tuple[Watermark, Store | None]
 """A substream's watermark and its windows (None without a window)."""
@@ -101,6 +111,7 @@ class ProcessorParts:
         "assigner",
         "session",
         "counted",
+        "sliding",
         "join",
         "timestamp_of",
         "key_of",
@@ -152,6 +163,7 @@ class ProcessorParts:
         timed = isinstance(window, (Tumbling, Hopping)) and not counted(window)
         self.counted = window if isinstance(window, (Tumbling, Hopping)) and not timed else None
         self.assigner = WindowAssigner(window) if isinstance(window, (Tumbling, Hopping)) and timed else None
+        self.sliding = window if isinstance(window, Sliding) else None
         self.timestamp_of: Callable[[Any], float] | None = timestamp_extractor(policy.timestamp_by, policy.unit)
         self.key_of: Callable[[Any], Hashable] | None = key_extractor(key_spec)
         # A key given as a field name is read inline by the hot path.
@@ -170,6 +182,8 @@ class ProcessorParts:
         if self.counted is not None and len(names) > 1:
             # Counted in the order one input accepts its events: several have no such order.
             raise ConfigurationError("a window of events counts one input's events: declare it on a single input")
+        if self.sliding is not None and len(names) > 1:
+            raise ConfigurationError("sliding windows take the events of one input: declare them on a single input")
         if dedup is not None and len(names) > 1:
             # Its horizon is measured against one watermark: an input's (or a substream's).
             raise ConfigurationError("dedup applies to the events of one input: declare it on a single-input consumer")

@@ -137,6 +137,7 @@ class Processor:
             session=parts.session,
             join=parts.join,
             counted=parts.counted,
+            sliding=parts.sliding,
         )
         if parts.dedup is not None:
             flow.dedup = Deduplication(parts.dedup)

@@ -42,6 +42,7 @@ from streams.eventtime.joins import JoinStore
 from streams.eventtime.parts import Input, Store
 from streams.eventtime.results import EventOutcome
 from streams.eventtime.sessions import SessionStore
+from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import Watermark
 from streams.eventtime.windows import WindowStore
 
@@ -200,6 +201,8 @@ def _store(store: Store) -> list[Any]:
         return ["join", *store.state()]
     if isinstance(store, CountStore):
         return ["counted", *store.state()]
+    if isinstance(store, SlidingStore):
+        return ["sliding", *store.state()]
     assert isinstance(store, WindowStore)
     panes = [
         [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
@@ -216,6 +219,8 @@ def _set_store(store: Store, state: list[Any]) -> None:
         if isinstance(store, JoinStore)
         else "counted"
         if isinstance(store, CountStore)
+        else "sliding"
+        if isinstance(store, SlidingStore)
         else "windows"
     )
     if kind != mine:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -142,6 +142,32 @@ class Session:
         object.__setattr__(self, "allowed_lateness", float(self.allowed_lateness))
 
 
+@dataclass(frozen=True, slots=True)
+class Sliding:
+    """Sliding windows of ``span`` seconds (Kafka Streams' ``SlidingWindows``, time
+    difference ``span``, grace ``allowed_lateness``): one window per distinct set of a key's
+    events at most ``span`` apart, both bounds included, each closed when the watermark
+    passes its end plus ``allowed_lateness``. The store is :mod:`streams.eventtime.sliding`.
+
+    >>> Sliding(300).span, Sliding(300, allowed_lateness=60).allowed_lateness
+    (300.0, 60.0)
+    """
+
+    span: float
+    allowed_lateness: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check("span", self.span, positive=True)
+        _check("allowed_lateness", self.allowed_lateness, positive=False)
+        object.__setattr__(self, "span", float(self.span))
+        object.__setattr__(self, "allowed_lateness", float(self.allowed_lateness))
+
+    @property
+    def idle_timeout(self) -> None:
+        """None: a sliding window closes by the watermark only (docs/event-time.md)."""
+        return None
+
+
 FixedWindow = Tumbling | Hopping
 """Windows with bounds fixed in advance (whatever the events), kept in panes; or, with
 ``events`` set, windows of a count of events (:mod:`streams.eventtime.counted`)."""
@@ -171,7 +197,21 @@ def _check_counted(spec: FixedWindow, events: int | None, every: int | None) -> 
         )
 
 
-WindowSpec = Tumbling | Hopping | Session
+WindowSpec = Tumbling | Hopping | Session | Sliding
+
+
+def with_timing(spec: WindowSpec, allowed_lateness: float, idle_timeout: float | None) -> WindowSpec:
+    """``spec`` with these settings (what a configuration file or the command line gives);
+    a sliding window closes by the watermark only, and takes no idle timeout.
+
+    >>> with_timing(Sliding(60), 5.0, None).allowed_lateness
+    5.0
+    """
+    if isinstance(spec, Sliding):
+        if idle_timeout is not None:
+            raise ConfigurationError("idle_timeout applies to tumbling, hopping and session windows, not sliding ones")
+        return replace(spec, allowed_lateness=allowed_lateness)
+    return replace(spec, allowed_lateness=allowed_lateness, idle_timeout=idle_timeout)
 
 
 def _validate(spec: FixedWindow) -> None:

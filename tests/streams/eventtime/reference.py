@@ -32,14 +32,25 @@ class Reference:
     def lane_w(self, lane: Any) -> float:
         return max(self.w.get(lane, -INF), self.floor)
 
-    def run(self, rows: list[Row]) -> Reference:
+    def run(self, rows: list[Row], flush: bool = False) -> Reference:
         for row in rows:
             if row.event_time is None:
                 if self.p.late_arrival is not None:  # a tick
                     self.floor = max(self.floor, row.arrival_time - self.p.late_arrival)
+                    self.close(row.arrival_time)
             else:
                 self.event(row)
+        if flush:
+            self.floor = INF
+            self.close(None)
         return self
+
+    def window(self, row: Row, lane: Any, ts: float, w: float) -> bool:
+        """Step 4 for a window kind (a subclass): False refuses the event ``window_closed``."""
+        return True
+
+    def close(self, clock: float | None) -> None:
+        """Step 6 for a window kind (a subclass), after a watermark may have moved."""
 
     def event(self, row: Row) -> None:
         p, arr, et = self.p, row.arrival_time, row.event_time
@@ -70,11 +81,15 @@ class Reference:
                 return  # as if it never arrived: no watermark moves
             if ts + self.within > w:
                 self.registered.append((lane, row.value, ts))
-        self.fates[row.index] = (status, reason, ts)
-        self.accepted.append((row, ts))
+        if self.window(row, lane, ts, w):
+            self.fates[row.index] = (status, reason, ts)
+            self.accepted.append((row, ts))
+        else:
+            self.fates[row.index] = ("dead_letter", "window_closed", ts)
         self.w[lane] = max(w, ts - p.out_of_order)
         if p.late_arrival is not None:
             self.floor = max(self.floor, arr - p.late_arrival)
+        self.close(arr)
 
 
 class Rec:

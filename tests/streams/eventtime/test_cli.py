@@ -201,9 +201,9 @@ def test_sweep_prints_a_table_per_value():
         ),
         (["--late-arrival", "soon"], "arrival_time,event_time\n", "--late-arrival: 'soon' is not a duration"),
         (
-            ["--window", "sliding:5"],
+            ["--window", "rolling:5"],
             "arrival_time,event_time\n",
-            "--window takes tumbling:SIZE or hopping:SIZE:HOP",
+            "--window takes tumbling:SIZE, hopping:SIZE:HOP, session:GAP or sliding:SPAN",
         ),
         (["--window", "tumbling:0s"], "arrival_time,event_time\n", "must be more than 0"),
         (
