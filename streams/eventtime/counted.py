@@ -30,7 +30,7 @@ from typing import Any
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.results import WindowResult
 from streams.eventtime.watermark import FOREVER, NEVER
-from streams.eventtime.windows import Hopping, Tumbling
+from streams.eventtime.windows import Hopping, KeyedStore, Tumbling
 
 
 class OpenCount:
@@ -53,7 +53,7 @@ class KeyCount:
         self.open: list[OpenCount] = []
 
 
-class CountStore:
+class CountStore(KeyedStore):
     """The counted windows of one watermark (an input, or a substream), per key.
 
     Same face to the watermark flow as :class:`~streams.eventtime.windows.WindowStore`:
@@ -117,16 +117,6 @@ class CountStore:
         ]
         self.keys.clear()
         return due
-
-    def earliest_end(self) -> float:
-        return FOREVER  # no idle timeout closes a counted window
-
-    def first_open_end(self, watermark: float) -> float:
-        return FOREVER
-
-    def has_data(self) -> bool:
-        """A key with an open window, or partway to its next one: a restart would need it."""
-        return bool(self.keys)
 
     def tokens(self) -> list[Any]:
         """The first token of every open window (what holds the checkpoint)."""

@@ -163,8 +163,9 @@ class Ingest:
         panes: dict[float, dict[Hashable, list[Any]]] = store.panes if isinstance(store, WindowStore) else {}
         sessions = store if isinstance(store, SessionStore) else None
         joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
-        counts = store if isinstance(store, CountStore) else None
-        slides = store if isinstance(store, SlidingStore) else None
+        # Windows of events and sliding windows: never with fixed windows (no check per call then).
+        counts = store if not fixed and isinstance(store, CountStore) else None
+        slides = store if not fixed and isinstance(store, SlidingStore) else None
         next_close = store.next_close if store is not None else FOREVER
         # One event in sampler.every is sampled (lateness, disorder): the loop only asks whether
         # an event is the next one due, by identity (cheaper per event than counting down).

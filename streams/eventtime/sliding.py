@@ -34,7 +34,7 @@ from typing import Any
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.results import WindowResult
 from streams.eventtime.watermark import FOREVER, NEVER
-from streams.eventtime.windows import Sliding
+from streams.eventtime.windows import KeyedStore, Sliding
 
 LEFT, RIGHT = 0, 1  # a window ending at its event, or starting just after it
 
@@ -59,7 +59,7 @@ class KeySlides:
         self.open: dict[tuple[int, float], OpenSlide] = {}
 
 
-class SlidingStore:
+class SlidingStore(KeyedStore):
     """The sliding windows of one watermark (an input, or a substream), per key.
 
     Same face to the watermark flow as :class:`~streams.eventtime.windows.WindowStore`:
@@ -148,16 +148,6 @@ class SlidingStore:
         ends = [s.end for ks in self.keys.values() for s in ks.open.values()]
         self.next_close = _after(min(ends) + lateness) if ends else FOREVER
         return [WindowResult(key, start, end, result(acc), clock, final) for end, start, _, key, acc in due]
-
-    def earliest_end(self) -> float:
-        return FOREVER  # no idle timeout closes a sliding window
-
-    def first_open_end(self, watermark: float) -> float:
-        return FOREVER
-
-    def has_data(self) -> bool:
-        """An open window, or an event a window may yet be created around."""
-        return bool(self.keys)
 
     def tokens(self) -> list[Any]:
         """The token of every event kept (a restart without a snapshot rebuilds from them)."""

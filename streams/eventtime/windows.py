@@ -292,6 +292,24 @@ class WindowAssigner:
         return self.close_time(pane // self.per_hop) <= watermark
 
 
+class KeyedStore:
+    """What the stores of windows of events and of sliding windows share: their state per key
+    (``keys``), and no idle timeout (a window of either closes by its events or the watermark)."""
+
+    __slots__ = ()
+    keys: dict[Hashable, Any]
+
+    def earliest_end(self) -> float:
+        return FOREVER
+
+    def first_open_end(self, watermark: float) -> float:
+        return FOREVER
+
+    def has_data(self) -> bool:
+        """A key with an open window, or state toward one: a restart would need it."""
+        return bool(self.keys)
+
+
 def _frange(first: float, last: float) -> list[float]:
     # Pane and window indexes are integral floats, like the hot path computes them.
     return [float(i) for i in range(int(first), int(last) + 1)]

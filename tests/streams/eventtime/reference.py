@@ -5,8 +5,10 @@ compare the core with."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from hypothesis import strategies as st
 
 from streams.eventtime import EventOutcome, OrderingPolicy, Processor, WindowResult
 from streams.eventtime.replay import Row
@@ -35,15 +37,21 @@ class Reference:
     def run(self, rows: list[Row], flush: bool = False) -> Reference:
         for row in rows:
             if row.event_time is None:
-                if self.p.late_arrival is not None:  # a tick
-                    self.floor = max(self.floor, row.arrival_time - self.p.late_arrival)
-                    self.close(row.arrival_time)
+                self.tick(row.arrival_time)
             else:
                 self.event(row)
         if flush:
             self.floor = INF
             self.close(None)
         return self
+
+    def tick(self, t: float) -> None:
+        if self.p.late_arrival is not None:
+            self.floor = max(self.floor, t - self.p.late_arrival)
+            self.close(t)
+
+    def arrive(self, arrival: float) -> None:
+        """Before an event: what falls due before it (a subclass's idle timeouts)."""
 
     def window(self, row: Row, lane: Any, ts: float, w: float) -> bool:
         """Step 4 for a window kind (a subclass): False refuses the event ``window_closed``."""
@@ -55,6 +63,7 @@ class Reference:
     def event(self, row: Row) -> None:
         p, arr, et = self.p, row.arrival_time, row.event_time
         assert et is not None
+        self.arrive(arr)
         lane = row.key if self.substreams else None
         w = self.lane_w(lane)
         if p.early_arrival is not None and et - arr > p.early_arrival:
@@ -103,6 +112,42 @@ class Rec:
 
 
 Fates = dict[int, tuple[str, str | None, float | None]]
+
+
+def draw_rows(draw: Any, keys: str, most: int = 40, ids: Callable[[Any, int], Any] | None = None) -> list[Row]:
+    """Random rows: arrivals a few seconds apart, one in seven a tick, events mostly a little
+    late, one in four anywhere within 30 s; ``ids(draw, index)`` their values (dedup ids)."""
+    rows, arrival = [], 0.0
+    for i in range(draw(st.integers(1, most))):
+        arrival += draw(st.sampled_from([0.0, 1.0, 2.0, 5.0]))
+        if draw(st.integers(0, 6)) == 0:
+            rows.append(Row(i, arrival, None))
+        else:
+            skew = draw(st.integers(-30, 30)) if draw(st.integers(0, 3)) == 0 else draw(st.integers(-3, 1))
+            value = None if ids is None else ids(draw, i)
+            rows.append(Row(i, arrival, arrival + skew, draw(st.sampled_from(keys)), value))
+    return rows
+
+
+def draw_policy(
+    draw: Any,
+    out_of_order: Sequence[float] = (0.0, 2.0, 5.0, 20.0),
+    actions: Sequence[str] = ("adjust", "drop", "accept", "accept"),
+) -> OrderingPolicy:
+    """A random policy: every tolerance on or off, every action, substreams one time in three."""
+    return OrderingPolicy(
+        out_of_order=draw(st.sampled_from(out_of_order)),
+        late_arrival=draw(st.sampled_from([None, 10.0])),
+        early_arrival=draw(st.sampled_from([None, 10.0])),
+        action=draw(st.sampled_from(actions)),
+        over=draw(st.sampled_from([None, None, "key"])),
+    )
+
+
+def draw_cuts(draw: Any) -> list[int]:
+    """How many events each call takes, in turn."""
+    cuts: list[int] = draw(st.lists(st.integers(1, 5), min_size=1, max_size=10))
+    return cuts
 
 
 def run_core(

@@ -15,34 +15,19 @@ from streams.core.errors import ConfigurationError
 from streams.eventtime import Collect, EventTime, Hopping, OrderingPolicy, Processor, Tumbling
 from streams.eventtime.dedup import Dedup
 from streams.eventtime.replay import Row
-from tests.streams.eventtime.reference import Rec, Reference, run_core
+from tests.streams.eventtime.reference import Rec, Reference, draw_cuts, draw_policy, draw_rows, run_core
 
 
 @st.composite
 def samples(draw: Any) -> tuple[list[Row], OrderingPolicy, Tumbling | Hopping, bool, float | None, list[int]]:
-    n = draw(st.integers(1, 40))
-    rows, arrival = [], 0.0
-    for i in range(n):
-        arrival += draw(st.sampled_from([0.0, 1.0, 2.0, 5.0]))
-        if draw(st.integers(0, 6)) == 0:
-            rows.append(Row(i, arrival, None))
-        else:
-            skew = draw(st.integers(-30, 30)) if draw(st.integers(0, 3)) == 0 else draw(st.integers(-3, 1))
-            rows.append(Row(i, arrival, arrival + skew, draw(st.sampled_from("ab")), draw(st.integers(0, 8))))
-    policy = OrderingPolicy(
-        out_of_order=draw(st.sampled_from([0.0, 2.0, 20.0])),
-        late_arrival=draw(st.sampled_from([None, 10.0])),
-        early_arrival=draw(st.sampled_from([None, 10.0])),
-        action=draw(st.sampled_from(["adjust", "drop", "accept"])),
-        over=draw(st.sampled_from([None, None, "key"])),
-    )
+    rows = draw_rows(draw, "ab", ids=lambda draw, _: draw(st.integers(0, 8)))
+    policy = draw_policy(draw, out_of_order=(0.0, 2.0, 20.0), actions=("adjust", "drop", "accept"))
     size = draw(st.integers(1, 5))
     spec: Tumbling | Hopping = (
         Tumbling(events=size) if draw(st.booleans()) else Hopping(events=size, every=draw(st.integers(1, 6)))
     )
     within = draw(st.sampled_from([None, None, 5.0]))
-    cuts = draw(st.lists(st.integers(1, 5), min_size=1, max_size=10))
-    return rows, policy, spec, draw(st.booleans()), within, cuts
+    return rows, policy, spec, draw(st.booleans()), within, draw_cuts(draw)
 
 
 def reference_windows(

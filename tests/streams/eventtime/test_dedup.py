@@ -17,31 +17,15 @@ from streams.eventtime import Collect, EventTime, OrderingPolicy, Processor, Tum
 from streams.eventtime.dedup import Dedup
 from streams.eventtime.replay import Row
 from streams.eventtime.snapshot import is_empty, restore, snapshot
-from tests.streams.eventtime.reference import Fates, Rec, Reference, run_core
+from tests.streams.eventtime.reference import Fates, Rec, Reference, draw_cuts, draw_policy, draw_rows, run_core
 
 
 @st.composite
 def samples(draw: Any) -> tuple[list[Row], OrderingPolicy, float, list[int]]:
     """Events with ids drawn from a few (so retries are common), ticks, and a policy."""
-    n = draw(st.integers(1, 40))
-    rows, arrival = [], 0.0
-    for i in range(n):
-        arrival += draw(st.sampled_from([0.0, 1.0, 2.0, 5.0]))
-        if draw(st.integers(0, 6)) == 0:
-            rows.append(Row(i, arrival, None))
-        else:
-            skew = draw(st.integers(-30, 30)) if draw(st.integers(0, 3)) == 0 else draw(st.integers(-3, 1))
-            rows.append(Row(i, arrival, arrival + skew, draw(st.sampled_from("ab")), draw(st.integers(0, 5))))
-    policy = OrderingPolicy(
-        out_of_order=draw(st.sampled_from([0.0, 2.0, 5.0, 20.0])),
-        late_arrival=draw(st.sampled_from([None, 10.0])),
-        early_arrival=draw(st.sampled_from([None, 10.0])),
-        action=draw(st.sampled_from(["adjust", "drop", "accept"])),
-        over=draw(st.sampled_from([None, None, "key"])),
-    )
-    within = draw(st.sampled_from([1.0, 5.0, 15.0, 60.0]))
-    cuts = draw(st.lists(st.integers(1, 5), min_size=1, max_size=10))
-    return rows, policy, within, cuts
+    rows = draw_rows(draw, "ab", ids=lambda draw, _: draw(st.integers(0, 5)))
+    policy = draw_policy(draw, actions=("adjust", "drop", "accept"))
+    return rows, policy, draw(st.sampled_from([1.0, 5.0, 15.0, 60.0])), draw_cuts(draw)
 
 
 def run(

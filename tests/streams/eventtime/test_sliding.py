@@ -17,7 +17,7 @@ from streams.core.errors import ConfigurationError
 from streams.eventtime import Collect, Count, EventTime, OrderingPolicy, Processor, Sliding
 from streams.eventtime.replay import Row
 from streams.testing import Harness
-from tests.streams.eventtime.reference import Rec, Reference, run_core
+from tests.streams.eventtime.reference import Rec, Reference, draw_cuts, draw_policy, draw_rows, run_core
 
 LEFT, RIGHT = "left", "right"
 
@@ -80,25 +80,10 @@ class SlidingReference(Reference):
 
 @st.composite
 def samples(draw: Any) -> tuple[list[Row], OrderingPolicy, Sliding, bool, list[int]]:
-    n = draw(st.integers(1, 30))
-    rows, arrival = [], 0.0
-    for i in range(n):
-        arrival += draw(st.sampled_from([0.0, 1.0, 2.0, 5.0]))
-        if draw(st.integers(0, 6)) == 0:
-            rows.append(Row(i, arrival, None))
-        else:
-            skew = draw(st.integers(-30, 30)) if draw(st.integers(0, 3)) == 0 else draw(st.integers(-3, 1))
-            rows.append(Row(i, arrival, arrival + skew, draw(st.sampled_from("ab")), i))
-    policy = OrderingPolicy(
-        out_of_order=draw(st.sampled_from([0.0, 2.0, 20.0])),
-        late_arrival=draw(st.sampled_from([None, 10.0])),
-        early_arrival=draw(st.sampled_from([None, 10.0])),
-        action=draw(st.sampled_from(["adjust", "drop", "accept", "accept"])),
-        over=draw(st.sampled_from([None, None, "key"])),
-    )
+    rows = draw_rows(draw, "ab", most=30, ids=lambda _, i: i)
+    policy = draw_policy(draw, out_of_order=(0.0, 2.0, 20.0))
     spec = Sliding(draw(st.sampled_from([1.0, 3.0, 10.0])), allowed_lateness=draw(st.sampled_from([0.0, 0.0, 5.0])))
-    cuts = draw(st.lists(st.integers(1, 5), min_size=1, max_size=10))
-    return rows, policy, spec, draw(st.booleans()), cuts
+    return rows, policy, spec, draw(st.booleans()), draw_cuts(draw)
 
 
 def _canonical(windows: list[tuple]) -> list[tuple]:
