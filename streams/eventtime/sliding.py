@@ -27,6 +27,7 @@ A key keeps its events while a window containing them can still be created (unti
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -64,10 +65,12 @@ class SlidingStore(KeyedStore):
 
     Same face to the watermark flow as :class:`~streams.eventtime.windows.WindowStore`:
     ``watermark``, ``next_close`` (the lowest watermark that closes a window: the next float
-    above its ``end + A``), ``order``, :meth:`pop_due`, :meth:`tokens`.
+    above its ``end + A``), ``order``, :meth:`pop_due`, :meth:`tokens`. A heap holds each
+    open window at its close and each event at the time it may be forgotten, so a watermark
+    step visits only what it passes.
     """
 
-    __slots__ = ("span", "lateness", "reducer", "keys", "watermark", "next_close", "order", "_seq")
+    __slots__ = ("span", "lateness", "reducer", "keys", "watermark", "next_close", "order", "_seq", "_due")
 
     def __init__(self, spec: Sliding, reducer: Reducer[Any, Any], order: int = 0, watermark: float = NEVER) -> None:
         self.span, self.lateness = spec.span, spec.allowed_lateness
@@ -77,6 +80,9 @@ class SlidingStore(KeyedStore):
         self.next_close = FOREVER
         self.order = order
         self._seq = 0
+        # (the lowest watermark it is due at, seq, key, window name or None for an event's
+        # forgetting): W >= _after(x) is W > x.
+        self._due: list[tuple[float, int, Hashable, tuple[int, float] | None]] = []
 
     def bounds(self, kind: int, t: float) -> tuple[float, float]:
         """The bounds of ``t``'s left or right window."""
@@ -93,61 +99,89 @@ class SlidingStore(KeyedStore):
         events = ks.events if ks is not None else []
         lateness = self.lateness
         joined = [s for s in ks.open.values() if s.start <= ts <= s.end] if ks is not None else []
-        # The windows this event creates: its left one, its right one if an event is in it,
-        # and the right ones of earlier events it is the first in; never one already closed.
-        created: list[tuple[int, float]] = []
-        times = {e[0] for e in events}
-        for kind, t in [(LEFT, ts), (RIGHT, ts), *((RIGHT, t) for t in times if t < ts)]:
-            start, end = self.bounds(kind, t)
-            if w > end + lateness or (ks is not None and (kind, t) in ks.open) or (kind, t) in created:
-                continue
-            if kind == RIGHT and not (start <= ts <= end or any(start <= e <= end for e in times)):
-                continue  # empty: no window
-            created.append((kind, t))
-        if not joined and not any(_holds(self.bounds(kind, t), ts) for kind, t in created):
+        # The windows this event creates, never one already closed: its left one (holding
+        # it); the right ones of earlier events it is the first in (holding it); and its own
+        # right one if an event is in it (not holding it).
+        candidates = [(LEFT, ts)]
+        j = _first_at(events, ts) - 1
+        while j >= 0 and events[j][0] >= ts - 2 * self.span:  # a margin: the exact test follows
+            t = events[j][0]
+            if ts <= self.bounds(RIGHT, t)[1] and (not candidates or candidates[-1] != (RIGHT, t)):
+                candidates.append((RIGHT, t))
+            j -= 1
+        start, end = self.bounds(RIGHT, ts)
+        i = _first_at(events, start)
+        if i < len(events) and events[i][0] <= end:
+            candidates.append((RIGHT, ts))
+        created = [
+            name
+            for name in candidates
+            if not (w > self.bounds(*name)[1] + lateness or (ks is not None and name in ks.open))
+        ]
+        if not joined and all(name == (RIGHT, ts) for name in created):
             return False  # no open window holds it (its own right window does not): changes nothing
         reducer = self.reducer
         # Every new accumulator first: one that raises changes nothing.
         accs = [reducer.add(s.acc, value) for s in joined]
         fresh: list[tuple[tuple[int, float], float, float, Any]] = []
-        for kind, t in created:
-            start, end = self.bounds(kind, t)
+        for name in created:
+            start, end = self.bounds(*name)
             acc = reducer.init()
-            for e_ts, _, e_value, _ in events:
-                if start <= e_ts <= end:
-                    acc = reducer.add(acc, e_value)
+            for e in events[_first_at(events, start) :]:
+                if e[0] > end:
+                    break
+                acc = reducer.add(acc, e[2])
             if start <= ts <= end:
                 acc = reducer.add(acc, value)
-            fresh.append(((kind, t), start, end, acc))
+            fresh.append((name, start, end, acc))
         if ks is None:
             ks = self.keys[key] = KeySlides()
         for s, acc in zip(joined, accs, strict=True):
             s.acc = acc
         for name, start, end, acc in fresh:
             ks.open[name] = OpenSlide(start, end, acc)
-            self.next_close = min(self.next_close, _after(end + lateness))
+            self._schedule(_after(end + lateness), key, name)
         self._seq += 1
-        bisect.insort(ks.events, (ts, self._seq, value, token), key=lambda e: e[:2])
+        bisect.insort(ks.events, (ts, self._seq, value, token), key=_order)
+        self._schedule(self._forget_at(ts), key, None)
         return True
+
+    def _forget_at(self, ts: float) -> float:
+        """When no window can be created around an event at ``ts`` any more (its right
+        window, the last that could hold it, has closed)."""
+        return _after(_after(ts) + self.span + self.lateness)
+
+    def _schedule(self, at: float, key: Hashable, name: tuple[int, float] | None) -> None:
+        self._seq += 1
+        heapq.heappush(self._due, (at, self._seq, key, name))
+        if at < self.next_close:
+            self.next_close = at
 
     def pop_due(self, clock: float | None) -> list[WindowResult]:
         """Emit every window the watermark has passed (``W > end + A``), in order of end,
         and forget the events no window can be created around any more."""
-        w, lateness, span, result = self.watermark, self.lateness, self.span, self.reducer.result
+        w, due, result = self.watermark, self._due, self.reducer.result
         final = w == FOREVER
-        due: list[tuple[float, float, int, Hashable, Any]] = []
-        for i, (key, ks) in enumerate(self.keys.items()):
-            for name, s in list(ks.open.items()):
-                if w > s.end + lateness:
-                    del ks.open[name]
-                    due.append((s.end, s.start, i, key, s.acc))
-            ks.events = [e for e in ks.events if not w > _after(e[0]) + span + lateness]
-        for key in [k for k, ks in self.keys.items() if not ks.open and not ks.events]:
-            del self.keys[key]
-        due.sort(key=lambda d: d[:3])
-        ends = [s.end for ks in self.keys.values() for s in ks.open.values()]
-        self.next_close = _after(min(ends) + lateness) if ends else FOREVER
-        return [WindowResult(key, start, end, result(acc), clock, final) for end, start, _, key, acc in due]
+        closed: list[tuple[float, float, int, Hashable, Any]] = []
+        while due and due[0][0] <= w:
+            _, seq, key, name = heapq.heappop(due)
+            ks = self.keys.get(key)
+            if ks is None:
+                continue
+            if name is None:  # forget the events past their last window: the oldest ones
+                events, n = ks.events, 0
+                while n < len(events) and self._forget_at(events[n][0]) <= w:
+                    n += 1
+                del events[:n]
+            else:
+                s = ks.open.pop(name, None)
+                if s is not None:
+                    closed.append((s.end, s.start, seq, key, s.acc))
+            if not ks.open and not ks.events:
+                del self.keys[key]
+        closed.sort(key=lambda c: c[:3])
+        self.next_close = due[0][0] if due else FOREVER
+        return [WindowResult(key, start, end, result(acc), clock, final) for end, start, _, key, acc in closed]
 
     def tokens(self) -> list[Any]:
         """The token of every event kept (a restart without a snapshot rebuilds from them)."""
@@ -164,25 +198,36 @@ class SlidingStore(KeyedStore):
             [key, [list(e) for e in ks.events], [[kind, t, s.acc] for (kind, t), s in ks.open.items()]]
             for key, ks in self.keys.items()
         ]
-        return [keys, self.watermark, self.order, self._seq]
+        due = [[at, seq, key, None if name is None else list(name)] for at, seq, key, name in self._due]
+        return [keys, self.watermark, self.order, self._seq, due]
 
     def set_state(self, state: list[Any], key_of: Callable[[Any], Hashable]) -> None:
         """Take what :meth:`state` gave; ``key_of`` turns a decoded key back into a key."""
-        keys, self.watermark, self.order, self._seq = state
+        keys, self.watermark, self.order, self._seq, due = state
         self.keys = {}
-        ends = []
         for key, events, windows in keys:
             ks = self.keys[key_of(key)] = KeySlides()
             ks.events = [(ts, seq, value, token) for ts, seq, value, token in events]
             for kind, t, acc in windows:
                 start, end = self.bounds(kind, t)
                 ks.open[(kind, t)] = OpenSlide(start, end, acc)
-                ends.append(end)
-        self.next_close = _after(min(ends) + self.lateness) if ends else FOREVER
+        # The heap as it was (its order breaks ties between windows closing together).
+        self._due = [(at, seq, key_of(key), None if name is None else (name[0], name[1])) for at, seq, key, name in due]
+        heapq.heapify(self._due)
+        self.next_close = self._due[0][0] if self._due else FOREVER
 
 
-def _holds(bounds: tuple[float, float], ts: float) -> bool:
-    return bounds[0] <= ts <= bounds[1]
+def _order(event: tuple[float, int, Any, Any]) -> tuple[float, int]:
+    return event[0], event[1]
+
+
+def _first_at(events: list[tuple[float, int, Any, Any]], t: float) -> int:
+    """The index of the first event at or after ``t`` (events by timestamp)."""
+    return bisect.bisect_left(events, t, key=_time)
+
+
+def _time(event: tuple[float, int, Any, Any]) -> float:
+    return event[0]
 
 
 def _after(t: float) -> float:
