@@ -80,12 +80,17 @@ class SeenKeys:
         """None when ``key`` is new at watermark ``w`` (registered with ``ts``, unless its
         horizon has passed already, as an accepted late event's may); else the timestamp
         it was first seen with. Raises ``TypeError`` for an unhashable key."""
-        self.expire(w)
-        first = self.first.get(key)
+        heap, seen = self._expiry, self.first
+        while heap and heap[0][0] <= w:  # expire(w), inline: this runs for every event
+            del seen[heapq.heappop(heap)[2]]
+        first = seen.get(key)
         if first is not None:
             return first
-        if ts + self.within > w:
-            self._register(key, ts)
+        expiry = ts + self.within
+        if expiry > w:
+            seen[key] = ts
+            self._n = n = self._n + 1
+            heapq.heappush(heap, (expiry, n, key))
         return None
 
     def expire(self, w: float) -> None:
@@ -132,7 +137,7 @@ class Deduplication:
         seen = self.lanes.get(lane)
         if seen is None:
             seen = self.lanes[lane] = SeenKeys(self.spec.within)
-        key = self.key_of(rec)
+        key = self.key_of(rec)  # the user's code: what it raises letters this event
         first = seen.admit(key, ts, w)
         return None if first is None else (key, first)
 
