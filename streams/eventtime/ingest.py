@@ -82,6 +82,7 @@ class Ingest:
             and not flow.substreams
             and not flow.trace
             and flow.idle_timeout == FOREVER
+            and flow.every is None
             and flow.generation.every_event
             and ordering.early == FOREVER
             and ordering.late == FOREVER
@@ -123,6 +124,7 @@ class Ingest:
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
+        updating = flow.every is not None  # emit=Every: each event counts towards updates
         reducer = flow.reducer
         counting, select = type(reducer) is Count, self.select
         add, init = reducer.add, reducer.init
@@ -257,6 +259,8 @@ class Ingest:
                                     state[0] = acc
                                 if multi and part not in state[1]:
                                     state[1][part] = rec.token
+                            if updating:
+                                flow.touched(store, pane, key, arr, w if direct or store is None else store.watermark)
                     elif sessions is not None:  # merge into the key's sessions (or open one)
                         joined = sessions.add(
                             key,
@@ -347,6 +351,8 @@ class Ingest:
                         flow.close_pending(arr, out)
                         w = mark.value
                         next_close = store.next_close if store is not None else FOREVER
+                if updating:  # after the step: the updates its event made due (Every(events=N))
+                    flow.stepped(store, arr, out)
         finally:
             mark.value, mark.max_timestamp = w, newest
             if direct and store is not None:

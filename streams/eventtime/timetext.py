@@ -82,7 +82,7 @@ def parse_window(text: str, where: str) -> WindowSpec:
     """``tumbling:SIZE``, ``hopping:SIZE:HOP`` or ``session:GAP`` (sizes are durations).
 
     >>> parse_window("hopping:10m:1m", "window")
-    Hopping(size=600.0, hop=60.0, allowed_lateness=0.0, idle_timeout=None, origin=0.0)
+    Hopping(size=600.0, hop=60.0, allowed_lateness=0.0, idle_timeout=None, origin=0.0, emit='final')
     >>> parse_window("session:30s", "window")
     Session(gap=30.0, allowed_lateness=0.0, idle_timeout=None)
     """
