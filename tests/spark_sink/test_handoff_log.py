@@ -34,8 +34,8 @@ from tests.helpers import handoff_batches
 from tests.spark_sink.handoff_testkit import STREAM, Handoff
 
 
-def rows(n: int, first: int = 0) -> list[tuple[float, float, str, str, int, float]]:
-    return [(60.0 * i, 60.0 * i + 60, "sensors/s1", f"k{i}", i, i / 2) for i in range(first, first + n)]
+def rows(n: int, first: int = 0) -> list[tuple[float, float, str, str, int, float, bool, int]]:
+    return [(60.0 * i, 60.0 * i + 60, "sensors/s1", f"k{i}", i, i / 2, True, 0) for i in range(first, first + n)]
 
 
 def read_all(handoff: Handoff, partition: int) -> pa.Table:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from streams.core.errors import ConfigurationError
 from streams.eventtime import Collect, Every, Hopping, Max, OrderingPolicy, Processor, Tumbling, WindowResult
 from streams.eventtime.replay import Row
-from streams.eventtime.snapshot import restore, snapshot
+from tests.streams.eventtime.helpers import draw_rows, ev, feed_rows, model_rows
 
 INF = math.inf
 FixedSpec = Tumbling | Hopping
@@ -132,6 +132,9 @@ class Reference:
                 self.emit(j, key, arr, final=False)
         self.pending.clear()
 
+    def flush(self) -> None:
+        self.lift(INF, None)
+
     def tick(self, t: float) -> None:
         if self.policy.late_arrival is not None:
             self.lift(t - self.policy.late_arrival, t)
@@ -145,25 +148,9 @@ class Reference:
                     book.count = 0
 
 
-class _Rec:
-    __slots__ = ("value", "event_time", "arrival_time", "token")
-
-    def __init__(self, row: Row) -> None:
-        self.value = {"key": row.key, "index": row.index}
-        self.event_time, self.arrival_time, self.token = row.event_time, row.arrival_time, row.index
-
-
 @st.composite
 def samples(draw: Any) -> tuple[list[Row], OrderingPolicy, FixedSpec, bool, list[int]]:
-    n = draw(st.integers(1, 40))
-    rows, arrival = [], 0.0
-    for i in range(n):
-        arrival += draw(st.sampled_from([0.0, 1.0, 2.0, 5.0]))
-        if draw(st.integers(0, 4)) == 0:
-            rows.append(Row(i, arrival, None))  # a tick
-        else:
-            skew = draw(st.integers(-30, 30)) if draw(st.integers(0, 3)) == 0 else draw(st.integers(-4, 1))
-            rows.append(Row(i, arrival, arrival + skew, draw(st.sampled_from("abc"))))
+    rows = draw_rows(draw, ticks=5, near=(-4, 1))
     policy = OrderingPolicy(
         out_of_order=draw(st.sampled_from([0.0, 2.0, 5.0])),
         late_arrival=draw(st.sampled_from([None, 10.0])),
@@ -194,25 +181,7 @@ def run_core(
     def make() -> Processor:
         return Processor(policy, spec, Collect(), select="index", group_by="key" if per_key else None)
 
-    p, results, calls, i = make(), [], 0, 0
-    sizes = iter(cuts * (len(rows) + 1))
-    while i < len(rows):
-        if calls == restore_at:
-            q = make()
-            restore(q, snapshot(p))
-            p = q
-        calls += 1
-        if rows[i].event_time is None:
-            results += p.on_tick(rows[i].arrival_time).windows
-            i += 1
-            continue
-        j, size = i, next(sizes)
-        while j < len(rows) and j - i < size and rows[j].event_time is not None:
-            j += 1
-        results += p.on_events([_Rec(r) for r in rows[i:j]]).windows
-        i = j
-    results += p.flush().windows
-    return _histories(results)
+    return _histories([w for out in feed_rows(make, rows, cuts, restore_at) for w in out.windows])
 
 
 def _histories(results: list[WindowResult]) -> dict[tuple[Any, float], list[tuple]]:
@@ -224,12 +193,7 @@ def _histories(results: list[WindowResult]) -> dict[tuple[Any, float], list[tupl
 
 def run_reference(rows: list[Row], policy: OrderingPolicy, spec: FixedSpec, per_key: bool) -> dict:
     ref = Reference(policy, spec, per_key)
-    for row in rows:
-        if row.event_time is None:
-            ref.tick(row.arrival_time)
-        else:
-            ref.event(row)
-    ref.lift(INF, None)
+    model_rows(ref, rows)
     return ref.history
 
 
@@ -249,11 +213,8 @@ def test_updates_match_the_brute_force_reference(sample):
 @given(samples(), st.integers(0, 12))
 def test_a_snapshot_restored_mid_window_keeps_the_revisions(sample, restore_at):
     rows, policy, spec, per_key, cuts = sample
-    assert run_core(rows, policy, spec, per_key, cuts, restore_at) == run_core(rows, policy, spec, per_key, cuts)
-
-
-def ev(t: float, arrival: float | None = None, key: str = "k", index: int = 0) -> _Rec:
-    return _Rec(Row(index, t if arrival is None else arrival, t, key))
+    restored = run_core(rows, policy, spec, per_key, cuts, restore_at)
+    assert restored == run_reference(rows, policy, spec, per_key)
 
 
 def seen(windows: list[WindowResult]) -> list[tuple]:

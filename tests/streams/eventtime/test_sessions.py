@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from streams.core.errors import ConfigurationError
 from streams.eventtime import Collect, Count, EventOutcome, OrderingPolicy, Processor, Session, WindowResult
 from streams.eventtime.replay import Row
-from streams.eventtime.snapshot import restore, snapshot
+from tests.streams.eventtime.helpers import draw_rows, ev, feed_rows, model_rows
 
 INF = math.inf
 
@@ -132,25 +132,9 @@ class Reference:
         self.close(None)
 
 
-class _Rec:
-    __slots__ = ("value", "event_time", "arrival_time", "token")
-
-    def __init__(self, row: Row) -> None:
-        self.value = {"key": row.key, "index": row.index}
-        self.event_time, self.arrival_time, self.token = row.event_time, row.arrival_time, row.index
-
-
 @st.composite
 def samples(draw: Any) -> tuple[list[Row], OrderingPolicy, Session, bool, list[int]]:
-    n = draw(st.integers(1, 40))
-    rows, arrival = [], 0.0
-    for i in range(n):
-        arrival += draw(st.sampled_from([0.0, 1.0, 2.0, 5.0]))
-        if draw(st.integers(0, 6)) == 0:
-            rows.append(Row(i, arrival, None))
-        else:
-            skew = draw(st.integers(-30, 30)) if draw(st.integers(0, 3)) == 0 else draw(st.integers(-3, 1))
-            rows.append(Row(i, arrival, arrival + skew, draw(st.sampled_from("abc"))))
+    rows = draw_rows(draw, ticks=7, near=(-3, 1))
     policy = OrderingPolicy(
         out_of_order=draw(st.sampled_from([0.0, 2.0, 5.0, 20.0])),
         late_arrival=draw(st.sampled_from([None, 10.0])),
@@ -177,25 +161,8 @@ def run_core(
     def make() -> Processor:
         return Processor(policy, spec, Collect(), select="index", group_by=group_by, trace=True)
 
-    p, fates, windows = make(), {}, []
-    sizes, i, calls = iter(cuts * (len(rows) + 1)), 0, 0
-    outs = []
-    while i < len(rows):
-        if calls == restore_at:
-            q = make()
-            restore(q, snapshot(p))
-            p = q
-        calls += 1
-        if rows[i].event_time is None:
-            outs.append(p.on_tick(rows[i].arrival_time))
-            i += 1
-            continue
-        j, size = i, next(sizes)
-        while j < len(rows) and j - i < size and rows[j].event_time is not None:
-            j += 1
-        outs.append(p.on_events([_Rec(r) for r in rows[i:j]]))
-        i = j
-    outs.append(p.flush())
+    fates, windows = {}, []
+    outs = feed_rows(make, rows, cuts, restore_at)
     for out in outs:
         for item in out.trace:
             if isinstance(item, EventOutcome):
@@ -206,7 +173,6 @@ def run_core(
         letters = [d for d in out.dead_letters]
         refused = [o for o in out.trace if isinstance(o, EventOutcome) and o.status in ("dropped", "dead_letter")]
         assert [d.value["index"] for d in letters] == [o.record.value["index"] for o in refused]
-    assert p.open_windows() == []
     return fates, windows
 
 
@@ -214,12 +180,7 @@ def run_reference(
     rows: list[Row], policy: OrderingPolicy, spec: Session, per_key: bool
 ) -> tuple[dict[int, tuple], list[tuple]]:
     ref = Reference(policy, spec, per_key)
-    for row in rows:
-        if row.event_time is None:
-            ref.tick(row.arrival_time)
-        else:
-            ref.event(row)
-    ref.flush()
+    model_rows(ref, rows)
     return ref.fates, ref.windows
 
 
@@ -253,10 +214,6 @@ def test_sessions_match_the_brute_force_reference(sample):
 def test_a_snapshot_restored_mid_session_changes_nothing(sample, restore_at):
     rows, policy, spec, per_key, cuts = sample
     assert run_core(rows, policy, spec, per_key, cuts, restore_at) == run_core(rows, policy, spec, per_key, cuts)
-
-
-def ev(t: float, arrival: float | None = None, key: str = "k", index: int = 0) -> _Rec:
-    return _Rec(Row(index, t if arrival is None else arrival, t, key))
 
 
 def test_two_events_exactly_a_gap_apart_are_two_sessions_and_a_bridge_merges_them():
