@@ -284,3 +284,30 @@ def test_a_window_declared_final_emits_its_result_once_with_revision_zero():
 def test_an_emission_is_checked(make, message):
     with pytest.raises(ConfigurationError, match=message):
         make()
+
+
+def test_substreams_keep_their_own_revisions_and_close_by_their_own_watermark():
+    p = Processor(OrderingPolicy(over="key"), Tumbling(10, emit=Every(events=1)), Collect(), select="index")
+    out = p.on_events([ev(1.0, key="a", index=0), ev(2.0, key="b", index=1), ev(3.0, key="a", index=2)])
+    assert [(w.key, w.value, w.final, w.revision) for w in out.windows] == [
+        ("a", [0], False, 0),
+        ("b", [1], False, 0),
+        ("a", [0, 2], False, 1),
+    ]
+    out = p.on_events([ev(12.0, key="a", index=3)])  # a's watermark passes 10; b's stays at 2
+    assert [(w.key, w.start, w.value, w.final, w.revision) for w in out.windows] == [
+        ("a", 0.0, [0, 2], True, 2),
+        ("a", 10.0, [3], False, 0),
+    ]
+    assert [(w.key, w.value, w.final, w.revision) for w in p.flush().windows] == [
+        ("b", [1], True, 1),
+        ("a", [3], True, 1),
+    ]
+
+
+def test_merged_inputs_update_at_once_and_close_by_the_slower_input():
+    p = Processor(OrderingPolicy(), Tumbling(10, emit=Every(events=2)), Collect(), select="index", inputs=["x", "y"])
+    assert seen(p.on_events([ev(1.0, index=0)], "x").windows) == []
+    assert seen(p.on_events([ev(2.0, index=1), ev(15.0, index=2)], "y").windows) == [(0.0, [0, 1], False, 0, 2.0)]
+    out = p.on_events([ev(16.0, index=3)], "x")  # now both inputs have passed 10
+    assert seen(out.windows) == [(0.0, [0, 1], True, 1, 16.0), (10.0, [2, 3], False, 0, 16.0)]
