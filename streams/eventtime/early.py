@@ -84,11 +84,13 @@ class Revisions:
                 heapq.heappush(self.ontime, window)
         store.next_close = min(store.next_close, self.next_end())
 
-    def touch(self, pane: float, key: Hashable, arrival: float, watermark: float) -> None:
+    def touch(self, pane: float, key: Hashable, arrival: float, watermark: float) -> bool:
         """An event of ``key`` went into ``pane`` (at processing time ``arrival``, under the
-        closing ``watermark``): each open window holding the pane counts it."""
+        closing ``watermark``): each open window holding the pane counts it. True when one
+        of them is due for an update after this step (``Every(events=N)``)."""
         a, books, events = self.assigner, self.books, self.events
-        for window in a.windows_of_pane(pane):
+        # Windows that do not overlap are their own panes: no list of them to make.
+        for window in (pane,) if a.per_window == 1.0 else a.windows_of_pane(pane):
             if a.close_time(window) <= watermark:
                 continue  # closed: the event is not in it
             book = books.get(window)
@@ -103,6 +105,7 @@ class Revisions:
                     self.pending.append((window, key))
             elif entry[_SINCE] + self.period < self.next_due:
                 self.next_due = entry[_SINCE] + self.period
+        return bool(self.pending)
 
     def after_step(self, store: WindowStore, clock: float, out: Output, trace: bool) -> None:
         """The step of an event ended: the updates its N-th events made due (``events=N``)."""

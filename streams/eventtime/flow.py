@@ -139,16 +139,16 @@ class WatermarkFlow:
         self.scheduled(inp, store)
         return bucket
 
-    def touched(self, store: Store | None, pane: float, key: Hashable, arrival: float, watermark: float) -> None:
-        """An event of ``key`` went into ``pane`` of ``store``, whose windows emit updates."""
+    def touched(self, store: Store | None, pane: float, key: Hashable, arrival: float, watermark: float) -> bool:
+        """An event of ``key`` went into ``pane`` of ``store``, whose windows emit updates:
+        True when an update is due after its step (:meth:`stepped`)."""
         assert isinstance(store, WindowStore) and store.early is not None
-        store.early.touch(pane, key, arrival, watermark)
+        return bool(store.early.touch(pane, key, arrival, watermark))
 
     def stepped(self, store: Store | None, clock: float, out: Output) -> None:
         """An event's step ended: the updates it made due (``Every(events=N)``)."""
         assert isinstance(store, WindowStore) and store.early is not None
-        if store.early.pending:
-            store.early.after_step(store, clock, out, self.trace)
+        store.early.after_step(store, clock, out, self.trace)
 
     def tick(self, now: float, out: Output, *, strict: bool) -> None:
         """A tick at ``now``: the updates due by the processing clock (``Every(seconds)``)."""

@@ -125,6 +125,7 @@ class Ingest:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
         updating = flow.every is not None  # emit=Every: each event counts towards updates
+        updates_due = False  # this event's step made an update due (Every(events=N))
         reducer = flow.reducer
         counting, select = type(reducer) is Count, self.select
         add, init = reducer.add, reducer.init
@@ -260,7 +261,9 @@ class Ingest:
                                 if multi and part not in state[1]:
                                     state[1][part] = rec.token
                             if updating:
-                                flow.touched(store, pane, key, arr, w if direct or store is None else store.watermark)
+                                updates_due = flow.touched(
+                                    store, pane, key, arr, w if direct or store is None else store.watermark
+                                )
                     elif sessions is not None:  # merge into the key's sessions (or open one)
                         joined = sessions.add(
                             key,
@@ -351,7 +354,8 @@ class Ingest:
                         flow.close_pending(arr, out)
                         w = mark.value
                         next_close = store.next_close if store is not None else FOREVER
-                if updating:  # after the step: the updates its event made due (Every(events=N))
+                if updates_due:  # after the step: the updates its event made due (Every(events=N))
+                    updates_due = False
                     flow.stepped(store, arr, out)
         finally:
             mark.value, mark.max_timestamp = w, newest
