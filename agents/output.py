@@ -23,7 +23,7 @@ A window's letter names it (:attr:`~streams.core.deadletters.DeadLetter.unit`: c
 type, key and bounds), so a restart that rebuilds the window from the queue and fails it
 again records nothing new. Its ``value`` is what ``headrace dlq replay`` needs to deliver
 the window to the consumer type once more: ``consumer``, ``key``, ``start``, ``end``,
-``value``, ``closed_at``, ``final``, and ``from``/``through``, the queue positions
+``value``, ``closed_at``, ``final``, ``revision``, and ``from``/``through``, the queue positions
 ``[sequence, index]`` a replay of the queue rebuilds it from (the activation's hold before
 the step that closed it) and the last event taken when it closed.
 
@@ -291,8 +291,14 @@ def window_text(result: WindowResult) -> str:
 def window_unit(consumer: str, result: WindowResult) -> str:
     """What makes a window's letter the same as another's (with its queue and reason).
     Stored with the letter, so its form stays as letters already written have it (the
-    bounds as numbers), whatever log lines show."""
-    return f"{consumer} {result.key!r} [{result.start}, {result.end})"
+    bounds as numbers), whatever log lines show. An update (``final=False``) is a unit of its
+    own, by its revision: its letter and the final result's are two.
+
+    >>> window_unit("Totals", WindowResult("a", 0.0, 10.0, 3, closed_at=8.0, final=False, revision=1))
+    "Totals 'a' [0.0, 10.0) revision 1"
+    """
+    unit = f"{consumer} {result.key!r} [{result.start}, {result.end})"
+    return unit if result.final else f"{unit} revision {result.revision}"
 
 
 def _position(token: SequenceToken | None) -> list[int] | None:
@@ -533,6 +539,7 @@ class HookCalls:
                 "value": result.value,
                 "closed_at": result.closed_at,
                 "final": result.final,
+                "revision": result.revision,
                 "from": _position(held_from),
                 "through": _position(through),
             },

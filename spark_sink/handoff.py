@@ -58,10 +58,12 @@ class Handoff:
     ``Combined`` aggregate's result by name.
 
     Each row carries the stream it came from (``stream_id``, ``namespace/key``), so windows
-    of the same key from two streams stay apart.
+    of the same key from two streams stay apart, and, last, whether it is the window's
+    ``final`` result or an update (``emit=Every(...)``), and its ``revision``: the row with
+    the highest revision of a window is its latest result (``docs/spark.md``, "Updates").
 
     >>> Handoff("tolls", {"count": "bigint", "total": "double"}).schema().ddl()
-    'window_start timestamp, window_end timestamp, stream_id string, key string, count bigint, total double'
+    'window_start timestamp, window_end timestamp, stream_id string, key string, count bigint, total double, final boolean, revision bigint'
     """
 
     stream: str
@@ -72,9 +74,15 @@ class Handoff:
         check_stream_name(self.stream)
         if not self.aggregates:
             raise ConfigurationError(f"handoff {self.stream!r} needs at least one aggregate column")
+        taken = [name for name in self.aggregates if name.lower() in _REVISION_COLUMNS]
+        if taken:
+            raise ConfigurationError(
+                f"handoff {self.stream!r} declares {taken[0]!r}: final and revision are the columns every "
+                "window row ends with; name the aggregate otherwise"
+            )
 
     def schema(self) -> HandoffSchema:
-        return HandoffSchema.windows(dict(self.aggregates), key=self.key, stream=True)
+        return HandoffSchema.windows({**self.aggregates, **_REVISION_COLUMNS}, key=self.key, stream=True)
 
     def row(self, source: str, result: WindowResult) -> dict[str, Any]:
         """The row of one window of stream ``source`` (``namespace/key``)."""
@@ -92,7 +100,12 @@ class Handoff:
                 f"handoff {self.stream!r} declares columns {names}, but the window value is "
                 f"{type(result.value).__name__}: use a Combined aggregate with those names"
             )
+        row["final"], row["revision"] = result.final, result.revision
         return row
+
+
+# The columns every window row ends with: a window's rows are its updates and its final result.
+_REVISION_COLUMNS = {"final": "boolean", "revision": "bigint"}
 
 
 @dataclass(frozen=True)
@@ -201,13 +214,21 @@ def fresh_windows(
     windows: Sequence[WindowResult], marks: Mapping[str, float]
 ) -> tuple[list[WindowResult], dict[str, float]]:
     """The windows not handed off yet (per key, an end beyond the key's mark), and the
-    marks they move.
+    marks they move. A key's final results come in order of end, and its mark is the end of
+    the newest one handed off: a final result at or below it is written already. An update
+    (``final=False``) moves no mark: it is written unless its window's final result is
+    (a replay may write an update again, with its revision, which changes no window's
+    latest result), so a window's final result is written once and always after its updates.
 
     >>> from streams.eventtime.results import WindowResult
     >>> w = [WindowResult("a", 0, 60, 1, None), WindowResult("a", 60, 120, 2, None)]
     >>> fresh, moved = fresh_windows(w, {"a": 60})
     >>> [r.end for r in fresh], moved
     ([120], {'a': 120})
+    >>> early = [WindowResult("a", 0, 60, 1, 5.0, final=False), WindowResult("a", 60, 120, 1, 70.0, final=False)]
+    >>> fresh, moved = fresh_windows(early, {"a": 60})
+    >>> [(r.end, r.final) for r in fresh], moved
+    ([(120, False)], {})
     """
     fresh = []
     moved: dict[str, float] = {}
@@ -215,7 +236,8 @@ def fresh_windows(
         key = "" if result.key is None else str(result.key)
         if result.end > moved.get(key, marks.get(key, float("-inf"))):  # per key, in order of end
             fresh.append(result)
-            moved[key] = result.end
+            if result.final:
+                moved[key] = result.end
     return fresh, moved
 
 

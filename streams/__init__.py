@@ -48,6 +48,7 @@ _HOMES = {
     "inline": "streams.core.observer",
     "StreamProviderOptions": "streams.core.options",
     "Durable": "streams.core.state",
+    "Every": "streams.eventtime.windows",
     "StateError": "streams.core.state",
     "Timer": "streams.core.state",
     "Timers": "streams.core.state",
@@ -73,6 +74,7 @@ __all__ = [
     "EncodeError",
     "Event",
     "EventBatch",
+    "Every",
     "GeneratorConfig",
     "HeadraceError",
     "KeptEvents",
@@ -149,5 +151,6 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from streams.core.pubsub import PubSubStore, SubscriptionRecord
     from streams.core.records import RecordFormat
     from streams.core.state import Durable, StateError, Timer, Timers
+    from streams.eventtime.windows import Every
     from streams.runtime.provider import StreamProvider
     from streams.runtime.stream import Stream, StreamSubscriptionHandle

@@ -424,10 +424,13 @@ def check_window(stored: StoredDeadLetter) -> None:
 
 def window_of(value: dict[str, Any]) -> WindowResult:
     """The window a ``window_failed`` letter's value holds (a key kept as a list, as msgpack
-    keeps a tuple, is a tuple again).
+    keeps a tuple, is a tuple again). A letter written before windows had revisions holds
+    a final result (its ``final`` said whether a final watermark closed it).
 
     >>> window_of({"key": ["a", 1], "start": 0.0, "end": 10.0, "value": 3, "closed_at": 12.0, "final": False})
-    WindowResult(key=('a', 1), start=0.0, end=10.0, value=3, closed_at=12.0, final=False)
+    WindowResult(key=('a', 1), start=0.0, end=10.0, value=3, closed_at=12.0, final=True, revision=0)
+    >>> window_of({"key": "a", "start": 0.0, "end": 10.0, "value": 3, "closed_at": 9.0, "final": False, "revision": 2})
+    WindowResult(key='a', start=0.0, end=10.0, value=3, closed_at=9.0, final=False, revision=2)
     """
     key = value["key"]
     return WindowResult(
@@ -436,7 +439,8 @@ def window_of(value: dict[str, Any]) -> WindowResult:
         value["end"],
         value["value"],
         value.get("closed_at"),
-        bool(value.get("final", False)),
+        bool(value["final"]) if "revision" in value else True,
+        int(value.get("revision", 0)),
     )
 
 

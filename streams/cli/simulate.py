@@ -361,7 +361,8 @@ def to_json(item: TraceItem, form: TimeForm) -> dict[str, Any] | None:
             "count": len(item.value),
             "events": item.value,
             "closed_at": None if item.closed_at is None else t(item.closed_at),
-            "final": item.final,
+            # As these lines always had it: closed by the final watermark (--flush).
+            "final": item.closed_at is None,
         }
     if isinstance(item, WatermarkAdvance) and item.arrival_time is not None and math.isfinite(item.watermark):
         return {

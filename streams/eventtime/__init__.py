@@ -28,7 +28,16 @@ from streams.eventtime.results import (
 )
 from streams.eventtime.spec import EventTime
 from streams.eventtime.watermark import EVERY_EVENT, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Hopping, Session, Sliding, Tumbling, WindowAssigner, WindowSpec, WindowStore
+from streams.eventtime.windows import (
+    Every,
+    Hopping,
+    Session,
+    Sliding,
+    Tumbling,
+    WindowAssigner,
+    WindowSpec,
+    WindowStore,
+)
 
 __all__ = [
     "ADJUSTED",
@@ -46,6 +55,7 @@ __all__ = [
     "EventOutcome",
     "EventTime",
     "EventTimeMetrics",
+    "Every",
     "Extractor",
     "First",
     "Hopping",

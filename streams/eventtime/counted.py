@@ -5,7 +5,7 @@ policy and dedup), a window opens at the key's events number ``0, M, 2M, ...`` a
 ``N`` events; it closes and is emitted at step 4 of its ``N``-th event, whatever the
 watermark. ``M > N`` leaves events that belong to no window; ``M < N`` overlaps windows.
 A window's ``start`` and ``end`` are the earliest and latest timestamps of its events (both
-included). A window still short of ``N`` events is emitted (``final=True``) only by a final
+included). A window still short of ``N`` events is emitted only by a final
 watermark (``on_completed``, ``flush``): a watermark closes nothing else, so
 ``allowed_lateness`` and ``idle_timeout`` do not apply, and no event is ever refused
 ``window_closed``.
@@ -99,7 +99,7 @@ class CountStore(KeyedStore):
         done: list[WindowResult] = []
         while kc.open and kc.open[0].n == self.size:
             w = kc.open.pop(0)
-            done.append(WindowResult(key, w.start, w.end, reducer.result(w.acc), clock, False))
+            done.append(WindowResult(key, w.start, w.end, reducer.result(w.acc), clock))
         if not kc.open and kc.seen % self.every == 0:
             del self.keys[key]  # between windows with nothing open: a new key again
         return done
@@ -111,7 +111,7 @@ class CountStore(KeyedStore):
             return []
         result = self.reducer.result
         due = [
-            WindowResult(key, w.start, w.end, result(w.acc), None, True)
+            WindowResult(key, w.start, w.end, result(w.acc), None)
             for key, kc in self.keys.items()
             for w in kc.open
         ]

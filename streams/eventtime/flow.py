@@ -13,13 +13,14 @@ from typing import Any
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Deduplication
+from streams.eventtime.early import Revisions
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.parts import Input, Lane, Store
 from streams.eventtime.results import Counters, Output, WatermarkAdvance, WindowResult
 from streams.eventtime.sessions import OpenSession, SessionStore
 from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Hopping, Session, Sliding, Tumbling, WindowAssigner, WindowStore
+from streams.eventtime.windows import Every, Hopping, Session, Sliding, Tumbling, WindowAssigner, WindowStore
 
 _NO_LANES: dict[Hashable, Lane] = {}  # shared by every flow without substreams: never written
 _NO_STORES: list[Store] = []  # likewise: only substreams append to pending
@@ -59,6 +60,7 @@ class WatermarkFlow:
         "delay",
         "trace",
         "dedup",
+        "every",
     )
 
     def __init__(
@@ -87,6 +89,9 @@ class WatermarkFlow:
         self.sliding = sliding
         self.join = join
         self.reducer = reducer
+        # Fixed windows declared with emit=Every(...): each store keeps its updates' Revisions.
+        emit = assigner.spec.emit if assigner is not None else "final"
+        self.every: Every | None = emit if isinstance(emit, Every) else None
         self.lateness = assigner.lateness if assigner is not None else session.allowed_lateness if session else 0.0
         self.store = self._new_store(0, NEVER)
         # Substream mode: key -> (watermark, store). Otherwise every input shares self.store
@@ -115,7 +120,10 @@ class WatermarkFlow:
         if self.sliding is not None:
             return SlidingStore(self.sliding, self.reducer, order, watermark)
         if self.assigner is not None:
-            return WindowStore(self.assigner, order, watermark)
+            store = WindowStore(self.assigner, order, watermark)
+            if self.every is not None:
+                store.early = Revisions(self.every, self.assigner, self.reducer)
+            return store
         return None
 
     def stores(self) -> list[Store]:
@@ -141,8 +149,27 @@ class WatermarkFlow:
         """Open ``pane`` in ``store``: its windows are scheduled to close, idle checks lowered."""
         assert isinstance(store, WindowStore)  # panes are fixed windows'
         bucket = store.open_pane(pane)
+        if store.early is not None:
+            store.early.opened(store, pane)
         self.scheduled(inp, store)
         return bucket
+
+    def touched(self, store: Store | None, pane: float, key: Hashable, arrival: float, watermark: float) -> bool:
+        """An event of ``key`` went into ``pane`` of ``store``, whose windows emit updates:
+        True when an update is due after its step (:meth:`stepped`)."""
+        assert isinstance(store, WindowStore) and store.early is not None
+        return bool(store.early.touch(pane, key, arrival, watermark))
+
+    def stepped(self, store: Store | None, clock: float, out: Output) -> None:
+        """An event's step ended: the updates it made due (``Every(events=N)``)."""
+        assert isinstance(store, WindowStore) and store.early is not None
+        store.early.after_step(store, clock, out, self.trace)
+
+    def tick(self, now: float, out: Output, *, strict: bool) -> None:
+        """A tick at ``now``: the updates due by the processing clock (``Every(seconds)``)."""
+        for store in self.stores():
+            if isinstance(store, WindowStore) and store.early is not None:
+                store.early.tick(store, now, out, strict=strict, trace=self.trace)
 
     def scheduled(self, inp: Input, store: Store) -> None:
         """A window (or session) was scheduled in ``store``: lower the substreams' floor
@@ -242,18 +269,31 @@ class WatermarkFlow:
             return
         a = self.assigner
         assert a is not None
-        due: list[tuple[float, int, float, WindowStore]] = []
+        # (due time, store order, on-time result?, window, store): a window closes at end + A,
+        # its on-time update (emit=Every, A > 0) is due at its end; at equal times, closes first.
+        due: list[tuple[float, int, bool, float, WindowStore]] = []
         for store in dict.fromkeys(stores):  # each store once, in order
             assert isinstance(store, WindowStore)
+            early = store.early
+            if early is not None:
+                due.extend((a.end(j), store.order, True, j, store) for j in early.due_ontime(store.watermark))
             if store.watermark >= store.next_close:
-                due.extend((a.end(j), store.order, j, store) for j in store.pop_due())
-        due.sort(key=lambda d: (d[0], d[1]))
+                due.extend((a.close_time(j), store.order, False, j, store) for j in store.pop_due())
+            if early is not None:  # the next on-time result is due by the same watermark
+                store.next_close = min(store.next_close, early.next_end())
+        due.sort(key=lambda d: (d[0], d[1], d[2]))
         reducer = self.reducer
-        for _, _, j, store in due:
+        for _, _, ontime, j, store in due:
+            early = store.early
+            if ontime:
+                assert early is not None
+                early.emit_ontime(store, j, clock, out, self.trace)
+                continue
             start, end = a.spec.bounds(j)
-            final = store.watermark == FOREVER
+            revisions = early.closed(j) if early is not None else None
             for key, acc in store.collect(j, reducer.merge, reducer.init).items():
-                result = WindowResult(key, start, end, reducer.result(acc), clock, final)
+                revision = revisions.get(key, 0) if revisions is not None else 0
+                result = WindowResult(key, start, end, reducer.result(acc), clock, True, revision)
                 out.windows.append(result)
                 if self.trace:
                     out.trace.append(result)
@@ -267,16 +307,15 @@ class WatermarkFlow:
         self.counters.windows_emitted += len(results)
 
     def _close_sessions(self, stores: list[Store], clock: float | None, out: Output) -> None:
-        due: list[tuple[float, int, int, Hashable, OpenSession, bool]] = []
+        due: list[tuple[float, int, int, Hashable, OpenSession]] = []
         for store in dict.fromkeys(stores):
             assert isinstance(store, SessionStore)
             if store.watermark >= store.next_close:
-                final = store.watermark == FOREVER
-                due.extend((s.end, store.order, i, key, s, final) for i, (key, s) in enumerate(store.pop_due()))
+                due.extend((s.end, store.order, i, key, s) for i, (key, s) in enumerate(store.pop_due()))
         due.sort(key=lambda d: (d[0], d[1], d[2]))
         result_of = self.reducer.result
-        for _, _, _, key, s, final in due:
-            result = WindowResult(key, s.start, s.end, result_of(s.acc), clock, final)
+        for _, _, _, key, s in due:
+            result = WindowResult(key, s.start, s.end, result_of(s.acc), clock)
             out.windows.append(result)
             if self.trace:
                 out.trace.append(result)

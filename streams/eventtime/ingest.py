@@ -86,6 +86,7 @@ class Ingest:
             and not flow.trace
             and flow.idle_timeout == FOREVER
             and flow.dedup is None
+            and flow.every is None
             and flow.generation.every_event
             and ordering.early == FOREVER
             and ordering.late == FOREVER
@@ -133,6 +134,11 @@ class Ingest:
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
+        updating = flow.every is not None  # emit=Every: each event counts towards updates
+        # The arrival of the event whose step made an update due (Every(events=N)), else
+        # None. Its updates go out where the next event begins (or after the last): nothing
+        # happens in between, and emit="final" windows pay no test at the end of each step.
+        updates_at: float | None = None
         reducer = flow.reducer
         counting, select = type(reducer) is Count, self.select
         add, init = reducer.add, reducer.init
@@ -180,11 +186,15 @@ class Ingest:
                 arr = rec.arrival_time
                 if arr > clock:
                     clock = arr
-                if arr > idle_check:  # a timeout fell due before this event arrived
-                    mark.value, mark.max_timestamp = w, newest
-                    flow.idle(inp, arr, out, strict=True)
-                    w, idle_check = mark.value, inp.idle_check
-                    next_close = store.next_close if store is not None else FOREVER
+                if arr > idle_check:  # a timeout fell due before this event arrived, or updates
+                    if updates_at is not None:  # the previous step's updates (see updates_at)
+                        flow.stepped(store, updates_at, out)
+                        updates_at, idle_check = None, inp.idle_check
+                    if arr > idle_check:
+                        mark.value, mark.max_timestamp = w, newest
+                        flow.idle(inp, arr, out, strict=True)
+                        w, idle_check = mark.value, inp.idle_check
+                        next_close = store.next_close if store is not None else FOREVER
                 et: float | None = None  # not read yet: nothing counted for this event
                 # Steps 1-4 run what the event brings (its time, key and value) through user
                 # code: whatever it raises dead-letters this event alone, never its batch.
@@ -287,6 +297,10 @@ class Ingest:
                                     state[0] = acc
                                 if multi and part not in state[1]:
                                     state[1][part] = rec.token
+                            if updating and flow.touched(
+                                store, pane, key, arr, w if direct or store is None else store.watermark
+                            ):
+                                updates_at, idle_check = arr, NEVER  # the next event's first test sends them
                     elif sessions is not None:  # merge into the key's sessions (or open one)
                         joined = sessions.add(
                             key,
@@ -389,6 +403,8 @@ class Ingest:
                         flow.close_pending(arr, out)
                         w = mark.value
                         next_close = store.next_close if store is not None else FOREVER
+            if updates_at is not None:  # the last step's updates
+                flow.stepped(store, updates_at, out)
         finally:
             mark.value, mark.max_timestamp = w, newest
             if direct and store is not None:

@@ -34,7 +34,7 @@ from streams.eventtime.policy import EventLike, Extractor, OrderingPolicy
 from streams.eventtime.results import Counters, EventOutcome, EventTimeMetrics, Output
 from streams.eventtime.snapshot import restore, snapshot
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, MergedWatermark, WatermarkGeneration
-from streams.eventtime.windows import WindowSpec
+from streams.eventtime.windows import WindowSpec, WindowStore
 
 
 class Processor:
@@ -220,6 +220,8 @@ class Processor:
                 flow.lift(inp, arrival_time - late, arrival_time, out)
             if arrival_time > inp.idle_check or (arrival_time == inp.idle_check and not strict):
                 flow.idle(inp, arrival_time, out, strict=strict)
+        if flow.every is not None:  # then the updates due by the clock, of windows still open
+            flow.tick(arrival_time, out, strict=strict)
         return self._done(out)
 
     def advance_time(self, watermark: float, arrival_time: float | None, partition: Hashable = 0) -> Output:
@@ -321,8 +323,8 @@ class Processor:
         restore(self, state)
 
     def next_tick(self) -> float:
-        """The earliest processing time at which :meth:`on_tick` would close a window or fire
-        an idle timeout (``inf``: a tick would change nothing but the watermark), so a
+        """The earliest processing time at which :meth:`on_tick` would close a window, fire
+        an idle timeout or emit an update (``inf``: a tick would change nothing but the watermark), so a
         runtime with many quiet processors ticks only those that are due."""
         due, late = FOREVER, self._parts.late
         if late < FOREVER:
@@ -332,6 +334,10 @@ class Processor:
         for inp in self._inputs:
             if not inp.completed and inp.idle_check < due:
                 due = inp.idle_check
+        if self._flow.every is not None:  # an update due by the clock (Every(seconds))
+            for store in self._flow.stores():
+                if isinstance(store, WindowStore) and store.early is not None:
+                    due = min(due, store.early.next_due)
         return due
 
     def open_windows(self) -> list[tuple[Hashable, float, float]]:

@@ -127,13 +127,17 @@ class EventOutcome:
 
 @dataclass(frozen=True, slots=True)
 class WindowResult:
-    """One closed window of one key (``key`` None for global windows).
+    """One window's result for one key (``key`` None for global windows).
 
-    ``closed_at`` is the processing clock when it closed (None when closed by ``flush``);
-    ``final`` is True when a +infinity watermark (flush, completion) closed it.
+    ``final`` is True for the result a window emits once, when it closes; False for an
+    update of a window declared with ``emit=Every(...)`` (``docs/event-time.md``, "Early and
+    updated results"), which holds what the window has accepted so far. ``revision`` counts
+    a window's results, 0, 1, 2, ...: its final result has the highest (0 for a window that
+    emitted no update). ``closed_at`` is the processing clock when it was emitted (None when
+    closed by ``flush``, or by a completion that carries no clock).
 
-    >>> WindowResult("a", 0.0, 10.0, 3, closed_at=12.0).final
-    False
+    >>> WindowResult("a", 0.0, 10.0, 3, closed_at=12.0)
+    WindowResult(key='a', start=0.0, end=10.0, value=3, closed_at=12.0, final=True, revision=0)
     """
 
     key: Hashable
@@ -141,7 +145,8 @@ class WindowResult:
     end: float
     value: Any
     closed_at: float | None
-    final: bool = False
+    final: bool = True
+    revision: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +164,8 @@ class WatermarkAdvance:
 class JoinResult:
     """One pair of an interval join (``right`` None: a left event with no partner, with
     ``how="left"``), emitted once the merged watermark has passed ``left.timestamp +
-    upper``. ``closed_at`` and ``final`` as :class:`WindowResult`.
+    upper``. ``closed_at`` as :class:`WindowResult`; ``final`` is True when a +infinity
+    watermark (flush, completion) emitted it.
 
     >>> from types import SimpleNamespace as NS
     >>> left = EventOutcome(NS(value={"page": "/a"}), "clicks", "u1", 1.0, 1.0, KEPT, None)
@@ -204,7 +210,8 @@ TraceItem = EventOutcome | WindowResult | WatermarkAdvance
 class Output:
     """What one call to the processor produced.
 
-    - ``windows``: closed windows, in order of end;
+    - ``windows``: closed windows' results, in order of end, and updates (``final=False``)
+      where they fall due;
     - ``dead_letters``: everything dropped or refused, each with its reason and record;
     - ``events``: without a window or join, the events that passed the ordering policy
       with their timestamps (the stream a non-windowed consumer sees);

@@ -161,7 +161,6 @@ class SlidingStore(KeyedStore):
         """Emit every window the watermark has passed (``W > end + A``), in order of end,
         and forget the events no window can be created around any more."""
         w, due, result = self.watermark, self._due, self.reducer.result
-        final = w == FOREVER
         closed: list[tuple[float, float, int, Hashable, Any]] = []
         while due and due[0][0] <= w:
             _, seq, key, name = heapq.heappop(due)
@@ -181,7 +180,7 @@ class SlidingStore(KeyedStore):
                 del self.keys[key]
         closed.sort(key=lambda c: c[:3])
         self.next_close = due[0][0] if due else FOREVER
-        return [WindowResult(key, start, end, result(acc), clock, final) for end, start, _, key, acc in closed]
+        return [WindowResult(key, start, end, result(acc), clock) for end, start, _, key, acc in closed]
 
     def tokens(self) -> list[Any]:
         """The token of every event kept (a restart without a snapshot rebuilds from them)."""

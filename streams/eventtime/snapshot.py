@@ -207,7 +207,10 @@ def _store(store: Store) -> list[Any]:
     panes = [
         [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
     ]
-    return [panes, store.watermark, store.next_close, list(store._due or ()), store.order]
+    state = [panes, store.watermark, store.next_close, list(store._due or ()), store.order]
+    if store.early is not None:  # the updates' revisions: a restart goes on from them
+        state.append(store.early.state())
+    return state
 
 
 def _set_store(store: Store, state: list[Any]) -> None:
@@ -229,7 +232,9 @@ def _set_store(store: Store, state: list[Any]) -> None:
         store.set_state(state[1:], _hashable)
         return
     assert isinstance(store, WindowStore)
-    panes, store.watermark, store.next_close, due, store.order = state
+    panes, store.watermark, store.next_close, due, store.order = state[:5]
+    if store.early is not None and len(state) > 5:  # saved by a store that emits updates
+        store.early.set_state(state[5], _hashable)
     store.panes = {pane: {_hashable(key): [acc, token] for key, acc, token in bucket} for pane, bucket in panes}
     if due:
         store._due = list(due)

@@ -83,7 +83,7 @@ def parse_window(text: str, where: str) -> WindowSpec:
     are durations); windows of events: ``tumbling:Nev``, ``hopping:Nev:Mev``.
 
     >>> parse_window("hopping:10m:1m", "window")
-    Hopping(size=600.0, hop=60.0, allowed_lateness=0.0, idle_timeout=None, origin=0.0, events=None, every=None)
+    Hopping(size=600.0, hop=60.0, allowed_lateness=0.0, idle_timeout=None, origin=0.0, events=None, every=None, emit='final')
     >>> parse_window("session:30s", "window")
     Session(gap=30.0, allowed_lateness=0.0, idle_timeout=None)
     >>> parse_window("hopping:10ev:5ev", "window").every

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 from streams.core.errors import ConfigurationError
 from streams.eventtime.watermark import FOREVER, NEVER
@@ -41,6 +41,44 @@ def _check(name: str, value: Any, *, positive: bool, optional: bool = False) -> 
 
 
 @dataclass(frozen=True, slots=True)
+class Every:
+    """How often a window emits updates before its final result (``emit=`` of a window):
+    every ``seconds`` of processing time, or after every ``events`` events it accepted.
+
+    An update is a :class:`~streams.eventtime.results.WindowResult` with ``final=False`` and
+    the window's next ``revision`` (0, 1, 2, ...); the final result follows with
+    ``final=True`` and the highest one. ``docs/event-time.md``, "Early and updated results",
+    says when each fires.
+
+    >>> Tumbling(60, emit=Every(10)).emit
+    Every(seconds=10.0, events=None)
+    >>> Every(events=100).events
+    100
+    >>> Every(5, events=3)
+    Traceback (most recent call last):
+    ...
+    streams.core.errors.ConfigurationError: Every takes seconds or events=N, not both: Every(5, events=3)
+    """
+
+    seconds: float | None = None
+    events: int | None = None
+
+    def __post_init__(self) -> None:
+        shown = f"Every({self.seconds!r}, events={self.events!r})"
+        if (self.seconds is None) == (self.events is None):
+            raise ConfigurationError(f"Every takes seconds or events=N, not both: {shown}")
+        if self.seconds is not None:
+            _check("Every's seconds", self.seconds, positive=True)
+            object.__setattr__(self, "seconds", float(self.seconds))
+        elif not (type(self.events) is int and self.events >= 1):
+            raise ConfigurationError(f"Every's events must be a whole number >= 1, not {self.events!r}")
+
+
+Emit = Literal["final"] | Every
+"""A window's emission: its final result only (``"final"``), or updates too (:class:`Every`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Tumbling:
     """Back-to-back windows of ``size`` seconds (Atlas ``$tumblingWindow``), or of
     ``events`` events of a key (Quix's count windows: ``Tumbling(events=100)``; see
@@ -49,11 +87,15 @@ class Tumbling:
     ``allowed_lateness``: how long a window stays open after the watermark passes its end.
     ``idle_timeout``: processing time after which an idle source's window closes anyway.
     ``origin``: where window boundaries are aligned (0: the epoch).
+    ``emit``: ``"final"`` (the result once, when the window closes) or :class:`Every` (updates
+    while it is open, then the final result).
 
     >>> Tumbling(300).bounds(1)
     (300.0, 600.0)
     >>> Tumbling(events=3).events, Tumbling(events=3).every
     (3, 3)
+    >>> Tumbling(300, allowed_lateness=60, emit=Every(30)).emit.seconds
+    30.0
     """
 
     size: float = 0.0  # seconds; 0 for a window of events
@@ -61,6 +103,7 @@ class Tumbling:
     idle_timeout: float | None = None
     origin: float = 0.0
     events: int | None = None
+    emit: Emit = "final"
 
     def __post_init__(self) -> None:
         if self.events is None:
@@ -103,6 +146,7 @@ class Hopping:
     origin: float = 0.0
     events: int | None = None
     every: int | None = None
+    emit: Emit = "final"
 
     def __post_init__(self) -> None:
         if self.events is None and self.every is None:
@@ -124,7 +168,9 @@ class Session:
     windows). A session closes when the watermark passes its end plus ``allowed_lateness``,
     or by ``idle_timeout`` (processing time, as :class:`Tumbling`); it is never reopened, and
     an event that would merge into an emitted one is dead-lettered ``window_closed``. The
-    store of open sessions is :mod:`streams.eventtime.sessions`.
+    store of open sessions is :mod:`streams.eventtime.sessions`. A session emits its final
+    result only: its bounds move as it grows and merges, so an update (``emit=Every(...)``
+    of fixed windows) would name a window no later result replaces.
 
     >>> Session(30).gap, Session(30, allowed_lateness=5).allowed_lateness
     (30.0, 5.0)
@@ -195,6 +241,11 @@ def _check_counted(spec: FixedWindow, events: int | None, every: int | None) -> 
             "allowed_lateness and idle_timeout apply to windows of time: a window of events closes at its "
             "last event, or (partial) at the final watermark"
         )
+    if spec.emit != "final":
+        raise ConfigurationError(
+            "emit=Every(...) applies to windows of time: a window of events emits once, at its last event "
+            "(make it smaller for earlier results)"
+        )
 
 
 WindowSpec = Tumbling | Hopping | Session | Sliding
@@ -220,6 +271,8 @@ def _validate(spec: FixedWindow) -> None:
     _check("idle_timeout", spec.idle_timeout, positive=False, optional=True)
     if not (isinstance(spec.origin, (int, float)) and math.isfinite(spec.origin)):
         raise ConfigurationError(f"origin must be a number of seconds, not {spec.origin!r}")
+    if spec.emit != "final" and not isinstance(spec.emit, Every):
+        raise ConfigurationError(f"emit is 'final' or Every(seconds) or Every(events=N), not {spec.emit!r}")
 
 
 def _gcd(a: float, b: float) -> float:
@@ -323,7 +376,7 @@ class WindowStore:
     brought into the pane (the runtime must not checkpoint past the oldest one still held).
     """
 
-    __slots__ = ("assigner", "panes", "watermark", "next_close", "_due", "_scheduled", "order")
+    __slots__ = ("assigner", "panes", "watermark", "next_close", "_due", "_scheduled", "order", "early")
 
     def __init__(self, assigner: WindowAssigner, order: int = 0, watermark: float = NEVER) -> None:
         self.assigner = assigner
@@ -335,6 +388,8 @@ class WindowStore:
         # stream, holds no empty dict).
         self._scheduled: dict[float, None] | None = None
         self.order = order  # creation order: ties between stores close in this order
+        # With emit=Every(...): the updates' bookkeeping (streams.eventtime.early), else None.
+        self.early: Any = None
 
     def open_pane(self, pane: float) -> dict[Hashable, list[Any]]:
         """Create ``pane`` and schedule every still-open window containing it."""
@@ -362,6 +417,7 @@ class WindowStore:
         a, due, w, scheduled = self.assigner, self._due, self.watermark, self._scheduled
         closed: list[float] = []
         if due is None:
+            self.next_close = FOREVER  # nothing scheduled (it may have been lowered: early results)
             return closed
         while due and a.close_time(due[0]) <= w:
             window = heapq.heappop(due)

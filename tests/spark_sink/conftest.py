@@ -14,7 +14,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
+from spark_sink import Handoff as HandoffDeclaration
+from spark_sink import HandoffLog, HandoffWriter
 from streams.embedded.store import EmbeddedStore
 from tests.spark_sink.handoff_testkit import (
     BASE,
@@ -68,7 +69,7 @@ def expected(spark: SparkSession, events: list[RawEvent]) -> list[WindowRow]:
 def _handoff(path: Path, **log_options: int) -> Iterator[Handoff]:
     store = EmbeddedStore(path)
     log = HandoffLog(store, **log_options)
-    schema = HandoffSchema.windows({"count": "bigint", "total": "double"}, stream=True)  # as Handoff declares
+    schema = HandoffDeclaration(STREAM, {"count": "bigint", "total": "double"}).schema()  # the runtime's columns
     yield Handoff(path, store, log, HandoffWriter(log, STREAM, schema))
     store.close()
 

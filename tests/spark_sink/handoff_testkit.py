@@ -103,7 +103,8 @@ class Handoff:
         partitions, one transaction per (window, partition)."""
         for (_, partition), group in by_closing(rows).items():
             source = source_of(partition)
-            self.append(partition, [(s / 1e6, e / 1e6, source, key, n, t) for s, e, key, n, t in group])
+            # final results (final, revision 0), as a window declared emit="final" hands off
+            self.append(partition, [(s / 1e6, e / 1e6, source, key, n, t, True, 0) for s, e, key, n, t in group])
 
     def stream_files(self) -> set[str]:
         root = self.path / "handoff" / STREAM

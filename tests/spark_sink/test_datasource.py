@@ -47,7 +47,8 @@ def test_batch_read_equals_spark_windows_over_the_raw_events(spark, any_handoff,
     any_handoff.append_windows(window_results(events))
     df = batch_of(any_handoff, spark)
     assert df.schema.simpleString() == (
-        "struct<window_start:timestamp,window_end:timestamp,stream_id:string,key:string,count:bigint,total:double>"
+        "struct<window_start:timestamp,window_end:timestamp,stream_id:string,key:string,count:bigint,total:double,"
+        "final:boolean,revision:bigint>"
     )
     assert collect_windows(df) == expected
 
@@ -194,7 +195,7 @@ def test_rows_of_an_uncommitted_handoff_never_reach_spark(spark, handoff, events
         pass
 
     with pytest.raises(WorkerDied), handoff.store.transaction() as conn:
-        handoff.writer.append(conn, 0, [(0.0, 30.0, "sensors/p0", "phantom", 1, 1.0)])
+        handoff.writer.append(conn, 0, [(0.0, 30.0, "sensors/p0", "phantom", 1, 1.0, True, 0)])
         # Written and fsynced, not committed (and the writer holds the store's write lock):
         assert "phantom" not in {row[2] for row in collect_windows(batch_of(handoff, spark))}
         raise WorkerDied

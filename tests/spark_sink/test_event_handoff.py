@@ -142,7 +142,8 @@ def test_window_rows_carry_their_stream_so_one_key_of_two_streams_stays_apart(sp
     anyio.run(run)
     df = spark.read.format("headrace").option("path", str(tmp_path)).option("stream", "booth-counts").load()
     assert df.schema.simpleString() == (
-        "struct<window_start:timestamp,window_end:timestamp,stream_id:string,key:string,cars:bigint>"
+        "struct<window_start:timestamp,window_end:timestamp,stream_id:string,key:string,cars:bigint,"
+        "final:boolean,revision:bigint>"
     )
     rows = sorted(tuple(r) for r in df.select("stream_id", "key", "cars").collect())
     assert rows == [("plazas/p1", "b0", 3), ("plazas/p2", "b0", 5)]

@@ -34,8 +34,8 @@ from tests.helpers import handoff_batches
 from tests.spark_sink.handoff_testkit import STREAM, Handoff
 
 
-def rows(n: int, first: int = 0) -> list[tuple[float, float, str, str, int, float]]:
-    return [(60.0 * i, 60.0 * i + 60, "sensors/s1", f"k{i}", i, i / 2) for i in range(first, first + n)]
+def rows(n: int, first: int = 0) -> list[tuple[float, float, str, str, int, float, bool, int]]:
+    return [(60.0 * i, 60.0 * i + 60, "sensors/s1", f"k{i}", i, i / 2, True, 0) for i in range(first, first + n)]
 
 
 def read_all(handoff: Handoff, partition: int) -> pa.Table:
@@ -161,13 +161,13 @@ def test_append_needs_the_stores_write_transaction(handoff: Handoff, tmp_path: P
 
 CRASHING_WORKER = """
 import os, sys
-from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
+from spark_sink import Handoff, HandoffLog, HandoffWriter
 from streams.embedded.store import EmbeddedStore
 store = EmbeddedStore(sys.argv[1])
-schema = HandoffSchema.windows({"count": "bigint", "total": "double"}, stream=True)
+schema = Handoff(sys.argv[2], {"count": "bigint", "total": "double"}).schema()
 writer = HandoffWriter(HandoffLog(store, inline_bytes=int(sys.argv[3])), sys.argv[2], schema)
 with store.transaction() as conn:
-    writer.append(conn, 0, [(0.0, 60.0, "sensors/s1", "crash", 99, 99.0)])
+    writer.append(conn, 0, [(0.0, 60.0, "sensors/s1", "crash", 99, 99.0, True, 0)])
     os._exit(1)  # killed after the segment is written, before the caller's commit
 """
 

@@ -16,7 +16,14 @@ from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.runtime.status import read_status
 from tests import helpers
 from tests.agents.delivery.conftest import drained
-from tests.helpers import counted_windows, handoff_count, persisted_checkpoint, saved_states, wait_until_async
+from tests.helpers import (
+    counted_windows,
+    handoff_count,
+    handoff_rows,
+    persisted_checkpoint,
+    saved_states,
+    wait_until_async,
+)
 
 WORKER = Path(__file__).with_name("saved_state_worker.py")
 
@@ -124,9 +131,12 @@ def read_count(process: subprocess.Popen[str], events: bool = False) -> int:
     return int(line.split()[2 if events else 1])
 
 
-async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(tmp_path):
+async def kill_with_the_window_open(tmp_path: Path, mode: str = "run") -> int:
+    """500 events of one meter in window [0, 3600), a SIGKILL once the checkpoint passed
+    them (the window's state saved with it), a new worker, and the event that closes the
+    window: how many records the new worker read."""
     meter = StreamId("meters", "m1")
-    first = start_worker(tmp_path)
+    first = start_worker(tmp_path, mode)
     try:
         async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
             for n in range(500):  # records 0..499, all in window [0, 3600)
@@ -137,16 +147,29 @@ async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(
         first.wait()
     finally:
         first.kill()
-    second = start_worker(tmp_path)
+    second = start_worker(tmp_path, mode)
     try:
         async with StreamProvider.embedded(tmp_path, queues=1).client() as client:
             await client.get_stream(meter).on_next({"t": 4000.0})  # record 500 closes [0, 3600)
-        replayed = read_count(second)
+        return read_count(second)
     finally:
         second.terminate()
         second.wait()
+
+
+async def test_sigkill_with_a_one_hour_window_open_resumes_from_its_saved_state(tmp_path):
+    replayed = await kill_with_the_window_open(tmp_path)
     # The result of an uninterrupted run (500 events), and the replay was the one new record.
     assert counted_windows(tmp_path) == [(0.0, 3600.0, 500)]
+    assert replayed == 1
+
+
+async def test_sigkill_with_a_window_giving_updates_goes_on_from_its_revisions(tmp_path):
+    replayed = await kill_with_the_window_open(tmp_path, "early")
+    rows = [(r["count"], r["final"], r["revision"]) for r in handoff_rows(tmp_path, "counts")]
+    # an update every 100 events, then one final with the next revision: the saved state
+    # carried the revisions over the kill, and the replay was the one new record
+    assert rows == [(100, False, 0), (200, False, 1), (300, False, 2), (400, False, 3), (500, False, 4), (500, True, 5)]
     assert replayed == 1
 
 

@@ -121,3 +121,13 @@ async def test_without_late_arrival_the_held_clicks_are_one_line_saying_what_to_
         "(inputs: clicks=2023-11-14T22:13:35Z, orders=-inf); what it holds waits: set late_arrival= "
         "on the policy (a silent input then follows the clock), or advance_time on the input's stream"
     ]
+
+
+def test_the_early_results_example_prints_what_the_page_shows(tmp_path):
+    found = blocks()
+    i = next(i for i, (lang, code) in enumerate(found) if lang == "python" and "emit=Every(events=2)" in code)
+    script = tmp_path / "early.py"
+    script.write_text(found[i][1])
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == found[i + 1][1]

@@ -62,7 +62,7 @@ def test_completion_of_one_input_leaves_the_minimum_to_the_others():
     p = Processor(OrderingPolicy(), Tumbling(10), inputs=["a", "b"])
     p.on_events(events([(1, 1), (15, 15)]), "a")
     out = p.on_completed("b", arrival_time=16.0)
-    assert [(w.start, w.closed_at, w.final) for w in out.windows] == [(0.0, 16.0, False)]
+    assert [(w.start, w.closed_at, w.final) for w in out.windows] == [(0.0, 16.0, True)]
     assert p.watermark == 15.0
 
 
