@@ -71,7 +71,7 @@ class RewindableReceiver(QueueAdapterReceiver, Protocol):
 @runtime_checkable
 class ForwardingReceiver(QueueAdapterReceiver, Protocol):
     """A receiver that sends some of what it reads on to other queues instead of returning
-    it (Kafka's re-keying hop, :mod:`streams.kafka.repartition`).
+    it (Kafka's re-keying hop, :mod:`streams.backends.kafka.repartition`).
 
     The pulling agent counts those records as read: a read that sent everything on still
     made progress (read again at once), and a worker's ``drain`` goes on until the queues
@@ -164,6 +164,8 @@ class QueueAdapterFactory(Protocol):
 # Event-time state a receiver saves beside its checkpoints (the embedded and Kafka receivers).
 StateKey = tuple[str, str]  # (consumer type name, stream id)
 StateRows = tuple[list[tuple[str, str, int, int, bytes]], list[StateKey]]  # upserts, deletes
+# One activation's saved unit as ``headrace state`` lists it: (queue, consumer type, stream, position, unit).
+SavedStateRow = tuple[int, str, str, SequenceToken, bytes]
 
 
 class StateSource(Protocol):

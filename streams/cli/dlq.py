@@ -42,6 +42,8 @@ from typing import Any, Protocol
 
 import anyio
 
+from streams.backends.embedded.deadletters import EmbeddedDeadLetterStore
+from streams.backends.kafka.deadletters import KafkaDeadLetterStore
 from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
@@ -59,10 +61,7 @@ from streams.cli.worker import load_provider
 from streams.core.deadletters import StoredDeadLetter
 from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId
-from streams.embedded.deadletters import EmbeddedDeadLetterStore
 from streams.eventtime.results import WindowResult
-from streams.kafka.deadletters import KafkaDeadLetterStore
-from streams.runtime.backends import KafkaBackend
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import DEAD_LETTER_REASONS
 
@@ -180,7 +179,7 @@ def _open(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> _Opened
             return _Opened(EmbeddedDeadLetterStore(store), config.provider, named, kafka)
         provider = config.provider()
     else:
-        provider, kafka = app, isinstance(app.backend, KafkaBackend)
+        provider, kafka = app, app.backend.position_names == ("partition", "offset")
 
         def named() -> StreamProvider | None:
             return app

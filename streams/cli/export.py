@@ -30,20 +30,20 @@ from typing import Any, Protocol
 
 import anyio
 
+from streams.backends.embedded.queues import recorded_queue_count
+from streams.backends.embedded.store import EmbeddedStore
+from streams.backends.kafka.backend import KafkaBackend
+from streams.backends.kafka.clients import kafka_outage_log
+from streams.backends.kafka.receiver import KafkaQueueReceiver
+from streams.backends.kafka.settings import KafkaSettings
 from streams.cli import CliError
 from streams.cli.common import add_config_options, existing_store, load_app, load_cli_config, plural, utc_text
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
-from streams.embedded.queues import recorded_queue_count
-from streams.embedded.store import EmbeddedStore
 from streams.eventtime.policy import OrderingPolicy, timestamp_extractor
 from streams.eventtime.spec import EventTime
 from streams.eventtime.timetext import parse_duration
-from streams.kafka.clients import kafka_outage_log
-from streams.kafka.receiver import KafkaQueueReceiver
-from streams.kafka.settings import KafkaSettings
-from streams.runtime.backends import KafkaBackend
 from streams.runtime.config import HeadraceConfig, load_config
 from streams.runtime.provider import StreamProvider
 

@@ -41,6 +41,19 @@ import anyio
 from rich.console import Console
 from rich.markup import escape
 
+from streams.adapters.status import (
+    GONE_AFTER_TIMEOUTS,
+    AgentStatus,
+    ClusterStatus,
+    ConsumerTypeFates,
+    QueueStatus,
+    consumer_type_fates,
+    observed_by_type,
+)
+from streams.backends.embedded.status import read_status
+from streams.backends.kafka.backend import KafkaBackend
+from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.status import read_kafka_status
 from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
@@ -55,20 +68,7 @@ from streams.cli.common import (
     utc_text,
 )
 from streams.eventtime.lateness import SHARES, ObservedTimes, Tolerances, advise, current
-from streams.kafka.settings import KafkaSettings
-from streams.runtime.backends import KafkaBackend
 from streams.runtime.config import HeadraceConfig, load_config
-from streams.runtime.status import (
-    GONE_AFTER_TIMEOUTS,
-    AgentStatus,
-    ClusterStatus,
-    ConsumerTypeFates,
-    QueueStatus,
-    consumer_type_fates,
-    observed_by_type,
-    read_status,
-)
-from streams.runtime.status_kafka import read_kafka_status
 
 EXAMPLES = """examples:
   headrace status --path ./store

@@ -140,38 +140,6 @@ def letter_of(values: Mapping[str, Any]) -> DeadLetter:
     return DeadLetter(**{name: value for name, value in values.items() if name in known})
 
 
-class MemoryDeadLetterStore:
-    """A :class:`DeadLetterStore` in this process's memory.
-
-    >>> import anyio
-    >>> store = MemoryDeadLetterStore()
-    >>> again = DeadLetter("undecodable", queue=0, sequence_number=9, payload=b"x")
-    >>> anyio.run(store.add, [again, again])
-    >>> anyio.run(store.count)
-    1
-    """
-
-    def __init__(self) -> None:
-        self.letters: list[DeadLetter] = []
-        self._keys: set[Hashable] = set()
-
-    async def add(self, letters: list[DeadLetter]) -> None:
-        keys = self._keys
-        for letter in letters:
-            key = letter_key(letter)
-            if key is not None:
-                if key in keys:
-                    continue
-                keys.add(key)
-            self.letters.append(letter)
-
-    async def list(self, reason: str | None = None, limit: int = 100) -> list[DeadLetter]:
-        return [x for x in self.letters if reason is None or x.reason == reason][:limit]
-
-    async def count(self, reason: str | None = None) -> int:
-        return sum(1 for x in self.letters if reason is None or x.reason == reason)
-
-
 class QueueDeadLetters:
     """The dead-letter store as one queue's agent uses it: a letter that does not name its
     queue (the event-time core knows streams, not queues) is recorded with this one."""

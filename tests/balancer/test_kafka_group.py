@@ -8,7 +8,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from balancer import BestFitPartitionAssignor
+from streams.backends.kafka.assignor import BestFitPartitionAssignor
 
 
 @pytest.fixture

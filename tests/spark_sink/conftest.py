@@ -14,8 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_sink import HandoffLog, HandoffSchema, HandoffWriter
-from streams.embedded.store import EmbeddedStore
+from spark_sink import HandoffSchema
+from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
+from streams.backends.embedded.store import EmbeddedStore
 from tests.spark_sink.handoff_testkit import (
     BASE,
     STREAM,

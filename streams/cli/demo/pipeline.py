@@ -47,6 +47,8 @@ import anyio.lowlevel
 from rich.console import Console
 
 from spark_sink import Handoff
+from streams.backends.kafka.adapter import KafkaAdapterFactory
+from streams.backends.kafka.clients import check_reachable
 from streams.cli.common import plural
 from streams.cli.demo.report import Ledger, Published, StatusLine
 from streams.cli.demo.settings import DemoSettings
@@ -55,8 +57,6 @@ from streams.cli.demo.windows import handed_off as windows_handed_off
 from streams.core.errors import HeadraceError
 from streams.core.ids import StreamId
 from streams.eventtime import Action, Combined, Count, EventTime, OrderingPolicy, Sum, Tumbling
-from streams.kafka.adapter import KafkaAdapterFactory
-from streams.kafka.clients import check_reachable
 from streams.observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
 from streams.runtime.provider import StreamProvider
 

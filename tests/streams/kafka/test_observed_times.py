@@ -11,12 +11,12 @@ import anyio
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streams.adapters.status import AgentStatus, observed_by_type
+from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.status import KafkaStatusBoard, read_reports
 from streams.cli import CliError
 from streams.cli.export import KafkaRecords
 from streams.eventtime.lateness import LatenessSketch, advise
-from streams.kafka.settings import KafkaSettings
-from streams.runtime.status import AgentStatus, observed_by_type
-from streams.runtime.status_kafka import KafkaStatusBoard, read_reports
 from tests.sensor_workload import T0_MS, readings, write_json
 from tests.streams.cli.helpers import headrace
 
