@@ -15,11 +15,17 @@ from streams.core.ids import QueueId, SequenceToken, StreamId
 
 
 class QueueMapper(Protocol):
-    """Maps stream ids to queues; lists every queue."""
+    """Maps stream ids to queues; lists every queue; says which namespaces it places together."""
 
     def get_all_queues(self) -> list[QueueId]: ...
 
     def get_queue_for_stream(self, stream_id: StreamId) -> QueueId: ...
+
+    def co_partitioned(self, namespaces: Sequence[str]) -> bool:
+        """Whether every stream of one key in ``namespaces`` goes to one queue (so one
+        activation per key can take them all): a mapper grouping them, or one that places
+        by key alone, as Kafka's partitioner on a foreign topic does."""
+        ...
 
 
 @runtime_checkable

@@ -29,7 +29,7 @@ from balancer.base import BalancerOptions
 from balancer.protocols import QueueBalancer
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
-from streams.adapters.mapper import KeyedQueueMapper, co_partition, places_together
+from streams.adapters.mapper import KeyedQueueMapper, co_partition
 from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueMapper
 from streams.adapters.retention import RetentionPolicy
 from streams.backends.embedded.backend import EmbeddedBackend, LocalStore
@@ -304,7 +304,7 @@ class StreamProvider(BackendConstructors):
         namespaces = (namespace, *more)
         if len(set(namespaces)) != len(namespaces):
             raise ConfigurationError(f"implicit lists a namespace twice: {namespaces!r}")
-        placed = None if not more or places_together(self.mapper, namespaces) else self._co_partition(namespaces)
+        placed = None if not more or self.mapper.co_partitioned(namespaces) else self._co_partition(namespaces)
 
         def decorate(cls: T) -> T:
             if more:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import anyio
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -251,13 +252,11 @@ class KafkaGroupBalancer:
         self._all_released.set()
         if consumer is None:
             return
-        coordinator = getattr(consumer, "_coordinator", None)
-        member = (getattr(coordinator, "coordinator_id", None), _coordinator_member(consumer))
-        first_generation = _coordinator_generation(consumer) == 0
+        member = GroupMember.of(consumer)
         with anyio.move_on_after(self.settings.request_timeout, shield=True):
             await consumer.stop()  # leaves the group, from generation 1 on
-            if first_generation:
-                await self._leave(*member)
+            if member.generation == 0:
+                await self._leave(member.node, member.member_id)
 
     async def _leave(self, node: int | None, member_id: str | None) -> None:
         """Leave the group as ``member_id``: aiokafka does so only from generation 1 on
@@ -307,7 +306,7 @@ class KafkaGroupBalancer:
         if consumer is None:
             return
         consumer.pause(*partitions)  # membership only: the agents read the partitions
-        self._generation = _coordinator_generation(consumer)
+        self._generation = GroupMember.of(consumer).generation
         self._assignment = frozenset(QueueId(tp.partition) for tp in partitions if tp.topic == self.settings.topic)
         log.info(
             "%s: group %s generation %d assigns queues %s",
@@ -370,7 +369,7 @@ class KafkaGroupBalancer:
 
     def _membership_lost(self) -> bool:
         consumer = self._consumer
-        return consumer is not None and _coordinator_member(consumer) == _NO_MEMBER
+        return consumer is not None and GroupMember.of(consumer).member_id == _NO_MEMBER
 
     async def _poll(self) -> None:
         consumer = self._consumer
@@ -401,13 +400,25 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self._balancer._assigned(assigned)
 
 
-# aiokafka keeps the member id and generation on its (private) group coordinator; they are
-# the only way to tell a rebalance from this member having been dropped by the broker.
-def _coordinator_member(consumer: AIOKafkaConsumer) -> str | None:
-    coordinator = getattr(consumer, "_coordinator", None)
-    return getattr(coordinator, "member_id", None)
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """Who a consumer is in its group now: the broker coordinating the group, its member id and
+    the group's generation (``None``, ``None`` and -1 before it has joined).
 
+    They are the only way to tell a rebalance from this member having been dropped by the
+    broker, and to leave a group of generation 0. aiokafka has no public API for them: it keeps
+    them on the consumer's private group coordinator, and this is the one place headrace reads
+    it (``tests/balancer/test_kafka_group.py`` checks it on a broker, so an aiokafka that moves
+    them fails there).
+    """
 
-def _coordinator_generation(consumer: AIOKafkaConsumer) -> int:
-    coordinator = getattr(consumer, "_coordinator", None)
-    return int(getattr(coordinator, "generation", -1))
+    node: int | None
+    member_id: str | None
+    generation: int
+
+    @classmethod
+    def of(cls, consumer: AIOKafkaConsumer) -> GroupMember:
+        coordinator = consumer._coordinator  # None until the consumer starts
+        if coordinator is None:
+            return cls(None, None, -1)
+        return cls(coordinator.coordinator_id, coordinator.member_id, int(coordinator.generation))
