@@ -194,4 +194,3 @@ def co_partition(mapper: QueueMapper, namespaces: Sequence[str]) -> KeyedQueueMa
     if isinstance(mapper, KeyedQueueMapper):
         return KeyedQueueMapper(mapper.inner, [*mapper.groups, tuple(namespaces)])
     return KeyedQueueMapper(mapper, [tuple(namespaces)])
-

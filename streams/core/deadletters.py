@@ -12,7 +12,7 @@ counts stay true.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
@@ -83,6 +83,23 @@ class DeadLetterStore(Protocol):
     async def list(self, reason: str | None = None, limit: int = 100) -> list[DeadLetter]: ...
 
     async def count(self, reason: str | None = None) -> int: ...
+
+
+class DeadLetterArchive(Protocol):
+    """Dead letters with ids and replay marks, as ``headrace dlq`` lists, shows and replays them:
+    the embedded store's, or the Kafka topic's. Whoever opens one closes it."""
+
+    async def count(self, reason: str | None = None) -> int: ...
+
+    async def entries(
+        self, reason: str | None = None, limit: int = 100, *, after_id: int = 0, replayed: bool | None = None
+    ) -> list[StoredDeadLetter]: ...
+
+    async def get(self, letter_id: int) -> StoredDeadLetter | None: ...
+
+    async def mark_replayed(self, letter_ids: Iterable[int], at: float | None = None) -> int: ...
+
+    async def close(self) -> None: ...
 
 
 def letter_key(letter: DeadLetter) -> Hashable | None:

@@ -18,10 +18,11 @@ import spark_sink
 from balancer.base import BalancerOptions
 from balancer.protocols import QueueBalancer
 from streams.adapters.protocols import QueueAdapterFactory, QueueMapper, SavedStateRow
+from streams.adapters.retention import RetainedRecords
 from streams.adapters.status import ClusterStatus, StatusBoard
 from streams.backends.embedded.backend import LocalStore
 from streams.backends.embedded.store import EmbeddedStore
-from streams.core.deadletters import DeadLetterStore
+from streams.core.deadletters import DeadLetterArchive, DeadLetterStore
 from streams.core.pubsub import PubSubStore
 
 
@@ -61,11 +62,26 @@ class Backend(Protocol):
         """Whether the server the queues live on is away now: an outage every queue's reads share."""
         ...
 
+    @property
+    def durable(self) -> bool:
+        """Whether what is published outlives this process."""
+        ...
+
+    async def check_reachable(self, within: float) -> None:
+        """Return once the server the queues live on answers; raise (one line) if it does not
+        within ``within`` seconds. Nothing to check for queues on this machine."""
+        ...
+
     def queue_mapper(self) -> QueueMapper: ...
 
     def pubsub_store(self) -> PubSubStore: ...
 
     def dead_letter_store(self) -> DeadLetterStore: ...
+
+    def dead_letter_archive(self) -> DeadLetterArchive:
+        """The dead letters with their ids, to list and replay (``headrace dlq``; the caller
+        closes it); ConfigurationError where nothing outside this process could read them."""
+        ...
 
     def queue_balancer(self, options: BalancerOptions | None) -> QueueBalancer | None:
         """A fresh default balancer for one run of a worker; ``None``: read every queue."""
@@ -90,6 +106,10 @@ class Backend(Protocol):
 
     async def saved_states(self) -> list[SavedStateRow]:
         """Every activation's saved unit, by consumer type and stream (``headrace state``)."""
+        ...
+
+    async def retained_records(self) -> RetainedRecords:
+        """What the queues still retain, to read back (``headrace export``)."""
         ...
 
 
@@ -128,6 +148,13 @@ class LocalStoreBeside:
     def cluster_away(self) -> bool:
         return self.queues.cluster_away
 
+    @property
+    def durable(self) -> bool:
+        return self.queues.durable
+
+    async def check_reachable(self, within: float) -> None:
+        await self.queues.check_reachable(within)
+
     def queue_mapper(self) -> QueueMapper:
         return self.queues.queue_mapper()
 
@@ -135,6 +162,9 @@ class LocalStoreBeside:
         return self.local.pubsub_store()
 
     def dead_letter_store(self) -> DeadLetterStore:
+        return self.local.dead_letter_store()
+
+    def dead_letter_archive(self) -> DeadLetterArchive:
         return self.local.dead_letter_store()
 
     def queue_balancer(self, options: BalancerOptions | None) -> QueueBalancer | None:
@@ -153,6 +183,9 @@ class LocalStoreBeside:
 
     async def saved_states(self) -> list[SavedStateRow]:
         return await self.queues.saved_states()  # saved with the queues' checkpoints
+
+    async def retained_records(self) -> RetainedRecords:
+        return await self.local.retained_records()
 
 
 # A worker's handoff sinks: one per Spark handoff stream that its consumer types declare,

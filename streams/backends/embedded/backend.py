@@ -22,6 +22,7 @@ from streams.backends.embedded.handoff_sink import EmbeddedHandoffSink
 from streams.backends.embedded.mark_retention import MarkRetention
 from streams.backends.embedded.pubsub import EmbeddedPubSubStore
 from streams.backends.embedded.queues import every_state, replay_horizon
+from streams.backends.embedded.retained import StoreRecords
 from streams.backends.embedded.status import EmbeddedStatusBoard, read_status
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
 
@@ -38,6 +39,7 @@ class EmbeddedBackend:
     balances = True
     position_names = ("queue", "sequence")
     cluster_away = False  # the store is on this machine
+    durable = True
 
     def __init__(self, factory: EmbeddedAdapterFactory) -> None:
         self.factory = factory
@@ -69,6 +71,12 @@ class EmbeddedBackend:
     def dead_letter_store(self) -> EmbeddedDeadLetterStore:
         return self.local.dead_letter_store()
 
+    def dead_letter_archive(self) -> EmbeddedDeadLetterStore:
+        return self.local.dead_letter_store()
+
+    async def check_reachable(self, within: float) -> None:
+        pass  # the store is on this machine
+
     def status_board(self) -> EmbeddedStatusBoard:
         return self.local.status_board()
 
@@ -77,6 +85,9 @@ class EmbeddedBackend:
 
     async def saved_states(self) -> list[SavedStateRow]:
         return await self.local.saved_states()
+
+    async def retained_records(self) -> StoreRecords:
+        return await self.local.retained_records()
 
     def queue_balancer(self, options: BalancerOptions | None) -> LeaseBasedQueueBalancer:
         """The balancer of the worker processes sharing this store: lease-based, over
@@ -135,3 +146,6 @@ class LocalStore:
 
     async def saved_states(self) -> list[SavedStateRow]:
         return await self.store.read(every_state)
+
+    async def retained_records(self) -> StoreRecords:
+        return StoreRecords(self.store)

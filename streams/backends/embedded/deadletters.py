@@ -171,6 +171,9 @@ class EmbeddedDeadLetterStore:
 
         return await self._store.write(mark)
 
+    async def close(self) -> None:
+        pass  # the store belongs to whoever opened it
+
     @staticmethod
     def _select(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> builtins.list[StoredDeadLetter]:
         return [_stored(row) for row in conn.execute(sql, params)]

@@ -14,10 +14,11 @@ from streams.adapters.protocols import QueueMapper, SavedStateRow
 from streams.adapters.status import ClusterStatus
 from streams.backends.kafka.adapter import KafkaAdapterFactory
 from streams.backends.kafka.balancer import KafkaGroupBalancer, group_balancer
-from streams.backends.kafka.clients import kafka_outage_log
+from streams.backends.kafka.clients import check_reachable, kafka_outage_log
 from streams.backends.kafka.deadletters import KafkaDeadLetterStore
 from streams.backends.kafka.handoff_sink import KafkaHandoffSink
 from streams.backends.kafka.pubsub import KafkaPubSubStore
+from streams.backends.kafka.retained import KafkaRecords
 from streams.backends.kafka.settings import KeyField
 from streams.backends.kafka.state import KafkaChangelog
 from streams.backends.kafka.status import KafkaStatusBoard, read_kafka_status
@@ -39,6 +40,7 @@ class KafkaBackend:
     balances = True
     store = None  # everything lives in the cluster
     position_names = ("partition", "offset")
+    durable = True
 
     def __init__(self, factory: KafkaAdapterFactory) -> None:
         self.factory = factory
@@ -87,6 +89,13 @@ class KafkaBackend:
         self.factory.close_with(letters.log)
         return letters
 
+    def dead_letter_archive(self) -> KafkaDeadLetterStore:
+        """The dead-letter topic, read by a store of its own (the caller closes it)."""
+        return KafkaDeadLetterStore(self.factory.settings, self.factory.outage)
+
+    async def check_reachable(self, within: float) -> None:
+        await check_reachable(self.factory.settings, within)
+
     def queue_balancer(self, options: BalancerOptions | None) -> KafkaGroupBalancer | None:
         """The workers reading this topic are the members of a Kafka consumer group
         (:func:`~streams.backends.kafka.balancer.group_balancer`); ``None`` when ``group_membership``
@@ -121,3 +130,6 @@ class KafkaBackend:
         finally:
             await changelog.close()
         return sorted(found, key=lambda row: (row[1], row[2]))
+
+    async def retained_records(self) -> KafkaRecords:
+        return await KafkaRecords.read(self.factory.settings)

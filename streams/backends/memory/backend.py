@@ -8,10 +8,11 @@ import spark_sink
 from balancer.base import BalancerOptions
 from balancer.protocols import QueueBalancer
 from streams.adapters.protocols import QueueAdapterFactory, QueueMapper, SavedStateRow
+from streams.adapters.retention import RetainedRecords
 from streams.adapters.status import ClusterStatus
 from streams.backends.memory.adapter import GeneratorAdapterFactory, GeneratorConfig, MemoryAdapterFactory
 from streams.backends.memory.stores import MemoryDeadLetterStore, MemoryPubSubStore
-from streams.core.deadletters import DeadLetterStore
+from streams.core.deadletters import DeadLetterArchive, DeadLetterStore
 from streams.core.errors import ConfigurationError
 from streams.core.pubsub import PubSubStore
 
@@ -28,6 +29,7 @@ class MemoryBackend:
     store = None
     position_names = ("queue", "sequence")
     cluster_away = False
+    durable = False
 
     def __init__(self, factory: QueueAdapterFactory) -> None:
         self.factory = factory
@@ -62,6 +64,14 @@ class MemoryBackend:
             "durable queues, StreamProvider.embedded(path) or StreamProvider.kafka(...)"
         )
 
+    async def check_reachable(self, within: float) -> None:
+        pass  # the queues are in this process
+
+    def dead_letter_archive(self) -> DeadLetterArchive:
+        raise ConfigurationError(
+            "keeps its dead letters in this process's memory (MemoryDeadLetterStore): nothing outside it can list them"
+        )
+
     def status_board(self) -> None:
         return None
 
@@ -70,3 +80,6 @@ class MemoryBackend:
 
     async def saved_states(self) -> list[SavedStateRow]:
         raise ConfigurationError("its provider keeps its state in this process's memory: nothing to read")
+
+    async def retained_records(self) -> RetainedRecords:
+        raise ConfigurationError("its provider keeps no local store (memory queues): nothing to read")

@@ -47,8 +47,6 @@ import anyio.lowlevel
 from rich.console import Console
 
 from spark_sink import Handoff
-from streams.backends.kafka.adapter import KafkaAdapterFactory
-from streams.backends.kafka.clients import check_reachable
 from streams.cli.common import plural
 from streams.cli.demo.report import Ledger, Published, StatusLine
 from streams.cli.demo.settings import DemoSettings
@@ -115,8 +113,7 @@ class DemoPipeline:
 
     async def run(self) -> int:
         s = self.settings
-        if isinstance(self.provider.factory, KafkaAdapterFactory):  # a wrong address: say so in seconds
-            await check_reachable(self.provider.factory.settings, s.kafka_reach_timeout)
+        await self.provider.backend.check_reachable(s.kafka_reach_timeout)  # a wrong address: said in seconds
         self._print_header()
         stderr = cast(TextIO, _CurrentStderr())  # the log handler only writes and flushes it
         handler = configure_logging("warning", s.log_format, stream=stderr, worker=self.provider.worker_name)
