@@ -119,7 +119,7 @@ class LocalStoreBeside:
 
     >>> import tempfile
     >>> from streams.backends.memory.backend import MemoryBackend
-    >>> backend = LocalStoreBeside(MemoryBackend.open(2), LocalStore(tempfile.mkdtemp()))
+    >>> backend = LocalStoreBeside(MemoryBackend.open(2), LocalStore(EmbeddedStore(tempfile.mkdtemp())))
     >>> backend.store is not None, backend.position_names
     (True, ('queue', 'sequence'))
     """

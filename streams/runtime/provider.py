@@ -142,7 +142,7 @@ class BackendConstructors:
             kafka=kafka,
         )
         if store is not None:
-            backend = LocalStoreBeside(backend, LocalStore(store))
+            backend = LocalStoreBeside(backend, LocalStore(EmbeddedStore(store)))
         return cls(backend, **options)
 
     @classmethod

@@ -124,13 +124,13 @@ class LocalStore:
     letters, the status board and the saved state, read back for the CLI.
 
     >>> import tempfile
-    >>> local = LocalStore(tempfile.mkdtemp())
+    >>> local = LocalStore(EmbeddedStore(tempfile.mkdtemp()))
     >>> type(local.status_board()).__name__, type(local.dead_letter_store()).__name__
     ('EmbeddedStatusBoard', 'EmbeddedDeadLetterStore')
     """
 
-    def __init__(self, store: EmbeddedStore | str | os.PathLike[str]) -> None:
-        self.store = store if isinstance(store, EmbeddedStore) else EmbeddedStore(store)
+    def __init__(self, store: EmbeddedStore) -> None:
+        self.store = store
 
     def pubsub_store(self) -> EmbeddedPubSubStore:
         return EmbeddedPubSubStore(self.store)
