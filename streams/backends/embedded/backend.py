@@ -18,7 +18,6 @@ from streams.adapters.status import ClusterStatus
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory
 from streams.backends.embedded.balancer import SqliteLeaseProvider, SqliteMembership
 from streams.backends.embedded.deadletters import EmbeddedDeadLetterStore
-from streams.backends.embedded.handoff_sink import EmbeddedHandoffSink
 from streams.backends.embedded.mark_retention import MarkRetention
 from streams.backends.embedded.pubsub import EmbeddedPubSubStore
 from streams.backends.embedded.queues import every_state, replay_horizon
@@ -109,6 +108,9 @@ class EmbeddedBackend:
     ) -> spark_sink.HandoffSink:
         """The handoff log in the store (its tables are made here: in a worker thread). The
         queues' retention policy bounds it too (:mod:`streams.backends.embedded.handoff_retention`)."""
+        # pyarrow loads only when something hands off
+        from streams.backends.embedded.handoff_sink import EmbeddedHandoffSink
+
         sink: spark_sink.HandoffSink = await anyio.to_thread.run_sync(
             EmbeddedHandoffSink,
             self.store,

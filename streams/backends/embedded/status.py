@@ -32,7 +32,6 @@ from streams.adapters.status import (
     WorkerStatus,
     consumer_type_fates,
 )
-from streams.backends.embedded.handoff_log import HandoffLog
 from streams.backends.embedded.queues import queue_positions, recorded_queue_count
 from streams.backends.embedded.store import EmbeddedStore, Migration
 from streams.core.batch import BatchContainer, BatchKind
@@ -235,6 +234,8 @@ def _dead_letters(conn: sqlite3.Connection) -> list[DeadLetterCount]:
 
 
 def _handoff(store: EmbeddedStore) -> list[HandoffStatus]:
+    from streams.backends.embedded.handoff_log import HandoffLog  # pyarrow only for a store with a handoff
+
     log = HandoffLog(store, create_tables=False)
     result = []
     for stream in sorted(log.streams()):

@@ -16,7 +16,6 @@ from streams.backends.kafka.adapter import KafkaAdapterFactory
 from streams.backends.kafka.balancer import KafkaGroupBalancer, group_balancer
 from streams.backends.kafka.clients import check_reachable, kafka_outage_log
 from streams.backends.kafka.deadletters import KafkaDeadLetterStore
-from streams.backends.kafka.handoff_sink import KafkaHandoffSink
 from streams.backends.kafka.pubsub import KafkaPubSubStore
 from streams.backends.kafka.retained import KafkaRecords
 from streams.backends.kafka.settings import KeyField
@@ -106,6 +105,8 @@ class KafkaBackend:
         self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff
     ) -> spark_sink.HandoffSink:
         """The handoff stream's topics on the cluster (``<handoff_prefix>.handoff.<stream>``)."""
+        from streams.backends.kafka.handoff_sink import KafkaHandoffSink  # pyarrow only when something hands off
+
         sink: spark_sink.HandoffSink = await KafkaHandoffSink.open(self.factory.settings, handoff)
         return sink
 

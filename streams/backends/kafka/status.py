@@ -73,7 +73,6 @@ from streams.backends.kafka.assignor import MemberClaim
 from streams.backends.kafka.balancer import membership_group_id
 from streams.backends.kafka.clients import kafka_outage_log, retry_kafka, start_client
 from streams.backends.kafka.deadletters import KafkaDeadLetterStore
-from streams.backends.kafka.handoff_log import KafkaHandoffLog
 from streams.backends.kafka.pubsub import COMPACTED
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.topic_log import LogRecord, TopicLog
@@ -293,6 +292,8 @@ def _user_data(metadata: bytes) -> bytes:
 
 
 async def _handoff(settings: KafkaSettings) -> list[HandoffStatus]:
+    from streams.backends.kafka.handoff_log import KafkaHandoffLog  # pyarrow only when status is read
+
     async with KafkaHandoffLog(
         settings.client_kwargs(), settings.handoff_prefix, request_timeout=settings.request_timeout
     ) as log:
