@@ -1,6 +1,7 @@
 """Event-time core benchmark: a tumbling count per key through ``streams.eventtime.Processor``
 against the dict-of-counts loop a user would write by hand, on the same events, in one run;
-then, on the same events, session windows and an interval join.
+then, on the same events, session windows, an interval join, dedup, windows of events and
+sliding windows.
 
 Workload: 100 keys, 1 million events one millisecond apart, 5 % of them out of order (up to
 2 s behind), out-of-order tolerance 1 s (later ones are adjusted), 10 s tumbling windows,
@@ -21,6 +22,7 @@ import math
 import random
 import sys
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -31,7 +33,16 @@ from streams.core.ids import (
     SequenceToken,  # noqa: E402
     StreamId,  # noqa: E402
 )
-from streams.eventtime import Count, IntervalJoin, OrderingPolicy, Processor, Session, Tumbling  # noqa: E402
+from streams.eventtime import (  # noqa: E402
+    Count,
+    Dedup,
+    IntervalJoin,
+    OrderingPolicy,
+    Processor,
+    Session,
+    Sliding,
+    Tumbling,
+)
 
 KEYS = 100
 SIZE = 10.0  # window size, seconds
@@ -90,15 +101,20 @@ def hand_loop(batches: list[list[Event]]) -> list[tuple[str, float, int]]:
     return results
 
 
-GAP = 0.3  # session gap, seconds
+GAP = 0.3  # session gap (and sliding span), seconds
+DEDUP = 60.0  # dedup horizon, seconds
+EVENTS = 100  # events per counted window
+_token = attrgetter("token")  # a dedup key unique to each event
 UPPER = 1.0  # join interval [l.ts, l.ts + UPPER]
 
 
-def counting(window: Tumbling | Session) -> Callable[[list[list[Event]]], tuple[Processor, int]]:
+def counting(
+    window: Tumbling | Session | Sliding, dedup: Dedup | None = None
+) -> Callable[[list[list[Event]]], tuple[Processor, int]]:
     """A count per key in ``window``s over the batches: the processor and the windows it emitted."""
 
     def run(batches: list[list[Event]]) -> tuple[Processor, int]:
-        processor = Processor(OrderingPolicy(out_of_order=DELAY), window, Count(), group_by="key")
+        processor = Processor(OrderingPolicy(out_of_order=DELAY), window, Count(), group_by="key", dedup=dedup)
         emitted = 0
         for batch in batches:
             emitted += len(processor.on_events(batch).windows)
@@ -155,6 +171,10 @@ def shapes(batches: list[list[Event]], rounds: int) -> None:
     for name, run in (
         (f"tumbling {SIZE:g} s count", counting(Tumbling(SIZE))),
         (f"session gap {GAP:g} s count", counting(Session(GAP))),
+        # Every event its own id: what dedup costs when nothing is a duplicate.
+        (f"tumbling {SIZE:g} s, dedup {DEDUP:g} s", counting(Tumbling(SIZE), Dedup(key=_token, within=DEDUP))),
+        (f"tumbling {EVENTS} events count", counting(Tumbling(events=EVENTS))),
+        (f"sliding {GAP:g} s count", counting(Sliding(GAP))),
         (f"interval join [0, {UPPER:g} s], inner", join),
     ):
         reports = []

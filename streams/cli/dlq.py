@@ -1,7 +1,7 @@
 """``headrace dlq``: list, show and replay dead letters.
 
 Dead letters are what the runtime refused or could not deliver, kept in the store with a
-reason (``late_arrival``, ``out_of_order``, ``early_arrival``, ``window_closed``,
+reason (``late_arrival``, ``out_of_order``, ``early_arrival``, ``duplicate``, ``window_closed``,
 ``invalid_timestamp``, ``invalid_value``, ``delivery_failed``, ``handoff_failed``,
 ``undecodable``, ...). ``--reason`` refuses a reason the runtime never gives unless a dead
 letter in the store has it (an adapter's own). ``replay`` publishes a dead letter's value

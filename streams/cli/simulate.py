@@ -32,7 +32,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 from streams.cli import CliError
 from streams.core.errors import HeadraceError
 from streams.eventtime.policy import OrderingPolicy
-from streams.eventtime.replay import ReplayOptions, Row, Summary, replay, summarize
+from streams.eventtime.replay import ReplayOptions, Row, Summary, replay, row_dedup, summarize
 from streams.eventtime.results import EventOutcome, TraceItem, WatermarkAdvance, WindowResult
 from streams.eventtime.timetext import parse_duration, parse_instant, parse_window
+from streams.eventtime.windows import with_timing
 
 if TYPE_CHECKING:
     from streams.cli.simulate_plot import Panel
@@ -56,6 +57,7 @@ EXAMPLES = """examples:
   headrace simulate --window tumbling:5m --allowed-lateness 2m --action accept --flush sample.csv
   headrace simulate --window hopping:20s:5s --group-by-key --plot sample.png sample.csv
   headrace simulate --sweep out_of_order=0s,30s,1m sample.csv
+  headrace simulate --dedup-within 1m --dedup-by value sample.csv
   headrace simulate --timestamp-by ts --key-by sensor --value-by temp --window tumbling:1m readings.jsonl
 """
 
@@ -78,10 +80,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--action", default="adjust", metavar="ACTION", help="adjust | drop | accept (default adjust)")
     parser.add_argument("--substreams", action="store_true", help="one watermark per key (TIMESTAMP BY … OVER key)")
     parser.add_argument("--group-by-key", action="store_true", help="windows per key (always, with --substreams)")
-    parser.add_argument("--window", metavar="SPEC", help="tumbling:SIZE, hopping:SIZE:HOP or session:GAP")
+    parser.add_argument(
+        "--window",
+        metavar="SPEC",
+        help="tumbling:SIZE, hopping:SIZE:HOP, session:GAP or sliding:SPAN; of events: tumbling:5ev",
+    )
     parser.add_argument("--allowed-lateness", metavar="D", help="keep windows open D after the watermark passes")
     parser.add_argument("--idle-timeout", metavar="D", help="close an idle source's windows after D of processing time")
     parser.add_argument("--flush", action="store_true", help="close every open window at the end of input")
+    parser.add_argument(
+        "--dedup-within", metavar="D", help="drop an event whose --dedup-by was seen within D (Dedup; default off)"
+    )
+    parser.add_argument(
+        "--dedup-by", default="value", choices=("key", "value"), help="what makes two events duplicates (default value)"
+    )
     parser.add_argument("--plot", metavar="FILE.png", help="also draw event time against arrival time")
     parser.add_argument(
         "--sweep", metavar="NAME=V1,V2,…", help=f"print a table over values of one of: {', '.join(SWEEPABLE)}"
@@ -98,7 +110,14 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     mine.add_argument("--value-by", metavar="FIELD", help="the value each window sums")
 
 
-_DURATION_OPTIONS = ("--out-of-order", "--late-arrival", "--early-arrival", "--allowed-lateness", "--idle-timeout")
+_DURATION_OPTIONS = (
+    "--out-of-order",
+    "--late-arrival",
+    "--early-arrival",
+    "--allowed-lateness",
+    "--idle-timeout",
+    "--dedup-within",
+)
 
 
 def _one_line_error(message: str) -> NoReturn:
@@ -155,11 +174,14 @@ def summary_line(s: Summary) -> str:
 
     >>> summary_line(Summary(83, 31, 0, 2, 12, 4.25))
     'headrace simulate: 83 events: 50 kept, 31 adjusted, 0 dropped, 2 dead-lettered; 12 windows; mean delay 4.250 s'
+    >>> summary_line(Summary(5, 0, 2, 0, 1, 1.0, duplicates=2))
+    'headrace simulate: 5 events: 3 kept, 0 adjusted, 2 dropped (2 duplicate), 0 dead-lettered; 1 windows; mean delay 1.000 s'
     """
     kept = s.events - s.adjusted - s.dropped - s.dead_lettered
     delay = "-" if math.isnan(s.mean_delay) else f"{s.mean_delay:.3f} s"
+    duplicates = f" ({s.duplicates} duplicate)" if s.duplicates else ""
     return (
-        f"headrace simulate: {s.events} events: {kept} kept, {s.adjusted} adjusted, {s.dropped} dropped, "
+        f"headrace simulate: {s.events} events: {kept} kept, {s.adjusted} adjusted, {s.dropped} dropped{duplicates}, "
         f"{s.dead_lettered} dead-lettered; {s.windows} windows; mean delay {delay}"
     )
 
@@ -203,7 +225,7 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
     if window is None and (lateness is not None or idle is not None):
         raise CliError("--allowed-lateness and --idle-timeout need --window")
     if window is not None:
-        window = replace(window, allowed_lateness=lateness or 0.0, idle_timeout=idle)
+        window = with_timing(window, lateness or 0.0, idle)
     if args.action not in ("adjust", "drop", "accept"):
         raise CliError(f"--action takes adjust, drop or accept, not {args.action!r}")
     policy = OrderingPolicy(
@@ -213,7 +235,11 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
         early_arrival=_optional(args.early_arrival, "--early-arrival"),
         action=args.action,
     )
-    return ReplayOptions(policy, window, group_by_key=args.group_by_key, flush=args.flush)
+    within = _optional(args.dedup_within, "--dedup-within")
+    if within == 0:
+        raise CliError("--dedup-within takes a duration > 0 (leave it out for no dedup)")
+    dedup = None if within is None else row_dedup(args.dedup_by, within)
+    return ReplayOptions(policy, window, group_by_key=args.group_by_key, flush=args.flush, dedup=dedup)
 
 
 # ---------------------------------------------------------------------- input

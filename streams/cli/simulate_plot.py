@@ -38,7 +38,7 @@ from streams.eventtime.results import (
     WatermarkAdvance,
     WindowResult,
 )
-from streams.eventtime.windows import Session
+from streams.eventtime.windows import Session, Sliding
 
 _LANE_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 WINDOW_SHADES = ("#fdd9a0", "#c7e0f4")  # alternate, so that neighbouring windows stay apart
@@ -347,6 +347,10 @@ def _title(options: ReplayOptions, *, leave_out: str | None = None) -> str:
         w = options.window
         if isinstance(w, Session):
             kind = f"session {w.gap:g}s"
+        elif isinstance(w, Sliding):
+            kind = f"sliding {w.span:g}s"
+        elif w.events is not None:
+            kind = f"tumbling {w.events} events" if w.every == w.events else f"hopping {w.events}/{w.every} events"
         else:
             kind = f"tumbling {w.size:g}s" if w.hop == w.size else f"hopping {w.size:g}s/{w.hop:g}s"
         lateness = w.allowed_lateness and leave_out != "allowed_lateness"

@@ -24,7 +24,7 @@ class DeadLetter:
     """One dropped or refused record.
 
     ``reason`` is one of ``early_arrival``, ``late_arrival``, ``out_of_order``,
-    ``window_closed``, ``invalid_timestamp``, ``invalid_value``, ``undecodable``,
+    ``duplicate`` (a ``Dedup`` key seen within its horizon), ``window_closed``, ``invalid_timestamp``, ``invalid_value``, ``undecodable``,
     ``delivery_failed``, ``activation_failed``, ``window_failed``, ``handoff_failed``,
     ``filter_failed`` (a subscription's filter raised on the event; or an adapter's own). A ``handoff_failed``
     window has ``value`` ``{"key", "start", "end", "value"}`` and no queue position. An event's

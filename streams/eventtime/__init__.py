@@ -8,6 +8,7 @@ The contract is ``docs/event-time.md``. The core is synchronous and does no I/O;
 """
 
 from streams.eventtime.aggregates import Collect, Combined, Count, First, Last, Max, Mean, Min, Reducer, Sum
+from streams.eventtime.dedup import Dedup
 from streams.eventtime.joins import IntervalJoin
 from streams.eventtime.policy import Action, EventLike, Extractor, OrderingPolicy, Reason
 from streams.eventtime.processor import Processor
@@ -27,7 +28,7 @@ from streams.eventtime.results import (
 )
 from streams.eventtime.spec import EventTime
 from streams.eventtime.watermark import EVERY_EVENT, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Hopping, Session, Tumbling, WindowAssigner, WindowSpec, WindowStore
+from streams.eventtime.windows import Hopping, Session, Sliding, Tumbling, WindowAssigner, WindowSpec, WindowStore
 
 __all__ = [
     "ADJUSTED",
@@ -40,6 +41,7 @@ __all__ = [
     "Combined",
     "Count",
     "Counters",
+    "Dedup",
     "EventLike",
     "EventOutcome",
     "EventTime",
@@ -60,6 +62,7 @@ __all__ = [
     "Reason",
     "Reducer",
     "Session",
+    "Sliding",
     "Sum",
     "TraceItem",
     "Tumbling",

@@ -11,12 +11,15 @@ from collections.abc import Hashable
 from typing import Any
 
 from streams.eventtime.aggregates import Reducer
+from streams.eventtime.counted import CountStore
+from streams.eventtime.dedup import Deduplication
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.parts import Input, Lane, Store
 from streams.eventtime.results import Counters, Output, WatermarkAdvance, WindowResult
 from streams.eventtime.sessions import OpenSession, SessionStore
+from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import FOREVER, NEVER, MergedWatermark, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Session, WindowAssigner, WindowStore
+from streams.eventtime.windows import Hopping, Session, Sliding, Tumbling, WindowAssigner, WindowStore
 
 _NO_LANES: dict[Hashable, Lane] = {}  # shared by every flow without substreams: never written
 _NO_STORES: list[Store] = []  # likewise: only substreams append to pending
@@ -44,6 +47,8 @@ class WatermarkFlow:
         "store_due",
         "assigner",
         "session",
+        "counted",
+        "sliding",
         "join",
         "lateness",
         "reducer",
@@ -53,6 +58,7 @@ class WatermarkFlow:
         "generation",
         "delay",
         "trace",
+        "dedup",
     )
 
     def __init__(
@@ -69,12 +75,16 @@ class WatermarkFlow:
         trace: bool,
         session: Session | None = None,
         join: IntervalJoin | None = None,
+        counted: Tumbling | Hopping | None = None,
+        sliding: Sliding | None = None,
     ) -> None:
         self.inputs = inputs
         self.multi = len(inputs) > 1
         self.merged = MergedWatermark(i.name for i in inputs) if self.multi else None
         self.assigner = assigner
         self.session = session
+        self.counted = counted
+        self.sliding = sliding
         self.join = join
         self.reducer = reducer
         self.lateness = assigner.lateness if assigner is not None else session.allowed_lateness if session else 0.0
@@ -92,6 +102,7 @@ class WatermarkFlow:
         self.generation = generation
         self.delay = delay
         self.trace = trace
+        self.dedup: Deduplication | None = None  # the keys seen within the horizon (Dedup)
 
     def _new_store(self, order: int, watermark: float) -> Store | None:
         if self.join is not None:
@@ -99,6 +110,10 @@ class WatermarkFlow:
             return JoinStore(self.join, left, right)
         if self.session is not None:
             return SessionStore(self.session, self.reducer, order, watermark)
+        if self.counted is not None:
+            return CountStore(self.counted, self.reducer, order, watermark)
+        if self.sliding is not None:
+            return SlidingStore(self.sliding, self.reducer, order, watermark)
         if self.assigner is not None:
             return WindowStore(self.assigner, order, watermark)
         return None
@@ -205,6 +220,20 @@ class WatermarkFlow:
         if self.session is not None:
             self._close_sessions(stores, clock, out)
             return
+        if self.counted is not None:  # only a final watermark closes one (partial)
+            for store in dict.fromkeys(stores):
+                assert isinstance(store, CountStore)
+                self.emit(store.pop_due(), out)
+            return
+        if self.sliding is not None:
+            slid: list[tuple[float, int, int, WindowResult]] = []
+            for store in dict.fromkeys(stores):
+                assert isinstance(store, SlidingStore)
+                if store.watermark >= store.next_close:
+                    slid.extend((r.end, store.order, i, r) for i, r in enumerate(store.pop_due(clock)))
+            slid.sort(key=lambda d: d[:3])
+            self.emit([d[3] for d in slid], out)
+            return
         if self.join is not None:
             for store in dict.fromkeys(stores):
                 assert isinstance(store, JoinStore)
@@ -229,6 +258,13 @@ class WatermarkFlow:
                 if self.trace:
                     out.trace.append(result)
                 self.counters.windows_emitted += 1
+
+    def emit(self, results: list[WindowResult], out: Output) -> None:
+        """Hand closed windows out (and into the trace), counted."""
+        out.windows.extend(results)
+        if self.trace:
+            out.trace.extend(results)
+        self.counters.windows_emitted += len(results)
 
     def _close_sessions(self, stores: list[Store], clock: float | None, out: Output) -> None:
         due: list[tuple[float, int, int, Hashable, OpenSession, bool]] = []

@@ -30,14 +30,17 @@ from typing import Any
 
 from streams.core.errors import StreamCompletedError
 from streams.eventtime.aggregates import Count
+from streams.eventtime.counted import CountStore
+from streams.eventtime.dedup import Deduplication
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
 from streams.eventtime.lateness import LatenessSketch
 from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
-from streams.eventtime.results import DEAD_LETTER, KEPT, EventOutcome, Output, WatermarkAdvance
+from streams.eventtime.results import DEAD_LETTER, DROPPED, KEPT, EventOutcome, Output, WatermarkAdvance
 from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
+from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import FOREVER, NEVER
 from streams.eventtime.windows import WindowStore
 
@@ -82,6 +85,7 @@ class Ingest:
             and not flow.substreams
             and not flow.trace
             and flow.idle_timeout == FOREVER
+            and flow.dedup is None
             and flow.generation.every_event
             and ordering.early == FOREVER
             and ordering.late == FOREVER
@@ -119,7 +123,13 @@ class Ingest:
         substreams = flow.substreams
         a = flow.assigner
         fixed = a is not None
-        windowed = fixed or flow.session is not None or flow.join is not None
+        windowed = (
+            fixed
+            or flow.session is not None
+            or flow.join is not None
+            or flow.counted is not None
+            or flow.sliding is not None
+        )
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
@@ -127,6 +137,7 @@ class Ingest:
         counting, select = type(reducer) is Count, self.select
         add, init = reducer.add, reducer.init
         trace = flow.trace
+        dedup = flow.dedup
         passthrough = not windowed
         record = trace or passthrough
         idle = flow.idle_timeout < FOREVER
@@ -152,6 +163,9 @@ class Ingest:
         panes: dict[float, dict[Hashable, list[Any]]] = store.panes if isinstance(store, WindowStore) else {}
         sessions = store if isinstance(store, SessionStore) else None
         joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
+        # Windows of events and sliding windows: never with fixed windows (no check per call then).
+        counts = store if not fixed and isinstance(store, CountStore) else None
+        slides = store if not fixed and isinstance(store, SlidingStore) else None
         next_close = store.next_close if store is not None else FOREVER
         # One event in sampler.every is sampled (lateness, disorder): the loop only asks whether
         # an event is the next one due, by identity (cheaper per event than counting down).
@@ -212,6 +226,10 @@ class Ingest:
                                 panes, next_close = store.panes, store.next_close
                             elif isinstance(store, SessionStore):
                                 sessions, next_close = store, store.next_close
+                            elif isinstance(store, CountStore):
+                                counts = store
+                            elif isinstance(store, SlidingStore):
+                                slides, next_close = store, store.next_close
                     if rec is marked:  # lateness and disorder, before the policy touches the event
                         at += every
                         marked = events[at] if at < n else None
@@ -224,6 +242,18 @@ class Ingest:
                         if verdict is None:  # dropped
                             continue
                         ts, status, reason = verdict
+                    # 3b. dedup, past the ordering policy: a dropped event registers no key
+                    if dedup is not None:
+                        try:
+                            duplicate = dedup.seen(key if substreams else None, rec, ts, w)
+                        except Exception as exc:  # noqa: BLE001 - the user's dedup key raised
+                            forget(t, arr, status, reason)
+                            refusals.invalid(part, rec, key, t, arr, exc, out, what="the dedup key")
+                            continue
+                        if duplicate is not None:
+                            forget(t, arr, status, reason)  # one fate: dropped, not adjusted
+                            refuse(part, rec, key, t, Reason.DUPLICATE, DROPPED, arr, out, _repeat(duplicate, dedup))
+                            continue
                     # 4. into the open windows containing the timestamp
                     if fixed:  # panes of tumbling or hopping windows: the lane's store is a WindowStore
                         offset = ts - origin
@@ -292,6 +322,18 @@ class Ingest:
                             )
                         elif joins.watermark > joins.next_close:  # a left event already due (upper < 0)
                             flow.close([joins], arr, out)  # before step 5: earlier than any it makes due
+                    elif counts is not None:  # a window of events: one its event completes is emitted now
+                        done = counts.add(key, ts, None if counting else select(rec), rec.token, arr)
+                        if done:
+                            flow.emit(done, out)
+                    elif slides is not None:  # the open sliding windows containing it, and those it creates
+                        value = None if counting else select(rec)
+                        if slides.add(key, ts, value, rec.token, w=w if direct else slides.watermark):
+                            flow.scheduled(inp, slides)
+                        else:
+                            status = DEAD_LETTER
+                            refuse(part, rec, key, t, Reason.WINDOW_CLOSED, DEAD_LETTER, arr, out, ts=ts)
+                        next_close = slides.next_close
                 except Exception as exc:  # noqa: BLE001 - a key or aggregate of this event raised
                     if et is None:  # its time or key raised: neither is this event's
                         refusals.invalid(part, rec, None, None, arr, exc, out)
@@ -450,6 +492,13 @@ class Ingest:
         counters.events += taken
         counters.adjusted += adjusted
         counters.out_of_order_adjusted += adjusted
+
+
+def _repeat(duplicate: tuple[Hashable, float], dedup: Deduplication) -> str:
+    """A duplicate's letter detail: its key, and the horizon it fell within."""
+    key, first = duplicate
+    within = dedup.spec.within
+    return f"dedup key {key!r} first seen at {first:g}, within {within:g} s (until the watermark reaches {first + within:g})"
 
 
 def _no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:

@@ -101,6 +101,8 @@ class Refusals:
             detail = detail or f"every window containing timestamp {ts:g} has closed"
         elif reason is Reason.INVALID_VALUE:
             counters.invalid_value += 1
+        elif reason is Reason.DUPLICATE:
+            counters.duplicate += 1
         else:
             counters.invalid_timestamp += 1
         token = getattr(rec, "token", None)
@@ -131,10 +133,12 @@ class Refusals:
         arrival: float,
         exc: Exception,
         out: Output,
+        what: str = "",
     ) -> None:
-        """Dead-letter an event whose time or key (``event_time`` None) or aggregate raised;
-        the caller has undone what the ordering policy counted for it."""
-        if event_time is None:
+        """Dead-letter an event whose time or key (``event_time`` None) or aggregate raised
+        (or ``what`` did: the dedup key); the caller has undone what the ordering policy
+        counted for it."""
+        if not what and event_time is None:
             own = getattr(rec, "event_time", None)
             if self.own_time and not isinstance(own, (int, float)):  # not comparable
                 self.refuse(
@@ -142,7 +146,7 @@ class Refusals:
                 )
                 return
             what = "its key (over or group_by)"
-        else:
+        elif not what:
             what = f"the aggregate {self.reducer_name}"
         trace = "".join(traceback.format_exception(exc)).rstrip()
         detail = f"{what} raised {type(exc).__name__}: {exc}\n{trace}"

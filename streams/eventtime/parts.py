@@ -29,15 +29,27 @@ from typing import Any
 
 from streams.core.errors import ConfigurationError
 from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.counted import CountStore
+from streams.eventtime.dedup import Dedup
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
 from streams.eventtime.sessions import SessionStore
+from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, Watermark, WatermarkGeneration
-from streams.eventtime.windows import Session, WindowAssigner, WindowSpec, WindowStore
+from streams.eventtime.windows import (
+    Hopping,
+    Session,
+    Sliding,
+    Tumbling,
+    WindowAssigner,
+    WindowSpec,
+    WindowStore,
+    counted,
+)
 
-Store = WindowStore | SessionStore | JoinStore
-"""The open windows governed by one watermark: fixed windows' panes, sessions, or the state
-of an interval join."""
+Store = WindowStore | SessionStore | JoinStore | CountStore | SlidingStore
+"""The open windows governed by one watermark: fixed windows' panes, sessions, the state
+of an interval join, windows of a count of events, or sliding windows."""
 
 Lane = tuple[Watermark, Store | None]
 """A substream's watermark and its windows (None without a window)."""
@@ -98,6 +110,8 @@ class ProcessorParts:
         "action",
         "assigner",
         "session",
+        "counted",
+        "sliding",
         "join",
         "timestamp_of",
         "key_of",
@@ -106,6 +120,7 @@ class ProcessorParts:
         "reducer_name",
         "inputs",
         "imports",
+        "dedup",
     )
 
     def __init__(
@@ -121,9 +136,11 @@ class ProcessorParts:
         imports: Mapping[Hashable, Hashable] | None = None,
         trace: bool = False,
         join: IntervalJoin | None = None,
+        dedup: Dedup | None = None,
     ) -> None:
         self.policy = policy = policy or OrderingPolicy()
         self.join = join
+        self.dedup = dedup
         self.window = window
         self.reducer: Reducer[Any, Any] = aggregate if aggregate is not None else Count()
         self.trace = trace
@@ -142,7 +159,11 @@ class ProcessorParts:
         self.action = Action(policy.action)
         # Fixed windows (tumbling, hopping) have an assigner; sessions have none.
         self.session = window if isinstance(window, Session) else None
-        self.assigner = WindowAssigner(window) if window is not None and not isinstance(window, Session) else None
+        # Windows of a count of events have a store of their own (streams.eventtime.counted).
+        timed = isinstance(window, (Tumbling, Hopping)) and not counted(window)
+        self.counted = window if isinstance(window, (Tumbling, Hopping)) and not timed else None
+        self.assigner = WindowAssigner(window) if isinstance(window, (Tumbling, Hopping)) and timed else None
+        self.sliding = window if isinstance(window, Sliding) else None
         self.timestamp_of: Callable[[Any], float] | None = timestamp_extractor(policy.timestamp_by, policy.unit)
         self.key_of: Callable[[Any], Hashable] | None = key_extractor(key_spec)
         # A key given as a field name is read inline by the hot path.
@@ -158,6 +179,14 @@ class ProcessorParts:
                 raise ConfigurationError("imports maps one of the inputs to another: declare the inputs")
             return
         names = tuple(inputs)
+        if self.counted is not None and len(names) > 1:
+            # Counted in the order one input accepts its events: several have no such order.
+            raise ConfigurationError("a window of events counts one input's events: declare it on a single input")
+        if self.sliding is not None and len(names) > 1:
+            raise ConfigurationError("sliding windows take the events of one input: declare them on a single input")
+        if dedup is not None and len(names) > 1:
+            # Its horizon is measured against one watermark: an input's (or a substream's).
+            raise ConfigurationError("dedup applies to the events of one input: declare it on a single-input consumer")
         if not names or len(set(names)) != len(names):
             raise ConfigurationError(f"inputs must be distinct names, at least one: {list(names)!r}")
         if substreams and len(names) > 1:

@@ -59,6 +59,7 @@ class Reason(str, enum.Enum):
     WINDOW_CLOSED = "window_closed"
     INVALID_TIMESTAMP = "invalid_timestamp"
     INVALID_VALUE = "invalid_value"  # its key or aggregate raised: the event fits no window
+    DUPLICATE = "duplicate"  # its dedup key was seen within the horizon (Dedup)
 
 
 def _check_duration(name: str, value: float | None, *, optional: bool) -> None:

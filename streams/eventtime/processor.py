@@ -23,6 +23,7 @@ from typing import Any
 
 from streams.core.errors import ConfigurationError, StreamCompletedError
 from streams.eventtime.aggregates import Reducer
+from streams.eventtime.dedup import Dedup, Deduplication
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.ingest import Ingest
 from streams.eventtime.joins import IntervalJoin, JoinStore
@@ -76,6 +77,7 @@ class Processor:
         imports: Mapping[Hashable, Hashable] | None = None,
         trace: bool = False,
         join: IntervalJoin | None = None,
+        dedup: Dedup | None = None,
     ) -> None:
         parts = ProcessorParts(
             policy,
@@ -88,6 +90,7 @@ class Processor:
             imports=imports,
             trace=trace,
             join=join,
+            dedup=dedup,
         )
         self._assemble(parts, 0)
 
@@ -133,7 +136,11 @@ class Processor:
             trace=parts.trace,
             session=parts.session,
             join=parts.join,
+            counted=parts.counted,
+            sliding=parts.sliding,
         )
+        if parts.dedup is not None:
+            flow.dedup = Deduplication(parts.dedup)
         refusals = Refusals(
             counters,
             early=parts.early,

@@ -15,12 +15,25 @@ from operator import attrgetter
 from typing import Any, cast
 
 from streams.eventtime.aggregates import Collect
-from streams.eventtime.policy import EventLike, OrderingPolicy
+from streams.eventtime.dedup import Dedup
+from streams.eventtime.policy import EventLike, OrderingPolicy, Reason
 from streams.eventtime.processor import Processor
 from streams.eventtime.results import ADJUSTED, DEAD_LETTER, DROPPED, KEPT, EventOutcome, TraceItem, WindowResult
 from streams.eventtime.windows import WindowSpec
 
 _key = attrgetter("key")  # one object, so that ``over`` and ``group_by`` name the same key
+_ROW_FIELDS = {"key": _key, "value": attrgetter("value")}
+
+
+def row_dedup(by: str, within: float) -> Dedup:
+    """A replay's dedup: rows with the same ``key`` or ``value`` (``by``) within ``within``.
+
+    >>> row_dedup("value", 60).within
+    60.0
+    """
+    return Dedup(key=_ROW_FIELDS[by], within=within)
+
+
 _index = attrgetter("index")
 
 
@@ -45,12 +58,14 @@ class Row:
 @dataclass(frozen=True, slots=True)
 class ReplayOptions:
     """The processor a replay builds: the policy, the window (its count per window lists
-    event indexes), whether windows are per key, and whether to flush at the end."""
+    event indexes), whether windows are per key, whether to flush at the end, and the
+    dedup (its key a row's ``key`` or ``value``: :func:`row_dedup`)."""
 
     policy: OrderingPolicy = field(default_factory=OrderingPolicy)
     window: WindowSpec | None = None
     group_by_key: bool = False
     flush: bool = False
+    dedup: Dedup | None = None
 
     def with_setting(self, name: str, value: float | None) -> ReplayOptions:
         """These options with one tolerance changed (what a sweep varies).
@@ -79,6 +94,7 @@ def replay(rows: Iterable[Row], options: ReplayOptions) -> list[TraceItem]:
         select=_index,
         group_by=_key if options.group_by_key or policy.over is not None else None,
         trace=True,
+        dedup=options.dedup,
     )
     trace: list[TraceItem] = []
     # Rows with an event time: EventLike, though Row's type allows None (a tick).
@@ -113,6 +129,7 @@ class Summary:
     dead_lettered: int
     windows: int
     mean_delay: float
+    duplicates: int = 0  # of the dropped: by Dedup
 
 
 def summarize(rows: Sequence[Row], trace: Iterable[TraceItem], options: ReplayOptions) -> Summary:
@@ -120,12 +137,14 @@ def summarize(rows: Sequence[Row], trace: Iterable[TraceItem], options: ReplayOp
     arrival = {row.index: row.arrival_time for row in rows}
     substreams, windowed = options.policy.over is not None, options.window is not None
     statuses: Counter[str] = Counter()
+    duplicates = 0
     windows = 0
     final_at: dict[int, float] = {}  # event index -> processing time its result became final
     waiting: dict[Hashable, list[tuple[float, int]]] = {}  # lane -> heap of (timestamp, index)
     for item in trace:
         if isinstance(item, EventOutcome):
             statuses[item.status] += 1
+            duplicates += item.reason == Reason.DUPLICATE
             if not windowed and item.status in (KEPT, ADJUSTED):
                 assert item.timestamp is not None  # only a dropped event has none
                 lane = item.key if substreams else None
@@ -150,4 +169,5 @@ def summarize(rows: Sequence[Row], trace: Iterable[TraceItem], options: ReplayOp
         dead_lettered=statuses[DEAD_LETTER],
         windows=windows,
         mean_delay=sum(delays) / len(delays) if delays else math.nan,
+        duplicates=duplicates,
     )

@@ -46,6 +46,7 @@ class Counters:
     windows_emitted: int = 0
     idle_timeouts: int = 0
     punctuations: int = 0
+    duplicate: int = 0  # dropped: its dedup key was seen within the horizon (last: older snapshots lack it)
 
     def as_dict(self) -> dict[str, int]:
         """The counts by name (every field an int: no :func:`dataclasses.asdict`, whose deep

@@ -36,11 +36,13 @@ from streams.core.ids import SequenceToken, StreamId
 from streams.core.record_batch import RecordEvent
 from streams.core.state import StateError
 from streams.eventtime.aggregates import _Sequenced
+from streams.eventtime.counted import CountStore
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
 from streams.eventtime.parts import Input, Store
 from streams.eventtime.results import EventOutcome
 from streams.eventtime.sessions import SessionStore
+from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import Watermark
 from streams.eventtime.windows import WindowStore
 
@@ -67,9 +69,12 @@ def can_snapshot(processor: Snapshottable) -> bool:
 
 
 def is_empty(processor: Snapshottable) -> bool:
-    """No open pane: nothing a restart would need beyond the watermarks (which the next
-    events regenerate as they would have)."""
-    return not any(store.has_data() for store in processor._flow.stores())
+    """No open pane and no dedup key held: nothing a restart would need beyond the
+    watermarks (which the next events regenerate as they would have)."""
+    flow = processor._flow
+    if flow.dedup is not None and flow.dedup.entries():
+        return False
+    return not any(store.has_data() for store in flow.stores())
 
 
 def snapshot(processor: Snapshottable) -> bytes:
@@ -94,6 +99,8 @@ def snapshot(processor: Snapshottable) -> bytes:
         "counters": [getattr(flow.counters, f.name) for f in fields(flow.counters)],
         "seq": seq,
     }
+    if flow.dedup is not None:  # the keys seen within the horizon: a retry after a restart is dropped
+        state["dedup"] = flow.dedup.state()
     if flow.multi:  # every input's clock and watermark, and their merge
         assert flow.merged is not None
         values = flow.merged.values()
@@ -139,8 +146,11 @@ def restore(processor: Snapshottable, data: bytes) -> None:
         if store is not None and store_state is not None:
             _set_store(store, store_state)
     counters = flow.counters
-    for f, value in zip(fields(counters), state["counters"], strict=True):
+    # Counters added since (at the end) stay 0 in an older snapshot.
+    for f, value in zip(fields(counters), state["counters"], strict=False):
         setattr(counters, f.name, value)
+    if flow.dedup is not None:
+        flow.dedup.set_state(state.get("dedup", []), _hashable)
     if state["seq"] is not None and isinstance(flow.reducer, _Sequenced):
         flow.reducer._seq = itertools.count(state["seq"])
 
@@ -189,6 +199,10 @@ def _store(store: Store) -> list[Any]:
         return ["sessions", *store.state()]
     if isinstance(store, JoinStore):
         return ["join", *store.state()]
+    if isinstance(store, CountStore):
+        return ["counted", *store.state()]
+    if isinstance(store, SlidingStore):
+        return ["sliding", *store.state()]
     assert isinstance(store, WindowStore)
     panes = [
         [pane, [[key, acc, token] for key, (acc, token) in bucket.items()]] for pane, bucket in store.panes.items()
@@ -198,13 +212,20 @@ def _store(store: Store) -> list[Any]:
 
 def _set_store(store: Store, state: list[Any]) -> None:
     kind = state[0] if state and isinstance(state[0], str) else "windows"
-    mine = "sessions" if isinstance(store, SessionStore) else "join" if isinstance(store, JoinStore) else "windows"
+    mine = (
+        "sessions"
+        if isinstance(store, SessionStore)
+        else "join"
+        if isinstance(store, JoinStore)
+        else "counted"
+        if isinstance(store, CountStore)
+        else "sliding"
+        if isinstance(store, SlidingStore)
+        else "windows"
+    )
     if kind != mine:
         raise SnapshotError(f"the snapshot holds {kind}, this processor {mine}")
-    if isinstance(store, SessionStore):
-        store.set_state(state[1:], _hashable)
-        return
-    if isinstance(store, JoinStore):
+    if not isinstance(store, WindowStore):  # a store that writes its own state
         store.set_state(state[1:], _hashable)
         return
     assert isinstance(store, WindowStore)

@@ -13,6 +13,7 @@ from typing import Any
 from streams.core.errors import ConfigurationError
 from streams.core.observer import TypeHooks, hooks_of
 from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.dedup import Dedup
 from streams.eventtime.joins import IntervalJoin
 from streams.eventtime.parts import ProcessorParts
 from streams.eventtime.policy import Extractor, OrderingPolicy
@@ -58,6 +59,17 @@ class EventTime:
     ...                  join=IntervalJoin(lower=0, upper=600, how="left"), group_by="user")
     >>> spec.processor().merged.holder
     'clicks'
+
+    ``dedup`` drops an event whose key was already seen within a horizon of event time (a
+    :class:`~streams.eventtime.dedup.Dedup`), after the ordering policy and before the
+    windows; the drop is lettered ``duplicate``. See ``docs/event-time.md``, "Deduplication".
+
+    >>> from types import SimpleNamespace as Ev
+    >>> from streams.eventtime.dedup import Dedup
+    >>> p = EventTime(dedup=Dedup(key="id", within=60)).processor()
+    >>> out = p.on_events([Ev(value={"id": "p1"}, event_time=t, arrival_time=t, token=t) for t in (1.0, 2.0)])
+    >>> [o.record.value for o in out.events], [d.reason for d in out.dead_letters]
+    ([{'id': 'p1'}], ['duplicate'])
     """
 
     policy: OrderingPolicy = field(default_factory=OrderingPolicy)
@@ -69,6 +81,7 @@ class EventTime:
     inputs: tuple[str, ...] = ()
     imports: Mapping[str, str] | None = field(default_factory=dict)  # None: no imports
     join: IntervalJoin | None = None
+    dedup: Dedup | None = None
 
     def __post_init__(self) -> None:
         if self.imports is None:
@@ -91,7 +104,15 @@ class EventTime:
 
     def __hash__(self) -> int:
         return hash(
-            (self.policy, self.window, self.group_by, self.inputs, tuple((self.imports or {}).items()), self.join)
+            (
+                self.policy,
+                self.window,
+                self.group_by,
+                self.inputs,
+                tuple((self.imports or {}).items()),
+                self.join,
+                self.dedup,
+            )
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -149,6 +170,7 @@ class EventTime:
                 generation=self.generation,
                 imports=imports,
                 join=self.join,
+                dedup=self.dedup,
             )
             object.__setattr__(self, "_parts", parts)  # a cache, not a setting: frozen still
         return parts

@@ -13,7 +13,7 @@ import re
 from datetime import UTC, datetime
 
 from streams.core.errors import ConfigurationError
-from streams.eventtime.windows import Hopping, Session, Tumbling, WindowSpec
+from streams.eventtime.windows import Hopping, Session, Sliding, Tumbling, WindowSpec
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)?$")
@@ -79,27 +79,45 @@ def parse_instant(text: str, where: str) -> tuple[float, datetime | None]:
 
 
 def parse_window(text: str, where: str) -> WindowSpec:
-    """``tumbling:SIZE``, ``hopping:SIZE:HOP`` or ``session:GAP`` (sizes are durations).
+    """``tumbling:SIZE``, ``hopping:SIZE:HOP``, ``session:GAP`` or ``sliding:SPAN`` (sizes
+    are durations); windows of events: ``tumbling:Nev``, ``hopping:Nev:Mev``.
 
     >>> parse_window("hopping:10m:1m", "window")
-    Hopping(size=600.0, hop=60.0, allowed_lateness=0.0, idle_timeout=None, origin=0.0)
+    Hopping(size=600.0, hop=60.0, allowed_lateness=0.0, idle_timeout=None, origin=0.0, events=None, every=None)
     >>> parse_window("session:30s", "window")
     Session(gap=30.0, allowed_lateness=0.0, idle_timeout=None)
+    >>> parse_window("hopping:10ev:5ev", "window").every
+    5
+    >>> parse_window("sliding:5m", "window")
+    Sliding(span=300.0, allowed_lateness=0.0)
     """
     kind, _, rest = text.partition(":")
     parts = rest.split(":") if rest else []
+    if parts and all(p.endswith("ev") and p[:-2].isdigit() for p in parts):  # windows of events
+        counts = [int(p[:-2]) for p in parts]
+        if kind == "tumbling" and len(counts) == 1:
+            return Tumbling(events=counts[0])
+        if kind == "hopping" and len(counts) == 2:
+            return Hopping(events=counts[0], every=counts[1])
     if kind == "session" and len(parts) == 1:
         gap = parse_duration(parts[0], f"{where} gap")
         if gap <= 0:
             raise ConfigurationError(f"{where}: a session gap must be more than 0, not {text!r}")
         return Session(gap)
+    if kind == "sliding" and len(parts) == 1:
+        span = parse_duration(parts[0], f"{where} span")
+        if span <= 0:
+            raise ConfigurationError(f"{where}: a sliding span must be more than 0, not {text!r}")
+        return Sliding(span)
     if kind == "tumbling" and len(parts) == 1:
         size = hop = parse_duration(parts[0], f"{where} size")
     elif kind == "hopping" and len(parts) == 2:
         size = parse_duration(parts[0], f"{where} size")
         hop = parse_duration(parts[1], f"{where} hop")
     else:
-        raise ConfigurationError(f"{where} takes tumbling:SIZE or hopping:SIZE:HOP or session:GAP, not {text!r}")
+        raise ConfigurationError(
+            f"{where} takes tumbling:SIZE, hopping:SIZE:HOP, session:GAP or sliding:SPAN, not {text!r}"
+        )
     if size <= 0 or hop <= 0:
         raise ConfigurationError(f"{where}: sizes and hops must be more than 0, not {text!r}")
     return Tumbling(size) if kind == "tumbling" else Hopping(size, hop)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -42,7 +42,9 @@ def _check(name: str, value: Any, *, positive: bool, optional: bool = False) -> 
 
 @dataclass(frozen=True, slots=True)
 class Tumbling:
-    """Back-to-back windows of ``size`` seconds (Atlas ``$tumblingWindow``).
+    """Back-to-back windows of ``size`` seconds (Atlas ``$tumblingWindow``), or of
+    ``events`` events of a key (Quix's count windows: ``Tumbling(events=100)``; see
+    :mod:`streams.eventtime.counted`).
 
     ``allowed_lateness``: how long a window stays open after the watermark passes its end.
     ``idle_timeout``: processing time after which an idle source's window closes anyway.
@@ -50,15 +52,26 @@ class Tumbling:
 
     >>> Tumbling(300).bounds(1)
     (300.0, 600.0)
+    >>> Tumbling(events=3).events, Tumbling(events=3).every
+    (3, 3)
     """
 
-    size: float
+    size: float = 0.0  # seconds; 0 for a window of events
     allowed_lateness: float = 0.0
     idle_timeout: float | None = None
     origin: float = 0.0
+    events: int | None = None
 
     def __post_init__(self) -> None:
-        _validate(self)
+        if self.events is None:
+            _validate(self)
+        else:
+            _check_counted(self, self.events, self.events)
+
+    @property
+    def every(self) -> int | None:
+        """How many events apart counted windows start (``events``: back to back)."""
+        return self.events
 
     @property
     def hop(self) -> float:
@@ -72,24 +85,31 @@ class Tumbling:
 
 @dataclass(frozen=True, slots=True)
 class Hopping:
-    """Windows of ``size`` seconds opening every ``hop`` seconds (Atlas ``$hoppingWindow``).
+    """Windows of ``size`` seconds opening every ``hop`` seconds (Atlas ``$hoppingWindow``),
+    or of ``events`` events of a key opening every ``every`` events (Quix's count windows:
+    ``Hopping(events=10, every=5)``; see :mod:`streams.eventtime.counted`).
 
     ``hop < size`` overlaps windows; ``hop > size`` leaves gaps whose events belong to no
-    window. Other fields as :class:`Tumbling`.
+    window (likewise ``every`` and ``events``). Other fields as :class:`Tumbling`.
 
     >>> Hopping(20, 5).bounds(3)
     (15.0, 35.0)
     """
 
-    size: float
-    hop: float
+    size: float = 0.0  # seconds; 0 for windows of events
+    hop: float = 0.0
     allowed_lateness: float = 0.0
     idle_timeout: float | None = None
     origin: float = 0.0
+    events: int | None = None
+    every: int | None = None
 
     def __post_init__(self) -> None:
-        _check("hop", self.hop, positive=True)
-        _validate(self)
+        if self.events is None and self.every is None:
+            _check("hop", self.hop, positive=True)
+            _validate(self)
+        else:
+            _check_counted(self, self.events, self.every)
 
     def bounds(self, j: float) -> tuple[float, float]:
         """Start and end of window ``j``."""
@@ -122,10 +142,76 @@ class Session:
         object.__setattr__(self, "allowed_lateness", float(self.allowed_lateness))
 
 
-FixedWindow = Tumbling | Hopping
-"""Windows with bounds fixed in advance (whatever the events), kept in panes."""
+@dataclass(frozen=True, slots=True)
+class Sliding:
+    """Sliding windows of ``span`` seconds (Kafka Streams' ``SlidingWindows``, time
+    difference ``span``, grace ``allowed_lateness``): one window per distinct set of a key's
+    events at most ``span`` apart, both bounds included, each closed when the watermark
+    passes its end plus ``allowed_lateness``. The store is :mod:`streams.eventtime.sliding`.
 
-WindowSpec = Tumbling | Hopping | Session
+    >>> Sliding(300).span, Sliding(300, allowed_lateness=60).allowed_lateness
+    (300.0, 60.0)
+    """
+
+    span: float
+    allowed_lateness: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check("span", self.span, positive=True)
+        _check("allowed_lateness", self.allowed_lateness, positive=False)
+        object.__setattr__(self, "span", float(self.span))
+        object.__setattr__(self, "allowed_lateness", float(self.allowed_lateness))
+
+    @property
+    def idle_timeout(self) -> None:
+        """None: a sliding window closes by the watermark only (docs/event-time.md)."""
+        return None
+
+
+FixedWindow = Tumbling | Hopping
+"""Windows with bounds fixed in advance (whatever the events), kept in panes; or, with
+``events`` set, windows of a count of events (:mod:`streams.eventtime.counted`)."""
+
+
+def counted(spec: object) -> bool:
+    """Whether ``spec`` declares windows of a count of events rather than of time.
+
+    >>> counted(Tumbling(events=5)), counted(Tumbling(5)), counted(Session(5))
+    (True, False, False)
+    """
+    return isinstance(spec, (Tumbling, Hopping)) and spec.events is not None
+
+
+def _check_counted(spec: FixedWindow, events: int | None, every: int | None) -> None:
+    """A window of ``events`` events opening every ``every``: whole numbers > 0, and none of
+    the time settings (a counted window closes at its last event, not by the watermark)."""
+    for name, n in (("events", events), ("every", every)):
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ConfigurationError(f"{name} must be a whole number of events > 0, not {n!r}")
+    if spec.size or spec.hop or spec.origin:
+        raise ConfigurationError("a window is of seconds (size, hop) or of events (events, every), not both")
+    if spec.allowed_lateness or spec.idle_timeout is not None:
+        raise ConfigurationError(
+            "allowed_lateness and idle_timeout apply to windows of time: a window of events closes at its "
+            "last event, or (partial) at the final watermark"
+        )
+
+
+WindowSpec = Tumbling | Hopping | Session | Sliding
+
+
+def with_timing(spec: WindowSpec, allowed_lateness: float, idle_timeout: float | None) -> WindowSpec:
+    """``spec`` with these settings (what a configuration file or the command line gives);
+    a sliding window closes by the watermark only, and takes no idle timeout.
+
+    >>> with_timing(Sliding(60), 5.0, None).allowed_lateness
+    5.0
+    """
+    if isinstance(spec, Sliding):
+        if idle_timeout is not None:
+            raise ConfigurationError("idle_timeout applies to tumbling, hopping and session windows, not sliding ones")
+        return replace(spec, allowed_lateness=allowed_lateness)
+    return replace(spec, allowed_lateness=allowed_lateness, idle_timeout=idle_timeout)
 
 
 def _validate(spec: FixedWindow) -> None:
@@ -204,6 +290,24 @@ class WindowAssigner:
     def pane_closed(self, pane: float, watermark: float) -> bool:
         """True when every window containing ``pane`` has closed at ``watermark``."""
         return self.close_time(pane // self.per_hop) <= watermark
+
+
+class KeyedStore:
+    """What the stores of windows of events and of sliding windows share: their state per key
+    (``keys``), and no idle timeout (a window of either closes by its events or the watermark)."""
+
+    __slots__ = ()
+    keys: dict[Hashable, Any]
+
+    def earliest_end(self) -> float:
+        return FOREVER
+
+    def first_open_end(self, watermark: float) -> float:
+        return FOREVER
+
+    def has_data(self) -> bool:
+        """A key with an open window, or state toward one: a restart would need it."""
+        return bool(self.keys)
 
 
 def _frange(first: float, last: float) -> list[float]:

@@ -70,6 +70,7 @@ from streams.backends.embedded.queues import DEFAULT_QUEUES, stored_queue_count
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
 from streams.eventtime.policy import OrderingPolicy
+from streams.eventtime.windows import with_timing
 from streams.runtime.config_schema import (
     CONFIG_ENV,
     CONFIG_FILE,
@@ -291,7 +292,7 @@ def _time_settings(sections: _Sections) -> TimeSettings:
         key = "time.allowed_lateness" if lateness is not None else "time.idle_timeout"
         raise ConfigurationError(f"{sections.where[key]}: needs time.window")
     if window is not None:
-        window = replace(window, allowed_lateness=lateness or 0.0, idle_timeout=idle)
+        window = with_timing(window, lateness or 0.0, idle)
     return TimeSettings(sections.build(OrderingPolicy, given, "time"), window)
 
 

@@ -112,6 +112,7 @@ METRICS: dict[str, tuple[type, str]] = {
     "headrace_eventtime_late_events": (CounterMetricFamily, "Events later than late_arrival, by action"),
     "headrace_eventtime_out_of_order_events": (CounterMetricFamily, "Events below the watermark, by action"),
     "headrace_eventtime_adjusted_events": (CounterMetricFamily, "Events whose timestamp was moved, each once"),
+    "headrace_eventtime_duplicate_events": (CounterMetricFamily, "Events dropped as duplicates (Dedup)"),
     "headrace_eventtime_dead_lettered_events": (
         CounterMetricFamily,
         "Events the event-time core dead-lettered, by reason",
@@ -178,6 +179,7 @@ def metric_families(snapshot: WorkerSnapshot, dead_letters: Mapping[str, int]) -
             out.add("headrace_eventtime_late_events", {**at, "action": action}, c[f"late_arrival_{action}"])
             out.add("headrace_eventtime_out_of_order_events", {**at, "action": action}, c[f"out_of_order_{action}"])
         out.add("headrace_eventtime_adjusted_events", at, c["adjusted"])
+        out.add("headrace_eventtime_duplicate_events", at, c["duplicate"])
         for reason in ("window_closed", "invalid_timestamp", "invalid_value"):
             out.add("headrace_eventtime_dead_lettered_events", {**at, "reason": reason}, c[reason])
         out.add("headrace_eventtime_windows_emitted", at, c["windows_emitted"])

@@ -81,9 +81,10 @@ class EventTimeTotals:
 
     @property
     def dropped(self) -> int:
-        """Events the ordering policy dropped (early, or late/out of order under ``drop``)."""
+        """Events the ordering policy dropped (early, or late/out of order under ``drop``),
+        and duplicates (``Dedup``)."""
         c = self.counters
-        return c["early_arrival"] + c["late_arrival_dropped"] + c["out_of_order_dropped"]
+        return c["early_arrival"] + c["late_arrival_dropped"] + c["out_of_order_dropped"] + c["duplicate"]
 
     @property
     def refused(self) -> int:

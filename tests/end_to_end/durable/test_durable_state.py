@@ -176,7 +176,9 @@ async def test_third_order_alert_and_running_totals_under_sigkills_on_kafka(
 async def test_a_timer_set_before_a_sigkill_fires_once_after_the_restart(tmp_path: Path) -> None:
     worker = Worker(tmp_path, HEADRACE_TEST_STORE=str(tmp_path / "store"))
     async with client(worker).client() as producer:
-        await producer.get_stream(StreamId("reminders", "r1")).on_next({"in": 4.0})
+        await producer.get_stream(StreamId("reminders", "r1")).on_next(
+            {"in": 12.0}
+        )  # time enough to see it saved, on a loaded machine, before it is due
     worker.start()
     await worker.wait_for("set r1")
 

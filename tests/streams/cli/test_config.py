@@ -156,9 +156,9 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
         ),
         ('[time]\nallowed_lateness = "5s"\n', {}, "headrace.toml: time.allowed_lateness: needs time.window"),
         (
-            '[time]\nwindow = "sliding:5s"\n',
+            '[time]\nwindow = "rolling:5s"\n',
             {},
-            "headrace.toml: time.window takes tumbling:SIZE or hopping:SIZE:HOP or session:GAP, not 'sliding:5s'",
+            "headrace.toml: time.window takes tumbling:SIZE, hopping:SIZE:HOP, session:GAP or sliding:SPAN, not 'rolling:5s'",
         ),
         (
             '[time]\naction = "keep"\n',

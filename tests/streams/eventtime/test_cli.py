@@ -201,9 +201,9 @@ def test_sweep_prints_a_table_per_value():
         ),
         (["--late-arrival", "soon"], "arrival_time,event_time\n", "--late-arrival: 'soon' is not a duration"),
         (
-            ["--window", "sliding:5"],
+            ["--window", "rolling:5"],
             "arrival_time,event_time\n",
-            "--window takes tumbling:SIZE or hopping:SIZE:HOP",
+            "--window takes tumbling:SIZE, hopping:SIZE:HOP, session:GAP or sliding:SPAN",
         ),
         (["--window", "tumbling:0s"], "arrival_time,event_time\n", "must be more than 0"),
         (
@@ -244,3 +244,37 @@ def test_a_missing_file_is_named(tmp_path):
     assert result.stderr.splitlines() == [
         f"headrace simulate: error: cannot read {tmp_path / 'nope.csv'}: No such file or directory"
     ]
+
+
+def test_dedup_drops_a_retried_value_within_the_horizon_and_says_so(tmp_path):
+    sample = write(
+        tmp_path,
+        "arrival_time,event_time,key,value\n1,1,a,p1\n2,2,a,p2\n3,1,a,p1\n30,30,a,x\n31,2,b,p2\n40,40,a,p1\n",
+    )
+    result = simulate("--out-of-order", "60s", "--dedup-within", "30s", "--window", "tumbling:100s", "--flush", sample)
+    out = lines(result)
+    events = {o["index"]: (o["status"], o["reason"]) for o in out if o["type"] == "event"}
+    # W = -inf until t=40 passes the delay: p1 at 40 is still within 1 + 30 > W = -20.
+    assert events == {
+        0: ("kept", None),
+        1: ("kept", None),
+        2: ("dropped", "duplicate"),
+        3: ("kept", None),
+        4: ("dropped", "duplicate"),
+        5: ("dropped", "duplicate"),
+    }
+    (window,) = [o for o in out if o["type"] == "window"]
+    assert window["events"] == [0, 1, 3]
+    assert "3 dropped (3 duplicate)" in result.stderr
+    assert "--dedup-within" in simulate("--help").stdout
+    bad = simulate("--dedup-within", "0s", sample)
+    assert bad.returncode != 0 and "--dedup-within takes a duration > 0" in bad.stderr
+
+
+def test_a_window_of_events_from_the_command_line(tmp_path):
+    sample = write(tmp_path, "arrival_time,event_time,key,value\n1,1,a,\n2,5,a,\n3,2,a,\n4,9,a,\n5,8,a,\n")
+    out = lines(simulate("--out-of-order", "10s", "--window", "tumbling:2ev", "--flush", sample))
+    windows = [(w["start"], w["end"], w["events"], w["closed_at"], w["final"]) for w in out if w["type"] == "window"]
+    assert windows == [(1, 5, [0, 1], 2, False), (2, 9, [2, 3], 4, False), (8, 8, [4], None, True)]
+    bad = simulate("--window", "tumbling:2ev", "--allowed-lateness", "5s", sample)
+    assert bad.returncode != 0 and "allowed_lateness and idle_timeout apply to windows of time" in bad.stderr

@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.errors import ConfigurationError
-from streams.eventtime import Collect, Count, EventOutcome, OrderingPolicy, Processor, Session, WindowResult
+from streams.eventtime import Collect, Count, OrderingPolicy, Processor, Session
 from streams.eventtime.replay import Row
-from streams.eventtime.snapshot import restore, snapshot
+from tests.streams.eventtime.reference import Rec, Reference, draw_cuts, draw_policy, draw_rows
+from tests.streams.eventtime.reference import run_core as run_events
 
 INF = math.inf
 
@@ -29,24 +30,18 @@ class _Session:
     events: list[int] = field(default_factory=list)
 
 
-class Reference:
+class SessionReference(Reference):
     """The contract written out as plainly as possible: every session and every emitted
     session kept in lists, every watermark recomputed, nothing incremental or forgotten."""
 
     def __init__(self, policy: OrderingPolicy, spec: Session, per_key: bool) -> None:
-        self.p, self.g, self.a, self.i = policy, spec.gap, spec.allowed_lateness, spec.idle_timeout
-        self.substreams = policy.over is not None
+        super().__init__(policy)
+        self.g, self.a, self.i = spec.gap, spec.allowed_lateness, spec.idle_timeout
         self.per_key = per_key or self.substreams
-        self.floor = -INF  # the partition's watermark (with substreams: every lane's floor)
-        self.w: dict[Any, float] = {}  # lane -> watermark
         self.last_ingest: dict[Any, float] = {}
         self.open: list[_Session] = []
         self.emitted: list[_Session] = []
-        self.fates: dict[int, tuple[str, str | None, float | None]] = {}
         self.windows: list[tuple] = []
-
-    def lane_w(self, lane: Any) -> float:
-        return max(self.w.get(lane, -INF), self.floor)
 
     def close(self, clock: float | None) -> None:
         due = [s for s in self.open if self.lane_w(s.lane) >= s.end + self.a]
@@ -71,99 +66,41 @@ class Reference:
                 self.w[lane] = max(self.lane_w(lane), end + self.a)
                 self.close(now)
 
-    def lift(self, value: float) -> None:
-        self.floor = max(self.floor, value)
-
     def tick(self, t: float) -> None:
-        if self.p.late_arrival is not None:
-            self.lift(t - self.p.late_arrival)
-            self.close(t)
+        super().tick(t)
         self.idle(t, strict=False)
 
-    def event(self, row: Row) -> None:
-        p, arr, et = self.p, row.arrival_time, row.event_time
-        assert et is not None
-        self.idle(arr, strict=True)
-        lane = row.key if self.substreams else None
-        key = row.key if self.per_key else None
-        w = self.lane_w(lane)
-        if p.early_arrival is not None and et - arr > p.early_arrival:
-            self.fates[row.index] = ("dropped", "early_arrival", None)
-            return
-        ts, status, reason = et, "kept", None
-        if p.late_arrival is not None and arr - et > p.late_arrival:
-            reason = "late_arrival"
-            if p.action == "drop":
-                self.fates[row.index] = ("dropped", reason, None)
-                return
-            if p.action == "adjust":
-                ts, status = arr - p.late_arrival, "adjusted"
-        if ts < w:
-            reason = "out_of_order"
-            if p.action == "drop":
-                self.fates[row.index] = ("dropped", reason, None)
-                return
-            if p.action == "adjust":
-                ts, status = w, "adjusted"
+    def arrive(self, arrival: float) -> None:
+        self.idle(arrival, strict=True)
+
+    def window(self, row: Row, lane: Any, ts: float, w: float) -> bool:
         # 4. the candidate [ts, ts + G)
+        assert row.event_time is not None
+        self.last_ingest[lane] = row.arrival_time
+        key = row.key if self.per_key else None
         lo, hi = ts, ts + self.g
         mine = [s for s in self.open if s.lane == lane and s.key == key and s.start < hi and lo < s.end]
         spent = [s for s in self.emitted if s.lane == lane and s.key == key and s.start < hi and lo < s.end]
         if spent or (not mine and w >= hi + self.a):
-            self.fates[row.index] = ("dead_letter", "window_closed", ts)
-        else:
-            merged = _Session(lane, key, min([lo] + [s.start for s in mine]), max([hi] + [s.end for s in mine]))
-            for s in mine:
-                self.open.remove(s)
-                merged.events += s.events
-            merged.events.append(row.index)
-            self.open.append(merged)
-            self.fates[row.index] = (status, reason, ts)
-        # 5. watermarks, 6. close
-        self.last_ingest[lane] = arr
-        self.w[lane] = max(w, ts - p.out_of_order)
-        if p.late_arrival is not None:
-            self.lift(arr - p.late_arrival)
-        self.close(arr)
-
-    def flush(self) -> None:
-        self.floor = INF
-        self.close(None)
-
-
-class _Rec:
-    __slots__ = ("value", "event_time", "arrival_time", "token")
-
-    def __init__(self, row: Row) -> None:
-        self.value = {"key": row.key, "index": row.index}
-        self.event_time, self.arrival_time, self.token = row.event_time, row.arrival_time, row.index
+            return False
+        merged = _Session(lane, key, min([lo] + [s.start for s in mine]), max([hi] + [s.end for s in mine]))
+        for s in mine:
+            self.open.remove(s)
+            merged.events += s.events
+        merged.events.append(row.index)
+        self.open.append(merged)
+        return True
 
 
 @st.composite
 def samples(draw: Any) -> tuple[list[Row], OrderingPolicy, Session, bool, list[int]]:
-    n = draw(st.integers(1, 40))
-    rows, arrival = [], 0.0
-    for i in range(n):
-        arrival += draw(st.sampled_from([0.0, 1.0, 2.0, 5.0]))
-        if draw(st.integers(0, 6)) == 0:
-            rows.append(Row(i, arrival, None))
-        else:
-            skew = draw(st.integers(-30, 30)) if draw(st.integers(0, 3)) == 0 else draw(st.integers(-3, 1))
-            rows.append(Row(i, arrival, arrival + skew, draw(st.sampled_from("abc"))))
-    policy = OrderingPolicy(
-        out_of_order=draw(st.sampled_from([0.0, 2.0, 5.0, 20.0])),
-        late_arrival=draw(st.sampled_from([None, 10.0])),
-        early_arrival=draw(st.sampled_from([None, 10.0])),
-        action=draw(st.sampled_from(["adjust", "drop", "accept", "accept"])),
-        over=draw(st.sampled_from([None, None, "key"])),
-    )
+    rows, policy = draw_rows(draw, "abc"), draw_policy(draw)
     spec = Session(
         draw(st.sampled_from([2.0, 5.0, 10.0])),
         allowed_lateness=draw(st.sampled_from([0.0, 0.0, 5.0])),
         idle_timeout=draw(st.sampled_from([None, None, 7.0])),
     )
-    cuts = draw(st.lists(st.integers(1, 5), min_size=1, max_size=10))
-    return rows, policy, spec, draw(st.booleans()), cuts
+    return rows, policy, spec, draw(st.booleans()), draw_cuts(draw)
 
 
 def run_core(
@@ -176,49 +113,15 @@ def run_core(
     def make() -> Processor:
         return Processor(policy, spec, Collect(), select="index", group_by=group_by, trace=True)
 
-    p, fates, windows = make(), {}, []
-    sizes, i, calls = iter(cuts * (len(rows) + 1)), 0, 0
-    outs = []
-    while i < len(rows):
-        if calls == restore_at:
-            q = make()
-            restore(q, snapshot(p))
-            p = q
-        calls += 1
-        if rows[i].event_time is None:
-            outs.append(p.on_tick(rows[i].arrival_time))
-            i += 1
-            continue
-        j, size = i, next(sizes)
-        while j < len(rows) and j - i < size and rows[j].event_time is not None:
-            j += 1
-        outs.append(p.on_events([_Rec(r) for r in rows[i:j]]))
-        i = j
-    outs.append(p.flush())
-    for out in outs:
-        for item in out.trace:
-            if isinstance(item, EventOutcome):
-                assert item.record.value["index"] not in fates
-                fates[item.record.value["index"]] = (item.status, item.reason, item.timestamp)
-            elif isinstance(item, WindowResult):
-                windows.append((item.key, item.start, item.end, tuple(item.value), item.closed_at, item.final))
-        letters = [d for d in out.dead_letters]
-        refused = [o for o in out.trace if isinstance(o, EventOutcome) and o.status in ("dropped", "dead_letter")]
-        assert [d.value["index"] for d in letters] == [o.record.value["index"] for o in refused]
+    fates, results, p = run_events(make, rows, cuts, restore_at)
     assert p.open_windows() == []
-    return fates, windows
+    return fates, [(w.key, w.start, w.end, tuple(w.value), w.closed_at, w.final) for w in results]
 
 
 def run_reference(
     rows: list[Row], policy: OrderingPolicy, spec: Session, per_key: bool
 ) -> tuple[dict[int, tuple], list[tuple]]:
-    ref = Reference(policy, spec, per_key)
-    for row in rows:
-        if row.event_time is None:
-            ref.tick(row.arrival_time)
-        else:
-            ref.event(row)
-    ref.flush()
+    ref = SessionReference(policy, spec, per_key).run(rows, flush=True)
     return ref.fates, ref.windows
 
 
@@ -254,8 +157,8 @@ def test_a_snapshot_restored_mid_session_changes_nothing(sample, restore_at):
     assert run_core(rows, policy, spec, per_key, cuts, restore_at) == run_core(rows, policy, spec, per_key, cuts)
 
 
-def ev(t: float, arrival: float | None = None, key: str = "k", index: int = 0) -> _Rec:
-    return _Rec(Row(index, t if arrival is None else arrival, t, key))
+def ev(t: float, arrival: float | None = None, key: str = "k", index: int = 0) -> Rec:
+    return Rec(Row(index, t if arrival is None else arrival, t, key))
 
 
 def test_two_events_exactly_a_gap_apart_are_two_sessions_and_a_bridge_merges_them():
