@@ -12,7 +12,7 @@ so each event changes the state once, whatever crashed in between.
 
 >>> import anyio
 >>> from streams.core.batch import BatchContainer, BatchKind
->>> from streams.core.deadletters import MemoryDeadLetterStore
+>>> from streams.backends.memory.stores import MemoryDeadLetterStore
 >>> from streams.core.ids import StreamId
 >>> from streams.core.observer import as_observer
 >>> from streams.core.state import Durable

@@ -169,7 +169,7 @@ class AgentManager:
     async def drain(self) -> None:
         """Return once every agent has drained its queue, in a round where none read
         anything (reading one queue may write to another's: the re-keying hop of
-        :mod:`streams.kafka.repartition`); raise one :class:`QueueFailedError`
+        :mod:`streams.backends.kafka.repartition`); raise one :class:`QueueFailedError`
         naming each queue that cannot be read on (the others drained)."""
         while True:
             failed: list[str] = []

@@ -360,7 +360,7 @@ class EventTimeObserver(EventTimeUnit):
         """The streams it takes batches from: its own, or one per input (same key).
 
         >>> from streams.eventtime import Count, EventTime, Tumbling
-        >>> from streams.core.deadletters import MemoryDeadLetterStore
+        >>> from streams.backends.memory.stores import MemoryDeadLetterStore
         >>> class Joined:
         ...     event_time = EventTime(window=Tumbling(60), aggregate=Count(), inputs=["tolls", "prices"])
         ...     def on_window(self, result): pass

@@ -4,10 +4,15 @@
 - distributions (pure): :func:`ideal_distribution`, :func:`best_fit_distribution`,
   :func:`sticky_distribution`;
 - balancers (:class:`QueueBalancer`): :class:`StaticBalancer`, :class:`BestFitBalancer`,
-  :class:`LeaseBasedQueueBalancer`; with Kafka, :class:`KafkaGroupBalancer` (its
-  partition assignor: :class:`BestFitPartitionAssignor`);
-- membership (:class:`MembershipOracle`): :class:`MemoryMembership`, :class:`SqliteMembership`;
-- leases (:class:`LeaseProvider`): :class:`MemoryLeaseProvider`, :class:`SqliteLeaseProvider`.
+  :class:`LeaseBasedQueueBalancer`;
+- membership (:class:`MembershipOracle`): :class:`MemoryMembership`, and over a table,
+  :class:`TableMembership`;
+- leases (:class:`LeaseProvider`): :class:`MemoryLeaseProvider`, and over a table,
+  :class:`TableLeaseProvider`.
+
+Each backend keeps its own: the embedded store's tables in
+:mod:`streams.backends.embedded.balancer`, and Kafka's group balancer and partition assignor
+in :mod:`streams.backends.kafka.balancer` and :mod:`streams.backends.kafka.assignor`.
 """
 
 from balancer.base import BalancerOptions, QueueBalancerBase
@@ -32,17 +37,14 @@ from balancer.protocols import (
     QueueDistributionChange,
     QueueDistributionListener,
 )
-from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.core.clock import Clock, ManualClock, WallClock
 
 __all__ = [
     "BalancerOptions",
     "BestFitBalancer",
-    "BestFitPartitionAssignor",
     "Clock",
     "HashRingQueueMapper",
-    "KafkaGroupBalancer",
     "Lease",
     "LeaseBasedQueueBalancer",
     "LeaseProvider",
@@ -57,8 +59,6 @@ __all__ = [
     "QueueDistributionChange",
     "QueueDistributionListener",
     "QueueOwnership",
-    "SqliteLeaseProvider",
-    "SqliteMembership",
     "StaticBalancer",
     "WallClock",
     "TableLeaseProvider",
@@ -69,17 +69,3 @@ __all__ = [
     "sticky_distribution",
     "target_queue_count",
 ]
-
-
-def __getattr__(name: str) -> object:
-    # The Kafka assignor pulls in aiokafka: load it only when asked for, so that importing the
-    # queue mapper (every producer, every Spark planner process) stays light.
-    if name == "BestFitPartitionAssignor":
-        from balancer.kafka.assignor import BestFitPartitionAssignor
-
-        return BestFitPartitionAssignor
-    if name == "KafkaGroupBalancer":
-        from balancer.kafka.group import KafkaGroupBalancer
-
-        return KafkaGroupBalancer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

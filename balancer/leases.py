@@ -3,7 +3,7 @@
 The rules (:func:`grant`, :func:`extend`, :func:`vacate`) are pure functions of a lease row
 and the time. :class:`TableLeaseProvider` applies them to any :class:`LeaseTable` that can
 update a batch of rows atomically: a dict here (:class:`MemoryLeaseProvider`, for tests and one
-process), SQLite in :mod:`balancer.sqlite_store` (several processes on one machine).
+process), SQLite in :mod:`streams.backends.embedded.balancer` (several processes on one machine).
 
 The leases one worker holds: acquiring, renewing on time, handing back after a drain.
 

@@ -3,7 +3,7 @@
 The rules (:func:`admit`, :func:`beat`, :func:`depart`) are pure functions of a member's row
 and the time. :class:`TableMembership` applies them to any :class:`MemberTable` that can
 update one row atomically: a dict here (:class:`MemoryMembership`, for tests and one process),
-SQLite in :mod:`balancer.sqlite_store` (several processes on one machine).
+SQLite in :mod:`streams.backends.embedded.balancer` (several processes on one machine).
 
 Which process a worker's membership row belongs to, and whether that process is gone.
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import percentile, rss_mb  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams import BatchContainer, BatchKind, GeneratorConfig, StreamId, StreamProvider, inline  # noqa: E402
-from streams.adapters.memory import MemoryQueueAdapter  # noqa: E402
+from streams.backends.memory.adapter import MemoryQueueAdapter  # noqa: E402
 
 HEADRACE = "headrace, 25 events a record"
 BASELINE = "baseline: plain asyncio queues, same batches, callbacks"

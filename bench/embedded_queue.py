@@ -20,10 +20,10 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
 from bench.timing import Report, coverage_line, figure, timed  # noqa: E402
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter  # noqa: E402
+from streams.backends.embedded.store import Synchronous  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
 from streams.core.ids import StreamId  # noqa: E402
-from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter  # noqa: E402
-from streams.embedded.store import Synchronous  # noqa: E402
 
 QUEUES = 8
 STREAMS = 64

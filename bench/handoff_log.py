@@ -9,7 +9,7 @@ store:
   before group commit and inline segments);
 * ``per-append inline``: one write transaction per append, rows inline in the index;
 * ``group commit``: appends that arrive while a write is under way share the next one
-  (:class:`spark_sink.group_commit.GroupAppender`), rows inline, runs of inline segments
+  (:class:`streams.backends.embedded.handoff_commit.GroupAppender`), rows inline, runs of inline segments
   merged into files as they gather (what ``EmbeddedHandoffSink`` does).
 
 Printed per way: rows/s, bytes on disk per row (what the appends added: the database after a
@@ -34,9 +34,10 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.timing import figure, timed  # noqa: E402
-from spark_sink import HandoffLog, HandoffSchema, HandoffWriter  # noqa: E402
-from spark_sink.group_commit import GroupAppender  # noqa: E402
-from streams.embedded.store import EmbeddedStore  # noqa: E402
+from spark_sink import HandoffSchema  # noqa: E402
+from streams.backends.embedded.handoff_commit import GroupAppender  # noqa: E402
+from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter  # noqa: E402
+from streams.backends.embedded.store import EmbeddedStore  # noqa: E402
 
 STREAM = "bench_counts"
 SCHEMA = HandoffSchema.windows({"count": "bigint"}, stream=True)  # as the soak's Handoff declares

@@ -48,10 +48,10 @@ import anyio
 
 from bench.timing import HEADER, Clock, Report, best, row
 from streams import StreamProvider
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory
+from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueReceiver
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.ids import QueueId, StreamId
-from streams.embedded.adapter import EmbeddedAdapterFactory
-from streams.kafka.adapter import KafkaAdapterFactory, KafkaQueueReceiver
 from tests.kafka_broker import TansuBroker
 
 READ_BATCH = 1000

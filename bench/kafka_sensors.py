@@ -15,7 +15,7 @@ in one run, on that topic:
   count per sensor, grace 5 s, event time from ``ts``;
 - the same readings written without a key (a producer that keys nothing spreads them over
   every partition), read by the JSON worker with ``key_field="sensor"``: each record goes
-  through the re-keying hop (streams/kafka/repartition.py), so it is read twice and written
+  through the re-keying hop (streams/backends/kafka/repartition.py), so it is read twice and written
   once more; its consumer is a plain ``on_next`` count (a sensor's readings now come from
   every partition, each read at its own pace, and most of its windows stay open);
 - headrace's own format with one event per record (what ``on_next`` makes), the same
@@ -60,11 +60,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py
 
 from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
+from streams.backends.kafka.adapter import KafkaAdapterFactory  # noqa: E402
+from streams.backends.kafka.clients import ensure_topic  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
 from streams.core.records import JsonRecords  # noqa: E402
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling  # noqa: E402
-from streams.kafka.adapter import KafkaAdapterFactory  # noqa: E402
-from streams.kafka.clients import ensure_topic  # noqa: E402
 from tests.kafka_broker import TansuBroker  # noqa: E402
 from tests.sensor_workload import closed_window_counts, readings, write_json  # noqa: E402
 

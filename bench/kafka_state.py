@@ -11,7 +11,7 @@ leaves (timed by bench/timing.py's ``Clock``, which the consumer's timestamp fun
 stamps); the table shows how far behind the end its committed offset stayed, what the
 changelog holds, and how many events a second worker read again at its start.
 
-- ``changelog``: the default: states saved before each offset commit (streams/kafka/state.py);
+- ``changelog``: the default: states saved before each offset commit (streams/backends/kafka/state.py);
 - ``holding``: the same worker with plain receivers: open windows hold the offset.
 
     python bench/kafka_state.py [--records 20000] [--events 50] [--streams 200] [--queues 2]
@@ -37,13 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from bench.timing import Clock, Report, figure
 from streams import StreamProvider
+from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
+from streams.backends.kafka.backend import KafkaBackend
+from streams.backends.kafka.state import changelog_topic
 from streams.core.batch import BatchKind
 from streams.core.codec import encode_batch
 from streams.core.ids import QueueId, StreamId
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-from streams.kafka.adapter import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
-from streams.kafka.state import changelog_topic
-from streams.runtime.backends import KafkaBackend
 from tests.kafka_broker import TansuBroker
 
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from bench.timing import HEADER, Clock, Report, best, row
 from streams import StreamId, StreamProvider
-from streams.kafka.clients import ensure_topic
+from streams.backends.kafka.clients import ensure_topic
 from tests.kafka_broker import TansuBroker
 
 STREAMS = [StreamId("bench", f"s-{n}") for n in range(100)]

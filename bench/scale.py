@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT))  # bench/streams.py would shadow the package
 
 from balancer import BalancerOptions  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
 from streams.core.ids import QueueId  # noqa: E402
-from streams.embedded.adapter import EmbeddedAdapterFactory  # noqa: E402
 
 QUEUES = 8
 STREAMS_PER_QUEUE = 8

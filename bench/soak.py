@@ -39,7 +39,7 @@ sys.path.insert(
     0, str(Path(__file__).resolve().parents[1])
 )  # run from a checkout (bench/streams.py is not the package)
 
-from streams.embedded.store import EmbeddedStore  # noqa: E402
+from streams.backends.embedded.store import EmbeddedStore  # noqa: E402
 
 QUEUES = 4
 NAMESPACE = "devices"
@@ -224,8 +224,8 @@ def _cpu_seconds(pid: int) -> float:
 def _handoff_age(path: str) -> float | None:
     """How long ago the newest window in the handoff log ended: a worker that keeps up hands
     each window off about one window length after it ends; one that falls behind, later and later."""
-    from spark_sink.log import EmbeddedStorage
     from spark_sink.offsets import OffsetRange
+    from streams.backends.embedded.handoff_log import EmbeddedStorage
 
     storage = EmbeddedStorage(path)
     try:

@@ -43,9 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import spark_sink  # noqa: E402
 from bench.timing import Report, best, coverage_line, figure, timed  # noqa: E402
-from spark_sink import HandoffLog, HandoffSchema, HandoffWriter, KafkaHandoffLog  # noqa: E402
-from spark_sink.log import BATCH_ROWS  # noqa: E402
-from streams.embedded.store import EmbeddedStore  # noqa: E402
+from spark_sink import HandoffSchema  # noqa: E402
+from spark_sink.storage import BATCH_ROWS  # noqa: E402
+from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter  # noqa: E402
+from streams.backends.embedded.store import EmbeddedStore  # noqa: E402
+from streams.backends.kafka.handoff_log import KafkaHandoffLog  # noqa: E402
 from tests.kafka_broker import TansuBroker  # noqa: E402
 
 STREAM = "bench"

@@ -11,14 +11,10 @@ partition per queue, with dense offsets; Spark reads it in batch or as micro-bat
 With the queues on Kafka the log is in Kafka topics, and Spark reads it with
 ``.option("kafka.bootstrap.servers", "broker:9092")`` instead of ``path``.
 
-The writer side of the embedded log (used by the runtime)::
-
-    log = spark_sink.HandoffLog(store)           # store: streams.embedded.store.EmbeddedStore
-    writer = spark_sink.HandoffWriter(log, "averages",
-                                      spark_sink.HandoffSchema.windows({"mean": "double"}))
-    with store.transaction() as conn:            # the caller's transaction
-        writer.append(conn, queue_id, rows)
-        ...                                      # the caller's input checkpoint, same conn
+This package is what every backend's handoff log shares (the declarations, the schema, the
+offsets, the storage protocol) and the DataSource; each backend keeps its own log: the embedded
+store's in :mod:`streams.backends.embedded.handoff_log`, Kafka's in
+:mod:`streams.backends.kafka.handoff_log`.
 """
 
 from __future__ import annotations
@@ -35,49 +31,33 @@ _HOMES = {
     "HandoffSchemaError": "streams.core.errors",
     "HandoffStoreNotFoundError": "streams.core.errors",
     "UnknownHandoffStreamError": "streams.core.errors",
-    "EmbeddedHandoffSink": "spark_sink.handoff",
     "EventHandoff": "spark_sink.handoff",
     "Handoff": "spark_sink.handoff",
     "HandoffSink": "spark_sink.protocols",
     "check_handoff": "spark_sink.handoff",
     "handoff_of": "spark_sink.handoff",
-    "KafkaHandoffLog": "spark_sink.kafka.log",
-    "KafkaHandoffSink": "spark_sink.kafka.sink",
-    "KafkaStorage": "spark_sink.kafka.storage",
-    "HandoffLog": "spark_sink.log",
-    "Segment": "spark_sink.log",
     "ReadOptions": "spark_sink.options",
     "HandoffColumn": "spark_sink.schema",
     "HandoffSchema": "spark_sink.schema",
-    "EmbeddedStorage": "spark_sink.log",
-    "HandoffSplit": "spark_sink.log",
-    "HandoffStorage": "spark_sink.log",
+    "HandoffSplit": "spark_sink.storage",
+    "HandoffStorage": "spark_sink.storage",
     "OffsetRange": "spark_sink.offsets",
-    "HandoffWriter": "spark_sink.log",
 }
 
 __all__ = [
-    "EmbeddedHandoffSink",
-    "EmbeddedStorage",
     "EventHandoff",
     "Handoff",
     "HandoffColumn",
     "HandoffDataLostError",
-    "HandoffLog",
     "HandoffSchema",
     "HandoffSchemaError",
     "HandoffSink",
     "HandoffSplit",
     "HandoffStorage",
     "HandoffStoreNotFoundError",
-    "HandoffWriter",
     "HeadraceDataSource",
-    "KafkaHandoffLog",
-    "KafkaHandoffSink",
-    "KafkaStorage",
     "OffsetRange",
     "ReadOptions",
-    "Segment",
     "UnknownHandoffStreamError",
     "check_handoff",
     "handoff_of",
@@ -100,15 +80,12 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # the lazy names, for type checkers (streams.runtime.backends types its handoff sinks by them)
     from spark_sink.datasource import HeadraceDataSource, register
-    from spark_sink.handoff import EmbeddedHandoffSink, EventHandoff, Handoff, check_handoff, handoff_of
-    from spark_sink.kafka.log import KafkaHandoffLog
-    from spark_sink.kafka.sink import KafkaHandoffSink
-    from spark_sink.kafka.storage import KafkaStorage
-    from spark_sink.log import EmbeddedStorage, HandoffLog, HandoffSplit, HandoffStorage, HandoffWriter, Segment
+    from spark_sink.handoff import EventHandoff, Handoff, check_handoff, handoff_of
     from spark_sink.offsets import OffsetRange
     from spark_sink.options import ReadOptions
     from spark_sink.protocols import HandoffSink
     from spark_sink.schema import HandoffColumn, HandoffSchema
+    from spark_sink.storage import HandoffSplit, HandoffStorage
     from streams.core.errors import (
         HandoffDataLostError,
         HandoffSchemaError,

@@ -18,7 +18,7 @@ through the durable log, and readers hold nothing unpicklable across a pickle.
 Exactly-once: offsets are immutable once committed, Spark checkpoints each batch's
 ``{partition: offset}`` range before running it and re-runs the same range after a failure,
 and ``read`` of a range always yields the same rows (on Kafka too: whether a record counts
-depends on the record alone, see :mod:`spark_sink.kafka.log`); an idempotent sink (files, Delta,
+depends on the record alone, see :mod:`streams.backends.kafka.handoff_log`); an idempotent sink (files, Delta,
 ``foreachBatch`` keyed by batch id) therefore receives every handed-off row exactly once.
 """
 
@@ -45,9 +45,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_sink.log import HandoffSplit, HandoffStorage
 from spark_sink.offsets import Offsets, decode_offsets, encode_offsets, split_ranges
 from spark_sink.options import ReadOptions
+from spark_sink.storage import HandoffSplit, HandoffStorage
 from streams.core.errors import HandoffDataLostError, HandoffSchemaError
 
 NAME = "headrace"

@@ -14,21 +14,15 @@ every read of the queue finds an event (its token; a one-event record's offset):
 position below which every event is settled, and the positions handed off above it (events
 leave in timestamp order, not in queue order).
 
-:class:`EmbeddedHandoffSink` keeps rows and marks in one SQLite transaction of the store;
-the Kafka sink (:mod:`spark_sink.kafka.sink`) in one Kafka record.
-
-A handoff stream kept in this process's memory: what ``streams.testing`` hands off to.
-
-It takes the same path as the embedded log up to the write: the same per-key marks (a replay
-writes no window twice), the same conversion to the declared columns, and the same refusals
-(:class:`~streams.core.errors.HandoffRefusedError`, dead-lettered by the runtime as
-``handoff_failed``). The rows are kept as Spark reads them (timestamps as aware datetimes).
+Each backend's sink keeps rows and marks together: the embedded store's in one SQLite
+transaction (:mod:`streams.backends.embedded.handoff_sink`), Kafka's in one Kafka record
+(:mod:`streams.backends.kafka.handoff_sink`), memory's in this process
+(:mod:`streams.backends.memory.handoff_sink`); this module is what they share: the declarations,
+the marks and the conversion to the declared columns.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -36,13 +30,9 @@ from typing import Any, TypeVar
 import msgpack
 import pyarrow as pa
 
-from spark_sink.group_commit import GroupAppender
-from spark_sink.log import HandoffLog, HandoffWriter, check_stream_name
-from spark_sink.mark_retention import MARKS_SCHEMA, MarkRetention
 from spark_sink.schema import HandoffSchema
-from streams.adapters.retention import RetentionPolicy
+from spark_sink.storage import check_stream_name
 from streams.core.errors import ConfigurationError, HandoffRefusedError, HandoffSchemaError, a_type
-from streams.embedded.store import EmbeddedStore
 from streams.eventtime.release import Position, replay_position_of
 from streams.eventtime.results import EventOutcome, WindowResult
 from streams.eventtime.spec import EventTime
@@ -281,151 +271,3 @@ def conform(
     if not refused:  # only together do they fail: none can be told apart from the others
         refused = [(item, f"handoff {stream!r}: {whole}") for item in items]
     raise HandoffRefusedError(f"{len(refused)} of {len(items)} rows refused; {refused[0][1]}", refused)
-
-
-class EmbeddedHandoffSink:
-    """Appends one handoff stream's windows (or events) to an embedded store, exactly once
-    per (source, consumer, key, end) (or per event). Appends of many activations that
-    arrive together share one write (:class:`~spark_sink.group_commit.GroupAppender`)."""
-
-    def __init__(
-        self,
-        store: EmbeddedStore,
-        handoff: Handoff | EventHandoff,
-        retention: MarkRetention | None = None,
-        log_retention: RetentionPolicy | None = None,
-    ) -> None:
-        store.require_schema("handoff_marks", MARKS_SCHEMA)
-        self.store = store
-        self.handoff = handoff
-        # Given where the store's queues stand, marks no replay can need go.
-        self._retention = retention
-        self._writer = HandoffWriter(HandoffLog(store), handoff.stream, handoff.schema())  # blocking
-        # log_retention: what the log keeps when no Spark query trims it (spark_sink.retention)
-        self._appender = GroupAppender(store, self._writer, retention=log_retention)
-
-    async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
-        if not windows:
-            return 0
-        appended = await self._appender.append(lambda conn: self._stage(conn, source, consumer, partition, windows))
-        return appended.row_count
-
-    async def write_events(
-        self, source: str, consumer: str, partition: int, released: Sequence[EventOutcome], below: Position | None
-    ) -> int:
-        if not released:
-            return 0
-        appended = await self._appender.append(
-            lambda conn: self._stage_events(conn, source, consumer, partition, released, below)
-        )
-        return appended.row_count
-
-    async def close(self) -> None:
-        pass  # the store belongs to the provider
-
-    def _stage_events(
-        self,
-        conn: sqlite3.Connection,
-        source: str,
-        consumer: str,
-        partition: int,
-        released: Sequence[EventOutcome],
-        below: Position | None,
-    ) -> tuple[int, pa.Table]:
-        assert isinstance(self.handoff, EventHandoff)
-        key = (self.handoff.stream, source, consumer)
-        row = conn.execute(
-            "SELECT mark FROM handoff_event_marks WHERE handoff = ? AND source = ? AND consumer = ?", key
-        ).fetchone()
-        fresh, mark = fresh_events(released, EventMark.from_bytes(row[0]) if row else EventMark(), below)
-        table = self._table(source, fresh)
-        if fresh:  # the mark goes into the write that appends the rows: both commit, or neither
-            now = self._trim(conn)
-            conn.execute(
-                "INSERT INTO handoff_event_marks(handoff, source, consumer, mark, written) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT(handoff, source, consumer) DO UPDATE SET mark = excluded.mark, written = excluded.written",
-                (*key, mark.to_bytes(), now),
-            )
-        return partition, table
-
-    def _table(self, source: str, fresh: Sequence[Any]) -> pa.Table:
-        """The rows of ``fresh`` (windows or events of ``source``), before any mark is written:
-        what the schema refuses raises here, with nothing written for this caller."""
-        handoff = self.handoff
-        if not fresh:
-            return self._writer.schema.arrow.empty_table()
-        return conform(self._writer.schema, fresh, lambda item: handoff.row(source, item), handoff.stream)
-
-    def _stage(
-        self, conn: sqlite3.Connection, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]
-    ) -> tuple[int, pa.Table]:
-        assert isinstance(self.handoff, Handoff)
-        name = self.handoff.stream
-        marks: dict[str, float] = dict(
-            conn.execute(
-                "SELECT key, last_end FROM handoff_marks WHERE handoff = ? AND source = ? AND consumer = ?",
-                (name, source, consumer),
-            )
-        )
-        fresh, moved = fresh_windows(windows, marks)
-        table = self._table(source, fresh)
-        if fresh:
-            now = self._trim(conn)
-            conn.executemany(
-                "INSERT INTO handoff_marks(handoff, source, consumer, key, last_end, written) VALUES (?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(handoff, source, consumer, key) "
-                "DO UPDATE SET last_end = excluded.last_end, written = excluded.written",
-                [(name, source, consumer, k, end, now) for k, end in moved.items()],
-            )
-        return partition, table
-
-    def _trim(self, conn: sqlite3.Connection) -> float:
-        """Now; the marks no replay can need go first (at most once a minute)."""
-        now = time.time()
-        if self._retention is not None:
-            self._retention.trim(conn, now)
-        return now
-
-
-class MemoryHandoffSink:
-    """The rows of one handoff stream, in the order they were appended.
-
-    >>> import anyio
-    >>> sink = MemoryHandoffSink(Handoff("totals", {"n": "bigint"}))
-    >>> windows = [WindowResult("a", 0, 60, 2, 61.0)]
-    >>> anyio.run(sink.write, "tolls/a", "Totals", 0, windows), anyio.run(sink.write, "tolls/a", "Totals", 0, windows)
-    (1, 0)
-    >>> [(r["key"], r["n"], r["window_end"].timestamp()) for r in sink.rows]
-    [('a', 2, 60.0)]
-    """
-
-    def __init__(self, handoff: Handoff | EventHandoff) -> None:
-        self.handoff = handoff
-        self.rows: list[dict[str, Any]] = []
-        self._schema = handoff.schema()
-        self._window_marks: dict[tuple[str, str], dict[str, float]] = {}
-        self._event_marks: dict[tuple[str, str], EventMark] = {}
-
-    async def write(self, source: str, consumer: str, partition: int, windows: Sequence[WindowResult]) -> int:
-        handoff = self.handoff
-        assert isinstance(handoff, Handoff)
-        marks = self._window_marks.setdefault((source, consumer), {})
-        fresh, moved = fresh_windows(windows, marks)
-        if fresh:  # refused rows raise here, before any mark moves: nothing is appended
-            self.rows.extend(conform(self._schema, fresh, lambda w: handoff.row(source, w), handoff.stream).to_pylist())
-            marks.update(moved)
-        return len(fresh)
-
-    async def write_events(
-        self, source: str, consumer: str, partition: int, released: Sequence[EventOutcome], below: Position | None
-    ) -> int:
-        handoff = self.handoff
-        assert isinstance(handoff, EventHandoff)
-        fresh, mark = fresh_events(released, self._event_marks.get((source, consumer), EventMark()), below)
-        if fresh:
-            self.rows.extend(conform(self._schema, fresh, lambda e: handoff.row(source, e), handoff.stream).to_pylist())
-            self._event_marks[(source, consumer)] = mark
-        return len(fresh)
-
-    async def close(self) -> None:
-        return None

@@ -1,12 +1,21 @@
-"""The options of the ``headrace`` DataSource, checked once, with errors that name them."""
+"""The options of the ``headrace`` DataSource, checked once, with errors that name them, and the
+storage they name.
+
+The storage is a backend's (the embedded store's, or Kafka's), and ``spark_sink`` lies below the
+backends: it imports none of them. Each backend declares its reading side as an entry point of
+the group :data:`STORAGES` (``pyproject.toml``), and :meth:`ReadOptions.open_storage` loads the
+one the options name: Spark makes the DataSource from its options alone, and the Kafka client
+loads only when a Kafka log is read.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from importlib.metadata import entry_points
+from typing import Any, Literal
 
-from spark_sink.log import EmbeddedStorage, HandoffStorage, check_stream_name
+from spark_sink.storage import HandoffStorage, check_stream_name
 from streams.core.errors import ConfigurationError, did_you_mean
 
 _KAFKA = "kafka.bootstrap.servers"
@@ -120,13 +129,19 @@ class ReadOptions:
             trim_on_commit=trim == "true",
         )
 
-    def open_storage(self) -> HandoffStorage:
-        if self.kafka is not None:
-            from spark_sink.kafka.storage import KafkaStorage  # loads aiokafka: only when a Kafka log is read
+    @property
+    def backend(self) -> Literal["embedded", "kafka"]:
+        """Whose handoff log these options read: a store directory's, or a Kafka cluster's."""
+        return "kafka" if self.kafka is not None else "embedded"
 
-            return KafkaStorage(self.kafka, self.topic_prefix)
-        assert self.path is not None
-        return EmbeddedStorage(self.path)
+    def open_storage(self) -> HandoffStorage:
+        (entry,) = entry_points(group=STORAGES, name=self.backend)
+        opener: StorageOpener = entry.load()
+        return opener(self)
+
+
+STORAGES = "headrace.handoff_storage"  # the entry points: a backend's name -> its StorageOpener
+StorageOpener = Callable[[ReadOptions], HandoffStorage]
 
 
 def _client_value(text: str) -> Any:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 # public name -> the module that defines it
 _HOMES = {
-    "GeneratorConfig": "streams.adapters.memory",
+    "GeneratorConfig": "streams.backends.memory.adapter",
     "QueueAdapter": "streams.adapters.protocols",
     "QueueAdapterFactory": "streams.adapters.protocols",
     "QueueAdapterReceiver": "streams.adapters.protocols",
@@ -122,7 +122,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the lazy names, for type checkers
-    from streams.adapters.memory import GeneratorConfig
     from streams.adapters.protocols import (
         QueueAdapter,
         QueueAdapterFactory,
@@ -130,6 +129,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
         QueueMapper,
         RewindableReceiver,
     )
+    from streams.backends.memory.adapter import GeneratorConfig
     from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, KeptEvents, QueueMessage
     from streams.core.deadletters import DeadLetter, DeadLetterStore
     from streams.core.errors import (

@@ -6,7 +6,10 @@ backend implements :class:`QueueAdapterFactory`, :class:`QueueAdapter` and
 :class:`QueueAdapterReceiver` (and :class:`RewindableReceiver` if its queue can be re-read,
 :class:`ForwardingReceiver` if it sends records on to other queues);
 foreign records need a :class:`RecordFormat`; durable subscriptions and dead letters a
-:class:`PubSubStore` and a :class:`DeadLetterStore`.
+:class:`PubSubStore` and a :class:`DeadLetterStore`. A whole backend (one package of
+``streams/backends/``) builds them behind a :class:`Backend`, with a :class:`StatusBoard`, the
+:class:`RetainedRecords` and :class:`DeadLetterArchive` the CLI reads, and the
+:class:`HandoffStorage` the Spark DataSource reads.
 
 >>> from streams.abc import RecordFormat
 >>> class Lines:
@@ -25,6 +28,7 @@ from __future__ import annotations
 from balancer.protocols import LeaseProvider, MembershipOracle, QueueBalancer
 from cache.protocols import CachedBatch, QueueCache, QueueCacheCursor
 from spark_sink.protocols import HandoffSink
+from spark_sink.storage import HandoffStorage
 from streams.adapters.protocols import (
     ContainerQueueAdapter,
     EventWriter,
@@ -38,22 +42,28 @@ from streams.adapters.protocols import (
     StateLookup,
     StateSource,
 )
+from streams.adapters.retention import RetainedRecords
+from streams.adapters.status import StatusBoard
 from streams.core.clock import Clock
-from streams.core.deadletters import DeadLetterStore
+from streams.core.deadletters import DeadLetterArchive, DeadLetterStore
 from streams.core.observer import StreamFailureHandler, StreamObserver
 from streams.core.pubsub import FollowedPubSubStore, PubSubStore
 from streams.core.records import RecordFormat
 from streams.eventtime.aggregates import Reducer
+from streams.runtime.backends import Backend
 
 __all__ = [
+    "Backend",
     "CachedBatch",
     "Clock",
     "ContainerQueueAdapter",
+    "DeadLetterArchive",
     "DeadLetterStore",
     "EventWriter",
     "FollowedPubSubStore",
     "ForwardingReceiver",
     "HandoffSink",
+    "HandoffStorage",
     "LeaseProvider",
     "MembershipOracle",
     "PubSubStore",
@@ -66,10 +76,12 @@ __all__ = [
     "QueueMapper",
     "RecordFormat",
     "Reducer",
+    "RetainedRecords",
     "RewindableReceiver",
     "StateLookup",
     "StateSource",
     "StatefulReceiver",
+    "StatusBoard",
     "StreamFailureHandler",
     "StreamObserver",
 ]

@@ -43,15 +43,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import spark_sink
-from spark_sink.handoff import MemoryHandoffSink
-from streams.adapters.memory import MemoryAdapterFactory
+from streams.backends.memory.adapter import MemoryAdapterFactory
+from streams.backends.memory.backend import MemoryBackend
+from streams.backends.memory.handoff_sink import MemoryHandoffSink
+from streams.backends.memory.stores import MemoryDeadLetterStore
 from streams.core.clock import ManualClock
-from streams.core.deadletters import DeadLetter, MemoryDeadLetterStore
+from streams.core.deadletters import DeadLetter
 from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId
 from streams.core.options import StreamProviderOptions
 from streams.eventtime.results import WindowResult
-from streams.runtime.backends import MemoryBackend
 from streams.runtime.provider import StreamProvider
 from streams.runtime.stream import Instant, Stream, StreamSubscriptionHandle
 

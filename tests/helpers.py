@@ -20,9 +20,9 @@ import pyarrow as pa
 
 from balancer import BalancerOptions
 from spark_sink import Handoff
-from spark_sink.log import EmbeddedStorage, HandoffLog
 from spark_sink.offsets import OffsetRange
 from streams import StreamId, StreamProvider
+from streams.backends.embedded.handoff_log import EmbeddedStorage, HandoffLog
 from streams.core.errors import HandoffStoreNotFoundError, UnknownHandoffStreamError
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 

@@ -26,6 +26,8 @@ class FixedQueues:
     """A fixed number of queues, ``QueueId(0) .. QueueId(queues - 1)``: what every mapper
     here maps onto."""
 
+    places_by_key = False  # whether the key alone places a stream, whatever its namespace
+
     def __init__(self, queues: int) -> None:
         if not isinstance(queues, int) or queues < 1:
             raise ValueError(f"the number of queues is a positive int, not {queues!r}")
@@ -37,6 +39,9 @@ class FixedQueues:
 
     def get_all_queues(self) -> list[QueueId]:
         return list(self._queues)
+
+    def co_partitioned(self, namespaces: Sequence[str]) -> bool:
+        return self.places_by_key
 
 
 class HashRingQueueMapper(FixedQueues):
@@ -171,15 +176,11 @@ class KeyedQueueMapper:
             stream_id = StreamId(lead, stream_id.key)
         return self.inner.get_queue_for_stream(stream_id)
 
-    @property
-    def places_by_key(self) -> bool:
-        """Whether the wrapped mapper places every stream by its key alone already."""
-        return bool(getattr(self.inner, "places_by_key", False))
-
     def co_partitioned(self, namespaces: Sequence[str]) -> bool:
-        """True when every stream of one key in ``namespaces`` goes to one queue."""
+        """True when every stream of one key in ``namespaces`` goes to one queue: one of the
+        groups holds them all, or the wrapped mapper places them together already."""
         leads = {self._lead.get(n) for n in namespaces}
-        return len(leads) == 1 and None not in leads
+        return (len(leads) == 1 and None not in leads) or self.inner.co_partitioned(namespaces)
 
 
 def co_partition(mapper: QueueMapper, namespaces: Sequence[str]) -> KeyedQueueMapper:
@@ -193,13 +194,3 @@ def co_partition(mapper: QueueMapper, namespaces: Sequence[str]) -> KeyedQueueMa
     if isinstance(mapper, KeyedQueueMapper):
         return KeyedQueueMapper(mapper.inner, [*mapper.groups, tuple(namespaces)])
     return KeyedQueueMapper(mapper, [tuple(namespaces)])
-
-
-def places_together(mapper: QueueMapper, namespaces: Sequence[str]) -> bool:
-    """Whether ``mapper`` puts the streams of one key in ``namespaces`` on one queue: a
-    :class:`KeyedQueueMapper` grouping them, or a mapper that places by key alone (one that
-    says so with a true ``places_by_key``, as Kafka's partitioner on a foreign topic does)."""
-    check = getattr(mapper, "co_partitioned", None)
-    if callable(check) and check(namespaces):
-        return True
-    return bool(getattr(mapper, "places_by_key", False))

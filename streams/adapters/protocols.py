@@ -15,11 +15,17 @@ from streams.core.ids import QueueId, SequenceToken, StreamId
 
 
 class QueueMapper(Protocol):
-    """Maps stream ids to queues; lists every queue."""
+    """Maps stream ids to queues; lists every queue; says which namespaces it places together."""
 
     def get_all_queues(self) -> list[QueueId]: ...
 
     def get_queue_for_stream(self, stream_id: StreamId) -> QueueId: ...
+
+    def co_partitioned(self, namespaces: Sequence[str]) -> bool:
+        """Whether every stream of one key in ``namespaces`` goes to one queue (so one
+        activation per key can take them all): a mapper grouping them, or one that places
+        by key alone, as Kafka's partitioner on a foreign topic does."""
+        ...
 
 
 @runtime_checkable
@@ -71,7 +77,7 @@ class RewindableReceiver(QueueAdapterReceiver, Protocol):
 @runtime_checkable
 class ForwardingReceiver(QueueAdapterReceiver, Protocol):
     """A receiver that sends some of what it reads on to other queues instead of returning
-    it (Kafka's re-keying hop, :mod:`streams.kafka.repartition`).
+    it (Kafka's re-keying hop, :mod:`streams.backends.kafka.repartition`).
 
     The pulling agent counts those records as read: a read that sent everything on still
     made progress (read again at once), and a worker's ``drain`` goes on until the queues
@@ -164,6 +170,8 @@ class QueueAdapterFactory(Protocol):
 # Event-time state a receiver saves beside its checkpoints (the embedded and Kafka receivers).
 StateKey = tuple[str, str]  # (consumer type name, stream id)
 StateRows = tuple[list[tuple[str, str, int, int, bytes]], list[StateKey]]  # upserts, deletes
+# One activation's saved unit as ``headrace state`` lists it: (queue, consumer type, stream, position, unit).
+SavedStateRow = tuple[int, str, str, SequenceToken, bytes]
 
 
 class StateSource(Protocol):

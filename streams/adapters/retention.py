@@ -1,9 +1,13 @@
-"""Retention of a durable queue: how much history stays readable for rewinds and restarts."""
+"""Retention of a durable queue: how much history stays readable for rewinds and restarts, and
+that history read back (``headrace export``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
+from streams.core.batch import BatchContainer
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
 
@@ -60,3 +64,13 @@ class RetentionReport:
     @property
     def removed(self) -> int:
         return self.expired + self.dropped_unacknowledged
+
+
+class RetainedRecords(Protocol):
+    """What a backend's queues retain: the batch containers of ``namespace`` (of one stream,
+    when ``key`` is given), each with its queue and position, in queue order; and every
+    namespace with records (for a mistake's message)."""
+
+    def containers(self, namespace: str, key: str | None) -> Iterator[tuple[int, int, BatchContainer]]: ...
+
+    def namespaces(self) -> list[str]: ...

@@ -19,9 +19,9 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from streams.backends.embedded.store import EmbeddedStore
 from streams.cli import CliError
 from streams.cli.worker import load_provider
-from streams.embedded.store import EmbeddedStore
 from streams.runtime.config import HeadraceConfig, load_config
 from streams.runtime.provider import StreamProvider
 

@@ -30,7 +30,6 @@ printed and the letter stays unreplayed.
 from __future__ import annotations
 
 import argparse
-import builtins
 import contextlib
 import inspect
 import json
@@ -42,6 +41,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from streams.backends.embedded.backend import LocalStore
 from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
@@ -56,13 +56,10 @@ from streams.cli.common import (
     utc_text,
 )
 from streams.cli.worker import load_provider
-from streams.core.deadletters import StoredDeadLetter
+from streams.core.deadletters import DeadLetterArchive, StoredDeadLetter
 from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId
-from streams.embedded.deadletters import EmbeddedDeadLetterStore
 from streams.eventtime.results import WindowResult
-from streams.kafka.deadletters import KafkaDeadLetterStore
-from streams.runtime.backends import KafkaBackend
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import DEAD_LETTER_REASONS
 
@@ -123,20 +120,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     # --app (with the store options) also names the consumer types window_failed letters go to.
 
 
-class DeadLetterArchive(Protocol):
-    """Dead letters with ids and replay marks: the embedded store's, or the Kafka topic's."""
-
-    async def count(self, reason: str | None = None) -> int: ...
-
-    async def entries(
-        self, reason: str | None = None, limit: int = 100, *, after_id: int = 0, replayed: bool | None = None
-    ) -> builtins.list[StoredDeadLetter]: ...
-
-    async def get(self, letter_id: int) -> StoredDeadLetter | None: ...
-
-    async def mark_replayed(self, letter_ids: Iterable[int], at: float | None = None) -> int: ...
-
-
 def run(args: argparse.Namespace) -> int:
     anyio.run(_run, args)
     return 0
@@ -177,22 +160,19 @@ def _open(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> _Opened
         kafka = config.provider_settings.adapter == "kafka"
         if not in_cluster(config):
             store = stack.enter_context(existing_store(config))
-            return _Opened(EmbeddedDeadLetterStore(store), config.provider, named, kafka)
+            return _Opened(LocalStore(store).dead_letter_store(), config.provider, named, kafka)
         provider = config.provider()
     else:
-        provider, kafka = app, isinstance(app.backend, KafkaBackend)
+        provider, kafka = app, app.backend.position_names == ("partition", "offset")
 
         def named() -> StreamProvider | None:
             return app
 
-    letters = provider.dead_letters
-    if isinstance(letters, KafkaDeadLetterStore):
-        stack.push_async_callback(letters.close)
-    elif not isinstance(letters, EmbeddedDeadLetterStore):
-        raise CliError(
-            f"{args.app} keeps its dead letters in this process's memory ({type(letters).__name__}): "
-            "nothing outside it can list them"
-        )
+    try:
+        letters = provider.backend.dead_letter_archive()
+    except ConfigurationError as exc:
+        raise CliError(f"{args.app} {exc}") from None
+    stack.push_async_callback(letters.close)
     return _Opened(letters, lambda: provider, named, kafka)
 
 

@@ -23,27 +23,30 @@ import csv
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
+from streams.adapters.retention import RetainedRecords
+from streams.backends.embedded.backend import LocalStore
 from streams.cli import CliError
-from streams.cli.common import add_config_options, existing_store, load_app, load_cli_config, plural, utc_text
-from streams.core.batch import BatchContainer, BatchKind
-from streams.core.errors import DecodeError
-from streams.core.ids import QueueId, StreamId
-from streams.embedded.queues import recorded_queue_count
-from streams.embedded.store import EmbeddedStore
+from streams.cli.common import (
+    add_config_options,
+    existing_store,
+    in_cluster,
+    load_app,
+    load_cli_config,
+    plural,
+    utc_text,
+)
+from streams.core.errors import ConfigurationError
 from streams.eventtime.policy import OrderingPolicy, timestamp_extractor
 from streams.eventtime.spec import EventTime
 from streams.eventtime.timetext import parse_duration
-from streams.kafka.clients import kafka_outage_log
-from streams.kafka.receiver import KafkaQueueReceiver
-from streams.kafka.settings import KafkaSettings
-from streams.runtime.backends import KafkaBackend
+from streams.runtime.backends import Backend
 from streams.runtime.config import HeadraceConfig, load_config
 from streams.runtime.provider import StreamProvider
 
@@ -65,16 +68,6 @@ class SampleRow:
     event_time: float
     key: str
     value: float | None
-
-
-class RecordSource(Protocol):
-    """Where the queues' records are: the batch containers of ``namespace`` (of one stream,
-    when ``key`` is given), each with its queue and position, in queue order; and every
-    namespace with records (for a mistake's message)."""
-
-    def containers(self, namespace: str, key: str | None) -> Iterator[tuple[int, int, BatchContainer]]: ...
-
-    def namespaces(self) -> list[str]: ...
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -110,19 +103,22 @@ def run(args: argparse.Namespace) -> int:
     namespace, _, key = args.stream.partition("/")
     if not namespace:
         raise CliError(f"--stream takes a namespace or namespace/key, not {args.stream!r}")
-    app, config, kafka = _where(args)
+    app, config, backend = _where(args)
     readers = app_policy(app, namespace) if app is not None else None
     policy = readers[1] if readers is not None else config.time.policy
     spec = args.timestamp_by if args.timestamp_by is not None else policy.timestamp_by
     time_of = timestamp_extractor(spec, args.unit or policy.unit)
     start = time.time() - since
-    source: RecordSource
-    if kafka is not None:
-        source = anyio.run(KafkaRecords.read, kafka)
+    source: RetainedRecords
+    if backend is not None:
+        try:
+            source = anyio.run(backend.retained_records)
+        except ConfigurationError as exc:
+            raise CliError(f"--app {args.app}: {exc}" if app is not None else str(exc)) from None
         rows = sample(source, namespace, key or None, start, time_of, args.value_by, args.limit)
     else:
         with existing_store(config) as store:
-            source = StoreRecords(store)
+            source = anyio.run(LocalStore(store).retained_records)
             rows = sample(source, namespace, key or None, start, time_of, args.value_by, args.limit)
     if not rows:
         raise CliError(_nothing(source, args.stream, namespace, args.since))
@@ -192,20 +188,19 @@ def app_policy(app: StreamProvider, namespace: str) -> tuple[str, OrderingPolicy
     return ", ".join(names), policies[only]
 
 
-def _where(args: argparse.Namespace) -> tuple[StreamProvider | None, HeadraceConfig, KafkaSettings | None]:
+def _where(args: argparse.Namespace) -> tuple[StreamProvider | None, HeadraceConfig, Backend | None]:
+    """The app, the configuration, and the backend to read the records from when they are
+    not in a store on this machine (a Kafka cluster, or an app's queues that keep no store)."""
     app = load_app(args)
-    if app is not None and app.store is None and isinstance(app.backend, KafkaBackend):
-        return app, load_config(args.config), app.backend.factory.settings
+    if app is not None and app.store is None:
+        return app, load_config(args.config), app.backend
     config = load_cli_config(args)
-    settings = config.provider_settings
-    if settings.adapter == "kafka" and settings.path is None:
-        backend = config.provider().backend
-        assert isinstance(backend, KafkaBackend)
-        return app, config, backend.factory.settings
+    if in_cluster(config):
+        return app, config, config.provider().backend
     return app, config, None
 
 
-def _nothing(source: RecordSource, stream: str, namespace: str, since: str) -> str:
+def _nothing(source: RetainedRecords, stream: str, namespace: str, since: str) -> str:
     known = source.namespaces()
     if namespace not in known:
         there = ", ".join(known) if known else "none"
@@ -214,7 +209,7 @@ def _nothing(source: RecordSource, stream: str, namespace: str, since: str) -> s
 
 
 def sample(
-    source: RecordSource,
+    source: RetainedRecords,
     namespace: str,
     key: str | None,
     since: float,
@@ -271,86 +266,3 @@ def write_sample(path: str, rows: list[SampleRow]) -> None:
                 )
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-class StoreRecords:
-    """The records an embedded store's queues retain (:class:`RecordSource`)."""
-
-    def __init__(self, store: EmbeddedStore) -> None:
-        self.store = store
-
-    def containers(self, namespace: str, key: str | None) -> Iterator[tuple[int, int, BatchContainer]]:
-        with self.store.snapshot() as conn:
-            if recorded_queue_count(conn) is None:
-                return
-            prefix = f"{namespace}/"
-            where, params = (
-                ("stream = ?", (str(StreamId(namespace, key)),))
-                if key is not None
-                else ("substr(stream, 1, ?) = ?", (len(prefix), prefix))
-            )
-            rows = conn.execute(
-                f"SELECT queue, seq, payload FROM queue_records WHERE {where} ORDER BY queue, seq", params
-            )
-            for queue, seq, payload in rows:
-                try:
-                    container = BatchContainer.decode(payload)
-                except DecodeError:
-                    continue  # not a batch container: no events (the agent dead-letters it)
-                if container.kind is BatchKind.DATA:
-                    yield queue, seq, container
-
-    def namespaces(self) -> list[str]:
-        with self.store.snapshot() as conn:
-            if recorded_queue_count(conn) is None:
-                return []
-            rows = conn.execute(
-                "SELECT DISTINCT substr(stream, 1, instr(stream, '/') - 1) FROM queue_records ORDER BY 1"
-            )
-            return [name for (name,) in rows if name]
-
-
-class KafkaRecords:
-    """The records a Kafka topic's partitions retain, read whole (:class:`RecordSource`):
-    headrace's own batch containers, or another program's records as the workers decode them."""
-
-    def __init__(self, found: list[tuple[int, int, BatchContainer]]) -> None:
-        self.found = found
-
-    @classmethod
-    async def read(cls, settings: KafkaSettings) -> KafkaRecords:
-        if len(settings.namespaces) > 1:  # a queue's history is read one partition at a time
-            raise CliError(
-                f"headrace export reads one topic; this configuration reads {len(settings.namespaces)} together "
-                f"({', '.join(sorted(settings.namespaces))}): give a configuration of the one to export"
-            )
-        found: list[tuple[int, int, BatchContainer]] = []
-        outage = kafka_outage_log(settings)
-        for number in range(settings.queues):
-            receiver = KafkaQueueReceiver(settings, QueueId(number), outage)
-            try:
-                start = 0
-                while chunk := await receiver.read_range(start, _KAFKA_CHUNK):
-                    for message in chunk:
-                        try:
-                            container = message.container()
-                        except DecodeError:
-                            continue
-                        if container.kind is BatchKind.DATA:
-                            found.append((number, message.sequence_number, container))
-                    start = chunk[-1].sequence_number + 1
-            finally:
-                await receiver.shutdown()
-        return cls(found)
-
-    def containers(self, namespace: str, key: str | None) -> Iterator[tuple[int, int, BatchContainer]]:
-        for queue, position, container in self.found:
-            sid = container.stream_id
-            if sid.namespace == namespace and (key is None or str(sid.key) == key):
-                yield queue, position, container
-
-    def namespaces(self) -> list[str]:
-        return sorted({container.stream_id.namespace for _, _, container in self.found})
-
-
-_KAFKA_CHUNK = 10_000  # records per read of a partition

@@ -43,13 +43,12 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from streams.backends.embedded.queues import stored_queue_count
 from streams.cli import CliError
 from streams.cli.common import add_config_options, load_app, load_cli_config, plural
 from streams.core.errors import ConfigurationError, EncodeError, PublishError, a_type
 from streams.core.ids import StreamId
-from streams.embedded.queues import stored_queue_count
 from streams.eventtime.timetext import parse_instant
-from streams.runtime.backends import MemoryBackend
 from streams.runtime.provider import StreamProvider
 
 EXAMPLES = """examples:
@@ -186,7 +185,7 @@ def _provider_maker(args: argparse.Namespace) -> Callable[[], StreamProvider]:
     if app is not None:
         if args.create or args.queues is not None:
             raise CliError("--app publishes to the application's own store and queues: drop --create and --queues")
-        if isinstance(app.backend, MemoryBackend):
+        if not app.backend.durable:
             raise CliError(
                 f"--app {args.app} is on memory queues: events published there vanish when this command ends"
             )

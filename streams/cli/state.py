@@ -19,14 +19,12 @@ from typing import Any
 
 import anyio
 
+from streams.backends.embedded.backend import LocalStore
 from streams.cli import CliError
 from streams.cli.common import add_config_options, add_row, console, existing_store, load_app, load_cli_config, table
-from streams.core.ids import QueueId, SequenceToken
+from streams.core.errors import ConfigurationError
+from streams.core.ids import SequenceToken
 from streams.core.state import StateError, unit_json
-from streams.embedded.queues import every_state
-from streams.kafka.clients import kafka_outage_log
-from streams.kafka.state import KafkaChangelog
-from streams.runtime.backends import KafkaBackend
 
 EXAMPLES = """examples:
   headrace state --app myapp:provider ThirdOrderAlert             # every saved activation of the type
@@ -124,28 +122,16 @@ def matching(states: Iterable[SavedState], name: str) -> list[SavedState]:
 
 async def _read(args: argparse.Namespace) -> list[SavedState]:
     app = load_app(args)
-    if app is not None and isinstance(app.backend, KafkaBackend):
-        return await _from_changelog(app.backend)
-    if app is not None and app.store is None:
-        raise CliError(f"--app {args.app}: its provider keeps its state in this process's memory: nothing to read")
-    config = load_cli_config(args)
-    with contextlib.closing(existing_store(config)) as store:
-        rows = await store.read(every_state)
+    if app is not None:
+        try:
+            rows = await app.backend.saved_states()
+        except ConfigurationError as exc:
+            raise CliError(f"--app {args.app}: {exc}") from None
+    else:
+        config = load_cli_config(args)
+        with contextlib.closing(existing_store(config)) as store:
+            rows = await LocalStore(store).saved_states()
     return [SavedState(*row) for row in rows]
-
-
-async def _from_changelog(backend: KafkaBackend) -> list[SavedState]:
-    """Every queue's newest states in the Kafka state changelog."""
-    settings = backend.factory.settings
-    changelog = KafkaChangelog(settings, kafka_outage_log(settings))
-    found: list[SavedState] = []
-    try:
-        for number in range(settings.queues):
-            saved = await changelog.load(QueueId(number))
-            found += [SavedState(number, c, s, pos, state) for (c, s), (pos, state) in saved.items()]
-    finally:
-        await changelog.close()
-    return sorted(found, key=lambda s: (s.consumer, s.stream))
 
 
 def _plain(value: object) -> object:

@@ -41,6 +41,16 @@ import anyio
 from rich.console import Console
 from rich.markup import escape
 
+from streams.adapters.status import (
+    GONE_AFTER_TIMEOUTS,
+    AgentStatus,
+    ClusterStatus,
+    ConsumerTypeFates,
+    QueueStatus,
+    consumer_type_fates,
+    observed_by_type,
+)
+from streams.backends.embedded.backend import LocalStore
 from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
@@ -54,21 +64,10 @@ from streams.cli.common import (
     table,
     utc_text,
 )
+from streams.core.errors import ConfigurationError
 from streams.eventtime.lateness import SHARES, ObservedTimes, Tolerances, advise, current
-from streams.kafka.settings import KafkaSettings
-from streams.runtime.backends import KafkaBackend
-from streams.runtime.config import HeadraceConfig, load_config
-from streams.runtime.status import (
-    GONE_AFTER_TIMEOUTS,
-    AgentStatus,
-    ClusterStatus,
-    ConsumerTypeFates,
-    QueueStatus,
-    consumer_type_fates,
-    observed_by_type,
-    read_status,
-)
-from streams.runtime.status_kafka import read_kafka_status
+from streams.runtime.backends import Backend
+from streams.runtime.config import load_config
 
 EXAMPLES = """examples:
   headrace status --path ./store
@@ -102,18 +101,22 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args)
-    if app is not None and app.store is None and isinstance(app.backend, KafkaBackend):
+    backend: Backend | None  # where the status is when it is not in a store on this machine
+    if app is not None and app.store is None:
         config = load_config(args.config)  # the balancer's timeouts; the cluster is the app's
-        cluster: KafkaSettings | None = app.backend.factory.settings
+        backend = app.backend
     else:
         config = load_cli_config(args)
-        cluster = _cluster_of(config)
+        backend = config.provider().backend if in_cluster(config) else None
     timeout = config.balancer.suspicion_timeout
-    if cluster is not None:
-        status = anyio.run(partial(read_kafka_status, cluster, suspicion_timeout=timeout, everyone=args.all))
+    if backend is not None:
+        try:
+            status = anyio.run(partial(backend.read_status, suspicion_timeout=timeout, everyone=args.all))
+        except ConfigurationError as exc:
+            raise CliError(f"--app {args.app}: {exc}" if app is not None else str(exc)) from None
     else:
         with existing_store(config) as store:
-            status = read_status(store, suspicion_timeout=timeout, everyone=args.all)
+            status = anyio.run(partial(LocalStore(store).read_status, suspicion_timeout=timeout, everyone=args.all))
     if args.advise:
         advice = advice_of(status)
         if not advice:
@@ -131,16 +134,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     render(status, console())
     return 0
-
-
-def _cluster_of(config: HeadraceConfig) -> KafkaSettings | None:
-    """The Kafka cluster whose status topic the configuration's workers publish to, or None:
-    they keep their status in an embedded store."""
-    if not in_cluster(config):
-        return None
-    backend = config.provider().backend
-    assert isinstance(backend, KafkaBackend)  # in_cluster: a Kafka adapter
-    return backend.factory.settings
 
 
 LONG_DELAY = 3600.0  # a watermark delay past this gets a word on why (delay_note)

@@ -60,17 +60,16 @@ from typing import Any, cast
 import anyio
 
 from agents.gc_policy import POLICY as GC_POLICY
+from streams.adapters.status import StatusBoard
 from streams.cli import CliError
 from streams.core.errors import HeadraceError, StoreError, a_type, did_you_mean
 from streams.observability import configure_logging, serve_metrics
-from streams.runtime.backends import KafkaBackend
 from streams.runtime.config import apply_options, load_config
 from streams.runtime.config_schema import CONFIG_ENV
 from streams.runtime.health import WorkerHealth
 from streams.runtime.logs import FORMATS, LEVELS, LogFormat
 from streams.runtime.provider import StreamProvider
-from streams.runtime.status import EmbeddedStatusBoard, StatusBoard, StatusReporter
-from streams.runtime.status_kafka import KafkaStatusBoard
+from streams.runtime.status import StatusReporter
 
 log = logging.getLogger("headrace.worker")
 
@@ -278,14 +277,7 @@ async def _run(
 def status_board(provider: StreamProvider) -> StatusBoard | None:
     """Where the worker publishes its status: its local store, or on Kafka the cluster's
     status topic; ``None`` for memory queues (nobody else could read it)."""
-    if provider.store is not None:
-        return EmbeddedStatusBoard(provider.store)
-    backend = provider.backend
-    if isinstance(backend, KafkaBackend):
-        board = KafkaStatusBoard(backend.factory.settings, backend.factory.outage)
-        backend.factory.close_with(board)
-        return board
-    return None
+    return provider.backend.status_board()
 
 
 async def _watch_signals(

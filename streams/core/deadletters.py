@@ -12,7 +12,7 @@ counts stay true.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
@@ -85,6 +85,23 @@ class DeadLetterStore(Protocol):
     async def count(self, reason: str | None = None) -> int: ...
 
 
+class DeadLetterArchive(Protocol):
+    """Dead letters with ids and replay marks, as ``headrace dlq`` lists, shows and replays them:
+    the embedded store's, or the Kafka topic's. Whoever opens one closes it."""
+
+    async def count(self, reason: str | None = None) -> int: ...
+
+    async def entries(
+        self, reason: str | None = None, limit: int = 100, *, after_id: int = 0, replayed: bool | None = None
+    ) -> list[StoredDeadLetter]: ...
+
+    async def get(self, letter_id: int) -> StoredDeadLetter | None: ...
+
+    async def mark_replayed(self, letter_ids: Iterable[int], at: float | None = None) -> int: ...
+
+    async def close(self) -> None: ...
+
+
 def letter_key(letter: DeadLetter) -> Hashable | None:
     """What makes a dead letter the same as another: its queue, its position there (record
     and event index; a whole record's letter has no index) and its reason; for a letter with
@@ -138,38 +155,6 @@ def letter_of(values: Mapping[str, Any]) -> DeadLetter:
     """
     known = {f.name for f in fields(DeadLetter)}
     return DeadLetter(**{name: value for name, value in values.items() if name in known})
-
-
-class MemoryDeadLetterStore:
-    """A :class:`DeadLetterStore` in this process's memory.
-
-    >>> import anyio
-    >>> store = MemoryDeadLetterStore()
-    >>> again = DeadLetter("undecodable", queue=0, sequence_number=9, payload=b"x")
-    >>> anyio.run(store.add, [again, again])
-    >>> anyio.run(store.count)
-    1
-    """
-
-    def __init__(self) -> None:
-        self.letters: list[DeadLetter] = []
-        self._keys: set[Hashable] = set()
-
-    async def add(self, letters: list[DeadLetter]) -> None:
-        keys = self._keys
-        for letter in letters:
-            key = letter_key(letter)
-            if key is not None:
-                if key in keys:
-                    continue
-                keys.add(key)
-            self.letters.append(letter)
-
-    async def list(self, reason: str | None = None, limit: int = 100) -> list[DeadLetter]:
-        return [x for x in self.letters if reason is None or x.reason == reason][:limit]
-
-    async def count(self, reason: str | None = None) -> int:
-        return sum(1 for x in self.letters if reason is None or x.reason == reason)
 
 
 class QueueDeadLetters:

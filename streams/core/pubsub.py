@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from streams.core.ids import SequenceToken, StreamId
@@ -59,24 +59,3 @@ class FollowedPubSubStore(PubSubStore, Protocol):
     async def follow(self, changed: SubscriptionChanges) -> None:
         """Call ``changed`` with what others changed, until cancelled."""
         ...
-
-
-class MemoryPubSubStore:
-    """A :class:`PubSubStore` in this process's memory."""
-
-    def __init__(self) -> None:
-        self._records: dict[str, SubscriptionRecord] = {}
-
-    async def add_subscription(self, record: SubscriptionRecord) -> None:
-        self._records[record.subscription_id] = record
-
-    async def remove_subscription(self, subscription_id: str) -> None:
-        self._records.pop(subscription_id, None)
-
-    async def fault_subscription(self, subscription_id: str) -> None:
-        record = self._records.get(subscription_id)
-        if record is not None:
-            self._records[subscription_id] = replace(record, state=SubscriptionState.FAULTED)
-
-    async def subscriptions(self, stream_id: StreamId | None = None) -> list[SubscriptionRecord]:
-        return [r for r in self._records.values() if stream_id is None or r.stream_id == stream_id]

@@ -110,11 +110,7 @@ class CountStore(KeyedStore):
         if self.watermark < FOREVER:
             return []
         result = self.reducer.result
-        due = [
-            WindowResult(key, w.start, w.end, result(w.acc), None)
-            for key, kc in self.keys.items()
-            for w in kc.open
-        ]
+        due = [WindowResult(key, w.start, w.end, result(w.acc), None) for key, kc in self.keys.items() for w in kc.open]
         self.keys.clear()
         return due
 

@@ -1,51 +1,36 @@
-"""What a provider runs on: the :class:`Backend` protocol and its three kinds.
+"""What a provider runs on: the :class:`Backend` protocol, and a backend's queues with a store on
+this machine beside them (:class:`LocalStoreBeside`).
 
-A backend builds the queue adapter factory, the queue mapper, the default balancer, the pub-sub
-and dead-letter stores and the Spark handoff sinks; the provider asks it for each part and
-probes nothing. :class:`MemoryBackend`, :class:`EmbeddedBackend` and :class:`KafkaBackend` are
-the three kinds.
+Each backend package builds everything its kind needs and nothing another kind does:
+:class:`~streams.backends.memory.backend.MemoryBackend`,
+:class:`~streams.backends.embedded.backend.EmbeddedBackend` and
+:class:`~streams.backends.kafka.backend.KafkaBackend`. The provider, the worker and the CLI ask
+the protocol for each part and probe nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol
-
-import anyio
+from collections.abc import Iterable
+from typing import Protocol
 
 import spark_sink
 from balancer.base import BalancerOptions
-from balancer.kafka.group import KafkaGroupBalancer, group_balancer
-from balancer.lease_based import LeaseBasedQueueBalancer
 from balancer.protocols import QueueBalancer
-from balancer.sqlite_store import SqliteLeaseProvider, SqliteMembership
-from spark_sink.mark_retention import MarkRetention
-from streams.adapters.mapper import HashRingQueueMapper
-from streams.adapters.memory import GeneratorAdapterFactory, GeneratorConfig, MemoryAdapterFactory
-from streams.adapters.protocols import QueueAdapterFactory, QueueMapper
-from streams.adapters.retention import RetentionPolicy
-from streams.core.deadletters import DeadLetterStore, MemoryDeadLetterStore
-from streams.core.errors import ConfigurationError
-from streams.core.pubsub import MemoryPubSubStore, PubSubStore
-from streams.core.records import RecordFormat
-from streams.embedded.adapter import EmbeddedAdapterFactory
-from streams.embedded.deadletters import EmbeddedDeadLetterStore
-from streams.embedded.pubsub import EmbeddedPubSubStore
-from streams.embedded.queues import replay_horizon
-from streams.embedded.store import EmbeddedStore, Synchronous
-from streams.kafka.adapter import KafkaAdapterFactory
-from streams.kafka.deadletters import KafkaDeadLetterStore
-from streams.kafka.pubsub import KafkaPubSubStore
-from streams.kafka.settings import KeyField
+from streams.adapters.protocols import QueueAdapterFactory, QueueMapper, SavedStateRow
+from streams.adapters.retention import RetainedRecords
+from streams.adapters.status import ClusterStatus, StatusBoard
+from streams.backends.embedded.backend import LocalStore
+from streams.backends.embedded.store import EmbeddedStore
+from streams.core.deadletters import DeadLetterArchive, DeadLetterStore
+from streams.core.pubsub import PubSubStore
 
 
 class Backend(Protocol):
     """The queues below a provider and the stores beside them.
 
-    >>> from streams.runtime.backends import MemoryBackend
-    >>> from streams.adapters.memory import MemoryAdapterFactory
+    >>> from streams.backends.memory.backend import MemoryBackend
+    >>> from streams.backends.memory.adapter import MemoryAdapterFactory
     >>> backend: Backend = MemoryBackend(MemoryAdapterFactory(4))
     >>> len(backend.queue_mapper().get_all_queues()), backend.balances, backend.store
     (4, False, None)
@@ -66,11 +51,37 @@ class Backend(Protocol):
         """Whether the workers balance the queues by default (``balancer_options`` apply)."""
         ...
 
+    @property
+    def position_names(self) -> tuple[str, str]:
+        """What a queue and a position in it are called here: ``("queue", "sequence")``, on
+        Kafka ``("partition", "offset")``."""
+        ...
+
+    @property
+    def cluster_away(self) -> bool:
+        """Whether the server the queues live on is away now: an outage every queue's reads share."""
+        ...
+
+    @property
+    def durable(self) -> bool:
+        """Whether what is published outlives this process."""
+        ...
+
+    async def check_reachable(self, within: float) -> None:
+        """Return once the server the queues live on answers; raise (one line) if it does not
+        within ``within`` seconds. Nothing to check for queues on this machine."""
+        ...
+
     def queue_mapper(self) -> QueueMapper: ...
 
     def pubsub_store(self) -> PubSubStore: ...
 
     def dead_letter_store(self) -> DeadLetterStore: ...
+
+    def dead_letter_archive(self) -> DeadLetterArchive:
+        """The dead letters with their ids, to list and replay (``headrace dlq``; the caller
+        closes it); ConfigurationError where nothing outside this process could read them."""
+        ...
 
     def queue_balancer(self, options: BalancerOptions | None) -> QueueBalancer | None:
         """A fresh default balancer for one run of a worker; ``None``: read every queue."""
@@ -83,54 +94,98 @@ class Backend(Protocol):
         provider closes it); ConfigurationError where the backend keeps no handoff log."""
         ...
 
+    def status_board(self) -> StatusBoard | None:
+        """Where a worker publishes its agents' status for ``headrace status`` (closed with the
+        provider's adapter); ``None`` where no other process could read it."""
+        ...
 
-# The memory backend: queues in this process (memory or generated), pub-sub and dead letters
-# in memory, no default balancer (the worker reads every queue) and no handoff log.
+    async def read_status(self, *, suspicion_timeout: float, everyone: bool = False) -> ClusterStatus:
+        """The cluster's status as ``headrace status`` shows it (workers silent for longer than
+        ``suspicion_timeout`` are suspected; long-gone ones only with ``everyone``)."""
+        ...
+
+    async def saved_states(self) -> list[SavedStateRow]:
+        """Every activation's saved unit, by consumer type and stream (``headrace state``)."""
+        ...
+
+    async def retained_records(self) -> RetainedRecords:
+        """What the queues still retain, to read back (``headrace export``)."""
+        ...
 
 
-class MemoryBackend:
-    """Any in-process queue adapter factory (``MemoryAdapterFactory``,
-    ``GeneratorAdapterFactory``, one of your own) with everything else in memory.
+class LocalStoreBeside:
+    """``queues``' queues, balancer and handoff log, with pub-sub, dead letters and the status
+    board in an embedded store on this machine (``StreamProvider.kafka(store=...)``).
 
-    >>> MemoryBackend.open(queues=2).queue_mapper().get_all_queues()
-    [QueueId(number=0), QueueId(number=1)]
+    >>> import tempfile
+    >>> from streams.backends.memory.backend import MemoryBackend
+    >>> backend = LocalStoreBeside(MemoryBackend.open(2), LocalStore(EmbeddedStore(tempfile.mkdtemp())))
+    >>> backend.store is not None, backend.position_names
+    (True, ('queue', 'sequence'))
     """
 
-    balances = False
-    store: EmbeddedStore | None = None
+    def __init__(self, queues: Backend, local: LocalStore) -> None:
+        self.queues = queues
+        self.local = local
 
-    def __init__(self, factory: QueueAdapterFactory) -> None:
-        self.factory = factory
+    @property
+    def factory(self) -> QueueAdapterFactory:
+        return self.queues.factory
 
-    @classmethod
-    def open(cls, queues: int = 8) -> MemoryBackend:
-        """``queues`` queues in this process's memory."""
-        return cls(MemoryAdapterFactory(queues))
+    @property
+    def store(self) -> EmbeddedStore:
+        return self.local.store
 
-    @classmethod
-    def generator(cls, config: GeneratorConfig | None = None, queues: int = 8) -> MemoryBackend:
-        """Queues that make their own test data (see :class:`GeneratorConfig`)."""
-        return cls(GeneratorAdapterFactory(config, queues))
+    @property
+    def balances(self) -> bool:
+        return self.queues.balances
+
+    @property
+    def position_names(self) -> tuple[str, str]:
+        return self.queues.position_names
+
+    @property
+    def cluster_away(self) -> bool:
+        return self.queues.cluster_away
+
+    @property
+    def durable(self) -> bool:
+        return self.queues.durable
+
+    async def check_reachable(self, within: float) -> None:
+        await self.queues.check_reachable(within)
 
     def queue_mapper(self) -> QueueMapper:
-        return self.factory.get_queue_mapper()
+        return self.queues.queue_mapper()
 
     def pubsub_store(self) -> PubSubStore:
-        return MemoryPubSubStore()
+        return self.local.pubsub_store()
 
     def dead_letter_store(self) -> DeadLetterStore:
-        return MemoryDeadLetterStore()
+        return self.local.dead_letter_store()
+
+    def dead_letter_archive(self) -> DeadLetterArchive:
+        return self.local.dead_letter_store()
 
     def queue_balancer(self, options: BalancerOptions | None) -> QueueBalancer | None:
-        return None
+        return self.queues.queue_balancer(options)
 
     async def open_handoff_sink(
         self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff
     ) -> spark_sink.HandoffSink:
-        raise ConfigurationError(
-            f"{owner} hands off to Spark ({handoff.stream!r}): that needs "
-            "durable queues, StreamProvider.embedded(path) or StreamProvider.kafka(...)"
-        )
+        return await self.queues.open_handoff_sink(owner, handoff)
+
+    def status_board(self) -> StatusBoard:
+        return self.local.status_board()
+
+    async def read_status(self, *, suspicion_timeout: float, everyone: bool = False) -> ClusterStatus:
+        return await self.local.read_status(suspicion_timeout=suspicion_timeout, everyone=everyone)
+
+    async def saved_states(self) -> list[SavedStateRow]:
+        return await self.queues.saved_states()  # saved with the queues' checkpoints
+
+    async def retained_records(self) -> RetainedRecords:
+        return await self.local.retained_records()
 
 
 # A worker's handoff sinks: one per Spark handoff stream that its consumer types declare,
@@ -144,7 +199,7 @@ async def open_handoff_sinks(
     (checked against its ``event_time``); each sink is closed when ``stack`` is.
 
     >>> import anyio
-    >>> from streams.runtime.backends import MemoryBackend
+    >>> from streams.backends.memory.backend import MemoryBackend
     >>> async def none_declared():
     ...     async with contextlib.AsyncExitStack() as stack:
     ...         return await open_handoff_sinks(MemoryBackend.open(), [int, str], stack)
@@ -166,157 +221,3 @@ async def open_handoff_sinks(
         stack.push_async_callback(sink.close)
         sinks[handoff.stream] = sink
     return sinks
-
-
-# The embedded backend: queues, checkpoints, pub-sub, dead letters, leases and the handoff
-# log all in one SQLite store; the workers sharing the store balance its queues by leases.
-
-
-class EmbeddedBackend:
-    """The embedded store of ``factory`` and what lives beside its queues.
-
-    >>> import tempfile
-    >>> backend = EmbeddedBackend.open(tempfile.mkdtemp(), queues=4)
-    >>> backend.queue_mapper().queue_count, backend.balances
-    (4, True)
-    """
-
-    balances = True
-
-    def __init__(self, factory: EmbeddedAdapterFactory) -> None:
-        self.factory = factory
-
-    @classmethod
-    def open(
-        cls,
-        path: str | os.PathLike[str],
-        queues: int | None = None,
-        *,
-        retention: RetentionPolicy | None = None,
-        synchronous: Synchronous = "NORMAL",
-    ) -> EmbeddedBackend:
-        """The store under ``path`` with ``queues`` queues (made on first use; by default an
-        existing store's count, else 8)."""
-        return cls(EmbeddedAdapterFactory(path, queues, retention=retention, synchronous=synchronous))
-
-    @property
-    def store(self) -> EmbeddedStore:
-        return self.factory.store
-
-    def queue_mapper(self) -> HashRingQueueMapper:
-        return self.factory.get_queue_mapper()
-
-    def pubsub_store(self) -> EmbeddedPubSubStore:
-        return self.factory.create_pubsub_store()
-
-    def dead_letter_store(self) -> EmbeddedDeadLetterStore:
-        return self.factory.create_dead_letter_store()
-
-    def queue_balancer(self, options: BalancerOptions | None) -> LeaseBasedQueueBalancer:
-        """The balancer of the worker processes sharing this store: lease-based, over
-        membership and leases kept in the store; the adapter's checkpoints are fenced by
-        those leases. A worker silent for half a lease (and at least three balancing rounds)
-        is dead to the others, so its queues move as soon as its leases expire."""
-        options = options or BalancerOptions()
-        leases = SqliteLeaseProvider(self.store)
-        balancer = LeaseBasedQueueBalancer(
-            SqliteMembership(self.store, suspicion_timeout=options.suspicion_timeout),
-            leases,
-            options=options,
-        )
-        self.factory.fence_with_leases(leases, balancer.get_lease)
-        return balancer
-
-    async def open_handoff_sink(
-        self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff
-    ) -> spark_sink.HandoffSink:
-        """The handoff log in the store (its tables are made here: in a worker thread). The
-        queues' retention policy bounds it too (:mod:`spark_sink.retention`)."""
-        # Through the package's lazy attribute: pyarrow loads only when something hands off.
-        sink: spark_sink.HandoffSink = await anyio.to_thread.run_sync(
-            spark_sink.EmbeddedHandoffSink,
-            self.store,
-            handoff,
-            MarkRetention(replay_horizon),
-            self.factory.retention,
-        )
-        return sink
-
-
-# The Kafka backend: queues on a Kafka topic, the workers members of a Kafka consumer group,
-# the handoff log, dead letters and durable subscriptions in Kafka topics (or, with ``store=``,
-# pub-sub and dead letters in a store local to this machine).
-
-
-class KafkaBackend:
-    """The topic of ``factory``, and ``store`` (a store on this machine for pub-sub and dead
-    letters; ``None``, the default: they live in the cluster, in topics beside the queues).
-
-    >>> backend = KafkaBackend.open("127.0.0.1:9092", "sensors", queues=4)
-    >>> backend.queue_mapper().queue_count, backend.store is None
-    (4, True)
-    """
-
-    balances = True
-
-    def __init__(self, factory: KafkaAdapterFactory, store: EmbeddedStore | None = None) -> None:
-        self.factory = factory
-        self.store = store
-
-    @classmethod
-    def open(
-        cls,
-        bootstrap_servers: str | Sequence[str],
-        topic: str | None = None,
-        queues: int = 8,
-        *,
-        group_id: str = "headrace",
-        start: Literal["earliest", "latest"] = "earliest",
-        store: str | os.PathLike[str] | None = None,
-        records: str | RecordFormat = "headrace",
-        namespace: str | None = None,
-        key_field: KeyField | None = None,
-        topics: Mapping[str, str] | None = None,
-        kafka: Mapping[str, Any] | None = None,
-    ) -> KafkaBackend:
-        """What ``StreamProvider.kafka`` runs on (its arguments, documented there)."""
-        if topic is None:
-            if not topics:
-                raise ConfigurationError("StreamProvider.kafka needs a topic, or topics={namespace: topic}")
-            topic = next(iter(topics.values()))
-        foreign = {"records": records, "namespace": namespace, "key_field": key_field, "topics": topics}
-        settings = {**{k: v for k, v in foreign.items() if v is not None}, **(kafka or {})}
-        factory = KafkaAdapterFactory(bootstrap_servers, topic, queues, group_id, start, **settings)
-        return cls(factory, None if store is None else EmbeddedStore(store))
-
-    def queue_mapper(self) -> QueueMapper:
-        return self.factory.get_queue_mapper()
-
-    def pubsub_store(self) -> PubSubStore:
-        """The subscriptions topic (:mod:`streams.kafka.pubsub`), or the local store's table."""
-        if self.store is not None:
-            return EmbeddedPubSubStore(self.store)
-        pubsub = KafkaPubSubStore(self.factory.settings, self.factory.outage)
-        self.factory.close_with(pubsub.log)
-        return pubsub
-
-    def dead_letter_store(self) -> DeadLetterStore:
-        """The dead-letter topic (:mod:`streams.kafka.deadletters`), or the local store's table."""
-        if self.store is not None:
-            return EmbeddedDeadLetterStore(self.store)
-        letters = KafkaDeadLetterStore(self.factory.settings, self.factory.outage)
-        self.factory.close_with(letters.log)
-        return letters
-
-    def queue_balancer(self, options: BalancerOptions | None) -> KafkaGroupBalancer | None:
-        """The workers reading this topic are the members of a Kafka consumer group
-        (:func:`~balancer.kafka.group.group_balancer`); ``None`` when ``group_membership``
-        is off: each reads everything."""
-        return group_balancer(self.factory.settings, options)
-
-    async def open_handoff_sink(
-        self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff
-    ) -> spark_sink.HandoffSink:
-        """The handoff stream's topics on the cluster (``<handoff_prefix>.handoff.<stream>``)."""
-        sink: spark_sink.HandoffSink = await spark_sink.KafkaHandoffSink.open(self.factory.settings, handoff)
-        return sink

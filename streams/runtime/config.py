@@ -66,9 +66,9 @@ from typing import Any, TypeVar
 
 from balancer.base import BalancerOptions
 from streams.adapters.retention import RetentionPolicy
+from streams.backends.embedded.queues import DEFAULT_QUEUES, stored_queue_count
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
-from streams.embedded.queues import DEFAULT_QUEUES, stored_queue_count
 from streams.eventtime.policy import OrderingPolicy
 from streams.eventtime.windows import with_timing
 from streams.runtime.config_schema import (

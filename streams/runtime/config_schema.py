@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 from balancer.base import BalancerOptions
 from streams.adapters.retention import RetentionPolicy
+from streams.backends.embedded.queues import DEFAULT_QUEUES
+from streams.backends.embedded.store import Synchronous
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
-from streams.embedded.queues import DEFAULT_QUEUES
-from streams.embedded.store import Synchronous
 from streams.eventtime.policy import Action, OrderingPolicy
 from streams.eventtime.timetext import parse_duration, parse_window
 from streams.eventtime.windows import WindowSpec

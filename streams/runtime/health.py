@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio.from_thread
 import anyio.lowlevel
 
-from streams.runtime.backends import KafkaBackend
-
 if TYPE_CHECKING:
     from streams.runtime.provider import StreamProvider
 
@@ -116,8 +114,7 @@ class WorkerHealth:
 def _agent_states(provider: StreamProvider) -> list[tuple[int, str | None, bool]]:
     """``(queue, failure, unreachable)`` of each of the provider's agents, read on its loop.
     On Kafka the cluster's outage counts for every queue: reads find nothing meanwhile."""
-    backend = provider.backend
-    cluster_away = isinstance(backend, KafkaBackend) and backend.factory.outage.ongoing
+    cluster_away = provider.backend.cluster_away
     return [(a.queue.number, a.failure, a.unreachable or cluster_away) for a in provider.agents]
 
 

@@ -29,10 +29,15 @@ from balancer.base import BalancerOptions
 from balancer.protocols import QueueBalancer
 from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
-from streams.adapters.mapper import KeyedQueueMapper, co_partition, places_together
-from streams.adapters.memory import GeneratorConfig
+from streams.adapters.mapper import KeyedQueueMapper, co_partition
 from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueMapper
 from streams.adapters.retention import RetentionPolicy
+from streams.backends.embedded.backend import EmbeddedBackend, LocalStore
+from streams.backends.embedded.store import EmbeddedStore, Synchronous
+from streams.backends.kafka.backend import KafkaBackend
+from streams.backends.kafka.settings import KeyField
+from streams.backends.memory.adapter import GeneratorConfig
+from streams.backends.memory.backend import MemoryBackend
 from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
 from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError, SubscriptionNotFoundError
@@ -47,9 +52,7 @@ from streams.core.observer import (
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import FollowedPubSubStore, PubSubStore, SubscriptionRecord, SubscriptionState
 from streams.core.records import RecordFormat
-from streams.embedded.store import EmbeddedStore, Synchronous
-from streams.kafka.settings import KeyField
-from streams.runtime.backends import Backend, EmbeddedBackend, KafkaBackend, MemoryBackend, open_handoff_sinks
+from streams.runtime.backends import Backend, LocalStoreBeside, open_handoff_sinks
 from streams.runtime.publisher import Publisher, start_publisher
 from streams.runtime.stream import Stream, StreamSubscriptionHandle
 
@@ -119,26 +122,27 @@ class BackendConstructors:
         ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead
         letters (without it they live in memory). Consumers that hand off to Spark do so in
         Kafka topics (``<handoff_prefix>.handoff.<stream>``; the DataSource reads them with
-        ``kafka.bootstrap.servers``). ``kafka`` holds :class:`~streams.kafka.settings.KafkaSettings` fields, e.g.
+        ``kafka.bootstrap.servers``). ``kafka`` holds :class:`~streams.backends.kafka.settings.KafkaSettings` fields, e.g.
         ``{"client_options": {"security_protocol": "SSL", ...}}``.
 
         >>> from streams import StreamProvider
         >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
         >>> json_topic = StreamProvider.kafka("127.0.0.1:9092", "readings", records="json", namespace="sensors")
         """
-        backend = KafkaBackend.open(
+        backend: Backend = KafkaBackend.open(
             bootstrap_servers,
             topic,
             queues,
             group_id=group_id,
             start=start,
-            store=store,
             records=records,
             namespace=namespace,
             key_field=key_field,
             topics=topics,
             kafka=kafka,
         )
+        if store is not None:
+            backend = LocalStoreBeside(backend, LocalStore(EmbeddedStore(store)))
         return cls(backend, **options)
 
     @classmethod
@@ -300,7 +304,7 @@ class StreamProvider(BackendConstructors):
         namespaces = (namespace, *more)
         if len(set(namespaces)) != len(namespaces):
             raise ConfigurationError(f"implicit lists a namespace twice: {namespaces!r}")
-        placed = None if not more or places_together(self.mapper, namespaces) else self._co_partition(namespaces)
+        placed = None if not more or self.mapper.co_partitioned(namespaces) else self._co_partition(namespaces)
 
         def decorate(cls: T) -> T:
             if more:

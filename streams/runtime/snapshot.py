@@ -26,6 +26,7 @@ from agents.counters import HistogramSnapshot
 from agents.delivery import StreamConsumer
 from agents.merged_inputs import holding_back
 from agents.pulling_agent import PullingAgent
+from streams.adapters.status import CursorLag
 from streams.core.deadletters import DeadLetterStore
 from streams.eventtime.lateness import ObservedTimes
 from streams.eventtime.policy import Reason
@@ -120,17 +121,6 @@ class EventTimeTotals:
             holding=holding,
             slowest=_slowest(pair for p in parts for pair in p.slowest),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class CursorLag:
-    """A consumer behind on its stream: ``behind`` records of its queue were read after the
-    next one it is to be given (``next_sequence``)."""
-
-    stream: str
-    subscription: str
-    next_sequence: int
-    behind: int
 
 
 SLOWEST_SHOWN = 3  # cursors per queue in a snapshot

@@ -8,9 +8,9 @@ from __future__ import annotations
 import anyio
 
 from streams import StreamId, StreamProvider
-from streams.adapters.memory import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
+from streams.backends.memory.adapter import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
+from streams.backends.memory.backend import MemoryBackend
 from streams.core.ids import QueueId
-from streams.runtime.backends import MemoryBackend
 
 QUEUES = 4
 

@@ -4,16 +4,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from balancer import (
-    ManualClock,
-    SqliteLeaseProvider,
-    SqliteMembership,
-    TableLeaseProvider,
-    TableMembership,
-)
+from balancer import ManualClock, TableLeaseProvider, TableMembership
 from balancer.leases import MemoryLeaseTable
 from balancer.membership import MemoryMemberTable
-from streams.embedded.store import EmbeddedStore
+from streams.backends.embedded.balancer import SqliteLeaseProvider, SqliteMembership
+from streams.backends.embedded.store import EmbeddedStore
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from aiokafka.structs import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from balancer import BestFitPartitionAssignor, ideal_distribution
+from balancer import ideal_distribution
+from streams.backends.kafka.assignor import BestFitPartitionAssignor
 
 TOPIC = "events"
 

@@ -8,7 +8,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from balancer import BestFitPartitionAssignor
+from streams.backends.kafka.assignor import BestFitPartitionAssignor
+from streams.backends.kafka.balancer import GroupMember
 
 
 @pytest.fixture
@@ -53,3 +54,21 @@ async def test_a_consumer_group_balances_by_worker_name_and_takes_over(broker, k
     finally:
         for consumer in consumers:
             await consumer.stop()
+
+
+async def test_group_member_reads_who_the_consumer_is_in_its_group(broker, kafka_topic):
+    # The one read of aiokafka's private group coordinator (it has no public API for these):
+    # if aiokafka moves them, this fails instead of the balancer misjudging a rebalance.
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    await admin.create_topics([NewTopic(kafka_topic, num_partitions=2, replication_factor=1)])
+    await admin.close()
+    consumer = AIOKafkaConsumer(kafka_topic, bootstrap_servers=broker, group_id="headrace-member-test")
+    assert GroupMember.of(consumer) == GroupMember(None, None, -1)  # not started: in no group
+    try:
+        await consumer.start()
+        await assignments_settle([consumer], [[0, 1]])
+        member = GroupMember.of(consumer)
+        assert isinstance(member.node, int) and member.member_id and member.generation >= 0
+    finally:
+        await consumer.stop()

@@ -11,12 +11,12 @@ from balancer import (
     LeaseBasedQueueBalancer,
     MemoryLeaseProvider,
     MemoryMembership,
-    SqliteLeaseProvider,
     TableMembership,
     target_queue_count,
 )
 from balancer.lease_based import search_order
 from balancer.membership import MemoryMemberTable
+from streams.backends.embedded.balancer import SqliteLeaseProvider
 from streams.core.errors import ConfigurationError, WorkerNameInUseError
 from tests.balancer.cluster import Cluster, Worker, numbers, queues
 

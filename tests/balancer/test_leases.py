@@ -10,7 +10,8 @@ import textwrap
 import anyio
 import pytest
 
-from balancer import Lease, SqliteLeaseProvider
+from balancer import Lease
+from streams.backends.embedded.balancer import SqliteLeaseProvider
 from streams.core.ids import QueueId
 
 Q0, Q1, Q2 = QueueId(0), QueueId(1), QueueId(2)
@@ -111,9 +112,10 @@ HOLDER = textwrap.dedent(
     """
     import json, sys
     import anyio
-    from balancer import ManualClock, SqliteLeaseProvider
+    from balancer import ManualClock
+    from streams.backends.embedded.balancer import SqliteLeaseProvider
     from streams.core.ids import QueueId
-    from streams.embedded.store import EmbeddedStore
+    from streams.backends.embedded.store import EmbeddedStore
 
     path, now = sys.argv[1], float(sys.argv[2])
     with EmbeddedStore(path) as store:

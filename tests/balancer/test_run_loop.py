@@ -8,14 +8,9 @@ import sqlite3
 
 import anyio
 
-from balancer import (
-    BalancerOptions,
-    LeaseBasedQueueBalancer,
-    MemoryLeaseProvider,
-    MemoryMembership,
-    SqliteLeaseProvider,
-)
-from streams.embedded.store import EmbeddedStore
+from balancer import BalancerOptions, LeaseBasedQueueBalancer, MemoryLeaseProvider, MemoryMembership
+from streams.backends.embedded.balancer import SqliteLeaseProvider
+from streams.backends.embedded.store import EmbeddedStore
 from tests.balancer.cluster import Worker, numbers, queues
 
 OPTIONS = BalancerOptions(lease_length=60.0, renew_period=29.0, refresh_period=5.0)

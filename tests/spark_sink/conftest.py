@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_sink import Handoff as HandoffDeclaration
-from spark_sink import HandoffLog, HandoffWriter
-from streams.embedded.store import EmbeddedStore
+from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
+from streams.backends.embedded.store import EmbeddedStore
 from tests.spark_sink.handoff_testkit import (
     BASE,
     STREAM,

@@ -14,13 +14,13 @@ from pyspark.sql import functions as F
 
 import spark_sink
 from spark_sink import Handoff as HandoffDeclaration
-from spark_sink import HandoffLog, HandoffWriter, Segment
-from spark_sink.kafka.sink import KafkaHandoffSink
 from spark_sink.schema import HandoffData
+from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter, Segment
+from streams.backends.embedded.store import EmbeddedStore
+from streams.backends.kafka.handoff_sink import KafkaHandoffSink
+from streams.backends.kafka.settings import KafkaSettings
 from streams.core.ids import StreamId
-from streams.embedded.store import EmbeddedStore
 from streams.eventtime.results import WindowResult
-from streams.kafka.settings import KafkaSettings
 
 WINDOW_SECONDS = 30
 STREAM = "sensor-totals"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
 
-from spark_sink import HandoffLog, HandoffWriter
-from spark_sink.retention import compact
+from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
+from streams.backends.embedded.handoff_retention import compact
 from tests.spark_sink.handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 
 

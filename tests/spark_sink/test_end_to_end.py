@@ -16,8 +16,8 @@ import anyio
 import pytest
 from pyspark.sql import functions as F
 
-from spark_sink.kafka.log import KafkaHandoffLog
 from streams import StreamId, StreamProvider
+from streams.backends.kafka.handoff_log import KafkaHandoffLog
 from tests.helpers import handoff_count, start_worker, wait_until
 
 WORKER = Path(__file__).with_name("pipeline_worker.py")

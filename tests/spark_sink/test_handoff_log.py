@@ -18,18 +18,17 @@ from pyspark.sql.types import StructType
 
 from spark_sink import (
     HandoffDataLostError,
-    HandoffLog,
     HandoffSchema,
     HandoffSchemaError,
     HandoffStoreNotFoundError,
-    HandoffWriter,
     ReadOptions,
     UnknownHandoffStreamError,
 )
 from spark_sink.offsets import admit, admit_records, split_ranges
+from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
+from streams.backends.embedded.store import EmbeddedStore
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
-from streams.embedded.store import EmbeddedStore
 from tests.helpers import handoff_batches
 from tests.spark_sink.handoff_testkit import STREAM, Handoff
 
@@ -161,8 +160,9 @@ def test_append_needs_the_stores_write_transaction(handoff: Handoff, tmp_path: P
 
 CRASHING_WORKER = """
 import os, sys
-from spark_sink import Handoff, HandoffLog, HandoffWriter
-from streams.embedded.store import EmbeddedStore
+from spark_sink import Handoff
+from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
+from streams.backends.embedded.store import EmbeddedStore
 store = EmbeddedStore(sys.argv[1])
 schema = Handoff(sys.argv[2], {"count": "bigint", "total": "double"}).schema()
 writer = HandoffWriter(HandoffLog(store, inline_bytes=int(sys.argv[3])), sys.argv[2], schema)

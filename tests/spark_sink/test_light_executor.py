@@ -1,6 +1,7 @@
 """A Spark executor that reads the handoff log imports the reading side only: the DataSource,
 the log, its SQLite store and ``streams.core``; no agent, balancer, cache, provider, queue adapter or Kafka
-client (aiokafka loads only when a Kafka log is read)."""
+client (aiokafka loads only when a Kafka log is read). Importing the DataSource loads no backend at
+all: the options find the backend's storage when it is opened."""
 
 from __future__ import annotations
 
@@ -35,17 +36,17 @@ def run_listing(script: str) -> tuple[list[str], list[str]]:
 
 
 def beyond_reading_side(modules: list[str], *reading: str) -> list[str]:
-    """``modules`` outside the reading side: spark_sink, the floor ``streams.core``, the
-    SQLite store the embedded log is indexed in (and the packages named in ``reading``)."""
-    allowed = ("spark_sink", "streams.core", "streams.embedded.store", *reading)
-    root = ("streams", "streams.embedded")  # package roots: nothing loads with them
+    """``modules`` outside the reading side: spark_sink, the floor ``streams.core`` (and the
+    modules named in ``reading``)."""
+    allowed = ("spark_sink", "streams.core", *reading)
+    root = ("streams", "streams.backends")  # package roots: nothing loads with them
     return [m for m in modules if m not in root and not any(m == p or m.startswith(f"{p}.") for p in allowed)]
 
 
 def test_importing_the_datasource_loads_no_runtime_and_no_kafka_client():
     _, modules = run_listing("import spark_sink.datasource\n")
     assert "spark_sink.datasource" in modules
-    assert beyond_reading_side(modules) == []  # no agents, balancer, cache, streams.runtime.provider/adapters, aiokafka
+    assert beyond_reading_side(modules) == []  # no backend, agents, balancer, cache, runtime, adapters, aiokafka
 
 
 def test_reading_an_embedded_log_as_an_executor_does_loads_no_runtime(handoff: Handoff, events):
@@ -64,7 +65,12 @@ print(sum(batch.num_rows for p in reader.partitions() for batch in reader.read(p
 """
     (rows,), modules = run_listing(script)
     assert int(rows) == expected > 0
-    assert beyond_reading_side(modules) == []
+    embedded_log = (
+        "streams.backends.embedded",
+        "streams.backends.embedded.handoff_log",
+        "streams.backends.embedded.store",
+    )
+    assert beyond_reading_side(modules, *embedded_log) == []
 
 
 def test_aiokafka_loads_only_when_a_kafka_log_is_opened():
@@ -74,5 +80,7 @@ def test_aiokafka_loads_only_when_a_kafka_log_is_opened():
     _, parsed = run_listing(options)
     _, opened = run_listing(options + "storage = options.open_storage()\n")  # connects on first use
     assert not [m for m in parsed if m.startswith("aiokafka")]
-    assert "aiokafka" in opened and "spark_sink.kafka.storage" in opened
-    assert beyond_reading_side(opened, "streams.kafka", "aiokafka") == []  # the Kafka client pieces only
+    assert "aiokafka" in opened and "streams.backends.kafka.handoff_storage" in opened
+    kafka_log = [f"streams.backends.kafka{m}" for m in ("", ".handoff_storage", ".handoff_log", ".handoff_records")]
+    clients = ("streams.backends.kafka.clients", "streams.backends.kafka.settings", "aiokafka")
+    assert beyond_reading_side(opened, *kafka_log, *clients) == []  # the Kafka log and client pieces only

@@ -55,8 +55,6 @@ from streams.cli.demo.windows import handed_off as windows_handed_off
 from streams.core.errors import HeadraceError
 from streams.core.ids import StreamId
 from streams.eventtime import Action, Combined, Count, EventTime, OrderingPolicy, Sum, Tumbling
-from streams.kafka.adapter import KafkaAdapterFactory
-from streams.kafka.clients import check_reachable
 from streams.observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
 from streams.runtime.provider import StreamProvider
 
@@ -115,8 +113,7 @@ class DemoPipeline:
 
     async def run(self) -> int:
         s = self.settings
-        if isinstance(self.provider.factory, KafkaAdapterFactory):  # a wrong address: say so in seconds
-            await check_reachable(self.provider.factory.settings, s.kafka_reach_timeout)
+        await self.provider.backend.check_reachable(s.kafka_reach_timeout)  # a wrong address: said in seconds
         self._print_header()
         stderr = cast(TextIO, _CurrentStderr())  # the log handler only writes and flushes it
         handler = configure_logging("warning", s.log_format, stream=stderr, worker=self.provider.worker_name)

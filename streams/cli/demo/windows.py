@@ -23,9 +23,9 @@ from typing import Any, Protocol
 from rich.console import Console
 
 import spark_sink  # its package loads lazily: pyspark only when the demo's query starts
-from spark_sink.log import HandoffStorage
 from spark_sink.offsets import OffsetRange
 from spark_sink.options import ReadOptions
+from spark_sink.storage import HandoffStorage
 from streams.cli.common import plural
 from streams.core.errors import HeadraceError
 

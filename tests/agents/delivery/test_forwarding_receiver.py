@@ -1,5 +1,5 @@
 """A receiver that sends what it reads on to another queue (as Kafka's re-keying hop does,
-``streams/kafka/repartition.py``) returns nothing from such a read. The pulling agent
+``streams/backends/kafka/repartition.py``) returns nothing from such a read. The pulling agent
 counts those records as read all the same (:class:`~streams.abc.ForwardingReceiver`): it
 reads on at once, and a worker's drain returns only once the queue they went to has
 delivered them. (Found by CI, stop 32: a drain returned with 395 records of a keyless topic
@@ -13,10 +13,10 @@ import anyio
 
 from streams import StreamId, StreamProvider
 from streams.abc import ForwardingReceiver
-from streams.adapters.memory import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
+from streams.backends.memory.adapter import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
+from streams.backends.memory.backend import MemoryBackend
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId, SequenceToken
-from streams.runtime.backends import MemoryBackend
 from tests.agents.delivery.conftest import Recorder, drained
 
 SEND_TIME = 0.02  # how long a record takes to reach the other queue (Kafka: acks=all)

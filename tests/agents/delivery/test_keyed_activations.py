@@ -177,11 +177,12 @@ async def test_queue_order_goes_on_with_a_warning_when_the_batch_ahead_never_com
 
 
 def test_kafkas_partitioner_places_by_key_already():
-    from streams.adapters.mapper import KafkaPartitionMapper, places_together
+    from streams.adapters.mapper import KafkaPartitionMapper, KeyedQueueMapper
 
     kafka = KafkaPartitionMapper(8)
-    assert places_together(kafka, ["tolls", "prices"])
-    assert not places_together(HashRingQueueMapper(8), ["tolls", "prices"])
+    assert kafka.co_partitioned(["tolls", "prices"])
+    assert not HashRingQueueMapper(8).co_partitioned(["tolls", "prices"])
+    assert KeyedQueueMapper(kafka, [("a", "b")]).co_partitioned(["tolls", "prices"])  # the inner mapper's say
     assert all(
         kafka.get_queue_for_stream(StreamId("tolls", k)) == kafka.get_queue_for_stream(StreamId("prices", k))
         for k in map(str, range(100))

@@ -11,11 +11,11 @@ import anyio
 import pytest
 
 from streams import StreamId, StreamProvider
-from streams.adapters.memory import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
+from streams.backends.memory.adapter import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
+from streams.backends.memory.backend import MemoryBackend
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError
 from streams.core.ids import QueueId, SequenceToken
-from streams.runtime.backends import MemoryBackend
 from tests.agents.delivery.conftest import GatedRecorder, Recorder, drained
 
 

@@ -320,8 +320,8 @@ async def test_on_next_waits_for_a_firing_timer_and_no_save_is_taken_meanwhile()
     import anyio
 
     from agents.durable import DurableActivation
+    from streams.backends.memory.stores import MemoryDeadLetterStore
     from streams.core.batch import BatchContainer, BatchKind
-    from streams.core.deadletters import MemoryDeadLetterStore
     from streams.core.observer import as_observer
 
     release = anyio.Event()

@@ -12,8 +12,8 @@ from typing import TextIO
 
 from balancer import BalancerOptions
 from streams import StreamProvider
-from streams.kafka.adapter import KafkaAdapterFactory
-from streams.runtime.backends import KafkaBackend
+from streams.backends.kafka.adapter import KafkaAdapterFactory
+from streams.backends.kafka.backend import KafkaBackend
 from tests.end_to_end.cluster.worker_app import QUEUES, RecordingAdapter, recording
 
 

@@ -8,10 +8,11 @@ import time
 
 import anyio
 
-from balancer import BalancerOptions, Lease, SqliteLeaseProvider
+from balancer import BalancerOptions, Lease
 from streams import QueueId, StreamId, StreamProvider
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueReceiver
+from streams.backends.embedded.balancer import SqliteLeaseProvider
 from streams.core.batch import BatchContainer, BatchKind
-from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueReceiver
 from tests.agents.delivery.conftest import Recorder, drained
 
 Q0 = QueueId(0)

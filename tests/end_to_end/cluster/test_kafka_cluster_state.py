@@ -19,8 +19,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from streams import StreamId
-from streams.kafka.pubsub import KafkaPubSubStore
-from streams.kafka.settings import KafkaSettings
+from streams.backends.kafka.pubsub import KafkaPubSubStore
+from streams.backends.kafka.settings import KafkaSettings
 from tests.end_to_end.cluster.kafka_cluster_app import QUEUES, provider_for
 from tests.streams.cli.helpers import headrace
 

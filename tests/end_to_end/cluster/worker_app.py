@@ -21,10 +21,10 @@ from typing import Any, TextIO, TypeVar
 
 from balancer import BalancerOptions
 from streams import StreamId, StreamProvider
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter, EmbeddedQueueReceiver
+from streams.backends.embedded.backend import EmbeddedBackend
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId, SequenceToken
-from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter, EmbeddedQueueReceiver
-from streams.runtime.backends import EmbeddedBackend
 
 QUEUES = 8
 NAMESPACE = "cluster"

@@ -13,12 +13,14 @@ import pytest
 from balancer import BalancerOptions, LeaseBasedQueueBalancer
 from spark_sink import Handoff
 from streams import ConfigurationError, QueueId, StreamId, StreamProvider
+from streams.backends.embedded.backend import EmbeddedBackend
+from streams.backends.embedded.deadletters import EmbeddedDeadLetterStore
+from streams.backends.embedded.pubsub import EmbeddedPubSubStore
+from streams.backends.memory.backend import MemoryBackend
+from streams.backends.memory.stores import MemoryPubSubStore
 from streams.core.batch import BatchContainer, BatchKind
-from streams.core.pubsub import MemoryPubSubStore
-from streams.embedded.deadletters import EmbeddedDeadLetterStore
-from streams.embedded.pubsub import EmbeddedPubSubStore
 from streams.eventtime import EventTime, Tumbling
-from streams.runtime.backends import EmbeddedBackend, MemoryBackend, open_handoff_sinks
+from streams.runtime.backends import open_handoff_sinks
 
 
 class Hands:

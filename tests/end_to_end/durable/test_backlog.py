@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from streams import StreamProvider
-from streams.embedded.adapter import EmbeddedAdapterFactory
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory
 from tests.agents.delivery.conftest import drained
 from tests.agents.eventtime.backlog import HOUR, backlog_rows, collect, containers, counting_type, reference
 

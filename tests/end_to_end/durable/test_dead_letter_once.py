@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from streams import StreamId, StreamProvider
-from streams.core.deadletters import DeadLetter, MemoryDeadLetterStore
-from streams.embedded.deadletters import EmbeddedDeadLetterStore
-from streams.embedded.store import EmbeddedStore
+from streams.backends.embedded.deadletters import EmbeddedDeadLetterStore
+from streams.backends.embedded.store import EmbeddedStore
+from streams.backends.memory.stores import MemoryDeadLetterStore
+from streams.core.deadletters import DeadLetter
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.agents.delivery.conftest import drained
 
@@ -132,7 +133,7 @@ async def test_event_time_dead_letters_name_their_queue():
 
 
 async def test_a_store_written_before_the_unique_key_is_upgraded_and_keeps_its_rows(tmp_path):
-    from streams.embedded.deadletters import DEADLETTER_SCHEMA
+    from streams.backends.embedded.deadletters import DEADLETTER_SCHEMA
 
     with EmbeddedStore(tmp_path / "store") as old:
         old.require_schema("deadletter", DEADLETTER_SCHEMA[:1])

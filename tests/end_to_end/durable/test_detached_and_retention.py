@@ -11,8 +11,8 @@ import pytest
 
 from streams import CacheMissError, SequenceToken, StreamId, StreamProvider
 from streams.adapters.retention import RetentionPolicy
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory
 from streams.core.options import StreamProviderOptions
-from streams.embedded.adapter import EmbeddedAdapterFactory
 from tests.agents.delivery.conftest import GatedRecorder, Recorder, drained
 
 

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from streams import QueueId, SequenceToken, StreamId, StreamProvider
-from streams.embedded.adapter import EmbeddedAdapterFactory
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory
 from tests.agents.delivery.conftest import GatedRecorder, Recorder, drained
 from tests.helpers import start_worker, wait_until_async
 

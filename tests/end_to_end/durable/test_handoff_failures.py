@@ -14,13 +14,14 @@ import pyarrow as pa
 import pytest
 
 from spark_sink import EventHandoff, Handoff
-from spark_sink.handoff import EmbeddedHandoffSink, conform
+from spark_sink.handoff import conform
 from spark_sink.schema import HandoffSchema
 from streams import StreamId, StreamProvider
+from streams.backends.embedded.handoff_sink import EmbeddedHandoffSink
+from streams.backends.embedded.store import EmbeddedStore
 from streams.core.batch import Event
 from streams.core.errors import HandoffRefusedError, HandoffSchemaError
 from streams.core.ids import SequenceToken
-from streams.embedded.store import EmbeddedStore
 from streams.eventtime import EventTime, OrderingPolicy, Sum, Tumbling
 from streams.eventtime.results import EventOutcome, WindowResult
 from tests.agents.delivery.conftest import drained

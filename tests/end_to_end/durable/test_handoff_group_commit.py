@@ -18,16 +18,16 @@ import anyio
 import pyarrow as pa
 import pytest
 
-from spark_sink import Handoff, HandoffLog, HandoffSchema, HandoffWriter
-from spark_sink.group_commit import Appended, GroupAppender
-from spark_sink.handoff import EmbeddedHandoffSink
-from spark_sink.log import EmbeddedStorage
+from spark_sink import Handoff, HandoffSchema
 from spark_sink.offsets import OffsetRange
-from spark_sink.retention import compact, expire
 from streams.adapters.retention import RetentionPolicy
-from streams.embedded.store import EmbeddedStore
+from streams.backends.embedded.backend import EmbeddedBackend
+from streams.backends.embedded.handoff_commit import Appended, GroupAppender
+from streams.backends.embedded.handoff_log import EmbeddedStorage, HandoffLog, HandoffWriter
+from streams.backends.embedded.handoff_retention import compact, expire
+from streams.backends.embedded.handoff_sink import EmbeddedHandoffSink
+from streams.backends.embedded.store import EmbeddedStore
 from streams.eventtime.results import WindowResult
-from streams.runtime.backends import EmbeddedBackend
 
 STREAM = "counts"
 SCHEMA = HandoffSchema.of({"writer": "bigint", "seq": "bigint", "row": "bigint", "rows": "bigint"})
@@ -315,7 +315,7 @@ def test_readers_racing_appends_and_compactions_see_every_row_once(tmp_path: Pat
 KILLED_WRITER = """
 import sys, anyio
 from tests.end_to_end.durable.test_handoff_group_commit import SCHEMA, STREAM, open_log, rows_of
-from spark_sink.group_commit import GroupAppender
+from streams.backends.embedded.handoff_commit import GroupAppender
 from pathlib import Path
 store, writer = open_log(Path(sys.argv[1]), inline_bytes=int(sys.argv[2]))
 first = int(sys.argv[3])  # this run's writers are first, first + 1, ...

@@ -1,4 +1,4 @@
-"""The handoff's exactly-once marks go once no replay can need them (spark_sink.retention),
+"""The handoff's exactly-once marks go once no replay can need them (streams.backends.embedded.handoff_retention),
 so a store fed by devices that come and go does not keep a mark for every device that ever
 published; a mark a replay still needs stays, and the replay hands nothing off twice."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 
 from spark_sink import Handoff
-from spark_sink.mark_retention import MARKS_SCHEMA, MarkRetention
 from streams import StreamId, StreamProvider
+from streams.backends.embedded.mark_retention import MARKS_SCHEMA, MarkRetention
 from streams.eventtime import EventTime, OrderingPolicy, Tumbling
 from tests.agents.delivery.conftest import drained
 from tests.end_to_end.durable.test_saved_state import Distinct

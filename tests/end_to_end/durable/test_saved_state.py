@@ -11,9 +11,9 @@ import anyio
 import pytest
 
 from streams import StreamId, StreamProvider
-from streams.embedded.store import EmbeddedStore
+from streams.backends.embedded.status import read_status
+from streams.backends.embedded.store import EmbeddedStore
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-from streams.runtime.status import read_status
 from tests import helpers
 from tests.agents.delivery.conftest import drained
 from tests.helpers import (

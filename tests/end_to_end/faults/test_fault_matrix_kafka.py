@@ -14,8 +14,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from streams import StreamId, StreamProvider
+from streams.backends.kafka.clients import ensure_topic
 from streams.core.records import JsonRecords
-from streams.kafka.clients import ensure_topic
 from tests.end_to_end.faults import matrix as m
 from tests.end_to_end.faults.test_fault_matrix import EXPECTED, _seen
 

@@ -15,13 +15,13 @@ from contextlib import asynccontextmanager
 import pytest
 import pytest_asyncio
 
-from streams.adapters.memory import MemoryAdapterFactory
 from streams.adapters.protocols import QueueAdapter
 from streams.adapters.retention import RetentionPolicy
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory
+from streams.backends.embedded.store import EmbeddedStore
+from streams.backends.kafka.adapter import KafkaAdapterFactory
+from streams.backends.memory.adapter import MemoryAdapterFactory
 from streams.core.ids import QueueId, StreamId
-from streams.embedded.adapter import EmbeddedAdapterFactory
-from streams.embedded.store import EmbeddedStore
-from streams.kafka.adapter import KafkaAdapterFactory
 from tests.kafka_broker import produce_raw
 from tests.streams.adapters.harness import AdapterHarness, HarnessSpec, ProducerSpec, shutdown_all
 
@@ -81,7 +81,7 @@ async def embedded_harness(request: pytest.FixtureRequest, spec: HarnessSpec) ->
         reopen=reopen,
         retain=retain,
         producer=ProducerSpec(
-            "streams.embedded.adapter:EmbeddedAdapterFactory",
+            "streams.backends.embedded.adapter:EmbeddedAdapterFactory",
             {"path": str(path), "queues": QUEUES},
         ),
     )
@@ -114,7 +114,7 @@ async def kafka_harness(request: pytest.FixtureRequest, spec: HarnessSpec) -> As
         factories[0].get_queue_mapper(),
         write_foreign,
         reopen=reopen,
-        producer=ProducerSpec("streams.kafka.adapter:KafkaAdapterFactory", settings),
+        producer=ProducerSpec("streams.backends.kafka.adapter:KafkaAdapterFactory", settings),
     )
     yield opened
     await factories[-1].close()

@@ -8,11 +8,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory
+from streams.backends.kafka.adapter import KafkaAdapterFactory
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
-from streams.embedded.adapter import EmbeddedAdapterFactory
 from streams.eventtime import Hopping, Tumbling
-from streams.kafka.adapter import KafkaAdapterFactory
 from streams.runtime.config import load_config
 from tests.streams.cli.helpers import ROOT, clean_env, headrace, json_of, one_error_line
 

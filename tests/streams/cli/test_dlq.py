@@ -8,9 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from streams.backends.embedded.deadletters import EmbeddedDeadLetterStore
+from streams.backends.embedded.store import EmbeddedStore
 from streams.core.deadletters import DeadLetter
-from streams.embedded.deadletters import EmbeddedDeadLetterStore
-from streams.embedded.store import EmbeddedStore
 from tests.streams.cli.helpers import headrace, one_error_line, published
 
 LETTERS = [

@@ -74,9 +74,9 @@ def test_a_failed_window_is_dead_lettered_alone_and_replayed_once(tmp_path):
 def test_a_window_the_handoff_refused_is_not_replayed_as_an_event(tmp_path):
     import anyio
 
+    from streams.backends.embedded.deadletters import EmbeddedDeadLetterStore
+    from streams.backends.embedded.store import EmbeddedStore
     from streams.core.deadletters import DeadLetter
-    from streams.embedded.deadletters import EmbeddedDeadLetterStore
-    from streams.embedded.store import EmbeddedStore
 
     (tmp_path / "headrace.toml").write_text(CONFIG)
     window = {"key": "r1", "start": T0, "end": T0 + 10, "value": 3}

@@ -129,8 +129,8 @@ def test_a_live_worker_reports_its_agents_and_leaves(tmp_path):
 def test_a_long_watermark_delay_says_why():
     from rich.console import Console
 
+    from streams.adapters.status import AgentStatus, ClusterStatus, QueueStatus
     from streams.cli.status import render
-    from streams.runtime.status import AgentStatus, ClusterStatus, QueueStatus
 
     def queue(number: int, delay: float) -> QueueStatus:
         agent = AgentStatus("w1", number, 0, 4096, False, 3, 10, 0, 1_700_000_000.0, delay, 0.0, 5.0)

@@ -101,8 +101,9 @@ def test_rates_lag_in_events_and_the_slowest_consumer(tmp_path):
 
 def test_rates_are_the_change_over_the_interval_and_none_after_a_restart():
     from agents.counters import LatencyHistogram
+    from streams.adapters.status import AgentStatus
     from streams.runtime.snapshot import EventTimeTotals, QueueSnapshot
-    from streams.runtime.status import AgentStatus
+    from streams.runtime.status import agent_status
 
     def queue(read: int, delivered: int) -> QueueSnapshot:
         return QueueSnapshot(
@@ -124,10 +125,10 @@ def test_rates_are_the_change_over_the_interval_and_none_after_a_restart():
             events_delivered=delivered,
         )
 
-    first = AgentStatus.of("w1", queue(10, 4), taken_at=100.0, interval=1.0)
+    first = agent_status("w1", queue(10, 4), taken_at=100.0, interval=1.0)
     assert (first.events_in_per_s, first.events_out_per_s) == (None, None)
-    second = AgentStatus.of("w1", queue(40, 34), taken_at=102.0, interval=1.0, before=first)
+    second = agent_status("w1", queue(40, 34), taken_at=102.0, interval=1.0, before=first)
     assert (second.events_in_per_s, second.events_out_per_s) == (15.0, 15.0)
-    restarted = AgentStatus.of("w1", queue(5, 5), taken_at=103.0, interval=1.0, before=second)
+    restarted = agent_status("w1", queue(5, 5), taken_at=103.0, interval=1.0, before=second)
     assert (restarted.events_in_per_s, restarted.events_out_per_s) == (None, None)
     assert AgentStatus.from_row(second.as_row()) == second

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from streams.embedded.store import EmbeddedStore
+from streams.backends.embedded.store import EmbeddedStore
 
 
 def main(path: str, seconds: float) -> None:

@@ -14,12 +14,12 @@ import pytest
 import pytest_asyncio
 
 from streams.adapters.retention import RetentionPolicy, RetentionReport
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.deadletters import DeadLetter
 from streams.core.errors import ConfigurationError, DecodeError
 from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
-from streams.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter
 from tests.streams.adapters.harness import drain
 
 Q0 = QueueId(0)

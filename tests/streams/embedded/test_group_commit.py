@@ -7,7 +7,7 @@ import threading
 import anyio
 import pytest
 
-from streams.embedded.group_commit import GroupCommitter
+from streams.backends.embedded.group_commit import GroupCommitter
 
 
 class GatedWriter:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.embedded.store import EmbeddedStore, WriteTurns
+from streams.backends.embedded.store import EmbeddedStore, WriteTurns
 from tests.helpers import start_worker
 
 HOT_WRITER = Path(__file__).with_name("hot_writer.py")

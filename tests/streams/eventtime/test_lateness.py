@@ -277,7 +277,7 @@ def test_an_arrival_that_is_no_time_is_not_kept() -> None:
 def test_observed_times_read_back_from_their_plain_form() -> None:
     from dataclasses import asdict
 
-    from streams.runtime.status import observed_of
+    from streams.adapters.status import observed_of
 
     sketch = LatenessSketch(every=1, late_arrival=5.0, substreams=MAX_SUBSTREAMS)
     sketch.record(10.0, 7.0, 9.0, "a")

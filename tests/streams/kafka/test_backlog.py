@@ -17,8 +17,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from streams import StreamProvider
+from streams.backends.kafka.clients import ensure_topic
 from streams.eventtime.replay import Row
-from streams.kafka.clients import ensure_topic
 from tests.agents.delivery.conftest import drained
 from tests.agents.eventtime.backlog import (
     HOUR,

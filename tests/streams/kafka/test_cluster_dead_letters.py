@@ -16,12 +16,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streams.backends.kafka.clients import read_partition
+from streams.backends.kafka.deadletters import KafkaDeadLetterStore, dead_letter_topic
+from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.topic_log import LogRecord
 from streams.core.deadletters import DeadLetter, letter_fields
 from streams.core.errors import ConfigurationError
-from streams.kafka.clients import read_partition
-from streams.kafka.deadletters import KafkaDeadLetterStore, dead_letter_topic
-from streams.kafka.settings import KafkaSettings
-from streams.kafka.topic_log import LogRecord
 from tests.sensor_workload import readings, write_json
 from tests.streams.cli.helpers import clean_env, headrace, one_error_line
 

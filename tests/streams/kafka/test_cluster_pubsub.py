@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from streams import StreamId
+from streams.backends.kafka.pubsub import KafkaPubSubStore, pubsub_topic
+from streams.backends.kafka.settings import KafkaSettings
 from streams.core.ids import SequenceToken
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
-from streams.kafka.pubsub import KafkaPubSubStore, pubsub_topic
-from streams.kafka.settings import KafkaSettings
 
 
 async def test_subscriptions_written_by_one_store_are_read_by_another(kafka_broker, kafka_topic):

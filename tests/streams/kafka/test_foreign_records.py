@@ -16,8 +16,8 @@ from aiokafka.partitioner import DefaultPartitioner
 from streams import ConfigurationError, StreamId, StreamProvider
 from streams.adapters.mapper import KafkaPartitionMapper, kafka_partition, murmur2
 from streams.adapters.protocols import RewindableReceiver
+from streams.backends.kafka.clients import ensure_topic
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
-from streams.kafka.clients import ensure_topic
 from tests.agents.delivery.conftest import Recorder, drained
 from tests.sensor_workload import closed_window_counts, readings, write_json
 

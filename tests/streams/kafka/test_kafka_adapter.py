@@ -20,12 +20,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.adapters.protocols import QueueAdapter, RewindableReceiver
+from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueReceiver
+from streams.backends.kafka.clients import ensure_queue_topics, ensure_topic
+from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import ConfigurationError, DecodeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
-from streams.kafka.adapter import KafkaAdapterFactory, KafkaQueueReceiver
-from streams.kafka.clients import ensure_queue_topics, ensure_topic
-from streams.kafka.settings import KafkaSettings
 from tests.kafka_broker import TansuBroker, TansuProxy, free_port, produce_raw
 from tests.streams.adapters.harness import drain
 

@@ -12,15 +12,15 @@ import pyarrow as pa
 import pytest
 
 from spark_sink.handoff import EventHandoff, Handoff
-from spark_sink.kafka import sink as kafka_sink
-from spark_sink.kafka.log import KafkaHandoffLog
-from spark_sink.kafka.records import PartitionMarks
-from spark_sink.kafka.sink import KafkaHandoffSink
+from streams.backends.kafka import handoff_sink as kafka_sink
+from streams.backends.kafka.handoff_log import KafkaHandoffLog
+from streams.backends.kafka.handoff_records import PartitionMarks
+from streams.backends.kafka.handoff_sink import KafkaHandoffSink
+from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import Event
 from streams.core.errors import HandoffRefusedError, HandoffSchemaError, UnknownHandoffStreamError
 from streams.core.ids import SequenceToken, StreamId
 from streams.eventtime.results import EventOutcome, WindowResult
-from streams.kafka.settings import KafkaSettings
 from tests.kafka_broker import produce_raw
 
 HANDOFF = Handoff("totals", {"total": "double"})

@@ -11,12 +11,12 @@ import anyio
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams.cli import CliError
-from streams.cli.export import KafkaRecords
+from streams.adapters.status import AgentStatus, observed_by_type
+from streams.backends.kafka.retained import KafkaRecords
+from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.status import KafkaStatusBoard, read_reports
+from streams.core.errors import ConfigurationError
 from streams.eventtime.lateness import LatenessSketch, advise
-from streams.kafka.settings import KafkaSettings
-from streams.runtime.status import AgentStatus, observed_by_type
-from streams.runtime.status_kafka import KafkaStatusBoard, read_reports
 from tests.sensor_workload import T0_MS, readings, write_json
 from tests.streams.cli.helpers import headrace
 
@@ -133,7 +133,7 @@ def test_export_refuses_several_topics_read_together():
     settings = KafkaSettings(
         "127.0.0.1:1", "t-tolls", topics={"tolls": "t-tolls", "prices": "t-prices"}, records="json"
     )
-    with pytest.raises(CliError) as refused:
+    with pytest.raises(ConfigurationError) as refused:
         anyio.run(KafkaRecords.read, settings)  # refused before any connection
     assert str(refused.value) == (
         "headrace export reads one topic; this configuration reads 2 together (t-prices, t-tolls): "

@@ -23,8 +23,8 @@ from aiokafka.errors import (
 )
 
 from streams import QueueFailedError, StreamId, StreamProvider
-from streams.kafka.clients import is_transient, permanent_fix
-from streams.kafka.settings import KafkaSettings
+from streams.backends.kafka.clients import is_transient, permanent_fix
+from streams.backends.kafka.settings import KafkaSettings
 from streams.runtime.metrics import metric_families
 from streams.runtime.snapshot import take_snapshot
 from streams.runtime.status import StatusReporter
@@ -84,7 +84,7 @@ async def test_a_batch_no_installed_codec_reads_stops_its_queue_and_the_others_g
             await provider.drain()  # and again: the queue stays failed, not retried
         assert failed_gauge(provider) == {"0": 0, "1": 0, "2": 1, "3": 0}
         assert provider.store is not None
-        await StatusReporter(provider, provider.store, interval=60.0).report()
+        await StatusReporter(provider, provider.backend.status_board(), interval=60.0).report()
         shown = await anyio.to_thread.run_sync(lambda: headrace("status", "--path", "store", cwd=tmp_path))
     reason = str(failed.value)
     assert reason == (

@@ -8,10 +8,10 @@ import math
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
+from streams.backends.kafka.records import GroupedRecords
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.records import record_format
-from streams.kafka.records import GroupedRecords
 
 A, B = TopicPartition("a", 0), TopicPartition("b", 0)
 

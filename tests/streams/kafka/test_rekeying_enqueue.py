@@ -11,9 +11,9 @@ from typing import Any
 import anyio
 from aiokafka import ConsumerRecord, TopicPartition
 
+from streams.backends.kafka.repartition import Rekeying
+from streams.backends.kafka.settings import KafkaSettings
 from streams.core.records import record_format
-from streams.kafka.repartition import Rekeying
-from streams.kafka.settings import KafkaSettings
 
 SETTINGS = KafkaSettings("k:9092", "readings", queues=2, records="json", key_field="device")
 

@@ -13,13 +13,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from spark_sink.kafka.log import KafkaHandoffLog
 from streams import StreamId, StreamProvider
+from streams.backends.kafka.adapter import KafkaQueueAdapter
+from streams.backends.kafka.handoff_log import KafkaHandoffLog
+from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.state import changelog_topic, decode_key
 from streams.core.ids import QueueId
 from streams.eventtime import Collect, EventTime, OrderingPolicy, Tumbling
-from streams.kafka.adapter import KafkaQueueAdapter
-from streams.kafka.settings import KafkaSettings
-from streams.kafka.state import changelog_topic, decode_key
 from tests.agents.delivery.conftest import drained
 from tests.end_to_end.durable.test_saved_state import (
     Distinct,

@@ -12,7 +12,7 @@ from streams import StreamId, StreamProvider
 from streams.eventtime import EventTime, OrderingPolicy
 from streams.runtime.metrics import metric_families
 from streams.runtime.snapshot import take_snapshot
-from streams.runtime.status import AgentStatus
+from streams.runtime.status import agent_status
 from tests.agents.delivery.conftest import drained
 
 T0 = 1_700_000_000.0
@@ -59,7 +59,7 @@ async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
         holding = samples(provider, "headrace_eventtime_input_holding")
         marks = samples(provider, "headrace_eventtime_input_watermark_timestamp_seconds")
         (queue,) = take_snapshot(provider).queues
-        status = AgentStatus.of("w", queue, 0.0, 1.0)
+        status = agent_status("w", queue, 0.0, 1.0)
         started = [r.getMessage() for r in caplog.records if "holds the merged watermark back" in r.getMessage()]
 
         for key in ["a", "b", "c"]:  # prices pass the tolls
@@ -93,7 +93,7 @@ async def test_headrace_status_shows_the_input_holding_a_queue_back(tmp_path):
             await provider.get_stream(StreamId("tolls", key)).on_next({"t": T0 + 5})
         await drained(provider)
         assert provider.store is not None
-        await StatusReporter(provider, provider.store, interval=60.0).report()
+        await StatusReporter(provider, provider.backend.status_board(), interval=60.0).report()
         shown = await anyio.to_thread.run_sync(lambda: headrace("status", "--path", "store", cwd=tmp_path))
     assert shown.returncode == 0, shown.stderr
     assert "held back by" in shown.stdout
@@ -123,7 +123,7 @@ async def test_headrace_status_shows_the_slowest_substreams_not_a_label_per_key(
             await stream.on_next({"t": T0 + offset, "device": device})
         await drained(provider)
         assert provider.store is not None
-        await StatusReporter(provider, provider.store, interval=60.0).report()
+        await StatusReporter(provider, provider.backend.status_board(), interval=60.0).report()
         families = {f.name for f in metric_families(take_snapshot(provider), {})}
         status = await anyio.to_thread.run_sync(
             lambda: json_of(headrace("status", "--path", "store", "--json", cwd=tmp_path))

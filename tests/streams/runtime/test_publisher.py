@@ -124,7 +124,7 @@ class _GatedWriter:
 
 
 async def test_send_waits_only_while_the_buffer_is_full():
-    from streams.adapters.memory import MemoryAdapterFactory
+    from streams.backends.memory.adapter import MemoryAdapterFactory
 
     factory = MemoryAdapterFactory(1)
     writer = _GatedWriter(ContainerWriter(await factory.create_adapter()))

@@ -1,0 +1,166 @@
+"""The Kafka handoff log as the Spark DataSource sees it: offsets, admission, splits.
+
+An offset here is a Kafka offset of ``<prefix>.handoff.<stream>``: one record per append,
+several rows each. The DataSource's methods are synchronous and run in Spark's Python
+processes: :class:`KafkaStorage` connects for each call and disconnects after it (Spark does
+not reliably call ``stop()``, so nothing may be left open between calls), and a
+:class:`KafkaSplit` reads in the executor on an event loop of its own, in a daemon thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pyarrow as pa
+from aiokafka import TopicPartition
+
+from spark_sink.offsets import OffsetRange, Offsets, admit_records
+from spark_sink.options import ReadOptions
+from spark_sink.schema import HandoffSchema
+from spark_sink.storage import BATCH_ROWS, HandoffSplit, rebatch
+from streams.backends.kafka.clients import start_client
+from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_range, open_reader
+from streams.backends.kafka.handoff_records import HandoffRecord, HandoffTopics
+from streams.backends.kafka.settings import ClientOptions
+
+T = TypeVar("T")
+_SIZE_CHUNK = 500  # records read at a time while sizing a limited batch
+
+
+class _LoopThread:
+    """An asyncio event loop in a daemon thread, for synchronous callers to run coroutines on."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="headrace-kafka", daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        async def run() -> T:
+            return await fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class KafkaStorage:
+    """The handoff streams under ``prefix`` on a Kafka cluster (``client_options`` are
+    aiokafka's: ``bootstrap_servers`` and security settings)."""
+
+    def __init__(self, client_options: ClientOptions, prefix: str = "headrace") -> None:
+        self.client_options = dict(client_options)
+        self.prefix = prefix
+
+    def schema(self, stream: str) -> HandoffSchema:
+        return self._call(lambda log: log.declaration(stream)).schema
+
+    def start_offsets(self, stream: str) -> dict[int, int]:
+        return self._call(lambda log: log.offsets(stream))[0]
+
+    def end_offsets(self, stream: str) -> dict[int, int]:
+        return self._call(lambda log: log.offsets(stream))[1]
+
+    def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+        """Whole appends, at most ``max_rows`` rows that count: their sizes are read from
+        the records themselves, as far as the limit reaches."""
+        sizes = self._call(lambda log: _sizes(log, stream, start, end, max_rows))
+        return admit_records(start, end, max_rows, sizes)
+
+    def plan(self, stream: str, ranges: Sequence[OffsetRange]) -> list[HandoffSplit]:
+        topic = HandoffTopics(self.prefix).data(stream)
+        return [KafkaSplit(self.client_options, topic, r) for r in ranges]
+
+    def trim(self, stream: str, offsets: Mapping[int, int]) -> None:
+        """Nothing: a Kafka topic is trimmed by its retention, not by one of its readers."""
+
+    def close(self) -> None:
+        pass  # nothing stays open between calls
+
+    def _call(self, fn: Callable[[KafkaHandoffLog], Awaitable[T]]) -> T:
+        async def connected() -> T:
+            async with KafkaHandoffLog(self.client_options, self.prefix) as log:
+                return await fn(log)
+
+        return asyncio.run(connected())
+
+
+async def _sizes(
+    log: KafkaHandoffLog, stream: str, start: Offsets, end: Offsets, max_rows: int
+) -> dict[int, list[tuple[int, int]]]:
+    """``(offset, rows that count)`` of each partition's records from ``start``, as far as
+    ``max_rows`` rows reach."""
+    sizes: dict[int, list[tuple[int, int]]] = {}
+    for partition, stop in end.items():
+        found: list[tuple[int, int]] = []
+        rows, offset = 0, start.get(partition, 0)
+        while rows < max_rows and offset < stop:
+            chunk = await log.records(stream, partition, offset, min(offset + _SIZE_CHUNK, stop))
+            for record in chunk:
+                counted = record.rows if record.valid else 0
+                found.append((record.offset, counted))
+                rows += counted
+            offset = chunk[-1].offset + 1 if chunk else stop
+        sizes[partition] = found
+    return sizes
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSplit:
+    """Offsets ``range`` of a handoff topic, read by a Spark executor straight from Kafka."""
+
+    client_options: ClientOptions
+    topic: str
+    range: OffsetRange
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        return rebatch(self._record_batches(), BATCH_ROWS)
+
+    def _record_batches(self) -> Iterator[pa.RecordBatch]:
+        loop = _LoopThread()
+        records = self._records()
+        try:
+            while True:
+                try:
+                    chunk = loop.call(records.__anext__)
+                except StopAsyncIteration:
+                    return
+                for record in chunk:
+                    yield from record.batches()
+        finally:
+            loop.call(records.aclose)
+            loop.close()
+
+    async def _records(self) -> AsyncGenerator[list[HandoffRecord], None]:
+        """The valid records of the range, a fetch at a time."""
+        consumer = open_reader(self.client_options)
+        await start_client(consumer)
+        try:
+            tp = TopicPartition(self.topic, self.range.partition)
+            chunk: list[HandoffRecord] = []
+            async for raw in fetch_range(consumer, tp, self.range.start, self.range.end, 30.0):
+                record = HandoffRecord.decode(raw)
+                if record.valid:
+                    chunk.append(record)
+                if len(chunk) >= 64:
+                    yield chunk
+                    chunk = []
+            if chunk:
+                yield chunk
+        finally:
+            await consumer.stop()
+
+
+def open_storage(options: ReadOptions) -> KafkaStorage:
+    """The Kafka cluster ``options.kafka`` names (the entry point ``kafka`` of
+    :data:`spark_sink.options.STORAGES`)."""
+    assert options.kafka is not None
+    return KafkaStorage(options.kafka, options.topic_prefix)

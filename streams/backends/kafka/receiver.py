@@ -1,0 +1,387 @@
+"""The Kafka receiver: reads queue *i* (partition *i* of the topic, or of each of several
+topics) for the pulling agent that owns it, and commits what is acknowledged."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+
+import anyio
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
+
+from streams.backends.kafka.clients import is_transient, log, offset_bounds, permanent_fix, retry_kafka, start_client
+from streams.backends.kafka.records import ContainerRecords, Fetched, GroupedRecords, RecordReader
+from streams.backends.kafka.settings import KafkaSettings
+from streams.core.batch import QueueMessage
+from streams.core.errors import QueueAdapterError, QueueFailedError
+from streams.core.ids import QueueId, SequenceToken
+from streams.core.retry import Backoff, OutageLog, reason_of
+
+T = TypeVar("T")
+# A record batch that cannot be unpacked: what came before it in the same fetch is lost too.
+UNREADABLE_BATCH = (UnsupportedCodecError, CorruptRecordException)
+NARROW_RECORDS = 10_000  # at most this many read one at a time before such a batch
+
+
+class KafkaQueueReceiver:
+    """Reads one partition for the pulling agent that owns the queue.
+
+    ``initialize`` places the read position after the group's committed offset, or at the
+    configured start. ``get_queue_messages`` returns ``[]`` only once a fetch answered after
+    the call began shows nothing more to read (so an empty answer means "caught up", not "a
+    fetch is still on its way"), or while the broker is unreachable, after a back-off.
+    Acknowledged positions are committed to Kafka at most every ``commit_interval`` seconds
+    (also from ``get_queue_messages``, so an idle queue's last acknowledgement is not left
+    behind) and on :meth:`shutdown`; after a crash, the records acknowledged since the last
+    commit are read again (at least once). ``read_range`` reads history with a separate
+    consumer, leaving the read position where it is.
+
+    :attr:`caught_up` (the receiver protocol's) says whether the last read left the read
+    position at every partition's high-water mark, as the fetch answers reported it.
+    """
+
+    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog) -> None:
+        self.queue = queue
+        self.settings = settings
+        self.outage = outage
+        self._partitions = settings.partitions_of(queue)  # one per topic
+        self._partition = self._partitions[0]
+        fmt = settings.record_format
+        self._reader: RecordReader = (
+            ContainerRecords(queue, self._partition)
+            if fmt is None
+            else GroupedRecords(
+                queue, self._partitions, settings.namespaces, fmt, settings.key_field, settings.repartition_topic
+            )
+        )
+        self._consumer: AIOKafkaConsumer | None = None
+        self._rewinder: AIOKafkaConsumer | None = None  # for read_range, made when first needed
+        # Per partition: the offset after what is acknowledged, and the same as committed.
+        self._acknowledged: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._last_commit = float("-inf")
+        self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
+        self._backoff = Backoff()
+        self.caught_up = False
+        self._topics_checked = time.monotonic()  # when a deleted topic was last looked for
+        self._narrowing = 0  # records still to read one at a time (up to an unreadable batch)
+
+    @property
+    def committed_offset(self) -> int | None:
+        """The offset this receiver last committed (the next record to read after a restart)."""
+        return self._committed.get(self._partition)
+
+    async def initialize(self) -> None:
+        """Connect, and place the read position after the committed offset (or at the
+        configured start when the group has none for this partition)."""
+        consumer = await self._retry(lambda: self._open_consumer(self.settings.group_id), f"reading {self.queue}")
+        self._consumer = consumer
+        positions = {tp: await self._start_position(consumer, tp) for tp in self._partitions}
+        self._reader.start(positions)
+
+    async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
+        """Seek ``tp`` to where reading resumes, and note its committed offset."""
+        committed = await self._retry(lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset")
+        first, end = await self._bounds(consumer, tp)
+        if committed is None:
+            # The re-keying hop's topic holds only what this group's readers sent on:
+            # all of it is to be read, whatever ``start`` says of the source.
+            hop = tp.topic == self.settings.repartition_topic
+            position = first if self.settings.start == "earliest" or hop else end
+        elif committed < first:
+            log.warning(
+                "%s: committed offset %d is older than the oldest retained record %d; records "
+                "%d..%d were removed by the topic's retention before they were read",
+                self.queue,
+                committed,
+                first,
+                committed,
+                first - 1,
+            )
+            position = first
+        elif committed > end:
+            log.warning(
+                "%s: committed offset %d is past the end of the partition (%d): the topic was "
+                "recreated? reading from the oldest retained record %d",
+                self.queue,
+                committed,
+                end,
+                first,
+            )
+            position = first
+        else:
+            position = committed
+        consumer.seek(tp, position)
+        if committed is not None:
+            self._committed[tp] = self._acknowledged[tp] = committed
+        return position
+
+    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        self.caught_up = False  # until a read shows it (an outage, a failure: not known)
+        if max_count <= 0:
+            return []
+        consumer = self._require_consumer()
+        await self._commit_if_due()
+        tps = self._partitions
+        if self._waiting_since is None:
+            self._waiting_since = time.time() * 1000
+        began = time.monotonic()
+        while time.monotonic() - began < self.settings.outage_after:
+            try:
+                batch = await consumer.getmany(
+                    *tps,
+                    timeout_ms=int(self.settings.poll_timeout * 1000),
+                    max_records=1 if self._narrowing > 0 else max_count,
+                )
+            except KafkaError as exc:
+                if isinstance(exc, UNREADABLE_BATCH) and not self._narrowing:
+                    # The records of the fetch before the unreadable batch were lost with
+                    # it: read them again one at a time (from the fetched buffer: cheap), up
+                    # to the batch's exact offset. A batch that reads the second time (a
+                    # checksum broken on the way) ends it after NARROW_RECORDS records.
+                    self._narrowing = NARROW_RECORDS
+                    for tp in tps:
+                        consumer.seek(tp, await consumer.position(tp))
+                    return []
+                if not is_transient(exc):
+                    raise await self._failed(exc) from exc
+                await self._back_off(reason_of(exc), since=began)
+                return []
+            if batch:
+                self._answered()
+                if self._narrowing:
+                    self._narrowing -= 1
+                messages = await self._take(batch)
+                # A fetch brings what it brings: the high-water marks say whether more waits.
+                self.caught_up = await self._caught_up(consumer, unknown=False)
+                return messages
+            since = self._waiting_since
+            answered = [consumer.last_poll_timestamp(tp) for tp in tps]
+            silent = time.time() - since / 1000
+            if all(a is not None and a >= since for a in answered):
+                self._answered()
+                if await self._caught_up(consumer, unknown=True):
+                    self.caught_up = True
+                    await self._check_topics(consumer)
+                    return []  # caught up with what the partitions held at those answers
+                self._waiting_since = time.time() * 1000  # more to come: wait for it
+            elif silent >= self.settings.outage_after:
+                reason = f"no fetch answer for {self.queue} in {silent:.1f} s"
+                await self._back_off(reason, since=time.monotonic() - silent)
+                return []
+        return []  # answers keep coming, records not yet: the agent asks again
+
+    async def _take(self, fetched: Fetched) -> list[QueueMessage]:
+        """The queue messages of the records of one read (the re-keying hop sends some on
+        first: :class:`~streams.backends.kafka.state.KafkaRecordReceiver`)."""
+        return self._reader.messages(fetched)
+
+    async def _caught_up(self, consumer: AIOKafkaConsumer, *, unknown: bool) -> bool:
+        """Whether the read position is at every partition's high-water mark as the last
+        fetch answers gave it (``unknown``: what a partition with no answer yet counts as)."""
+        for tp in self._partitions:
+            highwater = consumer.highwater(tp)
+            if highwater is None:
+                if not unknown:
+                    return False
+            elif await consumer.position(tp) < highwater:
+                return False
+        return True
+
+    async def _check_topics(self, consumer: AIOKafkaConsumer) -> None:
+        """Raise :class:`QueueFailedError` if a topic of this queue has been deleted.
+
+        A deleted topic's fetches answer, empty, as a caught-up partition's do (the
+        consumer asks for metadata again and again, quietly): only the cluster's list of
+        topics tells them apart. Asked at most every ``outage_after`` seconds while idle.
+        """
+        now = time.monotonic()
+        if now - self._topics_checked < self.settings.outage_after:
+            return
+        self._topics_checked = now
+        try:
+            with anyio.fail_after(self.settings.request_timeout):
+                topics = await consumer.topics()
+        except (KafkaError, TimeoutError):
+            return  # unanswered: the fetches will tell an outage
+        gone = [tp for tp in self._partitions if tp.topic not in topics]
+        if gone:
+            raise await self._failed(UnknownTopicOrPartitionError(f"topic {gone[0].topic!r} is not on the cluster"))
+
+    async def _failed(self, exc: BaseException, what: str = "cannot read") -> QueueFailedError:
+        """The one line that says this queue cannot go on: where, why and the fix."""
+        where = []
+        for tp in self._partitions:
+            offset: object = self._acknowledged.get(tp)
+            if self._consumer is not None:
+                with anyio.move_on_after(1):
+                    offset = await self._consumer.position(tp)
+            where.append(f"{tp.topic} partition {tp.partition} at offset {offset}")
+        reason = str(exc) if type(exc).__name__ in str(exc) else reason_of(exc)  # aiokafka's name themselves
+        return QueueFailedError(
+            f"{self.queue}: {what} {', '.join(where)}: {reason}; {permanent_fix(exc, self.settings)}"
+        )
+
+    def _answered(self) -> None:
+        """A fetch answered: the broker is reachable."""
+        self._waiting_since = None
+        self._backoff.reset()
+        self.outage.recovered()
+
+    async def _back_off(self, reason: str, since: float) -> None:
+        """The broker did not answer: report it, and wait before the agent asks again."""
+        self.outage.failed(reason, since=since)
+        await anyio.sleep(self._backoff.next())
+
+    async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
+        if not tokens:
+            return
+        self._acknowledge(self._reader.acknowledged(max(t.sequence_number for t in tokens)))
+        await self._commit_if_due()
+
+    def _acknowledge(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """These offsets may be committed (never moving one back)."""
+        acknowledged = self._acknowledged
+        for tp, offset in offsets.items():
+            if offset > acknowledged.get(tp, -1):
+                acknowledged[tp] = offset
+
+    async def _commit_if_due(self) -> None:
+        if time.monotonic() - self._last_commit >= self.settings.commit_interval:
+            await self._commit()
+
+    async def _commit(self) -> bool:
+        """Commit the acknowledged position; ``False`` if the broker could not be reached
+        (the position stays pending and is committed on a later try)."""
+        committed = self._committed
+        offsets = {tp: o for tp, o in self._acknowledged.items() if committed.get(tp) != o}
+        if self._consumer is None or not (offsets or self._states_pending()):
+            return True
+        self._last_commit = began = time.monotonic()
+        if not await self._save_states():
+            return False  # the offsets wait for the states they rely on
+        if not offsets:
+            return True
+        try:
+            with anyio.fail_after(self.settings.request_timeout):
+                await self._consumer.commit(offsets)
+        except Exception as exc:  # sorted into transient and not just below
+            if not (isinstance(exc, TimeoutError) or is_transient(exc)):
+                raise QueueFailedError(
+                    f"Kafka refused the offset commit of {self.queue} for group "
+                    f"{self.settings.group_id!r} ({type(exc).__name__}); headrace assigns "
+                    "partitions itself, so its group id must not be used by consumers that "
+                    "join the group: give headrace a group_id of its own"
+                ) from exc
+            reason = f"offset commit: {reason_of(exc)}"
+            self.outage.failed(reason, since=began)
+            return False
+        committed.update(offsets)
+        self.outage.recovered()
+        return True
+
+    def _states_pending(self) -> bool:
+        """Saved event-time state waits to be written (:mod:`~streams.backends.kafka.state`)."""
+        return False
+
+    async def _save_states(self) -> bool:
+        """Write the pending state and wait for Kafka to have it; False: not written."""
+        return True
+
+    async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:
+        """Up to ``max_count`` records from offset ``start_sequence`` (or the oldest retained
+        one after it), without moving the read position: rewinds and cursor catch-up."""
+        if max_count <= 0:
+            return []
+        if self._rewinder is None:
+            self._rewinder = await self._retry(lambda: self._open_consumer(None), f"rewinding {self.queue}")
+        rewinder: AIOKafkaConsumer = self._rewinder
+        tp = self._partition
+        first, end = await self._bounds(rewinder, tp)
+        offset = max(start_sequence, first)
+        if offset >= end:
+            return []
+        rewinder.seek(tp, offset)
+        out: list[QueueMessage] = []
+        with anyio.move_on_after(self.settings.give_up_after) as scope:
+            while len(out) < max_count and (not out or out[-1].sequence_number < end - 1):
+                batch = await rewinder.getmany(
+                    tp,
+                    timeout_ms=int(self.settings.poll_timeout * 1000),
+                    max_records=max_count - len(out),
+                )
+                out.extend(self._reader.messages(batch))
+                if not batch and await rewinder.position(tp) >= end:
+                    break  # the last offsets before the end hold no records (compaction)
+        if scope.cancelled_caught:
+            raise QueueAdapterError(
+                f"rewinding {self.queue} to offset {offset} failed: no answer from "
+                f"{self.settings.server} within {self.settings.give_up_after:.0f} s"
+            )
+        return out
+
+    async def shutdown(self) -> None:
+        """Commit the last acknowledged position and disconnect.
+
+        A commit that fails here is logged, not raised: the queue is being let go either
+        way, and the records after the last committed offset will be read again.
+        """
+        try:
+            if self._consumer is not None and not await self._commit():
+                log.warning(
+                    "%s: offset %s (after the last acknowledged record) was not committed: "
+                    "%s is unreachable; records from offset %s on will be read again",
+                    self.queue,
+                    self._offsets(self._acknowledged),
+                    self.settings.server,
+                    self._offsets(self._committed),
+                )
+        except QueueAdapterError as exc:
+            log.error(
+                "%s: %s; records from offset %s on will be read again",
+                self.queue,
+                exc,
+                self._offsets(self._committed),
+            )
+        finally:
+            consumers = [c for c in (self._consumer, self._rewinder) if c is not None]
+            self._consumer = self._rewinder = None
+            for consumer in consumers:
+                with anyio.move_on_after(self.settings.request_timeout):
+                    await consumer.stop()
+
+    async def _open_consumer(self, group_id: str | None) -> AIOKafkaConsumer:
+        consumer = AIOKafkaConsumer(
+            **self.settings.client_kwargs(),
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",  # an offset lost to retention: the oldest retained
+            fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+        )
+        await start_client(consumer)
+        consumer.assign(self._partitions)
+        return consumer
+
+    def _offsets(self, offsets: Mapping[TopicPartition, int]) -> str:
+        """How log lines name a queue's offsets: one number, or one per topic."""
+        if self.settings.topics is None:
+            return str(offsets.get(self._partition))
+        return ", ".join(f"{tp.topic}: {offsets.get(tp)}" for tp in self._partitions)
+
+    async def _bounds(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
+        """The oldest retained offset of ``tp`` and the offset its next record will get."""
+
+        return await self._retry(lambda: offset_bounds(consumer, tp), f"reading the bounds of {self.queue}")
+
+    def _require_consumer(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise QueueAdapterError(f"the receiver of {self.queue} is not initialized (call initialize())")
+        return self._consumer
+
+    async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
+        try:
+            return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
+        except KafkaError as exc:  # retry_kafka lets through only what retrying cannot fix
+            raise await self._failed(exc, f"{what} failed for") from exc

@@ -1,0 +1,283 @@
+"""What a Kafka receiver makes of the records of one read, and which offsets an
+acknowledgement lets it commit.
+
+- :class:`ContainerRecords`: headrace's own topic. One record is one batch container; its
+  queue position is its offset, and acknowledging position ``n`` commits offset ``n + 1``.
+
+- :class:`GroupedRecords`: a topic of one event per record, written by anyone, in a
+  :class:`~streams.core.records.RecordFormat`, perhaps several topics read together
+  (queue *i* reads partition *i* of each). The records of one read are decoded and gathered
+  by stream into one :class:`~streams.core.record_batch.RecordBatch` per stream, one queue
+  message each, so the runtime pays its per-batch costs once per stream and read. A record
+  that does not decode is a message of its own that says why, which the pulling agent
+  dead-letters with the raw bytes.
+
+Positions of grouped records. A message's position (the sequence number of its events'
+tokens ``position:index``) is that of its first record. A record's position is its offset
+plus the read positions of the queue's other topics, counted so that positions grow from
+read to read; with one topic it is the record's offset. Since a message stands at its first
+record, every record before the first record of the oldest unacknowledged message of a
+topic belongs to an acknowledged message: that first record's offset is what the topic
+commits (the read position when none is left).
+
+These positions depend on how the records were grouped, which a replay from another offset
+does not reproduce; each event also keeps its record's offset, which it does
+(:class:`~streams.core.record_batch.RecordBatch`): that is the position a saved event-time
+state keeps (:mod:`~streams.backends.kafka.state`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from aiokafka import ConsumerRecord, TopicPartition
+
+from streams.backends.kafka.settings import KeyField
+from streams.core.batch import QueueMessage
+from streams.core.codec import interned
+from streams.core.errors import DecodeError
+from streams.core.ids import QueueId, StreamId
+from streams.core.record_batch import RecordBatch
+from streams.core.records import RecordFormat
+
+Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
+
+# The header the re-keying hop adds to each record it sends on (streams.backends.kafka.repartition):
+# b"<source partition>:<source offset>", after the producer's own headers.
+SOURCE_HEADER = "headrace.source"
+
+
+def unwrapped(headers: Sequence[tuple[str, bytes]]) -> tuple[Sequence[tuple[str, bytes]], int | None]:
+    """A repartition record's headers as its producer wrote them, and its source record's
+    offset (None: not sent on by the hop): what a consumer sees of a re-keyed record is
+    the record in the user's own topic, not the hop's copy.
+
+    >>> unwrapped((("trace", b"x"), ("headrace.source", b"3:0")))
+    ((('trace', b'x'),), 0)
+    >>> unwrapped((("trace", b"x"),))
+    ((('trace', b'x'),), None)
+    """
+    if headers and headers[-1][0] == SOURCE_HEADER:  # the hop's header is the last one
+        return headers[:-1], int(bytes(headers[-1][1]).split(b":")[1])
+    return headers, None
+
+
+def key_of(value: Any, key_field: KeyField) -> str | int | None:
+    """The key ``key_field`` gives a record's decoded ``value``: its field of that name, or
+    what the function returns; ``None`` unless that is a str or an int (a function that
+    raises gives none).
+
+    >>> key_of({"device": "d-7"}, "device"), key_of({"id": 3}, lambda v: v["id"]), key_of([1], "device")
+    ('d-7', 3, None)
+    """
+    if isinstance(key_field, str):
+        key = value.get(key_field) if type(value) is dict else None
+    else:
+        try:
+            key = key_field(value)
+        except Exception:  # the user's function: any error means no key (dead-lettered)
+            return None
+    if key is None or isinstance(key, bool) or not isinstance(key, (str, int)):
+        return None
+    return key
+
+
+def keyed_by(key_field: KeyField) -> str:
+    """How a dead letter's detail names ``key_field``."""
+    if isinstance(key_field, str):
+        return f"its value's field {key_field!r}"
+    return f"key function {getattr(key_field, '__qualname__', repr(key_field))}"
+
+
+class RecordReader(Protocol):
+    """Turns the records of a read into queue messages; maps acknowledgements to offsets."""
+
+    def start(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Reading begins (again) at these offsets."""
+
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
+        """The queue messages of one read, in position order; ``ends``: where each partition's
+        read ended, when records of it were taken out of ``fetched`` (the re-keying hop's)."""
+        ...
+
+    def acknowledged(self, last: int) -> dict[TopicPartition, int]:
+        """Every message up to position ``last`` is done with: the offsets to commit."""
+        ...
+
+
+class ContainerRecords:
+    """Headrace's own format: each record is one message at its offset."""
+
+    def __init__(self, queue: QueueId, partition: TopicPartition) -> None:
+        self._queue = queue
+        self._partition = partition
+
+    def start(self, positions: Mapping[TopicPartition, int]) -> None:
+        pass
+
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
+        # A record with no value (a tombstone from another writer) is empty bytes, which
+        # the pulling agent dead-letters like any other record that does not decode.
+        queue = self._queue
+        return [
+            QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
+            for r in fetched.get(self._partition, ())
+        ]
+
+    def acknowledged(self, last: int) -> dict[TopicPartition, int]:
+        return {self._partition: last + 1}
+
+
+class GroupedRecords:
+    """One-event records of one or several topics, gathered by stream.
+
+    The stream of a record is ``StreamId(namespace of its topic, key)``, the key being the
+    record's key as UTF-8; for a record with no key, field ``key_field`` of its decoded value
+    (when given), else the partition number.
+    """
+
+    def __init__(
+        self,
+        queue: QueueId,
+        partitions: Sequence[TopicPartition],
+        namespaces: Mapping[str, str],
+        record_format: RecordFormat,
+        key_field: KeyField | None = None,
+        hop: str | None = None,
+    ) -> None:
+        self._queue = queue
+        self._hop = hop  # the re-keying hop's repartition topic, if any
+        self._partitions = list(partitions)  # a fixed topic order: positions depend on it
+        self._namespaces = dict(namespaces)  # topic -> namespace
+        self._format = record_format
+        self._key_field = key_field
+        self._positions: dict[TopicPartition, int] = {tp: 0 for tp in self._partitions}
+        # Per topic: (position, first offset) of each message not yet acknowledged.
+        self._pending: dict[TopicPartition, deque[tuple[int, int]]] = {tp: deque() for tp in self._partitions}
+        self._stream_ids: dict[tuple[str, Any], StreamId] = {}
+        # The newest record timestamp read (seconds): the queue's clock, from which each
+        # batch learns the clock just before its first record (``clock_before``).
+        self._clock = -math.inf
+
+    def start(self, positions: Mapping[TopicPartition, int]) -> None:
+        for tp in self._partitions:
+            self._positions[tp] = positions[tp]
+            self._pending[tp].clear()
+        self._clock = -math.inf  # the records before the start are not read: not known
+
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
+        out: list[QueueMessage] = []
+        base = sum(self._positions.values())
+        for tp in self._partitions:
+            records = fetched.get(tp) or ()
+            start = self._positions[tp]
+            end = records[-1].offset + 1 if records else start
+            if ends is not None:
+                end = max(end, ends.get(tp, end))
+            if end == start:
+                continue
+            if records:
+                self._group(tp, records, base - start, out)
+            base += end - start
+            self._positions[tp] = end
+        return out
+
+    def acknowledged(self, last: int) -> dict[TopicPartition, int]:
+        commits = {}
+        for tp, pending in self._pending.items():
+            while pending and pending[0][0] <= last:
+                pending.popleft()
+            commits[tp] = pending[0][1] if pending else self._positions[tp]
+        return commits
+
+    def _group(
+        self,
+        tp: TopicPartition,
+        records: Sequence[ConsumerRecord[bytes, bytes]],
+        shift: int,
+        out: list[QueueMessage],
+    ) -> None:
+        """Append the messages of one topic's records (positions: offset + ``shift``)."""
+        decode = self._format.decode
+        key_field = self._key_field
+        # key -> (values, records, clocks): three appends a record; the rest is read per group below.
+        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]], list[float]]] = {}
+        bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
+        # A group gathers records that other streams' records stand between: each record
+        # keeps the queue's clock just before it (RecordBatch.clocks), so an activation can
+        # catch up with it as though the records had come one by one.
+        clock = self._clock
+        for r in records:
+            before, arrival = clock, r.timestamp / 1000
+            if arrival > clock:
+                clock = arrival
+            try:
+                value = decode(r.value)
+            except Exception as exc:  # the format's own errors: any type
+                what = "no value (a tombstone)" if r.value is None else f"{exc!r}"
+                bad.append((r, f"does not decode as {self._format.name}: {what}"))
+                continue
+            key: Any = r.key
+            if key is None and key_field is not None:
+                key = key_of(value, key_field)
+                if key is None:
+                    bad.append((r, f"has no key and {keyed_by(key_field)} gives no str or int"))
+                    continue
+            group = groups.get(key)
+            if group is None:
+                groups[key] = ([value], [r], [before])
+            else:
+                group[0].append(value)
+                group[1].append(r)
+                group[2].append(before)
+        queue, pending = self._queue, self._pending[tp]
+        made: list[QueueMessage] = []
+        for key, (values, members, clocks) in groups.items():
+            sid = self._stream_id(tp, key)
+            if sid is None:
+                bad.extend((r, "has a key that is not UTF-8") for r in members)
+                continue
+            times = [r.timestamp / 1000 for r in members]
+            offsets = [r.offset for r in members]
+            if tp.topic == self._hop:  # events show their source records, not the hop's copies
+                shown = [unwrapped(r.headers) for r in members]
+                headers = [h for h, _ in shown]
+                sources = [offset if source is None else source for (_, source), offset in zip(shown, offsets)]
+                batch = RecordBatch(sid, values, times, headers, offsets, shown_offsets=sources)
+            else:
+                batch = RecordBatch(sid, values, times, [r.headers for r in members], offsets)
+            batch.clocks = clocks
+            if clocks[0] > -math.inf:
+                batch.clock_before = clocks[0]
+            made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
+        for r, why in bad:
+            error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}", r.offset)
+            made.append(QueueMessage(queue, r.offset + shift, r.value or b"", r.timestamp / 1000, error))
+        self._clock = clock
+        if bad:
+            made.sort(key=lambda m: m.sequence_number)
+        pending.extend((m.sequence_number, m.sequence_number - shift) for m in made)
+        out.extend(made)
+
+    def _stream_id(self, tp: TopicPartition, key: Any) -> StreamId | None:
+        """The stream of ``key`` (bytes, a field's value, or None) in ``tp``'s topic; None
+        for a key that is not UTF-8."""
+        cache_key = (tp.topic, key if key is not None else tp.partition)
+        sid = self._stream_ids.get(cache_key)
+        if sid is None:
+            if key is None:
+                text = str(tp.partition)
+            elif isinstance(key, bytes):
+                try:
+                    text = key.decode()
+                except UnicodeDecodeError:
+                    return None
+            else:
+                text = str(key)
+            if len(self._stream_ids) >= 100_000:
+                self._stream_ids.clear()
+            sid = self._stream_ids[cache_key] = interned(StreamId(self._namespaces[tp.topic], text))
+        return sid

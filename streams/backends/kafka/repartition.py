@@ -1,0 +1,223 @@
+"""The re-keying hop: one activation per key of a topic whose producers did not key it.
+
+A topic of one event per record read with ``key_field=`` may hold a key's records in every
+partition (a producer without a key spreads them), and each queue would make its own
+activation of the key, each with a part of its windows. As Kafka Streams does, the
+receiver of queue *i* re-keys the records of partition *i* it reads that have no key:
+
+1. it sends each, keyed by its stream key, to the partition of the **repartition topic**
+   ``<group_id>.repartition.<topic>`` that Kafka's partitioner gives that key (the queue
+   that owns the key), with a header ``headrace.source`` = ``b"<partition>:<offset>"``
+   naming its source record;
+2. it waits until Kafka has every one (``acks=all``) before it takes anything else of that
+   read, so the source offset it commits later never passes a record not yet durable there;
+3. queue *j* reads partition *j* of the repartition topic beside partition *j* of the source
+   (a second topic read together), whose records are keyed: one activation per key. Its
+   consumers see each such record as its source: ``event.offset`` is the source record's
+   offset and ``event.headers`` are the producer's, without ``headrace.source``
+   (:func:`~streams.backends.kafka.records.unwrapped`); the event's ``position``, where a replay of
+   the queue finds it, stays the repartition record's.
+
+Records that have a key (the stream id already) skip the hop.
+
+**Exactly once across the hop.** A crash after step 1 and before the source offset is
+committed sends those records again when the source is read again: duplicates, later in the
+repartition partition than their originals. A source partition's records reach a
+repartition partition in offset order (one reader at a time, in order), so the reader of
+repartition partition *j* keeps, per source partition, the highest source offset it has
+taken, and skips a record at or below it. That memory is saved with the queue's event-time
+state in the changelog (:mod:`~streams.backends.kafka.state`) before each offset commit, as
+it stood at the offset committed, and loaded by whoever reads the queue next.
+
+>>> seen = SeenSources()
+>>> [seen.take(10, b"2:7"), seen.take(11, b"2:8"), seen.take(12, b"2:7")]
+[True, True, False]
+>>> rows = seen.committed_rows(12)  # what the changelog keeps for a commit at offset 12
+>>> rows
+[('headrace.repartition', 'partition 2', 12, 0, b'\\x08')]
+>>> seen.saved(rows); seen.committed_rows(12)  # saved: nothing new to write
+[]
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import anyio
+import msgpack
+from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.producer.message_accumulator import BatchBuilder
+
+from streams.adapters.mapper import KafkaPartitionMapper
+from streams.backends.kafka.records import SOURCE_HEADER, Fetched, key_of
+from streams.backends.kafka.settings import KafkaSettings, KeyField
+from streams.core.records import RecordFormat
+
+# The changelog rows of the hop: consumer name, and one "stream" per source partition.
+SEEN = "headrace.repartition"
+
+_Upsert = tuple[str, str, int, int, bytes]  # consumer, stream, sequence, index, state
+Forward = tuple[ConsumerRecord[bytes, bytes], bytes]  # a source record and its stream key
+
+
+class SeenSources:
+    """Per source partition, the highest source offset taken from one repartition
+    partition; and the same as of the offset last committed (what the changelog keeps)."""
+
+    def __init__(self) -> None:
+        self.highest: dict[int, int] = {}
+        self.duplicates = 0  # records skipped as copies of ones taken before
+        self._taken: deque[tuple[int, int, int]] = deque()  # (offset, source partition, offset)
+        self._committed: dict[int, int] = {}
+        self._written: dict[int, int] = {}
+
+    def restore(self, committed: Mapping[int, int]) -> None:
+        self.highest = dict(committed)
+        self._committed = dict(committed)
+        self._written = dict(committed)
+        self._taken.clear()
+
+    def take(self, offset: int, source: bytes | None) -> bool:
+        """Whether the repartition record at ``offset`` (its source header ``source``) is
+        new; a duplicate is counted and to be skipped."""
+        if source is None:
+            return True  # not written by the hop: nothing to compare
+        partition, source_offset = map(int, source.split(b":"))
+        if source_offset <= self.highest.get(partition, -1):
+            self.duplicates += 1
+            return False
+        self.highest[partition] = source_offset
+        self._taken.append((offset, partition, source_offset))
+        return True
+
+    def committed_rows(self, offset: int) -> list[_Upsert]:
+        """The changelog rows for a commit at repartition ``offset``: the highest source
+        offsets of the records before it, those that changed since the last rows saved
+        (:meth:`saved`)."""
+        taken = self._taken
+        while taken and taken[0][0] < offset:
+            _, partition, source_offset = taken.popleft()
+            self._committed[partition] = source_offset
+        return [
+            (SEEN, f"partition {p}", offset, 0, msgpack.packb(o))
+            for p, o in sorted(self._committed.items())
+            if self._written.get(p) != o
+        ]
+
+    def saved(self, rows: Sequence[_Upsert]) -> None:
+        """``rows`` are in the changelog."""
+        for _, stream, _, _, state in rows:
+            self._written[int(stream.split()[1])] = msgpack.unpackb(state)
+
+    def restore_rows(self, rows: Mapping[str, bytes]) -> None:
+        """Restore what the changelog kept (stream -> state of the rows of :data:`SEEN`)."""
+        self.restore({int(stream.split()[1]): int(msgpack.unpackb(state)) for stream, state in rows.items()})
+
+
+class Rekeying:
+    """The hop of one queue: which records of a read to send on, sending them, and which
+    records of the repartition partition to take.
+
+    ``source`` and ``repartition`` are the queue's partitions of the two topics.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        source: TopicPartition,
+        repartition: TopicPartition,
+        record_format: RecordFormat,
+        key_field: KeyField,
+    ) -> None:
+        self.settings = settings
+        self.source = source
+        self.repartition = repartition
+        self._decode = record_format.decode
+        self._key_field = key_field
+        self.seen = SeenSources()
+        self.forwarded = 0
+        self._placing = KafkaPartitionMapper(settings.queues)  # as Kafka's partitioner, each key once
+
+    def to_forward(self, fetched: Fetched) -> list[Forward]:
+        """The source records of a read that go through the hop, with their keys: no
+        record key, and a decoded value with a str or int ``key_field`` (the others stay,
+        dead-lettered as without the hop)."""
+        out = []
+        for r in fetched.get(self.source, ()):
+            if r.key is None:
+                key = self._key_of(r)
+                if key is not None:
+                    out.append((r, key))
+        return out
+
+    async def forward(
+        self, producer: AIOKafkaProducer, records: Sequence[Forward], enqueueing: anyio.Lock | None = None
+    ) -> None:
+        """Send ``records`` to their keys' repartition partitions; return once Kafka has all
+        of them (raise the first failure: the caller reads them again).
+
+        One record batch per partition, filled here, rather than a ``send`` per record:
+        the producer's per-record future and partition lookup cost more than the
+        record itself. A partition's batches are queued in order, so its records stay in
+        source offset order (what :class:`SeenSources` relies on).
+
+        ``enqueueing``, shared by the hops of one producer, lets one hop at a time enqueue:
+        the producer holds one batch a partition, and hops that wait for the same
+        partition's turn together run out of aiokafka's wait (its ``add_batch`` takes the time
+        waited off its timeout again on every turn) and fail with ``KafkaTimeoutError``, as
+        a worker's agents, started side by side, did. The acknowledgements are awaited
+        outside it."""
+        topic = self.repartition.topic
+        building: dict[int, BatchBuilder] = {}
+        sending: list[asyncio.Future[Any]] = []
+        async with enqueueing if enqueueing is not None else nullcontext():
+            for r, key in records:
+                partition = self._placing.queue_of_key(key.decode()).number
+                batch = building.get(partition)
+                if batch is None:
+                    batch = building[partition] = producer.create_batch()
+                headers = [*r.headers, (SOURCE_HEADER, f"{r.partition}:{r.offset}".encode())]
+                if batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers) is None:
+                    sending.append(await producer.send_batch(batch, topic, partition=partition))
+                    batch = building[partition] = producer.create_batch()
+                    batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers)  # a first always fits
+            for partition, batch in building.items():
+                sending.append(await producer.send_batch(batch, topic, partition=partition))
+        for result in await asyncio.gather(*sending, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
+        self.forwarded += len(records)
+
+    def kept(self, fetched: Fetched, forwarded: Sequence[Forward]) -> dict[TopicPartition, Any]:
+        """What the queue reads of ``fetched``: the source records not ``forwarded``, and
+        the repartition records that are not duplicates."""
+        gone = {r.offset for r, _ in forwarded}
+        out: dict[TopicPartition, Any] = {}
+        for tp, records in fetched.items():
+            if tp == self.source:
+                out[tp] = [r for r in records if r.offset not in gone] if gone else records
+            elif tp == self.repartition:
+                take = self.seen.take
+                out[tp] = [r for r in records if take(r.offset, _source_of(r))]
+            else:
+                out[tp] = records
+        return out
+
+    def _key_of(self, r: ConsumerRecord[bytes, bytes]) -> bytes | None:
+        try:
+            value = self._decode(r.value)
+        except Exception:  # the format's own errors: any type; dead-lettered when read
+            return None
+        key = key_of(value, self._key_field)
+        return None if key is None else str(key).encode()
+
+
+def _source_of(r: ConsumerRecord[bytes, bytes]) -> bytes | None:
+    for name, value in reversed(r.headers):  # the hop's header is the last one
+        if name == SOURCE_HEADER:
+            return bytes(value)
+    return None

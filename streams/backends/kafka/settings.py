@@ -1,0 +1,219 @@
+"""What every Kafka client of headrace shares: the cluster, the topic(s) and how they are
+read, and the timeouts of riding out an outage (:class:`KafkaSettings`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiokafka import TopicPartition
+
+from streams.core.errors import ConfigurationError
+from streams.core.ids import QueueId, StreamId
+from streams.core.records import HEADRACE, RecordFormat, record_format
+
+Start = Literal["earliest", "latest"]
+# What keys a record without a key: a field of its decoded value, or a function of it (a str
+# or an int; None: no key, the record is dead-lettered).
+KeyField = str | Callable[[Any], object]
+# The codecs of Kafka's record batches; aiokafka reads and writes each (with cramjam).
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
+# aiokafka client keyword arguments: bootstrap_servers, the security settings, client_id, ...
+ClientOptions = Mapping[str, object]
+
+
+def cluster_name(bootstrap_servers: object) -> str:
+    """How log lines and errors name a cluster.
+
+    >>> cluster_name("127.0.0.1:9092"), cluster_name(["k1:9092", "k2:9092"])
+    ('Kafka at 127.0.0.1:9092', 'Kafka at k1:9092,k2:9092')
+    """
+    servers = bootstrap_servers
+    if not isinstance(servers, str) and isinstance(servers, Iterable):
+        servers = ",".join(map(str, servers))
+    return f"Kafka at {servers}"
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Everything headrace's Kafka clients share: the queue adapter's, the group balancer's
+    and the handoff log's.
+
+    ``client_options`` go to every aiokafka client (producer, consumers, admin): the
+    connection and security settings of a real cluster, e.g. ``security_protocol``,
+    ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``, ``client_id``.
+
+    ``records`` is the topic's record format: ``"headrace"`` (batch containers), or one event
+    per record in ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
+    :class:`~streams.core.records.RecordFormat`. Such a topic's streams are
+    ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic's name;
+    ``key_field`` names the value's field that keys records without a key, or is a function
+    of the decoded value giving that key). ``topics``
+    (namespace -> topic) reads several co-partitioned topics of one format together.
+
+    >>> settings = KafkaSettings("127.0.0.1:9092", "sensors", queues=4)
+    >>> settings.server, settings.client_kwargs()["request_timeout_ms"]
+    ('Kafka at 127.0.0.1:9092', 5000)
+    """
+
+    bootstrap_servers: str | Sequence[str]
+    topic: str
+    queues: int = 8
+    group_id: str = "headrace"
+    start: Start = "earliest"
+    replication_factor: int = 1  # for a topic the adapter creates
+    idempotent: bool = True  # the broker keeps one copy of a record the producer retries
+    # How headrace's own producers compress their record batches (readers need nothing:
+    # every codec is read whatever this says). See docs/kafka.md for the trade-off.
+    compression: Compression = "none"
+    commit_interval: float = 1.0  # seconds between offset commits, at most
+    poll_timeout: float = 0.1  # how long an empty read waits for new records
+    outage_after: float = 3.0  # seconds without a fetch answer before calling it an outage
+    request_timeout: float = 5.0  # one attempt of a request to the broker
+    give_up_after: float = 60.0  # seconds of failed attempts before an enqueue etc. raises
+    # Workers share the partitions through a Kafka consumer group (KafkaGroupBalancer). Off:
+    # each worker reads every partition, for a worker known to run alone (it then starts
+    # without waiting for the group's first rebalance, a few seconds).
+    group_membership: bool = True
+    # Topics of the Spark handoff log start with this: <prefix>.handoff.<stream>, ... (the
+    # DataSource's topicPrefix option names the same prefix).
+    handoff_prefix: str = "headrace"
+    # The topic of the dead letters (None: "<topic>.dlq", as Kafka Connect and Spring name it).
+    dead_letter_topic: str | None = None
+    client_options: ClientOptions = field(default_factory=dict)
+    records: str | RecordFormat = HEADRACE
+    namespace: str | None = None
+    key_field: KeyField | None = None
+    topics: Mapping[str, str] | None = None  # namespace -> topic
+    # The decoded form of records (None: headrace's containers), and topic -> namespace.
+    record_format: RecordFormat | None = field(init=False, repr=False, compare=False, default=None)
+    namespaces: Mapping[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "record_format", record_format(self.records))
+        object.__setattr__(self, "namespaces", self._namespaces())
+        if not isinstance(self.topic, str) or not self.topic:
+            raise ConfigurationError(f"topic is a non-empty str, not {self.topic!r}")
+        if not isinstance(self.queues, int) or isinstance(self.queues, bool) or self.queues < 1:
+            raise ConfigurationError(f"queues is a positive int, not {self.queues!r}")
+        if self.start not in ("earliest", "latest"):
+            raise ConfigurationError(f"start is 'earliest' or 'latest', not {self.start!r}")
+        if self.compression not in COMPRESSIONS:
+            raise ConfigurationError(f"compression is one of {', '.join(COMPRESSIONS)}, not {self.compression!r}")
+        if not isinstance(self.handoff_prefix, str) or not self.handoff_prefix:
+            raise ConfigurationError(f"handoff_prefix is a non-empty str, not {self.handoff_prefix!r}")
+        if self.dead_letter_topic is not None and not (
+            isinstance(self.dead_letter_topic, str) and self.dead_letter_topic
+        ):
+            raise ConfigurationError(f"dead_letter_topic is a non-empty str, not {self.dead_letter_topic!r}")
+        if not isinstance(self.group_id, str) or not self.group_id:
+            raise ConfigurationError(f"group_id is a non-empty str, not {self.group_id!r}")
+        for name in (
+            "commit_interval",
+            "poll_timeout",
+            "outage_after",
+            "request_timeout",
+            "give_up_after",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ConfigurationError(f"{name} is seconds >= 0, not {value!r}")
+
+    def _namespaces(self) -> dict[str, str]:
+        foreign = self.record_format is not None
+        for name in ("namespace", "key_field"):
+            value = getattr(self, name)
+            function = name == "key_field" and callable(value)
+            if value is not None and not function and not (isinstance(value, str) and value):
+                raise ConfigurationError(
+                    f"{name} is a non-empty str{' or a function' * (name == 'key_field')}, not {value!r}"
+                )
+            if value is not None and not foreign:
+                raise ConfigurationError(
+                    f"{name} is for topics of one event per record: set records= to their "
+                    "format (json, msgpack, text, bytes or a RecordFormat)"
+                )
+        if self.topics is None:
+            namespace = self.namespace or self.topic
+            hop = self.repartition_topic
+            return {self.topic: namespace} if hop is None else {self.topic: namespace, hop: namespace}
+        if not foreign:
+            raise ConfigurationError("topics= reads topics of one event per record: set records= to their format")
+        if self.key_field is not None:
+            raise ConfigurationError(
+                "key_field= re-keys the records of one topic (streams.backends.kafka.repartition): "
+                "read the topics of topics= with their record keys, or each topic on its own"
+            )
+        if self.namespace is not None:
+            raise ConfigurationError("with topics= each topic's namespace is its key there: drop namespace=")
+        topics = dict(self.topics)
+        if not topics or not all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in topics.items()):
+            raise ConfigurationError(f"topics maps namespaces to topic names (non-empty str), not {self.topics!r}")
+        if len(set(topics.values())) != len(topics):
+            raise ConfigurationError(f"topics names a topic twice: {self.topics!r}")
+        if self.topic not in topics.values():
+            raise ConfigurationError(f"topic {self.topic!r} is not one of topics= {sorted(topics.values())}")
+        return {topic: namespace for namespace, topic in topics.items()}
+
+    @property
+    def repartition_topic(self) -> str | None:
+        """The topic of the re-keying hop (:mod:`streams.backends.kafka.repartition`) when
+        records without a key are keyed by ``key_field``, which queue *i* reads beside
+        partition *i* of ``topic``; ``None``: no hop.
+
+        >>> KafkaSettings("k:9092", "readings", records="json", key_field="device").repartition_topic
+        'headrace.repartition.readings'
+        """
+        if self.key_field is None or self.topics is not None:
+            return None
+        return f"{self.group_id}.repartition.{self.topic}"
+
+    def partitions_of(self, queue: QueueId) -> list[TopicPartition]:
+        """What ``queue`` reads: partition ``queue.number`` of each topic, in a fixed order."""
+        self.check_queue(queue)
+        return [TopicPartition(topic, queue.number) for topic in self.namespaces]
+
+    def topic_of(self, stream_id: StreamId) -> str:
+        """The topic carrying ``stream_id``'s events."""
+        if self.topics is None:
+            return self.topic
+        topic = self.topics.get(stream_id.namespace)
+        if topic is None:
+            raise ConfigurationError(
+                f"no topic carries namespace {stream_id.namespace!r}: topics= has {sorted(self.topics)}"
+            )
+        return topic
+
+    @property
+    def server(self) -> str:
+        """How log lines and errors name the cluster."""
+        return cluster_name(self.bootstrap_servers)
+
+    def producer_kwargs(self) -> dict[str, object]:
+        """The settings of every producer of headrace's queues and state: durable
+        (``acks="all"``), idempotent unless ``idempotent`` is off, compressed as
+        ``compression`` says.
+
+        >>> KafkaSettings("127.0.0.1:9092", "sensors", compression="zstd").producer_kwargs()["compression_type"]
+        'zstd'
+        """
+        return {
+            **self.client_kwargs(),
+            "acks": "all",
+            "enable_idempotence": self.idempotent,
+            "compression_type": None if self.compression == "none" else self.compression,
+        }
+
+    def client_kwargs(self) -> dict[str, object]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "request_timeout_ms": int(self.request_timeout * 1000),
+            **self.client_options,
+        }
+
+    def check_queue(self, queue: QueueId) -> TopicPartition:
+        if not 0 <= queue.number < self.queues:
+            raise ConfigurationError(f"{queue} is not one of the {self.queues} queues of Kafka topic {self.topic!r}")
+        return TopicPartition(self.topic, queue.number)

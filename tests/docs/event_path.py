@@ -1,0 +1,95 @@
+"""Trace one event from ``send`` to the handoff's append on the embedded store.
+
+Run as ``python -m tests.docs.event_path``: prints, as JSON, the project's files the process
+enters (every thread) from the call of ``Stream.send`` until the window the event closes
+reaches the embedded handoff sink's ``write``, in the order first entered, with how many
+times each is entered. ``tests/docs/test_event_path.py`` checks docs/architecture.md
+against it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+from collections import Counter
+from types import FrameType
+from typing import Any
+
+import anyio
+
+import streams
+from spark_sink import Handoff
+from streams import StreamId, StreamProvider
+from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(streams.__file__)))
+END = "write"  # the embedded handoff sink's append: where the event's path ends
+END_CLASS = "EmbeddedHandoffSink"
+
+
+class Trace:
+    """The files entered while on, from every thread."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.done = False
+        self.first: list[str] = []
+        self.entries: Counter[str] = Counter()
+        self._last: str | None = None
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event != "call" or not self.on:
+            return
+        path = frame.f_code.co_filename
+        if not path.startswith(ROOT) or "/.venv/" in path or "/tests/" in path:
+            return
+        name = os.path.relpath(path, ROOT)
+        if name != self._last:  # entered from another file
+            self._last = name
+            self.entries[name] += 1
+            if self.entries[name] == 1:
+                self.first.append(name)
+        if frame.f_code.co_name == END and frame.f_code.co_qualname.startswith(END_CLASS + "."):
+            self.on = False
+            self.done = True
+
+
+async def run(path: str, trace: Trace) -> None:
+    provider = StreamProvider.embedded(path, queues=1)
+
+    @provider.implicit("tolls")
+    class BoothTotals:
+        event_time = EventTime(OrderingPolicy(timestamp_by="time"), Tumbling(60), Count())
+        handoff = Handoff("tolls", {"count": "bigint"})
+
+        def __init__(self, stream_id: StreamId) -> None: ...
+
+    async with provider:
+        stream = provider.get_stream(StreamId("tolls", "booth-1"))
+        await stream.send({"time": 1.0})  # opens the stream and its window: not traced
+        await provider.flush()
+        await provider.drain()
+        trace.on = True
+        await stream.send({"time": 61.0})  # its watermark closes the first window
+        with anyio.fail_after(30):
+            while not trace.done:
+                await anyio.sleep(0.005)
+        await provider.drain()
+
+
+def main() -> None:
+    trace = Trace()
+    threading.setprofile(trace)  # the store's threads too
+    sys.setprofile(trace)
+    with tempfile.TemporaryDirectory() as path:
+        anyio.run(run, path, trace)
+    sys.setprofile(None)
+    threading.setprofile(None)  # type: ignore[arg-type]
+    print(json.dumps({"files": trace.first, "entries": dict(trace.entries)}))
+
+
+if __name__ == "__main__":
+    main()
