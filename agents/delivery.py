@@ -336,8 +336,10 @@ class StreamConsumer:
         item = self.cursor.current()
         if item is None or self._closed:
             return
-        # Mid-delivery, the batch is being finished: the new cursor starts after it.
-        start = item.sequence + (1 if self._delivering else 0)
+        # Mid-delivery, the batch is being finished: the new cursor starts after it (after
+        # its last record: a group of records holds several). A cursor that began inside a
+        # group (its token there) begins there again.
+        start = item.last + 1 if self._delivering else getattr(item, "start", item.sequence)
         old, self.cursor = self.cursor, make_cursor(start)
         old.close()
         self.detached += 1
@@ -403,7 +405,7 @@ class StreamConsumer:
                 item.message.token,
                 exc_info=first,
             )
-        given = item.container.event_times
+        given = item.container
         letters = []
         for event, error in refused:
             letter = failed_letters(
@@ -484,7 +486,7 @@ class StreamConsumer:
                 item.message.queue.number,
                 batch,
                 error,
-                item.container.event_times,
+                item.container,
             )
             await self._context.dead_letters.add(letters)
         await self._tell_observer(error)
