@@ -218,7 +218,10 @@ class ContainerGroup(BatchContainer):
     ) -> None:
         super().__init__(stream_id, BatchKind.DATA, max(arrivals), values, given)
         self.given = given  # the event time each container gave (None: its arrival)
-        self.times = [a if t is None else t for t, a in zip(given, arrivals)]  # as delivered
+        # The event times as delivered: the arrivals themselves when none was given.
+        self.times = (
+            arrivals if given.count(None) == len(given) else [a if t is None else t for t, a in zip(given, arrivals)]
+        )
         self.arrivals = arrivals
         self.offsets = offsets  # each record's offset: its event's token and position
         # Per record, the queue's clock just before it (the newest arrival time of the
@@ -347,54 +350,47 @@ def gathered(messages: list[QueueMessage], clock: float) -> list[QueueMessage]:
     >>> [str(e.token) for e in out[0].container().events(0)]
     ['0:0', '2:0']
     """
-    out: list[QueueMessage] = []
-    groups: dict[StreamId, _Gathering] = {}
-    sids: dict[str, StreamId] = {}  # key -> stream, in the namespace last seen
-    namespace = None
-    ordered = True  # the messages are in position order as made (else sorted at the end)
+    # In position order as made: a group's place is its first record's (it is made there).
+    out: list[QueueMessage | _Gathering] = []
+    names: dict[int, tuple[str, str]] = {}  # id of a group -> its namespace and key
+    open_groups: dict[str, dict[str, _Gathering]] = {}  # namespace -> key -> its open group
+    namespace: str | None = None
+    keyed: dict[str, _Gathering] = {}
+    decode = _decode_one
     for message in messages:
         before = clock
-        c: _OneEvent | None = None
         if message.decoded is None:
             try:
-                c = _decode_one(message.payload)
+                c: _OneEvent | None = decode(message.payload)
             except Exception:  # several events, or not a container: read below
                 c = None
-        if c is not None and c.kind == 0 and c.magic == MAGIC:  # one event of data
-            arrival = c.arrival
-            if arrival > clock:
-                clock = arrival
-            if c.namespace != namespace:
-                namespace, sids = c.namespace, {}
-            sid = sids.get(c.key)
-            if sid is None:
-                sid = sids[c.key] = stream_id_of(c.namespace, c.key)
-            times = c.times
-            group = groups.get(sid)
-            if group is None:
-                groups[sid] = (
-                    [c.values[0]],
-                    [None if times is None else times[0]],
-                    [arrival],
-                    [message.sequence_number],
-                    [before],
-                )
-            else:
+            if c is not None and c.kind == 0 and c.magic == MAGIC:  # one event of data
+                arrival = c.arrival
+                if arrival > clock:
+                    clock = arrival
+                if c.namespace != namespace:
+                    namespace = c.namespace
+                    keyed = open_groups.setdefault(namespace, {})
+                times = c.times
+                group = keyed.get(c.key)
+                if group is None:
+                    group = keyed[c.key] = ([], [], [], [], [])
+                    names[id(group)] = (namespace, c.key)
+                    out.append(group)
                 group[0].append(c.values[0])
                 group[1].append(None if times is None else times[0])
                 group[2].append(arrival)
                 group[3].append(message.sequence_number)
                 group[4].append(before)
-            continue
-        # A message of its own: it ends its stream's group, which goes before it.
+                continue
+        # A message of its own: it ends its stream's group (made before it, so it goes first).
         try:
             container = message.container()
         except DecodeError:
             pass  # the pulling agent dead-letters it
         else:
-            ended = groups.pop(container.stream_id, None)
-            if ended is not None:
-                out.append(_group_message(message.queue, container.stream_id, ended))
+            sid = container.stream_id
+            open_groups.get(sid.namespace, {}).pop(sid.key, None)
             if container.clock_before is None and before > -math.inf:
                 container.clock_before = before
             if container.arrival_time > clock:
@@ -402,13 +398,10 @@ def gathered(messages: list[QueueMessage], clock: float) -> list[QueueMessage]:
             if message.decoded is None:
                 message = message._replace(decoded=container)
         out.append(message)
-        ordered = False
-    if groups:
-        queue = messages[0].queue
-        out.extend(_group_message(queue, sid, group) for sid, group in groups.items())
-    if not ordered:
-        out.sort(key=_position)
-    return out
+    if not names:  # no group made: every entry is a message
+        return cast(list[QueueMessage], out)
+    queue = messages[0].queue
+    return [m if isinstance(m, QueueMessage) else _group_message(queue, stream_id_of(*names[id(m)]), m) for m in out]
 
 
 def _group_message(queue: QueueId, sid: StreamId, group: _Gathering) -> QueueMessage:
@@ -418,7 +411,3 @@ def _group_message(queue: QueueId, sid: StreamId, group: _Gathering) -> QueueMes
     if clocks[0] > -math.inf:
         batch.clock_before = clocks[0]
     return QueueMessage(queue, positions[0], b"", batch.arrival_time, batch)
-
-
-def _position(message: QueueMessage) -> int:
-    return message.sequence_number

@@ -243,7 +243,10 @@ class KafkaQueueReceiver:
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
             return
-        self._acknowledge(self._reader.acknowledged(max(t.sequence_number for t in tokens)))
+        # The pulling agent's tokens are in queue order (agents.checkpoint.Tokens.ascending).
+        ascending = getattr(tokens, "ascending", False)
+        last = tokens[-1].sequence_number if ascending else max(t.sequence_number for t in tokens)
+        self._acknowledge(self._reader.acknowledged(last))
         await self._commit_if_due()
 
     def _acknowledge(self, offsets: Mapping[TopicPartition, int]) -> None:
