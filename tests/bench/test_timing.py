@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from bench.timing import Clock, best, figure, row, timed
+from bench.timing import Clock, StampFile, best, figure, merged, row, timed
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.sensor_workload import closed_window_counts, readings
@@ -133,8 +133,6 @@ def test_the_helpers_examples_hold() -> None:
 def test_stamps_of_several_processes_merge_onto_one_time_line(tmp_path) -> None:
     """bench/scale.py's workers: each process stamps a file; the merge times them together
     (here two stamp files written in turn by one process, as two workers would)."""
-    from bench.timing import StampFile, merged
-
     first, second = StampFile(str(tmp_path / "1"), every=10), StampFile(str(tmp_path / "2"), every=10)
     for _ in range(10):  # 100 events each, 10 at a time, alternating
         for stamps in (first, second):
