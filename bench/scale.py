@@ -217,9 +217,10 @@ class Run:
 
 async def throughput(template: Path, work: Path, workers: int, records: int, events: int, lease: float) -> Run:
     """One run of ``workers`` processes over a copy of the pre-filled store."""
-    path = work / f"run-{workers}"
+    run = Path(tempfile.mkdtemp(prefix=f"run-{workers}-", dir=work))  # one a round
+    path = run / "store"
     shutil.copytree(template, path)
-    stamps = work / f"stamps-{workers}"
+    stamps = run / "stamps"
     stamps.mkdir()
     store = Store(path)
     names = [f"w{n}" for n in range(workers)]
