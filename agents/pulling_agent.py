@@ -377,20 +377,27 @@ class PullingAgent:
         self.read_latency.observe(time.perf_counter() - started)
         if messages is None:  # the read failed (its retries gave up to let the agent stop)
             return 0
+        read = len(messages)
         if messages:
             streams = len(self._streams)
-            await self._add(messages)
-            self.read_messages += len(messages)
+            # Handed over, not kept here: once _add has gathered them, the read's record
+            # messages die (the garbage collector would walk each one at every collection
+            # while the read is delivered).
+            held, messages = [messages], []
+            await self._add(held)
+            self.read_messages += read
             if len(self._streams) > streams:  # activations made: they live long
                 GC_POLICY.settle()
         self._caught_up = self.receiver.caught_up
         await self._ack()
         self._sweep_inactive()
         if forwarding is not None:
-            return len(messages) + forwarding.forwarded - forwarded
-        return len(messages)
+            return read + forwarding.forwarded - forwarded
+        return read
 
-    async def _add(self, messages: list[QueueMessage]) -> None:
+    async def _add(self, held: list[list[QueueMessage]]) -> None:
+        """Add a read's messages (the one list ``held`` holds, taken out of it)."""
+        messages = held.pop()
         self._unacked.extend(m.sequence_number for m in messages)  # every record's position
         self.last_read_sequence = messages[-1].sequence_number
         if self._gathers and not self.context.registry.has_keyed():
