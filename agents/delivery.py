@@ -39,20 +39,19 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import replace
 from typing import Any, cast
 
 import anyio
 
 from agents.activation import Activation
 from agents.context import AgentContext
-from agents.output import failed_letters, redeliver, undecodable_letter
+from agents.delivery_failures import DeliveryFailures
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch, KeptEvents
-from streams.core.errors import DecodeError, DeliveryTimeoutError, user_error
+from streams.core.errors import DeliveryTimeoutError
 from streams.core.ids import SequenceToken, StreamId
 from streams.core.logcontext import enter_fields, leave_fields
-from streams.core.observer import DeliveryFailure, EventFilter, is_coroutine_function, is_inline
+from streams.core.observer import EventFilter, is_coroutine_function, is_inline
 
 log = logging.getLogger("headrace.agent")
 
@@ -77,7 +76,7 @@ class StreamConsumer:
         "_closed",
         "_delivering",
         "_scope",
-        "_deadline",
+        "deadline",
         "_timed_out",
         "_spawn",
         "_has_task",
@@ -87,7 +86,7 @@ class StreamConsumer:
         "implicit",
         "_log_fields",
         "_working",
-        "_reporting",
+        "reporting",
         "_filter",
     )
 
@@ -123,7 +122,7 @@ class StreamConsumer:
         self._closed = False
         self._delivering = False
         self._scope: anyio.CancelScope | None = None
-        self._deadline = 0.0
+        self.deadline = 0.0
         self._timed_out = False
         self._spawn = spawn  # starts a task in the agent's task group
         self._has_task = False
@@ -142,7 +141,7 @@ class StreamConsumer:
         self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
         # Reporting a failure (letters, on_error within its own limit, the failure handler):
         # the runtime's time, which the watchdog must not cut short halfway.
-        self._reporting = False
+        self.reporting = False
 
     def _bind(self, observer: Activation) -> None:
         self.observer = observer
@@ -235,7 +234,7 @@ class StreamConsumer:
     ) -> None:
         """Leave a delivery begun in the agent for a task to finish: it counts as in
         flight (for ``idle``, the watchdog and detaching) until the task is done with it."""
-        self._deadline = time.monotonic() + self._context.options.max_event_delivery_time
+        self.deadline = time.monotonic() + self._context.options.max_event_delivery_time
         self._delivering = True
         self._begun = (cursor, item, batch, pending)
         if not isinstance(pending, Exception) and not self._steps_inline:
@@ -246,14 +245,14 @@ class StreamConsumer:
         cursor, item, batch, pending = self._begun
         self._begun = None
         if isinstance(pending, Exception):
-            await self._retry(item, batch, pending)
+            await self._failures().retry(item, batch, pending)
         else:
             try:
                 await pending
                 self.delivered_batches += 1
                 self.delivered_events += len(batch)
             except Exception as exc:
-                await self._retry(item, batch, exc)
+                await self._failures().retry(item, batch, exc)
         self._delivering = False
         cursor.advance()
 
@@ -271,11 +270,11 @@ class StreamConsumer:
 
         A watchdog instead of a timeout around every batch: a deadline costs one float per
         delivery, where a timer per batch cost a quarter of the agent's time."""
-        if self._delivering and now > self._deadline and self._scope is not None:
-            if self.observer.waiting_on_handoff or self._reporting:
+        if self._delivering and now > self.deadline and self._scope is not None:
+            if self.observer.waiting_on_handoff or self.reporting:
                 # The runtime's own append is riding out an outage with the checkpoint held:
                 # not the consumer's time. It gets a whole limit again once the append is in.
-                self._deadline = now + self._context.options.max_event_delivery_time
+                self.deadline = now + self._context.options.max_event_delivery_time
                 return
             self._timed_out = True
             self._scope.cancel()
@@ -292,7 +291,7 @@ class StreamConsumer:
                 self._timed_out = self._delivering = False
                 item = self.cursor.current()
                 if item is not None:
-                    await self._failed(
+                    await self._failures().failed(
                         item,
                         self._batch_of(item),
                         DeliveryTimeoutError(
@@ -324,7 +323,7 @@ class StreamConsumer:
                 # Caught up: the task ends, so a quiet consumer costs no parked task. The
                 # agent delivers what comes next, or starts a task for it.
                 return
-            self._deadline = time.monotonic() + limit
+            self.deadline = time.monotonic() + limit
             self._delivering = True
             await self._deliver(item)
             self._delivering = False
@@ -364,9 +363,9 @@ class StreamConsumer:
             self.delivered_events += len(data or ())
         except Exception as exc:  # a consumer's bug must not stop the agent
             if data:  # data: retried
-                await self._retry(item, data, exc)
+                await self._failures().retry(item, data, exc)
             else:
-                await self._failed(item, data or [], exc)
+                await self._failures().failed(item, data or [], exc)
 
     async def _filtered(self, item: CachedBatch, batch: EventBatch, event_filter: _Filter) -> EventBatch:
         """The events of ``batch`` that the subscription's filter keeps (the batch itself
@@ -384,74 +383,12 @@ class StreamConsumer:
             except Exception as exc:  # the user's predicate: isolated, as any user code
                 refused.append((event, exc))
         if refused:
-            await self._filter_failed(item, refused, first_of_run=not event_filter.failing)
+            await self._failures().filter_failed(item, refused, first_of_run=not event_filter.failing)
         event_filter.failing = bool(refused)
         if len(kept) == len(batch):
             return batch  # the shared batch, no copy
         # An in-process observer (the only kind with a filter) takes any sequence of events.
         return cast(EventBatch, KeptEvents(batch.stream_id, kept))
-
-    async def _filter_failed(
-        self, item: CachedBatch, refused: list[tuple[Event, Exception]], *, first_of_run: bool
-    ) -> None:
-        first = refused[0][1]
-        if first_of_run:  # logged with its traceback; the rest of the run is in the letters
-            log.warning(
-                "%s: the filter of subscription %s raised %r on %d event(s) of %s; dead-lettered filter_failed",
-                self.stream_id,
-                self.subscription_id,
-                first,
-                len(refused),
-                item.message.token,
-                exc_info=first,
-            )
-        given = item.container
-        letters = []
-        for event, error in refused:
-            letter = failed_letters(
-                self.subscription_id, str(self.stream_id), item.message.queue.number, [event], error, given
-            )[0]
-            letters.append(replace(letter, reason="filter_failed"))
-        await self._context.dead_letters.add(letters)
-
-    async def _retry(self, item: CachedBatch, batch: EventBatch, error: Exception) -> None:
-        """Deliver a batch whose delivery raised again, with back-off, within the delivery's
-        ``max_event_delivery_time``; dead-letter it if no attempt succeeds.
-
-        The first failure is logged at warning with the user's traceback; the retries after
-        it are quiet until one succeeds (one info line) or the batch is dead-lettered (one
-        warning line, from the failure handler)."""
-        if isinstance(error, DecodeError):  # its values cannot be read: no retry makes them readable
-            await self._failed(item, batch, error)
-            return
-        options = self._context.options
-        log.warning(
-            "%s: consumer %s raised %r; retrying with back-off for up to %ss, then dead-lettering",
-            self.stream_id,
-            self.subscription_id,
-            user_error(error),
-            options.max_event_delivery_time,
-            exc_info=user_error(error),
-        )
-        # An observer that keeps what it was given (an event-time activation's processor)
-        # says so: delivering the batch again would count it twice. Asked now, not when
-        # attached: an activation whose constructor raised is built by a later attempt.
-        if self.observer.redeliverable:
-            last = await redeliver(
-                self.observer.on_next,
-                batch,
-                error,
-                self._deadline,
-                options.delivery_retry_backoff,
-                lambda: self._closed,
-            )
-            if last is None:
-                log.info("%s: consumer %s took the batch on a retry", self.stream_id, self.subscription_id)
-                self.delivered_batches += 1
-                self.delivered_events += len(batch)
-                return
-            error = last
-        await self._failed(item, batch, error, logged=True)
 
     def _batch_of(self, item: CachedBatch) -> EventBatch:
         events = item.events
@@ -462,78 +399,22 @@ class StreamConsumer:
                 return events.from_index(start.event_index)
         return events
 
-    async def _failed(
-        self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception, *, logged: bool = False
-    ) -> None:
-        self._reporting = True
-        try:
-            await self._report(item, batch, error, logged)
-        finally:
-            self._reporting = False
+    def count_delivered(self, batch: EventBatch) -> None:
+        self.delivered_batches += 1
+        self.delivered_events += len(batch)
 
-    async def _report(self, item: CachedBatch, batch: EventBatch | list[Event], error: Exception, logged: bool) -> None:
-        self.failures += 1
-        options = self._context.options
-        self.faulted = options.fault_on_error and not self.implicit
-        if isinstance(error, DecodeError):
-            await self._undecodable(item, error)
-            batch = []  # its values cannot be read: the raw record is what is kept
-        token = batch[0].token if batch else item.message.token
-        if batch:  # kept before on_error is told: whatever on_error does, they are findable
-            letters = failed_letters(
-                self.subscription_id,
-                str(self.stream_id),
-                item.message.queue.number,
-                batch,
-                error,
-                item.container,
-            )
-            await self._context.dead_letters.add(letters)
-        await self._tell_observer(error)
-        await self._context.failure_handler.on_delivery_failure(
-            DeliveryFailure(self.subscription_id, self.stream_id, token, error, self.faulted, logged)
-        )
-        if self.faulted:
-            if self.durable:
-                await self._context.pubsub.fault_subscription(self.subscription_id)
-            self._closed = True
-            self.cursor.close()
+    def fault(self) -> None:
+        """Closed for good by a failure (``fault_on_error``)."""
+        self._closed = True
+        self.cursor.close()
 
-    async def _undecodable(self, item: CachedBatch, error: DecodeError) -> None:
-        """A batch whose header was sound but whose values are not: dead-letter the raw
-        record once, whichever consumer met it first."""
-        container = item.container
-        if container.dead_lettered:
-            return
-        container.dead_lettered = True
-        await self._context.dead_letters.add([undecodable_letter(item.message, error, str(self.stream_id))])
-
-    async def _tell_observer(self, error: Exception) -> None:
-        """Tell the consumer's ``on_error``, within ``max_event_delivery_time`` of its own:
-        what it raises is logged, and one that does not return in time is abandoned."""
-        if not self.observer.has_on_error:
-            return
-        limit = self._context.options.max_event_delivery_time
-        try:
-            with anyio.move_on_after(limit) as scope:
-                await self.observer.on_error(error)
-            if scope.cancelled_caught:
-                log.warning(
-                    "%s: on_error of %s took longer than max_event_delivery_time (%ss); abandoned",
-                    self.stream_id,
-                    self.subscription_id,
-                    limit,
-                )
-        except Exception:  # a consumer's on_error must not stop its delivery either
-            log.exception("%s: on_error of %s raised", self.stream_id, self.subscription_id)
+    def _failures(self) -> DeliveryFailures:
+        return DeliveryFailures(self, self._context)
 
     async def report_error(self, error: Exception) -> None:
         """Tell the consumer and the failure handler of an error outside a delivery
         (a cache miss when its cursor was created)."""
-        await self._tell_observer(error)
-        await self._context.failure_handler.on_delivery_failure(
-            DeliveryFailure(self.subscription_id, self.stream_id, None, error, False)
-        )
+        await self._failures().report_error(error)
 
 
 class _Filter:

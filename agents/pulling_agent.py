@@ -7,7 +7,9 @@ and tells the consumers whose streams got data (those whose ``on_next`` cannot s
 delivers to there and then, see ``agents.delivery``). It never overlaps its own reads, backs off
 when the queue fails, and acknowledges to the queue only the positions every consumer has
 finished with (``agents.checkpoint``). The activations it delivers to are made and ended by
-its :class:`~agents.catalog.Catalog`.
+its :class:`~agents.catalog.Catalog`. Beside the reading and acknowledging here, an agent has
+its queue's processing clock and ticks (``agents.ticking``), the subscriptions changed while
+it runs (``agents.subscriptions``) and the collection of idle streams (``agents.collector``).
 
 A pulling agent's calls to its queue receiver, retried while the queue fails: through the
 one retry helper (:func:`streams.core.retry.retry`), with back-off up to ``max_read_backoff``
@@ -29,16 +31,17 @@ from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 import anyio
 from anyio.abc import TaskGroup
 
-from agents.activation import Activation, TimedActivation
-from agents.catalog import Catalog, StreamState, event_time_activations, timed_of
+from agents.catalog import Catalog, StreamState, event_time_activations
 from agents.checkpoint import Holds, Tokens, acknowledgeable
+from agents.collector import ActivationCollector
 from agents.context import AgentContext
 from agents.counters import LatencyHistogram
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
 from agents.gc_policy import POLICY as GC_POLICY
 from agents.output import undecodable_letter
-from agents.registry import InProcessSubscription
+from agents.subscriptions import QueueSubscriptions
+from agents.ticking import QueueTicks
 from agents.timed import EventTimeObserver
 from cache.protocols import QueueCache
 from streams.adapters.protocols import ForwardingReceiver, QueueAdapterReceiver, StatefulReceiver, StateLookup
@@ -48,16 +51,11 @@ from streams.core.deadletters import DeadLetter
 from streams.core.errors import DecodeError, QueueFailedError
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
-from streams.core.observer import as_observer
-from streams.core.pubsub import SubscriptionRecord
 from streams.core.record_batch import gathered
 from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 from streams.eventtime.lateness import ObservedTimes
 
 log = logging.getLogger("headrace.agent")
-
-# What a subscription is to an agent: an in-process observer's, or a durable record.
-Subscription = InProcessSubscription | SubscriptionRecord
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -133,7 +131,6 @@ class PullingAgent:
         self.read_events = 0  # in the data batches of those records (status: events in)
         self.last_read_sequence: int | None = None  # status: how far behind each cursor is
         self.pressure_skips = 0
-        self.ticks = 0  # ticks given to event-time activations (for tests and diagnostics)
         self.read_latency = LatencyHistogram()  # seconds per read, retries included
         self._retrying = ReceiverCalls(
             queue, max_backoff=context.options.max_read_backoff, stopping=lambda: self._stopping
@@ -146,13 +143,7 @@ class PullingAgent:
         self._stopped = anyio.Event()
         self._tg: TaskGroup | None = None
         self._pump_lock = anyio.Lock()
-        self._last_inactivity_sweep = time.monotonic()
         self._last_deadline_check = 0.0
-        self._last_tick = 0.0
-        # The queue's processing clock (see _processing_clock): the newest arrival time read,
-        # and whether the last read found the queue caught up.
-        self._records_clock = -math.inf
-        self._caught_up = False
         # A receiver that sends records on to other queues (the re-keying hop): those count
         # as read, or a read that sent all it fetched on would look like an idle queue.
         self._forwarding = receiver if isinstance(receiver, ForwardingReceiver) else None
@@ -165,6 +156,24 @@ class PullingAgent:
         self._holds = Holds()
         self._cursors = Cursors(queue, receiver, cache, context.options)
         self._catalog = Catalog(queue, context, self._cursors, self._working, self._spawn, self._holds.on_change)
+        self.subscriptions = QueueSubscriptions(self._streams, self._catalog, context.registry, self._open_stream)
+        self._collector = ActivationCollector(
+            queue, context, self._streams, self._catalog, self._holds, receiver, self._spawn, self._close_stream
+        )
+        self._ticks = QueueTicks(
+            queue, context, self._holds, self._catalog, self._streams, self._spawn, self._wake_stream
+        )
+
+    @property
+    def ticks(self) -> int:
+        """Ticks given to event-time activations (for tests and diagnostics)."""
+        return self._ticks.ticks
+
+    async def tick_due(self) -> int:
+        """Tick, and wait for, every event-time activation whose tick is due at the
+        processing clock's time now: what the timer does, at once (``streams.testing`` moves
+        the clock and calls this). Returns how many were ticked."""
+        return await self._ticks.tick_due()
 
     # -- lifecycle -------------------------------------------------------------------
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -183,7 +192,7 @@ class PullingAgent:
                 task_status.started()
                 while not (self._stopping or self.failure):
                     self._check_deadlines()
-                    self._run_ticks()
+                    self._ticks.run()
                     read = await self._pump()
                     if read and not self._stopping:
                         # A read that returned data may have left more behind (queues hand out
@@ -205,85 +214,6 @@ class PullingAgent:
         self._last_deadline_check = now
         for consumer in tuple(self._working):  # only a consumer with a task delivers
             consumer.check_deadline(now)
-
-    def _processing_clock(self) -> float:
-        """The queue's processing clock, where every tick of its activations falls.
-
-        It never runs ahead of the records (docs/event-time.md, backlogs): while the queue
-        has records not yet read (a restart after downtime, a replay, a topic read from its
-        start), it is the arrival time of the newest record read; only once a read has found
-        the queue caught up does it follow the wall clock (this is the one place a tick
-        reads it, through the context's clock: ``streams.testing`` moves it by hand). -inf
-        before anything is read from a queue that is not caught up."""
-        if self._caught_up:
-            return max(self.context.clock.now(), self._records_clock)
-        return self._records_clock
-
-    def _run_ticks(self) -> None:
-        """Once a timer period, tick the event-time activations whose next tick is due (a
-        silent stream's watermark follows the clock: late arrival, idle timeouts) at the
-        queue's processing clock.
-
-        A tick is an observation that comes after every record read before it: an
-        activation with records still on their way to it (its consumers not caught up with
-        the cache, or a step in progress) is not ticked now but at a later period, once they
-        are in, so no tick ever gets ahead of its own records."""
-        now = time.monotonic()
-        if now - self._last_tick < self.context.options.get_queue_msgs_timer_period:
-            return
-        self._last_tick = now
-        clock = self._processing_clock()
-        if clock == -math.inf:
-            return
-        strict = clock == self._records_clock  # a record's arrival: one more may come at this instant
-        for sid in self._catalog.waking(clock):
-            self._spawn(self._wake_stream, sid)  # its timers are due: it ticks once active
-        for activation in self._holds.due(clock):
-            if self._settled(activation):
-                self.ticks += 1
-                self._spawn(self._tick, activation, clock, strict)
-            else:
-                self._holds.on_change(activation)  # due again at the next period
-
-    def _settled(self, activation: TimedActivation) -> bool:
-        """Every record read of the activation's streams has been delivered to it (other
-        subscriptions of those streams go at their own pace)."""
-        if activation.stepping():
-            return False
-        streams = self._streams
-        for sid in activation.input_streams():
-            state = streams.get(sid)
-            if state is not None and not all(
-                consumer.idle for consumer in state.consumers if timed_of(consumer.observer) is activation
-            ):
-                return False
-        return True
-
-    async def tick_due(self) -> int:
-        """Tick, and wait for, every event-time activation whose tick is due at the
-        processing clock's time now: what the timer does, at once (``streams.testing`` moves
-        the clock and calls this). Returns how many were ticked."""
-        now = self._processing_clock()
-        if now == -math.inf:
-            return 0
-        for sid in self._catalog.waking(now):
-            await self._wake_stream(sid)
-        due = list(self._holds.due(now))
-        for activation in due:
-            await self._tick(activation, now, now == self._records_clock)
-        return len(due)
-
-    async def _tick(self, observer: TimedActivation, now: float, strict: bool) -> None:
-        try:
-            await observer.on_tick(now, strict=strict)
-        except Exception as exc:  # a consumer's bug (in on_window, say) must not stop the agent
-            log.exception(
-                "%s: a tick of %s on %s raised", self.queue, type(observer.target).__qualname__, observer.stream_id
-            )
-            try:
-                await observer.on_error(exc)
-            except Exception:
-                log.exception("on_error of %s raised", type(observer.target).__qualname__)
 
     def _fail(self, exc: QueueFailedError) -> None:
         """The queue cannot be read on (its receiver says why, where and the fix): log it
@@ -365,12 +295,12 @@ class PullingAgent:
         self._cursors.detach_slow(self._working)
         if cache.is_under_pressure():
             self.pressure_skips += 1
-            self._caught_up = False  # not read: records may be waiting
+            self._ticks.caught_up = False  # not read: records may be waiting
             await self._ack()
             return 0
         room = cache.get_max_add_count()
         started = time.perf_counter()
-        self._caught_up = False  # until what this read brings is in the cache
+        self._ticks.caught_up = False  # until what this read brings is in the cache
         forwarding = self._forwarding
         forwarded = forwarding.forwarded if forwarding is not None else 0
         messages = await self._retrying(self.receiver.get_queue_messages, room)
@@ -388,9 +318,9 @@ class PullingAgent:
             self.read_messages += read
             if len(self._streams) > streams:  # activations made: they live long
                 GC_POLICY.settle()
-        self._caught_up = self.receiver.caught_up
+        self._ticks.caught_up = self.receiver.caught_up
         await self._ack()
-        self._sweep_inactive()
+        self._collector.collect()
         if forwarding is not None:
             return read + forwarding.forwarded - forwarded
         return read
@@ -405,7 +335,7 @@ class PullingAgent:
             # each event keeps its record's token. Not where activations of several streams
             # take their batches in queue order, which a replay, read from elsewhere and so
             # gathered otherwise, must see again.
-            messages = gathered(messages, self._records_clock)
+            messages = gathered(messages, self._ticks.records_clock)
         # Slice by slice: consumers that take batches inline have passed a slice (and so
         # dropped its decoded values) before the next is decoded. The values then die young,
         # cheap for the garbage collector, instead of a whole read's worth of them surviving
@@ -424,13 +354,14 @@ class PullingAgent:
         # The queue's clock moves with each record, in queue order: each container learns
         # where it stood just before it (a receiver that gathers records of one stream
         # across others, as Kafka's grouped records, has set it already).
-        clock = self._records_clock
+        ticks = self._ticks
+        clock = ticks.records_clock
         for _, container in decoded:
             if container.clock_before is None and clock > -math.inf:
                 container.clock_before = clock
             if container.arrival_time > clock:
                 clock = container.arrival_time
-        self._records_clock = clock
+        ticks.records_clock = clock
         self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         if letters:
             log.warning("%s: %d record(s) do not decode; dead-lettered", self.queue, len(letters))
@@ -501,126 +432,12 @@ class PullingAgent:
         assert self._tg is not None, "the agent is not running"
         self._tg.start_soon(fn, *args)
 
-    async def add_subscription(self, subscription: Subscription) -> None:
-        """A subscription made while this agent runs: attach it now, from its token."""
-        sid = interned(subscription.stream_id)  # the key object decoded batches bring
-        state = self._streams.get(sid)
-        if state is None:
-            state = await self._open_stream(sid, skip=subscription.subscription_id)
-        await state.opened()
-        if state.consumer(subscription.subscription_id) is not None:
-            return
-        await self._attach(state, sid, subscription)
-
-    async def _attach(self, state: StreamState, sid: StreamId, subscription: Subscription) -> None:
-        """Attach ``subscription`` to the active stream ``sid``, from its token."""
-        if isinstance(subscription, InProcessSubscription):
-            await self._catalog.attach(
-                state,
-                sid,
-                subscription.subscription_id,
-                as_observer(subscription.observer),
-                subscription.token,
-                event_filter=subscription.filter,
-            )
-        else:
-            await self._catalog.attach(
-                state,
-                sid,
-                subscription.subscription_id,
-                self._activation_of(state, sid, subscription),
-                subscription.start_token,
-                durable=True,
-            )
-
-    def _activation_of(self, state: StreamState, sid: StreamId, record: SubscriptionRecord) -> Activation:
-        return self._catalog.activation(state, sid, self.context.registry.get_type(record.consumer_type))
-
-    async def resume_subscription(self, subscription: Subscription, *, rewind: bool) -> None:
-        """``handle.resume()``: the subscription delivers to its new observer (the one
-        ``subscription`` names) from where its consumer here is, or, when ``rewind``, from
-        the subscription's token. A subscription with no live consumer here (its stream not
-        active, or the consumer faulted) is attached afresh, from its token."""
-        sid = interned(subscription.stream_id)
-        state = self._streams.get(sid)
-        if state is not None:
-            await state.opened()
-        consumer = state.consumer(subscription.subscription_id) if state is not None else None
-        if state is None or consumer is None or consumer.closed or rewind:
-            if state is not None and consumer is not None:
-                state.remove_consumer(subscription.subscription_id)
-                consumer.close()  # a delivery in flight finishes first, to the old observer
-            await self.add_subscription(subscription)
-        elif isinstance(subscription, InProcessSubscription):
-            consumer.replace_observer(as_observer(subscription.observer))
-        else:
-            activation = self._activation_of(state, sid, subscription)  # one per stream and type
-            if activation is not consumer.observer:
-                consumer.replace_observer(activation)
-
-    def remove_subscription(self, stream_id: StreamId, subscription_id: str) -> None:
-        state = self._streams.get(stream_id)
-        if state is None:
-            return
-        consumer = state.remove_consumer(subscription_id)
-        if consumer is not None:
-            consumer.close()
-
     def _close_stream(self, sid: StreamId) -> None:
         state = self._streams.pop(sid)
         for consumer in state.consumers:
             consumer.close()
         for activation in self._catalog.close(sid, state, stopping=self._stopping):
             self._holds.drop(activation)
-
-    def _sweep_inactive(self) -> None:
-        """Deactivate the streams with no new data for ``stream_inactivity_period``, nothing
-        in flight and no open window holding the checkpoint (those stay: their windows are
-        state the queue's checkpoint already waits for). An activation whose open windows are
-        saved with the checkpoint goes too, its state kept compactly until its stream has
-        data again (``Catalog.close``). Streams are kept in order of their last data, so a
-        sweep reads only the quiet ones."""
-        now = time.monotonic()
-        # A state's time to live is idle time too: its streams are swept once idle that long.
-        period = min(self.context.options.stream_inactivity_period, self._catalog.shortest_ttl)
-        if now - self._last_inactivity_sweep < min(period, 60.0):
-            return
-        self._last_inactivity_sweep = now
-        self._holds.refresh()
-        quiet = []
-        inactivity = self.context.options.stream_inactivity_period
-        for sid, state in self._streams.items():
-            idle = now - state.last_activity
-            if idle < period:
-                break
-            if idle >= inactivity or idle >= self._catalog.idle_limit(state, inactivity):
-                quiet.append((sid, state))  # a stream of no type with a ttl waits the whole period
-        for sid, state in quiet:
-            if state.opening is None and self._quiet(state):
-                self._close_stream(sid)
-        self._catalog.expire(now)
-        receiver = self.receiver
-        if isinstance(receiver, StateLookup):  # its parked durable states are only in the store
-            for consumer, ttl in self._catalog.expiring_types():
-                self._spawn(self._expire_stored, receiver, consumer, time.time() - ttl)
-
-    async def _expire_stored(self, receiver: StateLookup, consumer: str, before: float) -> None:
-        try:
-            gone = await receiver.expire_states(consumer, before)
-        except Exception:  # the store is away: the next sweep tries again
-            log.warning("%s: expiring the idle states of %s failed", self.queue, consumer, exc_info=True)
-            return
-        if gone:
-            log.info("%s: %d idle state(s) of %s expired (their time to live passed)", self.queue, gone, consumer)
-
-    def _quiet(self, state: StreamState) -> bool:
-        if not all(c.idle for c in state.consumers):
-            return False
-        return not any(
-            (activation := timed_of(observer)) is not None
-            and (self._holds.holds(activation) or (activation.has_state() and not activation.can_park()))
-            for _, observer in state.activations
-        )
 
     # -- status ----------------------------------------------------------------------------
     def stream_ids(self) -> list[StreamId]:
@@ -652,7 +469,7 @@ class PullingAgent:
     def observed_times(self) -> dict[str, ObservedTimes]:
         """Per consumer type, the lateness and disorder of a sample of this queue's events
         over the hour up to the queue's processing clock (``headrace status``)."""
-        now = self._processing_clock()
+        now = self._ticks.now()
         return self._catalog.observed_times(now if math.isfinite(now) else self.context.clock.now())
 
 

@@ -1,7 +1,5 @@
 """Driving the event-time core for one consumer activation, one step at a time.
 
-Driving the event-time core for one consumer activation.
-
 An activation whose type declares ``event_time = EventTime(...)`` is wrapped in an
 :class:`EventTimeObserver`: batches go through its processor (ordering policy, watermark,
 windows); closed windows go to the type's ``on_window``, refused events to the dead-letter
@@ -22,43 +20,39 @@ interval join (``EventTime(..., join=IntervalJoin(...))``) the pairs go to ``on_
 with an ``EventHandoff``, to Spark, one row a pair (:meth:`EventTimeObserver._emit_joins`).
 
 Its steps take turns (:class:`agents.turns.Turns`): several subscriptions may deliver to it,
-and its agent ticks it.
+and its agent ticks it. This module delivers and steps; what a step's output becomes is
+``agents.timed_emit``'s, and what of the activation is saved with the checkpoint is
+``agents.timed_unit``'s.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
 
 from agents.activation import TimedActivation
-from agents.checkpoint import SavedUnit, lowest
-from agents.durable import fire_timers, on_timer_of, warn_not_saved
+from agents.checkpoint import lowest
+from agents.durable import fire_timers
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
 from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
+from agents.timed_unit import EventTimeUnit
 from agents.turns import Turns
-from streams.core.batch import Event, EventBatch
+from streams.core.batch import EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
-from streams.core.observer import SharedHook, hook_of, is_plain, nothing, plain_function
+from streams.core.observer import SharedHook, hook_of, nothing
 from streams.core.state import (
     EVENT_TIME,
     PROCESSING_TIME,
-    Timer,
-    TimerTable,
     is_stateful,
-    pack_unit,
     timers_of,
-    unpack_unit,
 )
 from streams.eventtime.policy import Action
 from streams.eventtime.processor import Processor
-from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
-from streams.eventtime.results import EventOutcome, JoinResult, Output, WindowResult
-from streams.eventtime.snapshot import can_snapshot, held_snapshot, is_empty, restore_held
+from streams.eventtime.release import MergedRelease, TimestampOrder
+from streams.eventtime.results import Output
 from streams.eventtime.spec import EventTime
 
 log = logging.getLogger("headrace.agent")
@@ -80,7 +74,7 @@ def declared_event_time(instance: object) -> EventTime | None:
     return spec if isinstance(spec, EventTime) else None
 
 
-class EventTimeObserver(SavedUnit):
+class EventTimeObserver(EventTimeUnit):
     """The one wrapper around an event-time consumer's instance (``target``): what its
     consumers deliver to and its agent ticks (an ``agents.activation.TimedActivation``)."""
 
@@ -88,55 +82,6 @@ class EventTimeObserver(SavedUnit):
     # after a failure (it would be counted twice).
     redeliverable = False
     user_on_next = None  # steps take turns (agents.timed): never called inline
-
-    # One per activation, so per stream id: slots keep a quiet one small ("__dict__" takes
-    # what is set on one besides, as a test's wrapper around a method).
-    __slots__ = (
-        "target",
-        "stream_id",
-        "processor",
-        "_partition",
-        "_dead_letters",
-        "_lock",
-        "_on_window",
-        "on_error",
-        "has_on_error",
-        "_user_completed",
-        "_last_watermark",
-        "_emitting",
-        "on_change",
-        "snapshots",
-        "_taken",
-        "_through",
-        "_held_from",
-        "_limits",
-        "_hooks",
-        "__dict__",
-    )
-
-    # What only some consumer types have (a handoff, several inputs, a join, on_events or
-    # on_watermark), or an activation after a rare event (a lost emit, a restore): class
-    # defaults, set on the few activations that have them (in their __dict__), so that the
-    # many of the common shape (a window and on_window) carry no slot for them.
-    _handoff: HandoffWrites | None = None
-    _release: TimestampOrder[EventOutcome] | None = None
-    _merge: MergedRelease | None = None
-    _inputs: tuple[str, ...] = ()
-    holdback: HoldBack | None = None
-    _open_inputs: set[str] | None = None  # the inputs not completed yet (None: the one input)
-    _join_left: str | None = None
-    _join_seen: tuple[int, int] | None = None
-    _on_join: Callable[[list[JoinResult]], Awaitable[None]] | None = None
-    _on_events: Callable[[list[EventOutcome]], Awaitable[None]] | None = None
-    _user_on_events: Callable[..., Any] | None = None
-    _user_watermark: Callable[[float], Awaitable[None]] | None = None
-    _unfinished: SequenceToken | None = None
-    _skip_to: SequenceToken | None = None
-    # A type with durable fields or timers (streams.core.state): saved as one unit with its windows.
-    _unit = False
-    _durable = False  # its type declares durable fields or timers: a unit is kept even when empty
-    timers: TimerTable | None = None
-    _on_timer: Callable[[Timer], Awaitable[None]] | None = None
 
     def __init__(
         self,
@@ -288,49 +233,6 @@ class EventTimeObserver(SavedUnit):
             return self._emit_taken(out, before, left)
         return self._emit_taken(out, before)
 
-    def _only_windows(self, out: Output) -> bool:
-        """Emitting ``out`` is calling a plain ``on_window`` for each window (or nothing)."""
-        return (
-            self._handoff is None
-            and not (out.dead_letters or out.joins or self._merge is not None or self._release is not None)
-            and not (out.events and self._on_events is not None)
-            and not (self._user_watermark is not None and out.watermark > self._last_watermark)
-            and (self._on_window is None or is_plain(self._on_window))
-            and (self.timers is None or not _due(self.timers, out.watermark))
-        )
-
-    def _windows_now(self, windows: list[WindowResult]) -> tuple[int, Exception | Awaitable[object] | None]:
-        """Call a plain ``on_window`` for each closed window here, until one raises or
-        returns an awaitable: ``(that window's index, what it did)``, ``(len(windows), None)``
-        once every call returned. The windows from that one on are the task's to finish
-        (:meth:`_emit_windows`); all of them, ``(0, None)``, for an ``async def on_window``."""
-        if self._on_window is None or not is_plain(self._on_window):
-            return 0, None  # an async def: no binding made here only to find that out
-        on_window = plain_function(hook_of(self._on_window, self.target))
-        assert on_window is not None
-        for i, result in enumerate(windows):
-            try:
-                returned = on_window(result)
-            except Exception as exc:  # the user's hook: retried and given up by the task
-                return i, exc
-            if returned is not None and inspect.isawaitable(returned):
-                return i, returned
-        return len(windows), None
-
-    async def _emit_windows(
-        self, windows: list[WindowResult], left: tuple[int, Exception | Awaitable[object] | None]
-    ) -> None:
-        """The windows :meth:`_windows_now` left, from the one it stopped at, to ``on_window``
-        within its limits (retried, dead-lettered ``window_failed`` if no attempt takes one)."""
-        first, begun = left
-        if first == len(windows):
-            return
-        assert self._on_window is not None
-        on_window = hook_of(self._on_window, self.target)
-        hooks = self._hook_calls()
-        for i, result in enumerate(windows[first:]):
-            await hooks.window(on_window, result, self._held_from, self._through, begun if i == 0 else None)
-
     async def _emit_taken(
         self,
         out: Output,
@@ -351,18 +253,6 @@ class EventTimeObserver(SavedUnit):
             self._step_ended()
         finally:
             self._lock.give_back()
-
-    def _has_output(self, out: Output) -> bool:
-        """Whether emitting ``out`` has anything to do (see :meth:`_emit`)."""
-        return bool(
-            out.windows
-            or out.dead_letters
-            or out.joins
-            or (out.events and (self._on_events is not None or self._release is not None))
-            or self._merge is not None
-            or (self._user_watermark is not None and out.watermark > self._last_watermark)
-            or (self.timers is not None and _due(self.timers, out.watermark))
-        )
 
     def _taking(self, batch: EventBatch, part: str) -> EventBatch:
         """What a step is about to take of ``batch`` (past a restored snapshot's events),
@@ -462,15 +352,6 @@ class EventTimeObserver(SavedUnit):
             self._hooks = None  # made again by the next emit that calls a hook
         self._changed()
 
-    def _hook_calls(self) -> HookCalls:
-        """Its hooks' calls: made for an emit, and kept while one runs or a run of refused
-        steps goes on (a quiet activation keeps none)."""
-        hooks = self._hooks
-        if hooks is None:
-            on_error = self.on_error if self.has_on_error else None
-            hooks = self._hooks = HookCalls(self._limits, self._partition, self._dead_letters, on_error)
-        return hooks
-
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change(self)
@@ -519,240 +400,6 @@ class EventTimeObserver(SavedUnit):
                 due = -math.inf  # at every tick, as its watermark follows the clock
         return None if due == math.inf else due
 
-    def checkpoint_hold(self) -> SequenceToken | None:
-        """The oldest queue position this activation still needs (None: none)."""
-        return lowest(lowest(self._held(), self._emitting), self._unfinished)
-
-    def enable_snapshots(self) -> bool:
-        """The store saves states with the checkpoint: snapshot this activation if its kind
-        of state can be (True when it will)."""
-        # A merge whose imported input's event in force must be replayed (the user's own
-        # fields, not saved, rebuild from it) keeps holding the checkpoint instead.
-        self.snapshots = (self._merge is None or not self._merge.references) and can_snapshot(self.processor)
-        if self._unit and not self.snapshots:
-            warn_not_saved(type(self.target), "a merge with an imported input, whose event in force is replayed")
-        return self.snapshots
-
-    def stepping(self) -> bool:
-        """In a step (its state may be half emitted): no snapshot now."""
-        return self._lock.locked() or self._emitting is not None
-
-    def begin_snapshot(self) -> tuple[SequenceToken | None, bytes | None]:
-        """``(last event taken, state)`` to save (state None: empty, delete it); the hold
-        of what it covers stays until :meth:`end_snapshot`. Raises ``SnapshotError``
-        (snapshots then stay off for this activation)."""
-        held = self._held_events()
-        unit = self._durable or held is not None  # fields, timers, held events: with the watermarks
-        try:
-            state = self.processor.snapshot() if unit or not is_empty(self.processor) else None
-        except Exception:
-            self.snapshots = False
-            raise
-        if unit:  # (StateError: it holds, and tries again at the next checkpoint)
-            state = pack_unit(self.target, state, self.timers, held)
-        self._save_begun(state is not None)
-        return self._taken, state
-
-    def restore(self, position: SequenceToken, state: bytes) -> None:
-        """Resume from a saved snapshot: events at or below ``position`` are in it."""
-        windows: bytes | None = state
-        held = None
-        if self._unit:
-            windows, held = unpack_unit(self.target, state, self.timers)
-        if windows is not None:
-            self.processor.restore(windows)
-        holding = self._release if self._release is not None else self._merge
-        if held is not None and holding is not None:
-            restore_held(holding, held)
-        if self._join_left is not None:  # every left event up to here is emitted, or held in the state
-            self._join_seen = (position.sequence_number, position.event_index)
-        self._skip_to = self._taken = position
-        self._last_watermark = self.processor.watermark
-        self.stored = True
-        self._changed()
-
-    def has_state(self) -> bool:
-        return self._durable or not is_empty(self.processor) or bool(self._release) or bool(self._merge)
-
-    def _held_events(self) -> bytes | None:
-        """The events a windowless activation holds for the watermark (of one input for a
-        handoff, or of several), as saved (None: none)."""
-        holding = self._release if self._release is not None else self._merge
-        return held_snapshot(holding) if holding else None
-
-    def can_park(self) -> bool:
-        """Whether it can be deactivated with its windows open: the store has its state as
-        it stands (nothing taken or ticked since the last saved snapshot, nothing being
-        emitted or written) and no tick would change it, so its stream's next data can
-        restore it from that state (:meth:`park`) with nothing lost or counted twice."""
-        return (
-            self.snapshots
-            and self.stored
-            and not self.unsaved
-            and self._saving is None
-            and self._taken is not None
-            and self._unfinished is None
-            and not self.stepping()
-            and self.next_tick() is None
-        )
-
-    def park(self) -> tuple[SequenceToken, bytes]:
-        """``(last event taken, state)``: what :meth:`restore` resumes from (see
-        :meth:`can_park`); the same state as the stored snapshot, kept compact in memory."""
-        assert self._taken is not None
-        if not self._unit:
-            return self._taken, self.processor.snapshot()
-        return self._taken, pack_unit(self.target, self.processor.snapshot(), self.timers, self._held_events())
-
-    def _held(self) -> SequenceToken | None:
-        # With no snapshot saved or being saved, a restart rebuilds the windows from the
-        # queue (held at their oldest event); with one, it restores it and replays what
-        # came after (held at the first event it does not have).
-        if not self.stored and self._saving is None:
-            return self._window_held()
-        own = lowest(self._since_snapshot, self._saving)
-        return own if self.snapshots else lowest(own, self._window_held())
-
-    def _window_held(self) -> SequenceToken | None:
-        token = self.processor.held_since()
-        token = token if isinstance(token, SequenceToken) else None
-        oldest = self._release.oldest() if self._release is not None else None
-        if self._merge is not None:
-            oldest = self._merge.oldest()
-        return lowest(token, SequenceToken(*oldest) if oldest is not None else None)
-
-    @property
-    def waiting_on_handoff(self) -> bool:
-        """An append of this activation's output is being retried through an outage, or one
-        of its hooks is timed by its own limit (a window's, not the batch's)."""
-        hooks = self._hooks
-        return (self._handoff is not None and self._handoff.retrying) or (hooks is not None and hooks.running)
-
-    async def _emit(self, out: Output) -> None:
-        if out.dead_letters:
-            await self._dead_letters.add(out.dead_letters)
-            self._hook_calls().refused(out.dead_letters)
-        handoff = self._handoff
-        if handoff is not None and out.windows:  # durable before anyone else hears of them
-            await handoff.windows(out.windows)
-        if out.joins:
-            await self._emit_joins(out.joins)
-        if self._merge is not None:
-            await self._emit_merged(out)
-        elif handoff is not None and self._release is not None:
-            for outcome in out.events:
-                if outcome.timestamp is not None:  # always, for an event that passed the policy
-                    self._release.add(outcome.timestamp, position_of(outcome), outcome, replay_position_of(outcome))
-            released = self._release.release(out.watermark)
-            if released:  # through on_events first, as with several inputs: what it returns goes
-                handed = await self._handed(released)
-                for event in handed:
-                    if (sid := _stream_of(event)) != self.stream_id:
-                        raise ValueError(f"on_events returned an event of {sid}, not of {self.stream_id}")
-                if handed:
-                    await handoff.events(handed, self._release.below())
-        timers = self.timers
-        if timers is not None and _due(timers, out.watermark):
-            await self._emit_windows_and_timers(out.windows if self._on_window is not None else [], out.watermark)
-        elif self._on_window is not None and out.windows:
-            await self._emit_windows(out.windows, self._windows_now(out.windows))
-        if self._on_events is not None and out.events and self._merge is None and self._release is None:
-            await self._hook_calls().events(self._on_events, out.events)
-        if self._user_watermark is not None and out.watermark > self._last_watermark:
-            self._last_watermark = out.watermark
-            await self._hook_calls().watermark(self._user_watermark, out.watermark)
-
-    async def _emit_windows_and_timers(self, windows: list[WindowResult], watermark: float) -> None:
-        """The step's windows and the event-time timers due at its watermark, in order of
-        their due times (a window's ``end + A``, a timer's time); at equal times the windows
-        first, and the timers in the order they were set (the contract's "Early results and
-        timers"). A timer an ``on_timer`` sets already due fires in the same step."""
-        timers = self.timers
-        assert timers is not None
-        hooks, on_timer = self._hook_calls(), self._timer_hook()
-        lateness = self.processor.allowed_lateness
-        for i, window in enumerate(windows):
-            # the timers due before this window (strictly: at equal times, windows go first)
-            # (a substream's window may close above the partition's watermark: never past it)
-            for timer in timers.due(EVENT_TIME, min(math.nextafter(window.end + lateness, -math.inf), watermark)):
-                await hooks.timer(on_timer, timer)
-            await self._emit_windows(windows[i : i + 1], (0, None))
-        await fire_timers(timers, EVENT_TIME, watermark, hooks, on_timer)
-
-    def _timer_hook(self) -> Callable[[Timer], Awaitable[None]]:
-        if self._on_timer is None:
-            self._on_timer = on_timer_of(self.target)
-        return self._on_timer
-
-    async def _emit_joins(self, joins: list[JoinResult]) -> None:
-        """An interval join's pairs: to Spark first (one row a pair, as its left event's
-        stream, marked by the left event's position), then to ``on_join``."""
-        handoff = self._handoff
-        if handoff is not None:
-            by_stream: dict[str, list[EventOutcome]] = {}
-            for pair in joins:
-                left = pair.left.record
-                source = str(left.stream_id) if isinstance(left, Event) else self._partition
-                by_stream.setdefault(source, []).append(pair.as_event())
-            pending = [replay_position_of(e) for e in self.processor.join_pending()]
-            seen = self._join_seen
-            below = min(pending) if pending else None if seen is None else (seen[0], seen[1] + 1)
-            for source, rows in by_stream.items():
-                await handoff.events(rows, below, source)
-        if self._on_join is not None:
-            await self._on_join(joins)
-
-    async def _emit_merged(self, out: Output) -> None:
-        """Release what the merged watermark has passed, in event-time order, to on_events
-        and then (what on_events returns, or the events) to the handoff."""
-        merge = self._merge
-        assert merge is not None
-        for outcome in out.events:
-            merge.add(outcome.partition, outcome)
-        released = [event for _, event in merge.release(out.watermark)]
-        if not released:
-            return
-        handed = await self._handed(released)
-        handoff = self._handoff
-        if handoff is None or not handed:
-            return
-        by_stream: dict[StreamId, list[EventOutcome]] = {}
-        for event in handed:
-            by_stream.setdefault(_stream_of(event), []).append(event)
-        for sid, events in by_stream.items():
-            if sid.namespace not in self._inputs:
-                raise ValueError(f"on_events returned an event of {sid}, not of one of its inputs")
-            await handoff.events(events, merge.below(sid.namespace), str(sid))
-
-    async def _handed(self, released: list[EventOutcome]) -> list[EventOutcome]:
-        """What a handoff takes of the events the watermark ``released``: what ``on_events``
-        returns (a filter, an enrichment), or the events themselves without one or when it
-        returns None. The same for one input as for several."""
-        if self._user_on_events is None:
-            return released
-        result = self._user_on_events(released)
-        if inspect.isawaitable(result):
-            result = await result
-        if result is None:
-            return released
-        handed = list(result)
-        for item in handed:
-            if not isinstance(item, EventOutcome):
-                raise ValueError(
-                    f"on_events returned {item!r}, not one of the events it was given: return those "
-                    "(event.with_value(v) for a changed value), or None to hand them all off"
-                )
-            if not isinstance(item.record, Event):
-                raise ValueError(f"on_events returned an outcome of {item.record!r}, not of an event it was given")
-        return handed
-
-
-def _stream_of(outcome: EventOutcome) -> StreamId:
-    """The stream of an event ``_handed`` let through (a runtime event)."""
-    record = outcome.record
-    assert isinstance(record, Event)
-    return record.stream_id
-
 
 def _first_token(batch: EventBatch) -> SequenceToken | None:
     """Its first event's token, without making its events (the core reads its columns)."""
@@ -764,9 +411,3 @@ def _first_token(batch: EventBatch) -> SequenceToken | None:
 def _follows_clock_for_accepted(processor: Processor) -> bool:
     policy = processor.policy
     return policy.late_arrival is not None and policy.action is Action.ACCEPT
-
-
-def _due(timers: TimerTable, watermark: float) -> bool:
-    """An event-time timer is due at ``watermark``."""
-    due = timers.next_due(EVENT_TIME)
-    return due is not None and due <= watermark

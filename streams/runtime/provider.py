@@ -435,13 +435,13 @@ class StreamProvider(BackendConstructors):
         for record in removed:
             agent = self._local_agent(record.stream_id)
             if agent is not None:
-                agent.remove_subscription(record.stream_id, record.subscription_id)
+                agent.subscriptions.remove(record.stream_id, record.subscription_id)
         for record in made:
             agent = self._local_agent(record.stream_id)
             if agent is None:
                 continue
             try:
-                await agent.resume_subscription(record, rewind=False)
+                await agent.subscriptions.resume(record, rewind=False)
             except Exception:  # the queue moving away meanwhile, or worse: logged, not fatal
                 log.exception("attaching subscription %s of %s failed", record.subscription_id, record.stream_id)
 
@@ -538,7 +538,7 @@ class StreamProvider(BackendConstructors):
             self.registry.add_observer(subscription)
         agent = self._local_agent(stream_id)
         if agent is not None:
-            await agent.add_subscription(subscription)
+            await agent.subscriptions.add(subscription)
         return StreamSubscriptionHandle(self, stream_id, subscription_id, type_name is not None)
 
     def _check_observer(self, observer: Any) -> None:
@@ -586,7 +586,7 @@ class StreamProvider(BackendConstructors):
             self.registry.add_observer(subscription)  # replaces the old one
         agent = self._local_agent(sid)
         if agent is not None:
-            await agent.resume_subscription(subscription, rewind=token is not None)
+            await agent.subscriptions.resume(subscription, rewind=token is not None)
         return StreamSubscriptionHandle(self, sid, subscription_id, handle.durable)
 
     async def _unsubscribe(self, handle: StreamSubscriptionHandle) -> None:
@@ -596,7 +596,7 @@ class StreamProvider(BackendConstructors):
             self.registry.remove_observer(handle.stream_id, handle.subscription_id)
         agent = self._local_agent(handle.stream_id)
         if agent is not None:
-            agent.remove_subscription(handle.stream_id, handle.subscription_id)
+            agent.subscriptions.remove(handle.stream_id, handle.subscription_id)
 
     async def _handles(self, stream_id: StreamId) -> list[StreamSubscriptionHandle]:
         handles = [

@@ -63,13 +63,28 @@ class ContainerWriter:
         await self._adapter.queue_message_batches(items)
 
 
+class _Run:
+    """Consecutive events of one stream that go into the same containers."""
+
+    __slots__ = ("encoded", "kind", "open", "times", "values")
+
+    def __init__(
+        self, kind: BatchKind, values: list[Any], times: Times, open_: bool, encoded: list[Any] | None
+    ) -> None:
+        self.kind = kind
+        self.values = values
+        self.times = times  # None while no event of the run has an event time
+        self.open = open_  # takes more events (send's data); a whole batch or a control batch does not
+        self.encoded = encoded  # its items when the caller's add encoded it already (on_next_batch)
+
+
 class _Round:
     """What is buffered between two writes: each stream's runs of events, in order."""
 
     __slots__ = ("_done", "awaited", "error", "events", "finished", "full", "streams", "urgent")
 
     def __init__(self) -> None:
-        self.streams: dict[StreamId, list[list[Any]]] = {}  # runs of events (see add)
+        self.streams: dict[StreamId, list[_Run]] = {}
         self.events = 0
         self.awaited = 0  # of which callers wait for (on_next): they hear of a failure
         self.urgent = False  # an on_next caller waits: write without lingering
@@ -130,15 +145,15 @@ class Publisher:
         runs = r.streams.get(stream_id)
         if runs is not None and self._buffered < self._max_buffered and not self._closed:
             last = runs[-1]
-            values = last[1]
-            if last[3] and len(values) < self._max_batch:
+            values = last.values
+            if last.open and len(values) < self._max_batch:
                 if len(values) + 1 == self._max_batch:
                     r.full = True
-                times = last[2]
+                times = last.times
                 if times is not None:
                     times.append(event_time)
                 elif event_time is not None:
-                    last[2] = [None] * len(values) + [event_time]
+                    last.times = [None] * len(values) + [event_time]
                 values.append(value)
                 r.events += 1
                 self._buffered += 1
@@ -185,19 +200,19 @@ class Publisher:
         last = runs[-1] if runs else None
         if (
             last is not None
-            and last[3]
+            and last.open
             and kind is BatchKind.DATA
             and not whole
-            and len(last[1]) + n <= self._max_batch
+            and len(last.values) + n <= self._max_batch
         ):
-            if times is not None or last[2] is not None:
-                last[2] = (last[2] or [None] * len(last[1])) + (times or [None] * n)
-            last[1].extend(values)
-            if len(last[1]) == self._max_batch:
+            if times is not None or last.times is not None:
+                last.times = (last.times or [None] * len(last.values)) + (times or [None] * n)
+            last.values.extend(values)
+            if len(last.values) == self._max_batch:
                 r.full = True
-        else:  # [kind, values, times, open to more events, its items if encoded already]
+        else:
             open_run = kind is BatchKind.DATA and not whole
-            runs.append([kind, list(values), times, open_run, None if open_run else encoded])
+            runs.append(_Run(kind, list(values), times, open_run, None if open_run else encoded))
         r.events += max(n, 1)
         self._buffered += max(n, 1)
         if wait:
@@ -287,12 +302,14 @@ class Publisher:
         for queue in queues:
             self._written(queue)
 
-    def _encode(self, queue: QueueId, stream_id: StreamId, run: list[Any]) -> list[Any]:
+    def _encode(self, queue: QueueId, stream_id: StreamId, run: _Run) -> list[Any]:
         """The items of one run; a run holding a value that cannot be encoded goes without it
         (each such value, which send() buffered, counts as failed)."""
-        kind, values, times, merged, encoded = run
-        if not merged:  # one container, as the caller made it
-            return encoded if encoded is not None else self._writer.encode(queue, stream_id, kind, values, times)
+        kind, values, times = run.kind, run.values, run.times
+        if not run.open:  # one container, as the caller made it
+            return (
+                run.encoded if run.encoded is not None else self._writer.encode(queue, stream_id, kind, values, times)
+            )
         chunks = range(0, max(len(values), 1), self._max_batch)
         try:
             return [

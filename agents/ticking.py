@@ -1,0 +1,151 @@
+"""A queue's processing clock, and the ticks it gives the event-time activations.
+
+A tick is an observation of the queue's clock when nothing arrived (docs/event-time.md):
+it lets a silent stream's watermark follow the clock (late arrival, idle timeouts) and
+fires processing-time timers. The clock never runs ahead of the records: while the queue
+has records not yet read (a restart after downtime, a replay, a topic read from its start)
+it is the arrival time of the newest record read; only once a read has found the queue
+caught up does it follow the wall clock. So a backlog gives exactly the results the records
+alone give, however it is split into reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, Protocol
+
+from agents.activation import TimedActivation
+from agents.catalog import Spawn, StreamState, timed_of
+from agents.checkpoint import Holds
+from agents.context import AgentContext
+from streams.core.ids import QueueId, StreamId
+
+log = logging.getLogger("headrace.agent")
+
+
+class Waking(Protocol):
+    """The streams whose saved state has a processing-time timer due (``Catalog.waking``)."""
+
+    def waking(self, now: float) -> Iterable[StreamId]: ...
+
+
+class QueueTicks:
+    """The processing clock of one queue and the ticks of its event-time activations.
+
+    The pulling agent moves the clock as it reads (:meth:`record_read`, :attr:`caught_up`)
+    and calls :meth:`run` once a loop; ``streams.testing`` calls :meth:`tick_due`.
+    """
+
+    __slots__ = (
+        "_catalog",
+        "_context",
+        "_holds",
+        "_last_tick",
+        "_queue",
+        "_spawn",
+        "_streams",
+        "_wake_stream",
+        "caught_up",
+        "records_clock",
+        "ticks",
+    )
+
+    def __init__(
+        self,
+        queue: QueueId,
+        context: AgentContext,
+        holds: Holds,
+        catalog: Waking,
+        streams: Mapping[StreamId, StreamState],
+        spawn: Spawn,
+        wake_stream: Callable[[StreamId], Coroutine[Any, Any, object]],
+    ) -> None:
+        self._queue = queue
+        self._context = context
+        self._holds = holds
+        self._catalog = catalog
+        self._streams = streams  # the agent's active streams (read: are they settled?)
+        self._spawn = spawn
+        self._wake_stream = wake_stream  # activates a stream whose saved state has a timer due
+        self._last_tick = 0.0
+        self.ticks = 0  # ticks given to event-time activations (for tests and diagnostics)
+        # The newest arrival time read, and whether the last read found the queue caught up.
+        self.records_clock = -math.inf
+        self.caught_up = False
+
+    def now(self) -> float:
+        """The queue's processing clock, where every tick of its activations falls: the
+        newest arrival read, or, once the queue is caught up, the wall clock if later (this
+        is the one place a tick reads it, through the context's clock: ``streams.testing``
+        moves it by hand). -inf before anything is read from a queue that is not caught up."""
+        if self.caught_up:
+            return max(self._context.clock.now(), self.records_clock)
+        return self.records_clock
+
+    def run(self) -> None:
+        """Once a timer period, tick the event-time activations whose next tick is due at
+        the queue's processing clock.
+
+        A tick is an observation that comes after every record read before it: an
+        activation with records still on their way to it (its consumers not caught up with
+        the cache, or a step in progress) is not ticked now but at a later period, once they
+        are in, so no tick ever gets ahead of its own records."""
+        now = time.monotonic()
+        if now - self._last_tick < self._context.options.get_queue_msgs_timer_period:
+            return
+        self._last_tick = now
+        clock = self.now()
+        if clock == -math.inf:
+            return
+        strict = clock == self.records_clock  # a record's arrival: one more may come at this instant
+        for sid in self._catalog.waking(clock):
+            self._spawn(self._wake_stream, sid)  # its timers are due: it ticks once active
+        for activation in self._holds.due(clock):
+            if self._settled(activation):
+                self.ticks += 1
+                self._spawn(self._tick, activation, clock, strict)
+            else:
+                self._holds.on_change(activation)  # due again at the next period
+
+    def _settled(self, activation: TimedActivation) -> bool:
+        """Every record read of the activation's streams has been delivered to it (other
+        subscriptions of those streams go at their own pace)."""
+        if activation.stepping():
+            return False
+        streams = self._streams
+        for sid in activation.input_streams():
+            state = streams.get(sid)
+            if state is not None and not all(
+                consumer.idle for consumer in state.consumers if timed_of(consumer.observer) is activation
+            ):
+                return False
+        return True
+
+    async def tick_due(self) -> int:
+        """Tick, and wait for, every event-time activation whose tick is due at the
+        processing clock's time now: what the timer does, at once. Returns how many were
+        ticked."""
+        now = self.now()
+        if now == -math.inf:
+            return 0
+        for sid in self._catalog.waking(now):
+            await self._wake_stream(sid)
+        due = list(self._holds.due(now))
+        for activation in due:
+            await self._tick(activation, now, now == self.records_clock)
+        return len(due)
+
+    async def _tick(self, observer: TimedActivation, now: float, strict: bool) -> None:
+        try:
+            await observer.on_tick(now, strict=strict)
+        except Exception as exc:  # a consumer's bug (in on_window, say) must not stop the agent
+            log.exception(
+                "%s: a tick of %s on %s raised", self._queue, type(observer.target).__qualname__, observer.stream_id
+            )
+            try:
+                await observer.on_error(exc)
+            except Exception:
+                log.exception("on_error of %s raised", type(observer.target).__qualname__)
