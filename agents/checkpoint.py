@@ -338,6 +338,9 @@ class Tokens(Sequence[SequenceToken]):
     """
 
     __slots__ = ("_numbers",)
+    # The positions are in queue order (as read): a receiver that needs only the newest reads
+    # ``tokens[-1]``, making one token, not one a record.
+    ascending = True
 
     def __init__(self, numbers: list[int]) -> None:
         self._numbers = numbers

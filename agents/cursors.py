@@ -44,11 +44,12 @@ from streams.core.options import StreamProviderOptions
 class _HistoryBatch:
     """A batch read from the durable queue (the cache's batch shape, not in the cache)."""
 
-    __slots__ = ("message", "sequence", "container", "stream_id", "kind", "_events")
+    __slots__ = ("message", "sequence", "last", "container", "stream_id", "kind", "_events")
 
     def __init__(self, message: QueueMessage, container: BatchContainer) -> None:
         self.message = message
         self.sequence = message.sequence_number
+        self.last = container.last_sequence(self.sequence)
         self.container = container
         self.stream_id = container.stream_id
         self.kind = container.kind

@@ -335,8 +335,10 @@ class StreamConsumer:
         item = self.cursor.current()
         if item is None or self._closed:
             return
-        # Mid-delivery, the batch is being finished: the new cursor starts after it.
-        start = item.sequence + (1 if self._delivering else 0)
+        # Mid-delivery, the batch is being finished: the new cursor starts after it (after
+        # its last record: a group of records holds several). A cursor that began inside a
+        # group (its token there) begins there again.
+        start = item.last + 1 if self._delivering else getattr(item, "start", item.sequence)
         old, self.cursor = self.cursor, make_cursor(start)
         old.close()
         self.detached += 1

@@ -131,7 +131,7 @@ class DeliveryFailures:
                 item.message.queue.number,
                 batch,
                 error,
-                item.container.event_times,
+                item.container,
             )
             await context.dead_letters.add(letters)
         await self.tell_observer(error)
@@ -169,7 +169,7 @@ class DeliveryFailures:
                 item.message.token,
                 exc_info=first,
             )
-        given = item.container.event_times
+        given = item.container
         letters = []
         for event, error in refused:
             letter = failed_letters(

@@ -74,7 +74,7 @@ from typing import TypeVar
 import anyio
 
 from spark_sink.protocols import HandoffSink  # the one interface of a handoff sink, owned by the log's side
-from streams.core.batch import Event, EventBatch, QueueMessage
+from streams.core.batch import BatchContainer, Event, EventBatch, QueueMessage
 from streams.core.deadletters import DeadLetter, DeadLetterStore, event_position
 from streams.core.errors import ActivationError, DecodeError, DeliveryTimeoutError, HandoffRefusedError, user_error
 from streams.core.ids import SequenceToken
@@ -102,11 +102,11 @@ def failed_letters(
     queue: int | None,
     events: Sequence[Event],
     error: BaseException,
-    given: Sequence[float | None] | None = None,
+    given: BatchContainer | None = None,
 ) -> list[DeadLetter]:
     """One letter per event of a batch no delivery attempt took (:func:`failure_reason`).
-    Its event time is the one the producer gave (``given``, by index in the record; None:
-    none given), never the arrival time an event without one is delivered with: a letter
+    Its event time is the one the producer gave (``given``: the container the events came
+    in; None: none given), never the arrival time an event without one is delivered with: a letter
     says what is known of the event, and ``dlq list`` shows ``-`` for what is not."""
     detail = failure_detail(subscription_id, error)
     reason = failure_reason(error)
@@ -121,7 +121,7 @@ def failed_letters(
                 sequence_number=sequence_number,
                 event_index=event_index,
                 value=e.value,
-                event_time=None if given is None else given[e.token.event_index],
+                event_time=None if given is None else given.given_time(e),
                 detail=detail,
             )
         )

@@ -51,6 +51,7 @@ from streams.core.deadletters import DeadLetter
 from streams.core.errors import DecodeError, QueueFailedError
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
+from streams.core.record_batch import gathered
 from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 from streams.eventtime.lateness import ObservedTimes
 
@@ -146,6 +147,9 @@ class PullingAgent:
         # A receiver that sends records on to other queues (the re-keying hop): those count
         # as read, or a read that sent all it fetched on would look like an idle queue.
         self._forwarding = receiver if isinstance(receiver, ForwardingReceiver) else None
+        # A receiver whose reads hold one-event records, one batch each unless gathered
+        # (Kafka's, of headrace's own format): the agent gathers them by stream and read.
+        self._gathers = bool(getattr(receiver, "gathers_containers", False))
         # Kept proportional to the work at hand, not to the streams held: the consumers with
         # a task now, and the holds and next ticks of the event-time activations.
         self._working: set[StreamConsumer] = set()
@@ -303,20 +307,35 @@ class PullingAgent:
         self.read_latency.observe(time.perf_counter() - started)
         if messages is None:  # the read failed (its retries gave up to let the agent stop)
             return 0
+        read = len(messages)
         if messages:
             streams = len(self._streams)
-            await self._add(messages)
-            self.read_messages += len(messages)
+            # Handed over, not kept here: once _add has gathered them, the read's record
+            # messages die (the garbage collector would walk each one at every collection
+            # while the read is delivered).
+            held, messages = [messages], []
+            await self._add(held)
+            self.read_messages += read
             if len(self._streams) > streams:  # activations made: they live long
                 GC_POLICY.settle()
         self._ticks.caught_up = self.receiver.caught_up
         await self._ack()
         self._collector.collect()
         if forwarding is not None:
-            return len(messages) + forwarding.forwarded - forwarded
-        return len(messages)
+            return read + forwarding.forwarded - forwarded
+        return read
 
-    async def _add(self, messages: list[QueueMessage]) -> None:
+    async def _add(self, held: list[list[QueueMessage]]) -> None:
+        """Add a read's messages (the one list ``held`` holds, taken out of it)."""
+        messages = held.pop()
+        self._unacked.extend(m.sequence_number for m in messages)  # every record's position
+        self.last_read_sequence = messages[-1].sequence_number
+        if self._gathers and not self.context.registry.has_keyed():
+            # One-event containers gathered by stream (streams.core.record_batch.gathered):
+            # each event keeps its record's token. Not where activations of several streams
+            # take their batches in queue order, which a replay, read from elsewhere and so
+            # gathered otherwise, must see again.
+            messages = gathered(messages, self._ticks.records_clock)
         # Slice by slice: consumers that take batches inline have passed a slice (and so
         # dropped its decoded values) before the next is decoded. The values then die young,
         # cheap for the garbage collector, instead of a whole read's worth of them surviving
@@ -327,9 +346,7 @@ class PullingAgent:
     async def _add_slice(self, messages: list[QueueMessage]) -> None:
         decoded: list[tuple[QueueMessage, BatchContainer]] = []
         letters: list[DeadLetter] = []
-        unacked = self._unacked
         for message in messages:
-            unacked.append(message.sequence_number)
             try:
                 decoded.append((message, message.container()))
             except DecodeError as exc:
@@ -346,7 +363,6 @@ class PullingAgent:
                 clock = container.arrival_time
         ticks.records_clock = clock
         self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
-        self.last_read_sequence = messages[-1].sequence_number
         if letters:
             log.warning("%s: %d record(s) do not decode; dead-lettered", self.queue, len(letters))
             await self.context.dead_letters.add(letters)

@@ -72,6 +72,10 @@ class ConsumerRegistry:
             self.register_implicit(namespace, cls)
         self._namespaces[cls] = namespaces
 
+    def has_keyed(self) -> bool:
+        """Some type is fed by several namespaces (one activation per key over them)."""
+        return bool(self._namespaces)
+
     def namespaces_of(self, cls: type) -> tuple[str, ...]:
         """The namespaces a type reads with one activation per key (empty: one per stream)."""
         return self._namespaces.get(cls, ())

@@ -237,3 +237,76 @@ def row(name: str, report: Report, base: Report | None = None) -> str:
     # A section timed only from its start to its end has no steady part: "-".
     steady_text = f"{steady:10,.0f} {report.steady_cpu_share:8.2f}" if steady else f"{'-':>10} {'-':>8}"
     return f"{name:58} {rate:10,.0f} {vs} {cpu_rate or math.nan:10,.0f} {vs_cpu} {steady_text}  {span}"
+
+
+class StampFile:
+    """The stamps of one process of a run that several processes share (``bench/scale.py``'s
+    workers), written to ``path`` as the process's consumers take events: a line
+    ``perf_counter process_time events-done`` before the first event and then whenever
+    another ``every`` events are done. ``perf_counter`` is the system's monotonic clock on
+    Linux, the same in every process, so :func:`merged` puts the processes' stamps on one
+    time line."""
+
+    def __init__(self, path: str, every: int) -> None:
+        self._file = open(path, "a", buffering=1)  # a line each, written as it is made  # noqa: SIM115
+        self.every = every
+        self.done = 0
+        self._due = 0
+
+    def taken(self, n: int) -> None:
+        """``n`` events are being taken now (stamped before them when a stamp is due)."""
+        if self.done >= self._due:
+            self._stamp()
+        self.done += n
+
+    def result(self) -> None:
+        """The events taken so far are done (stamped when a stamp is due)."""
+        if self.done >= self._due:
+            self._stamp()
+
+    def _stamp(self) -> None:
+        wall, cpu, done = _now(self.done)
+        self._file.write(f"{wall!r} {cpu!r} {done}\n")
+        self._due = self.done + self.every
+
+
+def merged(paths: Iterable[str], expected: int) -> Report:
+    """One report of a run that several processes shared, from their :class:`StampFile` s:
+    from the first event any took to the stamp at which all of them together had done
+    ``expected`` (or their last stamp), CPU time summed over the processes from each one's
+    first stamp; the steady part from 10 % to 90 % of ``expected`` done, all processes
+    together."""
+    stamps: list[tuple[float, float, int, int]] = []
+    for n, path in enumerate(paths):
+        with open(path) as f:
+            for line in f:
+                wall, cpu, done = line.split()
+                stamps.append((float(wall), float(cpu), int(done), n))
+    stamps.sort()
+    nan = math.nan
+    if not stamps:
+        return Report(expected, 0, 0, nan, nan, 0, nan, nan)
+    first_cpu: dict[int, float] = {}
+    cpu_now: dict[int, float] = {}
+    done_now: dict[int, int] = {}
+    line: list[Stamp] = []  # all processes together: (wall, CPU since their first stamps, done)
+    for wall, cpu, done, n in stamps:
+        first_cpu.setdefault(n, cpu)
+        cpu_now[n], done_now[n] = cpu, done
+        line.append((wall, sum(cpu_now[p] - first_cpu[p] for p in cpu_now), sum(done_now.values())))
+    start = line[0]
+    end = next((s for s in line if s[2] >= expected), line[-1])
+    due = [max(1, math.ceil(expected * s)) for s in STEADY]
+    steady = [next((s for s in line if s[2] >= d), None) for d in due]
+    low, high = steady
+    has_steady = low is not None and high is not None and high[2] > low[2]
+    return Report(
+        expected=expected,
+        covered=end[2] - start[2],
+        first_at=start[2] + 1,
+        wall=end[0] - start[0],
+        cpu=end[1] - start[1],
+        steady_events=high[2] - low[2] if has_steady else 0,  # type: ignore[index]
+        steady_wall=high[0] - low[0] if has_steady else nan,  # type: ignore[index]
+        steady_cpu=high[1] - low[1] if has_steady else nan,  # type: ignore[index]
+    )

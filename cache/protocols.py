@@ -11,6 +11,7 @@ from streams.core.ids import SequenceToken, StreamId
 
 class CachedBatch(Protocol):
     sequence: int  # message.sequence_number, read on every delivery
+    last: int  # the position of its last record (a group of one-event records: not its own)
     stream_id: StreamId
     kind: BatchKind
 

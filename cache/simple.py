@@ -33,6 +33,7 @@ class SimpleCachedBatch:
     __slots__ = (
         "bucket",
         "sequence",
+        "last",
         "stream_id",
         "kind",
         "next",
@@ -47,6 +48,9 @@ class SimpleCachedBatch:
     def __init__(self, bucket: int, message: QueueMessage, container: BatchContainer, pending: int) -> None:
         self.bucket = bucket  # the cache's own dense position // the bucket size
         self.sequence = message.sequence_number
+        # The position of its last record: its own, but for a group of one-event records
+        # (streams.core.record_batch.ContainerGroup), whose events stand at their records.
+        self.last = container.last_sequence(self.sequence)
         self._queue, _, self._payload, self._enqueued_time, _ = message
         self.stream_id = container.stream_id
         self.kind = container.kind
@@ -125,6 +129,28 @@ class _StreamEntry:
         return waiting if isinstance(waiting, tuple) else (waiting,)
 
 
+class _StartingAt:
+    """A cached group of records that begins before a cursor's token, from the token on."""
+
+    __slots__ = ("_item", "start", "sequence", "last", "stream_id", "kind")
+
+    def __init__(self, item: SimpleCachedBatch, start: int) -> None:
+        self._item, self.start = item, start  # start: the position the cursor begins at
+        self.sequence, self.last, self.stream_id, self.kind = item.sequence, item.last, item.stream_id, item.kind
+
+    @property
+    def message(self) -> QueueMessage:
+        return self._item.message
+
+    @property
+    def container(self) -> BatchContainer:
+        return self._item.container
+
+    @property
+    def events(self) -> EventBatch:
+        return self._item.events.starting_at(SequenceToken(self.start))
+
+
 class SimpleCacheCursor:
     """A consumer's position on one stream. ``current()`` is ``None`` once caught up; the
     cache moves a caught-up cursor onto its stream's next batch when that arrives."""
@@ -144,8 +170,13 @@ class SimpleCacheCursor:
         self._min_sequence = min_sequence  # skip batches before the subscription's token
         self._closed = False
 
-    def current(self) -> SimpleCachedBatch | None:
-        return self._item
+    def current(self) -> SimpleCachedBatch | _StartingAt | None:
+        item = self._item
+        if item is not None and item.sequence < self._min_sequence:
+            # A group of records that begins before the token and ends at or after it: the
+            # cursor's first batch, from the token on (its events stand at their records).
+            return _StartingAt(item, self._min_sequence)
+        return item
 
     def advance(self) -> None:
         item = self._item
@@ -264,7 +295,7 @@ class SimpleQueueCache:
         start = None
         if token is not None:
             start = entry.head
-            while start is not None and start.sequence < min_sequence:
+            while start is not None and start.last < min_sequence:
                 start = start.next
         self._move(cursor, start)
         return cursor
@@ -286,7 +317,7 @@ class SimpleQueueCache:
         """Caught-up cursors of the stream step onto its new batch (if not before their token)."""
         bucket = self._buckets.get(item.bucket)
         for cursor in entry.take_waiting():
-            if item.sequence < cursor._min_sequence:
+            if item.last < cursor._min_sequence:
                 entry.wait(cursor)
                 continue
             cursor._item = item
@@ -296,7 +327,7 @@ class SimpleQueueCache:
 
     def _move(self, cursor: SimpleCacheCursor, item: SimpleCachedBatch | None, *, waiting: bool = True) -> None:
         min_sequence = cursor._min_sequence
-        while item is not None and item.sequence < min_sequence:
+        while item is not None and item.last < min_sequence:
             item = item.next
         old, cursor._item = cursor._item, item
         if old is not None and item is not None and old.bucket == item.bucket:
@@ -334,7 +365,8 @@ class SimpleQueueCache:
 
     def _drop_head(self) -> None:
         item = self._items.popleft()
-        self._purged_through = item.sequence
+        if item.last > self._purged_through:  # a group's records stand up to its last
+            self._purged_through = item.last
         bucket = item.bucket
         if (
             bucket in self._buckets

@@ -251,6 +251,19 @@ class EventBatch(Sequence[Event]):
             return self.from_index(self.container.count)
         return self.from_index(position.event_index + 1)
 
+    def starting_at(self, token: SequenceToken) -> EventBatch:
+        """The events from ``token`` on (a cursor that starts at ``token``).
+
+        >>> batch = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 1.0, ["a", "b"]).events(7)
+        >>> batch.starting_at(SequenceToken(7, 1)).values, len(batch.starting_at(SequenceToken(8)))
+        (['b'], 0)
+        """
+        if token.sequence_number < self.sequence_number:
+            return self
+        if token.sequence_number > self.sequence_number:
+            return self.from_index(self.container.count)
+        return self.from_index(token.event_index)
+
     def __repr__(self) -> str:
         return f"EventBatch({self.stream_id!r}, {self.sequence_number}, {len(self)} events)"
 
@@ -469,6 +482,16 @@ class BatchContainer:
     def payload(self) -> bytes | None:
         """The bytes this container was decoded from (None for one built in this process)."""
         return self._payload
+
+    def last_sequence(self, sequence_number: int) -> int:
+        """The queue position of the last record this container, read at ``sequence_number``,
+        holds: that one (a group of records holds several, :mod:`streams.core.record_batch`)."""
+        return sequence_number
+
+    def given_time(self, event: Event) -> float | None:
+        """The event time the producer gave ``event`` of this container (None: none given)."""
+        times = self.event_times
+        return None if times is None else times[event._index]
 
     def _decode_body(self) -> None:
         try:

@@ -106,13 +106,13 @@ def array_length(payload: bytes, at: int) -> int:
     return int.from_bytes(payload[at + 1 : at + 1 + size], "big")
 
 
-def _as_ext_type(code: int, data: memoryview) -> msgpack.ExtType:
+def as_ext_type(code: int, data: memoryview) -> msgpack.ExtType:
     return msgpack.ExtType(code, bytes(data))
 
 
 # msgspec reads a container in about half of msgpack's time; an extension type comes back
 # as msgpack's ExtType, as msgpack.unpackb gives it.
-_msgspec_unpack = msgspec.msgpack.Decoder(ext_hook=_as_ext_type).decode
+_msgspec_unpack = msgspec.msgpack.Decoder(ext_hook=as_ext_type).decode
 
 
 def unpack(payload: bytes) -> Any:

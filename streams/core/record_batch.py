@@ -27,12 +27,16 @@ the events it handed off.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Any, cast
 
-from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch
-from streams.core.ids import SequenceToken, StreamId
+import msgspec
+
+from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, QueueMessage
+from streams.core.codec import MAGIC, as_ext_type, stream_id_of
+from streams.core.errors import DecodeError
+from streams.core.ids import QueueId, SequenceToken, StreamId
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -177,3 +181,235 @@ class RecordEventBatch(EventBatch):
 
 def _known(clock: float) -> float | None:
     return None if clock == -math.inf else clock
+
+
+class ContainerGroup(BatchContainer):
+    """One-event batch containers of one stream, from several records of one read: what a
+    receiver of headrace's own format makes of a read whose records hold one event each, so
+    that the runtime's per-batch work is paid once per stream and read (as for foreign
+    records, :class:`RecordBatch`).
+
+    Unlike a :class:`RecordBatch`'s, its events are exactly what their records give one by
+    one: each event's token (and position) is its record's, ``offset:0``, and its event and
+    arrival times are its container's. So a token means the same on every read, grouped or
+    not: a rewind, which reads the records one by one, and a cursor that starts inside a
+    group (:meth:`ContainerGroupEvents.starting_at`) find the same events.
+
+    >>> sid = StreamId("sensors", "s-1")
+    >>> group = ContainerGroup(sid, ["a", "b", "c"], [None, 5.0, None], [10.0, 11.0, 12.0], [100, 104, 107])
+    >>> batch = group.events(100)
+    >>> [(e.value, e.event_time, e.arrival_time, str(e.token)) for e in batch]
+    [('a', 10.0, 10.0, '100:0'), ('b', 5.0, 11.0, '104:0'), ('c', 12.0, 12.0, '107:0')]
+    >>> str(batch.last_position()), batch.after(SequenceToken(104)).values, group.last_sequence(100)
+    ('107:0', ['c'], 107)
+    >>> batch.starting_at(SequenceToken(104)).values, batch.starting_at(SequenceToken(104, 1)).values
+    (['b', 'c'], ['c'])
+    """
+
+    __slots__ = ("given", "times", "arrivals", "offsets", "clocks")
+
+    def __init__(
+        self,
+        stream_id: StreamId,
+        values: list[Any],
+        given: list[float | None],
+        arrivals: list[float],
+        offsets: list[int],
+    ) -> None:
+        super().__init__(stream_id, BatchKind.DATA, max(arrivals), values, given)
+        self.given = given  # the event time each container gave (None: its arrival)
+        # The event times as delivered: the arrivals themselves when none was given.
+        self.times = (
+            arrivals if given.count(None) == len(given) else [a if t is None else t for t, a in zip(given, arrivals)]
+        )
+        self.arrivals = arrivals
+        self.offsets = offsets  # each record's offset: its event's token and position
+        # Per record, the queue's clock just before it (the newest arrival time of the
+        # partition's earlier records, other streams' included), when the reader knows it.
+        self.clocks: list[float] | None = None
+
+    def events(self, sequence_number: int) -> EventBatch:
+        return ContainerGroupEvents(self, sequence_number)
+
+    def last_sequence(self, sequence_number: int) -> int:
+        return self.offsets[-1]
+
+    def given_time(self, event: Event) -> float | None:
+        return self.given[bisect_left(self.offsets, event._sequence)]
+
+
+class ContainerGroupEvents(EventBatch):
+    """The events of a :class:`ContainerGroup`: each with its own record's token."""
+
+    __slots__ = ()
+
+    def _group(self) -> ContainerGroup:
+        container = self.container
+        assert isinstance(container, ContainerGroup)
+        return container
+
+    def _materialize(self) -> list[Event]:
+        events = self._events
+        if events is None:
+            group = self._group()
+            sid, at = group.stream_id, Event._at
+            values, times, arrivals, offsets = group.values, group.times, group.arrivals, group.offsets
+            events = [at(values[i], times[i], arrivals[i], offsets[i], 0, sid) for i in range(self._start, len(values))]
+            self._events = events
+        return events
+
+    @property
+    def event_times(self) -> list[float]:
+        times = self._group().times
+        return times[self._start :] if self._start else times
+
+    def columns(self) -> tuple[list[Any], list[float], list[float]]:
+        group, start = self._group(), self._start
+        if start:
+            return self.values, group.times[start:], group.arrivals[start:]
+        return self.values, group.times, group.arrivals
+
+    def event_at(self, index: int) -> Event:
+        if self._events is not None:
+            return self._events[index]
+        group, i = self._group(), self._start + index
+        return Event._at(group.values[i], group.times[i], group.arrivals[i], group.offsets[i], 0, group.stream_id)
+
+    def token_at(self, index: int) -> SequenceToken:
+        return SequenceToken(self._group().offsets[self._start + index])
+
+    def from_index(self, event_index: int) -> EventBatch:
+        return ContainerGroupEvents(self.container, self.sequence_number, max(self._start, event_index))
+
+    def clock_runs(self) -> list[tuple[float | None, Sequence[Event]]]:
+        """Runs of events, a new one wherever other streams' records moved the queue's
+        clock past this stream's previous record (as :meth:`RecordEventBatch.clock_runs`)."""
+        group, start = self._group(), self._start
+        clocks, arrivals = group.clocks, group.arrivals
+        if clocks is None:
+            return [(self.clock_before, self)]
+        events = self._materialize()
+        runs: list[tuple[float | None, Sequence[Event]]] = []
+        first = start
+        for i in range(start + 1, len(arrivals)):
+            if clocks[i] > arrivals[i - 1]:
+                runs.append((_known(clocks[first]), events[first - start : i - start]))
+                first = i
+        runs.append((_known(clocks[first]), events[first - start :]))
+        return runs
+
+    def last_position(self) -> SequenceToken:
+        return SequenceToken(self._group().offsets[-1])
+
+    def after(self, position: SequenceToken) -> EventBatch:
+        """The events of the records past ``position`` (one-event records: its offset)."""
+        return self.from_index(bisect_right(self._group().offsets, position.sequence_number))
+
+    def starting_at(self, token: SequenceToken) -> EventBatch:
+        """The events from ``token`` on (a token at one of its records: from that record)."""
+        offsets, seq = self._group().offsets, token.sequence_number
+        return self.from_index(bisect_right(offsets, seq) if token.event_index else bisect_left(offsets, seq))
+
+
+class _OneEvent(msgspec.Struct, array_like=True, gc=False):
+    """A batch container of one event, as :func:`~streams.core.codec.encode_batch` writes it:
+    msgspec checks the fields' types as it reads them (a float field takes an int too), and
+    refuses a container of several events before reading their values. Not tracked by the
+    garbage collector (it is read and dropped at once, and refers to nothing that refers
+    back): one allocation a record fewer towards the next collection."""
+
+    magic: str
+    kind: int
+    namespace: str
+    key: str
+    arrival: float
+    values: tuple[Any]
+    times: tuple[float | None] | None
+
+
+_decode_one = msgspec.msgpack.Decoder(_OneEvent, ext_hook=as_ext_type).decode
+_Gathering = tuple[list[Any], list[float | None], list[float], list[int], list[float]]
+
+
+def gathered(messages: list[QueueMessage], clock: float) -> list[QueueMessage]:
+    """``messages`` (one read of a queue, in position order) with the batch containers of
+    one event gathered by stream into one :class:`ContainerGroup` each, a message at its
+    first record's position: the runtime's per-batch work is then paid once per stream and
+    read, as for foreign records. Every other message (a container of several events, a
+    watermark, a completion, a record that does not decode, a batch a receiver made) stays
+    as it is and ends its stream's group, so that a stream's messages keep their order.
+    ``clock`` is the queue's processing clock before the read (the newest arrival time read
+    before it, -inf: not known): each record learns the clock just before it.
+
+    >>> from streams.core.codec import encode_batch
+    >>> from streams.core.ids import QueueId
+    >>> a, b = StreamId("ns", "a"), StreamId("ns", "b")
+    >>> read = [encode_batch(a, 0, 1.0, [1]), encode_batch(b, 0, 2.0, [2]), encode_batch(a, 0, 3.0, [3]),
+    ...         encode_batch(a, 2, 4.0, []), encode_batch(a, 0, 5.0, [5])]
+    >>> out = gathered([QueueMessage(QueueId(0), n, p) for n, p in enumerate(read)], -math.inf)
+    >>> [(m.sequence_number, m.container().kind.name, list(m.container().values)) for m in out]
+    [(0, 'DATA', [1, 3]), (1, 'DATA', [2]), (3, 'COMPLETED', []), (4, 'DATA', [5])]
+    >>> [str(e.token) for e in out[0].container().events(0)]
+    ['0:0', '2:0']
+    """
+    # In position order as made: a group's place is its first record's (it is made there).
+    out: list[QueueMessage | _Gathering] = []
+    names: dict[int, tuple[str, str]] = {}  # id of a group -> its namespace and key
+    open_groups: dict[str, dict[str, _Gathering]] = {}  # namespace -> key -> its open group
+    namespace: str | None = None
+    keyed: dict[str, _Gathering] = {}
+    decode = _decode_one
+    for message in messages:
+        before = clock
+        if message.decoded is None:
+            try:
+                c: _OneEvent | None = decode(message.payload)
+            except Exception:  # several events, or not a container: read below
+                c = None
+            if c is not None and c.kind == 0 and c.magic == MAGIC:  # one event of data
+                arrival = c.arrival
+                if arrival > clock:
+                    clock = arrival
+                if c.namespace != namespace:
+                    namespace = c.namespace
+                    keyed = open_groups.setdefault(namespace, {})
+                times = c.times
+                group = keyed.get(c.key)
+                if group is None:
+                    group = keyed[c.key] = ([], [], [], [], [])
+                    names[id(group)] = (namespace, c.key)
+                    out.append(group)
+                group[0].append(c.values[0])
+                group[1].append(None if times is None else times[0])
+                group[2].append(arrival)
+                group[3].append(message.sequence_number)
+                group[4].append(before)
+                continue
+        # A message of its own: it ends its stream's group (made before it, so it goes first).
+        try:
+            container = message.container()
+        except DecodeError:
+            pass  # the pulling agent dead-letters it
+        else:
+            sid = container.stream_id
+            open_groups.get(sid.namespace, {}).pop(sid.key, None)
+            if container.clock_before is None and before > -math.inf:
+                container.clock_before = before
+            if container.arrival_time > clock:
+                clock = container.arrival_time
+            if message.decoded is None:
+                message = message._replace(decoded=container)
+        out.append(message)
+    if not names:  # no group made: every entry is a message
+        return cast(list[QueueMessage], out)
+    queue = messages[0].queue
+    return [m if isinstance(m, QueueMessage) else _group_message(queue, stream_id_of(*names[id(m)]), m) for m in out]
+
+
+def _group_message(queue: QueueId, sid: StreamId, group: _Gathering) -> QueueMessage:
+    values, given, arrivals, positions, clocks = group
+    batch = ContainerGroup(sid, values, given, arrivals, positions)
+    batch.clocks = clocks
+    if clocks[0] > -math.inf:
+        batch.clock_before = clocks[0]
+    return QueueMessage(queue, positions[0], b"", batch.arrival_time, batch)

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from bench.timing import Clock, best, figure, row, timed
+from bench.timing import Clock, StampFile, best, figure, merged, row, timed
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.sensor_workload import closed_window_counts, readings
@@ -128,3 +128,17 @@ def test_the_helpers_examples_hold() -> None:
 
     result = doctest.testmod(bench.timing)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_stamps_of_several_processes_merge_onto_one_time_line(tmp_path) -> None:
+    """bench/scale.py's workers: each process stamps a file; the merge times them together
+    (here two stamp files written in turn by one process, as two workers would)."""
+    first, second = StampFile(str(tmp_path / "1"), every=10), StampFile(str(tmp_path / "2"), every=10)
+    for _ in range(10):  # 100 events each, 10 at a time, alternating
+        for stamps in (first, second):
+            stamps.taken(10)
+            stamps.result()
+    report = merged([str(tmp_path / "1"), str(tmp_path / "2")], 200)
+    assert (report.first_at, report.coverage, report.refused) == (1, 1.0, False)
+    assert report.steady_events >= 150 and report.cpu >= 0 and report.wall > 0
+    assert merged([str(tmp_path / "1")], 200).refused  # one process's half of the events

@@ -4,6 +4,7 @@ import pytest
 
 from cache.simple import SimpleQueueCache
 from streams import BatchContainer, BatchKind, CacheMissError, QueueId, QueueMessage, SequenceToken, StreamId
+from streams.core.record_batch import ContainerGroup
 
 A, B = StreamId("ns", "a"), StreamId("ns", "b")
 
@@ -139,3 +140,35 @@ def test_several_caught_up_cursors_of_a_stream_each_step_onto_its_new_batch():
     ahead.close()
     assert cache.stream_count == 2  # A's batches are still cached (for rewinds), B's too
     assert drain(cache.create_cursor(A, SequenceToken(2))) == [2, 3, 5]
+
+
+# -- groups of one-event records (streams.core.record_batch.ContainerGroup) ----------------
+
+
+def group(sid, positions):
+    """A gathered message: one event a record at ``positions``, standing at the first."""
+    batch = ContainerGroup(sid, list(positions), [None] * len(positions), [1.0] * len(positions), list(positions))
+    return QueueMessage(QueueId(0), positions[0], b"", 1.0, batch), batch
+
+
+def test_a_cursor_from_a_token_inside_a_group_gets_its_events_from_the_token_on():
+    cache = SimpleQueueCache(100, 10)
+    cache.add([group(A, [0, 3, 5]), msgs([B], start=1)[0], group(A, [7, 9])])
+    cursor = cache.create_cursor(A, SequenceToken(3))
+    item = cursor.current()
+    assert item is not None and item.sequence == 0 and item.last == 5
+    assert [str(e.token) for e in item.events] == ["3:0", "5:0"]
+    cursor.advance()
+    assert [str(e.token) for e in cursor.current().events] == ["7:0", "9:0"]
+    after = cache.create_cursor(A, SequenceToken(6))  # between two groups: the next one whole
+    assert [e.value for e in after.current().events] == [7, 9]
+
+
+def test_a_dropped_group_covers_up_to_its_last_record():
+    cache = SimpleQueueCache(max_size=4, buckets=2)  # buckets of 2
+    cache.add([group(A, [0, 5]), msgs([B], start=1)[0], msgs([B], start=2)[0], msgs([B], start=3)[0]])
+    assert cache.try_purge() == 2  # the oldest bucket: A's group (0..5) and B's record 1
+    # Record 5 (A's) went with its group: the cache serves A fully only from position 6 on.
+    assert cache.covered_from() == 6
+    with pytest.raises(CacheMissError):
+        cache.create_cursor(A, SequenceToken(4))

@@ -40,6 +40,10 @@ class KafkaQueueReceiver:
 
     :attr:`caught_up` (the receiver protocol's) says whether the last read left the read
     position at every partition's high-water mark, as the fetch answers reported it.
+
+    :attr:`gathers_containers`: a topic of headrace's own format often holds one event a
+    record (a producer's ``send`` of one event); the pulling agent gathers those of one read
+    by stream into one batch (:func:`streams.core.record_batch.gathered`).
     """
 
     def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog) -> None:
@@ -49,6 +53,7 @@ class KafkaQueueReceiver:
         self._partitions = settings.partitions_of(queue)  # one per topic
         self._partition = self._partitions[0]
         fmt = settings.record_format
+        self.gathers_containers = fmt is None  # records of headrace's own format
         self._reader: RecordReader = (
             ContainerRecords(queue, self._partition)
             if fmt is None
@@ -238,7 +243,10 @@ class KafkaQueueReceiver:
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
             return
-        self._acknowledge(self._reader.acknowledged(max(t.sequence_number for t in tokens)))
+        # The pulling agent's tokens are in queue order (agents.checkpoint.Tokens.ascending).
+        ascending = getattr(tokens, "ascending", False)
+        last = tokens[-1].sequence_number if ascending else max(t.sequence_number for t in tokens)
+        self._acknowledge(self._reader.acknowledged(last))
         await self._commit_if_due()
 
     def _acknowledge(self, offsets: Mapping[TopicPartition, int]) -> None:
