@@ -56,6 +56,10 @@ class _HistoryBatch:
         self._events: EventBatch | None = None
 
     @property
+    def start(self) -> int:
+        return self.sequence
+
+    @property
     def events(self) -> EventBatch:
         if self._events is None:
             self._events = self.container.events(self.sequence)

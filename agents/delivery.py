@@ -338,7 +338,7 @@ class StreamConsumer:
         # Mid-delivery, the batch is being finished: the new cursor starts after it (after
         # its last record: a group of records holds several). A cursor that began inside a
         # group (its token there) begins there again.
-        start = item.last + 1 if self._delivering else getattr(item, "start", item.sequence)
+        start = item.last + 1 if self._delivering else item.start
         old, self.cursor = self.cursor, make_cursor(start)
         old.close()
         self.detached += 1

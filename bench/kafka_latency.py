@@ -37,10 +37,10 @@ from aiokafka import AIOKafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
-import streams.kafka.receiver as kafka_receiver  # noqa: E402
+import streams.backends.kafka.receiver as kafka_receiver  # noqa: E402
 from bench.kafka_sensors import json_reader, raw_read, windowed_provider, worker_read  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
-from streams.kafka.clients import ensure_topic  # noqa: E402
+from streams.backends.kafka.clients import ensure_topic  # noqa: E402
 from tests.kafka_broker import HOST, TansuBroker, free_port  # noqa: E402
 from tests.sensor_workload import closed_window_counts, readings, write_json  # noqa: E402
 

@@ -16,6 +16,12 @@ class CachedBatch(Protocol):
     kind: BatchKind
 
     @property
+    def start(self) -> int:
+        """Where a cursor on it begins: ``sequence``, or inside a group of one-event records
+        the record a subscription's token named (see ``streams.core.record_batch``)."""
+        ...
+
+    @property
     def message(self) -> QueueMessage: ...
 
     @property

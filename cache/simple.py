@@ -62,6 +62,10 @@ class SimpleCachedBatch:
         self._events: EventBatch | None = None
 
     @property
+    def start(self) -> int:
+        return self.sequence
+
+    @property
     def message(self) -> QueueMessage:
         return QueueMessage(self._queue, self.sequence, self._payload, self._enqueued_time)
 
