@@ -58,7 +58,9 @@ class Trace:
 
 
 async def run(path: str, trace: Trace) -> None:
-    provider = StreamProvider.embedded(path, queues=1)
+    # The agent reads when the write wakes it, not on its timer: a timed read already in
+    # flight when the event is sent would take it without the steps a read begins with.
+    provider = StreamProvider.embedded(path, queues=1, get_queue_msgs_timer_period=30.0)
 
     @provider.implicit("tolls")
     class BoothTotals:
@@ -72,6 +74,7 @@ async def run(path: str, trace: Trace) -> None:
         await stream.send({"time": 1.0})  # opens the stream and its window: not traced
         await provider.flush()
         await provider.drain()
+        await anyio.sleep(0.2)  # the agent's loop, woken by drain, is back waiting to be woken
         trace.on = True
         await stream.send({"time": 61.0})  # its watermark closes the first window
         with anyio.fail_after(30):

@@ -15,7 +15,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark_sink import Handoff, HandoffLog, HandoffWriter
+from spark_sink import Handoff
+from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
 from streams.backends.embedded.store import EmbeddedStore
 from streams.eventtime import Combined, Count, Every, OrderingPolicy, Processor, Sum, Tumbling, WindowResult
 from tests.spark_sink.handoff_testkit import STREAM, WINDOW_SECONDS, RawEvent, collect_windows, partition_of, source_of
