@@ -73,7 +73,7 @@ async def test_a_failing_on_window_dead_letters_that_window_and_nothing_else(bac
         T0 + 20,
         10,
     )
-    assert value["from"] == [0, 0] and value["through"] == [0, 24] and value["final"] is False
+    assert value["from"] == [0, 0] and value["through"] == [0, 24] and (value["final"], value["revision"]) == (True, 0)
     if failure == "raises":
         assert "Traceback (most recent call last)" in letter.detail and letter.detail.endswith("ValueError: no room 10")
     else:
