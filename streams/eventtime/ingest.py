@@ -10,15 +10,8 @@ This is the processor's hot path. The common case (an event in order, into an op
 runs inline with everything it reads in locals; the named steps are called only for what
 is rare per event (a violation, a new lane or pane, a watermark that closes something).
 
-A batch whose events the runtime keeps as columns (``columns()``: values, event times,
-arrivals; ``streams.core.batch``) is taken in runs (:meth:`Ingest._in_order`) when the
-consumer's shape allows (one input, fixed windows, a count, no key function, the time an
-event's own or a field of its value, no arrival bounds, idle timeout or trace): the events
-in order, into a pane that is open for them, are read from the columns alone (no event
-object) and counted into their pane once per run; the watermark still moves, and closes,
-event by event, and an event out of order is adjusted there when the policy adjusts. Any
-other event (a time to refuse, one out of order under drop or accept) is made whole and goes
-the per-event way, where it stands in the run, so both ways give the same result.
+A batch whose events the runtime keeps as columns is taken in runs when the consumer's
+shape allows (:mod:`streams.eventtime.runs`), with this way for the events it cannot take.
 """
 
 from __future__ import annotations
@@ -39,6 +32,7 @@ from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
 from streams.eventtime.results import DEAD_LETTER, DROPPED, KEPT, EventOutcome, Output, WatermarkAdvance
+from streams.eventtime.runs import take_in_runs
 from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
 from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import FOREVER, NEVER
@@ -103,7 +97,7 @@ class Ingest:
                 f"input {inp.name!r} has completed (on_completed or flush); it takes no more events"
             )
         if self.in_runs and not inp.imported and hasattr(events, "columns"):
-            self._in_order(inp, events, out)
+            take_in_runs(self, inp, events, out)
             return
         if not isinstance(events, Sequence):
             events = list(events)
@@ -414,111 +408,12 @@ class Ingest:
                 sampler.due = at - n + 1 if at >= n else 1
         flow.counters.events += n
 
-    def _in_order(self, inp: Input, events: Any, out: Output) -> None:
-        """Steps 1-6 for a batch of columns (see the module's docstring): a run of events
-        into one pane adds its count once; an event out of order is adjusted here, as the
-        ordering step would (the policy's ``adjust``); any other event goes the per-event way
-        (:meth:`run` of that event alone), from the state as the run left it."""
-        flow, store = self.flow, self.flow.store
-        a = flow.assigner
-        assert isinstance(store, WindowStore) and a is not None  # as in_runs says
-        values, times, arrivals = events.columns()
-        ts_of = self.timestamp_of
-        field = getattr(ts_of, "field", None)
-        per_second = getattr(ts_of, "per_second", 1)
-        step, origin, delay, earliest, latest = a.step, a.origin, flow.delay, EARLIEST, LATEST
-        adjusting = self.ordering.adjust
-        mark, panes = inp.mark, store.panes
-        w, newest, clock, next_close = mark.value, mark.max_timestamp, inp.clock, store.next_close
-        state: list[Any] | None = None  # the current run's [count, first token] in its pane
-        run_pane = run = taken = adjusted = 0
-        nan = float("nan")
-        # Sampled here by position, as run() samples by identity; the one-event runs below
-        # (refusals, disorder under drop or accept) are this batch's positions too.
-        sampler, n = self.sampler, len(values)
-        at = every = n + 1  # never due: no sampler
-        sample = _no_sample
-        if sampler is not None:
-            at, every, sample = sampler.due - 1, sampler.every, sampler.record
-            self.sampler = None
-        try:
-            for i in range(len(values)):
-                arr = arrivals[i]
-                if field is None:
-                    t = times[i]
-                else:  # policy.seconds for a number, inline; anything else goes the per-event way
-                    v = values[i]
-                    raw = v.get(field) if type(v) is dict else None
-                    t = raw / per_second if type(raw) is int or type(raw) is float else nan
-                if i == at:  # lateness and disorder, before the policy touches the event
-                    if earliest <= t < latest:
-                        at += every
-                        sample(arr, t, newest, None)
-                    else:  # a refused time: as in run(), the next batch's first is due instead
-                        at = -1
-                if earliest <= t < latest and (t >= w or adjusting):  # a valid time (not NaN)
-                    if t < w:  # 3. out of order: adjusted to the watermark (OrderingStep.judge)
-                        t = w
-                        adjusted += 1
-                    pane = (t - origin) // step
-                    if state is None or pane != run_pane:  # 4. into the pane's state for the key
-                        if run:
-                            state[0] += run  # type: ignore[index]
-                            run = 0
-                        bucket = panes.get(pane)
-                        if bucket is None:
-                            store.watermark = w  # scheduling skips windows closed at w
-                            bucket = flow.open_pane(inp, store, pane)
-                            next_close = store.next_close
-                        state = bucket.get(None)
-                        if state is None:
-                            state = bucket[None] = [0, events.token_at(i)]
-                        run_pane = pane
-                    run += 1
-                    taken += 1
-                    if arr > clock:
-                        clock = arr
-                    if t > newest:  # 5. the watermark (generation every event)
-                        newest = t
-                        if t - delay > w:
-                            w = t - delay
-                            if w >= next_close:  # 6. what it passed closes, with this run counted
-                                state[0] += run
-                                run = 0
-                                mark.value, mark.max_timestamp, store.watermark = w, newest, w
-                                flow.close([store], arr, out)
-                                next_close, state = store.next_close, None
-                    continue
-                # A time to refuse, or an event out of order under drop or accept: the
-                # per-event way, from the state as it stands here.
-                if run:
-                    state[0] += run  # type: ignore[index]
-                    run = 0
-                mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
-                self.run(inp, [events.event_at(i)], out)
-                w, newest, clock, next_close, state = mark.value, mark.max_timestamp, inp.clock, store.next_close, None
-        finally:
-            if sampler is not None:
-                self.sampler = sampler
-                sampler.due = at - n + 1 if at >= n else 1
-        if run:
-            state[0] += run  # type: ignore[index]
-        mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
-        counters = flow.counters
-        counters.events += taken
-        counters.adjusted += adjusted
-        counters.out_of_order_adjusted += adjusted
-
 
 def _repeat(duplicate: tuple[Hashable, float], dedup: Deduplication) -> str:
     """A duplicate's letter detail: its key, and the horizon it fell within."""
     key, first = duplicate
     within = dedup.spec.within
     return f"dedup key {key!r} first seen at {first:g}, within {within:g} s (until the watermark reaches {first + within:g})"
-
-
-def _no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:
-    pass  # no sketch attached
 
 
 def _with_traceback(exc: BaseException) -> str:

@@ -16,15 +16,14 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
 import anyio
 
 from agents.context import AgentContext
 from agents.manager import AgentManager
-from agents.pulling_agent import PullingAgent, new_subscription_id
-from agents.registry import ConsumerRegistry, InProcessSubscription, check_inputs, consumer_decorator
+from agents.pulling_agent import PullingAgent
+from agents.registry import ConsumerRegistry, check_inputs, consumer_decorator
 from balancer.base import BalancerOptions
 from balancer.protocols import QueueBalancer
 from cache.protocols import QueueCache
@@ -40,21 +39,19 @@ from streams.backends.memory.adapter import GeneratorConfig
 from streams.backends.memory.backend import MemoryBackend
 from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
-from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError, SubscriptionNotFoundError
-from streams.core.ids import QueueId, SequenceToken, StreamId
+from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
+from streams.core.ids import QueueId, StreamId
 from streams.core.observer import (
-    EventFilter,
     LoggingFailureHandler,
     StreamFailureHandler,
-    as_observer,
-    is_coroutine_function,
 )
 from streams.core.options import StreamProviderOptions
-from streams.core.pubsub import FollowedPubSubStore, PubSubStore, SubscriptionRecord, SubscriptionState
+from streams.core.pubsub import FollowedPubSubStore, PubSubStore
 from streams.core.records import RecordFormat
 from streams.runtime.backends import Backend, LocalStoreBeside, open_handoff_sinks
 from streams.runtime.publisher import Publisher, start_publisher
-from streams.runtime.stream import Stream, StreamSubscriptionHandle
+from streams.runtime.stream import Stream
+from streams.runtime.subscriptions import StreamSubscriptionManager
 
 P = TypeVar("P")  # the provider class: ``cls`` is typed as what builds one from a backend
 
@@ -157,39 +154,6 @@ T = TypeVar("T", bound=type)
 _providers_in_process = itertools.count(1)
 
 
-def check_token(token: object) -> None:
-    """Refuse a token that is not a :class:`SequenceToken` (a bare int, say) at once."""
-    if token is not None and not isinstance(token, SequenceToken):
-        raise TypeError(f"token is a SequenceToken, not {type(token).__name__}")
-
-
-def check_filter(event_filter: object, *, durable: bool) -> None:
-    """Refuse a filter that could never work, at subscribe rather than at every event.
-
-    >>> async def vip(event): return event.value["vip"]
-    >>> check_filter(vip, durable=False)
-    Traceback (most recent call last):
-    ...
-    streams.core.errors.ConfigurationError: a stream filter is a plain function of one event returning a bool; vip is async (its coroutine would count as true and keep every event)
-    """
-    if not callable(event_filter):
-        raise ConfigurationError(f"a stream filter is a function of one event, not {event_filter!r}")
-    if is_coroutine_function(event_filter):
-        name = getattr(event_filter, "__qualname__", repr(event_filter))
-        raise ConfigurationError(
-            f"a stream filter is a plain function of one event returning a bool; {name} is async "
-            "(its coroutine would count as true and keep every event)"
-        )
-    if durable:
-        # A durable subscription is delivered by whichever worker reads its stream, after
-        # restarts too: its record would have to carry the function, which it cannot.
-        raise ConfigurationError(
-            "a durable subscription (a @provider.consumer() type) takes no filter: the worker "
-            "that reads the stream cannot rebuild a function from the subscription's record. "
-            "Filter in the type's on_next, or subscribe an in-process observer with the filter"
-        )
-
-
 def default_worker_name() -> str:
     """``hostname-pid`` for the first provider of a process, then ``hostname-pid-2``, ...:
     unique on the machine, so providers never collide by default."""
@@ -263,6 +227,7 @@ class StreamProvider(BackendConstructors):
         self.dead_letters: DeadLetterStore = dead_letters or backend.dead_letter_store()
         self.failure_handler: StreamFailureHandler = failure_handler or LoggingFailureHandler()
         self.registry = ConsumerRegistry()
+        self.subscriptions = StreamSubscriptionManager(self)
         self._adapter: QueueAdapter | None = None
         self._manager: AgentManager | None = None
         self._publisher: Publisher | None = None
@@ -429,25 +394,7 @@ class StreamProvider(BackendConstructors):
 
     async def _follow_subscriptions(self, pubsub: FollowedPubSubStore, scope: anyio.CancelScope) -> None:
         with scope:
-            await pubsub.follow(self._subscriptions_changed)
-
-    async def _subscriptions_changed(self, made: list[SubscriptionRecord], removed: list[SubscriptionRecord]) -> None:
-        """Subscriptions made, changed or removed by another process: attach, resume or
-        detach them where their stream's queue is read here. A changed one was resumed
-        there (``handle.resume``): its consumer here goes on from where it is, with the
-        type the record names now (one it has already, unchanged, is left as it is)."""
-        for record in removed:
-            agent = self._local_agent(record.stream_id)
-            if agent is not None:
-                agent.subscriptions.remove(record.stream_id, record.subscription_id)
-        for record in made:
-            agent = self._local_agent(record.stream_id)
-            if agent is None:
-                continue
-            try:
-                await agent.subscriptions.resume(record, rewind=False)
-            except Exception:  # the queue moving away meanwhile, or worse: logged, not fatal
-                log.exception("attaching subscription %s of %s failed", record.subscription_id, record.stream_id)
+            await pubsub.follow(self.subscriptions.changed)
 
     async def _report_unwritten(self, unwritten: list[PublishError]) -> None:
         """Raise what the publisher could not write; when the block is leaving with an
@@ -497,7 +444,8 @@ class StreamProvider(BackendConstructors):
         return self._manager.agents if self._manager else []
 
     # -- the stream handles' plumbing ----------------------------------------------------
-    def _require_running(self, what: str) -> QueueAdapter:
+    def require_running(self, what: str) -> QueueAdapter:
+        """The running provider's adapter; a clear error when it is not running."""
         if self._adapter is None:
             raise ProviderClosedError(
                 f"{what} needs a running provider: use `async with provider:` (a worker) "
@@ -507,111 +455,12 @@ class StreamProvider(BackendConstructors):
 
     def _require_publisher(self, what: str = "publishing") -> Publisher:
         if self._publisher is None:
-            self._require_running(what)
+            self.require_running(what)
             raise ProviderClosedError(f"{what}: the provider is closing")
         return self._publisher
 
-    async def _subscribe(
-        self,
-        stream_id: StreamId,
-        observer: Any,
-        token: SequenceToken | None,
-        event_filter: EventFilter | None = None,
-    ) -> StreamSubscriptionHandle:
-        check_token(token)
-        subscription_id = new_subscription_id()
-        subscription: InProcessSubscription | SubscriptionRecord
-        type_name = self.registry.type_name(observer) if isinstance(observer, type) else None
-        if event_filter is not None:
-            check_filter(event_filter, durable=type_name is not None)
-        if type_name is not None:
-            self._require_running("a durable subscription")
-            subscription = SubscriptionRecord(subscription_id, stream_id, type_name, token)
-            await self.pubsub.add_subscription(subscription)
-        else:
-            self._check_observer(observer)
-            if self.running and not self.is_worker:
-                log.warning(
-                    "%s: an in-process observer subscribed through provider.client() receives "
-                    "nothing in this process: a client reads no queue. Subscribe it in a worker "
-                    "(async with provider), or subscribe a @provider.consumer() type, which the "
-                    "worker reading the stream delivers to",
-                    stream_id,
-                )
-            subscription = InProcessSubscription(subscription_id, stream_id, observer, token, event_filter)
-            self.registry.add_observer(subscription)
-        agent = self._local_agent(stream_id)
-        if agent is not None:
-            await agent.subscriptions.add(subscription)
-        return StreamSubscriptionHandle(self, stream_id, subscription_id, type_name is not None)
-
-    def _check_observer(self, observer: Any) -> None:
-        """Refuse what cannot be an in-process observer now, not at the first delivery."""
-        if isinstance(observer, type):
-            raise ConfigurationError(
-                f"{observer.__qualname__} is a class that is not a registered consumer type; "
-                "decorate it with @provider.consumer() or pass an instance"
-            )
-        as_observer(observer)
-
-    async def _resume(
-        self, handle: StreamSubscriptionHandle, observer: Any, token: SequenceToken | None
-    ) -> StreamSubscriptionHandle:
-        check_token(token)
-        sid, subscription_id = handle.stream_id, handle.subscription_id
-        subscription: InProcessSubscription | SubscriptionRecord
-        if handle.durable:
-            self._require_running("resuming a durable subscription")
-            type_name = self.registry.type_name(observer) if isinstance(observer, type) else None
-            if type_name is None:
-                raise ConfigurationError(
-                    f"a durable subscription resumes with a consumer type registered with "
-                    f"@provider.consumer(), not {observer!r}: its record names the type, so that "
-                    "whichever worker reads the stream can build it"
-                )
-            record = next(
-                (r for r in await self.pubsub.subscriptions(sid) if r.subscription_id == subscription_id), None
-            )
-            if record is None:
-                raise SubscriptionNotFoundError(f"subscription {subscription_id} of {sid} no longer exists")
-            subscription = replace(
-                record,
-                consumer_type=type_name,
-                start_token=token,  # where a consumer attached afresh starts (None: from now)
-                state=SubscriptionState.ACTIVE,  # a faulted one delivers again
-            )
-            await self.pubsub.add_subscription(subscription)  # replaces the record
-        else:
-            old = next((s for s in self.registry.observers(sid) if s.subscription_id == subscription_id), None)
-            if old is None:
-                raise SubscriptionNotFoundError(f"subscription {subscription_id} of {sid} no longer exists")
-            self._check_observer(observer)
-            subscription = replace(old, observer=observer, token=token)
-            self.registry.add_observer(subscription)  # replaces the old one
-        agent = self._local_agent(sid)
-        if agent is not None:
-            await agent.subscriptions.resume(subscription, rewind=token is not None)
-        return StreamSubscriptionHandle(self, sid, subscription_id, handle.durable)
-
-    async def _unsubscribe(self, handle: StreamSubscriptionHandle) -> None:
-        if handle.durable:
-            await self.pubsub.remove_subscription(handle.subscription_id)
-        else:
-            self.registry.remove_observer(handle.stream_id, handle.subscription_id)
-        agent = self._local_agent(handle.stream_id)
-        if agent is not None:
-            agent.subscriptions.remove(handle.stream_id, handle.subscription_id)
-
-    async def _handles(self, stream_id: StreamId) -> list[StreamSubscriptionHandle]:
-        handles = [
-            StreamSubscriptionHandle(self, stream_id, s.subscription_id, False)
-            for s in self.registry.observers(stream_id)
-        ]
-        for record in await self.pubsub.subscriptions(stream_id):
-            handles.append(StreamSubscriptionHandle(self, stream_id, record.subscription_id, True))
-        return handles
-
-    def _local_agent(self, stream_id: StreamId) -> PullingAgent | None:
+    def local_agent(self, stream_id: StreamId) -> PullingAgent | None:
+        """The agent here that reads ``stream_id``'s queue (None: another worker's, or none)."""
         if self._manager is None:
             return None
         return self._manager.agent_for(self.mapper.get_queue_for_stream(stream_id))

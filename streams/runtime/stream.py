@@ -17,25 +17,33 @@ from streams.runtime.publisher import Publisher
 Instant = float | int | datetime | None
 
 
+class Subscriptions(Protocol):
+    """What a stream handle and a subscription handle ask of their provider's subscriptions
+    (:class:`~streams.runtime.subscriptions.StreamSubscriptionManager` is the one)."""
+
+    async def subscribe(
+        self, stream_id: StreamId, observer: Any, token: SequenceToken | None, event_filter: EventFilter | None = ...
+    ) -> StreamSubscriptionHandle: ...
+
+    async def resume(
+        self, handle: StreamSubscriptionHandle, observer: Any, token: SequenceToken | None
+    ) -> StreamSubscriptionHandle: ...
+
+    async def unsubscribe(self, handle: StreamSubscriptionHandle) -> None: ...
+
+    async def handles(self, stream_id: StreamId) -> list[StreamSubscriptionHandle]: ...
+
+
 class InternalStreamProvider(Protocol):
     """What a stream handle asks of its provider (Orleans' ``IInternalStreamProvider``):
     :class:`~streams.runtime.provider.StreamProvider` is the one."""
 
     _publisher: Publisher | None
 
+    @property
+    def subscriptions(self) -> Subscriptions: ...
+
     def _require_publisher(self, what: str = ...) -> Publisher: ...
-
-    async def _subscribe(
-        self, stream_id: StreamId, observer: Any, token: SequenceToken | None, event_filter: EventFilter | None = ...
-    ) -> StreamSubscriptionHandle: ...
-
-    async def _resume(
-        self, handle: StreamSubscriptionHandle, observer: Any, token: SequenceToken | None
-    ) -> StreamSubscriptionHandle: ...
-
-    async def _unsubscribe(self, handle: StreamSubscriptionHandle) -> None: ...
-
-    async def _handles(self, stream_id: StreamId) -> list[StreamSubscriptionHandle]: ...
 
 
 class StreamSubscriptionHandle:
@@ -57,16 +65,14 @@ class StreamSubscriptionHandle:
     True
     """
 
-    def __init__(
-        self, provider: InternalStreamProvider, stream_id: StreamId, subscription_id: str, durable: bool
-    ) -> None:
-        self._provider = provider
+    def __init__(self, subscriptions: Subscriptions, stream_id: StreamId, subscription_id: str, durable: bool) -> None:
+        self._subscriptions = subscriptions
         self.stream_id = stream_id
         self.subscription_id = subscription_id
         self.durable = durable
 
     async def unsubscribe(self) -> None:
-        await self._provider._unsubscribe(self)
+        await self._subscriptions.unsubscribe(self)
 
     async def resume(self, observer: Any, token: SequenceToken | None = None) -> StreamSubscriptionHandle:
         """Deliver this subscription to ``observer`` from now on (Orleans' ``ResumeAsync``):
@@ -89,7 +95,7 @@ class StreamSubscriptionHandle:
         ...         if not handle.durable:
         ...             await handle.resume(new_observer)  # the old observer gets no more
         """
-        return await self._provider._resume(self, observer, token)
+        return await self._subscriptions.resume(self, observer, token)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StreamSubscriptionHandle):
@@ -211,9 +217,9 @@ class Stream:
         ...     stream = provider.get_stream(StreamId("clicks", "u-1"))
         ...     return await stream.subscribe(seen.extend, filter=lambda e: e.value.get("vip"))
         """
-        return await self._provider._subscribe(self.stream_id, observer, token, filter)
+        return await self._provider.subscriptions.subscribe(self.stream_id, observer, token, filter)
 
     async def get_all_subscription_handles(self) -> list[StreamSubscriptionHandle]:
         """A handle of each subscription of this stream: its in-process observers in this
         process, and the durable subscriptions in the pub-sub store."""
-        return await self._provider._handles(self.stream_id)
+        return await self._provider.subscriptions.handles(self.stream_id)

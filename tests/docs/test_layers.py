@@ -191,3 +191,23 @@ def test_the_architecture_page_names_every_module_and_nothing_gone():
     named = set(re.findall(r"`((?:streams|agents|cache|balancer|spark_sink)/[\w/]+\.py)`", page))
     assert sorted(files - named) == []  # every module has its line
     assert sorted(named - files) == []  # and the page names no module that is gone
+
+
+MAX_CLASS_LINES = 400  # docs/architecture.md: "a class is one job (none over 400 lines)"
+
+
+def class_lengths() -> Iterator[tuple[str, int]]:
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    assert node.end_lineno is not None
+                    yield f"{path.relative_to(ROOT)}:{node.name}", node.end_lineno - node.lineno + 1
+
+
+def test_no_class_is_over_400_lines() -> None:
+    lengths = dict(class_lengths())
+    assert len(lengths) > 100  # the walk found the project's classes
+    too_long = {name: n for name, n in lengths.items() if n > MAX_CLASS_LINES}
+    assert too_long == {}
+    assert f"none over {MAX_CLASS_LINES} lines" in (ROOT / "docs" / "architecture.md").read_text()

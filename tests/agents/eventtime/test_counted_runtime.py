@@ -30,9 +30,11 @@ async def test_a_window_of_events_completes_across_a_restart_and_a_partial_one_a
         assert harness.windows(LastThree) == []
         await harness.restart()
         await harness.publish(READINGS, {"t": 3, "v": "c"}, {"t": 4, "v": "d"}, at=5)
-        assert [(w.start, w.end, w.value, w.final) for w in harness.windows(LastThree)] == [
-            (1.0, 3.0, ["a", "b", "c"], False)
+        assert [(w.start, w.end, w.value, w.closed_at) for w in harness.windows(LastThree)] == [
+            (1.0, 3.0, ["a", "b", "c"], 5.0)
         ]
         await harness.complete(READINGS)
-        assert [(w.start, w.value, w.final) for w in harness.windows(LastThree)][1:] == [(3.0, ["c", "d"], True)]
+        # The partial one, by the final watermark (closed_at None); both are final results.
+        assert [(w.start, w.value, w.closed_at) for w in harness.windows(LastThree)][1:] == [(3.0, ["c", "d"], None)]
+        assert all(w.final and w.revision == 0 for w in harness.windows(LastThree))
         assert harness.dead_letters() == []
