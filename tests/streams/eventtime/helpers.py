@@ -100,11 +100,16 @@ def ev(t: float, arrival: float | None = None, key: str = "k", index: int = 0) -
 
 
 def feed_rows(
-    make: Callable[[], Processor], rows: Sequence[Row], cuts: Sequence[int], restore_at: int = -1
-) -> list[Output]:
-    """The outputs of a processor ``make()`` gives, fed ``rows`` (ticks alone, events in
-    calls of the sizes ``cuts`` repeats), then flushed; ``restore_at``: after that many
-    calls, carry on in a fresh processor restored from a snapshot of the first."""
+    make: Callable[[], Processor],
+    rows: Sequence[Row],
+    cuts: Sequence[int],
+    restore_at: int = -1,
+    record: Callable[[Row], Any] = RowRecord,
+) -> tuple[list[Output], Processor]:
+    """The outputs of a processor ``make()`` gives, fed ``rows`` (ticks alone, events, made
+    by ``record``, in calls of the sizes ``cuts`` repeats), then flushed, and the processor
+    that took the last call; ``restore_at``: after that many calls, carry on in a fresh
+    processor restored from a snapshot of the first."""
     p, outs, calls, i = make(), [], 0, 0
     sizes = iter(list(cuts) * (len(rows) + 1))
     while i < len(rows):
@@ -120,11 +125,11 @@ def feed_rows(
         j, size = i, next(sizes)
         while j < len(rows) and j - i < size and rows[j].event_time is not None:
             j += 1
-        outs.append(p.on_events([RowRecord(r) for r in rows[i:j]]))
+        outs.append(p.on_events([record(r) for r in rows[i:j]]))
         i = j
     outs.append(p.flush())
     assert p.open_windows() == []  # a flush closes every window
-    return outs
+    return outs, p
 
 
 class Model(Protocol):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from streams.eventtime import EventOutcome, OrderingPolicy, Processor, WindowResult
 from streams.eventtime.replay import Row
-from streams.eventtime.snapshot import restore, snapshot
+from tests.streams.eventtime.helpers import feed_rows
 
 INF = math.inf
 
@@ -157,25 +157,9 @@ def run_core(
     of ``cuts`` events, ticks alone, then a flush; ``restore_at``: after that many calls,
     carry on in a fresh processor restored from a snapshot. Asserts one fate an event, and
     a dead letter for each drop, in order."""
-    p, fates, windows = make(), {}, []
-    sizes, i, calls = iter(cuts * (len(rows) + 1)), 0, 0
-    outs = []
-    while i < len(rows):
-        if calls == restore_at:
-            q = make()
-            restore(q, snapshot(p))
-            p = q
-        calls += 1
-        if rows[i].event_time is None:
-            outs.append(p.on_tick(rows[i].arrival_time))
-            i += 1
-            continue
-        j, size = i, next(sizes)
-        while j < len(rows) and j - i < size and rows[j].event_time is not None:
-            j += 1
-        outs.append(p.on_events([Rec(r) for r in rows[i:j]]))
-        i = j
-    outs.append(p.flush())
+    fates: Fates = {}
+    windows: list[WindowResult] = []
+    outs, p = feed_rows(make, rows, cuts, restore_at, record=Rec)
     for out in outs:
         for item in out.trace:
             if isinstance(item, EventOutcome):

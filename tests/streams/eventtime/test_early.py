@@ -181,7 +181,7 @@ def run_core(
     def make() -> Processor:
         return Processor(policy, spec, Collect(), select="index", group_by="key" if per_key else None)
 
-    return _histories([w for out in feed_rows(make, rows, cuts, restore_at) for w in out.windows])
+    return _histories([w for out in feed_rows(make, rows, cuts, restore_at)[0] for w in out.windows])
 
 
 def _histories(results: list[WindowResult]) -> dict[tuple[Any, float], list[tuple]]:
