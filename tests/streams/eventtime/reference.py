@@ -17,6 +17,29 @@ from tests.streams.eventtime.helpers import feed_rows
 INF = math.inf
 
 
+def steps_1_to_3(
+    p: OrderingPolicy, arrival: float, event_time: float, w: float
+) -> tuple[str, str | None, float | None]:
+    """The contract's steps 1-3 for one event against its watermark ``w``: ``(status,
+    reason, timestamp)``, the timestamp None when the event is dropped."""
+    if p.early_arrival is not None and event_time - arrival > p.early_arrival:
+        return "dropped", "early_arrival", None
+    ts, status, reason = event_time, "kept", None
+    if p.late_arrival is not None and arrival - event_time > p.late_arrival:
+        reason = "late_arrival"
+        if p.action == "drop":
+            return "dropped", reason, None
+        if p.action == "adjust":
+            ts, status = arrival - p.late_arrival, "adjusted"
+    if ts < w:
+        reason = "out_of_order"
+        if p.action == "drop":
+            return "dropped", reason, None
+        if p.action == "adjust":
+            ts, status = w, "adjusted"
+    return status, reason, ts
+
+
 class Reference:
     """Steps 1-3, dedup (``within`` None: none; the dedup key is the row's value) and step
     5, written out plainly: every key ever registered kept in a list, every watermark
@@ -66,24 +89,11 @@ class Reference:
         self.arrive(arr)
         lane = row.key if self.substreams else None
         w = self.lane_w(lane)
-        if p.early_arrival is not None and et - arr > p.early_arrival:
-            self.fates[row.index] = ("dropped", "early_arrival", None)
+        status, reason, kept = steps_1_to_3(p, arr, et, w)
+        if kept is None:
+            self.fates[row.index] = (status, reason, None)
             return
-        ts, status, reason = et, "kept", None
-        if p.late_arrival is not None and arr - et > p.late_arrival:
-            reason = "late_arrival"
-            if p.action == "drop":
-                self.fates[row.index] = ("dropped", reason, None)
-                return
-            if p.action == "adjust":
-                ts, status = arr - p.late_arrival, "adjusted"
-        if ts < w:
-            reason = "out_of_order"
-            if p.action == "drop":
-                self.fates[row.index] = ("dropped", reason, None)
-                return
-            if p.action == "adjust":
-                ts, status = w, "adjusted"
+        ts = kept
         if self.within is not None:
             if any(r[:2] == (lane, row.value) and r[2] + self.within > w for r in self.registered):
                 self.fates[row.index] = ("dropped", "duplicate", None)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from streams.core.errors import ConfigurationError
 from streams.eventtime import EventOutcome, EventTime, OrderingPolicy, Processor, Tumbling
 from streams.eventtime.joins import IntervalJoin
+from tests.streams.eventtime.reference import steps_1_to_3
 
 INF = math.inf
 L, R = "clicks", "orders"
@@ -121,24 +122,11 @@ def run_reference(obs: list[Obs], policy: OrderingPolicy, join: IntervalJoin) ->
         et, arr = o.event_time, o.arrival
         assert et is not None
         mine = w[o.side]
-        if policy.early_arrival is not None and et - arr > policy.early_arrival:
-            fates[o.index] = ("dropped", "early_arrival", None)
+        status, reason, kept = steps_1_to_3(policy, arr, et, mine)
+        if kept is None:
+            fates[o.index] = (status, reason, None)
             continue
-        ts, status, reason = et, "kept", None
-        if policy.late_arrival is not None and arr - et > policy.late_arrival:
-            reason = "late_arrival"
-            if policy.action == "drop":
-                fates[o.index] = ("dropped", reason, None)
-                continue
-            if policy.action == "adjust":
-                ts, status = arr - policy.late_arrival, "adjusted"
-        if ts < mine:
-            reason = "out_of_order"
-            if policy.action == "drop":
-                fates[o.index] = ("dropped", reason, None)
-                continue
-            if policy.action == "adjust":
-                ts, status = mine, "adjusted"
+        ts = kept
         if ts < min(w.values()) - lateness:
             fates[o.index] = ("dead_letter", "window_closed", ts)
         else:
