@@ -50,6 +50,7 @@ from bench.timing import HEADER, Clock, Report, best, row
 from streams import StreamProvider
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory
 from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueReceiver
+from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.ids import QueueId, StreamId
 from tests.kafka_broker import TansuBroker
@@ -177,8 +178,8 @@ async def runtime_read(provider: StreamProvider, clock: Clock) -> None:
 async def run(records: int, events: int, queues: int, rounds: int) -> None:
     with TansuBroker() as broker:
         bootstrap, topic = broker.bootstrap, "bench"
-        factory = KafkaAdapterFactory(bootstrap, topic, queues=queues, idempotent=False)
-        twin = KafkaAdapterFactory(bootstrap, "bench-raw", queues=queues, idempotent=False)
+        factory = KafkaAdapterFactory(KafkaSettings(bootstrap, topic, queues=queues, idempotent=False))
+        twin = KafkaAdapterFactory(KafkaSettings(bootstrap, "bench-raw", queues=queues, idempotent=False))
         mapper = factory.get_queue_mapper()
         adapter = await factory.create_adapter()
         await twin.create_adapter()
@@ -214,7 +215,7 @@ async def run(records: int, events: int, queues: int, rounds: int) -> None:
         partitions = list(range(queues))
         for round_no in range(rounds):
             kafka = StreamProvider.kafka(
-                bootstrap, topic, queues, group_id=f"bench-{round_no}", kafka={"idempotent": False}
+                bootstrap, topic, queues=queues, group_id=f"bench-{round_no}", kafka={"idempotent": False}
             )
             await table.measure(
                 "consume  headrace runtime on Kafka (agents, caches, consumers)",

@@ -62,6 +62,7 @@ from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
 from streams.backends.kafka.adapter import KafkaAdapterFactory  # noqa: E402
 from streams.backends.kafka.clients import ensure_topic  # noqa: E402
+from streams.backends.kafka.settings import KafkaSettings  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
 from streams.core.records import JsonRecords  # noqa: E402
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling  # noqa: E402
@@ -117,7 +118,7 @@ def json_reader(
 ) -> StreamProvider:
     """A worker reading ``topic``'s JSON records as the ``sensors`` namespace."""
     return StreamProvider.kafka(
-        bootstrap, topic, queues, records="json", namespace="sensors", group_id=group_id, kafka=kafka, **options
+        bootstrap, topic, queues=queues, records="json", namespace="sensors", group_id=group_id, kafka=kafka, **options
     )
 
 
@@ -224,7 +225,7 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
         await ensure_topic({"bootstrap_servers": bootstrap}, "sensors-keyless", queues)
         await write_json(bootstrap, "sensors-keyless", [(None, v) for _, v in items])
         # The same readings in headrace's own format, one event per record.
-        own = KafkaAdapterFactory(bootstrap, "sensors-own", queues=queues, idempotent=False)
+        own = KafkaAdapterFactory(KafkaSettings(bootstrap, "sensors-own", queues=queues, idempotent=False))
         adapter, mapper = await own.create_adapter(), own.get_queue_mapper()
         containers = []
         for key, value in items:
@@ -272,7 +273,7 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
             clock = Clock(records)
             runs.setdefault(KEYLESS, []).append(await worker_read(counting_provider(keyless, clock), clock, records))
             own_worker = StreamProvider.kafka(
-                bootstrap, "sensors-own", queues, group_id=f"bench-own-{round_no}", kafka=kafka
+                bootstrap, "sensors-own", queues=queues, group_id=f"bench-own-{round_no}", kafka=kafka
             )
             await windowed(OWN, own_worker, Counter())
             for codec in codecs:

@@ -39,6 +39,7 @@ from bench.timing import Clock, Report, figure
 from streams import StreamProvider
 from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
 from streams.backends.kafka.backend import KafkaBackend
+from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.state import changelog_topic
 from streams.core.batch import BatchKind
 from streams.core.codec import encode_batch
@@ -58,7 +59,9 @@ def factory(bootstrap: str, topic: str, queues: int, mode: str, json_records: bo
     """The adapter of ``mode`` (``holding`` or ``changelog``), reading under a group of its own."""
     foreign: dict[str, Any] = {"records": "json", "namespace": "bench"} if json_records else {}
     made = KafkaAdapterFactory(
-        bootstrap, topic, queues, group_id=f"bench-{mode}", idempotent=False, group_membership=False, **foreign
+        KafkaSettings(
+            bootstrap, topic, queues, group_id=f"bench-{mode}", idempotent=False, group_membership=False, **foreign
+        )
     )
     if mode == "holding":
         made._adapter = HoldingAdapter(made.settings)

@@ -127,13 +127,15 @@ async def run(events: int, rounds: int) -> None:
                 (
                     "headrace send + flush, Kafka, own format",
                     events,
-                    lambda: headrace_send(StreamProvider.kafka(bootstrap, topics["own"], 8, kafka=KAFKA), events),
+                    lambda: headrace_send(
+                        StreamProvider.kafka(bootstrap, topics["own"], queues=8, kafka=KAFKA), events
+                    ),
                 ),
                 (
                     "headrace send + flush, Kafka, records='json'",
                     events,
                     lambda: headrace_send(
-                        StreamProvider.kafka(bootstrap, topics["json"], 8, records="json", kafka=KAFKA), events
+                        StreamProvider.kafka(bootstrap, topics["json"], queues=8, records="json", kafka=KAFKA), events
                     ),
                 ),
                 (
@@ -144,7 +146,9 @@ async def run(events: int, rounds: int) -> None:
                 (
                     f"headrace on_next loop, Kafka ({slow} events)",
                     slow,
-                    lambda: headrace_on_next(StreamProvider.kafka(bootstrap, topics["slow"], 8, kafka=KAFKA), slow),
+                    lambda: headrace_on_next(
+                        StreamProvider.kafka(bootstrap, topics["slow"], queues=8, kafka=KAFKA), slow
+                    ),
                 ),
                 (
                     f"headrace on_next loop, embedded store ({slow} events)",

@@ -77,7 +77,6 @@ from streams.runtime.config_schema import (
     ENV_PREFIX,
     SCHEMA,
     HeadraceSettings,
-    KafkaTopic,
     ProviderSettings,
     Setting,
     SparkSettings,
@@ -206,7 +205,7 @@ def _build(settings: Mapping[str, Setting], file: Path | None, into: type[S]) ->
                     f"{sections.where[f'spark.{key}']}: with provider.adapter 'kafka' the handoff "
                     "log Spark reads is on Kafka (trimmed by its retention); leave it out"
                 )
-        servers = provider.kafka.bootstrap_servers
+        servers = provider.kafka["bootstrap_servers"]
         spark["kafka_bootstrap_servers"] = servers if isinstance(servers, str) else ",".join(servers)
         return _built(sections, provider, options, SparkSettings(**spark), file, into)
     if "path" in spark and provider.path is not None and spark["path"] != provider.path:
@@ -263,10 +262,14 @@ def _provider_settings(sections: _Sections) -> ProviderSettings:
                 f"{where['provider.adapter']}: adapter = 'kafka' needs provider.kafka.{missing[0]} "
                 f"(in [provider.kafka], or HEADRACE_PROVIDER__KAFKA__{missing[0].upper()})"
             )
-        given["kafka"] = KafkaTopic(**v["provider.kafka"])
+        given["kafka"] = {_KAFKA_FIELD.get(k, k): x for k, x in v["provider.kafka"].items()}
     if adapter == "embedded" and "path" in given:
         given["queues"] = _checked_queue_count(given["path"], given.get("queues"), where.get("provider.queues"))
     return ProviderSettings(**given)
+
+
+# The [provider.kafka] keys whose KafkaSettings field is named otherwise.
+_KAFKA_FIELD = {"group": "group_id"}
 
 
 def _checked_queue_count(path: Path, queues: int | None, where: str | None) -> int:
@@ -331,26 +334,10 @@ class HeadraceConfig(HeadraceSettings):
         kafka = settings.kafka
         if kafka is None:
             raise ConfigurationError("provider.adapter is 'kafka': set bootstrap_servers and topic in [provider.kafka]")
-        # The file's producer settings, then those the caller gives (KafkaSettings fields).
-        client_settings = {
-            "compression": kafka.compression,
-            "dead_letter_topic": kafka.dead_letter_topic,
-            "idempotent": kafka.idempotent,
-            **kwargs.pop("kafka", {}),
-        }
-        return StreamProvider.kafka(
-            kafka.bootstrap_servers,
-            kafka.topic,
-            queues=settings.queues,
-            group_id=kafka.group,
-            start=kafka.start,
-            records=kafka.records,
-            namespace=kafka.namespace,
-            key_field=kafka.key_field,
-            store=settings.path,
-            kafka=client_settings,
-            **kwargs,
-        )
+        # The file's settings, then those the caller gives (KafkaSettings fields).
+        given = {"queues": settings.queues, **kafka, **kwargs.pop("kafka", {})}
+        servers, topic = given.pop("bootstrap_servers"), given.pop("topic")
+        return StreamProvider.kafka(servers, topic, store=settings.path, kafka=given, **kwargs)
 
 
 # The sections whose keys become StreamProviderOptions fields, and the fields' names.

@@ -41,32 +41,18 @@ Adapter = Literal["embedded", "kafka", "memory"]
 
 
 @dataclass(frozen=True, slots=True)
-class KafkaTopic:
-    """``[provider.kafka]``: the topic whose partitions are the queues."""
-
-    bootstrap_servers: str | tuple[str, ...]
-    topic: str
-    group: str = "headrace"
-    start: Literal["earliest", "latest"] = "earliest"
-    records: str = "headrace"  # or json, msgpack, text, bytes: a topic others write
-    namespace: str | None = None  # the streams of such a topic (default: the topic's name)
-    key_field: str | None = None  # keys records that have no key
-    compression: str = "none"  # how headrace's producers compress: none, gzip, snappy, lz4, zstd
-    dead_letter_topic: str | None = None  # default "<topic>.dlq"
-    idempotent: bool = True  # off for a broker without idempotent producers
-
-
-@dataclass(frozen=True, slots=True)
 class ProviderSettings:
     """``[provider]``: which queues. ``path`` is the embedded store's directory (with Kafka:
     an optional store on this machine for pub-sub and dead letters, which otherwise live in
-    the cluster like the Spark handoff)."""
+    the cluster like the Spark handoff). ``kafka``: the ``[provider.kafka]`` settings by their
+    ``KafkaSettings`` names (the file's ``group`` is ``group_id``), which
+    ``StreamProvider.kafka`` takes and checks."""
 
     adapter: Adapter = "embedded"
     queues: int = DEFAULT_QUEUES
     path: Path | None = None
     synchronous: Synchronous = "NORMAL"
-    kafka: KafkaTopic | None = None
+    kafka: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +225,9 @@ def _window(s: Setting) -> WindowSpec:
 
 
 # Every key of every section and how its value is read. A key's Python name is the same,
-# except in [cache] (size, buckets: StreamProviderOptions' cache_size, cache_buckets).
+# except in [cache] (size, buckets: StreamProviderOptions' cache_size, cache_buckets) and
+# [provider.kafka] (group: KafkaSettings' group_id). What [provider.kafka]'s values mean, and
+# their defaults, are KafkaSettings'.
 SCHEMA: dict[str, dict[str, Parser]] = {
     "provider": {
         "adapter": _choice("embedded", "kafka", "memory"),

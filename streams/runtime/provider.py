@@ -11,12 +11,14 @@ builds the provider on it, passing the rest on as the provider's options.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import fields
+from typing import Any, TypeVar
 
 import anyio
 
@@ -34,7 +36,7 @@ from streams.adapters.retention import RetentionPolicy
 from streams.backends.embedded.backend import EmbeddedBackend, LocalStore
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
 from streams.backends.kafka.backend import KafkaBackend
-from streams.backends.kafka.settings import KeyField
+from streams.backends.kafka.settings import KAFKA_SETTINGS, KafkaSettings
 from streams.backends.memory.adapter import GeneratorConfig
 from streams.backends.memory.backend import MemoryBackend
 from streams.core.clock import WALL_CLOCK, Clock
@@ -47,7 +49,6 @@ from streams.core.observer import (
 )
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import FollowedPubSubStore, PubSubStore
-from streams.core.records import RecordFormat
 from streams.runtime.backends import Backend, LocalStoreBeside, open_handoff_sinks
 from streams.runtime.publisher import Publisher, start_publisher
 from streams.runtime.stream import Stream
@@ -93,59 +94,61 @@ class BackendConstructors:
         cls: Callable[..., P],
         bootstrap_servers: str | Sequence[str],
         topic: str | None = None,
-        queues: int = 8,
         *,
-        group_id: str = "headrace",
-        start: Literal["earliest", "latest"] = "earliest",
         store: str | os.PathLike[str] | None = None,
-        records: str | RecordFormat = "headrace",
-        namespace: str | None = None,
-        key_field: KeyField | None = None,
-        topics: Mapping[str, str] | None = None,
-        kafka: Mapping[str, Any] | None = None,
-        **options: Any,
+        kafka: Mapping[str, object] | None = None,
+        **options: object,
     ) -> P:
-        """Queues on a Kafka topic: queue ``i`` is partition ``i``, offsets committed under
-        ``group_id``; with no committed offset a queue starts at ``start``.
+        """Queues on a Kafka topic: queue ``i`` is partition ``i``.
 
-        ``records`` is the topic's format: ``"headrace"`` (its batch containers), or one event
-        per record, ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
-        :class:`~streams.core.records.RecordFormat`: a topic other programs write. Its
-        streams are ``StreamId(namespace, record key)`` (``namespace`` defaults to the topic
-        name; ``key_field``, a field name or a function of the decoded value, keys records that have
-        no key, through the re-keying hop; else the partition number).
-        ``topics`` (namespace -> topic) reads several co-partitioned topics instead of one.
+        Every keyword that names a :class:`~streams.backends.kafka.settings.KafkaSettings`
+        field is a Kafka setting, documented there (``queues``, ``group_id``, ``start``,
+        ``records``, ``namespace``, ``key_field``, ``topics``, ``idempotent``,
+        ``client_options``, ...); ``kafka`` holds more of them as one mapping (the keywords
+        win). The other keywords are the provider's. ``topic`` may be left out when
+        ``topics`` (namespace -> topic) names the topics read together.
 
         ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead
         letters (without it they live in memory). Consumers that hand off to Spark do so in
         Kafka topics (``<handoff_prefix>.handoff.<stream>``; the DataSource reads them with
-        ``kafka.bootstrap.servers``). ``kafka`` holds :class:`~streams.backends.kafka.settings.KafkaSettings` fields, e.g.
-        ``{"client_options": {"security_protocol": "SSL", ...}}``.
+        ``kafka.bootstrap.servers``).
 
         >>> from streams import StreamProvider
         >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
         >>> json_topic = StreamProvider.kafka("127.0.0.1:9092", "readings", records="json", namespace="sensors")
+        >>> StreamProvider.kafka("127.0.0.1:9092", "sensors", idempotant=False)
+        Traceback (most recent call last):
+        ...
+        streams.core.errors.ConfigurationError: StreamProvider.kafka: unknown keyword 'idempotant'; ...
         """
-        backend: Backend = KafkaBackend.open(
-            bootstrap_servers,
-            topic,
-            queues,
-            group_id=group_id,
-            start=start,
-            records=records,
-            namespace=namespace,
-            key_field=key_field,
-            topics=topics,
-            kafka=kafka,
-        )
+        given = {**(kafka or {}), **{k: v for k, v in options.items() if k in KAFKA_SETTINGS}}
+        rest = {k: v for k, v in options.items() if k not in KAFKA_SETTINGS}
+        _check_provider_keywords("StreamProvider.kafka", cls, rest, KAFKA_SETTINGS)
+        backend: Backend = KafkaBackend.open(KafkaSettings.named(bootstrap_servers, topic, **given))
         if store is not None:
             backend = LocalStoreBeside(backend, LocalStore(EmbeddedStore(store)))
-        return cls(backend, **options)
+        return cls(backend, **rest)
 
     @classmethod
     def generator(cls: Callable[..., P], config: GeneratorConfig | None = None, queues: int = 8, **options: Any) -> P:
         """Queues that make their own test data (see :class:`GeneratorConfig`)."""
         return cls(MemoryBackend.generator(config, queues), **options)
+
+
+def _check_provider_keywords(
+    constructor: str, provider: Callable[..., object], keywords: Iterable[str], also: Iterable[str]
+) -> None:
+    """Raise one line naming the first of ``keywords`` that ``provider`` does not take, with
+    what ``constructor`` takes: ``also`` (its backend's settings), then the provider's
+    keywords and options."""
+    own = [p.name for p in inspect.signature(provider).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    known = {*own, *(f.name for f in fields(StreamProviderOptions))}
+    unknown = [name for name in keywords if name not in known]
+    if unknown:
+        raise ConfigurationError(
+            f"{constructor}: unknown keyword {unknown[0]!r}; it takes {', '.join(also)}, "
+            f"and the provider's {', '.join([*own, *sorted(known - set(own))])}"
+        )
 
 
 log = logging.getLogger("headrace.provider")

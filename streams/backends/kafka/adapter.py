@@ -23,7 +23,7 @@ the handoff log are in :mod:`streams.kafka`; the receiver is in
 
 Example (with a broker at 127.0.0.1:9092)::
 
-    async with KafkaAdapterFactory("127.0.0.1:9092", "sensors", queues=4) as factory:
+    async with KafkaAdapterFactory(KafkaSettings("127.0.0.1:9092", "sensors", queues=4)) as factory:
         adapter = await factory.create_adapter()
         sid = StreamId("sensors", "s-1")
         queue = factory.get_queue_mapper().get_queue_for_stream(sid)
@@ -57,7 +57,7 @@ from streams.backends.kafka.clients import (
     retry_kafka,
 )
 from streams.backends.kafka.receiver import KafkaQueueReceiver
-from streams.backends.kafka.settings import KafkaSettings, Start
+from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.state import KafkaChangelog, KafkaRecordReceiver, KafkaStateReceiver
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.codec import encode_batch
@@ -277,33 +277,21 @@ class KafkaAdapterFactory:
 
     :meth:`create_adapter` creates the topic (``replication_factor`` replicas) when it does
     not exist, and refuses one whose partition count is not ``queues`` (the count decides
-    which queue carries each stream, so every process must agree on it). Other keyword
-    arguments are :class:`KafkaSettings` fields.
+    which queue carries each stream, so every process must agree on it).
 
-    >>> factory = KafkaAdapterFactory("127.0.0.1:9092", "sensors", queues=4, start="latest")
+    >>> factory = KafkaAdapterFactory(KafkaSettings("127.0.0.1:9092", "sensors", queues=4, start="latest"))
     >>> factory.get_queue_mapper().queue_count, factory.settings.group_id
     (4, 'headrace')
     """
 
-    def __init__(
-        self,
-        bootstrap_servers: str | Sequence[str],
-        topic: str,
-        queues: int = 8,
-        group_id: str = "headrace",
-        start: Start = "earliest",
-        **settings: Any,
-    ) -> None:
-        try:
-            self.settings = KafkaSettings(bootstrap_servers, topic, queues, group_id, start, **settings)
-        except TypeError as exc:  # an unknown keyword argument
-            raise ConfigurationError(f"KafkaAdapterFactory: {exc}") from None
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
         self._mapper: HashRingQueueMapper | KafkaPartitionMapper = (
-            HashRingQueueMapper(queues)
-            if self.settings.record_format is None
-            else KafkaPartitionMapper(queues)  # where any Kafka producer puts a key
+            HashRingQueueMapper(settings.queues)
+            if settings.record_format is None
+            else KafkaPartitionMapper(settings.queues)  # where any Kafka producer puts a key
         )
-        self._adapter = KafkaQueueAdapter(self.settings)
+        self._adapter = KafkaQueueAdapter(settings)
         self._topic_checked = False
 
     async def create_adapter(self) -> KafkaQueueAdapter:

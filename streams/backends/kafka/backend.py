@@ -5,9 +5,6 @@ topics. (A store on this machine for pub-sub, dead letters and status instead is
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
-
 import spark_sink
 from balancer.base import BalancerOptions
 from streams.adapters.protocols import QueueMapper, SavedStateRow
@@ -18,20 +15,18 @@ from streams.backends.kafka.clients import check_reachable, kafka_outage_log
 from streams.backends.kafka.deadletters import KafkaDeadLetterStore
 from streams.backends.kafka.pubsub import KafkaPubSubStore
 from streams.backends.kafka.retained import KafkaRecords
-from streams.backends.kafka.settings import KeyField
+from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.state import KafkaChangelog
 from streams.backends.kafka.status import KafkaStatusBoard, read_kafka_status
 from streams.core.deadletters import DeadLetterStore
-from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
 from streams.core.pubsub import PubSubStore
-from streams.core.records import RecordFormat
 
 
 class KafkaBackend:
     """The topic of ``factory``, and the topics beside it.
 
-    >>> backend = KafkaBackend.open("127.0.0.1:9092", "sensors", queues=4)
+    >>> backend = KafkaBackend.open(KafkaSettings("127.0.0.1:9092", "sensors", queues=4))
     >>> backend.queue_mapper().queue_count, backend.store is None
     (4, True)
     """
@@ -49,29 +44,10 @@ class KafkaBackend:
         return self.factory.outage.ongoing
 
     @classmethod
-    def open(
-        cls,
-        bootstrap_servers: str | Sequence[str],
-        topic: str | None = None,
-        queues: int = 8,
-        *,
-        group_id: str = "headrace",
-        start: Literal["earliest", "latest"] = "earliest",
-        records: str | RecordFormat = "headrace",
-        namespace: str | None = None,
-        key_field: KeyField | None = None,
-        topics: Mapping[str, str] | None = None,
-        kafka: Mapping[str, Any] | None = None,
-    ) -> KafkaBackend:
-        """What ``StreamProvider.kafka`` runs on (its arguments, documented there)."""
-        if topic is None:
-            if not topics:
-                raise ConfigurationError("StreamProvider.kafka needs a topic, or topics={namespace: topic}")
-            topic = next(iter(topics.values()))
-        foreign = {"records": records, "namespace": namespace, "key_field": key_field, "topics": topics}
-        settings = {**{k: v for k, v in foreign.items() if v is not None}, **(kafka or {})}
-        factory = KafkaAdapterFactory(bootstrap_servers, topic, queues, group_id, start, **settings)
-        return cls(factory)
+    def open(cls, settings: KafkaSettings) -> KafkaBackend:
+        """What ``StreamProvider.kafka`` runs on: the topic and the topics beside it that
+        ``settings`` name."""
+        return cls(KafkaAdapterFactory(settings))
 
     def queue_mapper(self) -> QueueMapper:
         return self.factory.get_queue_mapper()

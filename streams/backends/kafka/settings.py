@@ -1,10 +1,13 @@
 """What every Kafka client of headrace shares: the cluster, the topic(s) and how they are
-read, and the timeouts of riding out an outage (:class:`KafkaSettings`)."""
+read, and the timeouts of riding out an outage (:class:`KafkaSettings`). Its fields are the only
+declaration of the Kafka settings: ``StreamProvider.kafka``'s keywords and ``[provider.kafka]``
+of the configuration are these names, and the backend and its adapter factory take the
+settings whole."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from aiokafka import TopicPartition
@@ -56,6 +59,9 @@ class KafkaSettings:
     >>> settings = KafkaSettings("127.0.0.1:9092", "sensors", queues=4)
     >>> settings.server, settings.client_kwargs()["request_timeout_ms"]
     ('Kafka at 127.0.0.1:9092', 5000)
+
+    Queue ``i`` is partition ``i`` of ``topic`` (``queues`` partitions), its offsets committed
+    under ``group_id``; with no committed offset a queue starts at ``start``.
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -120,6 +126,30 @@ class KafkaSettings:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise ConfigurationError(f"{name} is seconds >= 0, not {value!r}")
+
+    @classmethod
+    def named(cls, bootstrap_servers: str | Sequence[str], topic: str | None = None, **settings: Any) -> KafkaSettings:
+        """The settings given by name, as ``StreamProvider.kafka`` takes them: ``topic``
+        defaults to the first of ``topics``, and a name that is no setting is one clear error.
+
+        >>> KafkaSettings.named("k:9092", topics={"a": "t-a", "b": "t-b"}, records="json").topic
+        't-a'
+        >>> KafkaSettings.named("k:9092", "t", idempotant=False)
+        Traceback (most recent call last):
+        ...
+        streams.core.errors.ConfigurationError: unknown Kafka setting 'idempotant'; the settings are queues, group_id, start, replication_factor, idempotent, compression, commit_interval, poll_timeout, outage_after, request_timeout, give_up_after, group_membership, handoff_prefix, dead_letter_topic, client_options, records, namespace, key_field, topics
+        """
+        unknown = [name for name in settings if name not in KAFKA_SETTINGS]
+        if unknown:
+            raise ConfigurationError(
+                f"unknown Kafka setting {unknown[0]!r}; the settings are {', '.join(KAFKA_SETTINGS)}"
+            )
+        if topic is None:
+            topics = settings.get("topics")
+            if not topics:
+                raise ConfigurationError("StreamProvider.kafka needs a topic, or topics={namespace: topic}")
+            topic = next(iter(topics.values()))
+        return cls(bootstrap_servers, topic, **settings)
 
     def _namespaces(self) -> dict[str, str]:
         foreign = self.record_format is not None
@@ -217,3 +247,10 @@ class KafkaSettings:
         if not 0 <= queue.number < self.queues:
             raise ConfigurationError(f"{queue} is not one of the {self.queues} queues of Kafka topic {self.topic!r}")
         return TopicPartition(self.topic, queue.number)
+
+
+# The settings a caller names besides the cluster and the topic, in declaration order:
+# StreamProvider.kafka's keywords and the keys of the configuration's [provider.kafka].
+KAFKA_SETTINGS: tuple[str, ...] = tuple(
+    f.name for f in fields(KafkaSettings) if f.init and f.name not in ("bootstrap_servers", "topic")
+)

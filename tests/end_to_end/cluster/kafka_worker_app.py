@@ -14,6 +14,7 @@ from balancer import BalancerOptions
 from streams import StreamProvider
 from streams.backends.kafka.adapter import KafkaAdapterFactory
 from streams.backends.kafka.backend import KafkaBackend
+from streams.backends.kafka.settings import KafkaSettings
 from tests.end_to_end.cluster.worker_app import QUEUES, RecordingAdapter, recording
 
 
@@ -29,7 +30,7 @@ def app() -> StreamProvider:
     records = Path(os.environ["HEADRACE_TEST_RECORDS"])
     session = float(os.environ["HEADRACE_TEST_LEASE"])
     factory = RecordingKafkaFactory(
-        os.environ["HEADRACE_TEST_KAFKA"], os.environ["HEADRACE_TEST_TOPIC"], QUEUES, idempotent=False
+        KafkaSettings(os.environ["HEADRACE_TEST_KAFKA"], os.environ["HEADRACE_TEST_TOPIC"], QUEUES, idempotent=False)
     )
     provider = StreamProvider(
         KafkaBackend(factory),

@@ -27,11 +27,14 @@ SEEN: dict[tuple[str, str], str] = {}
 @pytest.mark.parametrize("hook", ["constructor", "on_window"])
 async def test_a_failing_hook_costs_its_unit_alone_on_kafka(hook, failure, kafka_broker, kafka_topic, caplog):
     baseline = await m.run(
-        StreamProvider.kafka(kafka_broker, f"{kafka_topic}-base", 2, kafka=KAFKA, **m.FAST), None, "raises", caplog
+        StreamProvider.kafka(kafka_broker, f"{kafka_topic}-base", queues=2, kafka=KAFKA, **m.FAST),
+        None,
+        "raises",
+        caplog,
     )
     caplog.clear()
     found = await m.run(
-        StreamProvider.kafka(kafka_broker, kafka_topic, 2, kafka=KAFKA, **m.FAST), hook, failure, caplog
+        StreamProvider.kafka(kafka_broker, kafka_topic, queues=2, kafka=KAFKA, **m.FAST), hook, failure, caplog
     )
     assert found.alive
     assert found.outputs["good"] == baseline.outputs["good"]
@@ -76,7 +79,7 @@ async def test_a_failing_decoder_costs_its_record_alone(failure, kafka_broker, k
     finally:
         await producer.stop()
     provider = StreamProvider.kafka(
-        kafka_broker, kafka_topic, 2, records=Decoding(failure), namespace="ns", kafka=KAFKA, **m.FAST
+        kafka_broker, kafka_topic, queues=2, records=Decoding(failure), namespace="ns", kafka=KAFKA, **m.FAST
     )
     got: dict[str, list[int]] = {}
 

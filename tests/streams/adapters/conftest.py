@@ -11,6 +11,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -20,6 +21,7 @@ from streams.adapters.retention import RetentionPolicy
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory
 from streams.backends.embedded.store import EmbeddedStore
 from streams.backends.kafka.adapter import KafkaAdapterFactory
+from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.memory.adapter import MemoryAdapterFactory
 from streams.core.ids import QueueId, StreamId
 from tests.kafka_broker import produce_raw
@@ -89,6 +91,12 @@ async def embedded_harness(request: pytest.FixtureRequest, spec: HarnessSpec) ->
     await factories[-1].close()
 
 
+def kafka_factory(**settings: Any) -> KafkaAdapterFactory:
+    """The adapter factory of ``settings`` (KafkaSettings fields, as JSON carries them to
+    the producer process)."""
+    return KafkaAdapterFactory(KafkaSettings(**settings))
+
+
 @asynccontextmanager
 async def kafka_harness(request: pytest.FixtureRequest, spec: HarnessSpec) -> AsyncIterator[AdapterHarness]:
     # A topic of its own on the session's Tansu broker; Tansu's memory storage has no
@@ -96,12 +104,12 @@ async def kafka_harness(request: pytest.FixtureRequest, spec: HarnessSpec) -> As
     bootstrap: str = request.getfixturevalue("kafka_broker")
     topic: str = request.getfixturevalue("kafka_topic")
     settings = {"bootstrap_servers": bootstrap, "topic": topic, "queues": QUEUES, "idempotent": False}
-    factories = [KafkaAdapterFactory(**settings)]
+    factories = [kafka_factory(**settings)]
     adapter = await factories[0].create_adapter()
 
     async def reopen() -> QueueAdapter:
         await factories[-1].close()
-        factories.append(KafkaAdapterFactory(**settings))
+        factories.append(kafka_factory(**settings))
         opened.adapter = await factories[-1].create_adapter()
         return opened.adapter
 
@@ -114,7 +122,7 @@ async def kafka_harness(request: pytest.FixtureRequest, spec: HarnessSpec) -> As
         factories[0].get_queue_mapper(),
         write_foreign,
         reopen=reopen,
-        producer=ProducerSpec("streams.backends.kafka.adapter:KafkaAdapterFactory", settings),
+        producer=ProducerSpec("tests.streams.adapters.conftest:kafka_factory", settings),
     )
     yield opened
     await factories[-1].close()

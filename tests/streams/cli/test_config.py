@@ -60,8 +60,9 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
     )
 
     config = load_config(write(tmp_path, kafka, "kafka.toml"), environ={})
-    topic = config.provider_settings.kafka
-    assert (topic.bootstrap_servers, topic.topic, topic.group) == (
+    kafka_settings = config.provider_settings.kafka
+    assert kafka_settings is not None
+    assert (kafka_settings["bootstrap_servers"], kafka_settings["topic"], kafka_settings["group_id"]) == (
         "kafka-1:9092,kafka-2:9092",
         "sensor-events",
         "sensor-app",

@@ -22,7 +22,7 @@ def rekeying_provider(bootstrap: str, topic: str, out: str, commit_interval: flo
     provider = StreamProvider.kafka(
         bootstrap,
         topic,
-        4,
+        queues=4,
         records="json",
         namespace="devices",
         key_field="device",

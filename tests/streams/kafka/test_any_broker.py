@@ -19,7 +19,8 @@ async def test_a_broker_that_refuses_idempotence_gets_plain_producers_and_one_wa
     kafka_broker, kafka_topic, caplog
 ):
     await make_topic(kafka_broker, kafka_topic, 2)
-    provider = StreamProvider.kafka(kafka_broker, kafka_topic, 2, kafka={"group_membership": False})  # idempotent
+    # idempotent left on (the default), which this broker refuses
+    provider = StreamProvider.kafka(kafka_broker, kafka_topic, queues=2, kafka={"group_membership": False})
     windows: list[tuple[str, float, int]] = []
 
     @provider.implicit("sensors")

@@ -58,7 +58,7 @@ def kafka_provider(bootstrap: str, topic: str, cache_size: int) -> StreamProvide
     return StreamProvider.kafka(
         bootstrap,
         topic,
-        1,
+        queues=1,
         records="json",
         namespace=NAMESPACE,
         kafka={"idempotent": False, "group_membership": False},

@@ -56,7 +56,7 @@ async def test_headraces_own_producer_compresses_and_reads_back(kafka_broker, ka
     provider = StreamProvider.kafka(
         kafka_broker,
         kafka_topic,
-        QUEUES,
+        queues=QUEUES,
         kafka={"idempotent": False, "group_membership": False, "compression": codec},
     )
     got: list[int] = []

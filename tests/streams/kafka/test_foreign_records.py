@@ -28,7 +28,7 @@ def json_provider(bootstrap: str, topic: str, **options) -> StreamProvider:
     options.setdefault("records", "json")
     options.setdefault("namespace", "sensors")
     return StreamProvider.kafka(
-        bootstrap, topic, QUEUES, kafka={"idempotent": False, "group_membership": False}, **options
+        bootstrap, topic, queues=QUEUES, kafka={"idempotent": False, "group_membership": False}, **options
     )
 
 

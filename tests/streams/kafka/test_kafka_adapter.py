@@ -37,7 +37,7 @@ Q0 = QueueId(0)
 async def kafka(bootstrap: str, topic: str, **settings: Any) -> AsyncIterator[KafkaAdapterFactory]:
     settings.setdefault("queues", QUEUES)
     settings.setdefault("idempotent", False)  # Tansu's memory storage has no producer ids
-    async with KafkaAdapterFactory(bootstrap, topic, **settings) as factory:
+    async with KafkaAdapterFactory(KafkaSettings(bootstrap, topic, **settings)) as factory:
         yield factory
 
 
@@ -131,11 +131,11 @@ async def test_topics_read_together_with_different_partition_counts_are_refused(
 
 def test_settings_are_checked_when_the_factory_is_made() -> None:
     with pytest.raises(ConfigurationError, match="start is 'earliest' or 'latest', not 'middle'"):
-        KafkaAdapterFactory("127.0.0.1:9", "t", start="middle")  # type: ignore[arg-type]
+        KafkaSettings("127.0.0.1:9", "t", start="middle")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="queues is a positive int, not 0"):
-        KafkaAdapterFactory("127.0.0.1:9", "t", queues=0)
+        KafkaSettings("127.0.0.1:9", "t", queues=0)
     with pytest.raises(ConfigurationError, match="commit_every"):
-        KafkaAdapterFactory("127.0.0.1:9", "t", commit_every=3)
+        KafkaSettings.named("127.0.0.1:9", "t", commit_every=3)
 
 
 # -- where records land ---------------------------------------------------------------------

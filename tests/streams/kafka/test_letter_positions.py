@@ -26,7 +26,7 @@ def windowed(bootstrap: str, topic: str, store, group: str) -> StreamProvider:
     provider = StreamProvider.kafka(
         bootstrap,
         topic,
-        2,
+        queues=2,
         records="json",
         namespace="sensors",
         group_id=group,
@@ -90,7 +90,7 @@ async def test_a_failed_delivery_letters_each_event_at_its_records_offset(kafka_
     provider = StreamProvider.kafka(
         kafka_broker,
         kafka_topic,
-        2,
+        queues=2,
         records="json",
         namespace="sensors",
         kafka={"idempotent": False, "group_membership": False},

@@ -68,7 +68,7 @@ async def test_a_batch_no_installed_codec_reads_stops_its_queue_and_the_others_g
     provider = StreamProvider.kafka(
         kafka_broker,
         kafka_topic,
-        QUEUES,
+        queues=QUEUES,
         records="json",
         namespace="sensors",
         store=tmp_path / "store",
@@ -111,7 +111,7 @@ async def test_a_deleted_topic_stops_its_queues_instead_of_waiting_forever(kafka
     provider = StreamProvider.kafka(
         kafka_broker,
         kafka_topic,
-        2,
+        queues=2,
         records="json",
         namespace="sensors",
         kafka={"idempotent": False, "group_membership": False, "outage_after": 0.5},

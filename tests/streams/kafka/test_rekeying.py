@@ -72,7 +72,7 @@ def rekeying(bootstrap: str, topic: str) -> StreamProvider:
     return StreamProvider.kafka(
         bootstrap,
         topic,
-        QUEUES,
+        queues=QUEUES,
         records="json",
         namespace="sensors",
         key_field="device",
@@ -310,7 +310,7 @@ async def test_a_key_function_re_keys_too_and_a_record_it_gives_no_key_is_letter
     provider = StreamProvider.kafka(
         kafka_broker,
         kafka_topic,
-        QUEUES,
+        queues=QUEUES,
         records="json",
         namespace="sites",
         key_field=lambda value: value["meta"]["site"],
