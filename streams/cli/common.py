@@ -9,7 +9,6 @@ names the store of your application's provider, as ``headrace worker --app`` run
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -19,10 +18,12 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from streams.backends.embedded.store import EmbeddedStore
 from streams.cli import CliError
 from streams.cli.worker import load_provider
+from streams.core.errors import ConfigurationError
+from streams.runtime.backends import LocalSide
 from streams.runtime.config import HeadraceConfig, load_config
+from streams.runtime.constructors import open_local_store
 from streams.runtime.provider import StreamProvider
 
 
@@ -80,15 +81,14 @@ def in_cluster(config: HeadraceConfig) -> bool:
     return settings.adapter == "kafka" and settings.path is None
 
 
-def existing_store(config: HeadraceConfig) -> EmbeddedStore:
-    """The store the configuration names; an error (not a new empty store) if there is none."""
+def existing_store(config: HeadraceConfig) -> LocalSide:
+    """The store the configuration names, to read what is not on the queues (the caller
+    closes it); an error (not a new empty store) if there is none."""
     path = config.store_path()
-    if not os.path.isfile(path / EmbeddedStore.FILE_NAME):
-        raise CliError(
-            f"no headrace store at {str(path)!r} (no {EmbeddedStore.FILE_NAME} there): give the "
-            "directory your workers and producers use"
-        )
-    return EmbeddedStore(path)
+    try:
+        return open_local_store(path)
+    except ConfigurationError as exc:
+        raise CliError(f"{exc}: give the directory your workers and producers use") from None
 
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:

@@ -41,7 +41,6 @@ from typing import Any, Protocol
 
 import anyio
 
-from streams.backends.embedded.backend import LocalStore
 from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
@@ -159,8 +158,8 @@ def _open(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> _Opened
 
         kafka = config.provider_settings.adapter == "kafka"
         if not in_cluster(config):
-            store = stack.enter_context(existing_store(config))
-            return _Opened(LocalStore(store).dead_letter_store(), config.provider, named, kafka)
+            store = stack.enter_context(contextlib.closing(existing_store(config)))
+            return _Opened(store.dead_letter_archive(), config.provider, named, kafka)
         provider = config.provider()
     else:
         provider, kafka = app, app.backend.position_names == ("partition", "offset")

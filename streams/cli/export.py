@@ -19,6 +19,7 @@ the event itself when it is a number; empty otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import heapq
 import math
@@ -31,7 +32,6 @@ from typing import Any
 import anyio
 
 from streams.adapters.retention import RetainedRecords
-from streams.backends.embedded.backend import LocalStore
 from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
@@ -117,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"--app {args.app}: {exc}" if app is not None else str(exc)) from None
         rows = sample(source, namespace, key or None, start, time_of, args.value_by, args.limit)
     else:
-        with existing_store(config) as store:
-            source = anyio.run(LocalStore(store).retained_records)
+        with contextlib.closing(existing_store(config)) as store:
+            source = anyio.run(store.retained_records)
             rows = sample(source, namespace, key or None, start, time_of, args.value_by, args.limit)
     if not rows:
         raise CliError(_nothing(source, args.stream, namespace, args.since))

@@ -43,12 +43,12 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from streams.backends.embedded.queues import stored_queue_count
 from streams.cli import CliError
 from streams.cli.common import add_config_options, load_app, load_cli_config, plural
 from streams.core.errors import ConfigurationError, EncodeError, PublishError, a_type
 from streams.core.ids import StreamId
 from streams.eventtime.timetext import parse_instant
+from streams.runtime.constructors import stored_queue_count
 from streams.runtime.provider import StreamProvider
 
 EXAMPLES = """examples:

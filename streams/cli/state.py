@@ -19,7 +19,6 @@ from typing import Any
 
 import anyio
 
-from streams.backends.embedded.backend import LocalStore
 from streams.cli import CliError
 from streams.cli.common import add_config_options, add_row, console, existing_store, load_app, load_cli_config, table
 from streams.core.errors import ConfigurationError
@@ -130,7 +129,7 @@ async def _read(args: argparse.Namespace) -> list[SavedState]:
     else:
         config = load_cli_config(args)
         with contextlib.closing(existing_store(config)) as store:
-            rows = await LocalStore(store).saved_states()
+            rows = await store.saved_states()
     return [SavedState(*row) for row in rows]
 
 

@@ -31,6 +31,7 @@ force and what it adjusted and dropped (:mod:`streams.eventtime.lateness`; docs/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 from collections.abc import Iterable
@@ -50,7 +51,6 @@ from streams.adapters.status import (
     consumer_type_fates,
     observed_by_type,
 )
-from streams.backends.embedded.backend import LocalStore
 from streams.cli import CliError
 from streams.cli.common import (
     add_config_options,
@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
         except ConfigurationError as exc:
             raise CliError(f"--app {args.app}: {exc}" if app is not None else str(exc)) from None
     else:
-        with existing_store(config) as store:
-            status = anyio.run(partial(LocalStore(store).read_status, suspicion_timeout=timeout, everyone=args.all))
+        with contextlib.closing(existing_store(config)) as store:
+            status = anyio.run(partial(store.read_status, suspicion_timeout=timeout, everyone=args.all))
     if args.advise:
         advice = advice_of(status)
         if not advice:

@@ -1,17 +1,20 @@
-"""What a provider runs on: the :class:`Backend` protocol, and a backend's queues with a store on
-this machine beside them (:class:`LocalStoreBeside`).
+"""What a provider runs on: the :class:`Backend` protocol, a store on this machine as the
+place of what is not on the queues (:class:`LocalSide`), and a backend's queues with such a
+store beside them (:class:`LocalStoreBeside`).
 
 Each backend package builds everything its kind needs and nothing another kind does:
 :class:`~streams.backends.memory.backend.MemoryBackend`,
 :class:`~streams.backends.embedded.backend.EmbeddedBackend` and
 :class:`~streams.backends.kafka.backend.KafkaBackend`. The provider, the worker and the CLI ask
-the protocol for each part and probe nothing.
+these protocols for each part and probe nothing; :mod:`streams.runtime.constructors` alone
+builds a backend (an import-linter contract keeps it so).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Protocol
 
 import spark_sink
@@ -20,10 +23,15 @@ from balancer.protocols import QueueBalancer
 from streams.adapters.protocols import QueueAdapterFactory, QueueMapper, SavedStateRow
 from streams.adapters.retention import RetainedRecords
 from streams.adapters.status import ClusterStatus, StatusBoard
-from streams.backends.embedded.backend import LocalStore
-from streams.backends.embedded.store import EmbeddedStore
 from streams.core.deadletters import DeadLetterArchive, DeadLetterStore
 from streams.core.pubsub import PubSubStore
+
+
+class StoreOnDisk(Protocol):
+    """A store on this machine, as the runtime and the CLI name it: by its directory."""
+
+    @property
+    def path(self) -> Path: ...
 
 
 class Backend(Protocol):
@@ -42,7 +50,7 @@ class Backend(Protocol):
         ...
 
     @property
-    def store(self) -> EmbeddedStore | None:
+    def store(self) -> StoreOnDisk | None:
         """The local store beside the queues (status, durable pub-sub), if there is one."""
         ...
 
@@ -113,18 +121,50 @@ class Backend(Protocol):
         ...
 
 
+class LocalSide(Protocol):
+    """A store on this machine as the place of what is not on the queues: durable pub-sub,
+    dead letters, the status board and the saved state, read back by the CLI. The embedded
+    backend's ``LocalStore`` is one (:func:`~streams.runtime.constructors.open_local_store`
+    opens an existing one)."""
+
+    @property
+    def path(self) -> Path:
+        """The store's directory."""
+        ...
+
+    def pubsub_store(self) -> PubSubStore: ...
+
+    def dead_letter_store(self) -> DeadLetterStore: ...
+
+    def dead_letter_archive(self) -> DeadLetterArchive: ...
+
+    def status_board(self) -> StatusBoard: ...
+
+    async def read_status(self, *, suspicion_timeout: float, everyone: bool = False) -> ClusterStatus: ...
+
+    async def saved_states(self) -> list[SavedStateRow]: ...
+
+    async def retained_records(self) -> RetainedRecords: ...
+
+    def close(self) -> None:
+        """Close the store (what it made stays on disk)."""
+        ...
+
+
 class LocalStoreBeside:
     """``queues``' queues, balancer and handoff log, with pub-sub, dead letters and the status
-    board in an embedded store on this machine (``StreamProvider.kafka(store=...)``).
+    board in a store on this machine (``StreamProvider.kafka(store=...)``).
 
     >>> import tempfile
+    >>> from streams.backends.embedded.backend import LocalStore
+    >>> from streams.backends.embedded.store import EmbeddedStore
     >>> from streams.backends.memory.backend import MemoryBackend
     >>> backend = LocalStoreBeside(MemoryBackend.open(2), LocalStore(EmbeddedStore(tempfile.mkdtemp())))
     >>> backend.store is not None, backend.position_names
     (True, ('queue', 'sequence'))
     """
 
-    def __init__(self, queues: Backend, local: LocalStore) -> None:
+    def __init__(self, queues: Backend, local: LocalSide) -> None:
         self.queues = queues
         self.local = local
 
@@ -133,8 +173,8 @@ class LocalStoreBeside:
         return self.queues.factory
 
     @property
-    def store(self) -> EmbeddedStore:
-        return self.local.store
+    def store(self) -> LocalSide:
+        return self.local
 
     @property
     def balances(self) -> bool:
@@ -165,7 +205,7 @@ class LocalStoreBeside:
         return self.local.dead_letter_store()
 
     def dead_letter_archive(self) -> DeadLetterArchive:
-        return self.local.dead_letter_store()
+        return self.local.dead_letter_archive()
 
     def queue_balancer(self, options: BalancerOptions | None) -> QueueBalancer | None:
         return self.queues.queue_balancer(options)

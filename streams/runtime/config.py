@@ -66,7 +66,6 @@ from typing import Any, TypeVar
 
 from balancer.base import BalancerOptions
 from streams.adapters.retention import RetentionPolicy
-from streams.backends.embedded.queues import DEFAULT_QUEUES, stored_queue_count
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
 from streams.eventtime.policy import OrderingPolicy
@@ -84,6 +83,7 @@ from streams.runtime.config_schema import (
     WorkerSettings,
     unknown_key,
 )
+from streams.runtime.constructors import DEFAULT_QUEUES, stored_queue_count
 from streams.runtime.provider import StreamProvider
 
 S = TypeVar("S", bound=HeadraceSettings)

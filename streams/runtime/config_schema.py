@@ -21,13 +21,12 @@ from typing import Any, Literal
 
 from balancer.base import BalancerOptions
 from streams.adapters.retention import RetentionPolicy
-from streams.backends.embedded.queues import DEFAULT_QUEUES
-from streams.backends.embedded.store import Synchronous
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
 from streams.eventtime.policy import Action, OrderingPolicy
 from streams.eventtime.timetext import parse_duration, parse_window
 from streams.eventtime.windows import WindowSpec
+from streams.runtime.constructors import DEFAULT_QUEUES, Synchronous
 from streams.runtime.logs import FORMATS, LEVELS
 
 CONFIG_FILE = "headrace.toml"

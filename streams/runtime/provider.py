@@ -3,21 +3,18 @@
 ``async with provider:`` runs a *worker*: pulling agents for the queues it owns, delivering to
 consumers. ``async with provider.client():`` only publishes (Orleans' cluster client).
 
-The constructors of :class:`~streams.runtime.provider.StreamProvider`, one per backend (memory,
-embedded store, Kafka, generated test data): each opens its backend from plain arguments and
-builds the provider on it, passing the rest on as the provider's options.
+Its constructors, one per backend (``memory``, ``embedded``, ``kafka``, ``generator``), are
+:mod:`streams.runtime.constructors`'s: this module knows a backend only by its protocol.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import fields
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -32,13 +29,6 @@ from cache.protocols import QueueCache
 from cache.simple import SimpleQueueCache
 from streams.adapters.mapper import KeyedQueueMapper, co_partition
 from streams.adapters.protocols import QueueAdapter, QueueAdapterFactory, QueueMapper
-from streams.adapters.retention import RetentionPolicy
-from streams.backends.embedded.backend import EmbeddedBackend, LocalStore
-from streams.backends.embedded.store import EmbeddedStore, Synchronous
-from streams.backends.kafka.backend import KafkaBackend
-from streams.backends.kafka.settings import KAFKA_SETTINGS, KafkaSettings
-from streams.backends.memory.adapter import GeneratorConfig
-from streams.backends.memory.backend import MemoryBackend
 from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.deadletters import DeadLetterStore
 from streams.core.errors import ConfigurationError, ProviderClosedError, PublishError
@@ -49,107 +39,11 @@ from streams.core.observer import (
 )
 from streams.core.options import StreamProviderOptions
 from streams.core.pubsub import FollowedPubSubStore, PubSubStore
-from streams.runtime.backends import Backend, LocalStoreBeside, open_handoff_sinks
+from streams.runtime.backends import Backend, StoreOnDisk, open_handoff_sinks
+from streams.runtime.constructors import BackendConstructors
 from streams.runtime.publisher import Publisher, start_publisher
 from streams.runtime.stream import Stream
 from streams.runtime.subscriptions import StreamSubscriptionManager
-
-P = TypeVar("P")  # the provider class: ``cls`` is typed as what builds one from a backend
-
-
-class BackendConstructors:
-    """``StreamProvider.memory(...)``, ``.embedded(...)``, ``.kafka(...)``, ``.generator(...)``
-    (the provider class inherits them).
-
-    >>> from streams import StreamProvider
-    >>> StreamProvider.memory(queues=2).mapper.get_all_queues()
-    [QueueId(number=0), QueueId(number=1)]
-    """
-
-    @classmethod
-    def memory(cls: Callable[..., P], queues: int = 8, **options: Any) -> P:
-        """Queues in this process's memory: for tests and one-process use."""
-        return cls(MemoryBackend.open(queues), **options)
-
-    @classmethod
-    def embedded(
-        cls: Callable[..., P],
-        path: str | os.PathLike[str],
-        queues: int | None = None,
-        *,
-        retention: RetentionPolicy | None = None,
-        synchronous: Synchronous = "NORMAL",
-        **options: Any,
-    ) -> P:
-        """Durable queues, checkpoints, pub-sub and dead letters in one SQLite store under
-        ``path`` (the default on one machine; several processes may open it). Workers on one
-        store form a cluster by themselves: each ``async with`` of such a provider, in any
-        process, is one more worker sharing the queues (``balancer_options=BalancerOptions(
-        lease_length=...)`` sets how soon a dead worker's queues move). ``queues``: by default
-        the count the store was made with, and 8 for a new one; a store's count is fixed."""
-        return cls(EmbeddedBackend.open(path, queues, retention=retention, synchronous=synchronous), **options)
-
-    @classmethod
-    def kafka(
-        cls: Callable[..., P],
-        bootstrap_servers: str | Sequence[str],
-        topic: str | None = None,
-        *,
-        store: str | os.PathLike[str] | None = None,
-        kafka: Mapping[str, object] | None = None,
-        **options: object,
-    ) -> P:
-        """Queues on a Kafka topic: queue ``i`` is partition ``i``.
-
-        Every keyword that names a :class:`~streams.backends.kafka.settings.KafkaSettings`
-        field is a Kafka setting, documented there (``queues``, ``group_id``, ``start``,
-        ``records``, ``namespace``, ``key_field``, ``topics``, ``idempotent``,
-        ``client_options``, ...); ``kafka`` holds more of them as one mapping (the keywords
-        win). The other keywords are the provider's. ``topic`` may be left out when
-        ``topics`` (namespace -> topic) names the topics read together.
-
-        ``store`` is a local directory for what is not on Kafka: durable pub-sub and dead
-        letters (without it they live in memory). Consumers that hand off to Spark do so in
-        Kafka topics (``<handoff_prefix>.handoff.<stream>``; the DataSource reads them with
-        ``kafka.bootstrap.servers``).
-
-        >>> from streams import StreamProvider
-        >>> provider = StreamProvider.kafka("127.0.0.1:9092", "sensors", queues=8, store="/var/lib/headrace")
-        >>> json_topic = StreamProvider.kafka("127.0.0.1:9092", "readings", records="json", namespace="sensors")
-        >>> StreamProvider.kafka("127.0.0.1:9092", "sensors", idempotant=False)
-        Traceback (most recent call last):
-        ...
-        streams.core.errors.ConfigurationError: StreamProvider.kafka: unknown keyword 'idempotant'; ...
-        """
-        given = {**(kafka or {}), **{k: v for k, v in options.items() if k in KAFKA_SETTINGS}}
-        rest = {k: v for k, v in options.items() if k not in KAFKA_SETTINGS}
-        _check_provider_keywords("StreamProvider.kafka", cls, rest, KAFKA_SETTINGS)
-        backend: Backend = KafkaBackend.open(KafkaSettings.named(bootstrap_servers, topic, **given))
-        if store is not None:
-            backend = LocalStoreBeside(backend, LocalStore(EmbeddedStore(store)))
-        return cls(backend, **rest)
-
-    @classmethod
-    def generator(cls: Callable[..., P], config: GeneratorConfig | None = None, queues: int = 8, **options: Any) -> P:
-        """Queues that make their own test data (see :class:`GeneratorConfig`)."""
-        return cls(MemoryBackend.generator(config, queues), **options)
-
-
-def _check_provider_keywords(
-    constructor: str, provider: Callable[..., object], keywords: Iterable[str], also: Iterable[str]
-) -> None:
-    """Raise one line naming the first of ``keywords`` that ``provider`` does not take, with
-    what ``constructor`` takes: ``also`` (its backend's settings), then the provider's
-    keywords and options."""
-    own = [p.name for p in inspect.signature(provider).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    known = {*own, *(f.name for f in fields(StreamProviderOptions))}
-    unknown = [name for name in keywords if name not in known]
-    if unknown:
-        raise ConfigurationError(
-            f"{constructor}: unknown keyword {unknown[0]!r}; it takes {', '.join(also)}, "
-            f"and the provider's {', '.join([*own, *sorted(known - set(own))])}"
-        )
-
 
 log = logging.getLogger("headrace.provider")
 T = TypeVar("T", bound=type)
@@ -181,7 +75,7 @@ class StreamProvider(BackendConstructors):
 
     ``backend`` (:class:`~streams.runtime.backends.Backend`) is what it runs on: the
     constructors ``memory``, ``embedded``, ``kafka`` and ``generator`` make one (see
-    :mod:`streams.runtime.provider`); pub-sub and dead letters default to the backend's.
+    :mod:`streams.runtime.constructors`); pub-sub and dead letters default to the backend's.
     ``clock`` is the processing clock (the wall clock; :mod:`streams.testing` moves its own).
     """
 
@@ -243,7 +137,7 @@ class StreamProvider(BackendConstructors):
         return self.backend.factory
 
     @property
-    def store(self) -> EmbeddedStore | None:
+    def store(self) -> StoreOnDisk | None:
         """The local store (the embedded queues' own, or one given to ``.kafka`` for pub-sub
         and dead letters); ``None`` with none."""
         return self.backend.store

@@ -5,6 +5,7 @@ balance its queues by leases. :class:`LocalStore` is such a store beside queues 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import anyio
 
@@ -134,10 +135,19 @@ class LocalStore:
     def __init__(self, store: EmbeddedStore) -> None:
         self.store = store
 
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
     def pubsub_store(self) -> EmbeddedPubSubStore:
         return EmbeddedPubSubStore(self.store)
 
     def dead_letter_store(self) -> EmbeddedDeadLetterStore:
+        return EmbeddedDeadLetterStore(self.store)
+
+    def dead_letter_archive(self) -> EmbeddedDeadLetterStore:
+        """The dead letters with their ids (closing it leaves the store open: :meth:`close`
+        closes that)."""
         return EmbeddedDeadLetterStore(self.store)
 
     def status_board(self) -> EmbeddedStatusBoard:
@@ -151,3 +161,6 @@ class LocalStore:
 
     async def retained_records(self) -> StoreRecords:
         return StoreRecords(self.store)
+
+    def close(self) -> None:
+        self.store.close()
