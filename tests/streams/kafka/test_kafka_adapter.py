@@ -7,6 +7,7 @@ in the contract suite (``tests/streams/adapters``), which runs on this adapter t
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -19,13 +20,17 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streams import StreamProvider
 from streams.adapters.protocols import QueueAdapter, RewindableReceiver
 from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueReceiver
+from streams.backends.kafka.backend import KafkaBackend
 from streams.backends.kafka.clients import ensure_queue_topics, ensure_topic
-from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.settings import KAFKA_SETTINGS, KafkaSettings
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import ConfigurationError, DecodeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
+from streams.runtime import config
+from streams.runtime.config_schema import SCHEMA
 from tests.kafka_broker import TansuBroker, TansuProxy, free_port, produce_raw
 from tests.streams.adapters.harness import drain
 
@@ -129,13 +134,26 @@ async def test_topics_read_together_with_different_partition_counts_are_refused(
     assert await ensure_topic({"bootstrap_servers": kafka_broker}, kafka_topic, 9) == 4  # created, as asked
 
 
-def test_settings_are_checked_when_the_factory_is_made() -> None:
+def test_settings_are_checked_when_they_are_made() -> None:
     with pytest.raises(ConfigurationError, match="start is 'earliest' or 'latest', not 'middle'"):
         KafkaSettings("127.0.0.1:9", "t", start="middle")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="queues is a positive int, not 0"):
         KafkaSettings("127.0.0.1:9", "t", queues=0)
     with pytest.raises(ConfigurationError, match="commit_every"):
         KafkaSettings.named("127.0.0.1:9", "t", commit_every=3)
+    with pytest.raises(
+        ConfigurationError, match=r"^StreamProvider.kafka: unknown keyword 'commit_every'; it takes queues, "
+    ):
+        StreamProvider.kafka("127.0.0.1:9", "t", commit_every=3)
+
+
+def test_the_kafka_settings_are_declared_once_as_the_fields_of_kafka_settings() -> None:
+    # docs/architecture.md says so: the provider's constructor, the backend and the adapter
+    # factory name none of them, and [provider.kafka]'s keys are their names.
+    takers = [StreamProvider.kafka, KafkaBackend.open, KafkaAdapterFactory]
+    assert [set(inspect.signature(f).parameters) & set(KAFKA_SETTINGS) for f in takers] == [set(), set(), set()]
+    keys = {config._KAFKA_FIELD.get(key, key) for key in SCHEMA["provider.kafka"]}
+    assert sorted(keys - {"bootstrap_servers", "topic", *KAFKA_SETTINGS}) == []
 
 
 # -- where records land ---------------------------------------------------------------------
