@@ -331,7 +331,7 @@ _decode_one = msgspec.msgpack.Decoder(_OneEvent, ext_hook=as_ext_type).decode
 _Gathering = tuple[list[Any], list[float | None], list[float], list[int], list[float]]
 
 
-def gathered(messages: list[QueueMessage], clock: float) -> list[QueueMessage]:
+def gathered(messages: Sequence[QueueMessage], clock: float) -> list[QueueMessage]:
     """``messages`` (one read of a queue, in position order) with the batch containers of
     one event gathered by stream into one :class:`ContainerGroup` each, a message at its
     first record's position: the runtime's per-batch work is then paid once per stream and
