@@ -114,9 +114,9 @@ class ContainerMessages(Sequence[QueueMessage]):
 
     A list of them would keep one tracked object a record alive until the pulling agent
     has gathered the read (:func:`~streams.core.record_batch.gathered`), each counted
-    towards the garbage collector's next young collection and promoted by it (a quarter of
-    its collections, reading one-event records); made on the way, each dies before the next
-    is made.
+    towards the garbage collector's next young collection and promoted by it (a third of
+    its young collections, reading one-event records); and the pulling agent and
+    ``gathered`` read positions and bytes from :attr:`records` without making any.
 
     >>> from aiokafka import ConsumerRecord
     >>> records = [ConsumerRecord("t", 0, n, 5000, 0, None, b"x", None, 0, 1, ()) for n in (7, 8)]
@@ -125,14 +125,16 @@ class ContainerMessages(Sequence[QueueMessage]):
     (2, 8, [5.0, 5.0], 1)
     """
 
-    __slots__ = ("_queue", "_records")
+    __slots__ = ("_queue", "records")
 
     def __init__(self, queue: QueueId, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
         self._queue = queue
-        self._records = records
+        # The fetched records, which :func:`~streams.core.record_batch.gathered` reads
+        # without making a message of a record it gathers.
+        self.records = records
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self.records)
 
     @overload
     def __getitem__(self, index: int) -> QueueMessage: ...
@@ -142,20 +144,20 @@ class ContainerMessages(Sequence[QueueMessage]):
 
     def __getitem__(self, index: int | slice) -> QueueMessage | list[QueueMessage]:
         if isinstance(index, slice):
-            return list(ContainerMessages(self._queue, self._records[index]))
-        r = self._records[index]
+            return list(ContainerMessages(self._queue, self.records[index]))
+        r = self.records[index]
         return QueueMessage(self._queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
 
     def __iter__(self) -> Iterator[QueueMessage]:
         # A record with no value (a tombstone from another writer) is empty bytes, which
         # the pulling agent dead-letters like any other record that does not decode.
         queue = self._queue
-        for r in self._records:
+        for r in self.records:
             yield QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
 
     def positions(self) -> Iterator[int]:
         """Every message's position (its record's offset), with no message made."""
-        return (r.offset for r in self._records)
+        return (r.offset for r in self.records)
 
 
 class ContainerRecords:
