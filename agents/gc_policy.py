@@ -104,7 +104,11 @@ class GcPolicy:
         if self._workers > 1:
             return
         self._saved = gc.get_threshold()
-        gc.collect()
+        # The young generations' garbage is freed before the freeze; the oldest's waits for
+        # the next walk of everything (a sweep) as it would have waited for a full collection:
+        # a full one here walked the whole process at every start (each test of a suite
+        # that starts a worker paid for one).
+        gc.collect(1)
         gc.freeze()
         self._swept = sys.getallocatedblocks()
         self._next_sweep = time.monotonic() + self._sweep_interval
