@@ -7,11 +7,15 @@ generation every 700 new objects, and a full collection, which walks every live 
 each time the objects promoted since the last one reach a quarter of those that survived
 it; with 100,000 activations those full walks took more than a third of a worker's time.
 
-The collector belongs to the process, not to the library: a worker tunes it only in a process
-headrace owns (``headrace worker`` calls :meth:`GcPolicy.own_process`), or where the
-application asks with ``StreamProviderOptions.tune_gc=True``; ``False`` never tunes it.
-While a worker runs (the first ``async with provider`` of a process to its last), the tuned
-collector
+The collector belongs to the process. A provider that runs pulling agents is a worker, a
+process's long-running reader of queues, whatever started it, so by default
+(``StreamProviderOptions.tune_gc=None``) a worker tunes the collector while it runs: under
+``headrace worker`` (which calls :meth:`GcPolicy.own_process`), and in an application's own
+process too, unless the application manages the collector itself: it has disabled it or
+set thresholds other than CPython's (:meth:`GcPolicy.wanted`). ``tune_gc=True`` tunes it anyway and
+``tune_gc=False`` never does. A provider that runs no agents (``provider.client()``, a
+producer) never tunes it. While a worker runs (the first ``async with provider`` of a
+process to its last), the tuned collector
 
 - freezes what start-up left (modules, classes, the application's registrations): no
   collection walks it again (``gc.freeze()``);
@@ -75,16 +79,20 @@ class GcPolicy:
 
     def own_process(self) -> None:
         """Say this process runs nothing but headrace (``headrace worker``): workers whose
-        ``tune_gc`` is unset then tune the collector."""
+        ``tune_gc`` is unset then tune the collector whatever its settings."""
         self.owns_process = True
 
     def wanted(self, tune_gc: bool | None) -> bool:
-        """Whether a worker with this ``tune_gc`` setting tunes the collector here.
+        """Whether a worker with this ``tune_gc`` setting tunes the collector here: as
+        told, and when unset (the default) unless the application manages the collector
+        itself (:func:`managed_by_application`) in a process headrace does not own.
 
-        >>> GcPolicy().wanted(None), GcPolicy().wanted(True)
-        (False, True)
+        >>> GcPolicy().wanted(None) == (not managed_by_application()), GcPolicy().wanted(False)
+        (True, False)
         """
-        return self.owns_process if tune_gc is None else tune_gc
+        if tune_gc is not None:
+            return tune_gc
+        return self.owns_process or self.active or not managed_by_application()
 
     @property
     def active(self) -> bool:
@@ -96,7 +104,11 @@ class GcPolicy:
         if self._workers > 1:
             return
         self._saved = gc.get_threshold()
-        gc.collect()
+        # The young generations' garbage is freed before the freeze; the oldest's waits for
+        # the next walk of everything (a sweep) as it would have waited for a full collection:
+        # a full one here walked the whole process at every start (each test of a suite
+        # that starts a worker paid for one).
+        gc.collect(1)
         gc.freeze()
         self._swept = sys.getallocatedblocks()
         self._next_sweep = time.monotonic() + self._sweep_interval
@@ -158,6 +170,19 @@ class GcPolicy:
         self._swept = sys.getallocatedblocks()
         took = time.perf_counter() - self._sweep_started
         self._next_sweep = time.monotonic() + max(self._sweep_interval, took / SWEEP_SHARE)
+
+
+# CPython's own thresholds: an application that set others manages its collector itself.
+CPYTHON_THRESHOLDS = (700, 10, 10) if sys.version_info < (3, 13) else (2000, 10, 0)
+
+
+def managed_by_application() -> bool:
+    """Whether the process's collector is set otherwise than CPython leaves it (disabled,
+    or thresholds of its own) with no worker's policy applied: the application manages it,
+    and a worker leaves it alone unless told ``tune_gc=True``. (Objects the application
+    froze do not say so: freezing a set-up is what the policy does too. They are thawed
+    with the rest when the last worker stops.)"""
+    return not gc.isenabled() or gc.get_threshold() != CPYTHON_THRESHOLDS
 
 
 # One per process: the collector is the process's.

@@ -24,7 +24,7 @@ import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import Token
 from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 
@@ -325,10 +325,13 @@ class PullingAgent:
             return read + forwarding.forwarded - forwarded
         return read
 
-    async def _add(self, held: list[list[QueueMessage]]) -> None:
-        """Add a read's messages (the one list ``held`` holds, taken out of it)."""
+    async def _add(self, held: list[Sequence[QueueMessage]]) -> None:
+        """Add a read's messages (the one sequence ``held`` holds, taken out of it)."""
         messages = held.pop()
-        self._unacked.extend(m.sequence_number for m in messages)  # every record's position
+        # Every record's position; a read whose messages are made as they are looked at
+        # (streams.backends.kafka.records.ContainerMessages) gives them with none made.
+        positions = getattr(messages, "positions", None)
+        self._unacked.extend(positions() if positions is not None else (m.sequence_number for m in messages))
         self.last_read_sequence = messages[-1].sequence_number
         if self._gathers and not self.context.registry.has_keyed():
             # One-event containers gathered by stream (streams.core.record_batch.gathered):
@@ -343,7 +346,7 @@ class PullingAgent:
         for start in range(0, len(messages), _ADD_SLICE):
             await self._add_slice(messages[start : start + _ADD_SLICE])
 
-    async def _add_slice(self, messages: list[QueueMessage]) -> None:
+    async def _add_slice(self, messages: Sequence[QueueMessage]) -> None:
         decoded: list[tuple[QueueMessage, BatchContainer]] = []
         letters: list[DeadLetter] = []
         for message in messages:

@@ -9,8 +9,8 @@ in one run, on that topic:
 - headrace: a worker (``records="json"``) whose consumer counts each sensor's events in
   tumbling 60 s windows (out-of-order tolerance 5 s), timed from its first activation to
   its last closed window; its window counts are checked against a count made here;
-- the same worker with ``tune_gc=True``, the garbage-collector policy ``headrace worker``
-  applies (a library leaves it off: see agents/gc_policy.py);
+- the same worker with ``tune_gc=False``: CPython's collector, where the library's default
+  applies the worker's garbage-collector policy (agents/gc_policy.py);
 - Quix Streams 3.x (``bench/quix_sensors.py``, a process of its own): the same tumbling 60 s
   count per sensor, grace 5 s, event time from ``ts``;
 - the same readings written without a key (a producer that keys nothing spreads them over
@@ -19,7 +19,7 @@ in one run, on that topic:
   once more; its consumer is a plain ``on_next`` count (a sensor's readings now come from
   every partition, each read at its own pace, and most of its windows stay open);
 - headrace's own format with one event per record (what ``on_next`` makes), the same
-  readings, the same consumer;
+  readings, the same consumer; again with ``tune_gc=False``;
 - the same readings written again with ``--codecs`` (lz4 and zstd record batches; the
   codecs every Kafka producer offers), each read by the raw loop and by the JSON worker:
   what decompression costs either, side by side.
@@ -71,10 +71,11 @@ from tests.sensor_workload import closed_window_counts, readings, write_json  # 
 
 RAW = "raw aiokafka: getmany + json.loads"
 JSON_WORKER = "headrace worker, records='json', 60 s windows"
-TUNED = "the same, tune_gc=True (as `headrace worker` runs it)"
+UNTUNED = "the same, tune_gc=False (CPython's collector)"
 QUIX = "Quix Streams 3, tumbling 60 s count"
 KEYLESS = "keyless records, re-keyed through the hop, on_next count"
 OWN = "headrace worker, own format 1 event/record, 60 s windows"
+OWN_UNTUNED = "the same, own format, tune_gc=False"
 
 
 def ratio(report: Report, base: Report) -> str:
@@ -258,11 +259,11 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
                 JSON_WORKER, json_reader(bootstrap, "sensors", queues, f"bench-json-{round_no}", kafka), counts
             )
             checked = "equal" if counts == expected else f"DIFFER ({sum(counts.values())} vs {closed})"
-            tuned_counts: Counter[tuple[str, float]] = Counter()
-            tuned = json_reader(bootstrap, "sensors", queues, f"bench-tuned-{round_no}", kafka, tune_gc=True)
-            await windowed(TUNED, tuned, tuned_counts)
-            if tuned_counts != expected:
-                checked += f"; tune_gc DIFFER ({sum(tuned_counts.values())} vs {closed})"
+            untuned_counts: Counter[tuple[str, float]] = Counter()
+            untuned = json_reader(bootstrap, "sensors", queues, f"bench-untuned-{round_no}", kafka, tune_gc=False)
+            await windowed(UNTUNED, untuned, untuned_counts)
+            if untuned_counts != expected:
+                checked += f"; tune_gc=False DIFFER ({sum(untuned_counts.values())} vs {closed})"
             if quix:
                 runs.setdefault(QUIX, []).append(await asyncio.to_thread(quix_read, bootstrap, "sensors", records))
             keyless = json_reader(
@@ -275,7 +276,17 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
             own_worker = StreamProvider.kafka(
                 bootstrap, "sensors-own", queues=queues, group_id=f"bench-own-{round_no}", kafka=kafka
             )
-            await windowed(OWN, own_worker, Counter())
+            own_counts: Counter[tuple[str, float]] = Counter()
+            await windowed(OWN, own_worker, own_counts)
+            if own_counts != expected:
+                checked += f"; own format DIFFER ({sum(own_counts.values())} vs {closed})"
+            own_untuned = StreamProvider.kafka(
+                bootstrap, "sensors-own", queues, group_id=f"bench-own-untuned-{round_no}", kafka=kafka, tune_gc=False
+            )
+            own_untuned_counts: Counter[tuple[str, float]] = Counter()
+            await windowed(OWN_UNTUNED, own_untuned, own_untuned_counts)
+            if own_untuned_counts != expected:
+                checked += f"; own format tune_gc=False DIFFER ({sum(own_untuned_counts.values())} vs {closed})"
             for codec in codecs:
                 topic = topic_of(codec)
                 runs.setdefault(f"{codec}: {RAW}", []).append(await raw_read(bootstrap, topic, queues, records))
@@ -289,13 +300,15 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
     print(HEADER.replace("vs base", " vs raw"))
     for name, report in table.items():
         print(row(name, report, base))
-    for name in (JSON_WORKER, TUNED):
-        print(f"\n{name}:\n  against the raw loop (aim 1.0x): {ratio(table[name], base)}")
-        if quix:
+    # Issue 36's aims with the library's defaults; the tune_gc=False rows have none.
+    aims = {JSON_WORKER: " (aim 1.0x)", UNTUNED: "", OWN: " (aim 1.0x)", OWN_UNTUNED: "", KEYLESS: " (aim 0.6x)"}
+    for name, aim in aims.items():
+        print(f"\n{name}:\n  against the raw loop{aim}: {ratio(table[name], base)}")
+        if quix and name in (JSON_WORKER, UNTUNED):
             print(f"  against Quix Streams (aim 5x): {ratio(table[name], table[QUIX])}")
     if not quix:
         print("\nQuix Streams is not installed (pip install 'headrace[bench]'): its row is left out")
-    print(f"\nwindow counts of the JSON workers (every codec) against a count made here: {checked}")
+    print(f"\nwindow counts of the windowed workers (every codec, own format) against a count made here: {checked}")
     print(f"\n{'record batches':16} {'raw events/s':>13} {'headrace events/s':>18} {'headrace/raw':>13}")
     lines = [("none", RAW, JSON_WORKER)]
     lines += [(c, f"{c}: {RAW}", f"{c}: headrace worker, records='json'") for c in codecs]

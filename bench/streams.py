@@ -13,11 +13,13 @@ second, timed by bench/timing.py's ``Clock``: from the first publish (in process
 publisher is part of the run) to the last result the consumers' own hooks stamp (the last
 window; plain, the last ``on_next``); ``per CPU s`` divides the same events by the
 process's CPU time over that span instead (steadier than the wall-clock rate on a machine
-that other work shares); ``CPU/wall`` is the steady part's (10 % to 90 % of the events). ``--gc tuned,default`` compares the worker's
-garbage-collector policy (``tune_gc``, see agents/gc_policy.py) with CPython's defaults.
+that other work shares); ``CPU/wall`` is the steady part's (10 % to 90 % of the events).
+``--gc`` picks the garbage collector: ``library`` (``tune_gc`` unset, the library's default:
+a worker applies its policy, see agents/gc_policy.py), ``tuned`` (``tune_gc=True``) and
+``off`` (``tune_gc=False``: CPython's collector as the process had it).
 
 Run: .venv/bin/python bench/streams.py [--streams 1000,10000,100000] [--modes windowed,plain]
-     [--gc tuned,default] [--best-of 3]
+     [--gc library,off] [--best-of 3]
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ EVENTS_PER_STREAM = 10
 QUEUES = 8
 
 
-async def one_run(streams: int, windowed: bool, tune_gc: bool = True) -> dict[str, float]:
+async def one_run(streams: int, windowed: bool, tune_gc: bool | None = None) -> dict[str, float]:
     import anyio
 
     from bench.timing import Clock
@@ -118,7 +120,8 @@ async def one_run(streams: int, windowed: bool, tune_gc: bool = True) -> dict[st
 def child(streams: int, mode: str, gc_policy: str) -> None:
     import anyio
 
-    result = anyio.run(one_run, streams, mode == "windowed", gc_policy == "tuned")
+    tune_gc = {"library": None, "tuned": True, "off": False}[gc_policy]
+    result = anyio.run(one_run, streams, mode == "windowed", tune_gc)
     print(json.dumps(result))
 
 
@@ -140,7 +143,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", default="1000,10000,100000")
     parser.add_argument("--modes", default="windowed,plain")
-    parser.add_argument("--gc", default="tuned", help="tuned (the worker's policy), default (CPython's), or both")
+    parser.add_argument(
+        "--gc", default="library", help="library (tune_gc unset), tuned (True), off (False: CPython's); comma-separated"
+    )
     parser.add_argument("--best-of", type=int, default=1, help="runs of each configuration; the best is shown")
     parser.add_argument("--child", nargs=3, metavar=("STREAMS", "MODE", "GC"), help=argparse.SUPPRESS)
     args = parser.parse_args()

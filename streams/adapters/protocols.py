@@ -37,8 +37,9 @@ class QueueAdapterReceiver(Protocol):
     async def initialize(self) -> None:
         """Prepare to read from the queue's checkpoint (or the configured start)."""
 
-    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
-        """Up to ``max_count`` records in queue order, or ``[]`` when there are none now."""
+    async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
+        """Up to ``max_count`` records in queue order, or an empty sequence when there are
+        none now (a receiver may make each message as it is looked at)."""
         ...
 
     @property

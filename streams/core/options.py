@@ -27,10 +27,11 @@ class StreamProviderOptions:
     # Detach a consumer holding a full cache this long: it goes on from the durable queue and
     # the others from the cache. Queues that cannot be re-read (memory) ignore it.
     slow_consumer_timeout: float | None = 30.0
-    # While a worker runs, tune the process's garbage collector for many long-lived
-    # activations (agents.gc_policy). The collector is the process's, so by default (None)
-    # only a process that headrace owns tunes it: `headrace worker` does, a library user's
-    # process does not. True tunes it anyway; False never does.
+    # While a worker (a provider that runs pulling agents) runs, tune the process's garbage
+    # collector for many long-lived activations (agents.gc_policy; docs/workers.md). By
+    # default (None) a worker tunes it unless the application manages it itself (disabled,
+    # objects frozen, thresholds of its own) outside `headrace worker`. True tunes it
+    # anyway; False never does (the process keeps CPython's collector as it was).
     tune_gc: bool | None = None
     # One event in this many is sampled into the lateness and disorder sketch that
     # `headrace status` shows and `--advise` reads (streams.eventtime.lateness).

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 
@@ -328,10 +328,23 @@ class _OneEvent(msgspec.Struct, array_like=True, gc=False):
 
 
 _decode_one = msgspec.msgpack.Decoder(_OneEvent, ext_hook=as_ext_type).decode
+
+
+class RawRecord(Protocol):
+    """A record of a read as a receiver fetched it (a Kafka consumer record): its position
+    and its bytes (None: a record with no value)."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
 _Gathering = tuple[list[Any], list[float | None], list[float], list[int], list[float]]
 
 
-def gathered(messages: list[QueueMessage], clock: float) -> list[QueueMessage]:
+def gathered(messages: Sequence[QueueMessage], clock: float) -> list[QueueMessage]:
     """``messages`` (one read of a queue, in position order) with the batch containers of
     one event gathered by stream into one :class:`ContainerGroup` each, a message at its
     first record's position: the runtime's per-batch work is then paid once per stream and
@@ -359,11 +372,24 @@ def gathered(messages: list[QueueMessage], clock: float) -> list[QueueMessage]:
     namespace: str | None = None
     keyed: dict[str, _Gathering] = {}
     decode = _decode_one
-    for message in messages:
+    # A read that holds its raw records (streams.backends.kafka.records.ContainerMessages)
+    # makes a record's message only when the record is a message of its own: a record
+    # gathered costs no message object.
+    raw: Sequence[RawRecord] | None = getattr(messages, "records", None)
+    entries: Sequence[RawRecord] | Sequence[QueueMessage] = messages if raw is None else raw
+    for i, entry in enumerate(entries):
         before = clock
-        if message.decoded is None:
+        if raw is not None:
+            record = cast(RawRecord, entry)
+            payload: bytes | None = record.value or b""
+            position = record.offset
+        else:
+            message = cast(QueueMessage, entry)
+            payload = message.payload if message.decoded is None else None
+            position = message.sequence_number
+        if payload is not None:
             try:
-                c: _OneEvent | None = decode(message.payload)
+                c: _OneEvent | None = decode(payload)
             except Exception:  # several events, or not a container: read below
                 c = None
             if c is not None and c.kind == 0 and c.magic == MAGIC:  # one event of data
@@ -382,10 +408,11 @@ def gathered(messages: list[QueueMessage], clock: float) -> list[QueueMessage]:
                 group[0].append(c.values[0])
                 group[1].append(None if times is None else times[0])
                 group[2].append(arrival)
-                group[3].append(message.sequence_number)
+                group[3].append(position)
                 group[4].append(before)
                 continue
         # A message of its own: it ends its stream's group (made before it, so it goes first).
+        message = messages[i]
         try:
             container = message.container()
         except DecodeError:

@@ -123,7 +123,7 @@ class KafkaQueueReceiver:
             self._committed[tp] = self._acknowledged[tp] = committed
         return position
 
-    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+    async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
         self.caught_up = False  # until a read shows it (an outage, a failure: not known)
         if max_count <= 0:
             return []
@@ -178,7 +178,7 @@ class KafkaQueueReceiver:
                 return []
         return []  # answers keep coming, records not yet: the agent asks again
 
-    async def _take(self, fetched: Fetched) -> list[QueueMessage]:
+    async def _take(self, fetched: Fetched) -> Sequence[QueueMessage]:
         """The queue messages of the records of one read (the re-keying hop sends some on
         first: :class:`~streams.backends.kafka.state.KafkaRecordReceiver`)."""
         return self._reader.messages(fetched)

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, overload
 
 from aiokafka import ConsumerRecord, TopicPartition
 
@@ -98,7 +98,7 @@ class RecordReader(Protocol):
     def start(self, positions: Mapping[TopicPartition, int]) -> None:
         """Reading begins (again) at these offsets."""
 
-    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> Sequence[QueueMessage]:
         """The queue messages of one read, in position order; ``ends``: where each partition's
         read ended, when records of it were taken out of ``fetched`` (the re-keying hop's)."""
         ...
@@ -106,6 +106,58 @@ class RecordReader(Protocol):
     def acknowledged(self, last: int) -> dict[TopicPartition, int]:
         """Every message up to position ``last`` is done with: the offsets to commit."""
         ...
+
+
+class ContainerMessages(Sequence[QueueMessage]):
+    """The queue messages of one read of headrace's own records, each made as it is looked
+    at, from the fetched record it stands for.
+
+    A list of them would keep one tracked object a record alive until the pulling agent
+    has gathered the read (:func:`~streams.core.record_batch.gathered`), each counted
+    towards the garbage collector's next young collection and promoted by it (a third of
+    its young collections, reading one-event records); and the pulling agent and
+    ``gathered`` read positions and bytes from :attr:`records` without making any.
+
+    >>> from aiokafka import ConsumerRecord
+    >>> records = [ConsumerRecord("t", 0, n, 5000, 0, None, b"x", None, 0, 1, ()) for n in (7, 8)]
+    >>> read = ContainerMessages(QueueId(0), records)
+    >>> len(read), read[-1].sequence_number, [m.enqueued_time for m in read], len(read[:1])
+    (2, 8, [5.0, 5.0], 1)
+    """
+
+    __slots__ = ("_queue", "records")
+
+    def __init__(self, queue: QueueId, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
+        self._queue = queue
+        # The fetched records, which :func:`~streams.core.record_batch.gathered` reads
+        # without making a message of a record it gathers.
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @overload
+    def __getitem__(self, index: int) -> QueueMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[QueueMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> QueueMessage | list[QueueMessage]:
+        if isinstance(index, slice):
+            return list(ContainerMessages(self._queue, self.records[index]))
+        r = self.records[index]
+        return QueueMessage(self._queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
+
+    def __iter__(self) -> Iterator[QueueMessage]:
+        # A record with no value (a tombstone from another writer) is empty bytes, which
+        # the pulling agent dead-letters like any other record that does not decode.
+        queue = self._queue
+        for r in self.records:
+            yield QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
+
+    def positions(self) -> Iterator[int]:
+        """Every message's position (its record's offset), with no message made."""
+        return (r.offset for r in self.records)
 
 
 class ContainerRecords:
@@ -118,14 +170,8 @@ class ContainerRecords:
     def start(self, positions: Mapping[TopicPartition, int]) -> None:
         pass
 
-    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> list[QueueMessage]:
-        # A record with no value (a tombstone from another writer) is empty bytes, which
-        # the pulling agent dead-letters like any other record that does not decode.
-        queue = self._queue
-        return [
-            QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
-            for r in fetched.get(self._partition, ())
-        ]
+    def messages(self, fetched: Fetched, ends: Mapping[TopicPartition, int] | None = None) -> Sequence[QueueMessage]:
+        return ContainerMessages(self._queue, fetched.get(self._partition, ()))
 
     def acknowledged(self, last: int) -> dict[TopicPartition, int]:
         return {self._partition: last + 1}

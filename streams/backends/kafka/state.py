@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -313,7 +313,7 @@ class KafkaRecordReceiver(KafkaStateReceiver):
         :class:`~streams.adapters.protocols.ForwardingReceiver`)."""
         return self.rekeying.forwarded if self.rekeying is not None else 0
 
-    async def _take(self, fetched: Fetched) -> list[QueueMessage]:
+    async def _take(self, fetched: Fetched) -> Sequence[QueueMessage]:
         """Send the records to re-key through the hop, and once Kafka has them all, make
         the messages of the rest (the hop's duplicates left out). Should the hop fail,
         nothing of the read is taken: the consumer goes back to its first records, to read

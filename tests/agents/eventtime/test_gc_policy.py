@@ -1,8 +1,10 @@
 """The worker's garbage-collector policy (issue 15, agents.gc_policy): applied once per
-process while workers run, restored after the last; only in a process headrace owns
-(``headrace worker``) or with ``tune_gc=True``, never with ``tune_gc=False``; survivors
-of a full collection are frozen, and a cycle among them is still collected once the frozen
-objects have grown enough to warrant a walk of everything."""
+process while workers run, restored after the last; by default in any process whose
+collector the application leaves as CPython set it (issue 36), in a process headrace owns
+(``headrace worker``) whatever its settings, and with ``tune_gc=True``; never with
+``tune_gc=False``, nor by a provider that runs no agents; survivors of a full collection
+are frozen, and a cycle among them is still collected once the frozen objects have grown
+enough to warrant a walk of everything."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import weakref
 import anyio
 
 from agents import manager, pulling_agent
-from agents.gc_policy import POLICY, SWEEP_GROWTH, YOUNG_THRESHOLD, GcPolicy
+from agents.gc_policy import CPYTHON_THRESHOLDS, POLICY, SWEEP_GROWTH, YOUNG_THRESHOLD, GcPolicy
 from streams import StreamId, StreamProvider
 from tests.agents.delivery.conftest import drained
 
@@ -49,12 +51,59 @@ async def test_tune_gc_false_leaves_the_collector_alone():
     assert not POLICY.active
 
 
-async def test_a_library_users_process_keeps_its_collector_unless_it_asks():
+async def test_a_worker_tunes_it_by_default_and_undoes_it_when_it_stops():
     before = _collector()
-    async with StreamProvider.memory(queues=1):  # tune_gc unset, in a process headrace does not own
+    assert before == (CPYTHON_THRESHOLDS, 0, 0)  # the process's collector as CPython set it
+    provider = StreamProvider.memory(queues=2)  # tune_gc unset, in a process headrace does not own
+    seen = []
+    async with provider:
         during = _collector()
-    assert during == before == _collector()
-    assert not POLICY.wanted(None) and POLICY.wanted(True) and not POLICY.wanted(False)
+        assert POLICY.active
+        await provider.get_stream(StreamId("s", "k")).subscribe(seen.extend)
+        await provider.get_stream(StreamId("s", "k")).on_next_batch([1, 2])
+        await drained(provider)
+    assert [e.value for e in seen] == [1, 2]
+    assert during[0] == (YOUNG_THRESHOLD, before[0][1], before[0][2]) and during[1] > 1000 and during[2] == 1
+    assert _collector() == before and not POLICY.active
+    # Several providers of one process, one after the other and nested: each undone.
+    async with StreamProvider.memory(queues=1), StreamProvider.memory(queues=1, tune_gc=True):
+        assert _collector()[0][0] == YOUNG_THRESHOLD
+    async with StreamProvider.memory(queues=1):
+        async with StreamProvider.memory(queues=1, tune_gc=False):  # the other one's stays
+            assert _collector()[0][0] == YOUNG_THRESHOLD
+    assert _collector() == before and not POLICY.active
+
+
+async def test_a_provider_that_runs_no_agents_leaves_the_collector_alone():
+    before = _collector()
+    provider = StreamProvider.memory(queues=1)
+    async with provider.client():
+        assert _collector() == before and not POLICY.active
+
+
+async def test_an_application_that_manages_its_collector_keeps_it_unless_it_asks():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(5000, 20, 20)  # thresholds of its own
+        async with StreamProvider.memory(queues=1):
+            assert gc.get_threshold() == (5000, 20, 20) and not POLICY.active
+        async with StreamProvider.memory(queues=1, tune_gc=True):
+            assert gc.get_threshold() == (YOUNG_THRESHOLD, 20, 20)
+        assert gc.get_threshold() == (5000, 20, 20)
+        gc.set_threshold(*before)
+        gc.freeze()  # objects the application froze (its set-up) do not say it manages it
+        frozen = gc.get_freeze_count()
+        async with StreamProvider.memory(queues=1):
+            assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() >= frozen
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0  # thawed with the rest
+        gc.disable()  # the application runs collections itself
+        async with StreamProvider.memory(queues=1):
+            assert gc.get_threshold() == before and not POLICY.active
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        gc.set_threshold(*before)
+    assert not POLICY.wanted(False) and POLICY.wanted(True)
 
 
 async def test_a_process_headrace_owns_tunes_it_by_default_and_not_when_told_not_to():
