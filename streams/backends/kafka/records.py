@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, Protocol, overload
 
 from aiokafka import ConsumerRecord, TopicPartition
@@ -40,10 +41,11 @@ from streams.core.batch import QueueMessage
 from streams.core.codec import interned
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
-from streams.core.record_batch import RecordBatch
+from streams.core.record_batch import Headers, RecordBatch
 from streams.core.records import RecordFormat
 
 Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
+_OFFSET, _HEADERS = attrgetter("offset"), attrgetter("headers")  # of each record of a group, in C
 
 # The header the re-keying hop adds to each record it sends on (streams.backends.kafka.repartition):
 # b"<source partition>:<source offset>", after the producer's own headers.
@@ -63,6 +65,30 @@ def unwrapped(headers: Sequence[tuple[str, bytes]]) -> tuple[Sequence[tuple[str,
     if headers and headers[-1][0] == SOURCE_HEADER:  # the hop's header is the last one
         return headers[:-1], int(bytes(headers[-1][1]).split(b":")[1])
     return headers, None
+
+
+def _unwrapped_all(records: Sequence[ConsumerRecord[bytes, bytes]]) -> tuple[list[Headers], list[int]]:
+    """:func:`unwrapped` of each record's headers, in one pass: the headers shown, and the
+    offset shown (its source record's, or its own when not sent on by the hop).
+
+    >>> from aiokafka import ConsumerRecord
+    >>> records = [ConsumerRecord("r", 0, n, 0, 0, b"k", b"{}", None, 1, 2, h)
+    ...            for n, h in ((4, (("trace", b"x"), ("headrace.source", b"3:0"))), (5, ()))]
+    >>> _unwrapped_all(records)
+    ([(('trace', b'x'),), ()], [0, 5])
+    """
+    headers: list[Headers] = []
+    offsets: list[int] = []
+    shown, at = headers.append, offsets.append
+    for r in records:
+        h = r.headers
+        if h and h[-1][0] == SOURCE_HEADER:  # the hop's header is the last one
+            shown(h[:-1])
+            at(int(bytes(h[-1][1]).split(b":")[1]))
+        else:
+            shown(h)
+            at(r.offset)
+    return headers, offsets
 
 
 def key_of(value: Any, key_field: KeyField) -> str | int | None:
@@ -249,8 +275,9 @@ class GroupedRecords:
         """Append the messages of one topic's records (positions: offset + ``shift``)."""
         decode = self._format.decode
         key_field = self._key_field
-        # key -> (values, records, clocks): three appends a record; the rest is read per group below.
-        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]], list[float]]] = {}
+        # key -> (values, records, clocks, arrivals): four appends a record; the rest is read
+        # per group below.
+        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]], list[float], list[float]]] = {}
         bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
         # A group gathers records that other streams' records stand between: each record
         # keeps the queue's clock just before it (RecordBatch.clocks), so an activation can
@@ -274,27 +301,25 @@ class GroupedRecords:
                     continue
             group = groups.get(key)
             if group is None:
-                groups[key] = ([value], [r], [before])
+                groups[key] = ([value], [r], [before], [arrival])
             else:
                 group[0].append(value)
                 group[1].append(r)
                 group[2].append(before)
+                group[3].append(arrival)
         queue, pending = self._queue, self._pending[tp]
         made: list[QueueMessage] = []
-        for key, (values, members, clocks) in groups.items():
+        for key, (values, members, clocks, times) in groups.items():
             sid = self._stream_id(tp, key)
             if sid is None:
                 bad.extend((r, "has a key that is not UTF-8") for r in members)
                 continue
-            times = [r.timestamp / 1000 for r in members]
-            offsets = [r.offset for r in members]
+            offsets = list(map(_OFFSET, members))
             if tp.topic == self._hop:  # events show their source records, not the hop's copies
-                shown = [unwrapped(r.headers) for r in members]
-                headers = [h for h, _ in shown]
-                sources = [offset if source is None else source for (_, source), offset in zip(shown, offsets)]
+                headers, sources = _unwrapped_all(members)
                 batch = RecordBatch(sid, values, times, headers, offsets, shown_offsets=sources)
             else:
-                batch = RecordBatch(sid, values, times, [r.headers for r in members], offsets)
+                batch = RecordBatch(sid, values, times, list(map(_HEADERS, members)), offsets)
             batch.clocks = clocks
             if clocks[0] > -math.inf:
                 batch.clock_before = clocks[0]
