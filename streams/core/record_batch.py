@@ -376,17 +376,16 @@ def gathered(messages: Sequence[QueueMessage], clock: float) -> list[QueueMessag
     # makes a record's message only when the record is a message of its own: a record
     # gathered costs no message object.
     raw: Sequence[RawRecord] | None = getattr(messages, "records", None)
-    entries: Sequence[RawRecord] | Sequence[QueueMessage] = messages if raw is None else raw
+    # Either a RawRecord or a QueueMessage each (Any: no cast a record in this loop).
+    entries: Sequence[Any] = messages if raw is None else raw
     for i, entry in enumerate(entries):
         before = clock
         if raw is not None:
-            record = cast(RawRecord, entry)
-            payload: bytes | None = record.value or b""
-            position = record.offset
+            payload: bytes | None = entry.value or b""
+            position: int = entry.offset
         else:
-            message = cast(QueueMessage, entry)
-            payload = message.payload if message.decoded is None else None
-            position = message.sequence_number
+            payload = entry.payload if entry.decoded is None else None
+            position = entry.sequence_number
         if payload is not None:
             try:
                 c: _OneEvent | None = decode(payload)

@@ -122,7 +122,7 @@ class SeenSources:
                     append(r)
                     continue
                 source = found
-            number, colon, offset_text = bytes(source).partition(b":")
+            number, colon, offset_text = (source if type(source) is bytes else bytes(source)).partition(b":")
             partition = partitions.get(number)
             if partition is None:
                 partition = partitions[number] = int(number)
