@@ -67,28 +67,26 @@ def unwrapped(headers: Sequence[tuple[str, bytes]]) -> tuple[Sequence[tuple[str,
     return headers, None
 
 
-def _unwrapped_all(records: Sequence[ConsumerRecord[bytes, bytes]]) -> tuple[list[Headers], list[int]]:
-    """:func:`unwrapped` of each record's headers, in one pass: the headers shown, and the
-    offset shown (its source record's, or its own when not sent on by the hop).
+def _unwrapped_all(read: list[Headers], offsets: list[int]) -> tuple[list[Headers], list[int]]:
+    """:func:`unwrapped` of the headers of records at ``offsets`` of the repartition topic,
+    in one pass: the headers shown, and the offset shown (its source record's, or its own
+    when not sent on by the hop). A :class:`RecordBatch` of the hop's records calls it
+    once an event is made.
 
-    >>> from aiokafka import ConsumerRecord
-    >>> records = [ConsumerRecord("r", 0, n, 0, 0, b"k", b"{}", None, 1, 2, h)
-    ...            for n, h in ((4, (("trace", b"x"), ("headrace.source", b"3:0"))), (5, ()))]
-    >>> _unwrapped_all(records)
+    >>> _unwrapped_all([(("trace", b"x"), ("headrace.source", b"3:0")), ()], [4, 5])
     ([(('trace', b'x'),), ()], [0, 5])
     """
     headers: list[Headers] = []
-    offsets: list[int] = []
-    shown, at = headers.append, offsets.append
-    for r in records:
-        h = r.headers
+    shown: list[int] = []
+    header, at = headers.append, shown.append
+    for h, offset in zip(read, offsets):
         if h and h[-1][0] == SOURCE_HEADER:  # the hop's header is the last one
-            shown(h[:-1])
+            header(h[:-1])
             at(int(bytes(h[-1][1]).split(b":")[1]))
         else:
-            shown(h)
-            at(r.offset)
-    return headers, offsets
+            header(h)
+            at(offset)
+    return headers, shown
 
 
 def key_of(value: Any, key_field: KeyField) -> str | int | None:
@@ -316,8 +314,8 @@ class GroupedRecords:
                 continue
             offsets = list(map(_OFFSET, members))
             if tp.topic == self._hop:  # events show their source records, not the hop's copies
-                headers, sources = _unwrapped_all(members)
-                batch = RecordBatch(sid, values, times, headers, offsets, shown_offsets=sources)
+                read = list(map(_HEADERS, members))
+                batch = RecordBatch(sid, values, times, read, offsets, unwrap=_unwrapped_all)
             else:
                 batch = RecordBatch(sid, values, times, list(map(_HEADERS, members)), offsets)
             batch.clocks = clocks
