@@ -180,8 +180,8 @@ class ContainerMessages(Sequence[QueueMessage]):
             yield QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
 
     def positions(self) -> Iterator[int]:
-        """Every message's position (its record's offset), with no message made."""
-        return (r.offset for r in self.records)
+        """Every message's position (its record's offset), with no message made (read in C)."""
+        return map(_OFFSET, self.records)
 
 
 class ContainerRecords:
