@@ -243,17 +243,18 @@ class Rekeying:
         self.forwarded += len(records)
 
     def kept(self, fetched: Fetched, forwarded: Sequence[Forward]) -> dict[TopicPartition, Any]:
-        """What the queue reads of ``fetched``: the source records not ``forwarded``, and
-        the repartition records that are not duplicates."""
-        gone = {r.offset for r, _ in forwarded}
+        """What the queue reads of ``fetched``: the source records not ``forwarded`` (what
+        :meth:`to_forward` gave of this read), and the repartition records that are not
+        duplicates."""
         out: dict[TopicPartition, Any] = {}
         for tp, records in fetched.items():
             if tp == self.source:
-                if not gone:
+                if not forwarded:
                     out[tp] = records
-                elif len(gone) == len(records) and records[0].offset in gone:  # every one sent on
+                elif len(forwarded) == len(records):  # every one sent on (forwarded: some of them)
                     out[tp] = []
                 else:
+                    gone = {r.offset for r, _ in forwarded}
                     out[tp] = [r for r in records if r.offset not in gone]
             elif tp == self.repartition:
                 out[tp] = self.seen.kept(records)
