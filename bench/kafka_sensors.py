@@ -281,7 +281,12 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
             if own_counts != expected:
                 checked += f"; own format DIFFER ({sum(own_counts.values())} vs {closed})"
             own_untuned = StreamProvider.kafka(
-                bootstrap, "sensors-own", queues, group_id=f"bench-own-untuned-{round_no}", kafka=kafka, tune_gc=False
+                bootstrap,
+                "sensors-own",
+                queues=queues,
+                group_id=f"bench-own-untuned-{round_no}",
+                kafka=kafka,
+                tune_gc=False,
             )
             own_untuned_counts: Counter[tuple[str, float]] = Counter()
             await windowed(OWN_UNTUNED, own_untuned, own_untuned_counts)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 import msgspec
@@ -39,6 +39,8 @@ from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, SequenceToken, StreamId
 
 Headers = Sequence[tuple[str, bytes]]
+# A reader's records' headers and offsets -> the headers and offsets their events show.
+Unwrap = Callable[[list[Headers], list[int]], tuple[list[Headers], list[int]]]
 
 
 class RecordEvent(Event):
@@ -66,7 +68,7 @@ class RecordBatch(BatchContainer):
     record's timestamp, headers and offset (growing: one partition's records, in order).
     The batch's own arrival time is its newest record's."""
 
-    __slots__ = ("headers", "times", "offsets", "shown_offsets", "clocks")
+    __slots__ = ("_headers", "times", "offsets", "_shown_offsets", "clocks", "_unwrap")
 
     def __init__(
         self,
@@ -77,16 +79,40 @@ class RecordBatch(BatchContainer):
         offsets: list[int],
         *,
         shown_offsets: list[int] | None = None,
+        unwrap: Unwrap | None = None,
     ) -> None:
         super().__init__(stream_id, BatchKind.DATA, max(times), values, times)
         self.times = times  # every event's own (the base class allows None for "arrival")
-        self.headers = headers
+        self._headers = headers
         self.offsets = offsets  # where the queue reads each record: positions, replays
         # What each event shows as its offset, when not that: a re-keyed record's source.
-        self.shown_offsets = shown_offsets
+        self._shown_offsets = shown_offsets
+        # The records' headers as read, to be unwrapped into what the events show (their
+        # headers and offsets) once an event is made: a consumer that takes the batch as
+        # columns, or its values, never pays for it.
+        self._unwrap = unwrap
         # Per record, the queue's clock just before it (the newest arrival time of the
         # partition's earlier records, other streams' included), when the reader knows it.
         self.clocks: list[float] | None = None
+
+    @property
+    def headers(self) -> list[Headers]:
+        """Each event's headers, as it shows them."""
+        if self._unwrap is not None:
+            self._unwrapped()
+        return self._headers
+
+    @property
+    def shown_offsets(self) -> list[int] | None:
+        """What each event shows as its offset, when not its record's (None: those)."""
+        if self._unwrap is not None:
+            self._unwrapped()
+        return self._shown_offsets
+
+    def _unwrapped(self) -> None:
+        unwrap, self._unwrap = self._unwrap, None
+        assert unwrap is not None
+        self._headers, self._shown_offsets = unwrap(self._headers, self.offsets)
 
     def events(self, sequence_number: int) -> EventBatch:
         return RecordEventBatch(self, sequence_number)
@@ -376,17 +402,16 @@ def gathered(messages: Sequence[QueueMessage], clock: float) -> list[QueueMessag
     # makes a record's message only when the record is a message of its own: a record
     # gathered costs no message object.
     raw: Sequence[RawRecord] | None = getattr(messages, "records", None)
-    entries: Sequence[RawRecord] | Sequence[QueueMessage] = messages if raw is None else raw
+    # Either a RawRecord or a QueueMessage each (Any: no cast a record in this loop).
+    entries: Sequence[Any] = messages if raw is None else raw
     for i, entry in enumerate(entries):
         before = clock
         if raw is not None:
-            record = cast(RawRecord, entry)
-            payload: bytes | None = record.value or b""
-            position = record.offset
+            payload: bytes | None = entry.value or b""
+            position: int = entry.offset
         else:
-            message = cast(QueueMessage, entry)
-            payload = message.payload if message.decoded is None else None
-            position = message.sequence_number
+            payload = entry.payload if entry.decoded is None else None
+            position = entry.sequence_number
         if payload is not None:
             try:
                 c: _OneEvent | None = decode(payload)

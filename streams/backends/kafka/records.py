@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, Protocol, overload
 
 from aiokafka import ConsumerRecord, TopicPartition
@@ -40,10 +41,11 @@ from streams.core.batch import QueueMessage
 from streams.core.codec import interned
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
-from streams.core.record_batch import RecordBatch
+from streams.core.record_batch import Headers, RecordBatch
 from streams.core.records import RecordFormat
 
 Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
+_OFFSET, _HEADERS = attrgetter("offset"), attrgetter("headers")  # of each record of a group, in C
 
 # The header the re-keying hop adds to each record it sends on (streams.backends.kafka.repartition):
 # b"<source partition>:<source offset>", after the producer's own headers.
@@ -63,6 +65,28 @@ def unwrapped(headers: Sequence[tuple[str, bytes]]) -> tuple[Sequence[tuple[str,
     if headers and headers[-1][0] == SOURCE_HEADER:  # the hop's header is the last one
         return headers[:-1], int(bytes(headers[-1][1]).split(b":")[1])
     return headers, None
+
+
+def _unwrapped_all(read: list[Headers], offsets: list[int]) -> tuple[list[Headers], list[int]]:
+    """:func:`unwrapped` of the headers of records at ``offsets`` of the repartition topic,
+    in one pass: the headers shown, and the offset shown (its source record's, or its own
+    when not sent on by the hop). A :class:`RecordBatch` of the hop's records calls it
+    once an event is made.
+
+    >>> _unwrapped_all([(("trace", b"x"), ("headrace.source", b"3:0")), ()], [4, 5])
+    ([(('trace', b'x'),), ()], [0, 5])
+    """
+    headers: list[Headers] = []
+    shown: list[int] = []
+    header, at = headers.append, shown.append
+    for h, offset in zip(read, offsets):
+        if h and h[-1][0] == SOURCE_HEADER:  # the hop's header is the last one
+            header(h[:-1])
+            at(int(bytes(h[-1][1]).split(b":")[1]))
+        else:
+            header(h)
+            at(offset)
+    return headers, shown
 
 
 def key_of(value: Any, key_field: KeyField) -> str | int | None:
@@ -156,8 +180,8 @@ class ContainerMessages(Sequence[QueueMessage]):
             yield QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
 
     def positions(self) -> Iterator[int]:
-        """Every message's position (its record's offset), with no message made."""
-        return (r.offset for r in self.records)
+        """Every message's position (its record's offset), with no message made (read in C)."""
+        return map(_OFFSET, self.records)
 
 
 class ContainerRecords:
@@ -249,8 +273,9 @@ class GroupedRecords:
         """Append the messages of one topic's records (positions: offset + ``shift``)."""
         decode = self._format.decode
         key_field = self._key_field
-        # key -> (values, records, clocks): three appends a record; the rest is read per group below.
-        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]], list[float]]] = {}
+        # key -> (values, records, clocks, arrivals): four appends a record; the rest is read
+        # per group below.
+        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]], list[float], list[float]]] = {}
         bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
         # A group gathers records that other streams' records stand between: each record
         # keeps the queue's clock just before it (RecordBatch.clocks), so an activation can
@@ -274,27 +299,25 @@ class GroupedRecords:
                     continue
             group = groups.get(key)
             if group is None:
-                groups[key] = ([value], [r], [before])
+                groups[key] = ([value], [r], [before], [arrival])
             else:
                 group[0].append(value)
                 group[1].append(r)
                 group[2].append(before)
+                group[3].append(arrival)
         queue, pending = self._queue, self._pending[tp]
         made: list[QueueMessage] = []
-        for key, (values, members, clocks) in groups.items():
+        for key, (values, members, clocks, times) in groups.items():
             sid = self._stream_id(tp, key)
             if sid is None:
                 bad.extend((r, "has a key that is not UTF-8") for r in members)
                 continue
-            times = [r.timestamp / 1000 for r in members]
-            offsets = [r.offset for r in members]
+            offsets = list(map(_OFFSET, members))
             if tp.topic == self._hop:  # events show their source records, not the hop's copies
-                shown = [unwrapped(r.headers) for r in members]
-                headers = [h for h, _ in shown]
-                sources = [offset if source is None else source for (_, source), offset in zip(shown, offsets)]
-                batch = RecordBatch(sid, values, times, headers, offsets, shown_offsets=sources)
+                read = list(map(_HEADERS, members))
+                batch = RecordBatch(sid, values, times, read, offsets, unwrap=_unwrapped_all)
             else:
-                batch = RecordBatch(sid, values, times, [r.headers for r in members], offsets)
+                batch = RecordBatch(sid, values, times, list(map(_HEADERS, members)), offsets)
             batch.clocks = clocks
             if clocks[0] > -math.inf:
                 batch.clock_before = clocks[0]

@@ -43,19 +43,20 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
 import anyio
 import msgpack
+import msgspec
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from streams.adapters.mapper import KafkaPartitionMapper
 from streams.backends.kafka.records import SOURCE_HEADER, Fetched, key_of
 from streams.backends.kafka.settings import KafkaSettings, KeyField
-from streams.core.records import RecordFormat
+from streams.core.records import JsonRecords, RecordFormat
 
 # The changelog rows of the hop: consumer name, and one "stream" per source partition.
 SEEN = "headrace.repartition"
@@ -93,6 +94,46 @@ class SeenSources:
         self.highest[partition] = source_offset
         self._taken.append((offset, partition, source_offset))
         return True
+
+    def kept(self, records: Sequence[ConsumerRecord[bytes, bytes]]) -> list[ConsumerRecord[bytes, bytes]]:
+        """The repartition records of a read that are new (:meth:`take` of each, in order),
+        its header read in line: where the hop put it (last) unless another writer's
+        record has it elsewhere.
+
+        >>> from aiokafka import ConsumerRecord
+        >>> def record(offset, *headers):
+        ...     return ConsumerRecord("r", 0, offset, 0, 0, b"k", b"{}", None, 1, 2, headers)
+        >>> seen = SeenSources()
+        >>> kept = seen.kept([record(0, ("headrace.source", b"1:5")), record(1, ("headrace.source", b"1:5")),
+        ...                   record(2), record(3, ("headrace.source", b"1:6"), ("trace", b"x"))])
+        >>> [r.offset for r in kept], seen.highest, seen.duplicates
+        ([0, 2, 3], {1: 6}, 1)
+        """
+        out: list[ConsumerRecord[bytes, bytes]] = []
+        highest, append, remember = self.highest, out.append, self._taken.append
+        partitions: dict[bytes, int] = {}  # a header's partition number, read once a read
+        for r in records:
+            headers = r.headers
+            if headers and headers[-1][0] == SOURCE_HEADER:
+                source = headers[-1][1]
+            else:
+                found = _source_of(r)
+                if found is None:  # not written by the hop: nothing to compare
+                    append(r)
+                    continue
+                source = found
+            number, colon, offset_text = (source if type(source) is bytes else bytes(source)).partition(b":")
+            partition = partitions.get(number)
+            if partition is None:
+                partition = partitions[number] = int(number)
+            source_offset = int(offset_text if colon else b"")  # no colon: refused as take() does
+            if source_offset <= highest.get(partition, -1):
+                self.duplicates += 1
+                continue
+            highest[partition] = source_offset
+            remember((r.offset, partition, source_offset))
+            append(r)
+        return out
 
     def committed_rows(self, offset: int) -> list[_Upsert]:
         """The changelog rows for a commit at repartition ``offset``: the highest source
@@ -138,6 +179,9 @@ class Rekeying:
         self.repartition = repartition
         self._decode = record_format.decode
         self._key_field = key_field
+        # JSON keyed by a field: the key read alone (_quick_key), the rest of the value skipped.
+        self._quick_key = _field_reader(key_field) if type(record_format) is JsonRecords else None
+        self._partition_of: dict[bytes, int] = {}  # key -> repartition partition
         self.seen = SeenSources()
         self.forwarded = 0
         self._placing = KafkaPartitionMapper(settings.queues)  # as Kafka's partitioner, each key once
@@ -174,13 +218,19 @@ class Rekeying:
         topic = self.repartition.topic
         building: dict[int, BatchBuilder] = {}
         sending: list[asyncio.Future[Any]] = []
+        partition_of = self._partition_of
         async with enqueueing if enqueueing is not None else nullcontext():
             for r, key in records:
-                partition = self._placing.queue_of_key(key.decode()).number
+                partition = partition_of.get(key)
+                if partition is None:
+                    if len(partition_of) >= 100_000:
+                        partition_of.clear()
+                    partition = partition_of[key] = self._placing.queue_of_key(key.decode()).number
                 batch = building.get(partition)
                 if batch is None:
                     batch = building[partition] = producer.create_batch()
-                headers = [*r.headers, (SOURCE_HEADER, f"{r.partition}:{r.offset}".encode())]
+                source = (SOURCE_HEADER, b"%d:%d" % (r.partition, r.offset))
+                headers = [*r.headers, source] if r.headers else [source]
                 if batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers) is None:
                     sending.append(await producer.send_batch(batch, topic, partition=partition))
                     batch = building[partition] = producer.create_batch()
@@ -193,27 +243,63 @@ class Rekeying:
         self.forwarded += len(records)
 
     def kept(self, fetched: Fetched, forwarded: Sequence[Forward]) -> dict[TopicPartition, Any]:
-        """What the queue reads of ``fetched``: the source records not ``forwarded``, and
-        the repartition records that are not duplicates."""
-        gone = {r.offset for r, _ in forwarded}
+        """What the queue reads of ``fetched``: the source records not ``forwarded`` (what
+        :meth:`to_forward` gave of this read), and the repartition records that are not
+        duplicates."""
         out: dict[TopicPartition, Any] = {}
         for tp, records in fetched.items():
             if tp == self.source:
-                out[tp] = [r for r in records if r.offset not in gone] if gone else records
+                if not forwarded:
+                    out[tp] = records
+                elif len(forwarded) == len(records):  # every one sent on (forwarded: some of them)
+                    out[tp] = []
+                else:
+                    gone = {r.offset for r, _ in forwarded}
+                    out[tp] = [r for r in records if r.offset not in gone]
             elif tp == self.repartition:
-                take = self.seen.take
-                out[tp] = [r for r in records if take(r.offset, _source_of(r))]
+                out[tp] = self.seen.kept(records)
             else:
                 out[tp] = records
         return out
 
     def _key_of(self, r: ConsumerRecord[bytes, bytes]) -> bytes | None:
+        quick, data = self._quick_key, r.value
+        # ASCII only: what the field reader skips, it does not check is UTF-8, where the
+        # whole value's decoding refuses it (and the record is dead-lettered, not sent on).
+        if quick is not None and type(data) is bytes and data.isascii():
+            try:
+                key = quick(data).k
+            except msgspec.MsgspecError:
+                pass  # not an object, or the field is no str or int (or no JSON msgspec reads): decoded whole
+            else:
+                return None if key is None else (key if type(key) is str else str(key)).encode()
         try:
             value = self._decode(r.value)
         except Exception:  # the format's own errors: any type; dead-lettered when read
             return None
         key = key_of(value, self._key_field)
         return None if key is None else str(key).encode()
+
+
+def _field_reader(key_field: KeyField) -> Callable[[bytes], Any] | None:
+    """A JSON decoder of field ``key_field`` alone (its value as ``.k``: a str, an int or
+    None), for a field name; None for a key function. It refuses what :func:`key_of` gives
+    no key for, except a value that is an object without the field (``.k`` is None), and
+    what msgspec does not read (Python's json may): those are decoded whole.
+
+    >>> read = _field_reader("device")
+    >>> read(b'{"t": [1, {"x": 2}], "device": "d-7"}').k, read(b'{"device": 3}').k, read(b'{}').k
+    ('d-7', 3, None)
+    >>> read(b'{"device": true}')
+    Traceback (most recent call last):
+    msgspec.ValidationError: Expected `int | str | null`, got `bool` - at `$.device`
+    """
+    if not isinstance(key_field, str):
+        return None
+    field = msgspec.defstruct(
+        "KeyField", [("k", str | int | None, None)], rename={"k": key_field}, forbid_unknown_fields=False, gc=False
+    )
+    return msgspec.json.Decoder(field).decode
 
 
 def _source_of(r: ConsumerRecord[bytes, bytes]) -> bytes | None:
