@@ -168,9 +168,10 @@ class AgentManager:
 
     async def drain(self) -> None:
         """Return once every agent has drained its queue, in a round where none read
-        anything (reading one queue may write to another's: the re-keying hop of
-        :mod:`streams.backends.kafka.repartition`); raise one :class:`QueueFailedError`
-        naming each queue that cannot be read on (the others drained)."""
+        anything, by the drain's reads or its own (reading one queue may write to another's:
+        the re-keying hop of :mod:`streams.backends.kafka.repartition`); raise one
+        :class:`QueueFailedError` naming each queue that cannot be read on (the others
+        drained)."""
         while True:
             failed: list[str] = []
             read: list[int] = []

@@ -243,19 +243,38 @@ class PullingAgent:
 
     async def drain(self) -> int:
         """Return once the queue is read to its end and every consumer has caught up: the
-        records read meanwhile. Raise :class:`QueueFailedError` (why, where and the fix)
-        once it cannot be read on."""
-        total = 0
+        records read meanwhile, and sent on to other queues. Raise :class:`QueueFailedError`
+        (why, where and the fix) once it cannot be read on.
+
+        Every read counts, the agent's own too (its timer's, a wake-up's), which take turns
+        with the drain's: counting only its own, a drain that began while the agent's read
+        was sending a queue's last records on through the re-keying hop found nothing left
+        and reported nothing read, and the worker's drain returned with those records unread
+        by their queue (:meth:`agents.manager.AgentManager.drain`).
+
+        "Its end": a read that brought nothing, after which the receiver says it is
+        :attr:`~streams.adapters.protocols.QueueAdapterReceiver.caught_up`; a read can bring
+        nothing with records still waiting (a fetch not yet answered, a back-off)."""
+        start = progress = self._progress
         while True:
             if self.failure is not None:
                 raise QueueFailedError(self.failure)
+            if self._stopping:  # stopped or abandoned: it reads no more
+                return self._progress - start
             self.wake()
-            read = await self._pump()
-            total += read
-            if read == 0 and self.idle and not self.cache.is_under_pressure():
+            await self._pump()
+            # No await since the read: the timer's reads (serialized with it) are counted too.
+            before, progress = progress, self._progress
+            if before == progress and self.receiver.caught_up and self.idle and not self.cache.is_under_pressure():
                 await self._ack()
-                return total
+                return progress - start
             await anyio.sleep(0.005)
+
+    @property
+    def _progress(self) -> int:
+        """Records read so far, and sent on to other queues (counted as read)."""
+        forwarding = self._forwarding
+        return self.read_messages + (forwarding.forwarded if forwarding is not None else 0)
 
     @property
     def read_failures(self) -> int:

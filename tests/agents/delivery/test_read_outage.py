@@ -26,6 +26,7 @@ class Outage:
     def __init__(self) -> None:
         self.reads = 0
         self.acks = 0
+        self.empties = 0  # reads that bring nothing, not caught up (a fetch not yet answered)
         self.read_calls = 0
         self.ack_calls = 0
 
@@ -33,17 +34,23 @@ class Outage:
 class FlakyReceiver(MemoryQueueReceiver):
     def __init__(self, queue: QueueId, inner: MemoryQueueReceiver, outage: Outage) -> None:
         self.queue, self._inner, self._outage = queue, inner, outage
+        self._short = False  # the last read brought nothing without reaching the end
 
     async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
         self._outage.read_calls += 1
+        self._short = False
         if self._outage.reads:
             self._outage.reads -= self._outage.reads > 0
             raise QueueAdapterError("the queue is away")
+        if self._outage.empties:
+            self._outage.empties -= 1
+            self._short = True
+            return []
         return await self._inner.get_queue_messages(max_count)
 
     @property
     def caught_up(self) -> bool:  # type: ignore[override]  # the inner queue's answer
-        return self._inner.caught_up
+        return not self._short and self._inner.caught_up
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         self._outage.ack_calls += 1
@@ -107,6 +114,22 @@ async def test_reads_that_fail_are_retried_with_one_line_at_each_end_of_the_outa
         "positions and data are kept"
     )
     assert lines[1].startswith("queue-0 is reachable again after ")
+
+
+async def test_a_read_that_brings_nothing_before_the_queue_s_end_does_not_end_a_drain() -> None:
+    # A Kafka fetch not yet answered, or a back-off after a failed read, brings nothing
+    # while records wait; the receiver says it is not caught up. A drain took such a read
+    # for the end of the queue and returned with the records unread.
+    outage = Outage()
+    provider = flaky_provider(outage, get_queue_msgs_timer_period=60)  # no timer reads
+    recorder = Recorder()
+    async with provider:
+        await provider.get_stream(SID).subscribe(recorder)
+        outage.empties = 3
+        await provider.get_stream(SID).on_next_batch([0, 1, 2])
+        await drained(provider)
+        assert outage.empties == 0
+        assert recorder.values == [0, 1, 2]
 
 
 async def test_an_agent_whose_queue_stays_away_ends_its_retry_at_the_next_failure_once_stopping() -> None:
