@@ -206,19 +206,22 @@ class Rekeying:
 
         One record batch per partition, filled here, rather than a ``send`` per record:
         the producer's per-record future and partition lookup cost more than the
-        record itself. A partition's batches are queued in order, so its records stay in
-        source offset order (what :class:`SeenSources` relies on).
+        record itself. A partition's records must land in source offset order (what
+        :class:`SeenSources` relies on), so its second batch is handed to the producer only
+        once its first is acknowledged: were a later batch to land after an earlier one
+        failed for good (a record too large, say), the failed records, sent again on the
+        next read, would sit behind it and be skipped as copies.
 
         ``enqueueing``, shared by the hops of one producer, lets one hop at a time enqueue:
         the producer holds one batch a partition, and hops that wait for the same
         partition's turn together run out of aiokafka's wait (its ``add_batch`` takes the time
         waited off its timeout again on every turn) and fail with ``KafkaTimeoutError``, as
-        a worker's agents, started side by side, did. The acknowledgements are awaited
-        outside it."""
+        a worker's agents, started side by side, did. A read's one batch a partition is
+        acknowledged outside it; a partition's further batches, rare, are sent within it."""
         topic = self.repartition.topic
-        building: dict[int, BatchBuilder] = {}
-        sending: list[asyncio.Future[Any]] = []
+        batches: dict[int, list[BatchBuilder]] = {}
         partition_of = self._partition_of
+        outcomes: list[Any] = []
         async with enqueueing if enqueueing is not None else nullcontext():
             for r, key in records:
                 partition = partition_of.get(key)
@@ -226,18 +229,26 @@ class Rekeying:
                     if len(partition_of) >= 100_000:
                         partition_of.clear()
                     partition = partition_of[key] = self._placing.queue_of_key(key.decode()).number
-                batch = building.get(partition)
-                if batch is None:
-                    batch = building[partition] = producer.create_batch()
+                building = batches.get(partition)
+                if building is None:
+                    building = batches[partition] = [producer.create_batch()]
                 source = (SOURCE_HEADER, b"%d:%d" % (r.partition, r.offset))
                 headers = [*r.headers, source] if r.headers else [source]
-                if batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers) is None:
-                    sending.append(await producer.send_batch(batch, topic, partition=partition))
-                    batch = building[partition] = producer.create_batch()
-                    batch.append(timestamp=r.timestamp, key=key, value=r.value, headers=headers)  # a first always fits
-            for partition, batch in building.items():
-                sending.append(await producer.send_batch(batch, topic, partition=partition))
-        for result in await asyncio.gather(*sending, return_exceptions=True):
+                if building[-1].append(timestamp=r.timestamp, key=key, value=r.value, headers=headers) is None:
+                    building.append(producer.create_batch())
+                    building[-1].append(
+                        timestamp=r.timestamp, key=key, value=r.value, headers=headers
+                    )  # a first always fits
+            firsts = {
+                partition: await producer.send_batch(b[0], topic, partition=partition)
+                for partition, b in batches.items()
+            }
+            later = [(partition, b[1:]) for partition, b in batches.items() if len(b) > 1]
+            if later:
+                sends = (_after(producer, topic, partition, firsts.pop(partition), rest) for partition, rest in later)
+                outcomes = await asyncio.gather(*sends, return_exceptions=True)
+        outcomes += await asyncio.gather(*firsts.values(), return_exceptions=True)
+        for result in outcomes:
             if isinstance(result, BaseException):
                 raise result
         self.forwarded += len(records)
@@ -279,6 +290,16 @@ class Rekeying:
             return None
         key = key_of(value, self._key_field)
         return None if key is None else str(key).encode()
+
+
+async def _after(
+    producer: AIOKafkaProducer, topic: str, partition: int, sent: asyncio.Future[Any], rest: Sequence[BatchBuilder]
+) -> None:
+    """Send ``rest`` to ``partition`` one batch at a time, each once the one before it,
+    ``sent`` first, is acknowledged: a failure stops the partition's sends there."""
+    await sent
+    for batch in rest:
+        await (await producer.send_batch(batch, topic, partition=partition))
 
 
 def _field_reader(key_field: KeyField) -> Callable[[bytes], Any] | None:

@@ -9,7 +9,9 @@ import asyncio
 from typing import Any
 
 import anyio
+import pytest
 from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka.errors import MessageSizeTooLargeError
 
 from streams.backends.kafka.repartition import Rekeying
 from streams.backends.kafka.settings import KafkaSettings
@@ -77,3 +79,39 @@ async def test_hops_sharing_a_producer_enqueue_one_at_a_time() -> None:
     side_by_side = await run(None)
     assert sorted(side_by_side.taken) == sorted(locked.taken)
     assert side_by_side.taken != sorted(side_by_side.taken)  # without the lock they interleave
+
+
+class RefusingProducer(Producer):
+    """Fails the first batch it takes for partition 0 for good, as Kafka does a record too
+    large; records which batches reach each partition."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: dict[int, list[list[bytes]]] = {0: [], 1: []}
+
+    async def send_batch(self, batch: Batch, topic: str, partition: int) -> asyncio.Future[None]:
+        self.sent[partition].append(batch.keys)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if partition == 0 and len(self.sent[0]) == 1:
+            done.set_exception(MessageSizeTooLargeError())
+        else:
+            done.set_result(None)
+        return done
+
+
+async def test_a_partitions_later_batch_is_not_sent_after_its_earlier_one_failed() -> None:
+    # Had the second batch landed, the first one's records, sent again on the next read,
+    # would sit behind it in the repartition partition and be skipped as copies: lost.
+    rekeying = hop()
+    keys = [f"device-{n}".encode() for n in range(40)]
+    to_0 = [k for k in keys if rekeying._placing.queue_of_key(k.decode()).number == 0][:5]
+    to_1 = [k for k in keys if rekeying._placing.queue_of_key(k.decode()).number == 1][:3]
+    records = [
+        (ConsumerRecord("readings", 0, n, 0, 0, None, b"{}", None, 0, 2, ()), key) for n, key in enumerate(to_0 + to_1)
+    ]
+    producer = RefusingProducer()
+    with pytest.raises(MessageSizeTooLargeError):
+        await rekeying.forward(producer, records, anyio.Lock())  # type: ignore[arg-type]
+    assert producer.sent[0] == [to_0[:2]]  # its first batch only: the two behind it wait for the read again
+    assert producer.sent[1] == [to_1[:2], to_1[2:]]  # another partition's batches go on
+    assert rekeying.forwarded == 0  # the caller reads them all again
