@@ -75,12 +75,15 @@ def source_stream(adapter: HopAdapter) -> StreamId:
     return next(s for s in streams if adapter.mapper.get_queue_for_stream(s) == adapter.source)
 
 
-async def test_records_sent_on_count_as_read_and_drain_waits_for_their_delivery() -> None:
+def hop_worker() -> tuple[StreamProvider, HopAdapter, StreamId, Recorder]:
+    """A provider on the two queues of the hop, a stream of its source queue, a recorder."""
     factory = HopFactory()
     adapter = factory._adapter
-    provider = StreamProvider(MemoryBackend(factory))
-    sid = source_stream(adapter)
-    recorder = Recorder()
+    return StreamProvider(MemoryBackend(factory)), adapter, source_stream(adapter), Recorder()
+
+
+async def test_records_sent_on_count_as_read_and_drain_waits_for_their_delivery() -> None:
+    provider, adapter, sid, recorder = hop_worker()
     async with provider:
         await provider.get_stream(sid).subscribe(recorder)
         for n in range(10):
@@ -102,11 +105,7 @@ async def test_records_sent_on_by_the_agent_s_own_read_during_a_drain_hold_the_d
     # drain returned in that round, the other queue having found nothing yet. (Found by a
     # full test run on a loaded machine: 459 records of the re-keying hop never delivered
     # after a drain; tests/streams/kafka/test_rekeying.py.)
-    factory = HopFactory()
-    adapter = factory._adapter
-    provider = StreamProvider(MemoryBackend(factory))
-    sid = source_stream(adapter)
-    recorder = Recorder()
+    provider, adapter, sid, recorder = hop_worker()
     async with provider:
         await provider.get_stream(sid).subscribe(recorder)
         hop = next(a.receiver for a in provider.agents if a.queue == adapter.source)
