@@ -40,11 +40,12 @@ import heapq
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Generic, TypeVar, overload
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 from agents.activation import TimedActivation
 from streams.core.ids import SequenceToken
+from streams.core.lazy import LazySequence
 from streams.core.state import StateError
 from streams.eventtime.snapshot import SnapshotError
 
@@ -326,7 +327,7 @@ def acknowledgeable(unacked: deque[int], point: float) -> list[int]:
     return done
 
 
-class Tokens(Sequence[SequenceToken]):
+class Tokens(LazySequence[int, SequenceToken]):
     """Acknowledged queue positions as tokens, each made when the receiver reads it.
 
     A read can acknowledge thousands of records; a list of as many token objects, alive
@@ -337,30 +338,13 @@ class Tokens(Sequence[SequenceToken]):
     (SequenceToken(sequence_number=4, event_index=0), 2)
     """
 
-    __slots__ = ("_numbers",)
+    __slots__ = ()
     # The positions are in queue order (as read): a receiver that needs only the newest reads
     # ``tokens[-1]``, making one token, not one a record.
     ascending = True
 
     def __init__(self, numbers: list[int]) -> None:
-        self._numbers = numbers
-
-    def __len__(self) -> int:
-        return len(self._numbers)
-
-    @overload
-    def __getitem__(self, index: int) -> SequenceToken: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[SequenceToken]: ...
-
-    def __getitem__(self, index: int | slice) -> SequenceToken | list[SequenceToken]:
-        if isinstance(index, slice):
-            return [SequenceToken(n) for n in self._numbers[index]]
-        return SequenceToken(self._numbers[index])
-
-    def __iter__(self) -> Iterator[SequenceToken]:
-        return map(SequenceToken, self._numbers)
+        super().__init__(numbers, SequenceToken)
 
     def __repr__(self) -> str:
-        return f"Tokens({self._numbers!r})"
+        return f"Tokens({self.source!r})"

@@ -32,7 +32,7 @@ import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, Protocol, overload
+from typing import Any, Protocol
 
 from aiokafka import ConsumerRecord, TopicPartition
 
@@ -41,6 +41,7 @@ from streams.core.batch import QueueMessage
 from streams.core.codec import interned
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
+from streams.core.lazy import LazySequence
 from streams.core.record_batch import Headers, RecordBatch
 from streams.core.records import RecordFormat
 
@@ -132,7 +133,7 @@ class RecordReader(Protocol):
         ...
 
 
-class ContainerMessages(Sequence[QueueMessage]):
+class ContainerMessages(LazySequence[ConsumerRecord[bytes, bytes], QueueMessage]):
     """The queue messages of one read of headrace's own records, each made as it is looked
     at, from the fetched record it stands for.
 
@@ -149,35 +150,21 @@ class ContainerMessages(Sequence[QueueMessage]):
     (2, 8, [5.0, 5.0], 1)
     """
 
-    __slots__ = ("_queue", "records")
+    __slots__ = ()
 
     def __init__(self, queue: QueueId, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
-        self._queue = queue
-        # The fetched records, which :func:`~streams.core.record_batch.gathered` reads
-        # without making a message of a record it gathers.
-        self.records = records
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    @overload
-    def __getitem__(self, index: int) -> QueueMessage: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[QueueMessage]: ...
-
-    def __getitem__(self, index: int | slice) -> QueueMessage | list[QueueMessage]:
-        if isinstance(index, slice):
-            return list(ContainerMessages(self._queue, self.records[index]))
-        r = self.records[index]
-        return QueueMessage(self._queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
-
-    def __iter__(self) -> Iterator[QueueMessage]:
         # A record with no value (a tombstone from another writer) is empty bytes, which
         # the pulling agent dead-letters like any other record that does not decode.
-        queue = self._queue
-        for r in self.records:
-            yield QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
+        def message(r: ConsumerRecord[bytes, bytes]) -> QueueMessage:
+            return QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
+
+        super().__init__(records, message)
+
+    @property
+    def records(self) -> Sequence[ConsumerRecord[bytes, bytes]]:
+        """The fetched records, which :func:`~streams.core.record_batch.gathered` reads
+        without making a message of a record it gathers."""
+        return self.source
 
     def positions(self) -> Iterator[int]:
         """Every message's position (its record's offset), with no message made (read in C)."""
