@@ -321,7 +321,10 @@ class StreamConsumer:
                         await self.report_error(miss)
                     continue
                 # Caught up: the task ends, so a quiet consumer costs no parked task. The
-                # agent delivers what comes next, or starts a task for it.
+                # agent delivers what comes next, or starts a task for it. Nothing is in
+                # flight: the deadline goes back to the shared 0.0, not a float of its own
+                # (24 bytes a quiet activation).
+                self.deadline = 0.0
                 return
             self.deadline = time.monotonic() + limit
             self._delivering = True

@@ -346,6 +346,7 @@ class EventTimeObserver(EventTimeUnit):
 
     def _step_ended(self) -> None:
         self._emitting = None
+        self._held_from = None  # read only while a step emits: a quiet activation keeps no token
         self.unsaved = True
         hooks = self._hooks
         if hooks is not None and hooks.idle:

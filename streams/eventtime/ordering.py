@@ -9,9 +9,9 @@ timestamp, accept it as is, or drop it as a dead letter.
 >>> from streams.eventtime.ordering import Refusals
 >>> from streams.eventtime.results import Output
 >>> counters = Counters()
->>> refusals = Refusals(counters, early=float("inf"), late=5.0, delay=0.0, reducer_name="Count", own_time=True, trace=False)
->>> step = OrderingStep(Action.ADJUST, counters, refusals)
->>> step.judge(0, Ev(value=None, token=None), None, 1.0, 9.0, 6.0, Output())  # 8 s late, below W
+>>> refusals = Refusals(early=float("inf"), late=5.0, delay=0.0, reducer_name="Count", own_time=True, trace=False)
+>>> step = OrderingStep(Action.ADJUST, refusals)
+>>> step.judge(counters, 0, Ev(value=None, token=None), None, 1.0, 9.0, 6.0, Output())  # 8 s late, below W
 (6.0, 'adjusted', <Reason.OUT_OF_ORDER: 'out_of_order'>)
 >>> counters.late_arrival_adjusted, counters.out_of_order_adjusted, counters.adjusted
 (1, 1, 1)
@@ -25,10 +25,10 @@ stream and queue position, so it is never silently lost and can be found again.
 >>> from types import SimpleNamespace as Ev
 >>> from streams.eventtime.results import Counters
 >>> from streams.eventtime.results import DROPPED, Output
->>> r = Refusals(Counters(), early=float("inf"), late=5.0, delay=1.0, reducer_name="Count", own_time=True, trace=False)
->>> out = Output()
->>> r.refuse(0, Ev(value=1, token=None), None, 1.0, Reason.LATE_ARRIVAL, DROPPED, 9.0, out)
->>> out.dead_letters[0].reason, out.dead_letters[0].detail, r.counters.late_arrival_dropped
+>>> r = Refusals(early=float("inf"), late=5.0, delay=1.0, reducer_name="Count", own_time=True, trace=False)
+>>> out, counters = Output(), Counters()
+>>> r.refuse(counters, 0, Ev(value=1, token=None), None, 1.0, Reason.LATE_ARRIVAL, DROPPED, 9.0, out)
+>>> out.dead_letters[0].reason, out.dead_letters[0].detail, counters.late_arrival_dropped
 ('late_arrival', '8 s behind its arrival (late_arrival 5 s)', 1)
 """
 
@@ -43,18 +43,19 @@ from streams.eventtime.results import ADJUSTED, DEAD_LETTER, DROPPED, KEPT, Coun
 
 
 class Refusals:
-    """Records the events a processor drops or refuses (steps 1-4 of the contract).
+    """Records the events a processor drops or refuses (steps 1-4 of the contract), in the
+    processor's ``counters`` each call is given: one per declaration, shared by its processors
+    (a stream's activation holds none of its own).
 
     ``early``, ``late`` and ``delay`` are the policy's tolerances (``inf`` when off), named
     in each letter's detail; ``own_time``: event times are the events' own ``event_time``
     (no ``timestamp_by``).
     """
 
-    __slots__ = ("counters", "early", "late", "delay", "reducer_name", "own_time", "trace")
+    __slots__ = ("early", "late", "delay", "reducer_name", "own_time", "trace")
 
     def __init__(
         self,
-        counters: Counters,
         *,
         early: float,
         late: float,
@@ -63,7 +64,6 @@ class Refusals:
         own_time: bool,
         trace: bool,
     ) -> None:
-        self.counters = counters
         self.early, self.late, self.delay = early, late, delay
         self.reducer_name = reducer_name
         self.own_time = own_time
@@ -71,6 +71,7 @@ class Refusals:
 
     def refuse(
         self,
+        counters: Counters,
         partition: Hashable,
         rec: EventLike,
         key: Hashable,
@@ -83,7 +84,6 @@ class Refusals:
         ts: float | None = None,
     ) -> None:
         """Record a dropped or refused event as a dead letter (never silently lost)."""
-        counters = self.counters
         if reason is Reason.EARLY_ARRIVAL:
             assert event_time is not None
             counters.early_arrival += 1
@@ -126,6 +126,7 @@ class Refusals:
 
     def invalid(
         self,
+        counters: Counters,
         partition: Hashable,
         rec: EventLike,
         key: Hashable,
@@ -142,7 +143,16 @@ class Refusals:
             own = getattr(rec, "event_time", None)
             if self.own_time and not isinstance(own, (int, float)):  # not comparable
                 self.refuse(
-                    partition, rec, None, None, Reason.INVALID_TIMESTAMP, DEAD_LETTER, arrival, out, time_problem(own)
+                    counters,
+                    partition,
+                    rec,
+                    None,
+                    None,
+                    Reason.INVALID_TIMESTAMP,
+                    DEAD_LETTER,
+                    arrival,
+                    out,
+                    time_problem(own),
                 )
                 return
             what = "its key (over or group_by)"
@@ -150,7 +160,7 @@ class Refusals:
             what = f"the aggregate {self.reducer_name}"
         trace = "".join(traceback.format_exception(exc)).rstrip()
         detail = f"{what} raised {type(exc).__name__}: {exc}\n{trace}"
-        self.refuse(partition, rec, key, event_time, Reason.INVALID_VALUE, DEAD_LETTER, arrival, out, detail)
+        self.refuse(counters, partition, rec, key, event_time, Reason.INVALID_VALUE, DEAD_LETTER, arrival, out, detail)
 
 
 def _where(rec: object, token: object) -> str:
@@ -165,18 +175,19 @@ Verdict = tuple[float, str, Reason | None]
 
 
 class OrderingStep:
-    """The ordering policy's decision for an event that breaks a tolerance, and its counts."""
+    """The ordering policy's decision for an event that breaks a tolerance, counted in the
+    ``counters`` it is given (shared by a declaration's processors, as :class:`Refusals`)."""
 
-    __slots__ = ("early", "late", "adjust", "accept", "counters", "refusals")
+    __slots__ = ("early", "late", "adjust", "accept", "refusals")
 
-    def __init__(self, action: Action, counters: Counters, refusals: Refusals) -> None:
+    def __init__(self, action: Action, refusals: Refusals) -> None:
         self.early, self.late = refusals.early, refusals.late
         self.adjust, self.accept = action is Action.ADJUST, action is Action.ACCEPT
-        self.counters = counters
         self.refusals = refusals
 
     def judge(
         self,
+        counters: Counters,
         partition: Hashable,
         rec: EventLike,
         key: Hashable,
@@ -187,11 +198,10 @@ class OrderingStep:
     ) -> Verdict | None:
         """Steps 1-3 for an event of time ``et`` arriving at ``arr`` under watermark ``w``;
         None when it was dropped (and recorded as a dead letter)."""
-        counters = self.counters
         ts, status, reason = et, KEPT, None
         # 1. early arrival
         if et - arr > self.early:
-            self.refusals.refuse(partition, rec, key, et, Reason.EARLY_ARRIVAL, DROPPED, arr, out)
+            self.refusals.refuse(counters, partition, rec, key, et, Reason.EARLY_ARRIVAL, DROPPED, arr, out)
             return None
         # 2. late arrival
         if arr - et > self.late:
@@ -204,7 +214,7 @@ class OrderingStep:
             elif self.accept:
                 counters.late_arrival_accepted += 1
             else:
-                self.refusals.refuse(partition, rec, key, et, reason, DROPPED, arr, out)
+                self.refusals.refuse(counters, partition, rec, key, et, reason, DROPPED, arr, out)
                 return None
         # 3. out of order: below the watermark before this event
         if ts < w:
@@ -218,14 +228,13 @@ class OrderingStep:
             elif self.accept:
                 counters.out_of_order_accepted += 1
             else:
-                self.refusals.refuse(partition, rec, key, et, reason, DROPPED, arr, out)
+                self.refusals.refuse(counters, partition, rec, key, et, reason, DROPPED, arr, out)
                 return None
         return ts, status, reason
 
-    def forget(self, et: float, arr: float, status: str, reason: Reason | None) -> None:
+    def forget(self, counters: Counters, et: float, arr: float, status: str, reason: Reason | None) -> None:
         """Undo what :meth:`judge` counted for an event that is dead-lettered after all
         (its aggregate raised): each event has one fate."""
-        counters = self.counters
         if arr - et > self.late:  # step 2 counted it
             if self.accept:
                 counters.late_arrival_accepted -= 1

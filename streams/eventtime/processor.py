@@ -62,7 +62,7 @@ class Processor:
 
     # One per activation, so thousands per worker: slots keep each small, and what every
     # processor of a declaration shares is in its parts (streams.eventtime.parts).
-    __slots__ = ("_parts", "counters", "_inputs", "_by_name", "_multi", "_flow", "_ingest")
+    __slots__ = ("_parts", "counters", "_inputs", "_by_name", "_multi", "_flow", "_ingest", "_sampler")
 
     def __init__(
         self,
@@ -141,24 +141,28 @@ class Processor:
         )
         if parts.dedup is not None:
             flow.dedup = Deduplication(parts.dedup)
-        refusals = Refusals(
-            counters,
-            early=parts.early,
-            late=parts.late,
-            delay=delay,
-            reducer_name=parts.reducer_name,
-            own_time=parts.timestamp_of is None,
-            trace=parts.trace,
-        )
-        self._ingest: Ingest = Ingest(
-            flow,
-            OrderingStep(parts.action, counters, refusals),
-            refusals,
-            timestamp_of=parts.timestamp_of,
-            key_of=parts.key_of,
-            key_field=parts.key_field,
-            select=parts.select,
-        )
+        self._sampler: LatenessSketch | None = None
+        # The per-event way is the declaration's, made by its first processor.
+        ingest = parts.ingest
+        if ingest is None:
+            refusals = Refusals(
+                early=parts.early,
+                late=parts.late,
+                delay=delay,
+                reducer_name=parts.reducer_name,
+                own_time=parts.timestamp_of is None,
+                trace=parts.trace,
+            )
+            ingest = parts.ingest = Ingest(
+                flow,
+                OrderingStep(parts.action, refusals),
+                refusals,
+                timestamp_of=parts.timestamp_of,
+                key_of=parts.key_of,
+                key_field=parts.key_field,
+                select=parts.select,
+            )
+        self._ingest: Ingest = ingest
 
     @property
     def policy(self) -> OrderingPolicy:
@@ -190,14 +194,14 @@ class Processor:
         >>> seen.samples, round(seen.quantile("lateness", 1.0), 1), round(seen.quantile("disorder", 1.0), 1)
         (2, 4.9, 3.0)
         """
-        self._ingest.sampler = sketch
+        self._sampler = sketch
 
     # ------------------------------------------------------------------ observations
 
     def on_events(self, events: Iterable[EventLike], partition: Hashable = 0) -> Output:
         """Process events of one input, in arrival order."""
         out = Output()
-        self._ingest.run(self._input(partition), events, out)
+        self._ingest.run(self._flow, self._input(partition), events, out, self._sampler)
         return self._done(out)
 
     def on_tick(self, arrival_time: float, partition: Hashable | None = None, *, strict: bool = False) -> Output:

@@ -29,20 +29,32 @@ from streams.eventtime.windows import WindowStore
 class PerEvent(Protocol):
     """What the runs need of the per-event way (``streams.eventtime.ingest.Ingest``)."""
 
-    flow: WatermarkFlow
     ordering: OrderingStep
     timestamp_of: Callable[[Any], float] | None
-    sampler: LatenessSketch | None
 
-    def run(self, inp: Input, events: Iterable[EventLike], out: Output) -> None: ...
+    def run(
+        self,
+        flow: WatermarkFlow,
+        inp: Input,
+        events: Iterable[EventLike],
+        out: Output,
+        sampler: LatenessSketch | None = None,
+    ) -> None: ...
 
 
-def take_in_runs(ingest: PerEvent, inp: Input, events: Any, out: Output) -> None:
+def take_in_runs(
+    ingest: PerEvent,
+    flow: WatermarkFlow,
+    inp: Input,
+    events: Any,
+    out: Output,
+    sampler: LatenessSketch | None,
+) -> None:
     """Steps 1-6 for a batch of columns (see the module's docstring): a run of events
     into one pane adds its count once; an event out of order is adjusted here, as the
     ordering step would (the policy's ``adjust``); any other event goes the per-event way
     (``ingest.run`` of that event alone), from the state as the run left it."""
-    flow, store = ingest.flow, ingest.flow.store
+    store = flow.store
     a = flow.assigner
     assert isinstance(store, WindowStore) and a is not None  # as in_runs says
     values, times, arrivals = events.columns()
@@ -58,12 +70,11 @@ def take_in_runs(ingest: PerEvent, inp: Input, events: Any, out: Output) -> None
     nan = float("nan")
     # Sampled here by position, as run() samples by identity; the one-event runs below
     # (refusals, disorder under drop or accept) are this batch's positions too.
-    sampler, n = ingest.sampler, len(values)
+    n = len(values)
     at = every = n + 1  # never due: no sampler
     sample = no_sample
     if sampler is not None:
         at, every, sample = sampler.due - 1, sampler.every, sampler.record
-        ingest.sampler = None
     try:
         for i in range(len(values)):
             arr = arrivals[i]
@@ -118,11 +129,10 @@ def take_in_runs(ingest: PerEvent, inp: Input, events: Any, out: Output) -> None
                 state[0] += run  # type: ignore[index]
                 run = 0
             mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
-            ingest.run(inp, [events.event_at(i)], out)
+            ingest.run(flow, inp, [events.event_at(i)], out)  # sampled here, not again
             w, newest, clock, next_close, state = mark.value, mark.max_timestamp, inp.clock, store.next_close, None
     finally:
         if sampler is not None:
-            ingest.sampler = sampler
             sampler.due = at - n + 1 if at >= n else 1
     if run:
         state[0] += run  # type: ignore[index]

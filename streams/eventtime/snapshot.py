@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Hashable
-from dataclasses import fields
 from typing import Any, Protocol
 
 import msgpack
@@ -40,7 +39,7 @@ from streams.eventtime.counted import CountStore
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
 from streams.eventtime.parts import Input, Store
-from streams.eventtime.results import EventOutcome
+from streams.eventtime.results import COUNTER_NAMES, EventOutcome
 from streams.eventtime.sessions import SessionStore
 from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import Watermark
@@ -96,7 +95,7 @@ def snapshot(processor: Snapshottable) -> bytes:
         "lanes": [
             [key, _mark(mark), None if store is None else _store(store)] for key, (mark, store) in flow.lanes.items()
         ],
-        "counters": [getattr(flow.counters, f.name) for f in fields(flow.counters)],
+        "counters": [getattr(flow.counters, name) for name in COUNTER_NAMES],
         "seq": seq,
     }
     if flow.dedup is not None:  # the keys seen within the horizon: a retry after a restart is dropped
@@ -147,8 +146,8 @@ def restore(processor: Snapshottable, data: bytes) -> None:
             _set_store(store, store_state)
     counters = flow.counters
     # Counters added since (at the end) stay 0 in an older snapshot.
-    for f, value in zip(fields(counters), state["counters"], strict=False):
-        setattr(counters, f.name, value)
+    for name, value in zip(COUNTER_NAMES, state["counters"], strict=False):
+        setattr(counters, name, value)
     if flow.dedup is not None:
         flow.dedup.set_state(state.get("dedup", []), _hashable)
     if state["seq"] is not None and isinstance(flow.reducer, _Sequenced):

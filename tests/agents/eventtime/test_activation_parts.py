@@ -4,6 +4,9 @@ own state."""
 
 from __future__ import annotations
 
+import gc
+from collections import Counter
+
 import anyio
 
 import streams.core.observer as observer_module
@@ -83,3 +86,56 @@ async def test_activations_of_a_type_share_its_inspection_and_parts_but_not_thei
     counted = [name for cls, name in inspected if cls == "Counts"]
     assert sorted(counted) == ["on_completed", "on_window"]
     assert len(parts_made) == 1
+
+
+# What a quiet windowed activation keeps, in objects the collector tracks (session 13): the
+# user's instance, its event-time wrapper and processor (flow, input, window store, counters,
+# the inputs' tuple), its consumer, turns, the agent's stream state and log fields, the
+# cache's cursor and stream entry, its stream id and the last position it took. Its
+# declaration's parts (ingest, ordering step, refusals) are shared: one more object here is
+# 50-250 bytes more for each of a worker's 100,000 streams. Was 21.5 before session 13.
+OBJECTS_PER_QUIET_ACTIVATION = 16
+
+
+async def test_a_quiet_windowed_activation_keeps_no_more_objects_than_pinned():
+    provider = StreamProvider.memory(queues=2, tune_gc=False)
+    completed = 0
+
+    @provider.implicit("devices")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(out_of_order=5), Tumbling(60), Count())
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_window(self, result):
+            pass
+
+        def on_completed(self):
+            nonlocal completed
+            completed += 1
+
+    async def publish(prefix: str, streams: int) -> None:
+        for i in range(streams):
+            stream = provider.get_stream(StreamId("devices", f"{prefix}-{i}"))
+            await stream.on_next_batch(list(range(10)))
+            await stream.on_completed()
+        await drained(provider)
+
+    def counted() -> Counter[str]:
+        gc.collect()
+        return Counter(type(o).__qualname__ for o in gc.get_objects())
+
+    streams = 400
+    async with provider:
+        await publish("warm-up", 50)  # what the type's first activation makes once
+        before = counted()
+        await publish("d", streams)
+        grown = counted() - before
+    assert completed == 50 + streams
+    # The cache's batches are the queue's history, kept until the cache needs the room,
+    # not the activations' (two a stream here: a batch of events and the completion).
+    assert grown.pop("SimpleCachedBatch", 0) <= 2 * streams
+    per_activation = sum(grown.values()) / streams
+    kept = ", ".join(f"{name} {count}" for name, count in grown.most_common())
+    assert per_activation <= OBJECTS_PER_QUIET_ACTIVATION + 0.5, kept
