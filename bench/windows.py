@@ -156,7 +156,7 @@ def deep_size(obj: object, seen: set[int] | None = None) -> int:
 def state_bytes(processor: Processor) -> tuple[float, float | None]:
     """(bytes in memory, bytes of its snapshot) per key of the open state."""
     stores = processor._flow.stores()
-    shared = {id(processor._flow.reducer), id(None)}
+    shared = {id(processor._flow.shape.reducer), id(None)}
     memory = sum(deep_size(store, set(shared)) for store in stores)
     snap = None if processor.merged is not None else len(processor.snapshot())
     return memory / KEYS, None if snap is None else snap / KEYS

@@ -35,7 +35,7 @@ from streams.eventtime.results import DEAD_LETTER, DROPPED, KEPT, EventOutcome, 
 from streams.eventtime.runs import take_in_runs
 from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
 from streams.eventtime.sliding import SlidingStore
-from streams.eventtime.watermark import FOREVER, NEVER
+from streams.eventtime.watermark import FOREVER, NEVER, Watermark
 from streams.eventtime.windows import WindowStore
 
 _record_value = attrgetter("value")
@@ -75,23 +75,23 @@ class Ingest:
         self.ordering, self.refusals = ordering, refusals
         self.timestamp_of, self.key_of, self.key_field = timestamp_of, key_of, key_field
         self.select = select or _record_value
-        a = flow.assigner
+        a = flow.shape.assigner
         # The shapes whose in-order events can be counted a run at a time (_in_order).
         self.in_runs = (
             a is not None
             and not a.gaps
-            and not flow.multi
-            and not flow.substreams
-            and not flow.trace
-            and flow.idle_timeout == FOREVER
+            and not flow.shape.multi
+            and not flow.shape.substreams
+            and not flow.shape.trace
+            and flow.shape.idle_timeout == FOREVER
             and flow.dedup is None
-            and flow.every is None
-            and flow.generation.every_event
+            and flow.shape.every is None
+            and flow.shape.generation.every_event
             and ordering.early == FOREVER
             and ordering.late == FOREVER
             and key_of is None
             and key_field is None
-            and type(flow.reducer) is Count
+            and type(flow.shape.reducer) is Count
             and (timestamp_of is None or hasattr(timestamp_of, "field"))
         )
 
@@ -116,7 +116,7 @@ class Ingest:
             events = list(events)
         refusals, counters = self.refusals, flow.counters
         # Everything the loop reads is a local: attribute traffic dominates a Python loop.
-        early, late, delay = self.ordering.early, self.ordering.late, flow.delay
+        early, late, delay = self.ordering.early, self.ordering.late, flow.shape.delay
         earliest, latest = EARLIEST, LATEST
         bounded = early < FOREVER or late < FOREVER  # steps 1 and 2 apply at all
         uses_late = late < FOREVER
@@ -128,40 +128,40 @@ class Ingest:
             # key_of is key_field's field getter: the fallback when the inline read fails.
             assert key_of is not None
             field_key_of = key_of
-        substreams = flow.substreams
-        a = flow.assigner
+        substreams = flow.shape.substreams
+        a = flow.shape.assigner
         fixed = a is not None
         windowed = (
             fixed
-            or flow.session is not None
-            or flow.join is not None
-            or flow.counted is not None
-            or flow.sliding is not None
+            or flow.shape.session is not None
+            or flow.shape.join is not None
+            or flow.shape.counted is not None
+            or flow.shape.sliding is not None
         )
         if a is not None:
             step, origin, gaps, size = a.step, a.origin, a.gaps, a.size
             pane_closed = a.pane_closed
-        updating = flow.every is not None  # emit=Every: each event counts towards updates
+        updating = flow.shape.every is not None  # emit=Every: each event counts towards updates
         # The arrival of the event whose step made an update due (Every(events=N)), else
         # None. Its updates go out where the next event begins (or after the last): nothing
         # happens in between, and emit="final" windows pay no test at the end of each step.
         updates_at: float | None = None
-        reducer = flow.reducer
+        reducer = flow.shape.reducer
         counting, select = type(reducer) is Count, self.select
         add, init = reducer.add, reducer.init
-        trace = flow.trace
+        trace = flow.shape.trace
         dedup = flow.dedup
         passthrough = not windowed
         record = trace or passthrough
-        idle = flow.idle_timeout < FOREVER
-        every_event = flow.generation.every_event and not inp.imported
-        multi, part = flow.multi, inp.name
+        idle = flow.shape.idle_timeout < FOREVER
+        every_event = flow.shape.generation.every_event and not inp.imported
+        multi, part = flow.shape.multi, inp.name
         direct = not multi  # a single input closes its windows by its own watermark
         lanes = flow.lanes
         # With substreams and L set, every arrival lifts the partition's floor (inp.mark) to
         # arrival - L; a substream below it is lifted when it is next loaded, or when the
         # floor reaches a window's close time (inp.floor_close): quiet keys close on time.
-        floor_mark = inp.mark
+        floor_mark: Watermark = inp  # an input is its own watermark (its mark)
         lifting = substreams and uses_late
         clock, idle_check = inp.clock, inp.idle_check
         key: Hashable = None
@@ -169,7 +169,7 @@ class Ingest:
         # timestamp and next close live in locals while the loop runs. Before a helper that
         # reads or moves them is called they are parked in the objects, and loaded again
         # after. With a single input the store's closing watermark is ``w`` itself.
-        mark, store = inp.mark, flow.store
+        mark, store = floor_mark, flow.store
         w, newest = mark.value, mark.max_timestamp
         # Without fixed windows ``panes`` is never read; with sessions ``sessions`` is the
         # lane's store (else None), so each kind of store has its typed local.

@@ -131,6 +131,7 @@ class ProcessorParts:
         "imports",
         "dedup",
         "ingest",
+        "flow_shape",
     )
 
     def __init__(
@@ -182,9 +183,10 @@ class ProcessorParts:
         self.reducer_name = type(self.reducer).__name__
         self.imports: dict[Hashable, Hashable] = dict(imports or {})
         self.inputs: tuple[Hashable, ...] | None = None
-        # The per-event way its processors share (streams.eventtime.ingest.Ingest), made by
-        # the first (streams.eventtime.processor): it needs a flow to see the shape.
+        # What its processors share, made by the first (streams.eventtime.processor): the
+        # per-event way (streams.eventtime.ingest.Ingest) and the flows' FlowShape.
         self.ingest: Any = None
+        self.flow_shape: Any = None
         if inputs is None:
             if join is not None:
                 raise ConfigurationError("an interval join takes two inputs (left, right): declare the inputs")

@@ -24,7 +24,7 @@ from typing import Any
 from streams.core.errors import ConfigurationError, StreamCompletedError
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.dedup import Dedup, Deduplication
-from streams.eventtime.flow import WatermarkFlow
+from streams.eventtime.flow import FlowShape, WatermarkFlow
 from streams.eventtime.ingest import Ingest
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.lateness import LatenessSketch
@@ -62,7 +62,8 @@ class Processor:
 
     # One per activation, so thousands per worker: slots keep each small, and what every
     # processor of a declaration shares is in its parts (streams.eventtime.parts).
-    __slots__ = ("_parts", "counters", "_inputs", "_by_name", "_multi", "_flow", "_ingest", "_sampler")
+    # Its counters and inputs are its flow's, its per-event way its parts'.
+    __slots__ = ("_parts", "_by_name", "_flow", "_sampler")
 
     def __init__(
         self,
@@ -113,7 +114,7 @@ class Processor:
     def _assemble(self, parts: ProcessorParts, partition: Hashable) -> None:
         """This processor's own state around the shared ``parts``."""
         self._parts = parts
-        self.counters = counters = Counters()
+        counters = Counters()
         names = parts.inputs or (partition,)
         imports, generation, delay = parts.imports, parts.generation, parts.delay
         by_name = {name: Input(name, None if name in imports else generation, delay) for name in names}
@@ -121,30 +122,31 @@ class Processor:
             by_name[source].importers += (by_name[follower],)
         # The inputs in declaration order, shared with the flow; by name only for several
         # (one input is found by comparing its name: no dict per stream's processor).
-        self._inputs = inputs = tuple(by_name.values())
-        self._multi = len(names) > 1
-        self._by_name = by_name if self._multi else None
-        self._flow = flow = WatermarkFlow(
-            inputs,
-            parts.assigner,
-            parts.reducer,
-            counters,
-            substreams=parts.substreams,
-            idle_timeout=parts.idle_timeout,
-            generation=generation,
-            delay=delay,
-            trace=parts.trace,
-            session=parts.session,
-            join=parts.join,
-            counted=parts.counted,
-            sliding=parts.sliding,
-        )
+        inputs = tuple(by_name.values())
+        self._by_name = by_name if len(names) > 1 else None
+        # What every flow of the declaration reads, made by its first processor as its Ingest is.
+        shape = parts.flow_shape
+        if shape is None:
+            shape = parts.flow_shape = FlowShape(
+                len(inputs),
+                parts.assigner,
+                parts.reducer,
+                substreams=parts.substreams,
+                idle_timeout=parts.idle_timeout,
+                generation=generation,
+                delay=delay,
+                trace=parts.trace,
+                session=parts.session,
+                join=parts.join,
+                counted=parts.counted,
+                sliding=parts.sliding,
+            )
+        self._flow = flow = WatermarkFlow(inputs, shape, counters)
         if parts.dedup is not None:
             flow.dedup = Deduplication(parts.dedup)
         self._sampler: LatenessSketch | None = None
         # The per-event way is the declaration's, made by its first processor.
-        ingest = parts.ingest
-        if ingest is None:
+        if parts.ingest is None:
             refusals = Refusals(
                 early=parts.early,
                 late=parts.late,
@@ -153,7 +155,7 @@ class Processor:
                 own_time=parts.timestamp_of is None,
                 trace=parts.trace,
             )
-            ingest = parts.ingest = Ingest(
+            parts.ingest = Ingest(
                 flow,
                 OrderingStep(parts.action, refusals),
                 refusals,
@@ -162,7 +164,20 @@ class Processor:
                 key_field=parts.key_field,
                 select=parts.select,
             )
-        self._ingest: Ingest = ingest
+
+    @property
+    def counters(self) -> Counters:
+        """Its events' counts by fate (updated in place)."""
+        return self._flow.counters
+
+    @property
+    def _inputs(self) -> tuple[Input, ...]:
+        return self._flow.inputs
+
+    @property
+    def _ingest(self) -> Ingest:
+        ingest: Ingest = self._parts.ingest
+        return ingest
 
     @property
     def policy(self) -> OrderingPolicy:
@@ -175,7 +190,7 @@ class Processor:
     @property
     def allowed_lateness(self) -> float:
         """How long a window stays open after the watermark passes its end (``A``)."""
-        return self._flow.lateness
+        return self._flow.shape.lateness
 
     @property
     def reducer(self) -> Reducer[Any, Any]:
@@ -201,7 +216,8 @@ class Processor:
     def on_events(self, events: Iterable[EventLike], partition: Hashable = 0) -> Output:
         """Process events of one input, in arrival order."""
         out = Output()
-        self._ingest.run(self._flow, self._input(partition), events, out, self._sampler)
+        ingest: Ingest = self._parts.ingest
+        ingest.run(self._flow, self._input(partition), events, out, self._sampler)
         return self._done(out)
 
     def on_tick(self, arrival_time: float, partition: Hashable | None = None, *, strict: bool = False) -> Output:
@@ -224,7 +240,7 @@ class Processor:
                 flow.lift(inp, arrival_time - late, arrival_time, out)
             if arrival_time > inp.idle_check or (arrival_time == inp.idle_check and not strict):
                 flow.idle(inp, arrival_time, out, strict=strict)
-        if flow.every is not None:  # then the updates due by the clock, of windows still open
+        if flow.shape.every is not None:  # then the updates due by the clock, of windows still open
             flow.tick(arrival_time, out, strict=strict)
         return self._done(out)
 
@@ -276,7 +292,7 @@ class Processor:
         merged = self._flow.merged
         if merged is not None:
             return merged.value
-        return self._inputs[0].mark.value
+        return self._flow.inputs[0].value  # the input is its own watermark
 
     @property
     def clock(self) -> float | None:
@@ -304,7 +320,7 @@ class Processor:
         for store in self._flow.stores():
             for held in store.tokens():
                 tokens = [held]
-                if self._multi:  # per input
+                if self._by_name is not None:  # per input
                     tokens = list(held.values()) if partition is None else [held.get(partition)]
                 for token in tokens:
                     if token is not None and (oldest is None or token < oldest):
@@ -338,7 +354,7 @@ class Processor:
         for inp in self._inputs:
             if not inp.completed and inp.idle_check < due:
                 due = inp.idle_check
-        if self._flow.every is not None:  # an update due by the clock (Every(seconds))
+        if self._flow.shape.every is not None:  # an update due by the clock (Every(seconds))
             for store in self._flow.stores():
                 if isinstance(store, WindowStore) and store.early is not None:
                     due = min(due, store.early.next_due)
@@ -372,7 +388,7 @@ class Processor:
     def _input(self, partition: Hashable) -> Input:
         by_name = self._by_name
         if by_name is None:
-            inp = self._inputs[0]
+            inp = self._flow.inputs[0]
             if inp.name == partition:
                 return inp
         else:

@@ -55,15 +55,15 @@ def take_in_runs(
     ordering step would (the policy's ``adjust``); any other event goes the per-event way
     (``ingest.run`` of that event alone), from the state as the run left it."""
     store = flow.store
-    a = flow.assigner
+    a = flow.shape.assigner
     assert isinstance(store, WindowStore) and a is not None  # as in_runs says
     values, times, arrivals = events.columns()
     ts_of = ingest.timestamp_of
     field = getattr(ts_of, "field", None)
     per_second = getattr(ts_of, "per_second", 1)
-    step, origin, delay, earliest, latest = a.step, a.origin, flow.delay, EARLIEST, LATEST
+    step, origin, delay, earliest, latest = a.step, a.origin, flow.shape.delay, EARLIEST, LATEST
     adjusting = ingest.ordering.adjust
-    mark, panes = inp.mark, store.panes
+    mark, panes = inp, store.panes  # an input is its own watermark (its mark)
     w, newest, clock, next_close = mark.value, mark.max_timestamp, inp.clock, store.next_close
     state: list[Any] | None = None  # the current run's [count, first token] in its pane
     run_pane = run = taken = adjusted = 0

@@ -80,7 +80,7 @@ def snapshot(processor: Snapshottable) -> bytes:
     """The processor's state, as bytes :func:`restore` reads back."""
     flow = processor._flow
     inp = flow.inputs[0]
-    reducer = flow.reducer
+    reducer = flow.shape.reducer
     seq = None
     if isinstance(reducer, _Sequenced):
         seq = next(reducer._seq)
@@ -100,7 +100,7 @@ def snapshot(processor: Snapshottable) -> bytes:
     }
     if flow.dedup is not None:  # the keys seen within the horizon: a retry after a restart is dropped
         state["dedup"] = flow.dedup.state()
-    if flow.multi:  # every input's clock and watermark, and their merge
+    if flow.shape.multi:  # every input's clock and watermark, and their merge
         assert flow.merged is not None
         values = flow.merged.values()
         state["inputs"] = [[i.name, _input(i)] for i in flow.inputs]
@@ -120,7 +120,7 @@ def restore(processor: Snapshottable, data: bytes) -> None:
     flow = processor._flow
     inp = flow.inputs[0]
     if "inputs" in state:
-        if not flow.multi or [name for name, _ in state["inputs"]] != [i.name for i in flow.inputs]:
+        if not flow.shape.multi or [name for name, _ in state["inputs"]] != [i.name for i in flow.inputs]:
             raise SnapshotError("the snapshot's inputs are not this processor's")
         for i, (_, input_state) in zip(flow.inputs, state["inputs"], strict=True):
             _set_input(i, input_state)
@@ -131,7 +131,7 @@ def restore(processor: Snapshottable, data: bytes) -> None:
             merged._values[i.name] = mark_value
         merged.value = value
         merged.holder = min(merged._values, key=merged._values.__getitem__)
-    elif flow.multi:
+    elif flow.shape.multi:
         raise SnapshotError("the snapshot is of one input, this processor has several")
     else:
         _set_input(inp, state["input"])  # the one input's watermark is what "merged" repeats
@@ -150,8 +150,8 @@ def restore(processor: Snapshottable, data: bytes) -> None:
         setattr(counters, name, value)
     if flow.dedup is not None:
         flow.dedup.set_state(state.get("dedup", []), _hashable)
-    if state["seq"] is not None and isinstance(flow.reducer, _Sequenced):
-        flow.reducer._seq = itertools.count(state["seq"])
+    if state["seq"] is not None and isinstance(flow.shape.reducer, _Sequenced):
+        flow.shape.reducer._seq = itertools.count(state["seq"])
 
 
 class Holding(Protocol):
