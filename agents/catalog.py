@@ -201,6 +201,7 @@ class Catalog:
         # active: dropped from here and from the store once idle that long (expire).
         self._expiring: dict[StateKey, tuple[float, float]] = {}  # key -> (last active, ttl)
         self.shortest_ttl = math.inf  # of the types activated here: streams idle that long are swept
+        self._ttl_noted: set[type] = set()  # the types whose ttl shortest_ttl has seen
         # Saved states not active here whose processing-time timers fall due: their streams
         # are activated then, with no data, so the timers fire (waking).
         self._sleeping: KeyedMinHeap[StateKey] = KeyedMinHeap()
@@ -251,6 +252,9 @@ class Catalog:
         return limit
 
     def _note_ttl(self, cls: type) -> None:
+        if cls in self._ttl_noted:  # once per type, not per activation (a few µs each)
+            return
+        self._ttl_noted.add(cls)
         ttl = state_ttl(cls)
         if ttl is not None and ttl < self.shortest_ttl:
             self.shortest_ttl = ttl

@@ -121,7 +121,7 @@ class Ingest:
         bounded = early < FOREVER or late < FOREVER  # steps 1 and 2 apply at all
         uses_late = late < FOREVER
         judge, forget = self.ordering.judge, self.ordering.forget
-        refuse = refusals.refuse
+        refuse, no_time = refusals.refuse, Reason.INVALID_TIMESTAMP
         ts_of, key_of, key_field = self.timestamp_of, self.key_of, self.key_field
         user_ts = getattr(ts_of, "user_code", False)  # the user's timestamp_by: keep its traceback
         if key_field is not None:
@@ -210,36 +210,14 @@ class Ingest:
                     if ts_of is None:
                         t = rec.event_time
                         if not (earliest <= t < latest):  # also NaN; a handoff holds years 1-9999
-                            refuse(
-                                counters,
-                                part,
-                                rec,
-                                None,
-                                None,
-                                Reason.INVALID_TIMESTAMP,
-                                DEAD_LETTER,
-                                arr,
-                                out,
-                                time_problem(t),
-                            )
+                            refuse(counters, part, rec, None, None, no_time, DEAD_LETTER, arr, out, time_problem(t))
                             continue
                     else:
                         try:
                             t = ts_of(rec)
                         except Exception as exc:  # a user's timestamp_by may raise anything
                             problem = _with_traceback(exc) if user_ts else str(exc)
-                            refuse(
-                                counters,
-                                part,
-                                rec,
-                                None,
-                                None,
-                                Reason.INVALID_TIMESTAMP,
-                                DEAD_LETTER,
-                                arr,
-                                out,
-                                problem,
-                            )
+                            refuse(counters, part, rec, None, None, no_time, DEAD_LETTER, arr, out, problem)
                             continue
                     if key_field is not None:
                         try:

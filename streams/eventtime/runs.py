@@ -32,14 +32,8 @@ class PerEvent(Protocol):
     ordering: OrderingStep
     timestamp_of: Callable[[Any], float] | None
 
-    def run(
-        self,
-        flow: WatermarkFlow,
-        inp: Input,
-        events: Iterable[EventLike],
-        out: Output,
-        sampler: LatenessSketch | None = None,
-    ) -> None: ...
+    @property  # Ingest.run(flow, inp, events, out), sampling nothing: a run samples its own events
+    def run(self) -> Callable[[WatermarkFlow, Input, Iterable[EventLike], Output], None]: ...
 
 
 def take_in_runs(
