@@ -133,8 +133,9 @@ def take_in_runs(
     mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
     counters = flow.counters
     counters.events += taken
-    counters.adjusted += adjusted
-    counters.out_of_order_adjusted += adjusted
+    if adjusted:  # a rare count: its list is made, and read, only when there is one
+        counters.adjusted += adjusted
+        counters.out_of_order_adjusted += adjusted
 
 
 def no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:

@@ -93,7 +93,9 @@ async def test_activations_of_a_type_share_its_inspection_and_parts_but_not_thei
 # the inputs' tuple), its consumer, turns, the agent's stream state and log fields, the
 # cache's cursor and stream entry, its stream id and the last position it took. Its
 # declaration's parts (ingest, ordering step, refusals) are shared: one more object here is
-# 50-250 bytes more for each of a worker's 100,000 streams. Was 21.5 before session 13.
+# 50-250 bytes more for each of a worker's 100,000 streams. Before session 13 this test
+# counted 21.2: an Ingest, ordering step and refusals each, the input's Watermark apart from
+# it, and a second token (the hold of the last step) besides.
 OBJECTS_PER_QUIET_ACTIVATION = 16
 
 
