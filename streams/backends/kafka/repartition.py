@@ -60,6 +60,12 @@ from streams.core.records import JsonRecords, RecordFormat
 
 # The changelog rows of the hop: consumer name, and one "stream" per source partition.
 SEEN = "headrace.repartition"
+# The record batches of the producer the hop shares with the changelog: a read's records for
+# a partition in one batch, and its batches for every partition in one request (aiokafka
+# sends one batch a partition a request, one request at a time: at 16 KB, its default, a
+# request took ~1,100 records and the hop's acknowledgements queued behind each other).
+# A quarter of the largest batch a topic takes by default (1 MB).
+BATCH_BYTES = 256 << 10
 
 _Upsert = tuple[str, str, int, int, bytes]  # consumer, stream, sequence, index, state
 Forward = tuple[ConsumerRecord[bytes, bytes], bytes]  # a source record and its stream key
@@ -112,27 +118,39 @@ class SeenSources:
         out: list[ConsumerRecord[bytes, bytes]] = []
         highest, append, remember = self.highest, out.append, self._taken.append
         partitions: dict[bytes, int] = {}  # a header's partition number, read once a read
-        for r in records:
-            headers = r.headers
-            if headers and headers[-1][0] == SOURCE_HEADER:
-                source = headers[-1][1]
-            else:
-                found = _source_of(r)
-                if found is None:  # not written by the hop: nothing to compare
-                    append(r)
+        # A hop's batch holds one source partition's records: while the partition stays the
+        # same, its highest offset is kept here, and written back when another comes.
+        number: bytes | None = None
+        partition, high = -1, -1
+        try:
+            for r in records:
+                headers = r.headers
+                if headers and headers[-1][0] == SOURCE_HEADER:
+                    source = headers[-1][1]
+                else:
+                    found = _source_of(r)
+                    if found is None:  # not written by the hop: nothing to compare
+                        append(r)
+                        continue
+                    source = found
+                at, colon, offset_text = (source if type(source) is bytes else bytes(source)).partition(b":")
+                if at != number:
+                    if number is not None:
+                        highest[partition] = high
+                    partition = partitions.get(at, -1)
+                    if partition < 0:
+                        partition = partitions[at] = int(at)
+                    number, high = at, highest.get(partition, -1)
+                source_offset = int(offset_text if colon else b"")  # no colon: refused as take() does
+                if source_offset <= high:
+                    self.duplicates += 1
                     continue
-                source = found
-            number, colon, offset_text = (source if type(source) is bytes else bytes(source)).partition(b":")
-            partition = partitions.get(number)
-            if partition is None:
-                partition = partitions[number] = int(number)
-            source_offset = int(offset_text if colon else b"")  # no colon: refused as take() does
-            if source_offset <= highest.get(partition, -1):
-                self.duplicates += 1
-                continue
-            highest[partition] = source_offset
-            remember((r.offset, partition, source_offset))
-            append(r)
+                high = source_offset
+                remember((r.offset, partition, source_offset))
+                append(r)
+        finally:
+            if number is not None:
+                highest[partition] = high
         return out
 
     def committed_rows(self, offset: int) -> list[_Upsert]:
@@ -182,6 +200,7 @@ class Rekeying:
         # JSON keyed by a field: the key read alone (_quick_key), the rest of the value skipped.
         self._quick_key = _field_reader(key_field) if type(record_format) is JsonRecords else None
         self._partition_of: dict[bytes, int] = {}  # key -> repartition partition
+        self._encoded: dict[str | int, bytes] = {}  # a key field's value -> the record key
         self.seen = SeenSources()
         self.forwarded = 0
         self._placing = KafkaPartitionMapper(settings.queues)  # as Kafka's partitioner, each key once
@@ -190,12 +209,31 @@ class Rekeying:
         """The source records of a read that go through the hop, with their keys: no
         record key, and a decoded value with a str or int ``key_field`` (the others stay,
         dead-lettered as without the hop)."""
-        out = []
+        out: list[Forward] = []
+        append, quick, encoded = out.append, self._quick_key, self._encoded
         for r in fetched.get(self.source, ()):
-            if r.key is None:
+            if r.key is not None:
+                continue
+            data = r.value
+            # ASCII only: what the field reader skips, it does not check is UTF-8, where the
+            # whole value's decoding refuses it (and the record is dead-lettered, not sent on).
+            if quick is not None and type(data) is bytes and data.isascii():
+                try:
+                    field = quick(data).k
+                except msgspec.MsgspecError:
+                    key = self._key_of(r)  # not an object, or the field is no str or int: decoded whole
+                else:
+                    if field is None:
+                        continue
+                    key = encoded.get(field)
+                    if key is None:
+                        if len(encoded) >= 100_000:
+                            encoded.clear()
+                        key = encoded[field] = (field if type(field) is str else str(field)).encode()
+            else:
                 key = self._key_of(r)
-                if key is not None:
-                    out.append((r, key))
+            if key is not None:
+                append((r, key))
         return out
 
     async def forward(
@@ -204,7 +242,7 @@ class Rekeying:
         """Send ``records`` to their keys' repartition partitions; return once Kafka has all
         of them (raise the first failure: the caller reads them again).
 
-        One record batch per partition, filled here, rather than a ``send`` per record:
+        Record batches filled here (:func:`_filled`), rather than a ``send`` per record:
         the producer's per-record future and partition lookup cost more than the
         record itself. A partition's records must land in source offset order (what
         :class:`SeenSources` relies on), so its second batch is handed to the producer only
@@ -219,26 +257,9 @@ class Rekeying:
         a worker's agents, started side by side, did. A read's one batch a partition is
         acknowledged outside it; a partition's further batches, rare, are sent within it."""
         topic = self.repartition.topic
-        batches: dict[int, list[BatchBuilder]] = {}
-        partition_of = self._partition_of
+        batches = {partition: _filled(producer, items) for partition, items in self._by_partition(records).items()}
         outcomes: list[Any] = []
         async with enqueueing if enqueueing is not None else nullcontext():
-            for r, key in records:
-                partition = partition_of.get(key)
-                if partition is None:
-                    if len(partition_of) >= 100_000:
-                        partition_of.clear()
-                    partition = partition_of[key] = self._placing.queue_of_key(key.decode()).number
-                building = batches.get(partition)
-                if building is None:
-                    building = batches[partition] = [producer.create_batch()]
-                source = (SOURCE_HEADER, b"%d:%d" % (r.partition, r.offset))
-                headers = [*r.headers, source] if r.headers else [source]
-                if building[-1].append(timestamp=r.timestamp, key=key, value=r.value, headers=headers) is None:
-                    building.append(producer.create_batch())
-                    building[-1].append(
-                        timestamp=r.timestamp, key=key, value=r.value, headers=headers
-                    )  # a first always fits
             firsts = {
                 partition: await producer.send_batch(b[0], topic, partition=partition)
                 for partition, b in batches.items()
@@ -252,6 +273,24 @@ class Rekeying:
             if isinstance(result, BaseException):
                 raise result
         self.forwarded += len(records)
+
+    def _by_partition(self, records: Sequence[Forward]) -> dict[int, list[Forward]]:
+        """``records`` by the repartition partition of their keys, in order."""
+        partition_of = self._partition_of
+        out: dict[int, list[Forward]] = {}
+        for item in records:
+            key = item[1]
+            partition = partition_of.get(key)
+            if partition is None:
+                if len(partition_of) >= 100_000:
+                    partition_of.clear()
+                partition = partition_of[key] = self._placing.queue_of_key(key.decode()).number
+            group = out.get(partition)
+            if group is None:
+                out[partition] = [item]
+            else:
+                group.append(item)
+        return out
 
     def kept(self, fetched: Fetched, forwarded: Sequence[Forward]) -> dict[TopicPartition, Any]:
         """What the queue reads of ``fetched``: the source records not ``forwarded`` (what
@@ -274,16 +313,7 @@ class Rekeying:
         return out
 
     def _key_of(self, r: ConsumerRecord[bytes, bytes]) -> bytes | None:
-        quick, data = self._quick_key, r.value
-        # ASCII only: what the field reader skips, it does not check is UTF-8, where the
-        # whole value's decoding refuses it (and the record is dead-lettered, not sent on).
-        if quick is not None and type(data) is bytes and data.isascii():
-            try:
-                key = quick(data).k
-            except msgspec.MsgspecError:
-                pass  # not an object, or the field is no str or int (or no JSON msgspec reads): decoded whole
-            else:
-                return None if key is None else (key if type(key) is str else str(key)).encode()
+        """The key of a record whose value is decoded whole."""
         try:
             value = self._decode(r.value)
         except Exception:  # the format's own errors: any type; dead-lettered when read
@@ -300,6 +330,35 @@ async def _after(
     await sent
     for batch in rest:
         await (await producer.send_batch(batch, topic, partition=partition))
+
+
+def _filled(producer: AIOKafkaProducer, records: Sequence[Forward]) -> list[BatchBuilder]:
+    """The producer's record batches holding ``records`` (in order; each closed), each
+    record with a header naming its source record.
+
+    Appended through aiokafka's record batch builder itself (``BatchBuilder._builder``, with
+    the batch's record count set once it is full): ``BatchBuilder.append``'s keyword call
+    and per-record checks cost about as much as the record's encoding."""
+    batches = [producer.create_batch()]
+    append, count = batches[0]._builder.append, 0
+    partition, prefix = -1, b""
+    for r, key in records:
+        if r.partition != partition:
+            partition = r.partition
+            prefix = b"%d:" % partition
+        source = (SOURCE_HEADER, prefix + b"%d" % r.offset)
+        extra = r.headers
+        headers = [*extra, source] if extra else [source]
+        if append(count, r.timestamp, key, r.value, headers) is None:  # full
+            batches[-1]._relative_offset = count
+            batches.append(producer.create_batch())
+            append, count = batches[-1]._builder.append, 0
+            append(count, r.timestamp, key, r.value, headers)  # a first always fits
+        count += 1
+    batches[-1]._relative_offset = count
+    for batch in batches:
+        batch.close()
+    return batches
 
 
 def _field_reader(key_field: KeyField) -> Callable[[bytes], Any] | None:

@@ -62,7 +62,7 @@ from streams.backends.kafka.clients import (
 )
 from streams.backends.kafka.receiver import KafkaQueueReceiver
 from streams.backends.kafka.records import Fetched
-from streams.backends.kafka.repartition import SEEN, Rekeying
+from streams.backends.kafka.repartition import BATCH_BYTES, SEEN, Rekeying
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
 from streams.core.errors import ConfigurationError
@@ -222,7 +222,9 @@ class KafkaChangelog:
         if self._producer is None:
             async with self._starting:  # the receivers of one worker share one producer
                 if self._producer is None:
-                    self._producer = await self.producers.start(max_request_size=self.max_record_bytes)
+                    self._producer = await self.producers.start(
+                        max_request_size=self.max_record_bytes, max_batch_size=BATCH_BYTES
+                    )
         return self._producer
 
     async def close(self) -> None:

@@ -10,10 +10,11 @@ from typing import Any
 
 import anyio
 import pytest
-from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.record.memory_records import MemoryRecords
 
-from streams.backends.kafka.repartition import Rekeying
+from streams.backends.kafka.repartition import Rekeying, _filled
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.records import record_format
 
@@ -21,16 +22,22 @@ SETTINGS = KafkaSettings("k:9092", "readings", queues=2, records="json", key_fie
 
 
 class Batch:
-    """Two records a batch, so that a hop sends several."""
+    """Two records a batch, so that a hop sends several; filled as the hop fills aiokafka's
+    (through its record batch builder, ``_builder``)."""
 
     def __init__(self) -> None:
         self.keys: list[bytes] = []
+        self._builder = self
+        self._relative_offset = 0
 
-    def append(self, *, timestamp: int, key: bytes, value: bytes, headers: Any) -> object | None:
+    def append(self, offset: int, timestamp: int, key: bytes, value: bytes, headers: Any) -> object | None:
         if len(self.keys) == 2:
             return None
         self.keys.append(key)
         return object()
+
+    def close(self) -> None:
+        pass
 
 
 class Producer:
@@ -115,3 +122,30 @@ async def test_a_partitions_later_batch_is_not_sent_after_its_earlier_one_failed
     assert producer.sent[0] == [to_0[:2]]  # its first batch only: the two behind it wait for the read again
     assert producer.sent[1] == [to_1[:2], to_1[2:]]  # another partition's batches go on
     assert rekeying.forwarded == 0  # the caller reads them all again
+
+
+async def test_the_hops_batches_hold_each_record_with_its_key_timestamp_and_source_header() -> None:
+    # Filled through aiokafka's own record batch builder: what a reader decodes of them is
+    # what the source records held, in order, each batch counting its records.
+    producer = AIOKafkaProducer(bootstrap_servers="k:9092", max_batch_size=1000)  # builds batches only
+    sources = []
+    for n in range(40):
+        headers = [("trace", b"t%d" % n)] if n % 3 == 0 else []
+        value = b'{"device": "d-%d"}' % n
+        sources.append(
+            (
+                ConsumerRecord("readings", 3, 500 + n, 1_700_000_000_000 + n, 0, None, value, None, 0, 0, headers),
+                b"d-%d" % n,
+            )
+        )
+    batches = _filled(producer, sources)
+    assert len(batches) > 2 and all(b.closed() for b in batches)
+    decoded = []
+    for batch in batches:
+        records = MemoryRecords(bytes(batch._build()))
+        in_batch = [r for b in iter(records.next_batch, None) for r in b]
+        assert len(in_batch) == batch.record_count()
+        decoded += [(r.key, r.value, r.timestamp, list(r.headers)) for r in in_batch]
+    assert decoded == [
+        (key, r.value, r.timestamp, [*r.headers, ("headrace.source", b"3:%d" % r.offset)]) for r, key in sources
+    ]
