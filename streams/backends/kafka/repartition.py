@@ -9,8 +9,10 @@ receiver of queue *i* re-keys the records of partition *i* it reads that have no
    ``<group_id>.repartition.<topic>`` that Kafka's partitioner gives that key (the queue
    that owns the key), with a header ``headrace.source`` = ``b"<partition>:<offset>"``
    naming its source record;
-2. it waits until Kafka has every one (``acks=all``) before it takes anything else of that
-   read, so the source offset it commits later never passes a record not yet durable there;
+2. it acknowledges the source offset no further than the oldest record Kafka does not have
+   yet (``acks=all``), so the offset it commits later never passes a record not yet durable
+   there; meanwhile it takes the next reads (:class:`Sends`), whose records go on once the
+   earlier ones are acknowledged;
 3. queue *j* reads partition *j* of the repartition topic beside partition *j* of the source
    (a second topic read together), whose records are keyed: one activation per key. Its
    consumers see each such record as its source: ``event.offset`` is the source record's
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -240,7 +242,7 @@ class Rekeying:
         self, producer: AIOKafkaProducer, records: Sequence[Forward], enqueueing: anyio.Lock | None = None
     ) -> None:
         """Send ``records`` to their keys' repartition partitions; return once Kafka has all
-        of them (raise the first failure: the caller reads them again).
+        of them (raise the first failure: the caller sends them again, :class:`Sends`).
 
         Record batches filled here (:func:`_filled`), rather than a ``send`` per record:
         the producer's per-record future and partition lookup cost more than the
@@ -320,6 +322,86 @@ class Rekeying:
             return None
         key = key_of(value, self._key_field)
         return None if key is None else str(key).encode()
+
+
+# Reads of one queue whose records sent on may wait for Kafka's acknowledgement together:
+# the agent takes and delivers the next read meanwhile, instead of waiting for each.
+SENDS_IN_FLIGHT = 2
+
+
+class Sends:
+    """A queue's reads whose records went on through the hop, oldest first, until Kafka has
+    all of each (``send``, :meth:`Rekeying.forward` with its time limit).
+
+    Each read's records are handed to the producer once the read before them is
+    acknowledged (within one read, :meth:`Rekeying.forward` keeps the order): a read's
+    records never land before an earlier read's that failed, which are sent again, in
+    order, before anything else. Should the caller's wait be cancelled, the sends go on.
+
+    >>> async def demo():
+    ...     sent = []
+    ...     async def send(records):
+    ...         sent.append(records)
+    ...     sends = Sends(send)
+    ...     sends.add([("r1", b"k")]); sends.add([("r2", b"k")])
+    ...     await sends.settle(keep=0)
+    ...     return sent, len(sends), sends.handed_on
+    >>> asyncio.run(demo())
+    ([[('r1', b'k')], [('r2', b'k')]], 0, 2)
+    """
+
+    def __init__(self, send: Callable[[Sequence[Forward]], Awaitable[None]]) -> None:
+        self._send = send
+        # (the send under way, or None once it failed: to send again; its records)
+        self._pending: deque[tuple[asyncio.Future[None] | None, Sequence[Forward]]] = deque()
+        self.handed_on = 0  # records handed to a send, since made
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def oldest(self) -> int | None:
+        """The source offset of the oldest record not yet acknowledged."""
+        return self._pending[0][1][0][0].offset if self._pending else None
+
+    def add(self, records: Sequence[Forward]) -> None:
+        """Send ``records`` on once the reads before them are acknowledged."""
+        before = self._pending[-1][0] if self._pending else None
+        task = asyncio.ensure_future(self._in_turn(before, records))
+        task.add_done_callback(_retrieved)
+        self._pending.append((task, records))
+        self.handed_on += len(records)
+
+    async def _in_turn(self, before: asyncio.Future[None] | None, records: Sequence[Forward]) -> None:
+        if before is not None:
+            await before  # failed: raises, and these are not sent (they are sent again after it)
+        await self._send(records)
+
+    async def settle(self, keep: int) -> None:
+        """Take in the acknowledged reads, waiting until at most ``keep`` are not; send again
+        what failed first. Raise a send's failure: that read and every later one are sent
+        again, in order, by the next call."""
+        pending = self._pending
+        while pending and (len(pending) > keep or pending[0][0] is None or pending[0][0].done()):
+            task, records = pending[0]
+            if task is None:
+                await self._send(records)  # raises: it stays first, to send again
+            else:
+                try:
+                    await asyncio.shield(task)  # a cancelled wait leaves the send going on
+                except Exception:
+                    # The later ones waited for it: none of them was sent.
+                    for n, (_, later) in enumerate(pending):
+                        pending[n] = (None, later)
+                    raise
+            pending.popleft()
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    """A send's failure is raised by :meth:`Sends.settle`, or not at all once the queue is
+    let go (its records are read again by whoever reads it next)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _after(

@@ -1,7 +1,8 @@
 """The re-keying hops of one worker enqueue their batches on the shared producer one at a
 time. Side by side, hops that waited for the same partition's turn on the producer together
 ran out of aiokafka's wait and failed with ``KafkaTimeoutError`` (issue 36, once a worker's
-agents started side by side). No broker: a producer that records whose batch it takes."""
+agents started side by side). A queue's reads sent on wait for each other, and the source
+offset waits for them. No broker: a producer that records whose batch it takes."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.record.memory_records import MemoryRecords
 
-from streams.backends.kafka.repartition import Rekeying, _filled
+from streams.backends.kafka.clients import kafka_outage_log
+from streams.backends.kafka.repartition import Rekeying, Sends, _filled
 from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.state import KafkaChangelog, KafkaRecordReceiver
+from streams.core.ids import QueueId
 from streams.core.records import record_format
 
 SETTINGS = KafkaSettings("k:9092", "readings", queues=2, records="json", key_field="device")
@@ -149,3 +153,47 @@ async def test_the_hops_batches_hold_each_record_with_its_key_timestamp_and_sour
     assert decoded == [
         (key, r.value, r.timestamp, [*r.headers, ("headrace.source", b"3:%d" % r.offset)]) for r, key in sources
     ]
+
+
+async def test_a_read_sent_on_waits_for_the_one_before_and_a_failed_one_goes_again_first() -> None:
+    # A later read's records never land before an earlier read's that failed: the earlier
+    # ones are sent again, and only then the later ones, in read order.
+    sent: list[int] = []
+    failing = {1}  # the first try of read 1 fails
+
+    async def send(records: list[Any]) -> None:
+        read = records[0][0]
+        await anyio.sleep(0)
+        if read in failing:
+            failing.discard(read)
+            raise MessageSizeTooLargeError()
+        sent.append(read)
+
+    sends = Sends(send)  # type: ignore[arg-type]
+    sends.add([(1, b"k")])
+    sends.add([(2, b"k")])
+    with pytest.raises(MessageSizeTooLargeError):
+        await sends.settle(keep=0)
+    assert sent == [] and len(sends) == 2  # read 2 waited for read 1: neither landed
+    await sends.settle(keep=0)
+    assert sent == [1, 2] and len(sends) == 0 and sends.handed_on == 2
+
+
+async def test_the_source_offset_is_acknowledged_no_further_than_a_record_kafka_does_not_have() -> None:
+    settings = KafkaSettings("k:9092", "readings", queues=2, records="json", key_field="device", idempotent=False)
+    outage = kafka_outage_log(settings)
+    receiver = KafkaRecordReceiver(settings, QueueId(0), outage, KafkaChangelog(settings, outage))
+    source = TopicPartition("readings", 0)
+    acked = anyio.Event()
+
+    async def send(records: list[Any]) -> None:
+        await acked.wait()
+
+    receiver._sends = Sends(send)  # type: ignore[arg-type]
+    receiver._sends.add([(ConsumerRecord("readings", 0, 40, 0, 0, None, b"{}", None, 0, 2, ()), b"d-1")])
+    receiver._acknowledge({source: 100})  # what the read's other records would allow
+    assert receiver._acknowledged[source] == 40
+    acked.set()
+    assert await receiver._settled(keep=0)  # Kafka has it: the rest of the read's offsets go
+    receiver._acknowledge({source: 100})
+    assert receiver._acknowledged[source] == 100
