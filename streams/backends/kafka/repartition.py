@@ -44,6 +44,7 @@ it stood at the offset committed, and loaded by whoever reads the queue next.
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import nullcontext
@@ -80,7 +81,7 @@ class SeenSources:
     def __init__(self) -> None:
         self.highest: dict[int, int] = {}
         self.duplicates = 0  # records skipped as copies of ones taken before
-        self._taken: deque[tuple[int, int, int]] = deque()  # (offset, source partition, offset)
+        self._taken: list[tuple[int, int, int]] = []  # (offset, source partition, offset), ascending
         self._committed: dict[int, int] = {}
         self._written: dict[int, int] = {}
 
@@ -160,9 +161,18 @@ class SeenSources:
         offsets of the records before it, those that changed since the last rows saved
         (:meth:`saved`)."""
         taken = self._taken
-        while taken and taken[0][0] < offset:
-            _, partition, source_offset = taken.popleft()
-            self._committed[partition] = source_offset
+        end = bisect_left(taken, (offset,))  # the records before the offset
+        # Each partition's newest of them, found from the end: once every partition taken
+        # from is found, the older ones change nothing.
+        committed, found, partitions = self._committed, set(), len(self.highest)
+        for n in range(end - 1, -1, -1):
+            _, partition, source_offset = taken[n]
+            if partition not in found:
+                found.add(partition)
+                committed[partition] = source_offset
+                if len(found) == partitions:
+                    break
+        del taken[:end]
         return [
             (SEEN, f"partition {p}", offset, 0, msgpack.packb(o))
             for p, o in sorted(self._committed.items())
@@ -423,14 +433,18 @@ def _filled(producer: AIOKafkaProducer, records: Sequence[Forward]) -> list[Batc
     and per-record checks cost about as much as the record's encoding."""
     batches = [producer.create_batch()]
     append, count = batches[0]._builder.append, 0
-    partition, prefix = -1, b""
+    partition, source = -1, b""  # the source partition's header, b"<partition>:%d"
+    single: list[tuple[str, bytes]] = [(SOURCE_HEADER, b"")]  # the builder copies a record's headers in
     for r, key in records:
         if r.partition != partition:
             partition = r.partition
-            prefix = b"%d:" % partition
-        source = (SOURCE_HEADER, prefix + b"%d" % r.offset)
+            source = b"%d:%%d" % partition
         extra = r.headers
-        headers = [*extra, source] if extra else [source]
+        if extra:
+            headers = [*extra, (SOURCE_HEADER, source % r.offset)]
+        else:
+            single[0] = (SOURCE_HEADER, source % r.offset)
+            headers = single
         if append(count, r.timestamp, key, r.value, headers) is None:  # full
             batches[-1]._relative_offset = count
             batches.append(producer.create_batch())
