@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka.record.memory_records import MemoryRecords
 
 from streams.backends.kafka.clients import kafka_outage_log
@@ -197,3 +197,53 @@ async def test_the_source_offset_is_acknowledged_no_further_than_a_record_kafka_
     assert await receiver._settled(keep=0)  # Kafka has it: the rest of the read's offsets go
     receiver._acknowledge({source: 100})
     assert receiver._acknowledged[source] == 100
+
+
+class Seeking:
+    """The receiver's consumer, as far as a read that is not taken needs it."""
+
+    def __init__(self) -> None:
+        self.sought: list[tuple[TopicPartition, int]] = []
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.sought.append((tp, offset))
+
+
+async def test_after_a_failed_send_the_next_read_waits_until_the_failed_records_are_sent_again() -> None:
+    settings = KafkaSettings("k:9092", "readings", queues=2, records="json", key_field="device", idempotent=False)
+    outage = kafka_outage_log(settings)
+    receiver = KafkaRecordReceiver(settings, QueueId(0), outage, KafkaChangelog(settings, outage))
+    source, hop_partition = settings.partitions_of(QueueId(0))
+    receiver._reader.start({source: 0, hop_partition: 0})
+    consumer = Seeking()
+    receiver._consumer = consumer  # type: ignore[assignment]
+    sent: list[list[int]] = []
+    failures = [KafkaTimeoutError()]  # the first send times out (a transient failure)
+
+    async def send(records: list[Any]) -> None:
+        await anyio.sleep(0)
+        if failures:
+            raise failures.pop()
+        sent.append([r.offset for r, _ in records])
+
+    receiver._sends = Sends(send)  # type: ignore[arg-type]
+
+    def read(first: int) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        value = b'{"device": "d-1"}'
+        return {
+            source: [
+                ConsumerRecord("readings", 0, n, 0, 0, None, value, None, 0, 2, ()) for n in range(first, first + 3)
+            ]
+        }
+
+    assert await receiver._take(read(0)) == []  # all sent on
+    assert await receiver._take(read(3)) == []  # taken while the first send is under way
+    # The first send failed: the third read is not taken (read again later), and nothing
+    # of the source is acknowledged.
+    assert await receiver._take(read(6)) == []
+    assert consumer.sought == [(source, 6)] and sent == []
+    assert receiver._acknowledged.get(source, 0) == 0
+    assert await receiver._take(read(6)) == []  # the failed reads first, in order, then this one
+    await receiver._settled(keep=0)
+    assert sent == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert receiver._acknowledged[source] == 9 and receiver.forwarded == 9
