@@ -9,8 +9,10 @@ receiver of queue *i* re-keys the records of partition *i* it reads that have no
    ``<group_id>.repartition.<topic>`` that Kafka's partitioner gives that key (the queue
    that owns the key), with a header ``headrace.source`` = ``b"<partition>:<offset>"``
    naming its source record;
-2. it waits until Kafka has every one (``acks=all``) before it takes anything else of that
-   read, so the source offset it commits later never passes a record not yet durable there;
+2. it acknowledges the source offset no further than the oldest record Kafka does not have
+   yet (``acks=all``), so the offset it commits later never passes a record not yet durable
+   there; meanwhile it takes the next reads (:class:`Sends`), whose records go on once the
+   earlier ones are acknowledged;
 3. queue *j* reads partition *j* of the repartition topic beside partition *j* of the source
    (a second topic read together), whose records are keyed: one activation per key. Its
    consumers see each such record as its source: ``event.offset`` is the source record's
@@ -42,8 +44,9 @@ it stood at the offset committed, and loaded by whoever reads the queue next.
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -60,6 +63,12 @@ from streams.core.records import JsonRecords, RecordFormat
 
 # The changelog rows of the hop: consumer name, and one "stream" per source partition.
 SEEN = "headrace.repartition"
+# The record batches of the producer the hop shares with the changelog: a read's records for
+# a partition in one batch, and its batches for every partition in one request (aiokafka
+# sends one batch a partition a request, one request at a time: at 16 KB, its default, a
+# request took ~1,100 records and the hop's acknowledgements queued behind each other).
+# A quarter of the largest batch a topic takes by default (1 MB).
+BATCH_BYTES = 256 << 10
 
 _Upsert = tuple[str, str, int, int, bytes]  # consumer, stream, sequence, index, state
 Forward = tuple[ConsumerRecord[bytes, bytes], bytes]  # a source record and its stream key
@@ -72,7 +81,7 @@ class SeenSources:
     def __init__(self) -> None:
         self.highest: dict[int, int] = {}
         self.duplicates = 0  # records skipped as copies of ones taken before
-        self._taken: deque[tuple[int, int, int]] = deque()  # (offset, source partition, offset)
+        self._taken: list[tuple[int, int, int]] = []  # (offset, source partition, offset), ascending
         self._committed: dict[int, int] = {}
         self._written: dict[int, int] = {}
 
@@ -112,27 +121,39 @@ class SeenSources:
         out: list[ConsumerRecord[bytes, bytes]] = []
         highest, append, remember = self.highest, out.append, self._taken.append
         partitions: dict[bytes, int] = {}  # a header's partition number, read once a read
-        for r in records:
-            headers = r.headers
-            if headers and headers[-1][0] == SOURCE_HEADER:
-                source = headers[-1][1]
-            else:
-                found = _source_of(r)
-                if found is None:  # not written by the hop: nothing to compare
-                    append(r)
+        # A hop's batch holds one source partition's records: while the partition stays the
+        # same, its highest offset is kept here, and written back when another comes.
+        number: bytes | None = None
+        partition, high = -1, -1
+        try:
+            for r in records:
+                headers = r.headers
+                if headers and headers[-1][0] == SOURCE_HEADER:
+                    source = headers[-1][1]
+                else:
+                    found = _source_of(r)
+                    if found is None:  # not written by the hop: nothing to compare
+                        append(r)
+                        continue
+                    source = found
+                at, colon, offset_text = (source if type(source) is bytes else bytes(source)).partition(b":")
+                if at != number:
+                    if number is not None:
+                        highest[partition] = high
+                    partition = partitions.get(at, -1)
+                    if partition < 0:
+                        partition = partitions[at] = int(at)
+                    number, high = at, highest.get(partition, -1)
+                source_offset = int(offset_text if colon else b"")  # no colon: refused as take() does
+                if source_offset <= high:
+                    self.duplicates += 1
                     continue
-                source = found
-            number, colon, offset_text = (source if type(source) is bytes else bytes(source)).partition(b":")
-            partition = partitions.get(number)
-            if partition is None:
-                partition = partitions[number] = int(number)
-            source_offset = int(offset_text if colon else b"")  # no colon: refused as take() does
-            if source_offset <= highest.get(partition, -1):
-                self.duplicates += 1
-                continue
-            highest[partition] = source_offset
-            remember((r.offset, partition, source_offset))
-            append(r)
+                high = source_offset
+                remember((r.offset, partition, source_offset))
+                append(r)
+        finally:
+            if number is not None:
+                highest[partition] = high
         return out
 
     def committed_rows(self, offset: int) -> list[_Upsert]:
@@ -140,9 +161,18 @@ class SeenSources:
         offsets of the records before it, those that changed since the last rows saved
         (:meth:`saved`)."""
         taken = self._taken
-        while taken and taken[0][0] < offset:
-            _, partition, source_offset = taken.popleft()
-            self._committed[partition] = source_offset
+        end = bisect_left(taken, (offset,))  # the records before the offset
+        # Each partition's newest of them, found from the end: once every partition taken
+        # from is found, the older ones change nothing.
+        committed, found, partitions = self._committed, set(), len(self.highest)
+        for n in range(end - 1, -1, -1):
+            _, partition, source_offset = taken[n]
+            if partition not in found:
+                found.add(partition)
+                committed[partition] = source_offset
+                if len(found) == partitions:
+                    break
+        del taken[:end]
         return [
             (SEEN, f"partition {p}", offset, 0, msgpack.packb(o))
             for p, o in sorted(self._committed.items())
@@ -182,6 +212,7 @@ class Rekeying:
         # JSON keyed by a field: the key read alone (_quick_key), the rest of the value skipped.
         self._quick_key = _field_reader(key_field) if type(record_format) is JsonRecords else None
         self._partition_of: dict[bytes, int] = {}  # key -> repartition partition
+        self._encoded: dict[str | int, bytes] = {}  # a key field's value -> the record key
         self.seen = SeenSources()
         self.forwarded = 0
         self._placing = KafkaPartitionMapper(settings.queues)  # as Kafka's partitioner, each key once
@@ -190,21 +221,40 @@ class Rekeying:
         """The source records of a read that go through the hop, with their keys: no
         record key, and a decoded value with a str or int ``key_field`` (the others stay,
         dead-lettered as without the hop)."""
-        out = []
+        out: list[Forward] = []
+        append, quick, encoded = out.append, self._quick_key, self._encoded
         for r in fetched.get(self.source, ()):
-            if r.key is None:
+            if r.key is not None:
+                continue
+            data = r.value
+            # ASCII only: what the field reader skips, it does not check is UTF-8, where the
+            # whole value's decoding refuses it (and the record is dead-lettered, not sent on).
+            if quick is not None and type(data) is bytes and data.isascii():
+                try:
+                    field = quick(data).k
+                except msgspec.MsgspecError:
+                    key = self._key_of(r)  # not an object, or the field is no str or int: decoded whole
+                else:
+                    if field is None:
+                        continue
+                    key = encoded.get(field)
+                    if key is None:
+                        if len(encoded) >= 100_000:
+                            encoded.clear()
+                        key = encoded[field] = (field if type(field) is str else str(field)).encode()
+            else:
                 key = self._key_of(r)
-                if key is not None:
-                    out.append((r, key))
+            if key is not None:
+                append((r, key))
         return out
 
     async def forward(
         self, producer: AIOKafkaProducer, records: Sequence[Forward], enqueueing: anyio.Lock | None = None
     ) -> None:
         """Send ``records`` to their keys' repartition partitions; return once Kafka has all
-        of them (raise the first failure: the caller reads them again).
+        of them (raise the first failure: the caller sends them again, :class:`Sends`).
 
-        One record batch per partition, filled here, rather than a ``send`` per record:
+        Record batches filled here (:func:`_filled`), rather than a ``send`` per record:
         the producer's per-record future and partition lookup cost more than the
         record itself. A partition's records must land in source offset order (what
         :class:`SeenSources` relies on), so its second batch is handed to the producer only
@@ -219,26 +269,9 @@ class Rekeying:
         a worker's agents, started side by side, did. A read's one batch a partition is
         acknowledged outside it; a partition's further batches, rare, are sent within it."""
         topic = self.repartition.topic
-        batches: dict[int, list[BatchBuilder]] = {}
-        partition_of = self._partition_of
+        batches = {partition: _filled(producer, items) for partition, items in self._by_partition(records).items()}
         outcomes: list[Any] = []
         async with enqueueing if enqueueing is not None else nullcontext():
-            for r, key in records:
-                partition = partition_of.get(key)
-                if partition is None:
-                    if len(partition_of) >= 100_000:
-                        partition_of.clear()
-                    partition = partition_of[key] = self._placing.queue_of_key(key.decode()).number
-                building = batches.get(partition)
-                if building is None:
-                    building = batches[partition] = [producer.create_batch()]
-                source = (SOURCE_HEADER, b"%d:%d" % (r.partition, r.offset))
-                headers = [*r.headers, source] if r.headers else [source]
-                if building[-1].append(timestamp=r.timestamp, key=key, value=r.value, headers=headers) is None:
-                    building.append(producer.create_batch())
-                    building[-1].append(
-                        timestamp=r.timestamp, key=key, value=r.value, headers=headers
-                    )  # a first always fits
             firsts = {
                 partition: await producer.send_batch(b[0], topic, partition=partition)
                 for partition, b in batches.items()
@@ -252,6 +285,24 @@ class Rekeying:
             if isinstance(result, BaseException):
                 raise result
         self.forwarded += len(records)
+
+    def _by_partition(self, records: Sequence[Forward]) -> dict[int, list[Forward]]:
+        """``records`` by the repartition partition of their keys, in order."""
+        partition_of = self._partition_of
+        out: dict[int, list[Forward]] = {}
+        for item in records:
+            key = item[1]
+            partition = partition_of.get(key)
+            if partition is None:
+                if len(partition_of) >= 100_000:
+                    partition_of.clear()
+                partition = partition_of[key] = self._placing.queue_of_key(key.decode()).number
+            group = out.get(partition)
+            if group is None:
+                out[partition] = [item]
+            else:
+                group.append(item)
+        return out
 
     def kept(self, fetched: Fetched, forwarded: Sequence[Forward]) -> dict[TopicPartition, Any]:
         """What the queue reads of ``fetched``: the source records not ``forwarded`` (what
@@ -274,22 +325,93 @@ class Rekeying:
         return out
 
     def _key_of(self, r: ConsumerRecord[bytes, bytes]) -> bytes | None:
-        quick, data = self._quick_key, r.value
-        # ASCII only: what the field reader skips, it does not check is UTF-8, where the
-        # whole value's decoding refuses it (and the record is dead-lettered, not sent on).
-        if quick is not None and type(data) is bytes and data.isascii():
-            try:
-                key = quick(data).k
-            except msgspec.MsgspecError:
-                pass  # not an object, or the field is no str or int (or no JSON msgspec reads): decoded whole
-            else:
-                return None if key is None else (key if type(key) is str else str(key)).encode()
+        """The key of a record whose value is decoded whole."""
         try:
             value = self._decode(r.value)
         except Exception:  # the format's own errors: any type; dead-lettered when read
             return None
         key = key_of(value, self._key_field)
         return None if key is None else str(key).encode()
+
+
+# Reads of one queue whose records sent on may wait for Kafka's acknowledgement together:
+# the agent takes and delivers the next read meanwhile, instead of waiting for each.
+SENDS_IN_FLIGHT = 2
+
+
+class Sends:
+    """A queue's reads whose records went on through the hop, oldest first, until Kafka has
+    all of each (``send``, :meth:`Rekeying.forward` with its time limit).
+
+    Each read's records are handed to the producer once the read before them is
+    acknowledged (within one read, :meth:`Rekeying.forward` keeps the order): a read's
+    records never land before an earlier read's that failed, which are sent again, in
+    order, before anything else. Should the caller's wait be cancelled, the sends go on.
+
+    >>> async def demo():
+    ...     sent = []
+    ...     async def send(records):
+    ...         sent.append(records)
+    ...     sends = Sends(send)
+    ...     sends.add([("r1", b"k")]); sends.add([("r2", b"k")])
+    ...     await sends.settle(keep=0)
+    ...     return sent, len(sends), sends.handed_on
+    >>> asyncio.run(demo())
+    ([[('r1', b'k')], [('r2', b'k')]], 0, 2)
+    """
+
+    def __init__(self, send: Callable[[Sequence[Forward]], Awaitable[None]]) -> None:
+        self._send = send
+        # (the send under way, or None once it failed: to send again; its records)
+        self._pending: deque[tuple[asyncio.Future[None] | None, Sequence[Forward]]] = deque()
+        self.handed_on = 0  # records handed to a send, since made
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def oldest(self) -> int | None:
+        """The source offset of the oldest record not yet acknowledged."""
+        return self._pending[0][1][0][0].offset if self._pending else None
+
+    def add(self, records: Sequence[Forward]) -> None:
+        """Send ``records`` on once the reads before them are acknowledged."""
+        before = self._pending[-1][0] if self._pending else None
+        task = asyncio.ensure_future(self._in_turn(before, records))
+        task.add_done_callback(_retrieved)
+        self._pending.append((task, records))
+        self.handed_on += len(records)
+
+    async def _in_turn(self, before: asyncio.Future[None] | None, records: Sequence[Forward]) -> None:
+        if before is not None:
+            await before  # failed: raises, and these are not sent (they are sent again after it)
+        await self._send(records)
+
+    async def settle(self, keep: int) -> None:
+        """Take in the acknowledged reads, waiting until at most ``keep`` are not; send again
+        what failed first. Raise a send's failure: that read and every later one are sent
+        again, in order, by the next call."""
+        pending = self._pending
+        while pending and (len(pending) > keep or pending[0][0] is None or pending[0][0].done()):
+            task, records = pending[0]
+            if task is None:
+                await self._send(records)  # raises: it stays first, to send again
+            else:
+                try:
+                    await asyncio.shield(task)  # a cancelled wait leaves the send going on
+                except Exception:
+                    # The later ones waited for it: none of them was sent.
+                    for n, (_, later) in enumerate(pending):
+                        pending[n] = (None, later)
+                    raise
+            pending.popleft()
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    """A send's failure is raised by :meth:`Sends.settle`, or not at all once the queue is
+    let go (its records are read again by whoever reads it next)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _after(
@@ -300,6 +422,39 @@ async def _after(
     await sent
     for batch in rest:
         await (await producer.send_batch(batch, topic, partition=partition))
+
+
+def _filled(producer: AIOKafkaProducer, records: Sequence[Forward]) -> list[BatchBuilder]:
+    """The producer's record batches holding ``records`` (in order; each closed), each
+    record with a header naming its source record.
+
+    Appended through aiokafka's record batch builder itself (``BatchBuilder._builder``, with
+    the batch's record count set once it is full): ``BatchBuilder.append``'s keyword call
+    and per-record checks cost about as much as the record's encoding."""
+    batches = [producer.create_batch()]
+    append, count = batches[0]._builder.append, 0
+    partition, source = -1, b""  # the source partition's header, b"<partition>:%d"
+    single: list[tuple[str, bytes]] = [(SOURCE_HEADER, b"")]  # the builder copies a record's headers in
+    for r, key in records:
+        if r.partition != partition:
+            partition = r.partition
+            source = b"%d:%%d" % partition
+        extra = r.headers
+        if extra:
+            headers = [*extra, (SOURCE_HEADER, source % r.offset)]
+        else:
+            single[0] = (SOURCE_HEADER, source % r.offset)
+            headers = single
+        if append(count, r.timestamp, key, r.value, headers) is None:  # full
+            batches[-1]._relative_offset = count
+            batches.append(producer.create_batch())
+            append, count = batches[-1]._builder.append, 0
+            append(count, r.timestamp, key, r.value, headers)  # a first always fits
+        count += 1
+    batches[-1]._relative_offset = count
+    for batch in batches:
+        batch.close()
+    return batches
 
 
 def _field_reader(key_field: KeyField) -> Callable[[bytes], Any] | None:

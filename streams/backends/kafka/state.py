@@ -62,7 +62,7 @@ from streams.backends.kafka.clients import (
 )
 from streams.backends.kafka.receiver import KafkaQueueReceiver
 from streams.backends.kafka.records import Fetched
-from streams.backends.kafka.repartition import SEEN, Rekeying
+from streams.backends.kafka.repartition import BATCH_BYTES, SEEN, SENDS_IN_FLIGHT, Forward, Rekeying, Sends
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
 from streams.core.errors import ConfigurationError
@@ -222,7 +222,9 @@ class KafkaChangelog:
         if self._producer is None:
             async with self._starting:  # the receivers of one worker share one producer
                 if self._producer is None:
-                    self._producer = await self.producers.start(max_request_size=self.max_record_bytes)
+                    self._producer = await self.producers.start(
+                        max_request_size=self.max_record_bytes, max_batch_size=BATCH_BYTES
+                    )
         return self._producer
 
     async def close(self) -> None:
@@ -306,43 +308,91 @@ class KafkaRecordReceiver(KafkaStateReceiver):
         if hop is not None and fmt is not None and key_field is not None:
             source, repartition = self._partitions  # partition i of the topic and of the hop's
             self.rekeying = Rekeying(settings, source, repartition, fmt, key_field)
+        self._sends = Sends(self._send_on)  # reads sent on through the hop, until acknowledged
 
     @property
     def forwarded(self) -> int:
         """Records sent on through the re-keying hop (the agent counts them as read:
-        :class:`~streams.adapters.protocols.ForwardingReceiver`)."""
-        return self.rekeying.forwarded if self.rekeying is not None else 0
+        :class:`~streams.adapters.protocols.ForwardingReceiver`); :attr:`caught_up` stays
+        false until Kafka has them."""
+        return self._sends.handed_on
+
+    async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
+        handed_on = self._sends.handed_on
+        messages = await super().get_queue_messages(max_count)
+        if self._sends:
+            if not messages and self._sends.handed_on == handed_on:  # nothing read: wait for them here
+                await self._settled(keep=0)
+            self.caught_up = self.caught_up and not self._sends
+        return messages
 
     async def _take(self, fetched: Fetched) -> Sequence[QueueMessage]:
-        """Send the records to re-key through the hop, and once Kafka has them all, make
-        the messages of the rest (the hop's duplicates left out). Should the hop fail,
-        nothing of the read is taken: the consumer goes back to its first records, to read
-        them again after a back-off."""
+        """Send the records to re-key through the hop, and make the messages of the rest
+        (the hop's duplicates left out). Kafka acknowledges the records sent on while the
+        agent delivers (:class:`~streams.backends.kafka.repartition.Sends`); the source's
+        offset is acknowledged up to the oldest record sent on that Kafka does not have yet.
+        Should a send fail, nothing of the next read is taken (the consumer goes back to its
+        first records) until the failed records are sent again, after a back-off."""
         rekeying = self.rekeying
         if rekeying is None:
             return self._reader.messages(fetched)
+        if not await self._settled(keep=SENDS_IN_FLIGHT - 1):
+            consumer = self._require_consumer()
+            for tp, records in fetched.items():
+                if records:
+                    consumer.seek(tp, records[0].offset)
+            return []
         forwards = rekeying.to_forward(fetched)
         if forwards:
-            began = time.monotonic()
-            try:
-                with anyio.fail_after(self.settings.request_timeout):
-                    producer = await self.changelog._producer_started()
-                    await rekeying.forward(producer, forwards, self.changelog.enqueueing)
-            except Exception as exc:  # sorted into transient and not just below
-                consumer = self._require_consumer()
-                for tp, records in fetched.items():
-                    if records:
-                        consumer.seek(tp, records[0].offset)
-                if not (isinstance(exc, TimeoutError) or is_transient(exc)):
-                    raise await self._failed(exc, "cannot re-key (send to the repartition topic)") from exc
-                await self._back_off(f"re-keying {self.queue}: {reason_of(exc)}", since=began)
-                return []
+            self._sends.add(forwards)
         ends = {tp: records[-1].offset + 1 for tp, records in fetched.items() if records}
         messages = self._reader.messages(rekeying.kept(fetched, forwards), ends)
         # No message stands for the records sent on or skipped as copies: what they leave
         # behind (up to the oldest message not yet acknowledged) is done with now.
         self._acknowledge(self._reader.acknowledged(-1))
         return messages
+
+    async def _send_on(self, forwards: Sequence[Forward]) -> None:
+        assert self.rekeying is not None
+        with anyio.fail_after(self.settings.request_timeout):
+            producer = await self.changelog._producer_started()
+            await self.rekeying.forward(producer, forwards, self.changelog.enqueueing)
+
+    async def _settled(self, keep: int) -> bool:
+        """Take in Kafka's acknowledgements of the reads sent on, waiting until at most
+        ``keep`` are pending; ``False`` once a send failed (and the receiver backed off:
+        the failed records are sent again first by the next call)."""
+        began = time.monotonic()
+        try:
+            await self._sends.settle(keep)
+        except Exception as exc:  # sorted into transient and not just below
+            if not (isinstance(exc, TimeoutError) or is_transient(exc)):
+                raise await self._failed(exc, "cannot re-key (send to the repartition topic)") from exc
+            await self._back_off(f"re-keying {self.queue}: {reason_of(exc)}", since=began)
+            return False
+        finally:
+            self._acknowledge(self._reader.acknowledged(-1))  # what the acknowledged sends held back
+        return True
+
+    def _acknowledge(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """As the receiver's, the source's offset never past a record Kafka does not have
+        through the hop yet."""
+        oldest = self._sends.oldest
+        if oldest is not None and self.rekeying is not None:
+            source = self.rekeying.source
+            if offsets.get(source, -1) > oldest:
+                offsets = {**offsets, source: oldest}
+        super()._acknowledge(offsets)
+
+    async def shutdown(self) -> None:
+        """Wait for the reads sent on (within ``request_timeout``), then as the receiver's:
+        a source offset they still hold back is read again by whoever reads the queue next."""
+        try:
+            with anyio.move_on_after(self.settings.request_timeout):
+                await self._sends.settle(keep=0)
+        except Exception as exc:  # logged: the queue is let go either way
+            log.warning("%s: records sent on through the re-keying hop not acknowledged: %r", self.queue, exc)
+        await super().shutdown()
 
     async def load_states(self) -> SavedStates:
         """The saved states, and the hop's memory of the source records it took."""
