@@ -14,6 +14,7 @@ run, so both ways give the same result.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol
 
@@ -47,7 +48,13 @@ def take_in_runs(
     """Steps 1-6 for a batch of columns (see the module's docstring): a run of events
     into one pane adds its count once; an event out of order is adjusted here, as the
     ordering step would (the policy's ``adjust``); any other event goes the per-event way
-    (``ingest.run`` of that event alone), from the state as the run left it."""
+    (``ingest.run`` of that event alone), from the state as the run left it.
+
+    What an event costs here is kept to its time, its pane and the watermark: the clock
+    (the newest arrival) is taken over the arrivals of the events taken since it was last
+    needed, with ``max`` in C, and a run's count by where it began; and while an event's
+    time lies within the bounds of the run's pane (:func:`pane_bounds`), its pane is not
+    worked out again."""
     store = flow.store
     a = flow.shape.assigner
     assert isinstance(store, WindowStore) and a is not None  # as in_runs says
@@ -60,7 +67,10 @@ def take_in_runs(
     mark, panes = inp, store.panes  # an input is its own watermark (its mark)
     w, newest, clock, next_close = mark.value, mark.max_timestamp, inp.clock, store.next_close
     state: list[Any] | None = None  # the current run's [count, first token] in its pane
-    run_pane = run = taken = adjusted = 0
+    run_pane = adjusted = diverted = 0
+    run_from = 0  # where the current run began: its events are those since, all taken
+    clock_from = 0  # the arrivals from here on are not in ``clock`` yet (all taken)
+    low, high = math.inf, -math.inf  # times certainly in the run's pane (none while no run)
     nan = float("nan")
     # Sampled here by position, as run() samples by identity; the one-event runs below
     # (refusals, disorder under drop or accept) are this batch's positions too.
@@ -70,8 +80,7 @@ def take_in_runs(
     if sampler is not None:
         at, every, sample = sampler.due - 1, sampler.every, sampler.record
     try:
-        for i in range(len(values)):
-            arr = arrivals[i]
+        for i in range(n):
             if field is None:
                 t = times[i]
             else:  # policy.seconds for a number, inline; anything else goes the per-event way
@@ -81,61 +90,95 @@ def take_in_runs(
             if i == at:  # lateness and disorder, before the policy touches the event
                 if earliest <= t < latest:
                     at += every
-                    sample(arr, t, newest, None)
+                    sample(arrivals[i], t, newest, None)
                 else:  # a refused time: as in run(), the next batch's first is due instead
                     at = -1
             if earliest <= t < latest and (t >= w or adjusting):  # a valid time (not NaN)
                 if t < w:  # 3. out of order: adjusted to the watermark (OrderingStep.judge)
                     t = w
                     adjusted += 1
-                pane = (t - origin) // step
-                if state is None or pane != run_pane:  # 4. into the pane's state for the key
-                    if run:
-                        state[0] += run  # type: ignore[index]
-                        run = 0
-                    bucket = panes.get(pane)
-                    if bucket is None:
-                        store.watermark = w  # scheduling skips windows closed at w
-                        bucket = flow.open_pane(inp, store, pane)
-                        next_close = store.next_close
-                    state = bucket.get(None)
-                    if state is None:
-                        state = bucket[None] = [0, events.token_at(i)]
-                    run_pane = pane
-                run += 1
-                taken += 1
-                if arr > clock:
-                    clock = arr
+                if not low <= t < high:  # 4. into the pane's state for the key
+                    pane = (t - origin) // step
+                    if state is None or pane != run_pane:
+                        if state is not None:
+                            state[0] += i - run_from
+                        run_from = i
+                        bucket = panes.get(pane)
+                        if bucket is None:
+                            store.watermark = w  # scheduling skips windows closed at w
+                            bucket = flow.open_pane(inp, store, pane)
+                            next_close = store.next_close
+                        state = bucket.get(None)
+                        if state is None:
+                            state = bucket[None] = [0, events.token_at(i)]
+                        run_pane = pane
+                        low, high = pane_bounds(pane, step, origin)
                 if t > newest:  # 5. the watermark (generation every event)
                     newest = t
                     if t - delay > w:
                         w = t - delay
                         if w >= next_close:  # 6. what it passed closes, with this run counted
-                            state[0] += run
-                            run = 0
+                            state[0] += i + 1 - run_from  # type: ignore[index]
+                            run_from = i + 1
                             mark.value, mark.max_timestamp, store.watermark = w, newest, w
-                            flow.close([store], arr, out)
+                            flow.close([store], arrivals[i], out)
                             next_close, state = store.next_close, None
+                            low, high = math.inf, -math.inf
                 continue
             # A time to refuse, or an event out of order under drop or accept: the
             # per-event way, from the state as it stands here.
-            if run:
-                state[0] += run  # type: ignore[index]
-                run = 0
+            if state is not None:
+                state[0] += i - run_from
+            if i > clock_from:
+                clock = max(clock, *arrivals[clock_from:i])
             mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
             ingest.run(flow, inp, [events.event_at(i)], out)  # sampled here, not again
             w, newest, clock, next_close, state = mark.value, mark.max_timestamp, inp.clock, store.next_close, None
+            low, high = math.inf, -math.inf
+            clock_from = i + 1
+            diverted += 1
     finally:
         if sampler is not None:
             sampler.due = at - n + 1 if at >= n else 1
-    if run:
-        state[0] += run  # type: ignore[index]
+    if state is not None:
+        state[0] += n - run_from
+    if n > clock_from:
+        clock = max(clock, *arrivals[clock_from:n])
     mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
+    taken = n - diverted
     counters = flow.counters
     counters.events += taken
     if adjusted:  # a rare count: its list is made, and read, only when there is one
         counters.adjusted += adjusted
         counters.out_of_order_adjusted += adjusted
+
+
+def pane_bounds(pane: float, step: float, origin: float) -> tuple[float, float]:
+    """Times ``low <= t < high`` whose pane (``(t - origin) // step``) is certainly
+    ``pane``: about the pane's start and end, checked (the pane of ``low``, and of the
+    largest float before ``high``, is ``pane``; the pane only grows with ``t``), each
+    moved inwards by a float or two where rounding puts it in the next pane. Where that
+    does not do it, none (``inf, -inf``): every time's pane is worked out.
+
+    >>> pane_bounds(28333333.0, 60.0, 0.0)
+    (1699999980.0, 1700000040.0)
+    >>> low, high = pane_bounds(3.0, 1.0, -3.0)  # 0.9999999999999999 + 3.0 rounds to 4.0
+    >>> low, high < 1.0, (math.nextafter(high, -math.inf) + 3.0) // 1.0
+    (0.0, True, 3.0)
+    """
+    low, high = origin + pane * step, origin + (pane + 1) * step
+    for _ in range(4):
+        if (low - origin) // step == pane:
+            break
+        low = math.nextafter(low, math.inf)
+    else:
+        return math.inf, -math.inf
+    for _ in range(4):
+        last = math.nextafter(high, -math.inf)
+        if (last - origin) // step == pane:
+            return low, high
+        high = last
+    return math.inf, -math.inf
 
 
 def no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:

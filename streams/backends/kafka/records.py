@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -46,7 +46,9 @@ from streams.core.record_batch import Headers, RecordBatch
 from streams.core.records import RecordFormat
 
 Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
-_OFFSET, _HEADERS = attrgetter("offset"), attrgetter("headers")  # of each record of a group, in C
+_OFFSET = attrgetter("offset")  # of each record of a read, in C
+
+_UNREAD = object()  # a record whose value does not decode
 
 # The header the re-keying hop adds to each record it sends on (streams.backends.kafka.repartition):
 # b"<source partition>:<source offset>", after the producer's own headers.
@@ -210,6 +212,10 @@ class GroupedRecords:
         self._partitions = list(partitions)  # a fixed topic order: positions depend on it
         self._namespaces = dict(namespaces)  # topic -> namespace
         self._format = record_format
+        # A format may offer a first decoder to call a record at a time (JSON: msgspec's, with
+        # no Python call around it); what that refuses, its own decode has the last word on.
+        self._format_decode = record_format.decode
+        self._decode: Callable[[bytes], Any] = getattr(record_format, "decode_first", None) or self._format_decode
         self._key_field = key_field
         self._positions: dict[TopicPartition, int] = {tp: 0 for tp in self._partitions}
         # Per topic: (position, first offset) of each message not yet acknowledged.
@@ -258,11 +264,11 @@ class GroupedRecords:
         out: list[QueueMessage],
     ) -> None:
         """Append the messages of one topic's records (positions: offset + ``shift``)."""
-        decode = self._format.decode
+        decode = self._decode
         key_field = self._key_field
-        # key -> (values, records, clocks, arrivals): four appends a record; the rest is read
-        # per group below.
-        groups: dict[Any, tuple[list[Any], list[ConsumerRecord[bytes, bytes]], list[float], list[float]]] = {}
+        # key -> (values, offsets, clocks, arrivals, headers, stream): five appends a record,
+        # each of what the record's message keeps, read from the record while it is at hand.
+        groups: dict[Any, tuple[list[Any], list[int], list[float], list[float], list[Headers], StreamId]] = {}
         bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
         # A group gathers records that other streams' records stand between: each record
         # keeps the queue's clock just before it (RecordBatch.clocks), so an activation can
@@ -275,9 +281,9 @@ class GroupedRecords:
             try:
                 value = decode(r.value)
             except Exception as exc:  # the format's own errors: any type
-                what = "no value (a tombstone)" if r.value is None else f"{exc!r}"
-                bad.append((r, f"does not decode as {self._format.name}: {what}"))
-                continue
+                value = self._last_word(r, exc, bad)
+                if value is _UNREAD:
+                    continue
             key: Any = r.key
             if key is None and key_field is not None:
                 key = key_of(value, key_field)
@@ -286,29 +292,26 @@ class GroupedRecords:
                     continue
             group = groups.get(key)
             if group is None:
-                groups[key] = ([value], [r], [before], [arrival])
+                sid = self._stream_id(tp, key)
+                if sid is None:
+                    bad.append((r, "has a key that is not UTF-8"))
+                    continue
+                groups[key] = ([value], [r.offset], [before], [arrival], [r.headers], sid)
             else:
                 group[0].append(value)
-                group[1].append(r)
+                group[1].append(r.offset)
                 group[2].append(before)
                 group[3].append(arrival)
+                group[4].append(r.headers)
         queue, pending = self._queue, self._pending[tp]
         made: list[QueueMessage] = []
-        for key, (values, members, clocks, times) in groups.items():
-            sid = self._stream_id(tp, key)
-            if sid is None:
-                bad.extend((r, "has a key that is not UTF-8") for r in members)
-                continue
-            offsets = list(map(_OFFSET, members))
-            if tp.topic == self._hop:  # events show their source records, not the hop's copies
-                read = list(map(_HEADERS, members))
-                batch = RecordBatch(sid, values, times, read, offsets, unwrap=_unwrapped_all)
-            else:
-                batch = RecordBatch(sid, values, times, list(map(_HEADERS, members)), offsets)
+        hop = tp.topic == self._hop  # events show their source records, not the hop's copies
+        for values, offsets, clocks, times, headers, sid in groups.values():
+            batch = RecordBatch(sid, values, times, headers, offsets, unwrap=_unwrapped_all if hop else None)
             batch.clocks = clocks
             if clocks[0] > -math.inf:
                 batch.clock_before = clocks[0]
-            made.append(QueueMessage(queue, members[0].offset + shift, b"", batch.arrival_time, batch))
+            made.append(QueueMessage(queue, offsets[0] + shift, b"", batch.arrival_time, batch))
         for r, why in bad:
             error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}", r.offset)
             made.append(QueueMessage(queue, r.offset + shift, r.value or b"", r.timestamp / 1000, error))
@@ -317,6 +320,21 @@ class GroupedRecords:
             made.sort(key=lambda m: m.sequence_number)
         pending.extend((m.sequence_number, m.sequence_number - shift) for m in made)
         out.extend(made)
+
+    def _last_word(
+        self, r: ConsumerRecord[bytes, bytes], exc: Exception, bad: list[tuple[ConsumerRecord[bytes, bytes], str]]
+    ) -> Any:
+        """The value of a record the reader's first decoder refused with ``exc``, as the
+        format's own ``decode`` reads it (JSON: Python's json, after msgspec); or
+        :data:`_UNREAD`, the record added to ``bad`` with why, when that refuses it too."""
+        if self._decode is not self._format_decode:
+            try:
+                return self._format_decode(r.value)
+            except Exception as again:  # the format's own errors: any type
+                exc = again
+        what = "no value (a tombstone)" if r.value is None else f"{exc!r}"
+        bad.append((r, f"does not decode as {self._format.name}: {what}"))
+        return _UNREAD
 
     def _stream_id(self, tp: TopicPartition, key: Any) -> StreamId | None:
         """The stream of ``key`` (bytes, a field's value, or None) in ``tp``'s topic; None

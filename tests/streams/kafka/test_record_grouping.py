@@ -114,3 +114,44 @@ def test_each_record_keeps_the_queues_clock_just_before_it_across_reads():
     [x3, _] = (m.decoded for m in grouped.messages({A: [record(A, n, key, b"1") for n, key in enumerate(b"xyx")]}))
     assert x3.clock_before is None
     assert [(clock, [e.offset for e in run]) for clock, run in x3.events(0).clock_runs()] == [(None, [0]), (1.0, [2])]
+
+
+def test_what_the_first_decoder_refuses_the_formats_own_decode_reads_or_letters():
+    """JSON records are read by msgspec's decoder, called a record at a time with nothing
+    around it; what it refuses, Python's json (the format's decode) has the last word on."""
+    grouped = reader(A)
+    records = [
+        record(A, 0, b"x", b'{"t": NaN}'),  # msgspec refuses it; Python's json reads it
+        record(A, 1, b"x", b"{not json"),
+        record(A, 2, b"\xff", b"2"),  # a key that is not UTF-8
+        record(A, 3, b"x", None),  # a tombstone
+        record(A, 4, b"x", b"4"),
+    ]
+    x, *letters = (m.decoded for m in grouped.messages({A: records}))
+    assert x.values[1:] == [4] and math.isnan(x.values[0]["t"]) and x.offsets == [0, 4]
+    assert [(type(e), e.offset) for e in letters] == [(DecodeError, 1), (DecodeError, 2), (DecodeError, 3)]
+    assert "does not decode as json: JSONDecodeError" in str(letters[0])
+    assert "has a key that is not UTF-8" in str(letters[1]) and "no value (a tombstone)" in str(letters[2])
+
+
+def test_a_format_of_ones_own_decodes_each_record_once_the_bad_ones_too():
+    calls: list[bytes] = []
+
+    class Upper:
+        name = "upper"
+
+        def decode(self, data: bytes) -> str:
+            calls.append(data)
+            if not data.isupper():
+                raise ValueError("not upper case")
+            return data.decode()
+
+        def encode(self, value: str) -> bytes:
+            return value.encode()
+
+    grouped = GroupedRecords(QueueId(0), [A], {A.topic: "A"}, record_format(Upper()))
+    grouped.start({A: 0})
+    messages = grouped.messages({A: [record(A, 0, b"k", b"AB"), record(A, 1, b"k", b"cd"), record(A, 2, b"k", b"EF")]})
+    assert calls == [b"AB", b"cd", b"EF"]
+    assert messages[0].decoded.values == ["AB", "EF"]
+    assert "does not decode as upper: ValueError('not upper case')" in str(messages[1].decoded)
