@@ -25,6 +25,7 @@ two methods:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack
@@ -51,6 +52,29 @@ class RecordFormat(Protocol):
 
 # One decoder for every JSON record: msgspec keeps no state between documents.
 _msgspec_decode = msgspec.json.Decoder().decode
+
+
+def first_decoder(record_format: RecordFormat) -> Callable[[bytes], Any]:
+    """What a reader calls first on each record of ``record_format``: its ``decode_first``
+    (a faster decoder whose refusals ``decode`` then reads again), only where the class that
+    offers it also gives the ``decode`` in use; a subclass or an instance with a ``decode``
+    of its own has every record go through that.
+
+    >>> class Strict(JsonRecords):
+    ...     def decode(self, data):
+    ...         return {"strict": super().decode(data)}
+    >>> first_decoder(JsonRecords()) is JsonRecords.decode_first, first_decoder(Strict())(b"1")
+    (True, {'strict': 1})
+    """
+    decode = record_format.decode
+    if "decode" not in getattr(record_format, "__dict__", ()):  # no decode of its own
+        for cls in type(record_format).__mro__:
+            if "decode" in vars(cls):
+                if "decode_first" in vars(cls):
+                    first: Callable[[bytes], Any] = record_format.decode_first  # type: ignore[attr-defined]
+                    return first
+                break
+    return decode
 
 
 class JsonRecords:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -43,7 +43,7 @@ from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.lazy import LazySequence
 from streams.core.record_batch import Headers, RecordBatch
-from streams.core.records import RecordFormat
+from streams.core.records import RecordFormat, first_decoder
 
 Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
 _OFFSET = attrgetter("offset")  # of each record of a read, in C
@@ -215,7 +215,7 @@ class GroupedRecords:
         # A format may offer a first decoder to call a record at a time (JSON: msgspec's, with
         # no Python call around it); what that refuses, its own decode has the last word on.
         self._format_decode = record_format.decode
-        self._decode: Callable[[bytes], Any] = getattr(record_format, "decode_first", None) or self._format_decode
+        self._decode = first_decoder(record_format)
         self._key_field = key_field
         self._positions: dict[TopicPartition, int] = {tp: 0 for tp in self._partitions}
         # Per topic: (position, first offset) of each message not yet acknowledged.
@@ -327,7 +327,7 @@ class GroupedRecords:
         """The value of a record the reader's first decoder refused with ``exc``, as the
         format's own ``decode`` reads it (JSON: Python's json, after msgspec); or
         :data:`_UNREAD`, the record added to ``bad`` with why, when that refuses it too."""
-        if self._decode is not self._format_decode:
+        if self._decode != self._format_decode:  # a first decoder refused it: decode reads it again
             try:
                 return self._format_decode(r.value)
             except Exception as again:  # the format's own errors: any type

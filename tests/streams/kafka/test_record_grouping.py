@@ -11,7 +11,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from streams.backends.kafka.records import GroupedRecords
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, StreamId
-from streams.core.records import record_format
+from streams.core.records import JsonRecords, record_format
 
 A, B = TopicPartition("a", 0), TopicPartition("b", 0)
 
@@ -155,3 +155,26 @@ def test_a_format_of_ones_own_decodes_each_record_once_the_bad_ones_too():
     assert calls == [b"AB", b"cd", b"EF"]
     assert messages[0].decoded.values == ["AB", "EF"]
     assert "does not decode as upper: ValueError('not upper case')" in str(messages[1].decoded)
+
+
+def test_a_json_format_whose_decode_is_its_own_has_every_record_go_through_it():
+    # msgspec's decoder is JsonRecords' shortcut: a subclass that overrides decode (to check,
+    # reshape or refuse records) must be the one that reads each record, not be skipped.
+    calls: list[bytes] = []
+
+    class Checked(JsonRecords):
+        name = "checked json"
+
+        def decode(self, data: bytes) -> object:
+            calls.append(data)
+            value = super().decode(data)
+            if value == 2:
+                raise ValueError("two is refused")
+            return {"v": value}
+
+    grouped = GroupedRecords(QueueId(0), [A], {A.topic: "A"}, Checked())
+    grouped.start({A: 0})
+    messages = grouped.messages({A: [record(A, i, b"k", b"%d" % i) for i in range(4)]})
+    assert calls == [b"0", b"1", b"2", b"3"]
+    assert messages[0].decoded.values == [{"v": 0}, {"v": 1}, {"v": 3}]
+    assert "does not decode as checked json: ValueError('two is refused')" in str(messages[1].decoded)
