@@ -53,7 +53,18 @@ def _unencodable(value: Any, path: str = "value") -> str:
 # namespace -> key -> its stream id: keyed by the key string the id holds already, where a
 # (namespace, key) tuple per stream was one more object per stream id.
 _STREAM_IDS: dict[str, dict[str, StreamId]] = {}
-_MAX_INTERNED = 100_000  # ids per namespace (and namespaces); then that table starts again
+_MAX_INTERNED = 100_000  # ids a namespace's table holds before it is swept (and namespaces)
+_LIMITS: dict[str, int] = {}  # a namespace whose held ids outgrew _MAX_INTERNED: its own limit
+
+
+def _only_the_table() -> int:
+    """What ``sys.getrefcount`` gives, in :func:`_sweep`'s loop, for an id only its table
+    holds (the table, the loop's name, the call's argument: measured, not assumed)."""
+    table = {"": StreamId("probe", "")}
+    return [sys.getrefcount(sid) for sid in table.values()][0]  # as _sweep's loop counts
+
+
+_ONLY_THE_TABLE = _only_the_table()
 
 
 def stream_id_of(namespace: str, key: str) -> StreamId:
@@ -66,16 +77,32 @@ def stream_id_of(namespace: str, key: str) -> StreamId:
     if ids is None:
         if len(_STREAM_IDS) >= _MAX_INTERNED:
             _STREAM_IDS.clear()
+            _LIMITS.clear()
         ids = _STREAM_IDS[namespace] = {}
     sid = ids.get(key)
     if sid is None:
-        if len(ids) >= _MAX_INTERNED:
-            ids.clear()
+        if len(ids) >= _LIMITS.get(namespace, _MAX_INTERNED):
+            _sweep(namespace, ids)
         # The namespace string interned: a decoded one is a copy per record, and each id kept
         # its own (one string per stream, where a namespace has thousands of streams).
         sid = StreamId(sys.intern(namespace) if type(namespace) is str else namespace, key)
         ids[sid.key] = sid
     return sid
+
+
+def _sweep(namespace: str, ids: dict[str, StreamId]) -> None:
+    """Let go of the ids of a full table that nothing else holds. Those something holds (an
+    activation, a cache's table) stay: a worker with more streams than the limit in a
+    namespace would otherwise decode ids equal to, but not the same object as, the ones its
+    tables are keyed by, and every lookup would go through ``StreamId.__eq__``. Where most
+    are held, the namespace's limit grows to twice what is held, so a sweep stays rare."""
+    held = [sid for sid in ids.values() if sys.getrefcount(sid) > _ONLY_THE_TABLE]
+    ids.clear()
+    ids.update((sid.key, sid) for sid in held)
+    if len(held) > _MAX_INTERNED // 2:
+        _LIMITS[namespace] = 2 * len(held)
+    else:
+        _LIMITS.pop(namespace, None)
 
 
 def interned(stream_id: StreamId) -> StreamId:

@@ -119,6 +119,28 @@ def test_decoded_stream_ids_are_the_interned_ones():
     assert BatchContainer.decode(payload).stream_id is interned(sid) is interned(StreamId("ns", "interned"))
 
 
+def test_a_full_intern_table_keeps_the_ids_something_holds(monkeypatch):
+    # More streams than the table's limit in one namespace: the ids a worker's tables hold
+    # stay the ones decoding gives (a lookup by them skips StreamId.__eq__); the rest go.
+    from streams.core import codec
+
+    monkeypatch.setattr(codec, "_MAX_INTERNED", 100)
+    monkeypatch.setattr(codec, "_STREAM_IDS", {})
+    monkeypatch.setattr(codec, "_LIMITS", {})
+    held = {f"h{i}": codec.stream_id_of("sweep", f"h{i}") for i in range(30)}
+    for i in range(70):
+        codec.stream_id_of("sweep", f"gone{i}")
+    assert len(codec._STREAM_IDS["sweep"]) == 100
+    codec.stream_id_of("sweep", "one more")  # the table is full: swept first
+    assert sorted(codec._STREAM_IDS["sweep"]) == sorted([*held, "one more"])
+    assert all(codec.stream_id_of("sweep", key) is sid for key, sid in held.items())
+    # Most of a full table held: the namespace's limit grows to twice what is held.
+    held |= {f"more{i}": codec.stream_id_of("sweep", f"more{i}") for i in range(69)}
+    codec.stream_id_of("sweep", "full again")
+    assert codec._LIMITS["sweep"] == 2 * 99 and len(codec._STREAM_IDS["sweep"]) == 100
+    assert all(codec.stream_id_of("sweep", key) is sid for key, sid in held.items())
+
+
 def test_int_beyond_64_bits_is_named():
     c = BatchContainer(StreamId("ns", "k"), BatchKind.DATA, 1.0, [1, 2**70])
     with pytest.raises(EncodeError, match=r"value\[1\], an int outside msgpack's 64-bit range"):
