@@ -174,8 +174,8 @@ async def _come_and_go(windowed: bool, rounds: int, per_round: int) -> tuple[lis
             await _until(lambda: deactivated[0] == (r + 1) * per_round, timeout=60)
             assert all(agent.stream_ids() == [] for agent in provider.agents)
             await anyio.sleep(0.05)  # the on_deactivate tasks finish
-            # The decoder's stream-id intern table is a bounded cache (100,000 ids, see
-            # streams.core.batch), not the activations': emptied so the count shows what they leave.
+            # The decoder's stream-id intern table is a bounded cache (swept at 100,000 ids, see
+            # streams.core.codec), not the activations': emptied so the count shows what they leave.
             _STREAM_IDS.clear()
             gc.collect()
             blocks.append(sys.getallocatedblocks())
