@@ -12,7 +12,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
 
 from streams.backends.kafka.clients import is_transient, log, offset_bounds, permanent_fix, retry_kafka, start_client
-from streams.backends.kafka.records import ContainerRecords, Fetched, GroupedRecords, RecordReader
+from streams.backends.kafka.fetched import BatchTaker, Fetched
+from streams.backends.kafka.records import ContainerRecords, GroupedRecords, RecordReader
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError, QueueFailedError
@@ -62,6 +63,7 @@ class KafkaQueueReceiver:
             )
         )
         self._consumer: AIOKafkaConsumer | None = None
+        self._taker: BatchTaker | None = None  # takes the consumer's fetched records
         self._rewinder: AIOKafkaConsumer | None = None  # for read_range, made when first needed
         # Per partition: the offset after what is acknowledged, and the same as committed.
         self._acknowledged: dict[TopicPartition, int] = {}
@@ -83,6 +85,7 @@ class KafkaQueueReceiver:
         configured start when the group has none for this partition)."""
         consumer = await self._retry(lambda: self._open_consumer(self.settings.group_id), f"reading {self.queue}")
         self._consumer = consumer
+        self._taker = BatchTaker(consumer)
         positions = {tp: await self._start_position(consumer, tp) for tp in self._partitions}
         self._reader.start(positions)
 
@@ -128,6 +131,8 @@ class KafkaQueueReceiver:
         if max_count <= 0:
             return []
         consumer = self._require_consumer()
+        taker = self._taker
+        assert taker is not None  # made with the consumer
         await self._commit_if_due()
         tps = self._partitions
         if self._waiting_since is None:
@@ -135,7 +140,7 @@ class KafkaQueueReceiver:
         began = time.monotonic()
         while time.monotonic() - began < self.settings.outage_after:
             try:
-                batch = await consumer.getmany(
+                batch = await taker.getmany(
                     *tps,
                     timeout_ms=int(self.settings.poll_timeout * 1000),
                     max_records=1 if self._narrowing > 0 else max_count,
@@ -355,7 +360,7 @@ class KafkaQueueReceiver:
             )
         finally:
             consumers = [c for c in (self._consumer, self._rewinder) if c is not None]
-            self._consumer = self._rewinder = None
+            self._consumer = self._rewinder = self._taker = None
             for consumer in consumers:
                 with anyio.move_on_after(self.settings.request_timeout):
                     await consumer.stop()

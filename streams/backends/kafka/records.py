@@ -34,8 +34,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
-from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka import TopicPartition
 
+from streams.backends.kafka.fetched import Fetched, KafkaRecord
 from streams.backends.kafka.settings import KeyField
 from streams.core.batch import QueueMessage
 from streams.core.codec import interned
@@ -45,7 +46,6 @@ from streams.core.lazy import LazySequence
 from streams.core.record_batch import Headers, RecordBatch
 from streams.core.records import RecordFormat, first_decoder
 
-Fetched = Mapping[TopicPartition, Sequence[ConsumerRecord[bytes, bytes]]]
 _OFFSET = attrgetter("offset")  # of each record of a read, in C
 
 _UNREAD = object()  # a record whose value does not decode
@@ -135,7 +135,7 @@ class RecordReader(Protocol):
         ...
 
 
-class ContainerMessages(LazySequence[ConsumerRecord[bytes, bytes], QueueMessage]):
+class ContainerMessages(LazySequence[KafkaRecord, QueueMessage]):
     """The queue messages of one read of headrace's own records, each made as it is looked
     at, from the fetched record it stands for.
 
@@ -154,16 +154,16 @@ class ContainerMessages(LazySequence[ConsumerRecord[bytes, bytes], QueueMessage]
 
     __slots__ = ()
 
-    def __init__(self, queue: QueueId, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
+    def __init__(self, queue: QueueId, records: Sequence[KafkaRecord]) -> None:
         # A record with no value (a tombstone from another writer) is empty bytes, which
         # the pulling agent dead-letters like any other record that does not decode.
-        def message(r: ConsumerRecord[bytes, bytes]) -> QueueMessage:
+        def message(r: KafkaRecord) -> QueueMessage:
             return QueueMessage(queue, r.offset, b"" if r.value is None else r.value, r.timestamp / 1000)
 
         super().__init__(records, message)
 
     @property
-    def records(self) -> Sequence[ConsumerRecord[bytes, bytes]]:
+    def records(self) -> Sequence[KafkaRecord]:
         """The fetched records, which :func:`~streams.core.record_batch.gathered` reads
         without making a message of a record it gathers."""
         return self.source
@@ -259,7 +259,7 @@ class GroupedRecords:
     def _group(
         self,
         tp: TopicPartition,
-        records: Sequence[ConsumerRecord[bytes, bytes]],
+        records: Sequence[KafkaRecord],
         shift: int,
         out: list[QueueMessage],
     ) -> None:
@@ -269,7 +269,7 @@ class GroupedRecords:
         # key -> (values, offsets, clocks, arrivals, headers, stream): five appends a record,
         # each of what the record's message keeps, read from the record while it is at hand.
         groups: dict[Any, tuple[list[Any], list[int], list[float], list[float], list[Headers], StreamId]] = {}
-        bad: list[tuple[ConsumerRecord[bytes, bytes], str]] = []
+        bad: list[tuple[KafkaRecord, str]] = []
         # A group gathers records that other streams' records stand between: each record
         # keeps the queue's clock just before it (RecordBatch.clocks), so an activation can
         # catch up with it as though the records had come one by one.
@@ -279,7 +279,7 @@ class GroupedRecords:
             if arrival > clock:
                 clock = arrival
             try:
-                value = decode(r.value)
+                value = decode(r.value)  # type: ignore[arg-type]  # None (a tombstone) raises
             except Exception as exc:  # the format's own errors: any type
                 value = self._last_word(r, exc, bad)
                 if value is _UNREAD:
@@ -296,13 +296,13 @@ class GroupedRecords:
                 if sid is None:
                     bad.append((r, "has a key that is not UTF-8"))
                     continue
-                groups[key] = ([value], [r.offset], [before], [arrival], [r.headers], sid)
+                groups[key] = ([value], [r.offset], [before], [arrival], [tuple(r.headers)], sid)
             else:
                 group[0].append(value)
                 group[1].append(r.offset)
                 group[2].append(before)
                 group[3].append(arrival)
-                group[4].append(r.headers)
+                group[4].append(tuple(r.headers))
         queue, pending = self._queue, self._pending[tp]
         made: list[QueueMessage] = []
         hop = tp.topic == self._hop  # events show their source records, not the hop's copies
@@ -321,15 +321,13 @@ class GroupedRecords:
         pending.extend((m.sequence_number, m.sequence_number - shift) for m in made)
         out.extend(made)
 
-    def _last_word(
-        self, r: ConsumerRecord[bytes, bytes], exc: Exception, bad: list[tuple[ConsumerRecord[bytes, bytes], str]]
-    ) -> Any:
+    def _last_word(self, r: KafkaRecord, exc: Exception, bad: list[tuple[KafkaRecord, str]]) -> Any:
         """The value of a record the reader's first decoder refused with ``exc``, as the
         format's own ``decode`` reads it (JSON: Python's json, after msgspec); or
         :data:`_UNREAD`, the record added to ``bad`` with why, when that refuses it too."""
         if self._decode != self._format_decode:  # a first decoder refused it: decode reads it again
             try:
-                return self._format_decode(r.value)
+                return self._format_decode(r.value)  # type: ignore[arg-type]  # None raises
             except Exception as again:  # the format's own errors: any type
                 exc = again
         what = "no value (a tombstone)" if r.value is None else f"{exc!r}"

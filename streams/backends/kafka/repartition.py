@@ -53,11 +53,12 @@ from typing import Any
 import anyio
 import msgpack
 import msgspec
-from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from streams.adapters.mapper import KafkaPartitionMapper
-from streams.backends.kafka.records import SOURCE_HEADER, Fetched, key_of
+from streams.backends.kafka.fetched import Fetched, KafkaRecord
+from streams.backends.kafka.records import SOURCE_HEADER, key_of
 from streams.backends.kafka.settings import KafkaSettings, KeyField
 from streams.core.records import JsonRecords, RecordFormat
 
@@ -71,7 +72,7 @@ SEEN = "headrace.repartition"
 BATCH_BYTES = 256 << 10
 
 _Upsert = tuple[str, str, int, int, bytes]  # consumer, stream, sequence, index, state
-Forward = tuple[ConsumerRecord[bytes, bytes], bytes]  # a source record and its stream key
+Forward = tuple[KafkaRecord, bytes]  # a source record and its stream key
 
 
 class SeenSources:
@@ -104,7 +105,7 @@ class SeenSources:
         self._taken.append((offset, partition, source_offset))
         return True
 
-    def kept(self, records: Sequence[ConsumerRecord[bytes, bytes]]) -> list[ConsumerRecord[bytes, bytes]]:
+    def kept(self, records: Sequence[KafkaRecord]) -> list[KafkaRecord]:
         """The repartition records of a read that are new (:meth:`take` of each, in order),
         its header read in line: where the hop put it (last) unless another writer's
         record has it elsewhere.
@@ -118,7 +119,7 @@ class SeenSources:
         >>> [r.offset for r in kept], seen.highest, seen.duplicates
         ([0, 2, 3], {1: 6}, 1)
         """
-        out: list[ConsumerRecord[bytes, bytes]] = []
+        out: list[KafkaRecord] = []
         highest, append, remember = self.highest, out.append, self._taken.append
         partitions: dict[bytes, int] = {}  # a header's partition number, read once a read
         # A hop's batch holds one source partition's records: while the partition stays the
@@ -269,7 +270,8 @@ class Rekeying:
         a worker's agents, started side by side, did. A read's one batch a partition is
         acknowledged outside it; a partition's further batches, rare, are sent within it."""
         topic = self.repartition.topic
-        batches = {partition: _filled(producer, items) for partition, items in self._by_partition(records).items()}
+        source = self.source.partition
+        batches = {p: _filled(producer, items, source) for p, items in self._by_partition(records).items()}
         outcomes: list[Any] = []
         async with enqueueing if enqueueing is not None else nullcontext():
             firsts = {
@@ -324,10 +326,10 @@ class Rekeying:
                 out[tp] = records
         return out
 
-    def _key_of(self, r: ConsumerRecord[bytes, bytes]) -> bytes | None:
+    def _key_of(self, r: KafkaRecord) -> bytes | None:
         """The key of a record whose value is decoded whole."""
         try:
-            value = self._decode(r.value)
+            value = self._decode(r.value)  # type: ignore[arg-type]  # None (a tombstone) raises
         except Exception:  # the format's own errors: any type; dead-lettered when read
             return None
         key = key_of(value, self._key_field)
@@ -424,21 +426,18 @@ async def _after(
         await (await producer.send_batch(batch, topic, partition=partition))
 
 
-def _filled(producer: AIOKafkaProducer, records: Sequence[Forward]) -> list[BatchBuilder]:
-    """The producer's record batches holding ``records`` (in order; each closed), each
-    record with a header naming its source record.
+def _filled(producer: AIOKafkaProducer, records: Sequence[Forward], partition: int) -> list[BatchBuilder]:
+    """The producer's record batches holding ``records`` of source ``partition`` (in order;
+    each closed), each record with a header naming its source record.
 
     Appended through aiokafka's record batch builder itself (``BatchBuilder._builder``, with
     the batch's record count set once it is full): ``BatchBuilder.append``'s keyword call
     and per-record checks cost about as much as the record's encoding."""
     batches = [producer.create_batch()]
     append, count = batches[0]._builder.append, 0
-    partition, source = -1, b""  # the source partition's header, b"<partition>:%d"
+    source = b"%d:%%d" % partition  # the header's value, b"<partition>:<offset>"
     single: list[tuple[str, bytes]] = [(SOURCE_HEADER, b"")]  # the builder copies a record's headers in
     for r, key in records:
-        if r.partition != partition:
-            partition = r.partition
-            source = b"%d:%%d" % partition
         extra = r.headers
         if extra:
             headers = [*extra, (SOURCE_HEADER, source % r.offset)]
@@ -478,7 +477,7 @@ def _field_reader(key_field: KeyField) -> Callable[[bytes], Any] | None:
     return msgspec.json.Decoder(field).decode
 
 
-def _source_of(r: ConsumerRecord[bytes, bytes]) -> bytes | None:
+def _source_of(r: KafkaRecord) -> bytes | None:
     for name, value in reversed(r.headers):  # the hop's header is the last one
         if name == SOURCE_HEADER:
             return bytes(value)

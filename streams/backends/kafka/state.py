@@ -60,8 +60,8 @@ from streams.backends.kafka.clients import (
     retry_kafka,
     start_client,
 )
+from streams.backends.kafka.fetched import Fetched
 from streams.backends.kafka.receiver import KafkaQueueReceiver
-from streams.backends.kafka.records import Fetched
 from streams.backends.kafka.repartition import BATCH_BYTES, SEEN, SENDS_IN_FLIGHT, Forward, Rekeying, Sends
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage

@@ -142,7 +142,7 @@ async def test_the_hops_batches_hold_each_record_with_its_key_timestamp_and_sour
                 b"d-%d" % n,
             )
         )
-    batches = _filled(producer, sources)
+    batches = _filled(producer, sources, 3)
     assert len(batches) > 2 and all(b.closed() for b in batches)
     decoded = []
     for batch in batches:
