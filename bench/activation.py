@@ -7,8 +7,10 @@ event time with a tumbling count; the same grouped by a field; a windowless cons
 hands its events off (events wait for the watermark); and the bare ``Processor`` build.
 
 The user's instances are made beforehand: the figures are the runtime's part alone. Time
-is the best of ``--rounds`` rounds of ``--n`` activations; bytes are what ``tracemalloc``
-counts as still allocated per activation while ``--n`` of them are alive.
+is the best of ``--rounds`` rounds of ``--n`` activations (each round a ``bench/timing.py``
+section; the round fastest by wall clock counts), wall-clock and CPU µs an activation; bytes
+are what ``tracemalloc`` counts as still allocated per activation while ``--n`` of them are
+alive.
 
 ``--against REV`` loads the tree of git revision REV beside the working tree, in this same
 process (its modules under their own names, swapped in ``sys.modules`` while it is
@@ -28,7 +30,6 @@ import pstats
 import subprocess
 import sys
 import tempfile
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -36,8 +37,15 @@ from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # bench.timing, when run as a script
+
+from bench.timing import Report, best, per_call, timed  # noqa: E402
+
 PACKAGES = ("streams", "agents", "cache", "balancer", "spark_sink")
-MODULES = ("streams.core.ids", "streams.core.observer", "streams.eventtime", "agents.timed", "spark_sink.handoff")
+MODULES = ("streams.core.ids", "streams.core.observer", "streams.eventtime", "agents.timed")
+# Where ``HandoffTarget`` has lived, newest first: the tree's first that has it is its "handoff".
+HANDOFF_HOMES = ("agents.output", "agents.handoff", "spark_sink.handoff")
 
 Make = Callable[[Any, Any], object]  # (instance, stream id) -> the activation
 Shape = tuple[Callable[[Any], Any], Make]  # (make an instance from a stream id, make its activation)
@@ -55,7 +63,16 @@ def load_tree(root: Path) -> dict[str, ModuleType]:
         del sys.modules[k]
     sys.path.insert(0, str(root))
     try:
-        return {name: importlib.import_module(name) for name in MODULES}
+        tree = {name: importlib.import_module(name) for name in MODULES}
+        for name in HANDOFF_HOMES:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            if hasattr(module, "HandoffTarget"):
+                tree["handoff"] = module
+                break
+        return tree
     finally:
         sys.path.remove(str(root))
         for k in [k for k in sys.modules if _ours(k)]:
@@ -89,7 +106,7 @@ class _Letters:
 
 def shapes(m: dict[str, ModuleType]) -> dict[str, Shape]:
     """Each shape's consumer type, written against the tree of modules ``m``."""
-    et, timed, handoff = m["streams.eventtime"], m["agents.timed"], m["spark_sink.handoff"]
+    et, observers, handoff = m["streams.eventtime"], m["agents.timed"], m["handoff"]
     as_observer = m["streams.core.observer"].as_observer
     letters, sink = _Letters(), _Sink()
 
@@ -126,11 +143,11 @@ def shapes(m: dict[str, ModuleType]) -> dict[str, Shape]:
             pass
 
     def timed_of(instance: Any, sid: object) -> object:
-        return timed.EventTimeObserver(instance, type(instance).event_time, sid, letters)
+        return observers.EventTimeObserver(instance, type(instance).event_time, sid, letters)
 
     def handed_of(instance: Any, sid: object) -> object:
         target = handoff.HandoffTarget(sink, str(sid), "Handoff", 0, "events")
-        return timed.EventTimeObserver(instance, Handoff.event_time, sid, letters, target)
+        return observers.EventTimeObserver(instance, Handoff.event_time, sid, letters, target)
 
     return {
         "plain on_next": (Plain, lambda instance, sid: as_observer(instance)),
@@ -141,18 +158,16 @@ def shapes(m: dict[str, ModuleType]) -> dict[str, Shape]:
     }
 
 
-def measure(m: dict[str, ModuleType], shape: Shape, n: int) -> tuple[float, float]:
-    """``(µs per activation, bytes per activation)`` for ``n`` activations of ``shape``."""
+def measure(m: dict[str, ModuleType], shape: Shape, n: int) -> tuple[Report, float]:
+    """``(the timed section's report, bytes per activation)`` for ``n`` activations of ``shape``."""
     cls, make = shape
     sids = [m["streams.core.ids"].StreamId("devices", f"d-{i}") for i in range(n)]
     instances = [cls(sid) for sid in sids]
     pairs = list(zip(instances, sids, strict=True))
-    gc.collect()
     gc.disable()  # a collection in the loop would charge the set-up's garbage to it
     try:
-        start = time.perf_counter()
-        made = [make(instance, sid) for instance, sid in pairs]
-        seconds = time.perf_counter() - start
+        with timed(n, freeze=False) as clock:  # collects the set-up's garbage first
+            made = [make(instance, sid) for instance, sid in pairs]
     finally:
         gc.enable()
     del made
@@ -164,7 +179,7 @@ def measure(m: dict[str, ModuleType], shape: Shape, n: int) -> tuple[float, floa
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     size = (after - before - sys.getsizeof(made)) / n  # the list holding them is not theirs
-    return seconds / n * 1e6, size
+    return clock.report(), size
 
 
 def main() -> None:
@@ -184,24 +199,28 @@ def main() -> None:
             return
         wanted = args.shapes.split(",") if args.shapes else None
         made = {label: {k: v for k, v in shapes(m).items() if not wanted or k in wanted} for label, m in trees.items()}
-        best: dict[tuple[str, str], list[float]] = {}
+        fastest: dict[tuple[str, str], tuple[Report, float]] = {}
         for r in range(max(1, args.rounds)):
             for name in made["this tree"]:
                 order = list(trees.items())
                 for label, m in order if r % 2 == 0 else order[::-1]:  # alternating: the same load for both
-                    us, size = measure(m, made[label][name], args.n)
-                    old = best.get((name, label))
-                    best[(name, label)] = [min(us, old[0]) if old else us, size]
-    print(f"activation creation, {args.n:,} activations per round, best of {args.rounds} (µs; bytes alive)")
+                    report, size = measure(m, made[label][name], args.n)
+                    old = fastest.get((name, label))
+                    fastest[(name, label)] = (best([old[0], report]) if old else report, size)
+    print(
+        f"activation creation, {args.n:,} activations per round, best of {args.rounds} "
+        "(µs an activation, wall-clock and CPU, of the round fastest by wall clock; bytes alive)"
+    )
     labels = list(trees)
-    header = "".join(f" | {label[:14]:>14} µs | {'bytes':>6}" for label in labels)
-    ratio = f" | {'time ratio':>10} | {'bytes ratio':>11}" if len(labels) == 2 else ""
+    header = "".join(f" | {label[:12]:>12} wall µs | {'CPU µs':>6} | {'bytes':>6}" for label in labels)
+    ratio = f" | {'wall ratio':>10} | {'CPU ratio':>9} | {'bytes ratio':>11}" if len(labels) == 2 else ""
     print(f"  {'shape':22}{header}{ratio}")
     for name in made["this tree"]:
-        row = "".join(f" | {best[(name, label)][0]:>17.2f} | {best[(name, label)][1]:>6.0f}" for label in labels)
+        cells = {label: (per_call(fastest[(name, label)][0]), fastest[(name, label)][1]) for label in labels}
+        row = "".join(f" | {us.wall:>20.2f} | {us.cpu:>6.2f} | {size:>6.0f}" for us, size in cells.values())
         if len(labels) == 2:
-            (us, size), (us0, size0) = best[(name, labels[0])], best[(name, labels[1])]
-            row += f" | {us / us0:>9.2f}x | {size / size0:>10.2f}x"
+            (us, size), (us0, size0) = cells[labels[0]], cells[labels[1]]
+            row += f" | {us.wall / us0.wall:>9.2f}x | {us.cpu / us0.cpu:>8.2f}x | {size / size0:>10.2f}x"
         print(f"  {name:22}{row}")
 
 

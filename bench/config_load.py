@@ -7,6 +7,9 @@ The libraries are not headrace dependencies; install them beside it to run this:
     pip install --target /tmp/cfg-libs pydantic-settings msgspec
     .venv/bin/python bench/config_load.py --libs /tmp/cfg-libs
 
+Each load is timed with ``bench/timing.py`` (best of 5 rounds, the round fastest by wall
+clock): µs a load, wall-clock and CPU.
+
 The two library schemas below are the typed sections only (no cross-key checks, no building of
 StreamProviderOptions / BalancerOptions / OrderingPolicy, no queue count read from the store):
 what they cost is a lower bound of what adopting them would.
@@ -17,7 +20,6 @@ import os
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._common import import_ms  # noqa: E402
+from bench.timing import PerCall, Report, best, per_call, timed  # noqa: E402
 
 DOC = ROOT / "docs" / "configuration.md"
 
@@ -57,15 +60,20 @@ MISTAKES: list[tuple[str, dict[str, str], str]] = [
 ]
 
 
-def per_load_us(load: Any, rounds: int = 2000) -> float:
+def per_load_us(load: Any, rounds: int = 2000) -> PerCall:
+    """µs a call of ``load``, wall-clock and CPU: the fastest of 5 timed rounds of ``rounds // 5`` calls."""
     load()
-    best = float("inf")
+    runs: list[Report] = []
     for _ in range(5):
-        began = time.perf_counter()
-        for _ in range(rounds // 5):
-            load()
-        best = min(best, (time.perf_counter() - began) / (rounds // 5) * 1e6)
-    return best
+        with timed(rounds // 5, freeze=False) as clock:
+            for _ in range(rounds // 5):
+                load()
+        runs.append(clock.report())
+    return per_call(best(runs))
+
+
+def us_line(label: str, us: PerCall, note: str = "") -> str:
+    return f"  {label:<56} {us.wall:9.1f} {us.cpu:9.1f}{note}"
 
 
 def lines_of(*paths: Path) -> int:
@@ -135,6 +143,7 @@ def pydantic_schema() -> Any:
         tune_gc: bool | None = None
         shutdown_timeout: Pos = 10.0
         max_read_backoff: Pos = 5.0
+        lateness_sample_every: int = Field(256, ge=1)
 
     class Cache(BaseModel):
         model_config = strict
@@ -252,6 +261,7 @@ def msgspec_schema() -> Any:
         tune_gc: bool | None = None
         shutdown_timeout: Text = 10.0
         max_read_backoff: Text = 5.0
+        lateness_sample_every: Count = 256
 
     class Cache(S):
         size: Count = 4096
@@ -332,8 +342,9 @@ def main() -> None:
         print(f"  + {module:<56} {ms:8.1f}" if ms != float("inf") else f"  + {module}: not installed")
 
     current = per_load_us(lambda: load_config(toml_file, environ={}))
-    print("\nload the documented headrace.toml (µs per load, best of 5):")
-    print(f"  headrace (file, env, checks, typed sections and options) {current:9.1f}")
+    print("\nload the documented headrace.toml (µs per load, best of 5 rounds):")
+    print(f"  {'':56} {'wall':>9} {'CPU':>9}")
+    print(us_line("headrace (file, env, checks, typed sections and options)", current))
 
     try:
         settings_cls = pydantic_schema()
@@ -341,13 +352,11 @@ def main() -> None:
         settings_cls = None
         print("  pydantic-settings: not installed")
     if settings_cls is not None:
-        began = time.perf_counter()
-        settings_cls = pydantic_schema()
-        print(
-            f"  pydantic-settings: building the models                  {(time.perf_counter() - began) * 1e6:9.1f}  (once, at import)"
-        )
+        with timed(1, freeze=False) as clock:
+            settings_cls = pydantic_schema()
+        print(us_line("pydantic-settings: building the models", per_call(clock.report()), "  (once, at import)"))
         settings_cls.file = toml_file
-        print(f"  pydantic-settings (file + env, typed sections only)      {per_load_us(settings_cls, 500):9.1f}")
+        print(us_line("pydantic-settings (file + env, typed sections only)", per_load_us(settings_cls, 500)))
     try:
         import msgspec
 
@@ -357,13 +366,9 @@ def main() -> None:
         print("  msgspec: not installed")
     if document_cls is not None:
         doc = tomllib.loads(full)
-        print(
-            f"  tomllib + msgspec.convert (typed sections only)          "
-            f"{per_load_us(lambda: msgspec.convert(tomllib.loads(full), document_cls)):9.1f}"
-        )
-        print(
-            f"    of which msgspec.convert                               {per_load_us(lambda: msgspec.convert(doc, document_cls)):9.1f}"
-        )
+        both = per_load_us(lambda: msgspec.convert(tomllib.loads(full), document_cls))
+        print(us_line("tomllib + msgspec.convert (typed sections only)", both))
+        print(us_line("  of which msgspec.convert", per_load_us(lambda: msgspec.convert(doc, document_cls))))
 
     print("\nthe mistakes test_config.py checks: the message each gives")
     kept = {"headrace": 0, "pydantic-settings": 0, "msgspec": 0}

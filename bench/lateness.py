@@ -11,8 +11,11 @@ weighs the most). Each shape runs, alternating round by round, best of ``--round
 - ``every 64``: one event in 64;
 - ``every 1``: every event sampled (the worst case).
 
-Times are this process's CPU time. Each side's best round, and the median over rounds of its time over the reference's (``base``)
-in the same round: on a shared machine single rounds move by several percent.
+Each round is a ``bench/timing.py`` section; the figures compare this process's CPU time (what
+the other processes on the machine take is not ours), and the wall-clock time of the same
+rounds is printed beside it. Each side's best round (by CPU time), and the median over rounds
+of its CPU time over the reference's (``base``) in the same round: on a shared machine single
+rounds move by several percent.
 
 Memory: a sketch filled over two hours of arrivals (every ring slot in use), as
 ``size_bytes`` counts it and as ``tracemalloc`` sees it, without and with kept substreams.
@@ -27,7 +30,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -37,17 +39,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.activation import ROOT, export_tree, load_tree  # noqa: E402
+from bench.timing import Report, per_call, timed  # noqa: E402
 from bench.windows import make_batches  # noqa: E402
 from streams import eventtime  # noqa: E402
 from streams.eventtime.lateness import MAX_SUBSTREAMS, LatenessSketch  # noqa: E402
 
-Run = Callable[[list[list[Any]]], float]
+Run = Callable[[list[list[Any]]], Report]
 
 
 def runner(m: ModuleType, shape: str, every: int | None) -> Run:
-    """CPU seconds to run every batch through a new processor of ``shape`` (of module tree ``m``)."""
+    """The timed run of every batch through a new processor of ``shape`` (of module tree ``m``)."""
 
-    def run(batches: list[list[Any]]) -> float:
+    def run(batches: list[list[Any]]) -> Report:
         policy = m.OrderingPolicy(out_of_order=1.0)
         if shape == "tumbling":
             p = m.Processor(policy, m.Tumbling(10.0), group_by="key")
@@ -55,10 +58,10 @@ def runner(m: ModuleType, shape: str, every: int | None) -> Run:
             p = m.Processor(policy)
         if every is not None:
             p.sample_times(LatenessSketch(every))
-        start = time.process_time()  # CPU time: what the other processes on the machine take is not ours
-        for batch in batches:
-            p.on_events(batch)
-        return time.process_time() - start
+        with timed(sum(len(batch) for batch in batches), freeze=False) as clock:
+            for batch in batches:
+                p.on_events(batch)
+        return clock.report()
 
     return run
 
@@ -122,17 +125,20 @@ def main() -> None:
                 "every 64": runner(eventtime, shape, 64),
                 "every 1": runner(eventtime, shape, 1),
             }
-            times: dict[str, list[float]] = {name: [] for name in sides}
+            reports: dict[str, list[Report]] = {name: [] for name in sides}
             for _ in range(args.rounds):
                 for name, run in sides.items():
-                    times[name].append(run(batches))
+                    reports[name].append(run(batches))
             first = next(iter(sides))
+            reference = min(r.cpu for r in reports[first])
             cells = []
-            for name, ts in times.items():
+            for name, rs in reports.items():
+                fastest = min(rs, key=lambda r: r.cpu)  # the best round by CPU time
+                ns = per_call(fastest, scale=1e9)
                 # the round's ratio to the reference's same round (neighbours in time), median
-                ratios = sorted(t / r for t, r in zip(ts, times[first]))
+                ratios = sorted(r.cpu / ref.cpu for r, ref in zip(rs, reports[first]))
                 cells.append(
-                    f"{name} {min(ts) / args.events * 1e9:,.0f} ns (best {(min(ts) / min(times[first]) - 1) * 100:+.1f} %, "
+                    f"{name} {ns.cpu:,.0f} ns CPU, {ns.wall:,.0f} wall (best {(fastest.cpu / reference - 1) * 100:+.1f} %, "
                     f"median of rounds {(ratios[len(ratios) // 2] - 1) * 100:+.1f} %)"
                 )
             print(f"  {shape}: per event " + "; ".join(cells))

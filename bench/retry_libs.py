@@ -1,7 +1,8 @@
 """headrace's retry helper (streams/core/retry.py) against tenacity and stamina: import time,
 the cost of a call that succeeds at once (every receiver read and acknowledgement goes
 through it), the cost of each failed attempt, how soon an anyio cancel scope ends each one
-mid back-off, and which of the features headrace uses each one has.
+mid back-off, and which of the features headrace uses each one has. Each measured section is
+timed with ``bench/timing.py``: wall-clock and CPU time, the round fastest by wall clock of 5.
 
 The libraries are not headrace dependencies; install them beside it to run this:
     pip install --target /tmp/retry-libs stamina tenacity
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._common import import_ms  # noqa: E402
+from bench.timing import PerCall, Report, best, per_call, timed  # noqa: E402
 from streams.core.retry import Backoff, OutageLog, retry  # noqa: E402
 
 CALLS = 20_000
@@ -46,14 +47,15 @@ def flaky(failures: int) -> Callable[[], Awaitable[int]]:
     return call
 
 
-async def per_call_us(run: Callable[[], Awaitable[Any]], calls: int = CALLS) -> float:
-    best = float("inf")
+async def per_call_us(run: Callable[[], Awaitable[Any]], calls: int = CALLS) -> PerCall:
+    """µs a call of ``run``, wall-clock and CPU: the fastest of 5 timed rounds of ``calls // 5``."""
+    runs: list[Report] = []
     for _ in range(5):
-        began = time.perf_counter()
-        for _ in range(calls // 5):
-            await run()
-        best = min(best, (time.perf_counter() - began) / (calls // 5) * 1e6)
-    return best
+        with timed(calls // 5, freeze=False) as clock:
+            for _ in range(calls // 5):
+                await run()
+        runs.append(clock.report())
+    return per_call(best(runs))
 
 
 def sides(libs_present: bool) -> dict[str, Callable[[Callable[[], Awaitable[int]]], Awaitable[int]]]:
@@ -104,15 +106,15 @@ def sides(libs_present: bool) -> dict[str, Callable[[Callable[[], Awaitable[int]
     return ways
 
 
-async def cancelled_after(way: Callable[[], Awaitable[Any]]) -> float:
-    """Seconds until a 50 ms cancel scope ends a retry that is backing off for 10 s."""
-    began = time.perf_counter()
-    with anyio.move_on_after(0.05):
-        await way()
-    return time.perf_counter() - began
+async def cancelled_after(way: Callable[[], Awaitable[Any]]) -> PerCall:
+    """Seconds (wall-clock, CPU) until a 50 ms cancel scope ends a retry that is backing off for 10 s."""
+    with timed(1, freeze=False) as clock:
+        with anyio.move_on_after(0.05):
+            await way()
+    return per_call(clock.report(), scale=1)
 
 
-async def cancellation(libs_present: bool) -> dict[str, float]:
+async def cancellation(libs_present: bool) -> dict[str, PerCall]:
     always = flaky(10**9)
     ways: dict[str, Callable[[], Awaitable[Any]]] = {
         "headrace retry()": lambda: retry(always, what="x", backoff=Backoff(10, 10)),
@@ -175,17 +177,21 @@ def main() -> None:
 
     async def measure() -> None:
         print("\nµs per call that succeeds at once (best of 5 rounds):")
+        print(f"  {'':32} {'wall':>7} {'CPU':>7}")
         for name, way in ways.items():
-            print(f"  {name:<32} {await per_call_us(lambda: way(ok)):7.2f}")
+            us = await per_call_us(lambda: way(ok))
+            print(f"  {name:<32} {us.wall:7.2f} {us.cpu:7.2f}")
         print("\nµs per failed attempt (9 failures then success, no pause; best of 5 rounds):")
+        print(f"  {'':32} {'wall':>7} {'CPU':>7}")
         for name, way in ways.items():
             if name.startswith("plain"):
                 continue
             whole = await per_call_us(lambda: way(flaky(9)), 2000)
-            print(f"  {name:<32} {whole / 10:7.2f}")
+            print(f"  {name:<32} {whole.wall / 10:7.2f} {whole.cpu / 10:7.2f}")
         print("\nseconds until a 50 ms anyio cancel scope ends a retry backing off for 10 s:")
+        print(f"  {'':32} {'wall':>7} {'CPU':>7}")
         for name, seconds in (await cancellation(libs_present)).items():
-            print(f"  {name:<32} {seconds:7.3f}")
+            print(f"  {name:<32} {seconds.wall:7.3f} {seconds.cpu:7.3f}")
 
     anyio.run(measure)
     print("\n" + FEATURES)

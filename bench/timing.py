@@ -24,6 +24,9 @@ were), and the share of the events the timed span covers: events counted at a st
 was the run's start (a poller's first look) happened before the span and are not covered.
 A report covering under 90 % refuses to give a rate (:meth:`Report.rate` is ``None``, and
 :meth:`Report.row` prints the refusal instead of a figure).
+
+A micro-benchmark times each round of its calls with :func:`timed` and prints
+:func:`per_call`'s time a call, wall-clock and CPU, of the round :func:`best` keeps.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # Under this share of the events inside the timed span a rate is an extrapolation: refused.
 MIN_COVERAGE = 0.9
@@ -200,6 +204,28 @@ def timed(events: int, *, freeze: bool = True) -> Iterator[Clock]:
 def figure(report: Report, scale: float = 1.0) -> str:
     """``report``'s rate (times ``scale``) as printed, or its refusal."""
     return report.refusal() if report.rate is None else f"{report.rate * scale:,.0f}"
+
+
+class PerCall(NamedTuple):
+    """Wall-clock and CPU time a call (an event) took over a report's whole span."""
+
+    wall: float
+    cpu: float
+
+
+def per_call(report: Report, scale: float = 1e6) -> PerCall:
+    """``report``'s wall-clock and CPU seconds over the events its span covers, times ``scale``
+    (1e6: microseconds a call; 1e9: nanoseconds): a micro-benchmark's figure, from a
+    :func:`timed` section of ``n`` calls. NaN when the span covers no event.
+
+    >>> per_call(Report(250_000, 250_000, 1, 0.5, 0.25, 0, math.nan, math.nan))
+    PerCall(wall=2.0, cpu=1.0)
+    >>> per_call(Report(1_000, 1_000, 1, 0.5, 0.25, 0, math.nan, math.nan), scale=1e9).wall
+    500000.0
+    """
+    if not report.covered:
+        return PerCall(math.nan, math.nan)
+    return PerCall(report.wall * scale / report.covered, report.cpu * scale / report.covered)
 
 
 def coverage_line(reports: Iterable[Report]) -> str:
