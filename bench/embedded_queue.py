@@ -19,7 +19,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
-from bench.timing import Report, coverage_line, figure, timed  # noqa: E402
+from bench.timing import Report, coverage_line, cpu_figure, figure, timed  # noqa: E402
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter  # noqa: E402
 from streams.backends.embedded.store import Synchronous  # noqa: E402
 from streams.core.batch import BatchContainer, BatchKind  # noqa: E402
@@ -107,8 +107,9 @@ async def main(records: int, events: int) -> None:
         rows.append((sync, seq, conc, bat, read))
     print(f"{'synchronous':<12}{'sequential':>12}{'32 concurrent':>15}{'batches of 500':>16}{'read':>12}")
     for sync, seq, conc, bat, read in rows:
-        read_text = figure(read) if read else "-"
-        print(f"{sync:<12}{figure(seq):>12}{figure(conc):>15}{figure(bat):>16}{read_text:>12}")
+        for label, rate in ((sync, figure), ("  per CPU s", cpu_figure)):
+            read_text = rate(read) if read else "-"
+            print(f"{label:<12}{rate(seq):>12}{rate(conc):>15}{rate(bat):>16}{read_text:>12}")
     print(coverage_line(r for row in rows for r in row[1:] if r is not None))
     normal, full = [[r.rate or math.nan for r in row[1:4]] for row in rows]
     print(

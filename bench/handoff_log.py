@@ -33,7 +33,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.timing import figure, timed  # noqa: E402
+from bench.timing import cpu_figure, figure, timed  # noqa: E402
 from spark_sink import HandoffSchema  # noqa: E402
 from streams.backends.embedded.handoff_commit import GroupAppender  # noqa: E402
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter  # noqa: E402
@@ -102,7 +102,7 @@ def run(way: str, activations: int, appends: int, partitions: int) -> str:
     size -= empty
     writes = appender.writes if way == "group commit" else writes
     return (
-        f"  {way:<18} {figure(report):>9} rows/s  {size / rows:>7,.0f} B/row on disk  "
+        f"  {way:<18} {figure(report):>9} rows/s ({cpu_figure(report):>9} per CPU s)  {size / rows:>7,.0f} B/row on disk  "
         f"{files:>6,} files  {index_rows:>6,} index rows  {writes:>6,} writes  (timed: {report.coverage:.0%} of the rows)"
     )
 

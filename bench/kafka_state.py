@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from bench.timing import Clock, Report, figure
+from bench.timing import Clock, Report, cpu_figure, figure
 from streams import StreamProvider
 from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
 from streams.backends.kafka.backend import KafkaBackend
@@ -189,7 +189,7 @@ async def run(bootstrap: str, records: int, events: int, streams: int, queues: i
         f"{queues} queues, Tansu on loopback"
     )
     print(
-        f"{'':48} {'events/s':>10} {'offset behind':>14} {'changelog':>10} {'restart events':>14} {'restart s':>10}"
+        f"{'':48} {'events/s':>10} {'per CPU s':>10} {'offset behind':>14} {'changelog':>10} {'restart events':>14} {'restart s':>10}"
         f" {'timed':>6}"
     )
     shapes = (("headrace", 1, records), ("headrace", events, records // 4), ("json", 1, records))
@@ -204,7 +204,7 @@ async def run(bootstrap: str, records: int, events: int, streams: int, queues: i
             reread, restart_seconds = await restart(bootstrap, topic, queues, mode, json_records)
             name = f"{count:,} {kind} records x {per_record} event(s), {mode}"
             print(
-                f"{name:48} {figure(report):>10} {behind:>14,} {written:>10,} {reread:>14,} {restart_seconds:10.2f} {report.coverage:6.0%}"
+                f"{name:48} {figure(report):>10} {cpu_figure(report):>10} {behind:>14,} {written:>10,} {reread:>14,} {restart_seconds:10.2f} {report.coverage:6.0%}"
             )
 
 

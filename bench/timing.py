@@ -206,6 +206,17 @@ def figure(report: Report, scale: float = 1.0) -> str:
     return report.refusal() if report.rate is None else f"{report.rate * scale:,.0f}"
 
 
+def cpu_figure(report: Report, scale: float = 1.0) -> str:
+    """``report``'s rate per CPU second (times ``scale``) as printed, or its refusal: the
+    column a table of :func:`figure` rates prints beside them.
+
+    >>> report = Report(1_000, 1_000, 1, 0.5, 0.25, 0, math.nan, math.nan)
+    >>> figure(report), cpu_figure(report)
+    ('2,000', '4,000')
+    """
+    return report.refusal() if report.cpu_rate is None else f"{report.cpu_rate * scale:,.0f}"
+
+
 class PerCall(NamedTuple):
     """Wall-clock and CPU time a call (an event) took over a report's whole span."""
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.timing import Report, best, coverage_line, figure, timed  # noqa: E402
+from bench.timing import Report, best, coverage_line, cpu_figure, figure, timed  # noqa: E402
 from streams.core.batch import Event  # noqa: E402
 from streams.core.ids import (
     SequenceToken,  # noqa: E402
@@ -166,7 +166,9 @@ def shapes(batches: list[list[Event]], rounds: int) -> None:
     """Tumbling, sessions and the join on the same events: events/s and state per key."""
     n = sum(len(b) for b in batches)
     print(f"{n:,} events, {KEYS} keys, 5 % out of order (tolerance {DELAY:g} s), best of {rounds}:")
-    print(f"  {'shape':34} {'events/s':>12} {'results':>9} {'state B/key':>12} {'snapshot B/key':>15}")
+    print(
+        f"  {'shape':34} {'events/s':>12} {'per CPU s':>12} {'results':>9} {'state B/key':>12} {'snapshot B/key':>15}"
+    )
     timed_runs: list[Report] = []
     for name, run in (
         (f"tumbling {SIZE:g} s count", counting(Tumbling(SIZE))),
@@ -184,7 +186,10 @@ def shapes(batches: list[list[Event]], rounds: int) -> None:
             reports.append(clock.report())
         memory, snap = state_bytes(processor)
         snapshot = "-" if snap is None else f"{snap:,.0f}"
-        print(f"  {name:34} {figure(best(reports)):>12} {results:9,} {memory:12,.0f} {snapshot:>15}")
+        fastest = best(reports)
+        print(
+            f"  {name:34} {figure(fastest):>12} {cpu_figure(fastest):>12} {results:9,} {memory:12,.0f} {snapshot:>15}"
+        )
         timed_runs += reports
     print(f"  {coverage_line(timed_runs)}")
 
@@ -209,10 +214,16 @@ def main() -> None:
     core_run, hand_run = best(cores), best(hands)
     print(f"tumbling count per key: {n:,} events, {KEYS} keys, 5 % out of order, {len(got):,} windows")
     print(f"best of {args.rounds} alternating rounds:")
-    print(f"  core      {figure(core_run):>12} events/s   ({core_run.wall:.2f} s)")
-    print(f"  hand loop {figure(hand_run):>12} events/s   ({hand_run.wall:.2f} s)")
-    if core_run.rate and hand_run.rate:
-        print(f"  ratio core/hand: {core_run.rate / hand_run.rate:.2f}")
+    for name, run in (("core", core_run), ("hand loop", hand_run)):
+        print(
+            f"  {name:9} {figure(run):>12} events/s   ({run.wall:.2f} s)  "
+            f"{cpu_figure(run):>12} per CPU s  ({run.cpu:.2f} s)"
+        )
+    if core_run.rate and hand_run.rate and core_run.cpu_rate and hand_run.cpu_rate:
+        print(
+            f"  ratio core/hand: {core_run.rate / hand_run.rate:.2f} "
+            f"({core_run.cpu_rate / hand_run.cpu_rate:.2f} per CPU second)"
+        )
     print(f"  {coverage_line(cores + hands)}")
     shapes(batches, args.rounds)
 
