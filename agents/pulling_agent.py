@@ -362,7 +362,14 @@ class PullingAgent:
         # dropped its decoded values) before the next is decoded. The values then die young,
         # cheap for the garbage collector, instead of a whole read's worth of them surviving
         # into its older generations, whose collections cost time in proportion.
+        working = self._working
         for start in range(0, len(messages), _ADD_SLICE):
+            if start and working:
+                # The tasks the last slice started (a completion, windows to emit) run now,
+                # while what they touch of their streams is still in the CPU's caches. Left
+                # until the whole read was added (up to cache_size records: thousands of
+                # streams, and other agents' reads meanwhile), they found it all cold again.
+                await anyio.sleep(0)
             await self._add_slice(messages[start : start + _ADD_SLICE])
 
     async def _add_slice(self, messages: Sequence[QueueMessage]) -> None:
