@@ -110,6 +110,10 @@ class ReceiverCalls:
 
 
 _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
+# Consumer tasks waiting to run at which a read lets them (see _add). Not at every slice:
+# that made reads of a few hundred streams slower (measured 4-8 % per event at 1,000
+# streams, though callgrind counted fewer instructions, cache and branch misses).
+_PENDING_TASKS = 256
 Ts = TypeVarTuple("Ts")
 
 
@@ -364,11 +368,11 @@ class PullingAgent:
         # into its older generations, whose collections cost time in proportion.
         working = self._working
         for start in range(0, len(messages), _ADD_SLICE):
-            if start and working:
-                # The tasks the last slice started (a completion, windows to emit) run now,
-                # while what they touch of their streams is still in the CPU's caches. Left
-                # until the whole read was added (up to cache_size records: thousands of
-                # streams, and other agents' reads meanwhile), they found it all cold again.
+            if len(working) >= _PENDING_TASKS and start:
+                # The tasks the slices so far started (a completion, windows to emit) run
+                # now, while what they touch of their streams is still in the CPU's caches.
+                # Left until the whole read was added (up to cache_size records: thousands
+                # of streams, and other agents' reads meanwhile), they found it all cold.
                 await anyio.sleep(0)
             await self._add_slice(messages[start : start + _ADD_SLICE])
 

@@ -190,12 +190,13 @@ async def test_watermarks_and_completion_keep_their_place_among_inline_batches()
     assert log == [1, 2, ("watermark", 100.0), 3, 4, "completed"]
 
 
-async def test_a_reads_completions_run_between_its_slices_not_after_the_whole_read():
-    # A backlog read at once (200 records, one read): what a slice's streams leave to their
-    # tasks (here each completion) runs before the agent adds the next slice (64 records),
-    # while their state is still in the CPU's caches, not after all 100 streams were added.
+async def test_a_large_reads_completions_run_between_its_slices_not_after_the_whole_read():
+    # A backlog read at once (1,200 records, one read): what its streams leave to their
+    # tasks (here each completion) runs once _PENDING_TASKS of them wait, before the agent
+    # adds its next slice, not after all 600 streams were added.
     provider = StreamProvider.memory(queues=1)
     log: list = []
+    streams = 600
 
     @provider.implicit("devices")
     class Device:
@@ -210,16 +211,17 @@ async def test_a_reads_completions_run_between_its_slices_not_after_the_whole_re
             log.append(("completed", self.key))
 
     async with provider:
-        for i in range(100):  # no await suspends: the agent reads all of it at once
+        for i in range(streams):  # no await suspends: the agent reads all of it at once
             stream = provider.get_stream(StreamId("devices", str(i)))
             await stream.on_next_batch([i])
             await stream.on_completed()
         await drained(provider)
-    keys = [str(i) for i in range(100)]
+    keys = [str(i) for i in range(streams)]
     assert sorted(k for kind, k in log if kind == "next") == sorted(keys)
     assert sorted(k for kind, k in log if kind == "completed") == sorted(keys)
     assert all(log.index(("next", k)) < log.index(("completed", k)) for k in keys)
-    # The first slice's completions come before the last stream's data (each slice holds 32
-    # streams: the first completion follows at most 32 deliveries).
-    assert log.index(("completed", "0")) < log.index(("next", "99"))
-    assert [kind for kind, _ in log[:33]].count("next") <= 32
+    # Each slice holds 32 streams: the first completion follows the slice in which the
+    # 256th task began, well before the last stream's data.
+    first = log.index(("completed", "0"))
+    assert first < log.index(("next", str(streams - 1)))
+    assert [kind for kind, _ in log[:first]].count("next") == 256
