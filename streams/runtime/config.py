@@ -4,7 +4,10 @@ Sections (every key is optional; docs/configuration.md has a full example)::
 
 [provider]            adapter (embedded | kafka | memory), queues, path, synchronous
 [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field,
-compression, dead_letter_topic, idempotent
+compression, dead_letter_topic, idempotent, security_protocol, ssl_cafile,
+ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname, sasl_mechanism,
+sasl_plain_username, sasl_plain_password, sasl_oauth_token_provider,
+client_options, consumer_options
 [provider.retention]  max_age, max_records_per_queue, interval      (embedded queues)
 [agent]               the pulling agents' StreamProviderOptions
 [cache]               size, buckets, slow_consumer_timeout
@@ -75,6 +78,7 @@ from streams.runtime.config_schema import (
     CONFIG_FILE,
     ENV_PREFIX,
     SCHEMA,
+    TABLE_KEYS,
     HeadraceSettings,
     ProviderSettings,
     Setting,
@@ -93,7 +97,7 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, 
     """``(dotted key, value)`` for every value of a parsed TOML document."""
     for key, value in table.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if isinstance(value, dict) and dotted not in TABLE_KEYS:
             yield from _flatten(value, dotted + ".")
         else:
             yield dotted, value
@@ -153,7 +157,7 @@ def load_settings(
         rest = name[len(ENV_PREFIX) :] if name.startswith(ENV_PREFIX) else ""
         if "__" in rest:
             dotted = rest.lower().replace("__", ".")
-            _add(settings, dotted, Setting(_env_value(text), name, name, Path.cwd()))
+            _add(settings, dotted, Setting(_env_value(text), name, name, Path.cwd(), text))
     for dotted, value in (overrides or {}).items():
         _add(settings, dotted, Setting(value, "override", dotted, Path.cwd()))
     return _build(settings, file, into)

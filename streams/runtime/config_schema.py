@@ -23,6 +23,7 @@ from balancer.base import BalancerOptions
 from streams.adapters.retention import RetentionPolicy
 from streams.core.errors import ConfigurationError
 from streams.core.options import StreamProviderOptions
+from streams.core.secret import Secret
 from streams.eventtime.policy import Action, OrderingPolicy
 from streams.eventtime.timetext import parse_duration, parse_window
 from streams.eventtime.windows import WindowSpec
@@ -149,6 +150,7 @@ class Setting:
     origin: str
     where: str
     base: Path
+    text: str | None = None  # an environment variable's text, before it was read as TOML
 
 
 Parser = Callable[[Setting], Any]
@@ -188,9 +190,53 @@ def _flag(s: Setting) -> bool:
 
 
 def _text(s: Setting) -> str:
-    if not isinstance(s.value, str) or not s.value:
+    value = s.text if s.text is not None and not isinstance(s.value, str) else s.value  # e.g. a user 12345
+    if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{s.where}: must be a non-empty string, not {s.value!r}")
-    return s.value
+    return value
+
+
+def _secret(s: Setting) -> Secret:
+    """A secret: its value, ``{env = "NAME"}`` (an environment variable) or ``{file = "PATH"}``
+    (a file's content), read now. No message shows the value."""
+    value = s.value
+    if isinstance(value, dict):
+        if list(value) == ["env"] and isinstance(value["env"], str) and value["env"]:
+            try:
+                return Secret.from_env(value["env"])
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{s.where}: {exc}") from None
+        if list(value) == ["file"] and isinstance(value["file"], str) and value["file"]:
+            try:
+                return Secret.from_file(s.base / Path(value["file"]).expanduser())
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{s.where}: {exc}") from None
+    elif s.text is not None:
+        return Secret(s.text, s.origin)  # the variable's text as it is: "123456" stays a string
+    elif isinstance(value, str):
+        return Secret(value, s.where)
+    raise ConfigurationError(f'{s.where}: must be the secret (a string), {{env = "VARIABLE"}} or {{file = "PATH"}}')
+
+
+def _named(*allowed: str) -> Parser:
+    """One of ``allowed``, in any case, as ``allowed`` spells it."""
+    by_upper = {a.upper(): a for a in allowed}
+
+    def parse(s: Setting) -> str:
+        value = by_upper.get(s.value.upper()) if isinstance(s.value, str) else None
+        if value is None:
+            raise ConfigurationError(f"{s.where}: must be one of {', '.join(allowed)}, not {s.value!r}")
+        return value
+
+    return parse
+
+
+def _table(s: Setting) -> dict[str, Any]:
+    """A table of options (``{max_partition_fetch_bytes = 8388608}``); their names are
+    checked by what takes them."""
+    if not isinstance(s.value, dict) or not all(isinstance(v, (str, int, float, bool)) for v in s.value.values()):
+        raise ConfigurationError(f"{s.where}: must be a table of option = value, not {s.value!r}")
+    return dict(s.value)
 
 
 def _choice(*allowed: str) -> Parser:
@@ -205,6 +251,10 @@ def _choice(*allowed: str) -> Parser:
 
 def _path(s: Setting) -> Path:
     return s.base / Path(_text(s)).expanduser()
+
+
+def _file(s: Setting) -> str:
+    return str(_path(s))
 
 
 def _servers(s: Setting) -> str | tuple[str, ...]:
@@ -245,6 +295,18 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "compression": _choice("none", "gzip", "snappy", "lz4", "zstd"),
         "dead_letter_topic": _text,
         "idempotent": _flag,
+        "security_protocol": _named("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        "ssl_cafile": _file,
+        "ssl_certfile": _file,
+        "ssl_keyfile": _file,
+        "ssl_password": _secret,
+        "ssl_check_hostname": _flag,
+        "sasl_mechanism": _named("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+        "sasl_plain_username": _text,
+        "sasl_plain_password": _secret,
+        "sasl_oauth_token_provider": _text,
+        "client_options": _table,
+        "consumer_options": _table,
     },
     "provider.retention": {
         "max_age": _optional_duration,
@@ -303,6 +365,10 @@ SCHEMA: dict[str, dict[str, Parser]] = {
 }
 
 _ALL_KEYS = [f"{section}.{key}" for section, keys in SCHEMA.items() for key in keys]
+# The keys whose value may be a table ({env = "..."}, options): the file's tables stop there.
+TABLE_KEYS = frozenset(
+    f"{section}.{key}" for section, keys in SCHEMA.items() for key, parse in keys.items() if parse in (_secret, _table)
+)
 
 
 # -- the one-line errors for keys that do not exist --------------------------------------------

@@ -367,13 +367,14 @@ class KafkaQueueReceiver:
 
     async def _open_consumer(self, group_id: str | None) -> AIOKafkaConsumer:
         consumer = AIOKafkaConsumer(
-            **self.settings.client_kwargs(),
-            group_id=group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",  # an offset lost to retention: the oldest retained
-            fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+            **self.settings.consumer_kwargs(
+                group_id=group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",  # an offset lost to retention: the oldest retained
+                fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+            )
         )
-        await start_client(consumer)
+        await start_client(consumer, self.settings)
         consumer.assign(self._partitions)
         return consumer
 

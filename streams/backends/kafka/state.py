@@ -136,9 +136,7 @@ class KafkaChangelog:
         """Create the topic unless it exists; refuse one without a partition per queue (the
         states would land elsewhere). Transient failures raise for the caller to retry."""
         settings = self.settings
-        found = await ensure_topic(
-            settings.client_kwargs(), self.topic, settings.queues, settings.replication_factor, CHANGELOG
-        )
+        found = await ensure_topic(settings, self.topic, settings.queues, settings.replication_factor, CHANGELOG)
         if found != self.settings.queues:
             raise ConfigurationError(
                 f"Kafka topic {self.topic!r} (the saved event-time state) has {found} partitions "
@@ -201,13 +199,14 @@ class KafkaChangelog:
         tp = TopicPartition(self.topic, queue.number)
         poll_ms = int(self.settings.poll_timeout * 1000)
         consumer = AIOKafkaConsumer(
-            **self.settings.client_kwargs(),
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",  # what compaction or retention left
-            fetch_max_wait_ms=poll_ms,
+            **self.settings.consumer_kwargs(
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",  # what compaction or retention left
+                fetch_max_wait_ms=poll_ms,
+            )
         )
-        await start_client(consumer)
+        await start_client(consumer, self.settings)
         try:
             consumer.assign([tp])
             newest: dict[bytes, bytes | None] = {}

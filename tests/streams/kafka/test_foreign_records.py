@@ -33,7 +33,7 @@ def json_provider(bootstrap: str, topic: str, **options) -> StreamProvider:
 
 
 async def make_topic(bootstrap: str, topic: str, partitions: int = QUEUES) -> None:
-    assert await ensure_topic({"bootstrap_servers": bootstrap}, topic, partitions) == partitions
+    assert await ensure_topic(bootstrap, topic, partitions) == partitions
 
 
 async def produce(bootstrap: str, topic: str, *records: tuple) -> None:
