@@ -28,6 +28,8 @@ from aiokafka.protocol.admin import ApiVersionResponse_v0, SaslAuthenticateRespo
 
 from tests.kafka_broker import HOST, _TansuProcess, free_port
 
+KEY_PASSPHRASE = "tls-key-passphrase-5ec2e7"  # client-encrypted.key's: the tests grep outputs for it
+
 
 def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
@@ -47,8 +49,8 @@ def _signed(name: str, ca: str, extensions: str, cwd: Path) -> None:
 @dataclass(frozen=True)
 class Certificates:
     """PEM files in ``directory``: a CA, a server certificate for 127.0.0.1 and localhost, one
-    for another host only, a client certificate, all signed by the CA; and another CA that
-    signed none of them."""
+    for another host only, a client certificate (its key also encrypted with
+    :data:`KEY_PASSPHRASE`), all signed by the CA; and another CA that signed none of them."""
 
     directory: Path
 
@@ -66,6 +68,8 @@ class Certificates:
         ):
             _key_and_request(name, subject, directory)
             _signed(name, "ca", extensions, directory)
+        _openssl("pkey", "-in", "client.key", "-aes256", "-passout", f"pass:{KEY_PASSPHRASE}",
+                 "-out", "client-encrypted.key", cwd=directory)  # fmt: skip
         return cls(directory)
 
     def __getitem__(self, name: str) -> str:

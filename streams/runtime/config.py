@@ -152,14 +152,14 @@ def load_settings(
             raise ConfigurationError(f"the config file {str(file)!r} is not valid TOML: {exc}") from None
         base = file.resolve().parent
         for dotted, value in _flatten(document):
-            _add(settings, dotted, Setting(value, str(file), f"{file}: {dotted}", base))
+            _add(settings, dotted, Setting(value, str(file), f"{file}: {dotted}", base, environ=environ))
     for name, text in sorted(environ.items()):
         rest = name[len(ENV_PREFIX) :] if name.startswith(ENV_PREFIX) else ""
         if "__" in rest:
             dotted = rest.lower().replace("__", ".")
-            _add(settings, dotted, Setting(_env_value(text), name, name, Path.cwd(), text))
+            _add(settings, dotted, Setting(_env_value(text), name, name, Path.cwd(), text, environ))
     for dotted, value in (overrides or {}).items():
-        _add(settings, dotted, Setting(value, "override", dotted, Path.cwd()))
+        _add(settings, dotted, Setting(value, "override", dotted, Path.cwd(), environ=environ))
     return _build(settings, file, into)
 
 

@@ -151,6 +151,7 @@ class Setting:
     where: str
     base: Path
     text: str | None = None  # an environment variable's text, before it was read as TOML
+    environ: Mapping[str, str] | None = None  # where {env = "NAME"} looks (None: os.environ)
 
 
 Parser = Callable[[Setting], Any]
@@ -203,7 +204,7 @@ def _secret(s: Setting) -> Secret:
     if isinstance(value, dict):
         if list(value) == ["env"] and isinstance(value["env"], str) and value["env"]:
             try:
-                return Secret.from_env(value["env"])
+                return Secret.from_env(value["env"], s.environ)
             except ConfigurationError as exc:
                 raise ConfigurationError(f"{s.where}: {exc}") from None
         if list(value) == ["file"] and isinstance(value["file"], str) and value["file"]:
