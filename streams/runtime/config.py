@@ -87,7 +87,7 @@ from streams.runtime.config_schema import (
     WorkerSettings,
     unknown_key,
 )
-from streams.runtime.constructors import DEFAULT_QUEUES, stored_queue_count
+from streams.runtime.constructors import DEFAULT_QUEUES, kafka_read_options, stored_queue_count
 from streams.runtime.provider import StreamProvider
 
 S = TypeVar("S", bound=HeadraceSettings)
@@ -211,6 +211,7 @@ def _build(settings: Mapping[str, Setting], file: Path | None, into: type[S]) ->
                 )
         servers = provider.kafka["bootstrap_servers"]
         spark["kafka_bootstrap_servers"] = servers if isinstance(servers, str) else ",".join(servers)
+        spark["kafka_options"] = sections.build(kafka_read_options, {"kafka": provider.kafka}, "provider.kafka")
         return _built(sections, provider, options, SparkSettings(**spark), file, into)
     if "path" in spark and provider.path is not None and spark["path"] != provider.path:
         raise ConfigurationError(

@@ -75,12 +75,15 @@ class SparkSettings:
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     trim_on_commit: bool = True
     kafka_bootstrap_servers: str | None = None  # from [provider.kafka]: the log is on Kafka
+    # From [provider.kafka] too: kafka.bootstrap.servers and how to connect, in Spark's names.
+    # Not in repr: a SASL password is in kafka.sasl.jaas.config.
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def read_options(self, stream: str) -> dict[str, str]:
         """The ``headrace`` DataSource options for ``stream``:
         ``spark.readStream.format("headrace").options(**config.spark.read_options("avg"))``."""
         if self.kafka_bootstrap_servers is not None:
-            where = {"kafka.bootstrap.servers": self.kafka_bootstrap_servers}
+            where = {"kafka.bootstrap.servers": self.kafka_bootstrap_servers, **self.kafka_options}
         elif self.path is not None:
             where = {"path": str(self.path), "trimOnCommit": str(self.trim_on_commit).lower()}
         else:

@@ -26,7 +26,9 @@ from streams.backends.embedded.backend import EmbeddedBackend, LocalStore
 from streams.backends.embedded.queues import DEFAULT_QUEUES, stored_queue_count
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
 from streams.backends.kafka.backend import KafkaBackend
+from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.settings import KAFKA_SETTINGS, KafkaSettings
+from streams.backends.kafka.spark_options import spark_options
 from streams.backends.memory.adapter import GeneratorConfig
 from streams.backends.memory.backend import MemoryBackend
 from streams.core.errors import ConfigurationError
@@ -152,3 +154,14 @@ def open_local_store(path: str | os.PathLike[str]) -> LocalSide:
     if not (Path(path) / EmbeddedStore.FILE_NAME).is_file():
         raise ConfigurationError(f"no headrace store at {str(path)!r} (no {EmbeddedStore.FILE_NAME} there)")
     return LocalStore(EmbeddedStore(path))
+
+
+def kafka_read_options(kafka: Mapping[str, Any]) -> dict[str, str]:
+    """The DataSource's ``kafka.*`` options (Spark's names) for the cluster that ``kafka``
+    (``[provider.kafka]``, by KafkaSettings' names) describes: its address, TLS and SASL.
+
+    >>> kafka_read_options({"bootstrap_servers": "k:9093", "topic": "t", "security_protocol": "SSL"})
+    {'kafka.bootstrap.servers': 'k:9093', 'kafka.security.protocol': 'SSL'}
+    """
+    connection = {f.name for f in fields(KafkaConnection)}
+    return spark_options(KafkaConnection(**{k: v for k, v in kafka.items() if k in connection}))

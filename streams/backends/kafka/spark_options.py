@@ -30,7 +30,7 @@ from streams.core.secret import Secret
 
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
-_JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+required\s+(?P<pairs>.*?)\s*;?\s*$", re.DOTALL)
+_JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+required\b(?P<pairs>.*?)\s*;?\s*$", re.DOTALL)
 _PAIR = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -97,6 +97,11 @@ def connection_from_spark(options: Mapping[str, str]) -> KafkaConnection:
                 else "the client certificate and key as PEM files in kafka.ssl.certfile and kafka.ssl.keyfile"
             )
             raise ConfigurationError(f"option {name}: Java key stores are not read here; give {instead}")
+        if key in ("kafka.sasl.plain.username", "kafka.sasl.plain.password"):
+            raise ConfigurationError(
+                f"option {name}: Spark's Kafka source takes the user name and password in "
+                f'{_JAAS_OPTION}: {_PLAIN_MODULE} required username="..." password="...";'
+            )
         if key == _JAAS_OPTION:
             fields.update(_jaas(text))
             continue
@@ -169,6 +174,10 @@ def spark_options(connection: KafkaConnection) -> dict[str, str]:
         options["kafka.ssl.key.password"] = connection.ssl_password.reveal()
     if not connection.ssl_check_hostname:
         options["kafka.ssl.endpoint.identification.algorithm"] = ""
+    if connection.request_timeout != KafkaConnection.request_timeout:
+        options["kafka.request.timeout.ms"] = str(round(connection.request_timeout * 1000))
+    for option, value in (*connection.client_options.items(), *connection.consumer_options.items()):
+        options[f"kafka.{option.replace('_', '.')}"] = str(value)
     if connection.security_protocol.startswith("SASL_"):
         options["kafka.sasl.mechanism"] = connection.sasl_mechanism
         if connection.sasl_plain_password is not None:
