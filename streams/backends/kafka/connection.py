@@ -23,8 +23,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import ssl
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
 from typing import Literal, cast
 
@@ -100,6 +101,8 @@ class KafkaConnection:
     sasl_oauth_token_provider: object = None  # "module:attribute", or an AbstractTokenProvider
     client_options: ClientOptions = field(default_factory=dict)
     consumer_options: ClientOptions = field(default_factory=dict)
+    # The PEM files' contents, by setting name, once carrying_files() has read them.
+    pem: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("ssl_password", "sasl_plain_password"):
@@ -199,18 +202,35 @@ class KafkaConnection:
         """
         return {**self.client_kwargs(), **headrace, **self.consumer_options}
 
+    def carrying_files(self) -> KafkaConnection:
+        """This connection with the PEM files' contents read into it, for a process that
+        does not have the files: a Spark executor, given the connection with its task.
+
+        >>> KafkaConnection("k:9093", security_protocol="SSL").carrying_files().pem
+        {}
+        """
+        pem = {name: _read_pem(name, getattr(self, name)) for name in _PEM_FILES if getattr(self, name) is not None}
+        return replace(self, pem=pem)
+
     def new_ssl_context(self) -> ssl.SSLContext:
-        """A TLS client context from the PEM files (the system's CAs without ``ssl_cafile``)."""
-        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ConfigurationError(f"{name} {path!r}: no such file (a PEM file)")
+        """A TLS client context from the PEM files (the system's CAs without ``ssl_cafile``),
+        or from the contents :meth:`carrying_files` read."""
+        pem = dict(self.pem) or {
+            name: _read_pem(name, getattr(self, name)) for name in _PEM_FILES if getattr(self, name) is not None
+        }
         try:
-            context = ssl.create_default_context(cafile=self.ssl_cafile)
+            context = ssl.create_default_context(cadata=pem.get("ssl_cafile"))
             context.check_hostname = self.ssl_check_hostname
-            if self.ssl_certfile is not None:
+            if "ssl_certfile" in pem:
                 password = self.ssl_password.reveal() if self.ssl_password is not None else None
-                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, password=password)
+                # load_cert_chain reads files only: a directory of this user's alone, for a moment.
+                with tempfile.TemporaryDirectory(prefix="headrace-tls-") as directory:
+                    certfile, keyfile = Path(directory, "cert.pem"), Path(directory, "key.pem")
+                    certfile.write_text(pem["ssl_certfile"])
+                    if "ssl_keyfile" in pem:
+                        keyfile.touch(0o600)
+                        keyfile.write_text(pem["ssl_keyfile"])
+                    context.load_cert_chain(certfile, keyfile if "ssl_keyfile" in pem else None, password=password)
         except ssl.SSLError as exc:
             raise ConfigurationError(
                 f"cannot load the TLS files (ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password): {exc.reason or exc}; "
@@ -246,6 +266,17 @@ class KafkaConnection:
                 "(a class with an async token() method, or an instance of one)"
             )
         return cast(AbstractTokenProvider, found)
+
+
+_PEM_FILES = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+
+
+def _read_pem(name: str, path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a PEM file"
+        raise ConfigurationError(f"{name} {path!r}: {reason} (a PEM file)") from None
 
 
 def _check_options(name: str, options: ClientOptions, allowed: Sequence[str]) -> None:

@@ -127,7 +127,11 @@ def connection_from_spark(options: Mapping[str, str]) -> KafkaConnection:
         )
     servers = fields.pop("bootstrap_servers")
     try:
-        return KafkaConnection(servers, **fields, client_options=client, consumer_options=consumer)
+        connection = KafkaConnection(servers, **fields, client_options=client, consumer_options=consumer)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"the kafka.* options: {exc}") from None
+    try:  # the executors get the PEM files' contents with their tasks: they need no files
+        return connection.carrying_files()
     except ConfigurationError as exc:
         raise ConfigurationError(f"the kafka.* options: {exc}") from None
 

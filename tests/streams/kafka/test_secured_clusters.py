@@ -10,6 +10,8 @@ refuses it, which is what is tested of SASL here.
 from __future__ import annotations
 
 import json
+import pickle
+import shutil
 import signal
 import subprocess
 import time
@@ -18,8 +20,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from streams.backends.kafka.clients import ensure_topic
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.spark_options import connection_from_spark
 from streams.core.errors import ConfigurationError
 from streams.core.secret import Secret
 from streams.runtime.config import load_config
@@ -272,7 +276,7 @@ def test_the_settings_check_what_goes_together_and_never_show_a_secret():
 def test_a_consumer_option_reaches_the_consumers_alone(secured_kafka, kafka_topic):
     """consumer_options max_partition_fetch_bytes: the admin client and the producers start
     (they would refuse the keyword), the handoff reader takes it over its own default."""
-    from streams.backends.kafka.clients import Producers, ensure_topic
+    from streams.backends.kafka.clients import Producers
     from streams.backends.kafka.handoff_log import open_reader
 
     settings = KafkaSettings(
@@ -296,3 +300,22 @@ def test_a_consumer_option_reaches_the_consumers_alone(secured_kafka, kafka_topi
         "group_id": None,
     }
     assert repr(Secret("x")) == "Secret('***')"
+
+
+def test_a_spark_tasks_connection_carries_its_pem_files(secured_kafka, kafka_topic, tmp_path):
+    """The connection a Spark executor is given with its task reaches a mutual-TLS cluster
+    with none of the files: their contents travel with it, the key's passphrase a Secret."""
+    for name in ("ca.pem", "client.pem", "client-encrypted.key"):
+        shutil.copy(secured_kafka.certificates[name], tmp_path / name)
+    connection = connection_from_spark({
+        "kafka.bootstrap.servers": secured_kafka.mtls,
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.cafile": str(tmp_path / "ca.pem"),
+        "kafka.ssl.certfile": str(tmp_path / "client.pem"),
+        "kafka.ssl.keyfile": str(tmp_path / "client-encrypted.key"),
+        "kafka.ssl.key.password": KEY_PASSPHRASE,
+    })  # fmt: skip
+    shutil.rmtree(tmp_path)
+    shipped = pickle.loads(pickle.dumps(connection))
+    assert KEY_PASSPHRASE not in repr(shipped) and "BEGIN" not in repr(shipped)
+    assert anyio.run(ensure_topic, shipped, kafka_topic, 1) == 1

@@ -11,14 +11,15 @@ from streams.core.errors import ConfigurationError
 SERVERS = {"kafka.bootstrap.servers": "k1:9093,k2:9093"}
 
 
-def test_each_option_is_read_by_what_it_is():
+def test_each_option_is_read_by_what_it_is(tmp_path):
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
     connection = connection_from_spark({
         **SERVERS,
         "kafka.security.protocol": "sasl_ssl",
         "kafka.sasl.mechanism": "PLAIN",
         "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
                                   'username="12345" password="1\\"2\\\\3";',
-        "kafka.ssl.cafile": "/etc/ca.pem",
+        "kafka.ssl.cafile": str(tmp_path / "ca.pem"),
         "kafka.ssl.endpoint.identification.algorithm": "",
         "kafka.request.timeout.ms": "20000",
         "kafka.max.partition.fetch.bytes": "8388608",
@@ -27,7 +28,7 @@ def test_each_option_is_read_by_what_it_is():
     assert connection.sasl_plain_username == "12345"  # a user name that looks like a number stays a str
     assert connection.sasl_plain_password is not None and connection.sasl_plain_password.reveal() == '1"2\\3'
     assert (connection.security_protocol, connection.ssl_cafile, connection.ssl_check_hostname) == (
-        "SASL_SSL", "/etc/ca.pem", False,
+        "SASL_SSL", str(tmp_path / "ca.pem"), False,
     )  # fmt: skip
     assert connection.request_timeout == 20.0
     assert connection.client_options == {"client_id": "007"}
