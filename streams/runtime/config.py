@@ -2,7 +2,7 @@
 
 Sections (every key is optional; docs/configuration.md has a full example)::
 
-[provider]            adapter (embedded | kafka | memory), queues, path, synchronous
+[provider]            adapter (embedded | kafka | memory), queues, path, synchronous, file_mode
 [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field,
 compression, dead_letter_topic, idempotent, security_protocol, ssl_cafile,
 ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname, sasl_mechanism,
@@ -259,8 +259,9 @@ def _provider_settings(sections: _Sections) -> ProviderSettings:
     if adapter == "memory" and "path" in given:
         raise ConfigurationError(f"{where['provider.path']}: the memory adapter has no store: remove path")
     if adapter == "kafka":
-        if "synchronous" in given:
-            raise ConfigurationError(f"{where['provider.synchronous']}: applies to adapter = 'embedded'")
+        for key in ("synchronous", "file_mode"):
+            if key in given:
+                raise ConfigurationError(f"{where[f'provider.{key}']}: applies to adapter = 'embedded'")
         missing = [k for k in ("bootstrap_servers", "topic") if k not in v["provider.kafka"]]
         if missing:
             raise ConfigurationError(
@@ -333,6 +334,7 @@ class HeadraceConfig(HeadraceSettings):
                 settings.queues,
                 retention=self.retention,
                 synchronous=settings.synchronous,
+                file_mode=settings.file_mode,
                 balancer_options=self.balancer,
                 **kwargs,
             )

@@ -52,6 +52,7 @@ class ProviderSettings:
     queues: int = DEFAULT_QUEUES
     path: Path | None = None
     synchronous: Synchronous = "NORMAL"
+    file_mode: int = 0o600  # of the embedded store's files (its directories: 0o700)
     kafka: Mapping[str, Any] | None = None
 
 
@@ -261,6 +262,19 @@ def _file(s: Setting) -> str:
     return str(_path(s))
 
 
+def _file_mode(s: Setting) -> int:
+    """A file mode: ``0o640`` (TOML's octal), or ``"0640"``."""
+    value = s.value
+    if isinstance(value, str) and value and set(value) <= set("01234567"):
+        value = int(value, 8)
+    if isinstance(value, bool) or not isinstance(value, int) or value & ~0o666 or value & 0o600 != 0o600:
+        raise ConfigurationError(
+            f'{s.where}: must be a file mode with read and write for the owner, e.g. "0600" (the default) or '
+            f'"0640" (the group may read too), not {s.value!r}'
+        )
+    return value
+
+
 def _servers(s: Setting) -> str | tuple[str, ...]:
     if isinstance(s.value, list) and s.value and all(isinstance(x, str) and x for x in s.value):
         return tuple(s.value)
@@ -287,6 +301,7 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "queues": _count(1),
         "path": _path,
         "synchronous": _choice("normal", "full"),
+        "file_mode": _file_mode,
     },
     "provider.kafka": {
         "bootstrap_servers": _servers,

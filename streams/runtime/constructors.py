@@ -69,6 +69,7 @@ class BackendConstructors:
         *,
         retention: RetentionPolicy | None = None,
         synchronous: Synchronous = "NORMAL",
+        file_mode: int = 0o600,
         **options: Any,
     ) -> P:
         """Durable queues, checkpoints, pub-sub and dead letters in one SQLite store under
@@ -76,8 +77,11 @@ class BackendConstructors:
         store form a cluster by themselves: each ``async with`` of such a provider, in any
         process, is one more worker sharing the queues (``balancer_options=BalancerOptions(
         lease_length=...)`` sets how soon a dead worker's queues move). ``queues``: by default
-        the count the store was made with, and 8 for a new one; a store's count is fixed."""
-        return cls(EmbeddedBackend.open(path, queues, retention=retention, synchronous=synchronous), **options)
+        the count the store was made with, and 8 for a new one; a store's count is fixed.
+        ``file_mode``: the mode of the files the store makes (default ``0o600``: this user's
+        alone; its directories ``0o700``), e.g. ``0o640`` to let the group read the events."""
+        backend = EmbeddedBackend.open(path, queues, retention=retention, synchronous=synchronous, file_mode=file_mode)
+        return cls(backend, **options)
 
     @classmethod
     def kafka(
