@@ -14,7 +14,8 @@ client_options, consumer_options
 [balancer]            lease_length, renew_period, refresh_period    (BalancerOptions)
 [time]                ordering-policy defaults and a window
 [spark]               where Spark reads the handoff log, and the DataSource's read options
-[worker]              app, name, log_level, log_format, metrics_host, metrics_port, status_interval
+[worker]              app, name, log_level, log_format, metrics_host, metrics_port,
+                      metrics_certfile, metrics_keyfile, status_interval
 
 Where settings come from, the later winning: the file, then the environment, then
 ``overrides`` (the command line). The file is the one given, else ``$HEADRACE_CONFIG``, else

@@ -104,8 +104,9 @@ class SparkSettings:
 class WorkerSettings:
     """``[worker]``: what ``headrace worker`` runs. ``app`` is ``module:attribute`` of a
     StreamProvider; ``metrics_port`` serves Prometheus metrics on ``metrics_host`` (loopback
-    by default: ``0.0.0.0`` exposes them beyond this machine); ``status_interval`` is how
-    often the worker writes its agents' status to the store."""
+    by default: ``0.0.0.0`` exposes them beyond this machine), over HTTPS when
+    ``metrics_certfile`` and ``metrics_keyfile`` name a PEM certificate and its key;
+    ``status_interval`` is how often the worker writes its agents' status to the store."""
 
     app: str | None = None
     name: str | None = None
@@ -113,6 +114,8 @@ class WorkerSettings:
     log_format: str | None = None  # text on a terminal, else logfmt
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
+    metrics_certfile: Path | None = None  # with metrics_keyfile: the endpoint serves HTTPS
+    metrics_keyfile: Path | None = None
     status_interval: float = 5.0
 
 
@@ -379,6 +382,8 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "log_format": _choice(*FORMATS),
         "metrics_host": _text,
         "metrics_port": _port,
+        "metrics_certfile": _path,
+        "metrics_keyfile": _path,
         "status_interval": _positive_duration,
     },
 }
