@@ -9,6 +9,7 @@ refuses it, which is what is tested of SASL here.
 
 from __future__ import annotations
 
+import csv
 import json
 import pickle
 import shutil
@@ -105,6 +106,14 @@ def test_a_worker_configured_by_a_file_reads_a_tls_topic_exactly_and_every_comma
     assert state.returncode == 0, state.stderr
     saved = sorted((row["stream"], row["fields"]["seen"]) for row in map(json.loads, state.stdout.splitlines()))
     assert saved == [("sensors/s0", 20), ("sensors/s1", 20), ("sensors/s2", 20)]
+    exported = headrace(
+        "export", "--stream", "sensors", "--since", "1h", "--value-by", "n", "s.csv", cwd=tmp_path, env=env
+    )
+    assert exported.returncode == 0, exported.stderr
+    with (tmp_path / "s.csv").open(newline="") as f:
+        assert sorted(int(float(row["value"])) for row in csv.DictReader(f)) == list(range(EVENTS))
+    letters = headrace("dlq", "list", "--json", cwd=tmp_path, env=env)
+    assert (letters.returncode, letters.stdout) == (0, ""), letters.stderr
 
 
 def test_a_worker_configured_by_environment_variables_alone_reads_over_mutual_tls(secured_kafka, kafka_topic, tmp_path):
