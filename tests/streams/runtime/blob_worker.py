@@ -1,6 +1,8 @@
-"""A worker of an embedded store of large events with a slow consumer, bounded in bytes:
-``python blob_worker.py STORE EXPECTED``. Prints ``ready`` once it runs, then ``done COUNT CRC``
-once it has taken ``EXPECTED`` events, and waits to be killed."""
+"""A worker of large events with a slow consumer, bounded in bytes (two 16 MiB caches):
+``python blob_worker.py EXPECTED STORE`` on an embedded store, or ``python blob_worker.py
+EXPECTED BOOTSTRAP TOPIC`` on a Kafka topic of raw records (two partitions). Prints ``ready``
+once it runs, then ``done COUNT CRC`` once it has taken ``EXPECTED`` events, and waits to be
+killed."""
 
 from __future__ import annotations
 
@@ -12,8 +14,13 @@ import anyio
 from streams import StreamId, StreamProvider
 
 
-async def main(store: str, expected: int) -> None:
-    provider = StreamProvider.embedded(store, queues=2, max_event_size=8 << 20, cache_max_bytes=16 << 20)
+async def main(expected: int, *where: str) -> None:
+    bounds = {"max_event_size": 8 << 20, "cache_max_bytes": 16 << 20}
+    if len(where) == 1:
+        provider = StreamProvider.embedded(where[0], queues=2, **bounds)
+    else:
+        kafka = {"idempotent": False, "group_membership": False}
+        provider = StreamProvider.kafka(*where, queues=2, records="bytes", namespace="blobs", kafka=kafka, **bounds)
     taken = {"count": 0, "crc": 0}
     done = anyio.Event()
 
@@ -37,4 +44,4 @@ async def main(store: str, expected: int) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], int(sys.argv[2]))
+    anyio.run(main, int(sys.argv[1]), *sys.argv[2:])

@@ -108,6 +108,21 @@ def _kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} for process {pid}")
 
 
+async def read_by_blob_worker(count: int, *where: object) -> tuple[str, float]:
+    """What ``blob_worker.py`` says once it has taken ``count`` events from ``where``, and how
+    many MiB its peak RSS grew from when it was ready (read here, from outside the worker)."""
+    worker = start_worker(Path(__file__).with_name("blob_worker.py"), count, *where)
+    try:
+        baseline = _kib(worker.pid, "VmRSS")
+        assert worker.stdout is not None
+        with anyio.fail_after(120):
+            line = await anyio.to_thread.run_sync(worker.stdout.readline)
+        return line, (_kib(worker.pid, "VmHWM") - baseline) / 1024
+    finally:
+        worker.kill()
+        worker.wait()
+
+
 async def test_events_of_4_mib_are_read_by_a_worker_within_its_cache_bound(tmp_path):
     count, rng, crc = 60, random.Random(7), 0  # 240 MiB in all: far more than the worker may hold
     writer = StreamProvider.embedded(tmp_path / "store", queues=2, max_event_size=8 << 20)
@@ -116,17 +131,8 @@ async def test_events_of_4_mib_are_read_by_a_worker_within_its_cache_bound(tmp_p
             value = rng.randbytes(4 << 20)
             crc ^= zlib.crc32(value)
             await writer.get_stream(StreamId("blobs", f"k{n % 8}")).on_next(value)
-    worker = start_worker(Path(__file__).with_name("blob_worker.py"), tmp_path / "store", count)
-    try:
-        baseline = _kib(worker.pid, "VmRSS")
-        assert worker.stdout is not None
-        with anyio.fail_after(120):
-            line = await anyio.to_thread.run_sync(worker.stdout.readline)
-        peak = _kib(worker.pid, "VmHWM")  # measured here, from outside the worker
-    finally:
-        worker.kill()
-        worker.wait()
+    line, grown = await read_by_blob_worker(count, tmp_path / "store")
     assert line.split() == ["done", str(count), str(crc)]  # every event, each once, intact
     # Two caches of 16 MiB, a read of up to 16 MiB in flight and the event a consumer holds:
     # far below the 240 MiB the store holds, which a cache bounded only in batches takes in.
-    assert (peak - baseline) / 1024 < 120, f"peak RSS {peak} KiB, {baseline} KiB when ready"
+    assert grown < 120, f"peak RSS grew {grown:.0f} MiB"
