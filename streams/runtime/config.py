@@ -200,7 +200,7 @@ def _build(settings: Mapping[str, Setting], file: Path | None, into: type[S]) ->
             f"{sections.where.get('cache.buckets', 'cache.buckets')}: cannot exceed cache.size "
             f"({cache.get('size', StreamProviderOptions.cache_size)})"
         )
-    renamed = {f"cache_{k}" if k in ("size", "buckets") else k: x for k, x in cache.items()}
+    renamed = {f"cache_{k}" if k in ("size", "buckets", "max_bytes") else k: x for k, x in cache.items()}
     options = sections.build(StreamProviderOptions, {**v["agent"], **renamed}, "agent", "cache")
     spark = v["spark"]
     if provider.adapter == "kafka" and provider.kafka is not None:
@@ -350,7 +350,7 @@ class HeadraceConfig(HeadraceSettings):
 
 # The sections whose keys become StreamProviderOptions fields, and the fields' names.
 _OPTION_SECTIONS = ("agent.", "cache.")
-_OPTION_FIELD = {"cache.size": "cache_size", "cache.buckets": "cache_buckets"}
+_OPTION_FIELD = {"cache.size": "cache_size", "cache.buckets": "cache_buckets", "cache.max_bytes": "cache_max_bytes"}
 
 
 def apply_options(config: HeadraceSettings, provider: StreamProvider) -> list[tuple[int, str]]:

@@ -8,12 +8,13 @@ take ``"off"``. Relative paths in the file are relative to the file's directory.
 >>> SCHEMA["cache"]["size"](Setting(1024, "override", "cache.size", Path.cwd()))
 1024
 >>> str(unknown_key("cache.sise", "headrace.toml"))
-"headrace.toml: unknown key 'cache.sise' (did you mean 'cache.size'?); the keys of [cache] are size, buckets, slow_consumer_timeout"
+"headrace.toml: unknown key 'cache.sise' (did you mean 'cache.size'?); the keys of [cache] are size, buckets, max_bytes, slow_consumer_timeout"
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,6 +192,28 @@ def _count(minimum: int, *, optional: bool = False) -> Parser:
     return parse
 
 
+_SIZE = re.compile(r"\s*(\d+)\s*(B|kB|KiB|MB|MiB|GB|GiB)?\s*")
+_SIZE_UNITS = {None: 1, "B": 1, "kB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2, "GB": 1000**3, "GiB": 1024**3}
+
+
+def _size(s: Setting) -> int:
+    """A number of bytes: a whole number, or a string such as ``"4 MiB"`` or ``"500kB"``.
+
+    >>> _size(Setting("4 MiB", "override", "cache.max_bytes", Path.cwd()))
+    4194304
+    """
+    value = s.value
+    match = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if match is not None:
+        value = int(match[1]) * _SIZE_UNITS[match[2]]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(
+            f"{s.where}: must be a number of bytes >= 1 (a whole number, or a string such as "
+            f'"4 MiB" or "500kB"), not {s.value!r}'
+        )
+    return value
+
+
 def _flag(s: Setting) -> bool:
     if not isinstance(s.value, bool):
         raise ConfigurationError(f"{s.where}: must be true or false, not {s.value!r}")
@@ -295,7 +318,8 @@ def _window(s: Setting) -> WindowSpec:
 
 
 # Every key of every section and how its value is read. A key's Python name is the same,
-# except in [cache] (size, buckets: StreamProviderOptions' cache_size, cache_buckets) and
+# except in [cache] (size, buckets, max_bytes: StreamProviderOptions' cache_size, cache_buckets,
+# cache_max_bytes) and
 # [provider.kafka] (group: KafkaSettings' group_id). What [provider.kafka]'s values mean, and
 # their defaults, are KafkaSettings'.
 SCHEMA: dict[str, dict[str, Parser]] = {
@@ -345,10 +369,12 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "shutdown_timeout": _positive_duration,
         "max_read_backoff": _positive_duration,
         "lateness_sample_every": _count(1),
+        "max_event_size": _size,
     },
     "cache": {
         "size": _count(1),
         "buckets": _count(1),
+        "max_bytes": _size,
         "slow_consumer_timeout": _optional_duration,
     },
     "balancer": {
@@ -399,9 +425,11 @@ TABLE_KEYS = frozenset(
 
 
 def did_you_mean(dotted: str) -> str:
-    close = difflib.get_close_matches(dotted, _ALL_KEYS, n=1, cutoff=0.6)
+    last = dotted.rsplit(".", 1)[-1]
+    # A Python field name (agent.cache_size) names its key (cache.size) exactly.
+    close = [k for k in _ALL_KEYS if k.replace(".", "_") == last][:1]
+    close = close or difflib.get_close_matches(dotted, _ALL_KEYS, n=1, cutoff=0.6)
     if not close:  # the right key in the wrong section: match the last part alone
-        last = dotted.rsplit(".", 1)[-1]
         close = [k for k in _ALL_KEYS if k.rsplit(".", 1)[-1] == last][:1]
     return f" (did you mean {close[0]!r}?)" if close else ""
 

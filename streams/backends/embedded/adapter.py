@@ -210,7 +210,8 @@ class EmbeddedQueueAdapter(ContainerQueueAdapter):
 
     # -- consuming and housekeeping ----------------------------------------------------------
 
-    def create_receiver(self, queue: QueueId) -> EmbeddedQueueReceiver:
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> EmbeddedQueueReceiver:
+        # Its records are containers: the pulling agent refuses those over max_record_size.
         if queue not in self._queues:
             raise ConfigurationError(f"{queue} is not one of this store's {len(self._queues)} queues")
         return EmbeddedQueueReceiver(

@@ -47,7 +47,9 @@ class KafkaQueueReceiver:
     by stream into one batch (:func:`streams.core.record_batch.gathered`).
     """
 
-    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog) -> None:
+    def __init__(
+        self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, max_record_size: int = 1 << 20
+    ) -> None:
         self.queue = queue
         self.settings = settings
         self.outage = outage
@@ -59,7 +61,13 @@ class KafkaQueueReceiver:
             ContainerRecords(queue, self._partition)
             if fmt is None
             else GroupedRecords(
-                queue, self._partitions, settings.namespaces, fmt, settings.key_field, settings.repartition_topic
+                queue,
+                self._partitions,
+                settings.namespaces,
+                fmt,
+                settings.key_field,
+                settings.repartition_topic,
+                max_record_size,
             )
         )
         self._consumer: AIOKafkaConsumer | None = None

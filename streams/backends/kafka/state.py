@@ -257,8 +257,15 @@ class KafkaStateReceiver(KafkaQueueReceiver):
         receiver.state_source = states  # agents.checkpoint.ActivationStates: written at each commit
     """
 
-    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, changelog: KafkaChangelog) -> None:
-        super().__init__(settings, queue, outage)
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        queue: QueueId,
+        outage: OutageLog,
+        changelog: KafkaChangelog,
+        max_record_size: int = 1 << 20,
+    ) -> None:
+        super().__init__(settings, queue, outage, max_record_size)
         self.changelog = changelog
         self.state_source: StateSource | None = None  # set by the pulling agent
         # One write at a time: a commit can begin while the last one's write still waits
@@ -299,8 +306,15 @@ class KafkaRecordReceiver(KafkaStateReceiver):
 
     read_range = None  # type: ignore[assignment]
 
-    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, changelog: KafkaChangelog) -> None:
-        super().__init__(settings, queue, outage, changelog)
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        queue: QueueId,
+        outage: OutageLog,
+        changelog: KafkaChangelog,
+        max_record_size: int = 1 << 20,
+    ) -> None:
+        super().__init__(settings, queue, outage, changelog, max_record_size)
         hop = settings.repartition_topic
         fmt, key_field = settings.record_format, settings.key_field
         self.rekeying: Rekeying | None = None  # records without a key re-keyed through the hop

@@ -138,7 +138,7 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
         (
             "[cache]\nsise = 10\n",
             {},
-            "headrace.toml: unknown key 'cache.sise' (did you mean 'cache.size'?); the keys of [cache] are size, buckets, slow_consumer_timeout",
+            "headrace.toml: unknown key 'cache.sise' (did you mean 'cache.size'?); the keys of [cache] are size, buckets, max_bytes, slow_consumer_timeout",
         ),
         ('app = "x:y"\n', {}, "headrace.toml: unknown key 'app' (did you mean 'worker.app'?)"),
         ("[agnt]\nx = 1\n", {}, "headrace.toml: unknown section [agnt] (key 'x') (did you mean [agent]?)"),
