@@ -270,6 +270,8 @@ def _provider_settings(sections: _Sections) -> ProviderSettings:
                 f"(in [provider.kafka], or HEADRACE_PROVIDER__KAFKA__{missing[0].upper()})"
             )
         given["kafka"] = {_KAFKA_FIELD.get(k, k): x for k, x in v["provider.kafka"].items()}
+        if v["provider.kafka.schema_registry"]:
+            given["kafka"]["schema_registry"] = dict(v["provider.kafka.schema_registry"])
     if adapter == "embedded" and "path" in given:
         given["queues"] = _checked_queue_count(given["path"], given.get("queues"), where.get("provider.queues"))
     return ProviderSettings(**given)

@@ -335,7 +335,7 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "topic": _text,
         "group": _text,
         "start": _choice("earliest", "latest"),
-        "records": _choice("headrace", "json", "msgpack", "text", "bytes"),
+        "records": _choice("headrace", "json", "msgpack", "text", "bytes", "avro", "json_schema", "protobuf"),
         "namespace": _text,
         "key_field": _text,
         "compression": _choice("none", "gzip", "snappy", "lz4", "zstd"),
@@ -353,6 +353,14 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "sasl_oauth_token_provider": _text,
         "client_options": _table,
         "consumer_options": _table,
+    },
+    "provider.kafka.schema_registry": {
+        "url": _text,
+        "username": _text,
+        "password": _secret,
+        "token": _secret,
+        "ssl_cafile": _file,
+        "timeout": _positive_duration,
     },
     "provider.retention": {
         "max_age": _optional_duration,

@@ -45,7 +45,7 @@ from streams.core.errors import DecodeError, RecordTooLargeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.lazy import LazySequence
 from streams.core.record_batch import Headers, RecordBatch
-from streams.core.records import RecordFormat, first_decoder
+from streams.core.records import RecordAwareFormat, RecordFormat, RecordInfo, first_decoder
 
 _OFFSET = attrgetter("offset")  # of each record of a read, in C
 
@@ -219,6 +219,8 @@ class GroupedRecords:
         # no Python call around it); what that refuses, its own decode has the last word on.
         self._format_decode = record_format.decode
         self._decode = first_decoder(record_format)
+        # A format that sees the record (a schema registry's) decodes each with where it stands.
+        self._aware = record_format if isinstance(record_format, RecordAwareFormat) else None
         self._key_field = key_field
         self._positions: dict[TopicPartition, int] = {tp: 0 for tp in self._partitions}
         # Per topic: (position, first offset) of each message not yet acknowledged.
@@ -267,7 +269,7 @@ class GroupedRecords:
         out: list[QueueMessage],
     ) -> None:
         """Append the messages of one topic's records (positions: offset + ``shift``)."""
-        decode = self._decode
+        decode, aware = self._decode, self._aware
         key_field = self._key_field
         max_size = self._max_size
         # key -> (values, offsets, clocks, arrivals, headers, stream): five appends a record,
@@ -292,7 +294,10 @@ class GroupedRecords:
                     continue
                 size += n
             try:
-                value = decode(raw)  # type: ignore[arg-type]  # None (a tombstone) raises
+                if aware is None:
+                    value = decode(raw)  # type: ignore[arg-type]  # None (a tombstone) raises
+                else:
+                    value = aware.decode_record(raw, RecordInfo(tp.topic, tp.partition, r.offset, r.headers))  # type: ignore[arg-type]
             except Exception as exc:  # the format's own errors: any type
                 value = self._last_word(r, exc, bad)
                 if value is _UNREAD:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from aiokafka import TopicPartition
 
 from streams.backends.kafka.connection import KafkaConnection
+from streams.backends.kafka.registry import REGISTRY_FORMATS, RegistryFormat, SchemaRegistry
 from streams.core.errors import ConfigurationError, did_you_mean
 from streams.core.ids import QueueId, StreamId
 from streams.core.records import HEADRACE, RecordFormat, record_format
@@ -75,6 +76,9 @@ class KafkaSettings(KafkaConnection):
     # The topic of the dead letters (None: "<topic>.dlq", as Kafka Connect and Spring name it).
     dead_letter_topic: str | None = None
     records: str | RecordFormat = HEADRACE
+    # Where the schemas of records="avro", "json_schema" or "protobuf" are: a SchemaRegistry,
+    # its settings as a mapping, or its URL.
+    schema_registry: SchemaRegistry | Mapping[str, Any] | str | None = None
     namespace: str | None = None
     key_field: KeyField | None = None
     topics: Mapping[str, str] | None = None  # namespace -> topic
@@ -82,9 +86,30 @@ class KafkaSettings(KafkaConnection):
     record_format: RecordFormat | None = field(init=False, repr=False, compare=False, default=None)
     namespaces: Mapping[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
 
+    def _record_format(self) -> RecordFormat | None:
+        """The format ``records`` names; a registry's needs ``schema_registry``."""
+        registry_format = REGISTRY_FORMATS.get(self.records) if isinstance(self.records, str) else None
+        if registry_format is None:
+            if self.schema_registry is not None and not isinstance(self.records, RegistryFormat):
+                raise ConfigurationError(
+                    f"schema_registry is set but records is {self.records!r}: the registry's formats are "
+                    f"{', '.join(map(repr, REGISTRY_FORMATS))}"
+                )
+            try:
+                return record_format(self.records)
+            except ConfigurationError as exc:
+                if not isinstance(self.records, str):
+                    raise
+                raise ConfigurationError(
+                    f"{exc} ({', '.join(map(repr, REGISTRY_FORMATS))} with a schema_registry)"
+                ) from None
+        if self.schema_registry is None:
+            raise ConfigurationError(f"records={self.records!r} needs schema_registry (its URL, at least)")
+        return registry_format(self.schema_registry)
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "record_format", record_format(self.records))
+        object.__setattr__(self, "record_format", self._record_format())
         object.__setattr__(self, "namespaces", self._namespaces())
         if not isinstance(self.topic, str) or not self.topic:
             raise ConfigurationError(f"topic is a non-empty str, not {self.topic!r}")

@@ -29,7 +29,7 @@ def write(bootstrap: str, topic: str, records: list[tuple[bytes, bytes, int]]) -
 
 
 async def test_a_record_over_the_limit_is_dead_lettered_too_large_and_the_rest_is_read(kafka_broker, kafka_topic):
-    assert await ensure_topic({"bootstrap_servers": kafka_broker}, kafka_topic, 1) == 1
+    assert await ensure_topic(kafka_broker, kafka_topic, 1) == 1
     big = b'{"blob": "' + b"z" * (2 * MIB) + b'"}'
     write(kafka_broker, kafka_topic, [(b"a", b'{"n": 1}', 0), (b"a", big, 0), (b"b", b'{"n": 3}', 0)])
     provider = StreamProvider.kafka(
@@ -63,7 +63,7 @@ async def test_a_record_over_the_limit_is_dead_lettered_too_large_and_the_rest_i
 
 async def test_a_topic_of_4_mib_records_is_read_within_the_bounds(kafka_broker, kafka_topic):
     count, rng, crc = 60, random.Random(7), 0  # 240 MiB in all: far more than the worker may hold
-    assert await ensure_topic({"bootstrap_servers": kafka_broker}, kafka_topic, 2) == 2
+    assert await ensure_topic(kafka_broker, kafka_topic, 2) == 2
     records = [(f"k{n % 8}".encode(), rng.randbytes(4 * MIB), n % 2) for n in range(count)]
     for _, value, _ in records:
         crc ^= zlib.crc32(value)

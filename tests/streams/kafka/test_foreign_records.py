@@ -340,7 +340,7 @@ def test_settings_that_need_a_record_format_are_refused_without_one():
     with pytest.raises(ConfigurationError, match="records="):
         StreamProvider.kafka("127.0.0.1:1", topics={"a": "t"})
     with pytest.raises(ConfigurationError, match="records is one of"):
-        StreamProvider.kafka("127.0.0.1:1", "t", records="avro")
+        StreamProvider.kafka("127.0.0.1:1", "t", records="yaml")
     with pytest.raises(ConfigurationError, match="needs a topic"):
         StreamProvider.kafka("127.0.0.1:1")
 
