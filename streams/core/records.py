@@ -76,7 +76,8 @@ class RecordAwareFormat(RecordFormat, Protocol):
     never dead-lettered, and when it is the first, ``prepare`` raises why (the queue backs off
     and shows the outage). ``decode_record`` then decodes one record, without I/O;
     it raises, as ``decode`` does, for bytes it cannot read (the record is dead-lettered).
-    The plain formats are not record-aware, and pay nothing for it.
+    The plain formats are not record-aware: their reads have no prepare step, and decoding them
+    costs one test a record more.
 
     >>> class Tagged:
     ...     name = "tagged"
