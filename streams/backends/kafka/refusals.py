@@ -95,6 +95,8 @@ def refusal(exc: BaseException, connection: KafkaConnection, host: str = "") -> 
                     f"{server}{where}: the broker does not speak TLS on this port ({cause.reason}): use its TLS "
                     "listener's port, or security_protocol PLAINTEXT / SASL_PLAINTEXT"
                 )
+            if isinstance(cause, ssl.SSLEOFError):
+                return None  # the broker hung up: its alert, if it sent one, says why (diagnose reads it)
             return KafkaRefusedError(
                 f"{server}{where}: TLS failed ({cause.reason or cause}): check security_protocol and the ssl_* settings"
             )
@@ -174,6 +176,13 @@ def _tls_probe(
             context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
             with context.wrap_socket(sock, server_hostname=host):
                 pass
+    except ssl.SSLEOFError:
+        if not connection.tls:
+            return None
+        return KafkaRefusedError(
+            f"{connection.server}{f' ({where})' if where else ''}: the broker closed the TLS connection without "
+            "saying why: check security_protocol, and ssl_certfile and ssl_keyfile if it wants a client certificate"
+        )
     except ssl.SSLError as exc:
         return refusal(exc, connection, where) if connection.tls else None
     except OSError:
