@@ -129,12 +129,18 @@ async def diagnose(connection: KafkaConnection, within: float | None = None) -> 
     Some refusals close the connection without aiokafka saying why: a broker that wants a
     client certificate says so in a TLS alert after the handshake (TLS 1.3), and a TLS
     listener given plaintext just hangs up. A plain TLS handshake and one request, made
-    with the standard library, read those."""
+    with the standard library, read those; and a plaintext listener given TLS may wait for
+    more bytes instead of answering, so a client of TLS first asks in plaintext."""
     kwargs = connection.client_kwargs()
     timeout = connection.request_timeout if within is None else within
     hosts = collect_hosts(connection.bootstrap_servers)
     for host, port, _family in hosts:
         where = f"{host}:{port}" if len(hosts) > 1 else ""
+        if connection.tls and await anyio.to_thread.run_sync(_answers_plaintext, host, port, min(timeout, 2.0)):
+            return KafkaRefusedError(
+                f"{connection.server}{f' ({where})' if where else ''}: the broker does not speak TLS on this port "
+                "(it answers plaintext): use its TLS listener's port, or security_protocol PLAINTEXT / SASL_PLAINTEXT"
+            )
         try:
             with anyio.fail_after(timeout):
                 conn = await create_conn(
@@ -157,6 +163,16 @@ async def diagnose(connection: KafkaConnection, within: float | None = None) -> 
 
 # An ApiVersions request (v0, correlation id 1, client "headrace"): any broker answers it.
 _API_VERSIONS = struct.pack(">ihhih", 18, 18, 0, 1, 8) + b"headrace"
+
+
+def _answers_plaintext(host: str, port: int, timeout: float) -> bool:
+    """Whether a Kafka request sent in plaintext gets an answer (a plaintext listener)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(_API_VERSIONS)
+            return len(sock.recv(8)) >= 4
+    except OSError:
+        return False
 
 
 def _tls_probe(

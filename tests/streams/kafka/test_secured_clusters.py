@@ -23,6 +23,7 @@ import pytest
 
 from streams.backends.kafka.clients import ensure_topic
 from streams.backends.kafka.connection import KafkaConnection
+from streams.backends.kafka.refusals import KafkaRefusedError
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.spark_options import connection_from_spark
 from streams.core.errors import ConfigurationError
@@ -328,3 +329,15 @@ def test_a_spark_tasks_connection_carries_its_pem_files(secured_kafka, kafka_top
     shipped = pickle.loads(pickle.dumps(connection))
     assert KEY_PASSPHRASE not in repr(shipped) and "BEGIN" not in repr(shipped)
     assert anyio.run(ensure_topic, shipped, kafka_topic, 1) == 1
+
+
+def test_tls_to_a_plaintext_listener_is_named(secured_kafka, kafka_broker, kafka_topic):
+    connection = KafkaConnection(kafka_broker, security_protocol="SSL", ssl_cafile=secured_kafka.certificates["ca.pem"])
+    began = time.monotonic()
+    with pytest.raises(KafkaRefusedError) as refused:
+        anyio.run(ensure_topic, connection, kafka_topic, 1)
+    assert time.monotonic() - began < 10  # the test broker waits for more bytes: one request timeout (5 s)
+    assert str(refused.value) == (
+        f"Kafka at {kafka_broker}: the broker does not speak TLS on this port (it answers plaintext): use its "
+        "TLS listener's port, or security_protocol PLAINTEXT / SASL_PLAINTEXT"
+    )
