@@ -124,6 +124,7 @@ class TlsTerminator:
         self.context = context
         self.port = port if port is not None else free_port()
         self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()  # the TLS side of each forwarded connection
 
     @property
     def bootstrap(self) -> str:
@@ -148,11 +149,22 @@ class TlsTerminator:
         except OSError:  # the handshake refused (its alert sent), or no upstream
             _hang_up(socket.socket(fileno=tls.detach()))
             return
+        self._open.add(tls)
         with tls, upstream:
             back = threading.Thread(target=_pump, args=(upstream, tls), daemon=True)
             back.start()
             _pump(tls, upstream)
             back.join()
+        self._open.discard(tls)
+
+    def drop_connections(self) -> None:
+        """End every forwarded connection, as a broker restarting would: the clients connect
+        again, and meet ``context`` as it is now."""
+        for tls in list(self._open):
+            try:
+                tls.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def start(self) -> TlsTerminator:
         self._listener = socket.create_server((HOST, self.port))

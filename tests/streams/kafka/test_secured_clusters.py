@@ -21,12 +21,14 @@ from pathlib import Path
 import anyio
 import pytest
 
+from streams.backends.kafka.adapter import KafkaAdapterFactory
 from streams.backends.kafka.clients import ensure_topic
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.refusals import KafkaRefusedError
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.spark_options import connection_from_spark
-from streams.core.errors import ConfigurationError
+from streams.core.errors import ConfigurationError, QueueFailedError
+from streams.core.ids import QueueId
 from streams.core.secret import Secret
 from streams.runtime.config import load_config
 from tests.kafka_tls import KEY_PASSPHRASE, SaslResponder, SecuredCluster
@@ -341,3 +343,41 @@ def test_tls_to_a_plaintext_listener_is_named(secured_kafka, kafka_broker, kafka
         f"Kafka at {kafka_broker}: the broker does not speak TLS on this port (it answers plaintext): use its "
         "TLS listener's port, or security_protocol PLAINTEXT / SASL_PLAINTEXT"
     )
+
+
+async def test_a_refusal_met_while_reading_fails_the_queue_with_its_reason(secured_kafka, kafka_topic):
+    """A queue reading over mutual TLS when the broker stops trusting the client's certificate
+    (its connections dropped, as by a restart with a new CA): the queue fails with the
+    reason, once, instead of reading "no fetch answer" for ever; a queue that starts then
+    fails the same way at once."""
+    certificates = secured_kafka.certificates
+    settings = KafkaSettings(
+        secured_kafka.mtls, kafka_topic, queues=1, idempotent=False, group_membership=False,
+        outage_after=0.5, security_protocol="SSL", ssl_cafile=certificates["ca.pem"],
+        ssl_certfile=certificates["client.pem"], ssl_keyfile=certificates["client.key"],
+    )  # fmt: skip
+    terminator = secured_kafka.terminators[1]
+    trusting = terminator.context
+    expected = (
+        f"queue-0: Kafka at {secured_kafka.mtls}: the broker requires a client certificate it trusts "
+        f"({certificates['client.pem']} was refused; TLSV1_ALERT_UNKNOWN_CA): set ssl_certfile and ssl_keyfile to "
+        "one signed by the CA the broker trusts"
+    )
+    async with KafkaAdapterFactory(settings) as factory:
+        adapter = await factory.create_adapter()
+        receiver = adapter.create_receiver(QueueId(0))
+        await receiver.initialize()
+        try:
+            terminator.context = certificates.server_context(client_ca="other-ca")
+            terminator.drop_connections()
+            with anyio.fail_after(20), pytest.raises(QueueFailedError) as failed:
+                while True:
+                    await receiver.get_queue_messages(10)
+            assert str(failed.value) == expected
+            again = adapter.create_receiver(QueueId(0))
+            with anyio.fail_after(10), pytest.raises(QueueFailedError) as refused:
+                await again.initialize()
+            assert str(refused.value) == expected
+        finally:
+            terminator.context = trusting
+            await receiver.shutdown()
