@@ -199,13 +199,22 @@ class TansuBroker(_TansuProcess):
 
 
 class TansuProxy(_TansuProcess):
-    """Tansu's Kafka proxy in front of ``broker``: clients bootstrap from the proxy and are
-    told (in metadata) that the proxy is the broker. Stopping the proxy is an outage the
-    clients cannot tell from the broker going away, and the broker keeps its data."""
+    """Tansu's Kafka proxy in front of ``broker`` (a TansuBroker, or its ``host:port``):
+    clients bootstrap from the proxy and are told (in metadata) that the proxy is the broker,
+    or that it is at ``advertised_port`` (another front's, e.g. a TLS terminator's). Stopping
+    the proxy is an outage the clients cannot tell from the broker going away, and the
+    broker keeps its data."""
 
-    def __init__(self, broker: TansuBroker, port: int | None = None, start_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        broker: TansuBroker | str,
+        port: int | None = None,
+        start_timeout: float = 10.0,
+        advertised_port: int | None = None,
+    ) -> None:
         super().__init__(port, start_timeout)
-        self.broker = broker
+        self.origin = broker.url if isinstance(broker, TansuBroker) else f"tcp://{broker}"
+        self.advertised = self.url if advertised_port is None else f"tcp://{HOST}:{advertised_port}"
 
     def _arguments(self) -> list[str]:
         return [
@@ -213,7 +222,7 @@ class TansuProxy(_TansuProcess):
             "--listener-url",
             self.url,
             "--advertised-listener-url",
-            self.url,
+            self.advertised,
             "--origin-url",
-            self.broker.url,
+            self.origin,
         ]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from aiokafka.protocol.admin import ApiVersionResponse_v0, SaslAuthenticateResponse_v0, SaslHandShakeResponse_v1
 
-from tests.kafka_broker import HOST, _TansuProcess, free_port
+from tests.kafka_broker import HOST, TansuProxy, free_port
 
 KEY_PASSPHRASE = "tls-key-passphrase-5ec2e7"  # client-encrypted.key's: the tests grep outputs for it
 
@@ -99,6 +99,21 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
                 pass
 
 
+def _hang_up(client: socket.socket) -> None:
+    """Close as a broker does after a refused handshake: read what the client sent until it
+    hangs up (closing with unread bytes would reset the connection, and the client could
+    lose the alert that says why)."""
+    try:
+        client.shutdown(socket.SHUT_WR)  # the alert, then the end: the client stops waiting
+        client.settimeout(2)
+        while client.recv(4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        client.close()
+
+
 class TlsTerminator:
     """Accepts TLS (``context``) on a loopback port and forwards each connection's bytes,
     decrypted, to ``target`` (``host:port``), and the answers back: a thread a direction.
@@ -109,6 +124,7 @@ class TlsTerminator:
         self.context = context
         self.port = port if port is not None else free_port()
         self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()  # the TLS side of each forwarded connection
 
     @property
     def bootstrap(self) -> str:
@@ -124,19 +140,31 @@ class TlsTerminator:
 
     def _forward(self, client: socket.socket) -> None:
         host, port = self.target.rsplit(":", 1)
+        client.settimeout(10)
+        tls = self.context.wrap_socket(client, server_side=True, do_handshake_on_connect=False)
         try:
-            client.settimeout(10)
-            tls = self.context.wrap_socket(client, server_side=True)
+            tls.do_handshake()
             tls.settimeout(None)
             upstream = socket.create_connection((host, int(port)))
         except OSError:  # the handshake refused (its alert sent), or no upstream
-            client.close()
+            _hang_up(socket.socket(fileno=tls.detach()))
             return
+        self._open.add(tls)
         with tls, upstream:
             back = threading.Thread(target=_pump, args=(upstream, tls), daemon=True)
             back.start()
             _pump(tls, upstream)
             back.join()
+        self._open.discard(tls)
+
+    def drop_connections(self) -> None:
+        """End every forwarded connection, as a broker restarting would: the clients connect
+        again, and meet ``context`` as it is now."""
+        for tls in list(self._open):
+            try:
+                tls.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def start(self) -> TlsTerminator:
         self._listener = socket.create_server((HOST, self.port))
@@ -149,27 +177,6 @@ class TlsTerminator:
             listener.close()
 
 
-class AdvertisingProxy(_TansuProcess):
-    """Tansu's proxy on a plaintext loopback port in front of ``origin``, telling clients
-    (in metadata) that the broker is at ``advertised`` (a TLS terminator's port)."""
-
-    def __init__(self, origin: str, advertised: int) -> None:
-        super().__init__()
-        self.origin = origin
-        self.advertised = advertised
-
-    def _arguments(self) -> list[str]:
-        return [
-            "proxy",
-            "--listener-url",
-            self.url,
-            "--advertised-listener-url",
-            f"tcp://{HOST}:{self.advertised}",
-            "--origin-url",
-            f"tcp://{self.origin}",
-        ]
-
-
 class SecuredCluster:
     """The session broker behind TLS: ``bootstrap`` (server certificate only), ``mtls``
     (a client certificate required), ``wrong_host`` (a certificate naming another host)."""
@@ -177,7 +184,7 @@ class SecuredCluster:
     def __init__(self, broker: str, certificates: Certificates) -> None:
         self.certificates = certificates
         ports = free_port(), free_port()
-        self.proxies = [AdvertisingProxy(broker, port) for port in ports]
+        self.proxies = [TansuProxy(broker, advertised_port=port) for port in ports]
         self.terminators = [
             TlsTerminator(self.proxies[0].bootstrap, certificates.server_context(), ports[0]),
             TlsTerminator(self.proxies[1].bootstrap, certificates.server_context(client_ca="ca"), ports[1]),

@@ -14,6 +14,7 @@ from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPa
 from streams.backends.kafka.clients import is_transient, log, offset_bounds, permanent_fix, retry_kafka, start_client
 from streams.backends.kafka.fetched import BatchTaker, Fetched, KafkaRecord
 from streams.backends.kafka.records import ContainerRecords, GroupedRecords, RecordReader
+from streams.backends.kafka.refusals import KafkaRefusedError, diagnose
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError, QueueFailedError
@@ -82,6 +83,7 @@ class KafkaQueueReceiver:
         self._last_commit = float("-inf")
         self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
         self._backoff = Backoff()
+        self._diagnosed = False  # this outage's cause asked after (refusals.diagnose)
         self.caught_up = False
         self._topics_checked = time.monotonic()  # when a deleted topic was last looked for
         self._narrowing = 0  # records still to read one at a time (up to an unreadable batch)
@@ -251,6 +253,7 @@ class KafkaQueueReceiver:
     def _answered(self) -> None:
         """A fetch answered: the broker is reachable."""
         self._waiting_since = None
+        self._diagnosed = False
         self._backoff.reset()
         self.outage.recovered()
 
@@ -282,8 +285,15 @@ class KafkaQueueReceiver:
         return ready
 
     async def _back_off(self, reason: str, since: float) -> None:
-        """The broker did not answer: report it, and wait before the agent asks again."""
+        """The broker did not answer: report it, and wait before the agent asks again. Once
+        an outage, ask a broker why: one that refuses this client's TLS or SASL settings now
+        (a certificate renewed wrong, a password rotated) fails the queue with the reason."""
         self.outage.failed(reason, since=since)
+        if not self._diagnosed:
+            self._diagnosed = True
+            refused = await diagnose(self.settings)
+            if refused is not None:
+                raise QueueFailedError(f"{self.queue}: {refused}") from None
         await anyio.sleep(self._backoff.next())
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
@@ -415,7 +425,10 @@ class KafkaQueueReceiver:
                 fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
             )
         )
-        await start_client(consumer, self.settings)
+        try:
+            await start_client(consumer, self.settings)
+        except KafkaRefusedError as exc:  # not an outage: the agent must not retry it for ever
+            raise QueueFailedError(f"{self.queue}: {exc}") from None
         consumer.assign(self._partitions)
         return consumer
 

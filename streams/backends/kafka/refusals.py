@@ -95,6 +95,8 @@ def refusal(exc: BaseException, connection: KafkaConnection, host: str = "") -> 
                     f"{server}{where}: the broker does not speak TLS on this port ({cause.reason}): use its TLS "
                     "listener's port, or security_protocol PLAINTEXT / SASL_PLAINTEXT"
                 )
+            if isinstance(cause, ssl.SSLEOFError):
+                return None  # the broker hung up: its alert, if it sent one, says why (diagnose reads it)
             return KafkaRefusedError(
                 f"{server}{where}: TLS failed ({cause.reason or cause}): check security_protocol and the ssl_* settings"
             )
@@ -127,12 +129,18 @@ async def diagnose(connection: KafkaConnection, within: float | None = None) -> 
     Some refusals close the connection without aiokafka saying why: a broker that wants a
     client certificate says so in a TLS alert after the handshake (TLS 1.3), and a TLS
     listener given plaintext just hangs up. A plain TLS handshake and one request, made
-    with the standard library, read those."""
+    with the standard library, read those; and a plaintext listener given TLS may wait for
+    more bytes instead of answering, so a client of TLS first asks in plaintext."""
     kwargs = connection.client_kwargs()
     timeout = connection.request_timeout if within is None else within
     hosts = collect_hosts(connection.bootstrap_servers)
     for host, port, _family in hosts:
         where = f"{host}:{port}" if len(hosts) > 1 else ""
+        if connection.tls and await anyio.to_thread.run_sync(_answers_plaintext, host, port, min(timeout, 2.0)):
+            return KafkaRefusedError(
+                f"{connection.server}{f' ({where})' if where else ''}: the broker does not speak TLS on this port "
+                "(it answers plaintext): use its TLS listener's port, or security_protocol PLAINTEXT / SASL_PLAINTEXT"
+            )
         try:
             with anyio.fail_after(timeout):
                 conn = await create_conn(
@@ -157,6 +165,16 @@ async def diagnose(connection: KafkaConnection, within: float | None = None) -> 
 _API_VERSIONS = struct.pack(">ihhih", 18, 18, 0, 1, 8) + b"headrace"
 
 
+def _answers_plaintext(host: str, port: int, timeout: float) -> bool:
+    """Whether a Kafka request sent in plaintext gets an answer (a plaintext listener)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(_API_VERSIONS)
+            return len(sock.recv(8)) >= 4
+    except OSError:
+        return False
+
+
 def _tls_probe(
     connection: KafkaConnection, host: str, port: int, where: str, timeout: float
 ) -> KafkaRefusedError | None:
@@ -174,6 +192,13 @@ def _tls_probe(
             context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
             with context.wrap_socket(sock, server_hostname=host):
                 pass
+    except ssl.SSLEOFError:
+        if not connection.tls:
+            return None
+        return KafkaRefusedError(
+            f"{connection.server}{f' ({where})' if where else ''}: the broker closed the TLS connection without "
+            "saying why: check security_protocol, and ssl_certfile and ssl_keyfile if it wants a client certificate"
+        )
     except ssl.SSLError as exc:
         return refusal(exc, connection, where) if connection.tls else None
     except OSError:
