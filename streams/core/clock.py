@@ -143,8 +143,9 @@ class ManualClock:
 class StepWatch:
     """Notices a step of ``clock``'s wall clock against its monotonic one: the wall time
     minus the monotonic time (the offset) moving by more than :data:`STEP_THRESHOLD` since
-    the last look. Each step is one warning line with its size; :attr:`step` is the total
-    offset since the watch started (0.0 once the clock is back), for ``headrace status``.
+    the last look. Each step is one warning line with its size; :attr:`step` is the sum of
+    the steps seen (0.0 once the clock is back; slow drift is not counted), for
+    ``headrace status``.
 
     >>> clock = ManualClock(1000.0)
     >>> watch = StepWatch(clock)
@@ -156,11 +157,11 @@ class StepWatch:
     0.0
     """
 
-    __slots__ = ("_clock", "_first", "_offset", "step")
+    __slots__ = ("_clock", "_offset", "step")
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._first = self._offset = clock.now() - clock.monotonic()
+        self._offset = clock.now() - clock.monotonic()
         self.step = 0.0
 
     def check(self) -> float:
@@ -168,7 +169,7 @@ class StepWatch:
         offset = self._clock.now() - self._clock.monotonic()
         moved, self._offset = offset - self._offset, offset  # slow drift (NTP slewing) is no step
         if abs(moved) > STEP_THRESHOLD:
-            self.step = offset - self._first
+            self.step += moved
             if abs(self.step) <= STEP_THRESHOLD:
                 self.step = 0.0
             log.warning(

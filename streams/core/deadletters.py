@@ -11,12 +11,13 @@ counts stay true.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 import msgpack
+
+from streams.core.clock import wall_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class DeadLetter:
     value: Any = None  # the original event value, when it did
     event_time: float | None = None
     detail: str = ""
-    recorded_at: float = field(default_factory=time.time)
+    recorded_at: float = field(default_factory=wall_time)
     event_index: int | None = None  # the event's index in its record; None: the whole record
     unit: str | None = None  # what it is about, when not an event or record (a window)
 
