@@ -19,6 +19,7 @@ from agents.catalog import Catalog, Spawn, StreamState, timed_of
 from agents.checkpoint import Holds
 from agents.context import AgentContext
 from streams.adapters.protocols import QueueAdapterReceiver, StateLookup
+from streams.core.clock import wall_time
 from streams.core.ids import QueueId, StreamId
 
 log = logging.getLogger("headrace.agent")
@@ -85,7 +86,7 @@ class ActivationCollector:
         receiver = self._receiver
         if isinstance(receiver, StateLookup):  # its parked durable states are only in the store
             for consumer, ttl in catalog.expiring_types():
-                self._spawn(self._expire_stored, receiver, consumer, time.time() - ttl)
+                self._spawn(self._expire_stored, receiver, consumer, wall_time() - ttl)
 
     async def _expire_stored(self, receiver: StateLookup, consumer: str, before: float) -> None:
         try:

@@ -398,7 +398,7 @@ class PullingAgent:
                 container.clock_before = clock
             if container.arrival_time > clock:
                 clock = container.arrival_time
-        ticks.records_clock = clock
+        ticks.record_read(clock)
         self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         if letters:
             reasons = Counter(letter.reason for letter in letters)

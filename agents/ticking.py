@@ -5,8 +5,9 @@ it lets a silent stream's watermark follow the clock (late arrival, idle timeout
 fires processing-time timers. The clock never runs ahead of the records: while the queue
 has records not yet read (a restart after downtime, a replay, a topic read from its start)
 it is the arrival time of the newest record read; only once a read has found the queue
-caught up does it follow the wall clock. So a backlog gives exactly the results the records
-alone give, however it is split into reads.
+caught up does it move on by itself: from the newest arrival read, by the monotonic time
+elapsed since that read. So a backlog gives exactly the results the records alone give,
+however it is split into reads, and a step of the worker's own wall clock moves no tick.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class QueueTicks:
         "_context",
         "_holds",
         "_last_tick",
+        "_read_at",
+        "_shown",
         "_queue",
         "_spawn",
         "_streams",
@@ -75,15 +78,33 @@ class QueueTicks:
         # The newest arrival time read, and whether the last read found the queue caught up.
         self.records_clock = -math.inf
         self.caught_up = False
+        # Where the clock moves on from once caught up: (an arrival time, the monotonic
+        # time it was read at); and the latest time shown, which it never goes back from.
+        self._read_at: tuple[float, float] | None = None
+        self._shown = -math.inf
+
+    def record_read(self, arrival: float) -> None:
+        """A read took the queue's records up to ``arrival`` (the newest arrival time read)."""
+        if arrival > self.records_clock:
+            self.records_clock = arrival
+            self._read_at = (arrival, self._context.clock.monotonic())
 
     def now(self) -> float:
         """The queue's processing clock, where every tick of its activations falls: the
-        newest arrival read, or, once the queue is caught up, the wall clock if later (this
-        is the one place a tick reads it, through the context's clock: ``streams.testing``
-        moves it by hand). -inf before anything is read from a queue that is not caught up."""
-        if self.caught_up:
-            return max(self._context.clock.now(), self.records_clock)
-        return self.records_clock
+        newest arrival read, or, once the queue is caught up, that plus the monotonic time
+        elapsed since it was read (this is the one place a tick reads the time, through the
+        context's clock: ``streams.testing`` moves it by hand). A queue caught up before
+        anything arrived starts from the wall clock, read once. Never goes back. -inf
+        before anything is read from a queue that is not caught up."""
+        if not self.caught_up:
+            return self.records_clock
+        clock = self._context.clock
+        if self._read_at is None:
+            self._read_at = (clock.now(), clock.monotonic())
+        arrival, read_at = self._read_at
+        shown = max(self._shown, self.records_clock, arrival + max(clock.monotonic() - read_at, 0.0))
+        self._shown = shown
+        return shown
 
     def run(self) -> None:
         """Once a timer period, tick the event-time activations whose next tick is due at

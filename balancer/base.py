@@ -20,7 +20,7 @@ from balancer.protocols import (
     QueueDistributionChange,
     QueueDistributionListener,
 )
-from streams.core.clock import Clock, WallClock
+from streams.core.clock import Clock, StepWatch, WallClock
 from streams.core.errors import ConfigurationError, WorkerNameInUseError
 from streams.core.ids import QueueId
 
@@ -89,6 +89,7 @@ class QueueBalancerBase(abc.ABC):
         options: BalancerOptions | None = None,
     ) -> None:
         self._clock = clock or WallClock()
+        self._steps = StepWatch(self._clock)  # a step of the wall clock: said once a round
         self._leases = lease_provider or MemoryLeaseProvider(clock=self._clock)
         self._membership = membership
         self.options = options or BalancerOptions()
@@ -99,6 +100,7 @@ class QueueBalancerBase(abc.ABC):
         self._lock = anyio.Lock()
         self._run_scope: anyio.CancelScope | None = None
         self._closed = False
+        self.clock_step = 0.0  # the wall clock's steps against the monotonic one, summed (s)
 
     # -- what subclasses say --------------------------------------------------------------
 
@@ -229,6 +231,7 @@ class QueueBalancerBase(abc.ABC):
     async def _round(self, ownership: QueueOwnership) -> QueueDistributionChange:
         if self._closed:
             return QueueDistributionChange(frozenset())
+        self.clock_step = self._steps.check()
         before = ownership.owned
         if self._membership is not None:
             await self._membership.heartbeat(self._worker)

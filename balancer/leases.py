@@ -7,6 +7,14 @@ process), SQLite in :mod:`streams.backends.embedded.balancer` (several processes
 
 The leases one worker holds: acquiring, renewing on time, handing back after a drain.
 
+Two clocks (docs/event-time.md, "Which clock decides what"). A worker judges its own leases
+by the monotonic time since it asked for them (:class:`QueueOwnership`), so a step of its
+wall clock never makes it drop a queue. The expiries in the shared table are wall-clock
+times other processes compare with theirs; :class:`LeaseTimes` reads the wall clock for them
+so that a step in one worker costs at most a slower handover: it judges others' expiries by
+the earlier of its wall clock and its steady one (the wall clock as it would be had it not
+stepped), and writes its own from the later.
+
 Every balancer decides *which* queues this worker should own; :class:`QueueOwnership` is the
 one place that turns that decision into leases, so every balancer hands queues over the same
 way (see :mod:`balancer.protocols`).
@@ -15,11 +23,12 @@ way (see :mod:`balancer.protocols`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Protocol
 
 from balancer.protocols import Lease, LeaseProvider
-from streams.core.clock import Clock, WallClock
+from streams.core.clock import STEP_THRESHOLD, Clock, WallClock
 from streams.core.ids import QueueId
 
 DEFAULT_LEASE_LENGTH = 60.0
@@ -38,6 +47,7 @@ def grant(
     length: float,
     *,
     reclaim: bool = False,
+    start: float | None = None,
 ) -> Lease | None:
     """The new lease of ``owner`` on ``queue``, with the next epoch; ``None`` while someone
     holds it.
@@ -45,7 +55,8 @@ def grant(
     With ``reclaim``, a lease still held under ``owner``'s own name is granted too: the
     caller is a new process of that name whose predecessor died holding it (the membership
     let it in, so the predecessor is dead). The next epoch fences anything it may still try
-    to write.
+    to write. The lease runs ``length`` from ``start`` (default: ``now``, at which the
+    current lease is judged).
 
     >>> grant(None, QueueId(0), "w1", now=0.0, length=60.0)
     Lease(queue=QueueId(number=0), owner='w1', epoch=1, expires_at=60.0)
@@ -58,18 +69,28 @@ def grant(
     if current is not None and current.is_held_at(now) and not (reclaim and current.owner == owner):
         return None
     epoch = current.epoch + 1 if current is not None else 1
-    return Lease(queue, owner, epoch, now + length)
+    return Lease(queue, owner, epoch, (now if start is None else start) + length)
 
 
 def _same_tenure(current: Lease, lease: Lease) -> bool:
     return current.owner == lease.owner and current.epoch == lease.epoch
 
 
-def extend(current: Lease | None, lease: Lease, now: float, length: float) -> Lease | None:
-    """``lease`` renewed until ``now + length``; ``None`` if it expired or moved on."""
+def extend(
+    current: Lease | None, lease: Lease, now: float, length: float, *, start: float | None = None
+) -> Lease | None:
+    """``lease`` renewed until ``start + length`` (``start`` defaults to ``now``); ``None``
+    if it expired at ``now`` or moved on.
+
+    >>> held = Lease(QueueId(0), "w1", 4, expires_at=50.0)
+    >>> extend(held, held, now=30.0, length=60.0, start=35.0).expires_at
+    95.0
+    >>> extend(held, held, now=50.0, length=60.0) is None
+    True
+    """
     if current is None or not _same_tenure(current, lease) or not current.is_held_at(now):
         return None
-    return dataclasses.replace(current, expires_at=now + length)
+    return dataclasses.replace(current, expires_at=(now if start is None else start) + length)
 
 
 def vacate(current: Lease | None, lease: Lease, now: float) -> Lease | None:
@@ -90,12 +111,52 @@ class LeaseTable(Protocol):
         ...
 
 
+class LeaseTimes:
+    """The wall-clock times a worker compares with and writes into a shared lease table.
+
+    The steady clock is the wall clock as it stood when last in step with the monotonic one,
+    moved on by the monotonic time since. While the wall clock is stepped away from it,
+    :meth:`read` gives the earlier of the two to judge others' expiries by (a lease is never
+    taken early) and the later to write one's own from (a lease is never cut short); a step
+    that lasts ``adopt_after`` seconds is taken as the clock's new right time.
+
+    >>> from streams.core.clock import ManualClock
+    >>> clock = ManualClock(1000.0)
+    >>> times = LeaseTimes(clock)
+    >>> clock.advance(10); clock.step(-600); times.read()
+    (410.0, 1010.0)
+    >>> clock.step(1200); times.read()
+    (1010.0, 1610.0)
+    """
+
+    __slots__ = ("_adopt_after", "_clock", "_offset", "_stepped_since")
+
+    def __init__(self, clock: Clock, *, adopt_after: float = DEFAULT_LEASE_LENGTH) -> None:
+        self._clock = clock
+        self._adopt_after = adopt_after
+        self._offset = clock.now() - clock.monotonic()
+        self._stepped_since: float | None = None
+
+    def read(self) -> tuple[float, float]:
+        """``(judge, write)``: the time to judge others' expiries at, and to write one's own from."""
+        wall, elapsed = self._clock.now(), self._clock.monotonic()
+        if abs(wall - elapsed - self._offset) <= STEP_THRESHOLD:
+            self._offset, self._stepped_since = wall - elapsed, None  # in step: follow slow drift
+        elif self._stepped_since is None:
+            self._stepped_since = elapsed
+        elif elapsed - self._stepped_since >= self._adopt_after:
+            self._offset, self._stepped_since = wall - elapsed, None
+        steady = elapsed + self._offset
+        return min(wall, steady), max(wall, steady)
+
+
 class TableLeaseProvider:
     """A :class:`~balancer.protocols.LeaseProvider` over a :class:`LeaseTable`."""
 
     def __init__(self, table: LeaseTable, *, clock: Clock | None = None) -> None:
         self._table = table
         self._clock = clock or WallClock()
+        self._times = LeaseTimes(self._clock)
 
     async def acquire(
         self,
@@ -108,14 +169,14 @@ class TableLeaseProvider:
     ) -> list[Lease]:
         if not queues or (limit is not None and limit <= 0):
             return []
-        now = self._clock.now()
+        now, start = self._times.read()
         granted = 0
 
         def take(queue: QueueId, current: Lease | None) -> Lease | None:
             nonlocal granted
             if limit is not None and granted >= limit:
                 return None
-            lease = grant(current, queue, owner, now, length, reclaim=reclaim)
+            lease = grant(current, queue, owner, now, length, reclaim=reclaim, start=start)
             granted += lease is not None
             return lease
 
@@ -124,14 +185,16 @@ class TableLeaseProvider:
     async def renew(self, leases: Sequence[Lease], length: float) -> list[Lease]:
         if not leases:  # most rounds renew nothing: no transaction for them
             return []
-        now = self._clock.now()
+        now, start = self._times.read()
         mine = {lease.queue: lease for lease in leases}
-        return await self._table.update(list(mine), lambda queue, current: extend(current, mine[queue], now, length))
+        return await self._table.update(
+            list(mine), lambda queue, current: extend(current, mine[queue], now, length, start=start)
+        )
 
     async def release(self, leases: Sequence[Lease]) -> None:
         if not leases:
             return
-        now = self._clock.now()
+        now = self._times.read()[0]
         mine = {lease.queue: lease for lease in leases}
         await self._table.update(list(mine), lambda queue, current: vacate(current, mine[queue], now))
 
@@ -170,7 +233,9 @@ class MemoryLeaseProvider(TableLeaseProvider):
 
 class QueueOwnership:
     """The leases of ``worker``: those it owns (in the order acquired, oldest first) and
-    those it is handing back (still renewed until :meth:`release`).
+    those it is handing back (still renewed until :meth:`release`). It judges them by the
+    monotonic time since it asked for each (a lease asked for at ``t`` is held until
+    ``t + lease_length`` at the latest, whatever the wall clock does meanwhile).
 
     >>> import anyio
     >>> from streams.core.clock import ManualClock
@@ -197,6 +262,7 @@ class QueueOwnership:
         self.renew_period = renew_period
         self._owned: dict[QueueId, Lease] = {}  # insertion order = acquisition order
         self._releasing: dict[QueueId, Lease] = {}
+        self._asked_at: dict[QueueId, float] = {}  # monotonic time of the latest grant or renewal's request
         self._just_lost: frozenset[QueueId] = frozenset()
         # True while this worker's first round takes back what a dead predecessor of its
         # name still holds (see leases.grant).
@@ -211,8 +277,12 @@ class QueueOwnership:
         return frozenset(self._releasing)
 
     def lease(self, queue: QueueId) -> Lease | None:
-        """The lease on ``queue`` while this worker holds it (owned, or being handed back)."""
-        return self._owned.get(queue) or self._releasing.get(queue)
+        """The lease on ``queue`` while this worker holds it (owned, or being handed back),
+        by the monotonic time since it was last granted or renewed."""
+        lease = self._owned.get(queue) or self._releasing.get(queue)
+        if lease is None or self._clock.monotonic() - self._asked_at.get(queue, -math.inf) >= self.lease_length:
+            return None
+        return lease
 
     def oldest(self, count: int) -> list[QueueId]:
         """The ``count`` owned queues acquired longest ago."""
@@ -226,30 +296,33 @@ class QueueOwnership:
         wanted = [q for q in dict.fromkeys(candidates) if q not in busy]
         if not wanted:
             return frozenset()
+        asked = self._clock.monotonic()
         granted = await self._provider.acquire(
             wanted, self.worker, self.lease_length, limit=limit, reclaim=self.reclaim
         )
         for lease in granted:
             self._owned[lease.queue] = lease
+            self._asked_at[lease.queue] = asked
         return frozenset(lease.queue for lease in granted)
 
     async def renew_due(self) -> frozenset[QueueId]:
-        """Renew the leases due (held for ``renew_period`` since their last grant); drop
-        those past expiry and those the provider refused. Returns the queues lost."""
-        now = self._clock.now()
+        """Renew the leases due (``renew_period`` since their last grant or renewal, by the
+        monotonic clock); drop those past ``lease_length`` since then and those the provider
+        refused. Returns the queues lost."""
+        asked = self._clock.monotonic()
         held = {**self._owned, **self._releasing}
-        expired = {q for q, lease in held.items() if not lease.is_held_at(now)}
-        due = [
-            lease
-            for q, lease in held.items()
-            if q not in expired and now >= lease.expires_at - self.lease_length + self.renew_period
-        ]
+        since = {q: asked - self._asked_at.get(q, -math.inf) for q in held}
+        expired = {q for q in held if since[q] >= self.lease_length}
+        due = [lease for q, lease in held.items() if q not in expired and since[q] >= self.renew_period]
         renewed = {lease.queue: lease for lease in await self._provider.renew(due, self.lease_length)}
+        for queue in renewed:
+            self._asked_at[queue] = asked
         lost = frozenset(expired | {lease.queue for lease in due} - renewed.keys())
         for table in (self._owned, self._releasing):
             for queue in list(table):
                 if queue in lost:
                     del table[queue]
+                    self._asked_at.pop(queue, None)
                 elif queue in renewed:
                     table[queue] = renewed[queue]  # keeps its place: the order is by acquisition
         self._just_lost = lost
@@ -272,6 +345,7 @@ class QueueOwnership:
     async def release(self, queue: QueueId) -> None:
         """Free ``queue``'s lease (owned or being handed back); no-op if already gone."""
         lease = self._releasing.pop(queue, None) or self._owned.pop(queue, None)
+        self._asked_at.pop(queue, None)
         if lease is not None:
             await self._provider.release([lease])
 
@@ -280,5 +354,6 @@ class QueueOwnership:
         leases = [*self._owned.values(), *self._releasing.values()]
         self._owned.clear()
         self._releasing.clear()
+        self._asked_at.clear()
         if leases:
             await self._provider.release(leases)

@@ -11,9 +11,9 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 import pyarrow as pa
@@ -39,14 +39,21 @@ def python_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **extra}
 
 
-def start_worker(script: Path, *args: object, ready: str = "ready") -> subprocess.Popen[str]:
+def start_worker(
+    script: Path,
+    *args: object,
+    ready: str = "ready",
+    env: Mapping[str, str] | None = None,
+    stderr: IO[str] | None = None,
+) -> subprocess.Popen[str]:
     """``script args`` in a Python subprocess, once it has printed the line ``ready`` (see
-    ``serve``)."""
+    ``serve``); ``env`` adds to its environment, ``stderr`` takes its log."""
     process = subprocess.Popen(
         [sys.executable, str(script), *map(str, args)],
         cwd=ROOT,
-        env=python_env(),
+        env=python_env(**(env or {})),
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
     assert process.stdout is not None

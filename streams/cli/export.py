@@ -23,7 +23,6 @@ import contextlib
 import csv
 import heapq
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from streams.cli.common import (
     plural,
     utc_text,
 )
+from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError
 from streams.eventtime.policy import OrderingPolicy, timestamp_extractor
 from streams.eventtime.spec import EventTime
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     policy = readers[1] if readers is not None else config.time.policy
     spec = args.timestamp_by if args.timestamp_by is not None else policy.timestamp_by
     time_of = timestamp_extractor(spec, args.unit or policy.unit)
-    start = time.time() - since
+    start = wall_time() - since
     source: RetainedRecords
     if backend is not None:
         try:

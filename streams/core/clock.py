@@ -1,28 +1,61 @@
 """The clock: where the runtime reads what time it is now, and waits for time to pass.
 
-A worker stamps each published batch with its arrival time and ticks its event-time
-activations (late arrival, idle timeouts) from it; balancers, leases and membership read and
-wait on it too. Lease expiries and heartbeats are compared across processes, so it is the wall
-clock (:data:`WALL_CLOCK`, ``time.time``), not a monotonic one, unless a provider is given
-another: tests and ``streams.testing`` move a :class:`ManualClock` by hand, so a test is the
-same on every run and never sleeps.
+This module is the only place product code reads the wall clock (a test holds it). Two
+readings, for two uses (docs/event-time.md, "Which clock decides what"):
+
+- :meth:`Clock.now`, the wall clock in POSIX seconds: stamps what is written down for other
+  processes and people (a batch's arrival time, a lease's expiry in the shared table, a dead
+  letter's time). It may step: NTP corrects it, a VM resumes, someone sets it by hand.
+- :meth:`Clock.monotonic`, seconds that only ever pass: everything a worker judges for
+  itself (how long since a queue's newest arrival was read, how long since a lease was
+  renewed) is measured on it, so a step of the wall clock moves none of it.
+
+:class:`StepWatch` notices when the two part (a step) and says so once. Tests and
+``streams.testing`` move a :class:`ManualClock` by hand, and can step its wall clock alone.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import time
 from typing import Protocol
 
 import anyio
 import anyio.lowlevel
 
+log = logging.getLogger("headrace.clock")
+
+# A wall clock that parts from the monotonic one by more than this has stepped.
+STEP_THRESHOLD = 1.0
+
+
+def wall_time() -> float:
+    """The system's wall clock in POSIX seconds, for code with no :class:`Clock` at hand
+    (a row's timestamp, a status snapshot's time). Judge no duration by it.
+
+    >>> wall_time() > 1.6e9
+    True
+    """
+    return time.time()
+
+
+def monotonic_time() -> float:
+    """Seconds since an arbitrary start that only ever pass (``time.monotonic``).
+
+    >>> monotonic_time() <= monotonic_time()
+    True
+    """
+    return time.monotonic()
+
 
 class Clock(Protocol):
-    """The time in POSIX seconds, and a way to wait for it to pass."""
+    """The wall-clock time in POSIX seconds, the monotonic time, and a way to wait."""
 
     def now(self) -> float: ...
+
+    def monotonic(self) -> float: ...
 
     async def sleep(self, seconds: float) -> None: ...
 
@@ -39,6 +72,9 @@ class WallClock:
     def now(self) -> float:
         return time.time()
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(seconds)
 
@@ -49,16 +85,19 @@ WALL_CLOCK = WallClock()
 class ManualClock:
     """A clock that moves only when told to; sleepers wake when :meth:`advance` passes their
     deadline. A test drives a loop round by round: wait until the loop sleeps
-    (:meth:`until_sleeping`), advance, repeat.
+    (:meth:`until_sleeping`), advance, repeat. :meth:`step` moves the wall clock alone, as
+    NTP or a resumed VM does; sleepers wait on the monotonic time.
 
     >>> clock = ManualClock(100.0)
     >>> clock.advance(5)
-    >>> clock.now()
-    105.0
+    >>> clock.step(-60)
+    >>> clock.now(), clock.monotonic()
+    (45.0, 105.0)
     """
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = float(start)
+        self._monotonic = float(start)
         self._sleepers: list[tuple[float, int, anyio.Event]] = []
         self._order = itertools.count()  # ties wake in the order they slept
         self._fell_asleep: anyio.Event | None = None  # created in the event loop, when needed
@@ -66,12 +105,15 @@ class ManualClock:
     def now(self) -> float:
         return self._now
 
+    def monotonic(self) -> float:
+        return self._monotonic
+
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
             await anyio.lowlevel.checkpoint()
             return
         wake = anyio.Event()
-        heapq.heappush(self._sleepers, (self._now + seconds, next(self._order), wake))
+        heapq.heappush(self._sleepers, (self._monotonic + seconds, next(self._order), wake))
         if self._fell_asleep is not None:
             self._fell_asleep.set()
             self._fell_asleep = None
@@ -89,5 +131,51 @@ class ManualClock:
         if seconds < 0:
             raise ValueError(f"a clock never goes back; advance by {seconds!r}?")
         self._now += seconds
-        while self._sleepers and self._sleepers[0][0] <= self._now:
+        self._monotonic += seconds
+        while self._sleepers and self._sleepers[0][0] <= self._monotonic:
             heapq.heappop(self._sleepers)[2].set()
+
+    def step(self, seconds: float) -> None:
+        """Step the wall clock by ``seconds`` (either way); no time passes."""
+        self._now += seconds
+
+
+class StepWatch:
+    """Notices a step of ``clock``'s wall clock against its monotonic one: the wall time
+    minus the monotonic time (the offset) moving by more than :data:`STEP_THRESHOLD` since
+    the last look. Each step is one warning line with its size; :attr:`step` is the sum of
+    the steps seen (0.0 once the clock is back; slow drift is not counted), for
+    ``headrace status``.
+
+    >>> clock = ManualClock(1000.0)
+    >>> watch = StepWatch(clock)
+    >>> clock.advance(5); watch.check()
+    0.0
+    >>> clock.step(600); watch.check()
+    600.0
+    >>> clock.step(-600); watch.check()
+    0.0
+    """
+
+    __slots__ = ("_clock", "_offset", "step")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._offset = clock.now() - clock.monotonic()
+        self.step = 0.0
+
+    def check(self) -> float:
+        """Look at the clock now; the wall clock's total step since the watch started."""
+        offset = self._clock.now() - self._clock.monotonic()
+        moved, self._offset = offset - self._offset, offset  # slow drift (NTP slewing) is no step
+        if abs(moved) > STEP_THRESHOLD:
+            self.step += moved
+            if abs(self.step) <= STEP_THRESHOLD:
+                self.step = 0.0
+            log.warning(
+                "the wall clock stepped %+.1f s against the monotonic clock (%+.1f s in all); "
+                "processing time and leases follow elapsed time and are unaffected",
+                moved,
+                self.step,
+            )
+        return self.step

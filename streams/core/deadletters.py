@@ -11,12 +11,13 @@ counts stay true.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 import msgpack
+
+from streams.core.clock import wall_time
 
 # A ``too_large`` letter keeps this many bytes of its record: enough to tell what it was,
 # without a dead-letter store holding what the worker refused to hold.
@@ -52,7 +53,7 @@ class DeadLetter:
     value: Any = None  # the original event value, when it did
     event_time: float | None = None
     detail: str = ""
-    recorded_at: float = field(default_factory=time.time)
+    recorded_at: float = field(default_factory=wall_time)
     event_index: int | None = None  # the event's index in its record; None: the whole record
     unit: str | None = None  # what it is about, when not an event or record (a window)
 

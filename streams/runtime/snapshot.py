@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +26,7 @@ from agents.delivery import StreamConsumer
 from agents.merged_inputs import holding_back
 from agents.pulling_agent import PullingAgent
 from streams.adapters.status import CursorLag
+from streams.core.clock import wall_time
 from streams.core.deadletters import DeadLetterStore
 from streams.eventtime.lateness import ObservedTimes
 from streams.eventtime.policy import Reason
@@ -199,7 +199,7 @@ def take_snapshot(provider: StreamProvider) -> WorkerSnapshot:
     """Read ``provider``'s agents now. Call it on the provider's event loop (the state it
     reads changes there); a worker that is not running has no queues."""
     agents = sorted(provider.agents, key=lambda a: a.queue.number)
-    return WorkerSnapshot(provider.worker_name, time.time(), tuple(_queue(a) for a in agents))
+    return WorkerSnapshot(provider.worker_name, wall_time(), tuple(_queue(a) for a in agents))
 
 
 def _queue(agent: PullingAgent) -> QueueSnapshot:

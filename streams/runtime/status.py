@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from datetime import UTC, datetime
 
 import anyio
 
 from streams.adapters.status import FRESH_FOR, AgentStatus, StatusBoard
+from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError, HeadraceError
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import QueueSnapshot, take_snapshot
@@ -102,7 +102,7 @@ class StatusReporter:
 
     async def report(self) -> list[AgentStatus]:
         """Replace this worker's rows with its agents as they are now."""
-        taken_at = time.time()
+        taken_at = wall_time()
         statuses = self.snapshot()
         await self.board.publish(self.provider.worker_name, statuses, taken_at, taken_at + FRESH_FOR * self.interval)
         return statuses

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -58,6 +57,7 @@ from streams.backends.embedded.queues import (
     stored_queue_count,
 )
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
+from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, StreamId
 
@@ -78,8 +78,6 @@ class FencingLease(Protocol):
 
     @property
     def epoch(self) -> int: ...
-
-    def is_held_at(self, now: float) -> bool: ...
 
 
 L = TypeVar("L", bound=FencingLease)
@@ -144,7 +142,8 @@ class EmbeddedQueueAdapter(ContainerQueueAdapter):
 
             def held() -> bool:
                 current = lease_of(queue)
-                return current is not None and current.epoch == lease.epoch and current.is_held_at(time.time())
+                # lease_of judges expiry itself, by the monotonic time since renewal.
+                return current is not None and current.epoch == lease.epoch
 
             condition, parameters = leases.fence_condition(lease)
             return LeaseFence(condition, parameters, held)
@@ -192,7 +191,7 @@ class EmbeddedQueueAdapter(ContainerQueueAdapter):
         with self.store.transaction() as conn:
             heads: dict[int, int] = dict(conn.execute("SELECT queue, next_seq FROM queue_heads"))
             touched: set[int] = set()
-            now = time.time()
+            now = wall_time()
             records = []
             for queue, stream, payload in rows:
                 seq = heads[queue]
@@ -233,7 +232,7 @@ class EmbeddedQueueAdapter(ContainerQueueAdapter):
         """Run one retention pass over every queue now (receivers also do it every
         ``policy.interval`` for their own queue). ``now`` defaults to the wall clock."""
         policy = policy or self.retention
-        at = time.time() if now is None else now
+        at = wall_time() if now is None else now
         return [await self.store.write(partial(retain, queue, policy, at)) for queue in sorted(self._queues)]
 
     async def close(self) -> None:

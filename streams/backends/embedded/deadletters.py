@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-import time
 from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import msgpack
 
 from streams.backends.embedded.store import EmbeddedStore, Migration
+from streams.core.clock import wall_time
 from streams.core.deadletters import DeadLetter, StoredDeadLetter, letter_key, packable
 
 DEADLETTER_SCHEMA: list[Migration] = [
@@ -161,7 +161,7 @@ class EmbeddedDeadLetterStore:
 
     async def mark_replayed(self, letter_ids: Iterable[int], at: float | None = None) -> int:
         """Mark dead letters as replayed; returns how many of the ids exist."""
-        when = time.time() if at is None else at
+        when = wall_time() if at is None else at
         rows = [(when, letter_id) for letter_id in letter_ids]
 
         def mark(conn: sqlite3.Connection) -> int:

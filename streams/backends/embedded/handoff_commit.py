@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +32,7 @@ from streams.backends.embedded.group_commit import GroupCommitter
 from streams.backends.embedded.handoff_log import HandoffWriter, Segment
 from streams.backends.embedded.handoff_retention import COMPACT_BYTES, compact, expire
 from streams.backends.embedded.store import EmbeddedStore
+from streams.core.clock import wall_time
 
 log = logging.getLogger("headrace.handoff")
 
@@ -169,7 +169,7 @@ class GroupAppender:
     async def _retain(self) -> None:
         """Apply the retention policy to the stream once every ``interval`` (after a write:
         a stream nobody appends to stays as it is)."""
-        policy, now = self.retention, time.time()
+        policy, now = self.retention, wall_time()
         if policy is None or now < self._next_retention:
             return
         self._next_retention = now + policy.interval

@@ -46,7 +46,6 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +58,7 @@ from spark_sink.options import ReadOptions
 from spark_sink.schema import HandoffData, HandoffSchema
 from spark_sink.storage import BATCH_ROWS, HandoffSplit, check_stream_name, rebatch
 from streams.backends.embedded.store import EmbeddedStore, Migration
+from streams.core.clock import wall_time
 from streams.core.errors import (
     ConfigurationError,
     HandoffDataLostError,
@@ -89,7 +89,7 @@ HANDOFF_SCHEMA: list[Migration] = [
     ],
     # An inline segment: file '' and its rows here (segments.encode_rows), NULL for a file.
     ["ALTER TABLE handoff_segments ADD COLUMN data BLOB"],
-    # When the segment's newest row was appended (time.time()), for retention by age;
+    # When the segment's newest row was appended (wall_time()), for retention by age;
     # NULL in a store written before it existed: such segments never expire by age.
     ["ALTER TABLE handoff_segments ADD COLUMN appended REAL"],
 ]
@@ -303,7 +303,7 @@ class HandoffLog:
         conn.execute(
             "INSERT INTO handoff_segments (stream, partition, first_offset, row_count, file, data, appended) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (stream, s.partition, s.first_offset, s.row_count, s.file, s.data, appended or time.time()),
+            (stream, s.partition, s.first_offset, s.row_count, s.file, s.data, appended or wall_time()),
         )
 
     # -- housekeeping -------------------------------------------------------------------

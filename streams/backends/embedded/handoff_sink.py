@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ from streams.backends.embedded.handoff_commit import GroupAppender
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
 from streams.backends.embedded.mark_retention import MARKS_SCHEMA, MarkRetention
 from streams.backends.embedded.store import EmbeddedStore
+from streams.core.clock import wall_time
 from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
 
@@ -117,7 +117,7 @@ class EmbeddedHandoffSink:
 
     def _trim(self, conn: sqlite3.Connection) -> float:
         """Now; the marks no replay can need go first (at most once a minute)."""
-        now = time.time()
+        now = wall_time()
         if self._retention is not None:
             self._retention.trim(conn, now)
         return now

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from functools import partial
 
 from streams.backends.embedded.store import EmbeddedStore, Migration
+from streams.core.clock import wall_time
 from streams.core.ids import SequenceToken, StreamId
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
 
@@ -66,7 +66,7 @@ class EmbeddedPubSubStore:
             None if token is None else token.sequence_number,
             None if token is None else token.event_index,
             record.state.value,
-            time.time(),
+            wall_time(),
         )
         await self._store.write(
             lambda conn: conn.execute(

@@ -50,6 +50,7 @@ from streams.adapters.protocols import StateKey, StateRows, StateSource
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.backends.embedded.store import EmbeddedStore, Migration
 from streams.core.batch import QueueMessage
+from streams.core.clock import wall_time
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.state import declares_state, next_processing_timer
 
@@ -173,7 +174,7 @@ def write_checkpoint(queue: QueueId, seq: int, fence: LeaseFence | None, conn: s
         f" SELECT :queue, :seq, :updated WHERE {condition}"
         " ON CONFLICT(queue) DO UPDATE"
         " SET seq = max(seq, excluded.seq), updated = excluded.updated",
-        {**params, "queue": queue.number, "seq": seq, "updated": time.time()},
+        {**params, "queue": queue.number, "seq": seq, "updated": wall_time()},
     )
     return cursor.rowcount > 0
 
@@ -343,7 +344,7 @@ class EmbeddedQueueReceiver:
             await self._persist_checkpoint(now)
         if self._retention is not None and now >= self._next_retention:
             self._next_retention = now + self._retention.interval
-            await self._store.write(partial(retain, self.queue, self._retention, time.time()))
+            await self._store.write(partial(retain, self.queue, self._retention, wall_time()))
         messages = await self.read_range(self._position, max_count)
         if messages:
             self._position = messages[-1].sequence_number + 1
@@ -434,7 +435,7 @@ def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection) -> None:
         "DELETE FROM activation_states WHERE queue = ? AND consumer = ? AND stream = ?",
         [(queue, consumer, stream) for consumer, stream in deletes],
     )
-    now = time.time()
+    now = wall_time()
     conn.executemany(
         "INSERT INTO activation_states(queue, consumer, stream, seq, idx, state, touched, wake, durable)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"

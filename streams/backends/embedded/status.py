@@ -16,7 +16,6 @@ yet (no worker ran, nothing was dead-lettered) reads empty.
 from __future__ import annotations
 
 import sqlite3
-import time
 
 from balancer.membership import instance_is_dead
 from balancer.protocols import MemberRecord
@@ -35,6 +34,7 @@ from streams.adapters.status import (
 from streams.backends.embedded.queues import queue_positions, recorded_queue_count
 from streams.backends.embedded.store import EmbeddedStore, Migration
 from streams.core.batch import BatchContainer, BatchKind
+from streams.core.clock import wall_time
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId
 
@@ -110,7 +110,7 @@ def read_status(
     ``suspicion_timeout`` seconds are ``suspected`` (use ``BalancerOptions.suspicion_timeout``).
     Workers gone for more than ``GONE_AFTER_TIMEOUTS`` timeouts are counted, not listed,
     unless ``everyone``."""
-    at = time.time() if now is None else now
+    at = wall_time() if now is None else now
     with store.snapshot() as conn:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         count = recorded_queue_count(conn)

@@ -27,7 +27,7 @@ Example (with a broker at 127.0.0.1:9092)::
         adapter = await factory.create_adapter()
         sid = StreamId("sensors", "s-1")
         queue = factory.get_queue_mapper().get_queue_for_stream(sid)
-        payload = BatchContainer(sid, BatchKind.DATA, time.time(), [1, 2]).encode()
+        payload = BatchContainer(sid, BatchKind.DATA, wall_time(), [1, 2]).encode()
         await adapter.queue_message_batch(queue, sid, payload)
         receiver = adapter.create_receiver(queue)
         await receiver.initialize()
@@ -39,7 +39,6 @@ Example (with a broker at 127.0.0.1:9092)::
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -60,6 +59,7 @@ from streams.backends.kafka.receiver import KafkaQueueReceiver
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.state import KafkaChangelog, KafkaRecordReceiver, KafkaStateReceiver
 from streams.core.batch import BatchContainer, BatchKind
+from streams.core.clock import wall_time
 from streams.core.codec import encode_batches
 from streams.core.errors import ConfigurationError, EncodeError, EventTooLargeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
@@ -154,7 +154,7 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
         fmt = settings.record_format
         if fmt is None:
             key = str(stream_id).encode()
-            payloads = encode_batches(stream_id, kind, time.time(), values, times, max_size)
+            payloads = encode_batches(stream_id, kind, wall_time(), values, times, max_size)
             return [(settings.topic, partition, key, payload, None) for payload in payloads]
         if kind is not BatchKind.DATA:
             raise EncodeError(

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import time
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
@@ -34,6 +33,7 @@ import msgpack
 
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.topic_log import Headers, LogRecord, TopicLog
+from streams.core.clock import wall_time
 from streams.core.deadletters import DeadLetter, StoredDeadLetter, letter_fields, letter_key, letter_of, packable
 from streams.core.retry import OutageLog
 
@@ -176,7 +176,7 @@ class KafkaDeadLetterStore:
         known = [i for i in dict.fromkeys(letter_ids) if i in self._letters]
         if not known:
             return 0
-        when = time.time() if at is None else at
+        when = wall_time() if at is None else at
         value: bytes = msgpack.packb({"format": FORMAT, "replayed": known, "at": when})
         await self.log.append([LogRecord(None, value, ((KIND, REPLAYED),))])
         await self.refresh()

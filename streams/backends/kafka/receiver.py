@@ -17,6 +17,7 @@ from streams.backends.kafka.records import ContainerRecords, GroupedRecords, Rec
 from streams.backends.kafka.refusals import KafkaRefusedError, diagnose
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
+from streams.core.clock import wall_time
 from streams.core.errors import QueueAdapterError, QueueFailedError
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.records import RecordAwareFormat, RecordInfo
@@ -81,7 +82,9 @@ class KafkaQueueReceiver:
         self._acknowledged: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._last_commit = float("-inf")
-        self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
+        # When an empty read began waiting: monotonic seconds, and the wall clock then (ms,
+        # aiokafka stamps its fetch answers with the wall clock).
+        self._waiting_since: tuple[float, float] | None = None
         self._backoff = Backoff()
         self._diagnosed = False  # this outage's cause asked after (refusals.diagnose)
         self.caught_up = False
@@ -149,7 +152,7 @@ class KafkaQueueReceiver:
         await self._commit_if_due()
         tps = self._partitions
         if self._waiting_since is None:
-            self._waiting_since = time.time() * 1000
+            self._waiting_since = (time.monotonic(), wall_time() * 1000)
         began = time.monotonic()
         while time.monotonic() - began < self.settings.outage_after:
             try:
@@ -183,16 +186,16 @@ class KafkaQueueReceiver:
                 # A fetch brings what it brings: the high-water marks say whether more waits.
                 self.caught_up = await self._caught_up(consumer, unknown=False)
                 return messages
-            since = self._waiting_since
+            since = answered_since(self._waiting_since)
             answered = [consumer.last_poll_timestamp(tp) for tp in tps]
-            silent = time.time() - since / 1000
+            silent = time.monotonic() - self._waiting_since[0]
             if all(a is not None and a >= since for a in answered):
                 self._answered()
                 if await self._caught_up(consumer, unknown=True):
                     self.caught_up = True
                     await self._check_topics(consumer)
                     return []  # caught up with what the partitions held at those answers
-                self._waiting_since = time.time() * 1000  # more to come: wait for it
+                self._waiting_since = (time.monotonic(), wall_time() * 1000)  # more to come: wait for it
             elif silent >= self.settings.outage_after:
                 reason = f"no fetch answer for {self.queue} in {silent:.1f} s"
                 await self._back_off(reason, since=time.monotonic() - silent)
@@ -453,3 +456,15 @@ class KafkaQueueReceiver:
             return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
         except KafkaError as exc:  # retry_kafka lets through only what retrying cannot fix
             raise await self._failed(exc, f"{what} failed for") from exc
+
+
+def answered_since(waiting_since: tuple[float, float]) -> float:
+    """The wall-clock ms from which a fetch answer counts as come since the wait began
+    (``(monotonic s, wall ms)`` then): that wall time, or, if the wall clock has stepped back
+    since, the same moment read on the clock as it is now, so an answer is not missed.
+
+    >>> answered_since((time.monotonic(), wall_time() * 1000 + 600_000)) < wall_time() * 1000
+    True
+    """
+    began, wall_ms = waiting_since
+    return min(wall_ms, (wall_time() - (time.monotonic() - began)) * 1000)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -76,6 +75,7 @@ from streams.backends.kafka.deadletters import KafkaDeadLetterStore
 from streams.backends.kafka.pubsub import COMPACTED
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.topic_log import LogRecord, TopicLog
+from streams.core.clock import wall_time
 from streams.core.ids import QueueId
 from streams.core.retry import OutageLog
 
@@ -140,7 +140,7 @@ class KafkaStatusBoard:
     def __init__(self, settings: KafkaSettings, outage: OutageLog | None = None) -> None:
         self.log = TopicLog(settings, status_topic(settings), COMPACTED, outage)
         self.instance = f"{socket.gethostname()}/{os.getpid()}"
-        self.started_at = time.time()
+        self.started_at = wall_time()
 
     async def publish(self, worker: str, statuses: list[AgentStatus], taken_at: float, fresh_until: float) -> None:
         report = WorkerReport(worker, self.instance, self.started_at, taken_at, fresh_until, statuses)
@@ -181,7 +181,7 @@ async def read_kafka_status(
     """The status of the workers of ``settings.topic`` under ``settings.group_id``. Workers
     silent for more than ``GONE_AFTER_TIMEOUTS`` suspicion timeouts are counted, not listed,
     unless ``everyone``. Retried while the cluster is unreachable (``give_up_after``)."""
-    at = time.time() if now is None else now
+    at = wall_time() if now is None else now
     outage = kafka_outage_log(settings)
     reports = await read_reports(settings)
     members = await retry_kafka(lambda: _group_members(settings), "describing the consumer group", settings, outage)

@@ -11,7 +11,6 @@ made ``events_per_stream`` events for each. Producers cannot write to it.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.adapters.protocols import ContainerQueueAdapter, StateKey, StateSource
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
+from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, SequenceToken, StreamId
 
@@ -61,7 +61,7 @@ class MemoryQueueAdapter(ContainerQueueAdapter):
 
     async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
         q = self._queues[queue.number]
-        q.records.append((q.next_sequence, payload, time.time()))
+        q.records.append((q.next_sequence, payload, wall_time()))
         q.next_sequence += 1
 
     def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> MemoryQueueReceiver:
@@ -213,11 +213,11 @@ class GeneratorQueueReceiver:
                 n = min(cfg.batch_size, cfg.events_per_stream - made)
                 self._made[sid] = made + n
                 values = [cfg.make_value(sid, made + i) for i in range(n)]
-                return BatchContainer(sid, BatchKind.DATA, time.time(), values)
+                return BatchContainer(sid, BatchKind.DATA, wall_time(), values)
         for sid in self._made:
             if cfg.complete and sid not in self._completed:
                 self._completed.add(sid)
-                return BatchContainer(sid, BatchKind.COMPLETED, time.time(), [])
+                return BatchContainer(sid, BatchKind.COMPLETED, wall_time(), [])
         return None
 
     async def initialize(self) -> None:

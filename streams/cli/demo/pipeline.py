@@ -52,6 +52,7 @@ from streams.cli.demo.report import Ledger, Published, StatusLine
 from streams.cli.demo.settings import DemoSettings
 from streams.cli.demo.windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader
 from streams.cli.demo.windows import handed_off as windows_handed_off
+from streams.core.clock import wall_time
 from streams.core.errors import HeadraceError
 from streams.core.ids import StreamId
 from streams.eventtime import Action, Combined, Count, EventTime, OrderingPolicy, Sum, Tumbling
@@ -309,7 +310,7 @@ class TollTraffic:
             owed += per_tick
             count, owed = int(owed), owed - int(owed)
             if count:
-                now = time.time()
+                now = wall_time()
                 await stream.on_next_batch([self._report(rng, booths, now) for _ in range(count)])
             next_tick += self.TICK
             await anyio.sleep(max(0.0, next_tick - time.monotonic()))

@@ -1,0 +1,105 @@
+"""A worker whose wall clock steps (libfaketime: +10 minutes and back, -10 minutes and back;
+its monotonic clock true) while a producer with the true clock publishes: its windows, dead
+letters and handoff rows are those of the run with no step, it loses no lease, replays
+nothing, and a processing-time timer set before the step fires once, when it was set for."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+
+from streams import StreamId, StreamProvider
+from tests.helpers import counted_windows, start_worker, wait_until
+
+WORKER = Path(__file__).with_name("stepped_worker.py")
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+STEP_AT, BACK_AT, PUBLISH_FOR, TIMER_IN = 0.8, 2.4, 3.5, 2.0
+
+pytestmark = pytest.mark.skipif(
+    not FAKETIME.exists() or shutil.which("faketime") is None,
+    reason="needs libfaketime (Debian's faketime package)",
+)
+
+
+async def _publish(where: Path, offset_file: Path, step: int) -> tuple[list[float], float]:
+    """Meters at 20 a second for PUBLISH_FOR seconds, a reminder first; the worker's clock
+    stepped by ``step`` seconds from STEP_AT to BACK_AT. The event times and the monotonic
+    time the reminder is due at."""
+    times: list[float] = []
+    async with StreamProvider.embedded(where, queues=1).client() as client:
+        began = time.monotonic()
+        await client.get_stream(StreamId("reminders", "r")).on_next({"at": time.time() + TIMER_IN})
+        due = began + TIMER_IN
+        meter, stepped, back = client.get_stream(StreamId("meters", "m")), False, False
+        while (elapsed := time.monotonic() - began) < PUBLISH_FOR:
+            if not stepped and elapsed >= STEP_AT:
+                offset_file.write_text(f"{step:+d}\n")
+                stepped = True
+            if not back and elapsed >= BACK_AT:
+                offset_file.write_text("+0\n")
+                back = True
+            t = time.time()
+            await meter.on_next({"t": t})
+            times.append(t)
+            await anyio.sleep(0.05)
+    return times, due
+
+
+def _expected(times: list[float]) -> list[tuple[float, float, int]]:
+    counts = Counter(math.floor(t) for t in times)
+    return [(float(s), float(s + 1), n) for s, n in sorted(counts.items())]
+
+
+@pytest.mark.parametrize("step", [0, 600, -600], ids=["no step", "+10 min and back", "-10 min and back"])
+def test_a_worker_whose_wall_clock_steps_gives_the_results_of_one_whose_clock_does_not(tmp_path, step):
+    where, out, offset_file = tmp_path / "store", tmp_path / "out.txt", tmp_path / "offset"
+    offset_file.write_text("+0\n")
+    out.touch()
+    env = {
+        "LD_PRELOAD": str(FAKETIME),
+        "FAKETIME_TIMESTAMP_FILE": str(offset_file),
+        "FAKETIME_NO_CACHE": "1",
+        "DONT_FAKE_MONOTONIC": "1",
+    }
+    with (tmp_path / "worker.log").open("w") as log:
+        worker = start_worker(WORKER, where, out, env=env, stderr=log)
+        try:
+            times, due = anyio.run(_publish, where, offset_file, step)
+            expected = _expected(times)
+            # Every window closes (end + late_arrival by the processing clock), then one more.
+            wait_until(lambda: len(counted_windows(where)) >= len(expected), 10.0)
+            time.sleep(0.5)  # and any window given twice (asserted below)
+            # The step back is said by the worker's next balancing round (slowed for a
+            # second or two by libfaketime after each step).
+            wait_until(
+                lambda: (tmp_path / "worker.log").read_text().count("the wall clock stepped") >= 2 * bool(step), 10.0
+            )
+        finally:
+            worker.send_signal(signal.SIGINT)
+            worker.wait(10)
+    logged = (tmp_path / "worker.log").read_text()
+    assert "lease lost" not in logged, logged
+    assert counted_windows(where) == expected  # each event in its own window, each window once
+    assert "dead-letter" not in logged and "late" not in logged
+    lines = out.read_text().split()
+    sets = [float(lines[i + 2]) for i in range(0, len(lines), 3) if lines[i] == "set"]
+    fired = [float(lines[i + 2]) for i in range(0, len(lines), 3) if lines[i] == "fired"]
+    assert len(sets) == 1, lines  # set once: never replayed
+    assert len(fired) == 1, lines  # fired once
+    # Not before the elapsed time it was set for (a clock that followed the +10 minutes
+    # fires it at the step). libfaketime's emulation of timed waits slows the worker's
+    # reads for a second or two after each step, hence the loose upper bound.
+    assert due - 0.05 <= fired[0] <= due + 4.0
+    steps = [line for line in logged.splitlines() if "the wall clock stepped" in line]
+    if step:
+        assert len(steps) == 2, logged  # the step, and the step back: a line each
+        assert f"stepped {step:+.1f} s" in steps[0] and f"stepped {-step:+.1f} s" in steps[1]
+    else:
+        assert steps == []
