@@ -316,12 +316,14 @@ class TimerTable:
         dues = [due for (k, _), (due, _) in self._timers.items() if k == kind]
         return to_seconds(min(dues)) if dues else None
 
-    def due(self, kind: str, now: float) -> list[Timer]:
-        """Remove and return the timers of ``kind`` due at ``now`` (due time ``≤ now``), in
-        order of due time, then of being set."""
-        now = bound_micros(now)
+    def due(self, kind: str, now: float, *, before: float | None = None) -> list[Timer]:
+        """Remove and return the timers of ``kind`` due at ``now`` (due time ``≤ now``) and,
+        with ``before``, due strictly before it, in order of due time, then of being set."""
+        last = bound_micros(now)
+        if before is not None:
+            last = min(last, bound_micros(before) - 1)  # whole microseconds: < before is ≤ before - 1
         fired = sorted(
-            ((due, order, name) for (k, name), (due, order) in self._timers.items() if k == kind and due <= now)
+            ((due, order, name) for (k, name), (due, order) in self._timers.items() if k == kind and due <= last)
         )
         for _, _, name in fired:
             del self._timers[(kind, name)]
