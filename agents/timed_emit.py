@@ -16,7 +16,6 @@ no task, cancel scope or coroutine per window, which is most windows.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from streams.eventtime.aggregates import Reducer
 from streams.core.micros import to_seconds
+from streams.eventtime.aggregates import Reducer
 from streams.eventtime.results import WindowResult
 from streams.eventtime.watermark import FOREVER, NEVER
 from streams.eventtime.windows import Hopping, KeyedStore, Tumbling
@@ -100,7 +100,9 @@ class CountStore(KeyedStore):
         done: list[WindowResult] = []
         while kc.open and kc.open[0].n == self.size:
             w = kc.open.pop(0)
-            done.append(WindowResult(key, to_seconds(w.start), to_seconds(w.end), reducer.result(w.acc), to_seconds(clock)))
+            done.append(
+                WindowResult(key, to_seconds(w.start), to_seconds(w.end), reducer.result(w.acc), to_seconds(clock))
+            )
         if not kc.open and kc.seen % self.every == 0:
             del self.keys[key]  # between windows with nothing open: a new key again
         return done

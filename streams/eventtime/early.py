@@ -35,8 +35,8 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
-from streams.eventtime.aggregates import Reducer
 from streams.core.micros import optional_seconds, to_micros, to_seconds
+from streams.eventtime.aggregates import Reducer
 from streams.eventtime.results import Output, WindowResult
 from streams.eventtime.watermark import FOREVER
 from streams.eventtime.windows import Every, WindowAssigner, WindowStore
@@ -178,7 +178,13 @@ class Revisions:
             return False
         start, end = self.assigner.bounds(window)
         result = WindowResult(
-            key, to_seconds(start), to_seconds(end), value, optional_seconds(clock), final=False, revision=entry[_REVISION]
+            key,
+            to_seconds(start),
+            to_seconds(end),
+            value,
+            optional_seconds(clock),
+            final=False,
+            revision=entry[_REVISION],
         )
         out.windows.append(result)
         if trace:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from streams.core.micros import optional_seconds, to_micros, to_seconds
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Deduplication
 from streams.eventtime.early import Revisions
 from streams.eventtime.joins import IntervalJoin, JoinStore
-from streams.core.micros import optional_seconds, to_micros, to_seconds
 from streams.eventtime.parts import Input, Lane, Store
 from streams.eventtime.results import Counters, Output, WatermarkAdvance, WindowResult
 from streams.eventtime.sessions import OpenSession, SessionStore
@@ -325,7 +325,9 @@ class WatermarkFlow:
         due.sort(key=lambda d: (d[0], d[1], d[2]))
         result_of = self.shape.reducer.result
         for _, _, _, key, s in due:
-            result = WindowResult(key, to_seconds(s.start), to_seconds(s.end), result_of(s.acc), optional_seconds(clock))
+            result = WindowResult(
+                key, to_seconds(s.start), to_seconds(s.end), result_of(s.acc), optional_seconds(clock)
+            )
             out.windows.append(result)
             if self.shape.trace:
                 out.trace.append(result)

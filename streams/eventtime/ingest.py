@@ -22,13 +22,13 @@ from operator import attrgetter
 from typing import Any
 
 from streams.core.errors import StreamCompletedError
+from streams.core.micros import PER_SECOND, to_seconds
 from streams.eventtime.aggregates import Count
 from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Deduplication
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.joins import JoinStore
 from streams.eventtime.lateness import LatenessSketch
-from streams.core.micros import PER_SECOND, to_seconds
 from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input
 from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
@@ -379,7 +379,9 @@ class Ingest:
                         refusals.invalid(counters, part, rec, key, et, arr, exc, out)
                     continue
                 if record and status != DEAD_LETTER:
-                    outcome = EventOutcome(rec, part, key, t / per_second, ts / per_second, status, reason and reason.value)
+                    outcome = EventOutcome(
+                        rec, part, key, t / per_second, ts / per_second, status, reason and reason.value
+                    )
                     if passthrough:
                         out.events.append(outcome)
                     if trace:

@@ -95,7 +95,9 @@ class Refusals:
         elif reason is Reason.LATE_ARRIVAL:
             assert event_time is not None
             counters.late_arrival_dropped += 1
-            detail = f"{to_seconds(arrival - event_time):g} s behind its arrival (late_arrival {to_seconds(self.late):g} s)"
+            detail = (
+                f"{to_seconds(arrival - event_time):g} s behind its arrival (late_arrival {to_seconds(self.late):g} s)"
+            )
         elif reason is Reason.OUT_OF_ORDER:
             counters.out_of_order_dropped += 1
             detail = f"event time below the watermark (out_of_order {to_seconds(self.delay):g} s)"
@@ -126,7 +128,9 @@ class Refusals:
         )
         out.dead_letters.append(letter)
         if self.trace:
-            outcome = EventOutcome(rec, partition, key, optional_seconds(event_time), optional_seconds(ts), status, reason.value)
+            outcome = EventOutcome(
+                rec, partition, key, optional_seconds(event_time), optional_seconds(ts), status, reason.value
+            )
             out.trace.append(outcome)
 
     def invalid(

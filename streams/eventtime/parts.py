@@ -28,11 +28,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from streams.core.errors import ConfigurationError
+from streams.core.micros import to_micros
 from streams.eventtime.aggregates import Count, Reducer
 from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Dedup
 from streams.eventtime.joins import IntervalJoin, JoinStore
-from streams.core.micros import to_micros
 from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
 from streams.eventtime.sessions import SessionStore
 from streams.eventtime.sliding import SlidingStore

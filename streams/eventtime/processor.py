@@ -24,13 +24,13 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from streams.core.errors import ConfigurationError, StreamCompletedError
+from streams.core.micros import bound_micros, to_seconds
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.dedup import Dedup, Deduplication
 from streams.eventtime.flow import FlowShape, WatermarkFlow
 from streams.eventtime.ingest import Ingest
 from streams.eventtime.joins import IntervalJoin, JoinStore
 from streams.eventtime.lateness import LatenessSketch
-from streams.core.micros import bound_micros, to_seconds
 from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input, ProcessorParts
 from streams.eventtime.policy import EventLike, Extractor, OrderingPolicy

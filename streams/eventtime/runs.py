@@ -18,15 +18,14 @@ import math
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol
 
+from streams.core.micros import PER_SECOND
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.lateness import LatenessSketch
 from streams.eventtime.ordering import OrderingStep
 from streams.eventtime.parts import Input
-from streams.core.micros import PER_SECOND
 from streams.eventtime.policy import EARLIEST_US, LATEST_US, EventLike
 from streams.eventtime.results import Output
 from streams.eventtime.windows import WindowStore
-
 
 # A time the runs leave to the per-event way (which says why it is refused): outside any bounds.
 NOT_A_TIME = math.inf
@@ -86,6 +85,7 @@ def take_in_runs(
     sample = no_sample
     if sampler is not None:
         at, every, sample = sampler.due - 1, sampler.every, sampler.record
+    t: float  # integer microseconds, or NOT_A_TIME
     try:
         for i in range(n):
             # policy.micros_of for a number, inline; anything else goes the per-event way
@@ -107,7 +107,7 @@ def take_in_runs(
                     t = w
                     adjusted += 1
                 if not low <= t < high:  # 4. into the pane's state for the key
-                    pane = (t - origin) // step
+                    pane = int((t - origin) // step)  # t is a time here: an int
                     if state is None or pane != run_pane:
                         if state is not None:
                             state[0] += i - run_from

@@ -42,7 +42,6 @@ from collections.abc import Hashable
 from typing import Any
 
 from streams.core.micros import to_micros
-
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.watermark import FOREVER, NEVER
 from streams.eventtime.windows import Session

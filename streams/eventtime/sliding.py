@@ -32,8 +32,8 @@ import heapq
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from streams.eventtime.aggregates import Reducer
 from streams.core.micros import optional_seconds, to_micros, to_seconds
+from streams.eventtime.aggregates import Reducer
 from streams.eventtime.results import WindowResult
 from streams.eventtime.watermark import FOREVER, NEVER
 from streams.eventtime.windows import KeyedStore, Sliding

@@ -37,9 +37,14 @@ def test_sub_second_windows_equal_spark_s_window_to_the_microsecond(
     results = {}
     for name, reducer in (("n", Count()), ("total", Sum())):
         p = Processor(OrderingPolicy(timestamp_by="t", unit="ms"), spec, reducer, group_by="key", select="v")
-        events = [Ev(value={"t": ms, "key": k, "v": v}, event_time=0.0, arrival_time=0.0, token=i) for i, (ms, k, v) in enumerate(rows)]
+        events = [
+            Ev(value={"t": ms, "key": k, "v": v}, event_time=0.0, arrival_time=0.0, token=i)
+            for i, (ms, k, v) in enumerate(rows)
+        ]
         out = p.on_events(events)
-        results[name] = {(to_micros(w.start), to_micros(w.end), w.key): w.value for w in out.windows + p.flush().windows}
+        results[name] = {
+            (to_micros(w.start), to_micros(w.end), w.key): w.value for w in out.windows + p.flush().windows
+        }
     ours = sorted((s, e, k, n, results["total"][(s, e, k)]) for (s, e, k), n in results["n"].items())
     assert ours == theirs
     # and every window the exact reference has, by its bounds

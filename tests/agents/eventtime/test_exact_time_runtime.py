@@ -32,7 +32,9 @@ def simulate(*args: object) -> list[dict]:
 
 
 @pytest.mark.parametrize(("window", "size", "hop"), [("tumbling:100ms", 100, 100), ("hopping:1500ms:250ms", 1500, 250)])
-def test_simulate_gives_the_exact_reference_s_sub_second_windows(tmp_path: Path, window: str, size: int, hop: int) -> None:
+def test_simulate_gives_the_exact_reference_s_sub_second_windows(
+    tmp_path: Path, window: str, size: int, hop: int
+) -> None:
     sample = tmp_path / "edges.csv"
     lines = [f"{(T0_MS + t) / 1000},{(T0_MS + t) / 1000},," for t in EDGE_MS]
     sample.write_text("arrival_time,event_time,key,value\n" + "\n".join(lines) + "\n")
@@ -52,7 +54,12 @@ def test_simulate_prints_exact_bounds(tmp_path: Path) -> None:
         timeout=120,
     )
     windows = [line for line in done.stdout.splitlines() if '"type": "window"' in line]
-    assert [(json.loads(w)["start"], json.loads(w)["end"]) for w in windows] == [(0.3, 0.4), (0.7, 0.8), (1, 1.1), (2.3, 2.4)]
+    assert [(json.loads(w)["start"], json.loads(w)["end"]) for w in windows] == [
+        (0.3, 0.4),
+        (0.7, 0.8),
+        (1, 1.1),
+        (2.3, 2.4),
+    ]
     assert '"start": 0.3, "end": 0.4' in windows[0]  # as printed: no 0.30000000000000004
 
 
@@ -76,10 +83,15 @@ def exact_worker(path: Path, spec: EventTime, got: list[tuple[float, float, obje
 def handed(path: Path) -> list[tuple[int, int, int]]:
     """The handoff log's windows, bounds as integer microseconds since the epoch."""
     us = timedelta(microseconds=1)
-    return [((r["window_start"] - EPOCH) // us, (r["window_end"] - EPOCH) // us, r["n"]) for r in handoff_rows(path, "edges")]
+    return [
+        ((r["window_start"] - EPOCH) // us, (r["window_end"] - EPOCH) // us, r["n"])
+        for r in handoff_rows(path, "edges")
+    ]
 
 
-@pytest.mark.parametrize(("spec", "size", "hop"), [(Tumbling(0.1), 100, 100), (Hopping(0.3, 0.1), 300, 100), (Tumbling(1.5), 1500, 1500)])
+@pytest.mark.parametrize(
+    ("spec", "size", "hop"), [(Tumbling(0.1), 100, 100), (Hopping(0.3, 0.1), 300, 100), (Tumbling(1.5), 1500, 1500)]
+)
 async def test_a_worker_on_the_embedded_store_closes_the_reference_s_windows_and_hands_them_off_exactly(
     tmp_path: Path, spec: Tumbling | Hopping, size: int, hop: int
 ) -> None:

@@ -131,3 +131,14 @@ def test_the_early_results_example_prints_what_the_page_shows(tmp_path):
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout == found[i + 1][1]
+
+
+def test_the_exact_time_example_prints_what_the_page_shows(tmp_path):
+    found = blocks()
+    i = next(i for i, (lang, code) in enumerate(found) if lang == "python" and "Tumbling(0.1)" in code)
+    script = tmp_path / "exact.py"
+    script.write_text(found[i][1])
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == found[i + 1][1]
+    assert "0.30000000000000004" not in result.stdout

@@ -23,7 +23,9 @@ T0_MS = 1_714_564_800_000  # 2024-05-01T12:00:00Z: epoch milliseconds, as Kafka 
 def evs(times: list[object], arrivals: list[float] | None = None) -> list[Ev]:
     """Events whose value is their time (read by ``timestamp_by="t"``)."""
     arrivals = arrivals or [0.0] * len(times)
-    return [Ev(value={"t": t}, event_time=0.0, arrival_time=a, token=i) for i, (t, a) in enumerate(zip(times, arrivals))]
+    return [
+        Ev(value={"t": t}, event_time=0.0, arrival_time=a, token=i) for i, (t, a) in enumerate(zip(times, arrivals))
+    ]
 
 
 def fixed(size_ms: int, hop_ms: int) -> Tumbling | Hopping:
@@ -44,7 +46,9 @@ def test_the_issue_s_100_ms_windows_start_where_spark_s_do():
 
 
 @pytest.mark.parametrize(("size", "hop", "_spark_size", "_spark_hop"), WINDOWS_MS)
-def test_sub_second_windows_on_their_edges_match_the_exact_reference_in_every_time_form(size, hop, _spark_size, _spark_hop):
+def test_sub_second_windows_on_their_edges_match_the_exact_reference_in_every_time_form(
+    size, hop, _spark_size, _spark_hop
+):
     expected = [((T0_MS + s) / 1000, (T0_MS + e) / 1000, n) for s, e, n in windows_reference(EDGE_MS, size, hop)]
     base = datetime.fromtimestamp(T0_MS // 1000, tz=UTC)
     forms = {
@@ -124,7 +128,11 @@ def test_an_event_exactly_early_arrival_early_is_kept():
 
 def test_a_float_is_rounded_to_the_nearest_microsecond_once():
     p = Processor(OrderingPolicy(timestamp_by="t"), Tumbling(0.000002), Count())
-    assert closed(p, evs([0.0000014, 0.0000016, 0.1 + 0.2])) == [(0.0, 0.000002, 1), (0.000002, 0.000004, 1), (0.3, 0.300002, 1)]
+    assert closed(p, evs([0.0000014, 0.0000016, 0.1 + 0.2])) == [
+        (0.0, 0.000002, 1),
+        (0.000002, 0.000004, 1),
+        (0.3, 0.300002, 1),
+    ]
     with pytest.raises(Exception, match="at least 0.000001"):
         Tumbling(0.0000004)  # rounds to no time at all
 
@@ -142,7 +150,9 @@ def test_event_time_timers_are_due_by_exact_microseconds():
 def test_a_window_snapshot_of_the_float_format_is_refused_saying_what_to_do():
     p = Processor(OrderingPolicy(), Tumbling(10))
     old = msgpack.packb({"format": 1, "input": [1.0, float("inf"), False, float("inf"), [1.0, 1.0, 1.0, 0, 1.0]]})
-    with pytest.raises(SnapshotError, match=r"float seconds \(saved state format 1\).*Finish the queue with the version"):
+    with pytest.raises(
+        SnapshotError, match=r"float seconds \(saved state format 1\).*Finish the queue with the version"
+    ):
         p.restore(old)
     # the current format reads back
     p.on_events([Ev(value=0, event_time=0.3, arrival_time=0.3, token=0)])

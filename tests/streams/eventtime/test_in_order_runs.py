@@ -9,7 +9,6 @@ watermarks and checkpoint holds after every call: the contract's result, bit for
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
@@ -151,5 +150,3 @@ def test_a_run_is_sampled_one_event_in_every():
     seen = sketch.observed(30.0)
     assert seen.samples == 5  # events 4, 8, 12, 16 and 20 of 20
     assert round(seen.quantile("lateness", 1.0)) in (25, 26)  # event 4 arrived at 30 (2 % buckets)
-
-

@@ -5,7 +5,6 @@ restored anywhere; Kafka's own example; and a restart through the harness."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
