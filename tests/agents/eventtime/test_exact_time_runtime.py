@@ -5,18 +5,23 @@ time"), in the results ``on_window`` gets and in the handoff log's timestamp col
 from __future__ import annotations
 
 import json
+import logging
+import math
+import sqlite3
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from spark_sink import Handoff
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, Hopping, OrderingPolicy, Session, Tumbling
 from tests.agents.delivery.conftest import drained
-from tests.helpers import handoff_rows, wait_until_async
+from tests.end_to_end.durable.test_saved_state import wait_for_checkpoint
+from tests.helpers import handoff_rows, saved_states, wait_until_async
 from tests.streams.eventtime.exact_cases import EDGE_MS, windows_reference
 
 T0_MS = 1_714_564_800_000
@@ -119,3 +124,35 @@ async def test_a_worker_s_sessions_exactly_a_gap_apart_are_two(tmp_path: Path) -
         assert await wait_until_async(lambda: len(handed(tmp_path)) == 2, 20)
     assert got == [(0.007, 0.107, 1), (0.107, 0.306, 2)]
     assert handed(tmp_path) == [(7_000, 107_000, 1), (107_000, 306_000, 2)]
+
+
+async def test_a_worker_refuses_saved_windows_of_the_float_format_in_one_line_and_goes_on(
+    tmp_path: Path, caplog
+) -> None:
+    got: list[tuple[float, float, object]] = []
+    spec = EventTime(OrderingPolicy(timestamp_by="t"), Tumbling(10), Count())
+    first = exact_worker(tmp_path, spec, got)
+    async with first:
+        stream = first.get_stream(StreamId("ticks", "edges"))
+        for t in (1.0, 2.0):
+            await stream.on_next({"t": t})
+        await drained(first)
+        assert await wait_for_checkpoint(tmp_path, 1) == 1  # the open window is in the saved state
+    assert [stream for stream, _, _ in saved_states(tmp_path)] == ["ticks/edges"]
+    # what a version keeping float seconds saved
+    old = msgpack.packb({"format": 1, "input": [2.0, math.inf, False, math.inf, [2.0, 2.0, -math.inf, 0, -math.inf]]})
+    with sqlite3.connect(tmp_path / "headrace.db") as conn:
+        conn.execute("UPDATE activation_states SET state = ?", (old,))
+    second = exact_worker(tmp_path, spec, got)
+    with caplog.at_level(logging.ERROR):
+        async with second:
+            stream = second.get_stream(StreamId("ticks", "edges"))
+            for t in (25.0, 40.0):
+                await stream.on_next({"t": t})
+            await drained(second)
+            assert await wait_until_async(lambda: len(handed(tmp_path)) == 1, 20)
+    refused = [r for r in caplog.records if "is not restored" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].exc_info is None  # one line, no traceback
+    assert "float seconds (saved state format 1)" in refused[0].getMessage()
+    assert "Finish the queue with the version that saved it" in refused[0].getMessage()
+    assert got == [(20.0, 30.0, 1)]  # it went on from the queue's checkpoint
