@@ -463,6 +463,14 @@ class Catalog:
         self.fates.restored(key)
         try:
             activation.restore(*saved)
+        except StateError as exc:  # a state it refuses (an older format): one line saying what to do
+            log.error(
+                "%s: the saved state of %s on %s is not restored: %s",
+                self.queue,
+                type(activation.target).__qualname__,
+                activation.stream_id,
+                exc,
+            )
         except Exception:
             log.exception(
                 "%s: the saved state of %s on %s cannot be restored",

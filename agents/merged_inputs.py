@@ -34,6 +34,7 @@ from typing import Protocol
 import anyio
 
 from streams.core.batch import EventBatch
+from streams.core.micros import to_seconds
 from streams.eventtime.timetext import instant_text
 from streams.eventtime.watermark import MergedWatermark
 
@@ -139,7 +140,8 @@ def holding_back(merged: MergedWatermark) -> Hashable | None:
 
 
 class HoldBack:
-    """Watches one activation's merge and logs the start and end of each hold-back.
+    """Watches one activation's merge and logs the start and end of each hold-back (the
+    merge's watermarks are the core's integer microseconds; ``now`` is seconds).
 
     >>> from streams.eventtime.watermark import MergedWatermark
     >>> m = MergedWatermark(["tolls", "prices"])
@@ -174,7 +176,7 @@ class HoldBack:
                 "%s: input %r no longer holds the merged watermark back (now %s)",
                 self.name,
                 self.reported,
-                instant_text(merged.value),
+                instant_text(to_seconds(merged.value)),
             )
             self.reported = None
         if holder is not None and self.reported is None and now - self._since >= self.after:
@@ -184,9 +186,9 @@ class HoldBack:
                 "%s: input %r holds the merged watermark back at %s for %.0f s (inputs: %s); %s",
                 self.name,
                 holder,
-                instant_text(values[holder]),
+                instant_text(to_seconds(values[holder])),
                 now - self._since,
-                ", ".join(f"{k}={instant_text(v)}" for k, v in values.items()),
+                ", ".join(f"{k}={instant_text(to_seconds(v))}" for k, v in values.items()),
                 HOLDBACK_ADVICE,
             )
             return holder

@@ -16,7 +16,6 @@ no task, cancel scope or coroutine per window, which is most windows.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -227,7 +226,7 @@ class EventTimeEmitter(SavedUnit):
         for i, window in enumerate(windows):
             # the timers due before this window (strictly: at equal times, windows go first)
             # (a substream's window may close above the partition's watermark: never past it)
-            for timer in timers.due(EVENT_TIME, min(math.nextafter(window.end + lateness, -math.inf), watermark)):
+            for timer in timers.due(EVENT_TIME, watermark, before=window.end + lateness):
                 await hooks.timer(on_timer, timer)
             await self._emit_windows(windows[i : i + 1], (0, None))
         await fire_timers(timers, EVENT_TIME, watermark, hooks, on_timer)

@@ -21,13 +21,16 @@ from typing import Any, TypeAlias, cast
 import pyarrow as pa
 
 from streams.core.errors import HandoffSchemaError
+from streams.core.micros import to_micros
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
 def _micros(value: Any) -> int | None:
-    """A timestamp cell: POSIX seconds (headrace's event times) or an aware datetime."""
+    """A timestamp cell: POSIX seconds (headrace's event times, exact microseconds as
+    :func:`~streams.core.micros.to_seconds` gives them: read back to the same microsecond) or
+    an aware datetime."""
     if value is None:
         return None
     if isinstance(value, datetime):
@@ -35,7 +38,7 @@ def _micros(value: Any) -> int | None:
             raise HandoffSchemaError(f"timestamp {value!r} has no timezone (use tzinfo=UTC)")
         return (value - _EPOCH) // _MICROSECOND
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return round(value * 1_000_000)
+        return to_micros(value)
     raise HandoffSchemaError(f"a timestamp is POSIX seconds or an aware datetime, not {value!r}")
 
 

@@ -43,6 +43,7 @@ from streams.cli.common import (
 )
 from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError
+from streams.core.micros import to_seconds
 from streams.eventtime.policy import OrderingPolicy, timestamp_extractor
 from streams.eventtime.spec import EventTime
 from streams.eventtime.timetext import parse_duration
@@ -213,7 +214,7 @@ def sample(
     namespace: str,
     key: str | None,
     since: float,
-    time_of: Callable[[Any], float] | None,
+    time_of: Callable[[Any], int] | None,
     value_by: str | None,
     limit: int,
 ) -> list[SampleRow]:
@@ -227,7 +228,7 @@ def sample(
             if arrival < since:
                 continue
             try:
-                t = event.event_time if time_of is None else time_of(event)
+                t = event.event_time if time_of is None else to_seconds(time_of(event))  # it reads microseconds
             except (KeyError, AttributeError, TypeError, ValueError):
                 continue
             if not math.isfinite(t):

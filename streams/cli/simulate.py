@@ -272,8 +272,9 @@ class TimeForm:
 
     def format(self, t: float) -> float | int | str:
         if not self.iso:
-            rounded = round(t, 9)  # window bounds are computed in floating point
-            return int(rounded) if rounded.is_integer() else rounded
+            # Exact: every time the core gives back is a whole microsecond (streams.core.micros),
+            # whose float prints as its decimal (0.3, not 0.30000000000000004).
+            return int(t) if t.is_integer() else t
         moment = datetime.fromtimestamp(t, tz=UTC)
         if self._tz is None:
             return moment.replace(tzinfo=None).isoformat()

@@ -41,6 +41,7 @@ from typing import Any, Generic, TypeVar, overload
 import msgpack
 
 from streams.core.errors import HeadraceError
+from streams.core.micros import bound_micros, to_seconds
 
 __all__ = ["Durable", "StateError", "durable_fields", "load_fields", "save_fields"]
 
@@ -260,17 +261,22 @@ class TimerTable:
     """One activation's timers, each named (setting a name again moves it, as an Orleans
     reminder is registered or updated): durable, saved with its state.
 
+    Due times are kept as integer microseconds (:mod:`streams.core.micros`), so a timer at
+    ``0.1 + 0.2`` s is due when the watermark reaches 0.3 s; they are given and read back
+    in seconds.
+
     >>> timers = TimerTable(event_time=True)
     >>> timers.at_event_time(60.0, "close-day"); timers.at_processing_time(5.0, "ping")
-    >>> timers.at_event_time(30.0, "close-day")  # moved, not added
-    >>> timers.due(EVENT_TIME, 45.0), timers.due(EVENT_TIME, 45.0), len(timers)
-    ([Timer('close-day', 30.0, 'event')], [], 1)
+    >>> timers.at_event_time(0.1 + 0.2, "close-day")  # moved, not added
+    >>> timers.due(EVENT_TIME, 0.3), timers.due(EVENT_TIME, 45.0), len(timers)
+    ([Timer('close-day', 0.3, 'event')], [], 1)
     """
 
     __slots__ = ("_timers", "_order", "_event_time", "changed")
 
     def __init__(self, *, event_time: bool) -> None:
-        # (kind, name) -> (due, order set): the order breaks ties between equal due times
+        # (kind, name) -> (due in microseconds, order set): the order breaks ties between
+        # equal due times
         self._timers: dict[tuple[str, str], tuple[float, int]] = {}
         self._order = 0
         self._event_time = event_time  # the consumer works in event time (has a watermark)
@@ -303,24 +309,27 @@ class TimerTable:
     def pending(self) -> list[Timer]:
         """The timers set and not fired, soonest first."""
         ordered = sorted(self._timers.items(), key=lambda item: item[1])
-        return [Timer(name, due, kind) for (kind, name), (due, _) in ordered]
+        return [Timer(name, to_seconds(due), kind) for (kind, name), (due, _) in ordered]
 
     def next_due(self, kind: str) -> float | None:
         """The earliest due time of a timer of ``kind`` (None: none)."""
         dues = [due for (k, _), (due, _) in self._timers.items() if k == kind]
-        return min(dues) if dues else None
+        return to_seconds(min(dues)) if dues else None
 
-    def due(self, kind: str, now: float) -> list[Timer]:
-        """Remove and return the timers of ``kind`` due at ``now`` (due time ``≤ now``), in
-        order of due time, then of being set."""
+    def due(self, kind: str, now: float, *, before: float | None = None) -> list[Timer]:
+        """Remove and return the timers of ``kind`` due at ``now`` (due time ``≤ now``) and,
+        with ``before``, due strictly before it, in order of due time, then of being set."""
+        last = bound_micros(now)
+        if before is not None:
+            last = min(last, bound_micros(before) - 1)  # whole microseconds: < before is ≤ before - 1
         fired = sorted(
-            ((due, order, name) for (k, name), (due, order) in self._timers.items() if k == kind and due <= now)
+            ((due, order, name) for (k, name), (due, order) in self._timers.items() if k == kind and due <= last)
         )
         for _, _, name in fired:
             del self._timers[(kind, name)]
         if fired:
             self.changed = True
-        return [Timer(name, due, kind) for due, _, name in fired]
+        return [Timer(name, to_seconds(due), kind) for due, _, name in fired]
 
     def _set(self, kind: str, name: str, when: float) -> None:
         if not isinstance(name, str):
@@ -328,7 +337,7 @@ class TimerTable:
         if isinstance(when, bool) or not isinstance(when, int | float) or when != when:
             raise TypeError(f"a timer's time is a number of seconds, not {when!r}")
         self._order += 1
-        self._timers[(kind, name)] = (float(when), self._order)
+        self._timers[(kind, name)] = (bound_micros(when), self._order)
         self.changed = True
 
     def dump(self) -> list[list[Any]]:
@@ -403,7 +412,13 @@ def is_stateful(cls: type) -> bool:
 # A unit begins with a byte msgpack never starts a value with, so a window-only snapshot
 # (a msgpack map, as streams.eventtime.snapshot writes it) reads back as one unchanged.
 _UNIT = b"\xc1"
-UNIT_FORMAT = 1
+OLD_TIMES = (
+    "this saved state was written by a version of headrace that kept times as float seconds "
+    "(saved state format 1); this version keeps them as integer microseconds and does not read it. "
+    "Finish the queue with the version that saved it, or start the consumer type afresh (a new "
+    "store, or its saved state removed) so that it replays its queue"
+)
+UNIT_FORMAT = 2  # 2: timers' due times in integer microseconds (1 had float seconds)
 
 
 def pack_unit(instance: object, windows: bytes | None, timers: TimerTable | None, held: bytes | None = None) -> bytes:
@@ -419,6 +434,8 @@ def unpack_unit(instance: object, data: bytes, timers: TimerTable | None) -> tup
     if not data.startswith(_UNIT):
         return data, None
     body = decode(data[1:])
+    if isinstance(body, list) and body and body[0] == 1:
+        raise StateError(OLD_TIMES)
     if not isinstance(body, list) or not body or body[0] != UNIT_FORMAT:
         raise StateError(f"unknown saved state format {body[0] if isinstance(body, list) and body else body!r}")
     windows, values, timer_rows = body[1:4]
@@ -450,7 +467,9 @@ def next_processing_timer(data: bytes) -> float | None:
     body = decode(data[1:])
     rows = body[3] if isinstance(body, list) and len(body) > 3 else None
     dues = [due for kind, _, due, _ in rows or () if kind == PROCESSING_TIME]
-    return min(dues) if dues else None
+    if dues and body[0] != UNIT_FORMAT:
+        return None  # an older unit: refused when restored (OLD_TIMES)
+    return to_seconds(min(dues)) if dues else None
 
 
 def unit_json(data: bytes) -> dict[str, Any]:
@@ -463,7 +482,7 @@ def unit_json(data: bytes) -> dict[str, Any]:
         raise StateError(f"saved state of an unknown shape: {body!r:.80}")
     _, windows, values, timer_rows = body[:4]
     timers = [
-        {"kind": kind, "name": name, "time": due}
+        {"kind": kind, "name": name, "time": to_seconds(due) if body[0] == UNIT_FORMAT else due}
         for kind, name, due, _ in sorted(timer_rows or [], key=lambda r: (r[2], r[3]))
     ]
     return {"fields": values, "timers": timers, "windows": windows is not None}

@@ -12,7 +12,7 @@ watermark (``on_completed``, ``flush``): a watermark closes nothing else, so
 
 >>> from streams.eventtime.aggregates import Count
 >>> store = CountStore(Hopping(events=3, every=2), Count())
->>> done = [store.add("k", float(t), None, token=t, clock=t) for t in range(5)]
+>>> done = [store.add("k", t * 10**6, None, token=t, clock=t * 10**6) for t in range(5)]  # microseconds
 >>> [[(w.start, w.end, w.value) for w in d] for d in done]
 [[], [], [(0.0, 2.0, 3)], [], [(2.0, 4.0, 3)]]
 >>> [(w.start, w.value, w.final) for w in store.pop_due()]  # open: the window from event 4 only
@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from streams.core.micros import to_seconds
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.results import WindowResult
 from streams.eventtime.watermark import FOREVER, NEVER
@@ -99,7 +100,9 @@ class CountStore(KeyedStore):
         done: list[WindowResult] = []
         while kc.open and kc.open[0].n == self.size:
             w = kc.open.pop(0)
-            done.append(WindowResult(key, w.start, w.end, reducer.result(w.acc), clock))
+            done.append(
+                WindowResult(key, to_seconds(w.start), to_seconds(w.end), reducer.result(w.acc), to_seconds(clock))
+            )
         if not kc.open and kc.seen % self.every == 0:
             del self.keys[key]  # between windows with nothing open: a new key again
         return done
@@ -110,7 +113,11 @@ class CountStore(KeyedStore):
         if self.watermark < FOREVER:
             return []
         result = self.reducer.result
-        due = [WindowResult(key, w.start, w.end, result(w.acc), None) for key, kc in self.keys.items() for w in kc.open]
+        due = [
+            WindowResult(key, to_seconds(w.start), to_seconds(w.end), result(w.acc), None)
+            for key, kc in self.keys.items()
+            for w in kc.open
+        ]
         self.keys.clear()
         return due
 

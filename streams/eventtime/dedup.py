@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.core.errors import ConfigurationError
+from streams.core.micros import to_micros
 from streams.eventtime.policy import Extractor, key_extractor
 
 
@@ -52,7 +53,7 @@ class Dedup:
 
     def __post_init__(self) -> None:
         w = self.within
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or to_micros(w) <= 0:
             raise ConfigurationError(f"Dedup within must be a number of seconds > 0, not {w!r}")
         if not (callable(self.key) or (isinstance(self.key, str) and self.key)):
             raise ConfigurationError(f"Dedup key is a field name or a function of the event, not {self.key!r}")
@@ -66,8 +67,8 @@ class SeenKeys:
 
     __slots__ = ("within", "first", "_expiry", "_n")
 
-    def __init__(self, within: float) -> None:
-        self.within = within
+    def __init__(self, within: int) -> None:
+        self.within = within  # integer microseconds, as every time here
         self.first: dict[Hashable, float] = {}
         # (expiry, order, key): the order keeps keys, which need not compare, out of ties.
         self._expiry: list[tuple[float, int, Hashable]] = []
@@ -121,10 +122,11 @@ class Deduplication:
     (one without substreams, lane None; one per substream key with them, as each substream
     has its own watermark)."""
 
-    __slots__ = ("spec", "key_of", "lanes")
+    __slots__ = ("spec", "within", "key_of", "lanes")
 
     def __init__(self, spec: Dedup) -> None:
         self.spec = spec
+        self.within = to_micros(spec.within)
         key_of = key_extractor(spec.key)
         assert key_of is not None  # a Dedup always has a key
         self.key_of: Callable[[Any], Hashable] = key_of
@@ -136,7 +138,7 @@ class Deduplication:
         raises, or ``TypeError`` for an unhashable key."""
         seen = self.lanes.get(lane)
         if seen is None:
-            seen = self.lanes[lane] = SeenKeys(self.spec.within)
+            seen = self.lanes[lane] = SeenKeys(self.within)
         key = self.key_of(rec)  # the user's code: what it raises letters this event
         first = seen.admit(key, ts, w)
         return None if first is None else (key, first)
@@ -154,5 +156,5 @@ class Deduplication:
     def set_state(self, state: list[list[Any]], hashable: Callable[[Any], Hashable]) -> None:
         self.lanes.clear()
         for lane, entries in state:
-            seen = self.lanes[hashable(lane)] = SeenKeys(self.spec.within)
+            seen = self.lanes[hashable(lane)] = SeenKeys(self.within)
             seen.set_state(entries, hashable)

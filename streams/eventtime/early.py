@@ -35,6 +35,7 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
+from streams.core.micros import optional_seconds, to_micros, to_seconds
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.results import Output, WindowResult
 from streams.eventtime.watermark import FOREVER
@@ -60,17 +61,17 @@ class Revisions:
     def __init__(self, every: Every, assigner: WindowAssigner, reducer: Reducer[Any, Any]) -> None:
         self.assigner = assigner
         self.reducer = reducer
-        self.period = FOREVER if every.seconds is None else every.seconds
+        self.period = FOREVER if every.seconds is None else to_micros(every.seconds)
         self.events = every.events or 0
-        self.books: dict[float, dict[Hashable, list[Any]]] = {}
-        self.ontime: list[float] = []  # window indexes: their ends rise with them
-        self.waiting: set[float] = set()  # the windows in ontime
-        self.pending: list[tuple[float, Hashable]] = []
+        self.books: dict[int, dict[Hashable, list[Any]]] = {}
+        self.ontime: list[int] = []  # window indexes: their ends rise with them
+        self.waiting: set[int] = set()  # the windows in ontime
+        self.pending: list[tuple[int, Hashable]] = []
         self.next_due = FOREVER
 
     # -------------------------------------------------------------- the per-event path
 
-    def opened(self, store: WindowStore, pane: float) -> None:
+    def opened(self, store: WindowStore, pane: int) -> None:
         """``pane`` opened: its windows' on-time results are scheduled (``A > 0``), and the
         store's ``next_close`` lowered to the earliest, so that the step reaching it runs
         the store's closing (:meth:`WatermarkFlow.close`)."""
@@ -84,7 +85,7 @@ class Revisions:
                 heapq.heappush(self.ontime, window)
         store.next_close = min(store.next_close, self.next_end())
 
-    def touch(self, pane: float, key: Hashable, arrival: float, watermark: float) -> bool:
+    def touch(self, pane: int, key: Hashable, arrival: float, watermark: float) -> bool:
         """An event of ``key`` went into ``pane`` (at processing time ``arrival``, under the
         closing ``watermark``): each open window holding the pane counts it. True when one
         of them is due for an update after this step (``Every(events=N)``)."""
@@ -137,7 +138,7 @@ class Revisions:
                 next_due = min(next_due, due)
         self.next_due = next_due
 
-    def due_ontime(self, watermark: float) -> list[float]:
+    def due_ontime(self, watermark: float) -> list[int]:
         """The windows whose end ``watermark`` has reached, oldest first (on-time results)."""
         a, ontime, due = self.assigner, self.ontime, []
         while ontime and a.end(ontime[0]) <= watermark:
@@ -146,7 +147,7 @@ class Revisions:
             due.append(window)
         return due
 
-    def emit_ontime(self, store: WindowStore, window: float, clock: float | None, out: Output, trace: bool) -> None:
+    def emit_ontime(self, store: WindowStore, window: int, clock: float | None, out: Output, trace: bool) -> None:
         """The on-time results of ``window``: each key's, unless already emitted at that value."""
         for key, entry in list(self.books.get(window, {}).items()):
             self._emit(store, window, key, entry, clock, out, trace)
@@ -155,7 +156,7 @@ class Revisions:
         """The end of the earliest window whose on-time result is to come (``inf``: none)."""
         return self.assigner.end(self.ontime[0]) if self.ontime else FOREVER
 
-    def closed(self, window: float) -> dict[Hashable, int]:
+    def closed(self, window: int) -> dict[Hashable, int]:
         """``window`` closed: each key's revision for its final result (0 for a key with no
         entry, as a window that never emitted an update), and its entries go."""
         book = self.books.pop(window, None) or {}
@@ -164,7 +165,7 @@ class Revisions:
     def _emit(
         self,
         store: WindowStore,
-        window: float,
+        window: int,
         key: Hashable,
         entry: list[Any],
         clock: float | None,
@@ -175,8 +176,16 @@ class Revisions:
         value = self.reducer.result(self._accumulator(store, window, key))
         if entry[_EMITTED] and entry[_LAST] == value:
             return False
-        start, end = self.assigner.spec.bounds(window)
-        result = WindowResult(key, start, end, value, clock, final=False, revision=entry[_REVISION])
+        start, end = self.assigner.bounds(window)
+        result = WindowResult(
+            key,
+            to_seconds(start),
+            to_seconds(end),
+            value,
+            optional_seconds(clock),
+            final=False,
+            revision=entry[_REVISION],
+        )
         out.windows.append(result)
         if trace:
             out.trace.append(result)
@@ -186,7 +195,7 @@ class Revisions:
         entry[_EMITTED], entry[_LAST], entry[_COUNT] = True, value, 0
         return True
 
-    def _accumulator(self, store: WindowStore, window: float, key: Hashable) -> Any:
+    def _accumulator(self, store: WindowStore, window: int, key: Hashable) -> Any:
         """``key``'s accumulator over ``window``'s panes, leaving the panes as they are (a
         reducer's ``merge`` may update its first argument: it gets a fresh one)."""
         a, reducer = self.assigner, self.reducer

@@ -2,7 +2,9 @@
 closing the windows it passes (step 6 of the contract) and firing idle timeouts.
 
 A processor has one :class:`WatermarkFlow`; its per-event path raises the current lane's
-watermark inline and calls in here when a watermark must propagate or windows close.
+watermark inline and calls in here when a watermark must propagate or windows close. Times
+here are integer microseconds (:mod:`streams.core.micros`); what goes out (results,
+watermark steps) is in seconds.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from streams.core.micros import optional_seconds, to_micros, to_seconds
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Deduplication
@@ -76,7 +79,9 @@ class FlowShape:
         # Fixed windows declared with emit=Every(...): each store keeps its updates' Revisions.
         emit = assigner.spec.emit if assigner is not None else "final"
         self.every: Every | None = emit if isinstance(emit, Every) else None
-        self.lateness = assigner.lateness if assigner is not None else session.allowed_lateness if session else 0.0
+        self.lateness = (
+            assigner.lateness if assigner is not None else to_micros(session.allowed_lateness) if session else 0
+        )
         self.substreams = substreams
         self.idle_timeout = idle_timeout
         self.generation = generation
@@ -149,7 +154,7 @@ class WatermarkFlow:
             return [(key, mark, store) for key, (mark, store) in self.lanes.items()]
         return [(None, inp.mark, self.store)]
 
-    def open_pane(self, inp: Input, store: Store, pane: float) -> dict[Hashable, list[Any]]:
+    def open_pane(self, inp: Input, store: Store, pane: int) -> dict[Hashable, list[Any]]:
         """Open ``pane`` in ``store``: its windows are scheduled to close, idle checks lowered."""
         assert isinstance(store, WindowStore)  # panes are fixed windows'
         bucket = store.open_pane(pane)
@@ -158,7 +163,7 @@ class WatermarkFlow:
         self.scheduled(inp, store)
         return bucket
 
-    def touched(self, store: Store | None, pane: float, key: Hashable, arrival: float, watermark: float) -> bool:
+    def touched(self, store: Store | None, pane: int, key: Hashable, arrival: float, watermark: float) -> bool:
         """An event of ``key`` went into ``pane`` of ``store``, whose windows emit updates:
         True when an update is due after its step (:meth:`stepped`)."""
         assert isinstance(store, WindowStore) and store.early is not None
@@ -202,7 +207,7 @@ class WatermarkFlow:
         if not mark.raise_to(value):
             return
         if self.shape.trace:
-            out.trace.append(WatermarkAdvance(arrival, inp.name, key, value))
+            out.trace.append(WatermarkAdvance(optional_seconds(arrival), inp.name, key, to_seconds(value)))
         if self.shape.substreams:
             if store is not None:
                 store.watermark = value
@@ -215,7 +220,7 @@ class WatermarkFlow:
                 self.store_due = True
         elif merged.update(inp.name, value):
             if self.shape.trace:
-                out.trace.append(WatermarkAdvance(arrival, None, None, merged.value))
+                out.trace.append(WatermarkAdvance(optional_seconds(arrival), None, None, to_seconds(merged.value)))
             if self.store is not None:
                 self.store.watermark = merged.value
                 self.store_due = True
@@ -275,7 +280,7 @@ class WatermarkFlow:
         assert a is not None
         # (due time, store order, on-time result?, window, store): a window closes at end + A,
         # its on-time update (emit=Every, A > 0) is due at its end; at equal times, closes first.
-        due: list[tuple[float, int, bool, float, WindowStore]] = []
+        due: list[tuple[float, int, bool, int, WindowStore]] = []
         for store in dict.fromkeys(stores):  # each store once, in order
             assert isinstance(store, WindowStore)
             early = store.early
@@ -293,11 +298,12 @@ class WatermarkFlow:
                 assert early is not None
                 early.emit_ontime(store, j, clock, out, self.shape.trace)
                 continue
-            start, end = a.spec.bounds(j)
+            start, end = map(to_seconds, a.bounds(j))
+            closed_at = optional_seconds(clock)
             revisions = early.closed(j) if early is not None else None
             for key, acc in store.collect(j, reducer.merge, reducer.init).items():
                 revision = revisions.get(key, 0) if revisions is not None else 0
-                result = WindowResult(key, start, end, reducer.result(acc), clock, True, revision)
+                result = WindowResult(key, start, end, reducer.result(acc), closed_at, True, revision)
                 out.windows.append(result)
                 if self.shape.trace:
                     out.trace.append(result)
@@ -319,7 +325,9 @@ class WatermarkFlow:
         due.sort(key=lambda d: (d[0], d[1], d[2]))
         result_of = self.shape.reducer.result
         for _, _, _, key, s in due:
-            result = WindowResult(key, s.start, s.end, result_of(s.acc), clock)
+            result = WindowResult(
+                key, to_seconds(s.start), to_seconds(s.end), result_of(s.acc), optional_seconds(clock)
+            )
             out.windows.append(result)
             if self.shape.trace:
                 out.trace.append(result)

@@ -22,6 +22,7 @@ from operator import attrgetter
 from typing import Any
 
 from streams.core.errors import StreamCompletedError
+from streams.core.micros import PER_SECOND, to_seconds
 from streams.eventtime.aggregates import Count
 from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Deduplication
@@ -65,7 +66,7 @@ class Ingest:
         ordering: OrderingStep,
         refusals: Refusals,
         *,
-        timestamp_of: Callable[[Any], float] | None,
+        timestamp_of: Callable[[Any], int] | None,
         key_of: Callable[[Any], Hashable] | None,
         key_field: str | None,
         select: Callable[[Any], Any] | None,
@@ -117,7 +118,8 @@ class Ingest:
         refusals, counters = self.refusals, flow.counters
         # Everything the loop reads is a local: attribute traffic dominates a Python loop.
         early, late, delay = self.ordering.early, self.ordering.late, flow.shape.delay
-        earliest, latest = EARLIEST, LATEST
+        earliest, latest = EARLIEST, LATEST  # seconds: an event's own time is read as it is
+        per_second = PER_SECOND  # every time below is integer microseconds, converted once here
         bounded = early < FOREVER or late < FOREVER  # steps 1 and 2 apply at all
         uses_late = late < FOREVER
         judge, forget = self.ordering.judge, self.ordering.forget
@@ -145,7 +147,7 @@ class Ingest:
         # The arrival of the event whose step made an update due (Every(events=N)), else
         # None. Its updates go out where the next event begins (or after the last): nothing
         # happens in between, and emit="final" windows pay no test at the end of each step.
-        updates_at: float | None = None
+        updates_at: int | None = None
         reducer = flow.shape.reducer
         counting, select = type(reducer) is Count, self.select
         add, init = reducer.add, reducer.init
@@ -173,7 +175,7 @@ class Ingest:
         w, newest = mark.value, mark.max_timestamp
         # Without fixed windows ``panes`` is never read; with sessions ``sessions`` is the
         # lane's store (else None), so each kind of store has its typed local.
-        panes: dict[float, dict[Hashable, list[Any]]] = store.panes if isinstance(store, WindowStore) else {}
+        panes: dict[int, dict[Hashable, list[Any]]] = store.panes if isinstance(store, WindowStore) else {}
         sessions = store if isinstance(store, SessionStore) else None
         joins = store if isinstance(store, JoinStore) else None  # two inputs: never a substream
         # Windows of events and sliding windows: never with fixed windows (no check per call then).
@@ -190,7 +192,7 @@ class Ingest:
                 marked = events[at]
         try:
             for rec in events:
-                arr = rec.arrival_time
+                arr = round(rec.arrival_time * per_second)
                 if arr > clock:
                     clock = arr
                 if arr > idle_check:  # a timeout fell due before this event arrived, or updates
@@ -202,7 +204,7 @@ class Ingest:
                         flow.idle(inp, arr, out, strict=True)
                         w, idle_check = mark.value, inp.idle_check
                         next_close = store.next_close if store is not None else FOREVER
-                et: float | None = None  # not read yet: nothing counted for this event
+                et: int | None = None  # not read yet: nothing counted for this event
                 # Steps 1-4 run what the event brings (its time, key and value) through user
                 # code: whatever it raises dead-letters this event alone, never its batch.
                 try:
@@ -212,6 +214,7 @@ class Ingest:
                         if not (earliest <= t < latest):  # also NaN; a handoff holds years 1-9999
                             refuse(counters, part, rec, None, None, no_time, DEAD_LETTER, arr, out, time_problem(t))
                             continue
+                        t = round(t * per_second)
                     else:
                         try:
                             t = ts_of(rec)
@@ -248,7 +251,7 @@ class Ingest:
                     if rec is marked:  # lateness and disorder, before the policy touches the event
                         at += every
                         marked = events[at] if at < n else None
-                        sample(arr, t, newest, key if substreams else None)
+                        sample(arr / per_second, t / per_second, newest / per_second, key if substreams else None)
                     et = t
                     ts, status, reason = t, KEPT, None
                     # 1-3. the ordering policy, for an event that breaks a tolerance
@@ -334,8 +337,10 @@ class Ingest:
                             idle_check = inp.idle_check
                         next_close = sessions.next_close
                     elif joins is not None:  # an interval join: its pairs wait for the merged watermark
-                        outcome = EventOutcome(rec, part, key, et, ts, status, reason and reason.value)
-                        if not joins.add(part, key, outcome, w=joins.watermark):
+                        outcome = EventOutcome(
+                            rec, part, key, t / per_second, ts / per_second, status, reason and reason.value
+                        )
+                        if not joins.add(part, key, outcome, ts=ts, w=joins.watermark):
                             status = DEAD_LETTER
                             refuse(
                                 counters,
@@ -347,7 +352,8 @@ class Ingest:
                                 DEAD_LETTER,
                                 arr,
                                 out,
-                                f"timestamp {ts:g} is below the merged watermark {joins.watermark:g} by more "
+                                f"timestamp {to_seconds(ts):g} is below the merged watermark "
+                                f"{to_seconds(joins.watermark):g} by more "
                                 "than the join's allowed lateness: its pairs may be final already",
                                 ts=ts,
                             )
@@ -373,7 +379,9 @@ class Ingest:
                         refusals.invalid(counters, part, rec, key, et, arr, exc, out)
                     continue
                 if record and status != DEAD_LETTER:
-                    outcome = EventOutcome(rec, part, key, et, ts, status, reason and reason.value)
+                    outcome = EventOutcome(
+                        rec, part, key, t / per_second, ts / per_second, status, reason and reason.value
+                    )
                     if passthrough:
                         out.events.append(outcome)
                     if trace:
@@ -394,7 +402,7 @@ class Ingest:
                 if lifting and arr - late > floor_mark.value:  # every substream, this first
                     floor_mark.value = arr - late
                     if trace:
-                        out.trace.append(WatermarkAdvance(arr, part, None, arr - late))
+                        out.trace.append(WatermarkAdvance(arr / per_second, part, None, (arr - late) / per_second))
                     if arr - late >= inp.floor_close:
                         mark.value, mark.max_timestamp = w, newest
                         if store is not None:
@@ -408,7 +416,9 @@ class Ingest:
                     if direct:
                         w = cand
                         if trace:
-                            out.trace.append(WatermarkAdvance(arr, part, key if substreams else None, w))
+                            out.trace.append(
+                                WatermarkAdvance(arr / per_second, part, key if substreams else None, w / per_second)
+                            )
                         # 6. close what it passed
                         if w >= next_close and store is not None:
                             mark.value, mark.max_timestamp, store.watermark = w, newest, w
@@ -433,10 +443,13 @@ class Ingest:
 
 
 def _repeat(duplicate: tuple[Hashable, float], dedup: Deduplication) -> str:
-    """A duplicate's letter detail: its key, and the horizon it fell within."""
+    """A duplicate's letter detail: its key, and the horizon it fell within (in seconds)."""
     key, first = duplicate
-    within = dedup.spec.within
-    return f"dedup key {key!r} first seen at {first:g}, within {within:g} s (until the watermark reaches {first + within:g})"
+    until = to_seconds(first + dedup.within)
+    return (
+        f"dedup key {key!r} first seen at {to_seconds(first):g}, within {dedup.spec.within:g} s "
+        f"(until the watermark reaches {until:g})"
+    )
 
 
 def _with_traceback(exc: BaseException) -> str:

@@ -15,17 +15,20 @@ joins", is the contract):
 its partners so far) and the right events a future left can still match; both bounded by
 the watermark, not by the length of the streams.
 
+Times here are integer microseconds (:mod:`streams.core.micros`); the outcomes joined
+carry their timestamps in seconds:
+
 >>> from types import SimpleNamespace as Ev
 >>> store = JoinStore(IntervalJoin(lower=0, upper=10), "clicks", "orders")
->>> def ev(ts, i): return Ev(timestamp=ts, record=Ev(token=i))
->>> store.add("clicks", "u", ev(1.0, 0), w=-1e9), store.add("orders", "u", ev(5.0, 1), w=-1e9)
+>>> def add(part, t, i, w=-10**9): return store.add(part, "u", Ev(timestamp=t, record=Ev(token=i)), ts=t * 10**6, w=w)
+>>> add("clicks", 1, 0), add("orders", 5, 1)
 (True, True)
->>> store.add("orders", "u", ev(12.0, 2), w=-1e9)  # 12 > 1 + 10: not a partner
+>>> add("orders", 12, 2)  # 12 > 1 + 10: not a partner
 True
->>> store.watermark = 11.5
->>> [(j.left.timestamp, j.right.timestamp) for j in store.pop_due(20.0)]
-[(1.0, 5.0)]
->>> store.add("orders", "u", ev(1.0, 3), w=11.5)  # below W: its join may be final
+>>> store.watermark = 11_500_000
+>>> [(j.left.timestamp, j.right.timestamp) for j in store.pop_due(20_000_000)]
+[(1, 5)]
+>>> add("orders", 1, 3, w=11_500_000)  # below W: its join may be final
 False
 """
 
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.core.errors import ConfigurationError
+from streams.core.micros import optional_seconds, to_micros
 from streams.eventtime.results import EventOutcome, JoinResult
 from streams.eventtime.watermark import FOREVER, NEVER
 
@@ -95,6 +99,9 @@ class JoinStore:
 
     __slots__ = (
         "spec",
+        "lower",
+        "upper",
+        "lateness",
         "left",
         "right",
         "watermark",
@@ -109,6 +116,9 @@ class JoinStore:
 
     def __init__(self, spec: IntervalJoin, left: Hashable, right: Hashable) -> None:
         self.spec = spec
+        # The bounds in integer microseconds, as every time here.
+        self.lower, self.upper = to_micros(spec.lower), to_micros(spec.upper)
+        self.lateness = to_micros(spec.allowed_lateness)
         self.left, self.right = left, right
         self.watermark = NEVER
         self.next_close = FOREVER  # the watermark must pass it (strictly) to emit a left
@@ -120,25 +130,23 @@ class JoinStore:
         self._evict: list[tuple[float, int, Hashable, float]] = []  # heap by r.ts - lower + A
         self._seq = 0
 
-    def add(self, part: Hashable, key: Hashable, event: EventOutcome, *, w: float) -> bool:
-        """Join ``event`` (of input ``part``, timestamp ``event.timestamp``) under the merged
-        watermark ``w`` it arrived at; False when it is refused (below ``w - A``)."""
-        spec = self.spec
-        ts = event.timestamp
-        assert ts is not None  # only a dropped event has none, and it never gets here
-        if ts < w - spec.allowed_lateness:
+    def add(self, part: Hashable, key: Hashable, event: EventOutcome, *, ts: int, w: float) -> bool:
+        """Join ``event`` (of input ``part``, timestamp ``ts``) under the merged watermark
+        ``w`` it arrived at; False when it is refused (below ``w - A``)."""
+        lower, upper, lateness = self.lower, self.upper, self.lateness
+        if ts < w - lateness:
             return False
         self._seq += 1
         seq = self._seq
         if part == self.left:
-            pending = _Left(key, event, seq, ts + spec.lower, ts + spec.upper)
+            pending = _Left(key, event, seq, ts + lower, ts + upper)
             rights = self._rights.get(key)
             if rights:
                 lo = bisect_left(rights, (pending.lo, -1))
                 hi = bisect_right(rights, (pending.hi, math.inf))
                 pending.partners.extend(rights[lo:hi])
             self._by_key.setdefault(key, []).append(pending)
-            close = ts + spec.upper + spec.allowed_lateness
+            close = ts + upper + lateness
             heapq.heappush(self._lefts, (close, seq, pending))
             if close < self.next_close:
                 self.next_close = close
@@ -148,15 +156,17 @@ class JoinStore:
             if pending.lo <= ts <= pending.hi:
                 pending.partners.append(entry)
         insort(self._rights.setdefault(key, []), entry)
-        heapq.heappush(self._evict, (ts - spec.lower + spec.allowed_lateness, seq, key, ts))
+        heapq.heappush(self._evict, (ts - lower + lateness, seq, key, ts))
         return True
 
     def pop_due(self, clock: float | None) -> list[JoinResult]:
         """Emit every left event the watermark has passed (``W > l.ts + upper + A``), in that
         order (ties in arrival order), each with its partners by timestamp; then forget the
-        right events no later left can match."""
+        right events no later left can match. ``clock`` (microseconds) is each result's
+        ``closed_at``, in seconds."""
         w, lefts, results = self.watermark, self._lefts, []
         final = w == FOREVER
+        closed_at = optional_seconds(clock)
         while lefts and lefts[0][0] < w:
             _, _, pending = heapq.heappop(lefts)
             siblings = self._by_key[pending.key]
@@ -165,9 +175,9 @@ class JoinStore:
                 del self._by_key[pending.key]
             if pending.partners:
                 for _, _, right in sorted(pending.partners):  # (timestamp, arrival): unique
-                    results.append(JoinResult(pending.key, pending.event, right, clock, final))
+                    results.append(JoinResult(pending.key, pending.event, right, closed_at, final))
             elif self.spec.how == "left":
-                results.append(JoinResult(pending.key, pending.event, None, clock, final))
+                results.append(JoinResult(pending.key, pending.event, None, closed_at, final))
         evict = self._evict
         while evict and evict[0][0] < w:
             _, seq, key, ts = heapq.heappop(evict)

@@ -9,10 +9,11 @@ timestamp, accept it as is, or drop it as a dead letter.
 >>> from streams.eventtime.ordering import Refusals
 >>> from streams.eventtime.results import Output
 >>> counters = Counters()
->>> refusals = Refusals(early=float("inf"), late=5.0, delay=0.0, reducer_name="Count", own_time=True, trace=False)
+>>> S = 1_000_000  # times here are integer microseconds (streams.core.micros)
+>>> refusals = Refusals(early=float("inf"), late=5 * S, delay=0, reducer_name="Count", own_time=True, trace=False)
 >>> step = OrderingStep(Action.ADJUST, refusals)
->>> step.judge(counters, 0, Ev(value=None, token=None), None, 1.0, 9.0, 6.0, Output())  # 8 s late, below W
-(6.0, 'adjusted', <Reason.OUT_OF_ORDER: 'out_of_order'>)
+>>> step.judge(counters, 0, Ev(value=None, token=None), None, 1 * S, 9 * S, 6 * S, Output())  # 8 s late, below W
+(6000000, 'adjusted', <Reason.OUT_OF_ORDER: 'out_of_order'>)
 >>> counters.late_arrival_adjusted, counters.out_of_order_adjusted, counters.adjusted
 (1, 1, 1)
 
@@ -25,11 +26,12 @@ stream and queue position, so it is never silently lost and can be found again.
 >>> from types import SimpleNamespace as Ev
 >>> from streams.eventtime.results import Counters
 >>> from streams.eventtime.results import DROPPED, Output
->>> r = Refusals(early=float("inf"), late=5.0, delay=1.0, reducer_name="Count", own_time=True, trace=False)
+>>> r = Refusals(early=float("inf"), late=5 * S, delay=S, reducer_name="Count", own_time=True, trace=False)
 >>> out, counters = Output(), Counters()
->>> r.refuse(counters, 0, Ev(value=1, token=None), None, 1.0, Reason.LATE_ARRIVAL, DROPPED, 9.0, out)
->>> out.dead_letters[0].reason, out.dead_letters[0].detail, counters.late_arrival_dropped
-('late_arrival', '8 s behind its arrival (late_arrival 5 s)', 1)
+>>> r.refuse(counters, 0, Ev(value=1, token=None), None, 1 * S, Reason.LATE_ARRIVAL, DROPPED, 9_250_000, out)
+>>> letter = out.dead_letters[0]
+>>> letter.reason, letter.detail, letter.event_time, counters.late_arrival_dropped
+('late_arrival', '8.25 s behind its arrival (late_arrival 5 s)', 1.0, 1)
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import traceback
 from collections.abc import Hashable
 
 from streams.core.deadletters import DeadLetter, event_position
+from streams.core.micros import optional_seconds, to_seconds
 from streams.eventtime.policy import Action, EventLike, Reason, time_problem
 from streams.eventtime.results import ADJUSTED, DEAD_LETTER, DROPPED, KEPT, Counters, EventOutcome, Output
 
@@ -83,22 +86,25 @@ class Refusals:
         detail: str = "",
         ts: float | None = None,
     ) -> None:
-        """Record a dropped or refused event as a dead letter (never silently lost)."""
+        """Record a dropped or refused event as a dead letter (never silently lost). Times
+        are given in microseconds; the letter holds them in seconds."""
         if reason is Reason.EARLY_ARRIVAL:
             assert event_time is not None
             counters.early_arrival += 1
-            detail = f"{event_time - arrival:g} s ahead of its arrival (early_arrival {self.early:g} s)"
+            detail = f"{to_seconds(event_time - arrival):g} s ahead of its arrival (early_arrival {to_seconds(self.early):g} s)"
         elif reason is Reason.LATE_ARRIVAL:
             assert event_time is not None
             counters.late_arrival_dropped += 1
-            detail = f"{arrival - event_time:g} s behind its arrival (late_arrival {self.late:g} s)"
+            detail = (
+                f"{to_seconds(arrival - event_time):g} s behind its arrival (late_arrival {to_seconds(self.late):g} s)"
+            )
         elif reason is Reason.OUT_OF_ORDER:
             counters.out_of_order_dropped += 1
-            detail = f"event time below the watermark (out_of_order {self.delay:g} s)"
+            detail = f"event time below the watermark (out_of_order {to_seconds(self.delay):g} s)"
         elif reason is Reason.WINDOW_CLOSED:
             assert ts is not None
             counters.window_closed += 1
-            detail = detail or f"every window containing timestamp {ts:g} has closed"
+            detail = detail or f"every window containing timestamp {to_seconds(ts):g} has closed"
         elif reason is Reason.INVALID_VALUE:
             counters.invalid_value += 1
         elif reason is Reason.DUPLICATE:
@@ -116,13 +122,16 @@ class Refusals:
             sequence_number=sequence_number,
             event_index=event_index,
             value=getattr(rec, "value", rec),
-            event_time=event_time,
+            event_time=optional_seconds(event_time),
             detail=f"{detail}; {_where(rec, token)}" if token is not None else detail,
-            recorded_at=arrival,
+            recorded_at=to_seconds(arrival),
         )
         out.dead_letters.append(letter)
         if self.trace:
-            out.trace.append(EventOutcome(rec, partition, key, event_time, ts, status, reason.value))
+            outcome = EventOutcome(
+                rec, partition, key, optional_seconds(event_time), optional_seconds(ts), status, reason.value
+            )
+            out.trace.append(outcome)
 
     def invalid(
         self,

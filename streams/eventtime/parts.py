@@ -9,8 +9,8 @@ built from these parts with only its own mutable state (watermarks, windows, cou
 >>> from streams.eventtime.policy import OrderingPolicy
 >>> from streams.eventtime.windows import Tumbling
 >>> parts = ProcessorParts(OrderingPolicy(out_of_order=5), Tumbling(60), group_by="booth")
->>> parts.delay, parts.assigner.step, parts.key_field, parts.inputs
-(5.0, 60.0, 'booth', None)
+>>> parts.delay, parts.assigner.step, parts.key_field, parts.inputs  # microseconds inside
+(5000000, 60000000, 'booth', None)
 
 The merged inputs of a processor: each one's clock, watermark and idle bookkeeping, and
 which input follows (imports) another's watermark.
@@ -28,6 +28,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from streams.core.errors import ConfigurationError
+from streams.core.micros import to_micros
 from streams.eventtime.aggregates import Count, Reducer
 from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Dedup
@@ -163,10 +164,11 @@ class ProcessorParts:
             )
         key_spec = policy.over if substreams else group_by
         self.generation = generation
-        self.early = FOREVER if policy.early_arrival is None else float(policy.early_arrival)
-        self.late = FOREVER if policy.late_arrival is None else float(policy.late_arrival)
-        self.delay = float(policy.out_of_order)
-        self.idle_timeout = FOREVER if window is None or window.idle_timeout is None else float(window.idle_timeout)
+        # Tolerances and timeouts in integer microseconds, as every time inside the core.
+        self.early = FOREVER if policy.early_arrival is None else to_micros(policy.early_arrival)
+        self.late = FOREVER if policy.late_arrival is None else to_micros(policy.late_arrival)
+        self.delay = to_micros(policy.out_of_order)
+        self.idle_timeout = FOREVER if window is None or window.idle_timeout is None else to_micros(window.idle_timeout)
         self.action = Action(policy.action)
         # Fixed windows (tumbling, hopping) have an assigner; sessions have none.
         self.session = window if isinstance(window, Session) else None
@@ -175,7 +177,7 @@ class ProcessorParts:
         self.counted = window if isinstance(window, (Tumbling, Hopping)) and not timed else None
         self.assigner = WindowAssigner(window) if isinstance(window, (Tumbling, Hopping)) and timed else None
         self.sliding = window if isinstance(window, Sliding) else None
-        self.timestamp_of: Callable[[Any], float] | None = timestamp_extractor(policy.timestamp_by, policy.unit)
+        self.timestamp_of: Callable[[Any], int] | None = timestamp_extractor(policy.timestamp_by, policy.unit)
         self.key_of: Callable[[Any], Hashable] | None = key_extractor(key_spec)
         # A key given as a field name is read inline by the hot path.
         self.key_field = key_spec if isinstance(key_spec, str) else None

@@ -12,10 +12,10 @@ import enum
 import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 from streams.core.errors import ConfigurationError
+from streams.core.micros import PER_SECOND, instant_micros
 
 
 class EventLike(Protocol):
@@ -130,6 +130,7 @@ class OrderingPolicy:
 # The instants a handoff can hold: Spark's timestamps run from year 1 to year 9999.
 EARLIEST = -62135596800.0  # 0001-01-01T00:00:00Z
 LATEST = 253402300800.0  # 10000-01-01T00:00:00Z, excluded
+EARLIEST_US, LATEST_US = int(EARLIEST) * PER_SECOND, int(LATEST) * PER_SECOND
 
 _UNITS = {"s": 1, "ms": 1000, "us": 1_000_000}  # a number read by timestamp_by, divided by
 
@@ -152,36 +153,26 @@ def time_problem(t: Any) -> str:
     return f"{t:g} s is before year 1, which no handoff can hold"
 
 
-def seconds(t: Any, per_second: int = 1) -> float:
-    """An event time as POSIX seconds: a number (of seconds, or of 1/``per_second`` seconds:
-    1000 for epoch milliseconds), an aware ``datetime``, or ISO-8601 text with an offset or ``Z``. Raises
-    ``ValueError`` saying why for anything else, and for a time outside years 1 to 9999.
+def micros_of(t: Any, per_second: int = 1) -> int:
+    """An event time as integer microseconds (:mod:`streams.core.micros`): a number (of
+    seconds, or of 1/``per_second`` seconds: 1000 for epoch milliseconds), an aware
+    ``datetime``, or ISO-8601 text with an offset or ``Z``. Raises ``ValueError`` saying why
+    for anything else, and for a time outside years 1 to 9999.
 
-    >>> seconds("2024-05-01T14:00:05+02:00"), seconds(1714564805000, 1000)
-    (1714564805.0, 1714564805.0)
+    >>> micros_of("2024-05-01T14:00:05.25+02:00"), micros_of(1714564805001, 1000)
+    (1714564805250000, 1714564805001000)
     """
-    if type(t) is float:
-        if per_second != 1:
-            t = t / per_second
-    elif isinstance(t, int) and not isinstance(t, bool):
-        t = t / per_second
-    elif isinstance(t, datetime):
-        if t.tzinfo is None:
-            raise ValueError("a datetime event time needs a timezone (e.g. tzinfo=UTC)")
-        t = t.timestamp()
-    elif isinstance(t, str):
-        try:
-            moment = datetime.fromisoformat(t)
-        except ValueError:
-            raise ValueError(f"{t!r} is not an ISO-8601 time (like 2024-05-01T12:00:01Z)") from None
-        if moment.tzinfo is None:
-            raise ValueError(f"{t!r} has no UTC offset: add Z or +hh:mm (an ISO-8601 time names its zone)")
-        t = moment.timestamp()
-    else:
-        raise ValueError(time_problem(t))
-    if not (EARLIEST <= t < LATEST):  # also false for NaN
-        raise ValueError(time_problem(t))
-    return float(t)
+    try:
+        us = instant_micros(t, per_second)
+    except TypeError:
+        raise ValueError(time_problem(t)) from None
+    except ValueError:
+        if isinstance(t, float):  # NaN or infinite: the same words as any unusable number
+            raise ValueError(time_problem(t)) from None
+        raise
+    if not (EARLIEST_US <= us < LATEST_US):
+        raise ValueError(time_problem(us / PER_SECOND))
+    return us
 
 
 def field_getter(name: str) -> Callable[[Any], Any]:
@@ -232,8 +223,8 @@ def missing_field(name: str, value: Any) -> str:
 _FIELDS_SHOWN = 20  # a letter's detail names at most these many of a value's fields
 
 
-def timestamp_extractor(spec: str | Extractor | None, unit: str = "s") -> Callable[[Any], float] | None:
-    """The ``TIMESTAMP BY`` function returning POSIX seconds; ``None`` means ``event_time``.
+def timestamp_extractor(spec: str | Extractor | None, unit: str = "s") -> Callable[[Any], int] | None:
+    """The ``TIMESTAMP BY`` function returning integer microseconds; ``None`` means ``event_time``.
 
     Numbers it reads are in ``unit`` (``s``, ``ms`` or ``us``); ISO-8601 text and datetimes
     name their instant. The result raises ``ValueError`` (or ``KeyError``/``TypeError``)
@@ -246,21 +237,21 @@ def timestamp_extractor(spec: str | Extractor | None, unit: str = "s") -> Callab
     if callable(spec):
         user = spec
 
-        def by_user(record: Any) -> float:
-            return seconds(user(record), per_second)
+        def by_user(record: Any) -> int:
+            return micros_of(user(record), per_second)
 
         by_user.user_code = True  # type: ignore[attr-defined]  # a refusal keeps its traceback
         return by_user
     name = spec
 
-    def by_field(record: Any) -> float:
+    def by_field(record: Any) -> int:
         value = record.value
         try:
             raw = value[name] if type(value) is dict or isinstance(value, Mapping) else getattr(value, name)
         except (KeyError, AttributeError):
             # The letter's detail: what a typo in the name needs (not KeyError's bare 'ts').
             raise ValueError(missing_field(name, value)) from None
-        return seconds(raw, per_second)
+        return micros_of(raw, per_second)
 
     # What the core's in-order runs read from values alone (streams.eventtime.ingest).
     by_field.field = name  # type: ignore[attr-defined]

@@ -1,6 +1,8 @@
 """The event-time processor: the contract's per-event steps, ticks, punctuation and flush.
 
-Pure and synchronous: no I/O, no asyncio, no wall clock. The processing clock is the
+Pure and synchronous: no I/O, no asyncio, no wall clock. Times come in and go out as seconds
+(floats or ints); inside, every time is an exact integer of microseconds
+(:mod:`streams.core.micros`). The processing clock is the
 arrival time of what it is given (events, ticks, punctuation), so the same observations
 always give the same outputs, however they are split into calls (ASA's repeatability).
 
@@ -22,6 +24,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from streams.core.errors import ConfigurationError, StreamCompletedError
+from streams.core.micros import bound_micros, to_seconds
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.dedup import Dedup, Deduplication
 from streams.eventtime.flow import FlowShape, WatermarkFlow
@@ -189,8 +192,8 @@ class Processor:
 
     @property
     def allowed_lateness(self) -> float:
-        """How long a window stays open after the watermark passes its end (``A``)."""
-        return self._flow.shape.lateness
+        """How long a window stays open after the watermark passes its end (``A``), in seconds."""
+        return to_seconds(self._flow.shape.lateness)
 
     @property
     def reducer(self) -> Reducer[Any, Any]:
@@ -231,6 +234,7 @@ class Processor:
         observation past it."""
         out = Output()
         flow, late = self._flow, self._parts.late
+        arrival_time = bound_micros(arrival_time)  # as every time inside, from here on
         targets = self._inputs if partition is None else (self._input(partition),)
         for inp in targets:
             if inp.completed:
@@ -250,9 +254,10 @@ class Processor:
         ``arrival_time`` None the clock stays where it is (its arrival is not known)."""
         out = Output()
         inp = self._input(partition)
-        self._observe(inp, arrival_time, out)
+        arrival = None if arrival_time is None else bound_micros(arrival_time)
+        self._observe(inp, arrival, out)
         self.counters.punctuations += 1
-        self._flow.lift(inp, float(watermark), arrival_time, out)
+        self._flow.lift(inp, bound_micros(watermark), arrival, out)
         return self._done(out)
 
     def import_watermark(self, watermark: float, arrival_time: float, partition: Hashable = 0) -> Output:
@@ -260,17 +265,19 @@ class Processor:
         the runtime calls this with each watermark the source stream publishes."""
         out = Output()
         inp = self._input(partition)
-        self._observe(inp, arrival_time, out)
-        self._flow.lift(inp, float(watermark), arrival_time, out)
+        arrival = bound_micros(arrival_time)
+        self._observe(inp, arrival, out)
+        self._flow.lift(inp, bound_micros(watermark), arrival, out)
         return self._done(out)
 
     def on_completed(self, partition: Hashable = 0, arrival_time: float | None = None) -> Output:
         """The input completed: its watermark becomes +infinity (a final CTI)."""
         out = Output()
         inp = self._input(partition)
-        if arrival_time is not None:
-            _clock(inp, arrival_time)
-        self._flow.lift(inp, FOREVER, arrival_time, out)
+        arrival = None if arrival_time is None else bound_micros(arrival_time)
+        if arrival is not None:
+            _clock(inp, arrival)
+        self._flow.lift(inp, FOREVER, arrival, out)
         inp.completed = True
         return self._done(out)
 
@@ -287,12 +294,12 @@ class Processor:
 
     @property
     def watermark(self) -> float:
-        """The watermark that closes windows: the minimum over inputs (with substreams, the
-        partition's floor, which every substream has passed)."""
+        """The watermark that closes windows, in seconds: the minimum over inputs (with
+        substreams, the partition's floor, which every substream has passed)."""
         merged = self._flow.merged
         if merged is not None:
-            return merged.value
-        return self._flow.inputs[0].value  # the input is its own watermark
+            return to_seconds(merged.value)
+        return to_seconds(self._flow.inputs[0].value)  # the input is its own watermark
 
     @property
     def clock(self) -> float | None:
@@ -304,7 +311,7 @@ class Processor:
         (None, -inf, 5.0)
         """
         clock = max((i.clock for i in self._inputs), default=NEVER)
-        return None if clock == NEVER else clock
+        return None if clock == NEVER else to_seconds(clock)
 
     @property
     def merged(self) -> MergedWatermark | None:
@@ -344,8 +351,8 @@ class Processor:
 
     def next_tick(self) -> float:
         """The earliest processing time at which :meth:`on_tick` would close a window, fire
-        an idle timeout or emit an update (``inf``: a tick would change nothing but the watermark), so a
-        runtime with many quiet processors ticks only those that are due."""
+        an idle timeout or emit an update, in seconds (``inf``: a tick would change nothing but the
+        watermark), so a runtime with many quiet processors ticks only those that are due."""
         due, late = FOREVER, self._parts.late
         if late < FOREVER:
             for store in self._flow.stores():
@@ -358,27 +365,29 @@ class Processor:
             for store in self._flow.stores():
                 if isinstance(store, WindowStore) and store.early is not None:
                     due = min(due, store.early.next_due)
-        return due
+        return to_seconds(due)
 
     def open_windows(self) -> list[tuple[Hashable, float, float]]:
-        """``(key, start, end)`` of every open window holding data, by end then key order."""
+        """``(key, start, end)`` of every open window holding data (in seconds), by end then key order."""
         found: list[tuple[float, int, Hashable, float]] = []
         for store in self._flow.stores():
             found.extend((end, store.order, key, start) for end, key, start in store.entries())
         found.sort(key=lambda f: (f[0], f[1]))
-        return [(key, start, end) for end, _, key, start in found]
+        return [(key, to_seconds(start), to_seconds(end)) for end, _, key, start in found]
 
     def metrics(self) -> EventTimeMetrics:
         """A snapshot of the counters and watermarks (ASA's job metrics)."""
-        clock = max((i.clock for i in self._inputs), default=NEVER)
-        wm = self.watermark
+        clock = max((i.clock for i in self._inputs), default=NEVER)  # microseconds
+        merged = self._flow.merged
+        mark = merged.value if merged is not None else self._flow.inputs[0].value
+        wm = to_seconds(mark)
         return EventTimeMetrics(
             counters=self.counters.as_dict(),
             watermark=wm,
-            watermarks={i.name: i.mark.value for i in self._inputs},
+            watermarks={i.name: to_seconds(i.mark.value) for i in self._inputs},
             # A substream's own value may lag the floor until it is next visited.
-            substream_watermarks={k: max(lane[0].value, wm) for k, lane in self._flow.lanes.items()},
-            delay=clock - wm if wm > NEVER and clock > NEVER else FOREVER,
+            substream_watermarks={k: max(to_seconds(lane[0].value), wm) for k, lane in self._flow.lanes.items()},
+            delay=to_seconds(clock - mark) if mark > NEVER and clock > NEVER else FOREVER,
             holder=self._flow.merged.holder if self._flow.merged is not None else None,
             open_windows=len(self.open_windows()) if self.window is not None else 0,
         )

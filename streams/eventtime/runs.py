@@ -18,20 +18,26 @@ import math
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol
 
+from streams.core.micros import PER_SECOND
 from streams.eventtime.flow import WatermarkFlow
 from streams.eventtime.lateness import LatenessSketch
 from streams.eventtime.ordering import OrderingStep
 from streams.eventtime.parts import Input
-from streams.eventtime.policy import EARLIEST, LATEST, EventLike
+from streams.eventtime.policy import EARLIEST_US, LATEST_US, EventLike
 from streams.eventtime.results import Output
 from streams.eventtime.windows import WindowStore
+
+# A time the runs leave to the per-event way (which says why it is refused): outside any bounds.
+NOT_A_TIME = math.inf
+# Floats of seconds beyond these are outside years 1 to 9999 in any unit: refused, not converted.
+MAX_SECONDS = 1e300
 
 
 class PerEvent(Protocol):
     """What the runs need of the per-event way (``streams.eventtime.ingest.Ingest``)."""
 
     ordering: OrderingStep
-    timestamp_of: Callable[[Any], float] | None
+    timestamp_of: Callable[[Any], int] | None
 
     @property  # Ingest.run(flow, inp, events, out), sampling nothing: a run samples its own events
     def run(self) -> Callable[[WatermarkFlow, Input, Iterable[EventLike], Output], None]: ...
@@ -53,16 +59,17 @@ def take_in_runs(
     What an event costs here is kept to its time, its pane and the watermark: the clock
     (the newest arrival) is taken over the arrivals of the events taken since it was last
     needed, with ``max`` in C, and a run's count by where it began; and while an event's
-    time lies within the bounds of the run's pane (:func:`pane_bounds`), its pane is not
-    worked out again."""
+    time (integer microseconds, converted here once) lies within the bounds of the run's
+    pane, its pane is not worked out again."""
     store = flow.store
     a = flow.shape.assigner
     assert isinstance(store, WindowStore) and a is not None  # as in_runs says
     values, times, arrivals = events.columns()
     ts_of = ingest.timestamp_of
     field = getattr(ts_of, "field", None)
-    per_second = getattr(ts_of, "per_second", 1)
-    step, origin, delay, earliest, latest = a.step, a.origin, flow.shape.delay, EARLIEST, LATEST
+    # A field's number in its unit, or the event's own seconds, as integer microseconds.
+    per_us = PER_SECOND // getattr(ts_of, "per_second", 1)
+    step, origin, delay, earliest, latest = a.step, a.origin, flow.shape.delay, EARLIEST_US, LATEST_US
     adjusting = ingest.ordering.adjust
     mark, panes = inp, store.panes  # an input is its own watermark (its mark)
     w, newest, clock, next_close = mark.value, mark.max_timestamp, inp.clock, store.next_close
@@ -70,8 +77,7 @@ def take_in_runs(
     run_pane = adjusted = diverted = 0
     run_from = 0  # where the current run began: its events are those since, all taken
     clock_from = 0  # the arrivals from here on are not in ``clock`` yet (all taken)
-    low, high = math.inf, -math.inf  # times certainly in the run's pane (none while no run)
-    nan = float("nan")
+    low, high = math.inf, -math.inf  # the run's pane's bounds (none while no run)
     # Sampled here by position, as run() samples by identity; the one-event runs below
     # (refusals, disorder under drop or accept) are this batch's positions too.
     n = len(values)
@@ -79,18 +85,21 @@ def take_in_runs(
     sample = no_sample
     if sampler is not None:
         at, every, sample = sampler.due - 1, sampler.every, sampler.record
+    t: float  # integer microseconds, or NOT_A_TIME
     try:
         for i in range(n):
-            if field is None:
-                t = times[i]
-            else:  # policy.seconds for a number, inline; anything else goes the per-event way
-                v = values[i]
-                raw = v.get(field) if type(v) is dict else None
-                t = raw / per_second if type(raw) is int or type(raw) is float else nan
+            # policy.micros_of for a number, inline; anything else goes the per-event way
+            raw = times[i] if field is None else values[i].get(field) if type(values[i]) is dict else None
+            if type(raw) is int:
+                t = raw * per_us
+            elif type(raw) is float and -MAX_SECONDS < raw < MAX_SECONDS:  # not NaN, nor huge
+                t = round(raw * per_us)
+            else:
+                t = NOT_A_TIME
             if i == at:  # lateness and disorder, before the policy touches the event
                 if earliest <= t < latest:
                     at += every
-                    sample(arrivals[i], t, newest, None)
+                    sample(arrivals[i], t / PER_SECOND, newest / PER_SECOND, None)
                 else:  # a refused time: as in run(), the next batch's first is due instead
                     at = -1
             if earliest <= t < latest and (t >= w or adjusting):  # a valid time (not NaN)
@@ -98,7 +107,7 @@ def take_in_runs(
                     t = w
                     adjusted += 1
                 if not low <= t < high:  # 4. into the pane's state for the key
-                    pane = (t - origin) // step
+                    pane = int((t - origin) // step)  # t is a time here: an int
                     if state is None or pane != run_pane:
                         if state is not None:
                             state[0] += i - run_from
@@ -112,7 +121,8 @@ def take_in_runs(
                         if state is None:
                             state = bucket[None] = [0, events.token_at(i)]
                         run_pane = pane
-                        low, high = pane_bounds(pane, step, origin)
+                        low = origin + pane * step
+                        high = low + step
                 if t > newest:  # 5. the watermark (generation every event)
                     newest = t
                     if t - delay > w:
@@ -121,7 +131,7 @@ def take_in_runs(
                             state[0] += i + 1 - run_from  # type: ignore[index]
                             run_from = i + 1
                             mark.value, mark.max_timestamp, store.watermark = w, newest, w
-                            flow.close([store], arrivals[i], out)
+                            flow.close([store], round(arrivals[i] * PER_SECOND), out)
                             next_close, state = store.next_close, None
                             low, high = math.inf, -math.inf
                 continue
@@ -130,7 +140,7 @@ def take_in_runs(
             if state is not None:
                 state[0] += i - run_from
             if i > clock_from:
-                clock = max(clock, *arrivals[clock_from:i])
+                clock = max(clock, round(max(arrivals[clock_from:i]) * PER_SECOND))
             mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
             ingest.run(flow, inp, [events.event_at(i)], out)  # sampled here, not again
             w, newest, clock, next_close, state = mark.value, mark.max_timestamp, inp.clock, store.next_close, None
@@ -143,7 +153,7 @@ def take_in_runs(
     if state is not None:
         state[0] += n - run_from
     if n > clock_from:
-        clock = max(clock, *arrivals[clock_from:n])
+        clock = max(clock, round(max(arrivals[clock_from:n]) * PER_SECOND))
     mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
     taken = n - diverted
     counters = flow.counters
@@ -151,34 +161,6 @@ def take_in_runs(
     if adjusted:  # a rare count: its list is made, and read, only when there is one
         counters.adjusted += adjusted
         counters.out_of_order_adjusted += adjusted
-
-
-def pane_bounds(pane: float, step: float, origin: float) -> tuple[float, float]:
-    """Times ``low <= t < high`` whose pane (``(t - origin) // step``) is certainly
-    ``pane``: about the pane's start and end, checked (the pane of ``low``, and of the
-    largest float before ``high``, is ``pane``; the pane only grows with ``t``), each
-    moved inwards by a float or two where rounding puts it in the next pane. Where that
-    does not do it, none (``inf, -inf``): every time's pane is worked out.
-
-    >>> pane_bounds(28333333.0, 60.0, 0.0)
-    (1699999980.0, 1700000040.0)
-    >>> low, high = pane_bounds(3.0, 1.0, -3.0)  # 0.9999999999999999 + 3.0 rounds to 4.0
-    >>> low, high < 1.0, (math.nextafter(high, -math.inf) + 3.0) // 1.0
-    (0.0, True, 3.0)
-    """
-    low, high = origin + pane * step, origin + (pane + 1) * step
-    for _ in range(4):
-        if (low - origin) // step == pane:
-            break
-        low = math.nextafter(low, math.inf)
-    else:
-        return math.inf, -math.inf
-    for _ in range(4):
-        last = math.nextafter(high, -math.inf)
-        if (last - origin) // step == pane:
-            return low, high
-        high = last
-    return math.inf, -math.inf
 
 
 def no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:

@@ -18,17 +18,20 @@ once ``W >= e + 2G + A`` and every open session of the key starts at ``e + G`` o
 candidate below ``e`` is then closed on arrival and reaches no open session, as every session
 opened from then on starts above ``W - G - A >= e + G``. So state is bounded by what is open.
 
+Times are integer microseconds (:mod:`streams.core.micros`), here 1 s = 10**6:
+
 >>> from streams.eventtime.aggregates import Count
+>>> S = 1_000_000
 >>> store = SessionStore(Session(10), Count())
 >>> from types import SimpleNamespace as Ev
->>> [store.add("k", t, None, Ev(token=t), w=-1e9) for t in (0.0, 5.0, 30.0, 12.0)] == [OPENED, JOINED, OPENED, JOINED]
+>>> [store.add("k", t * S, None, Ev(token=t), w=-S) for t in (0, 5, 30, 12)] == [OPENED, JOINED, OPENED, JOINED]
 True
->>> store.entries()
-[(22.0, 'k', 0.0), (40.0, 'k', 30.0)]
->>> store.watermark = 25.0
->>> [(key, s.start, s.end, s.acc) for key, s in store.pop_due()]
-[('k', 0.0, 22.0, 3)]
->>> store.add("k", 21.0, None, Ev(token=21), w=25.0) == REFUSED  # would merge into the emitted [0, 22)
+>>> store.entries() == [(22 * S, 'k', 0), (40 * S, 'k', 30 * S)]
+True
+>>> store.watermark = 25 * S
+>>> [(key, s.start, s.end // S, s.acc) for key, s in store.pop_due()]
+[('k', 0, 22, 3)]
+>>> store.add("k", 21 * S, None, Ev(token=21), w=25 * S) == REFUSED  # would merge into the emitted [0, 22)
 True
 """
 
@@ -38,6 +41,7 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
+from streams.core.micros import to_micros
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.watermark import FOREVER, NEVER
 from streams.eventtime.windows import Session
@@ -82,8 +86,8 @@ class SessionStore:
     __slots__ = ("gap", "lateness", "reducer", "keys", "watermark", "next_close", "order", "_due", "_forget", "_seq")
 
     def __init__(self, spec: Session, reducer: Reducer[Any, Any], order: int = 0, watermark: float = NEVER) -> None:
-        self.gap = float(spec.gap)
-        self.lateness = float(spec.allowed_lateness)
+        self.gap = to_micros(spec.gap)  # integer microseconds, as every time here
+        self.lateness = to_micros(spec.allowed_lateness)
         self.reducer = reducer
         self.keys: dict[Hashable, KeySessions] = {}
         self.watermark = watermark

@@ -4,7 +4,8 @@ set of a key's events within ``span`` of each other.
 A window is created each time an event enters or leaves the span as it slides along event
 time: for each event at ``t``, the window ``[t - span, t]`` ending at it (its *left* window)
 and, if any event falls in it, the window starting just after it, ``[t⁺, t⁺ + span]`` with
-``t⁺`` the next float after ``t`` (its *right* window; Kafka's ``t + 1 ms``). Both bounds are
+``t⁺ = t + 1 µs``, the next instant after ``t`` (its *right* window; Kafka's ``t + 1 ms``,
+in its resolution: times here are integer microseconds, :mod:`streams.core.micros`). Both bounds are
 included, as Kafka's. A window closes, and is emitted, when the watermark passes its end
 plus the allowed lateness: ``W > end + A`` (an event at ``end`` is still in order at
 ``W == end``). A window is never created closed: an event (only ``accept`` lets one below
@@ -17,21 +18,21 @@ A key keeps its events while a window containing them can still be created (unti
 
 >>> from streams.eventtime.aggregates import Count
 >>> store = SlidingStore(Sliding(5), Count())
->>> [store.add("A", t, None, token=i, w=float("-inf")) for i, t in enumerate([8.0, 9.2, 12.4])]
+>>> [store.add("A", t, None, token=i, w=float("-inf")) for i, t in enumerate([8_000_000, 9_200_000, 12_400_000])]
 [True, True, True]
->>> store.watermark = 100.0
->>> [(round(w.start, 1), round(w.end, 1), w.value) for w in store.pop_due(None)]  # Kafka's example
-[(3.0, 8.0, 1), (4.2, 9.2, 2), (7.4, 12.4, 3), (8.0, 13.0, 2), (9.2, 14.2, 1)]
+>>> store.watermark = 100_000_000
+>>> [(w.start, w.end, w.value) for w in store.pop_due(None)]  # Kafka's example, in seconds
+[(3.0, 8.0, 1), (4.2, 9.2, 2), (7.4, 12.4, 3), (8.000001, 13.000001, 2), (9.200001, 14.200001, 1)]
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-import math
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from streams.core.micros import optional_seconds, to_micros, to_seconds
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.results import WindowResult
 from streams.eventtime.watermark import FOREVER, NEVER
@@ -65,7 +66,7 @@ class SlidingStore(KeyedStore):
 
     Same face to the watermark flow as :class:`~streams.eventtime.windows.WindowStore`:
     ``watermark``, ``next_close`` (the lowest watermark that closes a window: the next float
-    above its ``end + A``), ``order``, :meth:`pop_due`, :meth:`tokens`. A heap holds each
+    microsecond after its ``end + A``), ``order``, :meth:`pop_due`, :meth:`tokens`. A heap holds each
     open window at its close and each event at the time it may be forgotten, so a watermark
     step visits only what it passes.
     """
@@ -73,7 +74,7 @@ class SlidingStore(KeyedStore):
     __slots__ = ("span", "lateness", "reducer", "keys", "watermark", "next_close", "order", "_seq", "_due")
 
     def __init__(self, spec: Sliding, reducer: Reducer[Any, Any], order: int = 0, watermark: float = NEVER) -> None:
-        self.span, self.lateness = spec.span, spec.allowed_lateness
+        self.span, self.lateness = to_micros(spec.span), to_micros(spec.allowed_lateness)
         self.reducer = reducer
         self.keys: dict[Hashable, KeySlides] = {}
         self.watermark = watermark
@@ -88,8 +89,7 @@ class SlidingStore(KeyedStore):
         """The bounds of ``t``'s left or right window."""
         if kind == LEFT:
             return t - self.span, t
-        start = math.nextafter(t, math.inf)
-        return start, start + self.span
+        return t + 1, t + 1 + self.span
 
     def add(self, key: Hashable, ts: float, value: Any, token: Any, *, w: float) -> bool:
         """Step 4 for timestamp ``ts`` of ``key`` under the closing watermark ``w``: False
@@ -180,7 +180,10 @@ class SlidingStore(KeyedStore):
                 del self.keys[key]
         closed.sort(key=lambda c: c[:3])
         self.next_close = due[0][0] if due else FOREVER
-        return [WindowResult(key, start, end, result(acc), clock) for end, start, _, key, acc in closed]
+        at = optional_seconds(clock)
+        return [
+            WindowResult(key, to_seconds(start), to_seconds(end), result(acc), at) for end, start, _, key, acc in closed
+        ]
 
     def tokens(self) -> list[Any]:
         """The token of every event kept (a restart without a snapshot rebuilds from them)."""
@@ -230,5 +233,5 @@ def _time(event: tuple[float, int, Any, Any]) -> float:
 
 
 def _after(t: float) -> float:
-    """The next float above ``t``: a watermark at or above it is past ``t``."""
-    return math.nextafter(t, math.inf)
+    """The next microsecond after ``t``: a watermark at or above it is past ``t``."""
+    return t + 1

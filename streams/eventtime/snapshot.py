@@ -33,7 +33,7 @@ import msgpack
 from streams.core.batch import Event
 from streams.core.ids import SequenceToken, StreamId
 from streams.core.record_batch import RecordEvent
-from streams.core.state import StateError
+from streams.core.state import OLD_TIMES, StateError
 from streams.eventtime.aggregates import _Sequenced
 from streams.eventtime.counted import CountStore
 from streams.eventtime.flow import WatermarkFlow
@@ -47,7 +47,7 @@ from streams.eventtime.windows import WindowStore
 
 __all__ = ["SnapshotError", "can_snapshot", "held_snapshot", "is_empty", "restore", "restore_held", "snapshot"]
 
-FORMAT = 1
+FORMAT = 2  # 2: every time in integer microseconds (streams.core.micros); 1 had float seconds
 
 
 class SnapshotError(StateError):
@@ -115,6 +115,8 @@ def snapshot(processor: Snapshottable) -> bytes:
 def restore(processor: Snapshottable, data: bytes) -> None:
     """Put the state :func:`snapshot` wrote into a new processor of the same declaration."""
     state = msgpack.unpackb(data, strict_map_key=False, ext_hook=_ext)
+    if state.get("format") == 1:
+        raise SnapshotError(OLD_TIMES)
     if state.get("format") != FORMAT:
         raise SnapshotError(f"unknown snapshot format {state.get('format')!r}")
     flow = processor._flow

@@ -16,6 +16,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from streams.core.errors import ConfigurationError
+from streams.core.micros import to_micros, to_seconds
 
 NEVER = -math.inf
 FOREVER = math.inf
@@ -66,15 +67,16 @@ EVERY_EVENT = WatermarkGeneration()
 class Watermark:
     """The watermark of one partition or one substream, and what it has seen.
 
+    Its times are integer microseconds (:mod:`streams.core.micros`), ``-inf`` before any.
     ``value`` only grows. ``observe(ts)`` records a kept timestamp and returns the candidate
     the generation frequency produces now (``-inf`` when it produces none); the caller takes
     the maximum with its other sources and calls :meth:`raise_to`.
 
-    >>> w = Watermark("p0", WatermarkGeneration.every(events=2), delay=1.0)
-    >>> w.observe(10.0), w.observe(12.0)
-    (-inf, 11.0)
-    >>> w.raise_to(11.0), w.raise_to(3.0), w.value
-    (True, False, 11.0)
+    >>> w = Watermark("p0", WatermarkGeneration.every(events=2), delay=1_000_000)
+    >>> w.observe(10_000_000), w.observe(12_000_000)
+    (-inf, 11000000)
+    >>> w.raise_to(11_000_000), w.raise_to(3_000_000), w.value
+    (True, False, 11000000)
     """
 
     __slots__ = (
@@ -104,7 +106,8 @@ class Watermark:
         self.delay = delay
         self._generates = generation is not None  # None: imported, never generated
         self._every = generation.events if generation is not None else None
-        self._duration = generation.duration if generation is not None else None
+        duration = generation.duration if generation is not None else None
+        self._duration = None if duration is None else to_micros(duration)
         self._count = 0
         self._mark = NEVER
 
@@ -143,11 +146,11 @@ class MergedWatermark:
     union and join release up to the oldest CTI. The *holder* is the input with the lowest
     watermark (the first declared, among equals).
 
-    >>> m = MergedWatermark(["p0", "p1"])
-    >>> m.update("p0", 5.0), m.value, m.holder
+    >>> m = MergedWatermark(["p0", "p1"])  # in microseconds, as every watermark of the core
+    >>> m.update("p0", 5_000_000), m.value, m.holder
     (False, -inf, 'p1')
-    >>> m.update("p1", 7.0), m.value, m.holder
-    (True, 5.0, 'p0')
+    >>> m.update("p1", 7_000_000), m.value, m.holder
+    (True, 5000000, 'p0')
     """
 
     __slots__ = ("_values", "value", "holder", "_reported")
@@ -186,10 +189,10 @@ class MergedWatermark:
             self._reported = self.holder
             log.debug(
                 "merged watermark held at %s by input %r (input %r is at %s)",
-                self.value,
+                to_seconds(self.value),
                 self.holder,
                 moved,
-                self._values[moved],
+                to_seconds(self._values[moved]),
             )
 
     def values(self) -> dict[Hashable, float]:

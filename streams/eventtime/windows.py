@@ -17,10 +17,10 @@ import heapq
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from typing import Any, Literal
 
 from streams.core.errors import ConfigurationError
+from streams.core.micros import to_micros, to_seconds
 from streams.eventtime.watermark import FOREVER, NEVER
 
 
@@ -31,10 +31,10 @@ def _check(name: str, value: Any, *, positive: bool, optional: bool = False) -> 
         isinstance(value, (int, float))
         and not isinstance(value, bool)
         and math.isfinite(value)
-        and (value > 0 if positive else value >= 0)
+        and (to_micros(value) > 0 if positive else value >= 0)  # time is whole microseconds
     )
     if not ok:
-        bound = "> 0" if positive else ">= 0"
+        bound = "> 0 (at least 0.000001: time is whole microseconds)" if positive else ">= 0"
         raise ConfigurationError(
             f"{name} must be a number of seconds {bound}{' or None' if optional else ''}, not {value!r}"
         )
@@ -120,10 +120,9 @@ class Tumbling:
     def hop(self) -> float:
         return self.size
 
-    def bounds(self, j: float) -> tuple[float, float]:
-        """Start and end of window ``j``."""
-        start = self.origin + j * self.hop
-        return float(start), float(start + self.size)
+    def bounds(self, j: int) -> tuple[float, float]:
+        """Start and end of window ``j``, in seconds (exact: :mod:`streams.core.micros`)."""
+        return window_bounds(self, j)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +154,9 @@ class Hopping:
         else:
             _check_counted(self, self.events, self.every)
 
-    def bounds(self, j: float) -> tuple[float, float]:
-        """Start and end of window ``j``."""
-        start = self.origin + j * self.hop
-        return float(start), float(start + self.size)
+    def bounds(self, j: int) -> tuple[float, float]:
+        """Start and end of window ``j``, in seconds (exact: :mod:`streams.core.micros`)."""
+        return window_bounds(self, j)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +263,16 @@ def with_timing(spec: WindowSpec, allowed_lateness: float, idle_timeout: float |
     return replace(spec, allowed_lateness=allowed_lateness, idle_timeout=idle_timeout)
 
 
+def window_bounds(spec: FixedWindow, j: int) -> tuple[float, float]:
+    """Start and end of window ``j`` of ``spec``, in seconds, worked out in microseconds.
+
+    >>> window_bounds(Tumbling(0.1), 3), window_bounds(Hopping(0.3, 0.1), 7)
+    ((0.3, 0.4), (0.7, 1.0))
+    """
+    start = to_micros(spec.origin) + j * to_micros(spec.hop)
+    return to_seconds(start), to_seconds(start + to_micros(spec.size))
+
+
 def _validate(spec: FixedWindow) -> None:
     _check("size", spec.size, positive=True)
     _check("allowed_lateness", spec.allowed_lateness, positive=False)
@@ -275,41 +283,38 @@ def _validate(spec: FixedWindow) -> None:
         raise ConfigurationError(f"emit is 'final' or Every(seconds) or Every(events=N), not {spec.emit!r}")
 
 
-def _gcd(a: float, b: float) -> float:
-    """The largest duration both ``a`` and ``b`` are whole multiples of (decimal exact)."""
-    fa, fb = Fraction(repr(a)), Fraction(repr(b))
-    num = math.gcd(fa.numerator * fb.denominator, fb.numerator * fa.denominator)
-    return float(Fraction(num, fa.denominator * fb.denominator))
-
-
 class WindowAssigner:
-    """Pane and window arithmetic for one :data:`WindowSpec`.
+    """Pane and window arithmetic for one :data:`WindowSpec`, in integer microseconds
+    (:mod:`streams.core.micros`): sizes, hops and the origin are converted once, so a
+    timestamp on a window's edge is in the window that starts there.
 
-    Indexes are integral floats (exact below 2**53), so the hot path never converts to int.
-    Sessions have no fixed bounds: they have no assigner (:mod:`streams.eventtime.sessions`).
+    Pane and window indexes are integers. Sessions have no fixed bounds: they have no
+    assigner (:mod:`streams.eventtime.sessions`).
 
     >>> a = WindowAssigner(Hopping(size=20, hop=5))
-    >>> a.step, a.pane_of(17.0), list(a.windows_of_pane(3.0))
-    (5.0, 3.0, [0.0, 1.0, 2.0, 3.0])
-    >>> list(a.panes_of_window(1.0))
-    [1.0, 2.0, 3.0, 4.0]
+    >>> a.step, a.pane_of(17_000_000), list(a.windows_of_pane(3))
+    (5000000, 3, [0, 1, 2, 3])
+    >>> list(a.panes_of_window(1)), a.bounds(1)
+    ([1, 2, 3, 4], (5000000, 25000000))
+    >>> WindowAssigner(Tumbling(0.1)).pane_of(300_000)  # 0.3 s is in [0.3, 0.4)
+    3
     """
 
     __slots__ = ("spec", "size", "hop", "origin", "lateness", "step", "gaps", "per_window", "per_hop")
 
     def __init__(self, spec: FixedWindow) -> None:
         self.spec = spec
-        self.size = float(spec.size)
-        self.hop = float(spec.hop)
-        self.origin = float(spec.origin)
-        self.lateness = float(spec.allowed_lateness)
+        self.size = to_micros(spec.size)
+        self.hop = to_micros(spec.hop)
+        self.origin = to_micros(spec.origin)
+        self.lateness = to_micros(spec.allowed_lateness)
         self.gaps = self.hop > self.size
         # Pane length: the window itself when windows do not overlap, else gcd(size, hop).
-        self.step = self.hop if self.hop >= self.size else _gcd(self.size, self.hop)
-        self.per_window = 1.0 if self.hop >= self.size else round(self.size / self.step)
-        self.per_hop = 1.0 if self.hop >= self.size else round(self.hop / self.step)
+        self.step = self.hop if self.hop >= self.size else math.gcd(self.size, self.hop)
+        self.per_window = 1 if self.hop >= self.size else self.size // self.step
+        self.per_hop = 1 if self.hop >= self.size else self.hop // self.step
 
-    def pane_of(self, timestamp: float) -> float | None:
+    def pane_of(self, timestamp: int) -> int | None:
         """The pane holding ``timestamp``, or None when it falls in a gap between windows."""
         offset = timestamp - self.origin
         pane = offset // self.step
@@ -317,30 +322,35 @@ class WindowAssigner:
             return None
         return pane
 
-    def windows_of_pane(self, pane: float) -> list[float]:
+    def windows_of_pane(self, pane: int) -> range:
         """The windows (indexes) containing ``pane``, oldest first."""
         last = pane // self.per_hop
         first = -((self.per_window - 1 - pane) // self.per_hop)  # ceil((pane - m + 1) / r)
-        return _frange(first, last)
+        return range(first, last + 1)
 
-    def panes_of_window(self, window: float) -> list[float]:
+    def panes_of_window(self, window: int) -> range:
         """The panes making up ``window``."""
         first = window * self.per_hop
-        return _frange(first, first + self.per_window - 1)
+        return range(first, first + self.per_window)
 
-    def retired_by(self, window: float) -> list[float]:
+    def retired_by(self, window: int) -> range:
         """The panes no later window contains, once ``window`` has closed."""
         first = window * self.per_hop
-        return _frange(first, first + self.per_hop - 1)
+        return range(first, first + self.per_hop)
 
-    def end(self, window: float) -> float:
+    def bounds(self, window: int) -> tuple[int, int]:
+        """Start and end of ``window``."""
+        start = self.origin + window * self.hop
+        return start, start + self.size
+
+    def end(self, window: int) -> int:
         return self.origin + window * self.hop + self.size
 
-    def close_time(self, window: float) -> float:
+    def close_time(self, window: int) -> int:
         """The watermark at which ``window`` closes: its end plus the allowed lateness."""
         return self.origin + window * self.hop + self.size + self.lateness
 
-    def pane_closed(self, pane: float, watermark: float) -> bool:
+    def pane_closed(self, pane: int, watermark: float) -> bool:
         """True when every window containing ``pane`` has closed at ``watermark``."""
         return self.close_time(pane // self.per_hop) <= watermark
 
@@ -363,11 +373,6 @@ class KeyedStore:
         return bool(self.keys)
 
 
-def _frange(first: float, last: float) -> list[float]:
-    # Pane and window indexes are integral floats, like the hot path computes them.
-    return [float(i) for i in range(int(first), int(last) + 1)]
-
-
 class WindowStore:
     """The open panes governed by one watermark (a partition, the merged inputs, or a
     substream), and the windows scheduled to close.
@@ -380,18 +385,18 @@ class WindowStore:
 
     def __init__(self, assigner: WindowAssigner, order: int = 0, watermark: float = NEVER) -> None:
         self.assigner = assigner
-        self.panes: dict[float, dict[Hashable, list[Any]]] = {}
+        self.panes: dict[int, dict[Hashable, list[Any]]] = {}
         self.watermark = watermark  # the watermark that closes these windows
         self.next_close = FOREVER  # close_time of the earliest scheduled window
-        self._due: list[float] | None = None  # heap of scheduled window indexes (None: none)
+        self._due: list[int] | None = None  # heap of scheduled window indexes (None: none)
         # The scheduled windows, as keys; None while none is (a quiet stream's store, one per
         # stream, holds no empty dict).
-        self._scheduled: dict[float, None] | None = None
+        self._scheduled: dict[int, None] | None = None
         self.order = order  # creation order: ties between stores close in this order
         # With emit=Every(...): the updates' bookkeeping (streams.eventtime.early), else None.
         self.early: Any = None
 
-    def open_pane(self, pane: float) -> dict[Hashable, list[Any]]:
+    def open_pane(self, pane: int) -> dict[Hashable, list[Any]]:
         """Create ``pane`` and schedule every still-open window containing it."""
         bucket: dict[Hashable, list[Any]] = {}
         self.panes[pane] = bucket
@@ -412,10 +417,10 @@ class WindowStore:
         """End of the earliest open window (``inf`` when none is open)."""
         return self.assigner.end(self._due[0]) if self._due else FOREVER
 
-    def pop_due(self) -> list[float]:
+    def pop_due(self) -> list[int]:
         """Unschedule and return the windows the watermark has closed, oldest first."""
         a, due, w, scheduled = self.assigner, self._due, self.watermark, self._scheduled
-        closed: list[float] = []
+        closed: list[int] = []
         if due is None:
             self.next_close = FOREVER  # nothing scheduled (it may have been lowered: early results)
             return closed
@@ -433,10 +438,10 @@ class WindowStore:
             self._scheduled = self._due = None
         return closed
 
-    def collect(self, window: float, merge: Callable[[Any, Any], Any], init: Callable[[], Any]) -> dict[Hashable, Any]:
+    def collect(self, window: int, merge: Callable[[Any, Any], Any], init: Callable[[], Any]) -> dict[Hashable, Any]:
         """Each key's accumulator over ``window``'s panes, then retire finished panes."""
         a, panes = self.assigner, self.panes
-        if a.per_window == 1.0:
+        if a.per_window == 1:
             bucket = panes.pop(window * a.per_hop, None) or {}
             if not panes:
                 panes.clear()  # an emptied dict keeps its table: clear() gives it back
@@ -453,7 +458,7 @@ class WindowStore:
             panes.clear()
         return accs
 
-    def open_windows(self) -> list[float]:
+    def open_windows(self) -> list[int]:
         """The scheduled (open, non-empty) windows, oldest first."""
         return sorted(self._due or ())
 
@@ -475,11 +480,11 @@ class WindowStore:
         """``(end, key, start)`` of every open window holding data, oldest window first."""
         found: list[tuple[float, Hashable, float]] = []
         for j in self.open_windows():
-            start, end = self.assigner.spec.bounds(j)
+            start, end = self.assigner.bounds(j)
             found.extend((end, key, start) for key in self.keys_of(j))
         return found
 
-    def keys_of(self, window: float) -> list[Hashable]:
+    def keys_of(self, window: int) -> list[Hashable]:
         """The keys with data in ``window``, in order of first appearance."""
         seen: dict[Hashable, None] = {}
         for p in self.assigner.panes_of_window(window):

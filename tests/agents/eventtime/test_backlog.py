@@ -14,6 +14,7 @@ import pytest
 
 from streams import StreamId, StreamProvider
 from streams.core.batch import BatchContainer, BatchKind
+from streams.core.micros import to_micros, to_seconds
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from streams.eventtime.replay import Row
 from tests.agents.delivery.conftest import GatedRecorder, drained
@@ -166,7 +167,8 @@ async def merged_backlog(late_arrival: float | None) -> tuple[list[tuple[str, in
         )
     async with provider:
         await drained(provider)
-    expected = [("prices", -1, first, "kept")] + [("tolls", n, first + 0.1 * (n + 1), "kept") for n in range(600)]
+    exact = [to_seconds(to_micros(first + 0.1 * n)) for n in range(601)]  # to the microsecond
+    expected = [("prices", -1, exact[0], "kept")] + [("tolls", n, exact[n + 1], "kept") for n in range(600)]
     assert released == expected  # each on time, in event-time order, at its own timestamp
     return released, provider
 

@@ -123,11 +123,23 @@ async def test_without_late_arrival_the_held_clicks_are_one_line_saying_what_to_
     ]
 
 
-def test_the_early_results_example_prints_what_the_page_shows(tmp_path):
+def run_example(tmp_path: Path, marker: str) -> tuple[str, str]:
+    """What the page's Python example containing ``marker`` prints, and what the page says."""
     found = blocks()
-    i = next(i for i, (lang, code) in enumerate(found) if lang == "python" and "emit=Every(events=2)" in code)
-    script = tmp_path / "early.py"
+    i = next(i for i, (lang, code) in enumerate(found) if lang == "python" and marker in code)
+    script = tmp_path / "example.py"
     script.write_text(found[i][1])
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == found[i + 1][1]
+    return result.stdout, found[i + 1][1]
+
+
+def test_the_early_results_example_prints_what_the_page_shows(tmp_path):
+    printed, shown = run_example(tmp_path, "emit=Every(events=2)")
+    assert printed == shown
+
+
+def test_the_exact_time_example_prints_what_the_page_shows(tmp_path):
+    printed, shown = run_example(tmp_path, "Tumbling(0.1)")
+    assert printed == shown
+    assert "(0.3, 0.4, 1)" in printed and "0.30000000000000004" not in printed

@@ -9,7 +9,6 @@ watermarks and checkpoint holds after every call: the contract's result, bit for
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +19,6 @@ from streams.core.batch import BatchContainer, BatchKind
 from streams.core.ids import StreamId
 from streams.core.record_batch import RecordBatch
 from streams.eventtime import Count, Hopping, OrderingPolicy, Processor, Tumbling
-from streams.eventtime.runs import pane_bounds
 
 SID = StreamId("sensors", "s-1")
 
@@ -152,20 +150,3 @@ def test_a_run_is_sampled_one_event_in_every():
     seen = sketch.observed(30.0)
     assert seen.samples == 5  # events 4, 8, 12, 16 and 20 of 20
     assert round(seen.quantile("lateness", 1.0)) in (25, 26)  # event 4 arrived at 30 (2 % buckets)
-
-
-@settings(max_examples=500, deadline=None)
-@given(
-    st.floats(-1e12, 1e12, allow_nan=False),
-    st.sampled_from([0.001, 0.1, 1.0, 7.0, 60.0, 3600.0, 86400.0, 1e-9]),
-    st.sampled_from([0.0, 0.5, -3.0, 1_700_000_000.0]),
-)
-def test_a_runs_pane_bounds_hold_only_times_of_that_pane(t, step, origin):
-    """What the runs take for an event's pane without working it out: every time within
-    the bounds has that pane, up to the floats just inside them."""
-    pane = (t - origin) // step
-    low, high = pane_bounds(pane, step, origin)
-    inside = [x for x in (low, math.nextafter(low, math.inf), t, math.nextafter(high, -math.inf)) if low <= x < high]
-    assert all((x - origin) // step == pane for x in inside)
-    if step >= 1.0 and abs(t) < 1e11 and origin == 0.0:  # the default origin, whole seconds: found
-        assert low <= t < high

@@ -86,7 +86,7 @@ def test_epoch_milliseconds_with_unit_ms():
     assert out.dead_letters == []
     assert [(w.start, w.value) for w in out.windows + p.flush().windows] == [(1714564800.0, 2), (1714564860.0, 1)]
     # ISO text and datetimes are not scaled: they name their instant
-    assert timestamp_extractor("ts", "ms")(with_values([{"ts": "1970-01-01T00:00:02Z"}])[0]) == 2.0
+    assert timestamp_extractor("ts", "ms")(with_values([{"ts": "1970-01-01T00:00:02Z"}])[0]) == 2_000_000  # µs
 
 
 def test_without_unit_ms_epoch_milliseconds_are_refused():

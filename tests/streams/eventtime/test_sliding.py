@@ -5,7 +5,6 @@ restored anywhere; Kafka's own example; and a restart through the harness."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 from streams import StreamId
 from streams.core.errors import ConfigurationError
+from streams.core.micros import to_micros, to_seconds
 from streams.eventtime import Collect, Count, EventTime, OrderingPolicy, Processor, Sliding
 from streams.eventtime.replay import Row
 from streams.testing import Harness
@@ -34,10 +34,11 @@ class SlidingReference(Reference):
         self.windows: list[tuple] = []
 
     def bounds(self, kind: str, t: float) -> tuple[float, float]:
+        """In integer microseconds, as the contract's times: a right window starts 1 µs after ``t``."""
         if kind == LEFT:
-            return t - self.d, t
-        start = math.nextafter(t, math.inf)
-        return start, start + self.d
+            return to_seconds(to_micros(t) - to_micros(self.d)), t
+        start = to_micros(t) + 1
+        return to_seconds(start), to_seconds(start + to_micros(self.d))
 
     def members(self, lane: Any, key: Any, start: float, end: float, extra: tuple = ()) -> list[tuple[Row, float]]:
         mine = [(r, ts) for r, ts in [*self.accepted, *extra] if self.where(r) == (lane, key)]
@@ -135,14 +136,13 @@ def test_kafka_s_example_and_the_close_after_the_end():
     p = Processor(OrderingPolicy(), Sliding(5), Collect(), select="index")
     out = p.on_events([Rec(Row(i, t, t, None, i)) for i, t in enumerate([8.0, 9.2, 12.4])])
     assert [(w.end, w.value) for w in out.windows] == [(8.0, [0]), (9.2, [0, 1])]  # W = 12.4 > 9.2
-    out = p.on_events([Rec(Row(3, 13.0, 13.0, None, 3))])  # W = 13: [8.000…1, 13.000…1] stays open
+    out = p.on_events([Rec(Row(3, 13.0, 13.0, None, 3))])  # W = 13: [8.000001, 13.000001] stays open
     assert [(w.start, w.end, w.value) for w in out.windows] == [(7.4, 12.4, [0, 1, 2])]
-    after = [math.nextafter(t, math.inf) for t in (8.0, 9.2, 12.4)]  # right windows start just after
     assert [(w.start, w.end, w.value, w.final) for w in p.flush().windows] == [
         (8.0, 13.0, [0, 1, 2, 3], True),  # 13's left window: both bounds included
-        (after[0], after[0] + 5, [1, 2, 3], True),  # Kafka's [8001;13001]
-        (after[1], after[1] + 5, [2, 3], True),
-        (after[2], after[2] + 5, [3], True),
+        (8.000001, 13.000001, [1, 2, 3], True),  # Kafka's [8001;13001], a microsecond after
+        (9.200001, 14.200001, [2, 3], True),
+        (12.400001, 17.400001, [3], True),
     ]
 
 
@@ -181,7 +181,7 @@ async def test_sliding_windows_survive_a_restart() -> None:
         assert [(w.start, w.end, w.value) for w in harness.windows(Bursts)] == [
             (-9.0, 1.0, 1),
             (-5.0, 5.0, 2),
-            (math.nextafter(1.0, math.inf), math.nextafter(1.0, math.inf) + 10, 1),
+            (1.000001, 11.000001, 1),
         ]
         await harness.complete("readings/s1")
         assert [w.value for w in harness.windows(Bursts)][3:] == [1]  # [20, 30]

@@ -98,4 +98,4 @@ def test_several_merged_inputs_without_a_window_are_snapshotted_with_their_water
     assert can_snapshot(p) and p.watermark == 3.0
     q = Processor(OrderingPolicy(timestamp_by="t"), inputs=["a", "b"])
     q.restore(p.snapshot())
-    assert q.watermark == 3.0 and q.merged is not None and q.merged.values() == {"a": 5.0, "b": 3.0}
+    assert q.watermark == 3.0 and q.merged is not None and q.merged.values() == {"a": 5_000_000, "b": 3_000_000}  # µs
