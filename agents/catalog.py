@@ -223,6 +223,10 @@ class Catalog:
         self._saved = saved
         self._lookup = lookup
         self.states = ActivationStates(self._state_key)
+        # Every registered type with a time to live, activated here or not: the states a
+        # restart left in the store are swept on this queue's timer, with no new event.
+        for _, type_ttl in self._registered_ttls():
+            self.shortest_ttl = min(self.shortest_ttl, type_ttl)
         now = time.monotonic()  # a restart counts as activity: the store keeps no idle time
         for key, (_, state) in saved.items():
             ttl = self._ttl_of(key[0])
@@ -267,11 +271,20 @@ class Catalog:
         return state_ttl(cls)
 
     def expiring_types(self) -> list[tuple[str, float]]:
-        """``(consumer type name, time to live)`` of the durable types activated here, whose
-        idle states the store itself drops (a lookup store)."""
+        """``(consumer type name, time to live)`` of the registered types with one, whose
+        idle states the store itself drops (a lookup store): activated here or not, as a
+        restart leaves states in the store that no event may ever activate again."""
         if self._lookup is None:
             return []
-        return [(limits.consumer, ttl) for cls, limits in self._limits.items() if (ttl := state_ttl(cls)) is not None]
+        return self._registered_ttls()
+
+    def _registered_ttls(self) -> list[tuple[str, float]]:
+        registry = self._context.registry
+        return [
+            (name, ttl)
+            for cls in registry.types()
+            if (ttl := state_ttl(cls)) is not None and (name := registry.type_name(cls)) is not None
+        ]
 
     def expire(self, now: float) -> int:
         """Drop the saved states whose stream has been idle longer than their type's time
