@@ -409,10 +409,12 @@ class Catalog:
         limits = self._limits.get(cls)
         if limits is None:  # one per consumer type, not per activation
             options = self._context.options
+            name = self._context.registry.type_name(cls) or cls.__qualname__
             limits = self._limits[cls] = HookLimits(
-                self._context.registry.type_name(cls) or cls.__qualname__,
+                name,
                 options.max_event_delivery_time,
                 options.delivery_retry_backoff,
+                warned=self._context.warned.setdefault(name, set()),
             )
         return limits
 
