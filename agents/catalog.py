@@ -38,7 +38,7 @@ from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import enter_fields
 from streams.core.observer import EventFilter, as_observer
 from streams.core.pubsub import SubscriptionState
-from streams.core.state import StateError, is_stateful, next_processing_timer, state_ttl
+from streams.core.state import StateError, is_stateful, next_processing_timer, state_ttl, timers_of
 from streams.eventtime.lateness import LatenessSketches, ObservedTimes
 
 log = logging.getLogger("headrace.agent")
@@ -422,6 +422,8 @@ class Catalog:
         """``(its event-time or durable activation, or None; the user's instance)`` of a new
         activation."""
         instance = cls(sid)
+        if is_stateful(cls) and (timers := timers_of(instance)) is not None:
+            timers.clock = self._context.clock  # what timers.now() reads
         spec = declared_event_time(instance)
         if spec is None:
             return (self._durable(cls, sid, instance) if is_stateful(cls) else None), instance
