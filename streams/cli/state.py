@@ -151,7 +151,8 @@ def with_defaults(saved: SavedState, cls: type) -> SavedState:
     values = unit.get("fields")
     if not fields or not isinstance(values, dict) or fields.keys() <= values.keys():
         return saved
-    unit["fields"] = {name: values[name] if name in values else field.initial() for name, field in fields.items()}
+    declared = {name: values[name] if name in values else field.initial() for name, field in fields.items()}
+    unit["fields"] = declared | values  # a saved field the type no longer declares is shown too
     return DefaultedState(saved.queue, saved.consumer, saved.stream, saved.position, saved.state, unit)
 
 
