@@ -38,7 +38,7 @@ from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import enter_fields
 from streams.core.observer import EventFilter, as_observer
 from streams.core.pubsub import SubscriptionState
-from streams.core.state import StateError, is_stateful, next_processing_timer, state_ttl
+from streams.core.state import StateError, is_stateful, next_processing_timer, state_ttl, timers_of
 from streams.eventtime.lateness import LatenessSketches, ObservedTimes
 
 log = logging.getLogger("headrace.agent")
@@ -223,6 +223,10 @@ class Catalog:
         self._saved = saved
         self._lookup = lookup
         self.states = ActivationStates(self._state_key)
+        # Every registered type with a time to live, activated here or not: the states a
+        # restart left in the store are swept on this queue's timer, with no new event.
+        for _, type_ttl in self._registered_ttls():
+            self.shortest_ttl = min(self.shortest_ttl, type_ttl)
         now = time.monotonic()  # a restart counts as activity: the store keeps no idle time
         for key, (_, state) in saved.items():
             ttl = self._ttl_of(key[0])
@@ -267,11 +271,20 @@ class Catalog:
         return state_ttl(cls)
 
     def expiring_types(self) -> list[tuple[str, float]]:
-        """``(consumer type name, time to live)`` of the durable types activated here, whose
-        idle states the store itself drops (a lookup store)."""
+        """``(consumer type name, time to live)`` of the registered types with one, whose
+        idle states the store itself drops (a lookup store): activated here or not, as a
+        restart leaves states in the store that no event may ever activate again."""
         if self._lookup is None:
             return []
-        return [(limits.consumer, ttl) for cls, limits in self._limits.items() if (ttl := state_ttl(cls)) is not None]
+        return self._registered_ttls()
+
+    def _registered_ttls(self) -> list[tuple[str, float]]:
+        registry = self._context.registry
+        return [
+            (name, ttl)
+            for cls in registry.types()
+            if (ttl := state_ttl(cls)) is not None and (name := registry.type_name(cls)) is not None
+        ]
 
     def expire(self, now: float) -> int:
         """Drop the saved states whose stream has been idle longer than their type's time
@@ -396,10 +409,12 @@ class Catalog:
         limits = self._limits.get(cls)
         if limits is None:  # one per consumer type, not per activation
             options = self._context.options
+            name = self._context.registry.type_name(cls) or cls.__qualname__
             limits = self._limits[cls] = HookLimits(
-                self._context.registry.type_name(cls) or cls.__qualname__,
+                name,
                 options.max_event_delivery_time,
                 options.delivery_retry_backoff,
+                warned=self._context.warned.setdefault(name, set()),
             )
         return limits
 
@@ -407,6 +422,8 @@ class Catalog:
         """``(its event-time or durable activation, or None; the user's instance)`` of a new
         activation."""
         instance = cls(sid)
+        if is_stateful(cls) and (timers := timers_of(instance)) is not None:
+            timers.clock = self._context.clock  # what timers.now() reads
         spec = declared_event_time(instance)
         if spec is None:
             return (self._durable(cls, sid, instance) if is_stateful(cls) else None), instance

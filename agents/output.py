@@ -68,7 +68,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import anyio
@@ -265,6 +265,7 @@ WINDOW_FAILED = "window_failed"
 TIMER_FAILED = "timer_failed"
 _RAISED = ("invalid_value", "invalid_timestamp")  # refusals a user's callable may cause
 _TRACEBACK = "Traceback (most recent call last)"
+_COUNTED = " (the next of this consumer type are counted, not logged: headrace status, headrace dlq)"
 
 
 SAME_FAILURES = 3  # attempts raising the same exception before a hook's unit is given up
@@ -283,6 +284,9 @@ class HookLimits:
     # one unit is given up then, not retried for the whole max_time: the same error on the
     # same window is a bug or a bad value, and its stream waits while it is retried.
     same_failures: int | None = SAME_FAILURES
+    # The kinds of refusal warned of for the type in this run, shared by the worker's queues:
+    # each is logged once, the rest counted (metrics, status, dead letters), not logged.
+    warned: set[str] = field(default_factory=set, compare=False)
 
 
 def window_text(result: WindowResult) -> str:
@@ -311,7 +315,7 @@ class HookCalls:
     """One activation's calls of its own hooks, each unit within its limits (``running``
     while a call times itself: the delivery's watchdog leaves the batch alone meanwhile)."""
 
-    __slots__ = ("_limits", "_stream", "_dead_letters", "running", "_refusing", "_untimed", "_on_error")
+    __slots__ = ("_limits", "_stream", "_dead_letters", "running", "_on_error")
 
     def __init__(
         self,
@@ -325,45 +329,51 @@ class HookCalls:
         self._dead_letters = dead_letters
         self._on_error = on_error  # the consumer's, told of each unit given up
         self.running = False
-        self._refusing = False  # in a run of steps whose callables raised for some event
-        self._untimed = False  # in a run of steps with events whose time could not be read
 
     @property
     def idle(self) -> bool:
-        """No call running and no run of refused steps going on: nothing to remember."""
-        return not self.running and not self._refusing and not self._untimed
+        """No call running: nothing to remember."""
+        return not self.running
 
     def refused(self, letters: list[DeadLetter]) -> None:
         """The event-time core refused these events of one step. Those whose
         ``timestamp_by``, ``group_by``, ``select`` or aggregate raised are the consumer's
-        bug (their letters keep a traceback): the first of a run of such steps is logged at
-        warning with its detail; the steps after it quietly, until one has none. A run of
-        steps with events whose time could not be read (``invalid_timestamp`` with no
-        traceback: a time field missing or not a time) is logged the same way, apart."""
+        bug (their letters keep a traceback): the type's first such step of the worker's run
+        is logged at warning with its detail, the others only counted. Steps with events
+        whose time could not be read (``invalid_timestamp`` with no traceback: a time field
+        missing or not a time) are logged the same way, apart."""
         raised = [x for x in letters if x.reason in _RAISED and _TRACEBACK in x.detail]
-        if raised and not self._refusing:
+        if raised and self._first("raised"):
             log.warning(
-                "%s: %s refused %d event(s) its callables could not handle (dead-lettered %s); the first: %s",
+                "%s: %s refused %d event(s) its callables could not handle (dead-lettered %s); the first: %s%s",
                 self._stream,
                 self._limits.consumer,
                 len(raised),
                 ", ".join(sorted({x.reason for x in raised})),
                 raised[0].detail,
+                _COUNTED,
             )
-        self._refusing = bool(raised)
         # Events whose time could not be read, with no user code raising: the data's, or a
-        # name in timestamp_by that no event has. A typo letters every event, so the first
-        # step of such a run is logged too (then quietly, as above), naming the problem.
+        # name in timestamp_by that no event has (a typo letters every event): the first
+        # is logged too, naming the problem.
         untimed = [x for x in letters if x.reason == "invalid_timestamp" and _TRACEBACK not in x.detail]
-        if untimed and not self._untimed:
+        if untimed and self._first("untimed"):
             log.warning(
-                "%s: %s could not read the event time of %d event(s) (dead-lettered invalid_timestamp); the first: %s",
+                "%s: %s could not read the event time of %d event(s) (dead-lettered invalid_timestamp); the first: %s%s",
                 self._stream,
                 self._limits.consumer,
                 len(untimed),
                 untimed[0].detail,
+                _COUNTED,
             )
-        self._untimed = bool(untimed)
+
+    def _first(self, kind: str) -> bool:
+        """Whether this is the type's first refusal of ``kind`` in this run (then noted)."""
+        warned = self._limits.warned
+        if kind in warned:
+            return False
+        warned.add(kind)
+        return True
 
     async def call(
         self,

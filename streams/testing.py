@@ -15,7 +15,9 @@ the same test gives the same result on every run, under pytest-asyncio or ``anyi
 - What a consumer type produced: :meth:`~Harness.windows` (what ``on_window`` got),
   :meth:`~Harness.emitted` (what any ``on_*`` hook got), :meth:`~Harness.handed_off` (the
   rows a Spark handoff stream received), :meth:`~Harness.dead_letters` (with their reasons),
-  :meth:`~Harness.watermarks` and :meth:`~Harness.instances` (the live activations).
+  :meth:`~Harness.watermarks`, :meth:`~Harness.instances` (the live activations) and
+  :meth:`~Harness.saved` (a stream's saved state, live or not). A consumer's timers read the
+  harness's clock: ``self.timers.now()``.
 
 >>> import anyio
 >>> from streams import StreamProvider
@@ -52,6 +54,7 @@ from streams.core.deadletters import DeadLetter
 from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId
 from streams.core.options import StreamProviderOptions
+from streams.core.state import timers_of, unpack_unit
 from streams.eventtime.results import WindowResult
 from streams.runtime.provider import StreamProvider
 from streams.runtime.stream import Instant, Stream, StreamSubscriptionHandle
@@ -82,7 +85,8 @@ class _TestBackend(MemoryBackend):
     """Memory queues whose Spark handoff streams are kept in memory, for inspection."""
 
     def __init__(self, queues: int) -> None:
-        super().__init__(MemoryAdapterFactory(queues, keep_states=True))
+        self.adapters = MemoryAdapterFactory(queues, keep_states=True)
+        super().__init__(self.adapters)
         self.handoff_sinks: dict[str, MemoryHandoffSink] = {}
 
     async def open_handoff_sink(
@@ -337,8 +341,35 @@ class Harness:
             if recorder is not None and type(activation.target) is recorder
         }
 
+    def saved(self, cls: type, stream: StreamId | str) -> object | None:
+        """What ``stream``'s activation of ``cls`` would start from now: a new instance with
+        the durable fields and timers last saved (at a checkpoint, or by :meth:`restart`),
+        or None if none are. After a restart, before the stream's next event, its
+        activation is not live (:meth:`instances` has none) but its state is here::
+
+            await harness.publish("orders/ann", {"total": 10}, {"total": 20})
+            await harness.restart()
+            assert harness.saved(ThirdOrderAlert, "orders/ann").orders == 2
+        """
+        recorder = self._recorders.get(cls)
+        if recorder is None:
+            raise ConfigurationError(f"{cls.__qualname__} is not a consumer type this harness runs")
+        sid = _stream_id(stream)
+        queue = self.provider.mapper.get_queue_for_stream(sid)
+        name = self.provider.registry.type_name(recorder) or cls.__qualname__
+        found = self._backend.adapters.adapter.saved_states(queue).get((name, str(sid)))
+        if found is None:
+            return None
+        instance: object = cls(sid)
+        timers = timers_of(instance)
+        if timers is not None:
+            timers.clock = self.clock
+        unpack_unit(instance, found[1], timers)
+        return instance
+
     def instances(self, cls: type) -> dict[StreamId, object]:
-        """The live activations of ``cls`` (its instances), by stream: to look at their state."""
+        """The live activations of ``cls`` (its instances), by stream: to look at their state
+        (after a restart, :meth:`saved` has those not activated again yet)."""
         recorder = self._recorders.get(cls)
         found: dict[StreamId, object] = {}
         for agent in self.provider.agents:

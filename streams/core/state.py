@@ -40,6 +40,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import msgpack
 
+from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.errors import HeadraceError
 from streams.core.micros import bound_micros, to_seconds
 
@@ -272,15 +273,18 @@ class TimerTable:
     ([Timer('close-day', 0.3, 'event')], [], 1)
     """
 
-    __slots__ = ("_timers", "_order", "_event_time", "changed")
+    __slots__ = ("_timers", "_order", "_event_time", "changed", "clock")
 
-    def __init__(self, *, event_time: bool) -> None:
+    def __init__(self, *, event_time: bool, clock: Clock = WALL_CLOCK) -> None:
         # (kind, name) -> (due in microseconds, order set): the order breaks ties between
         # equal due times
         self._timers: dict[tuple[str, str], tuple[float, int]] = {}
         self._order = 0
         self._event_time = event_time  # the consumer works in event time (has a watermark)
         self.changed = False  # set or cancelled since the owner last looked
+        # The worker's processing clock (the runtime sets it when it activates the instance;
+        # the harness's is the one its test moves).
+        self.clock = clock
 
     def __len__(self) -> int:
         return len(self._timers)
@@ -293,6 +297,16 @@ class TimerTable:
                 "a plain consumer has processing-time timers (at_processing_time)"
             )
         self._set(EVENT_TIME, name, when)
+
+    def now(self) -> float:
+        """The processing clock's time now (POSIX seconds): ``at_processing_time(now() + 300)``
+        is five minutes from now, by the worker's clock (the harness's in a test).
+
+        >>> from streams.core.clock import ManualClock
+        >>> TimerTable(event_time=False, clock=ManualClock(100.0)).now()
+        100.0
+        """
+        return self.clock.now()
 
     def at_processing_time(self, when: float, name: str = "") -> None:
         """Call ``on_timer`` at the first tick at or after ``when`` (POSIX seconds, by the

@@ -4,7 +4,8 @@ off, how they are written, and how Spark's output is compared with them."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,31 @@ def spark_session(master: str, app: str, **conf: str) -> SparkSession:
     session.sparkContext.setLogLevel("ERROR")
     spark_sink.register(session)
     return session
+
+
+@contextmanager
+def spark_warnings(session: SparkSession) -> Iterator[Callable[[], str]]:
+    """What Spark's JVM logs at WARN and above inside the block (the session is quiet,
+    ERROR only, outside it): a function that returns the text logged so far."""
+    jvm = session.sparkContext._jvm
+    assert jvm is not None
+    log4j = jvm.org.apache.logging.log4j
+    context = log4j.LogManager.getContext(False)
+    writer = jvm.java.io.StringWriter()
+    layout = log4j.core.layout.PatternLayout.createDefaultLayout()
+    appender = log4j.core.appender.WriterAppender.createAppender(layout, None, writer, "headrace-tests", False, True)
+    appender.start()
+    root = context.getConfiguration().getRootLogger()
+    session.sparkContext.setLogLevel("WARN")
+    root.addAppender(appender, None, None)
+    context.updateLoggers()
+    try:
+        yield lambda: str(writer.toString())
+    finally:
+        root.removeAppender("headrace-tests")
+        context.updateLoggers()
+        session.sparkContext.setLogLevel("ERROR")
+        appender.stop()
 
 
 def window_results(events: Sequence[RawEvent]) -> list[WindowRow]:

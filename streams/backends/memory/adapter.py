@@ -150,6 +150,11 @@ class MemoryAdapterFactory:
     async def create_adapter(self) -> MemoryQueueAdapter:
         return self._adapter
 
+    @property
+    def adapter(self) -> MemoryQueueAdapter:
+        """The one adapter it gives out (its queues outlive a worker: a restart in a test)."""
+        return self._adapter
+
     def get_queue_mapper(self) -> HashRingQueueMapper:
         return self._adapter.mapper
 

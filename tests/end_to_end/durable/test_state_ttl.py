@@ -4,12 +4,16 @@ starts from the defaults."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from streams import Durable, StreamId, StreamProvider
 from tests.agents.delivery.conftest import drained
 from tests.helpers import saved_states, wait_until_async
+from tests.streams.cli.helpers import headrace
 
 
 async def test_an_idle_streams_state_is_gone_from_the_store_after_its_ttl(tmp_path: Path) -> None:
@@ -47,3 +51,44 @@ async def test_an_idle_streams_state_is_gone_from_the_store_after_its_ttl(tmp_pa
         await drained(provider, 30)
     assert seen[:2] == [("gone", 2), ("kept", 1)]
     assert ("gone", 1) in seen[2:] and ("kept", 11) in seen
+
+
+def _last_seen(provider: StreamProvider, ttl: float) -> None:
+    """Registers ``LastSeen`` (one registry name whatever ``ttl``) on ``provider``."""
+
+    @provider.implicit("devices")
+    class LastSeen:
+        count = Durable(0, ttl=ttl)
+
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_next(self, batch: Any) -> None:
+            self.count += len(batch)
+
+
+async def test_states_left_by_a_restart_expire_on_every_queue_with_no_new_event(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "headrace.agent")
+    keys = [f"d{i}" for i in range(24)]
+    first = StreamProvider.embedded(tmp_path, queues=4)
+    _last_seen(first, ttl=3600.0)  # nothing expires before the restart
+    async with first:
+        for key in keys:
+            await first.get_stream(StreamId("devices", key)).on_next(1)
+        await drained(first, 30)
+        queues = {first.mapper.get_queue_for_stream(StreamId("devices", k)).number for k in keys}
+        assert queues == {0, 1, 2, 3}  # states on every queue
+        assert await wait_until_async(lambda: len(saved_states(tmp_path)) == len(keys), 10)
+    assert len(saved_states(tmp_path)) == len(keys)
+
+    restarted = StreamProvider.embedded(tmp_path, queues=4)
+    _last_seen(restarted, ttl=1.0)
+    async with restarted:  # no event after the restart: the queues' own sweeps expire them
+        assert await wait_until_async(lambda: not saved_states(tmp_path), 15), saved_states(tmp_path)
+    expired = [r.getMessage() for r in caplog.records if "expired (their time to live passed)" in r.getMessage()]
+    assert sum(int(m.split(": ")[1].split()[0]) for m in expired) == len(keys), expired
+    assert {m.split(":")[0] for m in expired} == {"queue-0", "queue-1", "queue-2", "queue-3"}, expired
+    shown = headrace("state", "--path", tmp_path, "LastSeen", cwd=tmp_path)
+    assert (shown.returncode, shown.stdout.strip()) == (0, "no saved state of LastSeen: nothing is saved for it")

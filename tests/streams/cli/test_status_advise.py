@@ -11,7 +11,7 @@ import signal
 import time
 from typing import Any
 
-from streams.eventtime.lateness import RELATIVE_ERROR, SMALLEST
+from streams.eventtime.lateness import LARGEST, RELATIVE_ERROR, SMALLEST
 from tests.streams.cli.helpers import clean_env, headrace, one_error_line, poll_status, start_worker
 
 CONFIG = """
@@ -181,3 +181,27 @@ def test_few_samples_are_a_warning_that_says_how_many_and_what_to_do():
     )
     assert "keeps 99.9% about 10,000" in _advice(5_000, 1).warning and "keeps 99% " not in _advice(5_000, 1).warning
     assert _advice(10_000, 1).warning is None and _advice(10_000, 1).as_dict()["warning"] is None
+
+
+def test_lateness_beyond_the_sketch_shows_as_a_bound_not_a_measurement(tmp_path):
+    """Events three years late are beyond the sketch's largest bucket (LARGEST): the table
+    says "over", the JSON keeps the cap as a number."""
+    (tmp_path / "headrace.toml").write_text(CONFIG)
+    t0 = int(time.time()) - 3 * 365 * 86400
+    lines = "".join(json.dumps({"n": i, "ts": t0 + i}) + "\n" for i in range(20))
+    produced = headrace("produce", "--stream", "readings/old", "--event-time", "ts", cwd=tmp_path, stdin=lines)
+    assert produced.returncode == 0, produced.stderr
+    worker = start_worker(tmp_path, env=clean_env())
+    try:
+        status = poll_status(
+            tmp_path, lambda s: sum(a["observed"].get(TYPE, {}).get("samples", 0) for a in _agents(s)) == 20
+        )
+        [seen] = [a["observed"][TYPE] for a in _agents(status) if TYPE in a["observed"]]
+        table = headrace("status", cwd=tmp_path).stdout
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=30)
+    assert seen["samples"] == 20 and seen["quantiles"]["lateness"] == {"p50": LARGEST, "p99": LARGEST, "p99.9": LARGEST}
+    [row] = [line for line in table.split("lateness and disorder, last hour")[1].splitlines() if TYPE in line]
+    assert row.count("over 1,000,000 s") == 3, row  # lateness p50, p99, p99.9
+    assert row.count(" 1,000,000 s") == 3, row  # none without its "over"
