@@ -1,6 +1,6 @@
 """More keys than memory: a worker serving many streams with durable state, few active at a time.
 
-Workload (issue 35): an embedded store of 4 queues; a plain consumer type with two durable
+Workload: an embedded store of 4 queues; a plain consumer type with two durable
 fields (a count and a last value) is activated per stream. Phase 1 gives every one of
 ``--streams`` streams one event: each activation saves its state with the checkpoint and,
 once idle for ``stream_inactivity_period`` (2 s here), is parked: deactivated, its state

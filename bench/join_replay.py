@@ -1,7 +1,7 @@
 """What a crash would replay of an interval join: the records between the queue's persisted
 checkpoint and its last record, once everything published has been taken.
 
-Workload (issue 35): clicks joined to orders of the same user within 60 s after (a left
+Workload: clicks joined to orders of the same user within 60 s after (a left
 join), on the embedded store (one queue), 20 users; ``--silent`` of them never order (their
 orders input is silent, so their merged watermark never moves). A join whose state is not
 saved holds the checkpoint at the oldest event it keeps: a crash replays from there (and,

@@ -1,4 +1,4 @@
-"""Issue 12's workload: a topic of JSON events, one per record, written by plain aiokafka.
+"""The sensor workload: a topic of JSON events, one per record, written by plain aiokafka.
 
 ``--records`` readings of 100 sensors (10 ms apart, 5 % of them 3 s out of order, ``ts`` in
 epoch milliseconds, key ``sensor-N``) on ``--queues`` partitions of a Tansu broker. Measured
@@ -305,12 +305,10 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
     print(HEADER.replace("vs base", " vs raw"))
     for name, report in table.items():
         print(row(name, report, base))
-    # Issue 36's aims with the library's defaults; the tune_gc=False rows have none.
-    aims = {JSON_WORKER: " (aim 1.0x)", UNTUNED: "", OWN: " (aim 1.0x)", OWN_UNTUNED: "", KEYLESS: " (aim 0.6x)"}
-    for name, aim in aims.items():
-        print(f"\n{name}:\n  against the raw loop{aim}: {ratio(table[name], base)}")
+    for name in (JSON_WORKER, UNTUNED, OWN, OWN_UNTUNED, KEYLESS):
+        print(f"\n{name}:\n  against the raw loop: {ratio(table[name], base)}")
         if quix and name in (JSON_WORKER, UNTUNED):
-            print(f"  against Quix Streams (aim 5x): {ratio(table[name], table[QUIX])}")
+            print(f"  against Quix Streams: {ratio(table[name], table[QUIX])}")
     if not quix:
         print("\nQuix Streams is not installed (pip install 'headrace[bench]'): its row is left out")
     print(f"\nwindow counts of the windowed workers (every codec, own format) against a count made here: {checked}")

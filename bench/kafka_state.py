@@ -1,4 +1,4 @@
-"""The Kafka changelog of event-time state (issue 14) against holding the offset at open
+"""The Kafka changelog of event-time state against holding the offset at open
 windows, side by side in one run on the test broker (Tansu).
 
 A topic of ``--records`` records on ``--streams`` streams, every event in one one-hour

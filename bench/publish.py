@@ -17,7 +17,7 @@ Each row runs ``--rounds`` times; the best round is shown, timed by bench/timing
     python bench/publish.py [--events 100000] [--rounds 3]
     python bench/publish.py inprocess [--events 200000] [--rounds 3]
 
-``inprocess`` runs issue 28's in-process shapes instead: one event per ``send``, per awaited
+``inprocess`` runs the in-process shapes instead: one event per ``send``, per awaited
 ``on_next_batch`` of one event and batches of 100 into a windowed consumer, against Bytewax's
 ``fold_window`` (bench/publish_inprocess.py).
 """
@@ -169,7 +169,7 @@ async def run(events: int, rounds: int) -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["inprocess"]:  # issue 28's shapes, against Bytewax
+    if sys.argv[1:2] == ["inprocess"]:  # the in-process shapes, against Bytewax
         from bench import publish_inprocess
 
         publish_inprocess.main(sys.argv[2:], prog="publish.py inprocess")

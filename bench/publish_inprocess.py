@@ -1,7 +1,7 @@
 """One event at a time, in process: headrace's publishing paths into a windowed consumer,
 against Bytewax 0.21's ``fold_window`` on the same events, in one run.
 
-The events are issue 12's sensor readings (``--events`` of them, 100 sensors, 10 ms apart,
+The events are the sensor readings of ``tests/sensor_workload.py`` (``--events`` of them, 100 sensors, 10 ms apart,
 5 % of them 3 s out of order, ``ts`` in epoch milliseconds). Each headrace row publishes them
 to memory queues (8) of a provider that is also the worker, whose consumer counts each
 sensor's events in tumbling 60 s windows (out-of-order tolerance 5 s, event time from
@@ -180,7 +180,7 @@ async def run(events: int, rounds: int) -> None:
         print("\nBytewax is not installed (pip install 'headrace[bench]'): ratios are against send")
     else:
         print(
-            f"\n'vs Bwax' is against Bytewax's faster row; send: {ratio(table[SEND], base)} (aim 1.0x); "
+            f"\n'vs Bwax' is against Bytewax's faster row; send: {ratio(table[SEND], base)}; "
             f"with tune_gc=False: {ratio(table[UNTUNED], base)}"
         )
     print(f"closed windows' counts against a count made here: {'; '.join(sorted(wrong)) or 'equal'}")

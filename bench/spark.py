@@ -10,7 +10,7 @@ Both read the same rows into Spark's ``noop`` sink on the same session:
   broker (Tansu, started for the run), read with ``kafka.bootstrap.servers``.
 
 Each is read as a batch query and as a streaming query (``availableNow``), after a warm-up;
-the best of ``--repeat`` runs is reported, and the ratio headrace/minimal (aim: >= 0.8).
+the best of ``--repeat`` runs is reported, and the ratio headrace/minimal.
 
     .venv/bin/python bench/spark.py [--rows 2000000] [--segment-rows 5000] [--repeat 3] [--kafka]
 """

@@ -1,6 +1,6 @@
 """A stream per device: throughput and memory against the number of streams on one worker.
 
-Workload (issue 15): memory queues (8), one process, each stream publishes one batch of 10
+Workload: memory queues (8), one process, each stream publishes one batch of 10
 events and then completes; an implicit consumer type is activated per stream, either
 windowed (event time, a tumbling 60 s count, so each completion closes one window) or
 plain (counts what ``on_next`` gets). Every activation stays (quiet, until its inactivity
@@ -18,7 +18,7 @@ wall-clock rate on a machine that other work shares); ``CPU/wall`` is the steady
 to 90 % of the events).
 
 Every configuration is timed alike, so that a short one is not weighed down by what a long one
-pays once (session 13):
+pays once:
 
 - *A warm-up.* Each worker first runs ``WARMUP_STREAMS`` streams of the same consumer type,
   untimed, on a namespace of their own (their activations stay, in the RSS before the timed
@@ -34,7 +34,7 @@ pays once (session 13):
   timed that many events; its rates are over all its rounds (events over summed spans). So the
   1k configuration is still 1,000 streams of 10 events on a worker, timed ten times over
   (100,000 events, about a second) instead of once over a tenth of a second, the span in which
-  a shared machine's noise swung it from 64k to 104k events/s (session 12). Each round's
+  a shared machine's noise swung it by tens of percent. Each round's
   streams have keys no earlier round had: the decoded stream ids are interned for the
   process, and a key seen before would not pay for its id. The memory figures are the first
   round's. Rounds do not remove all of it: a process's rate per CPU second

@@ -1,10 +1,9 @@
 """The one timing helper of the benchmarks: a run timed from inside the consumer's own hooks.
 
-A benchmark used to time a run from a task that polled the processors' counters every few
-milliseconds on the worker's own event loop. While the agents drained a prefetched backlog
-that task was not scheduled, so its span began late (once at event 174,000 of 200,000) and
-the rate was extrapolated from the cheap tail of the run. A :class:`Clock` cannot be fooled
-that way: the consumer's code stamps it itself, in the hooks the runtime calls.
+A task that polls counters on the worker's own event loop is not scheduled while the agents
+drain a prefetched backlog, so its span would begin late and its rate be extrapolated from
+the cheap tail of the run. A :class:`Clock` cannot be fooled that way: the consumer's code
+stamps it itself, in the hooks the runtime calls.
 
 - ``clock.taken(n)`` at the start of a hook that takes ``n`` events (``on_next``; the raw
   loop after ``getmany``). The first call stamps the run's start, before those events.

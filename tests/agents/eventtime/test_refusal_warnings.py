@@ -61,7 +61,7 @@ async def test_a_run_of_refused_steps_is_logged_once_until_a_step_refuses_none_r
 async def test_a_typo_in_timestamp_by_names_the_missing_field_and_is_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 39, item 6: ``timestamp_by="ts"`` over events that carry ``t`` letters every
+    """``timestamp_by="ts"`` over events that carry ``t`` letters every
     event, each naming the field and the fields the event has, and the first is logged."""
     provider = StreamProvider.memory(queues=1)
     windows: list[object] = []
