@@ -13,6 +13,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import timing  # noqa: E402
 from bench._common import percentile, rss_mb  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams import BatchContainer, BatchKind, GeneratorConfig, StreamId, StreamProvider, inline  # noqa: E402
@@ -205,6 +206,7 @@ def main() -> None:
         )
 
     anyio.run(run)
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

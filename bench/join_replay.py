@@ -26,6 +26,7 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import timing  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
 from streams.eventtime import EventTime, OrderingPolicy  # noqa: E402
 from streams.eventtime.joins import IntervalJoin  # noqa: E402
@@ -78,6 +79,9 @@ def main() -> None:
     print(
         f"{args.records:,} records, {args.silent} of 20 users silent on orders: checkpoint at {checkpoint:,}, "
         f"last record {last:,}: a crash now replays {last - checkpoint:,} records ({time.perf_counter() - began:.1f} s)"
+    )
+    timing.save_run(
+        __file__, {f"records a crash replays, {args.silent} users silent": last - checkpoint}, params=vars(args)
     )
 
 

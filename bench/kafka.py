@@ -46,6 +46,7 @@ import tempfile
 
 import anyio
 
+from bench import timing  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row
 from streams import StreamProvider
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory
@@ -263,6 +264,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="read rounds; the best is shown")
     args = parser.parse_args()
     asyncio.run(run(args.records, args.events, args.queues, args.rounds))
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
+from bench import timing  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
 from streams.backends.kafka.adapter import KafkaAdapterFactory  # noqa: E402
@@ -337,6 +338,7 @@ def main(argv: list[str], prog: str = "kafka_sensors.py") -> None:
     options = parser.parse_args(argv)
     codecs = [c for c in options.codecs.split(",") if c]
     asyncio.run(run(options.records, options.queues, options.rounds, codecs))
+    timing.save_run(__file__, {}, params=vars(options))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from aiokafka import AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from bench import timing  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row
 from streams import StreamId, StreamProvider
 from streams.backends.kafka.clients import ensure_topic
@@ -179,6 +180,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     asyncio.run(run(args.events, args.rounds))
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

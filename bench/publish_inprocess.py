@@ -42,6 +42,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
+from bench import timing  # noqa: E402
 from bench.kafka_sensors import ratio, windowed_provider  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
@@ -194,6 +195,7 @@ def main(argv: list[str], prog: str = "publish_inprocess.py") -> None:
     parser.add_argument("--rounds", type=int, default=3)
     options = parser.parse_args(argv)
     anyio.run(run, options.events, options.rounds)
+    timing.save_run(__file__, {}, params=vars(options))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/streams.py would shadow the package
 
 from balancer import BalancerOptions  # noqa: E402
+from bench import timing  # noqa: E402
 from bench.timing import HEADER, Report, StampFile, merged, row  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory  # noqa: E402
@@ -332,3 +333,4 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3, help="runs of each worker count; the best is shown")
     args = parser.parse_args()
     anyio.run(main, args.records, args.events, args.lease, args.rounds)
+    timing.save_run(__file__, {}, params=vars(args))

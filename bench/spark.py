@@ -42,6 +42,7 @@ from pyspark.sql.types import StructType
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import spark_sink  # noqa: E402
+from bench import timing  # noqa: E402
 from bench.timing import Report, best, coverage_line, figure, timed  # noqa: E402
 from spark_sink import HandoffSchema  # noqa: E402
 from spark_sink.storage import BATCH_ROWS  # noqa: E402
@@ -275,13 +276,16 @@ def compare(spark: SparkSession, workdir: str, args: argparse.Namespace, broker:
         rates = best_rates(runs, args.rows, args.repeat)
         for name, report in rates.items():
             print(f"{mode:<8} {name:<9} {figure(report):>12}")
+            if report.rate is not None:
+                timing.note(f"{mode}, {name}, rows/s", report.rate)
         print(f"{mode:<8} {coverage_line(rates.values())}")
         base = rates["minimal"].rate
         for name in ("headrace", "kafka") if broker is not None else ("headrace",):
             ours = rates[name].rate
             if ours and base:
-                print(f"{mode:<8} ratio {name}/minimal = {ours / base:.2f}")
+                print(f"{mode:<8} ratio {name}/minimal = {timing.note(f'{mode}, {name} / minimal', ours / base):.2f}")
     print("(each stream run includes starting and stopping a query, ~2 s here, alike for both)")
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import timing  # noqa: E402
 from bench._common import peak_rss_mb, rss_mb  # noqa: E402
 from bench.timing import MIN_COVERAGE, Clock  # noqa: E402
 
@@ -247,6 +248,7 @@ def main() -> None:
         for policy in policies:
             label = "windowed (tumbling 60 s count)" if mode == "windowed" else "plain (no event time)"
             print(f"\n{label}, garbage collector: {policy}")
+            timing.section(f"{mode}, gc {policy}")
             print(
                 f"  {'streams':>8} | {'events/s':>10} | {'per CPU s':>10} | {'peak RSS':>9} | {'per stream':>10} |"
                 f" {'vs first':>8} | {'CPU vs first':>12} | {'CPU/wall':>8} | timed span | rounds"
@@ -271,12 +273,18 @@ def main() -> None:
                 r = max(covered, key=lambda x: x["rate"])
                 first = first or r
                 per_stream_kb = (r["peak"] - r["rss_before"]) * 1024 / n
+                timing.note(f"{n:,} streams, events/s", r["rate"])
+                timing.note(f"{n:,} streams / first, per CPU second", r["cpu_rate"] / first["cpu_rate"])
+                timing.note(f"{n:,} streams, memory a stream, KB", per_stream_kb)
+                timing.note(f"{n:,} streams, peak RSS, MB", r["peak"])
                 print(
                     f"  {n:>8,} | {r['rate']:>10,.0f} | {r['cpu_rate']:>10,.0f} | {r['peak']:>6.0f} MB |"
                     f" {per_stream_kb:>7.1f} KB | {r['rate'] / first['rate']:>7.2f}x |"
                     f" {r['cpu_rate'] / first['cpu_rate']:>11.2f}x | {r['cpu_share']:>8.2f} | {r['coverage']:>10.0%} |"
                     f" {r['rounds']:>6}"
                 )
+    timing.section("")
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":
