@@ -193,17 +193,25 @@ def main() -> None:
         print(HEADER)
         for name, report in table.items():
             print(row(name, report, table[BASELINE_1 if name in (HEADRACE_1, BASELINE_1) else BASELINE]))
+        timing.note_ratio("headrace / asyncio queues, 25 events a record", table[HEADRACE], table[BASELINE])
+        timing.note_ratio(
+            "headrace / asyncio queues, 25 events a record, per CPU second", table[HEADRACE], table[BASELINE], cpu=True
+        )
+        timing.note_ratio("headrace / asyncio queues, one event a record", table[HEADRACE_1], table[BASELINE_1])
         delays = await latency(rate=2000, seconds=3 / scale)
         print(
             f"  latency on_next -> delivery at 2000 events/s: p50 {percentile(delays, 0.5) * 1e3:.2f} ms, "
             f"p99 {percentile(delays, 0.99) * 1e3:.2f} ms ({len(delays)} events)"
         )
+        timing.note("latency p50, ms", percentile(delays, 0.5) * 1e3)
+        timing.note("latency p99, ms", percentile(delays, 0.99) * 1e3)
         total = 5_000_000 // scale
         before, early, peak, cache, delivered = await stalled_memory(total)
         print(
             f"  one consumer stalled while {delivered:,} events flowed: RSS {before:.0f} MB before, "
             f"{early:.0f} MB at 10 %, peak {peak:.0f} MB; stalled agent's cache {cache} batches (bound 4096)"
         )
+        timing.note("peak RSS while a consumer stalls, MB", peak)
 
     anyio.run(run)
     timing.save_run(__file__, {}, params=vars(args))

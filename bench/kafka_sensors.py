@@ -306,6 +306,18 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
     print(HEADER.replace("vs base", " vs raw"))
     for name, report in table.items():
         print(row(name, report, base))
+    for name, figure in (
+        (JSON_WORKER, "JSON worker"),
+        (UNTUNED, "JSON worker, tune_gc=False"),
+        (OWN, "own format, one event a record"),
+        (OWN_UNTUNED, "own format, tune_gc=False"),
+        (KEYLESS, "keyless, through the re-keying hop"),
+    ):
+        if name in table:
+            timing.note_ratio(f"{figure} / raw loop", table[name], base)
+    timing.note_ratio("JSON worker / raw loop, per CPU second", table[JSON_WORKER], base, cpu=True)
+    if quix:
+        timing.note_ratio("JSON worker / Quix Streams", table[JSON_WORKER], table[QUIX])
     for name in (JSON_WORKER, UNTUNED, OWN, OWN_UNTUNED, KEYLESS):
         print(f"\n{name}:\n  against the raw loop: {ratio(table[name], base)}")
         if quix and name in (JSON_WORKER, UNTUNED):

@@ -177,6 +177,12 @@ async def run(events: int, rounds: int) -> None:
     print(HEADER.replace("vs base", "vs Bwax"))
     for name, report in table.items():
         print(row(name, report, base))
+    timing.note_ratio("send / Bytewax's faster row" if has_bytewax else "send / send", table[SEND], base)
+    timing.note_ratio(
+        "send, tune_gc=False / Bytewax's faster row" if has_bytewax else "send, tune_gc=False / send",
+        table[UNTUNED],
+        base,
+    )
     if not has_bytewax:
         print("\nBytewax is not installed (pip install 'headrace[bench]'): ratios are against send")
     else:

@@ -314,6 +314,8 @@ async def main(records: int, events: int, lease: float, rounds: int) -> None:
             run = best[n]
             print(f"  {n}: whole backlog from launch {run.whole:.2f} s ({run.cpu:.1f} CPU s)")
         one, two = best[1].report, best[2].report
+        timing.note_ratio("two workers / one, whole run", two, one)
+        timing.note_ratio("two workers / one, per CPU second", two, one, cpu=True)
         if one.rate and two.rate and one.steady_rate and two.steady_rate:
             print(
                 f"  ratio 2/1: {two.rate / one.rate:.2f} whole run, {two.steady_rate / one.steady_rate:.2f} steady part "
@@ -321,6 +323,8 @@ async def main(records: int, events: int, lease: float, rounds: int) -> None:
                 "start and first rebalancing included"
             )
         owned, read, handed, exited = await handovers(work, lease)
+        timing.note("SIGKILL to the queues read again, s", read)
+        timing.note("SIGTERM to the queues handed over, s", handed)
         print(f"  SIGKILL -> queues owned again: {owned:.2f} s, read again: {read:.2f} s   (lease {lease:g} s)")
         print(f"  SIGTERM -> queues owned again: {handed:.2f} s; the leaving process exited after {exited:.2f} s")
 

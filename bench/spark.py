@@ -52,6 +52,7 @@ from streams.backends.kafka.handoff_log import KafkaHandoffLog  # noqa: E402
 from tests.kafka_broker import TansuBroker  # noqa: E402
 
 STREAM = "bench"
+LOGS = {"headrace": "embedded log", "kafka": "Kafka log"}  # the sources as docs/benchmarks.md names them
 PARTITIONS = 2
 SCHEMA = HandoffSchema.windows({"count": "bigint", "total": "double"})
 Reader = DataFrameReader | DataStreamReader
@@ -277,13 +278,16 @@ def compare(spark: SparkSession, workdir: str, args: argparse.Namespace, broker:
         for name, report in rates.items():
             print(f"{mode:<8} {name:<9} {figure(report):>12}")
             if report.rate is not None:
-                timing.note(f"{mode}, {name}, rows/s", report.rate)
+                timing.note(
+                    f"{LOGS.get(name, name)}, {'batch' if mode == 'batch' else 'streaming'}, rows/s", report.rate
+                )
         print(f"{mode:<8} {coverage_line(rates.values())}")
         base = rates["minimal"].rate
         for name in ("headrace", "kafka") if broker is not None else ("headrace",):
             ours = rates[name].rate
             if ours and base:
-                print(f"{mode:<8} ratio {name}/minimal = {timing.note(f'{mode}, {name} / minimal', ours / base):.2f}")
+                label = f"{LOGS[name]}, {'batch' if mode == 'batch' else 'streaming'} / minimal source"
+                print(f"{mode:<8} ratio {name}/minimal = {timing.note(label, ours / base):.2f}")
     print("(each stream run includes starting and stopping a query, ~2 s here, alike for both)")
     timing.save_run(__file__, {}, params=vars(args))
 

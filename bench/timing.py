@@ -302,6 +302,14 @@ def note(name: str, value: float) -> float:
 _SECTION = [""]
 
 
+def note_ratio(name: str, report: Report, base: Report, *, cpu: bool = False) -> None:
+    """Keep ``report``'s rate over ``base``'s (per CPU second with ``cpu``) as the figure
+    ``name``, as docs/benchmarks.md names it; nothing when either rate is refused."""
+    ours, theirs = (report.cpu_rate, base.cpu_rate) if cpu else (report.rate, base.rate)
+    if ours and theirs:
+        note(name, ours / theirs)
+
+
 def section(name: str) -> None:
     """Prefix the figures noted from now on with ``name`` (a round trip, a garbage-collector
     setting): one script run that prints the same rows for several settings."""
