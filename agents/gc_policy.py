@@ -1,4 +1,4 @@
-"""The worker's garbage-collector policy (issue 15: a stream per device).
+"""The worker's garbage-collector policy, for a worker with a stream per device.
 
 A worker holds an activation per active stream, each a couple of dozen objects that live
 for minutes or hours (until ``stream_inactivity_period``), and makes short-lived objects per

@@ -76,7 +76,14 @@ import anyio
 from spark_sink.protocols import HandoffSink  # the one interface of a handoff sink, owned by the log's side
 from streams.core.batch import BatchContainer, Event, EventBatch, QueueMessage
 from streams.core.deadletters import LETTER_PREFIX, DeadLetter, DeadLetterStore, event_position
-from streams.core.errors import ActivationError, DecodeError, DeliveryTimeoutError, HandoffRefusedError, user_error
+from streams.core.errors import (
+    ActivationError,
+    DecodeError,
+    DeliveryTimeoutError,
+    HandoffRefusedError,
+    HeadraceError,
+    user_error,
+)
 from streams.core.ids import SequenceToken
 from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 from streams.core.state import Timer
@@ -243,7 +250,7 @@ def _failure_kind(error: BaseException) -> tuple[type, str] | None:
     return type(error), str(error)
 
 
-class _SameFailure(Exception):
+class _SameFailure(HeadraceError):
     """How an attempt that failed as the ones before it ends the retry at once."""
 
     def __init__(self, last: Exception) -> None:
@@ -251,7 +258,7 @@ class _SameFailure(Exception):
         self.last = last
 
 
-class _LastError(Exception):
+class _LastError(HeadraceError):
     """How a redelivery's retry that ran out of time hands back the consumer's last error."""
 
     def __init__(self, last: BaseException, waited: float) -> None:

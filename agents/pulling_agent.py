@@ -154,7 +154,7 @@ class PullingAgent:
         self._forwarding = receiver if isinstance(receiver, ForwardingReceiver) else None
         # A receiver whose reads hold one-event records, one batch each unless gathered
         # (Kafka's, of headrace's own format): the agent gathers them by stream and read.
-        self._gathers = bool(getattr(receiver, "gathers_containers", False))
+        self._gathers = receiver.gathers_containers
         # Kept proportional to the work at hand, not to the streams held: the consumers with
         # a task now, and the holds and next ticks of the event-time activations.
         self._working: set[StreamConsumer] = set()
@@ -354,8 +354,7 @@ class PullingAgent:
         messages = held.pop()
         # Every record's position; a read whose messages are made as they are looked at
         # (streams.backends.kafka.records.ContainerMessages) gives them with none made.
-        positions = getattr(messages, "positions", None)
-        self._unacked.extend(positions() if positions is not None else (m.sequence_number for m in messages))
+        self._unacked.extend(self.receiver.positions(messages))
         self.last_read_sequence = messages[-1].sequence_number
         if self._gathers and not self.context.registry.has_keyed():
             # One-event containers gathered by stream (streams.core.record_batch.gathered):

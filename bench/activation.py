@@ -1,6 +1,6 @@
 """What creating one activation costs, per consumer shape: microseconds and bytes.
 
-A worker with a stream per device makes an activation per stream id (issue 15), so what
+A worker with a stream per device makes an activation per stream id, so what
 the runtime builds per activation (the adapter around the user's instance, an event-time
 processor) is paid 100,000 times. Shapes: a plain ``on_next`` consumer (``as_observer``);
 event time with a tumbling count; the same grouped by a field; a windowless consumer that
@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # bench.timing, when run as a script
 
+from bench import timing  # noqa: E402
 from bench.timing import Report, best, per_call, timed  # noqa: E402
 
 PACKAGES = ("streams", "agents", "cache", "balancer", "spark_sink")
@@ -217,11 +218,15 @@ def main() -> None:
     print(f"  {'shape':22}{header}{ratio}")
     for name in made["this tree"]:
         cells = {label: (per_call(fastest[(name, label)][0]), fastest[(name, label)][1]) for label in labels}
+        timing.note(f"{name}, µs wall", cells[labels[0]][0].wall)
+        timing.note(f"{name}, µs CPU", cells[labels[0]][0].cpu)
+        timing.note(f"{name}, bytes alive", cells[labels[0]][1])
         row = "".join(f" | {us.wall:>20.2f} | {us.cpu:>6.2f} | {size:>6.0f}" for us, size in cells.values())
         if len(labels) == 2:
             (us, size), (us0, size0) = cells[labels[0]], cells[labels[1]]
             row += f" | {us.wall / us0.wall:>9.2f}x | {us.cpu / us0.cpu:>8.2f}x | {size / size0:>10.2f}x"
         print(f"  {name:22}{row}")
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 def _profile(shape: Shape, m: dict[str, ModuleType], n: int) -> None:

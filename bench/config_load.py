@@ -26,6 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import timing  # noqa: E402
 from bench._common import import_ms  # noqa: E402
 from bench.timing import PerCall, Report, best, per_call, timed  # noqa: E402
 
@@ -73,6 +74,8 @@ def per_load_us(load: Any, rounds: int = 2000) -> PerCall:
 
 
 def us_line(label: str, us: PerCall, note: str = "") -> str:
+    timing.note(f"{label.strip()}, µs wall", us.wall)
+    timing.note(f"{label.strip()}, µs CPU", us.cpu)
     return f"  {label:<56} {us.wall:9.1f} {us.cpu:9.1f}{note}"
 
 
@@ -409,12 +412,15 @@ def main() -> None:
                 kept["msgspec"] += str(exc).startswith(expected)
                 print(f"    msgspec:   {exc}")
     print(f"\nmessages as the tests expect them, of {len(MISTAKES)}: " + ", ".join(f"{k} {v}" for k, v in kept.items()))
+    for who, n in kept.items():
+        timing.note(f"mistakes whose message is kept, {who} (of {len(MISTAKES)})", n)
     print(
         "lines of code (not blank, comment or docstring): config.py + config_schema.py "
         f"{lines_of(ROOT / 'streams/runtime/config.py', ROOT / 'streams/runtime/config_schema.py')}; "
         f"of which the value parsers and SCHEMA table (what a library would replace) "
         f"{_schema_lines()}"
     )
+    timing.save_run(__file__, {}, params={"libs": args.libs})
 
 
 def _schema_lines() -> int:

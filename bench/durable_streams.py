@@ -1,6 +1,6 @@
 """More keys than memory: a worker serving many streams with durable state, few active at a time.
 
-Workload (issue 35): an embedded store of 4 queues; a plain consumer type with two durable
+Workload: an embedded store of 4 queues; a plain consumer type with two durable
 fields (a count and a last value) is activated per stream. Phase 1 gives every one of
 ``--streams`` streams one event: each activation saves its state with the checkpoint and,
 once idle for ``stream_inactivity_period`` (2 s here), is parked: deactivated, its state
@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.catalog import Catalog  # noqa: E402
+from bench import timing  # noqa: E402
 from bench._common import peak_rss_mb, percentile, rss_mb  # noqa: E402
 from bench.timing import Clock, figure  # noqa: E402
 from streams import Durable, StreamId, StreamProvider  # noqa: E402
@@ -151,6 +152,10 @@ async def run(streams: int, active: float, path: Path) -> None:
         f"with every stream parked {parked_rss - base:,.0f} MB ({(parked_rss - base) * 2**20 / streams:,.0f} B a stream)"
     )
     print(f"store: {size / 2**20:,.0f} MB ({size / streams:,.0f} B a stream)")
+    timing.note("peak RSS a stream, bytes", (peak - base) * 2**20 / streams)
+    timing.note("store a stream, bytes", size / streams)
+    timing.note("restore, median ms", percentile(restores, 0.5) * 1e3)
+    timing.note("restore, p99 ms", percentile(restores, 0.99) * 1e3)
     print(
         f"restore ({len(restores):,} parked streams reactivated): median {percentile(restores, 0.5) * 1e3:.3f} ms, "
         f"p99 {percentile(restores, 0.99) * 1e3:.3f} ms"
@@ -173,6 +178,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         anyio.run(run, args.streams, args.active, Path(tmp))
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

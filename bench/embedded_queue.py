@@ -19,6 +19,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
+from bench import timing  # noqa: E402
 from bench.timing import Report, coverage_line, cpu_figure, figure, timed  # noqa: E402
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter  # noqa: E402
 from streams.backends.embedded.store import Synchronous  # noqa: E402
@@ -107,6 +108,14 @@ async def main(records: int, events: int) -> None:
         rows.append((sync, seq, conc, bat, read))
     print(f"{'synchronous':<12}{'sequential':>12}{'32 concurrent':>15}{'batches of 500':>16}{'read':>12}")
     for sync, seq, conc, bat, read in rows:
+        for shape, r in (
+            ("one at a time", seq),
+            ("32 concurrent producers", conc),
+            ("batches of 500", bat),
+            ("read", read),
+        ):
+            if r is not None and r.rate is not None:
+                timing.note(f"{shape}, {sync}, records/s", r.rate)
         for label, rate in ((sync, figure), ("  per CPU s", cpu_figure)):
             read_text = rate(read) if read else "-"
             print(f"{label:<12}{rate(seq):>12}{rate(conc):>15}{rate(bat):>16}{read_text:>12}")
@@ -125,3 +134,4 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=10)
     args = parser.parse_args()
     anyio.run(main, args.records, args.events)
+    timing.save_run(__file__, {}, params=vars(args))

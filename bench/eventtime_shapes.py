@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import timing  # noqa: E402
 from bench.timing import Report, coverage_line, timed  # noqa: E402
 from streams.core.batch import Event  # noqa: E402
 from streams.core.ids import (
@@ -112,7 +113,10 @@ def main() -> None:
     for name, (rate, produced) in best.items():
         shown = f"{rate:12,.0f}/s" if rate else "no rate: a timed span under 90 % of the events"
         print(f"  {name:36} {shown}   ({produced:,} results)")
+        if rate:
+            timing.note(f"{name}, events per CPU second", rate)
     print(f"  {coverage_line(timed_runs)}")
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

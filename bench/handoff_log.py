@@ -33,6 +33,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import timing  # noqa: E402
 from bench.timing import cpu_figure, figure, timed  # noqa: E402
 from spark_sink import HandoffSchema  # noqa: E402
 from streams.backends.embedded.handoff_commit import GroupAppender  # noqa: E402
@@ -101,6 +102,9 @@ def run(way: str, activations: int, appends: int, partitions: int) -> str:
     size, files = disk_bytes(path)
     size -= empty
     writes = appender.writes if way == "group commit" else writes
+    if report.rate is not None:
+        timing.note(f"{activations:,} activations, {way}, rows/s", report.rate)
+    timing.note(f"{activations:,} activations, {way}, bytes a row on disk", size / rows)
     return (
         f"  {way:<18} {figure(report):>9} rows/s ({cpu_figure(report):>9} per CPU s)  {size / rows:>7,.0f} B/row on disk  "
         f"{files:>6,} files  {index_rows:>6,} index rows  {writes:>6,} writes  (timed: {report.coverage:.0%} of the rows)"
@@ -120,6 +124,7 @@ def main() -> None:
         )
         for way in ("per-append files", "per-append inline", "group commit"):
             print(run(way, activations, appends, args.partitions), flush=True)
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

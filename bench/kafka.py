@@ -24,7 +24,7 @@ shared).
     python bench/kafka.py [--records 30000] [--events 100] [--queues 4] [--rounds 3]
     python bench/kafka.py sensors [--records 200000] [--queues 8] [--rounds 3]
 
-``sensors`` runs issue 12's workload instead: a topic of JSON events written by plain
+``sensors`` runs the sensor workload instead: a topic of JSON events written by plain
 aiokafka, read by a windowed worker, against the raw fetch + json loop (bench/kafka_sensors.py).
 """
 
@@ -46,6 +46,7 @@ import tempfile
 
 import anyio
 
+from bench import timing  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row
 from streams import StreamProvider
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory
@@ -251,7 +252,7 @@ async def run(records: int, events: int, queues: int, rounds: int) -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["sensors"]:  # issue 12's workload: a JSON topic others write
+    if sys.argv[1:2] == ["sensors"]:  # the sensor workload: a JSON topic others write
         from bench import kafka_sensors
 
         kafka_sensors.main(sys.argv[2:], prog="kafka.py sensors")
@@ -263,6 +264,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="read rounds; the best is shown")
     args = parser.parse_args()
     asyncio.run(run(args.records, args.events, args.queues, args.rounds))
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from aiokafka import AIOKafkaConsumer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/streams.py would shadow the package
 
 import streams.backends.kafka.receiver as kafka_receiver  # noqa: E402
+from bench import timing  # noqa: E402
 from bench.kafka_sensors import json_reader, raw_read, windowed_provider, worker_read  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row  # noqa: E402
 from streams.backends.kafka.clients import ensure_topic  # noqa: E402
@@ -107,6 +108,7 @@ async def run(records: int, queues: int, rounds: int, rtts: list[float]) -> None
             await ensure_topic(bootstrap, "sensors", queues)
             await write_json(bootstrap, "sensors", items)
         for rtt in rtts:
+            timing.section(f"round trip {rtt:g} ms")
             runs: dict[str, list[Report]] = {}
             with delay_proxy(proxy_port, broker.port, rtt):
                 for round_no in range(rounds):
@@ -146,6 +148,7 @@ def main() -> None:
     parser.add_argument("--rtts", default="0,1,5", help="round trips in ms, comma-separated")
     args = parser.parse_args()
     asyncio.run(run(args.records, args.queues, args.rounds, [float(r) for r in args.rtts.split(",")]))
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The Kafka changelog of event-time state (issue 14) against holding the offset at open
+"""The Kafka changelog of event-time state against holding the offset at open
 windows, side by side in one run on the test broker (Tansu).
 
 A topic of ``--records`` records on ``--streams`` streams, every event in one one-hour
@@ -35,6 +35,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from bench import timing  # noqa: E402
 from bench.timing import Clock, Report, cpu_figure, figure
 from streams import StreamProvider
 from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
@@ -203,6 +204,10 @@ async def run(bootstrap: str, records: int, events: int, streams: int, queues: i
             behind, written = await offsets(bootstrap, topic, filled, mode)
             reread, restart_seconds = await restart(bootstrap, topic, queues, mode, json_records)
             name = f"{count:,} {kind} records x {per_record} event(s), {mode}"
+            if report.rate is not None:
+                timing.note(f"{name}, events/s", report.rate)
+            timing.note(f"{name}, events read again after a restart", reread)
+            timing.note(f"{name}, restart s", restart_seconds)
             print(
                 f"{name:48} {figure(report):>10} {cpu_figure(report):>10} {behind:>14,} {written:>10,} {reread:>14,} {restart_seconds:10.2f} {report.coverage:6.0%}"
             )

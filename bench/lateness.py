@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import timing  # noqa: E402
 from bench.activation import ROOT, export_tree, load_tree  # noqa: E402
 from bench.timing import Report, per_call, timed  # noqa: E402
 from bench.windows import make_batches  # noqa: E402
@@ -135,6 +136,7 @@ def main() -> None:
             for name, rs in reports.items():
                 fastest = min(rs, key=lambda r: r.cpu)  # the best round by CPU time
                 ns = per_call(fastest, scale=1e9)
+                timing.note(f"{shape}, {name}, ns an event", ns.cpu)
                 # the round's ratio to the reference's same round (neighbours in time), median
                 ratios = sorted(r.cpu / ref.cpu for r, ref in zip(rs, reports[first]))
                 cells.append(
@@ -143,6 +145,7 @@ def main() -> None:
                 )
             print(f"  {shape}: per event " + "; ".join(cells))
     memory()
+    timing.save_run(__file__, {}, params={**vars(args), "against": rev})
 
 
 if __name__ == "__main__":

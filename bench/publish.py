@@ -17,7 +17,7 @@ Each row runs ``--rounds`` times; the best round is shown, timed by bench/timing
     python bench/publish.py [--events 100000] [--rounds 3]
     python bench/publish.py inprocess [--events 200000] [--rounds 3]
 
-``inprocess`` runs issue 28's in-process shapes instead: one event per ``send``, per awaited
+``inprocess`` runs the in-process shapes instead: one event per ``send``, per awaited
 ``on_next_batch`` of one event and batches of 100 into a windowed consumer, against Bytewax's
 ``fold_window`` (bench/publish_inprocess.py).
 """
@@ -37,6 +37,7 @@ from aiokafka import AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from bench import timing  # noqa: E402
 from bench.timing import HEADER, Clock, Report, best, row
 from streams import StreamId, StreamProvider
 from streams.backends.kafka.clients import ensure_topic
@@ -169,7 +170,7 @@ async def run(events: int, rounds: int) -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["inprocess"]:  # issue 28's shapes, against Bytewax
+    if sys.argv[1:2] == ["inprocess"]:  # the in-process shapes, against Bytewax
         from bench import publish_inprocess
 
         publish_inprocess.main(sys.argv[2:], prog="publish.py inprocess")
@@ -179,6 +180,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     asyncio.run(run(args.events, args.rounds))
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Quix Streams 3.x on issue 12's topic, for ``bench/kafka.py sensors``: a tumbling 60 s count
+"""Quix Streams 3.x on the sensor topic, for ``bench/kafka.py sensors``: a tumbling 60 s count
 per sensor (grace 5 s, the out-of-order tolerance headrace's worker is given), event time
 from the record's ``ts`` field, with Quix's defaults otherwise (RocksDB state, changelog
 topics).

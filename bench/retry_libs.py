@@ -23,6 +23,7 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import timing  # noqa: E402
 from bench._common import import_ms  # noqa: E402
 from bench.timing import PerCall, Report, best, per_call, timed  # noqa: E402
 from streams.core.retry import Backoff, OutageLog, retry  # noqa: E402
@@ -180,14 +181,16 @@ def main() -> None:
         print(f"  {'':32} {'wall':>7} {'CPU':>7}")
         for name, way in ways.items():
             us = await per_call_us(lambda: way(ok))
-            print(f"  {name:<32} {us.wall:7.2f} {us.cpu:7.2f}")
+            print(f"  {name:<32} {timing.note(f'{name}, µs a call', us.wall):7.2f} {us.cpu:7.2f}")
         print("\nµs per failed attempt (9 failures then success, no pause; best of 5 rounds):")
         print(f"  {'':32} {'wall':>7} {'CPU':>7}")
         for name, way in ways.items():
             if name.startswith("plain"):
                 continue
             whole = await per_call_us(lambda: way(flaky(9)), 2000)
-            print(f"  {name:<32} {whole.wall / 10:7.2f} {whole.cpu / 10:7.2f}")
+            print(
+                f"  {name:<32} {timing.note(f'{name}, µs a failed attempt', whole.wall / 10):7.2f} {whole.cpu / 10:7.2f}"
+            )
         print("\nseconds until a 50 ms anyio cancel scope ends a retry backing off for 10 s:")
         print(f"  {'':32} {'wall':>7} {'CPU':>7}")
         for name, seconds in (await cancellation(libs_present)).items():
@@ -195,6 +198,7 @@ def main() -> None:
 
     anyio.run(measure)
     print("\n" + FEATURES)
+    timing.save_run(__file__, {}, params={"libs": args.libs})
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/streams.py would shadow the package
 
 from balancer import BalancerOptions  # noqa: E402
+from bench import timing  # noqa: E402
 from bench.timing import HEADER, Report, StampFile, merged, row  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory  # noqa: E402
@@ -313,13 +314,17 @@ async def main(records: int, events: int, lease: float, rounds: int) -> None:
             run = best[n]
             print(f"  {n}: whole backlog from launch {run.whole:.2f} s ({run.cpu:.1f} CPU s)")
         one, two = best[1].report, best[2].report
+        timing.note_ratio("two workers / one, whole run", two, one)
+        timing.note_ratio("two workers / one, per CPU second", two, one, cpu=True)
         if one.rate and two.rate and one.steady_rate and two.steady_rate:
             print(
                 f"  ratio 2/1: {two.rate / one.rate:.2f} whole run, {two.steady_rate / one.steady_rate:.2f} steady part "
-                f"(aim >= 1.7); {best[1].whole / best[2].whole:.2f} for the whole backlog from launch, "
+                f"; {best[1].whole / best[2].whole:.2f} for the whole backlog from launch, "
                 "start and first rebalancing included"
             )
         owned, read, handed, exited = await handovers(work, lease)
+        timing.note("SIGKILL to the queues read again, s", read)
+        timing.note("SIGTERM to the queues handed over, s", handed)
         print(f"  SIGKILL -> queues owned again: {owned:.2f} s, read again: {read:.2f} s   (lease {lease:g} s)")
         print(f"  SIGTERM -> queues owned again: {handed:.2f} s; the leaving process exited after {exited:.2f} s")
 
@@ -332,3 +337,4 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3, help="runs of each worker count; the best is shown")
     args = parser.parse_args()
     anyio.run(main, args.records, args.events, args.lease, args.rounds)
+    timing.save_run(__file__, {}, params=vars(args))

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -424,6 +425,24 @@ def main() -> None:
         )
         if args.json:
             print(json.dumps([asdict(r) for r in rows]))
+        from bench import timing
+
+        late = rows[1:] or rows  # from minute 2: the first minute fills the caches
+        timing.save_run(
+            __file__,
+            {
+                "checkpoint lag, most records": max((r.lag_records for r in rows), default=math.nan),
+                "worker RSS from minute 2, least MiB": min(
+                    (min(r.worker_rss_mb) for r in late if r.worker_rss_mb), default=math.nan
+                ),
+                "worker RSS from minute 2, most MiB": max(
+                    (max(r.worker_rss_mb) for r in late if r.worker_rss_mb), default=math.nan
+                ),
+                "delivery failures": sum(r.delivery_failures for r in rows[-1:]),
+                "dead letters": sum(sum(r.dead_letters.values()) for r in rows[-1:]),
+            },
+            params=vars(args),
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A stream per device: throughput and memory against the number of streams on one worker.
 
-Workload (issue 15): memory queues (8), one process, each stream publishes one batch of 10
+Workload: memory queues (8), one process, each stream publishes one batch of 10
 events and then completes; an implicit consumer type is activated per stream, either
 windowed (event time, a tumbling 60 s count, so each completion closes one window) or
 plain (counts what ``on_next`` gets). Every activation stays (quiet, until its inactivity
@@ -18,7 +18,7 @@ wall-clock rate on a machine that other work shares); ``CPU/wall`` is the steady
 to 90 % of the events).
 
 Every configuration is timed alike, so that a short one is not weighed down by what a long one
-pays once (session 13):
+pays once:
 
 - *A warm-up.* Each worker first runs ``WARMUP_STREAMS`` streams of the same consumer type,
   untimed, on a namespace of their own (their activations stay, in the RSS before the timed
@@ -34,7 +34,7 @@ pays once (session 13):
   timed that many events; its rates are over all its rounds (events over summed spans). So the
   1k configuration is still 1,000 streams of 10 events on a worker, timed ten times over
   (100,000 events, about a second) instead of once over a tenth of a second, the span in which
-  a shared machine's noise swung it from 64k to 104k events/s (session 12). Each round's
+  a shared machine's noise swung it by tens of percent. Each round's
   streams have keys no earlier round had: the decoded stream ids are interned for the
   process, and a key seen before would not pay for its id. The memory figures are the first
   round's. Rounds do not remove all of it: a process's rate per CPU second
@@ -63,6 +63,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import timing  # noqa: E402
 from bench._common import peak_rss_mb, rss_mb  # noqa: E402
 from bench.timing import MIN_COVERAGE, Clock  # noqa: E402
 
@@ -247,6 +248,8 @@ def main() -> None:
         for policy in policies:
             label = "windowed (tumbling 60 s count)" if mode == "windowed" else "plain (no event time)"
             print(f"\n{label}, garbage collector: {policy}")
+            # One configuration (the documented run) names its figures plainly; several apart.
+            timing.section(f"{mode}, gc {policy}" if len(modes) * len(policies) > 1 else "")
             print(
                 f"  {'streams':>8} | {'events/s':>10} | {'per CPU s':>10} | {'peak RSS':>9} | {'per stream':>10} |"
                 f" {'vs first':>8} | {'CPU vs first':>12} | {'CPU/wall':>8} | timed span | rounds"
@@ -271,12 +274,26 @@ def main() -> None:
                 r = max(covered, key=lambda x: x["rate"])
                 first = first or r
                 per_stream_kb = (r["peak"] - r["rss_before"]) * 1024 / n
+                k, first_k = _short(n), _short(counts[0])
+                timing.note(f"{k} streams, events/s", r["rate"])
+                if r is not first:
+                    timing.note(f"{k} streams / {first_k} streams", r["rate"] / first["rate"])
+                    timing.note(f"{k} streams / {first_k} streams, per CPU second", r["cpu_rate"] / first["cpu_rate"])
+                timing.note(f"memory a stream at {k}, KB", per_stream_kb)
+                timing.note(f"peak RSS at {k}, MB", r["peak"])
                 print(
                     f"  {n:>8,} | {r['rate']:>10,.0f} | {r['cpu_rate']:>10,.0f} | {r['peak']:>6.0f} MB |"
                     f" {per_stream_kb:>7.1f} KB | {r['rate'] / first['rate']:>7.2f}x |"
                     f" {r['cpu_rate'] / first['cpu_rate']:>11.2f}x | {r['cpu_share']:>8.2f} | {r['coverage']:>10.0%} |"
                     f" {r['rounds']:>6}"
                 )
+    timing.section("")
+    timing.save_run(__file__, {}, params=vars(args))
+
+
+def _short(n: int) -> str:
+    """``100000`` -> ``100k``: a stream count as the page names it."""
+    return f"{n // 1000}k" if n % 1000 == 0 else f"{n:,}"
 
 
 if __name__ == "__main__":

@@ -1,10 +1,9 @@
 """The one timing helper of the benchmarks: a run timed from inside the consumer's own hooks.
 
-A benchmark used to time a run from a task that polled the processors' counters every few
-milliseconds on the worker's own event loop. While the agents drained a prefetched backlog
-that task was not scheduled, so its span began late (once at event 174,000 of 200,000) and
-the rate was extrapolated from the cheap tail of the run. A :class:`Clock` cannot be fooled
-that way: the consumer's code stamps it itself, in the hooks the runtime calls.
+A task that polls counters on the worker's own event loop is not scheduled while the agents
+drain a prefetched backlog, so its span would begin late and its rate be extrapolated from
+the cheap tail of the run. A :class:`Clock` cannot be fooled that way: the consumer's code
+stamps it itself, in the hooks the runtime calls.
 
 - ``clock.taken(n)`` at the start of a hook that takes ``n`` events (``on_next``; the raw
   loop after ``getmany``). The first call stamps the run's start, before those events.
@@ -27,16 +26,29 @@ A report covering under 90 % refuses to give a rate (:meth:`Report.rate` is ``No
 
 A micro-benchmark times each round of its calls with :func:`timed` and prints
 :func:`per_call`'s time a call, wall-clock and CPU, of the round :func:`best` keeps.
+
+Every script ends with :func:`save_run`: its figures, with the machine, the load, the Python
+and package versions, the git commit and the date, as one JSON file under ``bench/results/``,
+which docs/benchmarks.md quotes (``tests/docs/test_bench_results.py`` checks the page against
+them).
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import math
+import os
+import platform
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
 from typing import NamedTuple
 
 # Under this share of the events inside the timed span a rate is an extrapolation: refused.
@@ -267,6 +279,7 @@ def row(name: str, report: Report, base: Report | None = None) -> str:
     under :data:`MIN_COVERAGE`, a refusal in place of every figure."""
     span = f"{report.coverage:4.0%} of {report.expected:,}, from event {report.first_at:,}"
     rate, cpu_rate, steady = report.rate, report.cpu_rate, report.steady_rate
+    _note_row(name.strip(), report, base)
     if rate is None:
         return f"{name:58} {report.refusal()}"
     vs = f"{rate / base.rate:6.2f}x" if base is not None and base.rate else f"{'':7}"
@@ -274,6 +287,49 @@ def row(name: str, report: Report, base: Report | None = None) -> str:
     # A section timed only from its start to its end has no steady part: "-".
     steady_text = f"{steady:10,.0f} {report.steady_cpu_share:8.2f}" if steady else f"{'-':>10} {'-':>8}"
     return f"{name:58} {rate:10,.0f} {vs} {cpu_rate or math.nan:10,.0f} {vs_cpu} {steady_text}  {span}"
+
+
+_ROWS: dict[str, float] = {}  # the figures of every row printed so far: what save_run writes
+
+
+def note(name: str, value: float) -> float:
+    """Keep ``value`` as the figure ``name`` of this run, for :func:`save_run` (what a script
+    prints that is not a :func:`row`); returns it, to print."""
+    _ROWS[f"{_SECTION[0]}{name}"] = value
+    return value
+
+
+_SECTION = [""]
+
+
+def note_ratio(name: str, report: Report, base: Report, *, cpu: bool = False) -> None:
+    """Keep ``report``'s rate over ``base``'s (per CPU second with ``cpu``) as the figure
+    ``name``, as docs/benchmarks.md names it; nothing when either rate is refused."""
+    ours, theirs = (report.cpu_rate, base.cpu_rate) if cpu else (report.rate, base.rate)
+    if ours and theirs:
+        note(name, ours / theirs)
+
+
+def section(name: str) -> None:
+    """Prefix the figures noted from now on with ``name`` (a round trip, a garbage-collector
+    setting): one script run that prints the same rows for several settings."""
+    _SECTION[0] = f"{name}: " if name else ""
+
+
+def _note_row(name: str, report: Report, base: Report | None) -> None:
+    rate, cpu_rate = report.rate, report.cpu_rate
+    if rate is None:
+        return
+    name = f"{_SECTION[0]}{name}"
+    _ROWS[f"{name}, events/s"] = rate
+    if cpu_rate:
+        _ROWS[f"{name}, per CPU second"] = cpu_rate
+    if base is not None and base.rate:
+        _ROWS[f"{name}, vs base"] = rate / base.rate
+        if cpu_rate and base.cpu_rate:
+            _ROWS[f"{name}, vs base per CPU second"] = cpu_rate / base.cpu_rate
+    if report.steady_rate:
+        _ROWS[f"{name}, steady CPU/wall"] = report.steady_cpu_share
 
 
 class StampFile:
@@ -347,3 +403,68 @@ def merged(paths: Iterable[str], expected: int) -> Report:
         steady_wall=high[0] - low[0] if has_steady else nan,  # type: ignore[index]
         steady_cpu=high[1] - low[1] if has_steady else nan,  # type: ignore[index]
     )
+
+
+RESULTS = Path(__file__).resolve().parent / "results"
+# The packages whose versions decide a figure: headrace's own and what the benches compare with.
+PACKAGES = ("headrace", "aiokafka", "msgspec", "pyspark", "pyarrow", "quixstreams", "bytewax", "tenacity", "stamina")
+_LOAD_AT_START = os.getloadavg()  # the load when the script started (imported at its top)
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _commit() -> str | None:
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if done.returncode != 0:
+        return None
+    dirty = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return done.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def save_run(
+    script: str, figures: dict[str, float], *, params: dict[str, object] | None = None, to: Path = RESULTS
+) -> Path:
+    """Write one run of ``script`` (its file name, or ``__file__``) as JSON under ``to``:
+    ``figures`` (name -> number, as docs/benchmarks.md quotes them), the parameters it ran
+    with, and where and when it ran, beside the figures of every :func:`row` printed. NaN
+    figures (a refused rate) are left out.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:  # doctest: +ELLIPSIS
+    ...     path = save_run("core.py", {"ratio": 0.5, "refused": math.nan}, to=Path(d))
+    ...     run = json.loads(path.read_text())
+    run saved to ...
+    >>> run["script"], run["source"], run["figures"], sorted(run["load"])
+    ('core.py', 'measured', {'ratio': 0.5}, ['end', 'start'])
+    """
+    name = Path(script).name
+    now = datetime.now(UTC)
+    run = {
+        "source": "measured",
+        "script": name,
+        "command": " ".join(["python", f"bench/{name}", *sys.argv[1:]]),
+        "date": now.isoformat(timespec="seconds"),
+        "commit": _commit(),
+        "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor()},
+        "load": {"start": list(_LOAD_AT_START), "end": list(os.getloadavg())},
+        "python": platform.python_version(),
+        "packages": _versions(),
+        "params": params or {},
+        "figures": {k: v for k, v in {**_ROWS, **figures}.items() if not (isinstance(v, float) and math.isnan(v))},
+    }
+    to.mkdir(parents=True, exist_ok=True)
+    path = to / f"{Path(name).stem}-{now:%Y%m%dT%H%M%S}.json"
+    path.write_text(json.dumps(run, indent=2, ensure_ascii=False) + "\n")
+    print(f"run saved to {path}")
+    return path

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import timing  # noqa: E402
 from bench.timing import Report, best, coverage_line, cpu_figure, figure, timed  # noqa: E402
 from streams.core.batch import Event  # noqa: E402
 from streams.core.ids import (
@@ -187,6 +188,9 @@ def shapes(batches: list[list[Event]], rounds: int) -> None:
         memory, snap = state_bytes(processor)
         snapshot = "-" if snap is None else f"{snap:,.0f}"
         fastest = best(reports)
+        if fastest.rate is not None:
+            timing.note(f"{name.strip()}, events/s", fastest.rate)
+        timing.note(f"{name.strip()}, state bytes a key", memory)
         print(
             f"  {name:34} {figure(fastest):>12} {cpu_figure(fastest):>12} {results:9,} {memory:12,.0f} {snapshot:>15}"
         )
@@ -221,11 +225,12 @@ def main() -> None:
         )
     if core_run.rate and hand_run.rate and core_run.cpu_rate and hand_run.cpu_rate:
         print(
-            f"  ratio core/hand: {core_run.rate / hand_run.rate:.2f} "
+            f"  ratio core/hand: {timing.note('tumbling count / hand loop', core_run.rate / hand_run.rate):.2f} "
             f"({core_run.cpu_rate / hand_run.cpu_rate:.2f} per CPU second)"
         )
     print(f"  {coverage_line(cores + hands)}")
     shapes(batches, args.rounds)
+    timing.save_run(__file__, {}, params=vars(args))
 
 
 if __name__ == "__main__":

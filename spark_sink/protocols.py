@@ -1,6 +1,7 @@
 """What the runtime hands finalized output to: the one interface between the agents and the
 handoff log. Light on purpose (no pyarrow, no SQLite): a worker's agents import it without
-loading the log's machinery, and ``spark_sink``'s embedded and Kafka sinks implement it.
+loading the log's machinery, and each backend's handoff sink
+(``streams/backends/*/handoff_sink.py``) implements it.
 """
 
 from __future__ import annotations

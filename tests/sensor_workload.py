@@ -1,4 +1,4 @@
-"""The sensor workload of issue 12, shared by the Kafka tests and bench/kafka.py: JSON
+"""The sensor workload shared by the Kafka tests and bench/kafka.py: JSON
 readings of ``sensors`` sensors written by a plain aiokafka producer, as a program that is
 not headrace would write them.
 

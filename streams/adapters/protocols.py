@@ -7,7 +7,7 @@ protocols only, so the memory, generator, embedded and Kafka adapters are interc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from streams.core.batch import BatchKind, QueueMessage
@@ -33,9 +33,18 @@ class QueueAdapterReceiver(Protocol):
     """Reads one queue for the pulling agent that owns it."""
 
     queue: QueueId
+    gathers_containers: bool
+    """Whether a read holds one-event records of headrace's own format, a batch container
+    each, that the pulling agent gathers by stream (:class:`ReceiverDefaults`: False)."""
 
     async def initialize(self) -> None:
         """Prepare to read from the queue's checkpoint (or the configured start)."""
+
+    def positions(self, messages: Sequence[QueueMessage]) -> Iterable[int]:
+        """The queue position of every record of a read (what :meth:`get_queue_messages`
+        returned), in order: a receiver whose messages are made as they are looked at gives
+        them without making any (:class:`ReceiverDefaults` reads each message's)."""
+        ...
 
     async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
         """Up to ``max_count`` records in queue order, or an empty sequence when there are
@@ -64,6 +73,22 @@ class QueueAdapterReceiver(Protocol):
 
     async def shutdown(self) -> None:
         """Flush the checkpoint and release the queue's resources."""
+
+
+class ReceiverDefaults:
+    """The plain answers to what a :class:`QueueAdapterReceiver` declares, for receivers with
+    nothing better (as :class:`ContainerQueueAdapter` is for adapters).
+
+    >>> from streams.core.batch import QueueMessage
+    >>> read = [QueueMessage(QueueId(0), n, b"", 0.0) for n in (4, 5)]
+    >>> ReceiverDefaults.gathers_containers, list(ReceiverDefaults().positions(read))
+    (False, [4, 5])
+    """
+
+    gathers_containers: bool = False
+
+    def positions(self, messages: Sequence[QueueMessage]) -> Iterable[int]:
+        return (m.sequence_number for m in messages)
 
 
 @runtime_checkable

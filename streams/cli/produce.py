@@ -45,7 +45,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from streams.cli import CliError
 from streams.cli.common import add_config_options, load_app, load_cli_config, plural
-from streams.core.errors import ConfigurationError, EncodeError, PublishError, a_type
+from streams.core.errors import ConfigurationError, EncodeError, HeadraceError, PublishError, a_type
 from streams.core.ids import StreamId
 from streams.eventtime.timetext import parse_instant
 from streams.runtime.constructors import stored_queue_count
@@ -97,7 +97,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
-class BadLine(Exception):
+class BadLine(HeadraceError):
     """An input line that cannot become an event."""
 
     def __init__(self, line: int, problem: str) -> None:

@@ -55,7 +55,7 @@ class Ingest:
     One per declaration (:class:`~streams.eventtime.parts.ProcessorParts`), shared by its
     processors: each :meth:`run` is given the processor's own flow (its state and counters)
     and sampler, so that a stream's activation holds no Ingest, ordering step or refusals of
-    its own (272 bytes of the 3 KB a quiet activation held, session 13).
+    its own (272 bytes an activation would otherwise hold).
     """
 
     __slots__ = ("ordering", "refusals", "timestamp_of", "key_of", "key_field", "select", "in_runs")

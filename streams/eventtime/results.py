@@ -87,7 +87,7 @@ class Counters:
     A stream's activation holds one: the two counts every stream moves (``events``,
     ``windows_emitted``) are its own, the others (an event refused or adjusted, an idle
     timeout) share a list made at the first of them (56 bytes where a slot for each count
-    was 160, session 13).
+    would take 160).
 
     >>> c = Counters(events=3, adjusted=1)
     >>> c.adjusted += 1

@@ -1,7 +1,6 @@
 """A worker starts the agents of its queues side by side: each start waits for its receiver
 to connect and position itself (round trips to a broker), and one after the other the last
-queue was read a round trip per queue late (issue 36: a JSON worker's 8 partitions were read
-one after another)."""
+queue was read a round trip per queue late (a JSON worker's 8 partitions read one after another)."""
 
 from __future__ import annotations
 

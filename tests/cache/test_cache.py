@@ -106,8 +106,8 @@ def test_bad_sizes_are_refused():
 
 
 def test_a_stream_whose_last_cursor_closes_after_its_batches_were_dropped_is_forgotten():
-    # A deactivated stream must leave nothing in the cache (issue 15: 100,000 streams come
-    # and go): here its batches leave the cache first, its cursor closes after.
+    # A deactivated stream must leave nothing in the cache (a worker's
+    # 100,000 streams come and go): here its batches leave the cache first, its cursor closes after.
     cache = SimpleQueueCache(max_size=4, buckets=2)
     a = cache.create_cursor(A, None)
     cache.add(msgs([A, B, B, B]))

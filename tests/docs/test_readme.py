@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = README.parent / "docs" / "guide.md"
 
 
 def test_quickstart_runs_as_written(tmp_path):
@@ -70,10 +71,11 @@ def test_the_kafka_json_path_runs_as_written(kafka_broker, kafka_topic, tmp_path
     assert len(printed) >= 10
 
 
-def test_the_testing_example_runs_with_the_readme_settings_and_no_warning(tmp_path):
-    """*Testing your consumers*: its pytest file, in a project of its own with the settings the
-    README gives, passes with no warning (no loop-scope deprecation from pytest-asyncio)."""
-    text = README.read_text()
+def test_the_testing_example_runs_with_the_guides_settings_and_no_warning(tmp_path):
+    """*Testing your consumers* (docs/guide.md): its pytest file, in a project of its own with
+    the settings the guide gives, passes with no warning (no loop-scope deprecation from
+    pytest-asyncio)."""
+    text = GUIDE.read_text()
     section = text[text.index("## Testing your consumers") :]
     example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     settings = re.search(r"```toml\n(\[tool\.pytest\.ini_options\].*?)```", section, re.S).group(1)

@@ -1,4 +1,4 @@
-"""The third-order alert handed to Spark (issue 35): a windowless handoff whose durable fields
+"""The third-order alert handed to Spark: a windowless handoff whose durable fields
 count a user's purchases and whose ``on_events`` returns only the alert. Across a SIGKILL and a
 SIGTERM of ``headrace worker``, Spark reads each user's alert exactly once, with the total of
 exactly three purchases."""

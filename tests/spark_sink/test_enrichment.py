@@ -1,4 +1,4 @@
-"""As-of enrichment over two inputs (issue 17): tolls enriched with the price in force at
+"""As-of enrichment over two inputs: tolls enriched with the price in force at
 their event time, prices importing the tolls' watermark, handed to Spark through an
 ``EventHandoff``; the worker is SIGKILLed mid-stream and another takes over. Spark then
 reads every toll once, each with the price a computation in the test gives."""

@@ -13,7 +13,7 @@ import streams.abc
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERNAL = {"agents.context.AgentContext"}  # what the provider gives its agents: nobody else implements it
-BASES = {"ContainerQueueAdapter"}  # a class to subclass: the declared capabilities' defaults
+BASES = {"ContainerQueueAdapter", "ReceiverDefaults"}  # classes to subclass: the declared capabilities' defaults
 
 
 def _is_protocol(obj: object) -> bool:

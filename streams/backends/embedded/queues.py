@@ -46,7 +46,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from streams.adapters.protocols import StateKey, StateRows, StateSource
+from streams.adapters.protocols import ReceiverDefaults, StateKey, StateRows, StateSource
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.backends.embedded.store import EmbeddedStore, Migration
 from streams.core.batch import QueueMessage
@@ -262,7 +262,7 @@ def retain(queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Co
 log = logging.getLogger("headrace.embedded")
 
 
-class EmbeddedQueueReceiver:
+class EmbeddedQueueReceiver(ReceiverDefaults):
     """Reads one embedded queue for the pulling agent that owns it.
 
     Acknowledgements are persisted as a checkpoint at most every

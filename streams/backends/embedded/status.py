@@ -48,8 +48,8 @@ STATUS_SCHEMA: list[Migration] = [
         " updated REAL NOT NULL, fresh_until REAL NOT NULL,"
         " PRIMARY KEY (worker, queue))",
     ],
-    ["ALTER TABLE status_agents ADD COLUMN held_by TEXT"],  # issue 17: merged inputs
-    ["ALTER TABLE status_agents ADD COLUMN slowest_substreams TEXT"],  # issue 17: slowest substreams
+    ["ALTER TABLE status_agents ADD COLUMN held_by TEXT"],  # the input holding a merged watermark back
+    ["ALTER TABLE status_agents ADD COLUMN slowest_substreams TEXT"],  # the substreams furthest behind
     [
         "ALTER TABLE status_agents ADD COLUMN events_in INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE status_agents ADD COLUMN events_out INTEGER NOT NULL DEFAULT 0",
@@ -57,9 +57,9 @@ STATUS_SCHEMA: list[Migration] = [
         "ALTER TABLE status_agents ADD COLUMN events_out_per_s REAL",
         "ALTER TABLE status_agents ADD COLUMN slowest TEXT NOT NULL DEFAULT '[]'",
     ],
-    ["ALTER TABLE status_agents ADD COLUMN fates TEXT NOT NULL DEFAULT '{}'"],  # issue 30: per consumer type
-    ["ALTER TABLE status_agents ADD COLUMN failed TEXT"],  # issue 24: a queue that cannot be read on
-    # issue 29: per consumer type, sampled lateness and disorder over the last hour
+    ["ALTER TABLE status_agents ADD COLUMN fates TEXT NOT NULL DEFAULT '{}'"],  # event fates per consumer type
+    ["ALTER TABLE status_agents ADD COLUMN failed TEXT"],  # why a queue cannot be read on
+    # per consumer type, sampled lateness and disorder over the last hour
     ["ALTER TABLE status_agents ADD COLUMN observed TEXT NOT NULL DEFAULT '{}'"],
 ]
 

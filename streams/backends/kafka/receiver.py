@@ -4,16 +4,17 @@ topics) for the pulling agent that owns it, and commits what is acknowledged."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
 
+from streams.adapters.protocols import ReceiverDefaults
 from streams.backends.kafka.clients import is_transient, log, offset_bounds, permanent_fix, retry_kafka, start_client
 from streams.backends.kafka.fetched import BatchTaker, Fetched, KafkaRecord
-from streams.backends.kafka.records import ContainerRecords, GroupedRecords, RecordReader
+from streams.backends.kafka.records import ContainerMessages, ContainerRecords, GroupedRecords, RecordReader
 from streams.backends.kafka.refusals import KafkaRefusedError, diagnose
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
@@ -29,7 +30,7 @@ UNREADABLE_BATCH = (UnsupportedCodecError, CorruptRecordException)
 NARROW_RECORDS = 10_000  # at most this many read one at a time before such a batch
 
 
-class KafkaQueueReceiver:
+class KafkaQueueReceiver(ReceiverDefaults):
     """Reads one partition for the pulling agent that owns the queue.
 
     ``initialize`` places the read position after the group's committed offset, or at the
@@ -141,6 +142,13 @@ class KafkaQueueReceiver:
         if committed is not None:
             self._committed[tp] = self._acknowledged[tp] = committed
         return position
+
+    def positions(self, messages: Sequence[QueueMessage]) -> Iterable[int]:
+        # A read of headrace's own records makes its messages as they are looked at: their
+        # positions come from the records, with no message made.
+        if isinstance(messages, ContainerMessages):
+            return messages.positions()
+        return super().positions(messages)
 
     async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
         self.caught_up = False  # until a read shows it (an outage, a failure: not known)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.adapters.mapper import HashRingQueueMapper
-from streams.adapters.protocols import ContainerQueueAdapter, StateKey, StateSource
+from streams.adapters.protocols import ContainerQueueAdapter, ReceiverDefaults, StateKey, StateSource
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError
@@ -84,7 +84,7 @@ class MemoryQueueAdapter(ContainerQueueAdapter):
         return None
 
 
-class MemoryQueueReceiver:
+class MemoryQueueReceiver(ReceiverDefaults):
     def __init__(self, queue: QueueId, state: _MemoryQueue) -> None:
         self.queue = queue
         self._state = state
@@ -200,7 +200,7 @@ class GeneratorQueueAdapter(ContainerQueueAdapter):
         return None
 
 
-class GeneratorQueueReceiver:
+class GeneratorQueueReceiver(ReceiverDefaults):
     def __init__(self, queue: QueueId, streams: list[StreamId], config: GeneratorConfig) -> None:
         self.queue = queue
         self._config = config

@@ -13,6 +13,7 @@ import anyio
 
 from streams import StreamId, StreamProvider
 from streams.abc import ForwardingReceiver
+from streams.adapters.protocols import ReceiverDefaults
 from streams.backends.memory.adapter import MemoryAdapterFactory, MemoryQueueAdapter, MemoryQueueReceiver
 from streams.backends.memory.backend import MemoryBackend
 from streams.core.batch import QueueMessage
@@ -22,7 +23,7 @@ from tests.agents.delivery.conftest import Recorder, drained
 SEND_TIME = 0.02  # how long a record takes to reach the other queue (Kafka: acks=all)
 
 
-class HopReceiver:
+class HopReceiver(ReceiverDefaults):
     """Reads one record of its queue at a time and sends it on to ``to``'s queue."""
 
     def __init__(self, queue: QueueId, inner: MemoryQueueReceiver, adapter: HopAdapter, to: QueueId) -> None:

@@ -1,4 +1,4 @@
-"""One activation per key across namespaces (issue 17, item 1)."""
+"""One activation per key across namespaces."""
 
 from __future__ import annotations
 

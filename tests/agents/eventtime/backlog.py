@@ -1,4 +1,4 @@
-"""A backlog and what the records alone give: the test helpers of issue 26.
+"""A backlog and what the records alone give: the test helpers of the backlog tests.
 
 A backlog is a queue holding records whose arrival times are long past (a restart after
 downtime, a replay, a topic read from its start). :func:`backlog_rows` makes one (rows of one

@@ -1,4 +1,4 @@
-"""Activation cost (issue 15): what depends only on the consumer type is worked out once per
+"""Activation cost: what depends only on the consumer type is worked out once per
 type (its hooks, the spec's check, the processor's parts), and each activation gets only its
 own state."""
 
@@ -88,14 +88,13 @@ async def test_activations_of_a_type_share_its_inspection_and_parts_but_not_thei
     assert len(parts_made) == 1
 
 
-# What a quiet windowed activation keeps, in objects the collector tracks (session 13): the
+# What a quiet windowed activation keeps, in objects the collector tracks: the
 # user's instance, its event-time wrapper and processor (flow, input, window store, counters,
 # the inputs' tuple), its consumer, turns, the agent's stream state and log fields, the
 # cache's cursor and stream entry, its stream id and the last position it took. Its
 # declaration's parts (ingest, ordering step, refusals) are shared: one more object here is
-# 50-250 bytes more for each of a worker's 100,000 streams. Before session 13 this test
-# counted 21.2: an Ingest, ordering step and refusals each, the input's Watermark apart from
-# it, and a second token (the hold of the last step) besides.
+# 50-250 bytes more for each of a worker's 100,000 streams. An Ingest,
+# ordering step and refusals of each activation's own would be about five more.
 OBJECTS_PER_QUIET_ACTIVATION = 16
 
 

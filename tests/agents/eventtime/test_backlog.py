@@ -1,4 +1,4 @@
-"""A backlog gives what the live run gave (issue 26): however long reading it takes, the
+"""A backlog gives what the live run gave: however long reading it takes, the
 wall clock never overtakes the records. The worker's timer period (1 ms) is far shorter than
 the read of the backlog, so its agent's timer runs throughout; every event's outcome, every
 window and every dead letter must still equal what the records alone give (the core's replay

@@ -1,6 +1,6 @@
-"""In the runtime, one event's bad time or value never fails its batch (issue 13, items
-1-3): it alone is dead-lettered, and the rest of the batch reaches its windows; and with
-substreams, every arrival moves every substream (item 11)."""
+"""In the runtime, one event's bad time or value never fails its batch: it
+alone is dead-lettered, and the rest of the batch reaches its windows; and with
+substreams, every arrival moves every substream."""
 
 from __future__ import annotations
 

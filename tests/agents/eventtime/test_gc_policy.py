@@ -1,6 +1,6 @@
-"""The worker's garbage-collector policy (issue 15, agents.gc_policy): applied once per
+"""The worker's garbage-collector policy (agents.gc_policy): applied once per
 process while workers run, restored after the last; by default in any process whose
-collector the application leaves as CPython set it (issue 36), in a process headrace owns
+collector the application leaves as CPython set it, in a process headrace owns
 (``headrace worker``) whatever its settings, and with ``tune_gc=True``; never with
 ``tune_gc=False``, nor by a provider that runs no agents; survivors of a full collection
 are frozen, and a cycle among them is still collected once the frozen objects have grown

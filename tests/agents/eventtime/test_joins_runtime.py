@@ -108,7 +108,7 @@ async def test_pairs_are_handed_to_spark_one_row_each_once_across_a_restart(tmp_
         await drained(first)
         assert await wait_until_async(lambda: len(conversions(tmp_path)) == 1, 10)
         # Order 100 can still match a click (70 is one): the join keeps it, in its state saved
-        # with the checkpoint (issue 35), so the checkpoint passes it.
+        # with the checkpoint, so the checkpoint passes it.
         assert await wait_until_async(lambda: persisted_checkpoint(tmp_path) == 2, 10)
         assert [stream for stream, _, _ in saved_states(tmp_path)] == ["clicks/ann"]
     # The next worker restores the join (order 100, click 70) and reads on after record 2.

@@ -1,4 +1,4 @@
-"""A stream per device (issue 15): quiet activations cost no task and no tick, go away after
+"""A stream per device: quiet activations cost no task and no tick, go away after
 ``stream_inactivity_period`` unless an open window holds the checkpoint, and 100,000 of them
 coming and going leave no memory behind."""
 

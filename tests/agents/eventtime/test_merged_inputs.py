@@ -1,4 +1,4 @@
-"""Several inputs, one clock (issue 17): one activation per key over tolls and prices, the
+"""Several inputs, one clock: one activation per key over tolls and prices, the
 merged watermark, hold-back by a silent input, imported watermarks, release in event-time
 order, and the checkpoint held by what the merge holds back."""
 

@@ -65,7 +65,7 @@ async def test_refused_steps_are_logged_once_per_kind(
 async def test_a_typo_in_timestamp_by_names_the_missing_field_and_is_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 39, item 6: ``timestamp_by="ts"`` over events that carry ``t`` letters every
+    """``timestamp_by="ts"`` over events that carry ``t`` letters every
     event, each naming the field and the fields the event has, and the first is logged."""
     provider = StreamProvider.memory(queues=1)
     windows: list[object] = []

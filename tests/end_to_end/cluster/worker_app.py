@@ -21,6 +21,7 @@ from typing import Any, TextIO, TypeVar
 
 from balancer import BalancerOptions
 from streams import StreamId, StreamProvider
+from streams.adapters.protocols import ReceiverDefaults
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter, EmbeddedQueueReceiver
 from streams.backends.embedded.backend import EmbeddedBackend
 from streams.core.batch import QueueMessage
@@ -31,7 +32,7 @@ NAMESPACE = "cluster"
 T = TypeVar("T")
 
 
-class RecordingReceiver:
+class RecordingReceiver(ReceiverDefaults):
     """A real embedded receiver that notes when each of its calls began and ended."""
 
     def __init__(self, inner: EmbeddedQueueReceiver, provider: StreamProvider, out: TextIO) -> None:

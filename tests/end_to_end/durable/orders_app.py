@@ -4,7 +4,7 @@ on the topic ``HEADRACE_TEST_TOPIC`` of the broker at ``HEADRACE_TEST_KAFKA``. W
 consumers do is appended to ``HEADRACE_TEST_OUT``, a line each:
 
 - ``ThirdOrderAlert`` (namespace ``orders``, values ``{"amount": x}``): ``took USER N`` for
-  each order, and ``alert USER 3 TOTAL`` at a user's third order (issue 35's consumer);
+  each order, and ``alert USER 3 TOTAL`` at a user's third order;
 - ``RunningTotal`` (namespace ``amounts``, integer values): keeps the sum and count per key
   in durable fields and writes nothing (the tests read its saved state);
 - ``AlertToSpark`` (namespace ``purchases``, values ``{"t": time, "amount": x}``): the same

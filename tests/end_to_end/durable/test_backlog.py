@@ -1,4 +1,4 @@
-"""A backlog in the embedded store gives what the records alone give (issue 26): a restart
+"""A backlog in the embedded store gives what the records alone give: a restart
 after downtime finds records whose arrival (publish) times are an hour old, two streams in
 one queue, and reads them with a timer period far shorter than the read; the queue knows
 its tail, so its clock is the records' until a read reaches it."""

@@ -1,4 +1,4 @@
-"""Durable consumer state across real restarts (issue 35): ``headrace worker`` processes
+"""Durable consumer state across real restarts: ``headrace worker`` processes
 stopped with SIGTERM and SIGKILL, on the embedded store and on Kafka. Fields declared with
 ``Durable`` come back, the replayed events they already reflect are skipped, so a running
 total is exact and the third-order alert fires once; ``headrace state`` shows the saved

@@ -1,4 +1,4 @@
-"""A handoff append that fails is never lost in silence (issue 13, item 3): a failure that
+"""A handoff append that fails is never lost in silence: a failure that
 passes is retried with back-off while the checkpoint stays held, one log line per outage;
 a window or event the handoff cannot take is dead-lettered (``handoff_failed``) with what
 it held, and the rest goes on."""

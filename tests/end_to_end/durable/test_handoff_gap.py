@@ -1,4 +1,4 @@
-"""A closed window's events stay held until its handoff has committed (issue 13, item 13).
+"""A closed window's events stay held until its handoff has committed.
 
 The processor forgets a window as it closes it; the handoff append follows. In between, the
 queue's checkpoint must not pass the window's events: a crash there would replay from past

@@ -1,4 +1,4 @@
-"""Small handoff appends at the cost of their data (issue 14, the store that takes turns):
+"""Small handoff appends at the cost of their data (the store that takes turns):
 appends of many activations share one write, each caller learns its rows' exact offsets,
 small appends stay inline in the index, and compaction merges them into files while
 readers read; a failure or a SIGKILL in the middle leaves only whole appends indexed."""

@@ -1,4 +1,4 @@
-"""An interval join killed mid-stream gives the same pairs as an uninterrupted run (issue 35):
+"""An interval join killed mid-stream gives the same pairs as an uninterrupted run:
 two SIGKILLs while clicks and orders of ten users arrive, and the rows Spark would read from
 the handoff log are exactly those of a run that was never interrupted."""
 

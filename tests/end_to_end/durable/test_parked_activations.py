@@ -1,5 +1,5 @@
 """A quiet stream's activation goes even with its windows open, where the store saves its state
-with the checkpoint (issues 14 and 15): it is parked, its state kept compactly, and restored
+with the checkpoint: it is parked, its state kept compactly, and restored
 when the stream has data again, with nothing lost or counted twice."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A parked activation of a durable type keeps its state in the embedded store only (issue 35,
-"more keys than memory"): the worker holds no bytes of it, and the stream's next event reads
+"""A parked activation of a durable type keeps its state in the embedded store only (more keys
+than memory): the worker holds no bytes of it, and the stream's next event reads
 it back by key."""
 
 from __future__ import annotations

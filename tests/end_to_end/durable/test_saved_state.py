@@ -1,5 +1,5 @@
 """Open windows no longer hold the checkpoint on the embedded store: their state is saved with
-it (issue 14, item 1), and restored by whichever worker reads the queue next."""
+it, and restored by whichever worker reads the queue next."""
 
 from __future__ import annotations
 

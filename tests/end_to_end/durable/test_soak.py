@@ -1,7 +1,6 @@
 """A one-minute soak (``bench/soak.py``): a worker and a steady producer on one embedded store.
 Before the store's writers took turns, the producer starved the worker within seconds:
-deliveries dead-lettered as ``delivery_failed``, leases lost, then the worker exited
-(issue 14, item 2)."""
+deliveries dead-lettered as ``delivery_failed``, leases lost, then the worker exited."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""State with a time to live (issue 35): the state of a stream idle longer than its type's
+"""State with a time to live: the state of a stream idle longer than its type's
 ``ttl`` is dropped from the worker and from the embedded store; the stream's next event
 starts from the defaults."""
 

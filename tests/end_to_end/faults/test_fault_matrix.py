@@ -6,7 +6,7 @@ dead-lettered exactly once (with the reason the matrix names), and every publish
 accounted for once: counted into a window, delivered, or in one dead letter.
 
 After its cases the module prints the matrix (hook × failure → what the user sees) on the
-terminal; it is in the closing note of issue 23."""
+terminal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``headrace export`` (issue 29): a namespace's recent events from a real embedded store as
+"""``headrace export``: a namespace's recent events from a real embedded store as
 the CSV ``headrace simulate`` reads, replayed by ``simulate --sweep``; and the mistakes."""
 
 from __future__ import annotations

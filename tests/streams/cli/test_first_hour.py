@@ -1,4 +1,4 @@
-"""The first hour of a new user (issue 30): what each command now says and does."""
+"""The first hour of a new user: what each command now says and does."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``headrace simulate`` on the user's own JSON lines or CSV (issue 30, first hour 7)."""
+"""``headrace simulate`` on the user's own JSON lines or CSV."""
 
 from __future__ import annotations
 

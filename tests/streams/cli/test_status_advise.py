@@ -1,6 +1,6 @@
 """``headrace status`` shows the lateness and disorder a live worker observed, and
 ``status --advise`` the tolerances they call for, checked against a brute-force computation
-over the same events (read back by ``headrace export``) (issue 29)."""
+over the same events (read back by ``headrace export``)."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ async def test_every_area_records_its_schema_version(factory: EmbeddedAdapterFac
     await factory.create_pubsub_store().subscriptions()
     await factory.create_dead_letter_store().count()
     versions = await factory.store.read(lambda conn: dict(conn.execute("SELECT area, version FROM schema_versions")))
-    # deadletter 2: one per position and reason; 3: one per failed unit (a window, issue 23);
+    # deadletter 2: one per position and reason; 3: one per failed unit (a window);
     # activation_state: event-time state saved beside the checkpoint (made with the queue's tables);
     # 2: durable consumer state, looked up by key, with when it was written and its next timer
     assert versions == {"queue": 1, "activation_state": 2, "pubsub": 1, "deadletter": 3}

@@ -1,5 +1,5 @@
 """Writers of the embedded store take turns: a process committing in a tight loop does not
-starve another process's writes (issue 14: a steady producer made a worker's deliveries,
+starve another process's writes (without turns, a steady producer made a worker's deliveries,
 checkpoints and lease renewals fail past busy_timeout)."""
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def test_shapes_the_runs_do_not_take_go_the_per_event_way():
 @settings(max_examples=100, deadline=None)
 @given(samples(), st.sampled_from([1, 3, 7]))
 def test_runs_sample_lateness_and_disorder_as_events_one_by_one_do(sample, every):
-    # The sketch of issue 29 sees the same events whichever way the core takes a batch
+    # The lateness sketch sees the same events whichever way the core takes a batch
     # (those with a time; a refused time is sampled by neither).
     from streams.eventtime.lateness import LatenessSketch
 

@@ -1,4 +1,4 @@
-"""One event never fails its batch in the core (issue 13, items 1-3): times that are not
+"""One event never fails its batch in the core: times that are not
 finite, not parseable or beyond what a handoff can hold are dead-lettered as
 ``invalid_timestamp``; a key or aggregate that raises dead-letters its event as
 ``invalid_value``; the others go on."""

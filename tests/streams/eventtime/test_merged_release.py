@@ -1,4 +1,4 @@
-"""MergedRelease: several inputs' events in one event-time order (issue 17)."""
+"""MergedRelease: several inputs' events in one event-time order."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Snapshots of processors of several inputs (issue 35): an interval join and a windowed merge
+"""Snapshots of processors of several inputs: an interval join and a windowed merge
 restored mid-stream give exactly what the uninterrupted processor gives."""
 
 from __future__ import annotations

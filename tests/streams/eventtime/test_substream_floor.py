@@ -1,6 +1,6 @@
 """With substreams and a late-arrival tolerance L, every arrival at t moves every substream
 of the partition to at least t - L (time-semantics step 5, seed 001: L is the most that
-substreams may be apart; issue 13, item 11)."""
+substreams may be apart)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Any Kafka-protocol broker (issue 24): headrace's producers are idempotent where the broker
+"""Any Kafka-protocol broker: headrace's producers are idempotent where the broker
 allows it; the test broker (Tansu) refuses InitProducerId, and headrace falls back to plain
 producers, saying so once and naming the setting."""
 

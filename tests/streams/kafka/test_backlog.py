@@ -1,4 +1,4 @@
-"""A backlog on Kafka gives what the records alone give (issue 26): a topic written by plain
+"""A backlog on Kafka gives what the records alone give: a topic written by plain
 aiokafka, its records' Kafka timestamps an hour old (their arrival times), two streams in
 its one partition, read from its start by a worker whose timer period is far shorter than
 the read. Until the high-water mark says the partition is read, the agent's clock is the

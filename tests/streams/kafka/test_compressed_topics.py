@@ -1,4 +1,4 @@
-"""Topics as librdkafka producers write them (issue 24): every codec Kafka has, read by a
+"""Topics as librdkafka producers write them: every codec Kafka has, read by a
 worker with the default install, and headrace's own producers compressing."""
 
 from __future__ import annotations

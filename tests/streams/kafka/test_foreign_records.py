@@ -1,4 +1,4 @@
-"""Topics other programs write, one event per record (issue 12, item 1), on the test broker:
+"""Topics other programs write, one event per record, on the test broker:
 formats, keys, timestamps, headers, dead letters, co-partitioned topics, and where a
 headrace producer puts a key next to where Kafka's own producer does."""
 

@@ -1,7 +1,7 @@
 """Event-time state saved in the changelog for topics of one event per record that other
 programs write (``records="json"``...): each event's position there is its record's offset,
 the same on every read however the records are grouped, so a saved state says exactly which
-events it has and open windows no longer hold the committed offset (issue 14, item 1); and a
+events it has and open windows no longer hold the committed offset; and a
 handoff's mark of the events it handed off says which a replay has. The same for headrace's
 own records is in test_saved_state.py."""
 
@@ -180,7 +180,7 @@ async def test_co_partitioned_topics_save_each_states_position_in_its_own_topic(
 async def test_events_handed_off_before_a_regrouped_replay_are_neither_lost_nor_repeated(kafka_broker, kafka_topic):
     """A windowless consumer hands its events to Spark once the watermark passes them. The
     events it holds (a quiet stream's at record 0, the busy one's last five) are saved in the
-    state changelog (issue 35): the offset passes them, and a restart restores them rather than
+    state changelog: the offset passes them, and a restart restores them rather than
     replaying their records; the busy stream's events are each handed off once either way."""
     await make_topic(kafka_broker, kafka_topic, 1)
 

@@ -1,4 +1,4 @@
-"""Several inputs on co-partitioned Kafka topics (issue 17): Kafka's partitioner places by
+"""Several inputs on co-partitioned Kafka topics: Kafka's partitioner places by
 key, so ``@provider.implicit("tolls", "prices")`` needs no ``co_partitioned``; one activation
 per key merges both topics' streams into one clock."""
 

@@ -1,4 +1,4 @@
-"""Every letter from a topic names its record (issue 24): partition and offset, the same
+"""Every letter from a topic names its record: partition and offset, the same
 however a read grouped the records, so a replay grouped otherwise letters nothing twice,
 and ``headrace dlq list/show`` say partition and offset."""
 

@@ -1,4 +1,4 @@
-"""On Kafka (issue 29): the status topic carries each queue's observed lateness and disorder,
+"""On Kafka: the status topic carries each queue's observed lateness and disorder,
 and ``headrace export`` reads a topic of another program's JSON records into a sample that
 ``headrace simulate`` replays. A real broker (Tansu)."""
 

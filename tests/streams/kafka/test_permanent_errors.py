@@ -1,4 +1,4 @@
-"""Permanent errors are not outages (issue 24): a record batch no installed codec reads and
+"""Permanent errors are not outages: a record batch no installed codec reads and
 a deleted topic stop their queue with one line naming the queue, the offset and the fix;
 the queue is shown failed in ``headrace status`` and the metrics, ``drain()`` raises the
 reason, the other queues go on, and nothing is retried as "unreachable"."""

@@ -1,4 +1,4 @@
-"""Publishing to Kafka with send and flush (issue 12, item 3), through an outage."""
+"""Publishing to Kafka with send and flush, through an outage."""
 
 from __future__ import annotations
 

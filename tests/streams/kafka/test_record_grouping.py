@@ -76,7 +76,7 @@ def test_keyless_records_are_keyed_by_their_partition_without_a_key_field():
 
 def test_an_events_saved_position_is_its_record_however_the_reads_were_grouped():
     """A saved state's position (the last event it took) picks out the same records in a
-    replay that starts elsewhere and groups them otherwise (issue 14)."""
+    replay that starts elsewhere and groups them otherwise."""
     records = [record(A, n, b"xy"[n % 2 : n % 2 + 1], str(n).encode()) for n in range(10, 30)]
 
     def read(start: int, sizes: list[int]) -> list:

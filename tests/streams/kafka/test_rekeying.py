@@ -1,4 +1,4 @@
-"""One activation per key, whatever the producer did (issue 24): records without a key,
+"""One activation per key, whatever the producer did: records without a key,
 spread over every partition, are re-keyed by ``key_field`` through the repartition topic,
 so each key has one activation and one window series; exactly once across the hop, even
 when the worker is SIGKILLed between reading the source and committing it."""

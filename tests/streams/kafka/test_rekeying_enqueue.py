@@ -1,7 +1,7 @@
 """The re-keying hops of one worker enqueue their batches on the shared producer one at a
 time. Side by side, hops that waited for the same partition's turn on the producer together
-ran out of aiokafka's wait and failed with ``KafkaTimeoutError`` (issue 36, once a worker's
-agents started side by side). A queue's reads sent on wait for each other, and the source
+ran out of aiokafka's wait and failed with ``KafkaTimeoutError`` (a worker's
+agents start side by side). A queue's reads sent on wait for each other, and the source
 offset waits for them. No broker: a producer that records whose batch it takes."""
 
 from __future__ import annotations

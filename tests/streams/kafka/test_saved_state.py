@@ -1,6 +1,6 @@
 """Open windows no longer hold the committed offset on Kafka: each activation's state is
 saved in the provider's compacted changelog topic before the offset that relies on it is
-committed, and restored by whichever worker reads the queue next (issue 14, item 1). The
+committed, and restored by whichever worker reads the queue next. The
 embedded store's counterparts are in tests/end_to_end/durable/test_saved_state.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which input holds a merged watermark back (issue 17): per-input watermarks and the holder
+"""Which input holds a merged watermark back: per-input watermarks and the holder
 in Prometheus and in ``headrace status`` rows, and one log line when an input starts
 holding back and one when it stops."""
 

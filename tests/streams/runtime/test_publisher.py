@@ -1,4 +1,4 @@
-"""The pipelined producer (issue 12, item 3): send buffers, flush makes durable or says what
+"""The pipelined producer: send buffers, flush makes durable or says what
 failed, on_next shares writes, order holds with punctuation and completion, bounded buffer."""
 
 from __future__ import annotations

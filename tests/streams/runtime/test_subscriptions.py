@@ -1,4 +1,4 @@
-"""Orleans' subscription semantics on headrace's API (issue 38): handles that compare equal,
+"""Orleans' subscription semantics on headrace's API: handles that compare equal,
 ``handle.resume()`` with and without a token, stream filters, and what a subscription made
 through ``provider.client()`` tells its user."""
 

@@ -1,5 +1,5 @@
 """A failing ``on_window`` under the worker's retry budget (``Harness(app,
-delivery_retry_backoff=...)``, as README's *Testing your consumers* says): the same exception
+delivery_retry_backoff=...)``, as docs/guide.md's *Testing your consumers* says): the same exception
 on the same window is given up after 3 attempts, not retried for the whole
 ``max_event_delivery_time``; a failure that changes, or an I/O error, is retried on."""
 
