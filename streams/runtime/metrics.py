@@ -31,7 +31,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import anyio.from_thread
 import anyio.lowlevel
-from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -44,7 +44,8 @@ from prometheus_client.registry import Collector
 from agents.counters import HistogramSnapshot
 from streams.core.errors import ConfigurationError, HeadraceError
 from streams.eventtime.lateness import SHOWN
-from streams.runtime.health import WorkerHealth, health_app
+from streams.runtime.health import WorkerHealth
+from streams.runtime.page import StatusDocument, page_app
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot
 
@@ -254,27 +255,46 @@ class MetricsServer:
 
 
 def serve_metrics(
-    provider: StreamProvider, port: int, host: str = "127.0.0.1", health: WorkerHealth | None = None
+    provider: StreamProvider,
+    port: int,
+    host: str = "127.0.0.1",
+    health: WorkerHealth | None = None,
+    status: StatusDocument | None = None,
 ) -> MetricsServer:
     """Serve ``provider``'s worker metrics at ``http://host:port/metrics`` (``port=0``: a free
-    one, see ``.port``), and with ``health`` its probes at ``/livez`` and ``/readyz``
-    (:mod:`streams.runtime.health`). Call it on the provider's event loop. Loopback by
-    default: expose the endpoint beyond the machine deliberately, with ``host``."""
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-        raise ConfigurationError(f"a metrics port is an int from 0 to 65535, not {port!r}")
+    one, see ``.port``), with ``health`` its probes at ``/livez`` and ``/readyz``
+    (:mod:`streams.runtime.health`), and with ``status`` the status page at ``/`` and
+    ``status()`` at ``/status.json`` (:mod:`streams.runtime.page`); other paths answer 404.
+    Call it on the provider's event loop. Loopback by default: expose the endpoint beyond
+    the machine deliberately, with ``host``."""
+    _check_port(port)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HeadraceCollector(provider))
     ProcessCollector(registry=registry)  # the usual process_* metrics: CPU, memory, file descriptors
     try:
-        if health is None:
-            server, thread = start_http_server(port, addr=host, registry=registry)
-        else:
+        if health is not None:
             health.attach(provider)
-            server, thread = _start_server(host, port, health_app(health, make_wsgi_app(registry)))
+        server, thread = _start_server(host, port, page_app(status, make_wsgi_app(registry), health))
     except OSError as exc:
         raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
     log.info("metrics at http://%s:%d/metrics", host, server.server_port)
     return MetricsServer(registry, server, thread)
+
+
+def serve_status_page(status: StatusDocument, port: int, host: str = "127.0.0.1") -> MetricsServer:
+    """The status page alone, of ``status()`` (``headrace status --serve``): no metrics, no
+    probes; otherwise as :func:`serve_metrics`."""
+    _check_port(port)
+    try:
+        server, thread = _start_server(host, port, page_app(status))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot serve the status page on {host}:{port}: {exc.strerror or exc}") from None
+    return MetricsServer(CollectorRegistry(auto_describe=False), server, thread)
+
+
+def _check_port(port: object) -> None:
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigurationError(f"a metrics port is an int from 0 to 65535, not {port!r}")
 
 
 class _Quiet(WSGIRequestHandler):
