@@ -9,7 +9,7 @@ load.
 >>> from streams.runtime.snapshot import WorkerSnapshot
 >>> history = StatusHistory(every=5.0, span=15.0)       # three samples kept
 >>> for t in (0.0, 5.0, 10.0, 15.0):
-...     history.sample(WorkerSnapshot("w1", 1000.0 + t, ()))
+...     _ = history.sample(WorkerSnapshot("w1", 1000.0 + t, ()))
 >>> [s["t"] for s in history.as_dict()["samples"]]
 [1005.0, 1010.0, 1015.0]
 """
