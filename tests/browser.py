@@ -149,7 +149,9 @@ class Browser:
             self.log.append(params["entry"])
 
     def open(self, url: str) -> None:
+        """Go to ``url`` and wait until its document has loaded."""
         self.call("Page.navigate", url=url)
+        self.wait_for(f"document.readyState === 'complete' && location.href === {json.dumps(url)}")
 
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression in the page (awaited when it is a promise)."""
@@ -162,8 +164,11 @@ class Browser:
         """Evaluate ``expression`` until it is truthy; its value (raises on timeout)."""
         deadline = time.monotonic() + timeout
         while True:
-            value = self.evaluate(expression)
-            if value:
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError as exc:  # a document still loading has no body yet
+                value = exc
+            if value and not isinstance(value, RuntimeError):
                 return value
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{expression} stayed {value!r} for {timeout} s")
