@@ -191,8 +191,9 @@ class DeadLetterCount:
 class HandoffStatus:
     """A Spark handoff stream: the offset the next append takes, per partition, and the
     rows still retained (not yet trimmed). ``start_offsets``: the first offset retained per
-    partition; with ``trimOnCommit`` (the embedded store's default) that is the offset the
-    Spark query has committed, so ``retained`` is how far behind Spark is."""
+    partition; with ``trimOnCommit`` (the embedded store's default) a Spark query's commit
+    deletes the segments wholly below its offset, so that is the offset it has committed, to
+    a segment, and ``retained`` how far behind it is."""
 
     stream: str
     end_offsets: dict[int, int]
