@@ -20,6 +20,7 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from streams.adapters.status import ClusterStatus
+from streams.cli.dlq import as_json
 from streams.cli.status import advice_of
 from streams.core.deadletters import DeadLetterArchive, StoredDeadLetter
 from streams.runtime.history import StatusHistory
@@ -54,21 +55,11 @@ def replay_command(letter: StoredDeadLetter, where: str) -> str | None:
 
 
 def letter_row(letter: StoredDeadLetter, where: str) -> dict[str, object]:
-    """One dead letter as the page lists it."""
-    d = letter.letter
-    return {
-        "id": letter.letter_id,
-        "reason": d.reason,
-        "stream": d.stream,
-        "queue": d.queue,
-        "sequence_number": d.sequence_number,
-        "event_index": d.event_index,
-        "event_time": d.event_time,
-        "recorded_at": d.recorded_at,
-        "detail": d.detail,
-        "replayed_at": letter.replayed_at,
-        "replay": replay_command(letter, where),
-    }
+    """One dead letter as the page lists it: as ``headrace dlq list --json`` has it, without
+    its value or bytes (the event itself stays off the page), with the command replaying it."""
+    row = as_json(letter)
+    del row["value"], row["payload"]
+    return {**row, "event_index": letter.letter.event_index, "replay": replay_command(letter, where)}
 
 
 class PageSource:

@@ -21,36 +21,19 @@ from PIL import Image
 
 from tests.browser import Browser, chromium_missing
 from tests.streams.cli.helpers import clean_env, headrace, json_of, poll_status, start_worker
+from tests.streams.cli.test_status import CONFIG as STATUS_CONFIG
 from tests.streams.runtime.helpers import free_port
 
 pytestmark = pytest.mark.skipif(chromium_missing() is not None, reason=chromium_missing() or "")
 
-CONFIG = """
-[provider]
-path = "store"
-queues = 2
-
-[balancer]
-lease_length = "4s"
-renew_period = "1s"
-refresh_period = "500ms"
-
-[agent]
-shutdown_timeout = "1s"
-lateness_sample_every = 1
-
-[time]
-out_of_order = "0s"
-action = "drop"
-
-[worker]
-app = "tests.streams.cli.page_app:provider"
-name = "w1"
-status_interval = "1s"
-"""
+# test_status's store and policy, with this test's application, a status every second and
+# every event's lateness sampled (for the quantiles and the advice)
+CONFIG = STATUS_CONFIG.replace("status_app", "page_app").replace('"200ms"', '"1s"') + (
+    '\n[agent]\nshutdown_timeout = "1s"\nlateness_sample_every = 1\n'
+)
 
 READ_CELLS = "Object.fromEntries([...document.querySelectorAll('[data-k]')].map(e => [e.dataset.k, e.dataset.v]))"
-TYPE = "tests.streams.cli.page_app.InTimestampOrder"
+TYPE = "tests.streams.cli.status_app.InTimestampOrder"
 
 
 def expected_cells(status: dict[str, Any], advice: dict[str, Any]) -> dict[str, object]:
@@ -136,10 +119,9 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
                 and bool(s["dead_letters"])
             )
 
-        assert settled(poll_status(tmp_path, settled, timeout=30)), (tmp_path / "worker.log").read_text()
-        [stuck] = [
-            q["queue"] for q in json_of(headrace("status", "--json", cwd=tmp_path))["queues"] if q["agent"]["slowest"]
-        ]
+        status = poll_status(tmp_path, settled, timeout=60)
+        assert settled(status), (status, (tmp_path / "worker.log").read_text())
+        [stuck] = [q["queue"] for q in status["queues"] if q["agent"]["slowest"]]
 
         with Browser() as browser:
             browser.open(f"http://127.0.0.1:{port}/")
