@@ -457,6 +457,22 @@ class Catalog:
         here and of ``live`` ones (the queue's running activations)."""
         return self.fates.by_type((self._state_key(a)[0], a.processor.counters) for a in live)
 
+    def parked_by_type(self) -> dict[str, int]:
+        """Activations parked here (their state kept in memory until a stream's next event),
+        per consumer type name."""
+        parked: dict[str, int] = {}
+        for type_name, _ in self._saved:
+            parked[type_name] = parked.get(type_name, 0) + 1
+        return parked
+
+    def active_by_type(self, live: Iterable[EventTimeObserver]) -> dict[str, int]:
+        """The ``live`` event-time activations per consumer type name."""
+        active: dict[str, int] = {}
+        for activation in live:
+            type_name = self._state_key(activation)[0]
+            active[type_name] = active.get(type_name, 0) + 1
+        return active
+
     def observed_times(self, now: float) -> dict[str, ObservedTimes]:
         """Per consumer type, the lateness and disorder its events showed here over the hour
         up to ``now`` (arrival-clock seconds), sampled."""

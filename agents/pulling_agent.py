@@ -507,6 +507,12 @@ class PullingAgent:
         its activations, running or ended (``headrace status``)."""
         return self._catalog.fates_by_type(self.event_time_activations())
 
+    def activations_by_type(self) -> dict[str, tuple[int, int]]:
+        """Per consumer type, its event-time activations here: ``(active, parked)``."""
+        active = self._catalog.active_by_type(self.event_time_activations())
+        parked = self._catalog.parked_by_type()
+        return {name: (active.get(name, 0), parked.get(name, 0)) for name in sorted({*active, *parked})}
+
     def observed_times(self) -> dict[str, ObservedTimes]:
         """Per consumer type, the lateness and disorder of a sample of this queue's events
         over the hour up to the queue's processing clock (``headrace status``)."""

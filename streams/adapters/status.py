@@ -161,7 +161,9 @@ class QueueStatus:
     behind its checkpoint is (``checkpoint_lag = next_sequence - 1 - checkpoint``, the
     records written but not yet acknowledged by every consumer; ``lag_events``, the events
     in them, counted up to :data:`~streams.backends.embedded.status.LAG_EVENTS_COUNTED_RECORDS` records: ``lag_events_more``
-    says there are more; ``None``: not counted, on a Kafka topic of headrace's records)."""
+    says there are more; ``None``: not counted, on a Kafka topic of headrace's records;
+    ``lag_seconds``: how long ago the oldest record not acknowledged was written, 0 with
+    none, ``None`` where the backend does not tell)."""
 
     queue: int
     owner: str | None
@@ -175,6 +177,7 @@ class QueueStatus:
     agent: AgentStatus | None = None
     lag_events: int | None = 0
     lag_events_more: bool = False
+    lag_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,11 +190,15 @@ class DeadLetterCount:
 @dataclass(frozen=True, slots=True)
 class HandoffStatus:
     """A Spark handoff stream: the offset the next append takes, per partition, and the
-    rows still retained (not yet trimmed)."""
+    rows still retained (not yet trimmed). ``start_offsets``: the first offset retained per
+    partition; with ``trimOnCommit`` (the embedded store's default) a Spark query's commit
+    deletes the segments wholly below its offset, so that is the offset it has committed, to
+    a segment, and ``retained`` how far behind it is."""
 
     stream: str
     end_offsets: dict[int, int]
     retained: int
+    start_offsets: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +277,8 @@ class ClusterStatus:
         where none was sampled: JSON has no NaN)."""
         data = asdict(self)
         for item in data["handoff"]:
-            item["end_offsets"] = {str(p): o for p, o in item["end_offsets"].items()}
+            for offsets in ("end_offsets", "start_offsets"):
+                item[offsets] = {str(p): o for p, o in item[offsets].items()}
         rows = [(q["agent"], s.agent) for q, s in zip(data["queues"], self.queues)] + list(
             zip(data["agents"], self.agents)
         )

@@ -64,6 +64,7 @@ from streams.cli.common import (
     table,
     utc_text,
 )
+from streams.cli.worker import port_number
 from streams.core.errors import ConfigurationError
 from streams.eventtime.lateness import LARGEST, SHARES, ObservedTimes, Tolerances, advise, current
 from streams.runtime.backends import Backend
@@ -76,7 +77,10 @@ EXAMPLES = """examples:
   headrace status --path ./store --all        # also workers gone long ago
   headrace status --path ./store --json | jq '.queues[] | select(.checkpoint_lag > 1000)'
   headrace status --path ./store --advise     # tolerances advised from the last hour's events
+  headrace status --path ./store --serve      # the live status page at http://127.0.0.1:8765/
 """
+
+SERVE_PORT = 8765  # `status --serve`'s default port
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -97,6 +101,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="the out_of_order and late_arrival that would have kept 99%% and 99.9%% of the last hour's events unadjusted",
     )
+    page = parser.add_argument_group("the live status page")
+    page.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the status as a live page (read-only, refreshed every 2 s) until Ctrl-C",
+    )
+    page.add_argument(
+        "--port", type=port_number, default=SERVE_PORT, help=f"the page's port (default {SERVE_PORT}; 0: any free one)"
+    )
+    page.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address the page binds (default 127.0.0.1, this machine only; 0.0.0.0: every interface)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,6 +128,18 @@ def run(args: argparse.Namespace) -> int:
         config = load_cli_config(args)
         backend = config.provider().backend if in_cluster(config) else None
     timeout = config.balancer.suspicion_timeout
+    if args.serve:
+        if args.json or args.advise or args.all:
+            raise CliError("--serve shows everything on the page: leave out --json, --advise and --all")
+        from streams.cli.page import serve_page, store_options  # the page's modules only when served
+
+        where = store_options(args.path, args.config, args.app)
+        if backend is not None:
+            anyio.run(serve_page, backend, timeout, where, args.host, args.port)
+        else:
+            with contextlib.closing(existing_store(config)) as store:
+                anyio.run(serve_page, store, timeout, where, args.host, args.port)
+        return 0
     if backend is not None:
         try:
             status = anyio.run(partial(backend.read_status, suspicion_timeout=timeout, everyone=args.all))

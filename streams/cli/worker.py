@@ -55,11 +55,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
 from agents.gc_policy import POLICY as GC_POLICY
+from balancer.base import BalancerOptions
 from streams.adapters.status import StatusBoard
 from streams.cli import CliError
 from streams.core.errors import HeadraceError, StoreError, a_type, did_you_mean
@@ -67,9 +68,13 @@ from streams.observability import configure_logging, serve_metrics
 from streams.runtime.config import apply_options, load_config
 from streams.runtime.config_schema import CONFIG_ENV
 from streams.runtime.health import WorkerHealth
+from streams.runtime.history import StatusHistory
 from streams.runtime.logs import FORMATS, LEVELS, LogFormat
 from streams.runtime.provider import StreamProvider
 from streams.runtime.status import StatusReporter
+
+if TYPE_CHECKING:
+    from streams.cli.page import PageSource
 
 log = logging.getLogger("headrace.worker")
 
@@ -108,7 +113,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "default text when stderr is a terminal, else logfmt",
     )
     parser.add_argument(
-        "--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics on PORT (0: any free one)"
+        "--metrics-port", type=port_number, metavar="PORT", help="serve Prometheus metrics on PORT (0: any free one)"
     )
     parser.add_argument(
         "--metrics-host",
@@ -123,7 +128,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--metrics-keyfile", metavar="PEM", help="the key of --metrics-certfile")
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     """A TCP port from the command line, checked before anything starts."""
     if not text.isdigit() or not 0 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"a TCP port number is 0 to 65535, not {text!r}")
@@ -249,10 +254,31 @@ async def serve(
     start-up lines (:mod:`streams.cli.worker`); ``on_running`` is called once it has
     joined."""
     health = WorkerHealth()  # /livez and /readyz beside the metrics (streams.runtime.health)
-    with contextlib.ExitStack() as metrics:
+    history = StatusHistory()  # the status page's plots: the last hour, sampled
+    async with contextlib.AsyncExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
-            metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host, health, metrics_tls))
-        await _run(provider, status_interval, app, on_running, health)
+            page = _page_source(provider, history, app)
+            metrics.push_async_callback(page.close)
+            server = metrics.enter_context(
+                serve_metrics(provider, metrics_port, metrics_host, health, metrics_tls, page.serve)
+            )
+            shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host
+            scheme = "http" if metrics_tls is None else "https"
+            log.info("%s: status page at %s://%s:%d/", provider.worker_name, scheme, shown, server.port)
+        await _run(provider, status_interval, app, on_running, health, history if metrics_port is not None else None)
+
+
+def _page_source(provider: StreamProvider, history: StatusHistory, app: str | None) -> PageSource:
+    """What the worker's status page shows: its store's or cluster's status, as
+    ``headrace status`` reads it, and its own history (on memory queues, that nothing
+    can be read: no status is published there)."""
+    from streams.cli.page import PageSource, store_options  # status reads the CLI's common options: import here
+
+    options = provider.balancer_options or BalancerOptions()
+    path = None if provider.store is None else str(provider.store.path)
+    config = None if path else os.environ.get(CONFIG_ENV)
+    where = store_options(path, config, None if path or config else app)
+    return PageSource(provider.backend, options.suspicion_timeout, where, history, provider.worker_name)
 
 
 async def _run(
@@ -261,6 +287,7 @@ async def _run(
     app: str | None,
     on_running: Callable[[], object] | None,
     health: WorkerHealth,
+    history: StatusHistory | None = None,
 ) -> None:
     async with anyio.create_task_group() as tg:
         leave = anyio.Event()
@@ -272,6 +299,8 @@ async def _run(
                 board = status_board(provider)
                 if board is not None:
                     await reporting.start(StatusReporter(provider, board, status_interval).run)
+                if history is not None:
+                    reporting.start_soon(history.run, provider)
                 queues = sorted(agent.queue.number for agent in provider.agents)
                 print(
                     f"headrace worker {provider.worker_name}: running, reading queues {queues} "

@@ -11,7 +11,8 @@
   SIGTERM), a queue failed (its agent stopped: ``headrace status`` says why), or a queue's
   store unreachable (its reads are being retried).
 
-Every other path answers the Prometheus metrics (``/metrics``), as before.
+``/metrics`` answers the Prometheus metrics, ``/`` the status page
+(:mod:`streams.runtime.page`), every other path 404.
 
 >>> health = WorkerHealth()
 >>> health.readiness_text(None)   # before the worker joined
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio.from_thread
@@ -137,24 +138,3 @@ def _on_loop(token: anyio.lowlevel.EventLoopToken, fn: Callable[[], T], timeout:
     if not done.wait(timeout) or not result:
         return None
     return result[0]
-
-
-def health_app(
-    health: WorkerHealth, metrics: Callable[[dict[str, object], Callable[..., object]], Iterable[bytes]]
-) -> Callable[[dict[str, object], Callable[..., object]], Iterable[bytes]]:
-    """A WSGI application answering :data:`LIVE_PATH` and :data:`READY_PATH` from
-    ``health``, and every other path with ``metrics`` (Prometheus' application)."""
-
-    def app(environ: dict[str, object], start_response: Callable[..., object]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO")
-        if path not in (LIVE_PATH, READY_PATH):
-            return metrics(environ, start_response)
-        ok, text = health.live() if path == LIVE_PATH else health.ready()
-        body = (text + "\n").encode()
-        start_response(
-            "200 OK" if ok else "503 Service Unavailable",
-            [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
-        )
-        return [body]
-
-    return app

@@ -45,7 +45,8 @@ from prometheus_client.registry import Collector
 from agents.counters import HistogramSnapshot
 from streams.core.errors import ConfigurationError, HeadraceError
 from streams.eventtime.lateness import SHOWN
-from streams.runtime.health import WorkerHealth, health_app
+from streams.runtime.health import WorkerHealth
+from streams.runtime.page import StatusDocument, page_app
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot
 
@@ -260,24 +261,24 @@ def serve_metrics(
     host: str = "127.0.0.1",
     health: WorkerHealth | None = None,
     tls: tuple[str, str] | None = None,
+    status: StatusDocument | None = None,
 ) -> MetricsServer:
     """Serve ``provider``'s worker metrics at ``http://host:port/metrics`` (``port=0``: a free
-    one, see ``.port``), and with ``health`` its probes at ``/livez`` and ``/readyz``
-    (:mod:`streams.runtime.health`). Call it on the provider's event loop. Loopback by
-    default: expose the endpoint beyond the machine deliberately, with ``host``. With
-    ``tls`` (a PEM certificate file and its key's file) it serves HTTPS only."""
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-        raise ConfigurationError(f"a metrics port is an int from 0 to 65535, not {port!r}")
+    one, see ``.port``), with ``health`` its probes at ``/livez`` and ``/readyz``
+    (:mod:`streams.runtime.health`), and with ``status`` the status page at ``/`` and
+    ``status()`` at ``/status.json`` (:mod:`streams.runtime.page`); other paths answer 404.
+    Call it on the provider's event loop. Loopback by default: expose the endpoint beyond
+    the machine deliberately, with ``host``. With ``tls`` (a PEM certificate file and its
+    key's file) it serves HTTPS only."""
+    _check_port(port)
     context = None if tls is None else server_tls(*tls)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HeadraceCollector(provider))
     ProcessCollector(registry=registry)  # the usual process_* metrics: CPU, memory, file descriptors
-    app = make_wsgi_app(registry)
     if health is not None:
         health.attach(provider)
-        app = health_app(health, app)
     try:
-        server, thread = _start_server(host, port, app, context)
+        server, thread = _start_server(host, port, page_app(status, make_wsgi_app(registry), health), context)
     except OSError as exc:
         raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
     log.info("metrics at %s://%s:%d/metrics", "http" if context is None else "https", host, server.server_port)
@@ -301,6 +302,22 @@ def server_tls(certfile: str, keyfile: str) -> ssl.SSLContext:
             f"cannot serve TLS with metrics_certfile {certfile!r} and metrics_keyfile {keyfile!r}: {reason or exc}"
         ) from None
     return context
+
+
+def serve_status_page(status: StatusDocument, port: int, host: str = "127.0.0.1") -> MetricsServer:
+    """The status page alone, of ``status()`` (``headrace status --serve``): no metrics, no
+    probes; otherwise as :func:`serve_metrics`."""
+    _check_port(port)
+    try:
+        server, thread = _start_server(host, port, page_app(status))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot serve the status page on {host}:{port}: {exc.strerror or exc}") from None
+    return MetricsServer(CollectorRegistry(auto_describe=False), server, thread)
+
+
+def _check_port(port: object) -> None:
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigurationError(f"a metrics port is an int from 0 to 65535, not {port!r}")
 
 
 class _Quiet(WSGIRequestHandler):

@@ -155,7 +155,8 @@ class QueueSnapshot:
     events_read: int = 0
     events_delivered: int = 0
     slowest: tuple[CursorLag, ...] = ()
-    fates: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # per consumer type: fates_of
+    # per consumer type: fates_of, and its activations here (active, parked)
+    fates: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     failed: str | None = None  # why the queue cannot be read on (its agent stopped); None: reading
     # per consumer type: lateness and disorder sampled over the last hour (streams.eventtime.lateness)
     observed: Mapping[str, ObservedTimes] = field(default_factory=dict)
@@ -166,8 +167,8 @@ def fates_of(counters: Mapping[str, int]) -> dict[str, int]:
     event seen, and how many were adjusted, dropped by the ordering policy, and dead-lettered
     by the core (no usable timestamp or value, every window closed).
 
-    >>> fates_of({**Counters(events=9, adjusted=2, early_arrival=1, invalid_timestamp=1).as_dict()})
-    {'events': 9, 'adjusted': 2, 'dropped': 1, 'dead_lettered': 1}
+    >>> fates_of({**Counters(events=9, adjusted=2, early_arrival=1, invalid_timestamp=1, windows_emitted=3).as_dict()})
+    {'events': 9, 'adjusted': 2, 'dropped': 1, 'dead_lettered': 1, 'windows_emitted': 3}
     """
     totals = EventTimeTotals(counters={**Counters().as_dict(), **counters})
     return {
@@ -175,6 +176,7 @@ def fates_of(counters: Mapping[str, int]) -> dict[str, int]:
         "adjusted": totals.counters["adjusted"],
         "dropped": totals.dropped,
         "dead_lettered": totals.refused,
+        "windows_emitted": totals.counters["windows_emitted"],
     }
 
 
@@ -223,10 +225,20 @@ def _queue(agent: PullingAgent) -> QueueSnapshot:
         events_read=agent.read_events,
         events_delivered=sum(c.delivered_events for c in consumers),
         slowest=slowest_cursors(agent.last_read_sequence, consumers),
-        fates={name: fates_of(counters) for name, counters in agent.fates_by_type().items()},
+        fates=_fates(agent),
         failed=agent.failure,
         observed=agent.observed_times(),
     )
+
+
+def _fates(agent: PullingAgent) -> dict[str, dict[str, int]]:
+    """Per consumer type: its events' fates, windows emitted, and its activations here,
+    ``active`` and ``parked`` (state kept, no stream running)."""
+    fates = {name: fates_of(counters) for name, counters in agent.fates_by_type().items()}
+    for name, (active, parked) in agent.activations_by_type().items():
+        fates.setdefault(name, fates_of({}))
+        fates[name].update(active=active, parked=parked)
+    return fates
 
 
 def slowest_cursors(

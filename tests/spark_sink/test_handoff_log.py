@@ -278,3 +278,20 @@ def test_split_ranges_cover_each_range_once(start, extra, max_rows) -> None:
         mine = [r for r in ranges if r.partition == p]
         covered = [o for r in mine for o in range(r.start, r.end)]
         assert covered == list(range(start.get(p, 0), end[p]))
+
+
+def test_status_shows_each_partitions_offsets_appended_and_committed(handoff: Handoff) -> None:
+    from streams.backends.embedded.status import read_status
+
+    for partition, n in [(0, 3), (0, 4), (1, 3)]:  # segments [0, 3) and [3, 7) of partition 0
+        with handoff.store.transaction() as conn:
+            handoff.writer.append(conn, partition, rows(n))
+    handoff.writer.trim(0, 5)  # what a Spark query's commit at offset 5 does with trimOnCommit
+    [status] = read_status(handoff.store, suspicion_timeout=2.0).handoff
+    # The segment wholly below 5 is gone: the first offset kept is Spark's commit, to a segment.
+    assert (status.stream, status.end_offsets, status.start_offsets, status.retained) == (
+        STREAM,
+        {0: 7, 1: 3},
+        {0: 3, 1: 0},
+        7,
+    )

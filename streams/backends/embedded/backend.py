@@ -5,6 +5,7 @@ balance its queues by leases. :class:`LocalStore` is such a store beside queues 
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -157,7 +158,10 @@ class LocalStore:
         return EmbeddedStatusBoard(self.store)
 
     async def read_status(self, *, suspicion_timeout: float, everyone: bool = False) -> ClusterStatus:
-        return read_status(self.store, suspicion_timeout=suspicion_timeout, everyone=everyone)
+        # In a worker thread: it counts the events of up to a queue's lag, and a worker's
+        # status page reads it every few seconds while the worker runs on this loop.
+        read = partial(read_status, self.store, suspicion_timeout=suspicion_timeout, everyone=everyone)
+        return await anyio.to_thread.run_sync(read)
 
     async def saved_states(self) -> list[SavedStateRow]:
         return await self.store.read(every_state)

@@ -153,6 +153,11 @@ class EmbeddedDeadLetterStore:
         params.append(limit)
         return await self._store.read(partial(self._select, sql, params))
 
+    async def latest(self, limit: int) -> builtins.list[StoredDeadLetter]:
+        """The ``limit`` newest dead letters, newest first."""
+        sql = f"SELECT {_COLUMNS} FROM deadletters ORDER BY id DESC LIMIT ?"
+        return await self._store.read(partial(self._select, sql, [limit]))
+
     async def get(self, letter_id: int) -> StoredDeadLetter | None:
         found = await self._store.read(
             partial(self._select, f"SELECT {_COLUMNS} FROM deadletters WHERE id = ?", [letter_id])

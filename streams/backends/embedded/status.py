@@ -116,7 +116,7 @@ def read_status(
         count = recorded_queue_count(conn)
         leases = _leases(conn, at) if "lease_queues" in tables else {}
         agents = read_agent_statuses(conn, at)
-        queues = [_queue(conn, q, leases.get(q), agents) for q in range(count or 0)]
+        queues = [_queue(conn, q, leases.get(q), agents, at) for q in range(count or 0)]
         members = _members(conn) if "membership_workers" in tables else []
         letters = _dead_letters(conn) if "deadletters" in tables else []
     owned: dict[str, list[int]] = {}
@@ -179,6 +179,7 @@ def _queue(
     number: int,
     lease: tuple[str | None, int, float | None] | None,
     agents: list[AgentStatus],
+    now: float,
 ) -> QueueStatus:
     positions = queue_positions(QueueId(number), conn)
     owner, epoch, expires = lease if lease is not None else (None, None, None)
@@ -186,7 +187,7 @@ def _queue(
     reports = sorted((a for a in agents if a.queue == number), key=lambda a: (a.worker == owner, a.updated))
     agent = reports[-1] if reports else None
     checkpoint = positions.checkpoint
-    lag_events, more = _events_after(conn, number, -1 if checkpoint is None else checkpoint)
+    lag_events, more, oldest = _events_after(conn, number, -1 if checkpoint is None else checkpoint)
     return QueueStatus(
         queue=number,
         owner=owner,
@@ -200,25 +201,27 @@ def _queue(
         agent=agent,
         lag_events=lag_events,
         lag_events_more=more,
+        lag_seconds=0.0 if oldest is None else max(0.0, now - oldest),
     )
 
 
-def _events_after(conn: sqlite3.Connection, queue: int, checkpoint: int) -> tuple[int, bool]:
-    """The events in ``queue``'s data records after ``checkpoint`` (headers only), and
-    whether there were more records than :data:`LAG_EVENTS_COUNTED_RECORDS` to count."""
+def _events_after(conn: sqlite3.Connection, queue: int, checkpoint: int) -> tuple[int, bool, float | None]:
+    """The events in ``queue``'s data records after ``checkpoint`` (headers only), whether
+    there were more records than :data:`LAG_EVENTS_COUNTED_RECORDS` to count, and when the
+    oldest of those records was written (None: there is none)."""
     rows = conn.execute(
-        "SELECT payload FROM queue_records WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?",
+        "SELECT payload, enqueued FROM queue_records WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?",
         (queue, checkpoint, LAG_EVENTS_COUNTED_RECORDS + 1),
     ).fetchall()
     events = 0
-    for (payload,) in rows[:LAG_EVENTS_COUNTED_RECORDS]:
+    for payload, _ in rows[:LAG_EVENTS_COUNTED_RECORDS]:
         try:
             container = BatchContainer.decode(payload)
         except DecodeError:
             continue  # not a batch container: no events (the agent dead-letters it)
         if container.kind is BatchKind.DATA:
             events += container.count
-    return events, len(rows) > LAG_EVENTS_COUNTED_RECORDS
+    return events, len(rows) > LAG_EVENTS_COUNTED_RECORDS, rows[0][1] if rows else None
 
 
 def _members(conn: sqlite3.Connection) -> list[MemberRecord]:
@@ -241,5 +244,5 @@ def _handoff(store: EmbeddedStore) -> list[HandoffStatus]:
     for stream in sorted(log.streams()):
         ends, starts = log.end_offsets(stream), log.start_offsets(stream)
         retained = sum(end - starts.get(p, 0) for p, end in ends.items())
-        result.append(HandoffStatus(stream, ends, retained))
+        result.append(HandoffStatus(stream, ends, retained, {p: starts.get(p, 0) for p in ends}))
     return result

@@ -166,6 +166,12 @@ class KafkaDeadLetterStore:
                 break
         return found
 
+    async def latest(self, limit: int) -> builtins.list[StoredDeadLetter]:
+        """The ``limit`` newest dead letters, newest first."""
+        await self.refresh()
+        newest = sorted(self._letters)[-limit:] if limit > 0 else []
+        return [self._letters[letter_id] for letter_id in reversed(newest)]
+
     async def get(self, letter_id: int) -> StoredDeadLetter | None:
         await self.refresh()
         return self._letters.get(letter_id)

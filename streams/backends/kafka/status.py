@@ -298,5 +298,6 @@ async def _handoff(settings: KafkaSettings) -> list[HandoffStatus]:
         result = []
         for stream in sorted(await log.streams()):
             starts, ends = await log.offsets(stream)
-            result.append(HandoffStatus(stream, ends, sum(end - starts.get(p, 0) for p, end in ends.items())))
+            retained = sum(end - starts.get(p, 0) for p, end in ends.items())
+            result.append(HandoffStatus(stream, ends, retained, {p: starts.get(p, 0) for p in ends}))
         return result

@@ -100,7 +100,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_false",
         help="read the windows from the handoff log instead of a Spark query (no Java needed)",
     )
-    add("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1:PORT")
+    add(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve the status page and Prometheus metrics on 127.0.0.1:PORT (default: a free port, printed)",
+    )
     add("--log-format", choices=("text", "json"), default="text", help="log lines on stderr (default text)")
 
 

@@ -46,20 +46,26 @@ import anyio.from_thread
 import anyio.lowlevel
 from rich.console import Console
 
+from balancer.base import BalancerOptions
 from spark_sink import Handoff
 from streams.cli.common import plural
 from streams.cli.demo.report import Ledger, Published, StatusLine
 from streams.cli.demo.settings import DemoSettings
 from streams.cli.demo.windows import HANDOFF, BatchPrinter, HandoffTail, SparkWindows, WindowReader
 from streams.cli.demo.windows import handed_off as windows_handed_off
+from streams.cli.page import PageSource
 from streams.core.clock import wall_time
 from streams.core.errors import HeadraceError
 from streams.core.ids import StreamId
 from streams.eventtime import Action, Combined, Count, EventTime, OrderingPolicy, Sum, Tumbling
 from streams.observability import configure_logging, dead_letter_counts, serve_metrics, take_snapshot
+from streams.runtime.history import StatusHistory
 from streams.runtime.provider import StreamProvider
+from streams.runtime.status import StatusReporter
 
 log = logging.getLogger("headrace.demo")
+
+PAGE_SAMPLE_EVERY = 2.0  # seconds between the status page's plot samples: a short run still draws lines
 
 
 class DemoError(HeadraceError):
@@ -143,11 +149,22 @@ class DemoPipeline:
         s, provider = self.settings, self.provider
         async with provider, contextlib.AsyncExitStack() as stack:
             self._worker_started.set()
-            if s.metrics_port is not None:
-                server = stack.enter_context(serve_metrics(provider, s.metrics_port))
-                self.console.print(f"  metrics: http://127.0.0.1:{server.port}/metrics", highlight=False)
+            # The status page (and the metrics) while the demo runs: a free port unless one is given.
+            history = StatusHistory(every=PAGE_SAMPLE_EVERY)
+            timeout = BalancerOptions().suspicion_timeout
+            page = PageSource(provider.backend, timeout, f"--path {self.store}", history, provider.worker_name)
+            stack.push_async_callback(page.close)
+            server = stack.enter_context(serve_metrics(provider, s.metrics_port or 0, status=page.serve))
+            self.console.print(
+                f"  status page: http://127.0.0.1:{server.port}/ (live while the demo runs; metrics at /metrics)",
+                highlight=False,
+            )
             status = StatusLine(self.console, provider, self.traffic.published, self.reader.received, s.duration)
             async with anyio.create_task_group() as tg:
+                board = provider.backend.status_board()
+                if board is not None:  # what `headrace status` and the page read
+                    await tg.start(StatusReporter(provider, board, PAGE_SAMPLE_EVERY / 2).run)
+                tg.start_soon(history.run, provider)
                 tg.start_soon(status.run)
                 await self.traffic.run(provider, s.duration, s.corrupt_records)
                 await self.traffic.complete(provider)

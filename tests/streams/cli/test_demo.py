@@ -52,6 +52,7 @@ def assert_reconciled(result: subprocess.CompletedProcess[str], reader: str) -> 
 def test_demo_with_spark_reconciles():
     result = headrace("demo", *SHORT, timeout=300)
     figures = assert_reconciled(result, "Spark")
+    assert re.search(r"^  status page: http://127\.0\.0\.1:\d+/ \(live while the demo runs", result.stdout, re.M)
     assert re.search(r"^spark batch +\d+ window \d\d:\d\d:\d\d–\d\d:\d\d:\d\d: ", result.stdout, re.M)
     assert figures["adjusted"] > 0  # late and out-of-order reports were moved into windows
 
@@ -62,6 +63,8 @@ def test_demo_on_kafka_reconciles(kafka_broker):
         "demo", *SHORT, "--kafka", kafka_broker, "--kafka-option", "idempotent=false", "--no-spark", timeout=180
     )
     assert f"queues on Kafka at {kafka_broker}" in result.stdout
+    # The status page's address, printed while it runs
+    assert re.search(r"^  status page: http://127\.0\.0\.1:\d+/ \(live while the demo runs", result.stdout, re.M)
     assert_reconciled(result, "the handoff reader")
     assert re.search(r"^handoff batch +\d+ window ", result.stdout, re.M)
 

@@ -161,6 +161,9 @@ async def test_a_record_not_a_letter_is_skipped_and_a_topic_of_several_partition
         await letters.log.append([LogRecord(None, b"{}")])
         await letters.add([DeadLetter("undecodable", queue=1, sequence_number=6, payload=b"!")])
         assert [(s.letter_id, s.letter.sequence_number) for s in await letters.entries()] == [(1, 5), (4, 6)]
+        # The newest first, for the status page
+        assert [s.letter_id for s in await letters.latest(5)] == [4, 1]
+        assert [s.letter_id for s in await letters.latest(1)] == [4] and await letters.latest(0) == []
     finally:
         await letters.close()
 
