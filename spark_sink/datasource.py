@@ -191,7 +191,8 @@ def register(spark: SparkSession) -> None:
 
     On a local Spark (``local[...]``) with no ``PYSPARK_PYTHON`` set, the source's Python
     workers run this interpreter, the one that imported headrace (see
-    :func:`workers_run_this_python`).
+    :func:`workers_run_this_python`). On a Spark Connect session it registers the source with
+    the server, for that session; the server's Python workers must have headrace.
 
     Example: ``spark_sink.register(spark); spark.read.format("headrace")...``
     """

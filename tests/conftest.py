@@ -11,7 +11,7 @@ import pytest
 
 pytest_plugins = ["tests.kafka_fixtures"]
 
-_MARKED_BY = {"spark": "spark", "kafka_broker": "kafka"}
+_MARKED_BY = {"spark": "spark", "spark_connect": "spark", "kafka_broker": "kafka"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -18,14 +18,9 @@ import sys
 from pyspark.sql import SparkSession
 
 from tests.helpers import wait_until
-from tests.spark_sink.handoff_testkit import collect_windows, spark_session
+from tests.spark_sink.handoff_testkit import QUICK_JVMS, collect_windows, spark_session
 
 EXECUTORS = 2
-# Short-lived JVMs: C1 compiles enough for a few small jobs and starts them at about half the
-# CPU (measured 51-56 s against 97-153 s to a first job, on a loaded 2-core machine).
-QUICK_JVMS = {
-    f"spark.{side}.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" for side in ("driver", "executor")
-}
 ROWS_PER_BATCH = 300  # two micro-batches of the ~500 rows: offsets carried from one to the next
 
 

@@ -1,6 +1,6 @@
 """Fixtures of the Spark handoff tests: one Spark session for the whole run (a session
-costs ~10 s to start), raw events, and the same windows as Spark computes them from the raw
-events."""
+costs ~10 s to start), one Spark Connect server for the tests that read through it, raw
+events, and the same windows as Spark computes them from the raw events."""
 
 from __future__ import annotations
 
@@ -14,18 +14,16 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_sink import Handoff as HandoffDeclaration
-from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
-from streams.backends.embedded.store import EmbeddedStore
+from tests.spark_sink.connect_server import start_connect_server
 from tests.spark_sink.handoff_testkit import (
     BASE,
-    STREAM,
     WINDOW_SECONDS,
     Handoff,
     KafkaHandoff,
     RawEvent,
     WindowRow,
     collect_windows,
+    open_handoff,
     spark_session,
 )
 
@@ -38,6 +36,15 @@ def spark() -> Iterator[SparkSession]:
     session = spark_session("local[2]", "headrace-spark-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The ``sc://`` address of a local Spark Connect server (its own JVM, beside the suite's
+    session) whose Python workers run this interpreter; stopped at the end of the run."""
+    server = start_connect_server(tmp_path_factory.mktemp("spark-connect"))
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -67,11 +74,9 @@ def expected(spark: SparkSession, events: list[RawEvent]) -> list[WindowRow]:
 
 
 def _handoff(path: Path, **log_options: int) -> Iterator[Handoff]:
-    store = EmbeddedStore(path)
-    log = HandoffLog(store, **log_options)
-    schema = HandoffDeclaration(STREAM, {"count": "bigint", "total": "double"}).schema()  # the runtime's columns
-    yield Handoff(path, store, log, HandoffWriter(log, STREAM, schema))
-    store.close()
+    handoff = open_handoff(path, **log_options)
+    yield handoff
+    handoff.store.close()
 
 
 @pytest.fixture
