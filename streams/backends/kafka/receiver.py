@@ -11,7 +11,8 @@ import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
 
-from streams.backends.kafka.clients import is_transient, log, offset_bounds, permanent_fix, retry_kafka, start_client
+from streams.backends.kafka.clients import is_transient, log, permanent_fix, retry_kafka, start_client
+from streams.backends.kafka.ends import ends_at, fetched_end, offset_bounds
 from streams.backends.kafka.fetched import BatchTaker, Fetched
 from streams.backends.kafka.records import ContainerRecords, GroupedRecords, RecordReader
 from streams.backends.kafka.settings import KafkaSettings
@@ -92,12 +93,12 @@ class KafkaQueueReceiver:
     async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
         """Seek ``tp`` to where reading resumes, and note its committed offset."""
         committed = await self._retry(lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset")
-        first, end = await self._bounds(consumer, tp)
+        first, reported = await self._retry(lambda: _listed_bounds(consumer, tp), f"reading the bounds of {self.queue}")
         if committed is None:
             # The re-keying hop's topic holds only what this group's readers sent on:
             # all of it is to be read, whatever ``start`` says of the source.
             hop = tp.topic == self.settings.repartition_topic
-            position = first if self.settings.start == "earliest" or hop else end
+            position = first if self.settings.start == "earliest" or hop else (await self._bounds(consumer, tp))[1]
         elif committed < first:
             log.warning(
                 "%s: committed offset %d is older than the oldest retained record %d; records "
@@ -109,7 +110,8 @@ class KafkaQueueReceiver:
                 first - 1,
             )
             position = first
-        elif committed > end:
+        elif committed > reported and not await self._reaches(consumer, tp, committed):
+            end = (await self._bounds(consumer, tp))[1]
             log.warning(
                 "%s: committed offset %d is past the end of the partition (%d): the topic was "
                 "recreated? reading from the oldest retained record %d",
@@ -125,6 +127,13 @@ class KafkaQueueReceiver:
         if committed is not None:
             self._committed[tp] = self._acknowledged[tp] = committed
         return position
+
+    async def _reaches(self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> bool:
+        """Whether ``offset`` is within ``tp`` (at most its end), as a fetch there answers:
+        a broker's listed end can be short of the records (:mod:`~streams.backends.kafka.ends`)."""
+        timeout = self.settings.request_timeout
+        ends = await self._retry(lambda: ends_at(consumer, {tp: offset}, timeout), f"reading {self.queue}")
+        return ends[tp] is not None
 
     async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
         self.caught_up = False  # until a read shows it (an outage, a failure: not known)
@@ -192,7 +201,7 @@ class KafkaQueueReceiver:
         """Whether the read position is at every partition's high-water mark as the last
         fetch answers gave it (``unknown``: what a partition with no answer yet counts as)."""
         for tp in self._partitions:
-            highwater = consumer.highwater(tp)
+            highwater = fetched_end(consumer, tp)
             if highwater is None:
                 if not unknown:
                     return False
@@ -385,8 +394,8 @@ class KafkaQueueReceiver:
 
     async def _bounds(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
         """The oldest retained offset of ``tp`` and the offset its next record will get."""
-
-        return await self._retry(lambda: offset_bounds(consumer, tp), f"reading the bounds of {self.queue}")
+        timeout = self.settings.request_timeout
+        return await self._retry(lambda: offset_bounds(consumer, tp, timeout), f"reading the bounds of {self.queue}")
 
     def _require_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
@@ -398,3 +407,11 @@ class KafkaQueueReceiver:
             return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
         except KafkaError as exc:  # retry_kafka lets through only what retrying cannot fix
             raise await self._failed(exc, f"{what} failed for") from exc
+
+
+async def _listed_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
+    """The oldest retained offset of ``tp`` and its end as the broker lists it (which may be
+    short of the records: a committed offset past it is checked by a fetch)."""
+    first = await consumer.beginning_offsets([tp])
+    end = await consumer.end_offsets([tp])
+    return first[tp], end[tp]
