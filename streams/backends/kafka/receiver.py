@@ -19,7 +19,7 @@ from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError, QueueFailedError
 from streams.core.ids import QueueId, SequenceToken
-from streams.core.retry import Backoff, OutageLog, reason_of
+from streams.core.retry import OutageLog, PacedRetry, reason_of
 
 T = TypeVar("T")
 # A record batch that cannot be unpacked: what came before it in the same fetch is lost too.
@@ -71,7 +71,7 @@ class KafkaQueueReceiver:
         self._committed: dict[TopicPartition, int] = {}
         self._last_commit = float("-inf")
         self._waiting_since: float | None = None  # wall-clock ms: an empty read began waiting
-        self._backoff = Backoff()
+        self._retries = PacedRetry(outage)  # reads that fail are retried by the agent's next call
         self.caught_up = False
         self._topics_checked = time.monotonic()  # when a deleted topic was last looked for
         self._narrowing = 0  # records still to read one at a time (up to an unreadable batch)
@@ -166,7 +166,7 @@ class KafkaQueueReceiver:
                     return []
                 if not is_transient(exc):
                     raise await self._failed(exc) from exc
-                await self._back_off(reason_of(exc), since=began)
+                await self._retries.failed(reason_of(exc), since=began)
                 return []
             if batch:
                 self._answered()
@@ -188,7 +188,7 @@ class KafkaQueueReceiver:
                 self._waiting_since = time.time() * 1000  # more to come: wait for it
             elif silent >= self.settings.outage_after:
                 reason = f"no fetch answer for {self.queue} in {silent:.1f} s"
-                await self._back_off(reason, since=time.monotonic() - silent)
+                await self._retries.failed(reason, since=time.monotonic() - silent)
                 return []
         return []  # answers keep coming, records not yet: the agent asks again
 
@@ -246,13 +246,7 @@ class KafkaQueueReceiver:
     def _answered(self) -> None:
         """A fetch answered: the broker is reachable."""
         self._waiting_since = None
-        self._backoff.reset()
-        self.outage.recovered()
-
-    async def _back_off(self, reason: str, since: float) -> None:
-        """The broker did not answer: report it, and wait before the agent asks again."""
-        self.outage.failed(reason, since=since)
-        await anyio.sleep(self._backoff.next())
+        self._retries.succeeded()
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
