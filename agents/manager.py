@@ -116,7 +116,12 @@ class AgentManager:
         assert self._tg is not None, "the agent manager is not started"
         if queue in self._agents:
             return self._agents[queue]
-        agent = PullingAgent(queue, self.adapter.create_receiver(queue), self._cache_factory(queue), self.context)
+        agent = PullingAgent(
+            queue,
+            self.adapter.create_receiver(queue, self.context.options.max_event_size),
+            self._cache_factory(queue),
+            self.context,
+        )
         self._agents[queue] = agent
         await self._tg.start(agent.run)
         log.info("%s: agent started", queue)

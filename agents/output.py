@@ -75,7 +75,7 @@ import anyio
 
 from spark_sink.protocols import HandoffSink  # the one interface of a handoff sink, owned by the log's side
 from streams.core.batch import BatchContainer, Event, EventBatch, QueueMessage
-from streams.core.deadletters import DeadLetter, DeadLetterStore, event_position
+from streams.core.deadletters import LETTER_PREFIX, DeadLetter, DeadLetterStore, event_position
 from streams.core.errors import ActivationError, DecodeError, DeliveryTimeoutError, HandoffRefusedError, user_error
 from streams.core.ids import SequenceToken
 from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
@@ -129,15 +129,17 @@ def failed_letters(
 
 
 def undecodable_letter(message: QueueMessage, error: BaseException, stream: str | None = None) -> DeadLetter:
-    """The raw record whose batch (or, with ``stream``, whose values) does not decode."""
+    """The raw record whose batch (or, with ``stream``, whose values) does not decode, or
+    that is too large to (``too_large``: its first bytes only)."""
     offset = error.offset if isinstance(error, DecodeError) else None
+    reason = error.reason if isinstance(error, DecodeError) else "undecodable"
     return DeadLetter(
-        "undecodable",
+        reason,
         stream=stream,
         queue=message.queue.number,
         # a foreign record's offset (the same on every read), else the message's position
         sequence_number=message.sequence_number if offset is None else offset,
-        payload=message.payload,
+        payload=message.payload[:LETTER_PREFIX] if reason == "too_large" else message.payload,
         detail=str(error),
     )
 

@@ -23,7 +23,7 @@ import logging
 import math
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import Token
 from typing import Any, ParamSpec, TypeVar, TypeVarTuple
@@ -48,7 +48,7 @@ from streams.adapters.protocols import ForwardingReceiver, QueueAdapterReceiver,
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.codec import interned
 from streams.core.deadletters import DeadLetter
-from streams.core.errors import DecodeError, QueueFailedError
+from streams.core.errors import DecodeError, QueueFailedError, RecordTooLargeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
 from streams.core.record_batch import gathered
@@ -109,6 +109,7 @@ class ReceiverCalls:
         return self._outage.ongoing
 
 
+_REFUSED = {"undecodable": "do not decode", "too_large": "are over max_event_size"}  # why, in the log line
 _ADD_SLICE = 64  # messages decoded, cached and delivered at a time (see _add)
 # Consumer tasks waiting to run at which a read lets them (see _add). Not at every slice:
 # that made reads of a few hundred streams slower (measured 4-8 % per event at 1,000
@@ -361,7 +362,7 @@ class PullingAgent:
             # each event keeps its record's token. Not where activations of several streams
             # take their batches in queue order, which a replay, read from elsewhere and so
             # gathered otherwise, must see again.
-            messages = gathered(messages, self._ticks.records_clock)
+            messages = gathered(messages, self._ticks.records_clock, self.context.options.max_event_size)
         # Slice by slice: consumers that take batches inline have passed a slice (and so
         # dropped its decoded values) before the next is decoded. The values then die young,
         # cheap for the garbage collector, instead of a whole read's worth of them surviving
@@ -379,8 +380,11 @@ class PullingAgent:
     async def _add_slice(self, messages: Sequence[QueueMessage]) -> None:
         decoded: list[tuple[QueueMessage, BatchContainer]] = []
         letters: list[DeadLetter] = []
+        limit = self.context.options.max_event_size
         for message in messages:
             try:
+                if len(message.payload) > limit:  # never decoded: its events could be far larger
+                    raise RecordTooLargeError(f"{len(message.payload):,} bytes, over max_event_size ({limit:,} bytes)")
                 decoded.append((message, message.container()))
             except DecodeError as exc:
                 letters.append(undecodable_letter(message, exc))
@@ -397,7 +401,12 @@ class PullingAgent:
         ticks.records_clock = clock
         self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         if letters:
-            log.warning("%s: %d record(s) do not decode; dead-lettered", self.queue, len(letters))
+            reasons = Counter(letter.reason for letter in letters)
+            log.warning(
+                "%s: %s; dead-lettered",
+                self.queue,
+                ", ".join(f"{n} record(s) {_REFUSED[reason]}" for reason, n in sorted(reasons.items())),
+            )
             await self.context.dead_letters.add(letters)
         streams = self._streams
         for sid in {c.stream_id for _, c in decoded}:

@@ -104,7 +104,7 @@ async def run(records: int, queues: int, rounds: int, rtts: list[float]) -> None
     with AdvertisedBroker(proxy_port) as broker:
         bootstrap = f"{HOST}:{proxy_port}"
         with delay_proxy(proxy_port, broker.port, 0):
-            await ensure_topic({"bootstrap_servers": bootstrap}, "sensors", queues)
+            await ensure_topic(bootstrap, "sensors", queues)
             await write_json(bootstrap, "sensors", items)
         for rtt in rtts:
             runs: dict[str, list[Report]] = {}

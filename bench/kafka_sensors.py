@@ -216,14 +216,14 @@ async def run(records: int, queues: int, rounds: int, codecs: list[str]) -> None
     with TansuBroker() as broker:
         bootstrap = broker.bootstrap
         kafka = {"idempotent": False, "group_membership": False}
-        await ensure_topic({"bootstrap_servers": bootstrap}, "sensors", queues)
+        await ensure_topic(bootstrap, "sensors", queues)
         began = time.perf_counter()
         await write_json(bootstrap, "sensors", items)
         written = time.perf_counter() - began
         for codec in codecs:  # the same readings, compressed
-            await ensure_topic({"bootstrap_servers": bootstrap}, topic_of(codec), queues)
+            await ensure_topic(bootstrap, topic_of(codec), queues)
             await write_json(bootstrap, topic_of(codec), items, compression=codec)
-        await ensure_topic({"bootstrap_servers": bootstrap}, "sensors-keyless", queues)
+        await ensure_topic(bootstrap, "sensors-keyless", queues)
         await write_json(bootstrap, "sensors-keyless", [(None, v) for _, v in items])
         # The same readings in headrace's own format, one event per record.
         own = KafkaAdapterFactory(KafkaSettings(bootstrap, "sensors-own", queues=queues, idempotent=False))

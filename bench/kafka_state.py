@@ -51,8 +51,8 @@ from tests.kafka_broker import TansuBroker
 class HoldingAdapter(KafkaQueueAdapter):
     """The adapter as it was before the changelog: receivers that save no state."""
 
-    def create_receiver(self, queue: QueueId) -> KafkaQueueReceiver:
-        return KafkaQueueReceiver(self.settings, queue, self.outage)
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> KafkaQueueReceiver:
+        return KafkaQueueReceiver(self.settings, queue, self.outage, max_record_size)
 
 
 def factory(bootstrap: str, topic: str, queues: int, mode: str, json_records: bool = False) -> KafkaAdapterFactory:

@@ -116,7 +116,7 @@ async def run(events: int, rounds: int) -> None:
         for round_no in range(rounds):
             topics = {name: f"{name}-{round_no}" for name in ("raw", "own", "json", "slow")}
             for topic in topics.values():
-                await ensure_topic({"bootstrap_servers": bootstrap}, topic, 8)
+                await ensure_topic(bootstrap, topic, 8)
             store, slow_store = Path(tmp) / f"store-{round_no}", Path(tmp) / f"slow-{round_no}"
             rows: list[tuple[str, int, Callable[[], Awaitable[None]]]] = [
                 (

@@ -149,7 +149,7 @@ def build_store(path: str, table: pa.Table, segment_rows: int) -> None:
 
 async def build_kafka_log(bootstrap: str, table: pa.Table, segment_rows: int) -> None:
     """The same appends in the Kafka handoff log: one record per segment, as a sink writes."""
-    async with KafkaHandoffLog({"bootstrap_servers": bootstrap}, "bench") as log:
+    async with KafkaHandoffLog(bootstrap, "bench") as log:
         await log.declare(STREAM, SCHEMA, PARTITIONS)
         ends = dict.fromkeys(range(PARTITIONS), 0)
         for n, offset in enumerate(range(0, table.num_rows, segment_rows)):

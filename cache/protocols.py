@@ -58,6 +58,8 @@ class QueueCacheCursor(Protocol):
 
 class QueueCache(Protocol):
     max_size: int  # the bound the cache holds its batches to (status shows the fill against it)
+    max_bytes: int  # and the bound in bytes of the records they were read from
+    bytes: int  # what it holds now, counted so
 
     def add(self, messages: Iterable[tuple[QueueMessage, BatchContainer]]) -> set[StreamId]:
         """Add decoded messages in queue order; return the streams that got data."""

@@ -6,7 +6,9 @@ needed. Unlike it, each cached batch links to the next batch of the same stream,
 steps straight to its own stream's data instead of walking past every other stream's.
 
 Nothing a cursor still needs is ever dropped: when the cache is full and its oldest bucket
-holds a cursor, the cache is *under pressure* and the agent stops reading the queue.
+holds a cursor, the cache is *under pressure* and the agent stops reading the queue. Full is
+``max_size`` batches, or ``max_bytes`` bytes of the records they were read from, whichever
+comes first, so a queue of large records cannot take a worker past its memory.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class SimpleCachedBatch:
         "kind",
         "next",
         "pending",
+        "size",
         "_queue",
         "_payload",
         "_enqueued_time",
@@ -52,6 +55,7 @@ class SimpleCachedBatch:
         # (streams.core.record_batch.ContainerGroup), whose events stand at their records.
         self.last = container.last_sequence(self.sequence)
         self._queue, _, self._payload, self._enqueued_time, _ = message
+        self.size = len(self._payload) or container.byte_size  # what the cache counts it as
         self.stream_id = container.stream_id
         self.kind = container.kind
         self.next: SimpleCachedBatch | None = None
@@ -202,20 +206,22 @@ class SimpleCacheCursor:
 
 
 class SimpleQueueCache:
-    """A bounded queue cache [4096 batches, 10 buckets] with one cursor per consumer.
+    """A bounded queue cache [4096 batches, 10 buckets, 64 MiB] with one cursor per consumer.
 
     >>> cache = SimpleQueueCache(max_size=100, buckets=10)
     >>> cache.get_max_add_count()
     100
     """
 
-    def __init__(self, max_size: int = 4096, buckets: int = 10) -> None:
-        if max_size < 1 or buckets < 1 or buckets > max_size:
+    def __init__(self, max_size: int = 4096, buckets: int = 10, max_bytes: int = 64 << 20) -> None:
+        if max_size < 1 or buckets < 1 or buckets > max_size or max_bytes < 1:
             raise ConfigurationError(
-                f"cache_size ({max_size}) and cache_buckets ({buckets}) must be positive, "
-                "with no more buckets than batches"
+                f"cache_size ({max_size}), cache_buckets ({buckets}) and cache_max_bytes ({max_bytes}) "
+                "must be positive, with no more buckets than batches"
             )
         self.max_size = max_size
+        self.max_bytes = max_bytes
+        self.bytes = 0  # of the records its batches were read from
         self._bucket_size = -(-max_size // buckets)
         self._items: deque[SimpleCachedBatch] = deque()
         self._streams: dict[StreamId, _StreamEntry] = {}
@@ -231,9 +237,11 @@ class SimpleQueueCache:
         return len(self._items)
 
     def is_under_pressure(self) -> bool:
-        return len(self._items) >= self.max_size
+        return len(self._items) >= self.max_size or self.bytes >= self.max_bytes
 
     def get_max_add_count(self) -> int:
+        if self.bytes >= self.max_bytes:
+            return 0
         return max(0, self.max_size - len(self._items))
 
     def add(self, messages: Iterable[tuple[QueueMessage, BatchContainer]]) -> set[StreamId]:
@@ -250,6 +258,7 @@ class SimpleQueueCache:
             item = SimpleCachedBatch(position // size, message, container, entry.cursors)
             position += 1
             items.append(item)
+            self.bytes += item.size
             if entry.tail is None:
                 entry.head = item
             else:
@@ -266,7 +275,7 @@ class SimpleQueueCache:
         delivered history for rewinds until the room is needed."""
         purged = 0
         items, size = self._items, self._bucket_size
-        while items and len(items) > self.max_size - size:
+        while items and (len(items) > self.max_size - size or self.bytes > self.max_bytes // 2):
             bucket = items[0].bucket
             if self._buckets.get(bucket):
                 break
@@ -369,6 +378,7 @@ class SimpleQueueCache:
 
     def _drop_head(self) -> None:
         item = self._items.popleft()
+        self.bytes -= item.size
         if item.last > self._purged_through:  # a group's records stand up to its last
             self._purged_through = item.last
         bucket = item.bucket

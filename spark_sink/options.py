@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Literal
+from typing import Literal
 
 from spark_sink.storage import HandoffStorage, check_stream_name
 from streams.core.errors import ConfigurationError, did_you_mean
@@ -49,8 +49,9 @@ class ReadOptions:
 
     ``path``            the store directory (the embedded log), or
     ``kafka.bootstrap.servers``  the Kafka cluster (the Kafka log); other ``kafka.*`` options
-                        are client settings, named as Kafka names them
-                        (``kafka.security.protocol``, ``kafka.sasl.mechanism``, ...)
+                        are how to connect, named as Spark's Kafka source names them
+                        (``kafka.security.protocol``, ``kafka.sasl.mechanism``,
+                        ``kafka.sasl.jaas.config``, ...; docs/spark.md lists them)
     ``topicPrefix``     Kafka only: the workers' ``handoff_prefix`` (default ``headrace``)
     ``stream``          the handoff stream (a consumer's declared output)
     ``maxRecordsPerTrigger``  rows per micro-batch at most (default: everything available;
@@ -66,12 +67,12 @@ class ReadOptions:
     (500, 'earliest', True)
     >>> ReadOptions.parse({"kafka.bootstrap.servers": "k:9092", "stream": "avg",
     ...                    "kafka.security.protocol": "SSL"}).kafka
-    {'bootstrap_servers': 'k:9092', 'security_protocol': 'SSL'}
+    {'kafka.bootstrap.servers': 'k:9092', 'kafka.security.protocol': 'SSL'}
     """
 
     path: str | None
     stream: str
-    kafka: dict[str, Any] | None = None  # aiokafka client options
+    kafka: dict[str, str] | None = None  # the kafka.* options, as given: the Kafka backend reads them
     topic_prefix: str = "headrace"
     max_records_per_trigger: int | None = None
     max_rows_per_split: int = 1_000_000
@@ -81,11 +82,7 @@ class ReadOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         given = {key.lower(): value for key, value in options.items()}
-        kafka = {
-            key.removeprefix("kafka.").replace(".", "_"): _client_value(value)
-            for key, value in given.items()
-            if key.startswith("kafka.")
-        }
+        kafka = {key: value for key, value in given.items() if key.startswith("kafka.")}
         unknown = sorted(k for k in set(given) - _KNOWN_OPTIONS if not k.startswith("kafka."))
         if unknown:
             named = {k.lower(): k for k in options}  # as the user wrote them
@@ -142,11 +139,6 @@ class ReadOptions:
 
 STORAGES = "headrace.handoff_storage"  # the entry points: a backend's name -> its StorageOpener
 StorageOpener = Callable[[ReadOptions], HandoffStorage]
-
-
-def _client_value(text: str) -> Any:
-    """Spark options are strings; aiokafka wants numbers as numbers."""
-    return int(text) if text.isdigit() else text
 
 
 def _positive_int(given: Mapping[str, str], name: str) -> int | None:

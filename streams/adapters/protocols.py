@@ -126,10 +126,14 @@ class QueueAdapter(Protocol):
     async def queue_message_batches(self, items: Sequence[tuple[QueueId, StreamId, bytes]]) -> None:
         """Durably enqueue several containers, in order; return once all are accepted."""
 
-    def event_writer(self) -> EventWriter | None:
-        """The adapter's own way to take events, or ``None``: it takes batch containers."""
+    def event_writer(self, max_event_size: int) -> EventWriter | None:
+        """The adapter's own way to take events, writing no record over ``max_event_size``
+        bytes, or ``None``: it takes batch containers."""
 
-    def create_receiver(self, queue: QueueId) -> QueueAdapterReceiver: ...
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> QueueAdapterReceiver:
+        """The receiver of ``queue``; one that decodes records itself refuses any over
+        ``max_record_size`` bytes (:class:`~streams.core.errors.RecordTooLargeError`)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -145,7 +149,7 @@ class ContainerQueueAdapter:
     >>> anyio.run(Printing().queue_message_batches, [(0, "s", b"a"), (1, "s", b"b")])
     0 b'a'
     1 b'b'
-    >>> Printing().event_writer() is None
+    >>> Printing().event_writer(1 << 20) is None
     True
     """
 
@@ -156,7 +160,7 @@ class ContainerQueueAdapter:
         for queue, stream_id, payload in items:
             await self.queue_message_batch(queue, stream_id, payload)
 
-    def event_writer(self) -> EventWriter | None:
+    def event_writer(self, max_event_size: int) -> EventWriter | None:
         return None
 
 

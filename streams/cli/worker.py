@@ -115,6 +115,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="HOST",
         help="the address the metrics endpoint binds (default 127.0.0.1, this machine only; 0.0.0.0: every interface)",
     )
+    parser.add_argument(
+        "--metrics-certfile",
+        metavar="PEM",
+        help="serve the metrics and probes over HTTPS with this certificate (chain), and --metrics-keyfile",
+    )
+    parser.add_argument("--metrics-keyfile", metavar="PEM", help="the key of --metrics-certfile")
 
 
 def _port(text: str) -> int:
@@ -135,6 +141,13 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("a worker name is a non-empty string")
     port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
     host = args.metrics_host or settings.metrics_host
+    certfile = args.metrics_certfile or settings.metrics_certfile
+    keyfile = args.metrics_keyfile or settings.metrics_keyfile
+    if (certfile is None) != (keyfile is None):
+        raise CliError(
+            "the metrics endpoint serves TLS with a certificate and its key: give both --metrics-certfile and --metrics-keyfile"
+        )
+    tls = None if certfile is None or keyfile is None else (str(certfile), str(keyfile))
     if config.file is not None:
         os.environ[CONFIG_ENV] = str(config.file.resolve())
     provider = load_provider(app)
@@ -147,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     GC_POLICY.own_process()  # this process runs nothing else: the collector is the worker's to tune
     running: list[bool] = []
     try:
-        anyio.run(serve, provider, port, settings.status_interval, host, app, lambda: running.append(True))
+        anyio.run(serve, provider, port, settings.status_interval, host, app, lambda: running.append(True), tls)
     except (StoreError, BaseExceptionGroup) as exc:
         failed = store_error_in(exc)
         if failed is None:
@@ -226,17 +239,19 @@ async def serve(
     metrics_host: str = "127.0.0.1",
     app: str | None = None,
     on_running: Callable[[], object] | None = None,
+    metrics_tls: tuple[str, str] | None = None,
 ) -> None:
     """Run ``provider`` as a worker until SIGTERM or SIGINT, then leave gracefully (a second
     signal ends the process at once); with ``metrics_port``, serve its Prometheus metrics on
-    ``metrics_host``; publish its agents' status (to its store, or to the Kafka status topic)
+    ``metrics_host`` (over TLS with ``metrics_tls``, a PEM certificate file and its key's);
+    publish its agents' status (to its store, or to the Kafka status topic)
     every ``status_interval`` seconds. With ``app`` (the ``--app`` it came from), log the
     start-up lines (:mod:`streams.cli.worker`); ``on_running`` is called once it has
     joined."""
     health = WorkerHealth()  # /livez and /readyz beside the metrics (streams.runtime.health)
     with contextlib.ExitStack() as metrics:
         if metrics_port is not None:  # bound before joining: a port in use takes no lease
-            metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host, health))
+            metrics.enter_context(serve_metrics(provider, metrics_port, metrics_host, health, metrics_tls))
         await _run(provider, status_interval, app, on_running, health)
 
 

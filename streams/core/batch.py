@@ -352,6 +352,7 @@ class BatchContainer:
         "_payload",
         "dead_lettered",
         "clock_before",
+        "byte_size",
     )
 
     def __init__(
@@ -375,6 +376,9 @@ class BatchContainer:
         # (None: not known, the first record read). An activation that sees only its own
         # stream catches up with it before the batch (docs/event-time.md, backlogs).
         self.clock_before: float | None = None
+        # The bytes of the records it was made of, when a receiver made it (its own payload's
+        # length counts otherwise): what a queue cache bounded in bytes counts it as.
+        self.byte_size = 0
 
     @property
     def values(self) -> Sequence[Any]:

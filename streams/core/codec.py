@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 import msgspec
 
-from streams.core.errors import DecodeError, EncodeError
+from streams.core.errors import DecodeError, EncodeError, EventTooLargeError
 from streams.core.ids import StreamId
 
 MAGIC = "hr1"
@@ -154,6 +154,43 @@ def unpack(payload: bytes) -> Any:
         return _msgspec_unpack(payload)
     except msgspec.MsgspecError:
         return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
+
+
+def encode_batches(
+    stream_id: StreamId,
+    kind: int,
+    arrival_time: float,
+    values: Sequence[Any],
+    event_times: Sequence[float | None] | None,
+    max_size: int,
+) -> list[bytes]:
+    """The batch containers of these events, each at most ``max_size`` bytes: one, unless the
+    events do not fit in one, when they are split in halves (only containers over the limit pay
+    for it). Raises :class:`~streams.core.errors.EventTooLargeError` for an event that alone
+    is over it, and nothing is encoded.
+
+    >>> sid = StreamId("s", "k")
+    >>> [len(b) <= 100 for b in encode_batches(sid, 0, 0.0, ["x" * 40] * 4, None, 100)]
+    [True, True, True, True]
+    >>> encode_batches(sid, 0, 0.0, ["x" * 200], None, 100)
+    Traceback (most recent call last):
+    ...
+    streams.core.errors.EventTooLargeError: an event for stream s/k is 223 bytes encoded, over max_event_size (100 bytes); nothing was enqueued
+    """
+    payload = encode_batch(stream_id, kind, arrival_time, values, event_times)
+    if len(payload) <= max_size:
+        return [payload]
+    if len(values) <= 1:
+        raise EventTooLargeError(
+            f"an event for stream {stream_id} is {len(payload):,} bytes encoded, over max_event_size "
+            f"({max_size:,} bytes); nothing was enqueued"
+        )
+    half = len(values) // 2
+    times = (None, None) if event_times is None else (event_times[:half], event_times[half:])
+    return [
+        *encode_batches(stream_id, kind, arrival_time, values[:half], times[0], max_size),
+        *encode_batches(stream_id, kind, arrival_time, values[half:], times[1], max_size),
+    ]
 
 
 def encode_batch(

@@ -18,6 +18,10 @@ from typing import Any, Protocol
 
 import msgpack
 
+# A ``too_large`` letter keeps this many bytes of its record: enough to tell what it was,
+# without a dead-letter store holding what the worker refused to hold.
+LETTER_PREFIX = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
@@ -25,6 +29,7 @@ class DeadLetter:
 
     ``reason`` is one of ``early_arrival``, ``late_arrival``, ``out_of_order``,
     ``duplicate`` (a ``Dedup`` key seen within its horizon), ``window_closed``, ``invalid_timestamp``, ``invalid_value``, ``undecodable``,
+    ``too_large`` (a record over ``max_event_size``: ``payload`` is its first :data:`LETTER_PREFIX` bytes),
     ``delivery_failed``, ``activation_failed``, ``window_failed``, ``handoff_failed``,
     ``filter_failed`` (a subscription's filter raised on the event; or an adapter's own). A ``handoff_failed``
     window has ``value`` ``{"key", "start", "end", "value"}`` and no queue position. An event's

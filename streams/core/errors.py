@@ -28,13 +28,26 @@ class EncodeError(HeadraceError, TypeError):
     """A value given to ``on_next`` cannot be encoded; nothing was enqueued."""
 
 
+class EventTooLargeError(EncodeError):
+    """An event is larger than ``max_event_size`` once encoded; nothing of it was enqueued."""
+
+
 class DecodeError(HeadraceError):
     """Bytes read from a queue are not a headrace batch container (or a record of a topic
     others write does not decode: ``offset`` is then its offset, where its letter stands)."""
 
+    reason = "undecodable"  # the reason of its dead letter
+
     def __init__(self, message: str, offset: int | None = None) -> None:
         super().__init__(message)
         self.offset = offset
+
+
+class RecordTooLargeError(DecodeError):
+    """A record read is larger than ``max_event_size``: it is dead-lettered ``too_large``
+    with a prefix of its bytes, never decoded."""
+
+    reason = "too_large"
 
 
 class CacheMissError(HeadraceError):

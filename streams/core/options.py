@@ -18,6 +18,14 @@ class StreamProviderOptions:
     get_queue_msgs_timer_period: float = 0.1  # agent poll period [100 ms]
     cache_size: int = 4096  # batches per agent cache
     cache_buckets: int = 10
+    # What a producer can make a worker hold, in bytes. No record headrace writes is larger than
+    # max_event_size (a container over it is split; one event over it is refused), and a record
+    # read that is larger is dead-lettered ``too_large`` with a prefix of its bytes. Kafka's own
+    # default record limit (message.max.bytes) is 1 MiB too.
+    max_event_size: int = 1024 * 1024
+    # An agent's cache stops its reads (backpressure) once it holds this many bytes of records,
+    # as it does at cache_size batches: a topic of large records cannot take a worker past it.
+    cache_max_bytes: int = 64 * 1024 * 1024
     max_event_delivery_time: float = 60.0  # per batch, per consumer, retries included [1 min]
     delivery_retry_backoff: float = 1.0  # first wait before retrying a failed delivery; doubles
     stream_inactivity_period: float = 1800.0  # [30 min]

@@ -370,7 +370,7 @@ class RawRecord(Protocol):
 _Gathering = tuple[list[Any], list[float | None], list[float], list[int], list[float]]
 
 
-def gathered(messages: Sequence[QueueMessage], clock: float) -> list[QueueMessage]:
+def gathered(messages: Sequence[QueueMessage], clock: float, max_size: int = 1 << 20) -> list[QueueMessage]:
     """``messages`` (one read of a queue, in position order) with the batch containers of
     one event gathered by stream into one :class:`ContainerGroup` each, a message at its
     first record's position: the runtime's per-batch work is then paid once per stream and
@@ -378,7 +378,8 @@ def gathered(messages: Sequence[QueueMessage], clock: float) -> list[QueueMessag
     watermark, a completion, a record that does not decode, a batch a receiver made) stays
     as it is and ends its stream's group, so that a stream's messages keep their order.
     ``clock`` is the queue's processing clock before the read (the newest arrival time read
-    before it, -inf: not known): each record learns the clock just before it.
+    before it, -inf: not known): each record learns the clock just before it. A record over
+    ``max_size`` bytes is left as it is, never decoded (the pulling agent letters it ``too_large``).
 
     >>> from streams.core.codec import encode_batch
     >>> from streams.core.ids import QueueId
@@ -398,6 +399,7 @@ def gathered(messages: Sequence[QueueMessage], clock: float) -> list[QueueMessag
     namespace: str | None = None
     keyed: dict[str, _Gathering] = {}
     decode = _decode_one
+    gathered_bytes = gathered_count = 0  # of the records gathered: their groups share the bytes
     # A read that holds its raw records (streams.backends.kafka.records.ContainerMessages)
     # makes a record's message only when the record is a message of its own: a record
     # gathered costs no message object.
@@ -413,11 +415,17 @@ def gathered(messages: Sequence[QueueMessage], clock: float) -> list[QueueMessag
             payload = entry.payload if entry.decoded is None else None
             position = entry.sequence_number
         if payload is not None:
+            size = len(payload)
+            if size > max_size:
+                out.append(messages[i])
+                continue
             try:
                 c: _OneEvent | None = decode(payload)
             except Exception:  # several events, or not a container: read below
                 c = None
             if c is not None and c.kind == 0 and c.magic == MAGIC:  # one event of data
+                gathered_bytes += size
+                gathered_count += 1
                 arrival = c.arrival
                 if arrival > clock:
                     clock = arrival
@@ -454,13 +462,17 @@ def gathered(messages: Sequence[QueueMessage], clock: float) -> list[QueueMessag
         out.append(message)
     if not names:  # no group made: every entry is a message
         return cast(list[QueueMessage], out)
-    queue = messages[0].queue
-    return [m if isinstance(m, QueueMessage) else _group_message(queue, stream_id_of(*names[id(m)]), m) for m in out]
+    queue, per_record = messages[0].queue, gathered_bytes / gathered_count
+    return [
+        m if isinstance(m, QueueMessage) else _group_message(queue, stream_id_of(*names[id(m)]), m, per_record)
+        for m in out
+    ]
 
 
-def _group_message(queue: QueueId, sid: StreamId, group: _Gathering) -> QueueMessage:
+def _group_message(queue: QueueId, sid: StreamId, group: _Gathering, per_record: float) -> QueueMessage:
     values, given, arrivals, positions, clocks = group
     batch = ContainerGroup(sid, values, given, arrivals, positions)
+    batch.byte_size = int(per_record * len(values))
     batch.clocks = clocks
     if clocks[0] > -math.inf:
         batch.clock_before = clocks[0]

@@ -5,8 +5,10 @@ A topic other programs write holds one event per record in some serialization; a
 :class:`RecordFormat` decodes a record's value into the event's value and encodes a value
 into a record's value. The built-in ones are named by a string: ``"json"``, ``"msgpack"``,
 ``"text"`` (UTF-8) and ``"bytes"`` (the value as it is); ``"headrace"`` means headrace's own
-batch containers (no record format). Anything else (Avro, Protobuf) is an object with the
-two methods:
+batch containers (no record format); ``"avro"``, ``"json_schema"`` and ``"protobuf"`` are
+Confluent's schema-registry formats (``streams.backends.kafka.registry``). Anything else is
+an object with the two methods (or a :class:`RecordAwareFormat`, which sees the record and may
+await a lookup):
 
 >>> import zlib
 >>> class Deflated:
@@ -25,7 +27,8 @@ two methods:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack
@@ -48,6 +51,53 @@ class RecordFormat(Protocol):
     def decode(self, data: bytes) -> Any: ...
 
     def encode(self, value: Any) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordInfo:
+    """Where a record stands and what it carries besides its value: what a
+    :class:`RecordAwareFormat` is told of each record it decodes."""
+
+    topic: str
+    partition: int
+    offset: int
+    headers: Sequence[tuple[str, bytes]] = ()
+
+
+@runtime_checkable
+class RecordAwareFormat(RecordFormat, Protocol):
+    """A format that sees the record it decodes, and may wait before it can.
+
+    ``prepare`` is awaited once per read of a partition, before any of its records is
+    decoded, with every record's value and :class:`RecordInfo`, and returns how many of them,
+    from the first, it is ready to decode: the place for I/O (a schema registry's lookup of the
+    schema ids the read holds, once per id). What retrying can fix (the registry is away, an id
+    it does not know yet) stops it there: the records from that one on are read again later,
+    never dead-lettered, and when it is the first, ``prepare`` raises why (the queue backs off
+    and shows the outage). ``decode_record`` then decodes one record, without I/O;
+    it raises, as ``decode`` does, for bytes it cannot read (the record is dead-lettered).
+    The plain formats are not record-aware: their reads have no prepare step, and decoding them
+    costs one test a record more.
+
+    >>> class Tagged:
+    ...     name = "tagged"
+    ...     async def prepare(self, records):
+    ...         return len(records)
+    ...     def decode_record(self, data, record):
+    ...         return {"value": data.decode(), "offset": record.offset, **dict(record.headers)}
+    ...     def decode(self, data):
+    ...         return data.decode()
+    ...     def encode(self, value):
+    ...         return value.encode()
+    >>> isinstance(Tagged(), RecordAwareFormat), isinstance(JsonRecords(), RecordAwareFormat)
+    (True, False)
+    >>> Tagged().decode_record(b"x", RecordInfo("t", 0, 7, [("h", b"1")]))
+    {'value': 'x', 'offset': 7, 'h': b'1'}
+    """
+
+    async def prepare(self, records: Sequence[tuple[bytes | None, RecordInfo]]) -> int: ...
+
+    def decode_record(self, data: bytes, record: RecordInfo) -> Any: ...
 
 
 # One decoder for every JSON record: msgspec keeps no state between documents.

@@ -2,16 +2,20 @@
 
 Sections (every key is optional; docs/configuration.md has a full example)::
 
-[provider]            adapter (embedded | kafka | memory), queues, path, synchronous
+[provider]            adapter (embedded | kafka | memory), queues, path, synchronous, file_mode
 [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field,
-compression, dead_letter_topic, idempotent
+compression, dead_letter_topic, idempotent, security_protocol, ssl_cafile,
+ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname, sasl_mechanism,
+sasl_plain_username, sasl_plain_password, sasl_oauth_token_provider,
+client_options, consumer_options
 [provider.retention]  max_age, max_records_per_queue, interval      (embedded queues)
 [agent]               the pulling agents' StreamProviderOptions
 [cache]               size, buckets, slow_consumer_timeout
 [balancer]            lease_length, renew_period, refresh_period    (BalancerOptions)
 [time]                ordering-policy defaults and a window
 [spark]               where Spark reads the handoff log, and the DataSource's read options
-[worker]              app, name, log_level, log_format, metrics_host, metrics_port, status_interval
+[worker]              app, name, log_level, log_format, metrics_host, metrics_port,
+                      metrics_certfile, metrics_keyfile, status_interval
 
 Where settings come from, the later winning: the file, then the environment, then
 ``overrides`` (the command line). The file is the one given, else ``$HEADRACE_CONFIG``, else
@@ -75,6 +79,7 @@ from streams.runtime.config_schema import (
     CONFIG_FILE,
     ENV_PREFIX,
     SCHEMA,
+    TABLE_KEYS,
     HeadraceSettings,
     ProviderSettings,
     Setting,
@@ -83,7 +88,7 @@ from streams.runtime.config_schema import (
     WorkerSettings,
     unknown_key,
 )
-from streams.runtime.constructors import DEFAULT_QUEUES, stored_queue_count
+from streams.runtime.constructors import DEFAULT_QUEUES, kafka_read_options, stored_queue_count
 from streams.runtime.provider import StreamProvider
 
 S = TypeVar("S", bound=HeadraceSettings)
@@ -93,7 +98,7 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, 
     """``(dotted key, value)`` for every value of a parsed TOML document."""
     for key, value in table.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if isinstance(value, dict) and dotted not in TABLE_KEYS:
             yield from _flatten(value, dotted + ".")
         else:
             yield dotted, value
@@ -148,14 +153,14 @@ def load_settings(
             raise ConfigurationError(f"the config file {str(file)!r} is not valid TOML: {exc}") from None
         base = file.resolve().parent
         for dotted, value in _flatten(document):
-            _add(settings, dotted, Setting(value, str(file), f"{file}: {dotted}", base))
+            _add(settings, dotted, Setting(value, str(file), f"{file}: {dotted}", base, environ=environ))
     for name, text in sorted(environ.items()):
         rest = name[len(ENV_PREFIX) :] if name.startswith(ENV_PREFIX) else ""
         if "__" in rest:
             dotted = rest.lower().replace("__", ".")
-            _add(settings, dotted, Setting(_env_value(text), name, name, Path.cwd()))
+            _add(settings, dotted, Setting(_env_value(text), name, name, Path.cwd(), text, environ))
     for dotted, value in (overrides or {}).items():
-        _add(settings, dotted, Setting(value, "override", dotted, Path.cwd()))
+        _add(settings, dotted, Setting(value, "override", dotted, Path.cwd(), environ=environ))
     return _build(settings, file, into)
 
 
@@ -195,7 +200,7 @@ def _build(settings: Mapping[str, Setting], file: Path | None, into: type[S]) ->
             f"{sections.where.get('cache.buckets', 'cache.buckets')}: cannot exceed cache.size "
             f"({cache.get('size', StreamProviderOptions.cache_size)})"
         )
-    renamed = {f"cache_{k}" if k in ("size", "buckets") else k: x for k, x in cache.items()}
+    renamed = {f"cache_{k}" if k in ("size", "buckets", "max_bytes") else k: x for k, x in cache.items()}
     options = sections.build(StreamProviderOptions, {**v["agent"], **renamed}, "agent", "cache")
     spark = v["spark"]
     if provider.adapter == "kafka" and provider.kafka is not None:
@@ -207,6 +212,7 @@ def _build(settings: Mapping[str, Setting], file: Path | None, into: type[S]) ->
                 )
         servers = provider.kafka["bootstrap_servers"]
         spark["kafka_bootstrap_servers"] = servers if isinstance(servers, str) else ",".join(servers)
+        spark["kafka_options"] = sections.build(kafka_read_options, {"kafka": provider.kafka}, "provider.kafka")
         return _built(sections, provider, options, SparkSettings(**spark), file, into)
     if "path" in spark and provider.path is not None and spark["path"] != provider.path:
         raise ConfigurationError(
@@ -254,8 +260,9 @@ def _provider_settings(sections: _Sections) -> ProviderSettings:
     if adapter == "memory" and "path" in given:
         raise ConfigurationError(f"{where['provider.path']}: the memory adapter has no store: remove path")
     if adapter == "kafka":
-        if "synchronous" in given:
-            raise ConfigurationError(f"{where['provider.synchronous']}: applies to adapter = 'embedded'")
+        for key in ("synchronous", "file_mode"):
+            if key in given:
+                raise ConfigurationError(f"{where[f'provider.{key}']}: applies to adapter = 'embedded'")
         missing = [k for k in ("bootstrap_servers", "topic") if k not in v["provider.kafka"]]
         if missing:
             raise ConfigurationError(
@@ -263,6 +270,8 @@ def _provider_settings(sections: _Sections) -> ProviderSettings:
                 f"(in [provider.kafka], or HEADRACE_PROVIDER__KAFKA__{missing[0].upper()})"
             )
         given["kafka"] = {_KAFKA_FIELD.get(k, k): x for k, x in v["provider.kafka"].items()}
+        if v["provider.kafka.schema_registry"]:
+            given["kafka"]["schema_registry"] = dict(v["provider.kafka.schema_registry"])
     if adapter == "embedded" and "path" in given:
         given["queues"] = _checked_queue_count(given["path"], given.get("queues"), where.get("provider.queues"))
     return ProviderSettings(**given)
@@ -328,6 +337,7 @@ class HeadraceConfig(HeadraceSettings):
                 settings.queues,
                 retention=self.retention,
                 synchronous=settings.synchronous,
+                file_mode=settings.file_mode,
                 balancer_options=self.balancer,
                 **kwargs,
             )
@@ -342,7 +352,7 @@ class HeadraceConfig(HeadraceSettings):
 
 # The sections whose keys become StreamProviderOptions fields, and the fields' names.
 _OPTION_SECTIONS = ("agent.", "cache.")
-_OPTION_FIELD = {"cache.size": "cache_size", "cache.buckets": "cache_buckets"}
+_OPTION_FIELD = {"cache.size": "cache_size", "cache.buckets": "cache_buckets", "cache.max_bytes": "cache_max_bytes"}
 
 
 def apply_options(config: HeadraceSettings, provider: StreamProvider) -> list[tuple[int, str]]:

@@ -26,7 +26,9 @@ from streams.backends.embedded.backend import EmbeddedBackend, LocalStore
 from streams.backends.embedded.queues import DEFAULT_QUEUES, stored_queue_count
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
 from streams.backends.kafka.backend import KafkaBackend
+from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.settings import KAFKA_SETTINGS, KafkaSettings
+from streams.backends.kafka.spark_options import spark_options
 from streams.backends.memory.adapter import GeneratorConfig
 from streams.backends.memory.backend import MemoryBackend
 from streams.core.errors import ConfigurationError
@@ -67,6 +69,7 @@ class BackendConstructors:
         *,
         retention: RetentionPolicy | None = None,
         synchronous: Synchronous = "NORMAL",
+        file_mode: int = 0o600,
         **options: Any,
     ) -> P:
         """Durable queues, checkpoints, pub-sub and dead letters in one SQLite store under
@@ -74,8 +77,11 @@ class BackendConstructors:
         store form a cluster by themselves: each ``async with`` of such a provider, in any
         process, is one more worker sharing the queues (``balancer_options=BalancerOptions(
         lease_length=...)`` sets how soon a dead worker's queues move). ``queues``: by default
-        the count the store was made with, and 8 for a new one; a store's count is fixed."""
-        return cls(EmbeddedBackend.open(path, queues, retention=retention, synchronous=synchronous), **options)
+        the count the store was made with, and 8 for a new one; a store's count is fixed.
+        ``file_mode``: the mode of the files the store makes (default ``0o600``: this user's
+        alone; its directories ``0o700``), e.g. ``0o640`` to let the group read the events."""
+        backend = EmbeddedBackend.open(path, queues, retention=retention, synchronous=synchronous, file_mode=file_mode)
+        return cls(backend, **options)
 
     @classmethod
     def kafka(
@@ -152,3 +158,14 @@ def open_local_store(path: str | os.PathLike[str]) -> LocalSide:
     if not (Path(path) / EmbeddedStore.FILE_NAME).is_file():
         raise ConfigurationError(f"no headrace store at {str(path)!r} (no {EmbeddedStore.FILE_NAME} there)")
     return LocalStore(EmbeddedStore(path))
+
+
+def kafka_read_options(kafka: Mapping[str, Any]) -> dict[str, str]:
+    """The DataSource's ``kafka.*`` options (Spark's names) for the cluster that ``kafka``
+    (``[provider.kafka]``, by KafkaSettings' names) describes: its address, TLS and SASL.
+
+    >>> kafka_read_options({"bootstrap_servers": "k:9093", "topic": "t", "security_protocol": "SSL"})
+    {'kafka.bootstrap.servers': 'k:9093', 'kafka.security.protocol': 'SSL'}
+    """
+    connection = {f.name for f in fields(KafkaConnection)}
+    return spark_options(KafkaConnection(**{k: v for k, v in kafka.items() if k in connection}))

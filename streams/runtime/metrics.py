@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import ssl
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -31,7 +32,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import anyio.from_thread
 import anyio.lowlevel
-from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -254,27 +255,52 @@ class MetricsServer:
 
 
 def serve_metrics(
-    provider: StreamProvider, port: int, host: str = "127.0.0.1", health: WorkerHealth | None = None
+    provider: StreamProvider,
+    port: int,
+    host: str = "127.0.0.1",
+    health: WorkerHealth | None = None,
+    tls: tuple[str, str] | None = None,
 ) -> MetricsServer:
     """Serve ``provider``'s worker metrics at ``http://host:port/metrics`` (``port=0``: a free
     one, see ``.port``), and with ``health`` its probes at ``/livez`` and ``/readyz``
     (:mod:`streams.runtime.health`). Call it on the provider's event loop. Loopback by
-    default: expose the endpoint beyond the machine deliberately, with ``host``."""
+    default: expose the endpoint beyond the machine deliberately, with ``host``. With
+    ``tls`` (a PEM certificate file and its key's file) it serves HTTPS only."""
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ConfigurationError(f"a metrics port is an int from 0 to 65535, not {port!r}")
+    context = None if tls is None else server_tls(*tls)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HeadraceCollector(provider))
     ProcessCollector(registry=registry)  # the usual process_* metrics: CPU, memory, file descriptors
+    app = make_wsgi_app(registry)
+    if health is not None:
+        health.attach(provider)
+        app = health_app(health, app)
     try:
-        if health is None:
-            server, thread = start_http_server(port, addr=host, registry=registry)
-        else:
-            health.attach(provider)
-            server, thread = _start_server(host, port, health_app(health, make_wsgi_app(registry)))
+        server, thread = _start_server(host, port, app, context)
     except OSError as exc:
         raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
-    log.info("metrics at http://%s:%d/metrics", host, server.server_port)
+    log.info("metrics at %s://%s:%d/metrics", "http" if context is None else "https", host, server.server_port)
     return MetricsServer(registry, server, thread)
+
+
+def server_tls(certfile: str, keyfile: str) -> ssl.SSLContext:
+    """The TLS context of an HTTPS endpoint from a PEM certificate (chain) and its key.
+
+    >>> server_tls("/nonexistent/cert.pem", "/nonexistent/key.pem")
+    Traceback (most recent call last):
+    ...
+    streams.core.errors.ConfigurationError: cannot serve TLS with metrics_certfile '/nonexistent/cert.pem' and metrics_keyfile '/nonexistent/key.pem': No such file or directory
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        reason = exc.reason if isinstance(exc, ssl.SSLError) else exc.strerror
+        raise ConfigurationError(
+            f"cannot serve TLS with metrics_certfile {certfile!r} and metrics_keyfile {keyfile!r}: {reason or exc}"
+        ) from None
+    return context
 
 
 class _Quiet(WSGIRequestHandler):
@@ -284,12 +310,21 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-def _start_server(host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread]:
+def _start_server(
+    host: str, port: int, app: Any, context: ssl.SSLContext | None = None
+) -> tuple[WSGIServer, threading.Thread]:
     """``app`` served on ``host:port`` by a thread per request, as prometheus-client's own
-    server does (which serves only its metrics application)."""
+    server does (which serves only its metrics application); with ``context``, over TLS."""
 
     class Server(ThreadingWSGIServer):
-        pass
+        def finish_request(self, request: Any, client_address: Any) -> None:
+            if context is not None:  # the handshake in the request's own thread, not the acceptor's
+                request.settimeout(10)
+                request = context.wrap_socket(request, server_side=True)
+            super().finish_request(request, client_address)
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            log.debug("metrics endpoint: a request from %s failed", client_address, exc_info=True)
 
     Server.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
     server = make_server(host, port, app, Server, handler_class=_Quiet)

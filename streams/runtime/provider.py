@@ -282,7 +282,9 @@ class StreamProvider(BackendConstructors):
                     stack.callback(following.cancel)
             self._adapter = adapter
             # Leaving the provider flushes the publisher first, before the agents stop.
-            self._publisher = await start_publisher(stack, adapter, self.mapper, self._written, unwritten, self.clock)
+            self._publisher = await start_publisher(
+                stack, adapter, self.mapper, self._written, unwritten, self.clock, self.options.max_event_size
+            )
         except BaseException:
             self._adapter = self._manager = self._publisher = None
             await stack.aclose()
@@ -326,7 +328,7 @@ class StreamProvider(BackendConstructors):
         return self.backend.queue_balancer(self.balancer_options)  # a fresh one per run
 
     def _new_cache(self, queue: QueueId) -> QueueCache:
-        return SimpleQueueCache(self.options.cache_size, self.options.cache_buckets)
+        return SimpleQueueCache(self.options.cache_size, self.options.cache_buckets, self.options.cache_max_bytes)
 
     async def drain(self) -> None:
         """Wait until this worker has read its queues to the end and every consumer has

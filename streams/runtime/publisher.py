@@ -40,7 +40,7 @@ import anyio.lowlevel
 from streams.adapters.protocols import EventWriter, QueueAdapter, QueueMapper, Times
 from streams.core.batch import BatchKind
 from streams.core.clock import WALL_CLOCK, Clock
-from streams.core.codec import encode_batch
+from streams.core.codec import encode_batches
 from streams.core.errors import EncodeError, ProviderClosedError, PublishError
 from streams.core.ids import QueueId, StreamId
 
@@ -50,14 +50,19 @@ log = logging.getLogger("headrace.publisher")
 class ContainerWriter:
     """Events as batch containers, written with the adapter's ``queue_message_batches``."""
 
-    def __init__(self, adapter: QueueAdapter, clock: Clock = WALL_CLOCK) -> None:
+    def __init__(self, adapter: QueueAdapter, clock: Clock = WALL_CLOCK, max_event_size: int = 1 << 20) -> None:
         self._adapter = adapter
         self._clock = clock  # stamps each container with its arrival time
+        self._max_size = max_event_size  # no container written is larger
 
     def encode(
         self, queue: QueueId, stream_id: StreamId, kind: BatchKind, values: list[Any], times: Times
     ) -> list[Any]:
-        return [(queue, stream_id, encode_batch(stream_id, kind, self._clock.now(), values, times))]
+        now = self._clock.now()
+        return [
+            (queue, stream_id, payload)
+            for payload in encode_batches(stream_id, kind, now, values, times, self._max_size)
+        ]
 
     async def write(self, items: list[Any]) -> None:
         await self._adapter.queue_message_batches(items)
@@ -365,11 +370,13 @@ async def start_publisher(
     written: Callable[[QueueId], None],
     unwritten: list[PublishError],
     clock: Clock = WALL_CLOCK,
+    max_event_size: int = 1 << 20,
 ) -> Publisher:
     """A running publisher to ``adapter`` (through its own ``event_writer`` if it has one,
     else a :class:`ContainerWriter`), closed when ``stack`` is: flushed then, and what it
-    could not write appended to ``unwritten``."""
-    writer: EventWriter = adapter.event_writer() or ContainerWriter(adapter, clock)
+    could not write appended to ``unwritten``. No record it writes is over ``max_event_size``
+    bytes."""
+    writer: EventWriter = adapter.event_writer(max_event_size) or ContainerWriter(adapter, clock, max_event_size)
     publisher = Publisher(writer, mapper, written)
     # Entered and left by hand: as a context of the stack it would be handed the
     # block's own error on leaving, and wrap it in an exception group.

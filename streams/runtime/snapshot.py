@@ -37,6 +37,7 @@ from streams.runtime.provider import StreamProvider
 DEAD_LETTER_REASONS: tuple[str, ...] = (
     *(reason.value for reason in Reason),
     "undecodable",
+    "too_large",
     "delivery_failed",
     "activation_failed",
     "window_failed",

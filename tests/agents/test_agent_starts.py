@@ -41,8 +41,8 @@ class SlowAdapter(MemoryQueueAdapter):
         super().__init__(queues=QUEUES)
         self.connecting = connecting
 
-    def create_receiver(self, queue: QueueId) -> SlowToConnect:
-        return SlowToConnect(queue, super().create_receiver(queue), self.connecting)
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> SlowToConnect:
+        return SlowToConnect(queue, super().create_receiver(queue, max_record_size), self.connecting)
 
 
 class SlowFactory(MemoryAdapterFactory):

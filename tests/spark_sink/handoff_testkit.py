@@ -4,9 +4,10 @@ off, how they are written, and how Spark's output is compared with them."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 from pyspark.sql import DataFrame, SparkSession
@@ -129,16 +130,20 @@ class KafkaHandoff:
 
     bootstrap: str
     prefix: str
+    connection: Mapping[str, Any] = field(default_factory=dict)  # KafkaSettings' TLS and SASL settings
+    reading: Mapping[str, str] = field(default_factory=dict)  # the same as the DataSource's kafka.* options
 
     def options(self) -> dict[str, str]:
-        return {"kafka.bootstrap.servers": self.bootstrap, "topicPrefix": self.prefix}
+        return {"kafka.bootstrap.servers": self.bootstrap, "topicPrefix": self.prefix, **self.reading}
 
     def append_windows(self, rows: Sequence[WindowRow]) -> None:
         """Hand off ``rows`` as the runtime does: one append per (window end, partition)."""
         anyio.run(self._append_windows, rows)
 
     async def _append_windows(self, rows: Sequence[WindowRow]) -> None:
-        settings = KafkaSettings(self.bootstrap, "unused", queues=PARTITIONS, handoff_prefix=self.prefix)
+        settings = KafkaSettings(
+            self.bootstrap, "unused", queues=PARTITIONS, handoff_prefix=self.prefix, **self.connection
+        )
         declared = HandoffDeclaration(STREAM, {"count": "bigint", "total": "double"})
         sink = await KafkaHandoffSink.open(settings, declared)
         try:

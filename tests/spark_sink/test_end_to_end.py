@@ -55,7 +55,7 @@ class Pipeline:
 
     async def _kafka_rows(self) -> int:
         bootstrap, topic = self.kafka  # type: ignore[misc]
-        async with KafkaHandoffLog({"bootstrap_servers": bootstrap}, topic) as log:
+        async with KafkaHandoffLog(bootstrap, topic) as log:
             if "tolls" not in await log.streams():
                 return 0
             _, end = await log.offsets("tolls")

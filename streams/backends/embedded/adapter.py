@@ -210,7 +210,8 @@ class EmbeddedQueueAdapter(ContainerQueueAdapter):
 
     # -- consuming and housekeeping ----------------------------------------------------------
 
-    def create_receiver(self, queue: QueueId) -> EmbeddedQueueReceiver:
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> EmbeddedQueueReceiver:
+        # Its records are containers: the pulling agent refuses those over max_record_size.
         if queue not in self._queues:
             raise ConfigurationError(f"{queue} is not one of this store's {len(self._queues)} queues")
         return EmbeddedQueueReceiver(
@@ -265,6 +266,7 @@ class EmbeddedAdapterFactory:
         retention: RetentionPolicy | None = None,
         synchronous: Synchronous = "NORMAL",
         busy_timeout: float = 10.0,
+        file_mode: int = 0o600,
         checkpoint_persist_interval: float = 0.2,
         checkpoint_persist_every: int = 1000,
     ) -> None:
@@ -272,7 +274,7 @@ class EmbeddedAdapterFactory:
             queues = stored_queue_count(path) or DEFAULT_QUEUES
         if not isinstance(queues, int) or isinstance(queues, bool) or queues < 1:
             raise ConfigurationError(f"queues is a positive int, not {queues!r}")
-        self.store = EmbeddedStore(path, synchronous=synchronous, busy_timeout=busy_timeout)
+        self.store = EmbeddedStore(path, synchronous=synchronous, busy_timeout=busy_timeout, file_mode=file_mode)
         self._mapper = HashRingQueueMapper(queues)
         self._adapter = EmbeddedQueueAdapter(
             self.store,

@@ -53,10 +53,13 @@ class EmbeddedBackend:
         *,
         retention: RetentionPolicy | None = None,
         synchronous: Synchronous = "NORMAL",
+        file_mode: int = 0o600,
     ) -> EmbeddedBackend:
         """The store under ``path`` with ``queues`` queues (made on first use; by default an
-        existing store's count, else 8)."""
-        return cls(EmbeddedAdapterFactory(path, queues, retention=retention, synchronous=synchronous))
+        existing store's count, else 8); its new files get ``file_mode``."""
+        return cls(
+            EmbeddedAdapterFactory(path, queues, retention=retention, synchronous=synchronous, file_mode=file_mode)
+        )
 
     @property
     def store(self) -> EmbeddedStore:

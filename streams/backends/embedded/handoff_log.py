@@ -292,7 +292,7 @@ class HandoffLog:
         directory = self.partition_dir(stream, partition)
         self._make_dirs(directory)
         file = os.path.join(directory, segment_name(first))
-        write_segment(file, table)
+        write_segment(file, table, self.store.file_mode)
         return os.path.relpath(file, self.path)
 
     @staticmethod
@@ -398,11 +398,10 @@ class HandoffLog:
             "lives in, so that the handoff commits with the caller's checkpoint"
         )
 
-    @staticmethod
-    def _make_dirs(directory: str) -> None:
+    def _make_dirs(self, directory: str) -> None:
         if os.path.isdir(directory):
             return
-        os.makedirs(directory, exist_ok=True)
+        self.store.make_dir(directory)
         # New directory entries must survive a crash, like the files inside them: fsync
         # the parents of <partition>, <stream> and handoff/.
         parent = directory
@@ -443,7 +442,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_segment(path: str, table: pa.Table) -> None:
+def write_segment(path: str, table: pa.Table, mode: int = 0o600) -> None:
     """Write ``table`` to a new IPC file at ``path`` and fsync it and its directory.
 
     ``path`` must not exist. On failure the partial file is removed. Uncompressed on
@@ -455,9 +454,10 @@ def write_segment(path: str, table: pa.Table) -> None:
         # metadata and padding in the file.
         writer.write_table(table.combine_chunks())
     view = memoryview(sink.getvalue())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         try:
+            os.fchmod(fd, mode)  # exactly: open's mode is narrowed by the umask
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)

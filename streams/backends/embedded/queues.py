@@ -111,12 +111,24 @@ class QueuePositions:
 # -- SQL shared by the adapter and its receivers (run in worker threads) ---------------------
 
 
+# A read stops once it holds this many bytes (and at least one record), however many records it
+# may take: a queue of large records is read a few at a time, as the cache makes room.
+READ_BYTES = 16 << 20
+
+
 def select_records(queue: QueueId, start: int, limit: int, conn: sqlite3.Connection) -> list[QueueMessage]:
     rows = conn.execute(
         "SELECT seq, payload, enqueued FROM queue_records WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT ?",
         (queue.number, start, limit),
-    ).fetchall()
-    return [QueueMessage(queue, seq, payload, enqueued) for seq, payload, enqueued in rows]
+    )
+    out: list[QueueMessage] = []
+    size = 0
+    for seq, payload, enqueued in rows:  # row by row: the read stops at READ_BYTES
+        out.append(QueueMessage(queue, seq, payload, enqueued))
+        size += len(payload)
+        if size >= READ_BYTES:
+            break
+    return out
 
 
 def replay_horizon(conn: sqlite3.Connection) -> float | None:

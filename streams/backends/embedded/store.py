@@ -65,6 +65,9 @@ Synchronous = Literal["NORMAL", "FULL"]
 Migration = Sequence[str]  # the SQL statements of one schema step, applied in one transaction
 
 
+PRIVATE = 0o600  # the store's files by default (its directories 0o700): its events are this user's alone
+
+
 class EmbeddedStore:
     """The SQLite database ``path/headrace.db`` (created with its directory when missing).
 
@@ -90,6 +93,7 @@ class EmbeddedStore:
         *,
         synchronous: Synchronous = "NORMAL",
         busy_timeout: float = 10.0,
+        file_mode: int = PRIVATE,
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError(f"synchronous is 'NORMAL' or 'FULL', not {synchronous!r}")
@@ -101,6 +105,7 @@ class EmbeddedStore:
         # The directory is made by the first connection, not here: importing an app that
         # builds its provider at module level (a test, `headrace status --app`) makes none.
         self.database = self.path / self.FILE_NAME
+        self.file_mode = check_file_mode(file_mode)
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = busy_timeout
         self._lock = threading.Lock()
@@ -111,7 +116,7 @@ class EmbeddedStore:
         self._unmigrated: list[str] = []
         # Writers take turns (WriteTurns, below); what still finds SQLite busy after its own
         # busy_timeout (a writer that does not take turns) backs off and retries.
-        self._turns = turns_for(self.database)
+        self._turns = turns_for(self.database, self.file_mode)
         self._urgent_threads: tuple[anyio.lowlevel.EventLoopToken, anyio.CapacityLimiter] | None = None
         self._backoff = BusyRetry(f"the embedded store {str(self.database)!r}", busy_timeout=busy_timeout)
 
@@ -161,12 +166,29 @@ class EmbeddedStore:
                 (area, len(migrations)),
             )
 
+    # -- files ------------------------------------------------------------------------------
+
+    def make_dir(self, path: str | os.PathLike[str]) -> None:
+        """Make directory ``path`` and its missing parents with the store's directory mode
+        (:func:`dir_mode`); existing ones are left as they are."""
+        path = Path(path)
+        if path.is_dir():
+            return
+        self.make_dir(path.parent)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            return  # another process made it
+        path.chmod(dir_mode(self.file_mode))  # exactly: mkdir's mode is narrowed by the umask
+
     # -- connections -----------------------------------------------------------------------
 
     def _open_connection(self) -> sqlite3.Connection:
         # check_same_thread=False: the pool hands a connection to one thread at a time, but
         # not always the same thread. isolation_level=None: transactions are explicit.
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.make_dir(self.path)
+        if not self.database.exists():  # SQLite gives its -wal and -shm files the same mode
+            create_file(self.database, self.file_mode)
         conn = sqlite3.connect(
             self.database,
             timeout=self.busy_timeout,
@@ -357,8 +379,9 @@ class WriteTurns:
     'writing'
     """
 
-    def __init__(self, database: Path) -> None:
+    def __init__(self, database: Path, file_mode: int = 0o600) -> None:
         self.path = database.with_name(database.name + "-turns")
+        self.file_mode = file_mode
         self._local = _TicketLock()
         self._mine = threading.local()
         self._fd: int | None = None
@@ -367,8 +390,10 @@ class WriteTurns:
     def _file(self) -> int:
         # Locks are per process: a forked child opens its own descriptor.
         if self._fd is None or self._pid != os.getpid():
-            self.path.parent.mkdir(parents=True, exist_ok=True)  # the store's, made on first use
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.path.parent.mkdir(mode=dir_mode(self.file_mode), parents=True, exist_ok=True)  # the store's
+            if not self.path.exists():
+                create_file(self.path, self.file_mode)
+            self._fd = os.open(self.path, os.O_RDWR)
             self._pid = os.getpid()
         return self._fd
 
@@ -406,15 +431,60 @@ _registry: dict[Path, WriteTurns] = {}
 _registry_lock = threading.Lock()
 
 
-def turns_for(database: Path) -> WriteTurns:
+def turns_for(database: Path, file_mode: int = 0o600) -> WriteTurns:
     """The process-wide turns of ``database``: every store object on one file shares them
     (POSIX locks belong to the process, so two objects must not each think they hold one)."""
     key = database.resolve()
     with _registry_lock:
         turns = _registry.get(key)
         if turns is None:
-            turns = _registry[key] = WriteTurns(key)
+            turns = _registry[key] = WriteTurns(key, file_mode)
         return turns
+
+
+# -- the modes of the store's files ----------------------------------------------------------
+
+
+def check_file_mode(mode: int) -> int:
+    """``mode`` if it is a file mode the store can use: read and write for its owner, and
+    no more than read and write for anyone.
+
+    >>> oct(check_file_mode(0o640))
+    '0o640'
+    >>> check_file_mode(0o400)
+    Traceback (most recent call last):
+    ...
+    streams.core.errors.ConfigurationError: file_mode is read and write for the owner (0600) and at most read and write for group and others (0666), e.g. 0640; not 0400
+    """
+    if isinstance(mode, bool) or not isinstance(mode, int) or mode & ~0o666 or mode & 0o600 != 0o600:
+        shown = f"{mode:04o}" if isinstance(mode, int) and not isinstance(mode, bool) else repr(mode)
+        raise ConfigurationError(
+            "file_mode is read and write for the owner (0600) and at most read and write for group and "
+            f"others (0666), e.g. 0640; not {shown}"
+        )
+    return mode
+
+
+def dir_mode(file_mode: int) -> int:
+    """The mode of the store's directories for files of ``file_mode``: who may read a file
+    may list the directory.
+
+    >>> [oct(dir_mode(m)) for m in (0o600, 0o640, 0o644)]
+    ['0o700', '0o750', '0o755']
+    """
+    return file_mode | (file_mode & 0o444) >> 2
+
+
+def create_file(path: str | os.PathLike[str], mode: int) -> None:
+    """Create the empty file ``path`` (unless it exists) with exactly ``mode``."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, mode)  # exactly: open's mode is narrowed by the umask
+    finally:
+        os.close(fd)
 
 
 def is_busy(exc: BaseException | None) -> bool:

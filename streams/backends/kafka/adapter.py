@@ -47,7 +47,7 @@ import anyio
 from aiokafka import AIOKafkaProducer
 
 from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
-from streams.adapters.protocols import ContainerQueueAdapter
+from streams.adapters.protocols import ContainerQueueAdapter, Times
 from streams.backends.kafka.clients import (
     Producers,
     ensure_queue_topics,
@@ -60,8 +60,8 @@ from streams.backends.kafka.receiver import KafkaQueueReceiver
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.state import KafkaChangelog, KafkaRecordReceiver, KafkaStateReceiver
 from streams.core.batch import BatchContainer, BatchKind
-from streams.core.codec import encode_batch
-from streams.core.errors import ConfigurationError, EncodeError, QueueAdapterError
+from streams.core.codec import encode_batches
+from streams.core.errors import ConfigurationError, EncodeError, EventTooLargeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
 from streams.core.retry import OutageLog, retry
 
@@ -142,16 +142,20 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
         kind: BatchKind,
         values: Sequence[Any],
         times: Sequence[float | None] | None,
+        max_size: int = 1 << 20,
     ) -> list[_Record]:
-        """The records carrying these events of ``stream_id``: one batch container, or on a
-        topic of another format one record per event, keyed by the stream key, with a
-        given event time as the record's timestamp (which readers take as its arrival)."""
+        """The records carrying these events of ``stream_id``: batch containers (more than one
+        only where they would be over ``max_size`` bytes), or on a topic of another format one
+        record per event, keyed by the stream key, with a given event time as the record's
+        timestamp (which readers take as its arrival). An event whose record would be over
+        ``max_size`` bytes raises :class:`~streams.core.errors.EventTooLargeError`."""
         settings = self.settings
         partition = settings.check_queue(queue).partition
         fmt = settings.record_format
         if fmt is None:
-            payload = encode_batch(stream_id, kind, time.time(), values, times)
-            return [(settings.topic, partition, str(stream_id).encode(), payload, None)]
+            key = str(stream_id).encode()
+            payloads = encode_batches(stream_id, kind, time.time(), values, times, max_size)
+            return [(settings.topic, partition, key, payload, None) for payload in payloads]
         if kind is not BatchKind.DATA:
             raise EncodeError(
                 f"{stream_id}: a topic of {fmt.name} records carries events only; "
@@ -168,6 +172,12 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
             raise EncodeError(
                 f"cannot encode a value for stream {stream_id} as {fmt.name}: {exc}; nothing was enqueued"
             ) from None
+        if max(map(len, encoded), default=0) > max_size:
+            size = max(map(len, encoded))
+            raise EventTooLargeError(
+                f"an event for stream {stream_id} is {size:,} bytes as {fmt.name}, over max_event_size "
+                f"({max_size:,} bytes); nothing was enqueued"
+            )
         if times is None:
             return [(topic, partition, key, value, None) for value in encoded]
         return [
@@ -240,13 +250,13 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
         end = len(records)
         return [r for i, r in enumerate(records) if i >= failed_from.get((r[0], r[1]), end)], failure
 
-    def event_writer(self) -> _KafkaEventWriter:  # one record per event, or containers: see encode_events
+    def event_writer(self, max_event_size: int) -> _KafkaEventWriter:  # one record per event, or containers
         """How the provider's publisher writes events here (see streams.runtime.publisher)."""
-        return _KafkaEventWriter(self)
+        return _KafkaEventWriter(self, max_event_size)
 
-    def create_receiver(self, queue: QueueId) -> KafkaQueueReceiver:
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> KafkaQueueReceiver:
         if self.settings.record_format is not None:
-            return KafkaRecordReceiver(self.settings, queue, self.outage, self.changelog)
+            return KafkaRecordReceiver(self.settings, queue, self.outage, self.changelog, max_record_size)
         return KafkaStateReceiver(self.settings, queue, self.outage, self.changelog)
 
     def close_with(self, companion: Closeable) -> None:
@@ -267,9 +277,15 @@ class _KafkaEventWriter:
     """The publisher's writer for Kafka: :meth:`KafkaQueueAdapter.encode_events`, then
     all the records of a write sent at once (in order, retried as one)."""
 
-    def __init__(self, adapter: KafkaQueueAdapter) -> None:
-        self.encode = adapter.encode_events
+    def __init__(self, adapter: KafkaQueueAdapter, max_event_size: int) -> None:
+        self._encode = adapter.encode_events
+        self._max_size = max_event_size
         self.write = adapter._send_all
+
+    def encode(
+        self, queue: QueueId, stream_id: StreamId, kind: BatchKind, values: list[Any], times: Times
+    ) -> list[Any]:
+        return self._encode(queue, stream_id, kind, values, times, self._max_size)
 
 
 class KafkaAdapterFactory:

@@ -169,21 +169,19 @@ class KafkaGroupBalancer:
             )
         self._worker = worker
         self._assignor = BestFitPartitionAssignor(worker)
-        client = {
-            **self.settings.client_kwargs(),
-            # A join is answered only when the rebalance completes: wait for that, like Kafka's
-            # own clients, rather than the adapter's short per-request timeout.
-            "request_timeout_ms": int((self.rebalance_timeout + 5) * 1000),
-        }
         consumer = AIOKafkaConsumer(
-            **client,
-            group_id=self.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="latest",  # never read; only so no offset lookup fails
-            partition_assignment_strategy=(self._assignor,),
-            session_timeout_ms=int(self.session_timeout * 1000),
-            heartbeat_interval_ms=int(self.heartbeat_interval * 1000),
-            rebalance_timeout_ms=int(self.rebalance_timeout * 1000),
+            **self.settings.consumer_kwargs(
+                # A join is answered only when the rebalance completes: wait for that, like
+                # Kafka's own clients, rather than the adapter's short per-request timeout.
+                request_timeout_ms=int((self.rebalance_timeout + 5) * 1000),
+                group_id=self.group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="latest",  # never read; only so no offset lookup fails
+                partition_assignment_strategy=(self._assignor,),
+                session_timeout_ms=int(self.session_timeout * 1000),
+                heartbeat_interval_ms=int(self.heartbeat_interval * 1000),
+                rebalance_timeout_ms=int(self.rebalance_timeout * 1000),
+            )
         )
         self._consumer = consumer
         try:

@@ -45,8 +45,10 @@ from aiokafka.errors import (
     for_code,
 )
 
+from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.ends import offset_bounds
-from streams.backends.kafka.settings import ClientOptions, KafkaSettings
+from streams.backends.kafka.refusals import diagnose, refusal
+from streams.backends.kafka.settings import KafkaSettings
 from streams.core.errors import ConfigurationError, QueueAdapterError
 from streams.core.retry import OutageLog, quiet_client_library, reason_of, retry
 
@@ -88,15 +90,19 @@ def permanent_fix(exc: BaseException, settings: KafkaSettings) -> str:
             f"reset group {settings.group_id!r}'s offset past it (kafka-consumer-groups --reset-offsets) and restart"
         )
     if isinstance(exc, (TopicAuthorizationFailedError, GroupAuthorizationFailedError, ClusterAuthorizationFailedError)):
+        principal = (
+            f"user {settings.sasl_plain_username!r}" if settings.sasl_plain_username else "the client's principal"
+        )
         return (
-            f"grant the client's principal Describe and Read on topic(s) {topics} and Read on group "
-            f"{settings.group_id!r} (see docs/kafka.md, Security)"
+            f"the cluster did not authorize {principal}: grant it Describe, Read and Write on topic(s) {topics} "
+            f"and Read on group {settings.group_id!r} (Kafka ACLs; see docs/kafka.md, Connecting to a secured "
+            "cluster), or connect as another (sasl_plain_username, ssl_certfile)"
         )
     if isinstance(exc, AuthenticationFailedError):
-        return "check the credentials in client_options (sasl_plain_username, ssl_context, ...)"
+        return "check sasl_mechanism, sasl_plain_username and sasl_plain_password (or ssl_certfile for mutual TLS)"
     if isinstance(exc, RecordTooLargeError):
         return (
-            "a record there is larger than the fetch size: raise client_options max_partition_fetch_bytes "
+            "a record there is larger than the fetch size: raise consumer_options max_partition_fetch_bytes "
             "(aiokafka's default 1 MiB) to the topic's max.message.bytes or more"
         )
     if isinstance(exc, MessageSizeTooLargeError):
@@ -136,12 +142,25 @@ log = logging.getLogger("headrace.kafka")
 _FETCH_RECORDS = 500
 
 
-async def start_client(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
-    """Start ``client``; if that fails, stop it (its connections and tasks) and raise."""
+async def start_client(
+    client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient, connection: KafkaConnection
+) -> None:
+    """Start ``client`` (made with ``connection``'s keyword arguments); if that fails, stop it
+    (its connections and tasks) and raise: :class:`~streams.backends.kafka.refusals.KafkaRefusedError`
+    when the cluster refused the client's TLS or SASL settings (aiokafka reports those as a
+    cluster it could not reach: one connection made to diagnose it says which), else what
+    aiokafka raised."""
     try:
         await client.start()
-    except BaseException:
-        await client.stop()
+    except BaseException as exc:
+        if isinstance(client, AIOKafkaAdminClient):
+            await client.close()
+        else:
+            await client.stop()
+        if isinstance(exc, Exception) and is_transient(exc):
+            refused = refusal(exc, connection) or await diagnose(connection)
+            if refused is not None:
+                raise refused from None
         raise
 
 
@@ -181,12 +200,12 @@ class Producers:
         kwargs = {**self.settings.producer_kwargs(), **options}
         if self.idempotent:
             try:
-                return await _started(AIOKafkaProducer(**kwargs))
+                return await _started(AIOKafkaProducer(**kwargs), self.settings)
             except KafkaError as exc:
                 if is_transient(exc):
                     raise
                 refusal = exc
-            producer = await _started(AIOKafkaProducer(**{**kwargs, "enable_idempotence": False}))
+            producer = await _started(AIOKafkaProducer(**{**kwargs, "enable_idempotence": False}), self.settings)
             if self.idempotent:  # another producer may have fallen back meanwhile
                 Producers._refused.add(self._provider)
                 log.warning(
@@ -197,11 +216,11 @@ class Producers:
                     reason_of(refusal),
                 )
             return producer
-        return await _started(AIOKafkaProducer(**{**kwargs, "enable_idempotence": False}))
+        return await _started(AIOKafkaProducer(**{**kwargs, "enable_idempotence": False}), self.settings)
 
 
-async def _started(producer: AIOKafkaProducer) -> AIOKafkaProducer:
-    await start_client(producer)
+async def _started(producer: AIOKafkaProducer, connection: KafkaConnection) -> AIOKafkaProducer:
+    await start_client(producer, connection)
     return producer
 
 
@@ -240,7 +259,7 @@ log = logging.getLogger("headrace.kafka")
 
 
 async def ensure_topic(
-    client_kwargs: ClientOptions,
+    connection: KafkaConnection | str,
     topic: str,
     partitions: int,
     replication_factor: int = 1,
@@ -252,10 +271,11 @@ async def ensure_topic(
 
     Example (with a broker at 127.0.0.1:9092)::
 
-        partitions = await ensure_topic({"bootstrap_servers": "127.0.0.1:9092"}, "sensors", 8)
+        partitions = await ensure_topic("127.0.0.1:9092", "sensors", 8)
     """
-    admin = AIOKafkaAdminClient(**client_kwargs)
-    await admin.start()
+    connection = KafkaConnection.of(connection)
+    admin = AIOKafkaAdminClient(**connection.client_kwargs())
+    await start_client(admin, connection)
     try:
         if topic not in await admin.list_topics():
             await _create_topic(admin, topic, partitions, replication_factor, configs)
@@ -273,7 +293,7 @@ async def ensure_queue_topics(settings: KafkaSettings) -> None:
     stream, so every process must agree on it). Transient failures raise for the caller
     to retry."""
     counts = {
-        topic: await ensure_topic(settings.client_kwargs(), topic, settings.queues, settings.replication_factor)
+        topic: await ensure_topic(settings, topic, settings.queues, settings.replication_factor)
         for topic in settings.namespaces
     }
     if len(set(counts.values())) > 1:
@@ -333,6 +353,11 @@ async def check_reachable(settings: KafkaSettings, within: float = 5.0) -> None:
         try:
             with anyio.fail_after(max(within - (time.monotonic() - began), 0.01)):
                 await client.bootstrap()
+        except (KafkaError, OSError) as exc:
+            refused = refusal(exc, settings) or await diagnose(settings, min(settings.request_timeout, within))
+            if refused is not None:
+                raise refused from None
+            raise
         finally:
             await client.close()
 

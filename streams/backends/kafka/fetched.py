@@ -136,7 +136,12 @@ class BatchTaker:
         for tp, result, records, taken in takes:
             result._assignment.state_value(tp).consumed_to(records.next_fetch_offset)
             if tp not in self._left and not records._records.has_next():
-                # Every record of the fetch is taken: the fetcher may fetch the next.
+                # Every record of the fetch is taken: the fetcher may fetch the next. Its
+                # unstarted record generator holds it in a reference cycle (aiokafka breaks it
+                # when its own iteration ends, which this one bypasses): broken here, the fetch
+                # is freed now, not at a full collection, which a worker's frozen heap may
+                # never run over it.
+                records._records_iterator = None
                 result._partition_records = None
                 del buffered[tp]
                 fetcher._notify(fetcher._wait_consume_future)

@@ -32,6 +32,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from spark_sink.schema import HandoffSchema
 from streams.backends.kafka.clients import ensure_topic, start_client
+from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.ends import partition_ends
 from streams.backends.kafka.handoff_records import (
     Declaration,
@@ -41,7 +42,6 @@ from streams.backends.kafka.handoff_records import (
     encode_rows,
     record_headers,
 )
-from streams.backends.kafka.settings import ClientOptions, cluster_name
 from streams.core.errors import ConfigurationError, HandoffDataLostError, HandoffSchemaError, UnknownHandoffStreamError
 
 _FETCH_RECORDS = 500  # records per fetch while reading a range
@@ -50,22 +50,23 @@ _FETCH_RECORDS = 500  # records per fetch while reading a range
 class KafkaHandoffLog:
     """The handoff streams on one Kafka cluster: declarations, offsets, reads and appends.
 
-    ``client_options`` are aiokafka client keyword arguments (``bootstrap_servers`` and the
-    cluster's security settings). Use it as an async context manager::
+    ``connection`` is the cluster and how to reach it (a
+    :class:`~streams.backends.kafka.connection.KafkaConnection`, or the bootstrap servers of
+    a cluster that takes anyone in). Use it as an async context manager::
 
-        async with KafkaHandoffLog({"bootstrap_servers": "127.0.0.1:9092"}) as log:
+        async with KafkaHandoffLog("127.0.0.1:9092") as log:
             start, end = await log.offsets("averages")
     """
 
     def __init__(
         self,
-        client_options: ClientOptions,
+        connection: KafkaConnection | str,
         prefix: str = "headrace",
         *,
         replication_factor: int = 1,
         request_timeout: float = 10.0,
     ) -> None:
-        self.client_options = dict(client_options)
+        self.connection = KafkaConnection.of(connection)
         self.topics = HandoffTopics(prefix)
         self.replication_factor = replication_factor
         self.request_timeout = request_timeout
@@ -75,7 +76,7 @@ class KafkaHandoffLog:
 
     @property
     def server(self) -> str:
-        return cluster_name(self.client_options.get("bootstrap_servers") or "")
+        return self.connection.server
 
     async def __aenter__(self) -> KafkaHandoffLog:
         return self
@@ -104,7 +105,7 @@ class KafkaHandoffLog:
             (self.topics.marks(stream), partitions, compacted),
         )
         for topic, count, configs in topics:
-            found = await ensure_topic(self.client_options, topic, count, self.replication_factor, configs)
+            found = await ensure_topic(self.connection, topic, count, self.replication_factor, configs)
             if found != count:
                 raise ConfigurationError(
                     f"Kafka topic {topic!r} has {found} partitions, not {count} (one per "
@@ -249,28 +250,29 @@ class KafkaHandoffLog:
         if self._producer is None:
             # No idempotent producer needed (nor available on every broker): a duplicate
             # from a retry lands after the original, where it does not count.
-            producer = AIOKafkaProducer(**self.client_options, acks="all", max_request_size=16 << 20)
-            await start_client(producer)
+            producer = AIOKafkaProducer(**self.connection.client_kwargs(), acks="all", max_request_size=16 << 20)
+            await start_client(producer, self.connection)
             self._producer = producer
         return self._producer
 
     async def _consumer_started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            consumer = open_reader(self.client_options)
-            await start_client(consumer)
+            consumer = open_reader(self.connection)
+            await start_client(consumer, self.connection)
             self._consumer = consumer
         return self._consumer
 
 
-def open_reader(client_options: ClientOptions) -> AIOKafkaConsumer:
+def open_reader(connection: KafkaConnection) -> AIOKafkaConsumer:
     """A consumer that reads what it is told, from where it is told (no group, no commits)."""
     return AIOKafkaConsumer(
-        **client_options,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="none",  # below the retained range: an error, never a silent skip
-        fetch_max_wait_ms=50,
-        max_partition_fetch_bytes=16 << 20,
+        **connection.consumer_kwargs(
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="none",  # below the retained range: an error, never a silent skip
+            fetch_max_wait_ms=50,
+            max_partition_fetch_bytes=16 << 20,
+        )
     )
 
 

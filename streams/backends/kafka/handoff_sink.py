@@ -73,7 +73,7 @@ class KafkaHandoffSink:
         """A sink on the cluster of ``settings``, with the stream's topics created (one
         partition per queue) and its schema declared."""
         handoff_log = KafkaHandoffLog(
-            settings.client_kwargs(),
+            settings,
             settings.handoff_prefix,
             replication_factor=settings.replication_factor,
             request_timeout=settings.request_timeout,

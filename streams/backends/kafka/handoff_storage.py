@@ -23,9 +23,10 @@ from spark_sink.options import ReadOptions
 from spark_sink.schema import HandoffSchema
 from spark_sink.storage import BATCH_ROWS, HandoffSplit, rebatch
 from streams.backends.kafka.clients import start_client
+from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_range, open_reader
 from streams.backends.kafka.handoff_records import HandoffRecord, HandoffTopics
-from streams.backends.kafka.settings import ClientOptions
+from streams.backends.kafka.spark_options import connection_from_spark
 
 T = TypeVar("T")
 _SIZE_CHUNK = 500  # records read at a time while sizing a limited batch
@@ -53,11 +54,10 @@ class _LoopThread:
 
 
 class KafkaStorage:
-    """The handoff streams under ``prefix`` on a Kafka cluster (``client_options`` are
-    aiokafka's: ``bootstrap_servers`` and security settings)."""
+    """The handoff streams under ``prefix`` on the Kafka cluster of ``connection``."""
 
-    def __init__(self, client_options: ClientOptions, prefix: str = "headrace") -> None:
-        self.client_options = dict(client_options)
+    def __init__(self, connection: KafkaConnection, prefix: str = "headrace") -> None:
+        self.connection = connection
         self.prefix = prefix
 
     def schema(self, stream: str) -> HandoffSchema:
@@ -77,7 +77,7 @@ class KafkaStorage:
 
     def plan(self, stream: str, ranges: Sequence[OffsetRange]) -> list[HandoffSplit]:
         topic = HandoffTopics(self.prefix).data(stream)
-        return [KafkaSplit(self.client_options, topic, r) for r in ranges]
+        return [KafkaSplit(self.connection, topic, r) for r in ranges]
 
     def trim(self, stream: str, offsets: Mapping[int, int]) -> None:
         """Nothing: a Kafka topic is trimmed by its retention, not by one of its readers."""
@@ -87,7 +87,7 @@ class KafkaStorage:
 
     def _call(self, fn: Callable[[KafkaHandoffLog], Awaitable[T]]) -> T:
         async def connected() -> T:
-            async with KafkaHandoffLog(self.client_options, self.prefix) as log:
+            async with KafkaHandoffLog(self.connection, self.prefix) as log:
                 return await fn(log)
 
         return asyncio.run(connected())
@@ -117,7 +117,7 @@ async def _sizes(
 class KafkaSplit:
     """Offsets ``range`` of a handoff topic, read by a Spark executor straight from Kafka."""
 
-    client_options: ClientOptions
+    connection: KafkaConnection
     topic: str
     range: OffsetRange
 
@@ -141,8 +141,8 @@ class KafkaSplit:
 
     async def _records(self) -> AsyncGenerator[list[HandoffRecord], None]:
         """The valid records of the range, a fetch at a time."""
-        consumer = open_reader(self.client_options)
-        await start_client(consumer)
+        consumer = open_reader(self.connection)
+        await start_client(consumer, self.connection)
         try:
             tp = TopicPartition(self.topic, self.range.partition)
             chunk: list[HandoffRecord] = []
@@ -163,4 +163,4 @@ def open_storage(options: ReadOptions) -> KafkaStorage:
     """The Kafka cluster ``options.kafka`` names (the entry point ``kafka`` of
     :data:`spark_sink.options.STORAGES`)."""
     assert options.kafka is not None
-    return KafkaStorage(options.kafka, options.topic_prefix)
+    return KafkaStorage(connection_from_spark(options.kafka), options.topic_prefix)

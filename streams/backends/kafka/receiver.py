@@ -13,12 +13,13 @@ from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPa
 
 from streams.backends.kafka.clients import is_transient, log, permanent_fix, retry_kafka, start_client
 from streams.backends.kafka.ends import ends_at, fetched_end, offset_bounds
-from streams.backends.kafka.fetched import BatchTaker, Fetched
+from streams.backends.kafka.fetched import BatchTaker, Fetched, KafkaRecord
 from streams.backends.kafka.records import ContainerRecords, GroupedRecords, RecordReader
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
 from streams.core.errors import QueueAdapterError, QueueFailedError
 from streams.core.ids import QueueId, SequenceToken
+from streams.core.records import RecordAwareFormat, RecordInfo
 from streams.core.retry import OutageLog, PacedRetry, reason_of
 
 T = TypeVar("T")
@@ -48,7 +49,9 @@ class KafkaQueueReceiver:
     by stream into one batch (:func:`streams.core.record_batch.gathered`).
     """
 
-    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog) -> None:
+    def __init__(
+        self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, max_record_size: int = 1 << 20
+    ) -> None:
         self.queue = queue
         self.settings = settings
         self.outage = outage
@@ -56,11 +59,19 @@ class KafkaQueueReceiver:
         self._partition = self._partitions[0]
         fmt = settings.record_format
         self.gathers_containers = fmt is None  # records of headrace's own format
+        # A format that looks things up before it decodes (a schema registry's), once a read.
+        self._prepare = fmt.prepare if isinstance(fmt, RecordAwareFormat) else None
         self._reader: RecordReader = (
             ContainerRecords(queue, self._partition)
             if fmt is None
             else GroupedRecords(
-                queue, self._partitions, settings.namespaces, fmt, settings.key_field, settings.repartition_topic
+                queue,
+                self._partitions,
+                settings.namespaces,
+                fmt,
+                settings.key_field,
+                settings.repartition_topic,
+                max_record_size,
             )
         )
         self._consumer: AIOKafkaConsumer | None = None
@@ -172,7 +183,10 @@ class KafkaQueueReceiver:
                 self._answered()
                 if self._narrowing:
                     self._narrowing -= 1
-                messages = await self._take(batch)
+                fetched: Fetched = batch
+                if self._prepare is not None:
+                    fetched = await self._prepared(consumer, batch)
+                messages = await self._take(fetched)
                 # A fetch brings what it brings: the high-water marks say whether more waits.
                 self.caught_up = await self._caught_up(consumer, unknown=False)
                 return messages
@@ -247,6 +261,33 @@ class KafkaQueueReceiver:
         """A fetch answered: the broker is reachable."""
         self._waiting_since = None
         self._retries.succeeded()
+
+    async def _prepared(self, consumer: AIOKafkaConsumer, fetched: Fetched) -> Fetched:
+        """The records of a read that the record format is ready to decode, once its lookups
+        (a schema registry's) are done: each partition's up to the first it cannot have yet
+        (the registry away, a schema id it does not know yet), the consumer sent back to
+        read the rest again. When none is ready, the lookup's error is raised: the pulling
+        agent reads again after a back-off and shows the queue's outage. Records are never
+        dead-lettered for what retrying can fix."""
+        assert self._prepare is not None
+        ready: dict[TopicPartition, Sequence[KafkaRecord]] = {}
+        failure: Exception | None = None
+        for tp, taken in fetched.items():
+            count = 0
+            if failure is None and taken:
+                try:
+                    count = await self._prepare(
+                        [(r.value, RecordInfo(tp.topic, tp.partition, r.offset, r.headers)) for r in taken]
+                    )
+                except Exception as exc:  # the format's own errors: any type, all retried
+                    failure = exc
+            if count:
+                ready[tp] = taken[:count]
+            if count < len(taken):
+                consumer.seek(tp, taken[count].offset)  # the rest is read again
+        if not ready and failure is not None:
+            raise failure
+        return ready
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
@@ -370,13 +411,14 @@ class KafkaQueueReceiver:
 
     async def _open_consumer(self, group_id: str | None) -> AIOKafkaConsumer:
         consumer = AIOKafkaConsumer(
-            **self.settings.client_kwargs(),
-            group_id=group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",  # an offset lost to retention: the oldest retained
-            fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+            **self.settings.consumer_kwargs(
+                group_id=group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",  # an offset lost to retention: the oldest retained
+                fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+            )
         )
-        await start_client(consumer)
+        await start_client(consumer, self.settings)
         consumer.assign(self._partitions)
         return consumer
 

@@ -40,11 +40,12 @@ from streams.backends.kafka.fetched import Fetched, KafkaRecord
 from streams.backends.kafka.settings import KeyField
 from streams.core.batch import QueueMessage
 from streams.core.codec import interned
-from streams.core.errors import DecodeError
+from streams.core.deadletters import LETTER_PREFIX
+from streams.core.errors import DecodeError, RecordTooLargeError
 from streams.core.ids import QueueId, StreamId
 from streams.core.lazy import LazySequence
 from streams.core.record_batch import Headers, RecordBatch
-from streams.core.records import RecordFormat, first_decoder
+from streams.core.records import RecordAwareFormat, RecordFormat, RecordInfo, first_decoder
 
 _OFFSET = attrgetter("offset")  # of each record of a read, in C
 
@@ -206,8 +207,10 @@ class GroupedRecords:
         record_format: RecordFormat,
         key_field: KeyField | None = None,
         hop: str | None = None,
+        max_record_size: int = 1 << 20,
     ) -> None:
         self._queue = queue
+        self._max_size = max_record_size  # a larger record is dead-lettered too_large, never decoded
         self._hop = hop  # the re-keying hop's repartition topic, if any
         self._partitions = list(partitions)  # a fixed topic order: positions depend on it
         self._namespaces = dict(namespaces)  # topic -> namespace
@@ -216,6 +219,8 @@ class GroupedRecords:
         # no Python call around it); what that refuses, its own decode has the last word on.
         self._format_decode = record_format.decode
         self._decode = first_decoder(record_format)
+        # A format that sees the record (a schema registry's) decodes each with where it stands.
+        self._aware = record_format if isinstance(record_format, RecordAwareFormat) else None
         self._key_field = key_field
         self._positions: dict[TopicPartition, int] = {tp: 0 for tp in self._partitions}
         # Per topic: (position, first offset) of each message not yet acknowledged.
@@ -264,12 +269,15 @@ class GroupedRecords:
         out: list[QueueMessage],
     ) -> None:
         """Append the messages of one topic's records (positions: offset + ``shift``)."""
-        decode = self._decode
+        decode, aware = self._decode, self._aware
         key_field = self._key_field
+        max_size = self._max_size
         # key -> (values, offsets, clocks, arrivals, headers, stream): five appends a record,
         # each of what the record's message keeps, read from the record while it is at hand.
         groups: dict[Any, tuple[list[Any], list[int], list[float], list[float], list[Headers], StreamId]] = {}
         bad: list[tuple[KafkaRecord, str]] = []
+        too_large: list[KafkaRecord] = []
+        size = 0  # of the records read: their groups share it (what the queue cache counts)
         # A group gathers records that other streams' records stand between: each record
         # keeps the queue's clock just before it (RecordBatch.clocks), so an activation can
         # catch up with it as though the records had come one by one.
@@ -278,8 +286,18 @@ class GroupedRecords:
             before, arrival = clock, r.timestamp / 1000
             if arrival > clock:
                 clock = arrival
+            raw = r.value
+            if raw is not None:
+                n = len(raw)
+                if n > max_size:
+                    too_large.append(r)
+                    continue
+                size += n
             try:
-                value = decode(r.value)  # type: ignore[arg-type]  # None (a tombstone) raises
+                if aware is None:
+                    value = decode(raw)  # type: ignore[arg-type]  # None (a tombstone) raises
+                else:
+                    value = aware.decode_record(raw, RecordInfo(tp.topic, tp.partition, r.offset, r.headers))  # type: ignore[arg-type]
             except Exception as exc:  # the format's own errors: any type
                 value = self._last_word(r, exc, bad)
                 if value is _UNREAD:
@@ -306,8 +324,10 @@ class GroupedRecords:
         queue, pending = self._queue, self._pending[tp]
         made: list[QueueMessage] = []
         hop = tp.topic == self._hop  # events show their source records, not the hop's copies
+        per_record = size / max(len(records) - len(too_large), 1)
         for values, offsets, clocks, times, headers, sid in groups.values():
             batch = RecordBatch(sid, values, times, headers, offsets, unwrap=_unwrapped_all if hop else None)
+            batch.byte_size = int(per_record * len(values))
             batch.clocks = clocks
             if clocks[0] > -math.inf:
                 batch.clock_before = clocks[0]
@@ -315,8 +335,16 @@ class GroupedRecords:
         for r, why in bad:
             error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}", r.offset)
             made.append(QueueMessage(queue, r.offset + shift, r.value or b"", r.timestamp / 1000, error))
+        for r in too_large:
+            error = RecordTooLargeError(
+                f"{tp.topic} partition {tp.partition} offset {r.offset} is {len(r.value or b''):,} bytes, "
+                f"over max_event_size ({max_size:,} bytes)",
+                r.offset,
+            )
+            prefix = (r.value or b"")[:LETTER_PREFIX]  # the letter keeps a prefix, not the record
+            made.append(QueueMessage(queue, r.offset + shift, prefix, r.timestamp / 1000, error))
         self._clock = clock
-        if bad:
+        if bad or too_large:
             made.sort(key=lambda m: m.sequence_number)
         pending.extend((m.sequence_number, m.sequence_number - shift) for m in made)
         out.extend(made)

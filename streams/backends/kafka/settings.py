@@ -6,13 +6,15 @@ settings whole."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from aiokafka import TopicPartition
 
-from streams.core.errors import ConfigurationError
+from streams.backends.kafka.connection import KafkaConnection
+from streams.backends.kafka.registry import REGISTRY_FORMATS, RegistryFormat, SchemaRegistry
+from streams.core.errors import ConfigurationError, did_you_mean
 from streams.core.ids import QueueId, StreamId
 from streams.core.records import HEADRACE, RecordFormat, record_format
 
@@ -23,30 +25,17 @@ KeyField = str | Callable[[Any], object]
 # The codecs of Kafka's record batches; aiokafka reads and writes each (with cramjam).
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
-# aiokafka client keyword arguments: bootstrap_servers, the security settings, client_id, ...
-ClientOptions = Mapping[str, object]
-
-
-def cluster_name(bootstrap_servers: object) -> str:
-    """How log lines and errors name a cluster.
-
-    >>> cluster_name("127.0.0.1:9092"), cluster_name(["k1:9092", "k2:9092"])
-    ('Kafka at 127.0.0.1:9092', 'Kafka at k1:9092,k2:9092')
-    """
-    servers = bootstrap_servers
-    if not isinstance(servers, str) and isinstance(servers, Iterable):
-        servers = ",".join(map(str, servers))
-    return f"Kafka at {servers}"
 
 
 @dataclass(frozen=True)
-class KafkaSettings:
+class KafkaSettings(KafkaConnection):
     """Everything headrace's Kafka clients share: the queue adapter's, the group balancer's
     and the handoff log's.
 
-    ``client_options`` go to every aiokafka client (producer, consumers, admin): the
-    connection and security settings of a real cluster, e.g. ``security_protocol``,
-    ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``, ``client_id``.
+    How they connect (the address, TLS, SASL, ``client_options`` and ``consumer_options``)
+    are the settings of :class:`~streams.backends.kafka.connection.KafkaConnection`, keyword
+    arguments here: ``KafkaSettings("broker:9093", "sensors", security_protocol="SSL",
+    ssl_cafile="ca.pem")``.
 
     ``records`` is the topic's record format: ``"headrace"`` (batch containers), or one event
     per record in ``"json"``, ``"msgpack"``, ``"text"``, ``"bytes"`` or a
@@ -64,7 +53,6 @@ class KafkaSettings:
     under ``group_id``; with no committed offset a queue starts at ``start``.
     """
 
-    bootstrap_servers: str | Sequence[str]
     topic: str
     queues: int = 8
     group_id: str = "headrace"
@@ -77,7 +65,6 @@ class KafkaSettings:
     commit_interval: float = 1.0  # seconds between offset commits, at most
     poll_timeout: float = 0.1  # how long an empty read waits for new records
     outage_after: float = 3.0  # seconds without a fetch answer before calling it an outage
-    request_timeout: float = 5.0  # one attempt of a request to the broker
     give_up_after: float = 60.0  # seconds of failed attempts before an enqueue etc. raises
     # Workers share the partitions through a Kafka consumer group (KafkaGroupBalancer). Off:
     # each worker reads every partition, for a worker known to run alone (it then starts
@@ -88,8 +75,10 @@ class KafkaSettings:
     handoff_prefix: str = "headrace"
     # The topic of the dead letters (None: "<topic>.dlq", as Kafka Connect and Spring name it).
     dead_letter_topic: str | None = None
-    client_options: ClientOptions = field(default_factory=dict)
     records: str | RecordFormat = HEADRACE
+    # Where the schemas of records="avro", "json_schema" or "protobuf" are: a SchemaRegistry,
+    # its settings as a mapping, or its URL.
+    schema_registry: SchemaRegistry | Mapping[str, Any] | str | None = None
     namespace: str | None = None
     key_field: KeyField | None = None
     topics: Mapping[str, str] | None = None  # namespace -> topic
@@ -97,8 +86,30 @@ class KafkaSettings:
     record_format: RecordFormat | None = field(init=False, repr=False, compare=False, default=None)
     namespaces: Mapping[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
 
+    def _record_format(self) -> RecordFormat | None:
+        """The format ``records`` names; a registry's needs ``schema_registry``."""
+        registry_format = REGISTRY_FORMATS.get(self.records) if isinstance(self.records, str) else None
+        if registry_format is None:
+            if self.schema_registry is not None and not isinstance(self.records, RegistryFormat):
+                raise ConfigurationError(
+                    f"schema_registry is set but records is {self.records!r}: the registry's formats are "
+                    f"{', '.join(map(repr, REGISTRY_FORMATS))}"
+                )
+            try:
+                return record_format(self.records)
+            except ConfigurationError as exc:
+                if not isinstance(self.records, str):
+                    raise
+                raise ConfigurationError(
+                    f"{exc} ({', '.join(map(repr, REGISTRY_FORMATS))} with a schema_registry)"
+                ) from None
+        if self.schema_registry is None:
+            raise ConfigurationError(f"records={self.records!r} needs schema_registry (its URL, at least)")
+        return registry_format(self.schema_registry)
+
     def __post_init__(self) -> None:
-        object.__setattr__(self, "record_format", record_format(self.records))
+        super().__post_init__()
+        object.__setattr__(self, "record_format", self._record_format())
         object.__setattr__(self, "namespaces", self._namespaces())
         if not isinstance(self.topic, str) or not self.topic:
             raise ConfigurationError(f"topic is a non-empty str, not {self.topic!r}")
@@ -137,12 +148,13 @@ class KafkaSettings:
         >>> KafkaSettings.named("k:9092", "t", idempotant=False)
         Traceback (most recent call last):
         ...
-        streams.core.errors.ConfigurationError: unknown Kafka setting 'idempotant'; the settings are queues, group_id, start, replication_factor, idempotent, compression, commit_interval, poll_timeout, outage_after, request_timeout, give_up_after, group_membership, handoff_prefix, dead_letter_topic, client_options, records, namespace, key_field, topics
+        streams.core.errors.ConfigurationError: unknown Kafka setting 'idempotant' (did you mean 'idempotent'?); the settings are queues, group_id, start, ...
         """
         unknown = [name for name in settings if name not in KAFKA_SETTINGS]
         if unknown:
             raise ConfigurationError(
-                f"unknown Kafka setting {unknown[0]!r}; the settings are {', '.join(KAFKA_SETTINGS)}"
+                f"unknown Kafka setting {unknown[0]!r}{did_you_mean(unknown[0], KAFKA_SETTINGS)}; "
+                f"the settings are {', '.join(KAFKA_SETTINGS)}"
             )
         if topic is None:
             topics = settings.get("topics")
@@ -216,11 +228,6 @@ class KafkaSettings:
             )
         return topic
 
-    @property
-    def server(self) -> str:
-        """How log lines and errors name the cluster."""
-        return cluster_name(self.bootstrap_servers)
-
     def producer_kwargs(self) -> dict[str, object]:
         """The settings of every producer of headrace's queues and state: durable
         (``acks="all"``), idempotent unless ``idempotent`` is off, compressed as
@@ -236,21 +243,16 @@ class KafkaSettings:
             "compression_type": None if self.compression == "none" else self.compression,
         }
 
-    def client_kwargs(self) -> dict[str, object]:
-        return {
-            "bootstrap_servers": self.bootstrap_servers,
-            "request_timeout_ms": int(self.request_timeout * 1000),
-            **self.client_options,
-        }
-
     def check_queue(self, queue: QueueId) -> TopicPartition:
         if not 0 <= queue.number < self.queues:
             raise ConfigurationError(f"{queue} is not one of the {self.queues} queues of Kafka topic {self.topic!r}")
         return TopicPartition(self.topic, queue.number)
 
 
-# The settings a caller names besides the cluster and the topic, in declaration order:
-# StreamProvider.kafka's keywords and the keys of the configuration's [provider.kafka].
-KAFKA_SETTINGS: tuple[str, ...] = tuple(
-    f.name for f in fields(KafkaSettings) if f.init and f.name not in ("bootstrap_servers", "topic")
+# The settings a caller names besides the cluster and the topic, KafkaSettings' own first,
+# then the connection's: StreamProvider.kafka's keywords and the keys of [provider.kafka].
+_CONNECTION = tuple(f.name for f in fields(KafkaConnection) if f.init and f.name != "bootstrap_servers")
+KAFKA_SETTINGS: tuple[str, ...] = (
+    *(f.name for f in fields(KafkaSettings) if f.init and f.name not in (*_CONNECTION, "bootstrap_servers", "topic")),
+    *_CONNECTION,
 )

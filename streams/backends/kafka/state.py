@@ -136,9 +136,7 @@ class KafkaChangelog:
         """Create the topic unless it exists; refuse one without a partition per queue (the
         states would land elsewhere). Transient failures raise for the caller to retry."""
         settings = self.settings
-        found = await ensure_topic(
-            settings.client_kwargs(), self.topic, settings.queues, settings.replication_factor, CHANGELOG
-        )
+        found = await ensure_topic(settings, self.topic, settings.queues, settings.replication_factor, CHANGELOG)
         if found != self.settings.queues:
             raise ConfigurationError(
                 f"Kafka topic {self.topic!r} (the saved event-time state) has {found} partitions "
@@ -201,13 +199,14 @@ class KafkaChangelog:
         tp = TopicPartition(self.topic, queue.number)
         poll_ms = int(self.settings.poll_timeout * 1000)
         consumer = AIOKafkaConsumer(
-            **self.settings.client_kwargs(),
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",  # what compaction or retention left
-            fetch_max_wait_ms=poll_ms,
+            **self.settings.consumer_kwargs(
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",  # what compaction or retention left
+                fetch_max_wait_ms=poll_ms,
+            )
         )
-        await start_client(consumer)
+        await start_client(consumer, self.settings)
         try:
             consumer.assign([tp])
             newest: dict[bytes, bytes | None] = {}
@@ -258,8 +257,15 @@ class KafkaStateReceiver(KafkaQueueReceiver):
         receiver.state_source = states  # agents.checkpoint.ActivationStates: written at each commit
     """
 
-    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, changelog: KafkaChangelog) -> None:
-        super().__init__(settings, queue, outage)
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        queue: QueueId,
+        outage: OutageLog,
+        changelog: KafkaChangelog,
+        max_record_size: int = 1 << 20,
+    ) -> None:
+        super().__init__(settings, queue, outage, max_record_size)
         self.changelog = changelog
         self.state_source: StateSource | None = None  # set by the pulling agent
         # One write at a time: a commit can begin while the last one's write still waits
@@ -300,8 +306,15 @@ class KafkaRecordReceiver(KafkaStateReceiver):
 
     read_range = None  # type: ignore[assignment]
 
-    def __init__(self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, changelog: KafkaChangelog) -> None:
-        super().__init__(settings, queue, outage, changelog)
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        queue: QueueId,
+        outage: OutageLog,
+        changelog: KafkaChangelog,
+        max_record_size: int = 1 << 20,
+    ) -> None:
+        super().__init__(settings, queue, outage, changelog, max_record_size)
         hop = settings.repartition_topic
         fmt, key_field = settings.record_format, settings.key_field
         self.rekeying: Rekeying | None = None  # records without a key re-keyed through the hop

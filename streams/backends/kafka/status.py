@@ -252,12 +252,13 @@ def _queue(settings: KafkaSettings, number: int, bounds: _Bounds, agent: AgentSt
 async def _offsets(settings: KafkaSettings) -> list[_Bounds]:
     """Per queue, the offsets of its partitions (summed over the topics it reads)."""
     consumer = AIOKafkaConsumer(
-        **settings.client_kwargs(),
-        group_id=settings.group_id,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=int(settings.poll_timeout * 1000),
+        **settings.consumer_kwargs(
+            group_id=settings.group_id,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=int(settings.poll_timeout * 1000),
+        )
     )
-    await start_client(consumer)
+    await start_client(consumer, settings)
     try:
         queues = [settings.partitions_of(QueueId(q)) for q in range(settings.queues)]
         every: Sequence[TopicPartition] = [tp for tps in queues for tp in tps]
@@ -280,7 +281,7 @@ async def _group_members(settings: KafkaSettings) -> list[str]:
     """The members of the workers' consumer group, by worker name where Kafka says (the
     join metadata carries it), else by member id."""
     admin = AIOKafkaAdminClient(**settings.client_kwargs())
-    await admin.start()
+    await start_client(admin, settings)
     try:
         [response] = await admin.describe_consumer_groups([membership_group_id(settings)])
     finally:
@@ -303,9 +304,7 @@ def _user_data(metadata: bytes) -> bytes:
 async def _handoff(settings: KafkaSettings) -> list[HandoffStatus]:
     from streams.backends.kafka.handoff_log import KafkaHandoffLog  # pyarrow only when status is read
 
-    async with KafkaHandoffLog(
-        settings.client_kwargs(), settings.handoff_prefix, request_timeout=settings.request_timeout
-    ) as log:
+    async with KafkaHandoffLog(settings, settings.handoff_prefix, request_timeout=settings.request_timeout) as log:
         result = []
         for stream in sorted(await log.streams()):
             starts, ends = await log.offsets(stream)

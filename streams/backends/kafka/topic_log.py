@@ -82,9 +82,7 @@ class TopicLog:
 
         async def check() -> int:
             settings = self.settings
-            return await ensure_topic(
-                settings.client_kwargs(), self.topic, 1, settings.replication_factor, self.configs or None
-            )
+            return await ensure_topic(settings, self.topic, 1, settings.replication_factor, self.configs or None)
 
         found = await retry_kafka(check, f"checking Kafka topic {self.topic!r}", self.settings, self.outage)
         if found != 1:  # only partition 0 is read: what others wrote elsewhere would be missed
@@ -142,13 +140,14 @@ class TopicLog:
     async def _started_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
             consumer = AIOKafkaConsumer(
-                **self.settings.client_kwargs(),
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",  # what retention or compaction left
-                fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+                **self.settings.consumer_kwargs(
+                    group_id=None,
+                    enable_auto_commit=False,
+                    auto_offset_reset="earliest",  # what retention or compaction left
+                    fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+                )
             )
-            await start_client(consumer)
+            await start_client(consumer, self.settings)
             consumer.assign([self._tp])
             consumer.pause(self._tp)  # between reads (see read_partition)
             self._consumer = consumer

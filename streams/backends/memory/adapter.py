@@ -64,7 +64,7 @@ class MemoryQueueAdapter(ContainerQueueAdapter):
         q.records.append((q.next_sequence, payload, time.time()))
         q.next_sequence += 1
 
-    def create_receiver(self, queue: QueueId) -> MemoryQueueReceiver:
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> MemoryQueueReceiver:
         if self._keep_states:
             return StatefulMemoryQueueReceiver(queue, self._queues[queue.number])
         return MemoryQueueReceiver(queue, self._queues[queue.number])
@@ -188,7 +188,7 @@ class GeneratorQueueAdapter(ContainerQueueAdapter):
     async def queue_message_batch(self, queue: QueueId, stream_id: StreamId, payload: bytes) -> None:
         raise ConfigurationError("the generator adapter makes its own data; producers cannot write to it")
 
-    def create_receiver(self, queue: QueueId) -> GeneratorQueueReceiver:
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> GeneratorQueueReceiver:
         return GeneratorQueueReceiver(queue, self._streams[queue], self.config)
 
     async def close(self) -> None:

@@ -59,8 +59,8 @@ class HopAdapter(MemoryQueueAdapter):
         super().__init__(queues=2)
         self.source, self.target = self.mapper.get_all_queues()
 
-    def create_receiver(self, queue: QueueId) -> MemoryQueueReceiver | HopReceiver:  # type: ignore[override]
-        inner = super().create_receiver(queue)
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> MemoryQueueReceiver | HopReceiver:  # type: ignore[override]
+        inner = super().create_receiver(queue, max_record_size)
         return HopReceiver(queue, inner, self, self.target) if queue == self.source else inner
 
 

@@ -65,8 +65,8 @@ class FlakyAdapter(MemoryQueueAdapter):
         super().__init__(queues=1)
         self.outage = outage
 
-    def create_receiver(self, queue: QueueId) -> FlakyReceiver:
-        return FlakyReceiver(queue, super().create_receiver(queue), self.outage)
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> FlakyReceiver:
+        return FlakyReceiver(queue, super().create_receiver(queue, max_record_size), self.outage)
 
 
 class FlakyFactory(MemoryAdapterFactory):

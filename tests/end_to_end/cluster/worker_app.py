@@ -79,8 +79,8 @@ class RecordingAdapter:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def create_receiver(self, queue: QueueId) -> RecordingReceiver:
-        return RecordingReceiver(self._inner.create_receiver(queue), self._provider, self._out)
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> RecordingReceiver:
+        return RecordingReceiver(self._inner.create_receiver(queue, max_record_size), self._provider, self._out)
 
 
 class RecordingFactory(EmbeddedAdapterFactory):

@@ -69,7 +69,7 @@ class Decoding(JsonRecords):
 
 @pytest.mark.parametrize("failure", m.FAILURES)
 async def test_a_failing_decoder_costs_its_record_alone(failure, kafka_broker, kafka_topic, caplog):
-    assert await ensure_topic({"bootstrap_servers": kafka_broker}, kafka_topic, 2) == 2
+    assert await ensure_topic(kafka_broker, kafka_topic, 2) == 2
     producer = AIOKafkaProducer(bootstrap_servers=kafka_broker)
     await producer.start()
     try:

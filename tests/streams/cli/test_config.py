@@ -58,8 +58,10 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
         "worker-1",
         9464,
     )
+    assert config.worker.metrics_certfile == tmp_path / "tls" / "metrics.pem"
+    assert config.provider_settings.file_mode == 0o600
 
-    config = load_config(write(tmp_path, kafka, "kafka.toml"), environ={})
+    config = load_config(write(tmp_path, kafka, "kafka.toml"), environ={"KAFKA_PASSWORD": "pass word"})
     kafka_settings = config.provider_settings.kafka
     assert kafka_settings is not None
     assert (kafka_settings["bootstrap_servers"], kafka_settings["topic"], kafka_settings["group_id"]) == (
@@ -68,8 +70,16 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
         "sensor-app",
     )
     assert config.provider_settings.queues == 32
-    assert config.spark.read_options("avg") == {  # the handoff log is on Kafka too
+    assert kafka_settings["sasl_plain_password"].reveal() == "pass word"  # from $KAFKA_PASSWORD
+    assert kafka_settings["consumer_options"] == {"max_partition_fetch_bytes": 8388608}
+    assert config.spark.read_options("avg") == {  # the handoff log is on Kafka too, as secured
         "kafka.bootstrap.servers": "kafka-1:9092,kafka-2:9092",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.ssl.cafile": "/etc/headrace/kafka-ca.pem",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="sensor-app" password="pass word";',
+        "kafka.max.partition.fetch.bytes": "8388608",
         "stream": "avg",
         "maxRowsPerSplit": "1000000",
         "startingOffsets": "earliest",
@@ -128,7 +138,7 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
         (
             "[cache]\nsise = 10\n",
             {},
-            "headrace.toml: unknown key 'cache.sise' (did you mean 'cache.size'?); the keys of [cache] are size, buckets, slow_consumer_timeout",
+            "headrace.toml: unknown key 'cache.sise' (did you mean 'cache.size'?); the keys of [cache] are size, buckets, max_bytes, slow_consumer_timeout",
         ),
         ('app = "x:y"\n', {}, "headrace.toml: unknown key 'app' (did you mean 'worker.app'?)"),
         ("[agnt]\nx = 1\n", {}, "headrace.toml: unknown section [agnt] (key 'x') (did you mean [agent]?)"),

@@ -72,7 +72,7 @@ def kafka_provider(bootstrap: str, topic: str, cache_size: int) -> StreamProvide
 async def test_a_kafka_backlog_an_hour_old_gives_what_the_records_alone_give(kafka_broker, kafka_topic, action):
     rows = backlog_rows(4_000, HOUR, quiet_every=40, seed=17)
     rows = [replace(row, arrival_time=round(row.arrival_time * 1000) / 1000) for row in rows]  # Kafka's ms
-    assert await ensure_topic({"bootstrap_servers": kafka_broker}, kafka_topic, 1) == 1
+    assert await ensure_topic(kafka_broker, kafka_topic, 1) == 1
     await write(kafka_broker, kafka_topic, rows)
     provider = kafka_provider(kafka_broker, kafka_topic, 300)  # reads of at most 300 records
     seen = counting_type(provider, action, ordering=replace(policy(action), timestamp_by="t"), select="i")
@@ -101,7 +101,7 @@ async def test_another_streams_record_between_two_of_a_read_moves_the_clock_for_
     # dead-lettered, whether the three records come in one read or one by one.
     base = math.floor((time.time() - HOUR) / 10) * 10
     rows = [Row(0, base, base, "busy"), Row(1, base + 30, base + 30, "quiet"), Row(2, base + 30.001, base + 12, "busy")]
-    assert await ensure_topic({"bootstrap_servers": kafka_broker}, kafka_topic, 1) == 1
+    assert await ensure_topic(kafka_broker, kafka_topic, 1) == 1
     await write(kafka_broker, kafka_topic, rows)
     provider = kafka_provider(kafka_broker, kafka_topic, cache_size)
     seen = counting_type(provider, "accept", ordering=replace(policy("accept"), timestamp_by="t"), select="i")

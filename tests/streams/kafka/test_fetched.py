@@ -73,7 +73,7 @@ async def by_getmany(bootstrap: str, topic: str) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 async def topic(kafka_broker: str, kafka_topic: str, request: pytest.FixtureRequest) -> str:
-    await ensure_topic({"bootstrap_servers": kafka_broker}, kafka_topic, 1)
+    await ensure_topic(kafka_broker, kafka_topic, 1)
     codec = getattr(request, "param", "none")
     await anyio.to_thread.run_sync(write, kafka_broker, kafka_topic, codec)
     return kafka_topic

@@ -33,7 +33,7 @@ def json_provider(bootstrap: str, topic: str, **options) -> StreamProvider:
 
 
 async def make_topic(bootstrap: str, topic: str, partitions: int = QUEUES) -> None:
-    assert await ensure_topic({"bootstrap_servers": bootstrap}, topic, partitions) == partitions
+    assert await ensure_topic(bootstrap, topic, partitions) == partitions
 
 
 async def produce(bootstrap: str, topic: str, *records: tuple) -> None:
@@ -338,7 +338,7 @@ def test_settings_that_need_a_record_format_are_refused_without_one():
     with pytest.raises(ConfigurationError, match="records="):
         StreamProvider.kafka("127.0.0.1:1", topics={"a": "t"})
     with pytest.raises(ConfigurationError, match="records is one of"):
-        StreamProvider.kafka("127.0.0.1:1", "t", records="avro")
+        StreamProvider.kafka("127.0.0.1:1", "t", records="yaml")
     with pytest.raises(ConfigurationError, match="needs a topic"):
         StreamProvider.kafka("127.0.0.1:1")
 

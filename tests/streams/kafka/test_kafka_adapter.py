@@ -123,7 +123,7 @@ async def test_topics_read_together_with_different_partition_counts_are_refused(
     kafka_broker: str, kafka_topic: str
 ) -> None:
     other = f"{kafka_topic}-b"
-    assert await ensure_topic({"bootstrap_servers": kafka_broker}, other, 3) == 3
+    assert await ensure_topic(kafka_broker, other, 3) == 3
     settings = KafkaSettings(kafka_broker, kafka_topic, queues=4, records="json", topics={"a": kafka_topic, "b": other})
     with pytest.raises(
         ConfigurationError,
@@ -131,7 +131,7 @@ async def test_topics_read_together_with_different_partition_counts_are_refused(
         rf"topic\): '{kafka_topic}' has 4, '{other}' has 3$",
     ):
         await ensure_queue_topics(settings)
-    assert await ensure_topic({"bootstrap_servers": kafka_broker}, kafka_topic, 9) == 4  # created, as asked
+    assert await ensure_topic(kafka_broker, kafka_topic, 9) == 4  # created, as asked
 
 
 def test_settings_are_checked_when_they_are_made() -> None:

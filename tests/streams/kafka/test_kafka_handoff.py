@@ -36,7 +36,7 @@ def windows(key: str, ends: Sequence[int]) -> list[WindowResult]:
 
 async def valid_rows(bootstrap: str, prefix: str, partition: int) -> list[tuple[str, float]]:
     """(key, window end in s) of every row that counts, in log order."""
-    async with KafkaHandoffLog({"bootstrap_servers": bootstrap}, prefix) as log:
+    async with KafkaHandoffLog(bootstrap, prefix) as log:
         _, end = await log.offsets(HANDOFF.stream)
         records = await log.records(HANDOFF.stream, partition, 0, end[partition])
     rows = []
@@ -85,7 +85,7 @@ async def test_a_record_landing_after_another_writers_does_not_count(kafka_broke
     finally:
         await old.close()
         await new.close()
-    async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
+    async with KafkaHandoffLog(kafka_broker, kafka_topic) as log:
         _, end = await log.offsets(HANDOFF.stream)
         records = await log.records(HANDOFF.stream, 0, 0, end[0])
     assert [r.valid for r in records] == [True, True, False, True]
@@ -129,7 +129,7 @@ async def test_marks_snapshots_equal_reading_the_whole_log(
         await sink.write("s/b", "C", 0, windows("b", [60]))
     finally:
         await sink.close()
-    async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
+    async with KafkaHandoffLog(kafka_broker, kafka_topic) as log:
         loaded = await log.load_marks(HANDOFF.stream, 0)
         _, end = await log.offsets(HANDOFF.stream)
         from_scratch = PartitionMarks()
@@ -146,7 +146,7 @@ async def test_a_changed_schema_and_an_unknown_stream_are_refused(kafka_broker: 
     await sink.close()
     with pytest.raises(HandoffSchemaError, match=r"already declared as .*total double"):
         await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), Handoff("totals", {"n": "bigint"}))
-    async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
+    async with KafkaHandoffLog(kafka_broker, kafka_topic) as log:
         with pytest.raises(UnknownHandoffStreamError, match=r"declared streams: totals"):
             await log.offsets("nope")
 
@@ -172,7 +172,7 @@ async def test_released_events_are_appended_once_across_a_replay(kafka_broker: s
         assert await restarted.write_events("s/a", "C", 0, [e0], (1, 3)) == 0
     finally:
         await restarted.close()
-    async with KafkaHandoffLog({"bootstrap_servers": kafka_broker}, kafka_topic) as log:
+    async with KafkaHandoffLog(kafka_broker, kafka_topic) as log:
         _, end = await log.offsets("readings")
         records = await log.records("readings", 0, 0, end[0])
     values = [v for r in records if r.valid for v in pa.Table.from_batches(r.batches())["value"].to_pylist()]

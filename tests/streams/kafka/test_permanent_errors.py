@@ -145,10 +145,10 @@ async def test_a_deleted_topic_stops_its_queues_instead_of_waiting_forever(kafka
 @pytest.mark.parametrize(
     ("error", "fix"),
     [
-        (TopicAuthorizationFailedError(), "grant the client's principal Describe and Read on topic(s) 'readings'"),
+        (TopicAuthorizationFailedError(), "grant it Describe, Read and Write on topic(s) 'readings'"),
         (GroupAuthorizationFailedError(), "and Read on group 'app'"),
         (CorruptRecordException(), "reset group 'app''s offset past it"),
-        (RecordTooLargeError(), "raise client_options max_partition_fetch_bytes"),
+        (RecordTooLargeError(), "raise consumer_options max_partition_fetch_bytes"),
         (MessageSizeTooLargeError(), "raise the topic's max.message.bytes"),
         (UnsupportedCodecError(), "pip install 'aiokafka[lz4,snappy,zstd]'"),
     ],

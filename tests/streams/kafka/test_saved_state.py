@@ -93,7 +93,7 @@ async def changelog_records(bootstrap: str, topic: str) -> list[tuple[str, bool]
 
 async def handoff_rows(bootstrap: str, prefix: str, stream: str) -> list[dict]:
     """Every row of handoff stream ``stream`` that counts (what Spark reads), queue 0."""
-    async with KafkaHandoffLog({"bootstrap_servers": bootstrap}, prefix) as log:
+    async with KafkaHandoffLog(bootstrap, prefix) as log:
         _, end = await log.offsets(stream)
         records = await log.records(stream, 0, 0, end[0])
     return [row for record in records if record.valid for row in pa.Table.from_batches(record.batches()).to_pylist()]

@@ -4,7 +4,9 @@ while its store is unreachable, and while it drains after SIGTERM, each with one
 
 from __future__ import annotations
 
+import http.client
 import signal
+import ssl
 import threading
 import time
 import urllib.error
@@ -20,7 +22,8 @@ from streams.core.errors import QueueFailedError
 from streams.observability import serve_metrics
 from streams.runtime.health import WorkerHealth
 from tests.kafka_broker import TansuBroker, TansuProxy
-from tests.streams.cli.helpers import clean_env, headrace, start_worker
+from tests.kafka_tls import Certificates
+from tests.streams.cli.helpers import clean_env, headrace, one_error_line, start_worker
 from tests.streams.runtime.helpers import free_port
 
 
@@ -144,3 +147,45 @@ def test_a_draining_worker_is_not_ready_but_live(tmp_path: Path):
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+def test_the_endpoints_serve_https_given_a_certificate_and_its_key(tmp_path: Path):
+    """--metrics-certfile and --metrics-keyfile (or [worker] metrics_certfile / metrics_keyfile):
+    the metrics and the probes over HTTPS, and nothing in plain HTTP."""
+    (tmp_path / "slow.py").write_text(SLOW_APP)
+    certificates = Certificates.make(tmp_path / "tls")
+    port = free_port()
+    (tmp_path / "headrace.toml").write_text(
+        f'[worker]\nmetrics_certfile = "tls/server.pem"\nmetrics_keyfile = "tls/server.key"\nmetrics_port = {port}\n'
+    )
+    worker = start_worker(tmp_path, "--app", "slow:provider", env=clean_env())
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().endswith("running, reading queues [0] of 1\n")
+        trusted = ssl.create_default_context(cafile=certificates["ca.pem"])
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/livez", context=trusted, timeout=10) as response:
+            assert (response.status, response.read()) == (200, b"live\n")
+        with urllib.request.urlopen(f"https://localhost:{port}/metrics", context=trusted, timeout=10) as response:
+            assert b"headrace_" in response.read()
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=10)  # plain HTTP: no answer
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    log = (tmp_path / "worker.log").read_text()
+    assert f"metrics at https://127.0.0.1:{port}/metrics" in log and "Traceback" not in log
+    refused = headrace(
+        "worker",
+        "--app",
+        "slow:provider",
+        "--metrics-port",
+        "0",
+        "--metrics-certfile",
+        "server.pem",
+        cwd=tmp_path / "tls",
+    )  # no headrace.toml there: a certificate without its key
+    assert one_error_line(refused, "worker") == (
+        "the metrics endpoint serves TLS with a certificate and its key: give both --metrics-certfile and --metrics-keyfile"
+    )
