@@ -86,3 +86,11 @@ async def offset_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition, timeout:
     first = await consumer.beginning_offsets([tp])
     ends = await partition_ends(consumer, [tp], timeout)
     return first[tp], ends[tp]
+
+
+async def listed_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
+    """The oldest retained offset of ``tp`` and its end as the broker lists it: exact for a
+    topic written one record a produce request (the handoff log's), else possibly short."""
+    first = await consumer.beginning_offsets([tp])
+    end = await consumer.end_offsets([tp])
+    return first[tp], end[tp]

@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
 
 from streams.backends.kafka.clients import is_transient, log, permanent_fix, retry_kafka, start_client
-from streams.backends.kafka.ends import ends_at, fetched_end, offset_bounds
+from streams.backends.kafka.ends import ends_at, fetched_end, listed_bounds, offset_bounds
 from streams.backends.kafka.fetched import BatchTaker, Fetched, KafkaRecord
 from streams.backends.kafka.records import ContainerRecords, GroupedRecords, RecordReader
 from streams.backends.kafka.settings import KafkaSettings
@@ -104,7 +104,7 @@ class KafkaQueueReceiver:
     async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
         """Seek ``tp`` to where reading resumes, and note its committed offset."""
         committed = await self._retry(lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset")
-        first, reported = await self._retry(lambda: _listed_bounds(consumer, tp), f"reading the bounds of {self.queue}")
+        first, reported = await self._retry(lambda: listed_bounds(consumer, tp), f"reading the bounds of {self.queue}")
         if committed is None:
             # The re-keying hop's topic holds only what this group's readers sent on:
             # all of it is to be read, whatever ``start`` says of the source.
@@ -443,11 +443,3 @@ class KafkaQueueReceiver:
             return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
         except KafkaError as exc:  # retry_kafka lets through only what retrying cannot fix
             raise await self._failed(exc, f"{what} failed for") from exc
-
-
-async def _listed_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
-    """The oldest retained offset of ``tp`` and its end as the broker lists it (which may be
-    short of the records: a committed offset past it is checked by a fetch)."""
-    first = await consumer.beginning_offsets([tp])
-    end = await consumer.end_offsets([tp])
-    return first[tp], end[tp]
