@@ -71,6 +71,38 @@ class Backoff:
         self._delay = self.initial
 
 
+class PacedRetry:
+    """A retry whose loop is its caller's: each of the caller's calls is one attempt (a
+    queue receiver returns nothing to its agent after a failed read, and is called again).
+    :meth:`failed` reports the attempt to ``outage`` and pauses the back-off's next delay;
+    :meth:`succeeded` ends the outage and starts the delays over.
+
+    >>> import anyio, logging
+    >>> outage = OutageLog("server B", logging.getLogger("doc"))
+    >>> paced = PacedRetry(outage, Backoff(0.001, 0.001))
+    >>> anyio.run(lambda: paced.failed("ConnectionRefusedError", since=time.monotonic()))
+    >>> outage.ongoing, paced.succeeded(), outage.ongoing
+    (True, None, False)
+    """
+
+    def __init__(self, outage: OutageLog | None = None, backoff: Backoff | None = None) -> None:
+        self.outage = outage
+        self.backoff = Backoff() if backoff is None else backoff
+
+    async def failed(self, reason: str, since: float) -> None:
+        """An attempt failed (the failures began at monotonic ``since``): report it, and wait
+        before the caller tries again."""
+        if self.outage is not None:
+            self.outage.failed(reason, since=since)
+        await anyio.sleep(self.backoff.next())
+
+    def succeeded(self) -> None:
+        """An attempt succeeded: the server is reachable."""
+        self.backoff.reset()
+        if self.outage is not None:
+            self.outage.recovered()
+
+
 class RetryStopped(HeadraceError):
     """A retry ended by its ``stop`` callback; the last failure is its ``__cause__``."""
 

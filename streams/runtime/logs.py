@@ -39,6 +39,11 @@ from streams.core.ids import QueueId, StreamId
 from streams.core.logcontext import FIELDS, check_fields, current_fields
 
 LEVELS = ("debug", "info", "warning", "error")
+# Client libraries whose INFO lines are their own business (aiokafka logs each join, sync and
+# assignment: most of a Kafka worker's start): they log one level below headrace's, so at
+# ``info`` only their warnings and errors show, and ``debug`` shows their INFO lines too.
+CLIENT_LIBRARIES = ("aiokafka",)
+_LIBRARY_LEVELS = {"debug": "INFO", "info": "WARNING", "warning": "WARNING", "error": "ERROR"}
 FORMATS = ("text", "logfmt", "json")
 LogFormat = Literal["text", "logfmt", "json"]
 
@@ -159,7 +164,9 @@ def configure_logging(
     """Send ``logger``'s records (the root's by default) at ``level`` and above to ``stream``
     (stderr), as ``fmt`` (``text``, ``logfmt`` or ``json``; None: ``text`` on a terminal,
     else ``logfmt``), with the worker, queue and stream fields; ``defaults``
-    (``worker=...``) fill a field nothing else names. Returns the handler."""
+    (``worker=...``) fill a field nothing else names. Configuring the root's sets the
+    :data:`CLIENT_LIBRARIES`' loggers one level quieter (``info``: their warnings and
+    above). Returns the handler."""
     if level not in LEVELS:
         raise ConfigurationError(f"a log level is one of {', '.join(LEVELS)}, not {level!r}")
     if fmt is not None and fmt not in FORMATS:
@@ -174,4 +181,7 @@ def configure_logging(
     target = logging.getLogger(logger)
     target.addHandler(handler)
     target.setLevel(level.upper())
+    if not logger:
+        for library in CLIENT_LIBRARIES:
+            logging.getLogger(library).setLevel(_LIBRARY_LEVELS[level])
     return handler

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -46,6 +46,7 @@ from aiokafka.errors import (
 )
 
 from streams.backends.kafka.connection import KafkaConnection
+from streams.backends.kafka.ends import offset_bounds
 from streams.backends.kafka.refusals import diagnose, refusal
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.errors import ConfigurationError, QueueAdapterError
@@ -163,31 +164,35 @@ async def start_client(
         raise
 
 
-async def offset_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
-    """The oldest retained offset of ``tp`` and the offset its next record will get."""
-    first = await consumer.beginning_offsets([tp])
-    end = await consumer.end_offsets([tp])
-    return first[tp], end[tp]
-
-
 class Producers:
-    """Starts the producers of one adapter (its queue and state topics) with ``settings``'
-    :meth:`~streams.backends.kafka.settings.KafkaSettings.producer_kwargs`.
+    """Starts producers with ``settings``'
+    :meth:`~streams.backends.kafka.settings.KafkaSettings.producer_kwargs`: every producer of
+    headrace (the queues', the state changelog's, the status, dead-letter and subscription
+    topics') starts through :meth:`start`.
 
     Idempotent where the broker supports it: a broker that refuses an idempotent producer
     (its InitProducerId request, e.g. Tansu, or Kafka without the IdempotentWrite ACL before
     3.0) gets a plain one, and one warning says so and names the setting; later producers
-    start plain at once. A plain producer that fails too raises: the broker's refusal was
-    not about idempotence.
+    of the same provider (cluster, topic and group), in this process, start plain at once.
+    A plain producer that fails too raises: the broker's refusal was not about idempotence.
 
     >>> producers = Producers(KafkaSettings("127.0.0.1:9092", "sensors", idempotent=False))
     >>> producers.idempotent
     False
     """
 
+    # The providers (cluster, topic, group) whose cluster refused an idempotent producer in
+    # this process: their status, dead-letter and state producers share one fallback.
+    _refused: ClassVar[set[tuple[str, str, str]]] = set()
+
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
-        self.idempotent = settings.idempotent  # False once the broker has refused it
+        self._provider = (settings.server, settings.topic, settings.group_id)
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether the next producer starts idempotent (False once the cluster refused)."""
+        return self.settings.idempotent and self._provider not in Producers._refused
 
     async def start(self, **options: object) -> AIOKafkaProducer:
         """A started producer; ``options`` are further AIOKafkaProducer arguments. Transient
@@ -202,7 +207,7 @@ class Producers:
                 refusal = exc
             producer = await _started(AIOKafkaProducer(**{**kwargs, "enable_idempotence": False}), self.settings)
             if self.idempotent:  # another producer may have fallen back meanwhile
-                self.idempotent = False
+                Producers._refused.add(self._provider)
                 log.warning(
                     "%s refused an idempotent producer (InitProducerId: %s); producing without "
                     "idempotence, so a retried send may be stored twice: set idempotent=false "
@@ -223,21 +228,21 @@ async def read_partition(
     consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, settings: KafkaSettings
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """The records of ``tp`` from offset ``start`` (or the oldest retained, if later) to its
-    end as it is now, read by ``consumer`` (assigned ``tp``, paused or not). A fetch that brings nothing
-    for ``settings.request_timeout`` raises ``TimeoutError`` (an outage: the caller retries).
-
-    Every record fetched counts, also past the end: newer still, and Tansu's end offset can
-    fall inside the last batch written (its base offset + 1)."""
-    first, end = await offset_bounds(consumer, tp)
-    consumer.seek(tp, max(first, start))
+    end as it is now (:func:`~streams.backends.kafka.ends.partition_ends`: the end a fetch
+    answers, not only the broker's listed one), read by ``consumer`` (assigned ``tp``, paused
+    or not). A fetch that brings nothing for ``settings.request_timeout`` raises
+    ``TimeoutError`` (an outage: the caller retries). Every record fetched counts, also
+    past that end: it is newer still."""
     poll_ms = int(settings.poll_timeout * 1000)
     records: list[ConsumerRecord[bytes, bytes]] = []
     # A consumer kept between reads keeps ``tp`` paused, so that its fetcher does not wait
-    # on the broker meanwhile (which delays the offset requests above by its fetch wait).
+    # on the broker meanwhile (which delays the offset requests below by its fetch wait).
     paused = tp in consumer.paused()
     if paused:
         consumer.resume(tp)
     try:
+        first, end = await offset_bounds(consumer, tp, settings.request_timeout)
+        consumer.seek(tp, max(first, start))
         while await consumer.position(tp) < end:
             with anyio.fail_after(settings.request_timeout):
                 fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}

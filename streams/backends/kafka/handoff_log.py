@@ -31,8 +31,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import OffsetOutOfRangeError
 
 from spark_sink.schema import HandoffSchema
-from streams.backends.kafka.clients import ensure_topic, offset_bounds, start_client
+from streams.backends.kafka.clients import ensure_topic, start_client
 from streams.backends.kafka.connection import KafkaConnection
+from streams.backends.kafka.ends import listed_bounds as offset_bounds
 from streams.backends.kafka.handoff_records import (
     Declaration,
     HandoffRecord,

@@ -12,7 +12,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
 
 from streams.adapters.protocols import ReceiverDefaults
-from streams.backends.kafka.clients import is_transient, log, offset_bounds, permanent_fix, retry_kafka, start_client
+from streams.backends.kafka.clients import is_transient, log, permanent_fix, retry_kafka, start_client
+from streams.backends.kafka.ends import ends_at, fetched_end, listed_bounds, offset_bounds
 from streams.backends.kafka.fetched import BatchTaker, Fetched, KafkaRecord
 from streams.backends.kafka.records import ContainerMessages, ContainerRecords, GroupedRecords, RecordReader
 from streams.backends.kafka.refusals import KafkaRefusedError, diagnose
@@ -22,7 +23,7 @@ from streams.core.clock import wall_time
 from streams.core.errors import QueueAdapterError, QueueFailedError
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.records import RecordAwareFormat, RecordInfo
-from streams.core.retry import Backoff, OutageLog, reason_of
+from streams.core.retry import OutageLog, PacedRetry, reason_of
 
 T = TypeVar("T")
 # A record batch that cannot be unpacked: what came before it in the same fetch is lost too.
@@ -86,7 +87,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
         # When an empty read began waiting: monotonic seconds, and the wall clock then (ms,
         # aiokafka stamps its fetch answers with the wall clock).
         self._waiting_since: tuple[float, float] | None = None
-        self._backoff = Backoff()
+        self._retries = PacedRetry(outage)  # reads that fail are retried by the agent's next call
         self._diagnosed = False  # this outage's cause asked after (refusals.diagnose)
         self.caught_up = False
         self._topics_checked = time.monotonic()  # when a deleted topic was last looked for
@@ -109,12 +110,12 @@ class KafkaQueueReceiver(ReceiverDefaults):
     async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
         """Seek ``tp`` to where reading resumes, and note its committed offset."""
         committed = await self._retry(lambda: consumer.committed(tp), f"reading {self.queue}'s committed offset")
-        first, end = await self._bounds(consumer, tp)
+        first, reported = await self._retry(lambda: listed_bounds(consumer, tp), f"reading the bounds of {self.queue}")
         if committed is None:
             # The re-keying hop's topic holds only what this group's readers sent on:
             # all of it is to be read, whatever ``start`` says of the source.
             hop = tp.topic == self.settings.repartition_topic
-            position = first if self.settings.start == "earliest" or hop else end
+            position = first if self.settings.start == "earliest" or hop else (await self._bounds(consumer, tp))[1]
         elif committed < first:
             log.warning(
                 "%s: committed offset %d is older than the oldest retained record %d; records "
@@ -126,7 +127,8 @@ class KafkaQueueReceiver(ReceiverDefaults):
                 first - 1,
             )
             position = first
-        elif committed > end:
+        elif committed > reported and not await self._reaches(consumer, tp, committed):
+            end = (await self._bounds(consumer, tp))[1]
             log.warning(
                 "%s: committed offset %d is past the end of the partition (%d): the topic was "
                 "recreated? reading from the oldest retained record %d",
@@ -149,6 +151,13 @@ class KafkaQueueReceiver(ReceiverDefaults):
         if isinstance(messages, ContainerMessages):
             return messages.positions()
         return super().positions(messages)
+
+    async def _reaches(self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> bool:
+        """Whether ``offset`` is within ``tp`` (at most its end), as a fetch there answers:
+        a broker's listed end can be short of the records (:mod:`~streams.backends.kafka.ends`)."""
+        timeout = self.settings.request_timeout
+        ends = await self._retry(lambda: ends_at(consumer, {tp: offset}, timeout), f"reading {self.queue}")
+        return ends[tp] is not None
 
     async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
         self.caught_up = False  # until a read shows it (an outage, a failure: not known)
@@ -219,7 +228,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
         """Whether the read position is at every partition's high-water mark as the last
         fetch answers gave it (``unknown``: what a partition with no answer yet counts as)."""
         for tp in self._partitions:
-            highwater = consumer.highwater(tp)
+            highwater = fetched_end(consumer, tp)
             if highwater is None:
                 if not unknown:
                     return False
@@ -265,8 +274,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
         """A fetch answered: the broker is reachable."""
         self._waiting_since = None
         self._diagnosed = False
-        self._backoff.reset()
-        self.outage.recovered()
+        self._retries.succeeded()
 
     async def _prepared(self, consumer: AIOKafkaConsumer, fetched: Fetched) -> Fetched:
         """The records of a read that the record format is ready to decode, once its lookups
@@ -299,13 +307,12 @@ class KafkaQueueReceiver(ReceiverDefaults):
         """The broker did not answer: report it, and wait before the agent asks again. Once
         an outage, ask a broker why: one that refuses this client's TLS or SASL settings now
         (a certificate renewed wrong, a password rotated) fails the queue with the reason."""
-        self.outage.failed(reason, since=since)
         if not self._diagnosed:
             self._diagnosed = True
             refused = await diagnose(self.settings)
             if refused is not None:
                 raise QueueFailedError(f"{self.queue}: {refused}") from None
-        await anyio.sleep(self._backoff.next())
+        await self._retries.failed(reason, since=since)
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
@@ -451,8 +458,8 @@ class KafkaQueueReceiver(ReceiverDefaults):
 
     async def _bounds(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
         """The oldest retained offset of ``tp`` and the offset its next record will get."""
-
-        return await self._retry(lambda: offset_bounds(consumer, tp), f"reading the bounds of {self.queue}")
+        timeout = self.settings.request_timeout
+        return await self._retry(lambda: offset_bounds(consumer, tp, timeout), f"reading the bounds of {self.queue}")
 
     def _require_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:

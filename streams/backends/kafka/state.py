@@ -381,7 +381,7 @@ class KafkaRecordReceiver(KafkaStateReceiver):
         except Exception as exc:  # sorted into transient and not just below
             if not (isinstance(exc, TimeoutError) or is_transient(exc)):
                 raise await self._failed(exc, "cannot re-key (send to the repartition topic)") from exc
-            await self._back_off(f"re-keying {self.queue}: {reason_of(exc)}", since=began)
+            await self._retries.failed(f"re-keying {self.queue}: {reason_of(exc)}", since=began)
             return False
         finally:
             self._acknowledge(self._reader.acknowledged(-1))  # what the acknowledged sends held back

@@ -72,6 +72,7 @@ from streams.backends.kafka.assignor import MemberClaim
 from streams.backends.kafka.balancer import membership_group_id
 from streams.backends.kafka.clients import kafka_outage_log, retry_kafka, start_client
 from streams.backends.kafka.deadletters import KafkaDeadLetterStore
+from streams.backends.kafka.ends import partition_ends
 from streams.backends.kafka.pubsub import COMPACTED
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.topic_log import LogRecord, TopicLog
@@ -250,13 +251,22 @@ def _queue(settings: KafkaSettings, number: int, bounds: _Bounds, agent: AgentSt
 
 async def _offsets(settings: KafkaSettings) -> list[_Bounds]:
     """Per queue, the offsets of its partitions (summed over the topics it reads)."""
-    consumer = AIOKafkaConsumer(**settings.consumer_kwargs(group_id=settings.group_id, enable_auto_commit=False))
+    consumer = AIOKafkaConsumer(
+        **settings.consumer_kwargs(
+            group_id=settings.group_id,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=int(settings.poll_timeout * 1000),
+        )
+    )
     await start_client(consumer, settings)
     try:
         queues = [settings.partitions_of(QueueId(q)) for q in range(settings.queues)]
         every: Sequence[TopicPartition] = [tp for tps in queues for tp in tps]
+        consumer.assign(list(every))
         first = await consumer.beginning_offsets(every)
-        end = await consumer.end_offsets(every)
+        # The end from the records (a fetch's), not only the broker's listed one, which
+        # can be short of them: the lag is what a reader at the committed offset has left.
+        end = await partition_ends(consumer, every, settings.request_timeout)
         committed = {tp: await consumer.committed(tp) for tp in every}
     finally:
         await consumer.stop()

@@ -26,7 +26,14 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streams.backends.kafka.clients import ensure_topic, kafka_outage_log, read_partition, retry_kafka, start_client
+from streams.backends.kafka.clients import (
+    Producers,
+    ensure_topic,
+    kafka_outage_log,
+    read_partition,
+    retry_kafka,
+    start_client,
+)
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.errors import ConfigurationError
 from streams.core.retry import OutageLog
@@ -55,8 +62,10 @@ class TopicLog:
         topic: str,
         configs: Mapping[str, str] | None = None,
         outage: OutageLog | None = None,
+        producers: Producers | None = None,
     ) -> None:
         self.settings = settings
+        self.producers = producers if producers is not None else Producers(settings)
         self.topic = topic
         self.configs = dict(configs or {})
         self.outage = outage if outage is not None else kafka_outage_log(settings)
@@ -124,11 +133,8 @@ class TopicLog:
     async def _started_producer(self) -> AIOKafkaProducer:
         async with self._lock:
             if self._producer is None:
-                producer = AIOKafkaProducer(
-                    **self.settings.client_kwargs(), acks="all", enable_idempotence=self.settings.idempotent
-                )
-                await start_client(producer, self.settings)
-                self._producer = producer
+                # Uncompressed: its records are few and small.
+                self._producer = await self.producers.start(compression_type=None)
             return self._producer
 
     async def _started_consumer(self) -> AIOKafkaConsumer:

@@ -22,6 +22,7 @@ WORKER = Path(__file__).with_name("stepped_worker.py")
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 STEP_AT, BACK_AT, PUBLISH_FOR, TIMER_IN = 0.8, 2.4, 3.5, 2.0
 
+
 @pytest.fixture(autouse=True)
 def _libfaketime() -> None:
     """The suite installs it (.ci/run); a machine without it fails here, saying so."""

@@ -24,12 +24,14 @@ from tests.streams.cli.helpers import clean_env, headrace, json_of, poll_status,
 from tests.streams.cli.test_status import CONFIG as STATUS_CONFIG
 from tests.streams.runtime.helpers import free_port
 
+
 @pytest.fixture(autouse=True)
 def _chromium() -> None:
     """The suite installs it (.ci/run); a machine without it fails here, saying so."""
     missing = chromium_missing()
     if missing is not None:
         pytest.fail(f"the status page's browser test needs Chromium: {missing}")
+
 
 # test_status's store and policy, with this test's application, a status every second and
 # every event's lateness sampled (for the quantiles and the advice)

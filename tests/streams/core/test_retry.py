@@ -5,13 +5,16 @@ cancellation or on the caller's stop."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import time
+from pathlib import Path
 
 import anyio
 import pytest
 
 from streams.core.errors import QueueAdapterError
-from streams.core.retry import Backoff, OutageLog, RetryStopped, retry, retry_blocking
+from streams.core.retry import Backoff, OutageLog, PacedRetry, RetryStopped, retry, retry_blocking
 
 LOG = logging.getLogger("headrace.test-retry")
 
@@ -245,3 +248,31 @@ def test_blocking_retry_raises_what_no_retry_mends_even_a_timeout_and_gives_up_c
     assert busy.attempts == 1
     with pytest.raises(QueueAdapterError, match=r"^writing failed for 0 s \(ConnectionRefusedError: refused\)$"):
         retry_blocking(FailingBlocking(1000), what="writing", give_up_after=0.02, backoff=Backoff(0.001, 0.002))
+
+
+def test_every_back_off_pause_is_the_retry_helpers():
+    """No product module pauses on a back-off of its own: they retry through this module
+    (:func:`retry`, :func:`retry_blocking`, :class:`PacedRetry` for a caller's own loop)."""
+    root = Path(__file__).resolve().parents[3]
+    pausing = re.compile(r"sleep\([^()]*\.next\(\)\)")
+    found = [
+        str(path.relative_to(root))
+        for package in ("agents", "balancer", "cache", "spark_sink", "streams")
+        for path in (root / package).rglob("*.py")
+        if path != root / "streams/core/retry.py" and pausing.search(path.read_text())
+    ]
+    assert found == []
+    assert pausing.search((root / "streams/core/retry.py").read_text())  # the pattern finds one
+
+
+async def test_a_paced_retry_reports_each_failure_and_its_end_once(caplog):
+    caplog.set_level(logging.INFO, LOG.name)
+    paced = PacedRetry(OutageLog("server C", LOG), Backoff(0.01, 0.02, jitter=0.0))
+    began = time.monotonic()
+    for _ in range(3):
+        await paced.failed("ConnectionRefusedError: refused", since=began)
+    assert time.monotonic() - began >= 0.01 + 0.02 + 0.02  # the delays grew to their cap
+    paced.succeeded()
+    assert paced.backoff.next() == 0.01  # and start over
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "unreachable" in lines[0] and "server C" in lines[1], lines

@@ -157,3 +157,29 @@ def test_the_default_format_is_text_on_a_terminal_and_logfmt_elsewhere():
     os.close(primary)
     assert isinstance(on_terminal.formatter, TextFormatter)
     assert isinstance(in_file.formatter, KeyValueFormatter)
+
+
+@pytest.mark.parametrize(
+    ("level", "library"), [("debug", logging.INFO), ("info", logging.WARNING), ("error", logging.ERROR)]
+)
+def test_client_libraries_log_one_level_below_headrace(level, library):
+    root, aiokafka = logging.getLogger(), logging.getLogger("aiokafka")
+    levels = root.level, aiokafka.level
+    out = io.StringIO()
+    handler = configure_logging(level, "logfmt", stream=out)
+    try:
+        assert aiokafka.level == library
+        # a logger of its own: the outage log's filters sit on aiokafka's existing ones
+        library_logger = logging.getLogger("aiokafka.test_levels")
+        library_logger.info("Joined group")
+        library_logger.warning("cannot reach node 1")
+        lines = out.getvalue().splitlines()
+        assert [line.split("level=")[1].split()[0] for line in lines] == {
+            "debug": ["info", "warning"],
+            "info": ["warning"],
+            "error": [],
+        }[level]
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(levels[0])
+        aiokafka.setLevel(levels[1])
