@@ -441,6 +441,7 @@ def save_run(
     figures (a refused rate) are left out.
 
     >>> import tempfile
+    >>> _ROWS.clear()  # the rows other examples printed are not this run's
     >>> with tempfile.TemporaryDirectory() as d:  # doctest: +ELLIPSIS
     ...     path = save_run("core.py", {"ratio": 0.5, "refused": math.nan}, to=Path(d))
     ...     run = json.loads(path.read_text())

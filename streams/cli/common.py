@@ -9,8 +9,12 @@ names the store of your application's provider, as ``headrace worker --app`` run
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
+import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -19,8 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from streams.cli import CliError
-from streams.cli.worker import load_provider
-from streams.core.errors import ConfigurationError
+from streams.core.errors import ConfigurationError, HeadraceError, a_type, did_you_mean
 from streams.runtime.backends import LocalSide
 from streams.runtime.config import HeadraceConfig, load_config
 from streams.runtime.constructors import open_local_store
@@ -130,3 +133,43 @@ def add_row(rows: Table, *cells: str) -> None:
 
 
 _WIDTH_WHEN_PIPED = 1000  # wide enough for any table: piped output is never cut
+
+
+def port_number(text: str) -> int:
+    """A TCP port from the command line, checked before anything starts."""
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port number is 0 to 65535, not {text!r}")
+    return int(text)
+
+
+def load_provider(spec: str) -> StreamProvider:
+    """The provider named by ``module:attribute`` (a provider, or a function of no
+    arguments returning one), e.g. ``load_provider("myapp.streams:provider")``."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise CliError(f"--app is module:attribute (e.g. myapp:provider), not {spec!r}")
+    if module_name.endswith(".py") or "/" in module_name:  # a file's name, as for `python app.py`
+        module = module_name.removesuffix(".py").replace("/", ".").strip(".")
+        raise CliError(f"--app takes a module, not a file: --app {module}:{attribute} (drop .py; dots for folders)")
+    if os.getcwd() not in sys.path:  # like `python -m`: the application is found from here
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise CliError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            hint = did_you_mean(part, [n for n in dir(target) if not n.startswith("_")])
+            raise CliError(f"module {module_name!r} has no attribute {attribute!r}{hint}") from None
+    if callable(target) and not isinstance(target, StreamProvider):
+        try:
+            target = target()
+        except HeadraceError:
+            raise
+        except Exception as exc:
+            raise CliError(f"{spec}() failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(target, StreamProvider):
+        raise CliError(f"{spec} is {a_type(target)}, not a StreamProvider")
+    return target

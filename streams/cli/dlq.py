@@ -50,11 +50,11 @@ from streams.cli.common import (
     in_cluster,
     load_app,
     load_cli_config,
+    load_provider,
     plural,
     table,
     utc_text,
 )
-from streams.cli.worker import load_provider
 from streams.core.deadletters import DeadLetterArchive, StoredDeadLetter
 from streams.core.errors import ConfigurationError
 from streams.core.ids import StreamId

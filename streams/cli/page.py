@@ -20,8 +20,8 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from streams.adapters.status import ClusterStatus
+from streams.cli.advice import advice_of
 from streams.cli.dlq import as_json
-from streams.cli.status import advice_of
 from streams.core.deadletters import DeadLetterArchive, StoredDeadLetter
 from streams.runtime.history import StatusHistory
 from streams.runtime.metrics import serve_status_page

@@ -49,13 +49,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
@@ -63,7 +62,8 @@ from agents.gc_policy import POLICY as GC_POLICY
 from balancer.base import BalancerOptions
 from streams.adapters.status import StatusBoard
 from streams.cli import CliError
-from streams.core.errors import HeadraceError, StoreError, a_type, did_you_mean
+from streams.cli.common import load_provider, port_number
+from streams.core.errors import StoreError
 from streams.observability import configure_logging, serve_metrics
 from streams.runtime.config import apply_options, load_config
 from streams.runtime.config_schema import CONFIG_ENV
@@ -126,13 +126,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="serve the metrics and probes over HTTPS with this certificate (chain), and --metrics-keyfile",
     )
     parser.add_argument("--metrics-keyfile", metavar="PEM", help="the key of --metrics-certfile")
-
-
-def port_number(text: str) -> int:
-    """A TCP port from the command line, checked before anything starts."""
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"a TCP port number is 0 to 65535, not {text!r}")
-    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,39 +195,6 @@ def store_error_in(error: BaseException) -> StoreError | None:
     while isinstance(found, BaseExceptionGroup):
         found = found.exceptions[0]
     return found if isinstance(found, StoreError) else None
-
-
-def load_provider(spec: str) -> StreamProvider:
-    """The provider named by ``module:attribute`` (a provider, or a function of no
-    arguments returning one), e.g. ``load_provider("myapp.streams:provider")``."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise CliError(f"--app is module:attribute (e.g. myapp:provider), not {spec!r}")
-    if module_name.endswith(".py") or "/" in module_name:  # a file's name, as for `python app.py`
-        module = module_name.removesuffix(".py").replace("/", ".").strip(".")
-        raise CliError(f"--app takes a module, not a file: --app {module}:{attribute} (drop .py; dots for folders)")
-    if os.getcwd() not in sys.path:  # like `python -m`: the application is found from here
-        sys.path.insert(0, os.getcwd())
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise CliError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            hint = did_you_mean(part, [n for n in dir(target) if not n.startswith("_")])
-            raise CliError(f"module {module_name!r} has no attribute {attribute!r}{hint}") from None
-    if callable(target) and not isinstance(target, StreamProvider):
-        try:
-            target = target()
-        except HeadraceError:
-            raise
-        except Exception as exc:
-            raise CliError(f"{spec}() failed: {type(exc).__name__}: {exc}") from None
-    if not isinstance(target, StreamProvider):
-        raise CliError(f"{spec} is {a_type(target)}, not a StreamProvider")
-    return target
 
 
 async def serve(

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import OffsetOutOfRangeError
+from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
 _WAIT_MS = 100  # one wait for fetch answers; the broker's long poll is the consumer's fetch_max_wait_ms
 
@@ -94,3 +94,26 @@ async def listed_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple
     first = await consumer.beginning_offsets([tp])
     end = await consumer.end_offsets([tp])
     return first[tp], end[tp]
+
+
+async def missing_topic(consumer: AIOKafkaConsumer, partitions: Sequence[TopicPartition], timeout: float) -> str | None:
+    """The first topic of ``partitions`` the cluster no longer lists (None: all listed, or no
+    answer, which the fetches will tell as an outage). A deleted topic's fetches answer empty,
+    as a caught-up partition's do: only the cluster's list of topics tells them apart."""
+    try:
+        with anyio.fail_after(timeout):
+            topics = await consumer.topics()
+    except (KafkaError, TimeoutError):
+        return None
+    return next((tp.topic for tp in partitions if tp.topic not in topics), None)
+
+
+def offsets_text(partitions: Sequence[TopicPartition], offsets: Mapping[TopicPartition, int]) -> str:
+    """How log lines name a queue's offsets: one number, or one per topic.
+
+    >>> offsets_text([TopicPartition("a", 0)], {TopicPartition("a", 0): 7})
+    '7'
+    """
+    if len(partitions) == 1:
+        return str(offsets.get(partitions[0]))
+    return ", ".join(f"{tp.topic}: {offsets.get(tp)}" for tp in partitions)

@@ -13,16 +13,16 @@ from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPa
 
 from streams.adapters.protocols import ReceiverDefaults
 from streams.backends.kafka.clients import is_transient, log, permanent_fix, retry_kafka, start_client
-from streams.backends.kafka.ends import ends_at, fetched_end, listed_bounds, offset_bounds
-from streams.backends.kafka.fetched import BatchTaker, Fetched, KafkaRecord
-from streams.backends.kafka.records import ContainerMessages, ContainerRecords, GroupedRecords, RecordReader
+from streams.backends.kafka.ends import ends_at, fetched_end, listed_bounds, missing_topic, offset_bounds, offsets_text
+from streams.backends.kafka.fetched import BatchTaker, Fetched
+from streams.backends.kafka.records import ContainerMessages, ContainerRecords, GroupedRecords, RecordReader, prepared
 from streams.backends.kafka.refusals import KafkaRefusedError, diagnose
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
 from streams.core.clock import wall_time
 from streams.core.errors import QueueAdapterError, QueueFailedError
 from streams.core.ids import QueueId, SequenceToken
-from streams.core.records import RecordAwareFormat, RecordInfo
+from streams.core.records import RecordAwareFormat
 from streams.core.retry import OutageLog, PacedRetry, reason_of
 
 T = TypeVar("T")
@@ -198,7 +198,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
                     self._narrowing -= 1
                 fetched: Fetched = batch
                 if self._prepare is not None:
-                    fetched = await self._prepared(consumer, batch)
+                    fetched = await prepared(self._prepare, consumer, batch)
                 messages = await self._take(fetched)
                 # A fetch brings what it brings: the high-water marks say whether more waits.
                 self.caught_up = await self._caught_up(consumer, unknown=False)
@@ -237,24 +237,15 @@ class KafkaQueueReceiver(ReceiverDefaults):
         return True
 
     async def _check_topics(self, consumer: AIOKafkaConsumer) -> None:
-        """Raise :class:`QueueFailedError` if a topic of this queue has been deleted.
-
-        A deleted topic's fetches answer, empty, as a caught-up partition's do (the
-        consumer asks for metadata again and again, quietly): only the cluster's list of
-        topics tells them apart. Asked at most every ``outage_after`` seconds while idle.
-        """
+        """Raise :class:`QueueFailedError` if a topic of this queue has been deleted (asked at
+        most every ``outage_after`` seconds while idle: see :func:`~.ends.missing_topic`)."""
         now = time.monotonic()
         if now - self._topics_checked < self.settings.outage_after:
             return
         self._topics_checked = now
-        try:
-            with anyio.fail_after(self.settings.request_timeout):
-                topics = await consumer.topics()
-        except (KafkaError, TimeoutError):
-            return  # unanswered: the fetches will tell an outage
-        gone = [tp for tp in self._partitions if tp.topic not in topics]
-        if gone:
-            raise await self._failed(UnknownTopicOrPartitionError(f"topic {gone[0].topic!r} is not on the cluster"))
+        gone = await missing_topic(consumer, self._partitions, self.settings.request_timeout)
+        if gone is not None:
+            raise await self._failed(UnknownTopicOrPartitionError(f"topic {gone!r} is not on the cluster"))
 
     async def _failed(self, exc: BaseException, what: str = "cannot read") -> QueueFailedError:
         """The one line that says this queue cannot go on: where, why and the fix."""
@@ -275,33 +266,6 @@ class KafkaQueueReceiver(ReceiverDefaults):
         self._waiting_since = None
         self._diagnosed = False
         self._retries.succeeded()
-
-    async def _prepared(self, consumer: AIOKafkaConsumer, fetched: Fetched) -> Fetched:
-        """The records of a read that the record format is ready to decode, once its lookups
-        (a schema registry's) are done: each partition's up to the first it cannot have yet
-        (the registry away, a schema id it does not know yet), the consumer sent back to
-        read the rest again. When none is ready, the lookup's error is raised: the pulling
-        agent reads again after a back-off and shows the queue's outage. Records are never
-        dead-lettered for what retrying can fix."""
-        assert self._prepare is not None
-        ready: dict[TopicPartition, Sequence[KafkaRecord]] = {}
-        failure: Exception | None = None
-        for tp, taken in fetched.items():
-            count = 0
-            if failure is None and taken:
-                try:
-                    count = await self._prepare(
-                        [(r.value, RecordInfo(tp.topic, tp.partition, r.offset, r.headers)) for r in taken]
-                    )
-                except Exception as exc:  # the format's own errors: any type, all retried
-                    failure = exc
-            if count:
-                ready[tp] = taken[:count]
-            if count < len(taken):
-                consumer.seek(tp, taken[count].offset)  # the rest is read again
-        if not ready and failure is not None:
-            raise failure
-        return ready
 
     async def _back_off(self, reason: str, since: float) -> None:
         """The broker did not answer: report it, and wait before the agent asks again. Once
@@ -416,16 +380,16 @@ class KafkaQueueReceiver(ReceiverDefaults):
                     "%s: offset %s (after the last acknowledged record) was not committed: "
                     "%s is unreachable; records from offset %s on will be read again",
                     self.queue,
-                    self._offsets(self._acknowledged),
+                    offsets_text(self._partitions, self._acknowledged),
                     self.settings.server,
-                    self._offsets(self._committed),
+                    offsets_text(self._partitions, self._committed),
                 )
         except QueueAdapterError as exc:
             log.error(
                 "%s: %s; records from offset %s on will be read again",
                 self.queue,
                 exc,
-                self._offsets(self._committed),
+                offsets_text(self._partitions, self._committed),
             )
         finally:
             consumers = [c for c in (self._consumer, self._rewinder) if c is not None]
@@ -449,12 +413,6 @@ class KafkaQueueReceiver(ReceiverDefaults):
             raise QueueFailedError(f"{self.queue}: {exc}") from None
         consumer.assign(self._partitions)
         return consumer
-
-    def _offsets(self, offsets: Mapping[TopicPartition, int]) -> str:
-        """How log lines name a queue's offsets: one number, or one per topic."""
-        if self.settings.topics is None:
-            return str(offsets.get(self._partition))
-        return ", ".join(f"{tp.topic}: {offsets.get(tp)}" for tp in self._partitions)
 
     async def _bounds(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
         """The oldest retained offset of ``tp`` and the offset its next record will get."""

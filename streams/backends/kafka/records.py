@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -381,3 +381,38 @@ class GroupedRecords:
                 self._stream_ids.clear()
             sid = self._stream_ids[cache_key] = interned(StreamId(self._namespaces[tp.topic], text))
         return sid
+
+
+class Seeks(Protocol):
+    """A consumer that can be sent back to an offset (``AIOKafkaConsumer.seek``)."""
+
+    def seek(self, partition: TopicPartition, offset: int) -> None: ...
+
+
+async def prepared(
+    prepare: Callable[[Sequence[tuple[bytes | None, RecordInfo]]], Awaitable[int]], consumer: Seeks, fetched: Fetched
+) -> Fetched:
+    """The records of a read that a record format is ready to decode, once ``prepare`` (its
+    lookups: a schema registry's) is done: each partition's up to the first it cannot have
+    yet (the registry away, a schema id it does not know yet), ``consumer`` sent back to read
+    the rest again. When none is ready, the lookup's error is raised: the pulling agent reads
+    again after a back-off and shows the queue's outage. Records are never dead-lettered for
+    what retrying can fix."""
+    ready: dict[TopicPartition, Sequence[KafkaRecord]] = {}
+    failure: Exception | None = None
+    for tp, taken in fetched.items():
+        count = 0
+        if failure is None and taken:
+            try:
+                count = await prepare(
+                    [(r.value, RecordInfo(tp.topic, tp.partition, r.offset, r.headers)) for r in taken]
+                )
+            except Exception as exc:  # the format's own errors: any type, all retried
+                failure = exc
+        if count:
+            ready[tp] = taken[:count]
+        if count < len(taken):
+            consumer.seek(tp, taken[count].offset)  # the rest is read again
+    if not ready and failure is not None:
+        raise failure
+    return ready

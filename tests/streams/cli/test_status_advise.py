@@ -157,7 +157,7 @@ def test_advise_with_nothing_observed_is_one_line(tmp_path):
 
 
 def _advice(sampled: int, every: int) -> Any:
-    from streams.cli.status import ConsumerTypeFates, Setting, TypeAdvice
+    from streams.cli.advice import ConsumerTypeFates, Setting, TypeAdvice
 
     setting = Setting(0.001, None, 0.5, 0.99, math.nan)
     return TypeAdvice(
