@@ -25,18 +25,26 @@ async def _fill(adapter, count: int) -> None:
 
 
 class Owner:
-    """One worker's view of queue 0 on the store: its adapter, fenced by the leases it holds."""
+    """One worker's view of queue 0 on the store: its adapter, fenced by the leases it holds,
+    each judged held (as a balancer's ``get_lease`` judges it) until its length has elapsed
+    since it was taken, by the monotonic clock."""
 
     def __init__(self, path, name: str) -> None:
         self.factory = EmbeddedAdapterFactory(path, queues=1, checkpoint_persist_interval=0)
         self.leases = SqliteLeaseProvider(self.factory.store)
         self.name = name
         self.held: dict[QueueId, Lease] = {}
+        self._until: dict[QueueId, float] = {}
+
+    def lease(self, queue: QueueId) -> Lease | None:
+        lease = self.held.get(queue)
+        return lease if lease is not None and time.monotonic() < self._until[queue] else None
 
     async def take(self, length: float = 60.0) -> EmbeddedQueueReceiver:
         """Lease queue 0 and open a receiver on it under that lease."""
         adapter = await self.factory.create_adapter()
-        adapter.fence_with_leases(self.leases, self.held.get)
+        adapter.fence_with_leases(self.leases, self.lease)
+        self._until[Q0] = time.monotonic() + length
         [self.held[Q0]] = await self.leases.acquire([Q0], self.name, length)
         receiver = adapter.create_receiver(Q0)
         await receiver.initialize()
