@@ -25,12 +25,13 @@ Example (with a broker at 127.0.0.1:9092)::
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+
+from streams.core.clock import wall_time
 
 _WAIT_MS = 100  # one wait for fetch answers; the broker's long poll is the consumer's fetch_max_wait_ms
 
@@ -48,7 +49,7 @@ async def ends_at(
     """Per partition, its end as a fetch at ``offsets[tp]`` answers it; ``None`` when that
     offset is past the end. Raises ``TimeoutError`` when a partition's fetch is not answered
     within ``timeout`` seconds (an outage: the caller retries)."""
-    began = int(time.time() * 1000)  # the fetcher stamps its answers in wall-clock ms
+    began = int(wall_time() * 1000)  # the fetcher stamps its answers in wall-clock ms
     for tp, offset in offsets.items():
         consumer.seek(tp, offset)
     found: dict[TopicPartition, int | None] = {}
