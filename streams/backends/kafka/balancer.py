@@ -54,7 +54,7 @@ from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 from balancer.base import BalancerOptions
 from balancer.protocols import Lease, QueueDistributionChange, QueueDistributionListener
 from streams.backends.kafka.assignor import BestFitPartitionAssignor
-from streams.backends.kafka.clients import is_transient
+from streams.backends.kafka.clients import is_transient, stop_client
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.errors import ConfigurationError, QueueAdapterError
 from streams.core.ids import QueueId
@@ -202,7 +202,7 @@ class KafkaGroupBalancer:
         except BaseException:
             self._consumer = None
             with anyio.move_on_after(self.settings.request_timeout, shield=True):
-                await consumer.stop()
+                await stop_client(consumer)
             raise
 
     def get_my_queues(self) -> frozenset[QueueId]:
@@ -252,7 +252,7 @@ class KafkaGroupBalancer:
             return
         member = GroupMember.of(consumer)
         with anyio.move_on_after(self.settings.request_timeout, shield=True):
-            await consumer.stop()  # leaves the group, from generation 1 on
+            await stop_client(consumer)  # leaves the group, from generation 1 on
             if member.generation == 0:
                 await self._leave(member.node, member.member_id)
 

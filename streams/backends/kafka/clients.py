@@ -20,6 +20,7 @@ the settings' give-up time (:func:`retry_kafka`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -156,12 +157,25 @@ async def start_client(
         if isinstance(client, AIOKafkaAdminClient):
             await client.close()
         else:
-            await client.stop()
+            await stop_client(client)
         if isinstance(exc, Exception) and is_transient(exc):
             refused = refusal(exc, connection) or await diagnose(connection)
             if refused is not None:
                 raise refused from None
         raise
+
+
+async def stop_client(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
+    """Stop ``client``. A consumer stopped while a fetch is in flight cancels that fetch and
+    awaits it, so aiokafka's ``stop()`` raises the fetch's ``CancelledError`` into a caller
+    nobody cancelled; that one is absorbed here, and a cancellation of the caller's own task
+    still propagates."""
+    try:
+        await client.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
 
 
 class Producers:

@@ -31,7 +31,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import OffsetOutOfRangeError
 
 from spark_sink.schema import HandoffSchema
-from streams.backends.kafka.clients import ensure_topic, start_client
+from streams.backends.kafka.clients import ensure_topic, start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.ends import listed_bounds as offset_bounds
 from streams.backends.kafka.handoff_records import (
@@ -89,7 +89,7 @@ class KafkaHandoffLog:
         if producer is not None:
             await producer.stop()
         if consumer is not None:
-            await consumer.stop()
+            await stop_client(consumer)
 
     # -- declarations -------------------------------------------------------------------
 

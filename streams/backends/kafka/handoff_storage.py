@@ -22,7 +22,7 @@ from spark_sink.offsets import OffsetRange, Offsets, admit_records
 from spark_sink.options import ReadOptions
 from spark_sink.schema import HandoffSchema
 from spark_sink.storage import BATCH_ROWS, HandoffSplit, rebatch
-from streams.backends.kafka.clients import start_client
+from streams.backends.kafka.clients import start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_range, open_reader
 from streams.backends.kafka.handoff_records import HandoffRecord, HandoffTopics
@@ -156,7 +156,7 @@ class KafkaSplit:
             if chunk:
                 yield chunk
         finally:
-            await consumer.stop()
+            await stop_client(consumer)
 
 
 def open_storage(options: ReadOptions) -> KafkaStorage:

@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CorruptRecordException, KafkaError, UnknownTopicOrPartitionError, UnsupportedCodecError
 
 from streams.adapters.protocols import ReceiverDefaults
-from streams.backends.kafka.clients import is_transient, log, permanent_fix, retry_kafka, start_client
+from streams.backends.kafka.clients import is_transient, log, permanent_fix, retry_kafka, start_client, stop_client
 from streams.backends.kafka.ends import ends_at, fetched_end, listed_bounds, missing_topic, offset_bounds, offsets_text
 from streams.backends.kafka.fetched import BatchTaker, Fetched
 from streams.backends.kafka.records import ContainerMessages, ContainerRecords, GroupedRecords, RecordReader, prepared
@@ -396,7 +396,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
             self._consumer = self._rewinder = self._taker = None
             for consumer in consumers:
                 with anyio.move_on_after(self.settings.request_timeout):
-                    await consumer.stop()
+                    await stop_client(consumer)
 
     async def _open_consumer(self, group_id: str | None) -> AIOKafkaConsumer:
         consumer = AIOKafkaConsumer(

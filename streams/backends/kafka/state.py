@@ -59,6 +59,7 @@ from streams.backends.kafka.clients import (
     read_partition,
     retry_kafka,
     start_client,
+    stop_client,
 )
 from streams.backends.kafka.fetched import Fetched
 from streams.backends.kafka.receiver import KafkaQueueReceiver
@@ -214,7 +215,7 @@ class KafkaChangelog:
                 if record.key is not None:
                     newest[record.key] = record.value
         finally:
-            await consumer.stop()
+            await stop_client(consumer)
         return _states_of(queue, newest)
 
     async def _producer_started(self) -> AIOKafkaProducer:

@@ -70,7 +70,7 @@ from streams.adapters.status import (
 )
 from streams.backends.kafka.assignor import MemberClaim
 from streams.backends.kafka.balancer import membership_group_id
-from streams.backends.kafka.clients import kafka_outage_log, retry_kafka, start_client
+from streams.backends.kafka.clients import kafka_outage_log, retry_kafka, start_client, stop_client
 from streams.backends.kafka.deadletters import KafkaDeadLetterStore
 from streams.backends.kafka.ends import partition_ends
 from streams.backends.kafka.pubsub import COMPACTED
@@ -269,7 +269,7 @@ async def _offsets(settings: KafkaSettings) -> list[_Bounds]:
         end = await partition_ends(consumer, every, settings.request_timeout)
         committed = {tp: await consumer.committed(tp) for tp in every}
     finally:
-        await consumer.stop()
+        await stop_client(consumer)
     bounds: list[_Bounds] = []
     for tps in queues:
         marks = [committed[tp] for tp in tps if committed[tp] is not None]

@@ -33,6 +33,7 @@ from streams.backends.kafka.clients import (
     read_partition,
     retry_kafka,
     start_client,
+    stop_client,
 )
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.errors import ConfigurationError
@@ -157,7 +158,7 @@ class TopicLog:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             with anyio.CancelScope(shield=True):
-                await consumer.stop()
+                await stop_client(consumer)
 
     async def close(self) -> None:
         """Stop the clients (a later use starts them again)."""

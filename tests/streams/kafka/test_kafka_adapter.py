@@ -372,6 +372,33 @@ async def test_an_outage_is_logged_once_and_nothing_is_lost(
     assert adapter.outage.outages == 1
 
 
+async def test_a_receiver_shut_down_while_its_fetch_backs_off_stops_cleanly(
+    reachable_broker: TansuProxy, kafka_topic: str
+) -> None:
+    """aiokafka's consumer, stopped while a failed fetch waits out its back-off, raises that
+    fetch's cancellation into the caller; the receiver's shutdown absorbs it and returns, and
+    what was read stays read."""
+    backoff = {"client_options": {"retry_backoff_ms": 3000}}
+    async with kafka(reachable_broker.bootstrap, kafka_topic, **backoff) as factory:
+        (sid,) = streams_on(factory, Q0, 1)
+        receiver = (await factory.create_adapter()).create_receiver(Q0)
+        await receiver.initialize()
+        await publish(factory, sid, [1, 2])
+        read: list[QueueMessage] = []
+        with anyio.fail_after(20):
+            while not read:
+                read = await receiver.get_queue_messages(10)
+        assert values(read) == [1, 2]
+        await anyio.to_thread.run_sync(reachable_broker.stop)
+        try:
+            await receiver.get_queue_messages(10)  # its fetch fails and backs off for 3 s
+            await anyio.sleep(0.5)
+            with anyio.fail_after(10):
+                await receiver.shutdown()  # raised CancelledError before stop_client
+        finally:
+            await anyio.to_thread.run_sync(reachable_broker.start)
+
+
 async def test_an_unreachable_broker_fails_with_a_clear_error_after_the_give_up_time(
     kafka_topic: str,
 ) -> None:
