@@ -39,6 +39,7 @@ Example (with a broker at 127.0.0.1:9092)::
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, Protocol
@@ -120,12 +121,14 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
         fmt = self.settings.record_format
         if not isinstance(fmt, RegistryFormat) or fmt.value_schema is None:
             return
+        # The registry's outages are its own, not the cluster's: logged as the registry's.
+        outage = OutageLog(f"the schema registry at {fmt.registry.url}", logging.getLogger("headrace.kafka"))
         for topic in self.settings.namespaces:
             if topic != self.settings.repartition_topic:
                 await retry(
                     lambda topic=topic: fmt.register(topic),  # type: ignore[misc]
-                    what=f"registering the schema of topic {topic!r} with {fmt.registry.url}",
-                    outage=self.outage,
+                    what=f"registering the schema of topic {topic!r}",
+                    outage=outage,
                     is_transient=lambda exc: isinstance(exc, SchemaRegistryError) and exc.transient,
                     give_up_after=self.settings.give_up_after,
                 )

@@ -18,7 +18,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from streams import ConfigurationError, EncodeError, StreamId, StreamProvider
+from streams import ConfigurationError, EncodeError, QueueAdapterError, StreamId, StreamProvider
 from streams.backends.kafka.clients import ensure_topic
 from streams.backends.kafka.registry import SchemaRegistryError
 from streams.backends.kafka.settings import KafkaSettings
@@ -144,7 +144,7 @@ async def test_a_value_that_does_not_match_the_schema_is_refused_at_send(kafka_b
     assert got == [(b"s", {"n": 2})]
 
 
-async def test_a_registry_that_is_down_is_waited_for_before_anything_is_written(kafka_broker, kafka_topic):
+async def test_a_registry_that_is_down_is_waited_for_before_anything_is_written(kafka_broker, kafka_topic, caplog):
     assert await ensure_topic(kafka_broker, kafka_topic, 1) == 1
     with SchemaRegistryServer(credentials=("svc", "pw")) as registry:
         registry.down = True
@@ -169,6 +169,39 @@ async def test_a_registry_that_is_down_is_waited_for_before_anything_is_written(
             await send_all(provider, "s", [{"n": 5}])
         got = await anyio.to_thread.run_sync(read_back, kafka_broker, kafka_topic, 1, AvroDeserializer(registry.client))
     assert got == [(b"s", {"n": 5})]
+    away = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
+    assert away and all(line.startswith(f"the schema registry at {registry.url} is unreachable") for line in away)
+    assert "answered 503" in away[0]
+
+
+async def test_a_registry_away_too_long_or_refusing_the_credentials_fails_clearly(kafka_broker, kafka_topic):
+    assert await ensure_topic(kafka_broker, kafka_topic, 1) == 1
+    with SchemaRegistryServer(credentials=("svc", "right")) as registry:
+
+        def provider(password: str, give_up_after: float) -> StreamProvider:
+            return StreamProvider.kafka(
+                kafka_broker,
+                kafka_topic,
+                queues=1,
+                records="avro",
+                schema_registry={"url": registry.url, "username": "svc", "password": password},
+                value_schema=V1,
+                namespace="readings",
+                kafka={**KAFKA, "give_up_after": give_up_after},
+            )
+
+        with pytest.raises(SchemaRegistryError) as refused:  # at once: waiting cannot fix it
+            with anyio.fail_after(10):
+                await send_all(provider("wrong-pw", 60), "s", [{"n": 1}])
+        registry.down = True
+        with pytest.raises(QueueAdapterError) as away:
+            await send_all(provider("right", 1.0), "s", [{"n": 1}])
+        assert registry.client.get_subjects() == []
+    assert "answered 401" in str(refused.value) and "check schema_registry username and password" in str(refused.value)
+    assert "wrong-pw" not in str(refused.value)
+    assert f"registering the schema of topic {kafka_topic!r} failed: the schema registry at {registry.url}" in str(
+        away.value
+    )
 
 
 def config_file(tmp_path: Path, bootstrap: str, topic: str, registry: str, schema: dict) -> Path:
