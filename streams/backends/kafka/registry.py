@@ -232,7 +232,11 @@ class RegistryFormat:
         return self._read(schema, data)
 
     def subject_of(self, topic: str) -> str:
-        """The subject the schema of ``topic``'s records is registered under."""
+        """The subject the schema of ``topic``'s records is registered under.
+
+        >>> JsonSchemaRecords("http://r").subject_of("readings"), JsonSchemaRecords("http://r", subject="s").subject_of("t")
+        ('readings-value', 's')
+        """
         return self.subject or f"{topic}-value"
 
     async def register(self, topic: str) -> int:
