@@ -288,6 +288,12 @@ def _file(s: Setting) -> str:
     return str(_path(s))
 
 
+def _schema_text(s: Setting) -> str:
+    """A schema: its JSON text, or the path of a file of it (from the configuration's directory)."""
+    text = _text(s)
+    return text if text.lstrip().startswith(("{", "[", '"')) else _file(s)
+
+
 def _file_mode(s: Setting) -> int:
     """A file mode: ``0o640`` (TOML's octal), or ``"0640"``."""
     value = s.value
@@ -338,6 +344,8 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "records": _choice("headrace", "json", "msgpack", "text", "bytes", "avro", "json_schema", "protobuf"),
         "namespace": _text,
         "key_field": _text,
+        "value_schema": _schema_text,
+        "subject": _text,
         "compression": _choice("none", "gzip", "snappy", "lz4", "zstd"),
         "dead_letter_topic": _text,
         "idempotent": _flag,

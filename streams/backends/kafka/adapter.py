@@ -39,7 +39,9 @@ Example (with a broker at 127.0.0.1:9092)::
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -56,6 +58,7 @@ from streams.backends.kafka.clients import (
     retry_kafka,
 )
 from streams.backends.kafka.receiver import KafkaQueueReceiver
+from streams.backends.kafka.registry import RegistryFormat, SchemaRegistryError
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.state import KafkaChangelog, KafkaRecordReceiver, KafkaStateReceiver
 from streams.core.batch import BatchContainer, BatchKind
@@ -106,8 +109,28 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
             return
         async with self._starting:  # concurrent first sends share one producer
             if self._producer is None:
+                await self._register_schemas()
                 self._producer = await retry_kafka(
                     self._start_producer, "starting the Kafka producer", self.settings, self.outage
+                )
+
+    async def _register_schemas(self) -> None:
+        """Register a registry format's ``value_schema`` under each written topic's subject,
+        before anything is written: a registry away is waited for (``give_up_after``), one
+        that refuses the schema raises why."""
+        fmt = self.settings.record_format
+        if not isinstance(fmt, RegistryFormat) or fmt.value_schema is None:
+            return
+        # The registry's outages are its own, not the cluster's: logged as the registry's.
+        outage = OutageLog(f"the schema registry at {fmt.registry.url}", logging.getLogger("headrace.kafka"))
+        for topic in self.settings.namespaces:
+            if topic != self.settings.repartition_topic:
+                await retry(
+                    lambda topic=topic: fmt.register(topic),  # type: ignore[misc]
+                    what=f"registering the schema of topic {topic!r}",
+                    outage=outage,
+                    is_transient=lambda exc: isinstance(exc, SchemaRegistryError) and exc.transient,
+                    give_up_after=self.settings.give_up_after,
                 )
 
     async def _start_producer(self) -> AIOKafkaProducer:
@@ -166,8 +189,9 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
         except ConfigurationError as exc:
             raise EncodeError(str(exc)) from None
         key = stream_id.key.encode()
+        encode = partial(fmt.encode_to, topic) if isinstance(fmt, RegistryFormat) else fmt.encode
         try:
-            encoded = [fmt.encode(v) for v in values]
+            encoded = [encode(v) for v in values]
         except Exception as exc:  # the format's own errors: any type
             raise EncodeError(
                 f"cannot encode a value for stream {stream_id} as {fmt.name}: {exc}; nothing was enqueued"

@@ -358,7 +358,9 @@ class KafkaQueueReceiver(ReceiverDefaults):
                     timeout_ms=int(self.settings.poll_timeout * 1000),
                     max_records=max_count - len(out),
                 )
-                out.extend(self._reader.messages(batch))
+                # A registry format's schemas are looked up first, as reading does.
+                fetched: Fetched = batch if self._prepare is None else await prepared(self._prepare, rewinder, batch)
+                out.extend(self._reader.messages(fetched))
                 if not batch and await rewinder.position(tp) >= end:
                     break  # the last offsets before the end hold no records (compaction)
         if scope.cancelled_caught:

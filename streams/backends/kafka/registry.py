@@ -11,6 +11,12 @@ decoding then does no I/O. A registry that is away, or an id it does not know ye
 and no record is dead-lettered for it. A record that is not in the wire format, or whose
 payload does not decode with its schema, is dead-lettered with its partition and offset.
 
+Writing: a format given a ``value_schema`` registers it under the topic's subject
+(``<topic>-value``, Confluent's TopicNameStrategy, unless ``subject`` names another) before the
+first record is written (:meth:`RegistryFormat.register`), and then writes each value as the
+wire format with the id the registry gave; a schema the registry refuses raises one
+:class:`SchemaRegistryError` naming the subject, and nothing is written.
+
 Values come out as the plain Python a consumer gets from the other formats: Avro records and
 Protobuf messages as dicts (Protobuf: every field, with its default when unset; enums as
 numbers; bytes as bytes), JSON as parsed.
@@ -27,12 +33,15 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import ssl
 import struct
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -46,7 +55,17 @@ _HEADER = struct.Struct(">bI")  # the magic byte and the schema id
 
 
 class SchemaRegistryError(HeadraceError):
-    """The registry did not give a schema: away, refusing, or not knowing the id (yet)."""
+    """The registry did not give a schema, or did not take one: away, refusing, or not knowing
+    the id (yet). ``status``: the HTTP status it answered (None: it could not be reached)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def transient(self) -> bool:
+        """Whether asking again later may succeed: the registry away, or failing (5xx)."""
+        return self.status is None or self.status >= 500
 
 
 def wire_header(data: bytes) -> int:
@@ -103,8 +122,17 @@ class SchemaRegistry:
 
     def get(self, path: str) -> Any:
         """``GET url/path`` as JSON (blocking: called in a worker thread)."""
-        request = urllib.request.Request(self.url.rstrip("/") + path, headers=self._headers())
+        return self._call(urllib.request.Request(self.url.rstrip("/") + path, headers=self._headers()))
+
+    def post(self, path: str, body: Mapping[str, Any]) -> Any:
+        """``POST url/path`` of ``body`` as JSON, the answer as JSON (blocking: in a worker thread)."""
+        headers = {**self._headers(), "Content-Type": "application/vnd.schemaregistry.v1+json"}
+        data = json.dumps(body).encode()
+        return self._call(urllib.request.Request(self.url.rstrip("/") + path, data, headers, method="POST"))
+
+    def _call(self, request: urllib.request.Request) -> Any:
         context = ssl.create_default_context(cafile=self.ssl_cafile) if self.url.startswith("https") else None
+        what = f"{request.get_method()} {request.selector}"
         try:
             with urllib.request.urlopen(request, timeout=self.timeout, context=context) as answer:
                 return json.load(answer)
@@ -115,7 +143,8 @@ class SchemaRegistry:
                 said = ""
             hint = " (check schema_registry username and password, or token)" if exc.code in (401, 403) else ""
             raise SchemaRegistryError(
-                f"schema registry {self.url} answered {exc.code} to GET {path}{': ' + said if said else ''}{hint}"
+                f"schema registry {self.url} answered {exc.code} to {what}{': ' + said if said else ''}{hint}",
+                status=exc.code,
             ) from None
         except (OSError, ValueError) as exc:
             raise SchemaRegistryError(f"schema registry {self.url} cannot be reached: {exc}") from None
@@ -139,13 +168,26 @@ class _Schemas:
 
 
 class RegistryFormat:
-    """What the three formats share: the wire format's header, and schemas fetched by id."""
+    """What the three formats share: the wire format's header, schemas fetched by id, and
+    writing with ``value_schema``, registered under ``subject`` (by default the topic's
+    ``<topic>-value``: Confluent's TopicNameStrategy)."""
 
     name = "registry"
 
-    def __init__(self, registry: SchemaRegistry | Mapping[str, Any] | str) -> None:
+    def __init__(
+        self,
+        registry: SchemaRegistry | Mapping[str, Any] | str,
+        value_schema: Any = None,
+        subject: str | None = None,
+    ) -> None:
         self.registry = SchemaRegistry.of(registry)
         self._schemas = _Schemas(self.registry, self._parse, self._query)
+        self.value_schema = value_schema
+        self.subject = subject
+        self._writer: tuple[str, Any, str | None] | None = None  # schema text, what writing uses, its type
+        if value_schema is not None:
+            self._writer = self._writer_schema(value_schema)
+        self._written: dict[str, int] = {}  # topic -> the id its subject gave value_schema
 
     _query = ""
 
@@ -153,6 +195,12 @@ class RegistryFormat:
         raise NotImplementedError
 
     def _read(self, schema: Any, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def _writer_schema(self, value_schema: Any) -> tuple[str, Any, str | None]:
+        raise NotImplementedError
+
+    def _write(self, writer: Any, value: Any) -> bytes:
         raise NotImplementedError
 
     async def prepare(self, records: Sequence[tuple[bytes | None, RecordInfo]]) -> int:
@@ -183,8 +231,59 @@ class RegistryFormat:
             raise SchemaRegistryError(f"schema {schema_id} is not fetched yet")
         return self._read(schema, data)
 
+    def subject_of(self, topic: str) -> str:
+        """The subject the schema of ``topic``'s records is registered under.
+
+        >>> JsonSchemaRecords("http://r").subject_of("readings"), JsonSchemaRecords("http://r", subject="s").subject_of("t")
+        ('readings-value', 's')
+        """
+        return self.subject or f"{topic}-value"
+
+    async def register(self, topic: str) -> int:
+        """Register ``value_schema`` under ``topic``'s subject (the registry gives the id it
+        has when the subject holds it already), in a worker thread; its id. A schema the
+        registry refuses (incompatible with the subject's versions, or invalid) raises
+        :class:`SchemaRegistryError` naming the subject, and nothing is written."""
+        if self._writer is None:
+            raise ConfigurationError(f"records={self.name!r} writes records only with a value_schema")
+        text, _, schema_type = self._writer
+        subject = self.subject_of(topic)
+        body = {"schema": text} if schema_type is None else {"schema": text, "schemaType": schema_type}
+        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions"
+        try:
+            answer = await anyio.to_thread.run_sync(self.registry.post, path, body)
+        except SchemaRegistryError as exc:
+            if exc.status not in (409, 422):
+                raise
+            fix = (
+                "make value_schema compatible with the subject's latest version (a new field needs a "
+                "default), or change the subject's compatibility level in the registry"
+                if exc.status == 409
+                else "check value_schema"
+            )
+            raise SchemaRegistryError(
+                f"the schema registry refuses value_schema for subject {subject!r}: {exc}; {fix}; nothing was written",
+                status=exc.status,
+            ) from None
+        self._written[topic] = schema_id = int(answer["id"])
+        return schema_id
+
+    def encode_to(self, topic: str, value: Any) -> bytes:
+        """``value`` as a record of ``topic``: the wire format's header with the id
+        :meth:`register` got, then the payload written with ``value_schema``."""
+        schema_id = self._written.get(topic)
+        if schema_id is None or self._writer is None:
+            why = "is not registered yet" if self._writer is not None else "is not set"
+            raise TypeError(
+                f"records={self.name!r} writes to {topic!r} with a value_schema registered under subject "
+                f"{self.subject_of(topic)!r}; value_schema {why}"
+            )
+        return _HEADER.pack(0, schema_id) + self._write(self._writer[1], value)
+
     def encode(self, value: Any) -> bytes:
-        raise TypeError(f"headrace reads {self.name} records; it does not write them")
+        """``value`` as a record of the (first) topic registered."""
+        topic = next(iter(self._written), "")
+        return self.encode_to(topic, value)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.registry.url!r})"
@@ -195,12 +294,18 @@ class AvroRecords(RegistryFormat):
 
     name = "avro"
 
-    def __init__(self, registry: SchemaRegistry | Mapping[str, Any] | str) -> None:
+    def __init__(
+        self, registry: SchemaRegistry | Mapping[str, Any] | str, value_schema: Any = None, subject: str | None = None
+    ) -> None:
         import fastavro  # the schemas extra: only a worker of such a topic needs it
+        import fastavro.validation
 
         self._reader = fastavro.schemaless_reader
+        self._writer_of = fastavro.schemaless_writer
+        self._validate = fastavro.validation.validate
+        self._invalid = fastavro.validation.ValidationError
         self._parse_schema = fastavro.parse_schema
-        super().__init__(registry)
+        super().__init__(registry, value_schema, subject)
 
     def _parse(self, answer: dict[str, Any]) -> Any:
         if answer.get("references"):
@@ -210,18 +315,54 @@ class AvroRecords(RegistryFormat):
     def _read(self, schema: Any, data: bytes) -> Any:
         return self._reader(io.BytesIO(memoryview(data)[_HEADER.size :]), schema, None)
 
+    def _writer_schema(self, value_schema: Any) -> tuple[str, Any, str | None]:
+        schema = schema_document(value_schema)
+        try:
+            return json.dumps(schema), self._parse_schema(schema), None
+        except Exception as exc:  # fastavro's own errors: any type
+            raise ConfigurationError(f"value_schema is not an Avro schema: {exc}") from None
+
+    def _write(self, writer: Any, value: Any) -> bytes:
+        try:
+            self._validate(value, writer, raise_errors=True)  # names the field, where writing would not
+        except self._invalid as exc:
+            raise ValueError("; ".join(exc.errors)) from None
+        out = io.BytesIO()
+        self._writer_of(out, writer, value)
+        return out.getvalue()
+
 
 class JsonSchemaRecords(RegistryFormat):
     """JSON documents written against a JSON Schema; the document is the value."""
 
     name = "json_schema"
     _decode_json = staticmethod(msgspec.json.Decoder().decode)
+    _encode_json = staticmethod(msgspec.json.Encoder().encode)
 
     def _parse(self, answer: dict[str, Any]) -> Any:
         return json.loads(answer["schema"])
 
     def _read(self, schema: Any, data: bytes) -> Any:
         return self._decode_json(memoryview(data)[_HEADER.size :])
+
+    def _writer_schema(self, value_schema: Any) -> tuple[str, Any, str | None]:
+        from jsonschema import exceptions, validators
+
+        schema = schema_document(value_schema)
+        try:
+            validator = validators.validator_for(schema)
+            validator.check_schema(schema)
+        except exceptions.SchemaError as exc:
+            raise ConfigurationError(f"value_schema is not a JSON Schema: {exc.message}") from None
+        return json.dumps(schema), validator(schema), "JSON"
+
+    def _write(self, writer: Any, value: Any) -> bytes:
+        error = next(iter(writer.iter_errors(value)), None)  # as Confluent's serializer, it validates
+        if error is not None:
+            at = "/".join(map(str, error.absolute_path))
+            raise ValueError(f"the value does not match value_schema{' at ' + at if at else ''}: {error.message}")
+        encoded: bytes = self._encode_json(value)
+        return encoded
 
 
 class ProtobufRecords(RegistryFormat):
@@ -230,13 +371,16 @@ class ProtobufRecords(RegistryFormat):
     name = "protobuf"
     _query = "?format=serialized"  # the schema file as a serialized FileDescriptorProto
 
-    def __init__(self, registry: SchemaRegistry | Mapping[str, Any] | str) -> None:
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    def __init__(
+        self, registry: SchemaRegistry | Mapping[str, Any] | str, value_schema: Any = None, subject: str | None = None
+    ) -> None:
+        from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 
         self._file_proto = descriptor_pb2.FileDescriptorProto
         self._pool = descriptor_pool.DescriptorPool()
         self._message_class = message_factory.GetMessageClass
-        super().__init__(registry)
+        self._parse_dict = json_format.ParseDict
+        super().__init__(registry, value_schema, subject)
 
     def _parse(self, answer: dict[str, Any]) -> Any:
         if answer.get("references"):
@@ -257,6 +401,25 @@ class ProtobufRecords(RegistryFormat):
             descriptor = descriptor.nested_types[i]
         message = self._message_class(descriptor).FromString(bytes(memoryview(data)[at:]))
         return message_dict(message)
+
+    def _writer_schema(self, value_schema: Any) -> tuple[str, Any, str | None]:
+        descriptor = getattr(value_schema, "DESCRIPTOR", None)
+        if not isinstance(value_schema, type) or descriptor is None or not hasattr(descriptor, "file"):
+            raise ConfigurationError(
+                f"protobuf's value_schema is a generated message class (Python), not {type(value_schema).__name__}"
+            )
+        if descriptor.file.dependencies:
+            raise ConfigurationError(
+                "value_schema's .proto file imports others: schemas with references are not supported"
+            )
+        text = base64.b64encode(descriptor.file.serialized_pb).decode()
+        return text, (value_schema, _zigzag_indexes(message_indexes_of(descriptor))), "PROTOBUF"
+
+    def _write(self, writer: Any, value: Any) -> bytes:
+        message_class, indexes = writer
+        if not isinstance(value, message_class):
+            value = self._parse_dict(value, message_class())  # a dict of its fields, as reading gives
+        return bytes(indexes) + bytes(value.SerializeToString())
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
@@ -285,6 +448,63 @@ def _message_indexes(data: bytes, at: int) -> tuple[list[int], int]:
         index, at = _varint(data, at)
         indexes.append(index)
     return indexes, at
+
+
+def message_indexes_of(descriptor: Any) -> list[int]:
+    """Where a message type stands in its file: the index of its top-level type, then of
+    each nested one down to it (what Confluent's wire format writes before the payload)."""
+    path = []
+    while descriptor.containing_type is not None:
+        parent = descriptor.containing_type
+        path.append(list(parent.nested_types).index(descriptor))
+        descriptor = parent
+    path.append(list(descriptor.file.message_types_by_name.values()).index(descriptor))
+    return path[::-1]
+
+
+def _zigzag_indexes(indexes: list[int]) -> bytes:
+    """Message indexes in the wire format: a lone 0 for the first type, else a count and each
+    index, as zig-zag varints.
+
+    >>> _zigzag_indexes([0]), _zigzag_indexes([1, 2])
+    (b'\\x00', b'\\x04\\x02\\x04')
+    """
+    if indexes == [0]:
+        return b"\x00"
+    out = bytearray()
+    for n in (len(indexes), *indexes):
+        n = (n << 1) ^ (n >> 63)
+        while n > 0x7F:
+            out.append(n & 0x7F | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out)
+
+
+def schema_document(value_schema: Any) -> Any:
+    """A schema given as a document (a dict), JSON text, or the path of a file of it.
+
+    >>> schema_document('{"type": "string"}'), schema_document({"type": "int"})
+    ({'type': 'string'}, {'type': 'int'})
+    """
+    if isinstance(value_schema, Mapping):
+        return dict(value_schema)
+    if isinstance(value_schema, (str, os.PathLike)):
+        text = str(value_schema)
+        if not text.lstrip().startswith(("{", "[", '"')):
+            try:
+                text = Path(text).expanduser().read_text()
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"value_schema {str(value_schema)!r} cannot be read: {exc.strerror or exc}"
+                ) from None
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ConfigurationError(f"value_schema is not JSON: {exc}") from None
+    raise ConfigurationError(
+        f"value_schema is a schema (a dict, JSON text or a file's path), not {type(value_schema).__name__}"
+    )
 
 
 def message_dict(message: Any) -> dict[str, Any]:

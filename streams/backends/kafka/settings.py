@@ -79,6 +79,11 @@ class KafkaSettings(KafkaConnection):
     # Where the schemas of records="avro", "json_schema" or "protobuf" are: a SchemaRegistry,
     # its settings as a mapping, or its URL.
     schema_registry: SchemaRegistry | Mapping[str, Any] | str | None = None
+    # What headrace writes to such a topic with: Avro or JSON Schema as a dict, JSON text or a
+    # file's path; Protobuf as a generated message class. Registered under subject (None:
+    # "<topic>-value", Confluent's TopicNameStrategy).
+    value_schema: Any = None
+    subject: str | None = None
     namespace: str | None = None
     key_field: KeyField | None = None
     topics: Mapping[str, str] | None = None  # namespace -> topic
@@ -89,12 +94,15 @@ class KafkaSettings(KafkaConnection):
     def _record_format(self) -> RecordFormat | None:
         """The format ``records`` names; a registry's needs ``schema_registry``."""
         registry_format = REGISTRY_FORMATS.get(self.records) if isinstance(self.records, str) else None
+        if isinstance(self.records, RegistryFormat) and (self.value_schema is not None or self.subject is not None):
+            raise ConfigurationError(f"give value_schema and subject to the format itself: {self.records!r}")
         if registry_format is None:
-            if self.schema_registry is not None and not isinstance(self.records, RegistryFormat):
-                raise ConfigurationError(
-                    f"schema_registry is set but records is {self.records!r}: the registry's formats are "
-                    f"{', '.join(map(repr, REGISTRY_FORMATS))}"
-                )
+            for name in ("schema_registry", "value_schema", "subject"):
+                if getattr(self, name) is not None and not isinstance(self.records, RegistryFormat):
+                    raise ConfigurationError(
+                        f"{name} is set but records is {self.records!r}: the registry's formats are "
+                        f"{', '.join(map(repr, REGISTRY_FORMATS))}"
+                    )
             try:
                 return record_format(self.records)
             except ConfigurationError as exc:
@@ -105,7 +113,9 @@ class KafkaSettings(KafkaConnection):
                 ) from None
         if self.schema_registry is None:
             raise ConfigurationError(f"records={self.records!r} needs schema_registry (its URL, at least)")
-        return registry_format(self.schema_registry)
+        if self.subject is not None and not (isinstance(self.subject, str) and self.subject):
+            raise ConfigurationError(f"subject is a non-empty str, not {self.subject!r}")
+        return registry_format(self.schema_registry, self.value_schema, self.subject)
 
     def __post_init__(self) -> None:
         super().__post_init__()
