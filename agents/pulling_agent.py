@@ -408,12 +408,14 @@ class PullingAgent:
             )
             await self.context.dead_letters.add(letters)
         streams = self._streams
-        for sid in {c.stream_id for _, c in decoded}:
-            state = streams.get(sid)
-            if state is None:
-                state = await self._open_stream(sid)
-            if state.opening is not None:
-                await state.opened()
+        sids = {c.stream_id for _, c in decoded}
+        async with self._catalog.first_contact([sid for sid in sids if sid not in streams]):
+            for sid in sids:
+                state = streams.get(sid)
+                if state is None:
+                    state = await self._open_stream(sid)
+                if state.opening is not None:
+                    await state.opened()
         keyed = self._catalog.keyed
         if keyed:  # activations of several streams take their batches in queue order
             keyed.expect(decoded)

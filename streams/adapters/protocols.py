@@ -7,7 +7,7 @@ protocols only, so the memory, generator, embedded and Kafka adapters are interc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from streams.core.batch import BatchKind, QueueMessage
@@ -221,6 +221,11 @@ class StateLookup(Protocol):
     durable state of streams it does not serve now."""
 
     def saved_state(self, key: StateKey) -> tuple[SequenceToken, bytes] | None: ...
+
+    def saved_states(self, keys: Collection[StateKey]) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+        """The saved states of ``keys`` in one read (a key without one is left out): the
+        streams one queue read activates first are looked up together."""
+        ...
 
     async def expire_states(self, consumer: str, before: float) -> int: ...
 

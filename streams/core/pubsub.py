@@ -9,7 +9,7 @@ moves. In-process observers are not stored: they live as long as the process.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -44,6 +44,29 @@ class PubSubStore(Protocol):
     async def subscriptions(self, stream_id: StreamId | None = None) -> list[SubscriptionRecord]:
         """The records of one stream, or of every stream."""
         ...
+
+    async def subscriptions_of(self, stream_ids: Collection[StreamId]) -> dict[StreamId, list[SubscriptionRecord]]:
+        """The records of each of ``stream_ids`` (a stream without any is left out), in one
+        read: a worker asks once for all the streams one queue read brings it first."""
+        ...
+
+
+def by_stream(
+    records: Iterable[SubscriptionRecord], wanted: Collection[StreamId]
+) -> dict[StreamId, list[SubscriptionRecord]]:
+    """``records`` of the streams in ``wanted``, by stream, in their order.
+
+    >>> a, b = StreamId("s", "a"), StreamId("s", "b")
+    >>> found = by_stream([SubscriptionRecord("1", a, "T"), SubscriptionRecord("2", b, "T")], {a})
+    >>> [(str(sid), [r.subscription_id for r in records]) for sid, records in found.items()]
+    [('s/a', ['1'])]
+    """
+    found: dict[StreamId, list[SubscriptionRecord]] = {}
+    wanted = wanted if isinstance(wanted, (set, frozenset)) else set(wanted)
+    for record in records:
+        if record.stream_id in wanted:
+            found.setdefault(record.stream_id, []).append(record)
+    return found
 
 
 # What changed since the last call: subscriptions made (or made active again), and those

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection
 from functools import partial
 
-from streams.backends.embedded.store import EmbeddedStore, Migration
+from streams.backends.embedded.store import EmbeddedStore, Migration, in_chunks
 from streams.core.clock import wall_time
 from streams.core.ids import SequenceToken, StreamId
-from streams.core.pubsub import SubscriptionRecord, SubscriptionState
+from streams.core.pubsub import SubscriptionRecord, SubscriptionState, by_stream
 
 PUBSUB_SCHEMA: list[Migration] = [
     [
@@ -96,6 +97,30 @@ class EmbeddedPubSubStore:
     async def subscriptions(self, stream_id: StreamId | None = None) -> list[SubscriptionRecord]:
         """The records of one stream, or of every stream, oldest first."""
         return await self._store.read(partial(self._select, stream_id))
+
+    async def subscriptions_of(self, stream_ids: Collection[StreamId]) -> dict[StreamId, list[SubscriptionRecord]]:
+        """The records of each stream, read in one query per namespace and
+        ``KEYS_PER_QUERY`` keys (the index on namespace and key serves each)."""
+        if not stream_ids:
+            return {}
+        return await self._store.read(partial(self._select_many, stream_ids))
+
+    @staticmethod
+    def _select_many(
+        stream_ids: Collection[StreamId], conn: sqlite3.Connection
+    ) -> dict[StreamId, list[SubscriptionRecord]]:
+        keys: dict[str, list[str]] = {}
+        for sid in stream_ids:
+            keys.setdefault(sid.namespace, []).append(sid.key)
+        rows: list[tuple[int, str, str, str, str, int | None, int | None, str]] = []  # rowid first
+        for namespace, of_namespace in keys.items():
+            for marks, chunk in in_chunks(of_namespace):
+                rows += conn.execute(
+                    f"SELECT rowid, {_COLUMNS} FROM pubsub_subscriptions WHERE namespace = ? AND key IN ({marks})",
+                    (namespace, *chunk),
+                )
+        rows.sort()  # oldest first, as subscriptions() gives them
+        return by_stream((_record(row[1:]) for row in rows), stream_ids)
 
     @staticmethod
     def _select(stream_id: StreamId | None, conn: sqlite3.Connection) -> list[SubscriptionRecord]:

@@ -40,7 +40,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -48,7 +48,7 @@ from typing import Any
 
 from streams.adapters.protocols import ReceiverDefaults, StateKey, StateRows, StateSource
 from streams.adapters.retention import RetentionPolicy, RetentionReport
-from streams.backends.embedded.store import EmbeddedStore, Migration
+from streams.backends.embedded.store import EmbeddedStore, Migration, in_chunks
 from streams.core.batch import QueueMessage
 from streams.core.clock import wall_time
 from streams.core.ids import QueueId, SequenceToken
@@ -328,6 +328,12 @@ class EmbeddedQueueReceiver(ReceiverDefaults):
         with self._store.connection() as conn:
             return saved_state(self.queue.number, key, conn)
 
+    def saved_states(self, keys: Collection[StateKey]) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+        """The saved states of ``keys`` (a key without one is left out), read now in one
+        query per consumer type and ``KEYS_PER_QUERY`` streams."""
+        with self._store.connection() as conn:
+            return saved_states(self.queue.number, keys, conn)
+
     async def expire_states(self, consumer: str, before: float) -> int:
         """Delete ``consumer``'s durable states of this queue written before ``before``."""
         if self.fenced_out:
@@ -453,6 +459,26 @@ def saved_state(queue: int, key: StateKey, conn: sqlite3.Connection) -> tuple[Se
         (queue, *key),
     ).fetchone()
     return None if row is None else (SequenceToken(row[0], row[1]), bytes(row[2]))
+
+
+def saved_states(
+    queue: int, keys: Collection[StateKey], conn: sqlite3.Connection
+) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+    """The saved states of ``keys`` on ``queue``, by key."""
+    streams_of: dict[str, list[str]] = {}
+    for consumer, stream in keys:
+        streams_of.setdefault(consumer, []).append(stream)
+    found: dict[StateKey, tuple[SequenceToken, bytes]] = {}
+    for consumer, streams in streams_of.items():
+        for marks, chunk in in_chunks(streams):
+            rows = conn.execute(
+                "SELECT stream, seq, idx, state FROM activation_states"
+                f" WHERE queue = ? AND consumer = ? AND stream IN ({marks})",
+                (queue, consumer, *chunk),
+            )
+            for stream, seq, idx, state in rows:
+                found[consumer, stream] = (SequenceToken(seq, idx), bytes(state))
+    return found
 
 
 def expire_states(queue: int, consumer: str, before: float, conn: sqlite3.Connection) -> int:

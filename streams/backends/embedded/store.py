@@ -445,6 +445,23 @@ def turns_for(database: Path, file_mode: int = 0o600) -> WriteTurns:
 # -- the modes of the store's files ----------------------------------------------------------
 
 
+# One query reads at most this many keys (SQLite's default limit on a statement's
+# parameters is 32,766; small chunks keep each statement's plan cheap).
+KEYS_PER_QUERY = 500
+
+
+def in_chunks(keys: Sequence[str]) -> Iterator[tuple[str, Sequence[str]]]:
+    """``keys`` in chunks of at most ``KEYS_PER_QUERY``, each with its placeholders for an
+    ``IN (...)``.
+
+    >>> [(marks, list(chunk)) for marks, chunk in in_chunks(["a", "b"])]
+    [('?,?', ['a', 'b'])]
+    """
+    for start in range(0, len(keys), KEYS_PER_QUERY):
+        chunk = keys[start : start + KEYS_PER_QUERY]
+        yield ",".join("?" * len(chunk)), chunk
+
+
 def check_file_mode(mode: int) -> int:
     """``mode`` if it is a file mode the store can use: read and write for its owner, and
     no more than read and write for anyone.

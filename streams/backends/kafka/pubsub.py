@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import anyio
@@ -37,7 +37,7 @@ from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.topic_log import LogRecord, TopicLog
 from streams.core.errors import HeadraceError
 from streams.core.ids import SequenceToken, StreamId
-from streams.core.pubsub import SubscriptionChanges, SubscriptionRecord, SubscriptionState
+from streams.core.pubsub import SubscriptionChanges, SubscriptionRecord, SubscriptionState, by_stream
 from streams.core.retry import OutageLog
 
 log = logging.getLogger("headrace.kafka")
@@ -124,6 +124,10 @@ class KafkaPubSubStore:
         """The records of one stream, or of every stream, oldest first."""
         await self.refresh(self.freshness)
         return [r for r in self._records.values() if stream_id is None or r.stream_id == stream_id]
+
+    async def subscriptions_of(self, stream_ids: Collection[StreamId]) -> dict[StreamId, list[SubscriptionRecord]]:
+        await self.refresh(self.freshness)
+        return by_stream(self._records.values(), stream_ids)
 
     async def follow(self, changed: SubscriptionChanges) -> None:
         """Every ``freshness`` seconds, read the topic and call ``changed(made, removed)``

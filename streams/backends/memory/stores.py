@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import replace
 
 from streams.core.deadletters import DeadLetter, letter_key
 from streams.core.ids import StreamId
-from streams.core.pubsub import SubscriptionRecord, SubscriptionState
+from streams.core.pubsub import SubscriptionRecord, SubscriptionState, by_stream
 
 
 class MemoryDeadLetterStore:
@@ -61,3 +61,6 @@ class MemoryPubSubStore:
 
     async def subscriptions(self, stream_id: StreamId | None = None) -> list[SubscriptionRecord]:
         return [r for r in self._records.values() if stream_id is None or r.stream_id == stream_id]
+
+    async def subscriptions_of(self, stream_ids: Collection[StreamId]) -> dict[StreamId, list[SubscriptionRecord]]:
+        return by_stream(self._records.values(), stream_ids)

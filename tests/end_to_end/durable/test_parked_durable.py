@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from streams import Durable, StreamId, StreamProvider
+from streams.backends.embedded.pubsub import EmbeddedPubSubStore
+from streams.backends.embedded.queues import EmbeddedQueueReceiver
 from tests.agents.delivery.conftest import drained
 from tests.helpers import persisted_checkpoint, saved_states, wait_until_async
 
@@ -88,3 +90,54 @@ async def test_a_windowless_handoffs_held_events_survive_a_restart_on_the_embedd
     for handoff in ("passed", "counted"):
         times = [r["t"] for r in handoff_rows(tmp_path, handoff) if r["stream_id"].endswith("/k")]
         assert times == [10.0, 20.0], handoff
+
+
+async def test_streams_that_come_together_are_looked_up_together(tmp_path: Path, monkeypatch: Any) -> None:
+    """The new streams of one queue read have their subscriptions and parked durable states
+    read in one query each (counted on the real store), and each state comes back exact."""
+    reads: dict[str, int] = {"one stream": 0, "streams": 0, "one state": 0, "states": 0}
+
+    def counted(cls: type, name: str, label: str) -> None:
+        original = getattr(cls, name)
+
+        def spy(self: Any, *args: Any) -> Any:
+            reads[label] += 1
+            return original(self, *args)
+
+        monkeypatch.setattr(cls, name, spy)
+
+    counted(EmbeddedPubSubStore, "subscriptions", "one stream")
+    counted(EmbeddedPubSubStore, "subscriptions_of", "streams")
+    counted(EmbeddedQueueReceiver, "saved_state", "one state")
+    counted(EmbeddedQueueReceiver, "saved_states", "states")
+    provider = StreamProvider.embedded(tmp_path, queues=1, stream_inactivity_period=0.3)
+    counts: dict[str, list[int]] = {}
+
+    @provider.implicit("devices")
+    class Device:
+        count = Durable(0)
+
+        def __init__(self, stream_id: StreamId) -> None:
+            self.key = stream_id.key
+
+        def on_next(self, batch: Any) -> None:
+            self.count += len(batch)
+            counts.setdefault(self.key, []).append(self.count)
+
+    keys = [f"d{i}" for i in range(300)]
+    async with provider:
+        for key in keys:
+            await provider.get_stream(StreamId("devices", key)).send(1)
+        await provider.flush()
+        await drained(provider, 30)
+        assert await wait_until_async(lambda: not any(a.stream_ids() for a in provider.agents), 15)
+        first = dict(reads)
+        for key in keys:
+            await provider.get_stream(StreamId("devices", key)).send_batch([2, 3])
+        await provider.flush()
+        await drained(provider, 30)
+    assert counts == {key: [1, 3] for key in keys}
+    # 300 streams each time, taken in a few reads: a query per read, not per stream.
+    assert first["streams"] <= 10 and first["one stream"] <= 10, first
+    assert reads["states"] <= 10 and reads["one state"] <= 10, reads
+    assert reads["states"] >= 1 and reads["streams"] > first["streams"], reads
