@@ -162,8 +162,8 @@ class QueueStatus:
     records written but not yet acknowledged by every consumer; ``lag_events``, the events
     in them, counted up to :data:`~streams.backends.embedded.status.LAG_EVENTS_COUNTED_RECORDS` records: ``lag_events_more``
     says there are more; ``None``: not counted, on a Kafka topic of headrace's records;
-    ``lag_seconds``: how long ago the oldest record not acknowledged was written, 0 with
-    none, ``None`` where the backend does not tell)."""
+    ``lag_seconds``: how long ago the oldest record not acknowledged was written (on Kafka,
+    its record timestamp), 0 with none, ``None`` where the backend does not tell)."""
 
     queue: int
     owner: str | None
@@ -205,23 +205,27 @@ class HandoffStatus:
 class ConsumerTypeFates:
     """What event time did to the events of one consumer type, summed over the queues of the
     workers reporting (since each agent started, with the state it took over): every event
-    seen, adjusted into another time, dropped by the ordering policy, dead-lettered by the core."""
+    seen, adjusted into another time, dropped by the ordering policy, dead-lettered by the core;
+    and what it emitted: windows' final results and the updates before them (``emit=Every``)."""
 
     consumer_type: str
     events: int
     adjusted: int
     dropped: int
     dead_lettered: int
+    windows_emitted: int = 0
+    early_results: int = 0
 
 
 def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
     """The fates per consumer type of these agents' rows, by type name.
 
     >>> from streams.adapters.status import AgentStatus
-    >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0,
-    ...                   fates={"app.Totals": {"events": 83, "adjusted": 31, "dropped": 0, "dead_lettered": 2}})
-    >>> consumer_type_fates([row, row])
-    [ConsumerTypeFates(consumer_type='app.Totals', events=166, adjusted=62, dropped=0, dead_lettered=4)]
+    >>> fates = {"events": 83, "adjusted": 31, "dropped": 0, "dead_lettered": 2, "windows_emitted": 5}
+    >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0, fates={"app.Totals": fates})
+    >>> consumer_type_fates([row, row])  # doctest: +NORMALIZE_WHITESPACE
+    [ConsumerTypeFates(consumer_type='app.Totals', events=166, adjusted=62, dropped=0, dead_lettered=4,
+                       windows_emitted=10, early_results=0)]
     """
     totals: dict[str, dict[str, int]] = {}
     for agent in agents:
@@ -229,12 +233,8 @@ def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
             into = totals.setdefault(name, {})
             for fate, n in fates.items():
                 into[fate] = into.get(fate, 0) + n
-    return [
-        ConsumerTypeFates(
-            name, t.get("events", 0), t.get("adjusted", 0), t.get("dropped", 0), t.get("dead_lettered", 0)
-        )
-        for name, t in sorted(totals.items())
-    ]
+    counted = [f.name for f in fields(ConsumerTypeFates)][1:]
+    return [ConsumerTypeFates(name, *(t.get(k, 0) for k in counted)) for name, t in sorted(totals.items())]
 
 
 def observed_by_type(agents: list[AgentStatus]) -> dict[str, ObservedTimes]:

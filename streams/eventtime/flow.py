@@ -172,13 +172,18 @@ class WatermarkFlow:
     def stepped(self, store: Store | None, clock: float, out: Output) -> None:
         """An event's step ended: the updates it made due (``Every(events=N)``)."""
         assert isinstance(store, WindowStore) and store.early is not None
+        before = len(out.windows)
         store.early.after_step(store, clock, out, self.shape.trace)
+        self.counters.early_results += len(out.windows) - before
 
     def tick(self, now: float, out: Output, *, strict: bool) -> None:
         """A tick at ``now``: the updates due by the processing clock (``Every(seconds)``)."""
+        before = len(out.windows)
         for store in self.stores():
             if isinstance(store, WindowStore) and store.early is not None:
                 store.early.tick(store, now, out, strict=strict, trace=self.shape.trace)
+        if len(out.windows) > before:
+            self.counters.early_results += len(out.windows) - before
 
     def scheduled(self, inp: Input, store: Store) -> None:
         """A window (or session) was scheduled in ``store``: lower the substreams' floor
@@ -296,7 +301,9 @@ class WatermarkFlow:
             early = store.early
             if ontime:
                 assert early is not None
+                before = len(out.windows)
                 early.emit_ontime(store, j, clock, out, self.shape.trace)
+                self.counters.early_results += len(out.windows) - before
                 continue
             start, end = map(to_seconds, a.bounds(j))
             closed_at = optional_seconds(clock)
