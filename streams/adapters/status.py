@@ -53,7 +53,8 @@ class AgentStatus:
     (:func:`~streams.runtime.snapshot.fates_of`). ``failed``: why the queue cannot be
     read on, its agent stopped (``None``: reading). ``observed``: per consumer type, the
     lateness and disorder of a sample of its events on this queue over the last hour
-    (:class:`~streams.eventtime.lateness.ObservedTimes`).
+    (:class:`~streams.eventtime.lateness.ObservedTimes`). ``input_watermarks``: among
+    activations with several inputs, the lowest watermark of each input (``None``: none yet).
     """
 
     worker: str
@@ -78,6 +79,7 @@ class AgentStatus:
     fates: dict[str, dict[str, int]] = field(default_factory=dict)
     failed: str | None = None
     observed: dict[str, ObservedTimes] = field(default_factory=dict)
+    input_watermarks: dict[str, float | None] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> AgentStatus:
@@ -86,6 +88,7 @@ class AgentStatus:
         values["slowest"] = [CursorLag(**lag) for lag in json.loads(values["slowest"])]
         values["fates"] = json.loads(values["fates"])
         values["observed"] = observed_of(json.loads(values["observed"]))
+        values["input_watermarks"] = json.loads(values["input_watermarks"])
         return cls(**values)
 
     def as_row(self) -> tuple[Any, ...]:
@@ -93,6 +96,7 @@ class AgentStatus:
         row["slowest"] = json.dumps([asdict(lag) for lag in self.slowest])
         row["fates"] = json.dumps(self.fates)
         row["observed"] = json.dumps({name: asdict(seen) for name, seen in self.observed.items()})
+        row["input_watermarks"] = json.dumps(self.input_watermarks)
         return tuple(row[name] for name in AGENT_FIELDS)
 
 
