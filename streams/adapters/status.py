@@ -210,7 +210,8 @@ class ConsumerTypeFates:
     """What event time did to the events of one consumer type, summed over the queues of the
     workers reporting (since each agent started, with the state it took over): every event
     seen, adjusted into another time, dropped by the ordering policy, dead-lettered by the core;
-    and what it emitted: windows' final results and the updates before them (``emit=Every``)."""
+    and what it emitted: windows' final results, the updates before them (``emit=Every``) and
+    an interval join's results."""
 
     consumer_type: str
     events: int
@@ -219,6 +220,7 @@ class ConsumerTypeFates:
     dead_lettered: int
     windows_emitted: int = 0
     early_results: int = 0
+    joins_emitted: int = 0
 
 
 def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
@@ -229,7 +231,7 @@ def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
     >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0, fates={"app.Totals": fates})
     >>> consumer_type_fates([row, row])  # doctest: +NORMALIZE_WHITESPACE
     [ConsumerTypeFates(consumer_type='app.Totals', events=166, adjusted=62, dropped=0, dead_lettered=4,
-                       windows_emitted=10, early_results=0)]
+                       windows_emitted=10, early_results=0, joins_emitted=0)]
     """
     totals: dict[str, dict[str, int]] = {}
     for agent in agents:

@@ -279,7 +279,9 @@ class WatermarkFlow:
             for store in dict.fromkeys(stores):
                 assert isinstance(store, JoinStore)
                 if store.watermark > store.next_close:
-                    out.joins.extend(store.pop_due(clock))
+                    joined = store.pop_due(clock)
+                    out.joins.extend(joined)
+                    self.counters.joins_emitted += len(joined)
             return
         a = self.shape.assigner
         assert a is not None

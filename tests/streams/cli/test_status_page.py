@@ -42,7 +42,10 @@ CONFIG = STATUS_CONFIG.replace("status_app", "page_app").replace('"200ms"', '"1s
 READ_CELLS = "Object.fromEntries([...document.querySelectorAll('[data-k]')].map(e => [e.dataset.k, e.dataset.v]))"
 TYPE = "tests.streams.cli.status_app.InTimestampOrder"
 UPDATES = "tests.streams.cli.page_app.Updates"
-FATES = ("active", "parked", "events", "windows_emitted", "early_results", "adjusted", "dropped", "dead_lettered")
+FATES = (
+    *("active", "parked", "events", "windows_emitted", "early_results", "joins_emitted"),
+    *("adjusted", "dropped", "dead_lettered"),
+)
 T0 = 1_700_000_000.0  # the origin of page_app's windows
 
 
