@@ -1,6 +1,7 @@
-"""``headrace status`` on Kafka: how far behind each queue is in time (``lag_seconds``), from
-the timestamp of its oldest record past the committed offset, on the test broker. Records
-are written by confluent-kafka with the timestamps given, so the ages are exact."""
+"""``headrace status`` on Kafka, on the test broker: how far behind each queue is in time
+(``lag_seconds``), from the timestamp of its oldest record past the committed offset (records
+written by confluent-kafka with the timestamps given, so the ages are exact); and the results
+per consumer type and input watermarks the status topic carries."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 from confluent_kafka import Producer
 
+from streams.adapters.status import AgentStatus, consumer_type_fates
 from streams.backends.kafka.settings import KafkaSettings
-from streams.backends.kafka.status import read_kafka_status
+from streams.backends.kafka.status import KafkaStatusBoard, read_kafka_status, read_reports
 from tests.streams.kafka.test_foreign_records import make_topic
 
 QUEUES = 3
@@ -66,3 +68,22 @@ async def test_lag_in_seconds_is_the_age_of_the_oldest_record_not_committed(kafk
     # A clock before the records were written (another machine's): never a negative age.
     status = await read_kafka_status(settings, suspicion_timeout=10, now=NOW - 400)
     assert [q.lag_seconds for q in status.queues] == [0.0, 0.0, 0.0]
+
+
+async def test_the_status_topic_carries_results_and_input_watermarks(kafka_broker, kafka_topic):
+    """What a worker on Kafka publishes for the page: results per consumer type and each
+    input's watermark (``None``: none yet), read back as written and summed per type."""
+    settings = KafkaSettings(kafka_broker, kafka_topic, QUEUES, idempotent=False)
+    fates = {"events": 9, "windows_emitted": 2, "early_results": 3, "joins_emitted": 1, "active": 1}
+    plain = (0, 4096, False, 1, 10, 0, None, None, NOW, NOW + 15)  # cache, reads, no watermark, fresh
+    inputs = [{"tolls": NOW - 5 * q, "prices": None} for q in range(2)]
+    rows = [AgentStatus("w1", q, *plain, fates={"app.T": fates}, input_watermarks=inputs[q]) for q in range(2)]
+    board = KafkaStatusBoard(settings)
+    try:
+        await board.publish("w1", rows, NOW, NOW + 15)
+    finally:
+        await board.close()
+    [report] = (await read_reports(settings)).values()
+    assert report.agents == rows
+    [summed] = consumer_type_fates(report.agents)
+    assert (summed.events, summed.windows_emitted, summed.early_results, summed.joins_emitted) == (18, 4, 6, 2)
