@@ -276,12 +276,7 @@ class WatermarkFlow:
             self.emit([d[3] for d in slid], out)
             return
         if self.shape.join is not None:
-            for store in dict.fromkeys(stores):
-                assert isinstance(store, JoinStore)
-                if store.watermark > store.next_close:
-                    joined = store.pop_due(clock)
-                    out.joins.extend(joined)
-                    self.counters.joins_emitted += len(joined)
+            self._close_joins(stores, clock, out)
             return
         a = self.shape.assigner
         assert a is not None
@@ -324,6 +319,15 @@ class WatermarkFlow:
         if self.shape.trace:
             out.trace.extend(results)
         self.counters.windows_emitted += len(results)
+
+    def _close_joins(self, stores: list[Store], clock: float | None, out: Output) -> None:
+        """Hand out the join results the watermark made final (counted)."""
+        for store in dict.fromkeys(stores):
+            assert isinstance(store, JoinStore)
+            if store.watermark > store.next_close:
+                joined = store.pop_due(clock)
+                out.joins.extend(joined)
+                self.counters.joins_emitted += len(joined)
 
     def _close_sessions(self, stores: list[Store], clock: float | None, out: Output) -> None:
         due: list[tuple[float, int, int, Hashable, OpenSession]] = []

@@ -112,8 +112,9 @@ def cli_now(cwd: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return json_of(headrace("status", "--json", cwd=cwd)), json_of(headrace("status", "--advise", "--json", cwd=cwd))
 
 
-def test_the_page_of_a_running_worker_in_chromium(tmp_path):
-    (tmp_path / "headrace.toml").write_text(CONFIG)
+def produce_backlog(cwd: Path) -> None:
+    """Readings in event time (one out of order: dropped, a dead letter), a window's updates,
+    and last, one record of the stuck stream (one record behind, whatever queue it shares)."""
     t0 = int(time.time()) - 20
     lines = "".join(f'{{"n": {d}, "ts": {t0 + d}}}\n' for d in (1, 2, 0, 3))  # the third: out of order, dropped
     # [0, 10) of updates/u1: five events, an update after the 2nd and the 4th; 11 closes it
@@ -121,25 +122,68 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
     for stream, text, extra in (
         ("readings/r1", lines, ["--event-time", "ts"]),
         ("updates/u1", updates, ["--event-time", "ts"]),
-        ("stuck/s1", '{"x": 1}\n', []),  # last: one record behind, whatever queue it shares
+        ("stuck/s1", '{"x": 1}\n', []),
     ):
-        produced = headrace("produce", "--stream", stream, *extra, "--batch-size", "1", cwd=tmp_path, stdin=text)
+        produced = headrace("produce", "--stream", stream, *extra, "--batch-size", "1", cwd=cwd, stdin=text)
         assert produced.returncode == 0, produced.stderr
+
+
+def settled(s: dict[str, Any]) -> bool:
+    """The backlog done, the stuck consumer behind, rates at 0."""
+    agents = [q["agent"] for q in s["queues"]]
+    return (
+        all(a and a["events_in_per_s"] == 0.0 and a["events_out_per_s"] == 0.0 for a in agents)
+        and any(a and a["slowest"] for a in agents)
+        and any(a and a["watermark_min"] for a in agents)
+        and bool(s["dead_letters"])
+        and any(t["consumer_type"] == UPDATES and t["events"] == 6 for t in s["consumer_types"])
+    )
+
+
+def page_and_cli(browser: Browser, cwd: Path) -> tuple[dict[str, str], float, dict[str, Any], dict[str, object]]:
+    """The page's cells and its status' taken_at, the CLI's status and the cells expected from
+    it, at the same moment: the CLI, a poll of the page that read the status after it (its
+    taken_at is later), the CLI again; the numbers held still meanwhile when both CLI reads agree."""
+    moved = []
+    for _ in range(10):
+        before, advice_before = cli_now(cwd)
+        browser.wait_for(f"Number(document.body.dataset.takenAt) > {before['taken_at']!r}", timeout=30)
+        cells, page_taken_at = browser.evaluate(f"[{READ_CELLS}, Number(document.body.dataset.takenAt)]")
+        after, advice_after = cli_now(cwd)
+        expected, earlier = expected_cells(after, advice_after), expected_cells(before, advice_before)
+        if earlier == expected:
+            return cells, page_taken_at, after, expected
+        moved.append({k: (earlier.get(k), v) for k, v in expected.items() if earlier.get(k) != v})
+    pytest.fail(f"the status never held still around a poll of the page: {moved}")
+
+
+def dead_letter_and_its_replay(browser: Browser, cells: dict[str, str], cwd: Path) -> None:
+    """The dead letter on the page, and its replay shown on a later poll."""
+    # The dead letter, listed with its stream, position and the command that replays it.
+    [letter] = [json.loads(line) for line in headrace("dlq", "list", "--json", cwd=cwd).stdout.splitlines()]
+    assert (cells[f"l.{letter['id']}.reason"], cells[f"l.{letter['id']}.stream"]) == (
+        "out_of_order",
+        "readings/r1",
+    )
+    text = browser.evaluate("document.getElementById('letters').innerText")
+    command = f"headrace dlq replay --path {cwd / 'store'} {letter['id']}"
+    assert command in text and f"queue {letter['queue']} seq {letter['sequence_number']}" in text
+
+    # Live: the command run, the page shows the replay on a later poll, without a reload.
+    replayed = headrace(*command.split()[1:], cwd=cwd)
+    assert replayed.returncode == 0, replayed.stderr
+    browser.wait_for("document.querySelector('[data-k=\"dl.out_of_order.replayed\"]').dataset.v === '1'")
+    assert browser.evaluate("performance.getEntriesByType('navigation').length") == 1
+
+
+def test_the_page_of_a_running_worker_in_chromium(tmp_path):
+    (tmp_path / "headrace.toml").write_text(CONFIG)
+    produce_backlog(tmp_path)
     port = free_port()
     worker = start_worker(tmp_path, "--metrics-port", port, env=clean_env())
     try:
         assert worker.stdout is not None
         assert worker.stdout.readline() == "headrace worker w1: running, reading queues [0, 1] of 2\n"
-
-        def settled(s: dict[str, Any]) -> bool:  # the backlog done, the stuck consumer behind, rates at 0
-            agents = [q["agent"] for q in s["queues"]]
-            return (
-                all(a and a["events_in_per_s"] == 0.0 and a["events_out_per_s"] == 0.0 for a in agents)
-                and any(a and a["slowest"] for a in agents)
-                and any(a and a["watermark_min"] for a in agents)
-                and bool(s["dead_letters"])
-                and any(t["consumer_type"] == UPDATES and t["events"] == 6 for t in s["consumer_types"])
-            )
 
         status = poll_status(tmp_path, settled, timeout=60)
         assert settled(status), (status, (tmp_path / "worker.log").read_text())
@@ -150,21 +194,7 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
             browser.wait_for(
                 "Number(document.body.dataset.polls || 0) >= 1 && !!document.querySelector('[data-k^=\"l.\"]')"
             )
-            # The page against the CLI at the same moment: the CLI, a poll of the page that read
-            # the status after it (its taken_at is later), the CLI again; the numbers held still
-            # meanwhile when both CLI reads agree.
-            moved = []
-            for _ in range(10):
-                before, advice_before = cli_now(tmp_path)
-                browser.wait_for(f"Number(document.body.dataset.takenAt) > {before['taken_at']!r}", timeout=30)
-                cells, page_taken_at = browser.evaluate(f"[{READ_CELLS}, Number(document.body.dataset.takenAt)]")
-                after, advice_after = cli_now(tmp_path)
-                expected, earlier = expected_cells(after, advice_after), expected_cells(before, advice_before)
-                if earlier == expected:
-                    break
-                moved.append({k: (earlier.get(k), v) for k, v in expected.items() if earlier.get(k) != v})
-            else:
-                pytest.fail(f"the status never held still around a poll of the page: {moved}")
+            cells, page_taken_at, after, expected = page_and_cli(browser, tmp_path)
             wrong = {k: (cells.get(k), v) for k, v in expected.items() if not same(cells.get(k), v)}
             assert wrong == {}
             assert (
@@ -191,23 +221,7 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
             # What a consumer type emitted: the window's final result and the two updates before it.
             assert (cells[f"t.{UPDATES}.windows_emitted"], cells[f"t.{UPDATES}.early_results"]) == ("1", "2")
 
-            # The dead letter, listed with its stream, position and the command that replays it.
-            [letter] = [
-                json.loads(line) for line in headrace("dlq", "list", "--json", cwd=tmp_path).stdout.splitlines()
-            ]
-            assert (cells[f"l.{letter['id']}.reason"], cells[f"l.{letter['id']}.stream"]) == (
-                "out_of_order",
-                "readings/r1",
-            )
-            text = browser.evaluate("document.getElementById('letters').innerText")
-            command = f"headrace dlq replay --path {tmp_path / 'store'} {letter['id']}"
-            assert command in text and f"queue {letter['queue']} seq {letter['sequence_number']}" in text
-
-            # Live: the command run, the page shows the replay on a later poll, without a reload.
-            replayed = headrace(*command.split()[1:], cwd=tmp_path)
-            assert replayed.returncode == 0, replayed.stderr
-            browser.wait_for("document.querySelector('[data-k=\"dl.out_of_order.replayed\"]').dataset.v === '1'")
-            assert browser.evaluate("performance.getEntriesByType('navigation').length") == 1
+            dead_letter_and_its_replay(browser, cells, tmp_path)
 
             png = browser.screenshot()
             assert browser.errors() == []
