@@ -19,9 +19,11 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--headless",
@@ -62,15 +64,10 @@ class Browser:
             self.call(f"{domain}.enable")
 
     def _connect(self) -> socket.socket:
-        port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + self.timeout
-        while not port_file.exists() or not port_file.read_text().strip():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"chromium did not start (exit code {self.process.poll()})")
-            time.sleep(0.1)
-        port = int(port_file.read_text().split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as response:
-            [page] = [t for t in json.load(response) if t["type"] == "page"]
+        port = self._until(deadline, self._port)
+        # The DevTools server may answer before the first page is a target: asked until it is.
+        page = self._until(deadline, lambda: self._page(port))
         path = page["webSocketDebuggerUrl"].split(str(port), 1)[1]
         sock = socket.create_connection(("127.0.0.1", port), timeout=self.timeout)
         key = base64.b64encode(os.urandom(16)).decode()
@@ -86,6 +83,27 @@ class Browser:
         if b" 101 " not in head.split(b"\r\n", 1)[0]:
             raise RuntimeError(f"no websocket from chromium: {head!r}")
         return sock
+
+    def _until(self, deadline: float, found: Callable[[], T | None]) -> T:
+        """``found()`` until it is not None, while Chromium runs and ``deadline`` is ahead."""
+        while (value := found()) is None:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"chromium did not start (exit code {self.process.poll()})")
+            time.sleep(0.1)
+        return value
+
+    def _port(self) -> int | None:
+        """The DevTools port, once Chromium has written its whole file (port, then path)."""
+        try:
+            lines = (self.profile / "DevToolsActivePort").read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        return int(lines[0]) if len(lines) >= 2 and lines[0].isdigit() else None
+
+    def _page(self, port: int) -> dict[str, Any] | None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as response:
+            pages = [t for t in json.load(response) if t["type"] == "page"]
+        return pages[0] if len(pages) == 1 else None
 
     # -- websocket frames -------------------------------------------------------------------
     def _send(self, text: str) -> None:

@@ -53,7 +53,8 @@ class AgentStatus:
     (:func:`~streams.runtime.snapshot.fates_of`). ``failed``: why the queue cannot be
     read on, its agent stopped (``None``: reading). ``observed``: per consumer type, the
     lateness and disorder of a sample of its events on this queue over the last hour
-    (:class:`~streams.eventtime.lateness.ObservedTimes`).
+    (:class:`~streams.eventtime.lateness.ObservedTimes`). ``input_watermarks``: among
+    activations with several inputs, the lowest watermark of each input (``None``: none yet).
     """
 
     worker: str
@@ -78,6 +79,7 @@ class AgentStatus:
     fates: dict[str, dict[str, int]] = field(default_factory=dict)
     failed: str | None = None
     observed: dict[str, ObservedTimes] = field(default_factory=dict)
+    input_watermarks: dict[str, float | None] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> AgentStatus:
@@ -86,6 +88,7 @@ class AgentStatus:
         values["slowest"] = [CursorLag(**lag) for lag in json.loads(values["slowest"])]
         values["fates"] = json.loads(values["fates"])
         values["observed"] = observed_of(json.loads(values["observed"]))
+        values["input_watermarks"] = json.loads(values["input_watermarks"])
         return cls(**values)
 
     def as_row(self) -> tuple[Any, ...]:
@@ -93,6 +96,7 @@ class AgentStatus:
         row["slowest"] = json.dumps([asdict(lag) for lag in self.slowest])
         row["fates"] = json.dumps(self.fates)
         row["observed"] = json.dumps({name: asdict(seen) for name, seen in self.observed.items()})
+        row["input_watermarks"] = json.dumps(self.input_watermarks)
         return tuple(row[name] for name in AGENT_FIELDS)
 
 
@@ -162,8 +166,8 @@ class QueueStatus:
     records written but not yet acknowledged by every consumer; ``lag_events``, the events
     in them, counted up to :data:`~streams.backends.embedded.status.LAG_EVENTS_COUNTED_RECORDS` records: ``lag_events_more``
     says there are more; ``None``: not counted, on a Kafka topic of headrace's records;
-    ``lag_seconds``: how long ago the oldest record not acknowledged was written, 0 with
-    none, ``None`` where the backend does not tell)."""
+    ``lag_seconds``: how long ago the oldest record not acknowledged was written (on Kafka,
+    its record timestamp), 0 with none, ``None`` where the backend does not tell)."""
 
     queue: int
     owner: str | None
@@ -205,23 +209,29 @@ class HandoffStatus:
 class ConsumerTypeFates:
     """What event time did to the events of one consumer type, summed over the queues of the
     workers reporting (since each agent started, with the state it took over): every event
-    seen, adjusted into another time, dropped by the ordering policy, dead-lettered by the core."""
+    seen, adjusted into another time, dropped by the ordering policy, dead-lettered by the core;
+    and what it emitted: windows' final results, the updates before them (``emit=Every``) and
+    an interval join's results."""
 
     consumer_type: str
     events: int
     adjusted: int
     dropped: int
     dead_lettered: int
+    windows_emitted: int = 0
+    early_results: int = 0
+    joins_emitted: int = 0
 
 
 def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
     """The fates per consumer type of these agents' rows, by type name.
 
     >>> from streams.adapters.status import AgentStatus
-    >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0,
-    ...                   fates={"app.Totals": {"events": 83, "adjusted": 31, "dropped": 0, "dead_lettered": 2}})
-    >>> consumer_type_fates([row, row])
-    [ConsumerTypeFates(consumer_type='app.Totals', events=166, adjusted=62, dropped=0, dead_lettered=4)]
+    >>> fates = {"events": 83, "adjusted": 31, "dropped": 0, "dead_lettered": 2, "windows_emitted": 5}
+    >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0, fates={"app.Totals": fates})
+    >>> consumer_type_fates([row, row])  # doctest: +NORMALIZE_WHITESPACE
+    [ConsumerTypeFates(consumer_type='app.Totals', events=166, adjusted=62, dropped=0, dead_lettered=4,
+                       windows_emitted=10, early_results=0, joins_emitted=0)]
     """
     totals: dict[str, dict[str, int]] = {}
     for agent in agents:
@@ -229,12 +239,8 @@ def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
             into = totals.setdefault(name, {})
             for fate, n in fates.items():
                 into[fate] = into.get(fate, 0) + n
-    return [
-        ConsumerTypeFates(
-            name, t.get("events", 0), t.get("adjusted", 0), t.get("dropped", 0), t.get("dead_lettered", 0)
-        )
-        for name, t in sorted(totals.items())
-    ]
+    counted = [f.name for f in fields(ConsumerTypeFates)][1:]
+    return [ConsumerTypeFates(name, *(t.get(k, 0) for k in counted)) for name, t in sorted(totals.items())]
 
 
 def observed_by_type(agents: list[AgentStatus]) -> dict[str, ObservedTimes]:

@@ -303,9 +303,11 @@ def render_fates(status: ClusterStatus, out: Console) -> None:
     """What event time did to the events, per consumer type, beside the queues."""
     if not status.consumer_types:
         return
-    rows = table("event time, by consumer type", "consumer type", "events", "adjusted", "dropped", "dead-lettered")
+    heads = ("events", "adjusted", "dropped", "dead-lettered", "windows emitted", "early results", "joins")
+    rows = table("event time, by consumer type", "consumer type", *heads)
     for t in status.consumer_types:
-        add_row(rows, t.consumer_type, f"{t.events:,}", f"{t.adjusted:,}", f"{t.dropped:,}", f"{t.dead_lettered:,}")
+        counts = (t.events, t.adjusted, t.dropped, t.dead_lettered, t.windows_emitted, t.early_results, t.joins_emitted)
+        add_row(rows, t.consumer_type, *(f"{n:,}" for n in counts))
     out.print(rows)
 
 

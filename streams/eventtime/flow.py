@@ -172,13 +172,18 @@ class WatermarkFlow:
     def stepped(self, store: Store | None, clock: float, out: Output) -> None:
         """An event's step ended: the updates it made due (``Every(events=N)``)."""
         assert isinstance(store, WindowStore) and store.early is not None
+        before = len(out.windows)
         store.early.after_step(store, clock, out, self.shape.trace)
+        self.counters.early_results += len(out.windows) - before
 
     def tick(self, now: float, out: Output, *, strict: bool) -> None:
         """A tick at ``now``: the updates due by the processing clock (``Every(seconds)``)."""
+        before = len(out.windows)
         for store in self.stores():
             if isinstance(store, WindowStore) and store.early is not None:
                 store.early.tick(store, now, out, strict=strict, trace=self.shape.trace)
+        if len(out.windows) > before:
+            self.counters.early_results += len(out.windows) - before
 
     def scheduled(self, inp: Input, store: Store) -> None:
         """A window (or session) was scheduled in ``store``: lower the substreams' floor
@@ -271,10 +276,7 @@ class WatermarkFlow:
             self.emit([d[3] for d in slid], out)
             return
         if self.shape.join is not None:
-            for store in dict.fromkeys(stores):
-                assert isinstance(store, JoinStore)
-                if store.watermark > store.next_close:
-                    out.joins.extend(store.pop_due(clock))
+            self._close_joins(stores, clock, out)
             return
         a = self.shape.assigner
         assert a is not None
@@ -296,7 +298,9 @@ class WatermarkFlow:
             early = store.early
             if ontime:
                 assert early is not None
+                before = len(out.windows)
                 early.emit_ontime(store, j, clock, out, self.shape.trace)
+                self.counters.early_results += len(out.windows) - before
                 continue
             start, end = map(to_seconds, a.bounds(j))
             closed_at = optional_seconds(clock)
@@ -315,6 +319,15 @@ class WatermarkFlow:
         if self.shape.trace:
             out.trace.extend(results)
         self.counters.windows_emitted += len(results)
+
+    def _close_joins(self, stores: list[Store], clock: float | None, out: Output) -> None:
+        """Hand out the join results the watermark made final (counted)."""
+        for store in dict.fromkeys(stores):
+            assert isinstance(store, JoinStore)
+            if store.watermark > store.next_close:
+                joined = store.pop_due(clock)
+                out.joins.extend(joined)
+                self.counters.joins_emitted += len(joined)
 
     def _close_sessions(self, stores: list[Store], clock: float | None, out: Output) -> None:
         due: list[tuple[float, int, int, Hashable, OpenSession]] = []

@@ -41,6 +41,8 @@ COUNTER_NAMES = (
     "idle_timeouts",
     "punctuations",
     "duplicate",  # dropped: its dedup key was seen within the horizon
+    "early_results",  # updates emitted before a window's final result (emit=Every)
+    "joins_emitted",  # an interval join's results: pairs, and lonely events of an outer join
 )
 # The counts most streams never move: kept in a list made at the first of them.
 _RARE = tuple(name for name in COUNTER_NAMES if name not in ("events", "windows_emitted"))
@@ -94,7 +96,7 @@ class Counters:
     >>> c.adjusted, c.duplicate, c == Counters(events=3, adjusted=2), c == Counters(events=3)
     (2, 0, True, False)
     >>> Counters(windows_emitted=1)
-    Counters(events=0, early_arrival=0, ..., windows_emitted=1, idle_timeouts=0, punctuations=0, duplicate=0)
+    Counters(events=0, early_arrival=0, ..., windows_emitted=1, idle_timeouts=0, punctuations=0, duplicate=0, early_results=0, joins_emitted=0)
     """
 
     __slots__ = ("events", "windows_emitted", "_rare")
@@ -113,6 +115,8 @@ class Counters:
     idle_timeouts = _Rare()
     punctuations = _Rare()
     duplicate = _Rare()
+    early_results = _Rare()
+    joins_emitted = _Rare()
 
     def __init__(self, events: int = 0, windows_emitted: int = 0, **rare: int) -> None:
         self.events = events

@@ -120,6 +120,11 @@ METRICS: dict[str, tuple[type, str]] = {
         "Events the event-time core dead-lettered, by reason",
     ),
     "headrace_eventtime_windows_emitted": (CounterMetricFamily, "Windows closed and emitted"),
+    "headrace_eventtime_early_results": (
+        CounterMetricFamily,
+        "Updates emitted before windows' final results (emit=Every)",
+    ),
+    "headrace_eventtime_joins_emitted": (CounterMetricFamily, "Interval join results emitted"),
     "headrace_eventtime_activations": (GaugeMetricFamily, "Event-time consumer activations"),
     "headrace_eventtime_open_windows": (GaugeMetricFamily, "Windows open (holding data) in the activations"),
     "headrace_eventtime_watermark_timestamp_seconds": (
@@ -185,6 +190,8 @@ def metric_families(snapshot: WorkerSnapshot, dead_letters: Mapping[str, int]) -
         for reason in ("window_closed", "invalid_timestamp", "invalid_value"):
             out.add("headrace_eventtime_dead_lettered_events", {**at, "reason": reason}, c[reason])
         out.add("headrace_eventtime_windows_emitted", at, c["windows_emitted"])
+        out.add("headrace_eventtime_early_results", at, c["early_results"])
+        out.add("headrace_eventtime_joins_emitted", at, c["joins_emitted"])
         out.add("headrace_eventtime_activations", at, et.activations)
         out.add("headrace_eventtime_open_windows", at, et.open_windows)
         if et.watermark is not None:  # no running stream: no watermark to report

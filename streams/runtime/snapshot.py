@@ -165,10 +165,12 @@ class QueueSnapshot:
 def fates_of(counters: Mapping[str, int]) -> dict[str, int]:
     """What event time did to the events of some activations, from their counters: every
     event seen, and how many were adjusted, dropped by the ordering policy, and dead-lettered
-    by the core (no usable timestamp or value, every window closed).
+    by the core (no usable timestamp or value, every window closed); and the results it
+    emitted: windows' final results (``windows_emitted``), the updates before them
+    (``early_results``, ``emit=Every(...)``) and an interval join's results (``joins_emitted``).
 
     >>> fates_of({**Counters(events=9, adjusted=2, early_arrival=1, invalid_timestamp=1, windows_emitted=3).as_dict()})
-    {'events': 9, 'adjusted': 2, 'dropped': 1, 'dead_lettered': 1, 'windows_emitted': 3}
+    {'events': 9, 'adjusted': 2, 'dropped': 1, 'dead_lettered': 1, 'windows_emitted': 3, 'early_results': 0, 'joins_emitted': 0}
     """
     totals = EventTimeTotals(counters={**Counters().as_dict(), **counters})
     return {
@@ -177,6 +179,8 @@ def fates_of(counters: Mapping[str, int]) -> dict[str, int]:
         "dropped": totals.dropped,
         "dead_lettered": totals.refused,
         "windows_emitted": totals.counters["windows_emitted"],
+        "early_results": totals.counters["early_results"],
+        "joins_emitted": totals.counters["joins_emitted"],
     }
 
 

@@ -54,6 +54,7 @@ def agent_status(
         fates={name: dict(fates) for name, fates in queue.fates.items()},
         failed=queue.failed,
         observed=dict(queue.observed),
+        input_watermarks={name: m if math.isfinite(m) else None for name, m in queue.event_time.inputs.items()},
     )
 
 

@@ -61,6 +61,8 @@ STATUS_SCHEMA: list[Migration] = [
     ["ALTER TABLE status_agents ADD COLUMN failed TEXT"],  # why a queue cannot be read on
     # per consumer type, sampled lateness and disorder over the last hour
     ["ALTER TABLE status_agents ADD COLUMN observed TEXT NOT NULL DEFAULT '{}'"],
+    # per input of activations with several, its lowest watermark
+    ["ALTER TABLE status_agents ADD COLUMN input_watermarks TEXT NOT NULL DEFAULT '{}'"],
 ]
 
 COLUMNS = ", ".join(AGENT_FIELDS)

@@ -13,6 +13,8 @@ after; a worker that left has none. The consumer group's member count comes from
 owner, cache and watermarks from the current snapshot that names it. Several topics read
 together (``topics=``) are summed per queue. ``lag_events``: on a topic of one event per
 record, the lag; on headrace's own (containers of many events) not counted (``None``).
+``lag_seconds``: how long ago the oldest record past the committed offset was written (its
+Kafka timestamp; 0 with none).
 - **Dead letters** by reason, from the dead-letter topic; the **handoff log**'s streams and
 end offsets, from its topics.
 
@@ -52,6 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+import anyio
 import msgpack
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -189,7 +192,7 @@ async def read_kafka_status(
     offsets = await retry_kafka(lambda: _offsets(settings), "reading the queues' offsets", settings, outage)
     fresh = sorted((r for r in reports.values() if r.fresh_until >= at), key=lambda r: r.updated)
     agents = {a.queue: a for r in fresh for a in r.agents}  # the newest report naming a queue wins
-    queues = [_queue(settings, q, bounds, agents.get(q)) for q, bounds in enumerate(offsets)]
+    queues = [_queue(settings, q, bounds, agents.get(q), at) for q, bounds in enumerate(offsets)]
     workers = [_worker(r, at) for r in sorted(reports.values(), key=lambda r: r.worker)]
     horizon = at - GONE_AFTER_TIMEOUTS * suspicion_timeout
     shown = [w for w in workers if everyone or w.state == "live" or w.last_heartbeat > horizon]
@@ -227,12 +230,13 @@ def _worker(report: WorkerReport, now: float) -> WorkerStatus:
     )
 
 
-# A queue's offsets summed over its topics: oldest retained, end, committed (None: never).
-_Bounds = tuple[int, int, int | None]
+# A queue's offsets summed over its topics: oldest retained, end, committed (None: never),
+# and when its oldest record not yet committed was written (POSIX s; None: there is none).
+_Bounds = tuple[int, int, int | None, float | None]
 
 
-def _queue(settings: KafkaSettings, number: int, bounds: _Bounds, agent: AgentStatus | None) -> QueueStatus:
-    first, end, committed = bounds
+def _queue(settings: KafkaSettings, number: int, bounds: _Bounds, agent: AgentStatus | None, now: float) -> QueueStatus:
+    first, end, committed, oldest = bounds
     lag = end - (first if committed is None else committed)
     return QueueStatus(
         queue=number,
@@ -246,6 +250,7 @@ def _queue(settings: KafkaSettings, number: int, bounds: _Bounds, agent: AgentSt
         checkpoint_lag=lag,
         agent=agent,
         lag_events=lag if settings.record_format is not None else None,
+        lag_seconds=0.0 if oldest is None else max(0.0, now - oldest),
     )
 
 
@@ -268,13 +273,41 @@ async def _offsets(settings: KafkaSettings) -> list[_Bounds]:
         # can be short of them: the lag is what a reader at the committed offset has left.
         end = await partition_ends(consumer, every, settings.request_timeout)
         committed = {tp: await consumer.committed(tp) for tp in every}
+        unread = {tp: max(first[tp], committed[tp] or 0) for tp in every}
+        written = await _written_at(consumer, {tp: o for tp, o in unread.items() if o < end[tp]}, settings)
     finally:
         await stop_client(consumer)
     bounds: list[_Bounds] = []
     for tps in queues:
         marks = [committed[tp] for tp in tps if committed[tp] is not None]
-        bounds.append((sum(first[tp] for tp in tps), sum(end[tp] for tp in tps), sum(marks) if marks else None))
+        times = [written[tp] for tp in tps if tp in written]
+        bounds.append(
+            (
+                sum(first[tp] for tp in tps),
+                sum(end[tp] for tp in tps),
+                sum(marks) if marks else None,
+                min(times) if times else None,
+            )
+        )
     return bounds
+
+
+async def _written_at(
+    consumer: AIOKafkaConsumer, offsets: Mapping[TopicPartition, int], settings: KafkaSettings
+) -> dict[TopicPartition, float]:
+    """When the record at ``offsets[tp]`` was written (its Kafka timestamp, POSIX s): the
+    oldest one not yet committed, how far behind a queue is in time (``lag_seconds``).
+    Raises ``TimeoutError`` when a partition's fetch is not answered in time (retried)."""
+    written: dict[TopicPartition, float] = {}
+    for tp, offset in offsets.items():
+        consumer.seek(tp, offset)
+    with anyio.fail_after(settings.request_timeout):
+        while pending := [tp for tp in offsets if tp not in written]:
+            fetched = await consumer.getmany(*pending, timeout_ms=100, max_records=1)
+            for tp, records in fetched.items():
+                if records:
+                    written[tp] = records[0].timestamp / 1000
+    return written
 
 
 async def _group_members(settings: KafkaSettings) -> list[str]:

@@ -268,12 +268,30 @@ def test_status_shows_adjusted_dropped_and_dead_lettered_per_consumer_type(tmp_p
         worker.stdout.readline()
         status = _poll_status(tmp_path, lambda s: sum(t["events"] for t in s["consumer_types"]) == 10)
         assert status["consumer_types"] == [
-            {"consumer_type": "timed_app.Strict", "events": 5, "adjusted": 0, "dropped": 2, "dead_lettered": 1},
-            {"consumer_type": "timed_app.Totals", "events": 5, "adjusted": 2, "dropped": 0, "dead_lettered": 1},
-        ]
+            {
+                "consumer_type": "timed_app.Strict",
+                "events": 5,
+                "adjusted": 0,
+                "dropped": 2,
+                "dead_lettered": 1,
+                "windows_emitted": 1,
+                "early_results": 0,
+                "joins_emitted": 0,
+            },
+            {
+                "consumer_type": "timed_app.Totals",
+                "events": 5,
+                "adjusted": 2,
+                "dropped": 0,
+                "dead_lettered": 1,
+                "windows_emitted": 1,
+                "early_results": 0,
+                "joins_emitted": 0,
+            },
+        ]  # [60, 120) closed by 130 (less 5 s out of order for Totals)
         table = headrace("status", "--app", "timed_app:provider", cwd=tmp_path).stdout
-        assert re.search(r"timed_app\.Totals\s+5\s+2\s+0\s+1\n", table), table
-        assert re.search(r"timed_app\.Strict\s+5\s+0\s+2\s+1\n", table), table
+        assert re.search(r"timed_app\.Totals\s+5\s+2\s+0\s+1\s+1\s+0\s+0\n", table), table
+        assert re.search(r"timed_app\.Strict\s+5\s+0\s+2\s+1\s+1\s+0\s+0\n", table), table
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0

@@ -176,12 +176,20 @@ def run_core(
     rows: list[Row], policy: OrderingPolicy, spec: FixedSpec, per_key: bool, cuts: list[int], restore_at: int = -1
 ) -> dict[tuple[Any, float], list[tuple]]:
     """Each window's results in order, as ``(revision, final, value, closed_at)``;
-    ``restore_at``: after that many calls, carry on in a processor restored from a snapshot."""
+    ``restore_at``: after that many calls, carry on in a processor restored from a snapshot.
+    The processor's counts of what it emitted (carried over by the snapshot) must match."""
 
     def make() -> Processor:
         return Processor(policy, spec, Collect(), select="index", group_by="key" if per_key else None)
 
-    return _histories([w for out in feed_rows(make, rows, cuts, restore_at)[0] for w in out.windows])
+    outs, p = feed_rows(make, rows, cuts, restore_at)
+    results = [w for out in outs for w in out.windows]
+    counted = p.metrics().counters
+    assert (counted["windows_emitted"], counted["early_results"]) == (
+        sum(w.final for w in results),
+        sum(not w.final for w in results),
+    )
+    return _histories(results)
 
 
 def _histories(results: list[WindowResult]) -> dict[tuple[Any, float], list[tuple]]:

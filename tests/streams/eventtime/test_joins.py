@@ -202,6 +202,7 @@ def test_a_pair_waits_for_the_merged_watermark_and_right_events_leave_the_state(
     [pair] = p.flush().joins
     assert (pair.left.record.value["index"], pair.right.record.value["index"], pair.final) == (2, 3, True)
     assert p.held_since() is None
+    assert p.metrics().counters["joins_emitted"] == 2  # each result handed out, counted once
 
 
 def test_left_outer_emits_a_lonely_left_event_and_accept_refuses_what_may_be_final():

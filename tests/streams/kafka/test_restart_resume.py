@@ -317,7 +317,9 @@ async def test_status_counts_the_lag_from_the_records(tmp_path, kafka_broker, ka
     worker = orders.worker("w1")
     await orders.until_seen(set(range(600)))
     assert_clean(worker, worker.stop())
+    written_from = time.time()
     await orders.publish(400)  # no worker reads these: the lag
+    written_to = time.time()
     ends = await record_ends(kafka_broker, kafka_topic)
     committed = await orders.committed()
     listed = await _listed_ends(kafka_broker, kafka_topic)
@@ -330,6 +332,9 @@ async def test_status_counts_the_lag_from_the_records(tmp_path, kafka_broker, ka
     lags = {p: queues[p].checkpoint_lag for p in range(QUEUES)}
     assert lags == {p: ends[p] - committed[p] for p in range(QUEUES)}
     assert all(lag > 0 for lag in lags.values()), lags
+    # behind in time: since the oldest record not committed, one of the 400, was written (ms)
+    oldest = {q.queue: status.taken_at - q.lag_seconds for q in status.queues}
+    assert all(written_from - 0.001 <= t <= written_to + 0.001 for t in oldest.values()), (oldest, written_from)
 
     # and as the command shows it
     out = subprocess.run(

@@ -4,6 +4,7 @@ holding back and one when it stops."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import anyio
@@ -72,6 +73,7 @@ async def test_the_holder_is_in_the_metrics_the_status_and_the_log(caplog):
     assert holding == {"tolls": 0, "prices": 3}  # a, b at 1 and c with none, behind the tolls
     assert marks == {"tolls": T0 + 5, "prices": T0 + 1}  # the lowest of each input
     assert status.held_by == "prices (3 held, at 2023-11-14T22:13:21Z)"
+    assert status.input_watermarks == {"tolls": T0 + 5, "prices": T0 + 1}
     assert sorted(m.split(":")[0] for m in started) == ["tolls/a", "tolls/b", "tolls/c"]  # once each
     assert all("'prices'" in m for m in started)
     # now tolls are behind prices: the tolls hold back every key (and each prices episode ended once)
@@ -95,7 +97,10 @@ async def test_headrace_status_shows_the_input_holding_a_queue_back(tmp_path):
         assert provider.store is not None
         await StatusReporter(provider, provider.backend.status_board(), interval=60.0).report()
         shown = await anyio.to_thread.run_sync(lambda: headrace("status", "--path", "store", cwd=tmp_path))
+        read = await anyio.to_thread.run_sync(lambda: headrace("status", "--path", "store", "--json", cwd=tmp_path))
     assert shown.returncode == 0, shown.stderr
+    [queue] = json.loads(read.stdout)["queues"]
+    assert queue["agent"]["input_watermarks"] == {"tolls": T0 + 5, "prices": T0 + 1}  # each input's lowest
     assert "held back by" in shown.stdout
     assert "prices (2 held, at 2023-11-14T22:13:21Z)" in shown.stdout
 
