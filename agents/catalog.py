@@ -28,9 +28,10 @@ from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
 from agents.durable import DurableActivation
+from agents.handoff_writes import HandoffTarget
+from agents.hook_calls import HookLimits
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
-from agents.output import HandoffTarget, HookLimits
 from agents.timed import EventTimeObserver, declared_event_time
 from streams.adapters.protocols import StateLookup
 from streams.core.deadletters import QueueDeadLetters

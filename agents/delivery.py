@@ -2,7 +2,7 @@
 
 A slow consumer slows only its own cursor; the others keep their own pace. A batch whose
 delivery raises is delivered again with back-off (``delivery_retry_backoff``, doubling) while
-``max_event_delivery_time`` allows (``agents.output``); if no attempt succeeds the consumer
+``max_event_delivery_time`` allows (``agents.redelivery``); if no attempt succeeds the consumer
 is told through ``on_error``, the failure handler hears of it, the batch is dead-lettered with
 reason ``delivery_failed`` (``activation_failed`` when the consumer's constructor raised,
 :mod:`agents.activation`) and the traceback (so it stays findable), and delivery goes on,

@@ -40,8 +40,8 @@ from collections.abc import Awaitable, Callable
 from agents.activation import Activation, TimedActivation
 from agents.checkpoint import SavedUnit, lowest
 from agents.delivery import inline_on_next
+from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import InputView, QueueOrder
-from agents.output import HookCalls, HookLimits
 from agents.turns import Turns
 from streams.core.batch import EventBatch
 from streams.core.deadletters import DeadLetterStore

@@ -38,8 +38,8 @@ from agents.context import AgentContext
 from agents.counters import LatencyHistogram
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
+from agents.failure_letters import undecodable_letter
 from agents.gc_policy import POLICY as GC_POLICY
-from agents.output import undecodable_letter
 from agents.subscriptions import QueueSubscriptions
 from agents.ticking import QueueTicks
 from agents.timed import EventTimeObserver

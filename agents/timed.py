@@ -35,8 +35,9 @@ from functools import partial
 from agents.activation import TimedActivation
 from agents.checkpoint import lowest
 from agents.durable import fire_timers
+from agents.handoff_writes import HandoffTarget, HandoffWrites
+from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
-from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
 from agents.timed_unit import EventTimeUnit
 from agents.turns import Turns
 from streams.core.batch import EventBatch
@@ -131,7 +132,7 @@ class EventTimeObserver(EventTimeUnit):
             self._on_join = on_join[1]
         self._on_window: SharedHook | None = on_window[1]
         # Each window, step's events or watermark one unit of work for its hook: retried,
-        # timed, given up alone (agents.output). Made when a hook is called (see _hook_calls).
+        # timed, given up alone (agents.hook_calls). Made when a hook is called (see _hook_calls).
         self._limits = limits or HookLimits(type(target).__qualname__)
         self._hooks: HookCalls | None = None
         if on_events[1] is not None:

@@ -7,7 +7,7 @@ before anyone else hears of them), then to ``on_window``; a windowless handoff's
 the watermark has passed them, in timestamp order, through ``on_events``; an interval join's
 pairs; the event-time timers due, interleaved with the windows by due time; and last the
 watermark, to ``on_watermark``. Each hook call is one unit of work, retried, timed and given
-up alone (:class:`agents.output.HookCalls`).
+up alone (:class:`agents.hook_calls.HookCalls`).
 
 A plain ``on_window`` is called where the step emits (:meth:`EventTimeEmitter._windows_now`):
 no task, cancel scope or coroutine per window, which is most windows.
@@ -22,8 +22,9 @@ from typing import Any
 from agents.activation import TimedActivation
 from agents.checkpoint import SavedUnit
 from agents.durable import fire_timers, on_timer_of
+from agents.handoff_writes import HandoffWrites
+from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack
-from agents.output import HandoffWrites, HookCalls, HookLimits
 from agents.turns import Turns
 from streams.core.batch import Event
 from streams.core.deadletters import DeadLetterStore

@@ -46,7 +46,7 @@ from bench.timing import Report, best, per_call, timed  # noqa: E402
 PACKAGES = ("streams", "agents", "cache", "balancer", "spark_sink")
 MODULES = ("streams.core.ids", "streams.core.observer", "streams.eventtime", "agents.timed")
 # Where ``HandoffTarget`` has lived, newest first: the tree's first that has it is its "handoff".
-HANDOFF_HOMES = ("agents.output", "agents.handoff", "spark_sink.handoff")
+HANDOFF_HOMES = ("agents.handoff_writes", "agents.output", "agents.handoff", "spark_sink.handoff")
 
 Make = Callable[[Any, Any], object]  # (instance, stream id) -> the activation
 Shape = tuple[Callable[[Any], Any], Make]  # (make an instance from a stream id, make its activation)
