@@ -4,7 +4,7 @@ what the queue's store saved.
 
 A stream's consumer types each get one activation (one per key for a type fed by several
 namespaces, :mod:`agents.keyed`): the user's instance, delivered to through the one wrapper
-its shape needs, an :class:`~agents.timed.EventTimeObserver` for an event-time type (which
+its shape needs, an :class:`~agents.event_time_observer.EventTimeObserver` for an event-time type (which
 hands off to Spark when the type declares a handoff), else
 :func:`~streams.core.observer.as_observer`'s. Its ``on_activate`` and ``on_deactivate``
 hooks, if it has them, run in tasks of their own with the stream's log context.
@@ -28,11 +28,11 @@ from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
 from agents.durable import DurableActivation
+from agents.event_time_observer import EventTimeObserver, declared_event_time
 from agents.handoff_writes import HandoffTarget
 from agents.hook_calls import HookLimits
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
-from agents.timed import EventTimeObserver, declared_event_time
 from streams.adapters.protocols import StateLookup
 from streams.core.deadletters import QueueDeadLetters
 from streams.core.ids import QueueId, SequenceToken, StreamId

@@ -465,7 +465,7 @@ def inline_on_next(observer: Activation) -> Callable[[EventBatch], Awaitable[obj
     >>> call([1, 2]), seen
     (None, [1, 2])
     """
-    take_now = observer.take_now  # an event-time activation's own step (agents.timed)
+    take_now = observer.take_now  # an event-time activation's own step (agents.event_time_observer)
     if take_now is not None:
         return take_now
     fn = observer.user_on_next  # the function as_observer adapted

@@ -19,10 +19,10 @@ and, with a handoff, to Spark: what ``on_events`` returns, or the events themsel
 interval join (``EventTime(..., join=IntervalJoin(...))``) the pairs go to ``on_join`` and,
 with an ``EventHandoff``, to Spark, one row a pair (:meth:`EventTimeObserver._emit_joins`).
 
-Its steps take turns (:class:`agents.turns.Turns`): several subscriptions may deliver to it,
+Its steps take turns (:class:`agents.activation_turns.Turns`): several subscriptions may deliver to it,
 and its agent ticks it. This module delivers and steps; what a step's output becomes is
-``agents.timed_emit``'s, and what of the activation is saved with the checkpoint is
-``agents.timed_unit``'s.
+``agents.event_time_emitter``'s, and what of the activation is saved with the checkpoint is
+``agents.event_time_unit``'s.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 from agents.activation import TimedActivation
+from agents.activation_turns import Turns
 from agents.checkpoint import lowest
 from agents.durable import fire_timers
+from agents.event_time_unit import EventTimeUnit
 from agents.handoff_writes import HandoffTarget, HandoffWrites
 from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
-from agents.timed_unit import EventTimeUnit
-from agents.turns import Turns
 from streams.core.batch import EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
@@ -82,7 +82,7 @@ class EventTimeObserver(EventTimeUnit):
     # A batch it took is in its processor's windows: the runtime must not deliver it again
     # after a failure (it would be counted twice).
     redeliverable = False
-    user_on_next = None  # steps take turns (agents.timed): never called inline
+    user_on_next = None  # steps take turns (agents.event_time_observer): never called inline
 
     def __init__(
         self,

@@ -20,12 +20,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents.activation import TimedActivation
+from agents.activation_turns import Turns
 from agents.checkpoint import SavedUnit
 from agents.durable import fire_timers, on_timer_of
 from agents.handoff_writes import HandoffWrites
 from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack
-from agents.turns import Turns
 from streams.core.batch import Event
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
@@ -38,7 +38,7 @@ from streams.eventtime.results import EventOutcome, JoinResult, Output, WindowRe
 
 class EventTimeEmitter(SavedUnit):
     """What an event-time activation holds, and how its steps' output leaves it (see the
-    module). :class:`agents.timed.EventTimeObserver` is the activation."""
+    module). :class:`agents.event_time_observer.EventTimeObserver` is the activation."""
 
     # One per activation, so per stream id: slots keep a quiet one small ("__dict__" takes
     # what is set on one besides, as a test's wrapper around a method).
@@ -89,7 +89,7 @@ class EventTimeEmitter(SavedUnit):
     timers: TimerTable | None = None
     _on_timer: Callable[[Timer], Awaitable[None]] | None = None
 
-    # Set by the activation (agents.timed.EventTimeObserver.__init__), used here.
+    # Set by the activation (agents.event_time_observer.EventTimeObserver.__init__), used here.
     target: object
     stream_id: StreamId
     processor: Processor
