@@ -193,17 +193,11 @@ class EventTimeEmitter(SavedUnit):
         if self._merge is not None:
             await self._emit_merged(out)
         elif handoff is not None and self._release is not None:
-            for outcome in out.events:
-                if outcome.timestamp is not None:  # always, for an event that passed the policy
-                    self._release.add(outcome.timestamp, position_of(outcome), outcome, replay_position_of(outcome))
-            released = self._release.release(out.watermark)
-            if released:  # through on_events first, as with several inputs: what it returns goes
-                handed = await self._handed(released)
-                for event in handed:
-                    if (sid := _stream_of(event)) != self.stream_id:
-                        raise ValueError(f"on_events returned an event of {sid}, not of {self.stream_id}")
-                if handed:
-                    await handoff.events(handed, self._release.below())
+            await self._emit_released(out, handoff, self._release)
+        await self._emit_to_hooks(out)
+
+    async def _emit_to_hooks(self, out: Output) -> None:
+        """The step's windows and due timers, events and watermark to the consumer's own hooks."""
         timers = self.timers
         if timers is not None and due(timers, out.watermark):
             await self._emit_windows_and_timers(out.windows if self._on_window is not None else [], out.watermark)
@@ -214,6 +208,22 @@ class EventTimeEmitter(SavedUnit):
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
             await self._hook_calls().watermark(self._user_watermark, out.watermark)
+
+    async def _emit_released(self, out: Output, handoff: HandoffWrites, release: TimestampOrder[EventOutcome]) -> None:
+        """Hold the step's events for release in event-time order, and hand off what its
+        watermark releases: through on_events first, as with several inputs (what it returns goes)."""
+        for outcome in out.events:
+            if outcome.timestamp is not None:  # always, for an event that passed the policy
+                release.add(outcome.timestamp, position_of(outcome), outcome, replay_position_of(outcome))
+        released = release.release(out.watermark)
+        if not released:
+            return
+        handed = await self._handed(released)
+        for event in handed:
+            if (sid := _stream_of(event)) != self.stream_id:
+                raise ValueError(f"on_events returned an event of {sid}, not of {self.stream_id}")
+        if handed:
+            await handoff.events(handed, release.below())
 
     async def _emit_windows_and_timers(self, windows: list[WindowResult], watermark: float) -> None:
         """The step's windows and the event-time timers due at its watermark, in order of

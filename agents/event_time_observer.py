@@ -94,6 +94,48 @@ class EventTimeObserver(EventTimeUnit):
         limits: HookLimits | None = None,
     ) -> None:
         self.target = target
+        self._partition = name = str(stream_id)
+        self._route_output(spec, name, dead_letters, handoff)
+        self.stream_id = stream_id
+        self.processor = spec.processor(name)
+        if is_stateful(type(target)):
+            self._unit = self._durable = True
+            self.timers = timers_of(target)
+        if self._release is not None or self._merge is not None:
+            self._unit = True  # the events it holds for the watermark are saved with it
+        self._dead_letters = dead_letters
+        self._lock = Turns()  # an activation may have several subscriptions
+        self._bind_hooks(spec, limits)
+        self._last_watermark = self.processor.watermark
+        # What the processor held before a step that is still being emitted: the processor
+        # forgets a window as it closes it, but its events stay needed until the window is
+        # handed off (and on_window has returned), or a crash in between would lose them.
+        self._emitting: SequenceToken | None = None
+        # The hold of an emit that never finished (cancelled, or failed past its retries):
+        # kept until the activation ends, so a restart replays and rebuilds what it lost
+        # (_unfinished, None until then).
+        # Told after each step (its hold and next tick may have moved): the agent keeps
+        # them in heaps rather than asking every activation at every ack and tick.
+        self.on_change: Callable[[TimedActivation], None] | None = None
+        # Snapshots (agents.checkpoint): while on, open windows do not hold the checkpoint; the
+        # first event taken since the last saved snapshot does (and, while one is being
+        # written, the first one that snapshot covers). Held events of a handoff and merges
+        # of several inputs are not snapshotted: their windows hold it as before.
+        # Off unless the queue's store saves them (enable_snapshots).
+        self.snapshots = False
+        super().__init__()  # nothing saved yet
+        self._taken: SequenceToken | None = None  # the last event taken
+        # Restored: what the snapshot already has (_skip_to, None until then).
+        # The last event taken, and the hold before the step now emitting: the queue
+        # positions a failed window's letter names (agents.hook_calls).
+        self._through: SequenceToken | None = None
+        self._held_from: SequenceToken | None = None
+
+    def _route_output(
+        self, spec: EventTime, name: str, dead_letters: DeadLetterStore, handoff: HandoffTarget | None
+    ) -> None:
+        """Where the step's output goes: the handoff, and what waits for the watermark first
+        (a windowless consumer's events, several inputs' merge, an interval join's left input)."""
         if handoff is not None:
             self._handoff = HandoffWrites(handoff, dead_letters)
             if spec.window is None and not spec.inputs:
@@ -108,19 +150,12 @@ class EventTimeObserver(EventTimeUnit):
                 # An interval join: its left input, and the newest replay position of it seen
                 # (the handoff's marks: every pair is marked by its left event's position).
                 self._join_left = spec.inputs[0]
-        self._partition = name = str(stream_id)
-        if spec.inputs:
             self.holdback = HoldBack(name, late_arrival=spec.policy.late_arrival)
             self._open_inputs = set(spec.inputs)
-        self.stream_id = stream_id
-        self.processor = spec.processor(name)
-        if is_stateful(type(target)):
-            self._unit = self._durable = True
-            self.timers = timers_of(target)
-        if self._release is not None or self._merge is not None:
-            self._unit = True  # the events it holds for the watermark are saved with it
-        self._dead_letters = dead_letters
-        self._lock = Turns()  # an activation may have several subscriptions
+
+    def _bind_hooks(self, spec: EventTime, limits: HookLimits | None) -> None:
+        """The consumer's own hooks, bound to ``target`` (its type checked once)."""
+        target = self.target
         # Checked, and its hooks inspected, once per consumer type.
         type_hooks = spec.check_consumer(type(target))
         on_events, on_error, on_watermark, on_join = type_hooks.bind(
@@ -143,30 +178,6 @@ class EventTimeObserver(EventTimeUnit):
         self._user_completed: SharedHook = on_completed[1] or nothing
         if on_watermark[1] is not None:
             self._user_watermark = on_watermark[1]
-        self._last_watermark = self.processor.watermark
-        # What the processor held before a step that is still being emitted: the processor
-        # forgets a window as it closes it, but its events stay needed until the window is
-        # handed off (and on_window has returned), or a crash in between would lose them.
-        self._emitting: SequenceToken | None = None
-        # The hold of an emit that never finished (cancelled, or failed past its retries):
-        # kept until the activation ends, so a restart replays and rebuilds what it lost
-        # (_unfinished, None until then).
-        # Told after each step (its hold and next tick may have moved): the agent keeps
-        # them in heaps rather than asking every activation at every ack and tick.
-        self.on_change: Callable[[TimedActivation], None] | None = None
-        # Snapshots (agents.checkpoint): while on, open windows do not hold the checkpoint; the
-        # first event taken since the last saved snapshot does (and, while one is being
-        # written, the first one that snapshot covers). Held events of a handoff and merges
-        # of several inputs are not snapshotted: their windows hold it as before.
-        # Off unless the queue's store saves them (enable_snapshots).
-        self.snapshots = False
-        super().__init__()  # nothing saved yet
-        self._taken: SequenceToken | None = None  # the last event taken
-        # Restored: what the snapshot already has (_skip_to, None until then).
-        # The last event taken, and the hold before the step now emitting: the queue
-        # positions a failed window's letter names (agents.window_hook).
-        self._through: SequenceToken | None = None
-        self._held_from: SequenceToken | None = None
 
     def for_input(self, name: str, order: QueueOrder) -> InputView:
         """What the stream of input ``name`` delivers to (several inputs), its batches

@@ -179,36 +179,16 @@ class KafkaQueueReceiver(ReceiverDefaults):
                     max_records=1 if self._narrowing > 0 else max_count,
                 )
             except KafkaError as exc:
-                if isinstance(exc, UNREADABLE_BATCH) and not self._narrowing:
-                    # The records of the fetch before the unreadable batch were lost with
-                    # it: read them again one at a time (from the fetched buffer: cheap), up
-                    # to the batch's exact offset. A batch that reads the second time (a
-                    # checksum broken on the way) ends it after NARROW_RECORDS records.
-                    self._narrowing = NARROW_RECORDS
-                    for tp in tps:
-                        consumer.seek(tp, await consumer.position(tp))
-                    return []
-                if not is_transient(exc):
-                    raise await self._failed(exc) from exc
-                await self._back_off(reason_of(exc), since=began)
+                await self._fetch_failed(consumer, exc, since=began)
                 return []
             if batch:
-                self._answered()
-                if self._narrowing:
-                    self._narrowing -= 1
-                fetched: Fetched = batch
-                if self._prepare is not None:
-                    fetched = await prepared(self._prepare, consumer, batch)
-                messages = await self._take(fetched)
-                # A fetch brings what it brings: the high-water marks say whether more waits.
-                self.caught_up = await self._caught_up(consumer, unknown=False)
-                return messages
+                return await self._took(consumer, batch)
             since = answered_since(self._waiting_since)
             answered = [consumer.last_poll_timestamp(tp) for tp in tps]
             silent = time.monotonic() - self._waiting_since[0]
             if all(a is not None and a >= since for a in answered):
                 self._answered()
-                if await self._caught_up(consumer, unknown=True):
+                if await at_highwater(consumer, self._partitions, unknown=True):
                     self.caught_up = True
                     await self._check_topics(consumer)
                     return []  # caught up with what the partitions held at those answers
@@ -219,22 +199,39 @@ class KafkaQueueReceiver(ReceiverDefaults):
                 return []
         return []  # answers keep coming, records not yet: the agent asks again
 
+    async def _fetch_failed(self, consumer: AIOKafkaConsumer, exc: KafkaError, since: float) -> None:
+        """A fetch raised: narrow down to an unreadable batch, back off through an outage, or
+        fail the queue on what no retry mends."""
+        if isinstance(exc, UNREADABLE_BATCH) and not self._narrowing:
+            # The records of the fetch before the unreadable batch were lost with
+            # it: read them again one at a time (from the fetched buffer: cheap), up
+            # to the batch's exact offset. A batch that reads the second time (a
+            # checksum broken on the way) ends it after NARROW_RECORDS records.
+            self._narrowing = NARROW_RECORDS
+            for tp in self._partitions:
+                consumer.seek(tp, await consumer.position(tp))
+            return
+        if not is_transient(exc):
+            raise await self._failed(exc) from exc
+        await self._back_off(reason_of(exc), since=since)
+
+    async def _took(self, consumer: AIOKafkaConsumer, batch: Fetched) -> Sequence[QueueMessage]:
+        """The messages of a fetch that brought records."""
+        self._answered()
+        if self._narrowing:
+            self._narrowing -= 1
+        fetched = batch
+        if self._prepare is not None:
+            fetched = await prepared(self._prepare, consumer, batch)
+        messages = await self._take(fetched)
+        # A fetch brings what it brings: the high-water marks say whether more waits.
+        self.caught_up = await at_highwater(consumer, self._partitions, unknown=False)
+        return messages
+
     async def _take(self, fetched: Fetched) -> Sequence[QueueMessage]:
         """The queue messages of the records of one read (the re-keying hop sends some on
         first: :class:`~streams.backends.kafka.state.KafkaRecordReceiver`)."""
         return self._reader.messages(fetched)
-
-    async def _caught_up(self, consumer: AIOKafkaConsumer, *, unknown: bool) -> bool:
-        """Whether the read position is at every partition's high-water mark as the last
-        fetch answers gave it (``unknown``: what a partition with no answer yet counts as)."""
-        for tp in self._partitions:
-            highwater = fetched_end(consumer, tp)
-            if highwater is None:
-                if not unknown:
-                    return False
-            elif await consumer.position(tp) < highwater:
-                return False
-        return True
 
     async def _check_topics(self, consumer: AIOKafkaConsumer) -> None:
         """Raise :class:`QueueFailedError` if a topic of this queue has been deleted (asked at
@@ -429,6 +426,19 @@ class KafkaQueueReceiver(ReceiverDefaults):
             return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
         except KafkaError as exc:  # retry_kafka lets through only what retrying cannot fix
             raise await self._failed(exc, f"{what} failed for") from exc
+
+
+async def at_highwater(consumer: AIOKafkaConsumer, partitions: Sequence[TopicPartition], *, unknown: bool) -> bool:
+    """Whether the read position is at every partition's high-water mark as the last fetch
+    answers gave it (``unknown``: what a partition with no answer yet counts as)."""
+    for tp in partitions:
+        highwater = fetched_end(consumer, tp)
+        if highwater is None:
+            if not unknown:
+                return False
+        elif await consumer.position(tp) < highwater:
+            return False
+    return True
 
 
 def answered_since(waiting_since: tuple[float, float]) -> float:
