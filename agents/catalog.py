@@ -537,7 +537,6 @@ class Catalog:
                 self._spawn(call_hook, instance, "on_deactivate", state.log_fields)
         return gone
 
-
     def _end(self, cls: type, timed: TimedActivation, state: StreamState, *, stopping: bool) -> None:
         """One event-time activation of a closed stream ends: parked with its state if its
         windows stay open (and the agent is not ``stopping``), else its saved state retired."""

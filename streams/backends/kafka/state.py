@@ -248,7 +248,7 @@ def _states_of(queue: QueueId, newest: Mapping[bytes, bytes | None]) -> SavedSta
 
 class KafkaStateReceiver(KafkaQueueReceiver):
     """A Kafka receiver that saves its activations' event-time state in the changelog, before
-    each offset commit (a :class:`~streams.backends.embedded.queues.StatefulReceiver`).
+    each offset commit (a :class:`~streams.adapters.protocols.StatefulReceiver`).
 
     Example (``adapter.create_receiver`` makes it for a topic of headrace's records)::
 
