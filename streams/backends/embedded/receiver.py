@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from functools import partial
 
-from streams.adapters.protocols import ReceiverDefaults, StateKey, StateSource
+from streams.adapters.protocols import CheckpointedState, ReceiverDefaults, StateKey
 from streams.adapters.retention import RetentionPolicy
 from streams.backends.embedded.checkpointer import EmbeddedCheckpointer
 from streams.backends.embedded.queue_tables import LeaseFence, retain, select_records
@@ -18,7 +18,7 @@ from streams.core.clock import wall_time
 from streams.core.ids import QueueId, SequenceToken
 
 
-class EmbeddedQueueReceiver(ReceiverDefaults):
+class EmbeddedQueueReceiver(CheckpointedState, ReceiverDefaults):
     """Reads one embedded queue for the pulling agent that owns it.
 
     Its :class:`~streams.backends.embedded.checkpointer.EmbeddedCheckpointer` persists the
@@ -46,7 +46,7 @@ class EmbeddedQueueReceiver(ReceiverDefaults):
         self.queue = queue
         self._store = store
         self._fence = fence
-        self.checkpointer = EmbeddedCheckpointer(
+        self.checkpointer: EmbeddedCheckpointer = EmbeddedCheckpointer(
             store,
             queue,
             persist_interval=checkpoint_persist_interval,
@@ -70,22 +70,9 @@ class EmbeddedQueueReceiver(ReceiverDefaults):
         """A checkpoint was refused: the queue has a newer owner, and this receiver reads no more."""
         return self.checkpointer.fenced_out
 
-    @property
-    def state_source(self) -> StateSource | None:
-        """The event-time state saved with each checkpoint (set by the pulling agent)."""
-        return self.checkpointer.state_source
-
-    @state_source.setter
-    def state_source(self, source: StateSource | None) -> None:
-        self.checkpointer.state_source = source
-
     async def initialize(self) -> None:
         """Resume after the persisted checkpoint (from the oldest record when there is none)."""
         self._position = await self.checkpointer.resume()
-
-    async def load_states(self) -> dict[StateKey, tuple[SequenceToken, bytes]]:
-        """The activation states saved with this queue's checkpoint (:meth:`EmbeddedCheckpointer.load_states`)."""
-        return await self.checkpointer.load_states()
 
     def saved_state(self, key: StateKey) -> tuple[SequenceToken, bytes] | None:
         """One activation's saved state, read now (:meth:`EmbeddedCheckpointer.saved_state`)."""

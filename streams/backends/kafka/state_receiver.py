@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Self
 
-from streams.adapters.protocols import ReceiverDefaults, StateSource
-from streams.backends.kafka.changelog import KafkaChangelog, KafkaCheckpointer, SavedStates
+from streams.adapters.protocols import CheckpointedState, ReceiverDefaults
+from streams.backends.kafka.changelog import KafkaChangelog, KafkaCheckpointer
 from streams.backends.kafka.receiver import KafkaQueueReceiver
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.batch import QueueMessage
@@ -18,7 +18,7 @@ from streams.core.ids import QueueId, SequenceToken
 from streams.core.retry import OutageLog
 
 
-class KafkaStateReceiver(ReceiverDefaults):
+class KafkaStateReceiver(CheckpointedState, ReceiverDefaults):
     """Reads one queue (``reads``) and saves its activations' event-time state in the changelog
     (``checkpointer``) before each offset commit (a
     :class:`~streams.adapters.protocols.StatefulReceiver`).
@@ -33,7 +33,7 @@ class KafkaStateReceiver(ReceiverDefaults):
 
     def __init__(self, reads: KafkaQueueReceiver, checkpointer: KafkaCheckpointer) -> None:
         self.reads = reads
-        self.checkpointer = checkpointer
+        self.checkpointer: KafkaCheckpointer = checkpointer
         reads.saved = checkpointer  # its commits wait for the states they rely on
         self.queue = reads.queue
         self.gathers_containers = reads.gathers_containers
@@ -60,21 +60,8 @@ class KafkaStateReceiver(ReceiverDefaults):
         """The offset last committed (the next record to read after a restart)."""
         return self.reads.committed_offset
 
-    @property
-    def state_source(self) -> StateSource | None:
-        """The activations' states, written at each commit (set by the pulling agent)."""
-        return self.checkpointer.state_source
-
-    @state_source.setter
-    def state_source(self, source: StateSource | None) -> None:
-        self.checkpointer.state_source = source
-
     async def initialize(self) -> None:
         await self.reads.initialize()
-
-    async def load_states(self) -> SavedStates:
-        """The states saved for this queue, by whichever worker read it before."""
-        return await self.checkpointer.load_states()
 
     async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
         return await self.reads.get_queue_messages(max_count)
