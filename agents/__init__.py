@@ -5,7 +5,7 @@ delivering to each subscription through its cursor (Orleans' persistent stream p
 - :class:`PullingAgent` (``agents.pulling_agent``): one queue's read loop and checkpoint;
 - :class:`StreamConsumer` (``agents.delivery``): delivery to one subscription;
 - :class:`Activation`, :class:`TimedActivation` (``agents.activation``): what is delivered to;
-- :class:`EventTimeObserver` (``agents.timed``): an event-time consumer's activation;
+- :class:`EventTimeObserver` (``agents.event_time_observer``): an event-time consumer's activation;
 - :class:`AgentContext` (``agents.context``): what an agent needs from its provider.
 
 Names load on first use, so importing one module of the package loads only what it needs.
@@ -23,7 +23,7 @@ _WHERE = {
     "Activation": "agents.activation",
     "AgentContext": "agents.context",
     "AgentManager": "agents.manager",
-    "EventTimeObserver": "agents.timed",
+    "EventTimeObserver": "agents.event_time_observer",
     "PullingAgent": "agents.pulling_agent",
     "StreamConsumer": "agents.delivery",
     "TimedActivation": "agents.activation",

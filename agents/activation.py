@@ -6,7 +6,7 @@ What the agents deliver to: the boundary between a queue's pulling agent and the
 :class:`Activation` is what a subscription's :class:`~agents.delivery.StreamConsumer`
 delivers to: an activation of a consumer type, or an in-process observer
 (:func:`streams.core.observer.as_observer` adapts either shape a user writes). An event-time
-activation (:class:`agents.timed.EventTimeObserver`) is also a :class:`TimedActivation`:
+activation (:class:`agents.event_time_observer.EventTimeObserver`) is also a :class:`TimedActivation`:
 the agent ticks it while its stream is silent, its open windows hold the queue's
 checkpoint, and its state may be saved with that checkpoint (:mod:`agents.checkpoint`).
 
@@ -90,7 +90,7 @@ class Activation(Protocol):
     def take_now(self) -> Callable[[EventBatch], Awaitable[None] | None] | None:
         """The activation's own way to take a batch where the data arrives: it runs what it
         can there and returns what is left for its task to await (an event-time activation's
-        step, :mod:`agents.timed`); None for one that has none."""
+        step, :mod:`agents.event_time_observer`); None for one that has none."""
         ...
 
     def on_next(self, batch: EventBatch) -> Awaitable[None]: ...

@@ -4,7 +4,7 @@ what the queue's store saved.
 
 A stream's consumer types each get one activation (one per key for a type fed by several
 namespaces, :mod:`agents.keyed`): the user's instance, delivered to through the one wrapper
-its shape needs, an :class:`~agents.timed.EventTimeObserver` for an event-time type (which
+its shape needs, an :class:`~agents.event_time_observer.EventTimeObserver` for an event-time type (which
 hands off to Spark when the type declares a handoff), else
 :func:`~streams.core.observer.as_observer`'s. Its ``on_activate`` and ``on_deactivate``
 hooks, if it has them, run in tasks of their own with the stream's log context.
@@ -29,10 +29,11 @@ from agents.counters import FateCounts
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
 from agents.durable import DurableActivation
+from agents.event_time_observer import EventTimeObserver, declared_event_time
+from agents.handoff_writes import HandoffTarget
+from agents.hook_calls import HookLimits
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
-from agents.output import HandoffTarget, HookLimits
-from agents.timed import EventTimeObserver, declared_event_time
 from streams.adapters.protocols import StateLookup
 from streams.core.deadletters import QueueDeadLetters
 from streams.core.ids import QueueId, SequenceToken, StreamId
@@ -571,30 +572,35 @@ class Catalog:
             else:
                 ended.append(observer.target)
             if timed is not None:
-                timed.on_change = None
-                parked = None
-                if self.states is not None and not stopping:
-                    if timed.has_state() and timed.can_park():
-                        # Its windows stay open: the stored row stays, and its state waits
-                        # here, compact, for the stream's next data (restored in _make);
-                        # a durable one with a store to look it up in waits only there.
-                        parked = self._state_key(timed)
-                        if self._lookup is None or not _durable(timed):
-                            self._saved[parked] = timed.park()
-                            ttl = state_ttl(cls)
-                            if ttl is not None:
-                                self._expiring[parked] = (state.last_activity, ttl)
-                        if isinstance(timed, DurableActivation):  # parked with a timer: woken for it
-                            self._sleeping.set(parked, timed.next_tick())
-                    else:
-                        self.states.retire(timed)
-                if isinstance(timed, EventTimeObserver):
-                    self.fates.ended(self._state_key(timed)[0], timed.processor.counters, parked)
+                self._end(cls, timed, state, stopping=stopping)
                 gone.append(timed)
         for instance in ended:
             if hasattr(instance, "on_deactivate"):
                 self._spawn(call_hook, instance, "on_deactivate", state.log_fields)
         return gone
+
+    def _end(self, cls: type, timed: TimedActivation, state: StreamState, *, stopping: bool) -> None:
+        """One event-time activation of a closed stream ends: parked with its state if its
+        windows stay open (and the agent is not ``stopping``), else its saved state retired."""
+        timed.on_change = None
+        parked = None
+        if self.states is not None and not stopping:
+            if timed.has_state() and timed.can_park():
+                # Its windows stay open: the stored row stays, and its state waits
+                # here, compact, for the stream's next data (restored in _make);
+                # a durable one with a store to look it up in waits only there.
+                parked = self._state_key(timed)
+                if self._lookup is None or not _durable(timed):
+                    self._saved[parked] = timed.park()
+                    ttl = state_ttl(cls)
+                    if ttl is not None:
+                        self._expiring[parked] = (state.last_activity, ttl)
+                if isinstance(timed, DurableActivation):  # parked with a timer: woken for it
+                    self._sleeping.set(parked, timed.next_tick())
+            else:
+                self.states.retire(timed)
+        if isinstance(timed, EventTimeObserver):
+            self.fates.ended(self._state_key(timed)[0], timed.processor.counters, parked)
 
 
 def _durable(activation: TimedActivation) -> bool:

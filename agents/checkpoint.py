@@ -151,7 +151,7 @@ def lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | 
 
 class SavedUnit:
     """What an activation whose state is saved with the checkpoint keeps of it (an
-    ``agents.timed.EventTimeObserver``, an ``agents.durable.DurableActivation``): the first
+    ``agents.event_time_observer.EventTimeObserver``, an ``agents.durable.DurableActivation``): the first
     event taken since its last save, and while a save is being written, the first one that
     save covers; both hold the checkpoint until the save is written."""
 

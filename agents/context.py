@@ -26,5 +26,5 @@ class AgentContext:
     worker_name: str | None = None  # named in the log context of every delivery
     clock: Clock = WALL_CLOCK  # the processing clock: ticks, watermark punctuation, completion
     # Per consumer type, the kinds of refusal its agents have warned of in this run (one
-    # line per kind and type across the worker's queues: agents.output.HookLimits.warned).
+    # line per kind and type across the worker's queues: agents.hook_calls.HookLimits.warned).
     warned: dict[str, set[str]] = field(default_factory=dict)

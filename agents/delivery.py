@@ -2,7 +2,7 @@
 
 A slow consumer slows only its own cursor; the others keep their own pace. A batch whose
 delivery raises is delivered again with back-off (``delivery_retry_backoff``, doubling) while
-``max_event_delivery_time`` allows (``agents.output``); if no attempt succeeds the consumer
+``max_event_delivery_time`` allows (``agents.redelivery``); if no attempt succeeds the consumer
 is told through ``on_error``, the failure handler hears of it, the batch is dead-lettered with
 reason ``delivery_failed`` (``activation_failed`` when the consumer's constructor raised,
 :mod:`agents.activation`) and the traceback (so it stays findable), and delivery goes on,
@@ -465,7 +465,7 @@ def inline_on_next(observer: Activation) -> Callable[[EventBatch], Awaitable[obj
     >>> call([1, 2]), seen
     (None, [1, 2])
     """
-    take_now = observer.take_now  # an event-time activation's own step (agents.timed)
+    take_now = observer.take_now  # an event-time activation's own step (agents.event_time_observer)
     if take_now is not None:
         return take_now
     fn = observer.user_on_next  # the function as_observer adapted

@@ -2,7 +2,7 @@
 
 A batch whose ``on_next`` raised is delivered again with back-off
 (``delivery_retry_backoff``, doubling) while the delivery's ``max_event_delivery_time``
-allows (``agents.output.redeliver``). If no attempt succeeds, or the failure is one no
+allows (``agents.redelivery.redeliver``). If no attempt succeeds, or the failure is one no
 retry can mend (values that cannot be decoded, a timeout), the batch is dead-lettered with
 the traceback, so it stays findable, before anyone else is told; then the consumer's own
 ``on_error`` (within a limit of its own) and the provider's failure handler hear of it;
@@ -24,7 +24,8 @@ import anyio
 
 from agents.activation import Activation
 from agents.context import AgentContext
-from agents.output import failed_letters, redeliver, undecodable_letter
+from agents.failure_letters import failed_letters, undecodable_letter
+from agents.redelivery import redeliver
 from cache.protocols import CachedBatch
 from streams.core.batch import Event, EventBatch
 from streams.core.errors import DecodeError, user_error

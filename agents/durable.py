@@ -38,11 +38,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from agents.activation import Activation, TimedActivation
+from agents.activation_turns import Turns
 from agents.checkpoint import SavedUnit, lowest
 from agents.delivery import inline_on_next
+from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import InputView, QueueOrder
-from agents.output import HookCalls, HookLimits
-from agents.turns import Turns
 from streams.core.batch import EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId

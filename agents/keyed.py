@@ -19,8 +19,8 @@ import anyio
 
 from agents.activation import Activation
 from agents.durable import DurableActivation
+from agents.event_time_observer import EventTimeObserver
 from agents.merged_inputs import QueueOrder, ordered
-from agents.timed import EventTimeObserver
 from streams.core.batch import BatchContainer, BatchKind, EventBatch, QueueMessage
 from streams.core.ids import StreamId
 from streams.core.observer import as_observer

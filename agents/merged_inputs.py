@@ -196,7 +196,7 @@ class HoldBack:
 
 
 class InputsActivation(Protocol):
-    """What an input's view passes on to (an ``agents.timed.EventTimeObserver``, or an
+    """What an input's view passes on to (an ``agents.event_time_observer.EventTimeObserver``, or an
     ``agents.durable.DurableActivation`` of a plain type fed by several namespaces)."""
 
     target: object

@@ -38,11 +38,11 @@ from agents.context import AgentContext
 from agents.counters import LatencyHistogram
 from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
+from agents.event_time_observer import EventTimeObserver
+from agents.failure_letters import undecodable_letter
 from agents.gc_policy import POLICY as GC_POLICY
-from agents.output import undecodable_letter
 from agents.subscriptions import QueueSubscriptions
 from agents.ticking import QueueTicks
-from agents.timed import EventTimeObserver
 from cache.protocols import QueueCache
 from streams.adapters.protocols import ForwardingReceiver, QueueAdapterReceiver, StatefulReceiver, StateLookup
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage

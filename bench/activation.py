@@ -44,9 +44,11 @@ from bench import timing  # noqa: E402
 from bench.timing import Report, best, per_call, timed  # noqa: E402
 
 PACKAGES = ("streams", "agents", "cache", "balancer", "spark_sink")
-MODULES = ("streams.core.ids", "streams.core.observer", "streams.eventtime", "agents.timed")
+MODULES = ("streams.core.ids", "streams.core.observer", "streams.eventtime")
+# Where ``EventTimeObserver`` has lived, newest first: the tree's first that has it is its "observers".
+OBSERVER_HOMES = ("agents.event_time_observer", "agents.timed")
 # Where ``HandoffTarget`` has lived, newest first: the tree's first that has it is its "handoff".
-HANDOFF_HOMES = ("agents.output", "agents.handoff", "spark_sink.handoff")
+HANDOFF_HOMES = ("agents.handoff_writes", "agents.output", "agents.handoff", "spark_sink.handoff")
 
 Make = Callable[[Any, Any], object]  # (instance, stream id) -> the activation
 Shape = tuple[Callable[[Any], Any], Make]  # (make an instance from a stream id, make its activation)
@@ -65,20 +67,26 @@ def load_tree(root: Path) -> dict[str, ModuleType]:
     sys.path.insert(0, str(root))
     try:
         tree = {name: importlib.import_module(name) for name in MODULES}
-        for name in HANDOFF_HOMES:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                continue
-            if hasattr(module, "HandoffTarget"):
-                tree["handoff"] = module
-                break
+        tree["handoff"] = _first_home(HANDOFF_HOMES, "HandoffTarget")
+        tree["observers"] = _first_home(OBSERVER_HOMES, "EventTimeObserver")
         return tree
     finally:
         sys.path.remove(str(root))
         for k in [k for k in sys.modules if _ours(k)]:
             del sys.modules[k]
         sys.modules.update(saved)
+
+
+def _first_home(homes: tuple[str, ...], name: str) -> ModuleType:
+    """The first of ``homes`` (module names, newest first) the tree has that defines ``name``."""
+    for home in homes:
+        try:
+            module = importlib.import_module(home)
+        except ImportError:
+            continue
+        if hasattr(module, name):
+            return module
+    raise ImportError(f"no module of {homes} defines {name}")
 
 
 def export_tree(rev: str, into: Path) -> Path:
@@ -107,7 +115,7 @@ class _Letters:
 
 def shapes(m: dict[str, ModuleType]) -> dict[str, Shape]:
     """Each shape's consumer type, written against the tree of modules ``m``."""
-    et, observers, handoff = m["streams.eventtime"], m["agents.timed"], m["handoff"]
+    et, observers, handoff = m["streams.eventtime"], m["observers"], m["handoff"]
     as_observer = m["streams.core.observer"].as_observer
     letters, sink = _Letters(), _Sink()
 

@@ -11,7 +11,7 @@ leaves (timed by bench/timing.py's ``Clock``, which the consumer's timestamp fun
 stamps); the table shows how far behind the end its committed offset stayed, what the
 changelog holds, and how many events a second worker read again at its start.
 
-- ``changelog``: the default: states saved before each offset commit (streams/backends/kafka/state.py);
+- ``changelog``: the default: states saved before each offset commit (streams/backends/kafka/changelog.py);
 - ``holding``: the same worker with plain receivers: open windows hold the offset.
 
     python bench/kafka_state.py [--records 20000] [--events 50] [--streams 200] [--queues 2]
@@ -40,8 +40,8 @@ from bench.timing import Clock, Report, cpu_figure, figure
 from streams import StreamProvider
 from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueAdapter, KafkaQueueReceiver
 from streams.backends.kafka.backend import KafkaBackend
+from streams.backends.kafka.changelog import changelog_topic
 from streams.backends.kafka.settings import KafkaSettings
-from streams.backends.kafka.state import changelog_topic
 from streams.core.batch import BatchKind
 from streams.core.codec import encode_batch
 from streams.core.ids import QueueId, StreamId

@@ -237,3 +237,32 @@ class StatefulReceiver(Protocol):
     state_source: StateSource | None
 
     async def load_states(self) -> dict[StateKey, tuple[SequenceToken, bytes]]: ...
+
+
+class QueueCheckpointer(Protocol):
+    """What persists a queue's checkpoint with the activation states it relies on (Orleans'
+    ``IStreamQueueCheckpointer``): the embedded store's, the Kafka changelog's."""
+
+    state_source: StateSource | None
+
+    async def load_states(self) -> dict[StateKey, tuple[SequenceToken, bytes]]: ...
+
+
+class CheckpointedState:
+    """A :class:`StatefulReceiver`'s face for a receiver that holds its ``checkpointer``: the
+    states to save and those saved are the checkpointer's."""
+
+    checkpointer: QueueCheckpointer
+
+    @property
+    def state_source(self) -> StateSource | None:
+        """The activations' states, saved with each checkpoint (set by the pulling agent)."""
+        return self.checkpointer.state_source
+
+    @state_source.setter
+    def state_source(self, source: StateSource | None) -> None:
+        self.checkpointer.state_source = source
+
+    async def load_states(self) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+        """The states saved with this queue's checkpoint, by whichever worker read it before."""
+        return await self.checkpointer.load_states()

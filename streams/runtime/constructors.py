@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from streams.adapters.retention import RetentionPolicy
 from streams.backends.embedded.backend import EmbeddedBackend, LocalStore
-from streams.backends.embedded.queues import DEFAULT_QUEUES, stored_queue_count
+from streams.backends.embedded.queue_tables import DEFAULT_QUEUES, stored_queue_count
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
 from streams.backends.kafka.backend import KafkaBackend
 from streams.backends.kafka.connection import KafkaConnection

@@ -6,8 +6,9 @@ inside the write transaction, so producers in several processes never collide or
 A record stays after it is read: receivers read forward from a position, and any retained
 sequence number can be read again (rewind). The owner of a queue checkpoints the last record
 every consumer has finished with, resumes after it when restarted, and applies the retention
-policy. The tables and their SQL are in :mod:`~streams.backends.embedded.queues`, the receiver
-in :mod:`~streams.backends.embedded.queues`; the balancer that fences it is built by
+policy. The tables and their SQL are in :mod:`~streams.backends.embedded.queue_tables`, the
+receiver in :mod:`~streams.backends.embedded.receiver` and its checkpointer in
+:mod:`~streams.backends.embedded.checkpointer`; the balancer that fences it is built by
 :mod:`streams.runtime.backends`.
 
 >>> import anyio, tempfile
@@ -44,18 +45,18 @@ from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.backends.embedded.deadletters import EmbeddedDeadLetterStore
 from streams.backends.embedded.group_commit import GroupCommitter
 from streams.backends.embedded.pubsub import EmbeddedPubSubStore
-from streams.backends.embedded.queues import (
+from streams.backends.embedded.queue_tables import (
     DEFAULT_QUEUES,
     NO_LEASE,
     QUEUE_SCHEMA,
     STATE_SCHEMA,
-    EmbeddedQueueReceiver,
     LeaseFence,
     QueuePositions,
     queue_positions,
     retain,
     stored_queue_count,
 )
+from streams.backends.embedded.receiver import EmbeddedQueueReceiver
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
 from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError

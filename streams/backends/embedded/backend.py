@@ -22,7 +22,7 @@ from streams.backends.embedded.balancer import SqliteLeaseProvider, SqliteMember
 from streams.backends.embedded.deadletters import EmbeddedDeadLetterStore
 from streams.backends.embedded.mark_retention import MarkRetention
 from streams.backends.embedded.pubsub import EmbeddedPubSubStore
-from streams.backends.embedded.queues import every_state, replay_horizon
+from streams.backends.embedded.queue_tables import every_state, replay_horizon
 from streams.backends.embedded.retained import StoreRecords
 from streams.backends.embedded.status import EmbeddedStatusBoard, read_status
 from streams.backends.embedded.store import EmbeddedStore, Synchronous

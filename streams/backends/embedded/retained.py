@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from streams.backends.embedded.queues import recorded_queue_count
+from streams.backends.embedded.queue_tables import recorded_queue_count
 from streams.backends.embedded.store import EmbeddedStore
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.errors import DecodeError

@@ -31,7 +31,7 @@ from streams.adapters.status import (
     WorkerStatus,
     consumer_type_fates,
 )
-from streams.backends.embedded.queues import queue_positions, recorded_queue_count
+from streams.backends.embedded.queue_tables import queue_positions, recorded_queue_count
 from streams.backends.embedded.store import EmbeddedStore, Migration
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.clock import wall_time

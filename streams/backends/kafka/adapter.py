@@ -49,6 +49,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
 from streams.adapters.protocols import ContainerQueueAdapter, Times
+from streams.backends.kafka.changelog import KafkaChangelog
 from streams.backends.kafka.clients import (
     Producers,
     ensure_queue_topics,
@@ -58,9 +59,10 @@ from streams.backends.kafka.clients import (
     retry_kafka,
 )
 from streams.backends.kafka.receiver import KafkaQueueReceiver
+from streams.backends.kafka.record_receiver import KafkaRecordReceiver
 from streams.backends.kafka.registry import RegistryFormat, SchemaRegistryError
 from streams.backends.kafka.settings import KafkaSettings
-from streams.backends.kafka.state import KafkaChangelog, KafkaRecordReceiver, KafkaStateReceiver
+from streams.backends.kafka.state_receiver import KafkaStateReceiver
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.clock import wall_time
 from streams.core.codec import encode_batches
@@ -278,10 +280,10 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
         """How the provider's publisher writes events here (see streams.runtime.publisher)."""
         return _KafkaEventWriter(self, max_event_size)
 
-    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> KafkaQueueReceiver:
+    def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> KafkaStateReceiver:
         if self.settings.record_format is not None:
-            return KafkaRecordReceiver(self.settings, queue, self.outage, self.changelog, max_record_size)
-        return KafkaStateReceiver(self.settings, queue, self.outage, self.changelog)
+            return KafkaRecordReceiver.of(self.settings, queue, self.outage, self.changelog, max_record_size)
+        return KafkaStateReceiver.of(self.settings, queue, self.outage, self.changelog)
 
     def close_with(self, companion: Closeable) -> None:
         """Close ``companion`` (a client of another topic of the cluster) with this adapter."""

@@ -11,12 +11,12 @@ from streams.adapters.protocols import QueueMapper, SavedStateRow
 from streams.adapters.status import ClusterStatus
 from streams.backends.kafka.adapter import KafkaAdapterFactory
 from streams.backends.kafka.balancer import KafkaGroupBalancer, group_balancer
+from streams.backends.kafka.changelog import KafkaChangelog
 from streams.backends.kafka.clients import check_reachable, kafka_outage_log
 from streams.backends.kafka.deadletters import KafkaDeadLetterStore
 from streams.backends.kafka.pubsub import KafkaPubSubStore
 from streams.backends.kafka.retained import KafkaRecords
 from streams.backends.kafka.settings import KafkaSettings
-from streams.backends.kafka.state import KafkaChangelog
 from streams.backends.kafka.status import KafkaStatusBoard, read_kafka_status
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import QueueId

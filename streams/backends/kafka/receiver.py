@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -26,6 +26,24 @@ from streams.core.records import RecordAwareFormat
 from streams.core.retry import OutageLog, PacedRetry, reason_of
 
 T = TypeVar("T")
+
+
+class SavedBeforeCommit(Protocol):
+    """What an offset commit relies on and writes first: the saved event-time state
+    (:class:`~streams.backends.kafka.changelog.KafkaCheckpointer`)."""
+
+    def pending(self) -> bool: ...
+    async def save(self) -> bool: ...  # False: not written, and the offsets wait
+
+
+class Intake(Protocol):
+    """How a fetch's records become messages when some go elsewhere first (the re-keying hop,
+    :class:`~streams.backends.kafka.record_receiver.RekeyingHop`)."""
+
+    async def take(self, fetched: Fetched) -> Sequence[QueueMessage]: ...
+    def held(self, offsets: Mapping[TopicPartition, int]) -> Mapping[TopicPartition, int]: ...
+
+
 # A record batch that cannot be unpacked: what came before it in the same fetch is lost too.
 UNREADABLE_BATCH = (UnsupportedCodecError, CorruptRecordException)
 NARROW_RECORDS = 10_000  # at most this many read one at a time before such a batch
@@ -64,7 +82,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
         self.gathers_containers = fmt is None  # records of headrace's own format
         # A format that looks things up before it decodes (a schema registry's), once a read.
         self._prepare = fmt.prepare if isinstance(fmt, RecordAwareFormat) else None
-        self._reader: RecordReader = (
+        self.reader: RecordReader = (
             ContainerRecords(queue, self._partition)
             if fmt is None
             else GroupedRecords(
@@ -87,11 +105,13 @@ class KafkaQueueReceiver(ReceiverDefaults):
         # When an empty read began waiting: monotonic seconds, and the wall clock then (ms,
         # aiokafka stamps its fetch answers with the wall clock).
         self._waiting_since: tuple[float, float] | None = None
-        self._retries = PacedRetry(outage)  # reads that fail are retried by the agent's next call
+        self.retries = PacedRetry(outage)  # reads that fail are retried by the agent's next call
         self._diagnosed = False  # this outage's cause asked after (refusals.diagnose)
         self.caught_up = False
         self._topics_checked = time.monotonic()  # when a deleted topic was last looked for
         self._narrowing = 0  # records still to read one at a time (up to an unreadable batch)
+        self.saved: SavedBeforeCommit | None = None  # written before each commit
+        self.intake: Intake | None = None  # takes each fetch instead of the reader alone
 
     @property
     def committed_offset(self) -> int | None:
@@ -105,7 +125,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
         self._consumer = consumer
         self._taker = BatchTaker(consumer)
         positions = {tp: await self._start_position(consumer, tp) for tp in self._partitions}
-        self._reader.start(positions)
+        self.reader.start(positions)
 
     async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
         """Seek ``tp`` to where reading resumes, and note its committed offset."""
@@ -163,7 +183,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
         self.caught_up = False  # until a read shows it (an outage, a failure: not known)
         if max_count <= 0:
             return []
-        consumer = self._require_consumer()
+        consumer = self.require_consumer()
         taker = self._taker
         assert taker is not None  # made with the consumer
         await self._commit_if_due()
@@ -179,36 +199,16 @@ class KafkaQueueReceiver(ReceiverDefaults):
                     max_records=1 if self._narrowing > 0 else max_count,
                 )
             except KafkaError as exc:
-                if isinstance(exc, UNREADABLE_BATCH) and not self._narrowing:
-                    # The records of the fetch before the unreadable batch were lost with
-                    # it: read them again one at a time (from the fetched buffer: cheap), up
-                    # to the batch's exact offset. A batch that reads the second time (a
-                    # checksum broken on the way) ends it after NARROW_RECORDS records.
-                    self._narrowing = NARROW_RECORDS
-                    for tp in tps:
-                        consumer.seek(tp, await consumer.position(tp))
-                    return []
-                if not is_transient(exc):
-                    raise await self._failed(exc) from exc
-                await self._back_off(reason_of(exc), since=began)
+                await self._fetch_failed(consumer, exc, since=began)
                 return []
             if batch:
-                self._answered()
-                if self._narrowing:
-                    self._narrowing -= 1
-                fetched: Fetched = batch
-                if self._prepare is not None:
-                    fetched = await prepared(self._prepare, consumer, batch)
-                messages = await self._take(fetched)
-                # A fetch brings what it brings: the high-water marks say whether more waits.
-                self.caught_up = await self._caught_up(consumer, unknown=False)
-                return messages
+                return await self._took(consumer, batch)
             since = answered_since(self._waiting_since)
             answered = [consumer.last_poll_timestamp(tp) for tp in tps]
             silent = time.monotonic() - self._waiting_since[0]
             if all(a is not None and a >= since for a in answered):
                 self._answered()
-                if await self._caught_up(consumer, unknown=True):
+                if await at_highwater(consumer, self._partitions, unknown=True):
                     self.caught_up = True
                     await self._check_topics(consumer)
                     return []  # caught up with what the partitions held at those answers
@@ -219,22 +219,34 @@ class KafkaQueueReceiver(ReceiverDefaults):
                 return []
         return []  # answers keep coming, records not yet: the agent asks again
 
-    async def _take(self, fetched: Fetched) -> Sequence[QueueMessage]:
-        """The queue messages of the records of one read (the re-keying hop sends some on
-        first: :class:`~streams.backends.kafka.state.KafkaRecordReceiver`)."""
-        return self._reader.messages(fetched)
+    async def _fetch_failed(self, consumer: AIOKafkaConsumer, exc: KafkaError, since: float) -> None:
+        """A fetch raised: narrow down to an unreadable batch, back off through an outage, or
+        fail the queue on what no retry mends."""
+        if isinstance(exc, UNREADABLE_BATCH) and not self._narrowing:
+            # The records of the fetch before the unreadable batch were lost with
+            # it: read them again one at a time (from the fetched buffer: cheap), up
+            # to the batch's exact offset. A batch that reads the second time (a
+            # checksum broken on the way) ends it after NARROW_RECORDS records.
+            self._narrowing = NARROW_RECORDS
+            for tp in self._partitions:
+                consumer.seek(tp, await consumer.position(tp))
+            return
+        if not is_transient(exc):
+            raise await self.failed(exc) from exc
+        await self._back_off(reason_of(exc), since=since)
 
-    async def _caught_up(self, consumer: AIOKafkaConsumer, *, unknown: bool) -> bool:
-        """Whether the read position is at every partition's high-water mark as the last
-        fetch answers gave it (``unknown``: what a partition with no answer yet counts as)."""
-        for tp in self._partitions:
-            highwater = fetched_end(consumer, tp)
-            if highwater is None:
-                if not unknown:
-                    return False
-            elif await consumer.position(tp) < highwater:
-                return False
-        return True
+    async def _took(self, consumer: AIOKafkaConsumer, batch: Fetched) -> Sequence[QueueMessage]:
+        """The messages of a fetch that brought records."""
+        self._answered()
+        if self._narrowing:
+            self._narrowing -= 1
+        fetched = batch
+        if self._prepare is not None:
+            fetched = await prepared(self._prepare, consumer, batch)
+        messages = self.reader.messages(fetched) if self.intake is None else await self.intake.take(fetched)
+        # A fetch brings what it brings: the high-water marks say whether more waits.
+        self.caught_up = await at_highwater(consumer, self._partitions, unknown=False)
+        return messages
 
     async def _check_topics(self, consumer: AIOKafkaConsumer) -> None:
         """Raise :class:`QueueFailedError` if a topic of this queue has been deleted (asked at
@@ -245,9 +257,9 @@ class KafkaQueueReceiver(ReceiverDefaults):
         self._topics_checked = now
         gone = await missing_topic(consumer, self._partitions, self.settings.request_timeout)
         if gone is not None:
-            raise await self._failed(UnknownTopicOrPartitionError(f"topic {gone!r} is not on the cluster"))
+            raise await self.failed(UnknownTopicOrPartitionError(f"topic {gone!r} is not on the cluster"))
 
-    async def _failed(self, exc: BaseException, what: str = "cannot read") -> QueueFailedError:
+    async def failed(self, exc: BaseException, what: str = "cannot read") -> QueueFailedError:
         """The one line that says this queue cannot go on: where, why and the fix."""
         where = []
         for tp in self._partitions:
@@ -265,7 +277,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
         """A fetch answered: the broker is reachable."""
         self._waiting_since = None
         self._diagnosed = False
-        self._retries.succeeded()
+        self.retries.succeeded()
 
     async def _back_off(self, reason: str, since: float) -> None:
         """The broker did not answer: report it, and wait before the agent asks again. Once
@@ -276,7 +288,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
             refused = await diagnose(self.settings)
             if refused is not None:
                 raise QueueFailedError(f"{self.queue}: {refused}") from None
-        await self._retries.failed(reason, since=since)
+        await self.retries.failed(reason, since=since)
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         if not tokens:
@@ -284,11 +296,13 @@ class KafkaQueueReceiver(ReceiverDefaults):
         # The pulling agent's tokens are in queue order (agents.checkpoint.Tokens.ascending).
         ascending = getattr(tokens, "ascending", False)
         last = tokens[-1].sequence_number if ascending else max(t.sequence_number for t in tokens)
-        self._acknowledge(self._reader.acknowledged(last))
+        self.acknowledge(self.reader.acknowledged(last))
         await self._commit_if_due()
 
-    def _acknowledge(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """These offsets may be committed (never moving one back)."""
+    def acknowledge(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """These offsets may be committed (never moving one back; an intake may hold them back)."""
+        if self.intake is not None:
+            offsets = self.intake.held(offsets)
         acknowledged = self._acknowledged
         for tp, offset in offsets.items():
             if offset > acknowledged.get(tp, -1):
@@ -303,10 +317,11 @@ class KafkaQueueReceiver(ReceiverDefaults):
         (the position stays pending and is committed on a later try)."""
         committed = self._committed
         offsets = {tp: o for tp, o in self._acknowledged.items() if committed.get(tp) != o}
-        if self._consumer is None or not (offsets or self._states_pending()):
+        saved = self.saved
+        if self._consumer is None or not (offsets or (saved is not None and saved.pending())):
             return True
         self._last_commit = began = time.monotonic()
-        if not await self._save_states():
+        if saved is not None and not await saved.save():
             return False  # the offsets wait for the states they rely on
         if not offsets:
             return True
@@ -328,13 +343,9 @@ class KafkaQueueReceiver(ReceiverDefaults):
         self.outage.recovered()
         return True
 
-    def _states_pending(self) -> bool:
-        """Saved event-time state waits to be written (:mod:`~streams.backends.kafka.state`)."""
-        return False
-
-    async def _save_states(self) -> bool:
-        """Write the pending state and wait for Kafka to have it; False: not written."""
-        return True
+    def acknowledged_offset(self, tp: TopicPartition) -> int | None:
+        """The offset after what is acknowledged of ``tp`` (None: nothing yet)."""
+        return self._acknowledged.get(tp)
 
     async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:
         """Up to ``max_count`` records from offset ``start_sequence`` (or the oldest retained
@@ -360,7 +371,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
                 )
                 # A registry format's schemas are looked up first, as reading does.
                 fetched: Fetched = batch if self._prepare is None else await prepared(self._prepare, rewinder, batch)
-                out.extend(self._reader.messages(fetched))
+                out.extend(self.reader.messages(fetched))
                 if not batch and await rewinder.position(tp) >= end:
                     break  # the last offsets before the end hold no records (compaction)
         if scope.cancelled_caught:
@@ -421,7 +432,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
         timeout = self.settings.request_timeout
         return await self._retry(lambda: offset_bounds(consumer, tp, timeout), f"reading the bounds of {self.queue}")
 
-    def _require_consumer(self) -> AIOKafkaConsumer:
+    def require_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
             raise QueueAdapterError(f"the receiver of {self.queue} is not initialized (call initialize())")
         return self._consumer
@@ -430,7 +441,20 @@ class KafkaQueueReceiver(ReceiverDefaults):
         try:
             return await retry_kafka(operation, what, self.settings, self.outage, self.settings.request_timeout)
         except KafkaError as exc:  # retry_kafka lets through only what retrying cannot fix
-            raise await self._failed(exc, f"{what} failed for") from exc
+            raise await self.failed(exc, f"{what} failed for") from exc
+
+
+async def at_highwater(consumer: AIOKafkaConsumer, partitions: Sequence[TopicPartition], *, unknown: bool) -> bool:
+    """Whether the read position is at every partition's high-water mark as the last fetch
+    answers gave it (``unknown``: what a partition with no answer yet counts as)."""
+    for tp in partitions:
+        highwater = fetched_end(consumer, tp)
+        if highwater is None:
+            if not unknown:
+                return False
+        elif await consumer.position(tp) < highwater:
+            return False
+    return True
 
 
 def answered_since(waiting_since: tuple[float, float]) -> float:

@@ -23,7 +23,7 @@ commits (the read position when none is left).
 These positions depend on how the records were grouped, which a replay from another offset
 does not reproduce; each event also keeps its record's offset, which it does
 (:class:`~streams.core.record_batch.RecordBatch`): that is the position a saved event-time
-state keeps (:mod:`~streams.backends.kafka.state`).
+state keeps (:mod:`~streams.backends.kafka.changelog`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ repartition partition than their originals. A source partition's records reach a
 repartition partition in offset order (one reader at a time, in order), so the reader of
 repartition partition *j* keeps, per source partition, the highest source offset it has
 taken, and skips a record at or below it. That memory is saved with the queue's event-time
-state in the changelog (:mod:`~streams.backends.kafka.state`) before each offset commit, as
+state in the changelog (:mod:`~streams.backends.kafka.changelog`) before each offset commit, as
 it stood at the offset committed, and loaded by whoever reads the queue next.
 
 >>> seen = SeenSources()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from agents.output import redeliver
+from agents.redelivery import redeliver
 from streams.core.errors import DecodeError
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from streams import Durable, StreamId, StreamProvider
 from streams.backends.embedded.pubsub import EmbeddedPubSubStore
-from streams.backends.embedded.queues import EmbeddedQueueReceiver
+from streams.backends.embedded.receiver import EmbeddedQueueReceiver
 from tests.agents.delivery.conftest import drained
 from tests.helpers import persisted_checkpoint, saved_states, wait_until_async
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from streams import StreamProvider
-from streams.backends.embedded.queues import stored_queue_count
+from streams.backends.embedded.queue_tables import stored_queue_count
 from streams.cli import SUBCOMMANDS
 from tests.streams.cli.helpers import headrace, json_of, one_error_line, published, start_worker
 

@@ -302,7 +302,7 @@ async def test_two_co_partitioned_topics_are_read_together_and_positions_commit_
     async with start() as provider:
         await drained(provider, 30)
         for agent in provider.agents:  # queue i reads partition i of each topic
-            assert {tp.topic for tp in agent.receiver._partitions} == {tolls, prices}
+            assert {tp.topic for tp in agent.receiver.reads._partitions} == {tolls, prices}
     assert {sid: values for sid, values in got.items() if sid.namespace == "tolls"} == {
         StreamId("tolls", f"plaza-{p}"): [{"toll": n} for n in range(p, 40, 5)] for p in range(5)
     }

@@ -22,10 +22,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams import StreamProvider
 from streams.adapters.protocols import QueueAdapter, RewindableReceiver
-from streams.backends.kafka.adapter import KafkaAdapterFactory, KafkaQueueReceiver
+from streams.backends.kafka.adapter import KafkaAdapterFactory
 from streams.backends.kafka.backend import KafkaBackend
 from streams.backends.kafka.clients import ensure_queue_topics, ensure_topic
 from streams.backends.kafka.settings import KAFKA_SETTINGS, KafkaSettings
+from streams.backends.kafka.state_receiver import KafkaStateReceiver
 from streams.core.batch import BatchContainer, BatchKind, QueueMessage
 from streams.core.errors import ConfigurationError, DecodeError, QueueAdapterError
 from streams.core.ids import QueueId, StreamId
@@ -47,7 +48,7 @@ async def kafka(bootstrap: str, topic: str, **settings: Any) -> AsyncIterator[Ka
 
 
 @asynccontextmanager
-async def receiving(factory: KafkaAdapterFactory, queue: QueueId) -> AsyncIterator[KafkaQueueReceiver]:
+async def receiving(factory: KafkaAdapterFactory, queue: QueueId) -> AsyncIterator[KafkaStateReceiver]:
     receiver = (await factory.create_adapter()).create_receiver(queue)
     await receiver.initialize()
     try:

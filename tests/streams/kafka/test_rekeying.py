@@ -115,7 +115,7 @@ async def test_keyless_records_spread_over_partitions_give_one_activation_and_ex
         await write_keyless(kafka_broker, kafka_topic, finals)
         await drained(provider, 60)
         receivers: list[QueueAdapterReceiver] = [agent.receiver for agent in provider.agents]
-        forwarded = sum(r.rekeying.forwarded for r in receivers)  # type: ignore[attr-defined]
+        forwarded = sum(r.hop.rekeying.forwarded for r in receivers)  # type: ignore[attr-defined]
         letters = await provider.dead_letters.count()
     expected = closed_window_counts(values + finals, 60, 400)
     assert activations == Counter({f"d-{d}": 1 for d in range(6)})  # one each, on its key's queue
@@ -208,7 +208,7 @@ async def test_a_key_already_the_stream_id_skips_the_hop_and_a_copy_in_the_hop_i
     got.clear()
     async with collecting() as provider:
         await drained(provider, 30)
-        skipped = sum(agent.receiver.rekeying.seen.duplicates for agent in provider.agents)
+        skipped = sum(agent.receiver.hop.rekeying.seen.duplicates for agent in provider.agents)
     assert dict(got) == {"d-4": [40]}  # neither the copy nor anything taken before again
     # At least the copy. (Tansu answers the end of a partition written in batches short, so
     # a restart reads the hop's partitions from their start: the memory skips those too.)

@@ -15,10 +15,11 @@ from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka.record.memory_records import MemoryRecords
 
+from streams.backends.kafka.changelog import KafkaChangelog
 from streams.backends.kafka.clients import kafka_outage_log
+from streams.backends.kafka.record_receiver import KafkaRecordReceiver
 from streams.backends.kafka.repartition import Rekeying, Sends, _filled
 from streams.backends.kafka.settings import KafkaSettings
-from streams.backends.kafka.state import KafkaChangelog, KafkaRecordReceiver
 from streams.core.ids import QueueId
 from streams.core.records import record_format
 
@@ -182,21 +183,23 @@ async def test_a_read_sent_on_waits_for_the_one_before_and_a_failed_one_goes_aga
 async def test_the_source_offset_is_acknowledged_no_further_than_a_record_kafka_does_not_have() -> None:
     settings = KafkaSettings("k:9092", "readings", queues=2, records="json", key_field="device", idempotent=False)
     outage = kafka_outage_log(settings)
-    receiver = KafkaRecordReceiver(settings, QueueId(0), outage, KafkaChangelog(settings, outage))
+    receiver = KafkaRecordReceiver.of(settings, QueueId(0), outage, KafkaChangelog(settings, outage))
+    hop = receiver.hop
+    assert hop is not None  # records without a key are re-keyed
     source = TopicPartition("readings", 0)
     acked = anyio.Event()
 
     async def send(records: list[Any]) -> None:
         await acked.wait()
 
-    receiver._sends = Sends(send)  # type: ignore[arg-type]
-    receiver._sends.add([(ConsumerRecord("readings", 0, 40, 0, 0, None, b"{}", None, 0, 2, ()), b"d-1")])
-    receiver._acknowledge({source: 100})  # what the read's other records would allow
-    assert receiver._acknowledged[source] == 40
+    hop._sends = Sends(send)  # type: ignore[arg-type]
+    hop._sends.add([(ConsumerRecord("readings", 0, 40, 0, 0, None, b"{}", None, 0, 2, ()), b"d-1")])
+    receiver.reads.acknowledge({source: 100})  # what the read's other records would allow
+    assert receiver.reads.acknowledged_offset(source) == 40
     acked.set()
-    assert await receiver._settled(keep=0)  # Kafka has it: the rest of the read's offsets go
-    receiver._acknowledge({source: 100})
-    assert receiver._acknowledged[source] == 100
+    assert await hop.settled(keep=0)  # Kafka has it: the rest of the read's offsets go
+    receiver.reads.acknowledge({source: 100})
+    assert receiver.reads.acknowledged_offset(source) == 100
 
 
 class Seeking:
@@ -212,11 +215,13 @@ class Seeking:
 async def test_after_a_failed_send_the_next_read_waits_until_the_failed_records_are_sent_again() -> None:
     settings = KafkaSettings("k:9092", "readings", queues=2, records="json", key_field="device", idempotent=False)
     outage = kafka_outage_log(settings)
-    receiver = KafkaRecordReceiver(settings, QueueId(0), outage, KafkaChangelog(settings, outage))
+    receiver = KafkaRecordReceiver.of(settings, QueueId(0), outage, KafkaChangelog(settings, outage))
+    hop = receiver.hop
+    assert hop is not None  # records without a key are re-keyed
     source, hop_partition = settings.partitions_of(QueueId(0))
-    receiver._reader.start({source: 0, hop_partition: 0})
+    receiver.reads.reader.start({source: 0, hop_partition: 0})
     consumer = Seeking()
-    receiver._consumer = consumer  # type: ignore[assignment]
+    receiver.reads._consumer = consumer  # type: ignore[assignment]
     sent: list[list[int]] = []
     failures = [KafkaTimeoutError()]  # the first send times out (a transient failure)
 
@@ -226,7 +231,7 @@ async def test_after_a_failed_send_the_next_read_waits_until_the_failed_records_
             raise failures.pop()
         sent.append([r.offset for r, _ in records])
 
-    receiver._sends = Sends(send)  # type: ignore[arg-type]
+    hop._sends = Sends(send)  # type: ignore[arg-type]
 
     def read(first: int) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
         value = b'{"device": "d-1"}'
@@ -236,14 +241,14 @@ async def test_after_a_failed_send_the_next_read_waits_until_the_failed_records_
             ]
         }
 
-    assert await receiver._take(read(0)) == []  # all sent on
-    assert await receiver._take(read(3)) == []  # taken while the first send is under way
+    assert await hop.take(read(0)) == []  # all sent on
+    assert await hop.take(read(3)) == []  # taken while the first send is under way
     # The first send failed: the third read is not taken (read again later), and nothing
     # of the source is acknowledged.
-    assert await receiver._take(read(6)) == []
+    assert await hop.take(read(6)) == []
     assert consumer.sought == [(source, 6)] and sent == []
-    assert receiver._acknowledged.get(source, 0) == 0
-    assert await receiver._take(read(6)) == []  # the failed reads first, in order, then this one
-    await receiver._settled(keep=0)
+    assert (receiver.reads.acknowledged_offset(source) or 0) == 0
+    assert await hop.take(read(6)) == []  # the failed reads first, in order, then this one
+    await hop.settled(keep=0)
     assert sent == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
-    assert receiver._acknowledged[source] == 9 and receiver.forwarded == 9
+    assert receiver.reads.acknowledged_offset(source) == 9 and receiver.forwarded == 9

@@ -15,9 +15,9 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from streams import StreamId, StreamProvider
 from streams.backends.kafka.adapter import KafkaQueueAdapter
+from streams.backends.kafka.changelog import changelog_topic, decode_key
 from streams.backends.kafka.handoff_log import KafkaHandoffLog
 from streams.backends.kafka.settings import KafkaSettings
-from streams.backends.kafka.state import changelog_topic, decode_key
 from streams.core.ids import QueueId
 from streams.eventtime import Collect, EventTime, OrderingPolicy, Tumbling
 from tests.agents.delivery.conftest import drained

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from agents.timed import EventTimeObserver
+from agents.event_time_observer import EventTimeObserver
 from spark_sink import EventHandoff, Handoff
 from streams import StreamId, StreamProvider
 from streams.core.errors import ConfigurationError

@@ -1,4 +1,5 @@
-"""Event-time state on Kafka: a compacted changelog topic beside the queues' topic.
+"""Event-time state on Kafka: a compacted changelog topic beside the queues' topic
+(:class:`KafkaChangelog`), and each queue's checkpointer on it (:class:`KafkaCheckpointer`).
 
 Each activation's saved state (:mod:`streams.eventtime.snapshot`, collected by the pulling
 agent's :class:`~agents.checkpoint.ActivationStates`) is one record of
@@ -10,7 +11,7 @@ partition *i* of the changelog:
   last event the state holds, and the state; no value (a tombstone) once the activation
   has nothing open, so compaction drops the key.
 
-**The order that keeps a restart correct.** :class:`KafkaStateReceiver` writes the states
+**The order that keeps a restart correct.** A receiver's :class:`KafkaCheckpointer` writes the states
 that changed since its last commit, waits until Kafka has every one of them (``acks=all``),
 and only then commits the queue's offset. A committed offset is thus never ahead of the
 states it relies on: after a SIGKILL, the next owner restores each activation from its
@@ -26,7 +27,7 @@ removes it). Kafka's compaction keeps that read proportional to the open state; 
 that never compacts (Tansu, which accepts ``cleanup.policy=compact`` but keeps every
 record) gives the same answer after a longer read.
 
-**Topics of one event per record** (``records="json"``, ...; :class:`KafkaRecordReceiver`)
+**Topics of one event per record** (``records="json"``, ...; :class:`~streams.backends.kafka.record_receiver.KafkaRecordReceiver`)
 save states too. Their queue positions depend on how the reads were grouped
 (:mod:`~streams.backends.kafka.records`), so a state's position there is the offset of the
 last record it holds (``offset:0``), which every read gives that record: a replay, grouped
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -61,11 +62,8 @@ from streams.backends.kafka.clients import (
     start_client,
     stop_client,
 )
-from streams.backends.kafka.fetched import Fetched
-from streams.backends.kafka.receiver import KafkaQueueReceiver
-from streams.backends.kafka.repartition import BATCH_BYTES, SEEN, SENDS_IN_FLIGHT, Forward, Rekeying, Sends
+from streams.backends.kafka.repartition import BATCH_BYTES
 from streams.backends.kafka.settings import KafkaSettings
-from streams.core.batch import QueueMessage
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.retry import OutageLog, reason_of
@@ -246,28 +244,22 @@ def _states_of(queue: QueueId, newest: Mapping[bytes, bytes | None]) -> SavedSta
     return states
 
 
-class KafkaStateReceiver(KafkaQueueReceiver):
-    """A Kafka receiver that saves its activations' event-time state in the changelog, before
-    each offset commit (a :class:`~streams.backends.embedded.queues.StatefulReceiver`).
+class KafkaCheckpointer:
+    """One queue's event-time state in the changelog: what its receiver writes before each
+    offset commit, and waits for (a committed offset is never ahead of the states it relies
+    on), and what a receiver that takes the queue over loads.
 
-    Example (``adapter.create_receiver`` makes it for a topic of headrace's records)::
+    Example (``adapter.create_receiver`` makes one per queue, for its receiver)::
 
-        receiver = KafkaStateReceiver(settings, QueueId(0), outage, adapter.changelog)
-        await receiver.initialize()
-        saved = await receiver.load_states()  # the pulling agent restores its activations
-        receiver.state_source = states  # agents.checkpoint.ActivationStates: written at each commit
+        checkpointer = KafkaCheckpointer(adapter.changelog, QueueId(0))
+        saved = await checkpointer.load_states()  # the pulling agent restores its activations
+        checkpointer.state_source = states  # agents.checkpoint.ActivationStates
+        await checkpointer.save()  # before the offset commit; False: the commit waits
     """
 
-    def __init__(
-        self,
-        settings: KafkaSettings,
-        queue: QueueId,
-        outage: OutageLog,
-        changelog: KafkaChangelog,
-        max_record_size: int = 1 << 20,
-    ) -> None:
-        super().__init__(settings, queue, outage, max_record_size)
+    def __init__(self, changelog: KafkaChangelog, queue: QueueId) -> None:
         self.changelog = changelog
+        self.queue = queue
         self.state_source: StateSource | None = None  # set by the pulling agent
         # One write at a time: a commit can begin while the last one's write still waits
         # on an unreachable cluster, and the source tracks one write in flight.
@@ -275,13 +267,16 @@ class KafkaStateReceiver(KafkaQueueReceiver):
 
     async def load_states(self) -> SavedStates:
         """The states saved for this queue, by whichever worker read it before."""
+        changelog = self.changelog
         what = f"loading the saved state of {self.queue}"
-        return await retry_kafka(lambda: self.changelog.load(self.queue), what, self.settings, self.outage)
+        return await retry_kafka(lambda: changelog.load(self.queue), what, changelog.settings, changelog.outage)
 
-    def _states_pending(self) -> bool:
+    def pending(self) -> bool:
+        """Saved event-time state waits to be written."""
         return self.state_source is not None and self.state_source.pending()
 
-    async def _save_states(self) -> bool:
+    async def save(self) -> bool:
+        """Write the pending state and wait for Kafka to have it; False: not written."""
         async with self._saving:
             source = self.state_source
             if source is None or not source.pending():
@@ -294,137 +289,3 @@ class KafkaStateReceiver(KafkaQueueReceiver):
                 raise
             source.written(ok)
             return ok
-
-
-class KafkaRecordReceiver(KafkaStateReceiver):
-    """The receiver of topics of one event per record: it hands the pulling agent one batch
-    per stream and read (see :mod:`~streams.backends.kafka.records`), and saves states like
-    :class:`KafkaStateReceiver`. Its queue positions are those of its reads' groupings,
-    which a re-read would not reproduce: it does not rewind (so it is no
-    :class:`~streams.adapters.protocols.RewindableReceiver`). A saved state's position is a
-    record's offset, which every read gives its event
-    (:meth:`~streams.core.record_batch.RecordEventBatch.last_position`)."""
-
-    read_range = None  # type: ignore[assignment]
-
-    def __init__(
-        self,
-        settings: KafkaSettings,
-        queue: QueueId,
-        outage: OutageLog,
-        changelog: KafkaChangelog,
-        max_record_size: int = 1 << 20,
-    ) -> None:
-        super().__init__(settings, queue, outage, changelog, max_record_size)
-        hop = settings.repartition_topic
-        fmt, key_field = settings.record_format, settings.key_field
-        self.rekeying: Rekeying | None = None  # records without a key re-keyed through the hop
-        if hop is not None and fmt is not None and key_field is not None:
-            source, repartition = self._partitions  # partition i of the topic and of the hop's
-            self.rekeying = Rekeying(settings, source, repartition, fmt, key_field)
-        self._sends = Sends(self._send_on)  # reads sent on through the hop, until acknowledged
-
-    @property
-    def forwarded(self) -> int:
-        """Records sent on through the re-keying hop (the agent counts them as read:
-        :class:`~streams.adapters.protocols.ForwardingReceiver`); :attr:`caught_up` stays
-        false until Kafka has them."""
-        return self._sends.handed_on
-
-    async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
-        handed_on = self._sends.handed_on
-        messages = await super().get_queue_messages(max_count)
-        if self._sends:
-            if not messages and self._sends.handed_on == handed_on:  # nothing read: wait for them here
-                await self._settled(keep=0)
-            self.caught_up = self.caught_up and not self._sends
-        return messages
-
-    async def _take(self, fetched: Fetched) -> Sequence[QueueMessage]:
-        """Send the records to re-key through the hop, and make the messages of the rest
-        (the hop's duplicates left out). Kafka acknowledges the records sent on while the
-        agent delivers (:class:`~streams.backends.kafka.repartition.Sends`); the source's
-        offset is acknowledged up to the oldest record sent on that Kafka does not have yet.
-        Should a send fail, nothing of the next read is taken (the consumer goes back to its
-        first records) until the failed records are sent again, after a back-off."""
-        rekeying = self.rekeying
-        if rekeying is None:
-            return self._reader.messages(fetched)
-        if not await self._settled(keep=SENDS_IN_FLIGHT - 1):
-            consumer = self._require_consumer()
-            for tp, records in fetched.items():
-                if records:
-                    consumer.seek(tp, records[0].offset)
-            return []
-        forwards = rekeying.to_forward(fetched)
-        if forwards:
-            self._sends.add(forwards)
-        ends = {tp: records[-1].offset + 1 for tp, records in fetched.items() if records}
-        messages = self._reader.messages(rekeying.kept(fetched, forwards), ends)
-        # No message stands for the records sent on or skipped as copies: what they leave
-        # behind (up to the oldest message not yet acknowledged) is done with now.
-        self._acknowledge(self._reader.acknowledged(-1))
-        return messages
-
-    async def _send_on(self, forwards: Sequence[Forward]) -> None:
-        assert self.rekeying is not None
-        with anyio.fail_after(self.settings.request_timeout):
-            producer = await self.changelog._producer_started()
-            await self.rekeying.forward(producer, forwards, self.changelog.enqueueing)
-
-    async def _settled(self, keep: int) -> bool:
-        """Take in Kafka's acknowledgements of the reads sent on, waiting until at most
-        ``keep`` are pending; ``False`` once a send failed (and the receiver backed off:
-        the failed records are sent again first by the next call)."""
-        began = time.monotonic()
-        try:
-            await self._sends.settle(keep)
-        except Exception as exc:  # sorted into transient and not just below
-            if not (isinstance(exc, TimeoutError) or is_transient(exc)):
-                raise await self._failed(exc, "cannot re-key (send to the repartition topic)") from exc
-            await self._retries.failed(f"re-keying {self.queue}: {reason_of(exc)}", since=began)
-            return False
-        finally:
-            self._acknowledge(self._reader.acknowledged(-1))  # what the acknowledged sends held back
-        return True
-
-    def _acknowledge(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """As the receiver's, the source's offset never past a record Kafka does not have
-        through the hop yet."""
-        oldest = self._sends.oldest
-        if oldest is not None and self.rekeying is not None:
-            source = self.rekeying.source
-            if offsets.get(source, -1) > oldest:
-                offsets = {**offsets, source: oldest}
-        super()._acknowledge(offsets)
-
-    async def shutdown(self) -> None:
-        """Wait for the reads sent on (within ``request_timeout``), then as the receiver's:
-        a source offset they still hold back is read again by whoever reads the queue next."""
-        try:
-            with anyio.move_on_after(self.settings.request_timeout):
-                await self._sends.settle(keep=0)
-        except Exception as exc:  # logged: the queue is let go either way
-            log.warning("%s: records sent on through the re-keying hop not acknowledged: %r", self.queue, exc)
-        await super().shutdown()
-
-    async def load_states(self) -> SavedStates:
-        """The saved states, and the hop's memory of the source records it took."""
-        saved = await super().load_states()
-        if self.rekeying is not None:
-            seen = {stream: state for (consumer, stream), (_, state) in saved.items() if consumer == SEEN}
-            self.rekeying.seen.restore_rows(seen)
-            saved = {key: value for key, value in saved.items() if key[0] != SEEN}
-        return saved
-
-    async def _save_states(self) -> bool:
-        """Save the hop's memory as of the offset about to be committed, then the states."""
-        rekeying = self.rekeying
-        if rekeying is not None:
-            offset = self._acknowledged.get(rekeying.repartition)
-            rows = [] if offset is None else rekeying.seen.committed_rows(offset)
-            if rows:
-                if not await self.changelog.write(self.queue, (rows, [])):
-                    return False
-                rekeying.seen.saved(rows)
-        return await super()._save_states()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from agents.checkpoint import lowest
 from agents.durable import warn_not_saved
-from agents.timed_emit import EventTimeEmitter
+from agents.event_time_emitter import EventTimeEmitter
 from streams.core.ids import SequenceToken
 from streams.core.state import pack_unit, unpack_unit
 from streams.eventtime.snapshot import can_snapshot, held_snapshot, is_empty, restore_held

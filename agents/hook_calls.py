@@ -1,19 +1,15 @@
-"""Where an activation's finalized output goes: the consumer's own hooks and the handoff sink. Each
-unit (a window, the events of one step, a watermark) is tried, retried with back-off through
-failures and outages, and dead-lettered with its reason when it cannot get through, so nothing
-is lost in silence.
-
-Calling an event-time consumer's own hooks, ``on_window``, ``on_events`` and
-``on_watermark``, one unit of work at a time: a window, the events of one step, a
-watermark. A call that raises is made again with the delivery back-off
+"""Calling an event-time consumer's own hooks, ``on_window``, ``on_events``,
+``on_watermark`` and ``on_timer``, one unit of work at a time: a window, the events of one
+step, a watermark, a timer. A call that raises is made again with the delivery back-off
 (``delivery_retry_backoff``, doubling) within ``max_event_delivery_time``, each attempt cut
 short if it would run past that (a hook that awaits forever); the first failure is logged at
 warning with its traceback, the retries quietly. If no attempt succeeds the unit alone is
 given up and the activation goes on with the next:
 
 - a window is dead-lettered as the window, reason ``window_failed`` (the events counted
-into it are not: they were taken, and the window says what they made);
+  into it are not: they were taken, and the window says what they made);
 - the events of a failed ``on_events`` are dead-lettered ``delivery_failed``, one each;
+- a timer's firing is dead-lettered ``timer_failed``;
 - a watermark is skipped with a warning (it carries no event; the next one follows).
 
 The consumer's ``on_error``, if it has one, is told of a window or events given up, after
@@ -32,239 +28,28 @@ the step that closed it) and the last event taken when it closed.
 "Totals 'a' [0.0, 10.0)"
 >>> window_text(WindowResult(None, 1_700_000_040.0, 1_700_000_100.0, 3, closed_at=1_700_000_112.0))
 'None [2023-11-14T22:14:00Z, 2023-11-14T22:15:00Z)'
-
-The dead letters the agents write: a record that does not decode, and the events of a
-delivery that never succeeded (with the traceback, so the failure stays findable): reason
-``activation_failed`` when the consumer's constructor raised, else ``delivery_failed``.
-
->>> failure_detail("sub-1", ValueError("boom"))
-'sub-1: ValueError: boom'
-
-Delivering a batch again after its consumer raised (Orleans retries a failed delivery with
-back-off until ``MaxEventDeliveryTime``); what one that never succeeded leaves behind is in
-:mod:`agents.output`.
-
-A consumer's error is often passing (a database restarting, a lock held a moment too long):
-a retry a little later delivers the batch, with nothing dead-lettered and nothing reordered
-(the consumer's cursor waits meanwhile; the other consumers do not). A bug fails every retry,
-and the batch is dead-lettered once ``max_event_delivery_time`` is spent.
-
-Handing one activation's finalized output to its handoff sink, with nothing lost in silence.
-
-An append that fails (a full disk, a locked store, a broker away) is retried with back-off
-until it gets through; the activation waits meanwhile, so its checkpoint stays where it was
-(``EventTimeObserver`` holds it until the emit completes), and the outage is logged once
-when it begins and once when it ends, however many activations share the sink. What the
-sink refuses (:class:`~streams.core.errors.HandoffRefusedError`: a value its declared columns
-cannot hold, which no retry can fix) is dead-lettered as ``handoff_failed``, with the
-window's key, bounds and value (or the event itself), and the rest is handed off.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
-import traceback
-import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 import anyio
 
-from spark_sink.protocols import HandoffSink  # the one interface of a handoff sink, owned by the log's side
-from streams.core.batch import BatchContainer, Event, EventBatch, QueueMessage
-from streams.core.deadletters import LETTER_PREFIX, DeadLetter, DeadLetterStore, event_position
+from agents.failure_letters import failed_letters, failure_detail
+from agents.redelivery import call_again
+from streams.core.batch import Event
+from streams.core.deadletters import DeadLetter, DeadLetterStore
 from streams.core.errors import (
-    ActivationError,
-    DecodeError,
     DeliveryTimeoutError,
-    HandoffRefusedError,
-    HeadraceError,
-    user_error,
 )
 from streams.core.ids import SequenceToken
-from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 from streams.core.state import Timer
-from streams.eventtime.release import Position
 from streams.eventtime.results import EventOutcome, WindowResult
 from streams.eventtime.timetext import instant_text
-
-
-def failure_reason(error: BaseException) -> str:
-    """``activation_failed`` for a constructor's error, else ``delivery_failed``."""
-    return "activation_failed" if isinstance(error, ActivationError) else "delivery_failed"
-
-
-def failure_detail(subscription_id: str, error: BaseException) -> str:
-    """A failed delivery's dead-letter detail: the subscription, then the error with its
-    traceback, as Python prints it (just the error when it was never raised, a timeout)."""
-    return f"{subscription_id}: " + "".join(traceback.format_exception(user_error(error))).rstrip()
-
-
-def failed_letters(
-    subscription_id: str,
-    stream: str,
-    queue: int | None,
-    events: Sequence[Event],
-    error: BaseException,
-    given: BatchContainer | None = None,
-) -> list[DeadLetter]:
-    """One letter per event of a batch no delivery attempt took (:func:`failure_reason`).
-    Its event time is the one the producer gave (``given``: the container the events came
-    in; None: none given), never the arrival time an event without one is delivered with: a letter
-    says what is known of the event, and ``dlq list`` shows ``-`` for what is not."""
-    detail = failure_detail(subscription_id, error)
-    reason = failure_reason(error)
-    letters = []
-    for e in events:
-        sequence_number, event_index = event_position(e)  # the same on every read
-        letters.append(
-            DeadLetter(
-                reason,
-                stream=stream,
-                queue=queue,
-                sequence_number=sequence_number,
-                event_index=event_index,
-                value=e.value,
-                event_time=None if given is None else given.given_time(e),
-                detail=detail,
-            )
-        )
-    return letters
-
-
-def undecodable_letter(message: QueueMessage, error: BaseException, stream: str | None = None) -> DeadLetter:
-    """The raw record whose batch (or, with ``stream``, whose values) does not decode, or
-    that is too large to (``too_large``: its first bytes only)."""
-    offset = error.offset if isinstance(error, DecodeError) else None
-    reason = error.reason if isinstance(error, DecodeError) else "undecodable"
-    return DeadLetter(
-        reason,
-        stream=stream,
-        queue=message.queue.number,
-        # a foreign record's offset (the same on every read), else the message's position
-        sequence_number=message.sequence_number if offset is None else offset,
-        payload=message.payload[:LETTER_PREFIX] if reason == "too_large" else message.payload,
-        detail=str(error),
-    )
-
-
-log = logging.getLogger("headrace.agent")
-
-
-async def redeliver(
-    on_next: Callable[[EventBatch], Awaitable[object]],
-    batch: EventBatch,
-    error: Exception,
-    deadline: float,
-    backoff: float,
-    stopped: Callable[[], bool],
-) -> Exception | None:
-    """Call ``on_next(batch)`` again after ``backoff`` seconds, doubling the wait after each
-    failure, while the next attempt would start before ``deadline`` (``time.monotonic()``)
-    and ``stopped()`` is false. Returns ``None`` once a call succeeds, else the last error.
-
-    >>> calls = []
-    >>> async def flaky(batch):
-    ...     calls.append(batch)
-    ...     if len(calls) < 3:
-    ...         raise ValueError("not yet")
-    >>> anyio.run(redeliver, flaky, [1], ValueError("first"), time.monotonic() + 5, 0.001,
-    ...           lambda: False), len(calls)
-    (None, 3)
-    """
-    return await call_again(lambda: on_next(batch), error, deadline, backoff, stopped)
-
-
-async def call_again(
-    call: Callable[[], Awaitable[object]],
-    error: Exception,
-    deadline: float,
-    backoff: float,
-    stopped: Callable[[], bool],
-    same_failures: int | None = None,
-) -> Exception | None:
-    """:func:`redeliver` for any call of a consumer's hook (``call()`` failed with ``error``),
-    through the one retry helper: pauses of exactly ``backoff``, doubling (the documented
-    ``delivery_retry_backoff``), and no attempt that would start past ``deadline``.
-
-    ``same_failures``: give up once that many attempts in a row (the first, ``error``,
-    included) raised the same exception type with the same message, which a retry will
-    not change (a bug, a bad value); I/O errors and timeouts are retried until ``deadline``.
-
-    >>> calls = []
-    >>> async def broken():
-    ...     calls.append(1)
-    ...     raise KeyError("price")
-    >>> anyio.run(call_again, broken, KeyError("price"), time.monotonic() + 60, 0.001, lambda: False, 3), len(calls)
-    (KeyError('price'), 2)
-    """
-    last_kind = _failure_kind(error)
-    in_a_row = 1  # failures of last_kind in a row, the first call's included
-
-    async def attempt() -> None:
-        nonlocal last_kind, in_a_row
-        try:
-            await call()
-        except Exception as exc:
-            kind = _failure_kind(exc)
-            in_a_row = in_a_row + 1 if kind is not None and kind == last_kind else 1
-            last_kind = kind
-            if same_failures is not None and kind is not None and in_a_row >= same_failures:
-                raise _SameFailure(exc) from exc
-            raise
-
-    try:
-        await retry(
-            attempt,
-            what="a consumer's call",
-            after=error,
-            is_transient=_worth_retrying,
-            give_up_after=deadline - time.monotonic(),
-            backoff=Backoff(backoff, math.inf, jitter=0.0),
-            give_up=_LastError,
-            stop=lambda attempt: stopped(),
-            shorten_last_pause=False,
-        )
-        return None
-    except DecodeError as exc:  # its values cannot be read: no retry makes them readable
-        return exc
-    except (_LastError, _SameFailure) as gave_up:
-        return gave_up.last
-    except RetryStopped as stopped_early:
-        last = stopped_early.__cause__
-        return last if isinstance(last, Exception) else error
-
-
-def _worth_retrying(exc: BaseException) -> bool:
-    return not isinstance(exc, (DecodeError, _SameFailure))
-
-
-def _failure_kind(error: BaseException) -> tuple[type, str] | None:
-    """What makes two failures the same one, or None for a failure that may well pass on
-    its own: an I/O error (a connection, a file) or a timeout."""
-    if isinstance(error, (OSError, TimeoutError, DeliveryTimeoutError)):
-        return None
-    return type(error), str(error)
-
-
-class _SameFailure(HeadraceError):
-    """How an attempt that failed as the ones before it ends the retry at once."""
-
-    def __init__(self, last: Exception) -> None:
-        super().__init__(f"raised {last!r} again")
-        self.last = last
-
-
-class _LastError(HeadraceError):
-    """How a redelivery's retry that ran out of time hands back the consumer's last error."""
-
-    def __init__(self, last: BaseException, waited: float) -> None:
-        super().__init__(f"gave up after {waited:.1f} s")
-        self.last = last if isinstance(last, Exception) else Exception(last)
-
 
 log = logging.getLogger("headrace.agent")
 
@@ -564,132 +349,4 @@ class HookCalls:
             },
             detail=failure_detail(f"on_window of {consumer}", error),
             unit=window_unit(consumer, result),
-        )
-
-
-log = logging.getLogger("headrace.handoff")
-T = TypeVar("T")
-HANDOFF_FAILED = "handoff_failed"
-
-
-@dataclass(frozen=True, slots=True)
-class HandoffTarget:
-    """Where one activation's finalized output goes: the sink of handoff stream ``handoff``,
-    written as ``source`` (the stream) and ``consumer`` (the type) to ``partition`` (the queue)."""
-
-    sink: HandoffSink
-    source: str
-    consumer: str
-    partition: int
-    handoff: str  # the handoff stream's name (named in the outage log lines)
-
-
-# One outage log per sink: every activation writing to it reports to the same one.
-_outages: weakref.WeakKeyDictionary[HandoffSink, OutageLog] = weakref.WeakKeyDictionary()
-
-
-def _outage_of(target: HandoffTarget) -> OutageLog:
-    outage = _outages.get(target.sink)
-    if outage is None:
-        outage = _outages[target.sink] = OutageLog(f"handoff stream {target.handoff!r}", log)
-    return outage
-
-
-class HandoffWrites:
-    """One activation's appends to its handoff target, retried and never lost.
-
-    Example (``EventTimeObserver`` does this)::
-
-        writes = HandoffWrites(HandoffTarget(sink, "tolls/p1", "Totals", 3, "totals"), dead_letters)
-        await writes.windows(output.windows)  # returns once appended or dead-lettered
-    """
-
-    def __init__(self, target: HandoffTarget, dead_letters: DeadLetterStore, *, max_backoff: float = 5.0) -> None:
-        self.target = target
-        self._dead_letters = dead_letters
-        self._outage = _outage_of(target)
-        self._max_backoff = max_backoff
-        # True while an append is being retried: the delivery watchdog does not count that
-        # time against the consumer (cancelling it would dead-letter a batch whose windows a
-        # replay counts again).
-        self.retrying = False
-
-    async def windows(self, windows: Sequence[WindowResult]) -> None:
-        t = self.target
-        await self._write(
-            list(windows), lambda items: t.sink.write(t.source, t.consumer, t.partition, items), self._window_letter
-        )
-
-    async def events(self, released: Sequence[EventOutcome], below: Position | None, source: str | None = None) -> None:
-        """Append released events as ``source`` (the target's stream unless given: an
-        activation with several inputs writes each input stream's events as their own)."""
-        t = self.target
-        await self._write(
-            list(released),
-            lambda items: t.sink.write_events(source or t.source, t.consumer, t.partition, items, below),
-            self._event_letter,
-        )
-
-    async def _write(
-        self, items: list[T], append: Callable[[list[T]], Awaitable[int]], letter: Callable[[T, str], DeadLetter]
-    ) -> None:
-        try:
-            await self._append_all(items, append, letter)
-        finally:
-            self.retrying = False
-
-    async def _append_all(
-        self, items: list[T], append: Callable[[list[T]], Awaitable[int]], letter: Callable[[T, str], DeadLetter]
-    ) -> None:
-        remaining = items
-
-        async def attempt() -> None:
-            # What the sink refuses for good is dead-lettered at once; only the rest is retried.
-            nonlocal remaining
-            while remaining:
-                try:
-                    await append(remaining)
-                    remaining = []
-                except HandoffRefusedError as refused:
-                    await self._dead_letters.add([letter(item, why) for item, why in refused.refused])
-                    gone = {id(item) for item, _ in refused.refused}
-                    remaining = [item for item in remaining if id(item) not in gone]
-
-        def failed(exc: BaseException, attempt: int) -> None:
-            self.retrying = True
-            if attempt == 1:
-                log.debug("handoff append to %s failed", self.target.source, exc_info=exc)
-
-        await retry(
-            attempt,
-            what=f"handoff append to {self.target.source}",
-            outage=self._outage,
-            backoff=Backoff(maximum=self._max_backoff),
-            on_failure=failed,
-        )
-
-    def _window_letter(self, window: WindowResult, why: str) -> DeadLetter:
-        t = self.target
-        return DeadLetter(
-            HANDOFF_FAILED,
-            stream=t.source,
-            queue=t.partition,
-            value={"key": window.key, "start": window.start, "end": window.end, "value": window.value},
-            event_time=window.start,
-            detail=f"{t.consumer}: window [{window.start:g}, {window.end:g}) of key {window.key!r} not handed off: {why}",
-        )
-
-    def _event_letter(self, outcome: EventOutcome, why: str) -> DeadLetter:
-        t = self.target
-        token = getattr(outcome.record, "token", None)
-        sequence_number, event_index = event_position(outcome.record)  # one letter per event, not per record
-        return DeadLetter(
-            HANDOFF_FAILED,
-            stream=t.source,
-            queue=t.partition,
-            sequence_number=sequence_number,
-            event_index=event_index,
-            value=getattr(outcome.record, "value", outcome.record),
-            event_time=outcome.timestamp,
-            detail=f"{t.consumer}: event not handed off: {why}; token {token}",
         )

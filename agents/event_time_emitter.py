@@ -7,7 +7,7 @@ before anyone else hears of them), then to ``on_window``; a windowless handoff's
 the watermark has passed them, in timestamp order, through ``on_events``; an interval join's
 pairs; the event-time timers due, interleaved with the windows by due time; and last the
 watermark, to ``on_watermark``. Each hook call is one unit of work, retried, timed and given
-up alone (:class:`agents.output.HookCalls`).
+up alone (:class:`agents.hook_calls.HookCalls`).
 
 A plain ``on_window`` is called where the step emits (:meth:`EventTimeEmitter._windows_now`):
 no task, cancel scope or coroutine per window, which is most windows.
@@ -20,11 +20,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents.activation import TimedActivation
+from agents.activation_turns import Turns
 from agents.checkpoint import SavedUnit
 from agents.durable import fire_timers, on_timer_of
+from agents.handoff_writes import HandoffWrites
+from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack
-from agents.output import HandoffWrites, HookCalls, HookLimits
-from agents.turns import Turns
 from streams.core.batch import Event
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
@@ -37,7 +38,7 @@ from streams.eventtime.results import EventOutcome, JoinResult, Output, WindowRe
 
 class EventTimeEmitter(SavedUnit):
     """What an event-time activation holds, and how its steps' output leaves it (see the
-    module). :class:`agents.timed.EventTimeObserver` is the activation."""
+    module). :class:`agents.event_time_observer.EventTimeObserver` is the activation."""
 
     # One per activation, so per stream id: slots keep a quiet one small ("__dict__" takes
     # what is set on one besides, as a test's wrapper around a method).
@@ -88,7 +89,7 @@ class EventTimeEmitter(SavedUnit):
     timers: TimerTable | None = None
     _on_timer: Callable[[Timer], Awaitable[None]] | None = None
 
-    # Set by the activation (agents.timed.EventTimeObserver.__init__), used here.
+    # Set by the activation (agents.event_time_observer.EventTimeObserver.__init__), used here.
     target: object
     stream_id: StreamId
     processor: Processor
@@ -192,17 +193,11 @@ class EventTimeEmitter(SavedUnit):
         if self._merge is not None:
             await self._emit_merged(out)
         elif handoff is not None and self._release is not None:
-            for outcome in out.events:
-                if outcome.timestamp is not None:  # always, for an event that passed the policy
-                    self._release.add(outcome.timestamp, position_of(outcome), outcome, replay_position_of(outcome))
-            released = self._release.release(out.watermark)
-            if released:  # through on_events first, as with several inputs: what it returns goes
-                handed = await self._handed(released)
-                for event in handed:
-                    if (sid := _stream_of(event)) != self.stream_id:
-                        raise ValueError(f"on_events returned an event of {sid}, not of {self.stream_id}")
-                if handed:
-                    await handoff.events(handed, self._release.below())
+            await self._emit_released(out, handoff, self._release)
+        await self._emit_to_hooks(out)
+
+    async def _emit_to_hooks(self, out: Output) -> None:
+        """The step's windows and due timers, events and watermark to the consumer's own hooks."""
         timers = self.timers
         if timers is not None and due(timers, out.watermark):
             await self._emit_windows_and_timers(out.windows if self._on_window is not None else [], out.watermark)
@@ -213,6 +208,22 @@ class EventTimeEmitter(SavedUnit):
         if self._user_watermark is not None and out.watermark > self._last_watermark:
             self._last_watermark = out.watermark
             await self._hook_calls().watermark(self._user_watermark, out.watermark)
+
+    async def _emit_released(self, out: Output, handoff: HandoffWrites, release: TimestampOrder[EventOutcome]) -> None:
+        """Hold the step's events for release in event-time order, and hand off what its
+        watermark releases: through on_events first, as with several inputs (what it returns goes)."""
+        for outcome in out.events:
+            if outcome.timestamp is not None:  # always, for an event that passed the policy
+                release.add(outcome.timestamp, position_of(outcome), outcome, replay_position_of(outcome))
+        released = release.release(out.watermark)
+        if not released:
+            return
+        handed = await self._handed(released)
+        for event in handed:
+            if (sid := _stream_of(event)) != self.stream_id:
+                raise ValueError(f"on_events returned an event of {sid}, not of {self.stream_id}")
+        if handed:
+            await handoff.events(handed, release.below())
 
     async def _emit_windows_and_timers(self, windows: list[WindowResult], watermark: float) -> None:
         """The step's windows and the event-time timers due at its watermark, in order of

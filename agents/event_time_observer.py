@@ -19,10 +19,10 @@ and, with a handoff, to Spark: what ``on_events`` returns, or the events themsel
 interval join (``EventTime(..., join=IntervalJoin(...))``) the pairs go to ``on_join`` and,
 with an ``EventHandoff``, to Spark, one row a pair (:meth:`EventTimeObserver._emit_joins`).
 
-Its steps take turns (:class:`agents.turns.Turns`): several subscriptions may deliver to it,
+Its steps take turns (:class:`agents.activation_turns.Turns`): several subscriptions may deliver to it,
 and its agent ticks it. This module delivers and steps; what a step's output becomes is
-``agents.timed_emit``'s, and what of the activation is saved with the checkpoint is
-``agents.timed_unit``'s.
+``agents.event_time_emitter``'s, and what of the activation is saved with the checkpoint is
+``agents.event_time_unit``'s.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 from agents.activation import TimedActivation
+from agents.activation_turns import Turns
 from agents.checkpoint import lowest
 from agents.durable import fire_timers
+from agents.event_time_unit import EventTimeUnit
+from agents.handoff_writes import HandoffTarget, HandoffWrites
+from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
-from agents.output import HandoffTarget, HandoffWrites, HookCalls, HookLimits
-from agents.timed_unit import EventTimeUnit
-from agents.turns import Turns
 from streams.core.batch import EventBatch
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
@@ -81,7 +82,7 @@ class EventTimeObserver(EventTimeUnit):
     # A batch it took is in its processor's windows: the runtime must not deliver it again
     # after a failure (it would be counted twice).
     redeliverable = False
-    user_on_next = None  # steps take turns (agents.timed): never called inline
+    user_on_next = None  # steps take turns (agents.event_time_observer): never called inline
 
     def __init__(
         self,
@@ -93,24 +94,8 @@ class EventTimeObserver(EventTimeUnit):
         limits: HookLimits | None = None,
     ) -> None:
         self.target = target
-        if handoff is not None:
-            self._handoff = HandoffWrites(handoff, dead_letters)
-            if spec.window is None and not spec.inputs:
-                # A windowless consumer's events wait here for the watermark, then go in order.
-                self._release = TimestampOrder()
-        if spec.inputs:
-            self._inputs = spec.inputs
-            if spec.window is None and spec.join is None:
-                # Several inputs, no window: every event waits for the merged watermark.
-                self._merge = MergedRelease(spec.inputs, spec.imports or {})
-            if spec.join is not None:
-                # An interval join: its left input, and the newest replay position of it seen
-                # (the handoff's marks: every pair is marked by its left event's position).
-                self._join_left = spec.inputs[0]
         self._partition = name = str(stream_id)
-        if spec.inputs:
-            self.holdback = HoldBack(name, late_arrival=spec.policy.late_arrival)
-            self._open_inputs = set(spec.inputs)
+        self._route_output(spec, name, dead_letters, handoff)
         self.stream_id = stream_id
         self.processor = spec.processor(name)
         if is_stateful(type(target)):
@@ -120,28 +105,7 @@ class EventTimeObserver(EventTimeUnit):
             self._unit = True  # the events it holds for the watermark are saved with it
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
-        # Checked, and its hooks inspected, once per consumer type.
-        type_hooks = spec.check_consumer(type(target))
-        on_events, on_error, on_watermark, on_join = type_hooks.bind(
-            target, "on_events", "on_error", "on_watermark", "on_join"
-        )
-        # Called once a window and once a stream: the type's method, bound when called.
-        on_window, on_completed = type_hooks.bind(target, "on_window", "on_completed", shared=True)
-        if on_join[1] is not None:
-            self._on_join = on_join[1]
-        self._on_window: SharedHook | None = on_window[1]
-        # Each window, step's events or watermark one unit of work for its hook: retried,
-        # timed, given up alone (agents.output). Made when a hook is called (see _hook_calls).
-        self._limits = limits or HookLimits(type(target).__qualname__)
-        self._hooks: HookCalls | None = None
-        if on_events[1] is not None:
-            self._on_events = on_events[1]
-            self._user_on_events = on_events[0]  # its result is read (merged)
-        self.on_error = on_error[1] or nothing
-        self.has_on_error = on_error[1] is not None
-        self._user_completed: SharedHook = on_completed[1] or nothing
-        if on_watermark[1] is not None:
-            self._user_watermark = on_watermark[1]
+        self._bind_hooks(spec, limits)
         self._last_watermark = self.processor.watermark
         # What the processor held before a step that is still being emitted: the processor
         # forgets a window as it closes it, but its events stay needed until the window is
@@ -163,9 +127,57 @@ class EventTimeObserver(EventTimeUnit):
         self._taken: SequenceToken | None = None  # the last event taken
         # Restored: what the snapshot already has (_skip_to, None until then).
         # The last event taken, and the hold before the step now emitting: the queue
-        # positions a failed window's letter names (agents.window_hook).
+        # positions a failed window's letter names (agents.hook_calls).
         self._through: SequenceToken | None = None
         self._held_from: SequenceToken | None = None
+
+    def _route_output(
+        self, spec: EventTime, name: str, dead_letters: DeadLetterStore, handoff: HandoffTarget | None
+    ) -> None:
+        """Where the step's output goes: the handoff, and what waits for the watermark first
+        (a windowless consumer's events, several inputs' merge, an interval join's left input)."""
+        if handoff is not None:
+            self._handoff = HandoffWrites(handoff, dead_letters)
+            if spec.window is None and not spec.inputs:
+                # A windowless consumer's events wait here for the watermark, then go in order.
+                self._release = TimestampOrder()
+        if spec.inputs:
+            self._inputs = spec.inputs
+            if spec.window is None and spec.join is None:
+                # Several inputs, no window: every event waits for the merged watermark.
+                self._merge = MergedRelease(spec.inputs, spec.imports or {})
+            if spec.join is not None:
+                # An interval join: its left input, and the newest replay position of it seen
+                # (the handoff's marks: every pair is marked by its left event's position).
+                self._join_left = spec.inputs[0]
+            self.holdback = HoldBack(name, late_arrival=spec.policy.late_arrival)
+            self._open_inputs = set(spec.inputs)
+
+    def _bind_hooks(self, spec: EventTime, limits: HookLimits | None) -> None:
+        """The consumer's own hooks, bound to ``target`` (its type checked once)."""
+        target = self.target
+        # Checked, and its hooks inspected, once per consumer type.
+        type_hooks = spec.check_consumer(type(target))
+        on_events, on_error, on_watermark, on_join = type_hooks.bind(
+            target, "on_events", "on_error", "on_watermark", "on_join"
+        )
+        # Called once a window and once a stream: the type's method, bound when called.
+        on_window, on_completed = type_hooks.bind(target, "on_window", "on_completed", shared=True)
+        if on_join[1] is not None:
+            self._on_join = on_join[1]
+        self._on_window: SharedHook | None = on_window[1]
+        # Each window, step's events or watermark one unit of work for its hook: retried,
+        # timed, given up alone (agents.hook_calls). Made when a hook is called (see _hook_calls).
+        self._limits = limits or HookLimits(type(target).__qualname__)
+        self._hooks: HookCalls | None = None
+        if on_events[1] is not None:
+            self._on_events = on_events[1]
+            self._user_on_events = on_events[0]  # its result is read (merged)
+        self.on_error = on_error[1] or nothing
+        self.has_on_error = on_error[1] is not None
+        self._user_completed: SharedHook = on_completed[1] or nothing
+        if on_watermark[1] is not None:
+            self._user_watermark = on_watermark[1]
 
     def for_input(self, name: str, order: QueueOrder) -> InputView:
         """What the stream of input ``name`` delivers to (several inputs), its batches
