@@ -65,7 +65,7 @@ def _w1(status: dict[str, Any]) -> dict[str, Any]:
     return next((w for w in status["workers"] if w["name"] == "w1"), {"queues": [], "clock_steps": 0})
 
 
-def _step_and_back(backend: Backend, offset_file: Path, cwd: Path, *where: str) -> None:
+def _step_and_back(backend: Backend, offset_file: Path, log: Path, cwd: Path, *where: str) -> None:
     """Step the worker's clock +600 s, see its status show it, step it back, see that too;
     then ``headrace status`` (JSON and table) in ``cwd`` shows the same."""
     w1 = _w1(_until(backend, lambda s: bool(_w1(s)["queues"])))
@@ -77,6 +77,10 @@ def _step_and_back(backend: Backend, offset_file: Path, cwd: Path, *where: str) 
     assert w1["clock_steps"] == 1 and abs(w1["clock_step"] - 600) < 1.0, w1
     # When, by the worker's clock after the step: ten minutes ahead of the true time.
     assert before + 600 <= w1["clock_step_at"] <= time.time() + 601, (before, w1)
+    # Its balancer says it in the log (it looks once a round: wait for that round).
+    deadline = time.monotonic() + 30
+    while "the wall clock stepped +600.0 s" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
     offset_file.write_text("+0\n")
     w1 = _w1(_until(backend, lambda s: _w1(s)["clock_steps"] >= 2))
@@ -115,12 +119,16 @@ def _stepped_worker(tmp_path: Path, args: list[str], env: dict[str, str], backen
         try:
             assert worker.stdout is not None
             assert worker.stdout.readline().startswith("headrace worker w1: running")
-            _step_and_back(backend, offset_file, tmp_path / "operator", *where)
+            _step_and_back(backend, offset_file, tmp_path / "worker.log", tmp_path / "operator", *where)
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(30)
     logged = (tmp_path / "worker.log").read_text()
     assert worker.returncode == 0 and "lease lost" not in logged, logged
+    # Its balancer said each step in the log, once.
+    steps = [line for line in logged.splitlines() if "the wall clock stepped" in line]
+    assert len(steps) == 2, logged
+    assert "stepped +600.0 s" in steps[0] and "stepped -600.0 s" in steps[1], steps
 
 
 def test_status_shows_a_stepped_worker_clock_on_the_embedded_store(tmp_path):
