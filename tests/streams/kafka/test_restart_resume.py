@@ -214,34 +214,42 @@ async def test_a_default_settings_worker_runs_serves_and_stops_cleanly(tmp_path,
 def test_aiokafkas_info_lines_show_only_at_debug(tmp_path, kafka_broker, kafka_topic):
     """Counted lines of a worker's start and stop: at info only headrace's; at debug aiokafka's
     INFO lines too."""
-    counts = {}
-    for level in ("info", "debug"):
+    processes = {}
+    for level in ("info", "debug"):  # two workers of their own topics and groups, at once
         env = python_env(
             HEADRACE_TEST_KAFKA=kafka_broker,
             HEADRACE_TEST_TOPIC=f"{kafka_topic}-{level}",
             HEADRACE_TEST_GROUP=f"{kafka_topic}-{level}",
-            HEADRACE_TEST_RECORDS=str(tmp_path / "seen"),
+            HEADRACE_TEST_RECORDS=str(tmp_path / f"seen-{level}"),
         )
-        log_path = tmp_path / f"{level}.log"
-        process = subprocess.Popen(
+        processes[level] = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker", "--app", "tests.streams.kafka.orders_app:app"]
             + ["--log-format", "logfmt", "--log-level", level],
             cwd=ROOT,
             env=env,
             text=True,
             stdout=subprocess.PIPE,
-            stderr=open(log_path, "w"),
+            stderr=open(tmp_path / f"{level}.log", "w"),
         )
-        assert process.stdout is not None
-        assert "running" in process.stdout.readline(), log_path.read_text()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0, log_path.read_text()
-        lines = log_path.read_text().splitlines()
-        counts[level] = Counter(
-            ("aiokafka" if "logger=aiokafka" in line else "headrace", line.split("level=")[1].split()[0])
-            for line in lines
-            if "level=" in line
-        )
+    counts = {}
+    try:
+        for level, process in processes.items():
+            log_path = tmp_path / f"{level}.log"
+            assert process.stdout is not None
+            assert "running" in process.stdout.readline(), log_path.read_text()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0, log_path.read_text()
+            lines = log_path.read_text().splitlines()
+            counts[level] = Counter(
+                ("aiokafka" if "logger=aiokafka" in line else "headrace", line.split("level=")[1].split()[0])
+                for line in lines
+                if "level=" in line
+            )
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     # at info: headrace's lines, and aiokafka's warnings and errors only (here its one error
     # about the refused InitProducerId, which headrace's warning explains)
     assert {level for source, level in counts["info"] if source == "aiokafka"} <= {"warning", "error"}, counts
