@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, astuple, dataclass, field, fields
+from collections.abc import Iterable
+from dataclasses import asdict, astuple, dataclass, field, fields, replace
 from typing import Any, Literal, Protocol
 
 from streams.eventtime.lateness import ObservedTimes
@@ -54,7 +55,10 @@ class AgentStatus:
     read on, its agent stopped (``None``: reading). ``observed``: per consumer type, the
     lateness and disorder of a sample of its events on this queue over the last hour
     (:class:`~streams.eventtime.lateness.ObservedTimes`). ``input_watermarks``: among
-    activations with several inputs, the lowest watermark of each input (``None``: none yet).
+    activations with several inputs, the lowest watermark of each input (``None``: none yet). ``clock_steps``: how many times
+    its worker's wall clock stepped against the monotonic one (over a second) since the
+    worker started, ``clock_step`` the last step's size in seconds (either way) and
+    ``clock_step_at`` the wall time it was seen at (``None``: none seen).
     """
 
     worker: str
@@ -80,6 +84,9 @@ class AgentStatus:
     failed: str | None = None
     observed: dict[str, ObservedTimes] = field(default_factory=dict)
     input_watermarks: dict[str, float | None] = field(default_factory=dict)
+    clock_steps: int = 0
+    clock_step: float = 0.0
+    clock_step_at: float | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> AgentStatus:
@@ -142,7 +149,9 @@ class WorkerStatus:
     ``stale`` (heard from lately, but its process on this machine is gone: it was stopped
     hard, and a restart under its name takes over at once), ``suspected`` (silent for longer
     than the timeout: dead to the others) or ``left`` (left gracefully). ``instance`` is the
-    process that joined under the name (``host/pid/nonce``)."""
+    process that joined under the name (``host/pid/nonce``). ``clock_steps``,
+    ``clock_step`` and ``clock_step_at``: its wall clock's steps, as its last status rows
+    say (:class:`AgentStatus`)."""
 
     name: str
     state: WorkerState
@@ -151,6 +160,31 @@ class WorkerStatus:
     left_at: float | None
     queues: list[int]
     instance: str = ""
+    clock_steps: int = 0
+    clock_step: float = 0.0
+    clock_step_at: float | None = None
+
+    def with_clock_steps(self, agents: Iterable[AgentStatus]) -> WorkerStatus:
+        """This worker with the wall-clock steps its agents' rows report (its own rows only,
+        the freshest; unchanged without any).
+
+        >>> w = WorkerStatus("w", "live", 0.0, 9.0, None, [0])
+        >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 9.0, 24.0,
+        ...                   clock_steps=2, clock_step=-600.0, clock_step_at=5.0)
+        >>> stepped = w.with_clock_steps([row])
+        >>> stepped.clock_steps, stepped.clock_step, stepped.clock_step_at
+        (2, -600.0, 5.0)
+        """
+        own = [a for a in agents if a.worker == self.name]
+        if not own:
+            return self
+        latest = max(own, key=lambda a: a.updated)
+        return replace(
+            self,
+            clock_steps=latest.clock_steps,
+            clock_step=latest.clock_step,
+            clock_step_at=latest.clock_step_at,
+        )
 
     def gone_since(self) -> float | None:
         """When it left or was last heard from, unless it is live."""

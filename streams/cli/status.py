@@ -42,8 +42,10 @@ from rich.markup import escape
 
 from streams.adapters.status import (
     GONE_AFTER_TIMEOUTS,
+    AgentStatus,
     ClusterStatus,
     QueueStatus,
+    WorkerStatus,
 )
 from streams.cli import CliError
 from streams.cli.advice import advice_of, observed, render_advice, reported_agents
@@ -62,7 +64,7 @@ from streams.cli.common import (
 )
 from streams.core.errors import ConfigurationError
 from streams.runtime.backends import Backend
-from streams.runtime.config import load_config
+from streams.runtime.config import HeadraceConfig, load_config
 
 EXAMPLES = """examples:
   headrace status --path ./store
@@ -123,42 +125,56 @@ def run(args: argparse.Namespace) -> int:
         backend = config.provider().backend if in_cluster(config) else None
     timeout = config.balancer.suspicion_timeout
     if args.serve:
-        if args.json or args.advise or args.all:
-            raise CliError("--serve shows everything on the page: leave out --json, --advise and --all")
-        from streams.cli.page import serve_page, store_options  # the page's modules only when served
-
-        where = store_options(args.path, args.config, args.app)
-        if backend is not None:
-            anyio.run(serve_page, backend, timeout, where, args.host, args.port)
-        else:
-            with contextlib.closing(existing_store(config)) as store:
-                anyio.run(serve_page, store, timeout, where, args.host, args.port)
+        _serve(args, config, backend, timeout)
         return 0
+    status = _read(args, config, backend, timeout, app is not None)
+    if args.advise:
+        _advise(status, as_json=args.json)
+    elif args.json:
+        print(json.dumps(status.as_dict()))
+    else:
+        render(status, console())
+    return 0
+
+
+def _serve(args: argparse.Namespace, config: HeadraceConfig, backend: Backend | None, timeout: float) -> None:
+    """``--serve``: the live page until Ctrl-C."""
+    if args.json or args.advise or args.all:
+        raise CliError("--serve shows everything on the page: leave out --json, --advise and --all")
+    from streams.cli.page import serve_page, store_options  # the page's modules only when served
+
+    where = store_options(args.path, args.config, args.app)
     if backend is not None:
-        try:
-            status = anyio.run(partial(backend.read_status, suspicion_timeout=timeout, everyone=args.all))
-        except ConfigurationError as exc:
-            raise CliError(f"--app {args.app}: {exc}" if app is not None else str(exc)) from None
+        anyio.run(serve_page, backend, timeout, where, args.host, args.port)
     else:
         with contextlib.closing(existing_store(config)) as store:
-            status = anyio.run(partial(store.read_status, suspicion_timeout=timeout, everyone=args.all))
-    if args.advise:
-        advice = advice_of(status)
-        if not advice:
-            raise CliError(
-                "nothing to advise from: no running worker has reported event-time consumers' events of the "
-                "last hour (a worker samples one event in [agent] lateness_sample_every)"
-            )
-        if args.json:
-            print(json.dumps({a.consumer_type: a.as_dict() for a in advice}))
-        else:
-            render_advice(advice, console())
-        return 0
-    if args.json:
-        print(json.dumps(status.as_dict()))
-        return 0
-    render(status, console())
-    return 0
+            anyio.run(serve_page, store, timeout, where, args.host, args.port)
+
+
+def _read(
+    args: argparse.Namespace, config: HeadraceConfig, backend: Backend | None, timeout: float, from_app: bool
+) -> ClusterStatus:
+    """The cluster's status: from ``backend`` when it has one elsewhere, else from the store."""
+    if backend is None:
+        with contextlib.closing(existing_store(config)) as store:
+            return anyio.run(partial(store.read_status, suspicion_timeout=timeout, everyone=args.all))
+    try:
+        return anyio.run(partial(backend.read_status, suspicion_timeout=timeout, everyone=args.all))
+    except ConfigurationError as exc:
+        raise CliError(f"--app {args.app}: {exc}" if from_app else str(exc)) from None
+
+
+def _advise(status: ClusterStatus, *, as_json: bool) -> None:
+    advice = advice_of(status)
+    if not advice:
+        raise CliError(
+            "nothing to advise from: no running worker has reported event-time consumers' events of the "
+            "last hour (a worker samples one event in [agent] lateness_sample_every)"
+        )
+    if as_json:
+        print(json.dumps({a.consumer_type: a.as_dict() for a in advice}))
+    else:
+        render_advice(advice, console())
 
 
 LONG_DELAY = 3600.0  # a watermark delay past this gets a word on why (delay_note)
@@ -197,6 +213,8 @@ def delay_note(queues: list[QueueStatus]) -> str | None:
 
 
 def render(status: ClusterStatus, out: Console) -> None:
+    """The status as tables: workers, queues, slowest consumers, event time, failures, dead
+    letters, handoff."""
     now = status.taken_at
     live = sum(1 for w in status.workers if w.state == "live")
     queues = "no queues yet" if status.queue_count is None else plural(status.queue_count, "queue")
@@ -205,14 +223,29 @@ def render(status: ClusterStatus, out: Console) -> None:
         out.print(
             f"consumer group: {plural(len(status.group_members), 'member')} ({', '.join(status.group_members) or '-'})"
         )
+    render_workers(status, out)
+    if status.queues:
+        render_queues(status.queues, out)
+    render_fates(status, out)
+    render_observed(status, out)
+    render_failed(status, out)
+    render_dead_letters_and_handoff(status, out)
 
+
+def render_workers(status: ClusterStatus, out: Console) -> None:
+    """The workers table (a clock column once a worker's wall clock stepped), and those not shown."""
+    now = status.taken_at
     if status.workers:
-        rows = table("workers", "worker", "state", "last heartbeat", "queues", "instance")
+        stepped = any(w.clock_steps for w in status.workers)
+        rows = table(
+            "workers", "worker", "state", "last heartbeat", "queues", "instance", *(["clock steps"] if stepped else [])
+        )
         for w in status.workers:
             heartbeat = (
                 f"{_ago(now, w.last_heartbeat)} ago" if w.left_at is None else f"left {_ago(now, w.left_at)} ago"
             )
-            add_row(rows, w.name, w.state, heartbeat, _ranges(w.queues) or "-", w.instance or "-")
+            steps = [clock_steps_text(w, now)] if stepped else []
+            add_row(rows, w.name, w.state, heartbeat, _ranges(w.queues) or "-", w.instance or "-", *steps)
         out.print(rows)
     elif not status.workers_not_shown:
         out.print("workers: none has joined (start one with `headrace worker`)")
@@ -222,67 +255,86 @@ def render(status: ClusterStatus, out: Console) -> None:
             f"{GONE_AFTER_TIMEOUTS * status.suspicion_timeout:g} s not shown (--all shows them)"
         )
 
-    if status.queues:
-        agents = any(q.agent is not None for q in status.queues)
-        held = any(q.agent is not None and q.agent.held_by for q in status.queues)
-        slow = any(q.agent is not None and q.agent.slowest_substreams for q in status.queues)
-        optional = [*(["held back by"] if held else []), *(["slowest substreams"] if slow else [])]
-        extra = ("in/s", "out/s", "cache", "pressure", "streams", "watermark", "delay", *optional) if agents else ()
-        rows = table(
-            "queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", "lag events", *extra
-        )
-        for q in status.queues:
-            row = [
-                str(q.queue),
-                q.owner or "-",
-                _opt(q.epoch),
-                f"{q.retained:,}",
-                f"{q.next_sequence:,}",
-                _opt(q.checkpoint),
-                f"{q.checkpoint_lag:,}",
-                "-" if q.lag_events is None else f"{'>' if q.lag_events_more else ''}{q.lag_events:,}",
-            ]
-            if agents:
-                a = q.agent
-                row += (
-                    ["-"] * len(extra)
-                    if a is None
-                    else [
-                        _rate(a.events_in_per_s),
-                        _rate(a.events_out_per_s),
-                        f"{a.cache_size:,}/{a.cache_max:,}",
-                        "yes" if a.under_pressure else "no",
-                        f"{a.streams:,}",
-                        "-" if a.watermark_min is None else utc_text(a.watermark_min),
-                        "-" if a.watermark_delay is None else delay_text(a.watermark_delay),
-                        *([a.held_by or "-"] if held else []),
-                        *([a.slowest_substreams or "-"] if slow else []),
-                    ]
-                )
-            add_row(rows, *row)
-        out.print(rows)
-        if not agents:
-            out.print("cache and watermarks: no running worker has reported them")
-        note = delay_note(status.queues)
-        if note is not None:
-            out.print(note, highlight=False)
-        behind = [(q.queue, lag) for q in status.queues if q.agent is not None for lag in q.agent.slowest]
-        if behind:
-            rows = table("slowest consumers", "queue", "stream", "subscription", "next seq", "behind (records)")
-            for queue, lag in behind:
-                add_row(rows, str(queue), lag.stream, lag.subscription, f"{lag.next_sequence:,}", f"{lag.behind:,}")
-            out.print(rows)
-        elif agents:
-            out.print("slowest consumers: none behind (every consumer has what its worker read)")
 
-    render_fates(status, out)
-    render_observed(status, out)
-    # A queue whose agent stopped because it cannot be read on (a deleted topic, no codec, ...)
+def clock_steps_text(worker: WorkerStatus, now: float) -> str:
+    """A worker's wall-clock steps as the workers table shows them: how many, and the last.
+
+    >>> w = WorkerStatus("w", "live", 0.0, 0.0, None, [0], clock_steps=2, clock_step=-600.0, clock_step_at=1714565220)
+    >>> clock_steps_text(w, 1714565232.5)
+    '2, last -600.0 s at 2024-05-01T12:07:00Z (12.5 s ago)'
+    >>> clock_steps_text(WorkerStatus("v", "live", 0.0, 0.0, None, []), 0.0)
+    '-'
+    """
+    if not worker.clock_steps or worker.clock_step_at is None:
+        return "-"
+    at = worker.clock_step_at
+    return f"{worker.clock_steps:,}, last {worker.clock_step:+,.1f} s at {utc_text(at)} ({_ago(now, at)} ago)"
+
+
+def render_queues(queues: list[QueueStatus], out: Console) -> None:
+    """The queues table (with what running workers report of their agents), then the slowest consumers."""
+    agents = any(q.agent is not None for q in queues)
+    held = any(q.agent is not None and q.agent.held_by for q in queues)
+    slow = any(q.agent is not None and q.agent.slowest_substreams for q in queues)
+    optional = [*(["held back by"] if held else []), *(["slowest substreams"] if slow else [])]
+    extra = ("in/s", "out/s", "cache", "pressure", "streams", "watermark", "delay", *optional) if agents else ()
+    rows = table("queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", "lag events", *extra)
+    for q in queues:
+        agent = (["-"] * len(extra) if q.agent is None else _agent_cells(q.agent, held, slow)) if agents else []
+        add_row(rows, *_queue_cells(q), *agent)
+    out.print(rows)
+    if not agents:
+        out.print("cache and watermarks: no running worker has reported them")
+    note = delay_note(queues)
+    if note is not None:
+        out.print(note, highlight=False)
+    behind = [(q.queue, lag) for q in queues if q.agent is not None for lag in q.agent.slowest]
+    if behind:
+        rows = table("slowest consumers", "queue", "stream", "subscription", "next seq", "behind (records)")
+        for queue, lag in behind:
+            add_row(rows, str(queue), lag.stream, lag.subscription, f"{lag.next_sequence:,}", f"{lag.behind:,}")
+        out.print(rows)
+    elif agents:
+        out.print("slowest consumers: none behind (every consumer has what its worker read)")
+
+
+def _queue_cells(q: QueueStatus) -> list[str]:
+    lag_events = "-" if q.lag_events is None else f"{'>' if q.lag_events_more else ''}{q.lag_events:,}"
+    return [
+        str(q.queue),
+        q.owner or "-",
+        _opt(q.epoch),
+        f"{q.retained:,}",
+        f"{q.next_sequence:,}",
+        _opt(q.checkpoint),
+        f"{q.checkpoint_lag:,}",
+        lag_events,
+    ]
+
+
+def _agent_cells(a: AgentStatus, held: bool, slow: bool) -> list[str]:
+    return [
+        _rate(a.events_in_per_s),
+        _rate(a.events_out_per_s),
+        f"{a.cache_size:,}/{a.cache_max:,}",
+        "yes" if a.under_pressure else "no",
+        f"{a.streams:,}",
+        "-" if a.watermark_min is None else utc_text(a.watermark_min),
+        "-" if a.watermark_delay is None else delay_text(a.watermark_delay),
+        *([a.held_by or "-"] if held else []),
+        *([a.slowest_substreams or "-"] if slow else []),
+    ]
+
+
+def render_failed(status: ClusterStatus, out: Console) -> None:
+    """A queue whose agent stopped because it cannot be read on (a deleted topic, no codec, ...)."""
     reported = [q.agent for q in status.queues if q.agent is not None] + status.agents
     for agent in sorted(reported, key=lambda a: a.queue):
         if agent.failed:
             out.print(f"[bold red]queue {agent.queue} FAILED[/] on {escape(agent.worker)}: {escape(agent.failed)}")
 
+
+def render_dead_letters_and_handoff(status: ClusterStatus, out: Console) -> None:
     if status.dead_letters:
         rows = table("dead letters", "reason", "count", "replayed")
         for d in status.dead_letters:
@@ -290,7 +342,6 @@ def render(status: ClusterStatus, out: Console) -> None:
         out.print(rows)
     else:
         out.print("dead letters: none")
-
     if status.handoff:
         rows = table("Spark handoff", "stream", "partitions", "end offsets", "rows retained")
         for h in status.handoff:

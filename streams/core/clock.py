@@ -144,8 +144,10 @@ class StepWatch:
     """Notices a step of ``clock``'s wall clock against its monotonic one: the wall time
     minus the monotonic time (the offset) moving by more than :data:`STEP_THRESHOLD` since
     the last look. Each step is one warning line with its size; :attr:`step` is the sum of
-    the steps seen (0.0 once the clock is back; slow drift is not counted), for
-    ``headrace status``.
+    the steps seen (0.0 once the clock is back; slow drift is not counted); :attr:`count`,
+    :attr:`last` and :attr:`last_at` (the wall time it was seen at) are what
+    ``headrace status`` shows. ``say=False`` watches without the warning (a second watch
+    of a clock another one already speaks for).
 
     >>> clock = ManualClock(1000.0)
     >>> watch = StepWatch(clock)
@@ -155,23 +157,32 @@ class StepWatch:
     600.0
     >>> clock.step(-600); watch.check()
     0.0
+    >>> watch.count, watch.last, watch.last_at
+    (2, -600.0, 1005.0)
     """
 
-    __slots__ = ("_clock", "_offset", "step")
+    __slots__ = ("_clock", "_offset", "_say", "count", "last", "last_at", "step")
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, say: bool = True) -> None:
         self._clock = clock
+        self._say = say
         self._offset = clock.now() - clock.monotonic()
         self.step = 0.0
+        self.count = 0  # steps seen
+        self.last = 0.0  # the last one's size, s (either way)
+        self.last_at: float | None = None  # the wall time it was seen at
 
     def check(self) -> float:
         """Look at the clock now; the wall clock's total step since the watch started."""
-        offset = self._clock.now() - self._clock.monotonic()
+        now = self._clock.now()
+        offset = now - self._clock.monotonic()
         moved, self._offset = offset - self._offset, offset  # slow drift (NTP slewing) is no step
         if abs(moved) > STEP_THRESHOLD:
             self.step += moved
             if abs(self.step) <= STEP_THRESHOLD:
                 self.step = 0.0
+            self.count, self.last, self.last_at = self.count + 1, moved, now
+        if abs(moved) > STEP_THRESHOLD and self._say:
             log.warning(
                 "the wall clock stepped %+.1f s against the monotonic clock (%+.1f s in all); "
                 "processing time and leases follow elapsed time and are unaffected",

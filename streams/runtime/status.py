@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import anyio
 
 from streams.adapters.status import FRESH_FOR, AgentStatus, StatusBoard
-from streams.core.clock import wall_time
+from streams.core.clock import StepWatch, wall_time
 from streams.core.errors import ConfigurationError, HeadraceError
 from streams.runtime.provider import StreamProvider
 from streams.runtime.snapshot import QueueSnapshot, take_snapshot
@@ -25,9 +25,15 @@ log = logging.getLogger("headrace.status")
 
 
 def agent_status(
-    worker: str, queue: QueueSnapshot, taken_at: float, interval: float, before: AgentStatus | None = None
+    worker: str,
+    queue: QueueSnapshot,
+    taken_at: float,
+    interval: float,
+    before: AgentStatus | None = None,
+    steps: StepWatch | None = None,
 ) -> AgentStatus:
-    """The row of ``queue``; with ``before`` (the same agent's previous row), rates."""
+    """The row of ``queue``; with ``before`` (the same agent's previous row), rates; with
+    ``steps``, the worker's wall-clock steps it saw."""
     span = taken_at - before.updated if before is not None else 0.0
     # An agent that restarted (the queue came back) counts from zero again: no rate then.
     rated = before is not None and span > 0 and queue.events_read >= before.events_in
@@ -55,6 +61,9 @@ def agent_status(
         failed=queue.failed,
         observed=dict(queue.observed),
         input_watermarks={name: m if math.isfinite(m) else None for name, m in queue.event_time.inputs.items()},
+        clock_steps=steps.count if steps is not None else 0,
+        clock_step=steps.last if steps is not None else 0.0,
+        clock_step_at=steps.last_at if steps is not None else None,
     )
 
 
@@ -91,11 +100,15 @@ class StatusReporter:
         self.board = board
         self.interval = interval
         self._last: dict[int, AgentStatus] = {}  # by queue: the rates' starting point
+        # The worker's wall-clock steps, looked at every report; quiet: the worker's balancer
+        # says each in the log.
+        self._steps = StepWatch(provider.clock, say=False)
 
     def snapshot(self) -> list[AgentStatus]:
+        self._steps.check()
         taken = take_snapshot(self.provider)
         statuses = [
-            agent_status(taken.worker, queue, taken.taken_at, self.interval, self._last.get(queue.queue))
+            agent_status(taken.worker, queue, taken.taken_at, self.interval, self._last.get(queue.queue), self._steps)
             for queue in taken.queues
         ]
         self._last = {s.queue: s for s in statuses}

@@ -63,6 +63,11 @@ STATUS_SCHEMA: list[Migration] = [
     ["ALTER TABLE status_agents ADD COLUMN observed TEXT NOT NULL DEFAULT '{}'"],
     # per input of activations with several, its lowest watermark
     ["ALTER TABLE status_agents ADD COLUMN input_watermarks TEXT NOT NULL DEFAULT '{}'"],
+    [  # the worker's wall-clock steps: how many, the last one's size and when
+        "ALTER TABLE status_agents ADD COLUMN clock_steps INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE status_agents ADD COLUMN clock_step REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE status_agents ADD COLUMN clock_step_at REAL",
+    ],
 ]
 
 COLUMNS = ", ".join(AGENT_FIELDS)
@@ -118,6 +123,7 @@ def read_status(
         count = recorded_queue_count(conn)
         leases = _leases(conn, at) if "lease_queues" in tables else {}
         agents = read_agent_statuses(conn, at)
+        reported = read_agent_statuses(conn, float("-inf"))  # stale rows too: a worker's clock steps
         queues = [_queue(conn, q, leases.get(q), agents, at) for q in range(count or 0)]
         members = _members(conn) if "membership_workers" in tables else []
         letters = _dead_letters(conn) if "deadletters" in tables else []
@@ -134,7 +140,7 @@ def read_status(
             m.left_at,
             owned.get(m.worker, []),
             m.incarnation,
-        )
+        ).with_clock_steps(reported)
         for m in members
     ]
     horizon = at - GONE_AFTER_TIMEOUTS * suspicion_timeout

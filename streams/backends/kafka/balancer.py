@@ -56,6 +56,7 @@ from balancer.protocols import Lease, QueueDistributionChange, QueueDistribution
 from streams.backends.kafka.assignor import BestFitPartitionAssignor
 from streams.backends.kafka.clients import is_transient, stop_client
 from streams.backends.kafka.settings import KafkaSettings
+from streams.core.clock import WALL_CLOCK, StepWatch
 from streams.core.errors import ConfigurationError, QueueAdapterError
 from streams.core.ids import QueueId
 
@@ -156,6 +157,7 @@ class KafkaGroupBalancer:
         self._changed = anyio.Event()
         self._delivering = anyio.Lock()  # rebalance callbacks and run() take turns
         self._closing = False
+        self._steps = StepWatch(WALL_CLOCK)  # a step of the wall clock: said once a round
 
     # -- QueueBalancer --------------------------------------------------------------
     async def initialize(self, worker: str, queues: Sequence[QueueId]) -> None:
@@ -231,6 +233,7 @@ class KafkaGroupBalancer:
             self._changed = anyio.Event()  # reset before looking: a later change wakes us again
             if self._closing:
                 return
+            self._steps.check()
             await self._poll()
             await self._catch_up()
 

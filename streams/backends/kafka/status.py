@@ -227,7 +227,7 @@ def _worker(report: WorkerReport, now: float) -> WorkerStatus:
         None,
         sorted(a.queue for a in report.agents) if live else [],
         report.instance,
-    )
+    ).with_clock_steps(report.agents)
 
 
 # A queue's offsets summed over its topics: oldest retained, end, committed (None: never),

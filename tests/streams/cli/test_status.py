@@ -149,3 +149,31 @@ def test_a_long_watermark_delay_says_why():
         "no event since (late_arrival or idle_timeout move a silent one)\n"
     ) in text
     assert "the lowest watermark is that far behind" not in shown(queue(0, 2.5))
+
+
+def test_the_workers_table_shows_each_workers_clock_steps_once_one_stepped():
+    from rich.console import Console
+
+    from streams.adapters.status import ClusterStatus, WorkerStatus
+    from streams.cli.status import render
+
+    now = 1_795_789_332.0
+
+    def shown(*workers: WorkerStatus) -> list[str]:
+        out = Console(width=400, record=True, file=io.StringIO())
+        render(ClusterStatus("store", now, 10.0, 2, workers=list(workers)), out)
+        return [line.rstrip() for line in out.export_text().splitlines()]
+
+    steady = WorkerStatus("w1", "live", now - 60, now - 1, None, [0], "h/1/1")
+    lines = shown(steady)
+    assert not any("clock steps" in line for line in lines)  # no column while no clock stepped
+    stepped = WorkerStatus(
+        "w2", "live", now - 60, now - 1, None, [1], "h/2/1", clock_steps=3, clock_step=-600.25, clock_step_at=now - 42
+    )
+    lines = shown(steady, stepped)
+    [head] = [line for line in lines if "worker" in line and "state" in line]
+    assert head.split()[-2:] == ["clock", "steps"]
+    [w1] = [line for line in lines if line.lstrip().startswith("w1 ")]
+    [w2] = [line for line in lines if line.lstrip().startswith("w2 ")]
+    assert w1.endswith(" -")
+    assert w2.endswith("3, last -600.2 s at 2026-11-27T14:21:30Z (42.0 s ago)"), w2

@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from streams import StreamId, StreamProvider
 from streams.backends.kafka.settings import KafkaSettings
-from streams.backends.kafka.status import read_kafka_status
+from streams.backends.kafka.status import read_kafka_status, read_reports
 from tests.agents.delivery.conftest import drained
 from tests.helpers import ROOT, python_env
 from tests.streams.kafka.orders_app import NAMESPACE, QUEUES
@@ -158,9 +157,10 @@ async def test_a_restarted_worker_resumes_at_its_committed_offset_after_a_stop_a
     listed = await _listed_ends(kafka_broker, kafka_topic)
     assert any(listed[p] < ends[p] for p in range(QUEUES)), (listed, ends)  # the broker's quirk is there
 
-    second = orders.worker("w2")  # on the same records: its committed offsets are past the listed ends
-    await anyio.sleep(2)  # a replay from the partitions' start would show by now
-    assert len(orders.seen()) == 1000
+    # On the same records: its committed offsets are past the listed ends. A replay from the
+    # partitions' start would give each partition's old records before its new ones, so by
+    # the time the new ones are all seen the count below holds every duplicate.
+    second = orders.worker("w2")
     await orders.publish(500)
     await orders.until_seen(set(range(1500)))
     assert_clean(second, second.stop())
@@ -196,7 +196,11 @@ async def test_a_default_settings_worker_runs_serves_and_stops_cleanly(tmp_path,
     worker = orders.worker("w1")
     await orders.publish(200)
     await orders.until_seen(set(range(200)))
-    time.sleep(6)  # past the status topic's first publish (its producer starts then)
+    # Past the status topic's first publish (its producer starts then).
+    settings = KafkaSettings(kafka_broker, kafka_topic, QUEUES, group_id=orders.group)
+    with anyio.fail_after(30):
+        while "w1" not in await read_reports(settings):
+            await anyio.sleep(0.2)
     assert worker.process.poll() is None, worker.log()
     rc = worker.stop()
     log = worker.log()
@@ -210,34 +214,42 @@ async def test_a_default_settings_worker_runs_serves_and_stops_cleanly(tmp_path,
 def test_aiokafkas_info_lines_show_only_at_debug(tmp_path, kafka_broker, kafka_topic):
     """Counted lines of a worker's start and stop: at info only headrace's; at debug aiokafka's
     INFO lines too."""
-    counts = {}
-    for level in ("info", "debug"):
+    processes = {}
+    for level in ("info", "debug"):  # two workers of their own topics and groups, at once
         env = python_env(
             HEADRACE_TEST_KAFKA=kafka_broker,
             HEADRACE_TEST_TOPIC=f"{kafka_topic}-{level}",
             HEADRACE_TEST_GROUP=f"{kafka_topic}-{level}",
-            HEADRACE_TEST_RECORDS=str(tmp_path / "seen"),
+            HEADRACE_TEST_RECORDS=str(tmp_path / f"seen-{level}"),
         )
-        log_path = tmp_path / f"{level}.log"
-        process = subprocess.Popen(
+        processes[level] = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker", "--app", "tests.streams.kafka.orders_app:app"]
             + ["--log-format", "logfmt", "--log-level", level],
             cwd=ROOT,
             env=env,
             text=True,
             stdout=subprocess.PIPE,
-            stderr=open(log_path, "w"),
+            stderr=open(tmp_path / f"{level}.log", "w"),
         )
-        assert process.stdout is not None
-        assert "running" in process.stdout.readline(), log_path.read_text()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0, log_path.read_text()
-        lines = log_path.read_text().splitlines()
-        counts[level] = Counter(
-            ("aiokafka" if "logger=aiokafka" in line else "headrace", line.split("level=")[1].split()[0])
-            for line in lines
-            if "level=" in line
-        )
+    counts = {}
+    try:
+        for level, process in processes.items():
+            log_path = tmp_path / f"{level}.log"
+            assert process.stdout is not None
+            assert "running" in process.stdout.readline(), log_path.read_text()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0, log_path.read_text()
+            lines = log_path.read_text().splitlines()
+            counts[level] = Counter(
+                ("aiokafka" if "logger=aiokafka" in line else "headrace", line.split("level=")[1].split()[0])
+                for line in lines
+                if "level=" in line
+            )
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     # at info: headrace's lines, and aiokafka's warnings and errors only (here its one error
     # about the refused InitProducerId, which headrace's warning explains)
     assert {level for source, level in counts["info"] if source == "aiokafka"} <= {"warning", "error"}, counts

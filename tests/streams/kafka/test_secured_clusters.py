@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -106,17 +107,19 @@ def test_a_worker_configured_by_a_file_reads_a_tls_topic_exactly_and_every_comma
     env = clean_env()
     _produce(tmp_path, env)
     _read_exactly(tmp_path, env)
-    state = headrace("state", "--app", APP, "Tally", "--json", cwd=tmp_path, env=env)
+    commands = [  # read-only, independent of each other: run at once
+        ("state", "--app", APP, "Tally", "--json"),
+        ("export", "--stream", "sensors", "--since", "1h", "--value-by", "n", "s.csv"),
+        ("dlq", "list", "--json"),
+    ]
+    with ThreadPoolExecutor(len(commands)) as pool:
+        state, exported, letters = pool.map(lambda args: headrace(*args, cwd=tmp_path, env=env), commands)
     assert state.returncode == 0, state.stderr
     saved = sorted((row["stream"], row["fields"]["seen"]) for row in map(json.loads, state.stdout.splitlines()))
     assert saved == [("sensors/s0", 20), ("sensors/s1", 20), ("sensors/s2", 20)]
-    exported = headrace(
-        "export", "--stream", "sensors", "--since", "1h", "--value-by", "n", "s.csv", cwd=tmp_path, env=env
-    )
     assert exported.returncode == 0, exported.stderr
     with (tmp_path / "s.csv").open(newline="") as f:
         assert sorted(int(float(row["value"])) for row in csv.DictReader(f)) == list(range(EVENTS))
-    letters = headrace("dlq", "list", "--json", cwd=tmp_path, env=env)
     assert (letters.returncode, letters.stdout) == (0, ""), letters.stderr
 
 
