@@ -22,7 +22,7 @@ from operator import attrgetter
 from typing import Any
 
 from streams.core.errors import StreamCompletedError
-from streams.core.micros import PER_SECOND, to_seconds
+from streams.core.micros import PER_SECOND, event_micros, to_micros, to_seconds
 from streams.eventtime.aggregates import Count
 from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Deduplication
@@ -31,7 +31,7 @@ from streams.eventtime.joins import JoinStore
 from streams.eventtime.lateness import LatenessSketch
 from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input
-from streams.eventtime.policy import EARLIEST, LATEST, EventLike, Reason, time_problem
+from streams.eventtime.policy import EARLIEST_US, LATEST_US, EventLike, Reason, time_problem
 from streams.eventtime.results import DEAD_LETTER, DROPPED, KEPT, EventOutcome, Output, WatermarkAdvance
 from streams.eventtime.runs import take_in_runs
 from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
@@ -118,7 +118,7 @@ class Ingest:
         refusals, counters = self.refusals, flow.counters
         # Everything the loop reads is a local: attribute traffic dominates a Python loop.
         early, late, delay = self.ordering.early, self.ordering.late, flow.shape.delay
-        earliest, latest = EARLIEST, LATEST  # seconds: an event's own time is read as it is
+        earliest, latest = EARLIEST_US, LATEST_US
         per_second = PER_SECOND  # every time below is integer microseconds, converted once here
         bounded = early < FOREVER or late < FOREVER  # steps 1 and 2 apply at all
         uses_late = late < FOREVER
@@ -192,7 +192,10 @@ class Ingest:
                 marked = events[at]
         try:
             for rec in events:
-                arr = round(rec.arrival_time * per_second)
+                try:
+                    arr = rec.arrival_us  # type: ignore[union-attr]  # an Event's, made once with it
+                except AttributeError:  # an event-like of the caller's own: its seconds
+                    arr = to_micros(rec.arrival_time)
                 if arr > clock:
                     clock = arr
                 if arr > idle_check:  # a timeout fell due before this event arrived, or updates
@@ -210,11 +213,14 @@ class Ingest:
                 try:
                     # The event's time (TIMESTAMP BY) and key (OVER / GROUP BY).
                     if ts_of is None:
-                        t = rec.event_time
+                        try:
+                            t = rec.event_us  # type: ignore[union-attr]  # an Event's, made once with it
+                        except AttributeError:  # an event-like of the caller's own: its seconds
+                            t = event_micros(rec.event_time)
                         if not (earliest <= t < latest):  # also NaN; a handoff holds years 1-9999
-                            refuse(counters, part, rec, None, None, no_time, DEAD_LETTER, arr, out, time_problem(t))
+                            problem = time_problem(rec.event_time)
+                            refuse(counters, part, rec, None, None, no_time, DEAD_LETTER, arr, out, problem)
                             continue
-                        t = round(t * per_second)
                     else:
                         try:
                             t = ts_of(rec)
