@@ -33,7 +33,7 @@ from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input, Store
 from streams.eventtime.policy import EARLIEST_US, LATEST_US, EventLike, Reason, time_problem
 from streams.eventtime.results import DEAD_LETTER, DROPPED, KEPT, EventOutcome, Output, WatermarkAdvance
-from streams.eventtime.runs import Samples, take_in_runs
+from streams.eventtime.runs import NO_SAMPLES, Samples, take_in_runs
 from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
 from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import FOREVER, NEVER, Watermark
@@ -58,7 +58,17 @@ class Ingest:
     its own (272 bytes an activation would otherwise hold).
     """
 
-    __slots__ = ("ordering", "refusals", "timestamp_of", "key_of", "key_field", "select", "in_runs")
+    __slots__ = (
+        "ordering",
+        "refusals",
+        "timestamp_of",
+        "key_of",
+        "key_field",
+        "select",
+        "in_runs",
+        "panes",
+        "windowed",
+    )
 
     def __init__(
         self,
@@ -77,6 +87,9 @@ class Ingest:
         self.timestamp_of, self.key_of, self.key_field = timestamp_of, key_of, key_field
         self.select = select or _record_value
         a = flow.shape.assigner
+        # What every batch reads of the shape, worked out once: a call per batch on the way
+        # of one event per call costs as much as the event.
+        self.panes, self.windowed = _pane_rule(a), _windowed(flow)
         # The shapes whose in-order events can be counted a run at a time (_in_order).
         self.in_runs = (
             a is not None
@@ -115,7 +128,7 @@ class Ingest:
             return
         if not isinstance(events, Sequence):
             events = list(events)
-        self._take_in(flow, inp, events, out, Samples(sampler, len(events)))
+        self._take_in(flow, inp, events, out, NO_SAMPLES if sampler is None else Samples(sampler, len(events)))
         flow.counters.events += len(events)
 
     def _take_in(  # noqa: C901, PLR0912, PLR0915 - the one per-event loop: see docs/architecture.md
@@ -137,10 +150,10 @@ class Ingest:
         ts_of, key_of, key_field = self.timestamp_of, self.key_of, self.key_field
         substreams, multi, part, updating = shape.substreams, shape.multi, inp.name, shape.every is not None
         a = shape.assigner
-        step, origin, gaps, size, pane_closed = _pane_rule(a)
+        step, origin, gaps, size, pane_closed = self.panes
         counting, select, add, init = type(shape.reducer) is Count, self.select, shape.reducer.add, shape.reducer.init
         trace, dedup, direct = shape.trace, flow.dedup, not multi  # one input closes by its own watermark
-        passthrough = not _windowed(flow)
+        passthrough = not self.windowed
         record, count_inline = trace or passthrough, counting and not multi
         idle, every_event = shape.idle_timeout < FOREVER, shape.generation.every_event and not inp.imported
         # With substreams and L set, every arrival lifts the partition's floor (inp.mark) to
@@ -202,9 +215,17 @@ class Ingest:
                     if substreams:  # the event's lane, lifted to the partition's floor
                         lane = lanes.get(key) or flow.new_lane(inp, key)
                         if lane[0] is not mark:
-                            _park(mark, store, w, newest)
-                            (mark, store), w = lane, _lifted(lane[0], inp)
-                            newest, (panes, next_close) = mark.max_timestamp, _opened(store)
+                            mark.value, mark.max_timestamp = w, newest  # inline: a new lane most events
+                            if store is not None:
+                                store.watermark = w
+                            mark, store = lane
+                            w, newest = mark.value, mark.max_timestamp
+                            if w < inp.value:  # the arrivals since its last event lifted it
+                                w = mark.value = inp.value
+                            if store is not None:
+                                next_close = store.next_close
+                                if isinstance(store, WindowStore):
+                                    panes = store.panes
                     if rec is marked:  # lateness and disorder, before the policy touches the event
                         marked = samples.take(events, arr, t, newest, key if substreams else None)
                     et = ts = t
@@ -443,14 +464,6 @@ def _park(mark: Watermark, store: Store | None, w: float, newest: float) -> None
     mark.value, mark.max_timestamp = w, newest
     if store is not None:
         store.watermark = w
-
-
-def _lifted(mark: Watermark, inp: Input) -> float:
-    """A substream's watermark as it is loaded: at least the partition's floor (the arrivals
-    since its last event lifted it)."""
-    if mark.value < inp.value:
-        mark.value = inp.value
-    return mark.value
 
 
 def _catch_up(

@@ -15,6 +15,7 @@ run, so both ways give the same result.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -233,6 +234,11 @@ class Samples:
         at = self.at if at is None else at
         if self.sampler is not None:
             self.sampler.due = at - self.n + 1 if at >= self.n else 1
+
+
+NO_SAMPLES = Samples(None, 0)
+"""The samples of a batch sampled into no sketch: none is ever due (shared, never changed)."""
+NO_SAMPLES.at = sys.maxsize
 
 
 def no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:
