@@ -18,6 +18,7 @@ import msgpack
 from streams.core.codec import EAGER_DECODE_LIMIT, MAGIC, NIL, array_length, encode_batch, stream_id_of, unpack
 from streams.core.errors import DecodeError, EncodeError
 from streams.core.ids import QueueId, SequenceToken, StreamId
+from streams.core.micros import event_micros, to_micros
 
 
 class BatchKind(enum.IntEnum):
@@ -34,10 +35,18 @@ class Event:
 
     ``event_time`` and ``arrival_time`` are POSIX seconds (floats); with no event time given
     at ``on_next`` the event time is the arrival time. ``token`` is its queue position.
+    ``event_us`` and ``arrival_us`` are the same times as integer microseconds, made once
+    where the event is made (an event time that is no finite number: NaN), so that the
+    event-time core reads them without converting per consumer
+    (:func:`streams.core.micros.event_micros`).
+
+    >>> e = Event("v", 0.3, 1.5, SequenceToken(7, 0), StreamId("ns", "k"))
+    >>> e.event_us, e.arrival_us
+    (300000, 1500000)
     """
 
     # The token is made on demand: a consumer that never looks at it costs no object.
-    __slots__ = ("value", "event_time", "arrival_time", "stream_id", "_sequence", "_index")
+    __slots__ = ("value", "event_time", "arrival_time", "stream_id", "_sequence", "_index", "event_us", "arrival_us")
 
     def __init__(
         self,
@@ -53,11 +62,23 @@ class Event:
         self.stream_id = stream_id
         self._sequence = token.sequence_number
         self._index = token.event_index
+        self.event_us = event_micros(event_time)
+        self.arrival_us = to_micros(arrival_time)  # an arrival is always a time: raises if not
 
     @classmethod
     def _at(
-        cls, value: Any, event_time: float, arrival_time: float, sequence: int, index: int, stream_id: StreamId
+        cls,
+        value: Any,
+        event_time: float,
+        arrival_time: float,
+        sequence: int,
+        index: int,
+        stream_id: StreamId,
+        event_us: float | None = None,
+        arrival_us: int | None = None,
     ) -> Event:
+        """An event of a batch: ``event_us`` and ``arrival_us`` as the batch converted them
+        (once: one arrival serves a container's events), or converted here."""
         event = cls.__new__(cls)
         event.value = value
         event.event_time = event_time
@@ -65,6 +86,8 @@ class Event:
         event.stream_id = stream_id
         event._sequence = sequence
         event._index = index
+        event.event_us = event_micros(event_time) if event_us is None else event_us
+        event.arrival_us = to_micros(arrival_time) if arrival_us is None else arrival_us
         return event
 
     @property
@@ -176,12 +199,17 @@ class EventBatch(Sequence[Event]):
                 container.values,
                 container.event_times,
             )
-            start = self._start
+            start, arrival_us = self._start, to_micros(arrival)  # one arrival: converted once
             if times is None:
-                events = [at(values[i], arrival, arrival, seq, i, sid) for i in range(start, len(values))]
+                events = [
+                    at(values[i], arrival, arrival, seq, i, sid, arrival_us, arrival_us)
+                    for i in range(start, len(values))
+                ]
             else:
                 events = [
-                    at(values[i], arrival if (t := times[i]) is None else t, arrival, seq, i, sid)
+                    at(values[i], arrival, arrival, seq, i, sid, arrival_us, arrival_us)
+                    if (t := times[i]) is None
+                    else at(values[i], t, arrival, seq, i, sid, None, arrival_us)
                     for i in range(start, len(values))
                 ]
             self._events = events

@@ -37,6 +37,7 @@ from streams.core.batch import BatchContainer, BatchKind, Event, EventBatch, Que
 from streams.core.codec import MAGIC, as_ext_type, stream_id_of
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId, SequenceToken, StreamId
+from streams.core.micros import to_micros
 
 Headers = Sequence[tuple[str, bytes]]
 # A reader's records' headers and offsets -> the headers and offsets their events show.
@@ -133,7 +134,8 @@ class RecordEventBatch(EventBatch):
             shown = container.shown_offsets or offsets
             events = []
             for i in range(self._start, len(values)):
-                event = cast(RecordEvent, at(values[i], times[i], times[i], seq, i, sid))
+                t, us = times[i], to_micros(times[i])  # its record's timestamp: event time and arrival
+                event = cast(RecordEvent, at(values[i], t, t, seq, i, sid, us, us))
                 event.headers = headers[i]
                 event.offset = shown[i]
                 event._read_at = offsets[i]

@@ -260,24 +260,28 @@ class WatermarkFlow:
         """Step 6: emit every window its store's watermark has closed, in order of end."""
         if self.shape.session is not None:
             self._close_sessions(stores, clock, out)
-            return
-        if self.shape.counted is not None:  # only a final watermark closes one (partial)
+        elif self.shape.counted is not None:  # only a final watermark closes one (partial)
             for store in dict.fromkeys(stores):
                 assert isinstance(store, CountStore)
                 self.emit(store.pop_due(), out)
-            return
-        if self.shape.sliding is not None:
-            slid: list[tuple[float, int, int, WindowResult]] = []
-            for store in dict.fromkeys(stores):
-                assert isinstance(store, SlidingStore)
-                if store.watermark >= store.next_close:
-                    slid.extend((r.end, store.order, i, r) for i, r in enumerate(store.pop_due(clock)))
-            slid.sort(key=lambda d: d[:3])
-            self.emit([d[3] for d in slid], out)
-            return
-        if self.shape.join is not None:
+        elif self.shape.sliding is not None:
+            self._close_sliding(stores, clock, out)
+        elif self.shape.join is not None:
             self._close_joins(stores, clock, out)
-            return
+        else:
+            self._close_panes(stores, clock, out)
+
+    def _close_sliding(self, stores: list[Store], clock: float | None, out: Output) -> None:
+        slid: list[tuple[float, int, int, WindowResult]] = []
+        for store in dict.fromkeys(stores):
+            assert isinstance(store, SlidingStore)
+            if store.watermark >= store.next_close:
+                slid.extend((r.end, store.order, i, r) for i, r in enumerate(store.pop_due(clock)))
+        slid.sort(key=lambda d: d[:3])
+        self.emit([d[3] for d in slid], out)
+
+    def _close_panes(self, stores: list[Store], clock: float | None, out: Output) -> None:
+        """Step 6 for tumbling and hopping windows: closes and on-time results, by due time."""
         a = self.shape.assigner
         assert a is not None
         # (due time, store order, on-time result?, window, store): a window closes at end + A,
@@ -293,25 +297,29 @@ class WatermarkFlow:
             if early is not None:  # the next on-time result is due by the same watermark
                 store.next_close = min(store.next_close, early.next_end())
         due.sort(key=lambda d: (d[0], d[1], d[2]))
-        reducer = self.shape.reducer
         for _, _, ontime, j, store in due:
-            early = store.early
             if ontime:
-                assert early is not None
+                assert store.early is not None
                 before = len(out.windows)
-                early.emit_ontime(store, j, clock, out, self.shape.trace)
+                store.early.emit_ontime(store, j, clock, out, self.shape.trace)
                 self.counters.early_results += len(out.windows) - before
-                continue
-            start, end = map(to_seconds, a.bounds(j))
-            closed_at = optional_seconds(clock)
-            revisions = early.closed(j) if early is not None else None
-            for key, acc in store.collect(j, reducer.merge, reducer.init).items():
-                revision = revisions.get(key, 0) if revisions is not None else 0
-                result = WindowResult(key, start, end, reducer.result(acc), closed_at, True, revision)
-                out.windows.append(result)
-                if self.shape.trace:
-                    out.trace.append(result)
-                self.counters.windows_emitted += 1
+            else:
+                self._emit_window(store, j, clock, out)
+
+    def _emit_window(self, store: WindowStore, j: int, clock: float | None, out: Output) -> None:
+        """The final result of window ``j`` of ``store``, per key."""
+        a, reducer, early = self.shape.assigner, self.shape.reducer, store.early
+        assert a is not None
+        start, end = map(to_seconds, a.bounds(j))
+        closed_at = optional_seconds(clock)
+        revisions = early.closed(j) if early is not None else None
+        for key, acc in store.collect(j, reducer.merge, reducer.init).items():
+            revision = revisions.get(key, 0) if revisions is not None else 0
+            result = WindowResult(key, start, end, reducer.result(acc), closed_at, True, revision)
+            out.windows.append(result)
+            if self.shape.trace:
+                out.trace.append(result)
+            self.counters.windows_emitted += 1
 
     def emit(self, results: list[WindowResult], out: Output) -> None:
         """Hand closed windows out (and into the trace), counted."""

@@ -184,29 +184,29 @@ class ProcessorParts:
         self.select: Callable[[Any], Any] | None = key_extractor(select)  # None: the event's value
         self.reducer_name = type(self.reducer).__name__
         self.imports: dict[Hashable, Hashable] = dict(imports or {})
-        self.inputs: tuple[Hashable, ...] | None = None
         # What its processors share, made by the first (streams.eventtime.processor): the
         # per-event way (streams.eventtime.ingest.Ingest) and the flows' FlowShape.
         self.ingest: Any = None
         self.flow_shape: Any = None
-        if inputs is None:
-            if join is not None:
-                raise ConfigurationError("an interval join takes two inputs (left, right): declare the inputs")
-            if self.imports:
-                raise ConfigurationError("imports maps one of the inputs to another: declare the inputs")
-            return
-        names = tuple(inputs)
+        self.inputs = None if inputs is None else self._checked_inputs(tuple(inputs))
+        if inputs is None and join is not None:
+            raise ConfigurationError("an interval join takes two inputs (left, right): declare the inputs")
+        if inputs is None and self.imports:
+            raise ConfigurationError("imports maps one of the inputs to another: declare the inputs")
+
+    def _checked_inputs(self, names: tuple[Hashable, ...]) -> tuple[Hashable, ...]:
+        """The declared inputs, refused where the rest of the declaration cannot have them."""
         if self.counted is not None and len(names) > 1:
             # Counted in the order one input accepts its events: several have no such order.
             raise ConfigurationError("a window of events counts one input's events: declare it on a single input")
         if self.sliding is not None and len(names) > 1:
             raise ConfigurationError("sliding windows take the events of one input: declare them on a single input")
-        if dedup is not None and len(names) > 1:
+        if self.dedup is not None and len(names) > 1:
             # Its horizon is measured against one watermark: an input's (or a substream's).
             raise ConfigurationError("dedup applies to the events of one input: declare it on a single-input consumer")
         if not names or len(set(names)) != len(names):
             raise ConfigurationError(f"inputs must be distinct names, at least one: {list(names)!r}")
-        if substreams and len(names) > 1:
+        if self.substreams and len(names) > 1:
             raise ConfigurationError(
                 "substreams (policy.over) apply within one input: use one Processor per "
                 "partition, or merge the inputs without substreams"
@@ -217,6 +217,6 @@ class ProcessorParts:
                     f"imports maps an input to another declared input, not {follower!r} -> {source!r}"
                 )
         check_acyclic(self.imports)
-        if join is not None and (len(names) != 2 or window is not None):
+        if self.join is not None and (len(names) != 2 or self.window is not None):
             raise ConfigurationError("an interval join takes two inputs (left, right) and no window")
-        self.inputs = names
+        return names

@@ -23,6 +23,9 @@ class EventLike(Protocol):
 
     ``token`` is opaque to the core (a :class:`~streams.core.ids.SequenceToken` in the runtime):
     it is kept so that :meth:`Processor.held_since` can say which position is still held.
+    An event that also has ``event_us`` and ``arrival_us`` (the same times in integer
+    microseconds, as an ``Event`` has them) is read by those: the core converts the seconds
+    of one that has not, per event.
     """
 
     @property
@@ -145,7 +148,7 @@ def time_problem(t: Any) -> str:
         return f"an event time is POSIX seconds, an aware datetime or ISO-8601 text, not {t!r}"
     if not math.isfinite(t):
         return f"{t!r} is not a finite time"
-    if t >= LATEST:
+    if t > 0:  # refused: at or beyond year 10000 (to the microsecond)
         return (
             f"{t:g} s is beyond year 9999, which no handoff can hold (epoch milliseconds or "
             "microseconds given as seconds? set OrderingPolicy(unit='ms') or unit='us')"

@@ -15,7 +15,8 @@ run, so both ways give the same result.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterable
+import sys
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
 from streams.core.micros import PER_SECOND
@@ -51,57 +52,24 @@ def take_in_runs(
     out: Output,
     sampler: LatenessSketch | None,
 ) -> None:
-    """Steps 1-6 for a batch of columns (see the module's docstring): a run of events
-    into one pane adds its count once; an event out of order is adjusted here, as the
-    ordering step would (the policy's ``adjust``); any other event goes the per-event way
-    (``ingest.run`` of that event alone), from the state as the run left it.
-
-    What an event costs here is kept to its time, its pane and the watermark: the clock
-    (the newest arrival) is taken over the arrivals of the events taken since it was last
-    needed, with ``max`` in C, and a run's count by where it began; and while an event's
-    time (integer microseconds, converted here once) lies within the bounds of the run's
-    pane, its pane is not worked out again."""
-    store = flow.store
-    a = flow.shape.assigner
+    """Steps 1-6 for a batch of columns (see the module's docstring): a run of events into one
+    pane adds its count once; one out of order is adjusted here (the policy's ``adjust``); any
+    other goes the per-event way alone. An event costs its time (:func:`time_column`), its pane
+    (worked out only outside the run's pane's bounds) and the watermark (the clock: ``max`` in C)."""
+    (store, a), (values, times, arrivals) = (flow.store, flow.shape.assigner), events.columns()
     assert isinstance(store, WindowStore) and a is not None  # as in_runs says
-    values, times, arrivals = events.columns()
-    ts_of = ingest.timestamp_of
-    field = getattr(ts_of, "field", None)
-    # A field's number in its unit, or the event's own seconds, as integer microseconds.
-    per_us = PER_SECOND // getattr(ts_of, "per_second", 1)
-    step, origin, delay, earliest, latest = a.step, a.origin, flow.shape.delay, EARLIEST_US, LATEST_US
-    adjusting = ingest.ordering.adjust
-    mark, panes = inp, store.panes  # an input is its own watermark (its mark)
-    w, newest, clock, next_close = mark.value, mark.max_timestamp, inp.clock, store.next_close
+    ts = time_column(ingest.timestamp_of, values, times)
+    step, origin, delay, adjusting = a.step, a.origin, flow.shape.delay, ingest.ordering.adjust
+    w, newest, next_close = inp.value, inp.max_timestamp, store.next_close  # an input is its own watermark
+    earliest, latest, samples = EARLIEST_US, LATEST_US, Samples(sampler, len(values))  # sampled by position
     state: list[Any] | None = None  # the current run's [count, first token] in its pane
-    run_pane = adjusted = diverted = 0
-    run_from = 0  # where the current run began: its events are those since, all taken
-    clock_from = 0  # the arrivals from here on are not in ``clock`` yet (all taken)
-    low, high = math.inf, -math.inf  # the run's pane's bounds (none while no run)
-    # Sampled here by position, as run() samples by identity; the one-event runs below
-    # (refusals, disorder under drop or accept) are this batch's positions too.
-    n = len(values)
-    at = every = n + 1  # never due: no sampler
-    sample = no_sample
-    if sampler is not None:
-        at, every, sample = sampler.due - 1, sampler.every, sampler.record
-    t: float  # integer microseconds, or NOT_A_TIME
+    run_pane = adjusted = run_from = 0  # run_from: where the current run began (all taken since)
+    clock, low, high = _Clock(inp, arrivals), math.inf, -math.inf  # low, high: the run's pane's bounds (none)
+    at, n = samples.at, samples.n
     try:
-        for i in range(n):
-            # policy.micros_of for a number, inline; anything else goes the per-event way
-            raw = times[i] if field is None else values[i].get(field) if type(values[i]) is dict else None
-            if type(raw) is int:
-                t = raw * per_us
-            elif type(raw) is float and -MAX_SECONDS < raw < MAX_SECONDS:  # not NaN, nor huge
-                t = round(raw * per_us)
-            else:
-                t = NOT_A_TIME
+        for i, t in enumerate(ts):
             if i == at:  # lateness and disorder, before the policy touches the event
-                if earliest <= t < latest:
-                    at += every
-                    sample(arrivals[i], t / PER_SECOND, newest / PER_SECOND, None)
-                else:  # a refused time: as in run(), the next batch's first is due instead
-                    at = -1
+                at = samples.record(i, arrivals[i], t, newest)
             if earliest <= t < latest and (t >= w or adjusting):  # a valid time (not NaN)
                 if t < w:  # 3. out of order: adjusted to the watermark (OrderingStep.judge)
                     t = w
@@ -109,18 +77,10 @@ def take_in_runs(
                 if not low <= t < high:  # 4. into the pane's state for the key
                     pane = int((t - origin) // step)  # t is a time here: an int
                     if state is None or pane != run_pane:
-                        if state is not None:
-                            state[0] += i - run_from
-                        run_from = i
-                        bucket = panes.get(pane)
-                        if bucket is None:
-                            store.watermark = w  # scheduling skips windows closed at w
-                            bucket = flow.open_pane(inp, store, pane)
-                            next_close = store.next_close
-                        state = bucket.get(None)
-                        if state is None:
-                            state = bucket[None] = [0, events.token_at(i)]
-                        run_pane = pane
+                        _counted(state, i - run_from)
+                        run_from, run_pane = i, pane
+                        store.watermark = w  # scheduling skips windows closed at w
+                        state, next_close = _pane_state(flow, inp, store, pane, events.token_at(i))
                         low = origin + pane * step
                         high = low + step
                 if t > newest:  # 5. the watermark (generation every event)
@@ -130,37 +90,155 @@ def take_in_runs(
                         if w >= next_close:  # 6. what it passed closes, with this run counted
                             state[0] += i + 1 - run_from  # type: ignore[index]
                             run_from = i + 1
-                            mark.value, mark.max_timestamp, store.watermark = w, newest, w
-                            flow.close([store], round(arrivals[i] * PER_SECOND), out)
-                            next_close, state = store.next_close, None
-                            low, high = math.inf, -math.inf
+                            inp.max_timestamp = newest
+                            next_close = _close(flow, inp, store, w, round(arrivals[i] * PER_SECOND), out)
+                            state, low, high = None, math.inf, -math.inf
                 continue
-            # A time to refuse, or an event out of order under drop or accept: the
-            # per-event way, from the state as it stands here.
-            if state is not None:
-                state[0] += i - run_from
-            if i > clock_from:
-                clock = max(clock, round(max(arrivals[clock_from:i]) * PER_SECOND))
-            mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
-            ingest.run(flow, inp, [events.event_at(i)], out)  # sampled here, not again
-            w, newest, clock, next_close, state = mark.value, mark.max_timestamp, inp.clock, store.next_close, None
-            low, high = math.inf, -math.inf
-            clock_from = i + 1
-            diverted += 1
+            # A time to refuse, or out of order under drop or accept: the per-event way.
+            _counted(state, i - run_from)
+            w, newest, next_close = clock.divert(ingest, flow, store, events, i, w, newest, out)
+            state, low, high = None, math.inf, -math.inf
     finally:
-        if sampler is not None:
-            sampler.due = at - n + 1 if at >= n else 1
+        samples.done(at)
+    _counted(state, n - run_from)
+    inp.value, inp.max_timestamp, store.watermark = w, newest, w
+    clock.done(n)
+    _count(flow, n - clock.diverted, adjusted)
+
+
+def time_column(timestamp_of: Callable[[Any], int] | None, values: list[Any], times: list[Any]) -> list[float]:
+    """Each event's time as integer microseconds, or :data:`NOT_A_TIME` for one the
+    per-event way refuses (or reads, when not a number): the event's own seconds, or a
+    field of its value in the timestamp reader's unit (``policy.micros_of`` for a number).
+
+    >>> time_column(None, [{}, {}], [0.3, float("nan")])
+    [300000, inf]
+    """
+    field = getattr(timestamp_of, "field", None)
+    per_us = PER_SECOND // getattr(timestamp_of, "per_second", 1)
+    raws = times if field is None else [v.get(field) if type(v) is dict else None for v in values]
+    return [
+        r * per_us
+        if type(r) is int
+        else round(r * per_us)
+        if type(r) is float and -MAX_SECONDS < r < MAX_SECONDS  # not NaN, nor huge
+        else NOT_A_TIME
+        for r in raws
+    ]
+
+
+def _pane_state(flow: WatermarkFlow, inp: Input, store: WindowStore, pane: int, token: Any) -> tuple[list[Any], float]:
+    """The ``[count, first token]`` of pane ``pane`` (opened if new), and the store's next close."""
+    bucket = store.panes.get(pane)
+    if bucket is None:
+        bucket = flow.open_pane(inp, store, pane)
+    state = bucket.get(None)
+    if state is None:
+        state = bucket[None] = [0, token]
+    return state, store.next_close
+
+
+def _close(flow: WatermarkFlow, inp: Input, store: WindowStore, w: float, clock: int, out: Output) -> float:
+    """Step 6 at watermark ``w``: the store's next close after."""
+    inp.value = store.watermark = w
+    flow.close([store], clock, out)
+    return store.next_close
+
+
+def _counted(state: list[Any] | None, events: int) -> None:
+    """A run's ``events`` counted into its pane's state (None: no run)."""
     if state is not None:
-        state[0] += n - run_from
-    if n > clock_from:
-        clock = max(clock, round(max(arrivals[clock_from:n]) * PER_SECOND))
-    mark.value, mark.max_timestamp, store.watermark, inp.clock = w, newest, w, clock
-    taken = n - diverted
+        state[0] += events
+
+
+def _count(flow: WatermarkFlow, taken: int, adjusted: int) -> None:
     counters = flow.counters
     counters.events += taken
     if adjusted:  # a rare count: its list is made, and read, only when there is one
         counters.adjusted += adjusted
         counters.out_of_order_adjusted += adjusted
+
+
+class _Clock:
+    """The input's processing clock over a batch of columns: the newest arrival, taken over
+    the arrivals since it was last needed (with ``max`` in C), not event by event."""
+
+    __slots__ = ("inp", "arrivals", "since", "diverted")
+
+    def __init__(self, inp: Input, arrivals: list[float]) -> None:
+        self.inp, self.arrivals, self.since, self.diverted = inp, arrivals, 0, 0
+
+    def upto(self, i: int) -> None:
+        """The clock past the arrivals before ``i``."""
+        if i > self.since:
+            self.inp.clock = max(self.inp.clock, round(max(self.arrivals[self.since : i]) * PER_SECOND))
+
+    def divert(
+        self,
+        ingest: PerEvent,
+        flow: WatermarkFlow,
+        store: WindowStore,
+        events: Any,
+        i: int,
+        w: float,
+        newest: float,
+        out: Output,
+    ) -> tuple[float, float, float]:
+        """Event ``i`` the per-event way (sampled here, not again), from the watermark ``w``
+        and newest time the run left, the clock up to it first: the watermark, newest time
+        and next close after."""
+        inp = self.inp
+        inp.value, inp.max_timestamp, store.watermark = w, newest, w
+        self.upto(i)
+        ingest.run(flow, inp, [events.event_at(i)], out)
+        self.since = i + 1
+        self.diverted += 1
+        return inp.value, inp.max_timestamp, store.next_close
+
+    def done(self, n: int) -> None:
+        self.upto(n)
+
+
+class Samples:
+    """Which events of a batch of ``n`` are sampled into ``sampler`` (lateness, disorder):
+    ``at``, the position of the next (past the batch: none). The runs read it by position,
+    the per-event way by identity (:meth:`first`, :meth:`take`)."""
+
+    __slots__ = ("sampler", "at", "n")
+
+    def __init__(self, sampler: LatenessSketch | None, n: int) -> None:
+        self.sampler, self.n = sampler, n
+        self.at = n + 1 if sampler is None else sampler.due - 1  # n + 1: never due
+
+    def record(self, i: int, arrival: float, t: float, newest: float) -> int:
+        """Sample event ``i`` (at time ``t``): the position of the next one due."""
+        assert self.sampler is not None
+        if not EARLIEST_US <= t < LATEST_US:
+            return -1  # a refused time: as in run(), the next batch's first is due instead
+        self.sampler.record(arrival, t / PER_SECOND, newest / PER_SECOND, None)
+        return i + self.sampler.every
+
+    def first(self, events: Sequence[Any]) -> object:
+        """The event of ``events`` due next (None: none of them)."""
+        return events[self.at] if self.at < self.n else None
+
+    def take(self, events: Sequence[Any], arrival: int, t: int, newest: float, substream: Hashable) -> object:
+        """Sample the event due (arriving at ``arrival``, at time ``t``): the next one due."""
+        assert self.sampler is not None
+        self.at += self.sampler.every
+        self.sampler.record(arrival / PER_SECOND, t / PER_SECOND, newest / PER_SECOND, substream)
+        return self.first(events)
+
+    def done(self, at: int | None = None) -> None:
+        """The sampler's next due, in the next batch (its first, if this one's was refused)."""
+        at = self.at if at is None else at
+        if self.sampler is not None:
+            self.sampler.due = at - self.n + 1 if at >= self.n else 1
+
+
+NO_SAMPLES = Samples(None, 0)
+"""The samples of a batch sampled into no sketch: none is ever due (shared, never changed)."""
+NO_SAMPLES.at = sys.maxsize
 
 
 def no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:

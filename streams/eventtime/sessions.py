@@ -117,49 +117,62 @@ class SessionStore:
                 last = sessions[-1]
                 # The common case: the candidate reaches the key's latest session alone.
                 if ts < last.end and last.start < end and (len(sessions) == 1 or sessions[-2].end <= ts):
-                    last.acc = self.reducer.add(last.acc, value)  # may raise: nothing changed yet
-                    if end > last.end:
-                        last.end = end  # its heap entry is rescheduled when it comes up
-                    if ts < last.start:
-                        last.start = ts
-                    if part is not None and part not in last.token:
-                        last.token[part] = rec.token
+                    self._join([last], 0, ks, ts, end, value, rec, part)
                     return JOINED
-        hit: list[OpenSession] = []
-        at = 0
-        if ks is not None:
-            for i, s in enumerate(ks.open):
-                if s.start >= end:
-                    break
-                if ts < s.end:
-                    if not hit:
-                        at = i
-                    hit.append(s)
-                elif not hit:
-                    at = i + 1
-        if not hit and w >= end + self.lateness:
+        hit, at = _intersecting(ks, ts, end)
+        if hit:
+            assert ks is not None
+            self._join(hit, at, ks, ts, end, value, rec, part)
+            return JOINED
+        if w >= end + self.lateness:
             return REFUSED  # closed on arrival
+        self._open(key, ks, at, ts, end, value, rec, part)
+        return OPENED
+
+    def _open(
+        self,
+        key: Hashable,
+        ks: KeySessions | None,
+        at: int,
+        ts: float,
+        end: float,
+        value: Any,
+        rec: Any,
+        part: Hashable,
+    ) -> None:
+        """A new session ``[ts, end)`` of ``key``, at index ``at`` of its open ones."""
         reducer = self.reducer
-        if not hit:
-            acc = reducer.add(reducer.init(), value)  # may raise: nothing changed yet
-            if ks is None:
-                ks = self.keys[key] = KeySessions()
-            self._seq += 1
-            token = rec.token
-            session = OpenSession(ts, end, acc, {part: token} if part is not None else token, self._seq)
-            ks.open.insert(at, session)
-            heapq.heappush(self._due, (end + self.lateness, session.seq, key, session))
-            if end + self.lateness < self.next_close:
-                self.next_close = end + self.lateness
-            return OPENED
+        acc = reducer.add(reducer.init(), value)  # may raise: nothing changed yet
+        if ks is None:
+            ks = self.keys[key] = KeySessions()
+        self._seq += 1
+        token = rec.token
+        session = OpenSession(ts, end, acc, {part: token} if part is not None else token, self._seq)
+        ks.open.insert(at, session)
+        heapq.heappush(self._due, (end + self.lateness, session.seq, key, session))
+        if end + self.lateness < self.next_close:
+            self.next_close = end + self.lateness
+
+    def _join(
+        self,
+        hit: list[OpenSession],
+        at: int,
+        ks: KeySessions,
+        ts: float,
+        end: float,
+        value: Any,
+        rec: Any,
+        part: Hashable,
+    ) -> None:
+        """Merge the candidate ``[ts, end)`` and the open sessions it intersects (``hit``,
+        from index ``at`` of the key's, in order) into the first of them."""
+        reducer = self.reducer
         first = hit[0]
         acc = first.acc
         for other in hit[1:]:
             acc = reducer.merge(acc, other.acc)
-        acc = reducer.add(acc, value)  # may raise: nothing changed yet
-        assert ks is not None
-        first.acc = acc
-        first.end = max(end, hit[-1].end)
+        first.acc = reducer.add(acc, value)  # may raise: nothing changed yet
+        first.end = max(end, hit[-1].end)  # its heap entry is rescheduled when it comes up
         if ts < first.start:
             first.start = ts
         for other in hit[1:]:
@@ -169,7 +182,6 @@ class SessionStore:
             first.token[part] = rec.token
         if len(hit) > 1:
             del ks.open[at + 1 : at + len(hit)]
-        return JOINED
 
     def pop_due(self) -> list[tuple[Hashable, OpenSession]]:
         """Close every session the watermark has closed (``W >= end + A``): ``(key,
@@ -254,6 +266,24 @@ class SessionStore:
         self._forget = [(t, seq, key_of(key), end) for t, seq, key, end in forget]
         heapq.heapify(self._forget)
         self.next_close = self._due[0][0] if self._due else FOREVER
+
+
+def _intersecting(ks: KeySessions | None, ts: float, end: float) -> tuple[list[OpenSession], int]:
+    """The open sessions of a key that the candidate ``[ts, end)`` intersects, in order,
+    and the index of the first (or where a new session goes, when none)."""
+    hit: list[OpenSession] = []
+    at = 0
+    if ks is not None:
+        for i, s in enumerate(ks.open):
+            if s.start >= end:
+                break
+            if ts < s.end:
+                if not hit:
+                    at = i
+                hit.append(s)
+            elif not hit:
+                at = i + 1
+    return hit, at
 
 
 def _earliest(a: Any, b: Any) -> Any:

@@ -120,29 +120,12 @@ def restore(processor: Snapshottable, data: bytes) -> None:
     if state.get("format") != FORMAT:
         raise SnapshotError(f"unknown snapshot format {state.get('format')!r}")
     flow = processor._flow
-    inp = flow.inputs[0]
-    if "inputs" in state:
-        if not flow.shape.multi or [name for name, _ in state["inputs"]] != [i.name for i in flow.inputs]:
-            raise SnapshotError("the snapshot's inputs are not this processor's")
-        for i, (_, input_state) in zip(flow.inputs, state["inputs"], strict=True):
-            _set_input(i, input_state)
-        merged = flow.merged
-        assert merged is not None
-        value, values = state["merged"]
-        for i, mark_value in zip(flow.inputs, values, strict=True):
-            merged._values[i.name] = mark_value
-        merged.value = value
-        merged.holder = min(merged._values, key=merged._values.__getitem__)
-    elif flow.shape.multi:
-        raise SnapshotError("the snapshot is of one input, this processor has several")
-    else:
-        _set_input(inp, state["input"])  # the one input's watermark is what "merged" repeats
+    _restore_inputs(flow, state)
     if state["store"] is not None and flow.store is not None:
         _set_store(flow.store, state["store"])
     flow.lanes.clear()
     for key, mark_state, store_state in state["lanes"]:
-        key = _hashable(key)
-        mark, store = flow.new_lane(inp, key)
+        mark, store = flow.new_lane(flow.inputs[0], _hashable(key))
         _set_mark(mark, mark_state)
         if store is not None and store_state is not None:
             _set_store(store, store_state)
@@ -154,6 +137,26 @@ def restore(processor: Snapshottable, data: bytes) -> None:
         flow.dedup.set_state(state.get("dedup", []), _hashable)
     if state["seq"] is not None and isinstance(flow.shape.reducer, _Sequenced):
         flow.shape.reducer._seq = itertools.count(state["seq"])
+
+
+def _restore_inputs(flow: WatermarkFlow, state: dict[str, Any]) -> None:
+    """The inputs' watermarks and clocks, and with several the merged watermark."""
+    if "inputs" not in state:
+        if flow.shape.multi:
+            raise SnapshotError("the snapshot is of one input, this processor has several")
+        _set_input(flow.inputs[0], state["input"])  # the one input's watermark is what "merged" repeats
+        return
+    if not flow.shape.multi or [name for name, _ in state["inputs"]] != [i.name for i in flow.inputs]:
+        raise SnapshotError("the snapshot's inputs are not this processor's")
+    for i, (_, input_state) in zip(flow.inputs, state["inputs"], strict=True):
+        _set_input(i, input_state)
+    merged = flow.merged
+    assert merged is not None
+    value, values = state["merged"]
+    for i, mark_value in zip(flow.inputs, values, strict=True):
+        merged._values[i.name] = mark_value
+    merged.value = value
+    merged.holder = min(merged._values, key=merged._values.__getitem__)
 
 
 class Holding(Protocol):

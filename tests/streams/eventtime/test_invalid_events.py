@@ -10,29 +10,30 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from streams.core.batch import Event
 from streams.core.errors import ConfigurationError
+from streams.core.ids import SequenceToken
 from streams.eventtime import Count, OrderingPolicy, Processor, Sum, Tumbling
 from streams.eventtime.policy import timestamp_extractor
-from tests.streams.eventtime.helpers import events
+from tests.streams.eventtime.helpers import SID
 
 BAD_TIMES = [math.nan, math.inf, -math.inf, 1.7e15, 1.7e12, -1e12, "12:00", None]  # 1.7e15: epoch µs as seconds
 
 
-def with_values(values: list[object], arrival: float = 5.0) -> list:
-    evs = events([(0.0, arrival + i * 0.001) for i in range(len(values))])
-    for e, v in zip(evs, values, strict=True):
-        e.value = v
-    return evs
+def with_values(values: list[object], arrival: float = 5.0, times: list[object] | None = None) -> list[Event]:
+    """Events with these values (and event times: 0.0 unless given), token ``0:n``."""
+    made = []
+    for n, value in enumerate(values):
+        at = 0.0 if times is None else times[n]
+        made.append(Event(value, at, arrival + n * 0.001, SequenceToken(0, n), SID))  # type: ignore[arg-type]
+    return made
 
 
 @pytest.mark.parametrize("bad", BAD_TIMES)
 @pytest.mark.parametrize("by", [None, "time"])
 def test_a_bad_time_dead_letters_only_its_event(bad, by):
     p = Processor(OrderingPolicy(timestamp_by=by), Tumbling(10))
-    evs = with_values([{"time": 1.0}, {"time": bad}, {"time": 2.0}])
-    if by is None:
-        for e, t in zip(evs, [1.0, bad, 2.0], strict=True):
-            e.event_time = t
+    evs = with_values([{"time": 1.0}, {"time": bad}, {"time": 2.0}], times=[1.0, bad, 2.0] if by is None else None)
     out = p.on_events(evs)
     [letter] = out.dead_letters
     assert letter.reason == "invalid_timestamp"
@@ -101,9 +102,7 @@ def test_an_unknown_unit_is_a_configuration_error():
 
 def test_an_aggregate_that_raises_dead_letters_its_event_only():
     p = Processor(OrderingPolicy(), Tumbling(10), Sum(), select="amount")
-    evs = with_values([{"amount": 1.0}, {"amount": "two"}, {"amount": 3.0}])
-    for e, t in zip(evs, [1.0, 2.0, 3.0], strict=True):
-        e.event_time = t
+    evs = with_values([{"amount": 1.0}, {"amount": "two"}, {"amount": 3.0}], times=[1.0, 2.0, 3.0])
     out = p.on_events(evs)
     [letter] = out.dead_letters
     assert (letter.reason, letter.value, letter.event_time) == ("invalid_value", {"amount": "two"}, 2.0)
@@ -114,9 +113,7 @@ def test_an_aggregate_that_raises_dead_letters_its_event_only():
 
 def test_a_key_function_that_raises_dead_letters_its_event_only():
     p = Processor(OrderingPolicy(over=lambda e: e.value["device"]), Tumbling(10), Count())
-    evs = with_values([{"device": "a"}, {}, {"device": "a"}])
-    for e, t in zip(evs, [1.0, 2.0, 3.0], strict=True):
-        e.event_time = t
+    evs = with_values([{"device": "a"}, {}, {"device": "a"}], times=[1.0, 2.0, 3.0])
     out = p.on_events(evs)
     assert [(d.reason, d.value) for d in out.dead_letters] == [("invalid_value", {})]
     assert "KeyError" in out.dead_letters[0].detail
@@ -146,9 +143,8 @@ def test_a_timestamp_function_that_raises_anything_dead_letters_its_event_as_an_
 )
 def test_an_event_dead_lettered_by_its_aggregate_is_not_counted_as_adjusted(action, counted):
     p = Processor(OrderingPolicy(late_arrival=1, action=action), Tumbling(100), Sum(), select="amount")
-    evs = with_values([{"amount": 1.0}, {"amount": "two"}], arrival=20.0)
-    for e, t in zip(evs, [19.5, 3.0], strict=True):  # the second is late and out of order
-        e.event_time = t
+    # the second is late and out of order
+    evs = with_values([{"amount": 1.0}, {"amount": "two"}], arrival=20.0, times=[19.5, 3.0])
     out = p.on_events(evs)
     assert [d.reason for d in out.dead_letters] == ["invalid_value"]
     c = p.counters
