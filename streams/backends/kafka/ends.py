@@ -90,8 +90,8 @@ async def offset_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition, timeout:
 
 
 async def listed_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:
-    """The oldest retained offset of ``tp`` and its end as the broker lists it: exact for a
-    topic written one record a produce request (the handoff log's), else possibly short."""
+    """The oldest retained offset of ``tp`` and its end as the broker lists it, possibly
+    short of the records (a receiver checks a committed offset past it with :func:`ends_at`)."""
     first = await consumer.beginning_offsets([tp])
     end = await consumer.end_offsets([tp])
     return first[tp], end[tp]

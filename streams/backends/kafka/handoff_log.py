@@ -33,7 +33,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from spark_sink.schema import HandoffSchema
 from streams.backends.kafka.clients import ensure_topic, start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
-from streams.backends.kafka.ends import listed_bounds as offset_bounds
+from streams.backends.kafka.ends import partition_ends
 from streams.backends.kafka.handoff_records import (
     Declaration,
     HandoffRecord,
@@ -149,7 +149,7 @@ class KafkaHandoffLog:
             return {}
         declared: dict[str, Declaration] = {}
         async with self._reading:
-            start, end = await offset_bounds(consumer, tp)
+            [(start, end)] = await self._bounds([tp])
             async for record in fetch_range(consumer, tp, start, end, self.request_timeout):
                 if record.key is not None and record.value is not None:
                     declared.setdefault(record.key.decode(), Declaration.decode(record.value))
@@ -160,12 +160,12 @@ class KafkaHandoffLog:
     async def offsets(self, stream: str) -> tuple[dict[int, int], dict[int, int]]:
         """The first retained offset and the next offset, per partition of ``stream``."""
         declaration = await self.declaration(stream)  # an unknown stream is an error
-        consumer = await self._consumer_started()
         topic = self.topics.data(stream)
         tps = [TopicPartition(topic, p) for p in range(declaration.partitions)]
-        begin = await consumer.beginning_offsets(tps)
-        end = await consumer.end_offsets(tps)
-        return {tp.partition: begin[tp] for tp in tps}, {tp.partition: end[tp] for tp in tps}
+        async with self._reading:
+            bounds = await self._bounds(tps)
+        starts = {tp.partition: first for tp, (first, _) in zip(tps, bounds, strict=True)}
+        return starts, {tp.partition: end for tp, (_, end) in zip(tps, bounds, strict=True)}
 
     async def records(self, stream: str, partition: int, start: int, end: int) -> list[HandoffRecord]:
         """The records at offsets ``[start, end)`` of a partition, valid or not."""
@@ -200,9 +200,9 @@ class KafkaHandoffLog:
     async def load_marks(self, stream: str, partition: int) -> PartitionMarks:
         """The marks of every valid record of a partition: the newest snapshot, then the
         records after it."""
-        consumer = await self._consumer_started()
         snapshots = TopicPartition(self.topics.marks(stream), partition)
-        first, last = await offset_bounds(consumer, snapshots)
+        async with self._reading:
+            [(first, last)] = await self._bounds([snapshots])
         state = PartitionMarks()
         if last > first:
             [newest] = await self._read(snapshots, last - 1, last)
@@ -225,8 +225,21 @@ class KafkaHandoffLog:
     # -- plumbing -----------------------------------------------------------------------
 
     async def _bounds_of(self, stream: str, partition: int) -> tuple[int, int]:
+        async with self._reading:
+            [bounds] = await self._bounds([TopicPartition(self.topics.data(stream), partition)])
+        return bounds
+
+    async def _bounds(self, tps: list[TopicPartition]) -> list[tuple[int, int]]:
+        """The oldest retained offset and the end of each of ``tps`` (the end from a fetch:
+        :func:`~streams.backends.kafka.ends.partition_ends`). Called holding ``_reading``."""
         consumer = await self._consumer_started()
-        return await offset_bounds(consumer, TopicPartition(self.topics.data(stream), partition))
+        consumer.assign(tps)
+        try:
+            begin = await consumer.beginning_offsets(tps)
+            ends = await partition_ends(consumer, tps, self.request_timeout)
+        finally:
+            park(consumer)
+        return [(begin[tp], ends[tp]) for tp in tps]
 
     async def _read(self, tp: TopicPartition, start: int, end: int) -> list[ConsumerRecord[bytes, bytes]]:
         consumer = await self._consumer_started()
@@ -276,7 +289,17 @@ async def fetch_range(
         async for record in _fetch_assigned(consumer, tp, start, end, timeout):
             yield record
     finally:
-        consumer.unsubscribe()  # no fetching in the background until the next read
+        park(consumer)
+
+
+def park(consumer: AIOKafkaConsumer) -> None:
+    """Stop ``consumer`` fetching until its next read, keeping its assignment.
+
+    Pausing, not unsubscribing: an unsubscribed consumer's fetcher cancels its fetch in
+    flight and awaits it, and a ``stop()`` landing then has its cancellation absorbed by
+    aiokafka, so ``stop()`` waits forever (a read at a partition's end, whose long poll is
+    always in flight, followed by a close, hung that way)."""
+    consumer.pause(*consumer.assignment())
 
 
 async def _fetch_assigned(

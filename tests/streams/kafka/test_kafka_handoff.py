@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import pyarrow as pa
 import pytest
+from confluent_kafka import Producer
 
 from spark_sink.handoff import EventHandoff, Handoff
 from streams.backends.kafka import handoff_sink as kafka_sink
@@ -177,3 +179,32 @@ async def test_released_events_are_appended_once_across_a_replay(kafka_broker: s
         records = await log.records("readings", 0, 0, end[0])
     values = [v for r in records if r.valid for v in pa.Table.from_batches(r.batches())["value"].to_pylist()]
     assert values == [0.0, 2.0, 1.0]
+
+
+def produce_batched(bootstrap: str, topic: str, partition: int, count: int) -> None:
+    """``count`` foreign records in one produce request (confluent-kafka, lingering), the
+    writes whose last batch this broker's listed end falls inside."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 200, "enable.idempotence": False})
+    for n in range(count):
+        producer.produce(topic, f"foreign-{n}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+
+
+async def test_the_logs_end_is_the_records_end_and_closing_after_it_never_waits(
+    kafka_broker: str, kafka_topic: str
+) -> None:
+    topic = f"{kafka_topic}.handoff.totals"
+    sink = await KafkaHandoffSink.open(settings(kafka_broker, kafka_topic), HANDOFF)
+    try:
+        produce_batched(kafka_broker, topic, 0, 20)
+        assert await sink.write("s/a", "C", 0, windows("a", [60])) == 1
+    finally:
+        await sink.close()
+    with anyio.fail_after(60):  # each offsets call leaves a long poll at the end; closing after it returns
+        for _ in range(5):
+            async with KafkaHandoffLog(kafka_broker, kafka_topic) as log:
+                starts, ends = await log.offsets(HANDOFF.stream)
+            # 21: the sink's append landed where it expected (a short end makes it land
+            # invalid and append again, 22)
+            assert (starts, ends) == ({0: 0, 1: 0}, {0: 21, 1: 0})
+    assert await valid_rows(kafka_broker, kafka_topic, 0) == [("a", 60.0)]
