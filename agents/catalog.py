@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
 from functools import partial
 from typing import Any, Literal, Protocol, TypeVarTuple
 
@@ -30,6 +30,7 @@ from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
 from agents.durable import DurableActivation
 from agents.event_time_observer import EventTimeObserver, declared_event_time
+from agents.first_contact import FirstContact
 from agents.handoff_writes import HandoffTarget
 from agents.hook_calls import HookLimits
 from agents.keyed import KeyedActivations
@@ -39,7 +40,7 @@ from streams.core.deadletters import QueueDeadLetters
 from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import enter_fields
 from streams.core.observer import EventFilter, as_observer
-from streams.core.pubsub import SubscriptionRecord, SubscriptionState
+from streams.core.pubsub import SubscriptionState
 from streams.core.state import StateError, is_stateful, next_processing_timer, state_ttl, timers_of
 from streams.eventtime.lateness import LatenessSketches, ObservedTimes
 
@@ -214,11 +215,7 @@ class Catalog:
         # "implicit:<type>", the subscription id of a type's implicit activations: one string
         # per type, not one per stream.
         self._implicit_ids: dict[type, str] = {}
-        # What the first contact of the streams of one queue read needs, read for all of them
-        # at once (first_contact): by stream, its subscriptions; by key, its saved durable
-        # state (None: none saved). Taken as used; a stream or key not here is read alone.
-        self._first_subscriptions: dict[StreamId, list[SubscriptionRecord]] = {}
-        self._first_states: dict[StateKey, tuple[SequenceToken, bytes] | None] = {}
+        self._first = FirstContact(context.registry, context.pubsub)
 
     def keep_states(
         self, saved: dict[StateKey, tuple[SequenceToken, bytes]], lookup: StateLookup | None = None
@@ -336,37 +333,12 @@ class Catalog:
             self._spawn(call_hook, instance, "on_activate", state.log_fields)
         return observer
 
-    @asynccontextmanager
-    async def first_contact(self, sids: Collection[StreamId]) -> AsyncIterator[None]:
-        """Activate the new streams ``sids`` of one read within: their subscriptions, and
-        the durable states a lookup store keeps of their implicit types, are read in one
-        query each, not one a stream (a fleet coming online pays for a read, not a stream)."""
+    def first_contact(self, sids: Collection[StreamId]) -> AbstractAsyncContextManager[None]:
+        """Activate the new streams ``sids`` of one read within: their subscriptions and
+        durable states are read together (:class:`~agents.first_contact.FirstContact`)."""
         if len(sids) < 2:
-            yield
-            return
-        found = await self._context.pubsub.subscriptions_of(sids)
-        self._first_subscriptions = {sid: found.get(sid, []) for sid in sids}
-        keys = self._durable_keys(sids)
-        if keys and self._lookup is not None:
-            saved = self._lookup.saved_states(keys)
-            self._first_states = {key: saved.get(key) for key in keys}
-        try:
-            yield
-        finally:
-            self._first_subscriptions, self._first_states = {}, {}
-
-    def _durable_keys(self, sids: Iterable[StreamId]) -> list[StateKey]:
-        """The state keys of the durable implicit activations ``sids`` would have (not of
-        types fed by several namespaces, whose activations are keyed otherwise)."""
-        if self._lookup is None or self.states is None:
-            return []
-        registry = self._context.registry
-        keys: list[StateKey] = []
-        for sid in sids:
-            for cls in registry.implicit_types(sid.namespace):
-                if is_stateful(cls) and not registry.namespaces_of(cls):
-                    keys.append((registry.type_name(cls) or cls.__qualname__, str(sid)))
-        return keys
+            return nullcontext()
+        return self._first.reading(sids, self._lookup if self.states is not None else None)
 
     async def attach_all(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
         """Attach every consumer of the newly active stream ``sid`` (but ``skip``, which the
@@ -389,10 +361,8 @@ class Catalog:
                 if sub.subscription_id != skip:
                     observer = as_observer(sub.observer)
                     await self.attach(state, sid, sub.subscription_id, observer, event_filter=sub.filter)
-            records = self._first_subscriptions.pop(sid, None)
-            if records is None:
-                records = await self._context.pubsub.subscriptions(sid)
-            for record in records:
+            records = self._first.subscriptions.pop(sid, None)
+            for record in records if records is not None else await self._context.pubsub.subscriptions(sid):
                 if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
                     cls = registry.get_type(record.consumer_type)
                     await self.attach(
@@ -532,7 +502,7 @@ class Catalog:
         lookup, states = self._lookup, self.states
         if saved is None and lookup is not None and states is not None and _durable(activation):
             if not states.deleting(key):  # a deletion on its way: the row is not its state any more
-                first = self._first_states
+                first = self._first.states
                 saved = first.pop(key) if key in first else lookup.saved_state(key)
         if saved is None:
             return

@@ -400,12 +400,7 @@ class PullingAgent:
         ticks.record_read(clock)
         self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         if letters:
-            reasons = Counter(letter.reason for letter in letters)
-            log.warning(
-                "%s: %s; dead-lettered",
-                self.queue,
-                ", ".join(f"{n} record(s) {_REFUSED[reason]}" for reason, n in sorted(reasons.items())),
-            )
+            _log_refused(self.queue, letters)
             await self.context.dead_letters.add(letters)
         streams = self._streams
         sids = {c.stream_id for _, c in decoded}
@@ -524,3 +519,10 @@ class PullingAgent:
 
 def new_subscription_id() -> str:
     return uuid.uuid4().hex
+
+
+def _log_refused(queue: QueueId, letters: list[DeadLetter]) -> None:
+    """One warning for the records of a read that were dead-lettered unread, by reason."""
+    reasons = Counter(letter.reason for letter in letters)
+    refused = ", ".join(f"{n} record(s) {_REFUSED[reason]}" for reason, n in sorted(reasons.items()))
+    log.warning("%s: %s; dead-lettered", queue, refused)
