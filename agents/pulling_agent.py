@@ -377,36 +377,11 @@ class PullingAgent:
             await self._add_slice(messages[start : start + _ADD_SLICE])
 
     async def _add_slice(self, messages: Sequence[QueueMessage]) -> None:
-        decoded: list[tuple[QueueMessage, BatchContainer]] = []
-        letters: list[DeadLetter] = []
-        limit = self.context.options.max_event_size
-        for message in messages:
-            try:
-                if len(message.payload) > limit:  # never decoded: its events could be far larger
-                    raise RecordTooLargeError(f"{len(message.payload):,} bytes, over max_event_size ({limit:,} bytes)")
-                decoded.append((message, message.container()))
-            except DecodeError as exc:
-                letters.append(undecodable_letter(message, exc))
-        # The queue's clock moves with each record, in queue order: each container learns
-        # where it stood just before it (a receiver that gathers records of one stream
-        # across others, as Kafka's grouped records, has set it already).
-        ticks = self._ticks
-        clock = ticks.records_clock
-        for _, container in decoded:
-            if container.clock_before is None and clock > -math.inf:
-                container.clock_before = clock
-            if container.arrival_time > clock:
-                clock = container.arrival_time
-        ticks.record_read(clock)
+        decoded, letters = _decoded(messages, self.context.options.max_event_size)
+        self._ticks.record_read(_stamp_clock(decoded, self._ticks.records_clock))
         self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         if letters:
-            reasons = Counter(letter.reason for letter in letters)
-            log.warning(
-                "%s: %s; dead-lettered",
-                self.queue,
-                ", ".join(f"{n} record(s) {_REFUSED[reason]}" for reason, n in sorted(reasons.items())),
-            )
-            await self.context.dead_letters.add(letters)
+            await self._refuse(letters)
         streams = self._streams
         for sid in {c.stream_id for _, c in decoded}:
             state = streams.get(sid)
@@ -417,6 +392,21 @@ class PullingAgent:
         keyed = self._catalog.keyed
         if keyed:  # activations of several streams take their batches in queue order
             keyed.expect(decoded)
+        self._cache_and_tell(decoded)
+
+    async def _refuse(self, letters: list[DeadLetter]) -> None:
+        """Dead-letter records that are no batch, with one log line per slice."""
+        reasons = Counter(letter.reason for letter in letters)
+        log.warning(
+            "%s: %s; dead-lettered",
+            self.queue,
+            ", ".join(f"{n} record(s) {_REFUSED[reason]}" for reason, n in sorted(reasons.items())),
+        )
+        await self.context.dead_letters.add(letters)
+
+    def _cache_and_tell(self, decoded: list[tuple[QueueMessage, BatchContainer]]) -> None:
+        """Add the batches to the cache and tell the consumers of each stream that got data."""
+        streams = self._streams
         now = time.monotonic()
         # The log context of the deliveries made here, inline: set per stream (no reset
         # between streams, nothing else runs meanwhile), restored once at the end.
@@ -518,6 +508,34 @@ class PullingAgent:
         over the hour up to the queue's processing clock (``headrace status``)."""
         now = self._ticks.now()
         return self._catalog.observed_times(now if math.isfinite(now) else self.context.clock.now())
+
+
+def _decoded(
+    messages: Sequence[QueueMessage], limit: int
+) -> tuple[list[tuple[QueueMessage, BatchContainer]], list[DeadLetter]]:
+    """The messages' batch containers, and letters for those that are none or over ``limit``."""
+    decoded: list[tuple[QueueMessage, BatchContainer]] = []
+    letters: list[DeadLetter] = []
+    for message in messages:
+        try:
+            if len(message.payload) > limit:  # never decoded: its events could be far larger
+                raise RecordTooLargeError(f"{len(message.payload):,} bytes, over max_event_size ({limit:,} bytes)")
+            decoded.append((message, message.container()))
+        except DecodeError as exc:
+            letters.append(undecodable_letter(message, exc))
+    return decoded, letters
+
+
+def _stamp_clock(decoded: list[tuple[QueueMessage, BatchContainer]], clock: float) -> float:
+    """The queue's clock moves with each record, in queue order: each container learns where
+    it stood just before it (a receiver that gathers records of one stream across others, as
+    Kafka's grouped records, has set it already). Returns the clock after the last."""
+    for _, container in decoded:
+        if container.clock_before is None and clock > -math.inf:
+            container.clock_before = clock
+        if container.arrival_time > clock:
+            clock = container.arrival_time
+    return clock
 
 
 def new_subscription_id() -> str:
