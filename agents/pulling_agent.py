@@ -195,6 +195,7 @@ class PullingAgent:
                 except QueueFailedError as exc:
                     self._fail(exc)
                 task_status.started()
+                tg.start_soon(self._housekeep)
                 while not (self._stopping or self.failure):
                     self._check_deadlines()
                     self._ticks.run()
@@ -211,6 +212,16 @@ class PullingAgent:
                 tg.cancel_scope.cancel()
         finally:
             self._stopped.set()
+
+    async def _housekeep(self) -> None:
+        """On the agent's timer, not at every read: slow consumers detached from a full cache
+        and idle streams collected, between reads (each checks its own interval)."""
+        period = self.context.options.get_queue_msgs_timer_period
+        while not (self._stopping or self.failure):
+            await anyio.sleep(period)
+            async with self._pump_lock:  # a read opens streams the collector could close
+                self._cursors.detach_slow(self._working)
+                self._collector.collect()
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
@@ -316,7 +327,6 @@ class PullingAgent:
     async def _pump_once(self) -> int:
         cache = self.cache
         cache.try_purge()
-        self._cursors.detach_slow(self._working)
         if cache.is_under_pressure():
             self.pressure_skips += 1
             self._ticks.caught_up = False  # not read: records may be waiting
@@ -344,7 +354,6 @@ class PullingAgent:
                 GC_POLICY.settle()
         self._ticks.caught_up = self.receiver.caught_up
         await self._ack()
-        self._collector.collect()
         if forwarding is not None:
             return read + forwarding.forwarded - forwarded
         return read
@@ -390,7 +399,7 @@ class PullingAgent:
             if state.opening is not None:
                 await state.opened()
         keyed = self._catalog.keyed
-        if keyed:  # activations of several streams take their batches in queue order
+        if keyed.by_key:  # activations of several streams take their batches in queue order
             keyed.expect(decoded)
         self._cache_and_tell(decoded)
 
