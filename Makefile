@@ -23,6 +23,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/vulture
 
 bench: $(STAMP)
 	$(PY) bench/core.py

@@ -68,12 +68,9 @@ class KeyedActivations:
     """
 
     def __init__(self, stall: float = 60.0) -> None:
-        self._by_key: dict[tuple[type, str], _Shared] = {}
+        self.by_key: dict[tuple[type, str], _Shared] = {}  # empty: no such activation (read per read)
         self._types_of: dict[StreamId, list[type]] = {}
         self._stall = stall
-
-    def __bool__(self) -> bool:
-        return bool(self._by_key)
 
     def expect(self, decoded: Sequence[tuple[QueueMessage, BatchContainer]]) -> None:
         """Records just read: their activations expect them, in this order."""
@@ -82,7 +79,7 @@ class KeyedActivations:
             classes = types_of.get(container.stream_id)
             if classes and container.kind is BatchKind.DATA and container.count:
                 for cls in classes:
-                    self._by_key[(cls, container.stream_id.key)].order.expect(message.sequence_number)
+                    self.by_key[(cls, container.stream_id.key)].order.expect(message.sequence_number)
 
     def observer_for(
         self, cls: type, sid: StreamId, lead: str, make: MakeActivation
@@ -91,11 +88,11 @@ class KeyedActivations:
         was made now (else None). ``make(cls, StreamId(lead, key))`` builds ``(event-time
         activation or None, instance)``: an activation is built for the first namespace's
         stream id."""
-        shared = self._by_key.get((cls, sid.key))
+        shared = self.by_key.get((cls, sid.key))
         made: object | None = None
         if shared is None:
             timed, made = make(cls, StreamId(lead, sid.key))
-            shared = self._by_key[(cls, sid.key)] = _Shared(timed, made, self._stall)
+            shared = self.by_key[(cls, sid.key)] = _Shared(timed, made, self._stall)
         if sid not in shared.streams:
             shared.streams.add(sid)
             self._types_of.setdefault(sid, []).append(cls)
@@ -105,10 +102,10 @@ class KeyedActivations:
         """``sid`` closed: the instances whose last stream it was (to deactivate)."""
         ended: list[object] = []
         for cls in self._types_of.pop(sid, ()):
-            shared = self._by_key[(cls, sid.key)]
+            shared = self.by_key[(cls, sid.key)]
             shared.streams.discard(sid)
             if not shared.streams:
-                del self._by_key[(cls, sid.key)]
+                del self.by_key[(cls, sid.key)]
                 ended.append(shared.instance)
         return ended
 

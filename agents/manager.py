@@ -15,7 +15,7 @@ follows the balancer's changes (see :mod:`balancer.protocols` for the hand-off r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import anyio
 from anyio.abc import TaskGroup
@@ -159,8 +159,11 @@ class AgentManager:
             await agent.abandon()
             log.warning("%s: lease lost; agent abandoned without a checkpoint", queue)
 
-    def agent_for(self, queue: QueueId) -> PullingAgent | None:
-        return self._agents.get(queue)
+    @property
+    def readers(self) -> Mapping[QueueId, PullingAgent]:
+        """The agents by queue, kept current as queues come and go: a producer in this process
+        wakes the agent of a queue it wrote to through it, looking it up itself."""
+        return self._agents
 
     @property
     def agents(self) -> list[PullingAgent]:

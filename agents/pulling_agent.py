@@ -195,6 +195,7 @@ class PullingAgent:
                 except QueueFailedError as exc:
                     self._fail(exc)
                 task_status.started()
+                tg.start_soon(self._housekeep)
                 while not (self._stopping or self.failure):
                     self._check_deadlines()
                     self._ticks.run()
@@ -211,6 +212,16 @@ class PullingAgent:
                 tg.cancel_scope.cancel()
         finally:
             self._stopped.set()
+
+    async def _housekeep(self) -> None:
+        """On the agent's timer, not at every read: slow consumers detached from a full cache
+        and idle streams collected, between reads (each checks its own interval)."""
+        period = self.context.options.get_queue_msgs_timer_period
+        while not (self._stopping or self.failure):
+            await anyio.sleep(period)
+            async with self._pump_lock:  # a read opens streams the collector could close
+                self._cursors.detach_slow(self._working)
+                self._collector.collect()
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
@@ -316,7 +327,6 @@ class PullingAgent:
     async def _pump_once(self) -> int:
         cache = self.cache
         cache.try_purge()
-        self._cursors.detach_slow(self._working)
         if cache.is_under_pressure():
             self.pressure_skips += 1
             self._ticks.caught_up = False  # not read: records may be waiting
@@ -344,7 +354,6 @@ class PullingAgent:
                 GC_POLICY.settle()
         self._ticks.caught_up = self.receiver.caught_up
         await self._ack()
-        self._collector.collect()
         if forwarding is not None:
             return read + forwarding.forwarded - forwarded
         return read
@@ -377,31 +386,11 @@ class PullingAgent:
             await self._add_slice(messages[start : start + _ADD_SLICE])
 
     async def _add_slice(self, messages: Sequence[QueueMessage]) -> None:
-        decoded: list[tuple[QueueMessage, BatchContainer]] = []
-        letters: list[DeadLetter] = []
-        limit = self.context.options.max_event_size
-        for message in messages:
-            try:
-                if len(message.payload) > limit:  # never decoded: its events could be far larger
-                    raise RecordTooLargeError(f"{len(message.payload):,} bytes, over max_event_size ({limit:,} bytes)")
-                decoded.append((message, message.container()))
-            except DecodeError as exc:
-                letters.append(undecodable_letter(message, exc))
-        # The queue's clock moves with each record, in queue order: each container learns
-        # where it stood just before it (a receiver that gathers records of one stream
-        # across others, as Kafka's grouped records, has set it already).
-        ticks = self._ticks
-        clock = ticks.records_clock
-        for _, container in decoded:
-            if container.clock_before is None and clock > -math.inf:
-                container.clock_before = clock
-            if container.arrival_time > clock:
-                clock = container.arrival_time
-        ticks.record_read(clock)
+        decoded, letters = _decoded(messages, self.context.options.max_event_size)
+        self._ticks.record_read(_stamp_clock(decoded, self._ticks.records_clock))
         self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         if letters:
-            _log_refused(self.queue, letters)
-            await self.context.dead_letters.add(letters)
+            await self._refuse(letters)
         streams = self._streams
         sids = {c.stream_id for _, c in decoded}
         async with self._catalog.first_contact([sid for sid in sids if sid not in streams]):
@@ -412,8 +401,23 @@ class PullingAgent:
                 if state.opening is not None:
                     await state.opened()
         keyed = self._catalog.keyed
-        if keyed:  # activations of several streams take their batches in queue order
+        if keyed.by_key:  # activations of several streams take their batches in queue order
             keyed.expect(decoded)
+        self._cache_and_tell(decoded)
+
+    async def _refuse(self, letters: list[DeadLetter]) -> None:
+        """Dead-letter records that are no batch, with one log line per slice."""
+        reasons = Counter(letter.reason for letter in letters)
+        log.warning(
+            "%s: %s; dead-lettered",
+            self.queue,
+            ", ".join(f"{n} record(s) {_REFUSED[reason]}" for reason, n in sorted(reasons.items())),
+        )
+        await self.context.dead_letters.add(letters)
+
+    def _cache_and_tell(self, decoded: list[tuple[QueueMessage, BatchContainer]]) -> None:
+        """Add the batches to the cache and tell the consumers of each stream that got data."""
+        streams = self._streams
         now = time.monotonic()
         # The log context of the deliveries made here, inline: set per stream (no reset
         # between streams, nothing else runs meanwhile), restored once at the end.
@@ -517,12 +521,33 @@ class PullingAgent:
         return self._catalog.observed_times(now if math.isfinite(now) else self.context.clock.now())
 
 
+def _decoded(
+    messages: Sequence[QueueMessage], limit: int
+) -> tuple[list[tuple[QueueMessage, BatchContainer]], list[DeadLetter]]:
+    """The messages' batch containers, and letters for those that are none or over ``limit``."""
+    decoded: list[tuple[QueueMessage, BatchContainer]] = []
+    letters: list[DeadLetter] = []
+    for message in messages:
+        try:
+            if len(message.payload) > limit:  # never decoded: its events could be far larger
+                raise RecordTooLargeError(f"{len(message.payload):,} bytes, over max_event_size ({limit:,} bytes)")
+            decoded.append((message, message.container()))
+        except DecodeError as exc:
+            letters.append(undecodable_letter(message, exc))
+    return decoded, letters
+
+
+def _stamp_clock(decoded: list[tuple[QueueMessage, BatchContainer]], clock: float) -> float:
+    """The queue's clock moves with each record, in queue order: each container learns where
+    it stood just before it (a receiver that gathers records of one stream across others, as
+    Kafka's grouped records, has set it already). Returns the clock after the last."""
+    for _, container in decoded:
+        if container.clock_before is None and clock > -math.inf:
+            container.clock_before = clock
+        if container.arrival_time > clock:
+            clock = container.arrival_time
+    return clock
+
+
 def new_subscription_id() -> str:
     return uuid.uuid4().hex
-
-
-def _log_refused(queue: QueueId, letters: list[DeadLetter]) -> None:
-    """One warning for the records of a read that were dead-lettered unread, by reason."""
-    reasons = Counter(letter.reason for letter in letters)
-    refused = ", ".join(f"{n} record(s) {_REFUSED[reason]}" for reason, n in sorted(reasons.items()))
-    log.warning("%s: %s; dead-lettered", queue, refused)

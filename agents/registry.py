@@ -104,9 +104,6 @@ class ConsumerRegistry:
         """The namespaces with implicit consumer types, in order of registration."""
         return list(self._implicit)
 
-    def has_implicit(self, namespace: str) -> bool:
-        return namespace in self._implicit
-
     # -- in-process observers -------------------------------------------------------
     def add_observer(self, subscription: InProcessSubscription) -> None:
         self._observers.setdefault(subscription.stream_id, {})[subscription.subscription_id] = subscription

@@ -100,7 +100,6 @@ class QueueBalancerBase(abc.ABC):
         self._lock = anyio.Lock()
         self._run_scope: anyio.CancelScope | None = None
         self._closed = False
-        self.clock_step = 0.0  # the wall clock's steps against the monotonic one, summed (s)
 
     # -- what subclasses say --------------------------------------------------------------
 
@@ -231,7 +230,7 @@ class QueueBalancerBase(abc.ABC):
     async def _round(self, ownership: QueueOwnership) -> QueueDistributionChange:
         if self._closed:
             return QueueDistributionChange(frozenset())
-        self.clock_step = self._steps.check()
+        self._steps.check()  # says a step of the wall clock in the log
         before = ownership.owned
         if self._membership is not None:
             await self._membership.heartbeat(self._worker)

@@ -41,15 +41,6 @@ def wall_time() -> float:
     return time.time()
 
 
-def monotonic_time() -> float:
-    """Seconds since an arbitrary start that only ever pass (``time.monotonic``).
-
-    >>> monotonic_time() <= monotonic_time()
-    True
-    """
-    return time.monotonic()
-
-
 class Clock(Protocol):
     """The wall-clock time in POSIX seconds, the monotonic time, and a way to wait."""
 

@@ -24,6 +24,11 @@ class ConfigurationError(HeadraceError):
     """A setting, option or argument is wrong; the message names it and says what is allowed."""
 
 
+class StoreLayoutError(ConfigurationError):
+    """The embedded store's file is of a layout this headrace does not read; the message says
+    whether to upgrade headrace or start with an empty store directory."""
+
+
 class EncodeError(HeadraceError, TypeError):
     """A value given to ``on_next`` cannot be encoded; nothing was enqueued."""
 

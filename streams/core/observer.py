@@ -45,11 +45,6 @@ class StreamObserver(Protocol):
     async def on_watermark(self, watermark: float) -> None: ...
 
 
-async def _maybe_await(result: Any) -> None:
-    if inspect.isawaitable(result):
-        await result
-
-
 _COROUTINE_FUNCTIONS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 

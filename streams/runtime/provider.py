@@ -283,7 +283,13 @@ class StreamProvider(BackendConstructors):
             self._adapter = adapter
             # Leaving the provider flushes the publisher first, before the agents stop.
             self._publisher = await start_publisher(
-                stack, adapter, self.mapper, self._written, unwritten, self.clock, self.options.max_event_size
+                stack,
+                adapter,
+                self.mapper,
+                {} if self._manager is None else self._manager.readers,
+                unwritten,
+                self.clock,
+                self.options.max_event_size,
             )
         except BaseException:
             self._adapter = self._manager = self._publisher = None
@@ -302,13 +308,6 @@ class StreamProvider(BackendConstructors):
             raise unwritten[0]
         if unwritten:
             log.error("leaving the provider: %s", unwritten[0])
-
-    def _written(self, queue: QueueId) -> None:
-        """The publisher wrote to ``queue``: its agent here, if any, reads now."""
-        if self._manager is not None:
-            agent = self._manager.agent_for(queue)
-            if agent is not None:
-                agent.wake()
 
     async def flush(self) -> None:
         """Return once every event sent so far (``stream.send``) is durable; raise
@@ -362,4 +361,4 @@ class StreamProvider(BackendConstructors):
         """The agent here that reads ``stream_id``'s queue (None: another worker's, or none)."""
         if self._manager is None:
             return None
-        return self._manager.agent_for(self.mapper.get_queue_for_stream(stream_id))
+        return self._manager.readers.get(self.mapper.get_queue_for_stream(stream_id))

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -43,6 +43,13 @@ from streams.core.clock import WALL_CLOCK, Clock
 from streams.core.codec import encode_batches
 from streams.core.errors import EncodeError, ProviderClosedError, PublishError
 from streams.core.ids import QueueId, StreamId
+
+
+class QueueReader(Protocol):
+    """What reads a queue in this process (its pulling agent): woken when a write reaches it."""
+
+    def wake(self) -> None: ...
+
 
 log = logging.getLogger("headrace.publisher")
 
@@ -118,7 +125,7 @@ class Publisher:
         self,
         writer: EventWriter,
         mapper: QueueMapper,
-        written: Callable[[QueueId], None],
+        readers: Mapping[QueueId, QueueReader],
         *,
         linger: float = 0.002,
         max_batch: int = 1000,
@@ -126,7 +133,7 @@ class Publisher:
     ) -> None:
         self._writer = writer
         self._mapper = mapper
-        self._written = written  # told of each queue a write reached (wakes local agents)
+        self._readers = readers  # the local agents by queue, woken by a write to theirs
         self._linger = linger
         self._max_batch = max_batch
         self._max_buffered = max_buffered
@@ -274,7 +281,9 @@ class Publisher:
             await self._writer.write(items)
         finally:
             self._ended(r)
-        self._written(queue)
+        reader = self._readers.get(queue)
+        if reader is not None:
+            reader.wake()
 
     def _ended(self, r: _Round) -> None:
         """A write ended: its waiters, and senders waiting for room, go on."""
@@ -304,8 +313,11 @@ class Publisher:
             self._reasons.append(f"{type(exc).__name__}: {exc}")
             log.warning("a write of %d event(s) failed: %s", r.events, exc)
             return
+        readers = self._readers
         for queue in queues:
-            self._written(queue)
+            reader = readers.get(queue)
+            if reader is not None:
+                reader.wake()
 
     def _encode(self, queue: QueueId, stream_id: StreamId, run: _Run) -> list[Any]:
         """The items of one run; a run holding a value that cannot be encoded goes without it
@@ -367,7 +379,7 @@ async def start_publisher(
     stack: contextlib.AsyncExitStack,
     adapter: QueueAdapter,
     mapper: QueueMapper,
-    written: Callable[[QueueId], None],
+    readers: Mapping[QueueId, QueueReader],
     unwritten: list[PublishError],
     clock: Clock = WALL_CLOCK,
     max_event_size: int = 1 << 20,
@@ -377,7 +389,7 @@ async def start_publisher(
     could not write appended to ``unwritten``. No record it writes is over ``max_event_size``
     bytes."""
     writer: EventWriter = adapter.event_writer(max_event_size) or ContainerWriter(adapter, clock, max_event_size)
-    publisher = Publisher(writer, mapper, written)
+    publisher = Publisher(writer, mapper, readers)
     # Entered and left by hand: as a context of the stack it would be handed the
     # block's own error on leaving, and wrap it in an exception group.
     tg = anyio.create_task_group()

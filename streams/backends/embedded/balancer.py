@@ -20,35 +20,27 @@ from typing import Any
 from balancer.leases import LeaseChange, TableLeaseProvider
 from balancer.membership import DEFAULT_SUSPICION_TIMEOUT, MemberChange, TableMembership
 from balancer.protocols import Lease, MemberRecord
-from streams.backends.embedded.store import EmbeddedStore
+from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.clock import Clock
 from streams.core.ids import QueueId
 
-LEASE_SCHEMA = [
-    [
-        (
-            "CREATE TABLE IF NOT EXISTS lease_queues("
-            " category TEXT NOT NULL,"
-            " queue INTEGER NOT NULL,"
-            " owner TEXT,"
-            " epoch INTEGER NOT NULL,"
-            " expires_at REAL NOT NULL,"
-            " PRIMARY KEY (category, queue))"
-        )
-    ]
+LEASE_SCHEMA: Schema = [
+    "CREATE TABLE IF NOT EXISTS lease_queues("
+    " category TEXT NOT NULL,"
+    " queue INTEGER NOT NULL,"
+    " owner TEXT,"
+    " epoch INTEGER NOT NULL,"
+    " expires_at REAL NOT NULL,"
+    " PRIMARY KEY (category, queue))"
 ]
 
-MEMBERSHIP_SCHEMA = [
-    [
-        (
-            "CREATE TABLE IF NOT EXISTS membership_workers("
-            " worker TEXT PRIMARY KEY,"
-            " incarnation TEXT NOT NULL,"
-            " joined_at REAL NOT NULL,"
-            " last_heartbeat REAL NOT NULL,"
-            " left_at REAL)"
-        )
-    ]
+MEMBERSHIP_SCHEMA: Schema = [
+    "CREATE TABLE IF NOT EXISTS membership_workers("
+    " worker TEXT PRIMARY KEY,"
+    " incarnation TEXT NOT NULL,"
+    " joined_at REAL NOT NULL,"
+    " last_heartbeat REAL NOT NULL,"
+    " left_at REAL)"
 ]
 
 

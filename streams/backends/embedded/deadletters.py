@@ -18,26 +18,21 @@ from typing import Any
 
 import msgpack
 
-from streams.backends.embedded.store import EmbeddedStore, Migration
+from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.clock import wall_time
 from streams.core.deadletters import DeadLetter, StoredDeadLetter, letter_key, packable
 
-DEADLETTER_SCHEMA: list[Migration] = [
-    [
-        "CREATE TABLE deadletters("
-        " id INTEGER PRIMARY KEY AUTOINCREMENT, reason TEXT NOT NULL, stream TEXT,"
-        " queue INTEGER, seq INTEGER, payload BLOB, value BLOB, event_time REAL,"
-        " detail TEXT NOT NULL, recorded_at REAL NOT NULL, replayed_at REAL)",
-        "CREATE INDEX deadletters_by_reason ON deadletters(reason, id)",
-    ],
-    [
-        "ALTER TABLE deadletters ADD COLUMN event_index INTEGER",
-        "CREATE UNIQUE INDEX deadletters_once ON deadletters(queue, seq, event_index, reason)",
-    ],
-    [  # a letter about a window, not an event: one per queue, reason and unit
-        "ALTER TABLE deadletters ADD COLUMN unit TEXT",
-        "CREATE UNIQUE INDEX deadletters_unit_once ON deadletters(queue, reason, unit) WHERE unit IS NOT NULL",
-    ],
+DEADLETTER_SCHEMA: Schema = [
+    "CREATE TABLE deadletters("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT, reason TEXT NOT NULL, stream TEXT,"
+    " queue INTEGER, seq INTEGER, payload BLOB, value BLOB, event_time REAL,"
+    " detail TEXT NOT NULL, recorded_at REAL NOT NULL, replayed_at REAL,"
+    " event_index INTEGER,"
+    " unit TEXT)",  # a letter about a window, not an event
+    "CREATE INDEX deadletters_by_reason ON deadletters(reason, id)",
+    "CREATE UNIQUE INDEX deadletters_once ON deadletters(queue, seq, event_index, reason)",
+    # one per queue, reason and unit
+    "CREATE UNIQUE INDEX deadletters_unit_once ON deadletters(queue, reason, unit) WHERE unit IS NOT NULL",
 ]
 
 _COLUMNS = (

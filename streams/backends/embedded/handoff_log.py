@@ -57,7 +57,7 @@ from spark_sink.offsets import OffsetRange, Offsets, admit
 from spark_sink.options import ReadOptions
 from spark_sink.schema import HandoffData, HandoffSchema
 from spark_sink.storage import BATCH_ROWS, HandoffSplit, check_stream_name, rebatch
-from streams.backends.embedded.store import EmbeddedStore, Migration
+from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.clock import wall_time
 from streams.core.errors import (
     ConfigurationError,
@@ -73,25 +73,20 @@ HANDOFF_DIR = "handoff"
 # get a file of their own, read memory-mapped.
 INLINE_BYTES = 64 * 1024
 
-HANDOFF_SCHEMA: list[Migration] = [
-    [
-        "CREATE TABLE handoff_streams( stream TEXT PRIMARY KEY, schema TEXT NOT NULL)",  # HandoffSchema.to_json()
-        "CREATE TABLE handoff_partitions("
-        " stream TEXT NOT NULL, partition INTEGER NOT NULL,"
-        " start_offset INTEGER NOT NULL,"  # the first offset still retained (trim moves it)
-        " end_offset INTEGER NOT NULL,"  # the offset the next append takes
-        " PRIMARY KEY (stream, partition)) WITHOUT ROWID",
-        "CREATE TABLE handoff_segments("
-        " stream TEXT NOT NULL, partition INTEGER NOT NULL,"
-        " first_offset INTEGER NOT NULL, row_count INTEGER NOT NULL,"
-        " file TEXT NOT NULL,"  # relative to the store directory
-        " PRIMARY KEY (stream, partition, first_offset)) WITHOUT ROWID",
-    ],
-    # An inline segment: file '' and its rows here (segments.encode_rows), NULL for a file.
-    ["ALTER TABLE handoff_segments ADD COLUMN data BLOB"],
-    # When the segment's newest row was appended (wall_time()), for retention by age;
-    # NULL in a store written before it existed: such segments never expire by age.
-    ["ALTER TABLE handoff_segments ADD COLUMN appended REAL"],
+HANDOFF_SCHEMA: Schema = [
+    "CREATE TABLE handoff_streams( stream TEXT PRIMARY KEY, schema TEXT NOT NULL)",  # HandoffSchema.to_json()
+    "CREATE TABLE handoff_partitions("
+    " stream TEXT NOT NULL, partition INTEGER NOT NULL,"
+    " start_offset INTEGER NOT NULL,"  # the first offset still retained (trim moves it)
+    " end_offset INTEGER NOT NULL,"  # the offset the next append takes
+    " PRIMARY KEY (stream, partition)) WITHOUT ROWID",
+    "CREATE TABLE handoff_segments("
+    " stream TEXT NOT NULL, partition INTEGER NOT NULL,"
+    " first_offset INTEGER NOT NULL, row_count INTEGER NOT NULL,"
+    " file TEXT NOT NULL,"  # relative to the store directory
+    " data BLOB,"  # an inline segment: file '' and its rows here (segments.encode_rows), NULL for a file
+    " appended REAL,"  # when the segment's newest row was appended (wall_time()), for retention by age
+    " PRIMARY KEY (stream, partition, first_offset)) WITHOUT ROWID",
 ]
 
 
@@ -132,7 +127,6 @@ class HandoffLog:
         self.path = os.path.abspath(store.path)
         self.inline_bytes = inline_bytes
         self._database = os.path.realpath(store.database)
-        self._data = "data"  # the inline rows' column ("NULL" in a store written before it existed)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> HandoffLog:
@@ -149,17 +143,14 @@ class HandoffLog:
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
                 ("handoff_streams",),
             ).fetchone()
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(handoff_segments)")}
+            store.check_layout(conn)
         if not tables:
             store.close()
             raise UnknownHandoffStreamError(
                 f"the store at {os.fspath(path)!r} has no handoff streams yet: start the "
                 "runtime with a consumer that hands off to Spark first"
             )
-        log = cls(store, create_tables=False)
-        if "data" not in columns:
-            log._data = "NULL"
-        return log
+        return cls(store, create_tables=False)
 
     def close(self) -> None:
         self.store.close()
@@ -223,7 +214,7 @@ class HandoffLog:
         if start >= end:
             return []
         rows = self._query(
-            f"SELECT first_offset, row_count, file, {self._data} FROM handoff_segments "
+            "SELECT first_offset, row_count, file, data FROM handoff_segments "
             "WHERE stream = ? AND partition = ? AND first_offset < ? "
             "AND first_offset + row_count > ? ORDER BY first_offset",
             (stream, partition, end, start),

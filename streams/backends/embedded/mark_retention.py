@@ -12,7 +12,7 @@ writes marks to differ.
 
 >>> import sqlite3
 >>> conn = sqlite3.connect(":memory:")
->>> for sql in MARKS_SCHEMA[0] + MARKS_SCHEMA[1] + MARKS_SCHEMA[2]:
+>>> for sql in MARKS_SCHEMA:
 ...     _ = conn.execute(sql)
 >>> _ = conn.execute("INSERT INTO handoff_marks VALUES ('h', 'devices/a', 'C', '', 60.0, 1000.0)")
 >>> _ = conn.execute("INSERT INTO handoff_marks VALUES ('h', 'devices/b', 'C', '', 60.0, 1500.0)")
@@ -31,24 +31,15 @@ from collections.abc import Callable, Sequence
 ReplayHorizon = Callable[[sqlite3.Connection], float | None]
 """When the oldest record a restart could read again was written (None: nothing to replay)."""
 
-MARKS_SCHEMA: Sequence[Sequence[str]] = [
-    [
-        "CREATE TABLE handoff_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
-        "consumer TEXT NOT NULL, key TEXT NOT NULL, last_end REAL NOT NULL, "
-        "PRIMARY KEY(handoff, source, consumer, key))"
-    ],
-    [
-        "CREATE TABLE handoff_event_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
-        "consumer TEXT NOT NULL, mark BLOB NOT NULL, "  # EventMark.to_bytes()
-        "PRIMARY KEY(handoff, source, consumer))"
-    ],
-    [
-        # When each mark was last written (marks older than this version count from now).
-        "ALTER TABLE handoff_marks ADD COLUMN written REAL NOT NULL DEFAULT 0",
-        "ALTER TABLE handoff_event_marks ADD COLUMN written REAL NOT NULL DEFAULT 0",
-        "UPDATE handoff_marks SET written = (julianday('now') - 2440587.5) * 86400.0",
-        "UPDATE handoff_event_marks SET written = (julianday('now') - 2440587.5) * 86400.0",
-    ],
+MARKS_SCHEMA: Sequence[str] = [
+    "CREATE TABLE handoff_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
+    "consumer TEXT NOT NULL, key TEXT NOT NULL, last_end REAL NOT NULL, "
+    "written REAL NOT NULL DEFAULT 0, "  # when the mark was last written
+    "PRIMARY KEY(handoff, source, consumer, key))",
+    "CREATE TABLE handoff_event_marks(handoff TEXT NOT NULL, source TEXT NOT NULL, "
+    "consumer TEXT NOT NULL, mark BLOB NOT NULL, "  # EventMark.to_bytes()
+    "written REAL NOT NULL DEFAULT 0, "
+    "PRIMARY KEY(handoff, source, consumer))",
 ]
 
 

@@ -6,20 +6,18 @@ import sqlite3
 from collections.abc import Collection
 from functools import partial
 
-from streams.backends.embedded.store import EmbeddedStore, Migration, in_chunks
+from streams.backends.embedded.store import EmbeddedStore, Schema, in_chunks
 from streams.core.clock import wall_time
 from streams.core.ids import SequenceToken, StreamId
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState, by_stream
 
-PUBSUB_SCHEMA: list[Migration] = [
-    [
-        # Namespace and key apart: a namespace may itself contain "/".
-        "CREATE TABLE pubsub_subscriptions("
-        " subscription_id TEXT PRIMARY KEY, namespace TEXT NOT NULL, key TEXT NOT NULL,"
-        " consumer_type TEXT NOT NULL, start_seq INTEGER, start_index INTEGER,"
-        " state TEXT NOT NULL, created REAL NOT NULL)",
-        "CREATE INDEX pubsub_subscriptions_by_stream ON pubsub_subscriptions(namespace, key)",
-    ],
+PUBSUB_SCHEMA: Schema = [
+    # Namespace and key apart: a namespace may itself contain "/".
+    "CREATE TABLE pubsub_subscriptions("
+    " subscription_id TEXT PRIMARY KEY, namespace TEXT NOT NULL, key TEXT NOT NULL,"
+    " consumer_type TEXT NOT NULL, start_seq INTEGER, start_index INTEGER,"
+    " state TEXT NOT NULL, created REAL NOT NULL)",
+    "CREATE INDEX pubsub_subscriptions_by_stream ON pubsub_subscriptions(namespace, key)",
 ]
 
 _COLUMNS = "subscription_id, namespace, key, consumer_type, start_seq, start_index, state"

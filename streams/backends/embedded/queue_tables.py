@@ -11,8 +11,8 @@ window), and only while the writer's lease holds, as the checkpoint itself.
 
 >>> import tempfile, pathlib, sqlite3
 >>> conn = sqlite3.connect(":memory:")
->>> for step in STATE_SCHEMA:
-...     for sql in step: _ = conn.execute(sql)
+>>> for sql in STATE_SCHEMA:
+...     _ = conn.execute(sql)
 >>> write_states(3, ([("Counter", "ns/k", 7, 0, b"s")], []), conn)
 >>> read_states(3, conn)
 {('Counter', 'ns/k'): (SequenceToken(sequence_number=7, event_index=0), b's')}
@@ -38,7 +38,7 @@ from typing import Any
 
 from streams.adapters.protocols import StateKey, StateRows
 from streams.adapters.retention import RetentionPolicy, RetentionReport
-from streams.backends.embedded.store import EmbeddedStore, Migration, in_chunks
+from streams.backends.embedded.store import EmbeddedStore, Schema, in_chunks
 from streams.core.batch import QueueMessage
 from streams.core.clock import wall_time
 from streams.core.ids import QueueId, SequenceToken
@@ -46,17 +46,15 @@ from streams.core.state import declares_state, next_processing_timer
 
 log = logging.getLogger("headrace.embedded")
 
-QUEUE_SCHEMA: list[Migration] = [
-    [
-        # queue_count: the layout every process must agree on (stream -> queue mapping).
-        "CREATE TABLE queue_meta(key TEXT PRIMARY KEY, value NOT NULL)",
-        # next_seq survives retention emptying a queue, so a sequence number is never reused.
-        "CREATE TABLE queue_heads(queue INTEGER PRIMARY KEY, next_seq INTEGER NOT NULL)",
-        "CREATE TABLE queue_records("
-        " queue INTEGER NOT NULL, seq INTEGER NOT NULL, stream TEXT NOT NULL,"
-        " payload BLOB NOT NULL, enqueued REAL NOT NULL, PRIMARY KEY (queue, seq))",
-        "CREATE TABLE checkpoints( queue INTEGER PRIMARY KEY, seq INTEGER NOT NULL, updated REAL NOT NULL)",
-    ],
+QUEUE_SCHEMA: Schema = [
+    # queue_count: the layout every process must agree on (stream -> queue mapping).
+    "CREATE TABLE queue_meta(key TEXT PRIMARY KEY, value NOT NULL)",
+    # next_seq survives retention emptying a queue, so a sequence number is never reused.
+    "CREATE TABLE queue_heads(queue INTEGER PRIMARY KEY, next_seq INTEGER NOT NULL)",
+    "CREATE TABLE queue_records("
+    " queue INTEGER NOT NULL, seq INTEGER NOT NULL, stream TEXT NOT NULL,"
+    " payload BLOB NOT NULL, enqueued REAL NOT NULL, PRIMARY KEY (queue, seq))",
+    "CREATE TABLE checkpoints( queue INTEGER PRIMARY KEY, seq INTEGER NOT NULL, updated REAL NOT NULL)",
 ]
 
 
@@ -128,7 +126,7 @@ def replay_horizon(conn: sqlite3.Connection) -> float | None:
     written before it can never be made again.
 
     >>> conn = sqlite3.connect(":memory:")
-    >>> for sql in QUEUE_SCHEMA[0]:
+    >>> for sql in QUEUE_SCHEMA:
     ...     _ = conn.execute(sql)
     >>> _ = conn.execute("INSERT INTO queue_heads VALUES (0, 3)")
     >>> _ = conn.executemany("INSERT INTO queue_records VALUES (0, ?, 's', x'', ?)", [(0, 10.0), (1, 11.0), (2, 12.0)])
@@ -249,19 +247,14 @@ def retain(queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Co
     return report
 
 
-STATE_SCHEMA: list[Migration] = [
-    [
-        "CREATE TABLE activation_states("
-        " queue INTEGER NOT NULL, consumer TEXT NOT NULL, stream TEXT NOT NULL,"
-        " seq INTEGER NOT NULL, idx INTEGER NOT NULL, state BLOB NOT NULL,"
-        " PRIMARY KEY (queue, consumer, stream))",
-    ],
-    [  # durable consumer state: when a row was written, and when its first processing timer is due
-        "ALTER TABLE activation_states ADD COLUMN touched REAL",
-        "ALTER TABLE activation_states ADD COLUMN wake REAL",
-        "ALTER TABLE activation_states ADD COLUMN durable INTEGER NOT NULL DEFAULT 0",
-        "CREATE INDEX activation_states_touched ON activation_states(queue, consumer, touched) WHERE durable",
-    ],
+STATE_SCHEMA: Schema = [
+    "CREATE TABLE activation_states("
+    " queue INTEGER NOT NULL, consumer TEXT NOT NULL, stream TEXT NOT NULL,"
+    " seq INTEGER NOT NULL, idx INTEGER NOT NULL, state BLOB NOT NULL,"
+    # durable consumer state: when a row was written, and when its first processing timer is due
+    " touched REAL, wake REAL, durable INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (queue, consumer, stream))",
+    "CREATE INDEX activation_states_touched ON activation_states(queue, consumer, touched) WHERE durable",
 ]
 
 

@@ -32,42 +32,30 @@ from streams.adapters.status import (
     consumer_type_fates,
 )
 from streams.backends.embedded.queue_tables import queue_positions, recorded_queue_count
-from streams.backends.embedded.store import EmbeddedStore, Migration
+from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.clock import wall_time
 from streams.core.errors import DecodeError
 from streams.core.ids import QueueId
 
-STATUS_SCHEMA: list[Migration] = [
-    [
-        "CREATE TABLE status_agents("
-        " worker TEXT NOT NULL, queue INTEGER NOT NULL,"
-        " cache_size INTEGER NOT NULL, cache_max INTEGER NOT NULL, under_pressure INTEGER NOT NULL,"
-        " streams INTEGER NOT NULL, read_messages INTEGER NOT NULL, read_failures INTEGER NOT NULL,"
-        " watermark_min REAL, watermark_delay REAL,"
-        " updated REAL NOT NULL, fresh_until REAL NOT NULL,"
-        " PRIMARY KEY (worker, queue))",
-    ],
-    ["ALTER TABLE status_agents ADD COLUMN held_by TEXT"],  # the input holding a merged watermark back
-    ["ALTER TABLE status_agents ADD COLUMN slowest_substreams TEXT"],  # the substreams furthest behind
-    [
-        "ALTER TABLE status_agents ADD COLUMN events_in INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE status_agents ADD COLUMN events_out INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE status_agents ADD COLUMN events_in_per_s REAL",
-        "ALTER TABLE status_agents ADD COLUMN events_out_per_s REAL",
-        "ALTER TABLE status_agents ADD COLUMN slowest TEXT NOT NULL DEFAULT '[]'",
-    ],
-    ["ALTER TABLE status_agents ADD COLUMN fates TEXT NOT NULL DEFAULT '{}'"],  # event fates per consumer type
-    ["ALTER TABLE status_agents ADD COLUMN failed TEXT"],  # why a queue cannot be read on
-    # per consumer type, sampled lateness and disorder over the last hour
-    ["ALTER TABLE status_agents ADD COLUMN observed TEXT NOT NULL DEFAULT '{}'"],
-    # per input of activations with several, its lowest watermark
-    ["ALTER TABLE status_agents ADD COLUMN input_watermarks TEXT NOT NULL DEFAULT '{}'"],
-    [  # the worker's wall-clock steps: how many, the last one's size and when
-        "ALTER TABLE status_agents ADD COLUMN clock_steps INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE status_agents ADD COLUMN clock_step REAL NOT NULL DEFAULT 0",
-        "ALTER TABLE status_agents ADD COLUMN clock_step_at REAL",
-    ],
+STATUS_SCHEMA: Schema = [
+    "CREATE TABLE status_agents("
+    " worker TEXT NOT NULL, queue INTEGER NOT NULL,"
+    " cache_size INTEGER NOT NULL, cache_max INTEGER NOT NULL, under_pressure INTEGER NOT NULL,"
+    " streams INTEGER NOT NULL, read_messages INTEGER NOT NULL, read_failures INTEGER NOT NULL,"
+    " watermark_min REAL, watermark_delay REAL,"
+    " updated REAL NOT NULL, fresh_until REAL NOT NULL,"
+    " held_by TEXT,"  # the input holding a merged watermark back
+    " slowest_substreams TEXT,"  # the substreams furthest behind
+    " events_in INTEGER NOT NULL DEFAULT 0, events_out INTEGER NOT NULL DEFAULT 0,"
+    " events_in_per_s REAL, events_out_per_s REAL, slowest TEXT NOT NULL DEFAULT '[]',"
+    " fates TEXT NOT NULL DEFAULT '{}',"  # event fates per consumer type
+    " failed TEXT,"  # why a queue cannot be read on
+    " observed TEXT NOT NULL DEFAULT '{}',"  # per consumer type, sampled lateness and disorder over the last hour
+    " input_watermarks TEXT NOT NULL DEFAULT '{}',"  # per input of activations with several, its lowest watermark
+    # the worker's wall-clock steps: how many, the last one's size and when
+    " clock_steps INTEGER NOT NULL DEFAULT 0, clock_step REAL NOT NULL DEFAULT 0, clock_step_at REAL,"
+    " PRIMARY KEY (worker, queue))",
 ]
 
 COLUMNS = ", ".join(AGENT_FIELDS)

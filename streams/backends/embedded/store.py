@@ -14,9 +14,11 @@ checkpoint never outlives the records before it. ``FULL`` fsyncs every commit, w
 producer at the disk's fsync rate (see ``bench/embedded_queue.py``); choose it when a power
 loss must not lose an acknowledged ``on_next``.
 
-Schemas: each area (``queue``, ``pubsub``, ``deadletter``, ...) declares a list of migrations;
-the ``schema_versions`` table records how many of them the file has, and the store applies
-the missing ones on first use, in one write transaction (safe when processes race to create).
+Schemas: each area (``queue``, ``pubsub``, ``deadletter``, ...) declares the statements that
+create its tables as they are; the store runs an area's on its first use, in one write
+transaction (safe when processes race to create), and records the area in ``store_areas``.
+The file's layout is ``PRAGMA user_version`` (:data:`LAYOUT`): a file of another layout is
+refused with what to do, never read or changed.
 
 Writers of the embedded store take turns, across threads and processes.
 
@@ -56,13 +58,14 @@ from typing import Literal, TypeVar
 import anyio.lowlevel
 import anyio.to_thread
 
-from streams.core.errors import ConfigurationError, StoreError
+from streams.core.errors import ConfigurationError, StoreError, StoreLayoutError
 from streams.core.retry import Backoff, OutageLog, retry_blocking
 
 T = TypeVar("T")
 
 Synchronous = Literal["NORMAL", "FULL"]
-Migration = Sequence[str]  # the SQL statements of one schema step, applied in one transaction
+Schema = Sequence[str]  # the SQL statements that create an area's tables, run in one transaction
+LAYOUT = 1  # the store file's layout (PRAGMA user_version); 0: a new, empty file
 
 
 PRIVATE = 0o600  # the store's files by default (its directories 0o700): its events are this user's alone
@@ -73,7 +76,7 @@ class EmbeddedStore:
 
     >>> import tempfile
     >>> store = EmbeddedStore(tempfile.mkdtemp())
-    >>> store.require_schema("example", [["CREATE TABLE example_items(x INTEGER)"]])
+    >>> store.require_schema("example", ["CREATE TABLE example_items(x INTEGER)"])
     >>> with store.transaction() as conn:
     ...     _ = conn.execute("INSERT INTO example_items VALUES (1)")
     >>> with store.connection() as conn:
@@ -109,11 +112,11 @@ class EmbeddedStore:
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = busy_timeout
         self._lock = threading.Lock()
-        self._migration_lock = threading.Lock()
+        self._create_lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._generation = 0  # bumped by close(): connections of an older one are not reused
-        self._schemas: dict[str, Sequence[Migration]] = {}
-        self._unmigrated: list[str] = []
+        self._schemas: dict[str, Schema] = {}
+        self._uncreated: list[str] = []
         # Writers take turns (WriteTurns, below); what still finds SQLite busy after its own
         # busy_timeout (a writer that does not take turns) backs off and retries.
         self._turns = turns_for(self.database, self.file_mode)
@@ -125,45 +128,54 @@ class EmbeddedStore:
 
     # -- schemas ---------------------------------------------------------------------------
 
-    def require_schema(self, area: str, migrations: Sequence[Migration]) -> None:
-        """Declare an area's tables; they are created or upgraded on the store's next use.
+    def require_schema(self, area: str, schema: Schema) -> None:
+        """Declare an area's tables; they are created on the store's next use.
 
         No I/O happens here, so components may call it from their constructors.
         """
         with self._lock:
             known = self._schemas.get(area)
             if known is not None:
-                if list(known) != list(migrations):
+                if list(known) != list(schema):
                     raise ConfigurationError(f"two different schemas declared for area {area!r}")
                 return
-            self._schemas[area] = migrations
-            self._unmigrated.append(area)
+            self._schemas[area] = schema
+            self._uncreated.append(area)
 
-    def _migrate_pending(self, conn: sqlite3.Connection) -> None:
-        # One thread migrates; the others wait here rather than use tables not yet made.
-        with self._migration_lock:
-            for area in list(self._unmigrated):
-                self._migrate(conn, area, self._schemas[area])
+    def _create_pending(self, conn: sqlite3.Connection) -> None:
+        # One thread creates; the others wait here rather than use tables not yet made.
+        with self._create_lock:
+            for area in list(self._uncreated):
+                self._create(conn, area, self._schemas[area])
                 with self._lock:
-                    self._unmigrated.remove(area)
+                    self._uncreated.remove(area)
 
-    def _migrate(self, conn: sqlite3.Connection, area: str, migrations: Sequence[Migration]) -> None:
+    def _create(self, conn: sqlite3.Connection, area: str, schema: Schema) -> None:
         with self._transaction_on(conn):
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_versions(area TEXT PRIMARY KEY, version INTEGER NOT NULL)")
-            row = conn.execute("SELECT version FROM schema_versions WHERE area = ?", (area,)).fetchone()
-            version = row[0] if row else 0
-            if version > len(migrations):
-                raise ConfigurationError(
-                    f"the store {str(self.database)!r} has {area} schema version {version}, "
-                    f"newer than this headrace knows ({len(migrations)}); upgrade headrace"
-                )
-            for step in migrations[version:]:
-                for statement in step:
-                    conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_versions(area, version) VALUES (?, ?) "
-                "ON CONFLICT(area) DO UPDATE SET version = excluded.version",
-                (area, len(migrations)),
+            self.check_layout(conn)
+            conn.execute(f"PRAGMA user_version = {LAYOUT}")
+            conn.execute("CREATE TABLE IF NOT EXISTS store_areas(area TEXT PRIMARY KEY)")
+            if conn.execute("SELECT 1 FROM store_areas WHERE area = ?", (area,)).fetchone():
+                return
+            for statement in schema:
+                conn.execute(statement)
+            conn.execute("INSERT INTO store_areas(area) VALUES (?)", (area,))
+
+    def check_layout(self, conn: sqlite3.Connection) -> None:
+        """Raise :class:`StoreLayoutError` unless the file is of :data:`LAYOUT` or new."""
+        (layout,) = conn.execute("PRAGMA user_version").fetchone()
+        if layout == LAYOUT:
+            return
+        if layout > LAYOUT:
+            raise StoreLayoutError(
+                f"the store {str(self.database)!r} has layout {layout}, newer than this headrace "
+                f"reads ({LAYOUT}): upgrade headrace, or give this worker another store directory"
+            )
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'").fetchone():
+            raise StoreLayoutError(
+                f"the store {str(self.database)!r} was written by a development build of headrace "
+                "in an older layout, which this one does not read: move its directory aside "
+                f"({str(self.path)!r}) and start with an empty one"
             )
 
     # -- files ------------------------------------------------------------------------------
@@ -217,8 +229,8 @@ class EmbeddedStore:
         try:
             if conn is None:
                 conn = self._open_connection()
-            if self._unmigrated:
-                self._migrate_pending(conn)
+            if self._uncreated:
+                self._create_pending(conn)
             yield conn
         except sqlite3.Error as exc:
             raise self._error(exc) from exc

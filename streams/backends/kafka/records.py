@@ -56,24 +56,9 @@ _UNREAD = object()  # a record whose value does not decode
 SOURCE_HEADER = "headrace.source"
 
 
-def unwrapped(headers: Sequence[tuple[str, bytes]]) -> tuple[Sequence[tuple[str, bytes]], int | None]:
-    """A repartition record's headers as its producer wrote them, and its source record's
-    offset (None: not sent on by the hop): what a consumer sees of a re-keyed record is
-    the record in the user's own topic, not the hop's copy.
-
-    >>> unwrapped((("trace", b"x"), ("headrace.source", b"3:0")))
-    ((('trace', b'x'),), 0)
-    >>> unwrapped((("trace", b"x"),))
-    ((('trace', b'x'),), None)
-    """
-    if headers and headers[-1][0] == SOURCE_HEADER:  # the hop's header is the last one
-        return headers[:-1], int(bytes(headers[-1][1]).split(b":")[1])
-    return headers, None
-
-
 def _unwrapped_all(read: list[Headers], offsets: list[int]) -> tuple[list[Headers], list[int]]:
-    """:func:`unwrapped` of the headers of records at ``offsets`` of the repartition topic,
-    in one pass: the headers shown, and the offset shown (its source record's, or its own
+    """The headers of records at ``offsets`` of the repartition topic as their producer
+    wrote them (the hop's own header, always the last, removed), in one pass: the headers shown, and the offset shown (its source record's, or its own
     when not sent on by the hop). A :class:`RecordBatch` of the hop's records calls it
     once an event is made.
 

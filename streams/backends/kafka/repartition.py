@@ -17,7 +17,7 @@ receiver of queue *i* re-keys the records of partition *i* it reads that have no
    (a second topic read together), whose records are keyed: one activation per key. Its
    consumers see each such record as its source: ``event.offset`` is the source record's
    offset and ``event.headers`` are the producer's, without ``headrace.source``
-   (:func:`~streams.backends.kafka.records.unwrapped`); the event's ``position``, where a replay of
+   (:func:`~streams.backends.kafka.records._unwrapped_all`); the event's ``position``, where a replay of
    the queue finds it, stays the repartition record's.
 
 Records that have a key (the stream id already) skip the hop.

@@ -130,24 +130,3 @@ async def test_event_time_dead_letters_name_their_queue():
     assert sorted((d.stream, d.queue) for d in letters) == sorted(
         (str(sid), provider.mapper.get_queue_for_stream(sid).number) for sid in sids
     )
-
-
-async def test_a_store_written_before_the_unique_key_is_upgraded_and_keeps_its_rows(tmp_path):
-    from streams.backends.embedded.deadletters import DEADLETTER_SCHEMA
-
-    with EmbeddedStore(tmp_path / "store") as old:
-        old.require_schema("deadletter", DEADLETTER_SCHEMA[:1])
-        row = ("delivery_failed", "ns/a", 0, 4, None, None, None, "", 1.0)
-        await old.write(
-            lambda conn: conn.executemany(
-                "INSERT INTO deadletters(reason, stream, queue, seq, payload, value, event_time, detail,"
-                " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [row, row],
-            )
-        )  # two events of one record
-    with EmbeddedStore(tmp_path / "store") as s:
-        letters = EmbeddedDeadLetterStore(s)
-        again = DeadLetter("delivery_failed", stream="ns/a", queue=0, sequence_number=4, event_index=0)
-        await letters.add([again, again])
-        kept = await letters.list()
-    assert [(d.sequence_number, d.event_index) for d in kept] == [(4, None), (4, None), (4, 0)]

@@ -5,14 +5,13 @@ published; a mark a replay still needs stays, and the replay hands nothing off t
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 import anyio
 
 from spark_sink import Handoff
 from streams import StreamId, StreamProvider
-from streams.backends.embedded.mark_retention import MARKS_SCHEMA, MarkRetention
+from streams.backends.embedded.mark_retention import MarkRetention
 from streams.eventtime import EventTime, OrderingPolicy, Tumbling
 from tests.agents.delivery.conftest import drained
 from tests.end_to_end.durable.test_saved_state import Distinct
@@ -92,20 +91,3 @@ async def test_marks_a_replay_needs_stay_and_the_others_go(tmp_path, monkeypatch
         ("devices/quiet", 0.0, 1),
         ("devices/quiet", 5.0, 1),
     ]
-
-
-async def test_marks_of_a_store_from_before_count_from_its_upgrade(tmp_path):
-    tmp_path.mkdir(exist_ok=True)
-    with sqlite3.connect(tmp_path / "headrace.db") as conn:  # the marks' tables as they were
-        conn.execute("CREATE TABLE schema_versions(area TEXT PRIMARY KEY, version INTEGER NOT NULL)")
-        conn.execute("INSERT INTO schema_versions VALUES ('handoff_marks', 2)")
-        for sql in MARKS_SCHEMA[0] + MARKS_SCHEMA[1]:
-            conn.execute(sql)
-        conn.execute("INSERT INTO handoff_marks VALUES ('distinct', 'devices/old', 'C', '', 5.0)")
-    before = time.time()
-    async with distinct_counts(tmp_path):
-        pass
-    with sqlite3.connect(tmp_path / "headrace.db") as conn:
-        (written,) = conn.execute("SELECT written FROM handoff_marks WHERE source = 'devices/old'").fetchone()
-        (version,) = conn.execute("SELECT version FROM schema_versions WHERE area = 'handoff_marks'").fetchone()
-    assert version == 3 and before - 1 <= written <= time.time() + 1  # kept, as if written now

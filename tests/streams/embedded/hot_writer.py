@@ -12,7 +12,7 @@ from streams.backends.embedded.store import EmbeddedStore
 
 def main(path: str, seconds: float) -> None:
     store = EmbeddedStore(path, busy_timeout=0.2)
-    store.require_schema("hot", [["CREATE TABLE hot_rows(n INTEGER)"]])
+    store.require_schema("hot", ["CREATE TABLE hot_rows(n INTEGER)"])
     commits = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:

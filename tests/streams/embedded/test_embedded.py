@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,9 +17,10 @@ import pytest_asyncio
 
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueAdapter
+from streams.backends.embedded.store import LAYOUT
 from streams.core.batch import BatchContainer, BatchKind
 from streams.core.deadletters import DeadLetter
-from streams.core.errors import ConfigurationError, DecodeError
+from streams.core.errors import ConfigurationError, DecodeError, StoreLayoutError
 from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
 from tests.streams.adapters.harness import drain
@@ -70,26 +73,65 @@ async def test_store_is_in_wal_mode_with_the_chosen_synchronous(tmp_path: Path, 
         outsider.close()
 
 
-async def test_every_area_records_its_schema_version(factory: EmbeddedAdapterFactory) -> None:
-    await factory.create_adapter()
-    await factory.create_pubsub_store().subscriptions()
-    await factory.create_dead_letter_store().count()
-    versions = await factory.store.read(lambda conn: dict(conn.execute("SELECT area, version FROM schema_versions")))
-    # deadletter 2: one per position and reason; 3: one per failed unit (a window);
-    # activation_state: event-time state saved beside the checkpoint (made with the queue's tables);
-    # 2: durable consumer state, looked up by key, with when it was written and its next timer
-    assert versions == {"queue": 1, "activation_state": 2, "pubsub": 1, "deadletter": 3}
+async def test_every_area_is_created_once_in_a_file_of_the_current_layout(tmp_path: Path) -> None:
+    for _ in range(2):  # the second opening finds every area made and creates nothing
+        async with EmbeddedAdapterFactory(tmp_path, queues=2) as factory:
+            await factory.create_adapter()
+            await factory.create_pubsub_store().subscriptions()
+            await factory.create_dead_letter_store().count()
+            areas = await factory.store.read(lambda conn: [a for (a,) in conn.execute("SELECT area FROM store_areas")])
+            (layout,) = await factory.store.read(lambda conn: conn.execute("PRAGMA user_version").fetchone())
+    assert sorted(areas) == ["activation_state", "deadletter", "pubsub", "queue"]
+    assert layout == LAYOUT == 1
+
+
+def old_layout_store(path: Path) -> None:
+    """A store file as development builds wrote it: areas numbered in ``schema_versions``."""
+    path.mkdir()
+    with sqlite3.connect(path / "headrace.db") as conn:
+        conn.execute("CREATE TABLE schema_versions(area TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO schema_versions VALUES ('queue', 1)")
+        conn.execute("CREATE TABLE queue_heads(queue INTEGER PRIMARY KEY, next_seq INTEGER NOT NULL)")
+        conn.execute("INSERT INTO queue_heads VALUES (0, 7)")
+
+
+async def test_a_store_of_the_old_layout_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    old_layout_store(tmp_path / "store")
+    async with EmbeddedAdapterFactory(tmp_path / "store", queues=2) as factory:
+        with pytest.raises(StoreLayoutError, match="older layout.*move its directory aside.*start with an empty one"):
+            await factory.create_adapter()
+        with pytest.raises(StoreLayoutError):  # every area, not only the first
+            await factory.create_dead_letter_store().count()
+    with sqlite3.connect(tmp_path / "store" / "headrace.db") as conn:
+        tables = sorted(t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        assert tables == ["queue_heads", "schema_versions"]
+        assert conn.execute("SELECT * FROM queue_heads").fetchall() == [(0, 7)]
+        assert conn.execute("PRAGMA user_version").fetchone() == (0,)
+
+
+def test_the_cli_says_what_to_do_with_a_store_of_the_old_layout_in_one_line(tmp_path: Path) -> None:
+    old_layout_store(tmp_path / "store")
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "produce", "--path", "store", "--queues", "2", "--stream", "a/b"],
+        cwd=tmp_path,
+        input="1\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "move its directory aside" in lines[0], done.stderr
 
 
 async def test_a_store_from_a_newer_headrace_is_refused(tmp_path: Path) -> None:
     async with EmbeddedAdapterFactory(tmp_path, queues=2) as factory:
         await factory.create_adapter()
-        await factory.store.write(
-            lambda conn: conn.execute("UPDATE schema_versions SET version = 9 WHERE area = 'queue'")
-        )
+        await factory.store.write(lambda conn: conn.execute(f"PRAGMA user_version = {LAYOUT + 1}"))
     async with EmbeddedAdapterFactory(tmp_path, queues=2) as factory:
-        with pytest.raises(ConfigurationError, match="queue schema version 9.*upgrade headrace"):
-            await factory.create_adapter()
+        with pytest.raises(StoreLayoutError, match=f"layout {LAYOUT + 1}, newer than this headrace reads.*upgrade"):
+            await factory.create_pubsub_store().subscriptions()
 
 
 async def test_opening_with_another_queue_count_is_a_clear_error(tmp_path: Path) -> None:

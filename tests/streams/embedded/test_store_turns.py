@@ -22,7 +22,7 @@ async def test_a_writer_beside_a_process_committing_in_a_tight_loop_gets_its_tur
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = EmbeddedStore(tmp_path, busy_timeout=0.2)
-    store.require_schema("mine", [["CREATE TABLE mine_rows(n INTEGER)"]])
+    store.require_schema("mine", ["CREATE TABLE mine_rows(n INTEGER)"])
     with store.transaction() as conn:  # the schema exists before the other process starts
         conn.execute("SELECT 1")
     caplog.set_level(logging.WARNING, logger="headrace.store")
@@ -100,7 +100,7 @@ def test_an_urgent_writer_goes_before_the_writers_already_waiting(tmp_path: Path
 
 async def test_an_urgent_write_commits_like_any_other(tmp_path: Path) -> None:
     store = EmbeddedStore(tmp_path)
-    store.require_schema("mine", [["CREATE TABLE mine_rows(n INTEGER)"]])
+    store.require_schema("mine", ["CREATE TABLE mine_rows(n INTEGER)"])
     await store.write(lambda conn: conn.execute("INSERT INTO mine_rows VALUES (1)"), urgent=True)
     await store.write(lambda conn: conn.execute("INSERT INTO mine_rows VALUES (2)"))
     with store.snapshot() as conn:
@@ -110,7 +110,7 @@ async def test_an_urgent_write_commits_like_any_other(tmp_path: Path) -> None:
 
 def test_a_turn_is_reentrant_in_its_thread(tmp_path: Path) -> None:
     store = EmbeddedStore(tmp_path)
-    store.require_schema("mine", [["CREATE TABLE mine_rows(n INTEGER)"]])
+    store.require_schema("mine", ["CREATE TABLE mine_rows(n INTEGER)"])
     with store.transaction() as conn:
         conn.execute("INSERT INTO mine_rows VALUES (1)")
         with store._turns.turn():  # a nested turn in the same thread does not wait on itself
@@ -124,7 +124,7 @@ async def test_writers_locked_out_by_a_writer_that_takes_no_turns_say_so_once_an
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = EmbeddedStore(tmp_path, busy_timeout=0.05)
-    store.require_schema("mine", [["CREATE TABLE mine_rows(n INTEGER)"]])
+    store.require_schema("mine", ["CREATE TABLE mine_rows(n INTEGER)"])
     with store.transaction() as conn:
         conn.execute("SELECT 1")
     caplog.set_level(logging.WARNING, logger="headrace.store")

@@ -128,7 +128,7 @@ async def test_send_waits_only_while_the_buffer_is_full():
 
     factory = MemoryAdapterFactory(1)
     writer = _GatedWriter(ContainerWriter(await factory.create_adapter()))
-    publisher = Publisher(writer, factory.get_queue_mapper(), lambda q: None, max_buffered=100, max_batch=10)
+    publisher = Publisher(writer, factory.get_queue_mapper(), {}, max_buffered=100, max_batch=10)
     sid = StreamId("s", "k")
     sent = 0
 
