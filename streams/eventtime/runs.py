@@ -239,7 +239,3 @@ class Samples:
 NO_SAMPLES = Samples(None, 0)
 """The samples of a batch sampled into no sketch: none is ever due (shared, never changed)."""
 NO_SAMPLES.at = sys.maxsize
-
-
-def no_sample(arrival: float, event_time: float, newest: float, substream: Hashable = None) -> None:
-    pass  # no sketch attached
