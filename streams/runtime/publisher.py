@@ -144,31 +144,12 @@ class Publisher:
         self._closed = False
 
     async def send(self, stream_id: StreamId, value: Any, event_time: float | None) -> None:
-        """Buffer one event (``stream.send``): :meth:`add` for one value, without waiting,
-        shortened for the common case of a stream whose last run takes one more event."""
-        r = self._open
-        runs = r.streams.get(stream_id)
-        if runs is not None and self._buffered < self._max_buffered and not self._closed:
-            last = runs[-1]
-            values = last.values
-            if last.open and len(values) < self._max_batch:
-                if len(values) + 1 == self._max_batch:
-                    r.full = True
-                times = last.times
-                if times is not None:
-                    times.append(event_time)
-                elif event_time is not None:
-                    last.times = [None] * len(values) + [event_time]
-                values.append(value)
-                r.events += 1
-                self._buffered += 1
-                self._since_yield += 1
-                if self._since_yield >= self._max_batch:
-                    self._since_yield = 0
-                    await anyio.lowlevel.checkpoint()
-                return
-        times = None if event_time is None else [event_time]
-        await self.add(stream_id, BatchKind.DATA, [value], times, wait=False)
+        """Buffer one event (``stream.send``): :meth:`add` for one value, without waiting."""
+        times: Times = None if event_time is None else [event_time]
+        if self._closed or self._buffered >= self._max_buffered:  # add raises, or waits for room
+            await self.add(stream_id, BatchKind.DATA, [value], times, wait=False)
+        elif self._sent(self._buffer(stream_id, BatchKind.DATA, [value], times)):
+            await anyio.lowlevel.checkpoint()
 
     async def add(
         self,
@@ -185,7 +166,7 @@ class Publisher:
         of their own (``on_next_batch``), not merged with the stream's other events."""
         if self._closed:
             raise ProviderClosedError("the provider has closed: it publishes nothing more")
-        encoded = queue = None
+        encoded = None
         if wait or whole:  # the caller hears of its own unencodable value, now
             queue = self._mapper.get_queue_for_stream(stream_id)
             encoded = self._writer.encode(queue, stream_id, kind, values, times)
@@ -198,47 +179,71 @@ class Publisher:
             await self._room.wait()
         r = self._open
         idle = self._writing is None and not r.events  # nothing to wait for or join
+        n = self._buffer(stream_id, kind, values, times, whole, encoded)
+        if wait:
+            await self._written_with(r, n, idle)
+        elif self._sent(n):
+            await anyio.lowlevel.checkpoint()
+
+    def _buffer(
+        self,
+        stream_id: StreamId,
+        kind: BatchKind,
+        values: list[Any],
+        times: Times,
+        whole: bool = False,
+        encoded: list[Any] | None = None,
+    ) -> int:
+        """Put ``values`` in the open round: onto the stream's last run when it takes them
+        (data, not ``whole``, with room in its container), else as a run of their own.
+        Return the events they count for (a control batch: one)."""
+        r = self._open
         runs = r.streams.get(stream_id)
         if runs is None:
             runs = r.streams[stream_id] = []
         n = len(values)
-        last = runs[-1] if runs else None
-        if (
-            last is not None
-            and last.open
-            and kind is BatchKind.DATA
-            and not whole
-            and len(last.values) + n <= self._max_batch
-        ):
+        open_run = kind is BatchKind.DATA and not whole
+        last = runs[-1] if runs and open_run else None
+        if last is not None and last.open and len(last.values) + n <= self._max_batch:
             if times is not None or last.times is not None:
-                last.times = (last.times or [None] * len(last.values)) + (times or [None] * n)
+                if last.times is None:
+                    last.times = [None] * len(last.values)
+                last.times.extend(times or [None] * n)
             last.values.extend(values)
             if len(last.values) == self._max_batch:
                 r.full = True
-        else:
-            open_run = kind is BatchKind.DATA and not whole
-            runs.append(_Run(kind, list(values), times, open_run, None if open_run else encoded))
-        r.events += max(n, 1)
-        self._buffered += max(n, 1)
-        if wait:
-            r.urgent = True
-            r.awaited += max(n, 1)
-            if idle:  # write it here and now: no hop through the writer task
-                await self._take_and_write()
-            else:
-                if not self._pending.is_set():
-                    self._pending.set()
-                await r.written()
-            if r.error is not None:
-                raise r.error
-            return
+        else:  # the run owns its lists: a later send extends them
+            runs.append(_Run(kind, list(values), times and list(times), open_run, None if open_run else encoded))
+        counted = max(n, 1)
+        r.events += counted
+        self._buffered += counted
+        return counted
+
+    def _sent(self, events: int) -> bool:
+        """``events`` were buffered with no one waiting: wake the writer. Whether the sender is
+        to yield now: a producer looping on send() would never let the writer (or the network) run."""
         if not self._pending.is_set():
             self._pending.set()
-        # A producer looping on send() would never let the writer (or the network) run.
-        self._since_yield += n
-        if self._since_yield >= self._max_batch:
-            self._since_yield = 0
-            await anyio.lowlevel.checkpoint()
+        self._since_yield += events
+        if self._since_yield < self._max_batch:
+            return False
+        self._since_yield = 0
+        return True
+
+    async def _written_with(self, r: _Round, events: int, idle: bool) -> None:
+        """Return once round ``r``, which ``events`` a caller waits for joined, is written
+        (raising why not); ``idle``: nothing else was being written or buffered, so the
+        caller writes it here and now, with no hop through the writer task."""
+        r.urgent = True
+        r.awaited += events
+        if idle:
+            await self._take_and_write()
+        else:
+            if not self._pending.is_set():
+                self._pending.set()
+            await r.written()
+        if r.error is not None:
+            raise r.error
 
     async def run(self) -> None:
         """The writer: one write at a time, for as long as the provider runs."""
