@@ -34,6 +34,7 @@ import random
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 import anyio
@@ -181,13 +182,12 @@ async def retry(
 ) -> T:
     """Run ``operation`` until it succeeds; return what it returns.
 
-    A failure ``is_transient`` accepts (every ``Exception`` unless told otherwise; an attempt longer
-    than ``attempt_timeout`` always) is reported to ``outage`` and ``on_failure(exc, attempt)``
-    (attempts count from 1); the next attempt comes after ``backoff``'s next delay (a default
-    :class:`Backoff` unless given). Other exceptions are raised as they are. Once failures have lasted
-    ``give_up_after`` seconds, it raises ``give_up(last failure, seconds)``, by default a
-    :class:`~streams.core.errors.QueueAdapterError` saying ``what`` failed and why; when
-    ``stop(attempt)`` is true after a failure, :class:`RetryStopped`.
+    A failure ``is_transient`` accepts (any ``Exception`` unless told otherwise; an attempt over
+    ``attempt_timeout`` always) goes to ``outage`` and ``on_failure(exc, attempt)`` (from 1); the next
+    attempt comes after ``backoff``'s next delay. Others are raised as they are. Once failures have
+    lasted ``give_up_after`` seconds it raises ``give_up(last failure, seconds)`` (by default a
+    :class:`~streams.core.errors.QueueAdapterError` saying ``what`` failed and why); when ``stop(attempt)``
+    is true after a failure, :class:`RetryStopped`.
 
     ``after``: the caller's first call failed with this error, so the retry begins with a pause (attempt
     1). The last pause is shortened so that one attempt starts as ``give_up_after`` ends; with
@@ -206,20 +206,20 @@ async def retry(
     >>> outage.outages, outage.ongoing
     (1, False)
     """
-    began, failed = time.monotonic(), after
-    state: _Retrying | None = None  # the bookkeeping begins at the first failure
+    # The bookkeeping is made at a first failure: most calls succeed at once.
+    made = partial(_Retrying, time.monotonic(), what, outage, give_up_after, backoff, give_up, on_failure, stop)
+    state = None
+    if after is not None:  # the caller's own call failed: a pause first
+        state = made(shorten_last_pause)
+        await anyio.sleep(state.pause_after(after))
     while True:
-        if failed is not None:
-            state = state or _Retrying(
-                began, what, outage, give_up_after, backoff, give_up, on_failure, stop, shorten_last_pause
-            )
-            await anyio.sleep(state.pause_after(failed))
         try:
             result = await _attempt(operation, attempt_timeout)
         except Exception as exc:  # sorted into transient and not just below
             if not (isinstance(exc, TimeoutError) or is_transient(exc)):
                 raise
-            failed = exc
+            state = state or made(shorten_last_pause)
+            await anyio.sleep(state.pause_after(exc))  # in here: what it raises has exc as context
         else:
             if outage is not None:
                 outage.recovered()

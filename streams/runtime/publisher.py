@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -144,12 +144,12 @@ class Publisher:
         self._closed = False
 
     async def send(self, stream_id: StreamId, value: Any, event_time: float | None) -> None:
-        """Buffer one event (``stream.send``): :meth:`add` for one value, without waiting."""
-        times: Times = None if event_time is None else [event_time]
-        if self._closed or self._buffered >= self._max_buffered:  # add raises, or waits for room
-            await self.add(stream_id, BatchKind.DATA, [value], times, wait=False)
-        elif self._sent(self._buffer(stream_id, BatchKind.DATA, [value], times)):
-            await anyio.lowlevel.checkpoint()
+        """Buffer one event (``stream.send``): :meth:`add` for one value, without waiting, that
+        joins the stream's open run at once when it takes it (the common case)."""
+        if not self._joined(stream_id, (value,), None if event_time is None else (event_time,)):
+            await self.add(stream_id, BatchKind.DATA, [value], None if event_time is None else [event_time], wait=False)
+        elif self._since_yield >= self._max_batch:
+            await self._let_others_run()
 
     async def add(
         self,
@@ -179,56 +179,65 @@ class Publisher:
             await self._room.wait()
         r = self._open
         idle = self._writing is None and not r.events  # nothing to wait for or join
-        n = self._buffer(stream_id, kind, values, times, whole, encoded)
+        if not (kind is BatchKind.DATA and not whole and self._joined(stream_id, values, times)):
+            self._start_run(stream_id, kind, values, times, whole, encoded)
         if wait:
-            await self._written_with(r, n, idle)
-        elif self._sent(n):
-            await anyio.lowlevel.checkpoint()
+            await self._written_with(r, max(len(values), 1), idle)
+            return
+        if not self._pending.is_set():
+            self._pending.set()
+        if self._since_yield >= self._max_batch:
+            await self._let_others_run()
 
-    def _buffer(
+    def _joined(self, stream_id: StreamId, values: Sequence[Any], times: Sequence[float | None] | None) -> bool:
+        """Add data ``values`` (with ``times``, or None) to the stream's last run in the open
+        round if it takes them now (it is open, its container has room, and so has the buffer);
+        whether it did."""
+        r = self._open
+        runs = r.streams.get(stream_id)
+        if runs is None or self._closed or self._buffered >= self._max_buffered:
+            return False
+        last, n = runs[-1], len(values)
+        if not last.open or len(last.values) + n > self._max_batch:
+            return False
+        if times is not None or last.times is not None:
+            if last.times is None:
+                last.times = [None] * len(last.values)
+            last.times.extend(times or [None] * n)
+        last.values.extend(values)
+        if len(last.values) == self._max_batch:
+            r.full = True
+        r.events += n or 1  # not max(): a builtin call costs more than the rest of a send
+        self._buffered += n or 1
+        self._since_yield += n
+        return True
+
+    def _start_run(
         self,
         stream_id: StreamId,
         kind: BatchKind,
         values: list[Any],
         times: Times,
-        whole: bool = False,
-        encoded: list[Any] | None = None,
-    ) -> int:
-        """Put ``values`` in the open round: onto the stream's last run when it takes them
-        (data, not ``whole``, with room in its container), else as a run of their own.
-        Return the events they count for (a control batch: one)."""
+        whole: bool,
+        encoded: list[Any] | None,
+    ) -> None:
+        """Put ``values`` in the open round as a run of their own: one that later data events
+        join (its lists its own), or a whole container or a control batch, encoded already."""
         r = self._open
         runs = r.streams.get(stream_id)
         if runs is None:
             runs = r.streams[stream_id] = []
-        n = len(values)
         open_run = kind is BatchKind.DATA and not whole
-        last = runs[-1] if runs and open_run else None
-        if last is not None and last.open and len(last.values) + n <= self._max_batch:
-            if times is not None or last.times is not None:
-                if last.times is None:
-                    last.times = [None] * len(last.values)
-                last.times.extend(times or [None] * n)
-            last.values.extend(values)
-            if len(last.values) == self._max_batch:
-                r.full = True
-        else:  # the run owns its lists: a later send extends them
-            runs.append(_Run(kind, list(values), times and list(times), open_run, None if open_run else encoded))
-        counted = max(n, 1)
-        r.events += counted
-        self._buffered += counted
-        return counted
+        runs.append(_Run(kind, list(values), times and list(times), open_run, None if open_run else encoded))
+        r.events += len(values) or 1
+        self._buffered += len(values) or 1
+        self._since_yield += len(values)
 
-    def _sent(self, events: int) -> bool:
-        """``events`` were buffered with no one waiting: wake the writer. Whether the sender is
-        to yield now: a producer looping on send() would never let the writer (or the network) run."""
-        if not self._pending.is_set():
-            self._pending.set()
-        self._since_yield += events
-        if self._since_yield < self._max_batch:
-            return False
+    async def _let_others_run(self) -> None:
+        """Yield to the other tasks: a producer looping on send() would never let the writer
+        (or the network) run."""
         self._since_yield = 0
-        return True
+        await anyio.lowlevel.checkpoint()
 
     async def _written_with(self, r: _Round, events: int, idle: bool) -> None:
         """Return once round ``r``, which ``events`` a caller waits for joined, is written
