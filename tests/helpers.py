@@ -7,11 +7,13 @@ Worker scripts import this module too: ``start_worker`` puts the repository on t
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -148,6 +150,31 @@ def handoff_count(path: Path, stream: str) -> int:
         return sum(log.end_offsets(stream).values())
     finally:
         log.close()
+
+
+@contextmanager
+def busy_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A TCP port on ``host`` that a socket listens on while the block runs: a port in use."""
+    with socket.socket() as busy:
+        busy.bind((host, 0))
+        busy.listen()
+        yield int(busy.getsockname()[1])
+
+
+def collected(provider: StreamProvider, namespace: str) -> list[Any]:
+    """The values of every event ``provider`` delivers on ``namespace``, in delivery order, as
+    its implicit consumer (one a stream) takes them."""
+    values: list[Any] = []
+
+    @provider.implicit(namespace)
+    class Collect:
+        def __init__(self, stream_id: StreamId) -> None:
+            pass
+
+        def on_next(self, batch: Any) -> None:
+            values.extend(batch.values)
+
+    return values
 
 
 def wait_until(done: Callable[[], bool], seconds: float, poll: float = 0.05) -> bool:

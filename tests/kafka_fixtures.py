@@ -3,6 +3,7 @@
 
 ``kafka_broker`` is one Tansu broker for the whole session, on a free loopback port;
 tests keep out of each other's way by using their own topic names (``kafka_topic``).
+:func:`json_provider` reads a topic of JSON records on it, :func:`delete_topic` deletes one.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
+from streams import StreamProvider
 from tests.kafka_broker import TansuBroker
 from tests.kafka_tls import Certificates, SecuredCluster
 
@@ -44,3 +48,36 @@ def secured_kafka(kafka_broker: str, tmp_path_factory: pytest.TempPathFactory) -
         yield cluster
     finally:
         cluster.stop()
+
+
+def json_provider(
+    bootstrap: str,
+    topic: str,
+    *,
+    queues: int,
+    namespace: str,
+    kafka: Mapping[str, object] | None = None,
+    **options: Any,
+) -> StreamProvider:
+    """A provider reading ``topic``'s JSON records, one event each, as ``namespace``'s streams,
+    on the test broker: no idempotent producer and no group membership (Tansu has neither);
+    ``kafka`` adds Kafka settings, ``options`` the provider's own."""
+    return StreamProvider.kafka(
+        bootstrap,
+        topic,
+        queues=queues,
+        records="json",
+        namespace=namespace,
+        kafka={"idempotent": False, "group_membership": False, **(kafka or {})},
+        **options,
+    )
+
+
+async def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` from the cluster, as an operator's admin client does."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()

@@ -400,25 +400,12 @@ def gathered(messages: Sequence[QueueMessage], clock: float, max_size: int = 1 <
     open_groups: dict[str, dict[str, _Gathering]] = {}  # namespace -> key -> its open group
     namespace: str | None = None
     keyed: dict[str, _Gathering] = {}
-    decode = _decode_one
-    gathered_bytes = gathered_count = 0  # of the records gathered: their groups share the bytes
-    # A read that holds its raw records (streams.backends.kafka.records.ContainerMessages)
-    # makes a record's message only when the record is a message of its own: a record
-    # gathered costs no message object.
-    raw: Sequence[RawRecord] | None = getattr(messages, "records", None)
-    # Either a RawRecord or a QueueMessage each (Any: no cast a record in this loop).
-    entries: Sequence[Any] = messages if raw is None else raw
-    for i, entry in enumerate(entries):
+    decode, gathered_bytes = _decode_one, 0  # of the records gathered: their groups share the bytes
+    payloads, positions = _payloads(messages)
+    for i, payload in enumerate(payloads):
         before = clock
-        if raw is not None:
-            payload: bytes | None = entry.value or b""
-            position: int = entry.offset
-        else:
-            payload = entry.payload if entry.decoded is None else None
-            position = entry.sequence_number
         if payload is not None:
-            size = len(payload)
-            if size > max_size:
+            if len(payload) > max_size:
                 out.append(messages[i])
                 continue
             try:
@@ -426,45 +413,77 @@ def gathered(messages: Sequence[QueueMessage], clock: float, max_size: int = 1 <
             except Exception:  # several events, or not a container: read below
                 c = None
             if c is not None and c.kind == 0 and c.magic == MAGIC:  # one event of data
-                gathered_bytes += size
-                gathered_count += 1
-                arrival = c.arrival
-                if arrival > clock:
-                    clock = arrival
+                gathered_bytes += len(payload)
+                if c.arrival > clock:
+                    clock = c.arrival
                 if c.namespace != namespace:
                     namespace = c.namespace
                     keyed = open_groups.setdefault(namespace, {})
+                group = keyed.get(c.key) or _opened(keyed, c.key, namespace, names, out)
                 times = c.times
-                group = keyed.get(c.key)
-                if group is None:
-                    group = keyed[c.key] = ([], [], [], [], [])
-                    names[id(group)] = (namespace, c.key)
-                    out.append(group)
                 group[0].append(c.values[0])
                 group[1].append(None if times is None else times[0])
-                group[2].append(arrival)
-                group[3].append(position)
+                group[2].append(c.arrival)
+                group[3].append(positions[i])
                 group[4].append(before)
                 continue
-        # A message of its own: it ends its stream's group (made before it, so it goes first).
-        message = messages[i]
-        try:
-            container = message.container()
-        except DecodeError:
-            pass  # the pulling agent dead-letters it
-        else:
-            sid = container.stream_id
-            open_groups.get(sid.namespace, {}).pop(sid.key, None)
-            if container.clock_before is None and before > -math.inf:
-                container.clock_before = before
-            if container.arrival_time > clock:
-                clock = container.arrival_time
-            if message.decoded is None:
-                message = message._replace(decoded=container)
+        message, clock = _alone(messages[i], before, clock, open_groups)
         out.append(message)
+    return _made(messages, out, names, gathered_bytes)
+
+
+def _payloads(messages: Sequence[QueueMessage]) -> tuple[Sequence[bytes | None], Sequence[int]]:
+    """The bytes to try decoding as one event (None: a message decoded already) and the
+    position of each message of a read. A read that holds its raw records
+    (streams.backends.kafka.records.ContainerMessages) makes a record's message only when
+    the record is a message of its own: a record gathered costs no message object."""
+    raw: Sequence[RawRecord] | None = getattr(messages, "records", None)
+    if raw is not None:
+        return [r.value or b"" for r in raw], [r.offset for r in raw]
+    return [m.payload if m.decoded is None else None for m in messages], [m.sequence_number for m in messages]
+
+
+def _opened(
+    keyed: dict[str, _Gathering],
+    key: str,
+    namespace: str,
+    names: dict[int, tuple[str, str]],
+    out: list[QueueMessage | _Gathering],
+) -> _Gathering:
+    """A new open group for stream ``namespace``/``key``, in place in ``out``."""
+    group: _Gathering = ([], [], [], [], [])
+    keyed[key] = group
+    names[id(group)] = (namespace, key)
+    out.append(group)
+    return group
+
+
+def _alone(
+    message: QueueMessage, before: float, clock: float, open_groups: dict[str, dict[str, _Gathering]]
+) -> tuple[QueueMessage, float]:
+    """A message of its own (decoded, with the clock before it) and the queue's clock after
+    it: it ends its stream's open group (made before it, so that group goes first)."""
+    try:
+        container = message.container()
+    except DecodeError:
+        return message, clock  # the pulling agent dead-letters it
+    sid = container.stream_id
+    open_groups.get(sid.namespace, {}).pop(sid.key, None)
+    if container.clock_before is None and before > -math.inf:
+        container.clock_before = before
+    if message.decoded is None:
+        message = message._replace(decoded=container)
+    return message, max(clock, container.arrival_time)
+
+
+def _made(
+    messages: Sequence[QueueMessage], out: list[QueueMessage | _Gathering], names: dict[int, tuple[str, str]], size: int
+) -> list[QueueMessage]:
+    """``out`` with each group made a message (``size``: the bytes of the records gathered)."""
     if not names:  # no group made: every entry is a message
         return cast(list[QueueMessage], out)
-    queue, per_record = messages[0].queue, gathered_bytes / gathered_count
+    queue = messages[0].queue
+    per_record = size / sum(len(m[0]) for m in out if not isinstance(m, QueueMessage))
     return [
         m if isinstance(m, QueueMessage) else _group_message(queue, stream_id_of(*names[id(m)]), m, per_record)
         for m in out

@@ -34,6 +34,7 @@ import random
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 import anyio
@@ -181,20 +182,16 @@ async def retry(
 ) -> T:
     """Run ``operation`` until it succeeds; return what it returns.
 
-    A failure ``is_transient`` accepts (every ``Exception`` unless told otherwise; an
-    attempt longer than ``attempt_timeout`` always) is reported to ``outage`` and to
-    ``on_failure(exc, attempt)`` (attempts count from 1), and the next attempt comes after
-    ``backoff``'s next delay (a :class:`Backoff` with its defaults unless given). Other
-    exceptions are raised as they are. Once failures have lasted ``give_up_after`` seconds,
-    the retry raises ``give_up(last failure, seconds)``, by default a
-    :class:`~streams.core.errors.QueueAdapterError` saying ``what`` failed and why. When
-    ``stop(attempt)`` is true after a failure, it raises :class:`RetryStopped` instead.
+    A failure ``is_transient`` accepts (any ``Exception`` unless told otherwise; an attempt over
+    ``attempt_timeout`` always) goes to ``outage`` and ``on_failure(exc, attempt)`` (from 1); the next
+    attempt comes after ``backoff``'s next delay. Others are raised as they are. Once failures have
+    lasted ``give_up_after`` seconds it raises ``give_up(last failure, seconds)`` (by default a
+    :class:`~streams.core.errors.QueueAdapterError` saying ``what`` failed and why); when ``stop(attempt)``
+    is true after a failure, :class:`RetryStopped`.
 
-    ``after``: the caller's own first call already failed with this error, so the retry
-    begins with a pause (and counts it as attempt 1). The last pause is shortened so that
-    one attempt starts as ``give_up_after`` ends; with ``shorten_last_pause=False`` the
-    retry gives up instead when a whole pause would end past it (no attempt starts late:
-    a consumer's redelivery, whose time limit is the batch's).
+    ``after``: the caller's first call failed with this error, so the retry begins with a pause (attempt
+    1). The last pause is shortened so that one attempt starts as ``give_up_after`` ends; with
+    ``shorten_last_pause=False`` it gives up when a whole pause would end past it (a redelivery's limit).
 
     >>> import anyio, logging
     >>> outage = OutageLog("server A", logging.getLogger("doc"))
@@ -209,30 +206,32 @@ async def retry(
     >>> outage.outages, outage.ongoing
     (1, False)
     """
-    began = time.monotonic()
-    state: _Retrying | None = None
-    if after is not None:
-        state = _Retrying(began, what, outage, give_up_after, backoff, give_up, on_failure, stop, shorten_last_pause)
+    # The bookkeeping is made at a first failure: most calls succeed at once.
+    made = partial(_Retrying, time.monotonic(), what, outage, give_up_after, backoff, give_up, on_failure, stop)
+    state = None
+    if after is not None:  # the caller's own call failed: a pause first
+        state = made(shorten_last_pause)
         await anyio.sleep(state.pause_after(after))
     while True:
         try:
-            if attempt_timeout is None:
-                result = await operation()
-            else:
-                with anyio.fail_after(attempt_timeout):
-                    result = await operation()
+            result = await _attempt(operation, attempt_timeout)
         except Exception as exc:  # sorted into transient and not just below
             if not (isinstance(exc, TimeoutError) or is_transient(exc)):
                 raise
-            if state is None:
-                state = _Retrying(
-                    began, what, outage, give_up_after, backoff, give_up, on_failure, stop, shorten_last_pause
-                )
-            await anyio.sleep(state.pause_after(exc))
+            state = state or made(shorten_last_pause)
+            await anyio.sleep(state.pause_after(exc))  # in here: what it raises has exc as context
         else:
             if outage is not None:
                 outage.recovered()
             return result
+
+
+async def _attempt(operation: Callable[[], Awaitable[T]], timeout: float | None) -> T:
+    """One call of ``operation``, a ``TimeoutError`` if it lasts over ``timeout`` seconds."""
+    if timeout is None:
+        return await operation()
+    with anyio.fail_after(timeout):
+        return await operation()
 
 
 def retry_blocking(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -151,31 +151,12 @@ class Publisher:
         self._closed = False
 
     async def send(self, stream_id: StreamId, value: Any, event_time: float | None) -> None:
-        """Buffer one event (``stream.send``): :meth:`add` for one value, without waiting,
-        shortened for the common case of a stream whose last run takes one more event."""
-        r = self._open
-        runs = r.streams.get(stream_id)
-        if runs is not None and self._buffered < self._max_buffered and not self._closed:
-            last = runs[-1]
-            values = last.values
-            if last.open and len(values) < self._max_batch:
-                if len(values) + 1 == self._max_batch:
-                    r.full = True
-                times = last.times
-                if times is not None:
-                    times.append(event_time)
-                elif event_time is not None:
-                    last.times = [None] * len(values) + [event_time]
-                values.append(value)
-                r.events += 1
-                self._buffered += 1
-                self._since_yield += 1
-                if self._since_yield >= self._max_batch:
-                    self._since_yield = 0
-                    await anyio.lowlevel.checkpoint()
-                return
-        times = None if event_time is None else [event_time]
-        await self.add(stream_id, BatchKind.DATA, [value], times, wait=False)
+        """Buffer one event (``stream.send``): :meth:`add` for one value, without waiting, that
+        joins the stream's open run at once when it takes it (the common case)."""
+        if not self._joined(stream_id, (value,), None if event_time is None else (event_time,)):
+            await self.add(stream_id, BatchKind.DATA, [value], None if event_time is None else [event_time], wait=False)
+        elif self._since_yield >= self._max_batch:
+            await self._let_others_run()
 
     async def add(
         self,
@@ -192,7 +173,7 @@ class Publisher:
         of their own (``on_next_batch``), not merged with the stream's other events."""
         if self._closed:
             raise ProviderClosedError("the provider has closed: it publishes nothing more")
-        encoded = queue = None
+        encoded = None
         if wait or whole:  # the caller hears of its own unencodable value, now
             queue = self._mapper.get_queue_for_stream(stream_id)
             encoded = self._writer.encode(queue, stream_id, kind, values, times)
@@ -205,47 +186,80 @@ class Publisher:
             await self._room.wait()
         r = self._open
         idle = self._writing is None and not r.events  # nothing to wait for or join
-        runs = r.streams.get(stream_id)
-        if runs is None:
-            runs = r.streams[stream_id] = []
-        n = len(values)
-        last = runs[-1] if runs else None
-        if (
-            last is not None
-            and last.open
-            and kind is BatchKind.DATA
-            and not whole
-            and len(last.values) + n <= self._max_batch
-        ):
-            if times is not None or last.times is not None:
-                last.times = (last.times or [None] * len(last.values)) + (times or [None] * n)
-            last.values.extend(values)
-            if len(last.values) == self._max_batch:
-                r.full = True
-        else:
-            open_run = kind is BatchKind.DATA and not whole
-            runs.append(_Run(kind, list(values), times, open_run, None if open_run else encoded))
-        r.events += max(n, 1)
-        self._buffered += max(n, 1)
+        if not (kind is BatchKind.DATA and not whole and self._joined(stream_id, values, times)):
+            self._start_run(stream_id, kind, values, times, whole, encoded)
         if wait:
-            r.urgent = True
-            r.awaited += max(n, 1)
-            if idle:  # write it here and now: no hop through the writer task
-                await self._take_and_write()
-            else:
-                if not self._pending.is_set():
-                    self._pending.set()
-                await r.written()
-            if r.error is not None:
-                raise r.error
+            await self._written_with(r, max(len(values), 1), idle)
             return
         if not self._pending.is_set():
             self._pending.set()
-        # A producer looping on send() would never let the writer (or the network) run.
-        self._since_yield += n
         if self._since_yield >= self._max_batch:
-            self._since_yield = 0
-            await anyio.lowlevel.checkpoint()
+            await self._let_others_run()
+
+    def _joined(self, stream_id: StreamId, values: Sequence[Any], times: Sequence[float | None] | None) -> bool:
+        """Add data ``values`` (with ``times``, or None) to the stream's last run in the open
+        round if it takes them now (it is open, its container has room, and so has the buffer);
+        whether it did."""
+        r = self._open
+        runs = r.streams.get(stream_id)
+        if runs is None or self._closed or self._buffered >= self._max_buffered:
+            return False
+        last, n = runs[-1], len(values)
+        if not last.open or len(last.values) + n > self._max_batch:
+            return False
+        if times is not None or last.times is not None:
+            if last.times is None:
+                last.times = [None] * len(last.values)
+            last.times.extend(times or [None] * n)
+        last.values.extend(values)
+        if len(last.values) == self._max_batch:
+            r.full = True
+        r.events += n or 1  # not max(): a builtin call costs more than the rest of a send
+        self._buffered += n or 1
+        self._since_yield += n
+        return True
+
+    def _start_run(
+        self,
+        stream_id: StreamId,
+        kind: BatchKind,
+        values: list[Any],
+        times: Times,
+        whole: bool,
+        encoded: list[Any] | None,
+    ) -> None:
+        """Put ``values`` in the open round as a run of their own: one that later data events
+        join (its lists its own), or a whole container or a control batch, encoded already."""
+        r = self._open
+        runs = r.streams.get(stream_id)
+        if runs is None:
+            runs = r.streams[stream_id] = []
+        open_run = kind is BatchKind.DATA and not whole
+        runs.append(_Run(kind, list(values), times and list(times), open_run, None if open_run else encoded))
+        r.events += len(values) or 1
+        self._buffered += len(values) or 1
+        self._since_yield += len(values)
+
+    async def _let_others_run(self) -> None:
+        """Yield to the other tasks: a producer looping on send() would never let the writer
+        (or the network) run."""
+        self._since_yield = 0
+        await anyio.lowlevel.checkpoint()
+
+    async def _written_with(self, r: _Round, events: int, idle: bool) -> None:
+        """Return once round ``r``, which ``events`` a caller waits for joined, is written
+        (raising why not); ``idle``: nothing else was being written or buffered, so the
+        caller writes it here and now, with no hop through the writer task."""
+        r.urgent = True
+        r.awaited += events
+        if idle:
+            await self._take_and_write()
+        else:
+            if not self._pending.is_set():
+                self._pending.set()
+            await r.written()
+        if r.error is not None:
+            raise r.error
 
     async def run(self) -> None:
         """The writer: one write at a time, for as long as the provider runs."""

@@ -111,8 +111,16 @@ class KafkaConnection:
             raise ConfigurationError(
                 f"security_protocol is one of {', '.join(SECURITY_PROTOCOLS)}, not {self.security_protocol!r}"
             )
-        tls = self.security_protocol in ("SSL", "SASL_SSL")
-        sasl = self.security_protocol.startswith("SASL_")
+        self._check_tls()
+        self._check_sasl()
+        if not isinstance(self.ssl_check_hostname, bool):
+            raise ConfigurationError(f"ssl_check_hostname is true or false, not {self.ssl_check_hostname!r}")
+        _check_options("client_options", self.client_options, CLIENT_OPTIONS)
+        _check_options("consumer_options", self.consumer_options, CONSUMER_OPTIONS)
+
+    def _check_tls(self) -> None:
+        """The ssl_* settings: given only with a TLS protocol, and not contradicting each other."""
+        tls = self.tls
         for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_context"):
             if getattr(self, name) is not None and not tls:
                 raise ConfigurationError(
@@ -122,6 +130,10 @@ class KafkaConnection:
             raise ConfigurationError("give ssl_context, or the ssl_cafile/ssl_certfile/ssl_keyfile it is built from")
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
             raise ConfigurationError("ssl_keyfile needs ssl_certfile: the client certificate it is the key of")
+
+    def _check_sasl(self) -> None:
+        """The sasl_* settings: given only with a SASL protocol, and what the mechanism needs."""
+        sasl = self.security_protocol.startswith("SASL_")
         if self.sasl_mechanism not in SASL_MECHANISMS:
             raise ConfigurationError(
                 f"sasl_mechanism is one of {', '.join(SASL_MECHANISMS)}, not {self.sasl_mechanism!r}"
@@ -143,10 +155,6 @@ class KafkaConnection:
             raise ConfigurationError(
                 f"sasl_mechanism {self.sasl_mechanism} needs sasl_plain_username and sasl_plain_password"
             )
-        if not isinstance(self.ssl_check_hostname, bool):
-            raise ConfigurationError(f"ssl_check_hostname is true or false, not {self.ssl_check_hostname!r}")
-        _check_options("client_options", self.client_options, CLIENT_OPTIONS)
-        _check_options("consumer_options", self.consumer_options, CONSUMER_OPTIONS)
 
     @classmethod
     def of(cls, connection: KafkaConnection | str) -> KafkaConnection:

@@ -55,6 +55,9 @@ class KafkaRecord(Protocol):
 
 Fetched = Mapping[TopicPartition, Sequence[KafkaRecord]]
 
+# A partition's fetch that a read may take from: the partition, its result and its records.
+_Ready = tuple[TopicPartition, FetchResult, PartitionRecords]
+
 
 class BatchTaker:
     """Takes one consumer's fetched records a record batch at a time (see the module's doc).
@@ -99,31 +102,9 @@ class BatchTaker:
         """Up to ``room`` records of what is buffered for ``partitions`` (nothing: ``{}``),
         or None: ``getmany`` is to take it. Records a read stopped inside a batch before
         are taken first; else nothing is taken unless every partition's fetch can be."""
-        consumer = self._consumer
-        fetcher = consumer._fetcher
-        buffered = fetcher._records
-        ready: list[tuple[TopicPartition, FetchResult, PartitionRecords]] = []
-        for tp in [tp for tp in partitions if tp in self._left]:
-            records, _, _ = self._left[tp]
-            result = buffered.get(tp)
-            if type(result) is FetchResult and result._partition_records is records and _readable(tp, result, records):
-                ready.append((tp, result, records))
-            else:  # its fetch was dropped (a seek, a pause): its records will be fetched again
-                del self._left[tp]
-        if not ready:
-            if room <= 1 or consumer._subscription.reassignment_in_progress:
-                return None
-            consumer._coordinator.check_errors()  # as getmany: a coordination error raises
-            for tp in partitions:
-                result = buffered.get(tp)
-                if result is None:
-                    continue
-                if type(result) is not FetchResult:
-                    return None  # a failed fetch: getmany raises its error
-                records = result._partition_records
-                if records is None or not _fresh(records) or not _readable(tp, result, records):
-                    return None
-                ready.append((tp, result, records))
+        ready = self._left_ready(partitions) or self._fetched_ready(partitions, room)
+        if ready is None:
+            return None
         takes = []
         for tp, result, records in ready:
             if room <= 0:
@@ -136,18 +117,55 @@ class BatchTaker:
         for tp, result, records, taken in takes:
             result._assignment.state_value(tp).consumed_to(records.next_fetch_offset)
             if tp not in self._left and not records._records.has_next():
-                # Every record of the fetch is taken: the fetcher may fetch the next. Its
-                # unstarted record generator holds it in a reference cycle (aiokafka breaks it
-                # when its own iteration ends, which this one bypasses): broken here, the fetch
-                # is freed now, not at a full collection, which a worker's frozen heap may
-                # never run over it.
-                records._records_iterator = None
-                result._partition_records = None
-                del buffered[tp]
-                fetcher._notify(fetcher._wait_consume_future)
+                self._release(tp, result, records)
             if taken:
                 out[tp] = taken
         return out
+
+    def _left_ready(self, partitions: Sequence[TopicPartition]) -> list[_Ready]:
+        """The fetches of ``partitions`` that a read stopped inside and that are still theirs."""
+        buffered = self._consumer._fetcher._records
+        ready: list[_Ready] = []
+        for tp in [tp for tp in partitions if tp in self._left]:
+            records, _, _ = self._left[tp]
+            result = buffered.get(tp)
+            if type(result) is FetchResult and result._partition_records is records and _readable(tp, result, records):
+                ready.append((tp, result, records))
+            else:  # its fetch was dropped (a seek, a pause): its records will be fetched again
+                del self._left[tp]
+        return ready
+
+    def _fetched_ready(self, partitions: Sequence[TopicPartition], room: int) -> list[_Ready] | None:
+        """The buffered fetches of ``partitions`` (none: ``[]``), or None if ``getmany`` is to
+        take them: a read of one record, a rebalance, a failed or begun or unreadable fetch."""
+        consumer = self._consumer
+        if room <= 1 or consumer._subscription.reassignment_in_progress:
+            return None
+        consumer._coordinator.check_errors()  # as getmany: a coordination error raises
+        buffered = consumer._fetcher._records
+        ready: list[_Ready] = []
+        for tp in partitions:
+            result = buffered.get(tp)
+            if result is None:
+                continue
+            if type(result) is not FetchResult:
+                return None  # a failed fetch: getmany raises its error
+            records = result._partition_records
+            if records is None or not _fresh(records) or not _readable(tp, result, records):
+                return None
+            ready.append((tp, result, records))
+        return ready
+
+    def _release(self, tp: TopicPartition, result: FetchResult, records: PartitionRecords) -> None:
+        """Every record of the fetch is taken: the fetcher may fetch the next. Its unstarted
+        record generator holds it in a reference cycle (aiokafka breaks it when its own
+        iteration ends, which this one bypasses): broken here, the fetch is freed now, not
+        at a full collection, which a worker's frozen heap may never run over it."""
+        fetcher = self._consumer._fetcher
+        records._records_iterator = None
+        result._partition_records = None
+        del fetcher._records[tp]
+        fetcher._notify(fetcher._wait_consume_future)
 
     def _batches(self, tp: TopicPartition, records: PartitionRecords, room: int) -> list[KafkaRecord]:
         """Up to ``room`` records of ``tp``'s fetch, beginning with those a read stopped

@@ -51,6 +51,10 @@ _OFFSET = attrgetter("offset")  # of each record of a read, in C
 
 _UNREAD = object()  # a record whose value does not decode
 
+# One stream's records of a read, by what each record's message keeps: values, offsets,
+# clocks before each, arrival times, headers; and the stream.
+_Group = tuple[list[Any], list[int], list[float], list[float], list[Headers], StreamId]
+
 # The header the re-keying hop adds to each record it sends on (streams.backends.kafka.repartition):
 # b"<source partition>:<source offset>", after the producer's own headers.
 SOURCE_HEADER = "headrace.source"
@@ -254,15 +258,31 @@ class GroupedRecords:
         out: list[QueueMessage],
     ) -> None:
         """Append the messages of one topic's records (positions: offset + ``shift``)."""
-        decode, aware = self._decode, self._aware
-        key_field = self._key_field
-        max_size = self._max_size
-        # key -> (values, offsets, clocks, arrivals, headers, stream): five appends a record,
-        # each of what the record's message keeps, read from the record while it is at hand.
-        groups: dict[Any, tuple[list[Any], list[int], list[float], list[float], list[Headers], StreamId]] = {}
+        groups: dict[Any, _Group] = {}
         bad: list[tuple[KafkaRecord, str]] = []
         too_large: list[KafkaRecord] = []
-        size = 0  # of the records read: their groups share it (what the queue cache counts)
+        size = self._gather(tp, records, groups, bad, too_large)
+        # The records read share their bytes among their groups (what the queue cache counts).
+        per_record = size / max(len(records) - len(too_large), 1)
+        made = self._batches(tp, groups, shift, per_record)
+        if bad or too_large:
+            made += self._refused(tp, bad, too_large, shift)
+            made.sort(key=lambda m: m.sequence_number)
+        self._pending[tp].extend((m.sequence_number, m.sequence_number - shift) for m in made)
+        out.extend(made)
+
+    def _gather(
+        self,
+        tp: TopicPartition,
+        records: Sequence[KafkaRecord],
+        groups: dict[Any, _Group],
+        bad: list[tuple[KafkaRecord, str]],
+        too_large: list[KafkaRecord],
+    ) -> int:
+        """Decode ``records`` into ``groups`` by key, the ones that do not decode into ``bad``
+        with why, those over the size limit into ``too_large``; return the bytes decoded."""
+        decode, aware, key_field, max_size = self._decode, self._aware, self._key_field, self._max_size
+        size = 0
         # A group gathers records that other streams' records stand between: each record
         # keeps the queue's clock just before it (RecordBatch.clocks), so an activation can
         # catch up with it as though the records had come one by one.
@@ -288,28 +308,47 @@ class GroupedRecords:
                 if value is _UNREAD:
                     continue
             key: Any = r.key
-            if key is None and key_field is not None:
-                key = key_of(value, key_field)
-                if key is None:
-                    bad.append((r, f"has no key and {keyed_by(key_field)} gives no str or int"))
-                    continue
+            if key is None and key_field is not None and (key := key_of(value, key_field)) is None:
+                bad.append((r, f"has no key and {keyed_by(key_field)} gives no str or int"))
+                continue
+            # Five appends a record, each of what the record's message keeps, read while at hand.
             group = groups.get(key)
             if group is None:
-                sid = self._stream_id(tp, key)
-                if sid is None:
-                    bad.append((r, "has a key that is not UTF-8"))
-                    continue
-                groups[key] = ([value], [r.offset], [before], [arrival], [tuple(r.headers)], sid)
-            else:
-                group[0].append(value)
-                group[1].append(r.offset)
-                group[2].append(before)
-                group[3].append(arrival)
-                group[4].append(tuple(r.headers))
-        queue, pending = self._queue, self._pending[tp]
-        made: list[QueueMessage] = []
+                self._open_group(tp, key, groups, r, value, before, arrival, bad)
+                continue
+            group[0].append(value)
+            group[1].append(r.offset)
+            group[2].append(before)
+            group[3].append(arrival)
+            group[4].append(tuple(r.headers))
+        self._clock = clock
+        return size
+
+    def _open_group(
+        self,
+        tp: TopicPartition,
+        key: Any,
+        groups: dict[Any, _Group],
+        r: KafkaRecord,
+        value: Any,
+        before: float,
+        arrival: float,
+        bad: list[tuple[KafkaRecord, str]],
+    ) -> None:
+        """Begin the group of ``key``'s stream with record ``r``, or add ``r`` to ``bad``: a
+        key that names no stream."""
+        sid = self._stream_id(tp, key)
+        if sid is None:
+            bad.append((r, "has a key that is not UTF-8"))
+        else:
+            groups[key] = ([value], [r.offset], [before], [arrival], [tuple(r.headers)], sid)
+
+    def _batches(
+        self, tp: TopicPartition, groups: dict[Any, _Group], shift: int, per_record: float
+    ) -> list[QueueMessage]:
+        """One message a group: a :class:`RecordBatch` of its stream's records."""
+        queue, made = self._queue, []
         hop = tp.topic == self._hop  # events show their source records, not the hop's copies
-        per_record = size / max(len(records) - len(too_large), 1)
         for values, offsets, clocks, times, headers, sid in groups.values():
             batch = RecordBatch(sid, values, times, headers, offsets, unwrap=_unwrapped_all if hop else None)
             batch.byte_size = int(per_record * len(values))
@@ -317,22 +356,26 @@ class GroupedRecords:
             if clocks[0] > -math.inf:
                 batch.clock_before = clocks[0]
             made.append(QueueMessage(queue, offsets[0] + shift, b"", batch.arrival_time, batch))
+        return made
+
+    def _refused(
+        self, tp: TopicPartition, bad: list[tuple[KafkaRecord, str]], too_large: list[KafkaRecord], shift: int
+    ) -> list[QueueMessage]:
+        """One message a record that does not decode or is too large, saying why (the pulling
+        agent dead-letters it)."""
+        queue, made = self._queue, []
         for r, why in bad:
             error = DecodeError(f"{tp.topic} partition {tp.partition} offset {r.offset} {why}", r.offset)
             made.append(QueueMessage(queue, r.offset + shift, r.value or b"", r.timestamp / 1000, error))
         for r in too_large:
             error = RecordTooLargeError(
                 f"{tp.topic} partition {tp.partition} offset {r.offset} is {len(r.value or b''):,} bytes, "
-                f"over max_event_size ({max_size:,} bytes)",
+                f"over max_event_size ({self._max_size:,} bytes)",
                 r.offset,
             )
             prefix = (r.value or b"")[:LETTER_PREFIX]  # the letter keeps a prefix, not the record
             made.append(QueueMessage(queue, r.offset + shift, prefix, r.timestamp / 1000, error))
-        self._clock = clock
-        if bad or too_large:
-            made.sort(key=lambda m: m.sequence_number)
-        pending.extend((m.sequence_number, m.sequence_number - shift) for m in made)
-        out.extend(made)
+        return made
 
     def _last_word(self, r: KafkaRecord, exc: Exception, bad: list[tuple[KafkaRecord, str]]) -> Any:
         """The value of a record the reader's first decoder refused with ``exc``, as the

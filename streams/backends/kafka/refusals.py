@@ -61,64 +61,70 @@ def refusal(exc: BaseException, connection: KafkaConnection, host: str = "") -> 
     >>> print(refusal(SaslAuthenticationFailed("invalid credentials"), connection))
     Kafka at k:9093 refused the login of user 'app' (SCRAM-SHA-256: invalid credentials): check sasl_plain_username and sasl_plain_password (from the value given), and sasl_mechanism
     """
-    server = connection.server
-    where = f" ({host})" if host else ""
+    at = f"{connection.server} ({host})" if host else connection.server
     for cause in _chain(exc):
         if isinstance(cause, ssl.SSLCertVerificationError):
-            detail = cause.verify_message or cause.reason or str(cause)
-            if cause.verify_code in _HOST_MISMATCH:
-                return KafkaRefusedError(
-                    f"{server}{where}: the broker's certificate does not name the host connected to ({detail}): "
-                    "connect by a name the certificate carries (bootstrap_servers), or set ssl_check_hostname = false"
-                )
-            if cause.verify_code == _EXPIRED:
-                return KafkaRefusedError(
-                    f"{server}{where}: the broker's certificate has expired ({detail}): the broker needs a new one"
-                )
-            trusted = (
-                f"ssl_cafile ({connection.ssl_cafile})" if connection.ssl_cafile else "the system's CAs (no ssl_cafile)"
-            )
-            return KafkaRefusedError(
-                f"{server}{where}: the broker's certificate is not trusted ({detail}; trusting {trusted}): "
-                "set ssl_cafile to the PEM file of the CA that signed the brokers' certificates"
-            )
+            return _untrusted_certificate(cause, connection, at)
         if isinstance(cause, ssl.SSLError):
-            reason = (cause.reason or str(cause)).upper()
-            if "CERTIFICATE_REQUIRED" in reason or "HANDSHAKE_FAILURE" in reason or "UNKNOWN_CA" in reason:
-                given = "none given" if connection.ssl_certfile is None else f"{connection.ssl_certfile} was refused"
-                return KafkaRefusedError(
-                    f"{server}{where}: the broker requires a client certificate it trusts ({given}; "
-                    f"{cause.reason or cause}): set ssl_certfile and ssl_keyfile to one signed by the CA the broker trusts"
-                )
-            if "WRONG_VERSION_NUMBER" in reason or "RECORD_LAYER_FAILURE" in reason:
-                return KafkaRefusedError(
-                    f"{server}{where}: the broker does not speak TLS on this port ({cause.reason}): use its TLS "
-                    "listener's port, or security_protocol PLAINTEXT / SASL_PLAINTEXT"
-                )
-            if isinstance(cause, ssl.SSLEOFError):
-                return None  # the broker hung up: its alert, if it sent one, says why (diagnose reads it)
-            return KafkaRefusedError(
-                f"{server}{where}: TLS failed ({cause.reason or cause}): check security_protocol and the ssl_* settings"
-            )
+            return _tls_refusal(cause, connection, at)
         if isinstance(cause, (SaslAuthenticationFailed, AuthenticationFailedError, IllegalSaslStateError)):
-            said = " ".join(map(str, cause.args)).strip() or getattr(cause, "description", type(cause).__name__)
-            source = connection.sasl_plain_password.source if connection.sasl_plain_password is not None else ""
-            who = (
-                f"user {connection.sasl_plain_username!r}"
-                if connection.sasl_mechanism != "OAUTHBEARER"
-                else "the OAUTHBEARER token"
-            )
-            fix = (
-                f"check sasl_plain_username and sasl_plain_password (from {source}), and sasl_mechanism"
-                if connection.sasl_mechanism != "OAUTHBEARER"
-                else "check the token provider (sasl_oauth_token_provider) and its credentials"
-            )
-            return KafkaRefusedError(
-                f"{server}{where} refused the login of {who} ({connection.sasl_mechanism}: {said}): {fix}"
-            )
+            return _login_refusal(cause, connection, at)
         if isinstance(cause, UnsupportedSaslMechanismError):
-            return KafkaRefusedError(f"{server}{where}: {cause}: set sasl_mechanism to one the broker offers")
+            return KafkaRefusedError(f"{at}: {cause}: set sasl_mechanism to one the broker offers")
     return None
+
+
+def _untrusted_certificate(
+    cause: ssl.SSLCertVerificationError, connection: KafkaConnection, at: str
+) -> KafkaRefusedError:
+    """The broker's certificate names another host, has expired, or is signed by a CA not trusted."""
+    detail = cause.verify_message or cause.reason or str(cause)
+    if cause.verify_code in _HOST_MISMATCH:
+        return KafkaRefusedError(
+            f"{at}: the broker's certificate does not name the host connected to ({detail}): "
+            "connect by a name the certificate carries (bootstrap_servers), or set ssl_check_hostname = false"
+        )
+    if cause.verify_code == _EXPIRED:
+        return KafkaRefusedError(f"{at}: the broker's certificate has expired ({detail}): the broker needs a new one")
+    trusted = f"ssl_cafile ({connection.ssl_cafile})" if connection.ssl_cafile else "the system's CAs (no ssl_cafile)"
+    return KafkaRefusedError(
+        f"{at}: the broker's certificate is not trusted ({detail}; trusting {trusted}): "
+        "set ssl_cafile to the PEM file of the CA that signed the brokers' certificates"
+    )
+
+
+def _tls_refusal(cause: ssl.SSLError, connection: KafkaConnection, at: str) -> KafkaRefusedError | None:
+    """The handshake failed: a client certificate wanted, no TLS on the port, or else; None
+    when the broker hung up (its alert, if it sent one, says why: :func:`diagnose` reads it)."""
+    reason = (cause.reason or str(cause)).upper()
+    if "CERTIFICATE_REQUIRED" in reason or "HANDSHAKE_FAILURE" in reason or "UNKNOWN_CA" in reason:
+        given = "none given" if connection.ssl_certfile is None else f"{connection.ssl_certfile} was refused"
+        return KafkaRefusedError(
+            f"{at}: the broker requires a client certificate it trusts ({given}; "
+            f"{cause.reason or cause}): set ssl_certfile and ssl_keyfile to one signed by the CA the broker trusts"
+        )
+    if "WRONG_VERSION_NUMBER" in reason or "RECORD_LAYER_FAILURE" in reason:
+        return KafkaRefusedError(
+            f"{at}: the broker does not speak TLS on this port ({cause.reason}): use its TLS "
+            "listener's port, or security_protocol PLAINTEXT / SASL_PLAINTEXT"
+        )
+    if isinstance(cause, ssl.SSLEOFError):
+        return None
+    return KafkaRefusedError(
+        f"{at}: TLS failed ({cause.reason or cause}): check security_protocol and the ssl_* settings"
+    )
+
+
+def _login_refusal(cause: KafkaError, connection: KafkaConnection, at: str) -> KafkaRefusedError:
+    """The broker refused the SASL login: the user's (or the OAUTHBEARER token's)."""
+    said = " ".join(map(str, cause.args)).strip() or getattr(cause, "description", type(cause).__name__)
+    if connection.sasl_mechanism == "OAUTHBEARER":
+        who, fix = "the OAUTHBEARER token", "check the token provider (sasl_oauth_token_provider) and its credentials"
+    else:
+        source = connection.sasl_plain_password.source if connection.sasl_plain_password is not None else ""
+        who = f"user {connection.sasl_plain_username!r}"
+        fix = f"check sasl_plain_username and sasl_plain_password (from {source}), and sasl_mechanism"
+    return KafkaRefusedError(f"{at} refused the login of {who} ({connection.sasl_mechanism}: {said}): {fix}")
 
 
 async def diagnose(connection: KafkaConnection, within: float | None = None) -> KafkaRefusedError | None:

@@ -14,6 +14,7 @@ with --kafka; the handoff log to Spark is where the queues are.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -44,7 +45,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add = parser.add_argument
+    _add_workload(parser.add_argument)
+    _add_places(parser.add_argument)
+
+
+def _add_workload(add: Callable[..., object]) -> None:
+    """The options of what the demo's producers publish, and how it is windowed."""
     add(
         "--duration",
         default=f"{DEFAULTS.duration:g}s",
@@ -75,6 +81,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="D",
         help=f"tumbling window size (default {DEFAULTS.window:g}s)",
     )
+
+
+def _add_places(add: Callable[..., object]) -> None:
+    """The options of where the queues, windows, metrics and logs go."""
     add(
         "--path",
         type=Path,

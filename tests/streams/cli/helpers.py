@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -36,17 +37,38 @@ def headrace(
     )
 
 
-def start_worker(cwd: Path, *args: Any, env: dict[str, str] | None = None, log: Any = None) -> subprocess.Popen[str]:
-    """``headrace worker ARGS`` running in ``cwd``: its stdout a pipe (the lines it prints for
-    a person), its log lines appended to ``log`` (default ``cwd/worker.log``)."""
+def headrace_running(
+    *args: Any, cwd: Path, env: dict[str, str] | None = None, stderr: Any = subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """``headrace ARGS`` started in ``cwd`` and left running (a server, a worker): its stdout
+    a pipe (the lines it prints for a person), its stderr ``stderr``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "worker", *map(str, args)],
+        [sys.executable, "-m", "streams.cli", *map(str, args)],
         cwd=cwd,
         env=env or clean_env(),
         stdout=subprocess.PIPE,
-        stderr=log if log is not None else open(cwd / "worker.log", "a"),
+        stderr=stderr,
         text=True,
     )
+
+
+def start_worker(cwd: Path, *args: Any, env: dict[str, str] | None = None, log: Any = None) -> subprocess.Popen[str]:
+    """``headrace worker ARGS`` running in ``cwd``: its stdout a pipe (the lines it prints for
+    a person), its log lines appended to ``log`` (default ``cwd/worker.log``)."""
+    stderr = log if log is not None else open(cwd / "worker.log", "a")
+    return headrace_running("worker", *args, cwd=cwd, env=env, stderr=stderr)
+
+
+def running_worker(
+    cwd: Path, *args: Any, log: Path, env: dict[str, str] | None = None, name: str = r"\S+"
+) -> subprocess.Popen[str]:
+    """``headrace worker ARGS`` started in ``cwd``, its log lines in the file ``log``, once it
+    has said that it runs (as worker ``name``, a regular expression)."""
+    process = start_worker(cwd, *args, env=env, log=open(log, "w"))
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert re.match(f"headrace worker {name}: running", line), (line, log.read_text())
+    return process
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], command: str) -> str:

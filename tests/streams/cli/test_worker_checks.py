@@ -5,7 +5,6 @@ metrics bind address is ``--metrics-host`` (or ``metrics_host`` in ``[worker]``)
 from __future__ import annotations
 
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import busy_port
 from tests.streams.cli.helpers import clean_env, headrace, one_error_line
 from tests.streams.runtime.helpers import free_port, scrape, total
 
@@ -61,10 +61,7 @@ def test_a_port_out_of_range_is_refused_before_anything(tmp_path):
 
 
 def test_a_port_in_use_is_refused_with_no_lease_taken(tmp_path):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
+    with busy_port() as port:
         error = one_error_line(worker(tmp_path, "--metrics-port", port), "worker")
     assert error == f"cannot serve metrics on 127.0.0.1:{port}: Address already in use"
     assert taken(tmp_path / "store") == ([], [])

@@ -10,10 +10,11 @@ import zlib
 
 from confluent_kafka import Producer
 
-from streams import StreamId, StreamProvider
+from streams import StreamId
 from streams.backends.kafka.clients import ensure_topic
 from streams.core.deadletters import LETTER_PREFIX
 from tests.agents.delivery.conftest import drained
+from tests.kafka_fixtures import json_provider
 from tests.streams.runtime.test_byte_bounds import read_by_blob_worker
 
 MIB = 1 << 20
@@ -32,15 +33,7 @@ async def test_a_record_over_the_limit_is_dead_lettered_too_large_and_the_rest_i
     assert await ensure_topic(kafka_broker, kafka_topic, 1) == 1
     big = b'{"blob": "' + b"z" * (2 * MIB) + b'"}'
     write(kafka_broker, kafka_topic, [(b"a", b'{"n": 1}', 0), (b"a", big, 0), (b"b", b'{"n": 3}', 0)])
-    provider = StreamProvider.kafka(
-        kafka_broker,
-        kafka_topic,
-        queues=1,
-        records="json",
-        namespace="docs",
-        kafka={"idempotent": False, "group_membership": False},
-        max_event_size=MIB,
-    )
+    provider = json_provider(kafka_broker, kafka_topic, queues=1, namespace="docs", max_event_size=MIB)
     seen: list[tuple[str, object]] = []
 
     @provider.implicit("docs")

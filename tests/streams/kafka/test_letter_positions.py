@@ -11,6 +11,7 @@ import anyio
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.agents.delivery.conftest import drained
+from tests.kafka_fixtures import json_provider
 from tests.streams.cli.helpers import headrace
 from tests.streams.kafka.test_foreign_records import make_topic, produce
 
@@ -23,16 +24,7 @@ def record(n: int) -> tuple:
 
 
 def windowed(bootstrap: str, topic: str, store, group: str) -> StreamProvider:
-    provider = StreamProvider.kafka(
-        bootstrap,
-        topic,
-        queues=2,
-        records="json",
-        namespace="sensors",
-        group_id=group,
-        store=store,
-        kafka={"idempotent": False, "group_membership": False},
-    )
+    provider = json_provider(bootstrap, topic, queues=2, namespace="sensors", group_id=group, store=store)
 
     @provider.implicit("sensors")
     class PerDevice:
@@ -87,13 +79,11 @@ async def test_invalid_timestamps_are_lettered_at_partition_and_offset_once_over
 async def test_a_failed_delivery_letters_each_event_at_its_records_offset(kafka_broker, kafka_topic):
     await make_topic(kafka_broker, kafka_topic, 2)
     await produce(kafka_broker, kafka_topic, *[record(n) for n in range(20)])  # record n at offset n
-    provider = StreamProvider.kafka(
+    provider = json_provider(
         kafka_broker,
         kafka_topic,
         queues=2,
-        records="json",
         namespace="sensors",
-        kafka={"idempotent": False, "group_membership": False},
         max_event_delivery_time=0.3,
         delivery_retry_backoff=0.01,
     )

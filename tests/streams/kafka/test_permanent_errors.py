@@ -12,7 +12,6 @@ import aiokafka.codec
 import anyio
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     CorruptRecordException,
     GroupAuthorizationFailedError,
@@ -22,25 +21,17 @@ from aiokafka.errors import (
     UnsupportedCodecError,
 )
 
-from streams import QueueFailedError, StreamId, StreamProvider
+from streams import QueueFailedError, StreamProvider
 from streams.backends.kafka.clients import is_transient, permanent_fix
 from streams.backends.kafka.settings import KafkaSettings
 from streams.runtime.metrics import metric_families
 from streams.runtime.snapshot import take_snapshot
 from streams.runtime.status import StatusReporter
 from tests.agents.delivery.conftest import drained
+from tests.helpers import collected
+from tests.kafka_fixtures import delete_topic, json_provider
 from tests.streams.cli.helpers import headrace
 from tests.streams.kafka.test_foreign_records import QUEUES, make_topic, produce
-
-
-def collecting(provider: StreamProvider, got: list[int]) -> None:
-    @provider.implicit("sensors")
-    class Collect:
-        def __init__(self, stream_id: StreamId) -> None:
-            pass
-
-        def on_next(self, batch) -> None:
-            got.extend(v["n"] for v in batch.values)
 
 
 def failed_gauge(provider: StreamProvider) -> dict[str, float]:
@@ -65,17 +56,8 @@ async def test_a_batch_no_installed_codec_reads_stops_its_queue_and_the_others_g
     finally:
         await producer.stop()
     monkeypatch.setattr(aiokafka.codec, "cramjam", None)  # an install without the codecs
-    provider = StreamProvider.kafka(
-        kafka_broker,
-        kafka_topic,
-        queues=QUEUES,
-        records="json",
-        namespace="sensors",
-        store=tmp_path / "store",
-        kafka={"idempotent": False, "group_membership": False},
-    )
-    got: list[int] = []
-    collecting(provider, got)
+    provider = json_provider(kafka_broker, kafka_topic, queues=QUEUES, namespace="sensors", store=tmp_path / "store")
+    got = collected(provider, "sensors")
     caplog.set_level(logging.INFO)
     async with provider:
         with anyio.fail_after(30), pytest.raises(QueueFailedError) as failed:
@@ -92,7 +74,7 @@ async def test_a_batch_no_installed_codec_reads_stops_its_queue_and_the_others_g
         "compression codec not found; install the codecs: pip install 'aiokafka[lz4,snappy,zstd]' "
         "(headrace's default install has them)"
     )
-    assert sorted(got) == list(range(8))  # every record before the batch, on every queue
+    assert sorted(v["n"] for v in got) == list(range(8))  # every record before the batch, on every queue
     assert shown.returncode == 0, shown.stderr
     assert " ".join(shown.stdout.split()).count("FAILED") == 1
     assert f"queue 2 FAILED on {provider.worker_name}: queue-2: cannot read {kafka_topic} partition 2 at offset 2" in (
@@ -108,31 +90,18 @@ async def test_a_deleted_topic_stops_its_queues_instead_of_waiting_forever(kafka
     await produce(
         kafka_broker, kafka_topic, *[(b"k", json.dumps({"n": n}).encode(), n % 2, None, None) for n in range(4)]
     )
-    provider = StreamProvider.kafka(
-        kafka_broker,
-        kafka_topic,
-        queues=2,
-        records="json",
-        namespace="sensors",
-        kafka={"idempotent": False, "group_membership": False, "outage_after": 0.5},
-    )
-    got: list[int] = []
-    collecting(provider, got)
+    provider = json_provider(kafka_broker, kafka_topic, queues=2, namespace="sensors", kafka={"outage_after": 0.5})
+    got = collected(provider, "sensors")
     async with provider:
         await drained(provider, 30)
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-        await admin.start()
-        try:
-            await admin.delete_topics([kafka_topic])
-        finally:
-            await admin.close()
+        await delete_topic(kafka_broker, kafka_topic)
         with anyio.fail_after(30):
             while not all(agent.failure for agent in provider.agents):  # idle queues look every outage_after
                 await anyio.sleep(0.1)
         with anyio.fail_after(5), pytest.raises(QueueFailedError) as failed:
             await provider.drain()
         assert failed_gauge(provider) == {"0": 1, "1": 1}
-    assert sorted(got) == [0, 1, 2, 3]
+    assert sorted(v["n"] for v in got) == [0, 1, 2, 3]
     for queue in (0, 1):
         assert (
             f"queue-{queue}: cannot read {kafka_topic} partition {queue} at offset 2: "

@@ -19,17 +19,19 @@ from pathlib import Path
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from streams import StreamId, StreamProvider
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.status import read_kafka_status, read_reports
 from tests.agents.delivery.conftest import drained
-from tests.helpers import ROOT, python_env
+from tests.helpers import ROOT, collected, python_env
+from tests.kafka_fixtures import delete_topic
+from tests.streams.cli.helpers import running_worker
 from tests.streams.kafka.orders_app import NAMESPACE, QUEUES
 from tests.streams.kafka.test_foreign_records import make_topic
 
 FALLBACK = "is past the end of the partition"
+APP = ("--app", "tests.streams.kafka.orders_app:app")  # the worker of these tests
 STREAMS = 40  # many streams: records land in batches of several, whose end Tansu misreports
 
 
@@ -39,18 +41,9 @@ class Worker:
 
     def __init__(self, tmp_path: Path, name: str, env: dict[str, str]) -> None:
         self.log_path = tmp_path / f"{name}.log"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker", "--app", "tests.streams.kafka.orders_app:app"]
-            + ["--name", name, "--log-format", "logfmt"],
-            cwd=ROOT,
-            env=env,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=open(self.log_path, "w"),
+        self.process = running_worker(
+            ROOT, *APP, "--name", name, "--log-format", "logfmt", log=self.log_path, env=env, name=re.escape(name)
         )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line.startswith(f"headrace worker {name}: running"), (line, self.log())
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -263,16 +256,7 @@ async def test_a_topic_recreated_under_the_group_takes_the_fallback_with_its_war
     options = {"idempotent": False, "group_membership": False}
 
     first = StreamProvider.kafka(kafka_broker, kafka_topic, queues=QUEUES, kafka=options)
-    seen: list[int] = []
-
-    @first.implicit(NAMESPACE)
-    class Seen:
-        def __init__(self, stream_id: StreamId) -> None:
-            pass
-
-        def on_next(self, batch) -> None:
-            seen.extend(e.value for e in batch)
-
+    seen = collected(first, NAMESPACE)
     async with first:
         for n in range(300):
             await first.get_stream(StreamId(NAMESPACE, f"o{n % STREAMS}")).send(n)
@@ -287,12 +271,7 @@ async def test_a_topic_recreated_under_the_group_takes_the_fallback_with_its_war
     try:
         committed = {tp: await member.committed(tp) for tp in tps}
         assert all(offset is not None and offset > 10 for offset in committed.values()), committed
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-        await admin.start()
-        try:
-            await admin.delete_topics([kafka_topic])
-        finally:
-            await admin.close()
+        await delete_topic(kafka_broker, kafka_topic)
         await make_topic(kafka_broker, kafka_topic, QUEUES)
         # The broker drops a deleted topic's offsets; a member of the group still running
         # commits its own again, now onto the recreated topic.
@@ -302,16 +281,7 @@ async def test_a_topic_recreated_under_the_group_takes_the_fallback_with_its_war
         await member.stop()
 
     second = StreamProvider.kafka(kafka_broker, kafka_topic, queues=QUEUES, kafka=options)
-    again: list[int] = []
-
-    @second.implicit(NAMESPACE)
-    class SeenAgain:
-        def __init__(self, stream_id: StreamId) -> None:
-            pass
-
-        def on_next(self, batch) -> None:
-            again.extend(e.value for e in batch)
-
+    again = collected(second, NAMESPACE)
     caplog.set_level(logging.WARNING, "headrace.kafka")
     async with second:
         for n in range(1000, 1010):  # fewer records than the group committed in each partition

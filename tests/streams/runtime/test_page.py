@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +26,8 @@ from streams.runtime.health import WorkerHealth
 from streams.runtime.history import StatusHistory
 from streams.runtime.page import page_app
 from streams.runtime.snapshot import take_snapshot
-from tests.streams.cli.helpers import clean_env, headrace, json_of
+from tests.helpers import busy_port
+from tests.streams.cli.helpers import headrace, headrace_running, json_of
 from tests.streams.runtime.helpers import free_port
 
 
@@ -177,14 +175,7 @@ def test_status_serve_serves_the_page_of_a_store_until_interrupted(tmp_path):
     )
     assert produced.returncode == 0, produced.stderr
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "status", "--path", "store", "--serve", "--port", str(port)],
-        cwd=tmp_path,
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = headrace_running("status", "--path", "store", "--serve", "--port", port, cwd=tmp_path)
     try:
         assert server.stdout is not None
         line = server.stdout.readline()
@@ -211,10 +202,7 @@ def test_status_serve_refuses_what_the_page_cannot_show(tmp_path):
     assert result.returncode == 2 and result.stderr.strip().endswith(
         "--serve shows everything on the page: leave out --json, --advise and --all"
     )
-    taken = free_port()
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", taken))
-        busy.listen()
+    with busy_port() as taken:
         produced = headrace("produce", "--path", "store", "--queues", "1", "--stream", "a/b", cwd=tmp_path, stdin="1\n")
         assert produced.returncode == 0
         start = time.monotonic()
