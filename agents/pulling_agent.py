@@ -408,11 +408,8 @@ class PullingAgent:
     async def _refuse(self, letters: list[DeadLetter]) -> None:
         """Dead-letter records that are no batch, with one log line per slice."""
         reasons = Counter(letter.reason for letter in letters)
-        log.warning(
-            "%s: %s; dead-lettered",
-            self.queue,
-            ", ".join(f"{n} record(s) {_REFUSED[reason]}" for reason, n in sorted(reasons.items())),
-        )
+        refused = ", ".join(f"{n} record(s) {_REFUSED[reason]}" for reason, n in sorted(reasons.items()))
+        log.warning("%s: %s; dead-lettered", self.queue, refused)
         await self.context.dead_letters.add(letters)
 
     def _cache_and_tell(self, decoded: list[tuple[QueueMessage, BatchContainer]]) -> None:

@@ -26,6 +26,7 @@ from spark_sink import (
 )
 from spark_sink.offsets import admit, admit_records, split_ranges
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
+from streams.backends.embedded.queue_tables import QUEUE_SCHEMA
 from streams.backends.embedded.store import EmbeddedStore
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
@@ -162,6 +163,7 @@ CRASHING_WORKER = """
 import os, sys
 from spark_sink import Handoff
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
+from streams.backends.embedded.queue_tables import QUEUE_SCHEMA
 from streams.backends.embedded.store import EmbeddedStore
 store = EmbeddedStore(sys.argv[1])
 schema = Handoff(sys.argv[2], {"count": "bigint", "total": "double"}).schema()
@@ -209,9 +211,11 @@ def test_a_wrong_path_or_stream_says_so(handoff: Handoff, tmp_path: Path) -> Non
         HandoffLog.open(tmp_path / "nowhere")
     with pytest.raises(UnknownHandoffStreamError, match=f"declared streams: {STREAM}"):
         handoff.log.schema("nope")
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    sqlite3.connect(bare / "headrace.db").execute("CREATE TABLE queue_x (a)").connection.close()
+    bare = tmp_path / "bare"  # a store with queues, and no handoff declared yet
+    with EmbeddedStore(bare) as store:
+        store.require_schema("queue", QUEUE_SCHEMA)
+        with store.connection():
+            pass  # the file and its tables are made on first use
     with pytest.raises(UnknownHandoffStreamError, match="has no handoff streams yet"):
         HandoffLog.open(bare)
 
