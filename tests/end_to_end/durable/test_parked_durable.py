@@ -14,8 +14,8 @@ from tests.agents.delivery.conftest import drained
 from tests.helpers import persisted_checkpoint, saved_states, wait_until_async
 
 
-async def test_parked_durable_state_is_only_in_the_store_and_comes_back(tmp_path: Path) -> None:
-    provider = StreamProvider.embedded(tmp_path, queues=2, stream_inactivity_period=0.3)
+def counting_devices(provider: StreamProvider) -> dict[str, list[int]]:
+    """Register a durable count per "devices" stream; by key, the count after each batch."""
     counts: dict[str, list[int]] = {}
 
     @provider.implicit("devices")
@@ -28,6 +28,13 @@ async def test_parked_durable_state_is_only_in_the_store_and_comes_back(tmp_path
         def on_next(self, batch: Any) -> None:
             self.count += len(batch)
             counts.setdefault(self.key, []).append(self.count)
+
+    return counts
+
+
+async def test_parked_durable_state_is_only_in_the_store_and_comes_back(tmp_path: Path) -> None:
+    provider = StreamProvider.embedded(tmp_path, queues=2, stream_inactivity_period=0.3)
+    counts = counting_devices(provider)
 
     keys = [f"d{i}" for i in range(50)]
     async with provider:
@@ -111,18 +118,7 @@ async def test_streams_that_come_together_are_looked_up_together(tmp_path: Path,
     counted(EmbeddedQueueReceiver, "saved_state", "one state")
     counted(EmbeddedQueueReceiver, "saved_states", "states")
     provider = StreamProvider.embedded(tmp_path, queues=1, stream_inactivity_period=0.3)
-    counts: dict[str, list[int]] = {}
-
-    @provider.implicit("devices")
-    class Device:
-        count = Durable(0)
-
-        def __init__(self, stream_id: StreamId) -> None:
-            self.key = stream_id.key
-
-        def on_next(self, batch: Any) -> None:
-            self.count += len(batch)
-            counts.setdefault(self.key, []).append(self.count)
+    counts = counting_devices(provider)
 
     keys = [f"d{i}" for i in range(300)]
     async with provider:

@@ -135,16 +135,23 @@ def assert_clean(worker: Worker, rc: int) -> None:
     assert FALLBACK not in log, log
 
 
+async def read_and_stopped(tmp_path: Path, kafka_broker: str, kafka_topic: str, count: int) -> Orders:
+    """``count`` orders on a new topic, read by a worker "w1" that then stopped cleanly
+    (committing at its first acknowledgement and at the stop)."""
+    orders = Orders(tmp_path, kafka_broker, kafka_topic, HEADRACE_TEST_COMMIT_INTERVAL="600")
+    await make_topic(kafka_broker, kafka_topic, QUEUES)
+    await orders.publish(count)
+    worker = orders.worker("w1")
+    await orders.until_seen(set(range(count)))
+    assert_clean(worker, worker.stop())
+    return orders
+
+
 async def test_a_restarted_worker_resumes_at_its_committed_offset_after_a_stop_and_after_a_kill(
     tmp_path, kafka_broker, kafka_topic
 ):
     # Commits at a worker's first acknowledgement and at a clean stop: a kill leaves a tail.
-    orders = Orders(tmp_path, kafka_broker, kafka_topic, HEADRACE_TEST_COMMIT_INTERVAL="600")
-    await make_topic(kafka_broker, kafka_topic, QUEUES)
-    await orders.publish(1000)
-    first = orders.worker("w1")
-    await orders.until_seen(set(range(1000)))
-    assert_clean(first, first.stop())
+    orders = await read_and_stopped(tmp_path, kafka_broker, kafka_topic, 1000)
     stopped_at = await orders.committed()
     ends = await record_ends(kafka_broker, kafka_topic)
     assert stopped_at == ends  # everything read was committed at the stop
@@ -294,12 +301,7 @@ async def test_a_topic_recreated_under_the_group_takes_the_fallback_with_its_war
 
 
 async def test_status_counts_the_lag_from_the_records(tmp_path, kafka_broker, kafka_topic):
-    orders = Orders(tmp_path, kafka_broker, kafka_topic, HEADRACE_TEST_COMMIT_INTERVAL="600")
-    await make_topic(kafka_broker, kafka_topic, QUEUES)
-    await orders.publish(600)
-    worker = orders.worker("w1")
-    await orders.until_seen(set(range(600)))
-    assert_clean(worker, worker.stop())
+    orders = await read_and_stopped(tmp_path, kafka_broker, kafka_topic, 600)
     written_from = time.time()
     await orders.publish(400)  # no worker reads these: the lag
     written_to = time.time()
