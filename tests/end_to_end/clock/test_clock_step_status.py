@@ -19,7 +19,7 @@ import anyio
 
 from streams import StreamId, StreamProvider
 from streams.runtime.backends import Backend
-from tests.end_to_end.clock.test_clock_step import FAKETIME, _libfaketime  # noqa: F401 - the check, autouse
+from tests.end_to_end.clock.test_clock_step import _libfaketime, faked  # noqa: F401 - the check, autouse
 from tests.end_to_end.cluster.kafka_cluster_app import QUEUES, provider_for
 from tests.streams.cli.helpers import clean_env, headrace, json_of
 
@@ -38,16 +38,6 @@ app = "tests.streams.cli.status_app:provider"
 name = "w1"
 status_interval = "200ms"
 """
-
-
-def _faked(offset_file: Path) -> dict[str, str]:
-    """The environment of a process whose wall clock (only) follows ``offset_file``."""
-    return {
-        "LD_PRELOAD": str(FAKETIME),
-        "FAKETIME_TIMESTAMP_FILE": str(offset_file),
-        "FAKETIME_NO_CACHE": "1",
-        "DONT_FAKE_MONOTONIC": "1",
-    }
 
 
 def _until(backend: Backend, holds: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
@@ -111,7 +101,7 @@ def _stepped_worker(tmp_path: Path, args: list[str], env: dict[str, str], backen
         worker = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker", *args],
             cwd=tmp_path,
-            env=clean_env(**env, **_faked(offset_file)),
+            env=clean_env(**env, **faked(offset_file)),
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
