@@ -11,7 +11,10 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,9 +29,14 @@ _topic_numbers = itertools.count()
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[str]:
-    """``"127.0.0.1:PORT"`` of a Tansu broker that lives for the test session."""
+    """``"127.0.0.1:PORT"`` of a Tansu broker that lives for the test session. The local
+    state stores its workers left in the default ``state_dir`` (of this session's topics) go
+    with it: a later session's broker, empty, must not meet them under a reused name."""
     with TansuBroker() as broker:
         yield broker.bootstrap
+    default = Path(tempfile.gettempdir()) / "headrace-state"
+    for left in default.glob(f"*.state.t{os.getpid()}-*"):
+        shutil.rmtree(left, ignore_errors=True)
 
 
 @pytest.fixture

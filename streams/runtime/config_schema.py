@@ -348,6 +348,7 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "subject": _text,
         "compression": _choice("none", "gzip", "snappy", "lz4", "zstd"),
         "dead_letter_topic": _text,
+        "state_dir": _path,
         "idempotent": _flag,
         "security_protocol": _named("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
         "ssl_cafile": _file,

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from streams.adapters.retention import RetentionPolicy
 from streams.backends.embedded.backend import EmbeddedBackend, LocalStore
+from streams.backends.embedded.changelog_copy import open_changelog_copy
 from streams.backends.embedded.queue_tables import DEFAULT_QUEUES, stored_queue_count
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
 from streams.backends.kafka.backend import KafkaBackend
@@ -118,7 +119,10 @@ class BackendConstructors:
         given = {**(kafka or {}), **{k: v for k, v in options.items() if k in KAFKA_SETTINGS}}
         rest = {k: v for k, v in options.items() if k not in KAFKA_SETTINGS}
         _check_provider_keywords("StreamProvider.kafka", cls, rest, KAFKA_SETTINGS)
-        backend: Backend = KafkaBackend.open(KafkaSettings.named(bootstrap_servers, topic, **given))
+        # Its workers keep their queues' states on local disk too, in the embedded store's files.
+        backend: Backend = KafkaBackend.open(
+            KafkaSettings.named(bootstrap_servers, topic, **given), open_changelog_copy
+        )
         if store is not None:
             backend = LocalStoreBeside(backend, LocalStore(EmbeddedStore(store)))
         return cls(backend, **rest)

@@ -49,7 +49,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams.adapters.mapper import HashRingQueueMapper, KafkaPartitionMapper
 from streams.adapters.protocols import ContainerQueueAdapter, Times
-from streams.backends.kafka.changelog import KafkaChangelog
+from streams.backends.kafka.changelog import KafkaChangelog, OpenLocalStates
 from streams.backends.kafka.clients import (
     Producers,
     ensure_queue_topics,
@@ -58,6 +58,7 @@ from streams.backends.kafka.clients import (
     permanent_fix,
     retry_kafka,
 )
+from streams.backends.kafka.local_lookup import KafkaLocalRecordReceiver, KafkaLocalStateReceiver
 from streams.backends.kafka.receiver import KafkaQueueReceiver
 from streams.backends.kafka.record_receiver import KafkaRecordReceiver
 from streams.backends.kafka.registry import RegistryFormat, SchemaRegistryError
@@ -96,13 +97,16 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
     name = "kafka"
     is_rewindable = True
 
-    def __init__(self, settings: KafkaSettings, outage: OutageLog | None = None) -> None:
+    def __init__(
+        self, settings: KafkaSettings, outage: OutageLog | None = None, open_local: OpenLocalStates | None = None
+    ) -> None:
         self.settings = settings
         self.outage = outage if outage is not None else kafka_outage_log(settings)
         self._producer: AIOKafkaProducer | None = None
         self._starting = anyio.Lock()
         self.producers = Producers(settings)  # idempotent where the broker allows it
-        self.changelog = KafkaChangelog(settings, self.outage, self.producers)  # event-time state (kafka_state)
+        # The event-time state (kafka_state), and with open_local the worker's local state store.
+        self.changelog = KafkaChangelog(settings, self.outage, self.producers, open_local)
         self._companions: list[Closeable] = []  # the backend's topics beside the queues
 
     async def start(self) -> None:
@@ -281,9 +285,13 @@ class KafkaQueueAdapter(ContainerQueueAdapter):
         return _KafkaEventWriter(self, max_event_size)
 
     def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> KafkaStateReceiver:
+        local = self.changelog.open_local is not None  # parked states looked up there
         if self.settings.record_format is not None:
-            return KafkaRecordReceiver.of(self.settings, queue, self.outage, self.changelog, max_record_size)
-        return KafkaStateReceiver.of(self.settings, queue, self.outage, self.changelog)
+            records = KafkaLocalRecordReceiver if local else KafkaRecordReceiver
+            return records.of(self.settings, queue, self.outage, self.changelog, max_record_size)
+        return (KafkaLocalStateReceiver if local else KafkaStateReceiver).of(
+            self.settings, queue, self.outage, self.changelog
+        )
 
     def close_with(self, companion: Closeable) -> None:
         """Close ``companion`` (a client of another topic of the cluster) with this adapter."""
@@ -326,14 +334,14 @@ class KafkaAdapterFactory:
     (4, 'headrace')
     """
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, open_local: OpenLocalStates | None = None) -> None:
         self.settings = settings
         self._mapper: HashRingQueueMapper | KafkaPartitionMapper = (
             HashRingQueueMapper(settings.queues)
             if settings.record_format is None
             else KafkaPartitionMapper(settings.queues)  # where any Kafka producer puts a key
         )
-        self._adapter = KafkaQueueAdapter(settings)
+        self._adapter = KafkaQueueAdapter(settings, open_local=open_local)
         self._topic_checked = False
 
     async def create_adapter(self) -> KafkaQueueAdapter:

@@ -11,7 +11,7 @@ from streams.adapters.protocols import QueueMapper, SavedStateRow
 from streams.adapters.status import ClusterStatus
 from streams.backends.kafka.adapter import KafkaAdapterFactory
 from streams.backends.kafka.balancer import KafkaGroupBalancer, group_balancer
-from streams.backends.kafka.changelog import KafkaChangelog
+from streams.backends.kafka.changelog import KafkaChangelog, OpenLocalStates
 from streams.backends.kafka.clients import check_reachable, kafka_outage_log
 from streams.backends.kafka.deadletters import KafkaDeadLetterStore
 from streams.backends.kafka.pubsub import KafkaPubSubStore
@@ -44,10 +44,11 @@ class KafkaBackend:
         return self.factory.outage.ongoing
 
     @classmethod
-    def open(cls, settings: KafkaSettings) -> KafkaBackend:
+    def open(cls, settings: KafkaSettings, open_local: OpenLocalStates | None = None) -> KafkaBackend:
         """What ``StreamProvider.kafka`` runs on: the topic and the topics beside it that
-        ``settings`` name."""
-        return cls(KafkaAdapterFactory(settings))
+        ``settings`` name; its workers keep a local state store opened by ``open_local``
+        (:mod:`~streams.backends.kafka.changelog`)."""
+        return cls(KafkaAdapterFactory(settings, open_local))
 
     def queue_mapper(self) -> QueueMapper:
         return self.factory.get_queue_mapper()

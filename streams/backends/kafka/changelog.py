@@ -21,11 +21,29 @@ holding the offset) until a later commit writes them: after an outage, or, for a
 refuses (larger than the topic takes), once its window has closed and the state is small
 again (logged once).
 
-**Loading.** A receiver that takes a queue over reads the changelog partition from its
-oldest retained record up to its end, and keeps the newest record of each key (a tombstone
-removes it). Kafka's compaction keeps that read proportional to the open state; a broker
-that never compacts (Tansu, which accepts ``cleanup.policy=compact`` but keeps every
-record) gives the same answer after a longer read.
+**The local state store.** A worker keeps its queues' states on its own disk too (the
+embedded store's SQLite, one file per worker: :mod:`streams.backends.embedded.changelog_copy`,
+under ``state_dir``), each queue's with the changelog offset it reflects. Once Kafka has a
+write, the same rows and the offset after them go into the local store in one transaction,
+before the queue's offset is committed. A parked durable state is then on disk and in the
+changelog only, read by key when its stream has data again (the receiver is a
+:class:`~streams.adapters.protocols.StateLookup`, as on the embedded store): the worker's
+memory does not grow with parked streams.
+
+**Loading.** A receiver that takes a queue over reads the changelog partition into its local
+store and restores the states a worker must hold (window states, durable ones with a timer):
+
+- a local offset within the partition's retained range: only the records after it (a worker
+  restarted on the same machine reads the changelog's tail);
+- no local copy (a new owner), a damaged file, or an offset past the changelog's end (never
+  trusted past it) or before its oldest retained record: the copy is rebuilt from the oldest
+  retained record to the end, keeping the newest record of each key (a tombstone removes it).
+
+Each load logs which, with the records read (:attr:`KafkaChangelog.records_read` counts
+them). Kafka's compaction keeps a rebuild proportional to the open state; a broker that never
+compacts (Tansu, which accepts ``cleanup.policy=compact`` but keeps every record) gives the
+same answer after a longer read. A provider without a local store (a bare
+:class:`KafkaChangelog`) reads the whole partition into memory at each load.
 
 **Topics of one event per record** (``records="json"``, ...; :class:`~streams.backends.kafka.record_receiver.KafkaRecordReceiver`)
 save states too. Their queue positions depend on how the reads were grouped
@@ -43,25 +61,29 @@ one partition of one topic, in order).
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
 import msgpack
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streams.adapters.protocols import StateKey, StateRows, StateSource
+from streams.adapters.protocols import LocalStates, StateKey, StateRows, StateSource
 from streams.backends.kafka.clients import (
     Producers,
     ensure_topic,
     is_transient,
     log,
+    partition_chunks,
     read_partition,
     retry_kafka,
     start_client,
     stop_client,
 )
+from streams.backends.kafka.ends import offset_bounds
 from streams.backends.kafka.repartition import BATCH_BYTES
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.errors import ConfigurationError
@@ -74,6 +96,8 @@ FORMAT = 1
 CHANGELOG: Mapping[str, str] = {"cleanup.policy": "compact", "segment.ms": "600000"}
 
 SavedStates = dict[StateKey, tuple[SequenceToken, bytes]]
+# Opens a worker's local state store in a directory (the embedded store's changelog_copy).
+OpenLocalStates = Callable[[Path], LocalStates]
 
 
 def changelog_topic(settings: KafkaSettings) -> str:
@@ -83,6 +107,34 @@ def changelog_topic(settings: KafkaSettings) -> str:
     'headrace.state.sensors'
     """
     return f"{settings.group_id}.state.{settings.topic}"
+
+
+def local_state_dir(settings: KafkaSettings) -> Path:
+    """Where the workers of ``settings``' changelog keep their local state stores.
+
+    >>> local_state_dir(KafkaSettings("localhost:9092", "sensors", state_dir="/var/lib/hr")).as_posix()
+    '/var/lib/hr/headrace.state.sensors'
+    """
+    base = settings.state_dir if settings.state_dir is not None else Path(tempfile.gettempdir()) / "headrace-state"
+    return Path(base) / changelog_topic(settings)
+
+
+def rebuild_reason(stored: int | None, first: int, end: int) -> str | None:
+    """Why a local copy of a changelog partition at offset ``stored`` cannot be read on from,
+    the partition holding offsets ``first`` to ``end``; ``None``: it can (only its tail is read).
+
+    >>> rebuild_reason(7, 0, 10) is None, rebuild_reason(None, 0, 10)
+    (True, 'no local copy of the partition')
+    >>> rebuild_reason(12, 0, 10), rebuild_reason(3, 5, 10)
+    ("its offset 12 is past the changelog's end 10", "its offset 3 is before the changelog's oldest record 5")
+    """
+    if stored is None:
+        return "no local copy of the partition"
+    if stored > end:
+        return f"its offset {stored} is past the changelog's end {end}"
+    if stored < first:
+        return f"its offset {stored} is before the changelog's oldest record {first}"
+    return None
 
 
 def state_key(queue: int, consumer: str, stream: str) -> bytes:
@@ -116,10 +168,25 @@ class KafkaChangelog:
         await changelog.write(QueueId(0), ([("Counts", "meters/m1", 41, 0, state)], []))
         saved = await changelog.load(QueueId(0))  # {("Counts", "meters/m1"): (41:0, state)}
         await changelog.close()
+
+    With ``open_local`` (the runtime gives the embedded store's), the worker's local state
+    store is opened at its first load, kept in step with each write, and loads read only what
+    it lacks (see the module).
     """
 
-    def __init__(self, settings: KafkaSettings, outage: OutageLog, producers: Producers | None = None) -> None:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        outage: OutageLog,
+        producers: Producers | None = None,
+        open_local: OpenLocalStates | None = None,
+    ) -> None:
         self.settings = settings
+        self.open_local = open_local
+        self.local: LocalStates | None = None  # opened by the first load
+        self._opening = anyio.Lock()
+        self.records_read = 0  # changelog records the loads read
+        self._writing: dict[int, anyio.Lock] = {}  # one write at a time per queue (offsets in order)
         self.outage = outage
         self.producers = producers if producers is not None else Producers(settings)  # the adapter's: one fallback
         self.topic = changelog_topic(settings)
@@ -152,10 +219,16 @@ class KafkaChangelog:
             return True
         records: list[tuple[bytes, bytes | None]] = [(state_key(queue.number, c, s), None) for c, s in deletes]
         records += [(state_key(queue.number, c, s), encode_state(seq, idx, state)) for c, s, seq, idx, state in upserts]
+        async with self._writing.setdefault(queue.number, anyio.Lock()):
+            offsets = await self._sent(queue, records)
+            return offsets is not None and await self._kept_locally(queue, rows, offsets)
+
+    async def _sent(self, queue: QueueId, records: list[tuple[bytes, bytes | None]]) -> list[int] | None:
+        """Send ``records``; their offsets once Kafka has every one, ``None`` if not."""
         began = time.monotonic()
         try:
             with anyio.fail_after(self.settings.request_timeout):
-                await self._send(queue, records)
+                offsets = await self._send(queue, records)
         except Exception as exc:  # sorted into transient and not just below
             if isinstance(exc, TimeoutError) or is_transient(exc):
                 reason = f"saving event-time state: {reason_of(exc)}"
@@ -170,14 +243,37 @@ class KafkaChangelog:
                     self.topic,
                     exc,
                 )
-            return False
+            return None
         if queue in self._refused:
             self._refused.discard(queue)
             log.warning("%s: its event-time state is saved again; its offset commits go on", queue)
+        return offsets
+
+    async def _kept_locally(self, queue: QueueId, rows: StateRows, offsets: list[int]) -> bool:
+        """Put the rows Kafka has (at ``offsets``) into the local state store, with the offset
+        after them; ``False`` if it cannot be written (the states stay pending: the commit
+        waits, and the next one writes them to both again)."""
+        local = self.local
+        if local is None or not offsets:
+            return True
+        first, last = min(offsets), max(offsets)
+        # Records of others between them (a retried send's copy): the store's offset stays.
+        after = first if last - first + 1 == len(offsets) else -1
+        try:
+            await local.apply(queue.number, rows, next_offset=last + 1, after=after)
+        except Exception as exc:  # the disk: full, removed, damaged
+            log.warning(
+                "%s: the local state store under %s cannot be written (%r); the queue's committed "
+                "offset stays where it is until it can",
+                queue,
+                local_state_dir(self.settings),
+                exc,
+            )
+            return False
         return True
 
-    async def _send(self, queue: QueueId, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Send ``records`` in order and wait for all; raise the first failure."""
+    async def _send(self, queue: QueueId, records: list[tuple[bytes, bytes | None]]) -> list[int]:
+        """Send ``records`` in order and wait for all; their offsets. Raise the first failure."""
         producer = await self._producer_started()
         sending: list[asyncio.Future[Any]] = []
         refused: Exception | None = None  # send() itself refused one: the rest wait
@@ -187,24 +283,23 @@ class KafkaChangelog:
             except Exception as exc:  # raised below, after what was sent has landed or failed
                 refused = exc
                 break
+        offsets: list[int] = []
         for result in await asyncio.gather(*sending, return_exceptions=True):
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):
                 raise result
+            offsets.append(result.offset)
         if refused is not None:
             raise refused
+        return offsets
 
     async def load(self, queue: QueueId) -> SavedStates:
-        """The newest saved state of each activation of ``queue``."""
+        """The newest saved state of each activation of ``queue`` (with a local state store:
+        those a worker holds, the others left there to be read by key)."""
+        local = await self.local_states()
+        if local is not None:
+            return await self._restore(queue, local)
         tp = TopicPartition(self.topic, queue.number)
-        poll_ms = int(self.settings.poll_timeout * 1000)
-        consumer = AIOKafkaConsumer(
-            **self.settings.consumer_kwargs(
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",  # what compaction or retention left
-                fetch_max_wait_ms=poll_ms,
-            )
-        )
+        consumer = self._reader()
         await start_client(consumer, self.settings)
         try:
             consumer.assign([tp])
@@ -215,6 +310,76 @@ class KafkaChangelog:
         finally:
             await stop_client(consumer)
         return _states_of(queue, newest)
+
+    async def local_states(self) -> LocalStates | None:
+        """The worker's local state store, opened now if it is not yet; ``None``: none."""
+        if self.open_local is None:
+            return None
+        async with self._opening:
+            if self.local is None:
+                self.local = await anyio.to_thread.run_sync(self.open_local, local_state_dir(self.settings))
+        return self.local
+
+    async def _restore(self, queue: QueueId, local: LocalStates) -> SavedStates:
+        """Bring ``queue``'s copy in the local store up to the changelog's end (its tail, or
+        all of it: see the module), logged; the states a worker holds."""
+        tp = TopicPartition(self.topic, queue.number)
+        consumer = self._reader()
+        await start_client(consumer, self.settings)
+        try:
+            consumer.assign([tp])
+            first, end = await offset_bounds(consumer, tp, self.settings.request_timeout)
+            stored = local.offset(queue.number)
+            why = rebuild_reason(stored, first, end)
+            if why is not None or stored is None:
+                await local.forget(queue.number)
+                start = first
+            else:
+                start = stored
+            read, reached = await self._copy(consumer, tp, (start, end), local, queue)
+        finally:
+            await stop_client(consumer)
+        self.records_read += read
+        states = await local.read_states(queue.number)
+        log.info(
+            "%s: local state store %s; read %d changelog record(s) (offsets %d to %d); %d state(s) on disk, %d held",
+            queue,
+            f"at changelog offset {start}: read its tail" if why is None else f"rebuilt from the changelog ({why})",
+            read,
+            start,
+            reached,
+            local.count(queue.number),
+            len(states),
+        )
+        return states
+
+    async def _copy(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, span: tuple[int, int], local: LocalStates, queue: QueueId
+    ) -> tuple[int, int]:
+        """Apply the records of ``tp`` from ``span``'s start to its end to the local store, a
+        fetch at a time (each with the offset after it: a load cut short goes on from there);
+        how many were read, and the offset reached."""
+        start, end = span
+        read, reached = 0, start
+        async for chunk in partition_chunks(consumer, tp, start, self.settings):
+            newest = {record.key: record.value for record in chunk if record.key is not None}
+            read += len(chunk)
+            reached = chunk[-1].offset + 1
+            await local.apply(queue.number, _rows_of(queue, newest), next_offset=reached)
+        reached = max(reached, end)
+        await local.apply(queue.number, ([], []), next_offset=reached)
+        return read, reached
+
+    def _reader(self) -> AIOKafkaConsumer:
+        """A consumer of the changelog, of no group."""
+        return AIOKafkaConsumer(
+            **self.settings.consumer_kwargs(
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",  # what compaction or retention left
+                fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+            )
+        )
 
     async def _producer_started(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -229,19 +394,34 @@ class KafkaChangelog:
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
+        local, self.local = self.local, None
+        if local is not None:
+            local.close()
 
 
 def _states_of(queue: QueueId, newest: Mapping[bytes, bytes | None]) -> SavedStates:
-    states: SavedStates = {}
+    upserts, _ = _rows_of(queue, newest)
+    return {(consumer, stream): (SequenceToken(seq, idx), state) for consumer, stream, seq, idx, state in upserts}
+
+
+def _rows_of(queue: QueueId, newest: Mapping[bytes, bytes | None]) -> StateRows:
+    """The newest changelog record of each key of ``queue`` as rows: a state, or a deletion."""
+    upserts: list[tuple[str, str, int, int, bytes]] = []
+    deletes: list[StateKey] = []
     for key, value in newest.items():
         try:
             number, consumer, stream = decode_key(key)
-            if number != queue.number or value is None:
+            if number != queue.number:
                 continue
-            states[(consumer, stream)] = decode_state(value)
+            if value is None:
+                deletes.append((consumer, stream))
+                continue
+            token, state = decode_state(value)
         except Exception as exc:  # a record another program wrote: not ours to restore
             log.warning("%s: changelog record %r is not a saved state (%r); ignored", queue, key[:80], exc)
-    return states
+            continue
+        upserts.append((consumer, stream, token.sequence_number, token.event_index, state))
+    return upserts, deletes
 
 
 class KafkaCheckpointer:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import ClassVar, TypeVar
 
 import anyio
@@ -242,13 +242,20 @@ async def read_partition(
     consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, settings: KafkaSettings
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """The records of ``tp`` from offset ``start`` (or the oldest retained, if later) to its
+    end as it is now (:func:`partition_chunks`, gathered)."""
+    return [record async for chunk in partition_chunks(consumer, tp, start, settings) for record in chunk]
+
+
+async def partition_chunks(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, settings: KafkaSettings
+) -> AsyncIterator[list[ConsumerRecord[bytes, bytes]]]:
+    """The records of ``tp`` from offset ``start`` (or the oldest retained, if later) to its
     end as it is now (:func:`~streams.backends.kafka.ends.partition_ends`: the end a fetch
-    answers, not only the broker's listed one), read by ``consumer`` (assigned ``tp``, paused
-    or not). A fetch that brings nothing for ``settings.request_timeout`` raises
-    ``TimeoutError`` (an outage: the caller retries). Every record fetched counts, also
-    past that end: it is newer still."""
+    answers, not only the broker's listed one), a fetch at a time, read by ``consumer``
+    (assigned ``tp``, paused or not). A fetch that brings nothing for
+    ``settings.request_timeout`` raises ``TimeoutError`` (an outage: the caller retries).
+    Every record fetched counts, also past that end: it is newer still."""
     poll_ms = int(settings.poll_timeout * 1000)
-    records: list[ConsumerRecord[bytes, bytes]] = []
     # A consumer kept between reads keeps ``tp`` paused, so that its fetcher does not wait
     # on the broker meanwhile (which delays the offset requests below by its fetch wait).
     paused = tp in consumer.paused()
@@ -262,11 +269,11 @@ async def read_partition(
                 fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
                 while not fetched and await consumer.position(tp) < end:
                     fetched = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=_FETCH_RECORDS)
-            records += fetched.get(tp, ())
+            if fetched.get(tp):
+                yield fetched[tp]
     finally:
         if paused:
             consumer.pause(tp)
-    return records
 
 
 log = logging.getLogger("headrace.kafka")

@@ -6,6 +6,7 @@ settings whole."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -73,6 +74,11 @@ class KafkaSettings(KafkaConnection):
     # Topics of the Spark handoff log start with this: <prefix>.handoff.<stream>, ... (the
     # DataSource's topicPrefix option names the same prefix).
     handoff_prefix: str = "headrace"
+    # The directory of the workers' local state stores (streams.backends.kafka.changelog):
+    # <state_dir>/<changelog topic>/worker-<n>. None: "headrace-state" in the system's
+    # temporary directory (Kafka Streams' default is /tmp/kafka-streams); a path that survives
+    # a reboot saves the restart after one from reading the whole changelog.
+    state_dir: str | os.PathLike[str] | None = None
     # The topic of the dead letters (None: "<topic>.dlq", as Kafka Connect and Spring name it).
     dead_letter_topic: str | None = None
     records: str | RecordFormat = HEADRACE
@@ -131,6 +137,10 @@ class KafkaSettings(KafkaConnection):
             raise ConfigurationError(f"compression is one of {', '.join(COMPRESSIONS)}, not {self.compression!r}")
         if not isinstance(self.handoff_prefix, str) or not self.handoff_prefix:
             raise ConfigurationError(f"handoff_prefix is a non-empty str, not {self.handoff_prefix!r}")
+        if self.state_dir is not None and not (
+            isinstance(self.state_dir, os.PathLike) or (isinstance(self.state_dir, str) and self.state_dir)
+        ):
+            raise ConfigurationError(f"state_dir is a directory's path, not {self.state_dir!r}")
         if self.dead_letter_topic is not None and not (
             isinstance(self.dead_letter_topic, str) and self.dead_letter_topic
         ):

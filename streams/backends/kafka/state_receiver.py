@@ -34,6 +34,7 @@ class KafkaStateReceiver(CheckpointedState, ReceiverDefaults):
     def __init__(self, reads: KafkaQueueReceiver, checkpointer: KafkaCheckpointer) -> None:
         self.reads = reads
         self.checkpointer: KafkaCheckpointer = checkpointer
+        self.changelog: KafkaChangelog = checkpointer.changelog
         reads.saved = checkpointer  # its commits wait for the states they rely on
         self.queue = reads.queue
         self.gathers_containers = reads.gathers_containers

@@ -1,0 +1,191 @@
+"""A Kafka worker's local state store: its queues' saved states on this machine's disk, each
+queue's the copy of one changelog partition up to the offset it records
+(:mod:`streams.backends.kafka.local_states` keeps it in step with the changelog).
+
+**Why SQLite.** The embedded backend's store already does what this needs: it serves one state
+by key in well under a millisecond and the new streams of one read in a query per consumer type
+(:func:`~streams.backends.embedded.queue_tables.saved_states`), writes a commit's states and
+the changelog offset in one transaction, keeps a prefix of its commits through a SIGKILL (WAL),
+and needs no server and no new dependency. RocksDB (Kafka Streams, Quix Streams) writes faster,
+but a state write here follows a changelog write that waits for every replica, which bounds the
+rate anyway.
+
+**One file per worker.** Under ``<state_dir>/<changelog topic>/`` a worker takes the first slot
+``worker-<n>`` whose lock file it can lock (``flock``): two workers on one machine never share a
+file, and a worker restarted after a SIGKILL (the kernel lets go of a dead process's locks) takes
+its old slot back, with the states it left there. A file that SQLite cannot read or whose
+integrity check fails is moved out of the way and started empty: its queues are rebuilt from the
+changelog.
+
+>>> import anyio, tempfile
+>>> from streams.core.ids import SequenceToken
+>>> async def main():
+...     copy = open_changelog_copy(tempfile.mkdtemp())
+...     await copy.apply(0, ([("Counts", "m/1", 41, 0, b"s")], []), next_offset=5)
+...     return copy.offset(0), copy.saved_state(0, ("Counts", "m/1")), copy.close()
+>>> anyio.run(main)
+(5, (SequenceToken(sequence_number=41, event_index=0), b's'), None)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import sqlite3
+from collections.abc import Collection
+from functools import partial
+from pathlib import Path
+
+from streams.adapters.protocols import StateKey, StateRows
+from streams.backends.embedded.queue_tables import STATE_SCHEMA, read_states, saved_state, saved_states, write_states
+from streams.backends.embedded.store import EmbeddedStore, Schema
+from streams.core.errors import StoreError
+from streams.core.ids import SequenceToken
+
+log = logging.getLogger("headrace.kafka")
+
+OFFSET_SCHEMA: Schema = [
+    # The next changelog offset a queue's states reflect: every record before it is applied.
+    "CREATE TABLE changelog_offsets(queue INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL)",
+]
+SLOTS = 1024  # workers of one changelog on one machine, at most
+
+
+class ChangelogCopy:
+    """One worker's local state store (see the module): by queue, the states (key ->
+    position, state) and the changelog offset they reflect."""
+
+    def __init__(self, store: EmbeddedStore, lock: int) -> None:
+        self.store = store
+        self.path = store.database
+        self._lock = lock  # the slot's lock file, held while this worker lives
+
+    def offset(self, queue: int) -> int | None:
+        """The changelog offset ``queue``'s states reflect; ``None``: none recorded."""
+        with self.store.connection() as conn:
+            row = conn.execute("SELECT next_offset FROM changelog_offsets WHERE queue = ?", (queue,)).fetchone()
+        return None if row is None else int(row[0])
+
+    async def apply(self, queue: int, rows: StateRows, *, next_offset: int, after: int | None = None) -> None:
+        """Apply ``rows`` to ``queue``'s states and record ``next_offset``, in one transaction.
+        With ``after`` (where the changelog records that carried ``rows`` begin), the offset moves
+        only if the store's is ``after``: a write with changelog records of others before it
+        (a failed write's, another writer's) leaves the offset where it is, so a restart reads
+        those records again."""
+        await self.store.write(partial(_apply, queue, rows, next_offset, after))
+
+    async def forget(self, queue: int) -> int:
+        """Drop ``queue``'s states and offset (before it is rebuilt); how many states went."""
+        return await self.store.write(partial(_forget, queue))
+
+    async def read_states(self, queue: int) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+        """The states a worker restores as their activations are made (every window state, the
+        durable ones with a timer); the other durable ones stay here, read by key."""
+        return await self.store.read(partial(read_states, queue))
+
+    def saved_state(self, queue: int, key: StateKey) -> tuple[SequenceToken, bytes] | None:
+        """One state, read now (a point read by primary key)."""
+        with self.store.connection() as conn:
+            return saved_state(queue, key, conn)
+
+    def saved_states(self, queue: int, keys: Collection[StateKey]) -> dict[StateKey, tuple[SequenceToken, bytes]]:
+        """The states of ``keys`` (a key without one left out), read now in a few queries."""
+        with self.store.connection() as conn:
+            return saved_states(queue, keys, conn)
+
+    async def idle_keys(self, queue: int, consumer: str, before: float) -> list[StateKey]:
+        """The keys of ``consumer``'s durable states on ``queue`` last written before ``before``."""
+        return await self.store.read(partial(_idle_keys, queue, consumer, before))
+
+    def count(self, queue: int) -> int:
+        """How many states ``queue`` has here."""
+        with self.store.connection() as conn:
+            (found,) = conn.execute("SELECT count(*) FROM activation_states WHERE queue = ?", (queue,)).fetchone()
+        return int(found)
+
+    def close(self) -> None:
+        self.store.close()
+        os.close(self._lock)
+
+
+def open_changelog_copy(directory: str | os.PathLike[str]) -> ChangelogCopy:
+    """The local state store of this worker under ``directory``: the first free slot (see the
+    module), checked; a damaged file is moved aside (``<file>.damaged``) and started empty."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(SLOTS):
+        lock = _locked(root / f"worker-{n}.lock")
+        if lock is not None:
+            try:
+                return _checked(root / f"worker-{n}", lock)
+            except BaseException:
+                os.close(lock)
+                raise
+    raise StoreError(f"{SLOTS} workers already hold a local state store under {str(root)!r}")
+
+
+def _locked(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _checked(path: Path, lock: int) -> ChangelogCopy:
+    store = _store(path)
+    try:
+        with store.connection() as conn:
+            (result,) = conn.execute("PRAGMA quick_check").fetchone()
+        if result != "ok":
+            raise StoreError(f"integrity check: {result}")
+    except (StoreError, sqlite3.Error) as exc:
+        store.close()
+        damaged = path.with_name(path.name + ".damaged")
+        shutil.rmtree(damaged, ignore_errors=True)
+        path.rename(damaged)
+        log.warning(
+            "the local state store %s is damaged (%s): moved to %s; its queues are rebuilt from the changelog",
+            store.database,
+            exc,
+            damaged,
+        )
+        store = _store(path)
+    return ChangelogCopy(store, lock)
+
+
+def _store(path: Path) -> EmbeddedStore:
+    store = EmbeddedStore(path)
+    store.require_schema("activation_state", STATE_SCHEMA)
+    store.require_schema("changelog_offset", OFFSET_SCHEMA)
+    return store
+
+
+def _apply(queue: int, rows: StateRows, next_offset: int, after: int | None, conn: sqlite3.Connection) -> None:
+    write_states(queue, rows, conn)
+    if after is not None:
+        row = conn.execute("SELECT next_offset FROM changelog_offsets WHERE queue = ?", (queue,)).fetchone()
+        if row is None or row[0] != after:
+            return
+    conn.execute(
+        "INSERT INTO changelog_offsets(queue, next_offset) VALUES (?, ?)"
+        " ON CONFLICT(queue) DO UPDATE SET next_offset = excluded.next_offset",
+        (queue, next_offset),
+    )
+
+
+def _forget(queue: int, conn: sqlite3.Connection) -> int:
+    conn.execute("DELETE FROM changelog_offsets WHERE queue = ?", (queue,))
+    return conn.execute("DELETE FROM activation_states WHERE queue = ?", (queue,)).rowcount
+
+
+def _idle_keys(queue: int, consumer: str, before: float, conn: sqlite3.Connection) -> list[StateKey]:
+    rows = conn.execute(
+        "SELECT stream FROM activation_states WHERE queue = ? AND consumer = ? AND durable AND COALESCE(touched, 0) < ?",
+        (queue, consumer, before),
+    )
+    return [(consumer, stream) for (stream,) in rows]

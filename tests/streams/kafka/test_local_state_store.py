@@ -1,0 +1,226 @@
+"""A Kafka worker's local state store (streams.backends.kafka.changelog,
+streams.backends.embedded.changelog_copy): a worker restarted after a SIGKILL reads only the
+changelog's tail; a new owner, a deleted, damaged or impossible store is rebuilt from the
+changelog; the running totals of ``orders_app`` stay exact through each; parked durable
+states are on disk only, read back by key."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from streams import StreamId, StreamProvider
+from tests.agents.delivery.conftest import drained
+from tests.end_to_end.durable.test_durable_state import Worker, client
+from tests.end_to_end.durable.test_parked_durable import counting_devices
+from tests.helpers import wait_until_async
+
+KEYS = [f"k{i}" for i in range(10)]
+LOAD = re.compile(
+    r"queue-(\d+): local state store (at changelog offset \d+: read its tail|rebuilt from the changelog \((.*?)\)); "
+    r"read (\d+) changelog record\(s\) \(offsets (\d+) to (\d+)\)"
+)
+
+
+@dataclass(frozen=True)
+class Load:
+    """One queue load a worker logged."""
+
+    queue: int
+    tail: bool  # read on from the local offset (else rebuilt, for ``why``)
+    why: str
+    read: int
+    start: int
+    end: int
+
+
+def loads(worker: Worker) -> list[Load]:
+    """The queue loads in ``worker``'s log, in order (its log spans its restarts)."""
+    text = worker.log.read_text() if worker.log.exists() else ""
+    return [
+        Load(int(q), how.startswith("at "), why or "", int(read), int(start), int(end))
+        for q, how, why, read, start, end in LOAD.findall(text)
+    ]
+
+
+def kafka_worker(tmp_path: Path, name: str, broker: str, topic: str) -> Worker:
+    """An ``orders_app`` worker on ``topic``, its local state store under ``<name>/state``."""
+    (tmp_path / name).mkdir()
+    state = str(tmp_path / name / "state")
+    return Worker(tmp_path / name, HEADRACE_TEST_KAFKA=broker, HEADRACE_TEST_TOPIC=topic, HEADRACE_TEST_STATE_DIR=state)
+
+
+class Totals:
+    """Integers sent to ``RunningTotal``'s keys, and the sums and counts they make."""
+
+    def __init__(self) -> None:
+        self.expected = {key: [0, 0] for key in KEYS}
+        self.next = 0
+
+    async def add(self, worker: Worker, records: int) -> None:
+        """``records`` records of 10 integers, to the keys in turn."""
+        async with client(worker).client() as producer:
+            for n in range(records):
+                key = KEYS[n % len(KEYS)]
+                values = list(range(self.next, self.next + 10))
+                self.next += 10
+                self.expected[key][0] += sum(values)
+                self.expected[key][1] += len(values)
+                await producer.get_stream(StreamId("amounts", key)).on_next_batch(values)
+
+    def saved(self, worker: Worker) -> dict[str, list[int]]:
+        return {
+            s["stream"].split("/")[1]: [s["fields"].get("total"), s["fields"].get("count")]
+            for s in worker.state("RunningTotal", saved=False)
+        }
+
+    async def exact(self, worker: Worker) -> None:
+        """Wait until the changelog holds exactly the expected totals."""
+        await wait_until_async(lambda: self.saved(worker) == self.expected, 60, poll=1.0)
+        assert self.saved(worker) == self.expected, worker.log.read_text()[-3000:]
+
+
+async def test_a_worker_killed_and_restarted_reads_only_the_changelogs_tail(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str
+) -> None:
+    """A is SIGKILLed; B (another machine's store) takes both queues and writes more state;
+    A restarted reads from its local offset to the changelog's end, the records B wrote, and
+    goes on from the exact totals."""
+    a = kafka_worker(tmp_path, "a", kafka_broker, kafka_topic)
+    b = kafka_worker(tmp_path, "b", kafka_broker, kafka_topic)
+    totals = Totals()
+    a.start()
+    await totals.add(a, 40)
+    await totals.exact(a)
+    a.stop(signal.SIGKILL)
+    assert [(load.tail, load.read) for load in loads(a)] == [(False, 0), (False, 0)]  # a new, empty changelog
+
+    b.start()
+    await totals.add(b, 40)
+    await totals.exact(b)
+    assert b.stop(signal.SIGTERM) == 0
+    first_of_b = {load.queue: load for load in reversed(loads(b))}
+    assert sorted(first_of_b) == [0, 1]
+    for load in first_of_b.values():  # a new owner reads the whole changelog partition
+        assert not load.tail and load.why == "no local copy of the partition"
+        assert load.read == load.end > 0 and load.start == 0
+
+    seen = len(loads(a))
+    a.start()
+    await totals.add(a, 20)
+    await totals.exact(a)
+    assert a.stop(signal.SIGTERM) == 0
+    restarted = loads(a)[seen:]
+    assert sorted(load.queue for load in restarted) == [0, 1], restarted
+    for load in restarted:  # only what B wrote after A's local offset
+        assert load.tail and load.start > 0, load
+        assert load.read == load.end - load.start > 0, load
+    assert sum(load.read for load in restarted) < sum(load.end for load in restarted)
+
+
+async def test_a_deleted_damaged_or_impossible_local_store_is_rebuilt_and_exact(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str
+) -> None:
+    a = kafka_worker(tmp_path, "a", kafka_broker, kafka_topic)
+    state = Path(a.env["HEADRACE_TEST_STATE_DIR"])
+    database = state / f"headrace.state.{kafka_topic}" / "worker-0" / "headrace.db"
+    totals = Totals()
+
+    async def restart(expected_why: str, how: signal.Signals = signal.SIGTERM) -> None:
+        seen = len(loads(a))
+        a.start()
+        await totals.add(a, 10)
+        await totals.exact(a)
+        a.stop(how)
+        again = loads(a)[seen:]
+        assert sorted(load.queue for load in again) == [0, 1], again
+        for load in again:
+            assert not load.tail and load.why.startswith(expected_why), load
+            assert load.start == 0 and load.read == load.end > 0, load
+
+    a.start()
+    await totals.add(a, 30)
+    await totals.exact(a)
+    a.stop(signal.SIGKILL)
+    assert database.is_file()
+
+    for part in (database, database.with_name("headrace.db-wal")):  # no longer a database, nor a log
+        if part.exists():
+            part.write_bytes(b"not a database " * (part.stat().st_size // 15 + 1))
+    await restart("no local copy", signal.SIGKILL)
+    assert "is damaged" in a.log.read_text()
+    assert database.parent.with_name("worker-0.damaged").is_dir()
+
+    shutil.rmtree(state)  # deleted
+    await restart("no local copy")
+
+    with sqlite3.connect(database) as conn:  # ahead of the changelog: never trusted past its end
+        conn.execute("UPDATE changelog_offsets SET next_offset = next_offset + 1000000")
+    await restart("its offset")
+    assert "past the changelog's end" in a.log.read_text()
+
+
+async def test_a_queue_moved_by_a_rebalance_is_restored_exactly(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str
+) -> None:
+    """B joins while A reads both queues: the group gives B one, which B builds from the
+    changelog; the totals of every key stay exact as both go on."""
+    a = kafka_worker(tmp_path, "a", kafka_broker, kafka_topic)
+    b = kafka_worker(tmp_path, "b", kafka_broker, kafka_topic)
+    totals = Totals()
+    a.start()
+    try:
+        await totals.add(a, 30)
+        await totals.exact(a)
+        b.start()
+        try:
+            assert await wait_until_async(lambda: bool(loads(b)), 60), b.log.read_text()[-3000:]
+            await totals.add(b, 30)
+            await totals.exact(b)
+        finally:
+            assert b.stop(signal.SIGTERM) == 0
+    finally:
+        assert a.stop(signal.SIGTERM) == 0
+    moved = loads(b)[0]
+    assert not moved.tail and moved.why == "no local copy of the partition"
+    assert moved.read == moved.end > 0
+
+
+async def test_parked_durable_states_of_a_kafka_worker_are_on_disk_only(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str
+) -> None:
+    """50, then 150 parked streams: the worker holds none of their states in memory (the
+    local store has each), and each stream's next event reads its state back by key."""
+    provider = StreamProvider.kafka(
+        kafka_broker,
+        kafka_topic,
+        queues=1,
+        kafka={"idempotent": False, "group_membership": False},
+        state_dir=tmp_path,
+        stream_inactivity_period=0.3,
+    )
+    counts = counting_devices(provider)
+    keys = [f"d{i}" for i in range(150)]
+
+    async def parked(how_many: int) -> None:
+        for key in keys[how_many - 50 : how_many]:
+            await provider.get_stream(StreamId("devices", key)).on_next(1)
+        await drained(provider, 30)
+        assert await wait_until_async(lambda: not any(a.stream_ids() for a in provider.agents), 15)
+        local = provider.agents[0].receiver.changelog.local
+        assert await wait_until_async(lambda: local.count(0) == how_many, 15), local.count(0)
+        # White-box: the worker keeps no parked state (none of the streams is active).
+        assert [agent._catalog.parked_by_type() for agent in provider.agents] == [{}]
+
+    async with provider:
+        await parked(50)
+        await parked(100)
+        await parked(150)
+        for key in keys:
+            await provider.get_stream(StreamId("devices", key)).on_next_batch([2, 3])
+        await drained(provider, 30)
+    assert counts == {key: [1, 3] for key in keys}
