@@ -12,12 +12,16 @@ import signal
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from streams import StreamId, StreamProvider
+import anyio
+
+from streams import Durable, StreamId, StreamProvider
 from tests.agents.delivery.conftest import drained
 from tests.end_to_end.durable.test_durable_state import Worker, client
 from tests.end_to_end.durable.test_parked_durable import counting_devices
 from tests.helpers import wait_until_async
+from tests.streams.kafka.test_saved_state import saved_states as changelog_states
 
 KEYS = [f"k{i}" for i in range(10)]
 LOAD = re.compile(
@@ -224,3 +228,50 @@ async def test_parked_durable_states_of_a_kafka_worker_are_on_disk_only(
             await provider.get_stream(StreamId("devices", key)).on_next_batch([2, 3])
         await drained(provider, 30)
     assert counts == {key: [1, 3] for key in keys}
+
+
+async def test_an_idle_parked_state_expires_from_the_local_store_and_the_changelog(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str
+) -> None:
+    """A parked durable state past its ``ttl`` is deleted by key: a tombstone in the changelog,
+    then from the local store; its stream's next event starts from the defaults."""
+    provider = StreamProvider.kafka(
+        kafka_broker,
+        kafka_topic,
+        queues=1,
+        kafka={"idempotent": False, "group_membership": False},
+        state_dir=tmp_path,
+        stream_inactivity_period=0.3,
+    )
+    seen: list[tuple[str, int]] = []
+
+    @provider.implicit("devices")
+    class LastSeen:
+        count = Durable(0, ttl=3.0)  # above commit_interval (1 s): an active stream's is rewritten first
+
+        def __init__(self, stream_id: StreamId) -> None:
+            self.key = stream_id.key
+
+        def on_next(self, batch: Any) -> None:
+            self.count += len(batch)
+            seen.append((self.key, self.count))
+
+    async with provider:
+        gone, kept = provider.get_stream(StreamId("devices", "gone")), provider.get_stream(StreamId("devices", "kept"))
+        await gone.on_next_batch([1, 2])
+        await kept.on_next(1)
+        await drained(provider, 30)
+        local = provider.agents[0].receiver.changelog.local
+        assert await wait_until_async(lambda: local.count(0) == 2, 15)
+        for n in range(12):  # "kept" stays active; "gone" is parked, then idle past its ttl
+            await kept.on_next(n)
+            await drained(provider, 30)
+            await anyio.sleep(0.3)
+        name = LastSeen.__headrace_consumer_name__  # type: ignore[attr-defined]
+        keys = [(name, "devices/gone"), (name, "devices/kept")]
+        assert local.saved_states(0, keys).keys() == {(name, "devices/kept")}
+        assert [stream for stream, _, _ in await changelog_states(kafka_broker, kafka_topic)] == ["devices/kept"]
+        await gone.on_next(3)
+        await drained(provider, 30)
+    assert seen[:2] == [("gone", 2), ("kept", 1)]
+    assert ("gone", 1) in seen[2:] and ("kept", 13) in seen
