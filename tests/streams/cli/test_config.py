@@ -72,6 +72,7 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
     assert config.provider_settings.queues == 32
     assert kafka_settings["sasl_plain_password"].reveal() == "pass word"  # from $KAFKA_PASSWORD
     assert kafka_settings["consumer_options"] == {"max_partition_fetch_bytes": 8388608}
+    assert kafka_settings["state_dir"] == Path("/var/lib/headrace/state")
     assert config.spark.read_options("avg") == {  # the handoff log is on Kafka too, as secured
         "kafka.bootstrap.servers": "kafka-1:9092,kafka-2:9092",
         "kafka.security.protocol": "SASL_SSL",
@@ -93,12 +94,13 @@ def test_the_kafka_provider_is_built_without_connecting(tmp_path):
             '[provider]\nadapter = "kafka"\nqueues = 4\n[provider.kafka]\n'
             'bootstrap_servers = ["k1:9092", "k2:9092"]\ntopic = "events"\ngroup = "app"\n',
         ),
-        environ={"HEADRACE_PROVIDER__KAFKA__START": "latest"},
+        environ={"HEADRACE_PROVIDER__KAFKA__START": "latest", "HEADRACE_PROVIDER__KAFKA__STATE_DIR": "state"},
     )
     provider = config.provider()
     assert isinstance(provider.factory, KafkaAdapterFactory)
     settings = provider.factory.settings
     assert (settings.topic, settings.group_id, settings.start, settings.queues) == ("events", "app", "latest", 4)
+    assert settings.state_dir == Path.cwd() / "state"  # the local state stores, from the environment
     assert tuple(settings.bootstrap_servers) == ("k1:9092", "k2:9092")
     assert provider.store is None and not provider.running
 

@@ -1,0 +1,73 @@
+"""The Kafka workers' local state store on its own (streams.backends.embedded.changelog_copy):
+a slot per worker, the changelog offset that moves only over contiguous writes, a damaged
+file moved aside."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from streams.backends.embedded.changelog_copy import open_changelog_copy
+from streams.core.ids import SequenceToken
+
+ROW = ("Counts", "m/1", 41, 0, b"s")
+
+
+async def test_two_workers_on_one_machine_take_two_files_and_a_restart_takes_its_own_back(tmp_path: Path) -> None:
+    first, second = open_changelog_copy(tmp_path), open_changelog_copy(tmp_path)
+    try:
+        assert (first.path.parent.name, second.path.parent.name) == ("worker-0", "worker-1")
+        await first.apply(0, ([ROW], []), next_offset=1)
+        assert second.offset(0) is None and second.count(0) == 0
+    finally:
+        first.close()
+    again = open_changelog_copy(tmp_path)  # the slot first let go of (as a killed process's lock goes)
+    try:
+        assert again.path.parent.name == "worker-0"
+        assert again.offset(0) == 1
+        assert again.saved_state(0, ("Counts", "m/1")) == (SequenceToken(41, 0), b"s")
+    finally:
+        again.close()
+        second.close()
+
+
+async def test_the_offset_moves_only_over_writes_that_follow_it(tmp_path: Path) -> None:
+    copy = open_changelog_copy(tmp_path)
+    try:
+        await copy.apply(0, ([ROW], []), next_offset=5)
+        await copy.apply(0, ([("Counts", "m/2", 7, 0, b"t")], []), next_offset=6, after=5)  # offset 5: next
+        assert copy.offset(0) == 6
+        # Records of others between (offsets 6..7 not this write's): the rows land, the offset stays,
+        # so a restart reads those records again.
+        await copy.apply(0, ([], [("Counts", "m/1")]), next_offset=9, after=8)
+        assert copy.offset(0) == 6
+        assert copy.saved_states(0, [("Counts", "m/1"), ("Counts", "m/2")]) == {
+            ("Counts", "m/2"): (SequenceToken(7, 0), b"t")
+        }
+        assert await copy.forget(0) == 1
+        assert copy.offset(0) is None and copy.count(0) == 0
+    finally:
+        copy.close()
+
+
+async def test_a_damaged_file_is_moved_aside_and_started_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    copy = open_changelog_copy(tmp_path)
+    await copy.apply(3, ([ROW], []), next_offset=1)
+    database = copy.path
+    copy.close()
+    for part in (database, database.with_name("headrace.db-wal")):
+        if part.exists():
+            part.write_bytes(b"\x00garbage" * 4096)
+    with caplog.at_level(logging.WARNING, "headrace.kafka"):
+        reopened = open_changelog_copy(tmp_path)
+    try:
+        assert reopened.path == database
+        assert reopened.offset(3) is None and reopened.count(3) == 0
+        assert (tmp_path / "worker-0.damaged").is_dir()
+        assert "is damaged" in caplog.text and "rebuilt from the changelog" in caplog.text
+    finally:
+        reopened.close()
