@@ -86,7 +86,7 @@ from streams.backends.kafka.clients import (
 from streams.backends.kafka.ends import offset_bounds
 from streams.backends.kafka.repartition import BATCH_BYTES
 from streams.backends.kafka.settings import KafkaSettings
-from streams.core.errors import ConfigurationError
+from streams.core.errors import ConfigurationError, QueueFailedError
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.retry import OutageLog, reason_of
 
@@ -315,9 +315,16 @@ class KafkaChangelog:
         """The worker's local state store, opened now if it is not yet; ``None``: none."""
         if self.open_local is None:
             return None
+        where = local_state_dir(self.settings)
         async with self._opening:
             if self.local is None:
-                self.local = await anyio.to_thread.run_sync(self.open_local, local_state_dir(self.settings))
+                try:
+                    self.local = await anyio.to_thread.run_sync(self.open_local, where)
+                except OSError as exc:  # not a directory, not writable: retrying will not mend it
+                    raise QueueFailedError(
+                        f"the local state store under {str(where)!r} cannot be opened ({exc}): "
+                        "give state_dir a directory this worker may write"
+                    ) from exc
         return self.local
 
     async def _restore(self, queue: QueueId, local: LocalStates) -> SavedStates:

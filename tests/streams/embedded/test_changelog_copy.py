@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from streams.backends.embedded.changelog_copy import open_changelog_copy
+from streams.backends.kafka.changelog import KafkaChangelog
+from streams.backends.kafka.settings import KafkaSettings
+from streams.core.errors import QueueFailedError
 from streams.core.ids import SequenceToken
+from streams.core.retry import OutageLog
 
 ROW = ("Counts", "m/1", 41, 0, b"s")
 
@@ -71,3 +75,13 @@ async def test_a_damaged_file_is_moved_aside_and_started_empty(
         assert "is damaged" in caplog.text and "rebuilt from the changelog" in caplog.text
     finally:
         reopened.close()
+
+
+async def test_a_state_dir_a_worker_cannot_write_fails_its_queue_with_the_fix(tmp_path: Path) -> None:
+    """Not retried for ever: the queue fails, in one line naming the setting."""
+    (tmp_path / "a-file").write_text("")
+    settings = KafkaSettings("127.0.0.1:9", "sensors", state_dir=tmp_path / "a-file")
+    changelog = KafkaChangelog(settings, OutageLog("test", logging.getLogger("test")), open_local=open_changelog_copy)
+    with pytest.raises(QueueFailedError, match="give state_dir a directory this worker may write"):
+        await changelog.local_states()
+    assert changelog.local is None
