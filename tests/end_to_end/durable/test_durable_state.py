@@ -59,7 +59,11 @@ class Worker:
 
     async def wait_for(self, line: str, seconds: float = 60.0) -> None:
         await wait_until_async(lambda: line in self.lines(), seconds)
-        assert line in self.lines(), (line, self.lines(), self.log.read_text())
+        if line not in self.lines():  # in full: an assertion's message is cut short
+            log = self.log.read_text().splitlines()[-60:]
+            pytest.fail(
+                f"{line!r} not written in {seconds:.0f} s; written: {self.lines()}; the log ends:\n" + "\n".join(log)
+            )
 
     def state(self, *args: str, saved: bool = True) -> list[dict[str, Any]]:
         """What ``headrace state --app`` prints of ``RunningTotal``/``ThirdOrderAlert``, parsed
