@@ -24,7 +24,16 @@ Printed:
   (``bench/timing.py``'s Clock, stamped in the hook), and the share of its events the span
   covers (a rate under 90 % is refused).
 
-Run: .venv/bin/python bench/durable_streams.py [--streams 1000000] [--active 0.01]
+With ``--kafka`` the same workload runs on a Kafka topic of 4 partitions (the test broker,
+Tansu), its states in the worker's local state store (``state_dir``) and the changelog; then
+two restarts, each timed from the provider's start to the first event of a parked stream
+taken on every queue, and the changelog read in it (``KafkaChangelog.load``, timed around
+the call, with the records it read):
+
+- ``same machine``: a worker on the same ``state_dir``: it reads the changelog's tail;
+- ``new owner``: a worker on an empty ``state_dir``: it builds its store from the changelog.
+
+Run: .venv/bin/python bench/durable_streams.py [--streams 1000000] [--active 0.01] [--kafka]
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +57,9 @@ from bench import timing  # noqa: E402
 from bench._common import peak_rss_mb, percentile, rss_mb  # noqa: E402
 from bench.timing import Clock, figure  # noqa: E402
 from streams import Durable, StreamId, StreamProvider  # noqa: E402
+from streams.backends.kafka.changelog import KafkaChangelog  # noqa: E402
+from streams.core.ids import QueueId  # noqa: E402
+from tests.kafka_broker import TansuBroker  # noqa: E402
 
 QUEUES = 4
 BATCH = 2000  # streams published per client call
@@ -57,12 +70,23 @@ class Hooks:
 
     def __init__(self, streams: int) -> None:
         self.made: dict[str, float] = {}
+        self.counts: dict[str, int] = {}  # each stream's count after its latest event
         self.reactivations: list[float] = []
         self.clock = Clock(streams, freeze=False)
 
 
-def provider_for(path: Path, hooks: Hooks) -> StreamProvider:
-    provider = StreamProvider.embedded(path, queues=QUEUES, stream_inactivity_period=2.0)
+def provider_for(path: Path, hooks: Hooks, bootstrap: str | None = None) -> StreamProvider:
+    if bootstrap is None:
+        provider = StreamProvider.embedded(path, queues=QUEUES, stream_inactivity_period=2.0)
+    else:
+        provider = StreamProvider.kafka(
+            bootstrap,
+            "devices",
+            queues=QUEUES,
+            group_id="durable-bench",
+            state_dir=path,
+            stream_inactivity_period=2.0,
+        )
 
     @provider.implicit("devices")
     class Device:
@@ -80,6 +104,7 @@ def provider_for(path: Path, hooks: Hooks) -> StreamProvider:
             hooks.clock.taken(len(batch))
             self.count += len(batch)
             self.last = batch.values[-1]
+            hooks.counts[self.key] = self.count
             hooks.clock.result()
 
     return provider
@@ -115,11 +140,11 @@ def timing_restores(into: list[float]) -> None:
     Catalog._restore = timed  # type: ignore[method-assign]
 
 
-async def run(streams: int, active: float, path: Path) -> None:
+async def run(streams: int, active: float, path: Path, bootstrap: str | None) -> None:
     hooks = Hooks(streams)
     restores: list[float] = []
     timing_restores(restores)
-    provider = provider_for(path, hooks)
+    provider = provider_for(path, hooks, bootstrap)
     base = rss_mb()
     async with provider:
         started = time.perf_counter()
@@ -139,7 +164,7 @@ async def run(streams: int, active: float, path: Path) -> None:
         await wait_taken(hooks, 600)
         report = hooks.clock.report()
     peak = peak_rss_mb()
-    size = sum(f.stat().st_size for f in path.glob("headrace.db*"))
+    size = sum(f.stat().st_size for f in path.rglob("headrace.db*"))
     reactivations = sorted(hooks.reactivations)
     restores.sort()
     print(f"streams {streams:,}, active in phase 2 {len(chosen):,} ({active:.0%})")
@@ -168,6 +193,58 @@ async def run(streams: int, active: float, path: Path) -> None:
         f"phase 2: {len(chosen):,} events in {report.wall:.2f} s wall, {report.cpu:.2f} s CPU, first to last "
         f"on_next ({figure(report)} events/s; the span covers {report.coverage:.0%} of them)"
     )
+    if bootstrap is not None:
+        given = Counter(range(streams)) + Counter(chosen)  # the events each stream has taken
+        await restart(bootstrap, path, given, "same machine")
+        await restart(bootstrap, path / "new-owner", given, "new owner")
+
+
+def timing_loads(into: list[tuple[float, float, int]]) -> None:
+    """Time each queue's load of its states from the changelog (wrapped in place): when it
+    began, how long it took, and the changelog records it read."""
+    load = KafkaChangelog.load
+
+    async def timed(self: KafkaChangelog, queue: QueueId) -> Any:
+        began, read = time.perf_counter(), self.records_read
+        try:
+            return await load(self, queue)
+        finally:
+            into.append((began, time.perf_counter() - began, self.records_read - read))
+
+    KafkaChangelog.load = timed  # type: ignore[method-assign]
+
+
+async def restart(bootstrap: str, state_dir: Path, given: Counter[int], who: str) -> None:
+    """A worker on ``state_dir`` after the last one left: from its start to a parked stream's
+    event taken on every queue (one event to each of QUEUES * 4 parked streams), each
+    stream's count then checked against the events it was given."""
+    loads: list[tuple[float, float, int]] = []
+    original = KafkaChangelog.load
+    timing_loads(loads)
+    streams = len(given)
+    keys = random.Random(len(who)).sample(range(streams), QUEUES * 4)
+    given.update(keys)
+    hooks = Hooks(len(keys))
+    try:
+        began = time.perf_counter()
+        async with provider_for(state_dir, hooks, bootstrap) as provider:
+            await publish(provider, keys)
+            await wait_taken(hooks, 600)
+            ready = time.perf_counter() - began
+            assert hooks.counts == {str(k): given[k] for k in keys}, hooks.counts  # each restored exactly
+    finally:
+        KafkaChangelog.load = original  # type: ignore[method-assign]
+    read = sum(n for _, _, n in loads)
+    slowest = max((took for _, took, _ in loads), default=0.0)
+    assigned = min((at for at, _, _ in loads), default=began) - began
+    print(
+        f"restart, {who}: {ready:.1f} s to a parked stream's event on every queue, of which {assigned:.1f} s "
+        f"before the first queue was assigned (joining the group); the changelog read {read:,} record(s), "
+        f"the slowest queue's load {slowest:.2f} s"
+    )
+    timing.note(f"restart {who}, s", ready)
+    timing.note(f"restart {who}, changelog records read", read)
+    timing.note(f"restart {who}, slowest load s", slowest)
 
 
 def main() -> None:
@@ -175,9 +252,14 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=1_000_000)
     parser.add_argument("--active", type=float, default=0.01)
     parser.add_argument("--dir", type=Path, default=None, help="where the store goes (default: a temporary one)")
+    parser.add_argument("--kafka", action="store_true", help="on the test broker (Tansu), with two restarts")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        anyio.run(run, args.streams, args.active, Path(tmp))
+        if args.kafka:
+            with TansuBroker() as broker:
+                anyio.run(run, args.streams, args.active, Path(tmp), broker.bootstrap)
+        else:
+            anyio.run(run, args.streams, args.active, Path(tmp), None)
     timing.save_run(__file__, {}, params=vars(args))
 
 
