@@ -226,7 +226,7 @@ class Catalog:
         activation is made (not in ``saved``), and a parked one's is left there."""
         self._saved = saved
         self._lookup = lookup
-        self.states = ActivationStates(self._state_key)
+        self.states = ActivationStates(self.state_key)
         # Every registered type with a time to live, activated here or not: the states a
         # restart left in the store are swept on this queue's timer, with no new event.
         for _, type_ttl in self._registered_ttls():
@@ -467,7 +467,7 @@ class Catalog:
     def fates_by_type(self, live: Iterable[EventTimeObserver]) -> dict[str, dict[str, int]]:
         """The event-time counters per consumer type name: of the activations that ended
         here and of ``live`` ones (the queue's running activations)."""
-        return self.fates.by_type((self._state_key(a)[0], a.processor.counters) for a in live)
+        return self.fates.by_type((self.state_key(a)[0], a.processor.counters) for a in live)
 
     def parked_by_type(self) -> dict[str, int]:
         """Activations parked here (their state kept in memory until a stream's next event),
@@ -481,7 +481,7 @@ class Catalog:
         """The ``live`` event-time activations per consumer type name."""
         active: dict[str, int] = {}
         for activation in live:
-            type_name = self._state_key(activation)[0]
+            type_name = self.state_key(activation)[0]
             active[type_name] = active.get(type_name, 0) + 1
         return active
 
@@ -490,12 +490,13 @@ class Catalog:
         up to ``now`` (arrival-clock seconds), sampled."""
         return self.times.observed(now)
 
-    def _state_key(self, activation: TimedActivation) -> StateKey:
+    def state_key(self, activation: TimedActivation) -> StateKey:
+        """``(consumer type name, stream id)``: its saved state's key (and its name in ``headrace status``)."""
         cls = type(activation.target)
         return (self._context.registry.type_name(cls) or cls.__qualname__, str(activation.stream_id))
 
     def _restore(self, activation: TimedActivation) -> None:
-        key = self._state_key(activation)
+        key = self.state_key(activation)
         saved = self._saved.pop(key, None)
         self._expiring.pop(key, None)  # active again
         self._sleeping.discard(key)
@@ -559,7 +560,7 @@ class Catalog:
                 # Its windows stay open: the stored row stays, and its state waits
                 # here, compact, for the stream's next data (restored in _make);
                 # a durable one with a store to look it up in waits only there.
-                parked = self._state_key(timed)
+                parked = self.state_key(timed)
                 if self._lookup is None or not _durable(timed):
                     self._saved[parked] = timed.park()
                     ttl = state_ttl(cls)
@@ -570,7 +571,7 @@ class Catalog:
             else:
                 self.states.retire(timed)
         if isinstance(timed, EventTimeObserver):
-            self.fates.ended(self._state_key(timed)[0], timed.processor.counters, parked)
+            self.fates.ended(self.state_key(timed)[0], timed.processor.counters, parked)
 
 
 def _durable(activation: TimedActivation) -> bool:

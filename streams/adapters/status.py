@@ -37,6 +37,44 @@ class CursorLag:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointHolder:
+    """What holds a queue's checkpoint back: the oldest position its agent still needs
+    (``sequence``) and who needs it. An activation (``consumer_type`` on ``stream``) holds
+    it for ``why`` (open windows, held events, an emit in flight, events since its last
+    save), with several inputs for the event of ``input``; or a consumer behind holds it
+    (``subscription`` on ``stream``, ``why`` ``"behind"``).
+
+    >>> CheckpointHolder(41, "tolls/a", "app.Priced", None, "prices", "held events").text()
+    'app.Priced on tolls/a at 41: held events of input prices'
+    >>> CheckpointHolder(7, "stuck/s1", None, "implicit:app.Slow", None, "behind").text()
+    'implicit:app.Slow on stuck/s1 at 7: behind'
+    """
+
+    sequence: int
+    stream: str
+    consumer_type: str | None
+    subscription: str | None
+    input: str | None
+    why: str
+
+    def text(self) -> str:
+        who = self.consumer_type or self.subscription or "?"
+        of = f" of input {self.input}" if self.input is not None else ""
+        return f"{who} on {self.stream} at {self.sequence:,}: {self.why}{of}"
+
+    @classmethod
+    def of(cls, data: object) -> CheckpointHolder | None:
+        """From its JSON (or msgpack) form; None for none, or one that does not read (a row
+        of another version)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(**{f.name: data[f.name] for f in fields(cls)})
+        except (KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
 class AgentStatus:
     """One pulling agent as its worker last saw it (from a worker snapshot,
     :func:`streams.observability.take_snapshot`).
@@ -59,6 +97,8 @@ class AgentStatus:
     its worker's wall clock stepped against the monotonic one (over a second) since the
     worker started, ``clock_step`` the last step's size in seconds (either way) and
     ``clock_step_at`` the wall time it was seen at (``None``: none seen).
+    ``checkpoint_holder``: what holds the queue's checkpoint back (:class:`CheckpointHolder`;
+    ``None``: nothing, every position read is acknowledged or about to be).
     """
 
     worker: str
@@ -87,6 +127,7 @@ class AgentStatus:
     clock_steps: int = 0
     clock_step: float = 0.0
     clock_step_at: float | None = None
+    checkpoint_holder: CheckpointHolder | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> AgentStatus:
@@ -96,6 +137,8 @@ class AgentStatus:
         values["fates"] = json.loads(values["fates"])
         values["observed"] = observed_of(json.loads(values["observed"]))
         values["input_watermarks"] = json.loads(values["input_watermarks"])
+        holder = values["checkpoint_holder"]
+        values["checkpoint_holder"] = None if holder is None else CheckpointHolder.of(json.loads(holder))
         return cls(**values)
 
     def as_row(self) -> tuple[Any, ...]:
@@ -104,6 +147,8 @@ class AgentStatus:
         row["fates"] = json.dumps(self.fates)
         row["observed"] = json.dumps({name: asdict(seen) for name, seen in self.observed.items()})
         row["input_watermarks"] = json.dumps(self.input_watermarks)
+        holder = self.checkpoint_holder
+        row["checkpoint_holder"] = None if holder is None else json.dumps(asdict(holder))
         return tuple(row[name] for name in AGENT_FIELDS)
 
 

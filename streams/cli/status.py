@@ -276,11 +276,16 @@ def render_queues(queues: list[QueueStatus], out: Console) -> None:
     agents = any(q.agent is not None for q in queues)
     held = any(q.agent is not None and q.agent.held_by for q in queues)
     slow = any(q.agent is not None and q.agent.slowest_substreams for q in queues)
-    optional = [*(["held back by"] if held else []), *(["slowest substreams"] if slow else [])]
+    holds = any(q.agent is not None and q.agent.checkpoint_holder for q in queues)
+    optional = [
+        *(["held back by"] if held else []),
+        *(["slowest substreams"] if slow else []),
+        *(["checkpoint held by"] if holds else []),
+    ]
     extra = ("in/s", "out/s", "cache", "pressure", "streams", "watermark", "delay", *optional) if agents else ()
     rows = table("queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", "lag events", *extra)
     for q in queues:
-        agent = (["-"] * len(extra) if q.agent is None else _agent_cells(q.agent, held, slow)) if agents else []
+        agent = (["-"] * len(extra) if q.agent is None else _agent_cells(q.agent, held, slow, holds)) if agents else []
         add_row(rows, *_queue_cells(q), *agent)
     out.print(rows)
     if not agents:
@@ -312,7 +317,7 @@ def _queue_cells(q: QueueStatus) -> list[str]:
     ]
 
 
-def _agent_cells(a: AgentStatus, held: bool, slow: bool) -> list[str]:
+def _agent_cells(a: AgentStatus, held: bool, slow: bool, holds: bool) -> list[str]:
     return [
         _rate(a.events_in_per_s),
         _rate(a.events_out_per_s),
@@ -323,6 +328,7 @@ def _agent_cells(a: AgentStatus, held: bool, slow: bool) -> list[str]:
         "-" if a.watermark_delay is None else delay_text(a.watermark_delay),
         *([a.held_by or "-"] if held else []),
         *([a.slowest_substreams or "-"] if slow else []),
+        *([a.checkpoint_holder.text() if a.checkpoint_holder else "-"] if holds else []),
     ]
 
 

@@ -64,6 +64,7 @@ def agent_status(
         clock_steps=steps.count if steps is not None else 0,
         clock_step=steps.last if steps is not None else 0.0,
         clock_step_at=steps.last_at if steps is not None else None,
+        checkpoint_holder=queue.checkpoint_holder,
     )
 
 

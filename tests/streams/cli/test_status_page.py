@@ -60,7 +60,8 @@ def expected_cells(status: dict[str, Any], advice: dict[str, Any]) -> dict[str, 
         k, a = f"q{q['queue']}", q["agent"] or {}
         for name in ("checkpoint", "checkpoint_lag", "lag_events"):
             cells[f"{k}.{name}"] = q[name]
-        for name in ("events_in_per_s", "events_out_per_s", "read_messages", "cache_size", "under_pressure"):
+        names = ("events_in_per_s", "events_out_per_s", "read_messages", "cache_size", "under_pressure")
+        for name in (*names, "checkpoint_holder"):
             cells[f"{k}.{name}"] = a.get(name)
         if q["agent"]:
             for name in ("watermark_min", "watermark_delay", "held_by"):
@@ -102,7 +103,7 @@ def same(page: str | None, expected: object) -> bool:
         return page == str(expected).lower()
     if isinstance(expected, int | float):
         return page != "" and math.isclose(float(page), float(expected), rel_tol=0, abs_tol=1e-9)
-    if isinstance(expected, list):
+    if isinstance(expected, list | dict):
         return page == json.dumps(expected, separators=(",", ":"))
     return page == str(expected)
 
@@ -215,6 +216,14 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
             # The stalled consumer: its queue shows as behind, the consumer holding its checkpoint named.
             assert cells[f"q{stuck}.state"] == "stalled" and cells[f"q{1 - stuck}.state"] == "ok"
             assert cells[f"q{stuck}.behind.stuck/s1"] == "1"
+            holder = json.loads(cells[f"q{stuck}.checkpoint_holder"])
+            assert (holder["stream"], holder["subscription"], holder["why"]) == (
+                "stuck/s1",
+                "implicit:tests.streams.cli.rates_app.Stuck",
+                "behind",
+            )
+            shown = browser.evaluate(f"document.querySelector('[data-k=\"q{stuck}.checkpoint_holder\"]').innerText")
+            assert shown == f"implicit:tests.streams.cli.rates_app.Stuck on stuck/s1 at {holder['sequence']}: behind"
             row = browser.evaluate(f"document.querySelector('[data-k=\"q{stuck}.state\"]').parentElement.className")
             assert row == "behind"
             assert cells[f"t.{TYPE}.active"] == "1" and cells[f"t.{TYPE}.dropped"] == "1"
