@@ -350,13 +350,8 @@ class Catalog:
                 subscription_id = self._implicit_ids.get(cls)
                 if subscription_id is None:
                     subscription_id = self._implicit_ids[cls] = f"implicit:{registry.type_name(cls)}"
-                await self.attach(
-                    state,
-                    sid,
-                    subscription_id,
-                    self.activation(state, sid, cls),
-                    implicit=True,
-                )
+                activation = self.activation(state, sid, cls)
+                await self.attach(state, sid, subscription_id, activation, implicit=True, of_type=cls)
             for sub in registry.observers(sid):
                 if sub.subscription_id != skip:
                     observer = as_observer(sub.observer)
@@ -365,9 +360,8 @@ class Catalog:
             for record in records if records is not None else await self._context.pubsub.subscriptions(sid):
                 if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
                     cls = registry.get_type(record.consumer_type)
-                    await self.attach(
-                        state, sid, record.subscription_id, self.activation(state, sid, cls), durable=True
-                    )
+                    activation = self.activation(state, sid, cls)
+                    await self.attach(state, sid, record.subscription_id, activation, durable=True, of_type=cls)
         finally:
             state.open()
 
@@ -382,9 +376,10 @@ class Catalog:
         durable: bool = False,
         implicit: bool = False,
         event_filter: EventFilter | None = None,
+        of_type: type | None = None,
     ) -> StreamConsumer:
-        """Attach a consumer of ``sid`` delivering to ``observer`` from ``token`` (None: from
-        the stream's next data) and start it."""
+        """Attach a consumer of ``sid`` delivering to ``observer`` (an activation ``of_type``)
+        from ``token`` (None: from the stream's next data) and start it."""
         cursor, miss = self._cursors.open(sid, token)
         consumer = StreamConsumer(
             subscription_id,
@@ -399,6 +394,7 @@ class Catalog:
             spawn=self._spawn,
             working=self._working,
             event_filter=event_filter,
+            tally=self.fates.tally(None if of_type is None else self._context.registry.type_name(of_type)),
         )
         state.add_consumer(consumer)
         if miss is not None:

@@ -290,7 +290,8 @@ class ConsumerTypeFates:
     workers reporting (since each agent started, with the state it took over): every event
     seen, adjusted into another time, dropped by the ordering policy, dead-lettered by the core;
     and what it emitted: windows' final results, the updates before them (``emit=Every``) and
-    an interval join's results."""
+    an interval join's results. ``events_out``: the events its queues delivered to its
+    consumers, plain or event-time (a queue's events out, per type; since each agent started)."""
 
     consumer_type: str
     events: int
@@ -300,6 +301,7 @@ class ConsumerTypeFates:
     windows_emitted: int = 0
     early_results: int = 0
     joins_emitted: int = 0
+    events_out: int = 0
 
 
 def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
@@ -310,7 +312,7 @@ def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
     >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0, fates={"app.Totals": fates})
     >>> consumer_type_fates([row, row])  # doctest: +NORMALIZE_WHITESPACE
     [ConsumerTypeFates(consumer_type='app.Totals', events=166, adjusted=62, dropped=0, dead_lettered=4,
-                       windows_emitted=10, early_results=0, joins_emitted=0)]
+                       windows_emitted=10, early_results=0, joins_emitted=0, events_out=0)]
     """
     totals: dict[str, dict[str, int]] = {}
     for agent in agents:
@@ -352,7 +354,7 @@ class ClusterStatus:
     handoff: list[HandoffStatus] = field(default_factory=list)
     agents: list[AgentStatus] = field(default_factory=list)  # fresh rows not shown with a queue
     workers_not_shown: int = 0  # long gone (see GONE_AFTER_TIMEOUTS)
-    consumer_types: list[ConsumerTypeFates] = field(default_factory=list)  # event-time fates, per type
+    consumer_types: list[ConsumerTypeFates] = field(default_factory=list)  # fates and events out, per type
     kind: str = "store"  # "store": an embedded store; "cluster": a Kafka cluster (streams.backends.kafka.status)
     group_members: list[str] | None = None  # on Kafka: the workers' consumer group's members
 

@@ -360,10 +360,22 @@ def render_fates(status: ClusterStatus, out: Console) -> None:
     """What event time did to the events, per consumer type, beside the queues."""
     if not status.consumer_types:
         return
-    heads = ("events", "adjusted", "dropped", "dead-lettered", "windows emitted", "early results", "joins")
-    rows = table("event time, by consumer type", "consumer type", *heads)
+    heads = (
+        "events out",
+        "events",
+        "adjusted",
+        "dropped",
+        "dead-lettered",
+        "windows emitted",
+        "early results",
+        "joins",
+    )
+    rows = table("by consumer type", "consumer type", *heads)
     for t in status.consumer_types:
-        counts = (t.events, t.adjusted, t.dropped, t.dead_lettered, t.windows_emitted, t.early_results, t.joins_emitted)
+        counts = (
+            *(t.events_out, t.events, t.adjusted, t.dropped, t.dead_lettered),
+            *(t.windows_emitted, t.early_results, t.joins_emitted),
+        )
         add_row(rows, t.consumer_type, *(f"{n:,}" for n in counts))
     out.print(rows)
 

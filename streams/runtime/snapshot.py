@@ -255,9 +255,13 @@ def checkpoint_holder(agent: PullingAgent, slowest: tuple[CursorLag, ...]) -> Ch
 
 
 def _fates(agent: PullingAgent) -> dict[str, dict[str, int]]:
-    """Per consumer type: its events' fates, windows emitted, and its activations here,
-    ``active`` and ``parked`` (state kept, no stream running)."""
-    fates = {name: fates_of(counters) for name, counters in agent.fates_by_type().items()}
+    """Per consumer type: its events' fates, windows emitted, the events delivered to its
+    consumers (``events_out``, plain consumers' too), and its activations here, ``active``
+    and ``parked`` (state kept, no stream running)."""
+    fates = {
+        name: {**fates_of(counters), "events_out": counters.get("events_out", 0)}
+        for name, counters in agent.fates_by_type().items()
+    }
     for name, (active, parked) in agent.activations_by_type().items():
         fates.setdefault(name, fates_of({}))
         fates[name].update(active=active, parked=parked)

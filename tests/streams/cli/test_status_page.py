@@ -43,7 +43,7 @@ READ_CELLS = "Object.fromEntries([...document.querySelectorAll('[data-k]')].map(
 TYPE = "tests.streams.cli.status_app.InTimestampOrder"
 UPDATES = "tests.streams.cli.page_app.Updates"
 FATES = (
-    *("active", "parked", "events", "windows_emitted", "early_results", "joins_emitted"),
+    *("active", "parked", "events_out", "events", "windows_emitted", "early_results", "joins_emitted"),
     *("adjusted", "dropped", "dead_lettered"),
 )
 T0 = 1_700_000_000.0  # the origin of page_app's windows
@@ -227,6 +227,11 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
             row = browser.evaluate(f"document.querySelector('[data-k=\"q{stuck}.state\"]').parentElement.className")
             assert row == "behind"
             assert cells[f"t.{TYPE}.active"] == "1" and cells[f"t.{TYPE}.dropped"] == "1"
+            # events delivered per type: the four readings, none yet to the plain stuck consumer
+            assert (cells[f"t.{TYPE}.events_out"], cells["t.tests.streams.cli.rates_app.Stuck.events_out"]) == (
+                "4",
+                "0",
+            )
             # What a consumer type emitted: the window's final result and the two updates before it.
             assert (cells[f"t.{UPDATES}.windows_emitted"], cells[f"t.{UPDATES}.early_results"]) == ("1", "2")
 
