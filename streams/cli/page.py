@@ -131,16 +131,26 @@ def store_options(path: str | None, config: str | None, app: str | None) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-async def serve_page(reader: StatusReader, suspicion_timeout: float, where: str, host: str, port: int) -> None:
+async def serve_page(
+    reader: StatusReader,
+    suspicion_timeout: float,
+    where: str,
+    host: str,
+    port: int,
+    tls: tuple[str, str] | None = None,
+) -> None:
     """``headrace status --serve``: the page of ``reader``'s store or cluster on
-    ``host:port`` until SIGINT or SIGTERM."""
+    ``host:port`` until SIGINT or SIGTERM; with ``tls`` (a PEM certificate file and its
+    key's), over HTTPS only."""
     source = PageSource(reader, suspicion_timeout, where)
     try:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            with serve_status_page(source.serve, port, host) as server:
+            with serve_status_page(source.serve, port, host, tls) as server:
                 shown = f"[{host}]" if ":" in host else host
+                scheme = "http" if tls is None else "https"
                 print(
-                    f"headrace status: the status page at http://{shown}:{server.port}/ (Ctrl-C stops it)", flush=True
+                    f"headrace status: the status page at {scheme}://{shown}:{server.port}/ (Ctrl-C stops it)",
+                    flush=True,
                 )
                 async for _ in signals:
                     break

@@ -60,6 +60,7 @@ from streams.cli.common import (
     plural,
     port_number,
     table,
+    tls_files,
     utc_text,
 )
 from streams.core.errors import ConfigurationError
@@ -112,6 +113,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="HOST",
         help="the address the page binds (default 127.0.0.1, this machine only; 0.0.0.0: every interface)",
     )
+    page.add_argument(
+        "--certfile",
+        metavar="PEM",
+        help="serve the page over HTTPS with this certificate (chain), and --keyfile "
+        "(default: [worker] metrics_certfile and metrics_keyfile of the config)",
+    )
+    page.add_argument("--keyfile", metavar="PEM", help="the key of --certfile")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,11 +152,15 @@ def _serve(args: argparse.Namespace, config: HeadraceConfig, backend: Backend | 
     from streams.cli.page import serve_page, store_options  # the page's modules only when served
 
     where = store_options(args.path, args.config, args.app)
+    certfile, keyfile = args.certfile, args.keyfile
+    if certfile is None and keyfile is None:  # the worker endpoint's, from the config
+        certfile, keyfile = config.worker.metrics_certfile, config.worker.metrics_keyfile
+    tls = tls_files(certfile, keyfile, "the status page", "--certfile and --keyfile")
     if backend is not None:
-        anyio.run(serve_page, backend, timeout, where, args.host, args.port)
+        anyio.run(serve_page, backend, timeout, where, args.host, args.port, tls)
     else:
         with contextlib.closing(existing_store(config)) as store:
-            anyio.run(serve_page, store, timeout, where, args.host, args.port)
+            anyio.run(serve_page, store, timeout, where, args.host, args.port, tls)
 
 
 def _read(

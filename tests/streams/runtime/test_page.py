@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import signal
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +29,8 @@ from streams.runtime.history import StatusHistory
 from streams.runtime.page import page_app
 from streams.runtime.snapshot import take_snapshot
 from tests.helpers import busy_port
-from tests.streams.cli.helpers import headrace, headrace_running, json_of
+from tests.kafka_tls import Certificates
+from tests.streams.cli.helpers import headrace, headrace_running, json_of, one_error_line
 from tests.streams.runtime.helpers import free_port
 
 
@@ -209,3 +212,40 @@ def test_status_serve_refuses_what_the_page_cannot_show(tmp_path):
         result = headrace("status", "--path", "store", "--serve", "--port", taken, cwd=tmp_path)
     assert result.returncode == 2 and time.monotonic() - start < 30
     assert f"cannot serve the status page on 127.0.0.1:{taken}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_status_serve_serves_https_given_a_certificate_and_nothing_in_plain_http(tmp_path):
+    """``--certfile``/``--keyfile`` (or the config's ``[worker] metrics_certfile`` and
+    ``metrics_keyfile``): the page and its JSON over HTTPS only; one without the other is
+    one line and exit code 2."""
+    certificates = Certificates.make(tmp_path / "tls")
+    produced = headrace("produce", "--path", "store", "--queues", "1", "--stream", "a/b", cwd=tmp_path, stdin="1\n")
+    assert produced.returncode == 0, produced.stderr
+    trusted = ssl.create_default_context(cafile=certificates["ca.pem"])
+    for options, config in (
+        (["--certfile", "tls/server.pem", "--keyfile", "tls/server.key"], None),
+        ([], '[worker]\nmetrics_certfile = "tls/server.pem"\nmetrics_keyfile = "tls/server.key"\n'),
+    ):
+        if config is not None:
+            (tmp_path / "headrace.toml").write_text(config)
+        port = free_port()
+        server = headrace_running("status", "--path", "store", "--serve", "--port", port, *options, cwd=tmp_path)
+        try:
+            assert server.stdout is not None
+            line = server.stdout.readline()
+            assert line == f"headrace status: the status page at https://127.0.0.1:{port}/ (Ctrl-C stops it)\n"
+            with urllib.request.urlopen(f"https://localhost:{port}/", context=trusted, timeout=10) as response:
+                assert response.status == 200 and b"<script>" in response.read()
+            with urllib.request.urlopen(f"https://localhost:{port}/status.json", context=trusted, timeout=10) as r:
+                assert json.load(r)["queues"][0]["lag_events"] == 1
+            with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/status.json", timeout=10)  # plain HTTP: no answer
+        finally:
+            server.send_signal(signal.SIGINT)
+            _, err = server.communicate(timeout=30)
+        assert server.returncode == 0 and err == ""
+    (tmp_path / "headrace.toml").unlink()
+    alone = headrace("status", "--path", "store", "--serve", "--certfile", "tls/server.pem", cwd=tmp_path)
+    assert one_error_line(alone, "status") == (
+        "the status page serves TLS with a certificate and its key: give both --certfile and --keyfile"
+    )
