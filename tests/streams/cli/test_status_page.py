@@ -195,6 +195,11 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
             browser.wait_for(
                 "Number(document.body.dataset.polls || 0) >= 1 && !!document.querySelector('[data-k^=\"l.\"]')"
             )
+            # dead letters by reason over the last hour, as the worker kept them (not only since the page opened)
+            plotted = browser.wait_for(
+                "document.querySelector('#letters-plot polyline') && document.getElementById('letters-plot').innerText"
+            )
+            assert "by reason, last hour" in plotted and "out_of_order" in plotted
             cells, page_taken_at, after, expected = page_and_cli(browser, tmp_path)
             wrong = {k: (cells.get(k), v) for k, v in expected.items() if not same(cells.get(k), v)}
             assert wrong == {}

@@ -249,3 +249,27 @@ def test_status_serve_serves_https_given_a_certificate_and_nothing_in_plain_http
     assert one_error_line(alone, "status") == (
         "the status page serves TLS with a certificate and its key: give both --certfile and --keyfile"
     )
+
+
+async def test_the_history_counts_the_dead_letters_by_reason_as_they_come(tmp_path):
+    provider = StreamProvider.embedded(tmp_path / "store", queues=1, worker_name="w1")
+    history = StatusHistory(every=0.05, span=0.5)  # ten samples kept
+    async with provider, anyio.create_task_group() as tg:
+        tg.start_soon(history.run, provider)
+        await anyio.sleep(0.2)
+        await provider.dead_letters.add(
+            [DeadLetter("late_arrival", "r/1", 0, 1), DeadLetter("undecodable", None, 0, 2)]
+        )
+        await anyio.sleep(0.2)
+        await provider.dead_letters.add([DeadLetter("late_arrival", "r/2", 0, 3)])
+        with anyio.fail_after(5):
+            while history.as_dict()["samples"][-1]["dead_letters"] != {"late_arrival": 2, "undecodable": 1}:
+                await anyio.sleep(0.02)
+        counts = [s["dead_letters"] for s in history.as_dict()["samples"]]
+        await anyio.sleep(0.5)  # ten more samples' time
+        tg.cancel_scope.cancel()
+    assert len(history.as_dict()["samples"]) == 10  # bounded: the oldest went
+    # in order, each count as it stood: none (no reason listed), then the two, then the third
+    seen = [c for i, c in enumerate(counts) if i == 0 or c != counts[i - 1]]
+    assert seen[-2:] == [{"late_arrival": 1, "undecodable": 1}, {"late_arrival": 2, "undecodable": 1}]
+    assert seen[0] in ({}, {"late_arrival": 1, "undecodable": 1})
