@@ -1,6 +1,6 @@
 """The status page in a real browser: headless Chromium opens the page a running worker serves
 and reads it as a person would. The worker has a finished backlog (its numbers hold still),
-a stalled consumer and a dead letter; the page's numbers must be those of
+a stalled consumer, a dead letter and a Spark handoff stream; the page's numbers must be those of
 ``headrace status --json`` (and ``--advise --json``, ``dlq list --json``) at the same moment,
 the stalled queue must show as behind, the dead letter with the command that replays it,
 nothing may reach the browser's console as an error, and the screenshot must show a page.
@@ -85,6 +85,10 @@ def expected_cells(status: dict[str, Any], advice: dict[str, Any]) -> dict[str, 
     for d in status["dead_letters"]:
         cells[f"dl.{d['reason']}.count"] = d["count"]
         cells[f"dl.{d['reason']}.replayed"] = d["replayed"]
+    for h in status["handoff"]:
+        cells[f"h.{h['stream']}.appended"] = sum(h["end_offsets"].values())
+        cells[f"h.{h['stream']}.committed"] = h["start_offsets"]
+        cells[f"h.{h['stream']}.retained"] = h["retained"]
     for name, a in advice.items():
         settings = [("in force", a["current"])] + [(f"keeps {k}", v) for k, v in a.items() if k.endswith("%")]
         for label, setting in settings:
@@ -115,14 +119,17 @@ def cli_now(cwd: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def produce_backlog(cwd: Path) -> None:
     """Readings in event time (one out of order: dropped, a dead letter), a window's updates,
-    and last, one record of the stuck stream (one record behind, whatever queue it shares)."""
+    five events handed off to Spark, and last, one record of the stuck stream (one record
+    behind, whatever queue it shares)."""
     t0 = int(time.time()) - 20
     lines = "".join(f'{{"n": {d}, "ts": {t0 + d}}}\n' for d in (1, 2, 0, 3))  # the third: out of order, dropped
     # [0, 10) of updates/u1: five events, an update after the 2nd and the 4th; 11 closes it
     updates = "".join(f'{{"ts": {T0 + t}}}\n' for t in (1, 2, 3, 4, 5, 11))
+    handed = "".join(f'{{"n": {n}, "ts": {T0 + n}}}\n' for n in range(5))  # in order: each handed off at once
     for stream, text, extra in (
         ("readings/r1", lines, ["--event-time", "ts"]),
         ("updates/u1", updates, ["--event-time", "ts"]),
+        ("handed/h1", handed, ["--event-time", "ts"]),
         ("stuck/s1", '{"x": 1}\n', []),
     ):
         produced = headrace("produce", "--stream", stream, *extra, "--batch-size", "1", cwd=cwd, stdin=text)
@@ -138,6 +145,7 @@ def settled(s: dict[str, Any]) -> bool:
         and any(a and a["watermark_min"] for a in agents)
         and bool(s["dead_letters"])
         and any(t["consumer_type"] == UPDATES and t["events"] == 6 for t in s["consumer_types"])
+        and [sum(h["end_offsets"].values()) for h in s["handoff"]] == [5]
     )
 
 
@@ -239,6 +247,9 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
             )
             # What a consumer type emitted: the window's final result and the two updates before it.
             assert (cells[f"t.{UPDATES}.windows_emitted"], cells[f"t.{UPDATES}.early_results"]) == ("1", "2")
+
+            # the Spark handoff stream: five rows appended, none committed by a Spark query yet
+            assert (cells["h.page_handoff.appended"], cells["h.page_handoff.retained"]) == ("5", "5")
 
             dead_letter_and_its_replay(browser, cells, tmp_path)
 
