@@ -23,12 +23,16 @@ from streams.adapters.status import ClusterStatus
 from streams.cli.advice import advice_of
 from streams.cli.dlq import as_json
 from streams.core.deadletters import DeadLetterArchive, StoredDeadLetter
+from streams.core.errors import StoreError
 from streams.runtime.history import StatusHistory
 from streams.runtime.metrics import serve_status_page
 from streams.runtime.page import StatusDocument
 
 LATEST_LETTERS = 10  # dead letters the page lists
 FRESH = 1.0  # seconds a document is served again before the store is read anew
+# A store or cluster that does not answer (a Kafka cluster down: its clients retry with
+# back-off) is said on the page after this long, rather than a poll left hanging.
+READ_WITHIN = 10.0
 
 
 class StatusReader(Protocol):
@@ -86,11 +90,19 @@ class PageSource:
         self._last: tuple[float, dict[str, object]] | None = None
 
     async def document(self) -> dict[str, object]:
-        """The JSON object, read now (on the event loop)."""
-        status = await self.reader.read_status(suspicion_timeout=self.suspicion_timeout)
+        """The JSON object, read now (on the event loop); :class:`StoreError` when it is not
+        read within :data:`READ_WITHIN` seconds."""
+        with anyio.move_on_after(READ_WITHIN) as reading:
+            status = await self.reader.read_status(suspicion_timeout=self.suspicion_timeout)
+            latest = await self._latest()
+        if reading.cancelled_caught:
+            raise StoreError(
+                f"the status was not read within {READ_WITHIN:g} s: the store or cluster does not answer "
+                "(the log of headrace status --serve, or of the worker, says why)"
+            )
         page: dict[str, object] = {
             "worker": self.worker,
-            "latest_dead_letters": [letter_row(s, self.where) for s in await self._latest()],
+            "latest_dead_letters": [letter_row(s, self.where) for s in latest],
             "advice": {a.consumer_type: a.as_dict() for a in advice_of(status)},
             "history": None if self.history is None else self.history.as_dict(),
         }

@@ -325,6 +325,7 @@ def _slowest(pairs: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...
 async def dead_letter_counts(store: DeadLetterStore) -> dict[str, int]:
     """Dead letters kept in ``store``, by reason (``other`` for reasons not listed in
     :data:`DEAD_LETTER_REASONS`). The store is shared: every worker of it sees the same."""
+    total = await store.count()  # first: a letter added meanwhile is in a reason's count, not also in "other"
     counts = {reason: await store.count(reason) for reason in DEAD_LETTER_REASONS}
-    counts["other"] = await store.count() - sum(counts.values())
+    counts["other"] = max(0, total - sum(counts.values()))
     return counts

@@ -20,7 +20,7 @@ import pytest
 
 from balancer.base import BalancerOptions
 from streams import StreamId, StreamProvider
-from streams.cli.page import LATEST_LETTERS, PageSource
+from streams.cli.page import LATEST_LETTERS, READ_WITHIN, PageSource
 from streams.core.deadletters import DeadLetter
 from streams.core.errors import StoreError
 from streams.observability import serve_metrics
@@ -34,11 +34,11 @@ from tests.streams.cli.helpers import headrace, headrace_running, json_of, one_e
 from tests.streams.runtime.helpers import free_port
 
 
-def request(port: int, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+def request(port: int, path: str, method: str = "GET", timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
     """``method http://127.0.0.1:port/path``: (status, headers, body) (blocking)."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
     try:
-        with urllib.request.urlopen(req, timeout=10) as response:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()
@@ -273,3 +273,32 @@ async def test_the_history_counts_the_dead_letters_by_reason_as_they_come(tmp_pa
     seen = [c for i, c in enumerate(counts) if i == 0 or c != counts[i - 1]]
     assert seen[-2:] == [{"late_arrival": 1, "undecodable": 1}, {"late_arrival": 2, "undecodable": 1}]
     assert seen[0] in ({}, {"late_arrival": 1, "undecodable": 1})
+
+
+def test_status_serve_of_a_cluster_that_does_not_answer_says_so_and_shows_no_secret(tmp_path):
+    """A Kafka cluster down (its clients retry with back-off): the page's JSON answers 503 with
+    why after a bounded wait, not a poll left hanging; its password is nowhere on the page."""
+    secret = "hunter2-page-secret"
+    (tmp_path / "kafka.toml").write_text(
+        '[provider]\nadapter = "kafka"\n\n[provider.kafka]\nbootstrap_servers = "127.0.0.1:1"\ntopic = "t"\n'
+        'group = "g"\nsecurity_protocol = "SASL_PLAINTEXT"\nsasl_mechanism = "PLAIN"\n'
+        f'sasl_plain_username = "app"\nsasl_plain_password = "{secret}"\n'
+    )
+    port = free_port()
+    server = headrace_running("status", "--config", "kafka.toml", "--serve", "--port", port, cwd=tmp_path)
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().startswith(f"headrace status: the status page at http://127.0.0.1:{port}/")
+        start = time.monotonic()
+        code, _, body = request(port, "/status.json", timeout=READ_WITHIN + 20)
+        assert time.monotonic() - start < READ_WITHIN + 20
+        assert code == 503 and json.loads(body) == {
+            "error": f"the status was not read within {READ_WITHIN:g} s: the store or cluster does not answer "
+            "(the log of headrace status --serve, or of the worker, says why)"
+        }
+        page = request(port, "/", timeout=READ_WITHIN + 20)[2]
+        assert secret.encode() not in body + page
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0 and secret not in err
