@@ -145,4 +145,7 @@ def test_rates_are_the_change_over_the_interval_and_none_after_a_restart():
     assert (second.events_in_per_s, second.events_out_per_s) == (15.0, 15.0)
     restarted = agent_status("w1", queue(5, 5), taken_at=103.0, interval=1.0, before=second)
     assert (restarted.events_in_per_s, restarted.events_out_per_s) == (None, None)
+    # consumers that closed took their counts out of the sum: no rate rather than a negative one
+    closed = agent_status("w1", queue(50, 20), taken_at=104.0, interval=1.0, before=second)
+    assert (closed.events_in_per_s, closed.events_out_per_s) == (None, None)
     assert AgentStatus.from_row(second.as_row()) == second
