@@ -137,6 +137,11 @@ class TimedActivation(Activation, Protocol):
         """The oldest queue position it still needs (None: none)."""
         ...
 
+    def holding(self) -> tuple[str, str | None]:
+        """Why it holds that position (open windows, held events, an emit in flight, ...),
+        and with several inputs, the input whose event it is (None: not one input's)."""
+        ...
+
     def has_state(self) -> bool:
         """Open windows or held events: it stays active while its stream is quiet, unless
         it can be parked (its state saved as it stands)."""

@@ -226,7 +226,7 @@ class Catalog:
         activation is made (not in ``saved``), and a parked one's is left there."""
         self._saved = saved
         self._lookup = lookup
-        self.states = ActivationStates(self._state_key)
+        self.states = ActivationStates(self.state_key)
         # Every registered type with a time to live, activated here or not: the states a
         # restart left in the store are swept on this queue's timer, with no new event.
         for _, type_ttl in self._registered_ttls():
@@ -350,13 +350,8 @@ class Catalog:
                 subscription_id = self._implicit_ids.get(cls)
                 if subscription_id is None:
                     subscription_id = self._implicit_ids[cls] = f"implicit:{registry.type_name(cls)}"
-                await self.attach(
-                    state,
-                    sid,
-                    subscription_id,
-                    self.activation(state, sid, cls),
-                    implicit=True,
-                )
+                activation = self.activation(state, sid, cls)
+                await self.attach(state, sid, subscription_id, activation, implicit=True, of_type=cls)
             for sub in registry.observers(sid):
                 if sub.subscription_id != skip:
                     observer = as_observer(sub.observer)
@@ -365,9 +360,8 @@ class Catalog:
             for record in records if records is not None else await self._context.pubsub.subscriptions(sid):
                 if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
                     cls = registry.get_type(record.consumer_type)
-                    await self.attach(
-                        state, sid, record.subscription_id, self.activation(state, sid, cls), durable=True
-                    )
+                    activation = self.activation(state, sid, cls)
+                    await self.attach(state, sid, record.subscription_id, activation, durable=True, of_type=cls)
         finally:
             state.open()
 
@@ -382,9 +376,10 @@ class Catalog:
         durable: bool = False,
         implicit: bool = False,
         event_filter: EventFilter | None = None,
+        of_type: type | None = None,
     ) -> StreamConsumer:
-        """Attach a consumer of ``sid`` delivering to ``observer`` from ``token`` (None: from
-        the stream's next data) and start it."""
+        """Attach a consumer of ``sid`` delivering to ``observer`` (an activation ``of_type``)
+        from ``token`` (None: from the stream's next data) and start it."""
         cursor, miss = self._cursors.open(sid, token)
         consumer = StreamConsumer(
             subscription_id,
@@ -399,6 +394,7 @@ class Catalog:
             spawn=self._spawn,
             working=self._working,
             event_filter=event_filter,
+            tally=self.fates.tally(None if of_type is None else self._context.registry.type_name(of_type)),
         )
         state.add_consumer(consumer)
         if miss is not None:
@@ -467,7 +463,7 @@ class Catalog:
     def fates_by_type(self, live: Iterable[EventTimeObserver]) -> dict[str, dict[str, int]]:
         """The event-time counters per consumer type name: of the activations that ended
         here and of ``live`` ones (the queue's running activations)."""
-        return self.fates.by_type((self._state_key(a)[0], a.processor.counters) for a in live)
+        return self.fates.by_type((self.state_key(a)[0], a.processor.counters) for a in live)
 
     def parked_by_type(self) -> dict[str, int]:
         """Activations parked here (their state kept in memory until a stream's next event),
@@ -481,7 +477,7 @@ class Catalog:
         """The ``live`` event-time activations per consumer type name."""
         active: dict[str, int] = {}
         for activation in live:
-            type_name = self._state_key(activation)[0]
+            type_name = self.state_key(activation)[0]
             active[type_name] = active.get(type_name, 0) + 1
         return active
 
@@ -490,12 +486,13 @@ class Catalog:
         up to ``now`` (arrival-clock seconds), sampled."""
         return self.times.observed(now)
 
-    def _state_key(self, activation: TimedActivation) -> StateKey:
+    def state_key(self, activation: TimedActivation) -> StateKey:
+        """``(consumer type name, stream id)``: its saved state's key (and its name in ``headrace status``)."""
         cls = type(activation.target)
         return (self._context.registry.type_name(cls) or cls.__qualname__, str(activation.stream_id))
 
     def _restore(self, activation: TimedActivation) -> None:
-        key = self._state_key(activation)
+        key = self.state_key(activation)
         saved = self._saved.pop(key, None)
         self._expiring.pop(key, None)  # active again
         self._sleeping.discard(key)
@@ -559,7 +556,7 @@ class Catalog:
                 # Its windows stay open: the stored row stays, and its state waits
                 # here, compact, for the stream's next data (restored in _make);
                 # a durable one with a store to look it up in waits only there.
-                parked = self._state_key(timed)
+                parked = self.state_key(timed)
                 if self._lookup is None or not _durable(timed):
                     self._saved[parked] = timed.park()
                     ttl = state_ttl(cls)
@@ -570,7 +567,7 @@ class Catalog:
             else:
                 self.states.retire(timed)
         if isinstance(timed, EventTimeObserver):
-            self.fates.ended(self._state_key(timed)[0], timed.processor.counters, parked)
+            self.fates.ended(self.state_key(timed)[0], timed.processor.counters, parked)
 
 
 def _durable(activation: TimedActivation) -> bool:

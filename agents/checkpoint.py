@@ -234,11 +234,22 @@ class KeyedMinHeap(Generic[K]):
 
     def min(self) -> float | None:
         """The smallest value of any key, or None when no key has one."""
+        top = self.min_item()
+        return None if top is None else top[1]
+
+    def min_item(self) -> tuple[K, float] | None:
+        """The key with the smallest value and its value (the first set, of equal ones), or
+        None when no key has one.
+
+        >>> heap = KeyedMinHeap(); heap.set("a", 5.0); heap.set("b", 3.0)
+        >>> heap.min_item()
+        ('b', 3.0)
+        """
         heap, values = self._heap, self._values
         while heap:
             value, _, key = heap[0]
             if values.get(key) == value:
-                return value
+                return key, value
             heapq.heappop(heap)
         return None
 
@@ -289,6 +300,12 @@ class Holds:
         """The oldest queue position an activation holds (None: none)."""
         self.refresh()
         return self._holds.min()
+
+    def holder(self) -> tuple[TimedActivation, int] | None:
+        """The activation holding the oldest position, and that position (None: none holds)."""
+        self.refresh()
+        top = self._holds.min_item()
+        return None if top is None else (top[0], int(top[1]))
 
     def due(self, now: float) -> list[TimedActivation]:
         """The activations whose next tick is due at wall-clock ``now`` (each then has no

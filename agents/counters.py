@@ -43,6 +43,7 @@ class FateCounts:
     def __init__(self) -> None:
         self._ended: dict[str, dict[str, int]] = {}
         self._parked: dict[Hashable, tuple[str, dict[str, int]]] = {}
+        self._delivered: dict[str, Tally] = {}  # per type: events its consumers were delivered
 
     def ended(self, type_name: str, counters: Counters, parked: Hashable | None = None) -> None:
         """An activation of ``type_name`` ended; ``parked``: its state's key, when its state
@@ -60,11 +61,40 @@ class FateCounts:
             _add(self._ended[type_name], values, sign=-1)
 
     def by_type(self, live: Iterable[tuple[str, Counters]]) -> dict[str, dict[str, int]]:
-        """Counters per type name: the ended activations' plus ``live`` ones'."""
+        """Counters per type name: the ended activations' plus ``live`` ones', and the events
+        delivered to each type's consumers (``events_out``, plain consumers' too)."""
         totals = {name: dict(values) for name, values in self._ended.items()}
         for name, counters in live:
             _add(totals.setdefault(name, {}), counters.as_dict())
+        for name, tally in self._delivered.items():
+            totals.setdefault(name, {})["events_out"] = tally.events
         return totals
+
+    def tally(self, type_name: str | None) -> Tally:
+        """What the consumers of ``type_name`` count their delivered events in (one per type;
+        a fresh one, counted nowhere, for a consumer of no registered type)."""
+        if type_name is None:
+            return Tally()
+        tally = self._delivered.get(type_name)
+        if tally is None:
+            tally = self._delivered[type_name] = Tally()
+        return tally
+
+
+class Tally:
+    """Events delivered to the consumers of one consumer type on one queue since its agent
+    started: each of them adds what it delivers (a queue's events out, per type).
+
+    >>> counts = FateCounts()
+    >>> counts.tally("app.Audit").events += 3
+    >>> counts.by_type([])
+    {'app.Audit': {'events_out': 3}}
+    """
+
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        self.events = 0
 
 
 def _add(into: dict[str, int], values: Mapping[str, int], sign: int = 1) -> None:

@@ -45,6 +45,7 @@ import anyio
 
 from agents.activation import Activation
 from agents.context import AgentContext
+from agents.counters import Tally
 from agents.delivery_failures import DeliveryFailures
 from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch, KeptEvents
@@ -88,6 +89,7 @@ class StreamConsumer:
         "_working",
         "reporting",
         "_filter",
+        "tally",
     )
 
     def __init__(
@@ -105,8 +107,10 @@ class StreamConsumer:
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
         working: set[StreamConsumer] | None = None,
         event_filter: EventFilter | None = None,
+        tally: Tally | None = None,
     ) -> None:
         self.subscription_id = subscription_id
+        self.tally = tally if tally is not None else Tally()  # its consumer type's events out
         self.stream_id = stream_id
         self.observer = observer
         self.cursor = cursor
@@ -222,6 +226,7 @@ class StreamConsumer:
                     return False
             self.delivered_batches += 1
             self.delivered_events += len(batch)
+            self.tally.events += len(batch)
             cursor.advance()
         return True
 
@@ -251,6 +256,7 @@ class StreamConsumer:
                 await pending
                 self.delivered_batches += 1
                 self.delivered_events += len(batch)
+                self.tally.events += len(batch)
             except Exception as exc:
                 await self._failures().retry(item, batch, exc)
         self._delivering = False
@@ -364,6 +370,7 @@ class StreamConsumer:
                 await observer.on_watermark(float(item.container.values[0]))
             self.delivered_batches += 1
             self.delivered_events += len(data or ())
+            self.tally.events += len(data or ())
         except Exception as exc:  # a consumer's bug must not stop the agent
             if data:  # data: retried
                 await self._failures().retry(item, data, exc)
@@ -405,6 +412,7 @@ class StreamConsumer:
     def count_delivered(self, batch: EventBatch) -> None:
         self.delivered_batches += 1
         self.delivered_events += len(batch)
+        self.tally.events += len(batch)
 
     def fault(self) -> None:
         """Closed for good by a failure (``fault_on_error``)."""

@@ -298,6 +298,10 @@ class DurableActivation(SavedUnit):
         """The first event taken since the saved state (or the one being written) began."""
         return lowest(self._since_snapshot, self._saving)
 
+    def holding(self) -> tuple[str, str | None]:
+        """Why it holds the checkpoint: its fields changed since their last save."""
+        return "events since its last save", None
+
     def has_state(self) -> bool:
         return True  # its fields: parked with the store's copy, never simply dropped
 

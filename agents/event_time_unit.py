@@ -39,6 +39,23 @@ class EventTimeUnit(EventTimeEmitter):
         """The oldest queue position this activation still needs (None: none)."""
         return lowest(lowest(self._held(), self._emitting), self._unfinished)
 
+    def holding(self) -> tuple[str, str | None]:
+        """Why it holds :meth:`checkpoint_hold` (``headrace status``), and with several
+        inputs, the input whose event is held there (None: not one input's)."""
+        hold = self.checkpoint_hold()
+        at = None if hold is None else (hold.sequence_number, hold.event_index)
+        oldest = None if self._merge is None else self._merge.oldest_input()
+        input_name, why = (str(oldest[0]), oldest[2]) if oldest is not None and oldest[1] == at else (None, None)
+        saved = lowest(self._since_snapshot, self._saving) if self.snapshots else None
+        for token, because in (
+            (self._emitting, "an emit in flight"),
+            (self._unfinished, "an emit that did not finish"),
+            (saved, "events since its last save"),
+        ):
+            if token is not None and token == hold:
+                return because, input_name
+        return why or ("held events" if self._release else "open windows"), input_name
+
     def enable_snapshots(self) -> bool:
         """The store saves states with the checkpoint: snapshot this activation if its kind
         of state can be (True when it will)."""

@@ -31,6 +31,7 @@ from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 import anyio
 from anyio.abc import TaskGroup
 
+from agents.activation import TimedActivation
 from agents.catalog import Catalog, StreamState, event_time_activations
 from agents.checkpoint import Holds, Tokens, acknowledgeable
 from agents.collector import ActivationCollector
@@ -175,9 +176,7 @@ class PullingAgent:
         return self._ticks.ticks
 
     async def tick_due(self) -> int:
-        """Tick, and wait for, every event-time activation whose tick is due at the
-        processing clock's time now: what the timer does, at once (``streams.testing`` moves
-        the clock and calls this). Returns how many were ticked."""
+        """Tick and await each activation due at the processing clock now, as the timer would; how many."""
         return await self._ticks.tick_due()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -510,6 +509,10 @@ class PullingAgent:
         active = self._catalog.active_by_type(self.event_time_activations())
         parked = self._catalog.parked_by_type()
         return {name: (active.get(name, 0), parked.get(name, 0)) for name in sorted({*active, *parked})}
+
+    def holding_activation(self) -> tuple[tuple[str, str], TimedActivation, int] | None:
+        """The activation holding the oldest position held here: (its type and stream), it, the position."""
+        return None if (found := self._holds.holder()) is None else (self._catalog.state_key(found[0]), *found)
 
     def observed_times(self) -> dict[str, ObservedTimes]:
         """Per consumer type, the lateness and disorder of a sample of this queue's events

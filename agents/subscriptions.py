@@ -94,13 +94,16 @@ class QueueSubscriptions:
                 event_filter=subscription.filter,
             )
         else:
+            cls = self._registry.get_type(subscription.consumer_type)
+            activation = self._catalog.activation(state, sid, cls)
             await self._catalog.attach(
                 state,
                 sid,
                 subscription.subscription_id,
-                self._activation_of(state, sid, subscription),
+                activation,
                 subscription.start_token,
                 durable=True,
+                of_type=cls,
             )
 
     def _activation_of(self, state: StreamState, sid: StreamId, record: SubscriptionRecord) -> Activation:

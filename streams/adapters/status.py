@@ -37,6 +37,44 @@ class CursorLag:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointHolder:
+    """What holds a queue's checkpoint back: the oldest position its agent still needs
+    (``sequence``) and who needs it. An activation (``consumer_type`` on ``stream``) holds
+    it for ``why`` (open windows, held events, an emit in flight, events since its last
+    save), with several inputs for the event of ``input``; or a consumer behind holds it
+    (``subscription`` on ``stream``, ``why`` ``"behind"``).
+
+    >>> CheckpointHolder(41, "tolls/a", "app.Priced", None, "prices", "held events").text()
+    'app.Priced on tolls/a at 41: held events of input prices'
+    >>> CheckpointHolder(7, "stuck/s1", None, "implicit:app.Slow", None, "behind").text()
+    'implicit:app.Slow on stuck/s1 at 7: behind'
+    """
+
+    sequence: int
+    stream: str
+    consumer_type: str | None
+    subscription: str | None
+    input: str | None
+    why: str
+
+    def text(self) -> str:
+        who = self.consumer_type or self.subscription or "?"
+        of = f" of input {self.input}" if self.input is not None else ""
+        return f"{who} on {self.stream} at {self.sequence:,}: {self.why}{of}"
+
+    @classmethod
+    def of(cls, data: object) -> CheckpointHolder | None:
+        """From its JSON (or msgpack) form; None for none, or one that does not read (a row
+        of another version)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(**{f.name: data[f.name] for f in fields(cls)})
+        except (KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
 class AgentStatus:
     """One pulling agent as its worker last saw it (from a worker snapshot,
     :func:`streams.observability.take_snapshot`).
@@ -59,6 +97,8 @@ class AgentStatus:
     its worker's wall clock stepped against the monotonic one (over a second) since the
     worker started, ``clock_step`` the last step's size in seconds (either way) and
     ``clock_step_at`` the wall time it was seen at (``None``: none seen).
+    ``checkpoint_holder``: what holds the queue's checkpoint back (:class:`CheckpointHolder`;
+    ``None``: nothing, every position read is acknowledged or about to be).
     """
 
     worker: str
@@ -87,6 +127,7 @@ class AgentStatus:
     clock_steps: int = 0
     clock_step: float = 0.0
     clock_step_at: float | None = None
+    checkpoint_holder: CheckpointHolder | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> AgentStatus:
@@ -96,6 +137,8 @@ class AgentStatus:
         values["fates"] = json.loads(values["fates"])
         values["observed"] = observed_of(json.loads(values["observed"]))
         values["input_watermarks"] = json.loads(values["input_watermarks"])
+        holder = values["checkpoint_holder"]
+        values["checkpoint_holder"] = None if holder is None else CheckpointHolder.of(json.loads(holder))
         return cls(**values)
 
     def as_row(self) -> tuple[Any, ...]:
@@ -104,6 +147,8 @@ class AgentStatus:
         row["fates"] = json.dumps(self.fates)
         row["observed"] = json.dumps({name: asdict(seen) for name, seen in self.observed.items()})
         row["input_watermarks"] = json.dumps(self.input_watermarks)
+        holder = self.checkpoint_holder
+        row["checkpoint_holder"] = None if holder is None else json.dumps(asdict(holder))
         return tuple(row[name] for name in AGENT_FIELDS)
 
 
@@ -245,7 +290,8 @@ class ConsumerTypeFates:
     workers reporting (since each agent started, with the state it took over): every event
     seen, adjusted into another time, dropped by the ordering policy, dead-lettered by the core;
     and what it emitted: windows' final results, the updates before them (``emit=Every``) and
-    an interval join's results."""
+    an interval join's results. ``events_out``: the events its queues delivered to its
+    consumers, plain or event-time (a queue's events out, per type; since each agent started)."""
 
     consumer_type: str
     events: int
@@ -255,6 +301,7 @@ class ConsumerTypeFates:
     windows_emitted: int = 0
     early_results: int = 0
     joins_emitted: int = 0
+    events_out: int = 0
 
 
 def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
@@ -265,7 +312,7 @@ def consumer_type_fates(agents: list[AgentStatus]) -> list[ConsumerTypeFates]:
     >>> row = AgentStatus("w", 0, 0, 1, False, 1, 1, 0, None, None, 0.0, 1.0, fates={"app.Totals": fates})
     >>> consumer_type_fates([row, row])  # doctest: +NORMALIZE_WHITESPACE
     [ConsumerTypeFates(consumer_type='app.Totals', events=166, adjusted=62, dropped=0, dead_lettered=4,
-                       windows_emitted=10, early_results=0, joins_emitted=0)]
+                       windows_emitted=10, early_results=0, joins_emitted=0, events_out=0)]
     """
     totals: dict[str, dict[str, int]] = {}
     for agent in agents:
@@ -307,7 +354,7 @@ class ClusterStatus:
     handoff: list[HandoffStatus] = field(default_factory=list)
     agents: list[AgentStatus] = field(default_factory=list)  # fresh rows not shown with a queue
     workers_not_shown: int = 0  # long gone (see GONE_AFTER_TIMEOUTS)
-    consumer_types: list[ConsumerTypeFates] = field(default_factory=list)  # event-time fates, per type
+    consumer_types: list[ConsumerTypeFates] = field(default_factory=list)  # fates and events out, per type
     kind: str = "store"  # "store": an embedded store; "cluster": a Kafka cluster (streams.backends.kafka.status)
     group_members: list[str] | None = None  # on Kafka: the workers' consumer group's members
 

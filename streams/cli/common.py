@@ -142,6 +142,20 @@ def port_number(text: str) -> int:
     return int(text)
 
 
+def tls_files(certfile: object, keyfile: object, endpoint: str, options: str) -> tuple[str, str] | None:
+    """The certificate and key an HTTPS ``endpoint`` serves with (None: both absent, plain
+    HTTP); one without the other is a mistake, said naming the ``options`` that give them.
+
+    >>> tls_files("server.pem", "server.key", "the page", "--certfile and --keyfile")
+    ('server.pem', 'server.key')
+    >>> tls_files(None, None, "the page", "--certfile and --keyfile") is None
+    True
+    """
+    if (certfile is None) != (keyfile is None):
+        raise CliError(f"{endpoint} serves TLS with a certificate and its key: give both {options}")
+    return None if certfile is None or keyfile is None else (str(certfile), str(keyfile))
+
+
 def load_provider(spec: str) -> StreamProvider:
     """The provider named by ``module:attribute`` (a provider, or a function of no
     arguments returning one), e.g. ``load_provider("myapp.streams:provider")``."""

@@ -23,12 +23,16 @@ from streams.adapters.status import ClusterStatus
 from streams.cli.advice import advice_of
 from streams.cli.dlq import as_json
 from streams.core.deadletters import DeadLetterArchive, StoredDeadLetter
+from streams.core.errors import StoreError
 from streams.runtime.history import StatusHistory
 from streams.runtime.metrics import serve_status_page
 from streams.runtime.page import StatusDocument
 
 LATEST_LETTERS = 10  # dead letters the page lists
 FRESH = 1.0  # seconds a document is served again before the store is read anew
+# A store or cluster that does not answer (a Kafka cluster down: its clients retry with
+# back-off) is said on the page after this long, rather than a poll left hanging.
+READ_WITHIN = 10.0
 
 
 class StatusReader(Protocol):
@@ -86,11 +90,19 @@ class PageSource:
         self._last: tuple[float, dict[str, object]] | None = None
 
     async def document(self) -> dict[str, object]:
-        """The JSON object, read now (on the event loop)."""
-        status = await self.reader.read_status(suspicion_timeout=self.suspicion_timeout)
+        """The JSON object, read now (on the event loop); :class:`StoreError` when it is not
+        read within :data:`READ_WITHIN` seconds."""
+        with anyio.move_on_after(READ_WITHIN) as reading:
+            status = await self.reader.read_status(suspicion_timeout=self.suspicion_timeout)
+            latest = await self._latest()
+        if reading.cancelled_caught:
+            raise StoreError(
+                f"the status was not read within {READ_WITHIN:g} s: the store or cluster does not answer "
+                "(the log of headrace status --serve, or of the worker, says why)"
+            )
         page: dict[str, object] = {
             "worker": self.worker,
-            "latest_dead_letters": [letter_row(s, self.where) for s in await self._latest()],
+            "latest_dead_letters": [letter_row(s, self.where) for s in latest],
             "advice": {a.consumer_type: a.as_dict() for a in advice_of(status)},
             "history": None if self.history is None else self.history.as_dict(),
         }
@@ -131,16 +143,26 @@ def store_options(path: str | None, config: str | None, app: str | None) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-async def serve_page(reader: StatusReader, suspicion_timeout: float, where: str, host: str, port: int) -> None:
+async def serve_page(
+    reader: StatusReader,
+    suspicion_timeout: float,
+    where: str,
+    host: str,
+    port: int,
+    tls: tuple[str, str] | None = None,
+) -> None:
     """``headrace status --serve``: the page of ``reader``'s store or cluster on
-    ``host:port`` until SIGINT or SIGTERM."""
+    ``host:port`` until SIGINT or SIGTERM; with ``tls`` (a PEM certificate file and its
+    key's), over HTTPS only."""
     source = PageSource(reader, suspicion_timeout, where)
     try:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            with serve_status_page(source.serve, port, host) as server:
+            with serve_status_page(source.serve, port, host, tls) as server:
                 shown = f"[{host}]" if ":" in host else host
+                scheme = "http" if tls is None else "https"
                 print(
-                    f"headrace status: the status page at http://{shown}:{server.port}/ (Ctrl-C stops it)", flush=True
+                    f"headrace status: the status page at {scheme}://{shown}:{server.port}/ (Ctrl-C stops it)",
+                    flush=True,
                 )
                 async for _ in signals:
                     break

@@ -60,6 +60,7 @@ from streams.cli.common import (
     plural,
     port_number,
     table,
+    tls_files,
     utc_text,
 )
 from streams.core.errors import ConfigurationError
@@ -112,6 +113,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="HOST",
         help="the address the page binds (default 127.0.0.1, this machine only; 0.0.0.0: every interface)",
     )
+    page.add_argument(
+        "--certfile",
+        metavar="PEM",
+        help="serve the page over HTTPS with this certificate (chain), and --keyfile "
+        "(default: [worker] metrics_certfile and metrics_keyfile of the config)",
+    )
+    page.add_argument("--keyfile", metavar="PEM", help="the key of --certfile")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,11 +152,15 @@ def _serve(args: argparse.Namespace, config: HeadraceConfig, backend: Backend | 
     from streams.cli.page import serve_page, store_options  # the page's modules only when served
 
     where = store_options(args.path, args.config, args.app)
+    certfile, keyfile = args.certfile, args.keyfile
+    if certfile is None and keyfile is None:  # the worker endpoint's, from the config
+        certfile, keyfile = config.worker.metrics_certfile, config.worker.metrics_keyfile
+    tls = tls_files(certfile, keyfile, "the status page", "--certfile and --keyfile")
     if backend is not None:
-        anyio.run(serve_page, backend, timeout, where, args.host, args.port)
+        anyio.run(serve_page, backend, timeout, where, args.host, args.port, tls)
     else:
         with contextlib.closing(existing_store(config)) as store:
-            anyio.run(serve_page, store, timeout, where, args.host, args.port)
+            anyio.run(serve_page, store, timeout, where, args.host, args.port, tls)
 
 
 def _read(
@@ -276,11 +288,16 @@ def render_queues(queues: list[QueueStatus], out: Console) -> None:
     agents = any(q.agent is not None for q in queues)
     held = any(q.agent is not None and q.agent.held_by for q in queues)
     slow = any(q.agent is not None and q.agent.slowest_substreams for q in queues)
-    optional = [*(["held back by"] if held else []), *(["slowest substreams"] if slow else [])]
+    holds = any(q.agent is not None and q.agent.checkpoint_holder for q in queues)
+    optional = [
+        *(["held back by"] if held else []),
+        *(["slowest substreams"] if slow else []),
+        *(["checkpoint held by"] if holds else []),
+    ]
     extra = ("in/s", "out/s", "cache", "pressure", "streams", "watermark", "delay", *optional) if agents else ()
     rows = table("queues", "queue", "owner", "epoch", "retained", "next seq", "checkpoint", "lag", "lag events", *extra)
     for q in queues:
-        agent = (["-"] * len(extra) if q.agent is None else _agent_cells(q.agent, held, slow)) if agents else []
+        agent = (["-"] * len(extra) if q.agent is None else _agent_cells(q.agent, held, slow, holds)) if agents else []
         add_row(rows, *_queue_cells(q), *agent)
     out.print(rows)
     if not agents:
@@ -312,7 +329,7 @@ def _queue_cells(q: QueueStatus) -> list[str]:
     ]
 
 
-def _agent_cells(a: AgentStatus, held: bool, slow: bool) -> list[str]:
+def _agent_cells(a: AgentStatus, held: bool, slow: bool, holds: bool) -> list[str]:
     return [
         _rate(a.events_in_per_s),
         _rate(a.events_out_per_s),
@@ -323,6 +340,7 @@ def _agent_cells(a: AgentStatus, held: bool, slow: bool) -> list[str]:
         "-" if a.watermark_delay is None else delay_text(a.watermark_delay),
         *([a.held_by or "-"] if held else []),
         *([a.slowest_substreams or "-"] if slow else []),
+        *([a.checkpoint_holder.text() if a.checkpoint_holder else "-"] if holds else []),
     ]
 
 
@@ -354,10 +372,22 @@ def render_fates(status: ClusterStatus, out: Console) -> None:
     """What event time did to the events, per consumer type, beside the queues."""
     if not status.consumer_types:
         return
-    heads = ("events", "adjusted", "dropped", "dead-lettered", "windows emitted", "early results", "joins")
-    rows = table("event time, by consumer type", "consumer type", *heads)
+    heads = (
+        "events out",
+        "events",
+        "adjusted",
+        "dropped",
+        "dead-lettered",
+        "windows emitted",
+        "early results",
+        "joins",
+    )
+    rows = table("by consumer type", "consumer type", *heads)
     for t in status.consumer_types:
-        counts = (t.events, t.adjusted, t.dropped, t.dead_lettered, t.windows_emitted, t.early_results, t.joins_emitted)
+        counts = (
+            *(t.events_out, t.events, t.adjusted, t.dropped, t.dead_lettered),
+            *(t.windows_emitted, t.early_results, t.joins_emitted),
+        )
         add_row(rows, t.consumer_type, *(f"{n:,}" for n in counts))
     out.print(rows)
 

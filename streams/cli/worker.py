@@ -62,7 +62,7 @@ from agents.gc_policy import POLICY as GC_POLICY
 from balancer.base import BalancerOptions
 from streams.adapters.status import StatusBoard
 from streams.cli import CliError
-from streams.cli.common import load_provider, port_number
+from streams.cli.common import load_provider, port_number, tls_files
 from streams.core.errors import StoreError
 from streams.observability import configure_logging, serve_metrics
 from streams.runtime.config import apply_options, load_config
@@ -141,11 +141,7 @@ def run(args: argparse.Namespace) -> int:
     host = args.metrics_host or settings.metrics_host
     certfile = args.metrics_certfile or settings.metrics_certfile
     keyfile = args.metrics_keyfile or settings.metrics_keyfile
-    if (certfile is None) != (keyfile is None):
-        raise CliError(
-            "the metrics endpoint serves TLS with a certificate and its key: give both --metrics-certfile and --metrics-keyfile"
-        )
-    tls = None if certfile is None or keyfile is None else (str(certfile), str(keyfile))
+    tls = tls_files(certfile, keyfile, "the metrics endpoint", "--metrics-certfile and --metrics-keyfile")
     if config.file is not None:
         os.environ[CONFIG_ENV] = str(config.file.resolve())
     provider = load_provider(app)

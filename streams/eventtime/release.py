@@ -218,6 +218,24 @@ class MergedRelease:
         found.extend(position for _, position in self._in_force.values())
         return min(found) if found else None
 
+    def oldest_input(self) -> tuple[Hashable, Position, str] | None:
+        """The input holding :meth:`oldest`, the position and what of it: ``held events``
+        (waiting for the merged watermark) or ``its input's event in force`` (an imported
+        input's, kept for a replay); None with nothing held.
+
+        >>> from types import SimpleNamespace as NS
+        >>> m = MergedRelease(["tolls", "prices"])
+        >>> m.add("prices", NS(timestamp=10, record=NS(token=NS(sequence_number=4, event_index=0))))
+        >>> m.oldest_input()
+        ('prices', (4, 0), 'held events')
+        """
+        found = [(p, name, "held events") for name, o in self._orders.items() if (p := o.oldest()) is not None]
+        found += [(p, name, "its input's event in force") for name, (_, p) in self._in_force.items()]
+        if not found:
+            return None
+        position, name, why = min(found, key=lambda f: f[0])
+        return name, position, why
+
     def below(self, name: Hashable) -> Position | None:
         """The replay position of input ``name`` under which nothing of it is held (see
         :meth:`TimestampOrder.below`)."""

@@ -1,9 +1,10 @@
-"""A worker's recent past for its status page: lag, throughput and watermark delay, sampled
-every few seconds into a ring buffer that holds the last hour.
+"""A worker's recent past for its status page: lag, throughput, watermark delay and the dead
+letters by reason, sampled every few seconds into a ring buffer that holds the last hour.
 
 The samples come from :func:`~streams.runtime.snapshot.take_snapshot`, read on the
-worker's event loop from counters the runtime keeps anyway, so keeping a history costs one
-snapshot every ``every`` seconds and ``span / every`` small rows of memory, whatever the
+worker's event loop from counters the runtime keeps anyway, and the store's dead letters
+counted by reason (as the metrics count them), so keeping a history costs one snapshot and
+one count every ``every`` seconds and ``span / every`` small rows of memory, whatever the
 load.
 
 >>> from streams.runtime.snapshot import WorkerSnapshot
@@ -16,15 +17,19 @@ load.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import anyio
 
-from streams.core.errors import ConfigurationError
+from streams.core.errors import ConfigurationError, HeadraceError
 from streams.runtime.provider import StreamProvider
-from streams.runtime.snapshot import WorkerSnapshot, take_snapshot
+from streams.runtime.snapshot import WorkerSnapshot, dead_letter_counts, take_snapshot
+
+log = logging.getLogger("headrace.page")
 
 SAMPLE_EVERY = 5.0  # seconds between samples
 SPAN = 3600.0  # seconds of history kept
@@ -34,14 +39,17 @@ SPAN = 3600.0  # seconds of history kept
 class Sample:
     """The worker at ``t`` (POSIX s): records read but not yet delivered to the slowest
     consumer of each queue (``lag``, summed over its queues), events read and delivered per
-    second since the sample before (None for the first, or after an agent restarted), and
-    the highest watermark delay of its queues (None without a running event-time stream)."""
+    second since the sample before (None for the first, or after an agent restarted), the
+    highest watermark delay of its queues (None without a running event-time stream), and
+    the dead letters the store keeps, by reason (the reasons with some; None: not counted,
+    the store could not be read then)."""
 
     t: float
     lag: int
     in_per_s: float | None
     out_per_s: float | None
     watermark_delay: float | None
+    dead_letters: dict[str, int] | None = None
 
 
 class StatusHistory:
@@ -57,8 +65,9 @@ class StatusHistory:
         self._samples: deque[Sample] = deque(maxlen=math.ceil(span / every))
         self._last: tuple[float, int, int] | None = None  # time, events read, events delivered
 
-    def sample(self, snapshot: WorkerSnapshot) -> Sample:
-        """Add the sample of ``snapshot`` (the oldest one goes when the buffer is full)."""
+    def sample(self, snapshot: WorkerSnapshot, dead_letters: Mapping[str, int] | None = None) -> Sample:
+        """Add the sample of ``snapshot`` and the ``dead_letters`` counted by reason then
+        (the oldest sample goes when the buffer is full)."""
         read = sum(q.events_read for q in snapshot.queues)
         delivered = sum(q.events_delivered for q in snapshot.queues)
         in_rate = out_rate = None
@@ -76,6 +85,7 @@ class StatusHistory:
             in_per_s=in_rate,
             out_per_s=out_rate,
             watermark_delay=max(delays) if delays else None,
+            dead_letters=None if dead_letters is None else {r: n for r, n in dead_letters.items() if n},
         )
         self._samples.append(sample)
         return sample
@@ -87,5 +97,10 @@ class StatusHistory:
     async def run(self, provider: StreamProvider) -> None:
         """Sample ``provider``'s worker every ``every`` seconds until cancelled."""
         while True:
-            self.sample(take_snapshot(provider))
+            try:
+                letters: dict[str, int] | None = await dead_letter_counts(provider.dead_letters)
+            except HeadraceError as exc:  # the store cannot be read now: this sample has no count
+                log.debug("the status history could not count the dead letters: %s", exc)
+                letters = None
+            self.sample(take_snapshot(provider), letters)
             await anyio.sleep(self.every)

@@ -311,12 +311,15 @@ def server_tls(certfile: str, keyfile: str) -> ssl.SSLContext:
     return context
 
 
-def serve_status_page(status: StatusDocument, port: int, host: str = "127.0.0.1") -> MetricsServer:
+def serve_status_page(
+    status: StatusDocument, port: int, host: str = "127.0.0.1", tls: tuple[str, str] | None = None
+) -> MetricsServer:
     """The status page alone, of ``status()`` (``headrace status --serve``): no metrics, no
-    probes; otherwise as :func:`serve_metrics`."""
+    probes; otherwise as :func:`serve_metrics` (HTTPS only with ``tls``)."""
     _check_port(port)
+    context = None if tls is None else server_tls(*tls)
     try:
-        server, thread = _start_server(host, port, page_app(status))
+        server, thread = _start_server(host, port, page_app(status), context)
     except OSError as exc:
         raise ConfigurationError(f"cannot serve the status page on {host}:{port}: {exc.strerror or exc}") from None
     return MetricsServer(CollectorRegistry(auto_describe=False), server, thread)

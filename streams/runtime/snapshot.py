@@ -25,7 +25,7 @@ from agents.counters import HistogramSnapshot
 from agents.delivery import StreamConsumer
 from agents.merged_inputs import holding_back
 from agents.pulling_agent import PullingAgent
-from streams.adapters.status import CursorLag
+from streams.adapters.status import CheckpointHolder, CursorLag
 from streams.core.clock import wall_time
 from streams.core.deadletters import DeadLetterStore
 from streams.eventtime.lateness import ObservedTimes
@@ -160,6 +160,7 @@ class QueueSnapshot:
     failed: str | None = None  # why the queue cannot be read on (its agent stopped); None: reading
     # per consumer type: lateness and disorder sampled over the last hour (streams.eventtime.lateness)
     observed: Mapping[str, ObservedTimes] = field(default_factory=dict)
+    checkpoint_holder: CheckpointHolder | None = None  # what holds the checkpoint back (checkpoint_holder)
 
 
 def fates_of(counters: Mapping[str, int]) -> dict[str, int]:
@@ -211,6 +212,7 @@ def take_snapshot(provider: StreamProvider) -> WorkerSnapshot:
 def _queue(agent: PullingAgent) -> QueueSnapshot:
     consumers = [c for sid in agent.stream_ids() for c in agent.consumers(sid)]
     cache = agent.cache
+    slowest = slowest_cursors(agent.last_read_sequence, consumers)
     return QueueSnapshot(
         queue=agent.queue.number,
         records_read=agent.read_messages,
@@ -228,17 +230,38 @@ def _queue(agent: PullingAgent) -> QueueSnapshot:
         event_time=_event_time(agent),
         events_read=agent.read_events,
         events_delivered=sum(c.delivered_events for c in consumers),
-        slowest=slowest_cursors(agent.last_read_sequence, consumers),
+        slowest=slowest,
         fates=_fates(agent),
         failed=agent.failure,
         observed=agent.observed_times(),
+        checkpoint_holder=checkpoint_holder(agent, slowest),
     )
 
 
+def checkpoint_holder(agent: PullingAgent, slowest: tuple[CursorLag, ...]) -> CheckpointHolder | None:
+    """What holds ``agent``'s checkpoint back: the activation holding the oldest position
+    activations hold, or the consumer furthest behind (``slowest[0]``), whichever needs the
+    older position (the activation when both need the same: it says why); None when
+    neither holds one."""
+    held = agent.holding_activation()
+    behind = slowest[0] if slowest else None
+    if held is not None and (behind is None or held[2] <= behind.next_sequence):
+        (consumer_type, stream), activation, position = held
+        why, input_name = activation.holding()
+        return CheckpointHolder(position, stream, consumer_type, None, input_name, why)
+    if behind is not None:
+        return CheckpointHolder(behind.next_sequence, behind.stream, None, behind.subscription, None, "behind")
+    return None
+
+
 def _fates(agent: PullingAgent) -> dict[str, dict[str, int]]:
-    """Per consumer type: its events' fates, windows emitted, and its activations here,
-    ``active`` and ``parked`` (state kept, no stream running)."""
-    fates = {name: fates_of(counters) for name, counters in agent.fates_by_type().items()}
+    """Per consumer type: its events' fates, windows emitted, the events delivered to its
+    consumers (``events_out``, plain consumers' too), and its activations here, ``active``
+    and ``parked`` (state kept, no stream running)."""
+    fates = {
+        name: {**fates_of(counters), "events_out": counters.get("events_out", 0)}
+        for name, counters in agent.fates_by_type().items()
+    }
     for name, (active, parked) in agent.activations_by_type().items():
         fates.setdefault(name, fates_of({}))
         fates[name].update(active=active, parked=parked)
@@ -302,6 +325,7 @@ def _slowest(pairs: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...
 async def dead_letter_counts(store: DeadLetterStore) -> dict[str, int]:
     """Dead letters kept in ``store``, by reason (``other`` for reasons not listed in
     :data:`DEAD_LETTER_REASONS`). The store is shared: every worker of it sees the same."""
+    total = await store.count()  # first: a letter added meanwhile is in a reason's count, not also in "other"
     counts = {reason: await store.count(reason) for reason in DEAD_LETTER_REASONS}
-    counts["other"] = await store.count() - sum(counts.values())
+    counts["other"] = max(0, total - sum(counts.values()))
     return counts

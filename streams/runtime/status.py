@@ -35,8 +35,14 @@ def agent_status(
     """The row of ``queue``; with ``before`` (the same agent's previous row), rates; with
     ``steps``, the worker's wall-clock steps it saw."""
     span = taken_at - before.updated if before is not None else 0.0
-    # An agent that restarted (the queue came back) counts from zero again: no rate then.
-    rated = before is not None and span > 0 and queue.events_read >= before.events_in
+    # An agent that restarted (the queue came back) counts from zero again, and the events out
+    # of consumers that closed (their streams went quiet) leave the sum: no rate then.
+    rated = (
+        before is not None
+        and span > 0
+        and queue.events_read >= before.events_in
+        and queue.events_delivered >= before.events_out
+    )
     return AgentStatus(
         worker=worker,
         queue=queue.queue,
@@ -64,6 +70,7 @@ def agent_status(
         clock_steps=steps.count if steps is not None else 0,
         clock_step=steps.last if steps is not None else 0.0,
         clock_step_at=steps.last_at if steps is not None else None,
+        checkpoint_holder=queue.checkpoint_holder,
     )
 
 

@@ -55,6 +55,7 @@ STATUS_SCHEMA: Schema = [
     " input_watermarks TEXT NOT NULL DEFAULT '{}',"  # per input of activations with several, its lowest watermark
     # the worker's wall-clock steps: how many, the last one's size and when
     " clock_steps INTEGER NOT NULL DEFAULT 0, clock_step REAL NOT NULL DEFAULT 0, clock_step_at REAL,"
+    " checkpoint_holder TEXT,"  # what holds the queue's checkpoint back (JSON), or NULL
     " PRIMARY KEY (worker, queue))",
 ]
 

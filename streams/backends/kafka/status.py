@@ -63,6 +63,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 from streams.adapters.status import (
     GONE_AFTER_TIMEOUTS,
     AgentStatus,
+    CheckpointHolder,
     ClusterStatus,
     CursorLag,
     DeadLetterCount,
@@ -125,6 +126,7 @@ def decode_report(value: bytes) -> WorkerReport:
         known = {name: v for name, v in agent.items() if name in _AGENT_FIELDS}
         known["slowest"] = [CursorLag(**lag) for lag in known.get("slowest", [])]
         known["observed"] = observed_of(known.get("observed", {}))
+        known["checkpoint_holder"] = CheckpointHolder.of(known.get("checkpoint_holder"))
         agents.append(AgentStatus(**known))
     return WorkerReport(
         data["worker"], data["instance"], data["started_at"], data["updated"], data["fresh_until"], agents

@@ -277,6 +277,7 @@ def test_status_shows_adjusted_dropped_and_dead_lettered_per_consumer_type(tmp_p
                 "windows_emitted": 1,
                 "early_results": 0,
                 "joins_emitted": 0,
+                "events_out": 5,
             },
             {
                 "consumer_type": "timed_app.Totals",
@@ -287,11 +288,12 @@ def test_status_shows_adjusted_dropped_and_dead_lettered_per_consumer_type(tmp_p
                 "windows_emitted": 1,
                 "early_results": 0,
                 "joins_emitted": 0,
+                "events_out": 5,
             },
         ]  # [60, 120) closed by 130 (less 5 s out of order for Totals)
         table = headrace("status", "--app", "timed_app:provider", cwd=tmp_path).stdout
-        assert re.search(r"timed_app\.Totals\s+5\s+2\s+0\s+1\s+1\s+0\s+0\n", table), table
-        assert re.search(r"timed_app\.Strict\s+5\s+0\s+2\s+1\s+1\s+0\s+0\n", table), table
+        assert re.search(r"timed_app\.Totals\s+5\s+5\s+2\s+0\s+1\s+1\s+0\s+0\n", table), table
+        assert re.search(r"timed_app\.Strict\s+5\s+5\s+0\s+2\s+1\s+1\s+0\s+0\n", table), table
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0

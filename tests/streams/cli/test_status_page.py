@@ -1,6 +1,6 @@
 """The status page in a real browser: headless Chromium opens the page a running worker serves
 and reads it as a person would. The worker has a finished backlog (its numbers hold still),
-a stalled consumer and a dead letter; the page's numbers must be those of
+a stalled consumer, a dead letter and a Spark handoff stream; the page's numbers must be those of
 ``headrace status --json`` (and ``--advise --json``, ``dlq list --json``) at the same moment,
 the stalled queue must show as behind, the dead letter with the command that replays it,
 nothing may reach the browser's console as an error, and the screenshot must show a page.
@@ -43,7 +43,7 @@ READ_CELLS = "Object.fromEntries([...document.querySelectorAll('[data-k]')].map(
 TYPE = "tests.streams.cli.status_app.InTimestampOrder"
 UPDATES = "tests.streams.cli.page_app.Updates"
 FATES = (
-    *("active", "parked", "events", "windows_emitted", "early_results", "joins_emitted"),
+    *("active", "parked", "events_out", "events", "windows_emitted", "early_results", "joins_emitted"),
     *("adjusted", "dropped", "dead_lettered"),
 )
 T0 = 1_700_000_000.0  # the origin of page_app's windows
@@ -60,7 +60,8 @@ def expected_cells(status: dict[str, Any], advice: dict[str, Any]) -> dict[str, 
         k, a = f"q{q['queue']}", q["agent"] or {}
         for name in ("checkpoint", "checkpoint_lag", "lag_events"):
             cells[f"{k}.{name}"] = q[name]
-        for name in ("events_in_per_s", "events_out_per_s", "read_messages", "cache_size", "under_pressure"):
+        names = ("events_in_per_s", "events_out_per_s", "read_messages", "cache_size", "under_pressure")
+        for name in (*names, "checkpoint_holder"):
             cells[f"{k}.{name}"] = a.get(name)
         if q["agent"]:
             for name in ("watermark_min", "watermark_delay", "held_by"):
@@ -84,6 +85,10 @@ def expected_cells(status: dict[str, Any], advice: dict[str, Any]) -> dict[str, 
     for d in status["dead_letters"]:
         cells[f"dl.{d['reason']}.count"] = d["count"]
         cells[f"dl.{d['reason']}.replayed"] = d["replayed"]
+    for h in status["handoff"]:
+        cells[f"h.{h['stream']}.appended"] = sum(h["end_offsets"].values())
+        cells[f"h.{h['stream']}.committed"] = h["start_offsets"]
+        cells[f"h.{h['stream']}.retained"] = h["retained"]
     for name, a in advice.items():
         settings = [("in force", a["current"])] + [(f"keeps {k}", v) for k, v in a.items() if k.endswith("%")]
         for label, setting in settings:
@@ -102,7 +107,7 @@ def same(page: str | None, expected: object) -> bool:
         return page == str(expected).lower()
     if isinstance(expected, int | float):
         return page != "" and math.isclose(float(page), float(expected), rel_tol=0, abs_tol=1e-9)
-    if isinstance(expected, list):
+    if isinstance(expected, list | dict):
         return page == json.dumps(expected, separators=(",", ":"))
     return page == str(expected)
 
@@ -114,14 +119,17 @@ def cli_now(cwd: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def produce_backlog(cwd: Path) -> None:
     """Readings in event time (one out of order: dropped, a dead letter), a window's updates,
-    and last, one record of the stuck stream (one record behind, whatever queue it shares)."""
+    five events handed off to Spark, and last, one record of the stuck stream (one record
+    behind, whatever queue it shares)."""
     t0 = int(time.time()) - 20
     lines = "".join(f'{{"n": {d}, "ts": {t0 + d}}}\n' for d in (1, 2, 0, 3))  # the third: out of order, dropped
     # [0, 10) of updates/u1: five events, an update after the 2nd and the 4th; 11 closes it
     updates = "".join(f'{{"ts": {T0 + t}}}\n' for t in (1, 2, 3, 4, 5, 11))
+    handed = "".join(f'{{"n": {n}, "ts": {T0 + n}}}\n' for n in range(5))  # in order: each handed off at once
     for stream, text, extra in (
         ("readings/r1", lines, ["--event-time", "ts"]),
         ("updates/u1", updates, ["--event-time", "ts"]),
+        ("handed/h1", handed, ["--event-time", "ts"]),
         ("stuck/s1", '{"x": 1}\n', []),
     ):
         produced = headrace("produce", "--stream", stream, *extra, "--batch-size", "1", cwd=cwd, stdin=text)
@@ -137,6 +145,7 @@ def settled(s: dict[str, Any]) -> bool:
         and any(a and a["watermark_min"] for a in agents)
         and bool(s["dead_letters"])
         and any(t["consumer_type"] == UPDATES and t["events"] == 6 for t in s["consumer_types"])
+        and [sum(h["end_offsets"].values()) for h in s["handoff"]] == [5]
     )
 
 
@@ -194,6 +203,11 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
             browser.wait_for(
                 "Number(document.body.dataset.polls || 0) >= 1 && !!document.querySelector('[data-k^=\"l.\"]')"
             )
+            # dead letters by reason over the last hour, as the worker kept them (not only since the page opened)
+            plotted = browser.wait_for(
+                "document.querySelector('#letters-plot polyline') && document.getElementById('letters-plot').innerText"
+            )
+            assert "by reason, last hour" in plotted and "out_of_order" in plotted
             cells, page_taken_at, after, expected = page_and_cli(browser, tmp_path)
             wrong = {k: (cells.get(k), v) for k, v in expected.items() if not same(cells.get(k), v)}
             assert wrong == {}
@@ -215,11 +229,27 @@ def test_the_page_of_a_running_worker_in_chromium(tmp_path):
             # The stalled consumer: its queue shows as behind, the consumer holding its checkpoint named.
             assert cells[f"q{stuck}.state"] == "stalled" and cells[f"q{1 - stuck}.state"] == "ok"
             assert cells[f"q{stuck}.behind.stuck/s1"] == "1"
+            holder = json.loads(cells[f"q{stuck}.checkpoint_holder"])
+            assert (holder["stream"], holder["subscription"], holder["why"]) == (
+                "stuck/s1",
+                "implicit:tests.streams.cli.rates_app.Stuck",
+                "behind",
+            )
+            shown = browser.evaluate(f"document.querySelector('[data-k=\"q{stuck}.checkpoint_holder\"]').innerText")
+            assert shown == f"implicit:tests.streams.cli.rates_app.Stuck on stuck/s1 at {holder['sequence']}: behind"
             row = browser.evaluate(f"document.querySelector('[data-k=\"q{stuck}.state\"]').parentElement.className")
             assert row == "behind"
             assert cells[f"t.{TYPE}.active"] == "1" and cells[f"t.{TYPE}.dropped"] == "1"
+            # events delivered per type: the four readings, none yet to the plain stuck consumer
+            assert (cells[f"t.{TYPE}.events_out"], cells["t.tests.streams.cli.rates_app.Stuck.events_out"]) == (
+                "4",
+                "0",
+            )
             # What a consumer type emitted: the window's final result and the two updates before it.
             assert (cells[f"t.{UPDATES}.windows_emitted"], cells[f"t.{UPDATES}.early_results"]) == ("1", "2")
+
+            # the Spark handoff stream: five rows appended, none committed by a Spark query yet
+            assert (cells["h.page_handoff.appended"], cells["h.page_handoff.retained"]) == ("5", "5")
 
             dead_letter_and_its_replay(browser, cells, tmp_path)
 

@@ -85,6 +85,18 @@ def test_rates_lag_in_events_and_the_slowest_consumer(tmp_path):
             }
         ]
         assert agent["events_in_per_s"] is not None and agent["events_in_per_s"] >= 0
+        # per consumer type, the events delivered to it: the plain Counting's 40, none yet to Stuck,
+        # which holds the checkpoint as the consumer furthest behind
+        counting, stuck = (f"tests.streams.cli.rates_app.{name}" for name in ("Counting", "Stuck"))
+        assert {t["consumer_type"]: t["events_out"] for t in status["consumer_types"]} == {counting: 40, stuck: 0}
+        assert agent["checkpoint_holder"] == {
+            "sequence": 0,
+            "stream": "stuck/s1",
+            "consumer_type": None,
+            "subscription": "implicit:tests.streams.cli.rates_app.Stuck",
+            "input": None,
+            "why": "behind",
+        }
 
         def idle(s: dict[str, Any]) -> bool:  # nothing new for an interval: both rates are 0
             a = s["queues"][0]["agent"]
@@ -94,6 +106,8 @@ def test_rates_lag_in_events_and_the_slowest_consumer(tmp_path):
         table = headrace("status", cwd=tmp_path).stdout
         assert "slowest consumers" in table and "implicit:tests.streams.cli.rates_app.Stuck" in table
         assert "in/s" in table and "out/s" in table
+        [row] = [line for line in table.splitlines() if line.strip().startswith(counting)]
+        assert row.split()[1] == "40"  # events out
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.communicate(timeout=30)
@@ -131,4 +145,7 @@ def test_rates_are_the_change_over_the_interval_and_none_after_a_restart():
     assert (second.events_in_per_s, second.events_out_per_s) == (15.0, 15.0)
     restarted = agent_status("w1", queue(5, 5), taken_at=103.0, interval=1.0, before=second)
     assert (restarted.events_in_per_s, restarted.events_out_per_s) == (None, None)
+    # consumers that closed took their counts out of the sum: no rate rather than a negative one
+    closed = agent_status("w1", queue(50, 20), taken_at=104.0, interval=1.0, before=second)
+    assert (closed.events_in_per_s, closed.events_out_per_s) == (None, None)
     assert AgentStatus.from_row(second.as_row()) == second

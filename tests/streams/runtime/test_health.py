@@ -5,6 +5,7 @@ while its store is unreachable, and while it drains after SIGTERM, each with one
 from __future__ import annotations
 
 import http.client
+import json
 import signal
 import ssl
 import threading
@@ -151,7 +152,7 @@ def test_a_draining_worker_is_not_ready_but_live(tmp_path: Path):
 
 def test_the_endpoints_serve_https_given_a_certificate_and_its_key(tmp_path: Path):
     """--metrics-certfile and --metrics-keyfile (or [worker] metrics_certfile / metrics_keyfile):
-    the metrics and the probes over HTTPS, and nothing in plain HTTP."""
+    the metrics, the probes and the status page over HTTPS, and nothing in plain HTTP."""
     (tmp_path / "slow.py").write_text(SLOW_APP)
     certificates = Certificates.make(tmp_path / "tls")
     port = free_port()
@@ -167,6 +168,12 @@ def test_the_endpoints_serve_https_given_a_certificate_and_its_key(tmp_path: Pat
             assert (response.status, response.read()) == (200, b"live\n")
         with urllib.request.urlopen(f"https://localhost:{port}/metrics", context=trusted, timeout=10) as response:
             assert b"headrace_" in response.read()
+        # the status page and its JSON too, from the same endpoint
+        with urllib.request.urlopen(f"https://localhost:{port}/", context=trusted, timeout=10) as response:
+            assert b"<script>" in response.read()
+        with urllib.request.urlopen(f"https://localhost:{port}/status.json", context=trusted, timeout=10) as response:
+            served = json.load(response)
+        assert served["page"]["worker"] == served["workers"][0]["name"]
         with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=10)  # plain HTTP: no answer
         worker.send_signal(signal.SIGTERM)

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import signal
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +20,7 @@ import pytest
 
 from balancer.base import BalancerOptions
 from streams import StreamId, StreamProvider
-from streams.cli.page import LATEST_LETTERS, PageSource
+from streams.cli.page import LATEST_LETTERS, READ_WITHIN, PageSource
 from streams.core.deadletters import DeadLetter
 from streams.core.errors import StoreError
 from streams.observability import serve_metrics
@@ -27,15 +29,16 @@ from streams.runtime.history import StatusHistory
 from streams.runtime.page import page_app
 from streams.runtime.snapshot import take_snapshot
 from tests.helpers import busy_port
-from tests.streams.cli.helpers import headrace, headrace_running, json_of
+from tests.kafka_tls import Certificates
+from tests.streams.cli.helpers import headrace, headrace_running, json_of, one_error_line
 from tests.streams.runtime.helpers import free_port
 
 
-def request(port: int, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+def request(port: int, path: str, method: str = "GET", timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
     """``method http://127.0.0.1:port/path``: (status, headers, body) (blocking)."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
     try:
-        with urllib.request.urlopen(req, timeout=10) as response:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()
@@ -209,3 +212,93 @@ def test_status_serve_refuses_what_the_page_cannot_show(tmp_path):
         result = headrace("status", "--path", "store", "--serve", "--port", taken, cwd=tmp_path)
     assert result.returncode == 2 and time.monotonic() - start < 30
     assert f"cannot serve the status page on 127.0.0.1:{taken}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_status_serve_serves_https_given_a_certificate_and_nothing_in_plain_http(tmp_path):
+    """``--certfile``/``--keyfile`` (or the config's ``[worker] metrics_certfile`` and
+    ``metrics_keyfile``): the page and its JSON over HTTPS only; one without the other is
+    one line and exit code 2."""
+    certificates = Certificates.make(tmp_path / "tls")
+    produced = headrace("produce", "--path", "store", "--queues", "1", "--stream", "a/b", cwd=tmp_path, stdin="1\n")
+    assert produced.returncode == 0, produced.stderr
+    trusted = ssl.create_default_context(cafile=certificates["ca.pem"])
+    for options, config in (
+        (["--certfile", "tls/server.pem", "--keyfile", "tls/server.key"], None),
+        ([], '[worker]\nmetrics_certfile = "tls/server.pem"\nmetrics_keyfile = "tls/server.key"\n'),
+    ):
+        if config is not None:
+            (tmp_path / "headrace.toml").write_text(config)
+        port = free_port()
+        server = headrace_running("status", "--path", "store", "--serve", "--port", port, *options, cwd=tmp_path)
+        try:
+            assert server.stdout is not None
+            line = server.stdout.readline()
+            assert line == f"headrace status: the status page at https://127.0.0.1:{port}/ (Ctrl-C stops it)\n"
+            with urllib.request.urlopen(f"https://localhost:{port}/", context=trusted, timeout=10) as response:
+                assert response.status == 200 and b"<script>" in response.read()
+            with urllib.request.urlopen(f"https://localhost:{port}/status.json", context=trusted, timeout=10) as r:
+                assert json.load(r)["queues"][0]["lag_events"] == 1
+            with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/status.json", timeout=10)  # plain HTTP: no answer
+        finally:
+            server.send_signal(signal.SIGINT)
+            _, err = server.communicate(timeout=30)
+        assert server.returncode == 0 and err == ""
+    (tmp_path / "headrace.toml").unlink()
+    alone = headrace("status", "--path", "store", "--serve", "--certfile", "tls/server.pem", cwd=tmp_path)
+    assert one_error_line(alone, "status") == (
+        "the status page serves TLS with a certificate and its key: give both --certfile and --keyfile"
+    )
+
+
+async def test_the_history_counts_the_dead_letters_by_reason_as_they_come(tmp_path):
+    provider = StreamProvider.embedded(tmp_path / "store", queues=1, worker_name="w1")
+    history = StatusHistory(every=0.05, span=0.5)  # ten samples kept
+    async with provider, anyio.create_task_group() as tg:
+        tg.start_soon(history.run, provider)
+        await anyio.sleep(0.2)
+        await provider.dead_letters.add(
+            [DeadLetter("late_arrival", "r/1", 0, 1), DeadLetter("undecodable", None, 0, 2)]
+        )
+        await anyio.sleep(0.2)
+        await provider.dead_letters.add([DeadLetter("late_arrival", "r/2", 0, 3)])
+        with anyio.fail_after(5):
+            while history.as_dict()["samples"][-1]["dead_letters"] != {"late_arrival": 2, "undecodable": 1}:
+                await anyio.sleep(0.02)
+        counts = [s["dead_letters"] for s in history.as_dict()["samples"]]
+        await anyio.sleep(0.5)  # ten more samples' time
+        tg.cancel_scope.cancel()
+    assert len(history.as_dict()["samples"]) == 10  # bounded: the oldest went
+    # in order, each count as it stood: none (no reason listed), then the two, then the third
+    seen = [c for i, c in enumerate(counts) if i == 0 or c != counts[i - 1]]
+    assert seen[-2:] == [{"late_arrival": 1, "undecodable": 1}, {"late_arrival": 2, "undecodable": 1}]
+    assert seen[0] in ({}, {"late_arrival": 1, "undecodable": 1})
+
+
+def test_status_serve_of_a_cluster_that_does_not_answer_says_so_and_shows_no_secret(tmp_path):
+    """A Kafka cluster down (its clients retry with back-off): the page's JSON answers 503 with
+    why after a bounded wait, not a poll left hanging; its password is nowhere on the page."""
+    secret = "hunter2-page-secret"
+    (tmp_path / "kafka.toml").write_text(
+        '[provider]\nadapter = "kafka"\n\n[provider.kafka]\nbootstrap_servers = "127.0.0.1:1"\ntopic = "t"\n'
+        'group = "g"\nsecurity_protocol = "SASL_PLAINTEXT"\nsasl_mechanism = "PLAIN"\n'
+        f'sasl_plain_username = "app"\nsasl_plain_password = "{secret}"\n'
+    )
+    port = free_port()
+    server = headrace_running("status", "--config", "kafka.toml", "--serve", "--port", port, cwd=tmp_path)
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().startswith(f"headrace status: the status page at http://127.0.0.1:{port}/")
+        start = time.monotonic()
+        code, _, body = request(port, "/status.json", timeout=READ_WITHIN + 20)
+        assert time.monotonic() - start < READ_WITHIN + 20
+        assert code == 503 and json.loads(body) == {
+            "error": f"the status was not read within {READ_WITHIN:g} s: the store or cluster does not answer "
+            "(the log of headrace status --serve, or of the worker, says why)"
+        }
+        page = request(port, "/", timeout=READ_WITHIN + 20)[2]
+        assert secret.encode() not in body + page
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0 and secret not in err
