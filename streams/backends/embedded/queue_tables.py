@@ -255,6 +255,8 @@ STATE_SCHEMA: Schema = [
     " touched REAL, wake REAL, durable INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY (queue, consumer, stream))",
     "CREATE INDEX activation_states_touched ON activation_states(queue, consumer, touched) WHERE durable",
+    # What a worker reads at start (read_states), without a scan of the parked states.
+    "CREATE INDEX activation_states_restored ON activation_states(queue) WHERE NOT durable OR wake IS NOT NULL",
 ]
 
 
