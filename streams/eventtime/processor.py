@@ -155,11 +155,6 @@ class Processor:
         return self._flow.inputs
 
     @property
-    def _ingest(self) -> Ingest:
-        ingest: Ingest = self._parts.ingest
-        return ingest
-
-    @property
     def policy(self) -> OrderingPolicy:
         return self._parts.policy
 

@@ -92,11 +92,6 @@ class QueuePositions:
     def retained(self) -> int:
         return self.next_sequence - self.first_retained
 
-    @property
-    def unacknowledged(self) -> int:
-        start = 0 if self.checkpoint is None else self.checkpoint + 1
-        return self.next_sequence - max(start, self.first_retained)
-
 
 # -- SQL shared by the adapter and its receivers (run in worker threads) ---------------------
 
