@@ -36,6 +36,7 @@ from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input, ProcessorParts
 from streams.eventtime.policy import EventLike, OrderingPolicy
 from streams.eventtime.results import Counters, EventOutcome, EventTimeMetrics, Output
+from streams.eventtime.runs import take_in_runs
 from streams.eventtime.snapshot import restore, snapshot
 from streams.eventtime.watermark import FOREVER, NEVER, MergedWatermark
 from streams.eventtime.windows import WindowSpec, WindowStore
@@ -189,10 +190,16 @@ class Processor:
     # ------------------------------------------------------------------ observations
 
     def on_events(self, events: Iterable[EventLike], partition: Hashable = 0) -> Output:
-        """Process events of one input, in arrival order."""
+        """Process events of one input, in arrival order: a batch of columns in runs where
+        the declaration allows (:mod:`streams.eventtime.runs`), else event by event
+        (:mod:`streams.eventtime.ingest`)."""
         out = Output()
+        inp = self._input(partition)
         ingest: Ingest = self._parts.ingest
-        ingest.run(self._flow, self._input(partition), events, out, self._sampler)
+        if ingest.in_runs and hasattr(events, "columns") and not (inp.imported or inp.completed):
+            take_in_runs(ingest, self._flow, inp, events, out, self._sampler)
+        else:  # a completed input's error is the per-event way's
+            ingest.run(self._flow, inp, events, out, self._sampler)
         return self._done(out)
 
     def on_tick(self, arrival_time: float, partition: Hashable | None = None, *, strict: bool = False) -> Output:
