@@ -8,8 +8,7 @@ import time
 
 import anyio
 
-from balancer import BalancerOptions, Lease
-from balancer.protocols import Tenure
+from balancer import BalancerOptions, Lease, Tenure
 from streams import QueueId, StreamId, StreamProvider
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueReceiver
 from streams.backends.embedded.balancer import SqliteLeaseProvider
