@@ -86,11 +86,3 @@ _.invalid_value
 _.invalid_timestamp
 _.idle_timeouts
 _.punctuations
-
-# Read only by tests, in streams/eventtime/ and the backends, which parallel changes restructure:
-# each is to go to its test or be reached through the public API there.
-_.stream_count  # cache/simple.py
-_.unacknowledged  # embedded queue positions
-_.committed_offset  # the Kafka receiver
-_._ingest  # streams/eventtime/processor.py
-_.pane_of  # streams/eventtime/windows.py: unused

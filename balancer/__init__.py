@@ -36,6 +36,7 @@ from balancer.protocols import (
     QueueBalancer,
     QueueDistributionChange,
     QueueDistributionListener,
+    Tenure,
 )
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.core.clock import Clock, ManualClock, WallClock
@@ -63,6 +64,7 @@ __all__ = [
     "WallClock",
     "TableLeaseProvider",
     "TableMembership",
+    "Tenure",
     "best_fit_distribution",
     "ideal_distribution",
     "mature_workers",

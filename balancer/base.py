@@ -13,12 +13,12 @@ import anyio
 
 from balancer.leases import DEFAULT_LEASE_LENGTH, DEFAULT_RENEW_PERIOD, MemoryLeaseProvider, QueueOwnership
 from balancer.protocols import (
-    Lease,
     LeaseProvider,
     MembershipOracle,
     MembershipSnapshot,
     QueueDistributionChange,
     QueueDistributionListener,
+    Tenure,
 )
 from streams.core.clock import Clock, StepWatch, WallClock
 from streams.core.errors import ConfigurationError, WorkerNameInUseError
@@ -155,8 +155,10 @@ class QueueBalancerBase(abc.ABC):
     def get_my_queues(self) -> frozenset[QueueId]:
         return self._ownership.owned if self._ownership is not None else frozenset()
 
-    def get_lease(self, queue: QueueId) -> Lease | None:
-        return self._ownership.lease(queue) if self._ownership is not None else None
+    def get_tenure(self, queue: QueueId) -> Tenure | None:
+        """This worker's tenure on ``queue`` (see :class:`~balancer.protocols.Tenure`): what a
+        reader checks before every read."""
+        return self._ownership.tenure(queue) if self._ownership is not None else None
 
     def subscribe(self, listener: QueueDistributionListener) -> None:
         if listener not in self._listeners:

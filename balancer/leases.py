@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Protocol
 
-from balancer.protocols import Lease, LeaseProvider
+from balancer.protocols import Lease, LeaseProvider, Tenure
 from streams.core.clock import STEP_THRESHOLD, Clock, WallClock
 from streams.core.ids import QueueId
 
@@ -262,7 +262,9 @@ class QueueOwnership:
         self.renew_period = renew_period
         self._owned: dict[QueueId, Lease] = {}  # insertion order = acquisition order
         self._releasing: dict[QueueId, Lease] = {}
-        self._asked_at: dict[QueueId, float] = {}  # monotonic time of the latest grant or renewal's request
+        # Each held lease's tenure: held until lease_length after the latest grant or
+        # renewal was asked for, by the monotonic clock.
+        self._tenures: dict[QueueId, Tenure] = {}
         self._just_lost: frozenset[QueueId] = frozenset()
         # True while this worker's first round takes back what a dead predecessor of its
         # name still holds (see leases.grant).
@@ -276,13 +278,12 @@ class QueueOwnership:
     def releasing(self) -> frozenset[QueueId]:
         return frozenset(self._releasing)
 
-    def lease(self, queue: QueueId) -> Lease | None:
-        """The lease on ``queue`` while this worker holds it (owned, or being handed back),
-        by the monotonic time since it was last granted or renewed."""
-        lease = self._owned.get(queue) or self._releasing.get(queue)
-        if lease is None or self._clock.monotonic() - self._asked_at.get(queue, -math.inf) >= self.lease_length:
-            return None
-        return lease
+    def tenure(self, queue: QueueId) -> Tenure | None:
+        """This worker's tenure on ``queue`` while it holds the lease (owned, or being handed
+        back), by the monotonic time since it was last granted or renewed: it stays current
+        through renewals and ends when the lease is lost or released."""
+        tenure = self._tenures.get(queue)
+        return tenure if tenure is not None and tenure.held() else None
 
     def oldest(self, count: int) -> list[QueueId]:
         """The ``count`` owned queues acquired longest ago."""
@@ -302,7 +303,7 @@ class QueueOwnership:
         )
         for lease in granted:
             self._owned[lease.queue] = lease
-            self._asked_at[lease.queue] = asked
+            self._tenures[lease.queue] = Tenure(lease, asked + self.lease_length, self._clock)
         return frozenset(lease.queue for lease in granted)
 
     async def renew_due(self) -> frozenset[QueueId]:
@@ -311,22 +312,35 @@ class QueueOwnership:
         refused. Returns the queues lost."""
         asked = self._clock.monotonic()
         held = {**self._owned, **self._releasing}
-        since = {q: asked - self._asked_at.get(q, -math.inf) for q in held}
-        expired = {q for q in held if since[q] >= self.lease_length}
-        due = [lease for q, lease in held.items() if q not in expired and since[q] >= self.renew_period]
+        left = {q: self._left(q, asked) for q in held}  # of each lease, by the monotonic clock
+        expired = {q for q in held if left[q] <= 0}
+        due = [
+            lease for q, lease in held.items() if q not in expired and left[q] <= self.lease_length - self.renew_period
+        ]
         renewed = {lease.queue: lease for lease in await self._provider.renew(due, self.lease_length)}
-        for queue in renewed:
-            self._asked_at[queue] = asked
+        for queue, lease in renewed.items():
+            tenure = self._tenures.get(queue)
+            if tenure is not None:
+                tenure.lease, tenure.held_until = lease, asked + self.lease_length
         lost = frozenset(expired | {lease.queue for lease in due} - renewed.keys())
         for table in (self._owned, self._releasing):
             for queue in list(table):
                 if queue in lost:
                     del table[queue]
-                    self._asked_at.pop(queue, None)
+                    self._end(queue)
                 elif queue in renewed:
                     table[queue] = renewed[queue]  # keeps its place: the order is by acquisition
         self._just_lost = lost
         return lost
+
+    def _left(self, queue: QueueId, now: float) -> float:
+        tenure = self._tenures.get(queue)
+        return tenure.held_until - now if tenure is not None else -math.inf
+
+    def _end(self, queue: QueueId) -> None:
+        tenure = self._tenures.pop(queue, None)
+        if tenure is not None:
+            tenure.end()
 
     def relinquish(self, queues: Collection[QueueId]) -> None:
         """Stop owning ``queues`` but keep their leases until :meth:`release`, so nobody else
@@ -345,7 +359,7 @@ class QueueOwnership:
     async def release(self, queue: QueueId) -> None:
         """Free ``queue``'s lease (owned or being handed back); no-op if already gone."""
         lease = self._releasing.pop(queue, None) or self._owned.pop(queue, None)
-        self._asked_at.pop(queue, None)
+        self._end(queue)
         if lease is not None:
             await self._provider.release([lease])
 
@@ -354,6 +368,7 @@ class QueueOwnership:
         leases = [*self._owned.values(), *self._releasing.values()]
         self._owned.clear()
         self._releasing.clear()
-        self._asked_at.clear()
+        for queue in list(self._tenures):
+            self._end(queue)
         if leases:
             await self._provider.release(leases)

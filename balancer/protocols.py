@@ -17,10 +17,12 @@ checkpoint, if it still tries one, is refused by the epoch fence (see :class:`Le
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from streams.core.clock import Clock
 from streams.core.ids import QueueId
 
 
@@ -61,6 +63,35 @@ class Lease:
     def is_held_at(self, now: float) -> bool:
         """Whether someone holds the lease at ``now`` (expiry is exclusive)."""
         return self.owner is not None and now < self.expires_at
+
+
+@dataclass(slots=True)
+class Tenure:
+    """This worker's hold on one lease, by its own clock: held while ``clock.monotonic()`` is
+    below ``held_until``. The balancer moves ``held_until`` on at each renewal and to
+    ``-inf`` once the lease is lost or released, so a reader checks it on every read with a
+    comparison, asking nobody. A new grant (a new epoch) is a new tenure.
+
+    >>> from streams.core.clock import ManualClock
+    >>> clock = ManualClock()
+    >>> tenure = Tenure(Lease(QueueId(0), "w1", 1, expires_at=60.0), held_until=60.0, clock=clock)
+    >>> tenure.held()
+    True
+    >>> clock.advance(60.0)
+    >>> tenure.held()
+    False
+    """
+
+    lease: Lease
+    held_until: float  # by clock.monotonic()
+    clock: Clock
+
+    def held(self) -> bool:
+        return self.clock.monotonic() < self.held_until
+
+    def end(self) -> None:
+        """The lease is gone: a reader of this tenure reads no more."""
+        self.held_until = -math.inf
 
 
 class LeaseProvider(Protocol):
@@ -229,11 +260,6 @@ class QueueBalancer(Protocol):
 
     def get_my_queues(self) -> frozenset[QueueId]:
         """The queues this worker should read now (empty before ``initialize``)."""
-        ...
-
-    def get_lease(self, queue: QueueId) -> Lease | None:
-        """The lease under which this worker holds ``queue``, owned or still being handed
-        back (its epoch fences the agent's checkpoints); ``None`` once it is gone."""
         ...
 
     def subscribe(self, listener: QueueDistributionListener) -> None:

@@ -371,11 +371,6 @@ class SimpleQueueCache:
         ):
             del self._streams[stream_id]
 
-    @property
-    def stream_count(self) -> int:
-        """Streams the cache keeps anything for: cached batches or open cursors."""
-        return len(self._streams)
-
     def _drop_head(self) -> None:
         item = self._items.popleft()
         self.bytes -= item.size

@@ -10,8 +10,9 @@ This is the processor's hot path. The common case (an event in order, into an op
 runs inline with everything it reads in locals; the named steps are called only for what
 is rare per event (a violation, a new lane or pane, a watermark that closes something).
 
-A batch whose events the runtime keeps as columns is taken in runs when the consumer's
-shape allows (:mod:`streams.eventtime.runs`), with this way for the events it cannot take.
+A batch whose events the runtime keeps as columns is taken in runs instead when the
+consumer's shape allows (``in_runs``; the processor chooses the way:
+:mod:`streams.eventtime.runs`), with this way for the events the runs cannot take.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input, Store
 from streams.eventtime.policy import EARLIEST_US, LATEST_US, EventLike, Reason, time_problem
 from streams.eventtime.results import DEAD_LETTER, DROPPED, KEPT, EventOutcome, Output, WatermarkAdvance
-from streams.eventtime.runs import NO_SAMPLES, Samples, take_in_runs
+from streams.eventtime.runs import NO_SAMPLES, Samples
 from streams.eventtime.sessions import OPENED, REFUSED, SessionStore
 from streams.eventtime.sliding import SlidingStore
 from streams.eventtime.watermark import FOREVER, NEVER, Watermark
@@ -123,9 +124,6 @@ class Ingest:
             raise StreamCompletedError(
                 f"input {inp.name!r} has completed (on_completed or flush); it takes no more events"
             )
-        if self.in_runs and not inp.imported and hasattr(events, "columns"):
-            take_in_runs(self, flow, inp, events, out, sampler)
-            return
         if not isinstance(events, Sequence):
             events = list(events)
         self._take_in(flow, inp, events, out, NO_SAMPLES if sampler is None else Samples(sampler, len(events)))

@@ -8,7 +8,8 @@ built from these parts with only its own mutable state (watermarks, windows, cou
 
 >>> from streams.eventtime.policy import OrderingPolicy
 >>> from streams.eventtime.windows import Tumbling
->>> parts = ProcessorParts(OrderingPolicy(out_of_order=5), Tumbling(60), group_by="booth")
+>>> from streams.eventtime.declaration import Declaration
+>>> parts = ProcessorParts(Declaration(OrderingPolicy(out_of_order=5), Tumbling(60), group_by="booth"))
 >>> parts.delay, parts.assigner.step, parts.key_field, parts.inputs  # microseconds inside
 (5000000, 60000000, 'booth', None)
 
@@ -24,26 +25,25 @@ streams.core.errors.ConfigurationError: imports form a cycle through input 'a'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from streams.core.errors import ConfigurationError
 from streams.core.micros import to_micros
-from streams.eventtime.aggregates import Count, Reducer
+from streams.eventtime.aggregates import Reducer
 from streams.eventtime.counted import CountStore
-from streams.eventtime.dedup import Dedup
-from streams.eventtime.joins import IntervalJoin, JoinStore
-from streams.eventtime.policy import Action, Extractor, OrderingPolicy, key_extractor, timestamp_extractor
+from streams.eventtime.declaration import Declaration
+from streams.eventtime.joins import JoinStore
+from streams.eventtime.policy import Action, key_extractor, timestamp_extractor
 from streams.eventtime.sessions import SessionStore
 from streams.eventtime.sliding import SlidingStore
-from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, Watermark, WatermarkGeneration
+from streams.eventtime.watermark import FOREVER, NEVER, Watermark, WatermarkGeneration
 from streams.eventtime.windows import (
     Hopping,
     Session,
     Sliding,
     Tumbling,
     WindowAssigner,
-    WindowSpec,
     WindowStore,
     counted,
 )
@@ -100,8 +100,9 @@ def check_acyclic(imports: Mapping[Hashable, Hashable]) -> None:
 class ProcessorParts:
     """A processor declaration, validated, with what its processors read prepared.
 
-    ``inputs`` None: each processor has one input, named when it is made (a stream's
-    activation names it after its stream); otherwise the merged inputs every processor has.
+    ``inputs`` None (none declared): each processor has one input, named when it is made (a
+    stream's activation names it after its stream); otherwise the merged inputs every
+    processor has.
     Raises :class:`~streams.core.errors.ConfigurationError` for a declaration no processor
     could follow.
     """
@@ -135,26 +136,14 @@ class ProcessorParts:
         "flow_shape",
     )
 
-    def __init__(
-        self,
-        policy: OrderingPolicy | None = None,
-        window: WindowSpec | None = None,
-        aggregate: Reducer[Any, Any] | None = None,
-        *,
-        group_by: str | Extractor | None = None,
-        select: str | Extractor | None = None,
-        inputs: Sequence[Hashable] | None = None,
-        generation: WatermarkGeneration = EVERY_EVENT,
-        imports: Mapping[Hashable, Hashable] | None = None,
-        trace: bool = False,
-        join: IntervalJoin | None = None,
-        dedup: Dedup | None = None,
-    ) -> None:
-        self.policy = policy = policy or OrderingPolicy()
+    def __init__(self, declared: Declaration) -> None:
+        policy, window, group_by, join = declared.policy, declared.window, declared.group_by, declared.join
+        inputs, trace = declared.inputs or None, declared.trace
+        self.policy = policy
         self.join = join
-        self.dedup = dedup
+        self.dedup = declared.dedup
         self.window = window
-        self.reducer: Reducer[Any, Any] = aggregate if aggregate is not None else Count()
+        self.reducer: Reducer[Any, Any] = declared.aggregate
         self.trace = trace
         self.substreams = substreams = policy.substreams
         if substreams and group_by is not None and group_by != policy.over:
@@ -163,7 +152,7 @@ class ProcessorParts:
                 "unset or give it the same value as over"
             )
         key_spec = policy.over if substreams else group_by
-        self.generation = generation
+        self.generation = declared.generation
         # Tolerances and timeouts in integer microseconds, as every time inside the core.
         self.early = FOREVER if policy.early_arrival is None else to_micros(policy.early_arrival)
         self.late = FOREVER if policy.late_arrival is None else to_micros(policy.late_arrival)
@@ -181,9 +170,9 @@ class ProcessorParts:
         self.key_of: Callable[[Any], Hashable] | None = key_extractor(key_spec)
         # A key given as a field name is read inline by the hot path.
         self.key_field = key_spec if isinstance(key_spec, str) else None
-        self.select: Callable[[Any], Any] | None = key_extractor(select)  # None: the event's value
+        self.select: Callable[[Any], Any] | None = key_extractor(declared.select)  # None: the event's value
         self.reducer_name = type(self.reducer).__name__
-        self.imports: dict[Hashable, Hashable] = dict(imports or {})
+        self.imports: dict[Hashable, Hashable] = dict(declared.imports or {})
         # What its processors share, made by the first (streams.eventtime.processor): the
         # per-event way (streams.eventtime.ingest.Ingest) and the flows' FlowShape.
         self.ingest: Any = None

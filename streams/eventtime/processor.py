@@ -20,23 +20,25 @@ The processor builds the parts and orchestrates them: the per-event path is
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from streams.core.errors import ConfigurationError, StreamCompletedError
 from streams.core.micros import bound_micros, to_seconds
 from streams.eventtime.aggregates import Reducer
-from streams.eventtime.dedup import Dedup, Deduplication
+from streams.eventtime.declaration import Declaration, declared_by
+from streams.eventtime.dedup import Deduplication
 from streams.eventtime.flow import FlowShape, WatermarkFlow
 from streams.eventtime.ingest import Ingest
-from streams.eventtime.joins import IntervalJoin, JoinStore
+from streams.eventtime.joins import JoinStore
 from streams.eventtime.lateness import LatenessSketch
 from streams.eventtime.ordering import OrderingStep, Refusals
 from streams.eventtime.parts import Input, ProcessorParts
-from streams.eventtime.policy import EventLike, Extractor, OrderingPolicy
+from streams.eventtime.policy import EventLike, OrderingPolicy
 from streams.eventtime.results import Counters, EventOutcome, EventTimeMetrics, Output
+from streams.eventtime.runs import take_in_runs
 from streams.eventtime.snapshot import restore, snapshot
-from streams.eventtime.watermark import EVERY_EVENT, FOREVER, NEVER, MergedWatermark, WatermarkGeneration
+from streams.eventtime.watermark import FOREVER, NEVER, MergedWatermark
 from streams.eventtime.windows import WindowSpec, WindowStore
 
 
@@ -53,6 +55,7 @@ class Processor:
     >>> p.held_since()
     3
 
+    Its arguments are a :class:`~streams.eventtime.declaration.Declaration`'s.
     ``inputs`` names the merged inputs (partitions or streams) whose minimum watermark closes
     windows (or, with ``join``, emits the pairs of an interval join of its two inputs); ``imports`` maps an input to the input whose watermark it follows instead of
     generating its own. With ``policy.over`` (substreams) there is one input, and windows are
@@ -68,35 +71,9 @@ class Processor:
     # Its counters and inputs are its flow's, its per-event way its parts'.
     __slots__ = ("_parts", "_by_name", "_flow", "_sampler")
 
-    def __init__(
-        self,
-        policy: OrderingPolicy | None = None,
-        window: WindowSpec | None = None,
-        aggregate: Reducer[Any, Any] | None = None,
-        *,
-        group_by: str | Extractor | None = None,
-        select: str | Extractor | None = None,
-        inputs: Sequence[Hashable] = (0,),
-        generation: WatermarkGeneration = EVERY_EVENT,
-        imports: Mapping[Hashable, Hashable] | None = None,
-        trace: bool = False,
-        join: IntervalJoin | None = None,
-        dedup: Dedup | None = None,
-    ) -> None:
-        parts = ProcessorParts(
-            policy,
-            window,
-            aggregate,
-            group_by=group_by,
-            select=select,
-            inputs=inputs,
-            generation=generation,
-            imports=imports,
-            trace=trace,
-            join=join,
-            dedup=dedup,
-        )
-        self._assemble(parts, 0)
+    @declared_by(Declaration)
+    def __init__(self, declared: Declaration) -> None:
+        self._assemble(ProcessorParts(declared), 0)
 
     @classmethod
     def of(cls, parts: ProcessorParts, partition: Hashable = 0) -> Processor:
@@ -104,8 +81,9 @@ class Processor:
         own state: one input named ``partition``, or the inputs ``parts`` declares.
 
         >>> from streams.eventtime import OrderingPolicy, Tumbling
+        >>> from streams.eventtime.declaration import Declaration
         >>> from streams.eventtime.parts import ProcessorParts
-        >>> parts = ProcessorParts(OrderingPolicy(), Tumbling(10))
+        >>> parts = ProcessorParts(Declaration(OrderingPolicy(), Tumbling(10)))
         >>> a, b = Processor.of(parts, "a"), Processor.of(parts, "b")
         >>> a.metrics().watermarks, a.policy is b.policy, a.counters is b.counters
         ({'a': -inf}, True, False)
@@ -178,11 +156,6 @@ class Processor:
         return self._flow.inputs
 
     @property
-    def _ingest(self) -> Ingest:
-        ingest: Ingest = self._parts.ingest
-        return ingest
-
-    @property
     def policy(self) -> OrderingPolicy:
         return self._parts.policy
 
@@ -217,10 +190,16 @@ class Processor:
     # ------------------------------------------------------------------ observations
 
     def on_events(self, events: Iterable[EventLike], partition: Hashable = 0) -> Output:
-        """Process events of one input, in arrival order."""
+        """Process events of one input, in arrival order: a batch of columns in runs where
+        the declaration allows (:mod:`streams.eventtime.runs`), else event by event
+        (:mod:`streams.eventtime.ingest`)."""
         out = Output()
+        inp = self._input(partition)
         ingest: Ingest = self._parts.ingest
-        ingest.run(self._flow, self._input(partition), events, out, self._sampler)
+        if ingest.in_runs and hasattr(events, "columns") and not (inp.imported or inp.completed):
+            take_in_runs(ingest, self._flow, inp, events, out, self._sampler)
+        else:  # a completed input's error is the per-event way's
+            ingest.run(self._flow, inp, events, out, self._sampler)
         return self._done(out)
 
     def on_tick(self, arrival_time: float, partition: Hashable | None = None, *, strict: bool = False) -> Output:

@@ -64,6 +64,12 @@ class OpenSession:
         self.start, self.end, self.acc, self.token, self.seq = start, end, acc, token, seq
 
 
+Candidate = tuple[float, float, Any, Any, Hashable]
+"""One event's session before it is placed: ``(ts, end, value, rec, part)``, its span
+``[ts, end)``, what the aggregate adds, the event (for its token) and its input (see
+:meth:`SessionStore.add`). A plain tuple: one is made per event."""
+
+
 class KeySessions:
     """A key's open sessions, by start (never intersecting), and its last emitted session."""
 
@@ -117,30 +123,21 @@ class SessionStore:
                 last = sessions[-1]
                 # The common case: the candidate reaches the key's latest session alone.
                 if ts < last.end and last.start < end and (len(sessions) == 1 or sessions[-2].end <= ts):
-                    self._join([last], 0, ks, ts, end, value, rec, part)
+                    self._join((ts, end, value, rec, part), ks, [last], 0)
                     return JOINED
         hit, at = _intersecting(ks, ts, end)
         if hit:
             assert ks is not None
-            self._join(hit, at, ks, ts, end, value, rec, part)
+            self._join((ts, end, value, rec, part), ks, hit, at)
             return JOINED
         if w >= end + self.lateness:
             return REFUSED  # closed on arrival
-        self._open(key, ks, at, ts, end, value, rec, part)
+        self._open((ts, end, value, rec, part), ks, key, at)
         return OPENED
 
-    def _open(
-        self,
-        key: Hashable,
-        ks: KeySessions | None,
-        at: int,
-        ts: float,
-        end: float,
-        value: Any,
-        rec: Any,
-        part: Hashable,
-    ) -> None:
-        """A new session ``[ts, end)`` of ``key``, at index ``at`` of its open ones."""
+    def _open(self, candidate: Candidate, ks: KeySessions | None, key: Hashable, at: int) -> None:
+        """The candidate as a new session of ``key``, at index ``at`` of its open ones."""
+        ts, end, value, rec, part = candidate
         reducer = self.reducer
         acc = reducer.add(reducer.init(), value)  # may raise: nothing changed yet
         if ks is None:
@@ -153,19 +150,10 @@ class SessionStore:
         if end + self.lateness < self.next_close:
             self.next_close = end + self.lateness
 
-    def _join(
-        self,
-        hit: list[OpenSession],
-        at: int,
-        ks: KeySessions,
-        ts: float,
-        end: float,
-        value: Any,
-        rec: Any,
-        part: Hashable,
-    ) -> None:
-        """Merge the candidate ``[ts, end)`` and the open sessions it intersects (``hit``,
-        from index ``at`` of the key's, in order) into the first of them."""
+    def _join(self, candidate: Candidate, ks: KeySessions, hit: list[OpenSession], at: int) -> None:
+        """Merge the candidate and the open sessions it intersects (``hit``, from index
+        ``at`` of the key's, in order) into the first of them."""
+        ts, end, value, rec, part = candidate
         reducer = self.reducer
         first = hit[0]
         acc = first.acc

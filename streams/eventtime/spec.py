@@ -6,31 +6,27 @@ float of POSIX seconds (``Event.event_time``, ``EventOutcome.event_time``).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from streams.core.errors import ConfigurationError
 from streams.core.observer import TypeHooks, hooks_of
-from streams.eventtime.aggregates import Count, Reducer
-from streams.eventtime.dedup import Dedup
-from streams.eventtime.joins import IntervalJoin
+from streams.eventtime.declaration import Declaration
 from streams.eventtime.parts import ProcessorParts
-from streams.eventtime.policy import Extractor, OrderingPolicy
 from streams.eventtime.processor import Processor
-from streams.eventtime.watermark import EVERY_EVENT, WatermarkGeneration
-from streams.eventtime.windows import WindowSpec
 
 
 @dataclass(frozen=True)
-class EventTime:
-    """A consumer type's event-time settings, set as its ``event_time`` class attribute.
+class EventTime(Declaration):
+    """A consumer type's event-time settings, set as its ``event_time`` class attribute: a
+    :class:`~streams.eventtime.declaration.Declaration` whose inputs are namespaces.
 
     The runtime then feeds the type's activations through the event-time core and calls
     ``on_window(result)`` for every closed window (or, with no window,
     ``on_events(outcomes)`` with the events that passed the ordering policy).
 
-    >>> from streams.eventtime import Tumbling, Count
+    >>> from streams.eventtime import Count, OrderingPolicy, Tumbling
     >>> class BoothCounts:
     ...     event_time = EventTime(OrderingPolicy(out_of_order=5, timestamp_by="time"),
     ...                            Tumbling(60), Count(), group_by="booth")
@@ -72,31 +68,22 @@ class EventTime:
     ([{'id': 'p1'}], ['duplicate'])
     """
 
-    policy: OrderingPolicy = field(default_factory=OrderingPolicy)
-    window: WindowSpec | None = None
-    aggregate: Reducer[Any, Any] = field(default_factory=Count)
-    group_by: str | Extractor | None = None
-    select: str | Extractor | None = None
-    generation: WatermarkGeneration = EVERY_EVENT
-    inputs: tuple[str, ...] = ()
-    imports: Mapping[str, str] | None = field(default_factory=dict)  # None: no imports
-    join: IntervalJoin | None = None
-    dedup: Dedup | None = None
+    inputs: tuple[str, ...] = field(default=(), kw_only=True)  # namespaces
 
     def __post_init__(self) -> None:
-        if self.imports is None:
-            object.__setattr__(self, "imports", {})
         inputs = self.inputs
         if isinstance(inputs, str) or not all(isinstance(n, str) and n for n in inputs):
             raise ConfigurationError(f"inputs is a tuple of namespaces, not {inputs!r}")
-        object.__setattr__(self, "inputs", tuple(inputs))
+        if self.trace:
+            raise ConfigurationError("trace is a Processor's (a replay's): a consumer type's activations keep none")
+        super().__post_init__()
+        inputs = self.inputs
         if inputs and (len(inputs) < 2 or len(set(inputs)) != len(inputs)):
             raise ConfigurationError(f"inputs names two or more distinct namespaces, not {inputs!r}")
         if self.imports and not inputs:
             raise ConfigurationError("imports maps one of the inputs to another: declare inputs=(...)")
         if inputs and self.policy.substreams:
             raise ConfigurationError("substreams (policy.over) apply within one input: merged inputs take none")
-        object.__setattr__(self, "imports", dict(self.imports or {}))
         if self.join is not None and (len(inputs) != 2 or self.window is not None):
             raise ConfigurationError("join takes inputs=(left, right), two namespaces, and no window")
         if inputs:
@@ -159,18 +146,6 @@ class EventTime:
         """
         parts: ProcessorParts | None = self.__dict__.get("_parts")
         if parts is None:
-            imports: dict[Hashable, Hashable] = {k: v for k, v in (self.imports or {}).items()}  # noqa: C416  (invariant key type)
-            parts = ProcessorParts(
-                self.policy,
-                self.window,
-                self.aggregate,
-                group_by=self.group_by,
-                select=self.select,
-                inputs=self.inputs or None,
-                generation=self.generation,
-                imports=imports,
-                join=self.join,
-                dedup=self.dedup,
-            )
+            parts = ProcessorParts(self)
             object.__setattr__(self, "_parts", parts)  # a cache, not a setting: frozen still
         return parts

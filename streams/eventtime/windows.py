@@ -291,13 +291,15 @@ class WindowAssigner:
     Pane and window indexes are integers. Sessions have no fixed bounds: they have no
     assigner (:mod:`streams.eventtime.sessions`).
 
+    A timestamp ``t`` is in pane ``(t - origin) // step``, unless hopping windows leave a gap
+    there (``gaps``: the offset into the hop is past ``size``); the per-event path works that
+    out inline (:mod:`streams.eventtime.ingest`).
+
     >>> a = WindowAssigner(Hopping(size=20, hop=5))
-    >>> a.step, a.pane_of(17_000_000), list(a.windows_of_pane(3))
-    (5000000, 3, [0, 1, 2, 3])
+    >>> a.step, list(a.windows_of_pane(3))
+    (5000000, [0, 1, 2, 3])
     >>> list(a.panes_of_window(1)), a.bounds(1)
     ([1, 2, 3, 4], (5000000, 25000000))
-    >>> WindowAssigner(Tumbling(0.1)).pane_of(300_000)  # 0.3 s is in [0.3, 0.4)
-    3
     """
 
     __slots__ = ("spec", "size", "hop", "origin", "lateness", "step", "gaps", "per_window", "per_hop")
@@ -313,14 +315,6 @@ class WindowAssigner:
         self.step = self.hop if self.hop >= self.size else math.gcd(self.size, self.hop)
         self.per_window = 1 if self.hop >= self.size else self.size // self.step
         self.per_hop = 1 if self.hop >= self.size else self.hop // self.step
-
-    def pane_of(self, timestamp: int) -> int | None:
-        """The pane holding ``timestamp``, or None when it falls in a gap between windows."""
-        offset = timestamp - self.origin
-        pane = offset // self.step
-        if self.gaps and offset - pane * self.step >= self.size:
-            return None
-        return pane
 
     def windows_of_pane(self, pane: int) -> range:
         """The windows (indexes) containing ``pane``, oldest first."""

@@ -78,7 +78,7 @@ def test_a_worker_keeps_its_leases_through_a_step_forward_and_back():
 
     assert anyio.run(main) == [frozenset()] * 12
     assert ownership.owned == {QueueId(0), QueueId(1)}
-    assert ownership.lease(QueueId(0)) is not None
+    assert ownership.tenure(QueueId(0)) is not None
 
 
 def test_a_worker_judges_its_lease_by_the_time_since_renewal_not_by_the_wall_clock():
@@ -87,7 +87,7 @@ def test_a_worker_judges_its_lease_by_the_time_since_renewal_not_by_the_wall_clo
     anyio.run(ownership.acquire, [QueueId(0)])
     clock.step(-3_600)  # the wall clock says the lease has an hour left: it has not
     clock.advance(10)
-    assert ownership.lease(QueueId(0)) is None  # not read under a lease that may have moved on
+    assert ownership.tenure(QueueId(0)) is None  # not read under a lease that may have moved on
     assert anyio.run(ownership.renew_due) == {QueueId(0)}
 
 

@@ -108,7 +108,7 @@ async def test_leases_are_renewed_while_the_worker_runs(make, clock):
     await cluster.run_for(clock, 600.0)
     assert numbers(worker.owned) == [0, 1, 2, 3]
     assert len(worker.changes) == 1  # the first share, and never a change since
-    assert worker.balancer.get_lease(queues(4)[0]).epoch == 1
+    assert worker.balancer.get_tenure(queues(4)[0]).lease.epoch == 1
 
 
 async def test_a_failed_renewal_drops_the_queue_at_once(clock, stores):
@@ -161,7 +161,7 @@ async def test_a_restarted_worker_takes_its_dead_predecessors_leases_at_once(clo
 
     old = make()
     await old.initialize("w1", queues(4))
-    assert [old.get_lease(q).epoch for q in queues(4)] == [1, 1, 1, 1]
+    assert [old.get_tenure(q).lease.epoch for q in queues(4)] == [1, 1, 1, 1]
     if how == "process gone":
         dead.add(next(iter(table._rows.values())).incarnation)
         clock.advance(1.0)
@@ -170,8 +170,8 @@ async def test_a_restarted_worker_takes_its_dead_predecessors_leases_at_once(clo
     new = make()
     await new.initialize("w1", queues(4))
     assert numbers(new.get_my_queues()) == [0, 1, 2, 3]
-    assert [new.get_lease(q).epoch for q in queues(4)] == [2, 2, 2, 2]
-    assert await leases.renew([old.get_lease(q) for q in queues(4)], 60.0) == []  # the old tenure is fenced
+    assert [new.get_tenure(q).lease.epoch for q in queues(4)] == [2, 2, 2, 2]
+    assert await leases.renew([old.get_tenure(q).lease for q in queues(4)], 60.0) == []  # the old tenure is fenced
 
 
 async def test_a_second_live_process_of_a_name_reclaims_nothing(clock):

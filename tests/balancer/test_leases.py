@@ -4,6 +4,7 @@ shared by two connections and by two processes."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 import textwrap
 
@@ -11,7 +12,9 @@ import anyio
 import pytest
 
 from balancer import Lease
+from balancer.leases import MemoryLeaseProvider, QueueOwnership
 from streams.backends.embedded.balancer import SqliteLeaseProvider
+from streams.core.clock import ManualClock
 from streams.core.ids import QueueId
 
 Q0, Q1, Q2 = QueueId(0), QueueId(1), QueueId(2)
@@ -147,3 +150,28 @@ async def test_expiry_is_exactly_the_length(lease_factory, clock, length):
     assert await b.acquire([Q0], "b", length) == []
     clock.advance(0.25)
     assert len(await b.acquire([Q0], "b", length)) == 1
+
+
+def test_a_tenure_moves_on_with_each_renewal_and_ends_when_its_lease_is_lost_or_released():
+    clock = ManualClock(1_000.0)
+    provider = MemoryLeaseProvider(clock=clock)
+    ownership = QueueOwnership(provider, "w1", clock=clock, lease_length=10.0, renew_period=4.0)
+    anyio.run(ownership.acquire, [Q0, Q1])
+    kept, released = ownership.tenure(Q0), ownership.tenure(Q1)
+    assert kept is not None and released is not None
+    assert (kept.lease.epoch, kept.held_until) == (1, 1_010.0)
+    clock.advance(4)
+    assert anyio.run(ownership.renew_due) == frozenset()
+    assert kept.held_until == 1_014.0 and ownership.tenure(Q0) is kept  # the same tenure, renewed
+    anyio.run(ownership.release, Q1)
+    assert not released.held() and ownership.tenure(Q1) is None
+    clock.advance(9.9)
+    assert kept.held()
+    clock.advance(0.1)  # no renewal for a whole lease: gone by this worker's own clock
+    assert not kept.held() and ownership.tenure(Q0) is None
+    assert anyio.run(ownership.renew_due) == {Q0}
+    assert kept.held_until == -math.inf  # ended: a new grant is a new tenure
+    anyio.run(ownership.renew_due)  # a queue just lost is not taken again in the same round
+    anyio.run(ownership.acquire, [Q0])
+    again = ownership.tenure(Q0)
+    assert again is not None and again is not kept and again.lease.epoch == 2

@@ -67,7 +67,7 @@ async def test_a_locked_store_holds_a_round_back_but_no_round_fails_and_no_queue
         assert "backing off" in caplog.text
         assert "balancing round failed" not in caplog.text
         assert numbers(balancer.get_my_queues()) == [0, 1]
-        assert balancer.get_lease(queues(2)[0]).expires_at == clock.now() + 60.0
+        assert balancer.get_tenure(queues(2)[0]).lease.expires_at == clock.now() + 60.0
         await balancer.shutdown()
     assert len(worker.changes) == 1  # nothing was ever lost
     store.close()

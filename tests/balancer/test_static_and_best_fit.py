@@ -53,8 +53,8 @@ async def test_listeners_hear_the_first_share_and_nothing_when_nothing_changes(c
     worker = Worker("a", balancer)
     await balancer.initialize("a", queues(4))
     assert [numbers(c.added) for c in worker.changes] == [[0, 1]]
-    assert balancer.get_lease(queues(4)[0]).epoch == 1
-    assert balancer.get_lease(queues(4)[3]) is None
+    assert balancer.get_tenure(queues(4)[0]).lease.epoch == 1
+    assert balancer.get_tenure(queues(4)[3]) is None
     await balancer.tick()
     assert len(worker.changes) == 1
 
@@ -166,7 +166,7 @@ async def test_best_fit_the_new_owner_waits_for_the_old_one_to_drain(clock, shar
     await a.finish_drain()
     await cluster.tick()
     assert cluster.shares() == {"a": [0, 1], "b": [2, 3]}
-    assert [b.balancer.get_lease(q).epoch for q in sorted(b.owned)] == [2, 2]
+    assert [b.balancer.get_tenure(q).lease.epoch for q in sorted(b.owned)] == [2, 2]
 
 
 async def test_best_fit_without_a_worker_list_balances_over_known_members(clock, shared):

@@ -26,8 +26,10 @@ from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(streams.__file__)))
-END = "write"  # the embedded handoff sink's append: where the event's path ends
-END_CLASS = "EmbeddedHandoffSink"
+END = "EmbeddedHandoffSink.write"  # the embedded handoff sink's append
+# The store's write transaction, committed when it returns: the first to return after the
+# sink's append began is the one that appends the window to the handoff log.
+COMMIT = "EmbeddedStore._call_in_transaction"
 
 
 class Trace:
@@ -35,13 +37,21 @@ class Trace:
 
     def __init__(self) -> None:
         self.on = False
+        self.writing = False  # the sink's append has begun
         self.done = False
         self.first: list[str] = []
         self.entries: Counter[str] = Counter()
         self._last: str | None = None
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event != "call" or not self.on:
+        if not self.on:
+            return
+        if event == "return":
+            if self.writing and frame.f_code.co_qualname == COMMIT:
+                self.on = False  # the append's transaction has committed
+                self.done = True
+            return
+        if event != "call":
             return
         path = frame.f_code.co_filename
         if not path.startswith(ROOT) or "/.venv/" in path or "/tests/" in path:
@@ -52,9 +62,8 @@ class Trace:
             self.entries[name] += 1
             if self.entries[name] == 1:
                 self.first.append(name)
-        if frame.f_code.co_name == END and frame.f_code.co_qualname.startswith(END_CLASS + "."):
-            self.on = False
-            self.done = True
+        if frame.f_code.co_qualname == END:
+            self.writing = True
 
 
 async def run(path: str, trace: Trace) -> None:

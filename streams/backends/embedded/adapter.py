@@ -37,8 +37,9 @@ import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
+from balancer.protocols import Lease, Tenure
 from streams.adapters.mapper import HashRingQueueMapper
 from streams.adapters.protocols import ContainerQueueAdapter
 from streams.adapters.retention import RetentionPolicy, RetentionReport
@@ -66,7 +67,6 @@ __all__ = [  # what other modules import from here, wherever it is defined
     "EmbeddedAdapterFactory",
     "EmbeddedQueueAdapter",
     "EmbeddedQueueReceiver",
-    "FencingLease",
     "LeaseFencing",
     "QueuePositions",
 ]
@@ -74,22 +74,11 @@ __all__ = [  # what other modules import from here, wherever it is defined
 _Row = tuple[int, str, bytes]  # queue number, "namespace/key", payload
 
 
-class FencingLease(Protocol):
-    """A lease a receiver reads under (``balancer.Lease``): one tenure of one owner."""
-
-    @property
-    def epoch(self) -> int: ...
-
-
-L = TypeVar("L", bound=FencingLease)
-L_contra = TypeVar("L_contra", contravariant=True)
-
-
-class LeaseFencing(Protocol[L_contra]):
+class LeaseFencing(Protocol):
     """The lease table in the store (``balancer.SqliteLeaseProvider``): the SQL condition
     under which a lease is still its queue's current one."""
 
-    def fence_condition(self, lease: L_contra) -> tuple[str, Mapping[str, Any]]: ...
+    def fence_condition(self, lease: Lease) -> tuple[str, Mapping[str, Any]]: ...
 
 
 class EmbeddedQueueAdapter(ContainerQueueAdapter):
@@ -129,25 +118,19 @@ class EmbeddedQueueAdapter(ContainerQueueAdapter):
         self._committer: GroupCommitter[_Row] = GroupCommitter.threaded(self._insert)
         self._fence_for: Callable[[QueueId], LeaseFence] | None = None
 
-    def fence_with_leases(self, leases: LeaseFencing[L], lease_of: Callable[[QueueId], L | None]) -> None:
-        """Fence every receiver made from now on by the lease its queue has then
-        (``lease_of``: this worker's view, e.g. a balancer's ``get_lease``; ``leases``: the
-        lease table in this store). The receiver reads only while this worker still holds
-        that lease, and its checkpoints land only while it is still the queue's current one.
+    def fence_with_leases(self, leases: LeaseFencing, tenure_of: Callable[[QueueId], Tenure | None]) -> None:
+        """Fence every receiver made from now on by this worker's tenure on its queue then
+        (``tenure_of``: e.g. a balancer's ``get_tenure``; ``leases``: the lease table in this
+        store). The receiver reads only while that tenure holds, and its checkpoints land
+        only while its lease is still the queue's current one.
         """
 
         def fence_for(queue: QueueId) -> LeaseFence:
-            lease = lease_of(queue)
-            if lease is None:
+            tenure = tenure_of(queue)
+            if tenure is None:
                 return NO_LEASE
-
-            def held() -> bool:
-                current = lease_of(queue)
-                # lease_of judges expiry itself, by the monotonic time since renewal.
-                return current is not None and current.epoch == lease.epoch
-
-            condition, parameters = leases.fence_condition(lease)
-            return LeaseFence(condition, parameters, held)
+            condition, parameters = leases.fence_condition(tenure.lease)
+            return LeaseFence(condition, parameters, tenure)
 
         self._fence_for = fence_for
 
@@ -306,11 +289,11 @@ class EmbeddedAdapterFactory:
     def create_dead_letter_store(self) -> EmbeddedDeadLetterStore:
         return EmbeddedDeadLetterStore(self.store)
 
-    def fence_with_leases(self, leases: LeaseFencing[L], lease_of: Callable[[QueueId], L | None]) -> None:
+    def fence_with_leases(self, leases: LeaseFencing, tenure_of: Callable[[QueueId], Tenure | None]) -> None:
         """Fence the adapter's receivers by the leases of the workers sharing this store
         (see :meth:`EmbeddedQueueAdapter.fence_with_leases`; ``streams.runtime.backends``
         does it with its lease-based balancer)."""
-        self._adapter.fence_with_leases(leases, lease_of)
+        self._adapter.fence_with_leases(leases, tenure_of)
 
     async def close(self) -> None:
         """Release the store's connections (see :meth:`EmbeddedStore.close`)."""

@@ -105,7 +105,7 @@ class EmbeddedBackend:
             leases,
             options=options,
         )
-        self.factory.fence_with_leases(leases, balancer.get_lease)
+        self.factory.fence_with_leases(leases, balancer.get_tenure)
         return balancer
 
     async def open_handoff_sink(

@@ -31,11 +31,12 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from balancer.protocols import Tenure
 from streams.adapters.protocols import StateKey, StateRows
 from streams.adapters.retention import RetentionPolicy, RetentionReport
 from streams.backends.embedded.store import EmbeddedStore, Schema, in_chunks
@@ -66,15 +67,15 @@ class LeaseFence:
     ``condition`` and ``parameters``: SQL that holds only while that lease is still the
     queue's current one in the store (:meth:`SqliteLeaseProvider.fence_condition`); a
     checkpoint lands only then. ``held``: whether this worker still holds the lease by its
-    own clock (renewals extend it); a receiver reads only while it does.
+    own clock (renewals extend it); a receiver reads only while it holds.
     """
 
     condition: str
     parameters: Mapping[str, Any]
-    held: Callable[[], bool]
+    tenure: Tenure | None  # None: made while no lease was held, never reads
 
 
-NO_LEASE = LeaseFence("0", {}, lambda: False)  # made while no lease was held: never reads
+NO_LEASE = LeaseFence("0", {}, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +91,6 @@ class QueuePositions:
     @property
     def retained(self) -> int:
         return self.next_sequence - self.first_retained
-
-    @property
-    def unacknowledged(self) -> int:
-        start = 0 if self.checkpoint is None else self.checkpoint + 1
-        return self.next_sequence - max(start, self.first_retained)
 
 
 # -- SQL shared by the adapter and its receivers (run in worker threads) ---------------------

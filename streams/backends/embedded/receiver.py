@@ -5,7 +5,7 @@ has finished with, and applies the retention policy."""
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from functools import partial
 
 from streams.adapters.protocols import CheckpointedState, ReceiverDefaults, StateKey
@@ -110,7 +110,17 @@ class EmbeddedQueueReceiver(CheckpointedState, ReceiverDefaults):
         return await self._store.read(partial(select_records, self.queue, start_sequence, max_count))
 
     def _may_read(self) -> bool:
-        return not self.fenced_out and (self._fence is None or self._fence.held())
+        fence = self._fence
+        if fence is None:
+            return not self.fenced_out
+        # Tenure.held, checked here: one comparison on every read, with no call to the balancer.
+        tenure = fence.tenure
+        return not self.fenced_out and tenure is not None and tenure.clock.monotonic() < tenure.held_until
+
+    def positions(self, messages: Sequence[QueueMessage]) -> Iterable[int]:
+        # A queue's records are numbered densely and retention takes only a prefix, so a
+        # read's records are a run of consecutive positions.
+        return range(messages[0].sequence_number, messages[-1].sequence_number + 1) if messages else ()
 
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         await self.checkpointer.acknowledge(tokens)

@@ -40,7 +40,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,7 +51,7 @@ from aiokafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
 from balancer.base import BalancerOptions
-from balancer.protocols import Lease, QueueDistributionChange, QueueDistributionListener
+from balancer.protocols import QueueDistributionChange, QueueDistributionListener
 from streams.backends.kafka.assignor import BestFitPartitionAssignor
 from streams.backends.kafka.clients import is_transient, stop_client
 from streams.backends.kafka.settings import KafkaSettings
@@ -209,13 +208,6 @@ class KafkaGroupBalancer:
 
     def get_my_queues(self) -> frozenset[QueueId]:
         return self._owned
-
-    def get_lease(self, queue: QueueId) -> Lease | None:
-        """The group generation that gave ``queue`` to this worker, as the lease's epoch (the
-        lease lasts as long as the membership: no expiry of its own)."""
-        if queue not in self._held:
-            return None
-        return Lease(queue, self._worker, self._generation, math.inf)
 
     def subscribe(self, listener: QueueDistributionListener) -> None:
         self._listeners.append(listener)

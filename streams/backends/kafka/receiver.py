@@ -113,11 +113,6 @@ class KafkaQueueReceiver(ReceiverDefaults):
         self.saved: SavedBeforeCommit | None = None  # written before each commit
         self.intake: Intake | None = None  # takes each fetch instead of the reader alone
 
-    @property
-    def committed_offset(self) -> int | None:
-        """The offset this receiver last committed (the next record to read after a restart)."""
-        return self._committed.get(self._partition)
-
     async def initialize(self) -> None:
         """Connect, and place the read position after the committed offset (or at the
         configured start when the group has none for this partition)."""

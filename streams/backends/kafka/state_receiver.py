@@ -56,11 +56,6 @@ class KafkaStateReceiver(CheckpointedState, ReceiverDefaults):
         """Whether the last read left the read position at every partition's high-water mark."""
         return self.reads.caught_up
 
-    @property
-    def committed_offset(self) -> int | None:
-        """The offset last committed (the next record to read after a restart)."""
-        return self.reads.committed_offset
-
     async def initialize(self) -> None:
         await self.reads.initialize()
 

@@ -8,11 +8,12 @@ import time
 
 import anyio
 
-from balancer import BalancerOptions, Lease
+from balancer import BalancerOptions, Lease, Tenure
 from streams import QueueId, StreamId, StreamProvider
 from streams.backends.embedded.adapter import EmbeddedAdapterFactory, EmbeddedQueueReceiver
 from streams.backends.embedded.balancer import SqliteLeaseProvider
 from streams.core.batch import BatchContainer, BatchKind
+from streams.core.clock import WallClock
 from tests.agents.delivery.conftest import Recorder, drained
 
 Q0 = QueueId(0)
@@ -26,7 +27,7 @@ async def _fill(adapter, count: int) -> None:
 
 class Owner:
     """One worker's view of queue 0 on the store: its adapter, fenced by the leases it holds,
-    each judged held (as a balancer's ``get_lease`` judges it) until its length has elapsed
+    each judged held (as a balancer judges its tenure) until its length has elapsed
     since it was taken, by the monotonic clock."""
 
     def __init__(self, path, name: str) -> None:
@@ -36,14 +37,14 @@ class Owner:
         self.held: dict[QueueId, Lease] = {}
         self._until: dict[QueueId, float] = {}
 
-    def lease(self, queue: QueueId) -> Lease | None:
+    def tenure(self, queue: QueueId) -> Tenure | None:
         lease = self.held.get(queue)
-        return lease if lease is not None and time.monotonic() < self._until[queue] else None
+        return Tenure(lease, self._until[queue], WallClock()) if lease is not None else None
 
     async def take(self, length: float = 60.0) -> EmbeddedQueueReceiver:
         """Lease queue 0 and open a receiver on it under that lease."""
         adapter = await self.factory.create_adapter()
-        adapter.fence_with_leases(self.leases, self.lease)
+        adapter.fence_with_leases(self.leases, self.tenure)
         self._until[Q0] = time.monotonic() + length
         [self.held[Q0]] = await self.leases.acquire([Q0], self.name, length)
         receiver = adapter.create_receiver(Q0)

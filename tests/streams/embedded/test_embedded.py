@@ -326,11 +326,13 @@ async def test_retention_by_age_waits_for_age_and_for_acknowledgement(
     old = await adapter.apply_retention(policy, now=time.time() + 3600)
     assert old[0] == RetentionReport(Q0, expired=7)
     positions = await adapter.positions(Q0)
-    assert (positions.first_retained, positions.next_sequence, positions.unacknowledged) == (
-        7,
-        10,
-        3,
-    )
+    assert (positions.first_retained, positions.next_sequence, positions.checkpoint) == (7, 10, 6)
+    receiver = adapter.create_receiver(Q0)  # the unacknowledged three are read again, nothing else
+    await receiver.initialize()
+    read = await drain(receiver)
+    assert [m.sequence_number for m in read] == [7, 8, 9]
+    assert list(receiver.positions(read)) == [7, 8, 9]  # what the agent acknowledges by
+    assert list(receiver.positions([])) == []
 
 
 async def test_retention_by_size_drops_acknowledged_first_then_counts_and_logs_the_rest(

@@ -19,8 +19,18 @@ from streams.core.batch import BatchContainer, BatchKind
 from streams.core.ids import StreamId
 from streams.core.record_batch import RecordBatch
 from streams.eventtime import Count, Hopping, OrderingPolicy, Processor, Tumbling
+from streams.eventtime.declaration import Declaration
+from streams.eventtime.parts import ProcessorParts
 
 SID = StreamId("sensors", "s-1")
+
+
+def in_runs(*args: Any, **kwargs: Any) -> bool:
+    """Whether processors of this declaration take a batch of columns as runs (the per-event
+    way of its parts, which its first processor makes)."""
+    parts = ProcessorParts(Declaration(*args, **kwargs))
+    Processor.of(parts)
+    return bool(parts.ingest.in_runs)
 
 
 @st.composite
@@ -93,7 +103,7 @@ def observed(p: Processor, out: Any) -> tuple[Any, ...]:
 def test_runs_of_columns_give_what_events_one_by_one_give(sample):
     runs = Processor(sample["policy"], sample["window"], Count())
     each = Processor(sample["policy"], sample["window"], Count())
-    assert runs._ingest.in_runs  # the shape is one the runs take
+    assert in_runs(sample["policy"], sample["window"], Count())  # the shape is one the runs take
     for batch in columns_of(sample):
         events = list(batch)  # event objects: the per-event way
         assert observed(runs, runs.on_events(batch)) == observed(each, each.on_events(events))
@@ -111,10 +121,11 @@ def test_a_run_counts_its_events_once_and_closes_on_time():
 
 
 def test_shapes_the_runs_do_not_take_go_the_per_event_way():
-    assert not Processor(OrderingPolicy(), Tumbling(10), Count(), group_by="k")._ingest.in_runs
-    assert not Processor(OrderingPolicy(late_arrival=5), Tumbling(10), Count())._ingest.in_runs
-    assert not Processor(OrderingPolicy(), Hopping(5, 10), Count())._ingest.in_runs  # gaps between windows
-    assert not Processor(OrderingPolicy(timestamp_by=lambda e: e.value["t"]), Tumbling(10), Count())._ingest.in_runs
+    assert in_runs(OrderingPolicy(), Tumbling(10), Count())
+    assert not in_runs(OrderingPolicy(), Tumbling(10), Count(), group_by="k")
+    assert not in_runs(OrderingPolicy(late_arrival=5), Tumbling(10), Count())
+    assert not in_runs(OrderingPolicy(), Hopping(5, 10), Count())  # gaps between windows
+    assert not in_runs(OrderingPolicy(timestamp_by=lambda e: e.value["t"]), Tumbling(10), Count())
 
 
 @settings(max_examples=100, deadline=None)
@@ -145,7 +156,8 @@ def test_a_run_is_sampled_one_event_in_every():
     sketch = LatenessSketch(every=4)
     p.sample_times(sketch)
     batch = BatchContainer(SID, BatchKind.DATA, 30.0, [{"ts": t * 1000} for t in range(1, 21)]).events(0)
-    assert p._ingest.in_runs and hasattr(batch, "columns")  # taken as a run
+    policy = OrderingPolicy(out_of_order=2, timestamp_by="ts", unit="ms")
+    assert in_runs(policy, Tumbling(10), Count()) and hasattr(batch, "columns")  # taken as a run
     p.on_events(batch)
     seen = sketch.observed(30.0)
     assert seen.samples == 5  # events 4, 8, 12, 16 and 20 of 20

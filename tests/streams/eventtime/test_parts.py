@@ -10,6 +10,7 @@ import pytest
 
 from streams.core.errors import ConfigurationError
 from streams.eventtime import Count, EventTime, Hopping, OrderingPolicy, Processor, Sum, Tumbling
+from streams.eventtime.declaration import Declaration
 from streams.eventtime.parts import ProcessorParts
 
 
@@ -62,9 +63,7 @@ def test_a_processor_from_parts_gives_what_one_built_alone_gives(declare):
     times = [1.0, 3.0, 2.0, 9.0, 4.0, 12.0, 0.5, 20.0, 19.0]
     alone = Processor(inputs=("p",), **declare())
     settings = declare()
-    parts = ProcessorParts(
-        settings.pop("policy"), settings.pop("window", None), settings.pop("aggregate", None), **settings
-    )
+    parts = ProcessorParts(Declaration(**settings))
     built = Processor.of(parts, "p")
     for i in range(0, len(times), 2):
         batch = _events(times[i : i + 2], key="ab"[i % 2])
@@ -105,7 +104,7 @@ def test_a_declaration_with_its_parts_prepared_still_pickles():
 
 def test_one_input_is_found_by_its_name_and_another_name_is_refused_naming_it():
     # One input has no dict by name (its processor compares the name); several do.
-    one = Processor.of(ProcessorParts(OrderingPolicy(), Tumbling(10)), "booths/b0")
+    one = Processor.of(ProcessorParts(Declaration(OrderingPolicy(), Tumbling(10))), "booths/b0")
     assert one.on_events(_events([1.0]), "booths/b0").watermark == 1.0
     with pytest.raises(ConfigurationError, match=r"unknown input 'booths/b1'.*\['booths/b0'\]"):
         one.on_events(_events([2.0]), "booths/b1")
@@ -115,3 +114,21 @@ def test_one_input_is_found_by_its_name_and_another_name_is_refused_naming_it():
         two.on_events(_events([2.0]), "c")
     assert one.on_completed("booths/b0").watermark == float("inf")
     assert [(w.start, w.value) for w in two.flush().windows] == [(0.0, 1)]
+
+
+def test_a_processor_takes_the_declarations_arguments_and_checks_them_there():
+    import inspect
+
+    declared = list(inspect.signature(Declaration).parameters)
+    assert list(inspect.signature(Processor).parameters) == declared  # as help() shows it
+    p = Processor(OrderingPolicy(out_of_order=2), Tumbling(10), Sum(), group_by="k", select="v")
+    out = p.on_events(_events([1.0, 2.0, 13.0]))
+    assert [(w.key, w.start, w.value) for w in out.windows] == [("a", 0.0, 1)]  # v = 0 + 1
+    with pytest.raises(TypeError, match="unexpected keyword argument 'group'"):
+        Processor(group="k")  # type: ignore[call-arg]
+
+
+def test_an_event_time_declaration_refuses_a_trace_its_activations_would_not_keep():
+    assert Processor(trace=True).on_events(_events([1.0])).trace
+    with pytest.raises(ConfigurationError, match="trace is a Processor's"):
+        EventTime(trace=True)

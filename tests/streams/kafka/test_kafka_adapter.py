@@ -260,8 +260,7 @@ async def test_commits_are_throttled_and_flushed_on_shutdown(kafka_broker: str, 
         messages = await drain(receiver)
         await receiver.messages_delivered([m.token for m in messages[:2]])  # the first commit
         await receiver.messages_delivered([m.token for m in messages[2:5]])  # within the hour
-        assert await committed_in_kafka(kafka_broker, kafka_topic, group, Q0) == 2
-        assert receiver.committed_offset == 2
+        assert await committed_in_kafka(kafka_broker, kafka_topic, group, Q0) == 2  # not 5 yet
         await receiver.shutdown()  # as when the queue moves to another worker
         assert await committed_in_kafka(kafka_broker, kafka_topic, group, Q0) == 5
 
