@@ -41,15 +41,20 @@ from pathlib import Path
 from streams.adapters.protocols import StateKey, StateRows
 from streams.backends.embedded.queue_tables import STATE_SCHEMA, read_states, saved_state, saved_states, write_states
 from streams.backends.embedded.store import EmbeddedStore, Schema
+from streams.core.clock import wall_time
 from streams.core.errors import StoreError
 from streams.core.ids import SequenceToken
 
 log = logging.getLogger("headrace.kafka")
 
 OFFSET_SCHEMA: Schema = [
-    # The next changelog offset a queue's states reflect: every record before it is applied.
-    "CREATE TABLE changelog_offsets(queue INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL)",
+    # The next changelog offset a queue's states reflect (every record before it is applied),
+    # and when the copy was last brought there (POSIX seconds).
+    "CREATE TABLE changelog_offsets(queue INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL, synced REAL)",
 ]
+# Tombstones found idle at once are sent in writes of at most this many, one per sweep: a
+# backlog of expiries never makes one write that outlasts a request's timeout.
+EXPIRED_A_SWEEP = 10_000
 SLOTS = 1024  # workers of one changelog on one machine, at most
 
 
@@ -64,9 +69,17 @@ class ChangelogCopy:
 
     def offset(self, queue: int) -> int | None:
         """The changelog offset ``queue``'s states reflect; ``None``: none recorded."""
+        found = self.synced(queue)
+        return None if found is None else found[0]
+
+    def synced(self, queue: int) -> tuple[int, float] | None:
+        """``(the changelog offset queue's states reflect, when the copy was brought there)``;
+        ``None``: none recorded."""
         with self.store.connection() as conn:
-            row = conn.execute("SELECT next_offset FROM changelog_offsets WHERE queue = ?", (queue,)).fetchone()
-        return None if row is None else int(row[0])
+            row = conn.execute(
+                "SELECT next_offset, COALESCE(synced, 0) FROM changelog_offsets WHERE queue = ?", (queue,)
+            ).fetchone()
+        return None if row is None else (int(row[0]), float(row[1]))
 
     async def apply(self, queue: int, rows: StateRows, *, next_offset: int, after: int | None = None) -> None:
         """Apply ``rows`` to ``queue``'s states and record ``next_offset``, in one transaction.
@@ -96,7 +109,8 @@ class ChangelogCopy:
             return saved_states(queue, keys, conn)
 
     async def idle_keys(self, queue: int, consumer: str, before: float) -> list[StateKey]:
-        """The keys of ``consumer``'s durable states on ``queue`` last written before ``before``."""
+        """The keys of ``consumer``'s durable states on ``queue`` last written before ``before``
+        (at most :data:`EXPIRED_A_SWEEP`)."""
         return await self.store.read(partial(_idle_keys, queue, consumer, before))
 
     def count(self, queue: int) -> int:
@@ -172,9 +186,9 @@ def _apply(queue: int, rows: StateRows, next_offset: int, after: int | None, con
         if row is None or row[0] != after:
             return
     conn.execute(
-        "INSERT INTO changelog_offsets(queue, next_offset) VALUES (?, ?)"
-        " ON CONFLICT(queue) DO UPDATE SET next_offset = excluded.next_offset",
-        (queue, next_offset),
+        "INSERT INTO changelog_offsets(queue, next_offset, synced) VALUES (?, ?, ?)"
+        " ON CONFLICT(queue) DO UPDATE SET next_offset = excluded.next_offset, synced = excluded.synced",
+        (queue, next_offset, wall_time()),
     )
 
 
@@ -185,7 +199,8 @@ def _forget(queue: int, conn: sqlite3.Connection) -> int:
 
 def _idle_keys(queue: int, consumer: str, before: float, conn: sqlite3.Connection) -> list[StateKey]:
     rows = conn.execute(
-        "SELECT stream FROM activation_states WHERE queue = ? AND consumer = ? AND durable AND COALESCE(touched, 0) < ?",
-        (queue, consumer, before),
+        "SELECT stream FROM activation_states WHERE queue = ? AND consumer = ? AND durable AND COALESCE(touched, 0) < ?"
+        " LIMIT ?",
+        (queue, consumer, before, EXPIRED_A_SWEEP),
     )
     return [(consumer, stream) for (stream,) in rows]

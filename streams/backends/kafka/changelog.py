@@ -86,6 +86,7 @@ from streams.backends.kafka.clients import (
 from streams.backends.kafka.ends import offset_bounds
 from streams.backends.kafka.repartition import BATCH_BYTES
 from streams.backends.kafka.settings import KafkaSettings
+from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError, QueueFailedError
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.retry import OutageLog, reason_of
@@ -93,7 +94,14 @@ from streams.core.retry import OutageLog, reason_of
 FORMAT = 1
 # The topic's configs. Kafka compacts only closed segments: closing one every 10 minutes
 # (not every week) keeps what a takeover reads near the open state plus recent writes.
-CHANGELOG: Mapping[str, str] = {"cleanup.policy": "compact", "segment.ms": "600000"}
+# How long compaction keeps a tombstone (Kafka's default, set so that it is known): a local
+# copy last brought up to date longer ago than that may miss a deletion, and is rebuilt.
+DELETE_RETENTION = 86_400.0
+CHANGELOG: Mapping[str, str] = {
+    "cleanup.policy": "compact",
+    "segment.ms": "600000",
+    "delete.retention.ms": str(int(DELETE_RETENTION * 1000)),
+}
 
 SavedStates = dict[StateKey, tuple[SequenceToken, bytes]]
 # Opens a worker's local state store in a directory (the embedded store's changelog_copy).
@@ -119,17 +127,25 @@ def local_state_dir(settings: KafkaSettings) -> Path:
     return Path(base) / changelog_topic(settings)
 
 
-def rebuild_reason(stored: int | None, first: int, end: int) -> str | None:
-    """Why a local copy of a changelog partition at offset ``stored`` cannot be read on from,
-    the partition holding offsets ``first`` to ``end``; ``None``: it can (only its tail is read).
+def rebuild_reason(stored: int | None, first: int, end: int, age: float = 0.0) -> str | None:
+    """Why a local copy of a changelog partition at offset ``stored``, brought there ``age``
+    seconds ago, cannot be read on from, the partition holding offsets ``first`` to ``end``;
+    ``None``: it can (only its tail is read).
 
     >>> rebuild_reason(7, 0, 10) is None, rebuild_reason(None, 0, 10)
     (True, 'no local copy of the partition')
     >>> rebuild_reason(12, 0, 10), rebuild_reason(3, 5, 10)
     ("its offset 12 is past the changelog's end 10", "its offset 3 is before the changelog's oldest record 5")
+    >>> rebuild_reason(7, 0, 10, age=2 * 86_400.0)
+    'its copy is 48.0 h old: compaction may have dropped deletions since (delete.retention.ms 24.0 h)'
     """
     if stored is None:
         return "no local copy of the partition"
+    if age >= DELETE_RETENTION:
+        return (
+            f"its copy is {age / 3600:.1f} h old: compaction may have dropped deletions since "
+            f"(delete.retention.ms {DELETE_RETENTION / 3600:.1f} h)"
+        )
     if stored > end:
         return f"its offset {stored} is past the changelog's end {end}"
     if stored < first:
@@ -214,14 +230,18 @@ class KafkaChangelog:
         ``False`` if any did not land (nothing may be relied on then): the cluster could not
         be reached, or it refused a record (too large, not authorized: logged once, and
         the queue's offset stays where it is until a write succeeds)."""
+        async with self._writing.setdefault(queue.number, anyio.Lock()):
+            return await self._written(queue, rows)
+
+    async def _written(self, queue: QueueId, rows: StateRows) -> bool:
+        """:meth:`write`, in the queue's write turn."""
         upserts, deletes = rows
         if not upserts and not deletes:
             return True
         records: list[tuple[bytes, bytes | None]] = [(state_key(queue.number, c, s), None) for c, s in deletes]
         records += [(state_key(queue.number, c, s), encode_state(seq, idx, state)) for c, s, seq, idx, state in upserts]
-        async with self._writing.setdefault(queue.number, anyio.Lock()):
-            offsets = await self._sent(queue, records)
-            return offsets is not None and await self._kept_locally(queue, rows, offsets)
+        offsets = await self._sent(queue, records)
+        return offsets is not None and await self._kept_locally(queue, rows, offsets)
 
     async def _sent(self, queue: QueueId, records: list[tuple[bytes, bytes | None]]) -> list[int] | None:
         """Send ``records``; their offsets once Kafka has every one, ``None`` if not."""
@@ -329,25 +349,29 @@ class KafkaChangelog:
 
     async def _restore(self, queue: QueueId, local: LocalStates) -> SavedStates:
         """Bring ``queue``'s copy in the local store up to the changelog's end (its tail, or
-        all of it: see the module), logged; the states a worker holds."""
-        tp = TopicPartition(self.topic, queue.number)
-        consumer = self._reader()
-        await start_client(consumer, self.settings)
-        try:
-            consumer.assign([tp])
-            first, end = await offset_bounds(consumer, tp, self.settings.request_timeout)
-            stored = local.offset(queue.number)
-            why = rebuild_reason(stored, first, end)
-            if why is not None or stored is None:
-                await local.forget(queue.number)
-                start = first
-            else:
-                start = stored
-            read, reached = await self._copy(consumer, tp, (start, end), local, queue)
-        finally:
-            await stop_client(consumer)
+        all of it: see the module), logged; the states a worker holds. A write of the queue's
+        states still going on (a receiver before this one) ends first."""
+        async with self._writing.setdefault(queue.number, anyio.Lock()):
+            tp = TopicPartition(self.topic, queue.number)
+            consumer = self._reader()
+            await start_client(consumer, self.settings)
+            try:
+                consumer.assign([tp])
+                first, end = await offset_bounds(consumer, tp, self.settings.request_timeout)
+                synced = local.synced(queue.number)
+                stored = None if synced is None else synced[0]
+                why = rebuild_reason(stored, first, end, 0.0 if synced is None else wall_time() - synced[1])
+                if why is not None or stored is None:
+                    await local.forget(queue.number)
+                    start = first
+                else:
+                    start = stored
+                read, reached = await self._copy(consumer, tp, (start, end), local, queue)
+            finally:
+                await stop_client(consumer)
         self.records_read += read
         states = await local.read_states(queue.number)
+        on_disk = await anyio.to_thread.run_sync(local.count, queue.number)  # a scan of the queue's rows
         log.info(
             "%s: local state store %s; read %d changelog record(s) (offsets %d to %d); %d state(s) on disk, %d held",
             queue,
@@ -355,10 +379,22 @@ class KafkaChangelog:
             read,
             start,
             reached,
-            local.count(queue.number),
+            on_disk,
             len(states),
         )
         return states
+
+    async def expire(self, queue: QueueId, consumer: str, before: float) -> int:
+        """Delete ``consumer``'s durable states of ``queue`` in the local store last written
+        before ``before``: a tombstone each in the changelog, then from the local store; how
+        many (0 while the changelog cannot be written: the next sweep tries again). The keys
+        are chosen inside the queue's write turn, so no state being written is taken for idle."""
+        local = await self.local_states()
+        if local is None:
+            return 0
+        async with self._writing.setdefault(queue.number, anyio.Lock()):
+            keys = await local.idle_keys(queue.number, consumer, before)
+            return len(keys) if keys and await self._written(queue, ([], keys)) else 0
 
     async def _copy(
         self, consumer: AIOKafkaConsumer, tp: TopicPartition, span: tuple[int, int], local: LocalStates, queue: QueueId

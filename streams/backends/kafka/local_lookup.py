@@ -46,10 +46,8 @@ class LocalLookup:
         """Delete ``consumer``'s durable states of this queue written before ``before``: a
         tombstone each in the changelog, then from the local store; how many (0 while the
         changelog cannot be written: the next sweep tries again)."""
-        keys = await self._local().idle_keys(self.queue.number, consumer, before)
-        if not keys or not await self.changelog.write(self.queue, ([], keys)):
-            return 0
-        return len(keys)
+        self._local()
+        return await self.changelog.expire(self.queue, consumer, before)
 
 
 class KafkaLocalStateReceiver(LocalLookup, KafkaStateReceiver):

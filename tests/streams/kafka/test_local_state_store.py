@@ -167,6 +167,11 @@ async def test_a_deleted_damaged_or_impossible_local_store_is_rebuilt_and_exact(
     await restart("its offset")
     assert "past the changelog's end" in a.log.read_text()
 
+    with sqlite3.connect(database) as conn:  # brought up to date before compaction forgets deletions
+        conn.execute("UPDATE changelog_offsets SET synced = synced - 86400")
+    await restart("its copy is 24.0 h old")
+    assert "compaction may have dropped deletions" in a.log.read_text()
+
 
 async def test_a_queue_moved_by_a_rebalance_is_restored_exactly(
     tmp_path: Path, kafka_broker: str, kafka_topic: str
