@@ -257,7 +257,15 @@ class LocalStates(Protocol):
 
     def synced(self, queue: int) -> tuple[int, float] | None: ...
 
-    async def apply(self, queue: int, rows: StateRows, *, next_offset: int, after: int | None = None) -> None: ...
+    async def apply(
+        self,
+        queue: int,
+        rows: StateRows,
+        *,
+        next_offset: int,
+        after: int | None = None,
+        written_at: float | None = None,
+    ) -> None: ...
 
     async def forget(self, queue: int) -> int: ...
 

@@ -81,13 +81,21 @@ class ChangelogCopy:
             ).fetchone()
         return None if row is None else (int(row[0]), float(row[1]))
 
-    async def apply(self, queue: int, rows: StateRows, *, next_offset: int, after: int | None = None) -> None:
+    async def apply(
+        self,
+        queue: int,
+        rows: StateRows,
+        *,
+        next_offset: int,
+        after: int | None = None,
+        written_at: float | None = None,
+    ) -> None:
         """Apply ``rows`` to ``queue``'s states and record ``next_offset``, in one transaction.
         With ``after`` (where the changelog records that carried ``rows`` begin), the offset moves
         only if the store's is ``after``: a write with changelog records of others before it
         (a failed write's, another writer's) leaves the offset where it is, so a restart reads
         those records again."""
-        await self.store.write(partial(_apply, queue, rows, next_offset, after))
+        await self.store.write(partial(_apply, queue, rows, next_offset, after, written_at))
 
     async def forget(self, queue: int) -> int:
         """Drop ``queue``'s states and offset (before it is rebuilt); how many states went."""
@@ -179,8 +187,10 @@ def _store(path: Path) -> EmbeddedStore:
     return store
 
 
-def _apply(queue: int, rows: StateRows, next_offset: int, after: int | None, conn: sqlite3.Connection) -> None:
-    write_states(queue, rows, conn)
+def _apply(
+    queue: int, rows: StateRows, next_offset: int, after: int | None, written_at: float | None, conn: sqlite3.Connection
+) -> None:
+    write_states(queue, rows, conn, written_at)
     if after is not None:
         row = conn.execute("SELECT next_offset FROM changelog_offsets WHERE queue = ?", (queue,)).fetchone()
         if row is None or row[0] != after:

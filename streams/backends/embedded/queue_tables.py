@@ -256,13 +256,15 @@ STATE_SCHEMA: Schema = [
 ]
 
 
-def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection) -> None:
+def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection, written_at: float | None = None) -> None:
+    """Upsert and delete ``rows`` of ``queue``; the upserts are stamped written now, or at
+    ``written_at`` (a copy of states written elsewhere earlier: their time to live runs from then)."""
     upserts, deletes = rows
     conn.executemany(
         "DELETE FROM activation_states WHERE queue = ? AND consumer = ? AND stream = ?",
         [(queue, consumer, stream) for consumer, stream in deletes],
     )
-    now = wall_time()
+    now = wall_time() if written_at is None else written_at
     conn.executemany(
         "INSERT INTO activation_states(queue, consumer, stream, seq, idx, state, touched, wake, durable)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"

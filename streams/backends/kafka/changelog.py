@@ -408,7 +408,11 @@ class KafkaChangelog:
             newest = {record.key: record.value for record in chunk if record.key is not None}
             read += len(chunk)
             reached = chunk[-1].offset + 1
-            await local.apply(queue.number, _rows_of(queue, newest), next_offset=reached)
+            # Written when the chunk's last record was, at the latest: a copy's time to live
+            # runs from the changelog's writes, not from this read.
+            stamp = chunk[-1].timestamp
+            written_at = stamp / 1000 if stamp is not None and stamp > 0 else None
+            await local.apply(queue.number, _rows_of(queue, newest), next_offset=reached, written_at=written_at)
         reached = max(reached, end)
         await local.apply(queue.number, ([], []), next_offset=reached)
         return read, reached

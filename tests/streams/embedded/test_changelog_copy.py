@@ -5,18 +5,28 @@ file moved aside."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
 
-from streams.backends.embedded.changelog_copy import open_changelog_copy
+from streams import Durable
+from streams.backends.embedded.changelog_copy import EXPIRED_A_SWEEP, open_changelog_copy
 from streams.backends.kafka.changelog import KafkaChangelog
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.errors import QueueFailedError
 from streams.core.ids import SequenceToken
 from streams.core.retry import OutageLog
+from streams.core.state import pack_unit
 
 ROW = ("Counts", "m/1", 41, 0, b"s")
+
+
+class Device:
+    count = Durable(0)
+
+    def __init__(self) -> None:
+        self.count = 1
 
 
 async def test_two_workers_on_one_machine_take_two_files_and_a_restart_takes_its_own_back(tmp_path: Path) -> None:
@@ -52,6 +62,25 @@ async def test_the_offset_moves_only_over_writes_that_follow_it(tmp_path: Path) 
         }
         assert await copy.forget(0) == 1
         assert copy.offset(0) is None and copy.count(0) == 0
+    finally:
+        copy.close()
+
+
+async def test_states_copied_from_the_changelog_age_from_their_writes_and_expire_a_sweep_at_a_time(
+    tmp_path: Path,
+) -> None:
+    copy = open_changelog_copy(tmp_path)
+    unit = pack_unit(Device(), None, None)  # a durable state: its time to live applies
+    try:
+        then = time.time() - 3600
+        many = [("Device", f"d/{n}", n, 0, unit) for n in range(EXPIRED_A_SWEEP + 5)]
+        await copy.apply(0, (many, []), next_offset=len(many), written_at=then)  # a copy: written an hour ago
+        await copy.apply(0, ([("Device", "d/new", 1, 0, unit)], []), next_offset=len(many) + 1)  # written now
+        offset, synced = copy.synced(0) or (None, 0.0)
+        assert offset == len(many) + 1 and abs(synced - time.time()) < 60
+        idle = await copy.idle_keys(0, "Device", time.time() - 60)
+        assert len(idle) == EXPIRED_A_SWEEP and ("Device", "d/new") not in idle  # one sweep's worth
+        assert await copy.idle_keys(0, "Device", then - 1) == []  # not idle before they were written
     finally:
         copy.close()
 
