@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.errors import AnalysisException, StreamingQueryException
 
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
 from streams.backends.embedded.handoff_retention import compact
+from streams.backends.kafka.handoff_records import HandoffTopics
 from tests.spark_sink.handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 
 
@@ -247,3 +249,26 @@ def test_kafka_mistakes_are_reported_clearly(spark, kafka_handoff, events, optio
     reader = spark.readStream.format("headrace").options(**kafka_handoff.options(), stream=STREAM)
     with pytest.raises((AnalysisException, StreamingQueryException), match=message):
         reader.options(**options).load().writeStream.format("noop").start().awaitTermination()
+
+
+def test_on_kafka_a_foreign_batch_at_the_end_holds_back_no_window(spark, kafka_handoff, events, expected, tmp_path):
+    """The Spark read ends where the broker lists each partition's end; Tansu lists a batch
+    of several records (here three foreign ones, in one librdkafka batch) as ending after its
+    first. Every window before and after that batch reaches Spark, each once."""
+    results = window_results(events)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    kafka_handoff.append_windows(results[: len(results) // 2])
+    topic = HandoffTopics(kafka_handoff.prefix).data(STREAM)
+    producer = Producer({"bootstrap.servers": kafka_handoff.bootstrap, "linger.ms": 200, "enable.idempotence": False})
+    for n in range(3):
+        producer.produce(topic, f"not a handoff record {n}".encode(), partition=0)
+    assert producer.flush(10) == 0
+    first = to_parquet(windows_of(kafka_handoff, spark), out, checkpoint, availableNow=True)
+    first.awaitTermination()
+    kafka_handoff.append_windows(results[len(results) // 2 :])
+    second = to_parquet(windows_of(kafka_handoff, spark), out, checkpoint, availableNow=True)
+    second.awaitTermination()
+    assert sum(batch_rows(first)) == len(results) // 2
+    assert sum(batch_rows(second)) == len(results) - len(results) // 2
+    assert collect_windows(spark.read.parquet(str(out))) == expected
+    assert collect_windows(batch_of(kafka_handoff, spark)) == expected

@@ -25,7 +25,7 @@ from spark_sink.storage import BATCH_ROWS, HandoffSplit, rebatch
 from streams.backends.kafka.clients import start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_range, open_reader
-from streams.backends.kafka.handoff_records import HandoffRecord, HandoffTopics
+from streams.backends.kafka.handoff_records import Declaration, HandoffRecord, HandoffTopics
 from streams.backends.kafka.spark_options import connection_from_spark
 
 T = TypeVar("T")
@@ -59,15 +59,24 @@ class KafkaStorage:
     def __init__(self, connection: KafkaConnection, prefix: str = "headrace") -> None:
         self.connection = connection
         self.prefix = prefix
+        # A stream's first declaration stands (KafkaHandoffLog.declare): read once, kept.
+        self._declared: dict[str, Declaration] = {}
 
     def schema(self, stream: str) -> HandoffSchema:
-        return self._call(lambda log: log.declaration(stream)).schema
+        return self._declaration(stream).schema
 
     def start_offsets(self, stream: str) -> dict[int, int]:
-        return self._call(lambda log: log.offsets(stream))[0]
+        partitions = self._declaration(stream).partitions
+        return self._call(lambda log: log.listed_offsets(stream, partitions))[0]
 
     def end_offsets(self, stream: str) -> dict[int, int]:
-        return self._call(lambda log: log.offsets(stream))[1]
+        partitions = self._declaration(stream).partitions
+        return self._call(lambda log: log.listed_offsets(stream, partitions))[1]
+
+    def _declaration(self, stream: str) -> Declaration:
+        if stream not in self._declared:
+            self._declared[stream] = self._call(lambda log: log.declaration(stream))
+        return self._declared[stream]
 
     def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
         """Whole appends, at most ``max_rows`` rows that count: their sizes are read from
