@@ -89,7 +89,11 @@ class HeadraceBatchReader(_HandoffReading, DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         stream = self.options.stream
-        return self._partitions(self.storage.start_offsets(stream), self.storage.end_offsets(stream))
+        try:
+            return self._partitions(self.storage.start_offsets(stream), self.storage.end_offsets(stream))
+        finally:  # planned: nothing of the storage stays open in Spark's planning process
+            self.storage.close()
+            self._storage = None
 
 
 class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -2,14 +2,16 @@
 
 An offset here is a Kafka offset of ``<prefix>.handoff.<stream>``: one record per append,
 several rows each. The DataSource's methods are synchronous and run in Spark's Python
-processes: :class:`KafkaStorage` connects for each call and disconnects after it (Spark does
-not reliably call ``stop()``, so nothing may be left open between calls), and a
+processes: :class:`KafkaStorage` connects at its first call, on an event loop of its own in a
+daemon thread, and stays connected until ``close()`` (the batch reader closes it once planned,
+the stream reader when Spark stops it; a process Spark ends takes the thread with it), and a
 :class:`KafkaSplit` reads in the executor on an event loop of its own, in a daemon thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +63,8 @@ class KafkaStorage:
         self.prefix = prefix
         # A stream's first declaration stands (KafkaHandoffLog.declare): read once, kept.
         self._declared: dict[str, Declaration] = {}
+        self._loop: _LoopThread | None = None  # the connection's event loop, in a daemon thread
+        self._log: KafkaHandoffLog | None = None
 
     def schema(self, stream: str) -> HandoffSchema:
         return self._declaration(stream).schema
@@ -92,14 +96,30 @@ class KafkaStorage:
         """Nothing: a Kafka topic is trimmed by its retention, not by one of its readers."""
 
     def close(self) -> None:
-        pass  # nothing stays open between calls
+        loop, log, self._loop, self._log = self._loop, self._log, None, None
+        if loop is not None:
+            if log is not None:
+                with contextlib.suppress(Exception):  # closing: a broken connection is closed too
+                    loop.call(log.close)
+            loop.close()
 
     def _call(self, fn: Callable[[KafkaHandoffLog], Awaitable[T]]) -> T:
-        async def connected() -> T:
-            async with KafkaHandoffLog(self.connection, self.prefix) as log:
-                return await fn(log)
+        """``fn`` on the log, connected at the first call and kept until :meth:`close` (a
+        streaming query's ``latestOffset``, each trigger, then costs a request, not a
+        connection). A call that fails closes it: the next connects anew."""
+        if self._loop is None:
+            self._loop = _LoopThread()
 
-        return asyncio.run(connected())
+        async def connected() -> T:
+            if self._log is None:
+                self._log = KafkaHandoffLog(self.connection, self.prefix)
+            return await fn(self._log)
+
+        try:
+            return self._loop.call(connected)
+        except BaseException:
+            self.close()
+            raise
 
 
 async def _sizes(
