@@ -5,6 +5,7 @@ stops, restarts and failed batches, with admission control and trimming."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,10 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
 from streams.backends.embedded.handoff_retention import compact
+from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_records import HandoffTopics
+from streams.backends.kafka.handoff_storage import KafkaStorage
+from streams.core.errors import UnknownHandoffStreamError
 from tests.spark_sink.handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 
 
@@ -272,3 +276,24 @@ def test_on_kafka_a_foreign_batch_at_the_end_holds_back_no_window(spark, kafka_h
     assert sum(batch_rows(second)) == len(results) - len(results) // 2
     assert collect_windows(spark.read.parquet(str(out))) == expected
     assert collect_windows(batch_of(kafka_handoff, spark)) == expected
+
+
+def kafka_threads() -> int:
+    return sum(t.name == "headrace-kafka" and t.is_alive() for t in threading.enumerate())
+
+
+def test_kafka_storage_keeps_one_connection_until_closed_and_drops_it_on_a_failure(kafka_handoff, events):
+    results = window_results(events)
+    kafka_handoff.append_windows(results)
+    before = kafka_threads()
+    storage = KafkaStorage(KafkaConnection.of(kafka_handoff.bootstrap), kafka_handoff.prefix)
+    ends = storage.end_offsets(STREAM)
+    assert sum(ends.values()) == len(by_closing(results))  # one record per append
+    assert storage.start_offsets(STREAM) == dict.fromkeys(ends, 0)
+    assert kafka_threads() == before + 1  # the calls share one connection
+    with pytest.raises(UnknownHandoffStreamError, match="no handoff stream 'nope'"):
+        storage.end_offsets("nope")
+    assert kafka_threads() == before  # a failed call leaves nothing open
+    assert storage.end_offsets(STREAM) == ends  # the next call connects anew
+    storage.close()
+    assert kafka_threads() == before
