@@ -95,16 +95,24 @@ def test_a_read_over_inline_file_and_compacted_segments_equals_spark_windows(
 
 def test_stream_stopped_and_restarted_delivers_every_window_once(spark, any_handoff, events, expected, tmp_path):
     results = window_results(events)
+    read_in_two(spark, any_handoff, results, len(results) // 3, tmp_path)
+    assert collect_windows(spark.read.parquet(str(tmp_path / "out"))) == expected
+
+
+def read_in_two(spark, handoff, results, cut: int, tmp_path: Path, between=lambda: None) -> None:
+    """Hand off ``results[:cut]`` (then run ``between``) and read them with an ``availableNow``
+    query into parquet at ``tmp_path / "out"``; hand off the rest and read on from the same
+    checkpoint. Each query must read exactly its share."""
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    any_handoff.append_windows(results[: len(results) // 3])
-    first = to_parquet(windows_of(any_handoff, spark), out, checkpoint, availableNow=True)
+    handoff.append_windows(results[:cut])
+    between()
+    first = to_parquet(windows_of(handoff, spark), out, checkpoint, availableNow=True)
     first.awaitTermination()
-    any_handoff.append_windows(results[len(results) // 3 :])
-    second = to_parquet(windows_of(any_handoff, spark), out, checkpoint, availableNow=True)
+    handoff.append_windows(results[cut:])
+    second = to_parquet(windows_of(handoff, spark), out, checkpoint, availableNow=True)
     second.awaitTermination()
-    assert sum(batch_rows(first)) == len(results) // 3
-    assert sum(batch_rows(second)) == len(results) - len(results) // 3
-    assert collect_windows(spark.read.parquet(str(out))) == expected
+    assert sum(batch_rows(first)) == cut
+    assert sum(batch_rows(second)) == len(results) - cut
 
 
 def admitted_120_at_a_time(spark, handoff: Handoff | KafkaHandoff, table: str, checkpoint: Path):
@@ -260,21 +268,18 @@ def test_on_kafka_a_foreign_batch_at_the_end_holds_back_no_window(spark, kafka_h
     of several records (here three foreign ones, in one librdkafka batch) as ending after its
     first. Every window before and after that batch reaches Spark, each once."""
     results = window_results(events)
-    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    kafka_handoff.append_windows(results[: len(results) // 2])
-    topic = HandoffTopics(kafka_handoff.prefix).data(STREAM)
-    producer = Producer({"bootstrap.servers": kafka_handoff.bootstrap, "linger.ms": 200, "enable.idempotence": False})
-    for n in range(3):
-        producer.produce(topic, f"not a handoff record {n}".encode(), partition=0)
-    assert producer.flush(10) == 0
-    first = to_parquet(windows_of(kafka_handoff, spark), out, checkpoint, availableNow=True)
-    first.awaitTermination()
-    kafka_handoff.append_windows(results[len(results) // 2 :])
-    second = to_parquet(windows_of(kafka_handoff, spark), out, checkpoint, availableNow=True)
-    second.awaitTermination()
-    assert sum(batch_rows(first)) == len(results) // 2
-    assert sum(batch_rows(second)) == len(results) - len(results) // 2
-    assert collect_windows(spark.read.parquet(str(out))) == expected
+
+    def foreign_batch() -> None:
+        topic = HandoffTopics(kafka_handoff.prefix).data(STREAM)
+        producer = Producer(
+            {"bootstrap.servers": kafka_handoff.bootstrap, "linger.ms": 200, "enable.idempotence": False}
+        )
+        for n in range(3):
+            producer.produce(topic, f"not a handoff record {n}".encode(), partition=0)
+        assert producer.flush(10) == 0
+
+    read_in_two(spark, kafka_handoff, results, len(results) // 2, tmp_path, foreign_batch)
+    assert collect_windows(spark.read.parquet(str(tmp_path / "out"))) == expected
     assert collect_windows(batch_of(kafka_handoff, spark)) == expected
 
 
