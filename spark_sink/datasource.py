@@ -59,7 +59,10 @@ class _HandoffReading:
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self._storage: HandoffStorage | None = None
-        _check_schema(self.storage, options.stream, schema)
+        try:
+            _check_schema(self.storage, options.stream, schema)
+        finally:  # made where the query is planned: the reader is used in another process
+            self._release()
 
     @property
     def storage(self) -> HandoffStorage:
@@ -72,6 +75,12 @@ class _HandoffReading:
         state = self.__dict__.copy()
         state["_storage"] = None
         return state
+
+    def _release(self) -> None:
+        """Close the storage (a Kafka connection, an SQLite one); the next use opens it again."""
+        if self._storage is not None:
+            self._storage.close()
+            self._storage = None
 
     def _partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         ranges = split_ranges(start, end, self.options.max_rows_per_split)
@@ -89,7 +98,10 @@ class HeadraceBatchReader(_HandoffReading, DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         stream = self.options.stream
-        return self._partitions(self.storage.start_offsets(stream), self.storage.end_offsets(stream))
+        try:
+            return self._partitions(self.storage.start_offsets(stream), self.storage.end_offsets(stream))
+        finally:  # planned: nothing of the storage stays open in Spark's planning process
+            self._release()
 
 
 class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -138,9 +150,7 @@ class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTrig
             self.storage.trim(self.options.stream, decode_offsets(end))
 
     def stop(self) -> None:
-        if self._storage is not None:
-            self._storage.close()
-            self._storage = None
+        self._release()
 
     def _end_offsets(self) -> Offsets:
         return self.storage.end_offsets(self.options.stream)

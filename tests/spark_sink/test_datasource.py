@@ -5,13 +5,19 @@ stops, restarts and failed batches, with admission control and trimming."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.errors import AnalysisException, StreamingQueryException
 
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
 from streams.backends.embedded.handoff_retention import compact
+from streams.backends.kafka.connection import KafkaConnection
+from streams.backends.kafka.handoff_records import HandoffTopics
+from streams.backends.kafka.handoff_storage import KafkaStorage
+from streams.core.errors import UnknownHandoffStreamError
 from tests.spark_sink.handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 
 
@@ -89,16 +95,24 @@ def test_a_read_over_inline_file_and_compacted_segments_equals_spark_windows(
 
 def test_stream_stopped_and_restarted_delivers_every_window_once(spark, any_handoff, events, expected, tmp_path):
     results = window_results(events)
+    read_in_two(spark, any_handoff, results, len(results) // 3, tmp_path)
+    assert collect_windows(spark.read.parquet(str(tmp_path / "out"))) == expected
+
+
+def read_in_two(spark, handoff, results, cut: int, tmp_path: Path, between=lambda: None) -> None:
+    """Hand off ``results[:cut]`` (then run ``between``) and read them with an ``availableNow``
+    query into parquet at ``tmp_path / "out"``; hand off the rest and read on from the same
+    checkpoint. Each query must read exactly its share."""
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    any_handoff.append_windows(results[: len(results) // 3])
-    first = to_parquet(windows_of(any_handoff, spark), out, checkpoint, availableNow=True)
+    handoff.append_windows(results[:cut])
+    between()
+    first = to_parquet(windows_of(handoff, spark), out, checkpoint, availableNow=True)
     first.awaitTermination()
-    any_handoff.append_windows(results[len(results) // 3 :])
-    second = to_parquet(windows_of(any_handoff, spark), out, checkpoint, availableNow=True)
+    handoff.append_windows(results[cut:])
+    second = to_parquet(windows_of(handoff, spark), out, checkpoint, availableNow=True)
     second.awaitTermination()
-    assert sum(batch_rows(first)) == len(results) // 3
-    assert sum(batch_rows(second)) == len(results) - len(results) // 3
-    assert collect_windows(spark.read.parquet(str(out))) == expected
+    assert sum(batch_rows(first)) == cut
+    assert sum(batch_rows(second)) == len(results) - cut
 
 
 def admitted_120_at_a_time(spark, handoff: Handoff | KafkaHandoff, table: str, checkpoint: Path):
@@ -247,3 +261,44 @@ def test_kafka_mistakes_are_reported_clearly(spark, kafka_handoff, events, optio
     reader = spark.readStream.format("headrace").options(**kafka_handoff.options(), stream=STREAM)
     with pytest.raises((AnalysisException, StreamingQueryException), match=message):
         reader.options(**options).load().writeStream.format("noop").start().awaitTermination()
+
+
+def test_on_kafka_a_foreign_batch_at_the_end_holds_back_no_window(spark, kafka_handoff, events, expected, tmp_path):
+    """The Spark read ends where the broker lists each partition's end; Tansu lists a batch
+    of several records (here three foreign ones, in one librdkafka batch) as ending after its
+    first. Every window before and after that batch reaches Spark, each once."""
+    results = window_results(events)
+
+    def foreign_batch() -> None:
+        topic = HandoffTopics(kafka_handoff.prefix).data(STREAM)
+        producer = Producer(
+            {"bootstrap.servers": kafka_handoff.bootstrap, "linger.ms": 200, "enable.idempotence": False}
+        )
+        for n in range(3):
+            producer.produce(topic, f"not a handoff record {n}".encode(), partition=0)
+        assert producer.flush(10) == 0
+
+    read_in_two(spark, kafka_handoff, results, len(results) // 2, tmp_path, foreign_batch)
+    assert collect_windows(spark.read.parquet(str(tmp_path / "out"))) == expected
+    assert collect_windows(batch_of(kafka_handoff, spark)) == expected
+
+
+def kafka_threads() -> int:
+    return sum(t.name == "headrace-kafka" and t.is_alive() for t in threading.enumerate())
+
+
+def test_kafka_storage_keeps_one_connection_until_closed_and_drops_it_on_a_failure(kafka_handoff, events):
+    results = window_results(events)
+    kafka_handoff.append_windows(results)
+    before = kafka_threads()
+    storage = KafkaStorage(KafkaConnection.of(kafka_handoff.bootstrap), kafka_handoff.prefix)
+    ends = storage.end_offsets(STREAM)
+    assert sum(ends.values()) == len(by_closing(results))  # one record per append
+    assert storage.start_offsets(STREAM) == dict.fromkeys(ends, 0)
+    assert kafka_threads() == before + 1  # the calls share one connection
+    with pytest.raises(UnknownHandoffStreamError, match="no handoff stream 'nope'"):
+        storage.end_offsets("nope")
+    assert kafka_threads() == before  # a failed call leaves nothing open
+    assert storage.end_offsets(STREAM) == ends  # the next call connects anew
+    storage.close()
+    assert kafka_threads() == before

@@ -157,15 +157,38 @@ class KafkaHandoffLog:
 
     # -- offsets, reads, appends -------------------------------------------------------
 
-    async def offsets(self, stream: str) -> tuple[dict[int, int], dict[int, int]]:
-        """The first retained offset and the next offset, per partition of ``stream``."""
-        declaration = await self.declaration(stream)  # an unknown stream is an error
-        topic = self.topics.data(stream)
-        tps = [TopicPartition(topic, p) for p in range(declaration.partitions)]
+    async def offsets(self, stream: str, partitions: int | None = None) -> tuple[dict[int, int], dict[int, int]]:
+        """The first retained offset and the next offset, per partition of ``stream``
+        (``partitions``: its declared count, if the caller knows it already; a declaration
+        never changes, so a reader asking again and again need not read it each time)."""
+        tps = await self._partitions(stream, partitions)
         async with self._reading:
             bounds = await self._bounds(tps)
         starts = {tp.partition: first for tp, (first, _) in zip(tps, bounds, strict=True)}
         return starts, {tp.partition: end for tp, (_, end) in zip(tps, bounds, strict=True)}
+
+    async def listed_offsets(self, stream: str, partitions: int | None = None) -> tuple[dict[int, int], dict[int, int]]:
+        """:meth:`offsets` as the broker lists them: one request, where :meth:`offsets`
+        waits for a fetch at each end (the broker's long poll, on every call).
+
+        Where they differ (Tansu lists the end of a batch of several records as its first
+        offset + 1), the listed end falls inside a batch that some other program wrote:
+        a handoff writer sends each append as a batch of its own, the only record that
+        counts in it. A reader stopping there reads every record that counts, and the rest
+        of that batch with the next append. A writer needs the true end (where its next
+        record lands): :meth:`offsets`."""
+        tps = await self._partitions(stream, partitions)
+        consumer = await self._consumer_started()
+        async with self._reading:
+            begin = await consumer.beginning_offsets(tps)
+            end = await consumer.end_offsets(tps)
+        return {tp.partition: begin[tp] for tp in tps}, {tp.partition: end[tp] for tp in tps}
+
+    async def _partitions(self, stream: str, partitions: int | None) -> list[TopicPartition]:
+        if partitions is None:
+            partitions = (await self.declaration(stream)).partitions  # an unknown stream is an error
+        topic = self.topics.data(stream)
+        return [TopicPartition(topic, p) for p in range(partitions)]
 
     async def records(self, stream: str, partition: int, start: int, end: int) -> list[HandoffRecord]:
         """The records at offsets ``[start, end)`` of a partition, valid or not."""

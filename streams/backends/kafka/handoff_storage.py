@@ -2,14 +2,16 @@
 
 An offset here is a Kafka offset of ``<prefix>.handoff.<stream>``: one record per append,
 several rows each. The DataSource's methods are synchronous and run in Spark's Python
-processes: :class:`KafkaStorage` connects for each call and disconnects after it (Spark does
-not reliably call ``stop()``, so nothing may be left open between calls), and a
+processes: :class:`KafkaStorage` connects at its first call, on an event loop of its own in a
+daemon thread, and stays connected until ``close()`` (the batch reader closes it once planned,
+the stream reader when Spark stops it; a process Spark ends takes the thread with it), and a
 :class:`KafkaSplit` reads in the executor on an event loop of its own, in a daemon thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from spark_sink.storage import BATCH_ROWS, HandoffSplit, rebatch
 from streams.backends.kafka.clients import start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_range, open_reader
-from streams.backends.kafka.handoff_records import HandoffRecord, HandoffTopics
+from streams.backends.kafka.handoff_records import Declaration, HandoffRecord, HandoffTopics
 from streams.backends.kafka.spark_options import connection_from_spark
 
 T = TypeVar("T")
@@ -59,15 +61,26 @@ class KafkaStorage:
     def __init__(self, connection: KafkaConnection, prefix: str = "headrace") -> None:
         self.connection = connection
         self.prefix = prefix
+        # A stream's first declaration stands (KafkaHandoffLog.declare): read once, kept.
+        self._declared: dict[str, Declaration] = {}
+        self._loop: _LoopThread | None = None  # the connection's event loop, in a daemon thread
+        self._log: KafkaHandoffLog | None = None
 
     def schema(self, stream: str) -> HandoffSchema:
-        return self._call(lambda log: log.declaration(stream)).schema
+        return self._declaration(stream).schema
 
     def start_offsets(self, stream: str) -> dict[int, int]:
-        return self._call(lambda log: log.offsets(stream))[0]
+        partitions = self._declaration(stream).partitions
+        return self._call(lambda log: log.listed_offsets(stream, partitions))[0]
 
     def end_offsets(self, stream: str) -> dict[int, int]:
-        return self._call(lambda log: log.offsets(stream))[1]
+        partitions = self._declaration(stream).partitions
+        return self._call(lambda log: log.listed_offsets(stream, partitions))[1]
+
+    def _declaration(self, stream: str) -> Declaration:
+        if stream not in self._declared:
+            self._declared[stream] = self._call(lambda log: log.declaration(stream))
+        return self._declared[stream]
 
     def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
         """Whole appends, at most ``max_rows`` rows that count: their sizes are read from
@@ -83,14 +96,30 @@ class KafkaStorage:
         """Nothing: a Kafka topic is trimmed by its retention, not by one of its readers."""
 
     def close(self) -> None:
-        pass  # nothing stays open between calls
+        loop, log, self._loop, self._log = self._loop, self._log, None, None
+        if loop is not None:
+            if log is not None:
+                with contextlib.suppress(Exception):  # closing: a broken connection is closed too
+                    loop.call(log.close)
+            loop.close()
 
     def _call(self, fn: Callable[[KafkaHandoffLog], Awaitable[T]]) -> T:
-        async def connected() -> T:
-            async with KafkaHandoffLog(self.connection, self.prefix) as log:
-                return await fn(log)
+        """``fn`` on the log, connected at the first call and kept until :meth:`close` (a
+        streaming query's ``latestOffset``, each trigger, then costs a request, not a
+        connection). A call that fails closes it: the next connects anew."""
+        if self._loop is None:
+            self._loop = _LoopThread()
 
-        return asyncio.run(connected())
+        async def connected() -> T:
+            if self._log is None:
+                self._log = KafkaHandoffLog(self.connection, self.prefix)
+            return await fn(self._log)
+
+        try:
+            return self._loop.call(connected)
+        except BaseException:
+            self.close()
+            raise
 
 
 async def _sizes(
