@@ -199,19 +199,25 @@ async def test_a_queue_moved_by_a_rebalance_is_restored_exactly(
     assert moved.read == moved.end > 0
 
 
+def parking_provider(broker: str, topic: str, state_dir: Path) -> StreamProvider:
+    """One queue of ``topic``, read in this process, its local state store in ``state_dir``;
+    a stream quiet for 0.3 s is parked."""
+    return StreamProvider.kafka(
+        broker,
+        topic,
+        queues=1,
+        kafka={"idempotent": False, "group_membership": False},
+        state_dir=state_dir,
+        stream_inactivity_period=0.3,
+    )
+
+
 async def test_parked_durable_states_of_a_kafka_worker_are_on_disk_only(
     tmp_path: Path, kafka_broker: str, kafka_topic: str
 ) -> None:
     """50, then 150 parked streams: the worker holds none of their states in memory (the
     local store has each), and each stream's next event reads its state back by key."""
-    provider = StreamProvider.kafka(
-        kafka_broker,
-        kafka_topic,
-        queues=1,
-        kafka={"idempotent": False, "group_membership": False},
-        state_dir=tmp_path,
-        stream_inactivity_period=0.3,
-    )
+    provider = parking_provider(kafka_broker, kafka_topic, tmp_path)
     counts = counting_devices(provider)
     keys = [f"d{i}" for i in range(150)]
 
@@ -240,14 +246,7 @@ async def test_an_idle_parked_state_expires_from_the_local_store_and_the_changel
 ) -> None:
     """A parked durable state past its ``ttl`` is deleted by key: a tombstone in the changelog,
     then from the local store; its stream's next event starts from the defaults."""
-    provider = StreamProvider.kafka(
-        kafka_broker,
-        kafka_topic,
-        queues=1,
-        kafka={"idempotent": False, "group_membership": False},
-        state_dir=tmp_path,
-        stream_inactivity_period=0.3,
-    )
+    provider = parking_provider(kafka_broker, kafka_topic, tmp_path)
     seen: list[tuple[str, int]] = []
 
     @provider.implicit("devices")
