@@ -20,10 +20,15 @@ Exactly-once: offsets are immutable once committed, Spark checkpoints each batch
 and ``read`` of a range always yields the same rows (on Kafka too: whether a record counts
 depends on the record alone, see :mod:`streams.backends.kafka.handoff_log`); an idempotent sink (files, Delta,
 ``foreachBatch`` keyed by batch id) therefore receives every handed-off row exactly once.
+
+Where Spark is: the stream reader records the end of each finished micro-batch in the
+storage (:meth:`~spark_sink.storage.HandoffStorage.record_commit`), whatever
+``trimOnCommit`` says, for ``headrace status``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -51,6 +56,7 @@ from spark_sink.storage import HandoffSplit, HandoffStorage
 from streams.core.errors import HandoffDataLostError, HandoffSchemaError
 
 NAME = "headrace"
+log = logging.getLogger("headrace.spark")
 
 
 class _HandoffReading:
@@ -110,6 +116,7 @@ class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTrig
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         super().__init__(options, schema)
         self._target: Offsets | None = None  # availableNow: the end fixed at query start
+        self._recorded: Offsets | None = None  # the commit last recorded for status
 
     def initialOffset(self) -> dict[str, int]:
         stream = self.options.stream
@@ -134,6 +141,10 @@ class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTrig
                     f"{latest.get(partition, 0)} but this query has read up to {offset}: the "
                     "store was replaced; use a new checkpoint location"
                 )
+        # Spark asks from where its last batch ended once that batch is in its commit log:
+        # the commit of a query's last batch, which commit() hears of only when (if ever)
+        # the next batch starts.
+        self._record(begin)
         if isinstance(limit, ReadMaxRows):
             latest = self.storage.admit(self.options.stream, begin, latest, limit.max_rows)
         return encode_offsets(latest)
@@ -146,8 +157,28 @@ class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTrig
 
     def commit(self, end: dict[str, int]) -> None:
         # Spark may never commit the last batch; that only delays trimming, never loses data.
+        offsets = decode_offsets(end)
+        self._record(offsets)
         if self.options.trim_on_commit:
-            self.storage.trim(self.options.stream, decode_offsets(end))
+            self.storage.trim(self.options.stream, offsets)
+
+    def _record(self, offsets: Offsets) -> None:
+        """Record ``offsets`` as Spark's commit, for ``headrace status``, when they moved.
+        Status only: a failure is logged, and the query goes on."""
+        if not offsets or offsets == self._recorded:
+            return
+        try:
+            self.storage.record_commit(self.options.stream, offsets)
+        except Exception as exc:
+            log.warning(
+                "could not record Spark's commit of handoff stream %r for headrace status (%s: %s); "
+                "the query goes on, and the next commit tries again",
+                self.options.stream,
+                type(exc).__name__,
+                exc,
+            )
+            return
+        self._recorded = dict(offsets)
 
     def stop(self) -> None:
         self._release()

@@ -66,6 +66,11 @@ class HandoffStorage(Protocol):
         """One split per range (ranges come already cut to a task's size)."""
         ...
 
+    def record_commit(self, stream: str, offsets: Mapping[int, int]) -> None:
+        """Record that a Spark query has read and committed everything below ``offsets``,
+        for ``headrace status`` (the latest commit of any query reading ``stream``)."""
+        ...
+
     def trim(self, stream: str, offsets: Mapping[int, int]) -> None:
         """Release what lies below ``offsets`` (all readers are past it)."""
         ...

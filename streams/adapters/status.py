@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, astuple, dataclass, field, fields, replace
 from typing import Any, Literal, Protocol
 
@@ -272,16 +272,43 @@ class DeadLetterCount:
 
 @dataclass(frozen=True, slots=True)
 class HandoffStatus:
-    """A Spark handoff stream: the offset the next append takes, per partition, and the
-    rows still retained (not yet trimmed). ``start_offsets``: the first offset retained per
-    partition; with ``trimOnCommit`` (the embedded store's default) a Spark query's commit
-    deletes the segments wholly below its offset, so that is the offset it has committed, to
-    a segment, and ``retained`` how far behind it is."""
+    """A Spark handoff stream: the offset the next append takes, per partition (``end_offsets``,
+    the rows appended), the first offset still retained (``start_offsets``) and the rows
+    between (``retained``); and where Spark is: the offsets its query last committed
+    (``committed_offsets``: everything below them read and committed, per partition), when
+    (``committed_at``, POSIX s) and the rows appended past them (``behind``). All three are
+    ``None`` until a streaming query has committed (:mod:`spark_sink.datasource` records it;
+    several queries reading one stream: the latest commit of any of them)."""
 
     stream: str
     end_offsets: dict[int, int]
     retained: int
     start_offsets: dict[int, int] = field(default_factory=dict)
+    committed_offsets: dict[int, int] | None = None
+    committed_at: float | None = None
+    behind: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        stream: str,
+        starts: Mapping[int, int],
+        ends: Mapping[int, int],
+        committed: Mapping[int, int] | None = None,
+        committed_at: float | None = None,
+    ) -> HandoffStatus:
+        """The status of ``stream`` from its offsets and Spark's last commit (if any).
+
+        >>> h = HandoffStatus.of("avg", {0: 2, 1: 0}, {0: 10, 1: 4}, {0: 8}, 5.0)
+        >>> h.retained, h.committed_offsets, h.behind
+        (12, {0: 8, 1: 0}, 6)
+        """
+        retained = sum(end - starts.get(p, 0) for p, end in ends.items())
+        if committed is None:
+            return cls(stream, dict(ends), retained, {p: starts.get(p, 0) for p in ends})
+        marks = {p: min(committed.get(p, 0), end) for p, end in ends.items()}
+        behind = sum(end - marks[p] for p, end in ends.items())
+        return cls(stream, dict(ends), retained, {p: starts.get(p, 0) for p in ends}, marks, committed_at, behind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,8 +391,9 @@ class ClusterStatus:
         where none was sampled: JSON has no NaN)."""
         data = asdict(self)
         for item in data["handoff"]:
-            for offsets in ("end_offsets", "start_offsets"):
-                item[offsets] = {str(p): o for p, o in item[offsets].items()}
+            for offsets in ("end_offsets", "start_offsets", "committed_offsets"):
+                if item[offsets] is not None:
+                    item[offsets] = {str(p): o for p, o in item[offsets].items()}
         rows = [(q["agent"], s.agent) for q, s in zip(data["queues"], self.queues)] + list(
             zip(data["agents"], self.agents)
         )

@@ -4,14 +4,15 @@ Workers (live, stale, suspected or left, by their heartbeats and processes; thos
 ago only with --all), each queue (its owner and lease epoch, records retained, checkpoint
 and checkpoint lag: records, and the events in them, written but not yet acknowledged by
 every consumer), dead letters by reason, and the Spark handoff streams with their end
-offsets. Events in and out per second, cache fill, pressure, watermarks and the slowest
+offsets, the offsets Spark has committed, when, and the rows appended past them. Events in and out per second, cache fill, pressure, watermarks and the slowest
 consumers come from what running workers write every ``status_interval``; a worker that
 stopped writing is not shown there. Reading the store changes nothing in it.
 
 On Kafka (``--config`` naming a Kafka adapter), the same from the cluster, from any machine:
 the workers by the snapshots they publish to the status topic every ``status_interval``
 and the consumer group's members, each partition's owner, committed and end offsets and
-lag, the dead-letter topic by reason and the handoff topics' end offsets.
+lag, the dead-letter topic by reason and the handoff topics' end offsets (and Spark's commits,
+from the consumer group ``<prefix>.spark.<stream>``).
 
 Each event-time consumer type's observed lateness (arrival − event time) and disorder (newest
 event time − event time) over the last hour, sampled, per queue; with ``--advise``, the
@@ -361,11 +362,18 @@ def render_dead_letters_and_handoff(status: ClusterStatus, out: Console) -> None
     else:
         out.print("dead letters: none")
     if status.handoff:
-        rows = table("Spark handoff", "stream", "partitions", "end offsets", "rows retained")
+        heads = ("stream", "partitions", "end offsets", "committed by Spark", "behind", "committed", "rows retained")
+        rows = table("Spark handoff", *heads)
         for h in status.handoff:
-            ends = ", ".join(f"{p}:{o:,}" for p, o in sorted(h.end_offsets.items()))
-            add_row(rows, h.stream, str(len(h.end_offsets)), ends or "-", f"{h.retained:,}")
+            committed = "-" if h.committed_offsets is None else _offsets(h.committed_offsets)
+            at = "-" if h.committed_at is None else f"{_ago(status.taken_at, h.committed_at)} ago"
+            ends = _offsets(h.end_offsets)
+            add_row(rows, h.stream, str(len(h.end_offsets)), ends, committed, _opt(h.behind), at, f"{h.retained:,}")
         out.print(rows)
+
+
+def _offsets(offsets: dict[int, int]) -> str:
+    return ", ".join(f"{p}:{o:,}" for p, o in sorted(offsets.items())) or "-"
 
 
 def render_fates(status: ClusterStatus, out: Console) -> None:

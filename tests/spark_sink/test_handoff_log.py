@@ -25,9 +25,10 @@ from spark_sink import (
     UnknownHandoffStreamError,
 )
 from spark_sink.offsets import admit, admit_records, split_ranges
-from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
+from streams.backends.embedded.handoff_log import EmbeddedStorage, HandoffLog, HandoffWriter
 from streams.backends.embedded.queue_tables import QUEUE_SCHEMA
 from streams.backends.embedded.store import EmbeddedStore
+from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError
 from streams.core.ids import QueueId
 from tests.helpers import handoff_batches
@@ -290,12 +291,22 @@ def test_status_shows_each_partitions_offsets_appended_and_committed(handoff: Ha
     for partition, n in [(0, 3), (0, 4), (1, 3)]:  # segments [0, 3) and [3, 7) of partition 0
         with handoff.store.transaction() as conn:
             handoff.writer.append(conn, partition, rows(n))
-    handoff.writer.trim(0, 5)  # what a Spark query's commit at offset 5 does with trimOnCommit
     [status] = read_status(handoff.store, suspicion_timeout=2.0).handoff
-    # The segment wholly below 5 is gone: the first offset kept is Spark's commit, to a segment.
+    assert (status.committed_offsets, status.committed_at, status.behind) == (None, None, None)
+    # A Spark query's commit at {0: 5, 1: 2}, with trimOnCommit: recorded, then trimmed
+    storage = EmbeddedStorage(str(handoff.path))
+    try:
+        storage.record_commit(STREAM, {0: 5, 1: 2})
+        storage.trim(STREAM, {0: 5, 1: 2})
+    finally:
+        storage.close()
+    [status] = read_status(handoff.store, suspicion_timeout=2.0).handoff
+    # The segments wholly below the commit are gone; Spark is 2 + 1 rows behind.
     assert (status.stream, status.end_offsets, status.start_offsets, status.retained) == (
         STREAM,
         {0: 7, 1: 3},
         {0: 3, 1: 0},
         7,
     )
+    assert (status.committed_offsets, status.behind) == ({0: 5, 1: 2}, 3)
+    assert status.committed_at is not None and abs(status.committed_at - wall_time()) < 60

@@ -57,6 +57,7 @@ from spark_sink.offsets import OffsetRange, Offsets, admit
 from spark_sink.options import ReadOptions
 from spark_sink.schema import HandoffData, HandoffSchema
 from spark_sink.storage import BATCH_ROWS, HandoffSplit, check_stream_name, rebatch
+from streams.backends.embedded import spark_commits
 from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.clock import wall_time
 from streams.core.errors import (
@@ -624,6 +625,9 @@ class EmbeddedStorage:
             )
             for r in ranges
         ]
+
+    def record_commit(self, stream: str, offsets: Mapping[int, int]) -> None:
+        spark_commits.record(self.log.store, stream, offsets, wall_time())
 
     def trim(self, stream: str, offsets: Mapping[int, int]) -> None:
         for partition, offset in offsets.items():

@@ -31,6 +31,7 @@ from streams.adapters.status import (
     WorkerStatus,
     consumer_type_fates,
 )
+from streams.backends.embedded import spark_commits
 from streams.backends.embedded.queue_tables import queue_positions, recorded_queue_count
 from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.batch import BatchContainer, BatchKind
@@ -237,9 +238,9 @@ def _handoff(store: EmbeddedStore) -> list[HandoffStatus]:
     from streams.backends.embedded.handoff_log import HandoffLog  # pyarrow only for a store with a handoff
 
     log = HandoffLog(store, create_tables=False)
+    commits = spark_commits.committed(store)
     result = []
     for stream in sorted(log.streams()):
-        ends, starts = log.end_offsets(stream), log.start_offsets(stream)
-        retained = sum(end - starts.get(p, 0) for p, end in ends.items())
-        result.append(HandoffStatus(stream, ends, retained, {p: starts.get(p, 0) for p in ends}))
+        offsets, at = commits.get(stream, (None, None))
+        result.append(HandoffStatus.of(stream, log.start_offsets(stream), log.end_offsets(stream), offsets, at))
     return result

@@ -28,7 +28,9 @@ from streams.backends.kafka.clients import start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_range, open_reader
 from streams.backends.kafka.handoff_records import Declaration, HandoffRecord, HandoffTopics
+from streams.backends.kafka.spark_commits import SparkCommits, spark_group
 from streams.backends.kafka.spark_options import connection_from_spark
+from streams.core.clock import wall_time
 
 T = TypeVar("T")
 _SIZE_CHUNK = 500  # records read at a time while sizing a limited batch
@@ -65,6 +67,7 @@ class KafkaStorage:
         self._declared: dict[str, Declaration] = {}
         self._loop: _LoopThread | None = None  # the connection's event loop, in a daemon thread
         self._log: KafkaHandoffLog | None = None
+        self._commits: dict[str, SparkCommits] = {}  # Spark's commits per stream, for headrace status
 
     def schema(self, stream: str) -> HandoffSchema:
         return self._declaration(stream).schema
@@ -95,12 +98,21 @@ class KafkaStorage:
     def trim(self, stream: str, offsets: Mapping[int, int]) -> None:
         """Nothing: a Kafka topic is trimmed by its retention, not by one of its readers."""
 
+    def record_commit(self, stream: str, offsets: Mapping[int, int]) -> None:
+        """Commit ``offsets`` to the consumer group ``<prefix>.spark.<stream>`` (see
+        :mod:`streams.backends.kafka.spark_commits`)."""
+        topic, partitions = HandoffTopics(self.prefix).data(stream), self._declaration(stream).partitions
+        commits = self._commits.setdefault(stream, SparkCommits(self.connection, spark_group(self.prefix, stream)))
+        self._call(lambda _: commits.commit(topic, partitions, offsets, wall_time()))
+
     def close(self) -> None:
         loop, log, self._loop, self._log = self._loop, self._log, None, None
+        commits, self._commits = list(self._commits.values()), {}
         if loop is not None:
-            if log is not None:
-                with contextlib.suppress(Exception):  # closing: a broken connection is closed too
-                    loop.call(log.close)
+            for closing in (log, *commits):
+                if closing is not None:
+                    with contextlib.suppress(Exception):  # closing: a broken connection is closed too
+                        loop.call(closing.close)
             loop.close()
 
     def _call(self, fn: Callable[[KafkaHandoffLog], Awaitable[T]]) -> T:

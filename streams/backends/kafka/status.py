@@ -72,6 +72,7 @@ from streams.adapters.status import (
     WorkerStatus,
     observed_of,
 )
+from streams.backends.kafka import spark_commits
 from streams.backends.kafka.assignor import MemberClaim
 from streams.backends.kafka.balancer import membership_group_id
 from streams.backends.kafka.clients import kafka_outage_log, retry_kafka, start_client, stop_client
@@ -79,6 +80,7 @@ from streams.backends.kafka.deadletters import KafkaDeadLetterStore
 from streams.backends.kafka.ends import partition_ends
 from streams.backends.kafka.pubsub import COMPACTED
 from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.spark_commits import spark_group
 from streams.backends.kafka.topic_log import LogRecord, TopicLog
 from streams.core.clock import wall_time
 from streams.core.ids import QueueId
@@ -339,10 +341,20 @@ def _user_data(metadata: bytes) -> bytes:
 async def _handoff(settings: KafkaSettings) -> list[HandoffStatus]:
     from streams.backends.kafka.handoff_log import KafkaHandoffLog  # pyarrow only when status is read
 
-    async with KafkaHandoffLog(settings, settings.handoff_prefix, request_timeout=settings.request_timeout) as log:
-        result = []
-        for stream in sorted(await log.streams()):
-            starts, ends = await log.offsets(stream)
-            retained = sum(end - starts.get(p, 0) for p, end in ends.items())
-            result.append(HandoffStatus(stream, ends, retained, {p: starts.get(p, 0) for p in ends}))
-        return result
+    prefix = settings.handoff_prefix
+    async with KafkaHandoffLog(settings, prefix, request_timeout=settings.request_timeout) as log:
+        streams = sorted((await log.streams()).items())
+        if not streams:
+            return []
+        admin = AIOKafkaAdminClient(**settings.client_kwargs())  # for Spark's commits
+        await start_client(admin, settings)
+        try:
+            result = []
+            for stream, declared in streams:
+                starts, ends = await log.offsets(stream, declared.partitions)
+                topic = log.topics.data(stream)
+                spark = await spark_commits.committed(admin, spark_group(prefix, stream), topic, declared.partitions)
+                result.append(HandoffStatus.of(stream, starts, ends, *(spark or (None, None))))
+            return result
+        finally:
+            await admin.close()
