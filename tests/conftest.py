@@ -7,6 +7,9 @@ and the group keeps them in one, so a run starts one Spark session and one broke
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+
 import pytest
 
 pytest_plugins = ["tests.kafka_fixtures"]
@@ -22,3 +25,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if marker is not None:
                 item.add_marker(marker)
                 item.add_marker(pytest.mark.xdist_group("spark_and_broker"))
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_left_running() -> Iterator[None]:
+    """A test that fails before it stops its ``headrace worker`` leaves no process behind."""
+    yield
+    durable = sys.modules.get("tests.end_to_end.durable.test_durable_state")
+    if durable is not None:
+        durable.kill_left_running()

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -28,7 +28,10 @@ APP = "tests.end_to_end.durable.orders_app:app"
 
 
 class Worker:
-    """``headrace worker --app orders_app`` processes, one at a time, and what they wrote."""
+    """``headrace worker --app orders_app`` processes, one at a time, and what they wrote.
+    One a failed test left running is killed when the test ends (:func:`kill_left_running`)."""
+
+    running: ClassVar[set[subprocess.Popen[bytes]]] = set()
 
     def __init__(self, tmp_path: Path, **env: str) -> None:
         self.out = tmp_path / "out.txt"
@@ -46,10 +49,12 @@ class Worker:
             stdout=subprocess.DEVNULL,
             stderr=open(self.log, "a"),
         )
+        Worker.running.add(self.process)
 
     def stop(self, how: signal.Signals) -> int:
         process, self.process = self.process, None
         assert process is not None
+        Worker.running.discard(process)
         process.send_signal(how)
         return process.wait(timeout=60)
 
@@ -73,6 +78,14 @@ class Worker:
             return []
         assert result.returncode == 0, result.stderr
         return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def kill_left_running() -> None:
+    """Kill the workers a test left running (it failed before it stopped them)."""
+    while Worker.running:
+        process = Worker.running.pop()
+        process.kill()
+        process.wait(timeout=30)
 
 
 def client(worker: Worker) -> StreamProvider:
