@@ -23,7 +23,7 @@ import pyarrow as pa
 from balancer import BalancerOptions
 from spark_sink import Handoff
 from spark_sink.offsets import OffsetRange
-from streams import StreamId, StreamProvider
+from streams import Stream, StreamId, StreamProvider
 from streams.backends.embedded.handoff_log import EmbeddedStorage, HandoffLog
 from streams.core.errors import HandoffStoreNotFoundError, UnknownHandoffStreamError
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
@@ -191,3 +191,27 @@ async def wait_until_async(done: Callable[[], bool], seconds: float, poll: float
     while not done() and time.monotonic() < deadline:
         await anyio.sleep(poll)
     return done()
+
+
+async def idle_past_ttl(provider: StreamProvider, settled: Callable[[], bool], rounds: int) -> Stream:
+    """The state-TTL tests' opening: stream "devices/gone" takes two events and "devices/kept"
+    one; once ``settled`` (both states saved) "kept" takes an event every 0.3 s, ``rounds``
+    times, while "gone" stays idle past its ttl. Returns "gone", for its next event."""
+    gone, kept = provider.get_stream(StreamId("devices", "gone")), provider.get_stream(StreamId("devices", "kept"))
+    await gone.on_next_batch([1, 2])
+    await kept.on_next(1)
+    with anyio.fail_after(30):
+        await provider.drain()
+    assert await wait_until_async(settled, 15)
+    for n in range(rounds):
+        await kept.on_next(n)
+        with anyio.fail_after(30):
+            await provider.drain()
+        await anyio.sleep(0.3)
+    return gone
+
+
+def assert_started_over(seen: list[tuple[str, int]], kept_count: int) -> None:
+    """ "gone"'s event after its ttl counted from the defaults; "kept" counted on throughout."""
+    assert seen[:2] == [("gone", 2), ("kept", 1)]
+    assert ("gone", 1) in seen[2:] and ("kept", kept_count) in seen
