@@ -8,6 +8,7 @@ far a read of a whole partition goes) the end is the high-water mark of a fetch:
 
 - :func:`partition_ends`: the ends of partitions, from a fetch at the end ListOffsets
   reports (on Kafka an empty answer at the end; on Tansu the last batch, or part of it);
+- :func:`records_to_end`: a small partition read whole, to the end its fetch answers give;
 - :func:`ends_at`: the ends as a fetch at given offsets answers, or ``None`` where an
   offset is past the end (Kafka's ``OFFSET_OUT_OF_RANGE``, or a high-water mark below it):
   a committed offset past the end means the partition was truncated or recreated only if
@@ -28,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import anyio
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
 from streams.core.clock import wall_time
@@ -87,6 +88,25 @@ async def offset_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition, timeout:
     first = await consumer.beginning_offsets([tp])
     ends = await partition_ends(consumer, [tp], timeout)
     return first[tp], ends[tp]
+
+
+async def records_to_end(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, timeout: float
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every retained record of ``tp``, up to the end its fetch answers give (the high-water
+    mark that comes with the records): one fetch for a small topic, with no wait at the end
+    for a long poll. Raises ``TimeoutError`` when no answer comes within ``timeout`` seconds."""
+    consumer.assign([tp])
+    first = await consumer.beginning_offsets([tp])
+    consumer.seek(tp, first[tp])
+    records: list[ConsumerRecord[bytes, bytes]] = []
+    with anyio.fail_after(timeout):
+        while True:
+            fetched = await consumer.getmany(tp, timeout_ms=_WAIT_MS)
+            records.extend(fetched.get(tp, ()))
+            highwater = fetched_end(consumer, tp)
+            if highwater is not None and await consumer.position(tp) >= highwater:
+                return records
 
 
 async def listed_bounds(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int, int]:

@@ -33,7 +33,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from spark_sink.schema import HandoffSchema
 from streams.backends.kafka.clients import ensure_topic, start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
-from streams.backends.kafka.ends import partition_ends
+from streams.backends.kafka.ends import partition_ends, records_to_end
 from streams.backends.kafka.handoff_records import (
     Declaration,
     HandoffRecord,
@@ -149,10 +149,13 @@ class KafkaHandoffLog:
             return {}
         declared: dict[str, Declaration] = {}
         async with self._reading:
-            [(start, end)] = await self._bounds([tp])
-            async for record in fetch_range(consumer, tp, start, end, self.request_timeout):
-                if record.key is not None and record.value is not None:
-                    declared.setdefault(record.key.decode(), Declaration.decode(record.value))
+            try:
+                records = await records_to_end(consumer, tp, self.request_timeout)
+            finally:
+                park(consumer)
+        for record in records:
+            if record.key is not None and record.value is not None:
+                declared.setdefault(record.key.decode(), Declaration.decode(record.value))
         return declared
 
     # -- offsets, reads, appends -------------------------------------------------------
@@ -180,8 +183,14 @@ class KafkaHandoffLog:
         tps = await self._partitions(stream, partitions)
         consumer = await self._consumer_started()
         async with self._reading:
-            begin = await consumer.beginning_offsets(tps)
-            end = await consumer.end_offsets(tps)
+            # Assigned first: the consumer then asks for the topic's metadata before listing,
+            # instead of finding it unknown and waiting out its retry backoff.
+            consumer.assign(tps)
+            try:
+                begin = await consumer.beginning_offsets(tps)
+                end = await consumer.end_offsets(tps)
+            finally:
+                park(consumer)
         return {tp.partition: begin[tp] for tp in tps}, {tp.partition: end[tp] for tp in tps}
 
     async def _partitions(self, stream: str, partitions: int | None) -> list[TopicPartition]:
