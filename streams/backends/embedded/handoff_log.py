@@ -1,8 +1,6 @@
 """The embedded handoff log: Arrow IPC segments indexed in the store's SQLite db, the writer the
 runtime appends through, and the reading side the Spark DataSource plans on.
 
-The embedded handoff log: Arrow IPC segments, indexed in the store's SQLite db.
-
 Layout under a store directory ``path`` (shared with the embedded queues, checkpoints, ...)::
 
     path/headrace.db                                    handoff_* tables (streams.backends.embedded.store)
@@ -16,25 +14,23 @@ with whatever else the caller writes there (its input checkpoint).
 A small append (up to ``inline_bytes`` as an Arrow record batch) is kept *inline*: its
 record batch message sits in its index row, and no file is made. A file costs a disk block
 (4 KiB for one 400-byte row), two fsyncs and an inode; the inline row costs its bytes, and is
-exactly as durable as the index that makes it visible. :mod:`streams.backends.embedded.handoff_retention` later
-merges runs of inline segments into one file, swapping the index rows in one transaction.
+exactly as durable as the index that makes it visible.
+:mod:`streams.backends.embedded.handoff_retention` later merges runs of inline segments into
+one file, swapping the index rows in one transaction.
 
 A file whose index row never committed is an orphan: readers never see it, and
 :meth:`HandoffLog.remove_orphans` deletes it once the partition has moved past its offset.
 
-Arrow IPC segment files: written durably once, read memory-mapped without copying.
+Segment files are written durably once and read memory-mapped, without copying. A segment
+holds a run of consecutive offsets of one handoff partition. Files are never rewritten: a
+name is unique to one write attempt, so a retried append never touches the file of an
+earlier attempt that another process might still be reading.
 
-A segment holds a run of consecutive offsets of one handoff partition. Files are never
-rewritten: a name is unique to one write attempt, so a retried append never touches the file
-of an earlier attempt that another process might still be reading.
-
-The handoff writer: how the runtime hands a consumer's finalized output to Spark.
-
-One writer per handoff stream (a consumer's declared output). The queue's owner appends what
-the watermark finalized for that queue (closed windows, or events released in timestamp
-order) to the partition of the same number, inside the transaction that also saves its input
-checkpoint: after a crash either both are there or neither, so replay from the checkpoint
-recomputes exactly the rows that were not handed off.
+The writer (:class:`HandoffWriter`), one per handoff stream (a consumer's declared output):
+the queue's owner appends what the watermark finalized for that queue (closed windows, or
+events released in timestamp order) to the partition of the same number, inside the
+transaction that also saves its input checkpoint: after a crash either both are there or
+neither, so replay from the checkpoint recomputes exactly the rows that were not handed off.
 
 The reading side: :class:`EmbeddedStorage` is the store directory as the Spark DataSource sees
 it (a :class:`~spark_sink.storage.HandoffStorage`), and :class:`SegmentSplit` what an executor
