@@ -19,12 +19,15 @@ _MARKED_BY = {"spark": "spark", "spark_connect": "spark", "kafka_broker": "kafka
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that use Spark or the broker, and group them for pytest-xdist: the
+    Spark tests on one worker (one Spark session a run), the other broker tests on one worker
+    (the broker itself is shared by all: tests.kafka_fixtures.shared_broker)."""
     for item in items:
-        for fixture in getattr(item, "fixturenames", ()):
-            marker = _MARKED_BY.get(fixture)
-            if marker is not None:
-                item.add_marker(marker)
-                item.add_marker(pytest.mark.xdist_group("spark_and_broker"))
+        markers = {_MARKED_BY[f] for f in getattr(item, "fixturenames", ()) if f in _MARKED_BY}
+        for marker in sorted(markers):
+            item.add_marker(marker)
+        if markers:
+            item.add_marker(pytest.mark.xdist_group("spark" if "spark" in markers else "broker"))
 
 
 @pytest.fixture(autouse=True)

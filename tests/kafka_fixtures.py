@@ -1,19 +1,24 @@
 """Pytest fixtures for a real Kafka-protocol broker (register with
 ``pytest_plugins = ["tests.kafka_fixtures"]``).
 
-``kafka_broker`` is one Tansu broker for the whole session, on a free loopback port;
+``kafka_broker`` is one Tansu broker for the whole run (shared by pytest-xdist's workers), on a
+free loopback port;
 tests keep out of each other's way by using their own topic names (``kafka_topic``).
 :func:`json_provider` reads a topic of JSON records on it, :func:`delete_topic` deletes one.
 """
 
 from __future__ import annotations
 
+import fcntl
 import itertools
+import json
 import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +32,64 @@ from tests.kafka_tls import Certificates, SecuredCluster
 _topic_numbers = itertools.count()
 
 
+@contextmanager
+def _locked(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON state at ``path``, read and written back under an exclusive lock."""
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        yield state
+        path.write_text(json.dumps(state))
+
+
+@contextmanager
+def shared_broker(path: Path) -> Iterator[str]:
+    """One broker for every pytest-xdist worker of a run: the first to ask starts it and
+    stops it once no other worker uses it (waiting for them at its own teardown; a worker
+    that died no longer counts); the rest take its address from ``path``. Tests keep apart
+    by topic name, which carries the worker's pid."""
+    with _locked(path) as state:
+        broker = None if state else TansuBroker().__enter__()
+        if broker is not None:
+            state.update(bootstrap=broker.bootstrap, users=[])
+        state["users"].append(os.getpid())
+        bootstrap = str(state["bootstrap"])
+    try:
+        yield bootstrap
+    finally:
+        with _locked(path) as state:
+            state["users"].remove(os.getpid())
+        while broker is not None:
+            with _locked(path) as state:
+                state["users"] = [pid for pid in state["users"] if _alive(pid)]
+                if not state["users"]:
+                    broker.__exit__(None, None, None)
+                    state.clear()
+                    broker = None
+                    continue
+            time.sleep(0.5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[str]:
-    """``"127.0.0.1:PORT"`` of a Tansu broker that lives for the test session. The local
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``"127.0.0.1:PORT"`` of a Tansu broker that lives for the test session, one for the
+    whole run however many pytest-xdist workers share it (:func:`shared_broker`). The local
     state stores its workers left in the default ``state_dir`` (of this session's topics) go
     with it: a later session's broker, empty, must not meet them under a reused name."""
-    with TansuBroker() as broker:
-        yield broker.bootstrap
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        with TansuBroker() as broker:
+            yield broker.bootstrap
+    else:
+        with shared_broker(tmp_path_factory.getbasetemp().parent / "kafka-broker.json") as bootstrap:
+            yield bootstrap
     default = Path(tempfile.gettempdir()) / "headrace-state"
     for left in default.glob(f"*.state.t{os.getpid()}-*"):
         shutil.rmtree(left, ignore_errors=True)
