@@ -53,10 +53,21 @@ class FirstContact:
     def _durable_keys(self, sids: Collection[StreamId]) -> list[StateKey]:
         """The state keys of the durable implicit activations ``sids`` would have (not of
         types fed by several namespaces, whose activations are keyed otherwise)."""
+        names: dict[str, list[str]] = {}  # namespace -> its durable types' names, found once
+        keys: list[StateKey] = []
+        for sid in sids:
+            of_namespace = names.get(sid.namespace)
+            if of_namespace is None:
+                of_namespace = names[sid.namespace] = self._durable_types(sid.namespace)
+            if of_namespace:
+                stream = str(sid)
+                keys += [(name, stream) for name in of_namespace]
+        return keys
+
+    def _durable_types(self, namespace: str) -> list[str]:
         registry = self._registry
         return [
-            (registry.type_name(cls) or cls.__qualname__, str(sid))
-            for sid in sids
-            for cls in registry.implicit_types(sid.namespace)
+            registry.type_name(cls) or cls.__qualname__
+            for cls in registry.implicit_types(namespace)
             if is_stateful(cls) and not registry.namespaces_of(cls)
         ]

@@ -370,35 +370,35 @@ class PullingAgent:
             # take their batches in queue order, which a replay, read from elsewhere and so
             # gathered otherwise, must see again.
             messages = gathered(messages, self._ticks.records_clock, self.context.options.max_event_size)
-        # Slice by slice: consumers that take batches inline have passed a slice (and so
-        # dropped its decoded values) before the next is decoded. The values then die young,
-        # cheap for the garbage collector, instead of a whole read's worth of them surviving
-        # into its older generations, whose collections cost time in proportion.
-        working = self._working
-        for start in range(0, len(messages), _ADD_SLICE):
-            if len(working) >= _PENDING_TASKS and start:
-                # The tasks the slices so far started (a completion, windows to emit) run
-                # now, while what they touch of their streams is still in the CPU's caches.
-                # Left until the whole read was added (up to cache_size records: thousands
-                # of streams, and other agents' reads meanwhile), they found it all cold.
-                await anyio.sleep(0)
-            await self._add_slice(messages[start : start + _ADD_SLICE])
-
-    async def _add_slice(self, messages: Sequence[QueueMessage]) -> None:
         decoded, letters = _decoded(messages, self.context.options.max_event_size)
-        self._ticks.record_read(_stamp_clock(decoded, self._ticks.records_clock))
-        self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         if letters:
             await self._refuse(letters)
+        # The read's new streams have their subscriptions and saved states read together,
+        # once a read (a fleet coming online brings thousands). Then slice by slice: inline
+        # consumers have dropped a slice's decoded values before the next is delivered, so
+        # they die young, cheap for the garbage collector, instead of a whole read's worth
+        # surviving into its older generations, whose collections cost time in proportion.
+        working = self._working
+        async with self._catalog.first_contact(_new_streams(decoded, self._streams)):
+            for start in range(0, len(decoded), _ADD_SLICE):
+                if len(working) >= _PENDING_TASKS and start:
+                    # The tasks the slices so far started (a completion, windows to emit) run
+                    # now, while what they touch of their streams is still in the CPU's caches.
+                    # Left until the whole read was added (up to cache_size records: thousands
+                    # of streams, and other agents' reads meanwhile), they found it all cold.
+                    await anyio.sleep(0)
+                await self._add_slice(decoded[start : start + _ADD_SLICE])
+
+    async def _add_slice(self, decoded: list[tuple[QueueMessage, BatchContainer]]) -> None:
+        self._ticks.record_read(_stamp_clock(decoded, self._ticks.records_clock))
+        self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         streams = self._streams
-        sids = {c.stream_id for _, c in decoded}
-        async with self._catalog.first_contact([sid for sid in sids if sid not in streams]):
-            for sid in sids:
-                state = streams.get(sid)
-                if state is None:
-                    state = await self._open_stream(sid)
-                if state.opening is not None:
-                    await state.opened()
+        for sid in {c.stream_id: None for _, c in decoded}:
+            state = streams.get(sid)
+            if state is None:
+                state = await self._open_stream(sid)
+            if state.opening is not None:
+                await state.opened()
         keyed = self._catalog.keyed
         if keyed.by_key:  # activations of several streams take their batches in queue order
             keyed.expect(decoded)
@@ -535,6 +535,13 @@ def _decoded(
         except DecodeError as exc:
             letters.append(undecodable_letter(message, exc))
     return decoded, letters
+
+
+def _new_streams(
+    decoded: list[tuple[QueueMessage, BatchContainer]], known: Mapping[StreamId, object]
+) -> list[StreamId]:
+    """The streams of ``decoded`` not in ``known``, each once, in queue order."""
+    return list({c.stream_id: None for _, c in decoded if c.stream_id not in known})
 
 
 def _stamp_clock(decoded: list[tuple[QueueMessage, BatchContainer]], clock: float) -> float:

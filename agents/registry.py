@@ -118,7 +118,8 @@ class ConsumerRegistry:
         return True
 
     def observers(self, stream_id: StreamId) -> list[InProcessSubscription]:
-        return list(self._observers.get(stream_id, {}).values())
+        subscriptions = self._observers.get(stream_id) if self._observers else None
+        return [] if subscriptions is None else list(subscriptions.values())
 
 
 def check_constructor(cls: type) -> None:

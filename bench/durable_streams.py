@@ -9,6 +9,10 @@ by default), chosen at random, one event each: every one is a parked stream reac
 state read back from the store before its event is taken.
 
 Printed:
+- ``phase 1``: its time, and the new streams a second from the first ``on_next`` to the last,
+  by wall clock and per CPU second (each stream's first contact: its record written and read,
+  its activation made, its pub-sub and state looked up, its event taken, its state saved and,
+  two seconds on, parked; the publisher shares the process);
 - ``rss``: the worker process's peak RSS above its RSS before the first stream, per stream
   and in all (publisher and worker share the process; the publisher holds one batch of
   records at a time);
@@ -39,6 +43,7 @@ Run: .venv/bin/python bench/durable_streams.py [--streams 1000000] [--active 0.0
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 import tempfile
@@ -55,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 from agents.catalog import Catalog  # noqa: E402
 from bench import timing  # noqa: E402
 from bench._common import peak_rss_mb, percentile, rss_mb  # noqa: E402
-from bench.timing import Clock, figure  # noqa: E402
+from bench.timing import Clock, cpu_figure, figure  # noqa: E402
 from streams import Durable, StreamId, StreamProvider  # noqa: E402
 from streams.backends.kafka.changelog import KafkaChangelog  # noqa: E402
 from streams.core.ids import QueueId  # noqa: E402
@@ -170,13 +175,16 @@ async def run(streams: int, active: float, path: Path, bootstrap: str | None) ->
     print(f"streams {streams:,}, active in phase 2 {len(chosen):,} ({active:.0%})")
     print(
         f"phase 1 (every stream one event, then parked): {phase1:.1f} s, of which taking the events {taken_in:.1f} s "
-        f"(first to last on_next: {figure(phase1_report)} events/s, {phase1_report.coverage:.0%} of them in the span)"
+        f"(first to last on_next: {figure(phase1_report)} new streams/s, {cpu_figure(phase1_report)} per CPU second; "
+        f"{phase1_report.wall:.2f} s wall, {phase1_report.cpu:.2f} s CPU; {phase1_report.coverage:.0%} of them in the span)"
     )
     print(
         f"rss: peak {peak - base:,.0f} MB above the start ({(peak - base) * 2**20 / streams:,.0f} B a stream); "
         f"with every stream parked {parked_rss - base:,.0f} MB ({(parked_rss - base) * 2**20 / streams:,.0f} B a stream)"
     )
     print(f"store: {size / 2**20:,.0f} MB ({size / streams:,.0f} B a stream)")
+    timing.note("phase 1, new streams/s", phase1_report.rate or math.nan)
+    timing.note("phase 1, new streams per CPU s", phase1_report.cpu_rate or math.nan)
     timing.note("peak RSS a stream, bytes", (peak - base) * 2**20 / streams)
     timing.note("store a stream, bytes", size / streams)
     timing.note("restore, median ms", percentile(restores, 0.5) * 1e3)

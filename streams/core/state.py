@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 import msgpack
 
@@ -52,6 +52,9 @@ T = TypeVar("T")
 class StateError(HeadraceError):
     """A consumer's state cannot be saved or read back (a value msgpack cannot encode, or
     bytes of an unknown format)."""
+
+
+_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})  # defaults no activation can change
 
 
 class Durable(Generic[T]):
@@ -82,6 +85,8 @@ class Durable(Generic[T]):
     def initial(self) -> T:
         """A new activation's value of the field."""
         default = self.default
+        if type(default) in _IMMUTABLE:  # shared safely, without deepcopy's dispatch (each new activation)
+            return cast(T, default)
         if callable(default):
             made: T = default()
             return made

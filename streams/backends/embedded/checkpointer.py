@@ -110,7 +110,10 @@ class EmbeddedCheckpointer:
         """The consumers have finished with these positions: persisted when due."""
         if not tokens:
             return
-        last = max(token.sequence_number for token in tokens)
+        # The pulling agent's tokens are in queue order (agents.checkpoint.Tokens.ascending):
+        # the newest is the last, read without making a token for every record.
+        ascending = getattr(tokens, "ascending", False)
+        last = tokens[-1].sequence_number if ascending else max(token.sequence_number for token in tokens)
         if self.acknowledged is not None and last <= self.acknowledged:
             return
         self.acknowledged = last
