@@ -271,28 +271,33 @@ async def standby_takeover(bootstrap: str, state_dir: Path, given: Counter[int])
     keys = random.Random(7).sample(range(len(given)), QUEUES * 4)
     given.update(keys)
     hooks = Hooks(len(keys))
+    leave, left = anyio.Event(), anyio.Event()
+
+    async def owner_until_it_leaves(*, task_status: Any) -> None:
+        async with provider_for(state_dir, Hooks(1), bootstrap, standby_replicas=1) as owner:
+            task_status.started(owner)
+            await leave.wait()
+        left.set()
+
     try:
-        owner = provider_for(state_dir, Hooks(1), bootstrap, standby_replicas=1)
-        await owner.__aenter__()
-        try:
+        async with anyio.create_task_group() as tg:
+            owner = await tg.start(owner_until_it_leaves)
             async with provider_for(state_dir / "standby", hooks, bootstrap, standby_replicas=1) as standby:
                 with anyio.fail_after(600):
                     while not (owner.agents and standby.agents and len(owner.agents) < QUEUES):
                         await anyio.sleep(0.1)
                     theirs = [agent.queue.number for agent in owner.agents]
                     mine, copy = local_store(owner), local_store(standby)
-                    while any(copy.offset(q) != mine.offset(q) for q in theirs):
+                    while any((copy.offset(q) or -1) < (mine.offset(q) or 0) for q in theirs):
                         await anyio.sleep(0.1)
                 followed = standby.agents[0].receiver.changelog.standby.records_read  # its standby copies'
                 began = time.perf_counter()
-                await owner.__aexit__(None, None, None)
+                leave.set()
+                await left.wait()  # the events are the standby's to take, not the leaving owner's
                 await publish(standby, keys)
                 await wait_taken(hooks, 600)
                 ready = time.perf_counter() - began
                 assert hooks.counts == {str(k): given[k] for k in keys}, hooks.counts  # each restored exactly
-        finally:
-            if owner.running:
-                await owner.__aexit__(None, None, None)
     finally:
         KafkaChangelog.load = original  # type: ignore[method-assign]
     taken = [(took, n) for at, took, n in loads if at >= began]
