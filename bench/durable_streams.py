@@ -224,6 +224,14 @@ def timing_loads(into: list[tuple[float, float, int]]) -> None:
     KafkaChangelog.load = timed  # type: ignore[method-assign]
 
 
+async def taken_exactly(provider: StreamProvider, hooks: Hooks, keys: list[int], given: Counter[int]) -> None:
+    """One event to each stream of ``keys``, taken by ``provider``'s worker; each stream's
+    count then checked against the events it was given (its state restored exactly)."""
+    await publish(provider, keys)
+    await wait_taken(hooks, 600)
+    assert hooks.counts == {str(k): given[k] for k in keys}, hooks.counts
+
+
 async def restart(bootstrap: str, state_dir: Path, given: Counter[int], who: str) -> None:
     """A worker on ``state_dir`` after the last one left: from its start to a parked stream's
     event taken on every queue (one event to each of QUEUES * 4 parked streams), each
@@ -238,10 +246,8 @@ async def restart(bootstrap: str, state_dir: Path, given: Counter[int], who: str
     try:
         began = time.perf_counter()
         async with provider_for(state_dir, hooks, bootstrap) as provider:
-            await publish(provider, keys)
-            await wait_taken(hooks, 600)
+            await taken_exactly(provider, hooks, keys, given)
             ready = time.perf_counter() - began
-            assert hooks.counts == {str(k): given[k] for k in keys}, hooks.counts  # each restored exactly
     finally:
         KafkaChangelog.load = original  # type: ignore[method-assign]
     read = sum(n for _, _, n in loads)
@@ -294,10 +300,8 @@ async def standby_takeover(bootstrap: str, state_dir: Path, given: Counter[int])
                 began = time.perf_counter()
                 leave.set()
                 await left.wait()  # the events are the standby's to take, not the leaving owner's
-                await publish(standby, keys)
-                await wait_taken(hooks, 600)
+                await taken_exactly(standby, hooks, keys, given)
                 ready = time.perf_counter() - began
-                assert hooks.counts == {str(k): given[k] for k in keys}, hooks.counts  # each restored exactly
     finally:
         KafkaChangelog.load = original  # type: ignore[method-assign]
     taken = [(took, n) for at, took, n in loads if at >= began]
