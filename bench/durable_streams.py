@@ -37,7 +37,14 @@ the call, with the records it read):
 - ``same machine``: a worker on the same ``state_dir``: it reads the changelog's tail;
 - ``new owner``: a worker on an empty ``state_dir``: it builds its store from the changelog.
 
-Run: .venv/bin/python bench/durable_streams.py [--streams 1000000] [--active 0.01] [--kafka]
+With ``--standby`` too, a third: a worker on the first ``state_dir`` and one on an empty one,
+both with ``standby_replicas=1``; the second takes half the queues and keeps standby copies of
+the others. Once its copies are where the first worker's store is, the first leaves, and the
+second takes its queues over: timed from that leaving to a parked stream's event taken on
+every queue, with the changelog records its loads read (and those its standby copies read
+before, while following).
+
+Run: .venv/bin/python bench/durable_streams.py [--streams 1000000] [--active 0.01] [--kafka [--standby]]
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ class Hooks:
         self.clock = Clock(streams, freeze=False)
 
 
-def provider_for(path: Path, hooks: Hooks, bootstrap: str | None = None) -> StreamProvider:
+def provider_for(path: Path, hooks: Hooks, bootstrap: str | None = None, standby_replicas: int = 0) -> StreamProvider:
     if bootstrap is None:
         provider = StreamProvider.embedded(path, queues=QUEUES, stream_inactivity_period=2.0)
     else:
@@ -90,6 +97,7 @@ def provider_for(path: Path, hooks: Hooks, bootstrap: str | None = None) -> Stre
             queues=QUEUES,
             group_id="durable-bench",
             state_dir=path,
+            standby_replicas=standby_replicas,
             stream_inactivity_period=2.0,
         )
 
@@ -145,7 +153,7 @@ def timing_restores(into: list[float]) -> None:
     Catalog._restore = timed  # type: ignore[method-assign]
 
 
-async def run(streams: int, active: float, path: Path, bootstrap: str | None) -> None:
+async def run(streams: int, active: float, path: Path, bootstrap: str | None, standby: bool = False) -> None:
     hooks = Hooks(streams)
     restores: list[float] = []
     timing_restores(restores)
@@ -205,6 +213,8 @@ async def run(streams: int, active: float, path: Path, bootstrap: str | None) ->
         given = Counter(range(streams)) + Counter(chosen)  # the events each stream has taken
         await restart(bootstrap, path, given, "same machine")
         await restart(bootstrap, path / "new-owner", given, "new owner")
+        if standby:
+            await standby_takeover(bootstrap, path, given)
 
 
 def timing_loads(into: list[tuple[float, float, int]]) -> None:
@@ -222,6 +232,14 @@ def timing_loads(into: list[tuple[float, float, int]]) -> None:
     KafkaChangelog.load = timed  # type: ignore[method-assign]
 
 
+async def taken_exactly(provider: StreamProvider, hooks: Hooks, keys: list[int], given: Counter[int]) -> None:
+    """One event to each stream of ``keys``, taken by ``provider``'s worker; each stream's
+    count then checked against the events it was given (its state restored exactly)."""
+    await publish(provider, keys)
+    await wait_taken(hooks, 600)
+    assert hooks.counts == {str(k): given[k] for k in keys}, hooks.counts
+
+
 async def restart(bootstrap: str, state_dir: Path, given: Counter[int], who: str) -> None:
     """A worker on ``state_dir`` after the last one left: from its start to a parked stream's
     event taken on every queue (one event to each of QUEUES * 4 parked streams), each
@@ -236,10 +254,8 @@ async def restart(bootstrap: str, state_dir: Path, given: Counter[int], who: str
     try:
         began = time.perf_counter()
         async with provider_for(state_dir, hooks, bootstrap) as provider:
-            await publish(provider, keys)
-            await wait_taken(hooks, 600)
+            await taken_exactly(provider, hooks, keys, given)
             ready = time.perf_counter() - began
-            assert hooks.counts == {str(k): given[k] for k in keys}, hooks.counts  # each restored exactly
     finally:
         KafkaChangelog.load = original  # type: ignore[method-assign]
     read = sum(n for _, _, n in loads)
@@ -255,17 +271,71 @@ async def restart(bootstrap: str, state_dir: Path, given: Counter[int], who: str
     timing.note(f"restart {who}, slowest load s", slowest)
 
 
+def local_store(provider: StreamProvider) -> Any:
+    """The worker's local state store (its agents' changelog's)."""
+    return provider.agents[0].receiver.changelog.local
+
+
+async def standby_takeover(bootstrap: str, state_dir: Path, given: Counter[int]) -> None:
+    """The third restart of the module docstring: a worker that kept standby copies takes
+    the queues of one that leaves."""
+    loads: list[tuple[float, float, int]] = []
+    original = KafkaChangelog.load
+    timing_loads(loads)
+    keys = random.Random(7).sample(range(len(given)), QUEUES * 4)
+    given.update(keys)
+    hooks = Hooks(len(keys))
+    leave, left = anyio.Event(), anyio.Event()
+
+    async def owner_until_it_leaves(*, task_status: Any) -> None:
+        async with provider_for(state_dir, Hooks(1), bootstrap, standby_replicas=1) as owner:
+            task_status.started(owner)
+            await leave.wait()
+        left.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            owner = await tg.start(owner_until_it_leaves)
+            async with provider_for(state_dir / "standby", hooks, bootstrap, standby_replicas=1) as standby:
+                with anyio.fail_after(600):
+                    while not (owner.agents and standby.agents and len(owner.agents) < QUEUES):
+                        await anyio.sleep(0.1)
+                    theirs = [agent.queue.number for agent in owner.agents]
+                    mine, copy = local_store(owner), local_store(standby)
+                    while any((copy.offset(q) or -1) < (mine.offset(q) or 0) for q in theirs):
+                        await anyio.sleep(0.1)
+                followed = standby.agents[0].receiver.changelog.standby.records_read  # its standby copies'
+                began = time.perf_counter()
+                leave.set()
+                await left.wait()  # the events are the standby's to take, not the leaving owner's
+                await taken_exactly(standby, hooks, keys, given)
+                ready = time.perf_counter() - began
+    finally:
+        KafkaChangelog.load = original  # type: ignore[method-assign]
+    taken = [(took, n) for at, took, n in loads if at >= began]
+    read, slowest = sum(n for _, n in taken), max((took for took, _ in taken), default=0.0)
+    print(
+        f"restart, new owner with a standby (queues {theirs} taken over from a worker that left): {ready:.1f} s "
+        f"from its leaving to a parked stream's event on every queue; the changelog read {read:,} record(s), the "
+        f"slowest queue's load {slowest:.2f} s (its standby copies had read {followed:,} record(s) while following)"
+    )
+    timing.note("restart new owner with a standby, s", ready)
+    timing.note("restart new owner with a standby, changelog records read", read)
+    timing.note("restart new owner with a standby, slowest load s", slowest)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", type=int, default=1_000_000)
     parser.add_argument("--active", type=float, default=0.01)
     parser.add_argument("--dir", type=Path, default=None, help="where the store goes (default: a temporary one)")
     parser.add_argument("--kafka", action="store_true", help="on the test broker (Tansu), with two restarts")
+    parser.add_argument("--standby", action="store_true", help="with --kafka: a third, onto a standby worker")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         if args.kafka:
             with TansuBroker() as broker:
-                anyio.run(run, args.streams, args.active, Path(tmp), broker.bootstrap)
+                anyio.run(run, args.streams, args.active, Path(tmp), broker.bootstrap, args.standby)
         else:
             anyio.run(run, args.streams, args.active, Path(tmp), None)
     timing.save_run(__file__, {}, params=vars(args))

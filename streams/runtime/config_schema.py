@@ -349,6 +349,7 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "compression": _choice("none", "gzip", "snappy", "lz4", "zstd"),
         "dead_letter_topic": _text,
         "state_dir": _path,
+        "standby_replicas": _count(0),
         "idempotent": _flag,
         "security_protocol": _named("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
         "ssl_cafile": _file,

@@ -364,6 +364,11 @@ class KafkaAdapterFactory:
         """The outage log of the cluster, shared by every client of this factory."""
         return self._adapter.outage
 
+    @property
+    def changelog(self) -> KafkaChangelog:
+        """The adapter's state changelog (and the worker's local state store)."""
+        return self._adapter.changelog
+
     def close_with(self, companion: Closeable) -> None:
         """Close ``companion`` with the adapter (see :meth:`KafkaQueueAdapter.close_with`)."""
         self._adapter.close_with(companion)

@@ -17,6 +17,7 @@ from streams.backends.kafka.deadletters import KafkaDeadLetterStore
 from streams.backends.kafka.pubsub import KafkaPubSubStore
 from streams.backends.kafka.retained import KafkaRecords
 from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.standby import StandbyReplicas
 from streams.backends.kafka.status import KafkaStatusBoard, read_kafka_status
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import QueueId
@@ -75,8 +76,11 @@ class KafkaBackend:
     def queue_balancer(self, options: BalancerOptions | None) -> KafkaGroupBalancer | None:
         """The workers reading this topic are the members of a Kafka consumer group
         (:func:`~streams.backends.kafka.balancer.group_balancer`); ``None`` when ``group_membership``
-        is off: each reads everything."""
-        return group_balancer(self.factory.settings, options)
+        is off: each reads everything. With ``standby_replicas`` and a local state store, the
+        worker keeps standby copies too (:mod:`~streams.backends.kafka.standby`)."""
+        settings, changelog = self.factory.settings, self.factory.changelog
+        keeps = settings.standby_replicas > 0 and changelog.open_local is not None
+        return group_balancer(settings, options, StandbyReplicas(changelog) if keeps else None)
 
     async def open_handoff_sink(
         self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff

@@ -23,6 +23,10 @@ background task: no ``getmany()`` is needed for it. But a consumer that has not 
 paused partitions, it returns at once) every ``poll_period``; it also surfaces the group's
 fatal errors, such as a refused authorization.
 
+With ``standby_replicas``, each assignment also names the queues this worker keeps standby
+copies of (:mod:`~streams.backends.kafka.standby`); :meth:`KafkaGroupBalancer.run` follows
+them, told the new ones with the queues it owns, before any of those is delivered.
+
 If the broker stops recognising this member (its session expired: a long pause, a network
 cut), aiokafka resets the member and rejoins. The queues are then reported ``lost``, not
 ``removed``: others may already read them. The receivers' commits are not fenced by the
@@ -55,6 +59,7 @@ from balancer.protocols import QueueDistributionChange, QueueDistributionListene
 from streams.backends.kafka.assignor import BestFitPartitionAssignor
 from streams.backends.kafka.clients import is_transient, stop_client
 from streams.backends.kafka.settings import KafkaSettings
+from streams.backends.kafka.standby import StandbyReplicas
 from streams.core.clock import WALL_CLOCK, StepWatch
 from streams.core.errors import ConfigurationError, QueueAdapterError
 from streams.core.ids import QueueId
@@ -74,13 +79,16 @@ def membership_group_id(settings: KafkaSettings) -> str:
     return f"{settings.group_id}.members.{settings.topic}"
 
 
-def group_balancer(settings: KafkaSettings, options: BalancerOptions | None = None) -> KafkaGroupBalancer | None:
+def group_balancer(
+    settings: KafkaSettings, options: BalancerOptions | None = None, standby: StandbyReplicas | None = None
+) -> KafkaGroupBalancer | None:
     """The balancer of the workers reading the topic of ``settings``: they are the members
     of a Kafka consumer group, so one worker alone reads every partition and several share
     them. ``options.lease_length`` is the group's session timeout (how soon a dead worker's
     queues move), its heartbeat comes every ``renew_period`` (at most a third of that) and
     it checks on the group every ``refresh_period``. ``None`` when ``group_membership`` is
-    off: each worker reads everything.
+    off: each worker reads everything. ``standby``: the standby copies this worker keeps
+    (``standby_replicas``), followed while the balancer runs.
 
     >>> settings = KafkaSettings("localhost:9092", "sensors")
     >>> options = BalancerOptions(lease_length=9, renew_period=4, refresh_period=1)
@@ -93,9 +101,10 @@ def group_balancer(settings: KafkaSettings, options: BalancerOptions | None = No
     if not settings.group_membership:
         return None
     if options is None:
-        return KafkaGroupBalancer(settings)
+        return KafkaGroupBalancer(settings, standby=standby)
     return KafkaGroupBalancer(
         settings,
+        standby=standby,
         session_timeout=options.lease_length,
         heartbeat_interval=min(options.renew_period, options.lease_length / 3),
         poll_period=options.refresh_period,
@@ -112,6 +121,9 @@ class KafkaGroupBalancer:
     - ``rebalance_timeout``: how long the group waits for a worker to hand its queues back
       (drain and commit) during a rebalance; keep it above the provider's ``shutdown_timeout``.
     - ``poll_period``: how often :meth:`run` checks on the membership.
+    - ``standby``: the standby copies this worker keeps (:mod:`~streams.backends.kafka.standby`):
+      it claims them in its join metadata, is told its standby queues at each assignment, and
+      :meth:`run` follows them.
 
     >>> balancer = KafkaGroupBalancer(KafkaSettings("localhost:9092", "sensors"), session_timeout=6)
     >>> balancer.group_id, balancer.heartbeat_interval
@@ -126,6 +138,7 @@ class KafkaGroupBalancer:
         heartbeat_interval: float | None = None,
         rebalance_timeout: float = 30.0,
         poll_period: float = 1.0,
+        standby: StandbyReplicas | None = None,
     ) -> None:
         heartbeat_interval = session_timeout / 3 if heartbeat_interval is None else heartbeat_interval
         if not 0 < heartbeat_interval < session_timeout:
@@ -143,6 +156,7 @@ class KafkaGroupBalancer:
         self.heartbeat_interval = heartbeat_interval
         self.rebalance_timeout = rebalance_timeout
         self.poll_period = poll_period
+        self.standby = standby
         self._worker = ""
         self._consumer: AIOKafkaConsumer | None = None
         self._assignor: BestFitPartitionAssignor | None = None
@@ -169,7 +183,8 @@ class KafkaGroupBalancer:
                 f"{self.settings.topic!r} (queues 0..{self.settings.queues - 1}), not {sorted(queues)}"
             )
         self._worker = worker
-        self._assignor = BestFitPartitionAssignor(worker)
+        keeps = self.settings.standby_replicas if self.standby is not None else 0
+        self._assignor = BestFitPartitionAssignor(worker, standby_replicas=keeps)
         consumer = AIOKafkaConsumer(
             **self.settings.consumer_kwargs(
                 # A join is answered only when the rebalance completes: wait for that, like
@@ -218,7 +233,15 @@ class KafkaGroupBalancer:
 
     async def run(self) -> None:
         """Follow the group until :meth:`shutdown`: deliver new assignments, report the
-        queues lost if the broker dropped this member, and keep the consumer polling."""
+        queues lost if the broker dropped this member, and keep the consumer polling; and
+        meanwhile follow the standby copies, if this worker keeps any."""
+        async with anyio.create_task_group() as tg:
+            if self.standby is not None:
+                tg.start_soon(self.standby.run)
+            await self._follow()
+            tg.cancel_scope.cancel()
+
+    async def _follow(self) -> None:
         while not self._closing:
             with anyio.move_on_after(self.poll_period):
                 await self._changed.wait()
@@ -301,14 +324,26 @@ class KafkaGroupBalancer:
         consumer.pause(*partitions)  # membership only: the agents read the partitions
         self._generation = GroupMember.of(consumer).generation
         self._assignment = frozenset(QueueId(tp.partition) for tp in partitions if tp.topic == self.settings.topic)
+        standby = self._standby_queues()
         log.info(
-            "%s: group %s generation %d assigns queues %s",
+            "%s: group %s generation %d assigns queues %s%s",
             self._worker,
             self.group_id,
             self._generation,
             sorted(q.number for q in self._assignment),
+            f", standby copies of {sorted(q.number for q in standby)}" if standby else "",
         )
         self._changed.set()
+
+    def _standby_queues(self) -> frozenset[QueueId]:
+        """Tell the standby copies the queues this assignment gives them (set with the
+        queues this worker owns, before any is delivered: a queue is never both)."""
+        if self.standby is None or self._assignor is None:
+            return frozenset()
+        topic = self.settings.topic
+        queues = frozenset(QueueId(tp.partition) for tp in self._assignor.standby if tp.topic == topic)
+        self.standby.follow(queues - (self._assignment or frozenset()))
+        return queues
 
     async def _revoked(self) -> None:
         """Before the group rebalances: hand every queue back and wait until they are."""

@@ -39,6 +39,8 @@ store and restores the states a worker must hold (window states, durable ones wi
   trusted past it) or before its oldest retained record: the copy is rebuilt from the oldest
   retained record to the end, keeping the newest record of each key (a tombstone removes it).
 
+A worker that kept a standby copy of the queue (``standby_replicas``:
+:mod:`~streams.backends.kafka.standby`) has a local offset near the end: it reads the tail.
 Each load logs which, with the records read (:attr:`KafkaChangelog.records_read` counts
 them). Kafka's compaction keeps a rebuild proportional to the open state; a broker that never
 compacts (Tansu, which accepts ``cleanup.policy=compact`` but keeps every record) gives the
@@ -63,13 +65,13 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgpack
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from streams.adapters.protocols import LocalStates, StateKey, StateRows, StateSource
 from streams.backends.kafka.clients import (
@@ -106,6 +108,13 @@ CHANGELOG: Mapping[str, str] = {
 SavedStates = dict[StateKey, tuple[SequenceToken, bytes]]
 # Opens a worker's local state store in a directory (the embedded store's changelog_copy).
 OpenLocalStates = Callable[[Path], LocalStates]
+
+
+class StandbyCopies(Protocol):
+    """The standby copies a worker keeps (:mod:`streams.backends.kafka.standby`), as a load
+    sees them: a queue that becomes this worker's is no longer followed."""
+
+    def stop_following(self, queue: QueueId) -> None: ...
 
 
 def changelog_topic(settings: KafkaSettings) -> str:
@@ -213,6 +222,7 @@ class KafkaChangelog:
         # producer one at a time (see Rekeying.forward).
         self.enqueueing = anyio.Lock()
         self._refused: set[QueueId] = set()  # queues whose last write Kafka refused (logged)
+        self.standby: StandbyCopies | None = None  # the standby copies this worker keeps, if any
 
     async def ensure_topic(self) -> None:
         """Create the topic unless it exists; refuse one without a partition per queue (the
@@ -230,7 +240,7 @@ class KafkaChangelog:
         ``False`` if any did not land (nothing may be relied on then): the cluster could not
         be reached, or it refused a record (too large, not authorized: logged once, and
         the queue's offset stays where it is until a write succeeds)."""
-        async with self._writing.setdefault(queue.number, anyio.Lock()):
+        async with self.turn(queue):
             return await self._written(queue, rows)
 
     async def _written(self, queue: QueueId, rows: StateRows) -> bool:
@@ -319,7 +329,7 @@ class KafkaChangelog:
         if local is not None:
             return await self._restore(queue, local)
         tp = TopicPartition(self.topic, queue.number)
-        consumer = self._reader()
+        consumer = self.reader()
         await start_client(consumer, self.settings)
         try:
             consumer.assign([tp])
@@ -350,22 +360,18 @@ class KafkaChangelog:
     async def _restore(self, queue: QueueId, local: LocalStates) -> SavedStates:
         """Bring ``queue``'s copy in the local store up to the changelog's end (its tail, or
         all of it: see the module), logged; the states a worker holds. A write of the queue's
-        states still going on (a receiver before this one) ends first."""
-        async with self._writing.setdefault(queue.number, anyio.Lock()):
+        states still going on (a receiver before this one, the standby copy's) ends first,
+        and a standby copy of the queue here is no longer followed: the queue is this
+        worker's now, and its receiver the one writer of its rows."""
+        if self.standby is not None:
+            self.standby.stop_following(queue)
+        async with self.turn(queue):
             tp = TopicPartition(self.topic, queue.number)
-            consumer = self._reader()
+            consumer = self.reader()
             await start_client(consumer, self.settings)
             try:
                 consumer.assign([tp])
-                first, end = await offset_bounds(consumer, tp, self.settings.request_timeout)
-                synced = local.synced(queue.number)
-                stored = None if synced is None else synced[0]
-                why = rebuild_reason(stored, first, end, 0.0 if synced is None else wall_time() - synced[1])
-                if why is not None or stored is None:
-                    await local.forget(queue.number)
-                    start = first
-                else:
-                    start = stored
+                start, end, why = await self.start_of(consumer, tp, local, queue)
                 read, reached = await self._copy(consumer, tp, (start, end), local, queue)
             finally:
                 await stop_client(consumer)
@@ -384,6 +390,27 @@ class KafkaChangelog:
         )
         return states
 
+    def turn(self, queue: QueueId) -> anyio.Lock:
+        """The lock of ``queue``'s rows in the local store: one writer at a time (a receiver's
+        writes, a load, a standby copy's), and its changelog offsets in order."""
+        return self._writing.setdefault(queue.number, anyio.Lock())
+
+    async def start_of(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, local: LocalStates, queue: QueueId
+    ) -> tuple[int, int, str | None]:
+        """Where ``queue``'s copy in ``local`` reads the changelog on from (``consumer`` is
+        assigned ``tp``), in the queue's turn: its local offset, or, its rows forgotten now,
+        the oldest retained record; the changelog's end; and why it is rebuilt (``None``:
+        only its tail is read)."""
+        first, end = await offset_bounds(consumer, tp, self.settings.request_timeout)
+        synced = local.synced(queue.number)
+        stored = None if synced is None else synced[0]
+        why = rebuild_reason(stored, first, end, 0.0 if synced is None else wall_time() - synced[1])
+        if why is not None or stored is None:
+            await local.forget(queue.number)
+            return first, end, why
+        return stored, end, None
+
     async def expire(self, queue: QueueId, consumer: str, before: float) -> int:
         """Delete ``consumer``'s durable states of ``queue`` in the local store last written
         before ``before``: a tombstone each in the changelog, then from the local store; how
@@ -392,7 +419,7 @@ class KafkaChangelog:
         local = await self.local_states()
         if local is None:
             return 0
-        async with self._writing.setdefault(queue.number, anyio.Lock()):
+        async with self.turn(queue):
             keys = await local.idle_keys(queue.number, consumer, before)
             return len(keys) if keys and await self._written(queue, ([], keys)) else 0
 
@@ -405,26 +432,22 @@ class KafkaChangelog:
         start, end = span
         read, reached = 0, start
         async for chunk in partition_chunks(consumer, tp, start, self.settings):
-            newest = {record.key: record.value for record in chunk if record.key is not None}
             read += len(chunk)
-            reached = chunk[-1].offset + 1
-            # Written when the chunk's last record was, at the latest: a copy's time to live
-            # runs from the changelog's writes, not from this read.
-            stamp = chunk[-1].timestamp
-            written_at = stamp / 1000 if stamp is not None and stamp > 0 else None
-            await local.apply(queue.number, _rows_of(queue, newest), next_offset=reached, written_at=written_at)
+            reached = await apply_records(local, queue, chunk)
         reached = max(reached, end)
         await local.apply(queue.number, ([], []), next_offset=reached)
         return read, reached
 
-    def _reader(self) -> AIOKafkaConsumer:
-        """A consumer of the changelog, of no group."""
+    def reader(self, fetch_wait: float | None = None) -> AIOKafkaConsumer:
+        """A consumer of the changelog, of no group (nothing committed); a fetch at the end
+        waits ``fetch_wait`` seconds for records (by default ``poll_timeout``)."""
+        wait = self.settings.poll_timeout if fetch_wait is None else fetch_wait
         return AIOKafkaConsumer(
             **self.settings.consumer_kwargs(
                 group_id=None,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",  # what compaction or retention left
-                fetch_max_wait_ms=int(self.settings.poll_timeout * 1000),
+                fetch_max_wait_ms=int(wait * 1000),
             )
         )
 
@@ -444,6 +467,20 @@ class KafkaChangelog:
         local, self.local = self.local, None
         if local is not None:
             local.close()
+
+
+async def apply_records(local: LocalStates, queue: QueueId, records: Sequence[ConsumerRecord[bytes, bytes]]) -> int:
+    """Apply ``records`` (a fetch of ``queue``'s changelog partition, in order) to its copy in
+    ``local``, the newest of each key, with the offset after them, in one transaction; that
+    offset. What a load and a standby copy both apply."""
+    newest = {record.key: record.value for record in records if record.key is not None}
+    reached: int = records[-1].offset + 1
+    # Written when the last record was, at the latest: a copy's time to live runs from the
+    # changelog's writes, not from this read.
+    stamp = records[-1].timestamp
+    written_at = stamp / 1000 if stamp is not None and stamp > 0 else None
+    await local.apply(queue.number, _rows_of(queue, newest), next_offset=reached, written_at=written_at)
+    return reached
 
 
 def _states_of(queue: QueueId, newest: Mapping[bytes, bytes | None]) -> SavedStates:

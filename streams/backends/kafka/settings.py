@@ -79,6 +79,11 @@ class KafkaSettings(KafkaConnection):
     # temporary directory (Kafka Streams' default is /tmp/kafka-streams); a path that survives
     # a reboot saves the restart after one from reading the whole changelog.
     state_dir: str | os.PathLike[str] | None = None
+    # Warm copies of other workers' queues (Kafka Streams' num.standby.replicas): the group
+    # leader gives each queue to up to this many other workers as a standby, each of which
+    # follows the queue's changelog into its local state store (streams.backends.kafka.standby),
+    # so a queue that moves to one of them reads only the changelog's tail. 0: none.
+    standby_replicas: int = 0
     # The topic of the dead letters (None: "<topic>.dlq", as Kafka Connect and Spring name it).
     dead_letter_topic: str | None = None
     records: str | RecordFormat = HEADRACE
@@ -141,6 +146,15 @@ class KafkaSettings(KafkaConnection):
             isinstance(self.state_dir, os.PathLike) or (isinstance(self.state_dir, str) and self.state_dir)
         ):
             raise ConfigurationError(f"state_dir is a directory's path, not {self.state_dir!r}")
+        if (
+            not isinstance(self.standby_replicas, int)
+            or isinstance(self.standby_replicas, bool)
+            or self.standby_replicas < 0
+        ):
+            raise ConfigurationError(
+                f"standby_replicas is an int >= 0 (the warm copies of each queue on other workers), "
+                f"not {self.standby_replicas!r}"
+            )
         if self.dead_letter_topic is not None and not (
             isinstance(self.dead_letter_topic, str) and self.dead_letter_topic
         ):

@@ -1,7 +1,8 @@
 """The application of the durable-state tests, run with ``headrace worker --app
 tests.end_to_end.durable.orders_app:app``: on the embedded store at ``HEADRACE_TEST_STORE``, or
 on the topic ``HEADRACE_TEST_TOPIC`` of the broker at ``HEADRACE_TEST_KAFKA`` (the worker's local
-state store under ``HEADRACE_TEST_STATE_DIR``, if set). What its
+state store under ``HEADRACE_TEST_STATE_DIR``, if set, and ``HEADRACE_TEST_STANDBY_REPLICAS`` standby
+copies of each queue). What its
 consumers do is appended to ``HEADRACE_TEST_OUT``, a line each:
 
 - ``ThirdOrderAlert`` (namespace ``orders``, values ``{"amount": x}``): ``took USER N`` for
@@ -70,6 +71,7 @@ def app() -> StreamProvider:
             queues=QUEUES,
             kafka={"idempotent": False},
             state_dir=os.environ.get("HEADRACE_TEST_STATE_DIR"),  # the worker's local state store
+            standby_replicas=int(os.environ.get("HEADRACE_TEST_STANDBY_REPLICAS", "0")),
             balancer_options=BalancerOptions(3.0, renew_period=1.0, refresh_period=0.5),
             shutdown_timeout=5.0,
         )
