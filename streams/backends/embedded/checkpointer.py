@@ -73,6 +73,9 @@ class EmbeddedCheckpointer:
         self._persisted: int | None = None
         self._acks_since_persist = 0
         self._last_persist = float("-inf")
+        # When the receiver next looks whether a checkpoint is due (time.monotonic()): it
+        # compares this on each read, and calls persist_if_due only then.
+        self.due_at = float("-inf")
         # The event-time state saved with each checkpoint (set by the pulling agent).
         self.state_source: StateSource | None = None
 
@@ -119,9 +122,10 @@ class EmbeddedCheckpointer:
 
     async def persist_if_due(self) -> None:
         """Persist what is acknowledged (and the pending states) if the interval or the count
-        of acknowledgements since the last persist says so."""
+        of acknowledgements since the last persist says so; looked at again one interval on."""
+        now = time.monotonic()
+        self.due_at = now + self._persist_interval
         if self._unpersisted():
-            now = time.monotonic()
             if now - self._last_persist >= self._persist_interval or self._acks_since_persist >= self._persist_every:
                 await self.persist(now)
 
