@@ -88,6 +88,7 @@ async def run(path: str, trace: Trace) -> None:
         await stream.send({"time": 1.0})  # opens the stream and its window: not traced
         await provider.flush()
         await provider.drain()
+        await provider.drain()  # its read writes the checkpoint, with the open window's state
         await anyio.sleep(0.2)  # the agent's loop, woken by drain, is back waiting to be woken
         trace.on = True
         await stream.send({"time": 61.0})  # its watermark closes the first window

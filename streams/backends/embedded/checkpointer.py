@@ -73,8 +73,8 @@ class EmbeddedCheckpointer:
         self._persisted: int | None = None
         self._acks_since_persist = 0
         self._last_persist = float("-inf")
-        # When the receiver next looks whether a checkpoint is due (time.monotonic()): it
-        # compares this on each read, and calls persist_if_due only then.
+        # From when (time.monotonic()) the interval lets a checkpoint be written: the receiver
+        # compares this on each read, and calls persist_if_due only from then on.
         self.due_at = float("-inf")
         # The event-time state saved with each checkpoint (set by the pulling agent).
         self.state_source: StateSource | None = None
@@ -122,10 +122,9 @@ class EmbeddedCheckpointer:
 
     async def persist_if_due(self) -> None:
         """Persist what is acknowledged (and the pending states) if the interval or the count
-        of acknowledgements since the last persist says so; looked at again one interval on."""
-        now = time.monotonic()
-        self.due_at = now + self._persist_interval
+        of acknowledgements since the last persist says so."""
         if self._unpersisted():
+            now = time.monotonic()
             if now - self._last_persist >= self._persist_interval or self._acks_since_persist >= self._persist_every:
                 await self.persist(now)
 
@@ -161,3 +160,4 @@ class EmbeddedCheckpointer:
         self._persisted = seq
         self._acks_since_persist = 0
         self._last_persist = time.monotonic() if now is None else now
+        self.due_at = self._last_persist + self._persist_interval

@@ -92,7 +92,7 @@ class EmbeddedQueueReceiver(CheckpointedState, ReceiverDefaults):
             return []
         self.caught_up = False  # until this read returns (it may fail)
         now = time.monotonic()
-        if now >= self.checkpointer.due_at:  # whether a checkpoint is due: once an interval
+        if now >= self.checkpointer.due_at:  # the interval since the last checkpoint has passed
             await self.checkpointer.persist_if_due()
         if self._retention is not None and now >= self._next_retention:
             self._next_retention = now + self._retention.interval
