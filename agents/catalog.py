@@ -38,7 +38,7 @@ from agents.merged_inputs import InputView
 from streams.adapters.protocols import StateLookup
 from streams.core.deadletters import QueueDeadLetters
 from streams.core.ids import QueueId, SequenceToken, StreamId
-from streams.core.logcontext import enter_fields
+from streams.core.logcontext import LOG_CONTEXT
 from streams.core.observer import EventFilter, as_observer
 from streams.core.pubsub import SubscriptionState
 from streams.core.state import StateError, is_stateful, next_processing_timer, state_ttl, timers_of
@@ -592,7 +592,7 @@ async def call_hook(instance: object, name: str, log_fields: Mapping[str, Any]) 
     hook = getattr(instance, name, None)
     if hook is None:
         return
-    enter_fields(log_fields)  # its own task: the context goes with it
+    LOG_CONTEXT.set(log_fields)  # its own task: the context goes with it
     try:
         result = hook()
         if hasattr(result, "__await__"):

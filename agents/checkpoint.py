@@ -44,7 +44,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from agents.activation import TimedActivation
-from streams.core.ids import SequenceToken
+from streams.core.ids import SequenceToken, lowest
 from streams.core.lazy import LazySequence
 from streams.core.state import StateError
 from streams.eventtime.snapshot import SnapshotError
@@ -136,17 +136,6 @@ class ActivationStates:
                 self.changed(activation)
         if not ok:
             self._retired.extend(deleting)
-
-
-def lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
-    """The lower of two queue positions, either of which may be None (none).
-
-    >>> lowest(SequenceToken(3), None), lowest(SequenceToken(3), SequenceToken(2))
-    (SequenceToken(sequence_number=3, event_index=0), SequenceToken(sequence_number=2, event_index=0))
-    """
-    if a is None:
-        return b
-    return a if b is None or a <= b else b
 
 
 class SavedUnit:

@@ -51,7 +51,7 @@ from cache.protocols import CachedBatch, QueueCacheCursor
 from streams.core.batch import BatchKind, Event, EventBatch, KeptEvents
 from streams.core.errors import DeliveryTimeoutError
 from streams.core.ids import SequenceToken, StreamId
-from streams.core.logcontext import enter_fields, leave_fields
+from streams.core.logcontext import LOG_CONTEXT
 from streams.core.observer import EventFilter, is_coroutine_function, is_inline
 
 log = logging.getLogger("headrace.agent")
@@ -286,7 +286,7 @@ class StreamConsumer:
             self._scope.cancel()
 
     async def run(self) -> None:
-        fields = enter_fields(self._log_fields)  # the task's own context: for all it delivers
+        fields = LOG_CONTEXT.set(self._log_fields)  # the task's own context: for all it delivers
         try:
             while True:
                 with anyio.CancelScope() as scope:
@@ -310,7 +310,7 @@ class StreamConsumer:
             self._scope = None  # the watchdog has nothing to cancel until the next task
             self._has_task = False
             self._working.discard(self)
-            leave_fields(fields)
+            LOG_CONTEXT.reset(fields)
 
     async def _deliver_all(self) -> None:
         limit = self._context.options.max_event_delivery_time

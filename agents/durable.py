@@ -39,13 +39,13 @@ from collections.abc import Awaitable, Callable
 
 from agents.activation import Activation, TimedActivation
 from agents.activation_turns import Turns
-from agents.checkpoint import SavedUnit, lowest
+from agents.checkpoint import SavedUnit
 from agents.delivery import inline_on_next
 from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import InputView, QueueOrder
 from streams.core.batch import EventBatch
 from streams.core.deadletters import DeadLetterStore
-from streams.core.ids import SequenceToken, StreamId
+from streams.core.ids import SequenceToken, StreamId, lowest
 from streams.core.observer import lift
 from streams.core.state import PROCESSING_TIME, Timer, TimerTable, pack_unit, timers_of, unpack_unit
 

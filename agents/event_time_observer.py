@@ -34,7 +34,6 @@ from functools import partial
 
 from agents.activation import TimedActivation
 from agents.activation_turns import Turns
-from agents.checkpoint import lowest
 from agents.durable import fire_timers
 from agents.event_time_unit import EventTimeUnit
 from agents.handoff_writes import HandoffTarget, HandoffWrites
@@ -42,7 +41,7 @@ from agents.hook_calls import HookCalls, HookLimits
 from agents.merged_inputs import HoldBack, InputView, QueueOrder
 from streams.core.batch import EventBatch
 from streams.core.deadletters import DeadLetterStore
-from streams.core.ids import SequenceToken, StreamId
+from streams.core.ids import SequenceToken, StreamId, lowest
 from streams.core.observer import SharedHook, hook_of, nothing
 from streams.core.state import (
     EVENT_TIME,

@@ -13,10 +13,9 @@ in the store, until its stream has data again.
 
 from __future__ import annotations
 
-from agents.checkpoint import lowest
 from agents.durable import warn_not_saved
 from agents.event_time_emitter import EventTimeEmitter
-from streams.core.ids import SequenceToken
+from streams.core.ids import SequenceToken, lowest
 from streams.core.state import pack_unit, unpack_unit
 from streams.eventtime.snapshot import can_snapshot, held_snapshot, is_empty, restore_held
 

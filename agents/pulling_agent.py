@@ -51,7 +51,7 @@ from streams.core.codec import interned
 from streams.core.deadletters import DeadLetter
 from streams.core.errors import DecodeError, QueueFailedError, RecordTooLargeError
 from streams.core.ids import QueueId, StreamId
-from streams.core.logcontext import delivery_fields, enter_fields, leave_fields
+from streams.core.logcontext import LOG_CONTEXT, delivery_fields
 from streams.core.record_batch import gathered
 from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 from streams.eventtime.lateness import ObservedTimes
@@ -123,11 +123,7 @@ class PullingAgent:
     """Reads one queue into one cache and delivers to each consumer through its cursor."""
 
     def __init__(
-        self,
-        queue: QueueId,
-        receiver: QueueAdapterReceiver,
-        cache: QueueCache,
-        context: AgentContext,
+        self, queue: QueueId, receiver: QueueAdapterReceiver, cache: QueueCache, context: AgentContext
     ) -> None:
         self.queue = queue
         self.receiver = receiver
@@ -197,7 +193,9 @@ class PullingAgent:
                 tg.start_soon(self._housekeep)
                 while not (self._stopping or self.failure):
                     self._check_deadlines()
-                    self._ticks.run()
+                    if time.monotonic() >= self._ticks.due_at:  # once a timer period, not at every read:
+                        self._ticks.run()
+                        await self._ack()  # what every consumer has finished with, acknowledged
                     read = await self._pump()
                     if read and not self._stopping:
                         # A read that returned data may have left more behind (queues hand out
@@ -213,14 +211,15 @@ class PullingAgent:
             self._stopped.set()
 
     async def _housekeep(self) -> None:
-        """On the agent's timer, not at every read: slow consumers detached from a full cache
-        and idle streams collected, between reads (each checks its own interval)."""
+        """On the agent's timer, not at every read: slow consumers detached from a full cache,
+        idle streams collected (each checks its own interval), reads' latencies counted."""
         period = self.context.options.get_queue_msgs_timer_period
         while not (self._stopping or self.failure):
             await anyio.sleep(period)
             async with self._pump_lock:  # a read opens streams the collector could close
                 self._cursors.detach_slow(self._working)
                 self._collector.collect()
+                self.read_latency.count_recorded()
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
@@ -337,7 +336,7 @@ class PullingAgent:
         forwarding = self._forwarding
         forwarded = forwarding.forwarded if forwarding is not None else 0
         messages = await self._retrying(self.receiver.get_queue_messages, room)
-        self.read_latency.observe(time.perf_counter() - started)
+        self.read_latency.record(time.perf_counter() - started)
         if messages is None:  # the read failed (its retries gave up to let the agent stop)
             return 0
         read = len(messages)
@@ -351,8 +350,7 @@ class PullingAgent:
             self.read_messages += read
             if len(self._streams) > streams:  # activations made: they live long
                 GC_POLICY.settle()
-        self._ticks.caught_up = self.receiver.caught_up
-        await self._ack()
+        self._ticks.caught_up = self.receiver.caught_up  # (acknowledged on the timer: see run)
         if forwarding is not None:
             return read + forwarding.forwarded - forwarded
         return read
@@ -371,6 +369,8 @@ class PullingAgent:
             # gathered otherwise, must see again.
             messages = gathered(messages, self._ticks.records_clock, self.context.options.max_event_size)
         decoded, letters = _decoded(messages, self.context.options.max_event_size)
+        _stamp_clock(decoded, self._ticks, self.context.clock.monotonic)
+        self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         if letters:
             await self._refuse(letters)
         # The read's new streams have their subscriptions and saved states read together,
@@ -390,8 +390,6 @@ class PullingAgent:
                 await self._add_slice(decoded[start : start + _ADD_SLICE])
 
     async def _add_slice(self, decoded: list[tuple[QueueMessage, BatchContainer]]) -> None:
-        self._ticks.record_read(_stamp_clock(decoded, self._ticks.records_clock))
-        self.read_events += sum(c.count for _, c in decoded if c.kind is BatchKind.DATA)
         streams = self._streams
         for sid in {c.stream_id: None for _, c in decoded}:
             state = streams.get(sid)
@@ -422,13 +420,13 @@ class PullingAgent:
             for sid in self.cache.add(decoded):
                 state = streams[sid] = streams.pop(sid)  # streams stay in order of their last data
                 state.last_activity = now
-                entered = enter_fields(state.log_fields)
+                entered = LOG_CONTEXT.set(state.log_fields)
                 outer = outer or entered
                 for consumer in state.consumers:
                     consumer.data_arrived()
         finally:
             if outer is not None:
-                leave_fields(outer)
+                LOG_CONTEXT.reset(outer)
 
     # -- acknowledging ---------------------------------------------------------------
     def _ack_point(self) -> float:
@@ -544,16 +542,21 @@ def _new_streams(
     return list({c.stream_id: None for _, c in decoded if c.stream_id not in known})
 
 
-def _stamp_clock(decoded: list[tuple[QueueMessage, BatchContainer]], clock: float) -> float:
+def _stamp_clock(
+    decoded: Sequence[tuple[object, BatchContainer]], ticks: QueueTicks, monotonic: Callable[[], float]
+) -> None:
     """The queue's clock moves with each record, in queue order: each container learns where
     it stood just before it (a receiver that gathers records of one stream across others, as
-    Kafka's grouped records, has set it already). Returns the clock after the last."""
+    Kafka's grouped records, has set it already). A newer arrival than any read before moves
+    the processing clock (``ticks``), read at ``monotonic()`` now."""
+    clock = newest = ticks.records_clock
     for _, container in decoded:
         if container.clock_before is None and clock > -math.inf:
             container.clock_before = clock
         if container.arrival_time > clock:
             clock = container.arrival_time
-    return clock
+    if clock > newest:
+        ticks.records_clock, ticks.read_at = clock, (clock, monotonic())
 
 
 def new_subscription_id() -> str:

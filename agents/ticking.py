@@ -36,22 +36,24 @@ class Waking(Protocol):
 class QueueTicks:
     """The processing clock of one queue and the ticks of its event-time activations.
 
-    The pulling agent moves the clock as it reads (:meth:`record_read`, :attr:`caught_up`)
-    and calls :meth:`run` once a loop; ``streams.testing`` calls :meth:`tick_due`.
+    The pulling agent moves the clock as it reads: a read that brings a newer arrival sets
+    :attr:`records_clock` and :attr:`read_at` (``agents.pulling_agent._stamp_clock``), and each
+    read sets :attr:`caught_up`. It calls :meth:`run` once :attr:`due_at` has come (compared
+    in its loop: no call while no tick is due); ``streams.testing`` calls :meth:`tick_due`.
     """
 
     __slots__ = (
         "_catalog",
         "_context",
         "_holds",
-        "_last_tick",
-        "_read_at",
         "_shown",
         "_queue",
         "_spawn",
         "_streams",
         "_wake_stream",
         "caught_up",
+        "due_at",
+        "read_at",
         "records_clock",
         "ticks",
     )
@@ -73,21 +75,16 @@ class QueueTicks:
         self._streams = streams  # the agent's active streams (read: are they settled?)
         self._spawn = spawn
         self._wake_stream = wake_stream  # activates a stream whose saved state has a timer due
-        self._last_tick = 0.0
+        self.due_at = 0.0  # the time.monotonic() at which run() is due next
         self.ticks = 0  # ticks given to event-time activations (for tests and diagnostics)
         # The newest arrival time read, and whether the last read found the queue caught up.
         self.records_clock = -math.inf
         self.caught_up = False
         # Where the clock moves on from once caught up: (an arrival time, the monotonic
-        # time it was read at); and the latest time shown, which it never goes back from.
-        self._read_at: tuple[float, float] | None = None
+        # time it was read at, on the context's clock); and the latest time shown, which it
+        # never goes back from.
+        self.read_at: tuple[float, float] | None = None
         self._shown = -math.inf
-
-    def record_read(self, arrival: float) -> None:
-        """A read took the queue's records up to ``arrival`` (the newest arrival time read)."""
-        if arrival > self.records_clock:
-            self.records_clock = arrival
-            self._read_at = (arrival, self._context.clock.monotonic())
 
     def now(self) -> float:
         """The queue's processing clock, where every tick of its activations falls: the
@@ -99,25 +96,22 @@ class QueueTicks:
         if not self.caught_up:
             return self.records_clock
         clock = self._context.clock
-        if self._read_at is None:
-            self._read_at = (clock.now(), clock.monotonic())
-        arrival, read_at = self._read_at
+        if self.read_at is None:
+            self.read_at = (clock.now(), clock.monotonic())
+        arrival, read_at = self.read_at
         shown = max(self._shown, self.records_clock, arrival + max(clock.monotonic() - read_at, 0.0))
         self._shown = shown
         return shown
 
     def run(self) -> None:
-        """Once a timer period, tick the event-time activations whose next tick is due at
-        the queue's processing clock.
+        """Tick the event-time activations whose next tick is due at the queue's processing
+        clock; due again one timer period later (:attr:`due_at`).
 
         A tick is an observation that comes after every record read before it: an
         activation with records still on their way to it (its consumers not caught up with
         the cache, or a step in progress) is not ticked now but at a later period, once they
         are in, so no tick ever gets ahead of its own records."""
-        now = time.monotonic()
-        if now - self._last_tick < self._context.options.get_queue_msgs_timer_period:
-            return
-        self._last_tick = now
+        self.due_at = time.monotonic() + self._context.options.get_queue_msgs_timer_period
         clock = self.now()
         if clock == -math.inf:
             return

@@ -3,7 +3,8 @@ stands in its queue.
 
 Stream identities and queue identities, with hashes that are stable across processes.
 
-Sequence tokens: where an event stands in its queue, totally ordered within the queue.
+Sequence tokens: where an event stands in its queue, totally ordered within the queue (the
+lower of two, :func:`lowest`, is what a checkpoint holds to).
 """
 
 from __future__ import annotations
@@ -102,3 +103,14 @@ class SequenceToken:
             return cls(int(seq), int(index or 0))
         except ValueError:
             raise ValueError(f"a sequence token reads 'SEQ:INDEX', not {text!r}") from None
+
+
+def lowest(a: SequenceToken | None, b: SequenceToken | None) -> SequenceToken | None:
+    """The lower of two queue positions, either of which may be None (none).
+
+    >>> lowest(SequenceToken(3), None), lowest(SequenceToken(3), SequenceToken(2))
+    (SequenceToken(sequence_number=3, event_index=0), SequenceToken(sequence_number=2, event_index=0))
+    """
+    if a is None:
+        return b
+    return a if b is None or a <= b else b

@@ -2,7 +2,8 @@
 
 A context variable, so it follows the code into the tasks and worker threads it starts.
 :class:`streams.runtime.logs.LogContextFilter` reads it; the runtime sets it around
-every delivery (:func:`enter_fields`), so any logger a consumer uses names them.
+every delivery (:data:`LOG_CONTEXT`, to a stream's :func:`delivery_fields`), so any logger a
+consumer uses names them.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from streams.core.ids import QueueId, StreamId
 
 FIELDS = ("worker", "queue", "stream")
 
-_context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+LOG_CONTEXT: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "headrace_log_context",
     default=MappingProxyType({}),  # read-only: never mutated in place
 )
+"""The log fields in force. The delivery path sets a stream's :func:`delivery_fields` here
+directly (``LOG_CONTEXT.set(fields)``, ``LOG_CONTEXT.reset(token)``: a call into C, once per
+batch), all of them at once, with none of :func:`log_context`'s merging or checking."""
 
 
 @contextlib.contextmanager
@@ -33,11 +37,11 @@ def log_context(**fields: Any) -> Iterator[None]:
     ...     pass
     """
     check_fields(fields)
-    token = _context.set({**_context.get(), **fields})
+    token = LOG_CONTEXT.set({**LOG_CONTEXT.get(), **fields})
     try:
         yield
     finally:
-        _context.reset(token)
+        LOG_CONTEXT.reset(token)
 
 
 class DeliveryFields(Mapping[str, Any]):
@@ -76,28 +80,19 @@ class DeliveryFields(Mapping[str, Any]):
 
 def delivery_fields(worker: str | None, queue: QueueId, stream: StreamId) -> Mapping[str, Any]:
     """The fields of every record logged while a batch of ``stream`` is delivered: made once
-    per stream, entered around each delivery with :func:`enter_fields`."""
+    per stream, set as :data:`LOG_CONTEXT` around each delivery.
+
+    >>> token = LOG_CONTEXT.set(delivery_fields("w1", QueueId(2), StreamId("ns", "k")))
+    >>> current_fields()["queue"]
+    QueueId(number=2)
+    >>> LOG_CONTEXT.reset(token)
+    """
     return DeliveryFields(worker, queue, stream)
 
 
-def enter_fields(fields: Mapping[str, Any]) -> contextvars.Token[Mapping[str, Any]]:
-    """Make ``fields`` (worker, queue and stream: all of them) the log context until
-    :func:`leave_fields`: what :func:`log_context` does, without merging or checking, for
-    the delivery path, where it runs once per batch.
-
-    >>> token = enter_fields(delivery_fields("w1", QueueId(2), StreamId("ns", "k")))
-    >>> leave_fields(token)
-    """
-    return _context.set(fields)
-
-
-def leave_fields(token: contextvars.Token[Mapping[str, Any]]) -> None:
-    _context.reset(token)
-
-
 def current_fields() -> Mapping[str, Any]:
-    """The fields set by the innermost :func:`log_context` or :func:`enter_fields` here."""
-    return _context.get()
+    """The fields set by the innermost :func:`log_context` or delivery here."""
+    return LOG_CONTEXT.get()
 
 
 def check_fields(fields: Mapping[str, Any]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from streams.core.micros import optional_seconds, to_micros, to_seconds
+from streams.core.micros import PER_SECOND, optional_seconds, to_micros, to_seconds
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.counted import CountStore
 from streams.eventtime.dedup import Deduplication
@@ -310,8 +310,9 @@ class WatermarkFlow:
         """The final result of window ``j`` of ``store``, per key."""
         a, reducer, early = self.shape.assigner, self.shape.reducer, store.early
         assert a is not None
-        start, end = map(to_seconds, a.bounds(j))
-        closed_at = optional_seconds(clock)
+        # In seconds, as to_seconds and optional_seconds give them: divided here, once a window.
+        lo, hi = a.bounds(j)
+        start, end, closed_at = lo / PER_SECOND, hi / PER_SECOND, None if clock is None else clock / PER_SECOND
         revisions = early.closed(j) if early is not None else None
         for key, acc in store.collect(j, reducer.merge, reducer.init).items():
             revision = revisions.get(key, 0) if revisions is not None else 0

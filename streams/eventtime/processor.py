@@ -24,7 +24,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from streams.core.errors import ConfigurationError, StreamCompletedError
-from streams.core.micros import bound_micros, to_seconds
+from streams.core.micros import PER_SECOND, bound_micros, to_seconds
 from streams.eventtime.aggregates import Reducer
 from streams.eventtime.declaration import Declaration, declared_by
 from streams.eventtime.dedup import Deduplication
@@ -275,10 +275,10 @@ class Processor:
     def watermark(self) -> float:
         """The watermark that closes windows, in seconds: the minimum over inputs (with
         substreams, the partition's floor, which every substream has passed)."""
-        merged = self._flow.merged
+        merged = self._flow.merged  # divided as to_seconds does, here: read at every step
         if merged is not None:
-            return to_seconds(merged.value)
-        return to_seconds(self._flow.inputs[0].value)  # the input is its own watermark
+            return merged.value / PER_SECOND
+        return self._flow.inputs[0].value / PER_SECOND  # the input is its own watermark
 
     @property
     def clock(self) -> float | None:

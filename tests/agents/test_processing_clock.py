@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import anyio
 
 from agents.checkpoint import Holds
+from agents.pulling_agent import _stamp_clock
 from agents.ticking import QueueTicks
 from balancer.leases import LeaseTimes, MemoryLeaseProvider, QueueOwnership
 from streams.core.clock import ManualClock
@@ -21,11 +22,17 @@ def _ticks(clock: ManualClock) -> QueueTicks:
     return QueueTicks(QueueId(0), context, Holds(), SimpleNamespace(), {}, lambda *a: None, None)  # type: ignore[arg-type]
 
 
+def _read(ticks: QueueTicks, clock: ManualClock, arrival: float) -> None:
+    """A read whose newest record arrived at ``arrival``, taken as the pulling agent takes it."""
+    container = SimpleNamespace(clock_before=None, arrival_time=arrival)
+    _stamp_clock([(None, container)], ticks, clock.monotonic)  # type: ignore[list-item]
+
+
 def test_the_processing_clock_moves_on_from_the_newest_arrival_by_elapsed_time():
     clock = ManualClock(1_000.0)
     ticks = _ticks(clock)
     assert ticks.now() == -math.inf  # nothing read, not caught up
-    ticks.record_read(998.0)  # a backlog: the clock is the newest arrival read
+    _read(ticks, clock, 998.0)  # a backlog: the clock is the newest arrival read
     clock.advance(3)
     assert ticks.now() == 998.0
     ticks.caught_up = True
@@ -37,14 +44,14 @@ def test_a_wall_clock_step_forward_or_back_moves_no_tick():
     clock = ManualClock(1_000.0)
     ticks = _ticks(clock)
     ticks.caught_up = True
-    ticks.record_read(1_000.0)
+    _read(ticks, clock, 1_000.0)
     clock.step(600)  # ahead: no jump
     clock.advance(1)
     assert ticks.now() == 1_001.0
     clock.step(-1_200)  # behind the true time: no stall
     clock.advance(1)
     assert ticks.now() == 1_002.0
-    ticks.record_read(1_002.5)  # the producers' clocks keep it right
+    _read(ticks, clock, 1_002.5)  # the producers' clocks keep it right
     clock.advance(0.5)
     assert ticks.now() == 1_003.0
 
@@ -57,7 +64,7 @@ def test_a_queue_caught_up_before_anything_arrived_starts_from_the_wall_clock_on
     clock.step(-600)
     clock.advance(1)
     assert ticks.now() == 1_001.0
-    ticks.record_read(500.0)  # a producer whose clock is behind: the clock holds
+    _read(ticks, clock, 500.0)  # a producer whose clock is behind: the clock holds
     assert ticks.now() == 1_001.0
 
 

@@ -23,6 +23,8 @@ import anyio
 import streams
 from spark_sink import Handoff
 from streams import StreamId, StreamProvider
+from streams.backends.embedded.adapter import EmbeddedAdapterFactory
+from streams.backends.embedded.backend import EmbeddedBackend
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(streams.__file__)))
@@ -68,8 +70,11 @@ class Trace:
 
 async def run(path: str, trace: Trace) -> None:
     # The agent reads when the write wakes it, not on its timer: a timed read already in
-    # flight when the event is sent would take it without the steps a read begins with.
-    provider = StreamProvider.embedded(path, queues=1, get_queue_msgs_timer_period=30.0)
+    # flight when the event is sent would take it without the steps a read begins with. The
+    # queue's checkpoint is written once its interval has passed (0.2 s by default): set
+    # beyond the run, as the agent's timer is, it is not written by the traced read.
+    queues = EmbeddedAdapterFactory(path, queues=1, checkpoint_persist_interval=60.0)
+    provider = StreamProvider(EmbeddedBackend(queues), get_queue_msgs_timer_period=30.0)
 
     @provider.implicit("tolls")
     class BoothTotals:
@@ -83,6 +88,7 @@ async def run(path: str, trace: Trace) -> None:
         await stream.send({"time": 1.0})  # opens the stream and its window: not traced
         await provider.flush()
         await provider.drain()
+        await provider.drain()  # its read writes the checkpoint, with the open window's state
         await anyio.sleep(0.2)  # the agent's loop, woken by drain, is back waiting to be woken
         trace.on = True
         await stream.send({"time": 61.0})  # its watermark closes the first window

@@ -73,6 +73,9 @@ class EmbeddedCheckpointer:
         self._persisted: int | None = None
         self._acks_since_persist = 0
         self._last_persist = float("-inf")
+        # From when (time.monotonic()) the interval lets a checkpoint be written: the receiver
+        # compares this on each read, and calls persist_if_due only from then on.
+        self.due_at = float("-inf")
         # The event-time state saved with each checkpoint (set by the pulling agent).
         self.state_source: StateSource | None = None
 
@@ -160,3 +163,4 @@ class EmbeddedCheckpointer:
         self._persisted = seq
         self._acks_since_persist = 0
         self._last_persist = time.monotonic() if now is None else now
+        self.due_at = self._last_persist + self._persist_interval

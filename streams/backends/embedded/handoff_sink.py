@@ -116,8 +116,9 @@ class EmbeddedHandoffSink:
         return partition, table
 
     def _trim(self, conn: sqlite3.Connection) -> float:
-        """Now; the marks no replay can need go first (at most once a minute)."""
+        """Now; the marks no replay can need go first, when a trim is due (at most once a minute)."""
         now = wall_time()
-        if self._retention is not None:
-            self._retention.trim(conn, now)
+        retention = self._retention
+        if retention is not None and now >= retention.due_at:
+            retention.trim(conn, now)
         return now

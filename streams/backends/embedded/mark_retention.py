@@ -28,6 +28,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 
+from streams.core.clock import wall_time
+
 ReplayHorizon = Callable[[sqlite3.Connection], float | None]
 """When the oldest record a restart could read again was written (None: nothing to replay)."""
 
@@ -44,23 +46,35 @@ MARKS_SCHEMA: Sequence[str] = [
 
 
 class MarkRetention:
-    """Deletes, at most once per ``interval`` seconds, the marks written more than ``margin``
-    seconds before the store's replay horizon."""
+    """Deletes the marks written more than ``margin`` seconds before the store's replay
+    horizon, at most once per ``interval`` seconds: its sink trims (:meth:`trim`) when the
+    wall clock has reached :attr:`due_at`, one interval after the retention was made, then
+    one interval after each trim (the sink compares it, no call on an append with no trim due).
+
+    >>> MarkRetention(lambda conn: None, interval=60.0, now=1000.0).due_at
+    1060.0
+    """
 
     MARGIN = 300.0  # [s] clocks of different processes may differ by this much
     INTERVAL = 60.0  # [s] a trim reads each queue's first record after its checkpoint
 
-    def __init__(self, horizon: ReplayHorizon, *, margin: float | None = None, interval: float | None = None) -> None:
+    def __init__(
+        self,
+        horizon: ReplayHorizon,
+        *,
+        margin: float | None = None,
+        interval: float | None = None,
+        now: float | None = None,
+    ) -> None:
         self._horizon = horizon
         self.margin = self.MARGIN if margin is None else margin
         self.interval = self.INTERVAL if interval is None else interval
-        self._last = float("-inf")
+        self.due_at = (wall_time() if now is None else now) + self.interval  # the wall clock's
 
     def trim(self, conn: sqlite3.Connection, now: float) -> int:
-        """In ``conn``'s write transaction: forget the marks no replay can need; how many went."""
-        if now - self._last < self.interval:
-            return 0
-        self._last = now
+        """In ``conn``'s write transaction: forget the marks no replay can need; how many went.
+        The next trim is due one interval after ``now``."""
+        self.due_at = now + self.interval
         horizon = self._horizon(conn)
         cutoff = (now if horizon is None else min(horizon, now)) - self.margin
         gone = conn.execute("DELETE FROM handoff_marks WHERE written < ?", (cutoff,)).rowcount

@@ -91,8 +91,9 @@ class EmbeddedQueueReceiver(CheckpointedState, ReceiverDefaults):
             self.caught_up = False  # nothing was read: the tail is not known
             return []
         self.caught_up = False  # until this read returns (it may fail)
-        await self.checkpointer.persist_if_due()
         now = time.monotonic()
+        if now >= self.checkpointer.due_at:  # the interval since the last checkpoint has passed
+            await self.checkpointer.persist_if_due()
         if self._retention is not None and now >= self._next_retention:
             self._next_retention = now + self._retention.interval
             await self._store.write(partial(retain, self.queue, self._retention, wall_time()))

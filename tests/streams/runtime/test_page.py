@@ -69,6 +69,7 @@ async def test_a_workers_endpoint_serves_the_page_its_status_metrics_and_probes(
             + [DeadLetter("undecodable", None, 1, 3, payload=b"\xff")]
         )
         await provider.get_stream(StreamId("readings", "r1")).on_next_batch([1, 2, 3])
+        await provider.drain()  # read and acknowledged (on the agent's timer): both reads see one checkpoint
         timeout = BalancerOptions().suspicion_timeout  # as `headrace status` reads it without a configuration
         source = PageSource(provider.backend, timeout, f"--path {store}", StatusHistory(), "w-page")
         with serve_metrics(provider, 0, health=WorkerHealth(), status=source.serve) as server:
