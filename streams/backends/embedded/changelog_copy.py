@@ -1,6 +1,6 @@
 """A Kafka worker's local state store: its queues' saved states on this machine's disk, each
 queue's the copy of one changelog partition up to the offset it records
-(:mod:`streams.backends.kafka.local_states` keeps it in step with the changelog).
+(:class:`~streams.backends.kafka.changelog.KafkaChangelog` keeps it in step with the changelog).
 
 **Why SQLite.** The embedded backend's store already does what this needs: it serves one state
 by key in well under a millisecond and the new streams of one read in a query per consumer type
@@ -42,7 +42,7 @@ from streams.adapters.protocols import StateKey, StateRows
 from streams.backends.embedded.queue_tables import STATE_SCHEMA, read_states, saved_state, saved_states, write_states
 from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.clock import wall_time
-from streams.core.errors import StoreError
+from streams.core.errors import StoreError, StoreLayoutError
 from streams.core.ids import SequenceToken
 
 log = logging.getLogger("headrace.kafka")
@@ -159,20 +159,24 @@ def _locked(path: Path) -> int | None:
 
 
 def _checked(path: Path, lock: int) -> ChangelogCopy:
-    store = _store(path)
+    store: EmbeddedStore | None = None
     try:
+        store = _store(path)
         with store.connection() as conn:
             (result,) = conn.execute("PRAGMA quick_check").fetchone()
         if result != "ok":
             raise StoreError(f"integrity check: {result}")
-    except (StoreError, sqlite3.Error) as exc:
-        store.close()
+    # A file of another layout (another headrace version's) is a copy this one cannot use
+    # either: the changelog, not the copy, is the truth, so it is set aside like a damaged one.
+    except (StoreError, StoreLayoutError, sqlite3.Error) as exc:
+        if store is not None:
+            store.close()
         damaged = path.with_name(path.name + ".damaged")
         shutil.rmtree(damaged, ignore_errors=True)
         path.rename(damaged)
         log.warning(
             "the local state store %s is damaged (%s): moved to %s; its queues are rebuilt from the changelog",
-            store.database,
+            path / EmbeddedStore.FILE_NAME,
             exc,
             damaged,
         )

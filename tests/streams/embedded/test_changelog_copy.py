@@ -1,10 +1,11 @@
 """The Kafka workers' local state store on its own (streams.backends.embedded.changelog_copy):
 a slot per worker, the changelog offset that moves only over contiguous writes, a damaged
-file moved aside."""
+file or one of another layout moved aside."""
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from streams import Durable
 from streams.backends.embedded.changelog_copy import EXPIRED_A_SWEEP, open_changelog_copy
+from streams.backends.embedded.store import LAYOUT
 from streams.backends.kafka.changelog import KafkaChangelog
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.errors import QueueFailedError
@@ -102,6 +104,30 @@ async def test_a_damaged_file_is_moved_aside_and_started_empty(
         assert reopened.offset(3) is None and reopened.count(3) == 0
         assert (tmp_path / "worker-0.damaged").is_dir()
         assert "is damaged" in caplog.text and "rebuilt from the changelog" in caplog.text
+    finally:
+        reopened.close()
+
+
+async def test_a_file_of_another_layout_is_set_aside_and_started_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A copy left by a newer headrace (say, before a downgrade) is not an error that stops
+    the worker: the changelog holds every state, so the copy is rebuilt from it."""
+    copy = open_changelog_copy(tmp_path)
+    await copy.apply(3, ([ROW], []), next_offset=1)
+    database = copy.path
+    copy.close()
+    with sqlite3.connect(database) as conn:
+        conn.execute(f"PRAGMA user_version = {LAYOUT + 1}")
+    conn.close()
+    with caplog.at_level(logging.WARNING, "headrace.kafka"):
+        reopened = open_changelog_copy(tmp_path)
+    try:
+        assert reopened.offset(3) is None and reopened.count(3) == 0
+        await reopened.apply(3, ([ROW], []), next_offset=1)
+        assert reopened.offset(3) == 1
+        assert (tmp_path / "worker-0.damaged").is_dir()
+        assert f"has layout {LAYOUT + 1}" in caplog.text and "rebuilt from the changelog" in caplog.text
     finally:
         reopened.close()
 
