@@ -62,9 +62,11 @@ log = logging.getLogger("headrace.spark")
 class _HandoffReading:
     """What the batch and the stream reader share: options, storage, splits, ``read``."""
 
-    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType, declared: StructType | None = None) -> None:
         self.options = options
         self._storage: HandoffStorage | None = None
+        if declared is not None and schema == declared:
+            return  # Spark passes back the schema the source read: nothing to check again
         try:
             _check_schema(self.storage, options.stream, schema)
         finally:  # made where the query is planned: the reader is used in another process
@@ -113,8 +115,8 @@ class HeadraceBatchReader(_HandoffReading, DataSourceReader):
 class HeadraceStreamReader(_HandoffReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream``: micro-batches over ``{partition: offset}`` ranges."""
 
-    def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        super().__init__(options, schema)
+    def __init__(self, options: ReadOptions, schema: StructType, declared: StructType | None = None) -> None:
+        super().__init__(options, schema, declared)
         self._target: Offsets | None = None  # availableNow: the end fixed at query start
         self._recorded: Offsets | None = None  # the commit last recorded for status
 
@@ -194,6 +196,11 @@ class HeadraceDataSource(DataSource):
     given with ``.schema(...)`` must be that one.
     """
 
+    # The declared schema, once schema() has read it. Spark pickles the source after schema()
+    # and plans the read on the copy, so the reader need not read the declaration again when
+    # it is given this schema back (a declaration never changes once made).
+    _declared: StructType | None = None
+
     @classmethod
     def name(cls) -> str:
         return NAME
@@ -202,15 +209,16 @@ class HeadraceDataSource(DataSource):
         options = ReadOptions.parse(self.options)
         storage = options.open_storage()
         try:
-            return StructType.fromJson(storage.schema(options.stream).spark_json())
+            self._declared = StructType.fromJson(storage.schema(options.stream).spark_json())
         finally:
             storage.close()
+        return self._declared
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return HeadraceBatchReader(ReadOptions.parse(self.options), schema)
+        return HeadraceBatchReader(ReadOptions.parse(self.options), schema, self._declared)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return HeadraceStreamReader(ReadOptions.parse(self.options), schema)
+        return HeadraceStreamReader(ReadOptions.parse(self.options), schema, self._declared)
 
 
 def _check_schema(storage: HandoffStorage, stream: str, requested: StructType) -> None:

@@ -5,19 +5,24 @@ stops, restarts and failed batches, with admission control and trimming."""
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from pyspark.errors import AnalysisException, StreamingQueryException
+from pyspark.sql.types import StructType
 
+from spark_sink.datasource import HeadraceDataSource
+from spark_sink.options import ReadOptions
+from spark_sink.storage import HandoffStorage
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
 from streams.backends.embedded.handoff_retention import compact
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_records import HandoffTopics
 from streams.backends.kafka.handoff_storage import KafkaStorage
-from streams.core.errors import UnknownHandoffStreamError
+from streams.core.errors import HandoffSchemaError, UnknownHandoffStreamError
 from tests.spark_sink.handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
 
 
@@ -302,3 +307,29 @@ def test_kafka_storage_keeps_one_connection_until_closed_and_drops_it_on_a_failu
     assert storage.end_offsets(STREAM) == ends  # the next call connects anew
     storage.close()
     assert kafka_threads() == before
+
+
+def test_a_read_planned_on_the_declared_schema_reads_the_declaration_once(handoff, events, monkeypatch):
+    """Spark asks the source for its schema, pickles the source, and plans the read on the
+    copy with the schema it got: the reader does not open the store again to check it; a
+    schema the source did not give is checked."""
+    handoff.append_windows(window_results(events))
+    opened: list[str] = []
+    open_storage = ReadOptions.open_storage
+
+    def counted(options: ReadOptions) -> HandoffStorage:
+        opened.append(options.stream)
+        return open_storage(options)
+
+    monkeypatch.setattr(ReadOptions, "open_storage", counted)
+    source = HeadraceDataSource({"path": str(handoff.path), "stream": STREAM})
+    declared = source.schema()
+    planned = pickle.loads(pickle.dumps(source))
+    reader = planned.reader(declared)
+    assert opened == [STREAM]
+    assert len(reader.partitions()) == 2 and opened == [STREAM, STREAM]
+    narrower = StructType(declared.fields[:2])
+    with pytest.raises(HandoffSchemaError, match="which its consumer did not declare"):
+        planned.reader(narrower)
+    with pytest.raises(HandoffSchemaError, match="which its consumer did not declare"):
+        HeadraceDataSource({"path": str(handoff.path), "stream": STREAM}).reader(narrower)
