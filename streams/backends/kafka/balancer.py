@@ -342,7 +342,8 @@ class KafkaGroupBalancer:
             return frozenset()
         topic = self.settings.topic
         queues = frozenset(QueueId(tp.partition) for tp in self._assignor.standby if tp.topic == topic)
-        self.standby.follow(queues - (self._assignment or frozenset()))
+        owned = self._assignment or frozenset()
+        self.standby.follow(queues - owned, owned=owned)
         return queues
 
     async def _revoked(self) -> None:
