@@ -37,6 +37,11 @@ the call, with the records it read):
 - ``same machine``: a worker on the same ``state_dir``: it reads the changelog's tail;
 - ``new owner``: a worker on an empty ``state_dir``: it builds its store from the changelog.
 
+A restart's time is mostly the group's join, which the broker holds back for more members
+to come: Tansu every join for half the group's session timeout (``--session-timeout``,
+headrace's ``BalancerOptions.lease_length`` on Kafka, 10 s by default), Kafka an empty
+group's first for ``group.initial.rebalance.delay.ms``.
+
 With ``--standby`` too, a third: a worker on the first ``state_dir`` and one on an empty one,
 both with ``standby_replicas=1``; the second takes half the queues and keeps standby copies of
 the others. Once its copies are where the first worker's store is, the first leaves, and the
@@ -44,7 +49,7 @@ second takes its queues over: timed from that leaving to a parked stream's event
 every queue, with the changelog records its loads read (and those its standby copies read
 before, while following).
 
-Run: .venv/bin/python bench/durable_streams.py [--streams 1000000] [--active 0.01] [--kafka [--standby]]
+Run: .venv/bin/python bench/durable_streams.py [--streams 1000000] [--active 0.01] [--kafka [--standby] [--session-timeout 10]]
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.catalog import Catalog  # noqa: E402
+from balancer.base import BalancerOptions  # noqa: E402
 from bench import timing  # noqa: E402
 from bench._common import peak_rss_mb, percentile, rss_mb  # noqa: E402
 from bench.timing import Clock, cpu_figure, figure  # noqa: E402
@@ -75,6 +81,7 @@ from tests.kafka_broker import TansuBroker  # noqa: E402
 
 QUEUES = 4
 BATCH = 2000  # streams published per client call
+SESSION: list[float | None] = [None]  # --session-timeout: the Kafka group's (None: headrace's default)
 
 
 class Hooks:
@@ -91,6 +98,7 @@ def provider_for(path: Path, hooks: Hooks, bootstrap: str | None = None, standby
     if bootstrap is None:
         provider = StreamProvider.embedded(path, queues=QUEUES, stream_inactivity_period=2.0)
     else:
+        session = SESSION[0]
         provider = StreamProvider.kafka(
             bootstrap,
             "devices",
@@ -99,6 +107,9 @@ def provider_for(path: Path, hooks: Hooks, bootstrap: str | None = None, standby
             state_dir=path,
             standby_replicas=standby_replicas,
             stream_inactivity_period=2.0,
+            balancer_options=None
+            if session is None
+            else BalancerOptions(lease_length=session, renew_period=session / 3, refresh_period=1.0),
         )
 
     @provider.implicit("devices")
@@ -331,7 +342,11 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where the store goes (default: a temporary one)")
     parser.add_argument("--kafka", action="store_true", help="on the test broker (Tansu), with two restarts")
     parser.add_argument("--standby", action="store_true", help="with --kafka: a third, onto a standby worker")
+    parser.add_argument(
+        "--session-timeout", type=float, default=None, help="with --kafka: the group's session timeout, s (default 10)"
+    )
     args = parser.parse_args()
+    SESSION[0] = args.session_timeout
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         if args.kafka:
             with TansuBroker() as broker:

@@ -80,7 +80,9 @@ class KafkaBackend:
         worker keeps standby copies too (:mod:`~streams.backends.kafka.standby`)."""
         settings, changelog = self.factory.settings, self.factory.changelog
         keeps = settings.standby_replicas > 0 and changelog.open_local is not None
-        return group_balancer(settings, options, StandbyReplicas(changelog) if keeps else None)
+        # The local state store is opened (and checked) while the join waits, not after it.
+        warm_up = changelog.local_states if changelog.open_local is not None else None
+        return group_balancer(settings, options, StandbyReplicas(changelog) if keeps else None, warm_up)
 
     async def open_handoff_sink(
         self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff

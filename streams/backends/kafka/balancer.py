@@ -44,7 +44,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -80,7 +80,10 @@ def membership_group_id(settings: KafkaSettings) -> str:
 
 
 def group_balancer(
-    settings: KafkaSettings, options: BalancerOptions | None = None, standby: StandbyReplicas | None = None
+    settings: KafkaSettings,
+    options: BalancerOptions | None = None,
+    standby: StandbyReplicas | None = None,
+    warm_up: Callable[[], Awaitable[object]] | None = None,
 ) -> KafkaGroupBalancer | None:
     """The balancer of the workers reading the topic of ``settings``: they are the members
     of a Kafka consumer group, so one worker alone reads every partition and several share
@@ -88,7 +91,8 @@ def group_balancer(
     queues move), its heartbeat comes every ``renew_period`` (at most a third of that) and
     it checks on the group every ``refresh_period``. ``None`` when ``group_membership`` is
     off: each worker reads everything. ``standby``: the standby copies this worker keeps
-    (``standby_replicas``), followed while the balancer runs.
+    (``standby_replicas``), followed while the balancer runs; ``warm_up``: what the worker can
+    do before it has queues (opening its local state store), done while the group's join waits.
 
     >>> settings = KafkaSettings("localhost:9092", "sensors")
     >>> options = BalancerOptions(lease_length=9, renew_period=4, refresh_period=1)
@@ -101,10 +105,11 @@ def group_balancer(
     if not settings.group_membership:
         return None
     if options is None:
-        return KafkaGroupBalancer(settings, standby=standby)
+        return KafkaGroupBalancer(settings, standby=standby, warm_up=warm_up)
     return KafkaGroupBalancer(
         settings,
         standby=standby,
+        warm_up=warm_up,
         session_timeout=options.lease_length,
         heartbeat_interval=min(options.renew_period, options.lease_length / 3),
         poll_period=options.refresh_period,
@@ -124,6 +129,8 @@ class KafkaGroupBalancer:
     - ``standby``: the standby copies this worker keeps (:mod:`~streams.backends.kafka.standby`):
       it claims them in its join metadata, is told its standby queues at each assignment, and
       :meth:`run` follows them.
+    - ``warm_up``: run beside the first join (see :meth:`initialize`); a failure of it is
+      logged and left to the queues' loads, which do the same work again.
 
     >>> balancer = KafkaGroupBalancer(KafkaSettings("localhost:9092", "sensors"), session_timeout=6)
     >>> balancer.group_id, balancer.heartbeat_interval
@@ -139,6 +146,7 @@ class KafkaGroupBalancer:
         rebalance_timeout: float = 30.0,
         poll_period: float = 1.0,
         standby: StandbyReplicas | None = None,
+        warm_up: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         heartbeat_interval = session_timeout / 3 if heartbeat_interval is None else heartbeat_interval
         if not 0 < heartbeat_interval < session_timeout:
@@ -157,6 +165,7 @@ class KafkaGroupBalancer:
         self.rebalance_timeout = rebalance_timeout
         self.poll_period = poll_period
         self.standby = standby
+        self.warm_up = warm_up
         self._worker = ""
         self._consumer: AIOKafkaConsumer | None = None
         self._assignor: BestFitPartitionAssignor | None = None
@@ -174,8 +183,10 @@ class KafkaGroupBalancer:
 
     # -- QueueBalancer --------------------------------------------------------------
     async def initialize(self, worker: str, queues: Sequence[QueueId]) -> None:
-        """Join the group as ``worker`` and wait for the first assignment (Kafka holds a new
-        group's first rebalance back briefly, a few seconds, for more members to join)."""
+        """Join the group as ``worker`` and wait for the first assignment, doing the
+        ``warm_up`` meanwhile. The broker holds the join back for more members to come: Kafka
+        the first join of an empty group, ``group.initial.rebalance.delay.ms`` (3 s by
+        default); Tansu every join, half the session timeout."""
         wanted = {QueueId(n) for n in range(self.settings.queues)}
         if set(queues) != wanted:
             raise ConfigurationError(
@@ -201,13 +212,16 @@ class KafkaGroupBalancer:
         )
         self._consumer = consumer
         try:
-            await self._forget_if_empty()
-            await consumer.start()
-            consumer.subscribe([self.settings.topic], listener=_Rebalance(self))
-            patience = self.settings.give_up_after + self.rebalance_timeout
-            with anyio.move_on_after(patience) as scope:
-                while self._assignment is None:
-                    await self._poll()
+            async with anyio.create_task_group() as tg:
+                if self.warm_up is not None:
+                    tg.start_soon(self._warmed_up, self.warm_up)
+                await self._forget_if_empty()
+                await consumer.start()
+                consumer.subscribe([self.settings.topic], listener=_Rebalance(self))
+                patience = self.settings.give_up_after + self.rebalance_timeout
+                with anyio.move_on_after(patience) as scope:
+                    while self._assignment is None:
+                        await self._poll()
             if scope.cancelled_caught:
                 raise QueueAdapterError(
                     f"worker {worker!r} got no assignment from consumer group {self.group_id!r} "
@@ -220,6 +234,12 @@ class KafkaGroupBalancer:
             with anyio.move_on_after(self.settings.request_timeout, shield=True):
                 await stop_client(consumer)
             raise
+
+    async def _warmed_up(self, warm_up: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await warm_up()
+        except Exception as exc:  # the queues' loads do it again, and say why it fails
+            log.debug("%s: warming up while joining group %s failed: %r", self._worker, self.group_id, exc)
 
     def get_my_queues(self) -> frozenset[QueueId]:
         return self._owned
@@ -342,7 +362,8 @@ class KafkaGroupBalancer:
             return frozenset()
         topic = self.settings.topic
         queues = frozenset(QueueId(tp.partition) for tp in self._assignor.standby if tp.topic == topic)
-        self.standby.follow(queues - (self._assignment or frozenset()))
+        owned = self._assignment or frozenset()
+        self.standby.follow(queues - owned, owned=owned)
         return queues
 
     async def _revoked(self) -> None:

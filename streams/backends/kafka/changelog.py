@@ -376,16 +376,16 @@ class KafkaChangelog:
             finally:
                 await stop_client(consumer)
         self.records_read += read
+        # Only the states a worker holds are read (an index of them): a load costs the same
+        # however many parked states the queue has on disk.
         states = await local.read_states(queue.number)
-        on_disk = await anyio.to_thread.run_sync(local.count, queue.number)  # a scan of the queue's rows
         log.info(
-            "%s: local state store %s; read %d changelog record(s) (offsets %d to %d); %d state(s) on disk, %d held",
+            "%s: local state store %s; read %d changelog record(s) (offsets %d to %d); %d state(s) held",
             queue,
             f"at changelog offset {start}: read its tail" if why is None else f"rebuilt from the changelog ({why})",
             read,
             start,
             reached,
-            on_disk,
             len(states),
         )
         return states

@@ -17,6 +17,17 @@ its queue's turn, only while the queue is a standby here, and only on top of the
 follower left the copy at, so a queue's rows never have two writers, and a copy its
 receiver moved on is started again from the local store.
 
+**Freshness.** A copy is trusted at a takeover only if it was brought to the changelog's end
+within ``delete.retention.ms`` (compaction may since have dropped a deletion it never read). A
+copy that is caught up (its offset at the end its last fetch reported) has its "synced" time
+moved on at most every :data:`REFRESH` seconds, one row written, so a standby queue that gets
+no writes for days is still read on from its offset at a takeover.
+
+**A queue that stops being a standby here** (and is not this worker's own now) has its copy's
+rows and offset deleted from the local store, in the queue's turn: no other worker keeps it in
+step any more, so it would only grow stale on this disk. Should the queue come back here, it
+is rebuilt from the changelog.
+
 **Failures** (the cluster away, a fetch or a disk write that fails) never touch the worker's
 own queues: the follower logs one line, and retries with back-off
 (:func:`streams.core.retry.retry`), with a new consumer, from the local store's offsets.
@@ -44,6 +55,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from streams.adapters.protocols import LocalStates
 from streams.backends.kafka.changelog import KafkaChangelog, apply_records
 from streams.backends.kafka.clients import start_client, stop_client
+from streams.core.clock import wall_time
 from streams.core.ids import QueueId
 from streams.core.retry import Backoff, reason_of, retry
 
@@ -51,6 +63,7 @@ log = logging.getLogger("headrace.kafka")
 
 FETCH_WAIT = 0.5  # seconds a fetch of a caught-up copy waits for new records
 FETCH_RECORDS = 500
+REFRESH = 60.0  # seconds between moving a caught-up copy's "synced" time on (one row written)
 
 
 class StandbyReplicas:
@@ -64,6 +77,8 @@ class StandbyReplicas:
     >>> standby = StandbyReplicas(KafkaChangelog(settings, OutageLog("Kafka", logging.getLogger("doc"))))
     >>> standby.follow([QueueId(1), QueueId(2)]); standby.stop_following(QueueId(1)); sorted(standby.wanted)
     [2]
+    >>> standby.follow([], owned=[QueueId(1)]); sorted(standby.dropped)  # 2 is no longer kept here
+    [2]
     """
 
     def __init__(self, changelog: KafkaChangelog, backoff: Backoff | None = None) -> None:
@@ -71,6 +86,9 @@ class StandbyReplicas:
         changelog.standby = self  # its loads stop following a queue that becomes this worker's
         self.wanted: frozenset[int] = frozenset()  # the queues to follow: the group's word
         self.positions: dict[int, int] = {}  # a followed queue -> the offset its copy is at
+        self.owned: frozenset[int] = frozenset()  # this worker's own queues: their rows stay
+        self.dropped: set[int] = set()  # queues no longer kept here: their copies to delete
+        self._refreshed: dict[int, float] = {}  # a followed queue -> when its "synced" time was last set
         self.records_read = 0
         self._backoff = backoff if backoff is not None else Backoff(0.5, 30.0)
         self._consumer: AIOKafkaConsumer | None = None
@@ -79,16 +97,22 @@ class StandbyReplicas:
         self._stale = False  # a step failed: start over with a new consumer
         self._failing = False  # said once a streak of failures
 
-    def follow(self, queues: Iterable[QueueId]) -> None:
-        """Keep standby copies of ``queues`` (and of no others) from now on."""
+    def follow(self, queues: Iterable[QueueId], owned: Iterable[QueueId] | None = None) -> None:
+        """Keep standby copies of ``queues`` (and of no others) from now on; ``owned``: this
+        worker's own queues now (by default, as they were). A queue no longer followed and not
+        owned has its copy deleted from the local store."""
         wanted = frozenset(queue.number for queue in queues)
-        if wanted != self.wanted:
+        if owned is not None:
+            self.owned = frozenset(queue.number for queue in owned)
+        self.dropped = (self.dropped | (self.wanted - wanted)) - wanted - self.owned
+        if wanted != self.wanted or self.dropped:
             self.wanted = wanted
             self._changed.set()
 
     def stop_following(self, queue: QueueId) -> None:
         """``queue`` is this worker's now: its copy is no longer followed (a fetch being
-        applied ends in the queue's turn, which its load waits for)."""
+        applied ends in the queue's turn, which its load waits for), and is the load's."""
+        self.owned |= {queue.number}
         self.follow(QueueId(n) for n in self.wanted - {queue.number})
 
     async def run(self) -> None:
@@ -107,6 +131,8 @@ class StandbyReplicas:
         if self._stale:
             await self._drop()
         local = await self.changelog.local_states()
+        if local is not None:
+            await self._delete_dropped(local)
         if not self.wanted or local is None:
             await self._drop()  # nothing to follow: no consumer
             changed = self._changed = anyio.Event()
@@ -115,10 +141,12 @@ class StandbyReplicas:
             return
         consumer = await self._consumer_started()
         await self._realign(consumer, local)
+        asked = wall_time()  # the copies caught up after this fetch were at the end then, at the latest
         fetched = await consumer.getmany(timeout_ms=int(FETCH_WAIT * 1000), max_records=FETCH_RECORDS)
         for tp, records in sorted(fetched.items()):
             if records:
                 await self._apply(local, tp.partition, records)
+        await self._refresh(consumer, local, asked)
         if self._failing:
             self._failing = False
             self._backoff.reset()
@@ -167,7 +195,36 @@ class StandbyReplicas:
                 del self.positions[number]
                 return
             self.positions[number] = await apply_records(local, queue, records)
+            self._refreshed[number] = wall_time()  # the apply set its "synced" time
         self.records_read += len(records)
+
+    async def _refresh(self, consumer: AIOKafkaConsumer, local: LocalStates, asked: float) -> None:
+        """Move the "synced" time of each copy at the end its last fetch reported on, at most
+        every :data:`REFRESH` seconds: with no writes to follow it is still in step."""
+        for number, position in sorted(self.positions.items()):
+            end = consumer.highwater(self._partition(number))
+            if end is None or position < end or asked - self._refreshed.get(number, 0.0) < REFRESH:
+                continue
+            async with self.changelog.turn(QueueId(number)):
+                if number in self.wanted and self.positions.get(number) == position == local.offset(number):
+                    await local.apply(number, ([], []), next_offset=position, after=position)
+                    self._refreshed[number] = asked
+
+    async def _delete_dropped(self, local: LocalStates) -> None:
+        """Delete the copies of the queues no longer kept here (see the module), each in its
+        turn, unless it is followed or owned again by then."""
+        for number in sorted(self.dropped):
+            async with self.changelog.turn(QueueId(number)):
+                if number not in self.dropped:
+                    continue
+                self.dropped.discard(number)
+                self._refreshed.pop(number, None)
+                deleted = await local.forget(number)
+            log.info(
+                "%s: no longer a standby here: its copy's %d state(s) deleted from the local store",
+                QueueId(number),
+                deleted,
+            )
 
     def _failed(self, exc: BaseException, attempt: int) -> None:
         self._stale = True

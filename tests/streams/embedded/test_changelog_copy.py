@@ -1,10 +1,12 @@
 """The Kafka workers' local state store on its own (streams.backends.embedded.changelog_copy):
 a slot per worker, the changelog offset that moves only over contiguous writes, a damaged
-file or one of another layout moved aside."""
+file or one of another layout moved aside, the full check at open skipped only for files a
+clean close left as they are."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -130,6 +132,37 @@ async def test_a_file_of_another_layout_is_set_aside_and_started_empty(
         assert f"has layout {LAYOUT + 1}" in caplog.text and "rebuilt from the changelog" in caplog.text
     finally:
         reopened.close()
+
+
+async def test_the_full_check_at_open_is_skipped_only_for_files_as_a_clean_close_left_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, "headrace.kafka")
+    copy = open_changelog_copy(tmp_path)
+    await copy.apply(3, ([("Counts", f"m/{i}", i, 0, b"s" * 100) for i in range(5000)], []), next_offset=1)
+    database, note = copy.path, copy.path.parent / "closed-cleanly"
+    copy.close()
+    assert note.is_file()
+    reopened = open_changelog_copy(tmp_path)  # a restart after a clean stop
+    assert not note.exists()  # taken away while open: a crash from here leaves none
+    assert "as a clean close left it: not checked" in caplog.text
+    assert reopened.count(3) == 5000 and reopened.offset(3) == 1
+    reopened.store.close()  # gone without a close, as a SIGKILLed worker goes
+    os.close(reopened._lock)
+    caplog.clear()
+    killed = open_changelog_copy(tmp_path)
+    assert "not checked" not in caplog.text and killed.count(3) == 5000  # checked, and sound
+    killed.close()
+    with database.open("r+b") as file:  # a page in the middle overwritten, the size unchanged
+        file.seek(database.stat().st_size // 2 // 4096 * 4096)
+        file.write(b"\xff" * 4096)
+    caplog.clear()
+    damaged = open_changelog_copy(tmp_path)
+    try:
+        assert "not checked" not in caplog.text and "is damaged" in caplog.text
+        assert damaged.count(3) == 0 and damaged.offset(3) is None  # its queues are rebuilt
+    finally:
+        damaged.close()
 
 
 async def test_a_state_dir_a_worker_cannot_write_fails_its_queue_with_the_fix(tmp_path: Path) -> None:

@@ -1,21 +1,30 @@
 """Standby replicas (``standby_replicas``, streams.backends.kafka.standby): a worker that kept a
 warm copy of a queue takes it over reading only the changelog written after its copy's
 offset, where one without reads the whole partition; a copy the local store cannot be trusted
-with is rebuilt; a record that is not a saved state and a cluster that is away never stop the
-follower; a bad setting is one clear line."""
+with is rebuilt; an idle caught-up copy stays fresh past the changelog's deletion retention; a
+queue that stops being a standby here has its copy deleted; a record that is not a saved state
+and a cluster that is away never stop the follower; a bad setting is one clear line."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import sqlite3
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import pytest
 
+from streams.adapters.protocols import LocalStates
+from streams.backends.embedded import changelog_copy
 from streams.backends.embedded.changelog_copy import open_changelog_copy
-from streams.backends.kafka.changelog import KafkaChangelog, changelog_topic
+from streams.backends.kafka import changelog as changelog_module
+from streams.backends.kafka import standby as standby_module
+from streams.backends.kafka.changelog import DELETE_RETENTION, KafkaChangelog, changelog_topic
 from streams.backends.kafka.clients import kafka_outage_log
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.standby import StandbyReplicas
@@ -96,6 +105,29 @@ def follower_settings(broker: str, topic: str, state_dir: Path, **more: object) 
     return KafkaSettings(broker, topic, queues=2, idempotent=False, state_dir=state_dir, standby_replicas=1, **more)
 
 
+@dataclass(frozen=True)
+class Follower:
+    writer: KafkaChangelog  # another worker's: no local store
+    changelog: KafkaChangelog  # this worker's, with its local state store
+    local: LocalStates
+
+
+@asynccontextmanager
+async def changelogs(tmp_path: Path, kafka_broker: str, kafka_topic: str) -> AsyncIterator[Follower]:
+    """A changelog of two queues, written by another worker, and this worker's, closed after."""
+    settings = follower_settings(kafka_broker, kafka_topic, tmp_path)
+    writer = KafkaChangelog(settings, kafka_outage_log(settings))
+    changelog = KafkaChangelog(settings, kafka_outage_log(settings), open_local=open_changelog_copy)
+    try:
+        await writer.ensure_topic()
+        local = await changelog.local_states()
+        assert local is not None
+        yield Follower(writer, changelog, local)
+    finally:
+        await changelog.close()
+        await writer.close()
+
+
 async def test_a_standby_copy_is_rebuilt_follows_writes_and_hands_over_its_tail(
     tmp_path: Path, kafka_broker: str, kafka_topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -103,23 +135,18 @@ async def test_a_standby_copy_is_rebuilt_follows_writes_and_hands_over_its_tail(
     deletions and a record that is no saved state (skipped); the load that makes the queue
     this worker's stops following it and reads nothing more."""
     caplog.set_level(logging.INFO, "headrace.kafka")
-    settings = follower_settings(kafka_broker, kafka_topic, tmp_path)
-    writer = KafkaChangelog(settings, kafka_outage_log(settings))  # another worker's: no local store
-    await writer.ensure_topic()
-    assert await writer.write(QueueId(1), ([("Counts", "m/1", 5, 0, b"one")], []))
-    changelog = KafkaChangelog(settings, kafka_outage_log(settings), open_local=open_changelog_copy)
-    local = await changelog.local_states()
-    assert local is not None
-    await local.apply(1, ([("Counts", "stale", 1, 0, b"x")], []), next_offset=10_000)  # never trusted past the end
-    standby = StandbyReplicas(changelog)
-    m1, m2 = ("Counts", "m/1"), ("Counts", "m/2")
-    try:
+    async with changelogs(tmp_path, kafka_broker, kafka_topic) as follower:
+        writer, changelog, local = follower.writer, follower.changelog, follower.local
+        assert await writer.write(QueueId(1), ([("Counts", "m/1", 5, 0, b"one")], []))
+        await local.apply(1, ([("Counts", "stale", 1, 0, b"x")], []), next_offset=10_000)  # never trusted past the end
+        standby = StandbyReplicas(changelog)
+        m1, m2 = ("Counts", "m/1"), ("Counts", "m/2")
         async with anyio.create_task_group() as tg:
             tg.start_soon(standby.run)
             standby.follow([QueueId(1)])
             assert await wait_until_async(lambda: local.saved_state(1, m1) is not None, 20), caplog.text
             assert local.saved_state(1, ("Counts", "stale")) is None
-            await produce_raw(kafka_broker, changelog_topic(settings), 1, b"not a saved state")
+            await produce_raw(kafka_broker, changelog_topic(changelog.settings), 1, b"not a saved state")
             assert await writer.write(QueueId(1), ([("Counts", "m/2", 6, 0, b"two")], [m1]))
             assert await wait_until_async(lambda: local.offset(1) == 4, 20), (local.offset(1), caplog.text)
             assert local.saved_state(1, m1) is None
@@ -132,11 +159,75 @@ async def test_a_standby_copy_is_rebuilt_follows_writes_and_hands_over_its_tail(
             await anyio.sleep(1.5)  # a follower still at it would apply the write by now
             assert local.saved_state(1, ("Counts", "m/3")) is None and standby.records_read == 4
             tg.cancel_scope.cancel()
-    finally:
-        await changelog.close()
-        await writer.close()
-    assert "queue-1: standby copy rebuilt (its offset 10000 is past the changelog's end 1)" in caplog.text
-    assert "changelog record b'someone-else' is not a saved state" in caplog.text
+        assert "queue-1: standby copy rebuilt (its offset 10000 is past the changelog's end 1)" in caplog.text
+        assert "changelog record b'someone-else' is not a saved state" in caplog.text
+
+
+async def test_an_idle_caught_up_copy_is_read_on_from_after_the_deletion_retention_has_passed(
+    tmp_path: Path,
+    kafka_broker: str,
+    kafka_topic: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A day and an hour pass with no write to a followed queue: its copy, caught up all the
+    while, is read on from its offset at the takeover; a copy no one kept in step meanwhile
+    (an own queue's, idle as long) is rebuilt as too old."""
+    caplog.set_level(logging.INFO, "headrace.kafka")
+    ahead = [0.0]  # how far the wall clock is moved on
+    for module in (changelog_module, changelog_copy, standby_module):
+        monkeypatch.setattr(module, "wall_time", lambda: time.time() + ahead[0])
+    async with changelogs(tmp_path, kafka_broker, kafka_topic) as follower:
+        writer, changelog, local = follower.writer, follower.changelog, follower.local
+        m1 = ("Counts", "m/1")
+        for queue in (QueueId(0), QueueId(1)):
+            assert await writer.write(queue, ([(*m1, 5, queue.number, b"one")], []))
+        await local.apply(0, ([(*m1, 5, 0, b"one")], []), next_offset=1)  # queue 0's copy: this worker's own
+        standby = StandbyReplicas(changelog)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(standby.run)
+            standby.follow([QueueId(1)], owned=[QueueId(0)])
+            assert await wait_until_async(lambda: local.offset(1) == 1, 20), caplog.text
+            ahead[0] = DELETE_RETENTION + 3600.0
+            fresh = lambda: (local.synced(1) or (0, 0.0))[1] >= time.time() + ahead[0] - 60  # noqa: E731
+            assert await wait_until_async(fresh, 20), (local.synced(1), caplog.text)
+            assert await changelog.load(QueueId(1)) == {m1: (SequenceToken(5, 1), b"one")}  # taken over
+            tg.cancel_scope.cancel()
+        assert changelog.records_read == 0 and local.offset(1) == 1
+        await changelog.load(QueueId(0))
+        assert changelog.records_read == 1 and local.saved_state(0, m1) == (SequenceToken(5, 0), b"one")
+        assert "queue-1: local state store at changelog offset 1: read its tail" in caplog.text
+        assert "queue-0: local state store rebuilt from the changelog (its copy is 25.0 h old" in caplog.text
+
+
+async def test_a_queue_that_stops_being_a_standby_here_has_its_copy_deleted(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Copies of queues 0 and 1 followed; 0 becomes this worker's own (its rows stay), 1 is no
+    longer kept here (its rows and offset go); followed again, 1 is rebuilt from the changelog."""
+    caplog.set_level(logging.INFO, "headrace.kafka")
+    async with changelogs(tmp_path, kafka_broker, kafka_topic) as follower:
+        writer, changelog, local = follower.writer, follower.changelog, follower.local
+        m1, m2 = ("Counts", "m/1"), ("Counts", "m/2")
+        for queue in (QueueId(0), QueueId(1)):
+            assert await writer.write(queue, ([(*m1, 5, 0, b"one"), (*m2, 6, 0, b"two")], []))
+        standby = StandbyReplicas(changelog)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(standby.run)
+            standby.follow([QueueId(0), QueueId(1)])
+            assert await wait_until_async(lambda: local.offset(0) == local.offset(1) == 2, 20), caplog.text
+            standby.follow([QueueId(1)], owned=[QueueId(0)])  # 0 is this worker's now
+            standby.follow([], owned=[QueueId(0)])  # 1 is kept elsewhere
+            assert await wait_until_async(lambda: local.offset(1) is None, 20), caplog.text
+            assert local.count(1) == 0 and local.saved_state(1, m1) is None
+            assert local.offset(0) == 2 and local.count(0) == 2  # the own queue's rows stay
+            standby.follow([QueueId(1)], owned=[QueueId(0)])
+            assert await wait_until_async(lambda: local.offset(1) == 2, 20), caplog.text
+            assert local.saved_state(1, m2) == (SequenceToken(6, 0), b"two")
+            tg.cancel_scope.cancel()
+        assert "queue-1: no longer a standby here: its copy's 2 state(s) deleted from the local store" in caplog.text
+        assert "queue-0: no longer a standby" not in caplog.text
+        assert caplog.text.count("queue-1: standby copy rebuilt (no local copy of the partition)") == 2
 
 
 async def test_a_standby_copy_whose_cluster_is_away_logs_one_line_and_keeps_retrying(
