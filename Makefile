@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(VENV)/bin/headrace demo
 
 test: $(STAMP)
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -n 2 --dist loadgroup
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -n 2 --dist loadgroup --durations=30
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
