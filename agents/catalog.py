@@ -160,6 +160,9 @@ class StreamState:
         activations[cls] = activation
 
 
+_TIMED = (EventTimeObserver, DurableActivation)  # a tuple made once, not a union a call
+
+
 def timed_of(activation: Activation) -> EventTimeObserver | DurableActivation | None:
     """The activation a consumer delivers to that its agent ticks and whose state holds the
     checkpoint (an event-time one, or one with durable state), directly or as one of its
@@ -168,9 +171,9 @@ def timed_of(activation: Activation) -> EventTimeObserver | DurableActivation | 
         if activation.built is None:
             return None
         activation = activation.built
-    if isinstance(activation, EventTimeObserver | DurableActivation):
+    if isinstance(activation, _TIMED):
         return activation
-    if isinstance(activation, InputView) and isinstance(activation.activation, EventTimeObserver | DurableActivation):
+    if isinstance(activation, InputView) and isinstance(activation.activation, _TIMED):
         return activation.activation
     return None
 
