@@ -30,18 +30,19 @@ from agents.cursors import Cursors
 from agents.delivery import StreamConsumer
 from agents.durable import DurableActivation
 from agents.event_time_observer import EventTimeObserver, declared_event_time
-from agents.first_contact import FirstContact
+from agents.first_contact import ConsumerTypes, FirstContact
 from agents.handoff_writes import HandoffTarget
 from agents.hook_calls import HookLimits
 from agents.keyed import KeyedActivations
 from agents.merged_inputs import InputView
 from streams.adapters.protocols import StateLookup
 from streams.core.deadletters import QueueDeadLetters
+from streams.core.errors import CacheMissError
 from streams.core.ids import QueueId, SequenceToken, StreamId
 from streams.core.logcontext import LOG_CONTEXT
 from streams.core.observer import EventFilter, as_observer
-from streams.core.pubsub import SubscriptionState
-from streams.core.state import StateError, is_stateful, next_processing_timer, state_ttl, timers_of
+from streams.core.pubsub import SubscriptionRecord, SubscriptionState
+from streams.core.state import StateError, TimerTable, next_processing_timer, state_ttl, timers_of
 from streams.eventtime.lateness import LatenessSketches, ObservedTimes
 
 log = logging.getLogger("headrace.agent")
@@ -159,6 +160,9 @@ class StreamState:
         activations[cls] = activation
 
 
+_TIMED = (EventTimeObserver, DurableActivation)  # a tuple made once, not a union a call
+
+
 def timed_of(activation: Activation) -> EventTimeObserver | DurableActivation | None:
     """The activation a consumer delivers to that its agent ticks and whose state holds the
     checkpoint (an event-time one, or one with durable state), directly or as one of its
@@ -167,15 +171,158 @@ def timed_of(activation: Activation) -> EventTimeObserver | DurableActivation | 
         if activation.built is None:
             return None
         activation = activation.built
-    if isinstance(activation, EventTimeObserver | DurableActivation):
+    if isinstance(activation, _TIMED):
         return activation
-    if isinstance(activation, InputView) and isinstance(activation.activation, EventTimeObserver | DurableActivation):
+    if isinstance(activation, InputView) and isinstance(activation.activation, _TIMED):
         return activation.activation
     return None
 
 
+class StreamConsumers:
+    """Attaches the consumers of one queue's streams, each on a cursor of its own: every
+    consumer of a stream as it becomes active (its implicit activations, the in-process
+    observers, the durable subscriptions), and a subscription made while it is."""
+
+    __slots__ = ("_context", "_registry", "_cursors", "_working", "_spawn", "_types", "_first", "_activation")
+
+    def __init__(
+        self,
+        context: AgentContext,
+        cursors: Cursors,
+        working: set[StreamConsumer],
+        spawn: Spawn,
+        types: ConsumerTypes,
+        first: FirstContact,
+        activation: Callable[[StreamState, StreamId, type], Activation],
+    ) -> None:
+        self._context = context
+        self._registry = context.registry
+        self._cursors = cursors
+        self._working = working  # the consumers with a task now (the agent's watchdog looks at these)
+        self._spawn = spawn
+        self._types = types
+        self._first = first  # the subscriptions of the read's new streams, read together
+        self._activation = activation  # the activation of a stream and consumer type (made once)
+
+    async def attach_all(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
+        """Attach every consumer of the newly active stream ``sid`` (but ``skip``, which the
+        caller attaches from its own token): the implicit activations of its namespace, the
+        in-process observers and the durable subscriptions."""
+        try:
+            self._attach_local(state, sid, skip)
+            records = self._first.subscriptions.pop(sid, None)
+            if records is None:
+                records = await self._context.pubsub.subscriptions(sid)
+            self._attach_durable(state, sid, skip, records)
+        finally:
+            state.open()
+
+    def attach_all_now(self, state: StreamState, sid: StreamId, skip: str | None) -> bool:
+        """:meth:`attach_all` without waiting, for a new stream of the read being taken in
+        (``Catalog.first_contact``: its subscriptions read already); whether it was one
+        (else nothing is done): a fleet's first contact awaits nothing a stream."""
+        records = self._first.subscriptions.pop(sid, None)
+        if records is None:
+            return False
+        try:
+            self._attach_local(state, sid, skip)
+            self._attach_durable(state, sid, skip, records)
+        finally:
+            state.open()
+        return True
+
+    def _attach_local(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
+        registry = self._registry
+        for cls in registry.implicit_types(sid.namespace):
+            activation = self._activation(state, sid, cls)
+            self._consumer(state, sid, self._types.of(cls).subscription_id, activation, implicit=True, of_type=cls)
+        for sub in registry.observers(sid):
+            if sub.subscription_id != skip:
+                self._consumer(state, sid, sub.subscription_id, as_observer(sub.observer), event_filter=sub.filter)
+
+    def _attach_durable(
+        self, state: StreamState, sid: StreamId, skip: str | None, records: Iterable[SubscriptionRecord]
+    ) -> None:
+        for record in records:
+            if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
+                cls = self._registry.get_type(record.consumer_type)
+                activation = self._activation(state, sid, cls)
+                self._consumer(state, sid, record.subscription_id, activation, durable=True, of_type=cls)
+
+    async def attach(
+        self,
+        state: StreamState,
+        sid: StreamId,
+        subscription_id: str,
+        observer: Activation,
+        token: SequenceToken | None = None,
+        *,
+        durable: bool = False,
+        event_filter: EventFilter | None = None,
+        of_type: type | None = None,
+    ) -> StreamConsumer:
+        """Attach a consumer of ``sid`` delivering to ``observer`` (an activation ``of_type``)
+        from ``token`` (None: from the stream's next data) and start it (a position the
+        cache no longer has is reported to it first)."""
+        consumer, miss = self._consumer(
+            state,
+            sid,
+            subscription_id,
+            observer,
+            token,
+            durable=durable,
+            event_filter=event_filter,
+            of_type=of_type,
+            start=False,
+        )
+        if miss is not None:
+            await consumer.report_error(miss)
+        consumer.start()
+        return consumer
+
+    def _consumer(
+        self,
+        state: StreamState,
+        sid: StreamId,
+        subscription_id: str,
+        observer: Activation,
+        token: SequenceToken | None = None,
+        *,
+        durable: bool = False,
+        implicit: bool = False,
+        event_filter: EventFilter | None = None,
+        of_type: type | None = None,
+        start: bool = True,
+    ) -> tuple[StreamConsumer, CacheMissError | None]:
+        """A consumer of ``sid`` delivering to ``observer`` (an activation ``of_type``) from
+        ``token`` (None: from the stream's next data, which no cache misses), attached, and
+        started unless told not to; and the miss to report when the cache no longer has
+        ``token``'s position."""
+        cursor, miss = self._cursors.open(sid, token)
+        consumer = StreamConsumer(
+            subscription_id,
+            sid,
+            observer,
+            cursor,
+            self._context,
+            start_token=None if miss else token,
+            durable=durable,
+            implicit=implicit,
+            log_fields=state.log_fields,
+            spawn=self._spawn,
+            working=self._working,
+            event_filter=event_filter,
+            tally=self._types.tally(of_type),
+        )
+        state.add_consumer(consumer)
+        if start:
+            consumer.start()
+        return consumer, miss
+
+
 class Catalog:
-    """Makes and ends the activations of one queue's streams, and attaches their consumers."""
+    """Makes and ends the activations of one queue's streams, and attaches their consumers
+    (:attr:`consumers`)."""
 
     def __init__(
         self,
@@ -189,8 +336,6 @@ class Catalog:
         self.queue = queue
         self._context = context
         self._dead_letters = QueueDeadLetters(context.dead_letters, queue.number)  # letters name the queue
-        self._cursors = cursors
-        self._working = working  # the consumers with a task now (the agent's watchdog looks at these)
         self._spawn = spawn
         self._on_change = on_change  # one bound method for every activation
         # Activations of types fed by several namespaces (a batch waits for its turn at most
@@ -212,10 +357,9 @@ class Catalog:
         # Observed lateness and disorder per consumer type, sampled by their processors.
         self.times = LatenessSketches(context.options.lateness_sample_every)
         self._limits: dict[type, HookLimits] = {}
-        # "implicit:<type>", the subscription id of a type's implicit activations: one string
-        # per type, not one per stream.
-        self._implicit_ids: dict[type, str] = {}
-        self._first = FirstContact(context.registry, context.pubsub)
+        self._types = ConsumerTypes(context.registry, self.fates)  # what each type is, asked once
+        self._first = FirstContact(context.registry, self._types, context.pubsub)
+        self.consumers = StreamConsumers(context, cursors, working, spawn, self._types, self._first, self.activation)
 
     def keep_states(
         self, saved: dict[StateKey, tuple[SequenceToken, bytes]], lookup: StateLookup | None = None
@@ -322,7 +466,7 @@ class Catalog:
         return observer
 
     def _activate(self, state: StreamState, sid: StreamId, cls: type) -> Activation:
-        namespaces = self._context.registry.namespaces_of(cls)
+        namespaces = self._types.of(cls).namespaces
         instance: object | None
         if namespaces:
             observer, instance = self.keyed.observer_for(cls, sid, namespaces[0], self._make)
@@ -340,74 +484,14 @@ class Catalog:
             return nullcontext()
         return self._first.reading(sids, self._lookup if self.states is not None else None)
 
-    async def attach_all(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
-        """Attach every consumer of the newly active stream ``sid`` (but ``skip``, which the
-        caller attaches from its own token): the implicit activations of its namespace, the
-        in-process observers and the durable subscriptions."""
-        registry = self._context.registry
-        try:
-            for cls in registry.implicit_types(sid.namespace):
-                subscription_id = self._implicit_ids.get(cls)
-                if subscription_id is None:
-                    subscription_id = self._implicit_ids[cls] = f"implicit:{registry.type_name(cls)}"
-                activation = self.activation(state, sid, cls)
-                await self.attach(state, sid, subscription_id, activation, implicit=True, of_type=cls)
-            for sub in registry.observers(sid):
-                if sub.subscription_id != skip:
-                    observer = as_observer(sub.observer)
-                    await self.attach(state, sid, sub.subscription_id, observer, event_filter=sub.filter)
-            records = self._first.subscriptions.pop(sid, None)
-            for record in records if records is not None else await self._context.pubsub.subscriptions(sid):
-                if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
-                    cls = registry.get_type(record.consumer_type)
-                    activation = self.activation(state, sid, cls)
-                    await self.attach(state, sid, record.subscription_id, activation, durable=True, of_type=cls)
-        finally:
-            state.open()
-
-    async def attach(
-        self,
-        state: StreamState,
-        sid: StreamId,
-        subscription_id: str,
-        observer: Activation,
-        token: SequenceToken | None = None,
-        *,
-        durable: bool = False,
-        implicit: bool = False,
-        event_filter: EventFilter | None = None,
-        of_type: type | None = None,
-    ) -> StreamConsumer:
-        """Attach a consumer of ``sid`` delivering to ``observer`` (an activation ``of_type``)
-        from ``token`` (None: from the stream's next data) and start it."""
-        cursor, miss = self._cursors.open(sid, token)
-        consumer = StreamConsumer(
-            subscription_id,
-            sid,
-            observer,
-            cursor,
-            self._context,
-            start_token=None if miss else token,
-            durable=durable,
-            implicit=implicit,
-            log_fields=state.log_fields,
-            spawn=self._spawn,
-            working=self._working,
-            event_filter=event_filter,
-            tally=self.fates.tally(None if of_type is None else self._context.registry.type_name(of_type)),
-        )
-        state.add_consumer(consumer)
-        if miss is not None:
-            await consumer.report_error(miss)
-        consumer.start()
-        return consumer
-
-    def _durable(self, cls: type, sid: StreamId, instance: object) -> DurableActivation:
+    def _durable(self, cls: type, sid: StreamId, instance: object, timers: TimerTable | None) -> DurableActivation:
         """What a plain consumer's instance is delivered to when its type declares durable
-        fields or timers: the adapted instance, wrapped so that they are saved."""
+        fields or timers (``timers``: its timer table): the adapted instance, wrapped so
+        that they are saved."""
         self._note_ttl(cls)
-        inputs = tuple(self._context.registry.namespaces_of(cls))
-        durable = DurableActivation(as_observer(instance), sid, self._dead_letters, self._hook_limits(cls), inputs)
+        inputs = self._types.of(cls).namespaces
+        limits = self._hook_limits(cls)
+        durable = DurableActivation(as_observer(instance), sid, self._dead_letters, limits, inputs, timers)
         durable.on_change = self._on_change
         if self.states is not None and durable.enable_snapshots():
             self._restore(durable)
@@ -417,7 +501,7 @@ class Catalog:
         limits = self._limits.get(cls)
         if limits is None:  # one per consumer type, not per activation
             options = self._context.options
-            name = self._context.registry.type_name(cls) or cls.__qualname__
+            name = self._types.of(cls).name
             limits = self._limits[cls] = HookLimits(
                 name,
                 options.max_event_delivery_time,
@@ -430,11 +514,13 @@ class Catalog:
         """``(its event-time or durable activation, or None; the user's instance)`` of a new
         activation."""
         instance = cls(sid)
-        if is_stateful(cls) and (timers := timers_of(instance)) is not None:
+        stateful = self._types.of(cls).stateful
+        timers = timers_of(instance) if stateful else None
+        if timers is not None:
             timers.clock = self._context.clock  # what timers.now() reads
         spec = declared_event_time(instance)
         if spec is None:
-            return (self._durable(cls, sid, instance) if is_stateful(cls) else None), instance
+            return (self._durable(cls, sid, instance, timers) if stateful else None), instance
         limits = self._hook_limits(cls)
         self._note_ttl(cls)
         timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid), limits)
@@ -457,7 +543,7 @@ class Catalog:
         sink = self._context.handoff_sinks.get(stream) if isinstance(stream, str) else None
         if sink is None or not isinstance(stream, str):
             return None
-        consumer = self._context.registry.type_name(cls) or cls.__qualname__
+        consumer = self._types.of(cls).name
         return HandoffTarget(sink, str(sid), consumer, self.queue.number, stream)
 
     def fates_by_type(self, live: Iterable[EventTimeObserver]) -> dict[str, dict[str, int]]:
@@ -488,16 +574,16 @@ class Catalog:
 
     def state_key(self, activation: TimedActivation) -> StateKey:
         """``(consumer type name, stream id)``: its saved state's key (and its name in ``headrace status``)."""
-        cls = type(activation.target)
-        return (self._context.registry.type_name(cls) or cls.__qualname__, str(activation.stream_id))
+        return (self._types.of(type(activation.target)).name, str(activation.stream_id))
 
     def _restore(self, activation: TimedActivation) -> None:
-        key = self.state_key(activation)
+        facts = self._types.of(type(activation.target))
+        key = (facts.name, str(activation.stream_id))  # its state_key
         saved = self._saved.pop(key, None)
         self._expiring.pop(key, None)  # active again
         self._sleeping.discard(key)
         lookup, states = self._lookup, self.states
-        if saved is None and lookup is not None and states is not None and _durable(activation):
+        if saved is None and lookup is not None and states is not None and facts.stateful:
             if not states.deleting(key):  # a deletion on its way: the row is not its state any more
                 first = self._first.states
                 saved = first.pop(key) if key in first else lookup.saved_state(key)
@@ -528,12 +614,13 @@ class Catalog:
         saved states go too, unless the agent is ``stopping`` (then they are kept for the
         queue's next owner) or they still have open windows (parked: kept, and restored
         when the stream has data again)."""
-        ended = self.keyed.leave(sid)  # activations of several streams whose last this was
-        registry = self._context.registry
+        keyed = self.keyed
+        # Activations of several streams whose last this was.
+        ended = keyed.leave(sid) if keyed.by_key else []
         gone: list[TimedActivation] = []
         for cls, observer in state.activations:
             timed = timed_of(observer)
-            if registry.namespaces_of(cls):  # shared by the streams of a key
+            if self._types.of(cls).namespaces:  # shared by the streams of a key
                 if timed is None or not any(timed.target is e for e in ended):
                     continue
             else:
@@ -556,8 +643,9 @@ class Catalog:
                 # Its windows stay open: the stored row stays, and its state waits
                 # here, compact, for the stream's next data (restored in _make);
                 # a durable one with a store to look it up in waits only there.
-                parked = self.state_key(timed)
-                if self._lookup is None or not _durable(timed):
+                facts = self._types.of(type(timed.target))
+                parked = (facts.name, str(timed.stream_id))  # its state_key
+                if self._lookup is None or not facts.stateful:
                     self._saved[parked] = timed.park()
                     ttl = state_ttl(cls)
                     if ttl is not None:
@@ -568,10 +656,6 @@ class Catalog:
                 self.states.retire(timed)
         if isinstance(timed, EventTimeObserver):
             self.fates.ended(self.state_key(timed)[0], timed.processor.counters, parked)
-
-
-def _durable(activation: TimedActivation) -> bool:
-    return is_stateful(type(activation.target))
 
 
 def event_time_activations(states: Iterable[StreamState]) -> list[EventTimeObserver]:

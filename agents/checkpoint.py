@@ -304,13 +304,13 @@ class Holds:
 
     def holds(self, activation: TimedActivation) -> bool:
         """Whether ``activation`` holds the checkpoint (as of the last refresh)."""
-        return activation in self._holds
+        return activation in self._holds._values  # (a heap's own table: no call a stream parked)
 
     def drop(self, activation: TimedActivation) -> None:
         """The activation ended: it holds and ticks no more."""
         self._changed.discard(activation)
-        self._holds.discard(activation)
-        self._ticks.discard(activation)
+        self._holds._values.pop(activation, None)  # discard, without a call each (a fleet parks in bulk)
+        self._ticks._values.pop(activation, None)
 
 
 def acknowledgeable(unacked: deque[int], point: float) -> list[int]:

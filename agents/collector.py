@@ -98,11 +98,15 @@ class ActivationCollector:
             log.info("%s: %d idle state(s) of %s expired (their time to live passed)", self._queue, gone, consumer)
 
     def _quiet(self, state: StreamState) -> bool:
-        if not all(c.idle for c in state.consumers):
-            return False
+        # Loops, not all() and any() over generators: a fleet parks thousands a sweep.
+        for consumer in state.consumers:
+            if not consumer.idle:
+                return False
         holds = self._holds
-        return not any(
-            (activation := timed_of(observer)) is not None
-            and (holds.holds(activation) or (activation.has_state() and not activation.can_park()))
-            for _, observer in state.activations
-        )
+        for _, observer in state.activations:
+            activation = timed_of(observer)
+            if activation is not None and (
+                holds.holds(activation) or (activation.has_state() and not activation.can_park())
+            ):
+                return False
+        return True

@@ -183,8 +183,11 @@ class Cursors:
         oldest batch the cache holds)."""
         miss: CacheMissError | None = None
         cursor: QueueCacheCursor
-        covered = self.cache.covered_from()
-        if token is not None and self._rewinder is not None and (covered is None or token.sequence_number < covered):
+        if (
+            token is not None
+            and self._rewinder is not None
+            and ((covered := self.cache.covered_from()) is None or token.sequence_number < covered)
+        ):
             # Older than the cache, or the cache has read nothing yet (a worker just started
             # reads after the checkpoint): the durable queue has what the token asks for.
             cursor = self.rewind(sid, token.sequence_number)

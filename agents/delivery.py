@@ -142,7 +142,8 @@ class StreamConsumer:
         self._bind(observer)
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
         self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
-        self._log_fields = log_fields or {}  # worker, queue and stream, for the consumer's own log lines
+        # Worker, queue and stream, for the consumer's own log lines.
+        self._log_fields = log_fields if log_fields is not None else {}
         # Reporting a failure (letters, on_error within its own limit, the failure handler):
         # the runtime's time, which the watchdog must not cut short halfway.
         self.reporting = False

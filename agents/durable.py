@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from agents.activation import Activation, TimedActivation
 from agents.activation_turns import Turns
@@ -144,6 +145,7 @@ class DurableActivation(SavedUnit):
         dead_letters: DeadLetterStore,
         limits: HookLimits | None = None,
         inputs: tuple[str, ...] = (),
+        timers: TimerTable | None | Literal[False] = False,
     ) -> None:
         self.inner = inner
         self.target = inner.target
@@ -151,7 +153,8 @@ class DurableActivation(SavedUnit):
         self.on_change: Callable[[TimedActivation], None] | None = None
         super().__init__()  # nothing saved yet
         self.snapshots = False  # saved with the checkpoint once the store can (enable_snapshots)
-        self.timers = timers_of(self.target)
+        # Its target's timer table (False: not yet looked up by the caller).
+        self.timers = timers_of(self.target) if timers is False else timers
         self._call = inline_on_next(inner)  # None: an async on_next, awaited by the task
         self._dead_letters = dead_letters
         self._limits = limits or HookLimits(type(self.target).__qualname__)
@@ -174,10 +177,12 @@ class DurableActivation(SavedUnit):
         """Call ``on_next`` where ``batch`` arrives (past what a restored unit has), unless
         a timer is firing; what is left (an async ``on_next``, or the wait for the turn) is
         returned for the consumer's task to await."""
-        if self._skip_to is not None and len(batch):
-            batch = batch.after(self._skip_to)
         if not len(batch):
             return None
+        if self._skip_to is not None:
+            batch = batch.after(self._skip_to)
+            if not len(batch):
+                return None
         if not self._turns.take_now():
             return self._in_turn(batch)
         try:

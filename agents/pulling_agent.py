@@ -461,7 +461,8 @@ class PullingAgent:
         """Attach every consumer of a newly active stream (``skip`` is attached by the
         caller, from its own token)."""
         state = self._streams[sid] = StreamState(delivery_fields(self.context.worker_name, self.queue, sid))
-        await self._catalog.attach_all(state, sid, skip)
+        if not self._catalog.consumers.attach_all_now(state, sid, skip):  # its subscriptions not read yet
+            await self._catalog.consumers.attach_all(state, sid, skip)
         return state
 
     def _spawn(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], *args: *Ts) -> None:

@@ -85,7 +85,7 @@ class QueueSubscriptions:
     async def _attach(self, state: StreamState, sid: StreamId, subscription: Subscription) -> None:
         """Attach ``subscription`` to the active stream ``sid``, from its token."""
         if isinstance(subscription, InProcessSubscription):
-            await self._catalog.attach(
+            await self._catalog.consumers.attach(
                 state,
                 sid,
                 subscription.subscription_id,
@@ -96,7 +96,7 @@ class QueueSubscriptions:
         else:
             cls = self._registry.get_type(subscription.consumer_type)
             activation = self._catalog.activation(state, sid, cls)
-            await self._catalog.attach(
+            await self._catalog.consumers.attach(
                 state,
                 sid,
                 subscription.subscription_id,

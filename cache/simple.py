@@ -305,11 +305,12 @@ class SimpleQueueCache:
         entry = self._entry(stream_id)
         cursor = SimpleCacheCursor(self, entry, stream_id, min_sequence)
         entry.cursors += 1
-        start = None
-        if token is not None:
-            start = entry.head
-            while start is not None and start.last < min_sequence:
-                start = start.next
+        if token is None:  # from the stream's next batch: caught up now
+            entry.wait(cursor)
+            return cursor
+        start = entry.head
+        while start is not None and start.last < min_sequence:
+            start = start.next
         self._move(cursor, start)
         return cursor
 

@@ -45,7 +45,13 @@ class StreamObserver(Protocol):
     async def on_watermark(self, watermark: float) -> None: ...
 
 
-_COROUTINE_FUNCTIONS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+# A weak-keyed table kept by hand (a WeakKeyDictionary's get is a Python call more, and
+# every activation asks twice): an entry goes when its function does.
+_COROUTINE_FUNCTIONS: dict[weakref.ref[Any], bool] = {}
+
+
+def _forget(ref: weakref.ref[Any]) -> None:
+    _COROUTINE_FUNCTIONS.pop(ref, None)
 
 
 def is_coroutine_function(fn: Callable[..., Any]) -> bool:
@@ -59,13 +65,13 @@ def is_coroutine_function(fn: Callable[..., Any]) -> bool:
     """
     key = getattr(fn, "__func__", fn)  # a bound method: its function, shared by instances
     try:
-        known = _COROUTINE_FUNCTIONS.get(key)
-    except TypeError:  # not weakly referable (a builtin): ask each time
+        known = _COROUTINE_FUNCTIONS.get(weakref.ref(key))
+    except TypeError:  # not weakly referable (a builtin), or not hashable: ask each time
         return inspect.iscoroutinefunction(fn)
     if known is None:
         known = inspect.iscoroutinefunction(fn)
         if key is fn or known == inspect.iscoroutinefunction(key):
-            _COROUTINE_FUNCTIONS[key] = known
+            _COROUTINE_FUNCTIONS[weakref.ref(key, _forget)] = known
     return known
 
 

@@ -41,6 +41,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 import msgpack
 
 from streams.core.clock import WALL_CLOCK, Clock
+from streams.core.codec import pack
 from streams.core.errors import HeadraceError
 from streams.core.micros import bound_micros, to_seconds
 
@@ -176,10 +177,9 @@ def encode(value: Any, instance: object) -> bytes:
     """``value`` (what a unit saves: fields, timers) as msgpack, or a :class:`StateError`
     naming the field that cannot be."""
     try:
-        data: bytes = msgpack.packb(value, use_bin_type=True)
+        return pack(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise _refusal(instance, exc) from exc
-    return data
 
 
 def decode(data: bytes) -> Any:
@@ -469,21 +469,35 @@ def _bytes(value: Any) -> bytes | None:
     return value if value is None or isinstance(value, bytes) else bytes(value)
 
 
-def declares_state(data: bytes) -> bool:
-    """Whether saved bytes hold durable fields or timers of a consumer's own (not only its
-    windows or held events): the state a lookup store reads by key rather than at start."""
-    if not data.startswith(_UNIT):
-        return False
-    body = decode(data[1:])
-    return isinstance(body, list) and len(body) > 3 and bool(body[2] or body[3])
-
-
 def next_processing_timer(data: bytes) -> float | None:
     """When the earliest processing-time timer of a saved unit is due (None: it has none):
     what a worker must wake an inactive activation for."""
+    return _next_timer(decode(data[1:])) if data.startswith(_UNIT) else None
+
+
+def wake_and_declares(data: bytes) -> tuple[float | None, bool]:
+    """:func:`next_processing_timer` of saved bytes, and whether they hold durable fields
+    or timers of a consumer's own (not only its windows or held events: the state a lookup
+    store reads by key rather than at start); read once, as a store writes both beside
+    each state.
+
+    >>> class Meter:
+    ...     total = Durable(0)
+    >>> meter = Meter(); meter.total = 3
+    >>> wake_and_declares(pack_unit(meter, None, None)), wake_and_declares(b"windows only")
+    ((None, True), (None, False))
+    """
     if not data.startswith(_UNIT):
-        return None
+        return None, False
     body = decode(data[1:])
+    return _next_timer(body), _declares(body)
+
+
+def _declares(body: Any) -> bool:
+    return isinstance(body, list) and len(body) > 3 and bool(body[2] or body[3])
+
+
+def _next_timer(body: Any) -> float | None:
     rows = body[3] if isinstance(body, list) and len(body) > 3 else None
     dues = [due for kind, _, due, _ in rows or () if kind == PROCESSING_TIME]
     if dues and body[0] != UNIT_FORMAT:

@@ -43,7 +43,7 @@ from streams.backends.embedded.store import EmbeddedStore, Schema, in_chunks
 from streams.core.batch import QueueMessage
 from streams.core.clock import wall_time
 from streams.core.ids import QueueId, SequenceToken
-from streams.core.state import declares_state, next_processing_timer
+from streams.core.state import wake_and_declares
 
 log = logging.getLogger("headrace.embedded")
 
@@ -271,7 +271,7 @@ def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection, written_
         " ON CONFLICT(queue, consumer, stream) DO UPDATE"
         " SET seq = excluded.seq, idx = excluded.idx, state = excluded.state, touched = excluded.touched,"
         " wake = excluded.wake, durable = excluded.durable",
-        [(queue, *row, now, next_processing_timer(row[4]), declares_state(row[4])) for row in upserts],
+        [(queue, *row, now, *wake_and_declares(row[4])) for row in upserts],
     )
 
 
