@@ -466,6 +466,6 @@ def save_run(
     }
     to.mkdir(parents=True, exist_ok=True)
     path = to / f"{Path(name).stem}-{now:%Y%m%dT%H%M%S}.json"
-    path.write_text(json.dumps(run, indent=2, ensure_ascii=False) + "\n")
+    path.write_text(json.dumps(run, indent=2, ensure_ascii=False, default=str) + "\n")  # a Path parameter as text
     print(f"run saved to {path}")
     return path
