@@ -13,6 +13,7 @@ import streams.core.observer as observer_module
 import streams.eventtime.spec as spec_module
 from streams import StreamId, StreamProvider
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
+from streams.eventtime.watermark import FOREVER, NEVER
 from tests.agents.delivery.conftest import drained
 
 
@@ -140,3 +141,52 @@ async def test_a_quiet_windowed_activation_keeps_no_more_objects_than_pinned():
     per_activation = sum(grown.values()) / streams
     kept = ", ".join(f"{name} {count}" for name, count in grown.most_common())
     assert per_activation <= OBJECTS_PER_QUIET_ACTIVATION + 0.5, kept
+
+
+async def test_a_windowed_activation_keeps_its_window_and_watermark_in_its_slots_and_shared_parts():
+    # Where a live stream's bytes go (docs/workers.md): an open tumbling window is scheduled on
+    # its store's heap alone (no dict of scheduled windows), nothing the activation sets falls
+    # outside its slots, and a completed stream's watermark is the shared infinity.
+    provider = StreamProvider.memory(queues=1, tune_gc=False)
+    windows: list[tuple[float, int]] = []
+    completed: list[str] = []
+
+    @provider.implicit("devices")
+    class Counts:
+        event_time = EventTime(OrderingPolicy(out_of_order=5), Tumbling(60), Count())
+
+        def __init__(self, stream_id):
+            pass
+
+        def on_window(self, result):
+            windows.append((result.start, result.value))
+
+        def on_completed(self):
+            completed.append("a")
+
+    async with provider:
+        stream = provider.get_stream(StreamId("devices", "a"))
+        await stream.on_next_batch([1, 2, 3], event_times=[1000.0, 1001.0, 1019.0])
+        await drained(provider)
+        (agent,) = provider.agents
+        (act,) = agent.event_time_activations()
+        store = act.processor._flow.store
+        assert act.processor.open_windows() == [(None, 960.0, 1020.0)]
+        assert store._scheduled is None and len(store._due) == 1
+        assert getattr(act, "__dict__", {}) == {}
+        assert act.processor.watermark == 1014.0
+        await stream.on_next_batch([4], event_times=[1030.0])  # the window [960, 1020) closes
+        await drained(provider)
+        assert windows == [(960.0, 3)]
+        assert act.processor.open_windows() == [(None, 1020.0, 1080.0)]
+        assert store._scheduled is None and len(store._due) == 1
+        await stream.on_completed()
+        with anyio.fail_after(10):
+            while not completed:
+                await anyio.sleep(0.01)
+        assert windows == [(960.0, 3), (1020.0, 1)]
+        assert store._due is None and store._scheduled is None
+        # The shared infinities (watermark.FOREVER, NEVER), not floats of the activation's own.
+        assert act.processor.watermark is FOREVER
+        assert any(act._last_watermark is shared for shared in (NEVER, FOREVER))
+        assert getattr(act, "__dict__", {}) == {}
