@@ -77,11 +77,6 @@ class Input(Watermark):
         self.floor_close = FOREVER
 
     @property
-    def imported(self) -> bool:
-        """It follows another input's watermark (generates none of its own)."""
-        return self._rule is None
-
-    @property
     def mark(self) -> Watermark:
         """Its watermark: itself."""
         return self

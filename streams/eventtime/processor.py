@@ -196,7 +196,7 @@ class Processor:
         out = Output()
         inp = self._input(partition)
         ingest: Ingest = self._parts.ingest
-        if ingest.in_runs and hasattr(events, "columns") and not (inp.imported or inp.completed):
+        if ingest.in_runs and hasattr(events, "columns") and not (inp.generating is None or inp.completed):
             take_in_runs(ingest, self._flow, inp, events, out, self._sampler)
         else:  # a completed input's error is the per-event way's
             ingest.run(self._flow, inp, events, out, self._sampler)

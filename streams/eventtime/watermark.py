@@ -106,7 +106,7 @@ class Watermark:
     (True, False, 11000000)
     """
 
-    __slots__ = ("name", "value", "max_timestamp", "last_ingest", "_rule", "_count", "_mark")
+    __slots__ = ("name", "value", "max_timestamp", "last_ingest", "generating", "_count", "_mark")
 
     def __init__(
         self,
@@ -119,20 +119,21 @@ class Watermark:
         self.value = start
         self.max_timestamp = NEVER
         self.last_ingest = NEVER  # arrival time of the last kept event (idle timeouts)
-        self._rule = _rule_of(generation, delay)  # None: imported, never generated
+        # Its generation rule, shared by its declaration's watermarks; None: imported, never generated.
+        self.generating = _rule_of(generation, delay)
         self._count = 0
         self._mark = NEVER
 
     @property
     def delay(self) -> float:
         """How far behind the newest timestamp it generates (the out-of-order tolerance)."""
-        return 0.0 if self._rule is None else self._rule.delay
+        return 0.0 if self.generating is None else self.generating.delay
 
     def observe(self, timestamp: float) -> float:
         """Record one kept event's timestamp; the generated candidate, or ``-inf``."""
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
-        rule = self._rule
+        rule = self.generating
         if rule is None:
             return NEVER
         if rule.every is not None:
