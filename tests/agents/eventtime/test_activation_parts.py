@@ -89,6 +89,25 @@ async def test_activations_of_a_type_share_its_inspection_and_parts_but_not_thei
     assert len(parts_made) == 1
 
 
+def windowed_count(windows: list[tuple[float, int]], completed: list[str]) -> type:
+    """A consumer type of a tumbling 60 s count: its windows' (start, count) and its completed
+    streams' keys go to ``windows`` and ``completed``."""
+
+    class Counts:
+        event_time = EventTime(OrderingPolicy(out_of_order=5), Tumbling(60), Count())
+
+        def __init__(self, stream_id):
+            self.key = stream_id.key
+
+        def on_window(self, result):
+            windows.append((result.start, result.value))
+
+        def on_completed(self):
+            completed.append(self.key)
+
+    return Counts
+
+
 # What a quiet windowed activation keeps, in objects the collector tracks: the
 # user's instance, its event-time wrapper and processor (flow, input, window store, counters,
 # the inputs' tuple), its consumer, turns, the agent's stream state and log fields, the
@@ -101,21 +120,9 @@ OBJECTS_PER_QUIET_ACTIVATION = 16
 
 async def test_a_quiet_windowed_activation_keeps_no_more_objects_than_pinned():
     provider = StreamProvider.memory(queues=2, tune_gc=False)
-    completed = 0
-
-    @provider.implicit("devices")
-    class Counts:
-        event_time = EventTime(OrderingPolicy(out_of_order=5), Tumbling(60), Count())
-
-        def __init__(self, stream_id):
-            pass
-
-        def on_window(self, result):
-            pass
-
-        def on_completed(self):
-            nonlocal completed
-            completed += 1
+    windows: list[tuple[float, int]] = []
+    completed_streams: list[str] = []
+    provider.implicit("devices")(windowed_count(windows, completed_streams))
 
     async def publish(prefix: str, streams: int) -> None:
         for i in range(streams):
@@ -134,7 +141,7 @@ async def test_a_quiet_windowed_activation_keeps_no_more_objects_than_pinned():
         before = counted()
         await publish("d", streams)
         grown = counted() - before
-    assert completed == 50 + streams
+    assert len(completed_streams) == 50 + streams
     # The cache's batches are the queue's history, kept until the cache needs the room,
     # not the activations' (two a stream here: a batch of events and the completion).
     assert grown.pop("SimpleCachedBatch", 0) <= 2 * streams
@@ -150,19 +157,7 @@ async def test_a_windowed_activation_keeps_its_window_and_watermark_in_its_slots
     provider = StreamProvider.memory(queues=1, tune_gc=False)
     windows: list[tuple[float, int]] = []
     completed: list[str] = []
-
-    @provider.implicit("devices")
-    class Counts:
-        event_time = EventTime(OrderingPolicy(out_of_order=5), Tumbling(60), Count())
-
-        def __init__(self, stream_id):
-            pass
-
-        def on_window(self, result):
-            windows.append((result.start, result.value))
-
-        def on_completed(self):
-            completed.append("a")
+    provider.implicit("devices")(windowed_count(windows, completed))
 
     async with provider:
         stream = provider.get_stream(StreamId("devices", "a"))
