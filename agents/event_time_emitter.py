@@ -29,7 +29,7 @@ from agents.merged_inputs import HoldBack
 from streams.core.batch import Event
 from streams.core.deadletters import DeadLetterStore
 from streams.core.ids import SequenceToken, StreamId
-from streams.core.observer import SharedHook, hook_of, is_plain, plain_function
+from streams.core.observer import SharedHook, hook_of, is_plain, nothing, plain_function
 from streams.core.state import EVENT_TIME, Timer, TimerTable
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
@@ -51,15 +51,13 @@ class EventTimeEmitter(SavedUnit):
         "_lock",
         "_on_window",
         "on_error",
-        "has_on_error",
         "_user_completed",
         "_last_watermark",
-        "_emitting",
         "on_change",
         "snapshots",
         "_taken",
         "_through",
-        "_held_from",
+        "_in_step",
         "_limits",
         "_hooks",
         "__dict__",
@@ -98,15 +96,15 @@ class EventTimeEmitter(SavedUnit):
     _lock: Turns
     _on_window: SharedHook | None
     on_error: Callable[[BaseException], Awaitable[None]]
-    has_on_error: bool
     _user_completed: SharedHook
     _last_watermark: float
-    _emitting: SequenceToken | None
     on_change: Callable[[TimedActivation], None] | None
     snapshots: bool
     _taken: SequenceToken | None
     _through: SequenceToken | None
-    _held_from: SequenceToken | None
+    # While a step emits: (the hold before it, the oldest position it held); None between
+    # steps (one slot for both: a quiet activation keeps no token).
+    _in_step: tuple[SequenceToken | None, SequenceToken | None] | None
     _limits: HookLimits
     _hooks: HookCalls | None
 
@@ -164,6 +162,23 @@ class EventTimeEmitter(SavedUnit):
             or (self._user_watermark is not None and out.watermark > self._last_watermark)
             or (self.timers is not None and due(self.timers, out.watermark))
         )
+
+    @property
+    def has_on_error(self) -> bool:
+        """Its type has an ``on_error`` (else failures go to the dead letters alone)."""
+        return self.on_error is not nothing
+
+    @property
+    def _emitting(self) -> SequenceToken | None:
+        """The hold before the step now emitting (None: none, or no step)."""
+        step = self._in_step
+        return None if step is None else step[0]
+
+    @property
+    def _held_from(self) -> SequenceToken | None:
+        """The oldest position the step now emitting holds: what a failed window's letter names."""
+        step = self._in_step
+        return None if step is None else step[1]
 
     def _hook_calls(self) -> HookCalls:
         """Its hooks' calls: made for an emit, and kept while one runs or a run of refused

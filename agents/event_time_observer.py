@@ -109,7 +109,7 @@ class EventTimeObserver(EventTimeUnit):
         # What the processor held before a step that is still being emitted: the processor
         # forgets a window as it closes it, but its events stay needed until the window is
         # handed off (and on_window has returned), or a crash in between would lose them.
-        self._emitting: SequenceToken | None = None
+        self._in_step: tuple[SequenceToken | None, SequenceToken | None] | None = None
         # The hold of an emit that never finished (cancelled, or failed past its retries):
         # kept until the activation ends, so a restart replays and rebuilds what it lost
         # (_unfinished, None until then).
@@ -128,7 +128,6 @@ class EventTimeObserver(EventTimeUnit):
         # The last event taken, and the hold before the step now emitting: the queue
         # positions a failed window's letter names (agents.hook_calls).
         self._through: SequenceToken | None = None
-        self._held_from: SequenceToken | None = None
 
     def _route_output(
         self, spec: EventTime, name: str, dead_letters: DeadLetterStore, handoff: HandoffTarget | None
@@ -172,8 +171,7 @@ class EventTimeObserver(EventTimeUnit):
         if on_events[1] is not None:
             self._on_events = on_events[1]
             self._user_on_events = on_events[0]  # its result is read (merged)
-        self.on_error = on_error[1] or nothing
-        self.has_on_error = on_error[1] is not None
+        self.on_error = on_error[1] or nothing  # has_on_error: not nothing
         self._user_completed: SharedHook = on_completed[1] or nothing
         if on_watermark[1] is not None:
             self._user_watermark = on_watermark[1]
@@ -334,8 +332,7 @@ class EventTimeObserver(EventTimeUnit):
     def _begin(self, first: SequenceToken | None) -> SequenceToken | None:
         """A step begins (over events from ``first``): the hold before it, kept until it is emitted."""
         before = self._held()
-        self._emitting = before
-        self._held_from = lowest(before, first)
+        self._in_step = (before, lowest(before, first))
         return before
 
     async def _emit_step(self, out: Output, before: SequenceToken | None) -> None:
@@ -356,8 +353,7 @@ class EventTimeObserver(EventTimeUnit):
         self._step_ended()
 
     def _step_ended(self) -> None:
-        self._emitting = None
-        self._held_from = None  # read only while a step emits: a quiet activation keeps no token
+        self._in_step = None  # read only while a step emits: a quiet activation keeps no token
         self.unsaved = True
         hooks = self._hooks
         if hooks is not None and hooks.idle:

@@ -200,8 +200,10 @@ class InputsActivation(Protocol):
     ``agents.durable.DurableActivation`` of a plain type fed by several namespaces)."""
 
     target: object
-    has_on_error: bool
     redeliverable: bool
+
+    @property
+    def has_on_error(self) -> bool: ...
 
     @property
     def waiting_on_handoff(self) -> bool: ...

@@ -153,7 +153,7 @@ class Ingest:
         trace, dedup, direct = shape.trace, flow.dedup, not multi  # one input closes by its own watermark
         passthrough = not self.windowed
         record, count_inline = trace or passthrough, counting and not multi
-        idle, every_event = shape.idle_timeout < FOREVER, shape.generation.every_event and not inp.imported
+        idle, every_event = shape.idle_timeout < FOREVER, shape.generation.every_event and inp.generating is not None
         # With substreams and L set, every arrival lifts the partition's floor (inp.mark) to
         # arrival - L; a substream below it is lifted when it is next loaded, or when the
         # floor reaches a window's close time (inp.floor_close): quiet keys close on time.

@@ -64,7 +64,7 @@ class Input(Watermark):
     With substreams, ``mark`` is the partition's *floor*: what every substream has passed.
     """
 
-    __slots__ = ("clock", "idle_check", "completed", "importers", "imported", "floor_close")
+    __slots__ = ("clock", "idle_check", "completed", "importers", "floor_close")
 
     def __init__(self, name: Hashable, generation: WatermarkGeneration | None, delay: float) -> None:
         super().__init__(name, generation, delay)
@@ -72,7 +72,6 @@ class Input(Watermark):
         self.idle_check = FOREVER  # lower bound of the next idle timeout due
         self.completed = False
         self.importers: tuple[Input, ...] = ()  # the inputs following this one's watermark
-        self.imported = generation is None
         # Substreams: at most the earliest close time of any substream's windows. A rise of
         # the floor (mark) below it closes nothing, so it need not visit every substream.
         self.floor_close = FOREVER

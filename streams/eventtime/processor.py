@@ -196,7 +196,7 @@ class Processor:
         out = Output()
         inp = self._input(partition)
         ingest: Ingest = self._parts.ingest
-        if ingest.in_runs and hasattr(events, "columns") and not (inp.imported or inp.completed):
+        if ingest.in_runs and hasattr(events, "columns") and not (inp.generating is None or inp.completed):
             take_in_runs(ingest, self._flow, inp, events, out, self._sampler)
         else:  # a completed input's error is the per-event way's
             ingest.run(self._flow, inp, events, out, self._sampler)
@@ -276,9 +276,12 @@ class Processor:
         """The watermark that closes windows, in seconds: the minimum over inputs (with
         substreams, the partition's floor, which every substream has passed)."""
         merged = self._flow.merged  # divided as to_seconds does, here: read at every step
-        if merged is not None:
-            return merged.value / PER_SECOND
-        return self._flow.inputs[0].value / PER_SECOND  # the input is its own watermark
+        value = self._flow.inputs[0].value if merged is None else merged.value  # one input is its own watermark
+        if value == FOREVER or value == NEVER:
+            # The shared infinities: an activation keeps the last one it saw (a completed
+            # stream's is +inf), and a float of its own would be 32 bytes a stream.
+            return FOREVER if value > 0 else NEVER
+        return value / PER_SECOND
 
     @property
     def clock(self) -> float | None:

@@ -243,7 +243,7 @@ def _set_store(store: Store, state: list[Any]) -> None:
     if due:
         store._due = list(due)
         heapq.heapify(store._due)
-        store._scheduled = dict.fromkeys(due)
+        store._scheduled = dict.fromkeys(due) if store.assigner.per_window > 1 else None
     else:
         store._due = store._scheduled = None
 

@@ -64,6 +64,33 @@ class WatermarkGeneration:
 EVERY_EVENT = WatermarkGeneration()
 
 
+class _Generating:
+    """How a watermark generates, shared by every watermark of a declaration: every
+    ``every`` events, or every ``duration`` microseconds of event time, ``delay`` behind the
+    newest timestamp."""
+
+    __slots__ = ("every", "duration", "delay")
+
+    def __init__(self, generation: WatermarkGeneration, delay: float) -> None:
+        self.every = generation.events
+        self.duration = None if generation.duration is None else to_micros(generation.duration)
+        self.delay = delay
+
+
+# One rule per (generation, delay), so the many watermarks of a declaration (a stream's each,
+# a substream's each) hold a pointer to it, not four slots of their own.
+_RULES: dict[tuple[WatermarkGeneration, float], _Generating] = {}
+
+
+def _rule_of(generation: WatermarkGeneration | None, delay: float) -> _Generating | None:
+    if generation is None:
+        return None  # imported: never generated
+    rule = _RULES.get((generation, delay))
+    if rule is None:
+        rule = _RULES[(generation, delay)] = _Generating(generation, delay)
+    return rule
+
+
 class Watermark:
     """The watermark of one partition or one substream, and what it has seen.
 
@@ -79,18 +106,7 @@ class Watermark:
     (True, False, 11000000)
     """
 
-    __slots__ = (
-        "name",
-        "value",
-        "max_timestamp",
-        "last_ingest",
-        "delay",
-        "_every",
-        "_duration",
-        "_count",
-        "_mark",
-        "_generates",
-    )
+    __slots__ = ("name", "value", "max_timestamp", "last_ingest", "generating", "_count", "_mark")
 
     def __init__(
         self,
@@ -103,30 +119,33 @@ class Watermark:
         self.value = start
         self.max_timestamp = NEVER
         self.last_ingest = NEVER  # arrival time of the last kept event (idle timeouts)
-        self.delay = delay
-        self._generates = generation is not None  # None: imported, never generated
-        self._every = generation.events if generation is not None else None
-        duration = generation.duration if generation is not None else None
-        self._duration = None if duration is None else to_micros(duration)
+        # Its generation rule, shared by its declaration's watermarks; None: imported, never generated.
+        self.generating = _rule_of(generation, delay)
         self._count = 0
         self._mark = NEVER
+
+    @property
+    def delay(self) -> float:
+        """How far behind the newest timestamp it generates (the out-of-order tolerance)."""
+        return 0.0 if self.generating is None else self.generating.delay
 
     def observe(self, timestamp: float) -> float:
         """Record one kept event's timestamp; the generated candidate, or ``-inf``."""
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
-        if not self._generates:
+        rule = self.generating
+        if rule is None:
             return NEVER
-        if self._every is not None:
+        if rule.every is not None:
             self._count += 1
-            if self._count < self._every:
+            if self._count < rule.every:
                 return NEVER
             self._count = 0
-        elif self.max_timestamp < self._mark + self._duration:  # type: ignore[operator]
+        elif self.max_timestamp < self._mark + rule.duration:  # type: ignore[operator]
             return NEVER
         else:
             self._mark = self.max_timestamp
-        return self.max_timestamp - self.delay
+        return self.max_timestamp - rule.delay
 
     def raise_to(self, value: float) -> bool:
         """Move to at least ``value``; True when it moved."""

@@ -383,8 +383,9 @@ class WindowStore:
         self.watermark = watermark  # the watermark that closes these windows
         self.next_close = FOREVER  # close_time of the earliest scheduled window
         self._due: list[int] | None = None  # heap of scheduled window indexes (None: none)
-        # The scheduled windows, as keys; None while none is (a quiet stream's store, one per
-        # stream, holds no empty dict).
+        # The scheduled windows, as keys, where a pane is in several windows (hopping); None
+        # while none is (a quiet stream's store, one per stream, holds no empty dict) and
+        # for tumbling windows, whose heap of a window or two is searched instead.
         self._scheduled: dict[int, None] | None = None
         self.order = order  # creation order: ties between stores close in this order
         # With emit=Every(...): the updates' bookkeeping (streams.eventtime.early), else None.
@@ -395,15 +396,22 @@ class WindowStore:
         bucket: dict[Hashable, list[Any]] = {}
         self.panes[pane] = bucket
         a = self.assigner
-        scheduled, due = self._scheduled, self._due
-        if scheduled is None:
-            scheduled = self._scheduled = {}
+        due = self._due
         if due is None:
             due = self._due = []
-        for window in a.windows_of_pane(pane):
-            if window not in scheduled and a.close_time(window) > self.watermark:
-                scheduled[window] = None
-                heapq.heappush(due, window)
+        if a.per_window == 1:
+            # A pane is one window (tumbling): the heap alone says what is scheduled, mostly
+            # one window, and a dict for it would be 224 bytes an open window.
+            if pane not in due and a.close_time(pane) > self.watermark:
+                heapq.heappush(due, pane)
+        else:
+            scheduled = self._scheduled
+            if scheduled is None:
+                scheduled = self._scheduled = {}
+            for window in a.windows_of_pane(pane):
+                if window not in scheduled and a.close_time(window) > self.watermark:
+                    scheduled[window] = None
+                    heapq.heappush(due, window)
         self.next_close = a.close_time(due[0])
         return bucket
 
