@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
 from functools import partial
-from typing import Any, Literal, Protocol, TypeVarTuple
+from typing import Any, Literal, Protocol, TypedDict, TypeVarTuple, Unpack
 
 import anyio
 
@@ -178,6 +178,17 @@ def timed_of(activation: Activation) -> EventTimeObserver | DurableActivation | 
     return None
 
 
+class ConsumerOptions(TypedDict, total=False):
+    """How a consumer is attached: ``durable`` (an explicit durable subscription's),
+    ``implicit`` (an implicit subscription's), ``event_filter`` (an in-process observer's
+    filter), ``of_type`` (the consumer type of its activation, for its events-out tally)."""
+
+    durable: bool
+    implicit: bool
+    event_filter: EventFilter | None
+    of_type: type | None
+
+
 class StreamConsumers:
     """Attaches the consumers of one queue's streams, each on a cursor of its own: every
     consumer of a stream as it becomes active (its implicit activations, the in-process
@@ -256,25 +267,12 @@ class StreamConsumers:
         subscription_id: str,
         observer: Activation,
         token: SequenceToken | None = None,
-        *,
-        durable: bool = False,
-        event_filter: EventFilter | None = None,
-        of_type: type | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> StreamConsumer:
-        """Attach a consumer of ``sid`` delivering to ``observer`` (an activation ``of_type``)
-        from ``token`` (None: from the stream's next data) and start it (a position the
-        cache no longer has is reported to it first)."""
-        consumer, miss = self._consumer(
-            state,
-            sid,
-            subscription_id,
-            observer,
-            token,
-            durable=durable,
-            event_filter=event_filter,
-            of_type=of_type,
-            start=False,
-        )
+        """Attach a consumer of ``sid`` delivering to ``observer`` from ``token`` (None: from
+        the stream's next data) and start it (a position the cache no longer has is reported
+        to it first)."""
+        consumer, miss = self._consumer(state, sid, subscription_id, observer, token, start=False, **options)
         if miss is not None:
             await consumer.report_error(miss)
         consumer.start()
@@ -288,16 +286,12 @@ class StreamConsumers:
         observer: Activation,
         token: SequenceToken | None = None,
         *,
-        durable: bool = False,
-        implicit: bool = False,
-        event_filter: EventFilter | None = None,
-        of_type: type | None = None,
         start: bool = True,
+        **options: Unpack[ConsumerOptions],
     ) -> tuple[StreamConsumer, CacheMissError | None]:
-        """A consumer of ``sid`` delivering to ``observer`` (an activation ``of_type``) from
-        ``token`` (None: from the stream's next data, which no cache misses), attached, and
-        started unless told not to; and the miss to report when the cache no longer has
-        ``token``'s position."""
+        """A consumer of ``sid`` delivering to ``observer`` from ``token`` (None: from the
+        stream's next data, which no cache misses), attached, and started unless told not to;
+        and the miss to report when the cache no longer has ``token``'s position."""
         cursor, miss = self._cursors.open(sid, token)
         consumer = StreamConsumer(
             subscription_id,
@@ -306,13 +300,13 @@ class StreamConsumers:
             cursor,
             self._context,
             start_token=None if miss else token,
-            durable=durable,
-            implicit=implicit,
+            durable=options.get("durable", False),
+            implicit=options.get("implicit", False),
             log_fields=state.log_fields,
             spawn=self._spawn,
             working=self._working,
-            event_filter=event_filter,
-            tally=self._types.tally(of_type),
+            event_filter=options.get("event_filter"),
+            tally=self._types.tally(options.get("of_type")),
         )
         state.add_consumer(consumer)
         if start:
