@@ -2,17 +2,18 @@
 storage they name.
 
 The storage is a backend's (the embedded store's, or Kafka's), and ``spark_sink`` lies below the
-backends: it imports none of them. Each backend declares its reading side as an entry point of
-the group :data:`STORAGES` (``pyproject.toml``), and :meth:`ReadOptions.open_storage` loads the
-one the options name: Spark makes the DataSource from its options alone, and the Kafka client
-loads only when a Kafka log is read.
+backends: it imports none of them. :data:`STORAGES` names each backend's reading side by its
+module, and :meth:`ReadOptions.open_storage` imports the one the options name: Spark makes the
+DataSource from its options alone, and the Kafka client loads only when a Kafka log is read.
+(Not entry points: finding those imports ``importlib.metadata`` and scans every installed
+package, a cost each Spark Python process would pay for a choice between two known modules.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib import import_module
 from typing import Literal
 
 from spark_sink.storage import HandoffStorage, check_stream_name
@@ -132,12 +133,15 @@ class ReadOptions:
         return "kafka" if self.kafka is not None else "embedded"
 
     def open_storage(self) -> HandoffStorage:
-        (entry,) = entry_points(group=STORAGES, name=self.backend)
-        opener: StorageOpener = entry.load()
+        opener: StorageOpener = import_module(STORAGES[self.backend]).open_storage
         return opener(self)
 
 
-STORAGES = "headrace.handoff_storage"  # the entry points: a backend's name -> its StorageOpener
+# A backend's name -> the module whose ``open_storage`` (a StorageOpener) opens its handoff log.
+STORAGES = {
+    "embedded": "streams.backends.embedded.handoff_log",
+    "kafka": "streams.backends.kafka.handoff_storage",
+}
 StorageOpener = Callable[[ReadOptions], HandoffStorage]
 
 

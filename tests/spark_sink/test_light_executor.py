@@ -1,7 +1,8 @@
 """A Spark executor that reads the handoff log imports the reading side only: the DataSource,
 the log, its SQLite store and ``streams.core``; no agent, balancer, cache, provider, queue adapter or Kafka
 client (aiokafka loads only when a Kafka log is read). Importing the DataSource loads no backend at
-all: the options find the backend's storage when it is opened."""
+all: the options find the backend's storage when it is opened, without ``importlib.metadata``
+(which scans every installed package, in each of Spark's Python processes)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from tests.spark_sink.handoff_testkit import STREAM, Handoff, window_results
 
 pytestmark = pytest.mark.spark  # the subprocess imports pyspark
 
-# What the process lists: every module of headrace's packages, and aiokafka's, it has loaded.
+# What the process lists: every module of headrace's packages, and aiokafka's, it has loaded,
+# and importlib.metadata if it has.
 LOADED = """
 import json, sys
 ours = ("agents", "balancer", "cache", "streams", "spark_sink", "aiokafka")
-print(json.dumps(sorted(m for m in sys.modules if m.partition(".")[0] in ours)))
+listed = [m for m in sys.modules if m.partition(".")[0] in ours or m == "importlib.metadata"]
+print(json.dumps(sorted(listed)))
 """
 
 

@@ -635,7 +635,7 @@ class EmbeddedStorage:
 
 
 def open_storage(options: ReadOptions) -> EmbeddedStorage:
-    """The store directory ``options.path`` names (the entry point ``embedded`` of
+    """The store directory ``options.path`` names (``embedded`` in
     :data:`spark_sink.options.STORAGES`)."""
     assert options.path is not None
     return EmbeddedStorage(options.path)

@@ -202,7 +202,7 @@ class KafkaSplit:
 
 
 def open_storage(options: ReadOptions) -> KafkaStorage:
-    """The Kafka cluster ``options.kafka`` names (the entry point ``kafka`` of
+    """The Kafka cluster ``options.kafka`` names (``kafka`` in
     :data:`spark_sink.options.STORAGES`)."""
     assert options.kafka is not None
     return KafkaStorage(connection_from_spark(options.kafka), options.topic_prefix)
