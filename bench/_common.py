@@ -26,6 +26,16 @@ def peak_rss_mb() -> float:
     return _status_mb("VmHWM")
 
 
+def keep_compiled_modules() -> None:
+    """Let the Python processes this benchmark starts (Spark's Python workers, its streaming
+    reader) load headrace's modules compiled, as from an installed package, instead of
+    compiling them from source each time, as they would where the environment sets
+    ``PYTHONDONTWRITEBYTECODE``: a cost the benchmark's minimal source, shipped by value,
+    does not pay."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(Path(__file__).resolve().parents[1] / ".venv" / "pycache"))
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import spark_sink  # noqa: E402
 from bench import timing  # noqa: E402
+from bench._common import keep_compiled_modules  # noqa: E402
 from bench.timing import Report, best, coverage_line, figure, timed  # noqa: E402
 from spark_sink import HandoffSchema  # noqa: E402
 from spark_sink.storage import BATCH_ROWS  # noqa: E402
@@ -215,6 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kafka", action="store_true", help="also read the Kafka handoff log")
     args = parser.parse_args(argv)
 
+    keep_compiled_modules()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     spark = (

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import spark_sink  # noqa: E402
 from bench import timing  # noqa: E402
-from bench._common import percentile  # noqa: E402
+from bench._common import keep_compiled_modules, percentile  # noqa: E402
 from spark_sink import Handoff  # noqa: E402
 from streams import StreamId, StreamProvider  # noqa: E402
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling  # noqa: E402
@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from tests.kafka_broker import TansuBroker
 
+    keep_compiled_modules()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     workdir = tempfile.mkdtemp(prefix="headrace-latency-")
