@@ -99,6 +99,9 @@ FORMAT = 1
 # How long compaction keeps a tombstone (Kafka's default, set so that it is known): a local
 # copy last brought up to date longer ago than that may miss a deletion, and is rebuilt.
 DELETE_RETENTION = 86_400.0
+# Seconds between moving a caught-up copy's "synced" time on while it gets no writes (one row
+# written): an idle queue's copy, own or standby, stays trusted past ``DELETE_RETENTION``.
+REFRESH = 60.0
 CHANGELOG: Mapping[str, str] = {
     "cleanup.policy": "compact",
     "segment.ms": "600000",
@@ -223,6 +226,11 @@ class KafkaChangelog:
         self.enqueueing = anyio.Lock()
         self._refused: set[QueueId] = set()  # queues whose last write Kafka refused (logged)
         self.standby: StandbyCopies | None = None  # the standby copies this worker keeps, if any
+        # This worker's own queues -> the changelog's end as their last load or write left it
+        # (a queue's receiver is its partition's one writer); absent while a write is unsure.
+        self._ends: dict[int, int] = {}
+        self._own: set[int] = set()  # this worker's own queues (loaded, not let go)
+        self.synced_at: dict[int, float] = {}  # a queue -> when its copy's "synced" time was last set
 
     async def ensure_topic(self) -> None:
         """Create the topic unless it exists; refuse one without a partition per queue (the
@@ -250,8 +258,13 @@ class KafkaChangelog:
             return True
         records: list[tuple[bytes, bytes | None]] = [(state_key(queue.number, c, s), None) for c, s in deletes]
         records += [(state_key(queue.number, c, s), encode_state(seq, idx, state)) for c, s, seq, idx, state in upserts]
+        self._ends.pop(queue.number, None)  # records may land: the end is unsure until they have
         offsets = await self._sent(queue, records)
-        return offsets is not None and await self._kept_locally(queue, rows, offsets)
+        if offsets is None:
+            return False
+        if queue.number in self._own and offsets:
+            self._ends[queue.number] = max(offsets) + 1
+        return await self._kept_locally(queue, rows, offsets)
 
     async def _sent(self, queue: QueueId, records: list[tuple[bytes, bytes | None]]) -> list[int] | None:
         """Send ``records``; their offsets once Kafka has every one, ``None`` if not."""
@@ -291,6 +304,7 @@ class KafkaChangelog:
         after = first if last - first + 1 == len(offsets) else -1
         try:
             await local.apply(queue.number, rows, next_offset=last + 1, after=after)
+            self.synced_at[queue.number] = wall_time()
         except Exception as exc:  # the disk: full, removed, damaged
             log.warning(
                 "%s: the local state store under %s cannot be written (%r); the queue's committed "
@@ -375,6 +389,9 @@ class KafkaChangelog:
                 read, reached = await self._copy(consumer, tp, (start, end), local, queue)
             finally:
                 await stop_client(consumer)
+            self._own.add(queue.number)  # its receiver is the partition's one writer from now
+            self._ends[queue.number] = reached
+            self.synced_at[queue.number] = wall_time()
         self.records_read += read
         # Only the states a worker holds are read (an index of them): a load costs the same
         # however many parked states the queue has on disk.
@@ -389,6 +406,39 @@ class KafkaChangelog:
             len(states),
         )
         return states
+
+    async def keep_synced(
+        self, queue: QueueId, at: int, asked: float, still: Callable[[], bool], every: float | None = None
+    ) -> None:
+        """Move the "synced" time of ``queue``'s copy on, if the copy is at changelog offset
+        ``at``, the changelog's end at ``asked``, and the time was last moved ``every`` seconds
+        before or more (:data:`REFRESH` by default): with no writes to follow, the copy is
+        still in step (one row written). In the queue's turn, and only while ``still()``
+        (the caller's knowledge of the end holds)."""
+        local, number = self.local, queue.number
+        every = REFRESH if every is None else every
+        if local is None or asked - self.synced_at.get(number, 0.0) < every:
+            return
+        async with self.turn(queue):
+            if still() and local.offset(number) == at:
+                await local.apply(number, ([], []), next_offset=at, after=at)
+                self.synced_at[number] = asked
+
+    async def keep_own_synced(self, queue: QueueId, every: float | None = None) -> None:
+        """:meth:`keep_synced` for a queue of this worker's own, at the end its last load or
+        write left: its receiver is the partition's one writer, so no write since means the
+        copy is still at the changelog's end. Its receiver calls it as it reads."""
+        number = queue.number
+        end = self._ends.get(number)
+        if end is not None:
+            await self.keep_synced(queue, end, wall_time(), lambda: self._ends.get(number) == end, every)
+
+    async def let_go(self, queue: QueueId) -> None:
+        """``queue`` is no longer this worker's (its receiver has shut down): its copy's
+        "synced" time is moved on a last time, if it is at the changelog's end."""
+        await self.keep_own_synced(queue, every=0.0)
+        self._own.discard(queue.number)
+        self._ends.pop(queue.number, None)
 
     def turn(self, queue: QueueId) -> anyio.Lock:
         """The lock of ``queue``'s rows in the local store: one writer at a time (a receiver's
@@ -407,6 +457,7 @@ class KafkaChangelog:
         stored = None if synced is None else synced[0]
         why = rebuild_reason(stored, first, end, 0.0 if synced is None else wall_time() - synced[1])
         if why is not None or stored is None:
+            self.synced_at.pop(queue.number, None)
             await local.forget(queue.number)
             return first, end, why
         return stored, end, None

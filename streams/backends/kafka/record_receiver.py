@@ -168,7 +168,7 @@ class KafkaRecordReceiver(KafkaStateReceiver):
         false until Kafka has them."""
         return 0 if self.hop is None else self.hop.forwarded
 
-    async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
+    async def _read(self, max_count: int) -> Sequence[QueueMessage]:
         if self.hop is None:
             return await self.reads.get_queue_messages(max_count)
         return await self.hop.read(max_count)
@@ -182,4 +182,4 @@ class KafkaRecordReceiver(KafkaStateReceiver):
         """Wait for the reads sent on through the hop, then as the receiver's."""
         if self.hop is not None:
             await self.hop.let_go()
-        await self.reads.shutdown()
+        await super().shutdown()

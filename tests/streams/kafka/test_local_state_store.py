@@ -6,15 +6,22 @@ states are on disk only, read back by key."""
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import signal
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from streams import Durable, StreamId, StreamProvider
+from streams.backends.embedded import changelog_copy
+from streams.backends.kafka import changelog as changelog_module
+from streams.backends.kafka.changelog import DELETE_RETENTION
 from tests.agents.delivery.conftest import drained
 from tests.end_to_end.durable.test_durable_state import Worker, client
 from tests.end_to_end.durable.test_parked_durable import counting_devices
@@ -269,3 +276,51 @@ async def test_an_idle_parked_state_expires_from_the_local_store_and_the_changel
         await gone.on_next(3)
         await drained(provider, 30)
     assert_started_over(seen, kept_count=13)
+
+
+@pytest.mark.parametrize("refreshed_by", ["reads", "unload"])
+async def test_an_own_queue_idle_past_the_deletion_retention_is_read_on_from_its_offset(
+    tmp_path: Path,
+    kafka_broker: str,
+    kafka_topic: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    refreshed_by: str,
+) -> None:
+    """A day and an hour pass with no write to a worker's own queue: its copy, at the end its
+    receiver last wrote, keeps a fresh "synced" time (moved on as the queue is read, or as it
+    is let go), and the restarted worker reads on from its offset, the counts exact."""
+    caplog.set_level(logging.INFO, "headrace.kafka")
+    ahead = [0.0]  # how far the wall clock is moved on
+    for module in (changelog_module, changelog_copy):
+        monkeypatch.setattr(module, "wall_time", lambda: time.time() + ahead[0])
+    if refreshed_by == "unload":  # never while it is read: only as the queue is let go
+        monkeypatch.setattr(changelog_module, "REFRESH", 1e9)
+    keys = [f"d{i}" for i in range(5)]
+    provider = parking_provider(kafka_broker, kafka_topic, tmp_path)
+    counts = counting_devices(provider)
+    async with provider:
+        for key in keys:
+            await provider.get_stream(StreamId("devices", key)).on_next(1)
+        await drained(provider, 30)
+        local = provider.agents[0].receiver.changelog.local
+        assert await wait_until_async(lambda: local.count(0) == len(keys), 15), local.count(0)
+        at = local.offset(0)
+        ahead[0] = DELETE_RETENTION + 3600.0
+        fresh = lambda: (local.synced(0) or (0, 0.0))[1] >= time.time() + ahead[0] - 60  # noqa: E731
+        assert await wait_until_async(fresh, 10) == (refreshed_by == "reads"), local.synced(0)
+    with sqlite3.connect(tmp_path / f"headrace.state.{kafka_topic}" / "worker-0" / "headrace.db") as conn:
+        next_offset, synced = conn.execute("SELECT next_offset, synced FROM changelog_offsets").fetchone()
+    assert next_offset == at and synced >= time.time() + ahead[0] - 60
+
+    provider = parking_provider(kafka_broker, kafka_topic, tmp_path)
+    counts = counting_devices(provider)
+    async with provider:
+        for key in keys:
+            await provider.get_stream(StreamId("devices", key)).on_next_batch([2, 3])
+        await drained(provider, 30)
+    assert counts == {key: [3] for key in keys}
+    assert f"queue-0: local state store at changelog offset {at}: read its tail; read 0 changelog record(s)" in (
+        caplog.text
+    )
+    assert "h old" not in caplog.text

@@ -172,7 +172,7 @@ async def test_an_idle_caught_up_copy_is_read_on_from_after_the_deletion_retenti
 ) -> None:
     """A day and an hour pass with no write to a followed queue: its copy, caught up all the
     while, is read on from its offset at the takeover; a copy no one kept in step meanwhile
-    (an own queue's, idle as long) is rebuilt as too old."""
+    (a copy this worker keeps with no receiver reading its queue) is rebuilt as too old."""
     caplog.set_level(logging.INFO, "headrace.kafka")
     ahead = [0.0]  # how far the wall clock is moved on
     for module in (changelog_module, changelog_copy, standby_module):
