@@ -15,7 +15,9 @@ rate anyway.
 file, and a worker restarted after a SIGKILL (the kernel lets go of a dead process's locks) takes
 its old slot back, with the states it left there. A file that SQLite cannot read or whose
 integrity check fails is moved out of the way and started empty: its queues are rebuilt from the
-changelog.
+changelog. Damage SQLite finds later, in a read or a write, is handled alike: the file is moved
+aside, an empty one started, and the call raises
+:class:`~streams.core.errors.LocalStoreDamagedError` for the changelog to rebuild from.
 
 **The check at open reads the whole file** (``PRAGMA quick_check``: about a second a million
 states), so it is made only when it can find something: a worker that closes its store leaves
@@ -42,7 +44,8 @@ import logging
 import os
 import shutil
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -50,7 +53,7 @@ from streams.adapters.protocols import StateKey, StateRows
 from streams.backends.embedded.queue_tables import STATE_SCHEMA, read_states, saved_state, saved_states, write_states
 from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.clock import wall_time
-from streams.core.errors import StoreError, StoreLayoutError
+from streams.core.errors import LocalStoreDamagedError, StoreError, StoreLayoutError
 from streams.core.ids import SequenceToken
 
 log = logging.getLogger("headrace.kafka")
@@ -64,6 +67,7 @@ OFFSET_SCHEMA: Schema = [
 # backlog of expiries never makes one write that outlasts a request's timeout.
 EXPIRED_A_SWEEP = 10_000
 SLOTS = 1024  # workers of one changelog on one machine, at most
+DAMAGED = (11, 26)  # SQLite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB
 CLEAN = "closed-cleanly"  # a slot's note of the files as a clean close left them
 
 
@@ -75,6 +79,26 @@ class ChangelogCopy:
         self.store = store
         self.path = store.database
         self._lock = lock  # the slot's lock file, held while this worker lives
+        self.set_aside = 0  # files found damaged while in use, moved aside
+
+    @contextmanager
+    def _guard(self) -> Iterator[EmbeddedStore]:
+        """The store, for one call; damage SQLite finds meanwhile (a page that no longer
+        reads) sets the file aside as at open, starts an empty one, and raises
+        :class:`~streams.core.errors.LocalStoreDamagedError`: every queue's copy is gone."""
+        store = self.store
+        try:
+            yield store
+        except (StoreError, sqlite3.DatabaseError) as exc:
+            if not is_damage(exc):
+                raise
+            if store is self.store:  # not already set aside by a call that found it first
+                store.close()
+                self.store = _set_aside(self.path.parent, exc)
+                self.set_aside += 1
+            raise LocalStoreDamagedError(
+                f"the local state store {str(self.path)!r} was damaged ({exc}); set aside and started empty"
+            ) from exc
 
     def offset(self, queue: int) -> int | None:
         """The changelog offset ``queue``'s states reflect; ``None``: none recorded."""
@@ -84,7 +108,7 @@ class ChangelogCopy:
     def synced(self, queue: int) -> tuple[int, float] | None:
         """``(the changelog offset queue's states reflect, when the copy was brought there)``;
         ``None``: none recorded."""
-        with self.store.connection() as conn:
+        with self._guard() as store, store.connection() as conn:
             row = conn.execute(
                 "SELECT next_offset, COALESCE(synced, 0) FROM changelog_offsets WHERE queue = ?", (queue,)
             ).fetchone()
@@ -104,35 +128,39 @@ class ChangelogCopy:
         only if the store's is ``after``: a write with changelog records of others before it
         (a failed write's, another writer's) leaves the offset where it is, so a restart reads
         those records again."""
-        await self.store.write(partial(_apply, queue, rows, next_offset, after, written_at))
+        with self._guard() as store:
+            await store.write(partial(_apply, queue, rows, next_offset, after, written_at))
 
     async def forget(self, queue: int) -> int:
         """Drop ``queue``'s states and offset (before it is rebuilt); how many states went."""
-        return await self.store.write(partial(_forget, queue))
+        with self._guard() as store:
+            return await store.write(partial(_forget, queue))
 
     async def read_states(self, queue: int) -> dict[StateKey, tuple[SequenceToken, bytes]]:
         """The states a worker restores as their activations are made (every window state, the
         durable ones with a timer); the other durable ones stay here, read by key."""
-        return await self.store.read(partial(read_states, queue))
+        with self._guard() as store:
+            return await store.read(partial(read_states, queue))
 
     def saved_state(self, queue: int, key: StateKey) -> tuple[SequenceToken, bytes] | None:
         """One state, read now (a point read by primary key)."""
-        with self.store.connection() as conn:
+        with self._guard() as store, store.connection() as conn:
             return saved_state(queue, key, conn)
 
     def saved_states(self, queue: int, keys: Collection[StateKey]) -> dict[StateKey, tuple[SequenceToken, bytes]]:
         """The states of ``keys`` (a key without one left out), read now in a few queries."""
-        with self.store.connection() as conn:
+        with self._guard() as store, store.connection() as conn:
             return saved_states(queue, keys, conn)
 
     async def idle_keys(self, queue: int, consumer: str, before: float) -> list[StateKey]:
         """The keys of ``consumer``'s durable states on ``queue`` last written before ``before``
         (at most :data:`EXPIRED_A_SWEEP`)."""
-        return await self.store.read(partial(_idle_keys, queue, consumer, before))
+        with self._guard() as store:
+            return await store.read(partial(_idle_keys, queue, consumer, before))
 
     def count(self, queue: int) -> int:
         """How many states ``queue`` has here."""
-        with self.store.connection() as conn:
+        with self._guard() as store, store.connection() as conn:
             (found,) = conn.execute("SELECT count(*) FROM activation_states WHERE queue = ?", (queue,)).fetchone()
         return int(found)
 
@@ -189,17 +217,41 @@ def _checked(path: Path, lock: int) -> ChangelogCopy:
     except (StoreError, StoreLayoutError, sqlite3.Error) as exc:
         if store is not None:
             store.close()
-        damaged = path.with_name(path.name + ".damaged")
-        shutil.rmtree(damaged, ignore_errors=True)
-        path.rename(damaged)
-        log.warning(
-            "the local state store %s is damaged (%s): moved to %s; its queues are rebuilt from the changelog",
-            path / EmbeddedStore.FILE_NAME,
-            exc,
-            damaged,
-        )
-        store = _store(path)
+        store = _set_aside(path, exc)
     return ChangelogCopy(store, lock)
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the SQLite error it wraps) says the file is damaged, not busy
+    or full: a copy to set aside.
+
+    >>> import pathlib, tempfile
+    >>> bad = pathlib.Path(tempfile.mkdtemp(), "headrace.db")
+    >>> _ = bad.write_bytes(b"not a database " * 300)
+    >>> try:
+    ...     sqlite3.connect(bad).execute("SELECT * FROM sqlite_master").fetchall()
+    ... except sqlite3.DatabaseError as exc:
+    ...     is_damage(exc), is_damage(sqlite3.OperationalError("database is locked"))
+    (True, False)
+    """
+    cause = exc if isinstance(exc, sqlite3.Error) else exc.__cause__
+    code = getattr(cause, "sqlite_errorcode", None)
+    return isinstance(cause, sqlite3.DatabaseError) and code is not None and code & 0xFF in DAMAGED
+
+
+def _set_aside(path: Path, why: BaseException) -> EmbeddedStore:
+    """Move the store's directory ``path`` aside (``<path>.damaged``, replacing an older one)
+    and start an empty store there; logged in one line."""
+    damaged = path.with_name(path.name + ".damaged")
+    shutil.rmtree(damaged, ignore_errors=True)
+    path.rename(damaged)
+    log.warning(
+        "the local state store %s is damaged (%s): moved to %s; its queues are rebuilt from the changelog",
+        path / EmbeddedStore.FILE_NAME,
+        why,
+        damaged,
+    )
+    return _store(path)
 
 
 def _files_now(path: Path) -> dict[str, list[int]]:

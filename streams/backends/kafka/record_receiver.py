@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 import anyio
 from aiokafka import TopicPartition
 
-from streams.backends.kafka.changelog import KafkaCheckpointer, SavedStates
+from streams.backends.kafka.changelog import KafkaCheckpointer
 from streams.backends.kafka.clients import is_transient, log
 from streams.backends.kafka.fetched import Fetched
+from streams.backends.kafka.own_copies import SavedStates
 from streams.backends.kafka.receiver import KafkaQueueReceiver
 from streams.backends.kafka.repartition import SEEN, SENDS_IN_FLIGHT, Forward, Rekeying, Sends
 from streams.backends.kafka.state_receiver import KafkaStateReceiver

@@ -20,7 +20,7 @@ receiver moved on is started again from the local store.
 **Freshness.** A copy is trusted at a takeover only if it was brought to the changelog's end
 within ``delete.retention.ms`` (compaction may since have dropped a deletion it never read). A
 copy that is caught up (its offset at the end its last fetch reported) has its "synced" time
-moved on at most every :data:`~streams.backends.kafka.changelog.REFRESH` seconds, one row written, so a standby queue that gets
+moved on at most every :data:`~streams.backends.kafka.own_copies.REFRESH` seconds, one row written, so a standby queue that gets
 no writes for days is still read on from its offset at a takeover.
 
 **A queue that stops being a standby here** (and is not this worker's own now) has its copy's
@@ -194,7 +194,7 @@ class StandbyReplicas:
                 del self.positions[number]
                 return
             self.positions[number] = await apply_records(local, queue, records)
-            self.changelog.synced_at[number] = wall_time()  # the apply set its "synced" time
+            self.changelog.copies.synced_at[number] = wall_time()  # the apply set its "synced" time
         self.records_read += len(records)
 
     async def _refresh(self, consumer: AIOKafkaConsumer, asked: float) -> None:
@@ -217,7 +217,7 @@ class StandbyReplicas:
                 if number not in self.dropped:
                     continue
                 self.dropped.discard(number)
-                self.changelog.synced_at.pop(number, None)
+                self.changelog.copies.synced_at.pop(number, None)
                 deleted = await local.forget(number)
             log.info(
                 "%s: no longer a standby here: its copy's %d state(s) deleted from the local store",

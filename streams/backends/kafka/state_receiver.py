@@ -60,6 +60,7 @@ class KafkaStateReceiver(CheckpointedState, ReceiverDefaults):
         await self.reads.initialize()
 
     async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
+        await self.changelog.mend(self.queue)  # a copy that went with a damaged file, rebuilt first
         messages = await self._read(max_count)
         # A queue with no writes keeps its local copy trusted (at most a row a minute).
         await self.changelog.keep_own_synced(self.queue)
