@@ -23,8 +23,13 @@ aside, an empty one started, and the call raises
 states), so it is made only when it can find something: a worker that closes its store leaves
 a note of the files' sizes and times (``closed-cleanly``, Kafka Streams' ``.checkpoint`` of a
 clean shutdown), taken away as the store is opened again. Files just as they were left (a
-restart after a clean stop) are opened at once; after a SIGKILL or a crash, or once anything
-has written to them, they are checked.
+restart after a clean stop) are opened at once. So are the files of a worker that died (a
+SIGKILL, a crash) while the machine stayed up: each open notes the kernel's boot id
+(``opened-on-boot``), and a process's death loses nothing the kernel was given, so SQLite's
+write-ahead log leaves the file whole. After a reboot (a power cut can lose what the disk had
+not stored) the file is checked. Damage from elsewhere (a failing disk, another program) that
+a skipped check would have found is found in use instead, as any read or write of a damaged
+page is (see :meth:`ChangelogCopy._guard`).
 
 >>> import anyio, tempfile
 >>> from streams.core.ids import SequenceToken
@@ -69,6 +74,8 @@ EXPIRED_A_SWEEP = 10_000
 SLOTS = 1024  # workers of one changelog on one machine, at most
 DAMAGED = (11, 26)  # SQLite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB
 CLEAN = "closed-cleanly"  # a slot's note of the files as a clean close left them
+BOOT = "opened-on-boot"  # a slot's note of the boot its file was last opened in
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # Linux's id of this boot
 
 
 class ChangelogCopy:
@@ -201,12 +208,19 @@ def _locked(path: Path) -> int | None:
 
 
 def _checked(path: Path, lock: int) -> ChangelogCopy:
-    untouched = _closed_cleanly(path)  # read before the store is opened (which writes)
+    left = _clean_close(path)  # read before the store is opened (which writes)
+    untouched = left is True
+    boot = _boot()
+    # No note of a clean close: the last process died. A note that does not match: the
+    # files changed since, and are checked.
+    same_boot = left is None and boot is not None and _read(path / BOOT) == boot
     store: EmbeddedStore | None = None
     try:
         store = _store(path)
         if untouched:
             log.debug("the local state store %s is as a clean close left it: not checked", store.database)
+        elif same_boot:
+            log.debug("the local state store %s was last open in this boot: not checked", store.database)
         else:
             with store.connection() as conn:
                 (result,) = conn.execute("PRAGMA quick_check").fetchone()
@@ -218,7 +232,24 @@ def _checked(path: Path, lock: int) -> ChangelogCopy:
         if store is not None:
             store.close()
         store = _set_aside(path, exc)
+    if boot is not None:
+        try:
+            (path / BOOT).write_text(boot)
+        except OSError as exc:  # the next open checks the file: slower, never wrong
+            log.debug("no note of this boot in %s: %r", path, exc)
     return ChangelogCopy(store, lock)
+
+
+def _boot() -> str | None:
+    """This boot's id (Linux); ``None`` where the system gives none: every open is checked."""
+    return _read(BOOT_ID)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
 
 
 def is_damage(exc: BaseException) -> bool:
@@ -267,13 +298,15 @@ def _files_now(path: Path) -> dict[str, list[int]]:
     return found
 
 
-def _closed_cleanly(path: Path) -> bool:
-    """Whether the note of a clean close under ``path`` matches its files now; the note is
-    taken away either way (this opening may end in a crash)."""
+def _clean_close(path: Path) -> bool | None:
+    """Whether the note of a clean close under ``path`` matches its files now; ``None``:
+    there is none. The note is taken away either way (this opening may end in a crash)."""
     note = path / CLEAN
     try:
         left = json.loads(note.read_text())
         note.unlink()
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError):
         return False
     return bool(left) and left == _files_now(path)
