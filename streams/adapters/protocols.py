@@ -251,7 +251,11 @@ class QueueCheckpointer(Protocol):
 class LocalStates(Protocol):
     """A worker's local copy of its queues' saved states, each queue's up to the changelog
     offset it records (the Kafka backend's local state store: an embedded-store file,
-    :class:`~streams.backends.embedded.changelog_copy.ChangelogCopy`)."""
+    :class:`~streams.backends.embedded.changelog_copy.ChangelogCopy`). A call that finds the
+    file damaged sets it aside, starts an empty one (counted in ``set_aside``) and raises
+    :class:`~streams.core.errors.LocalStoreDamagedError`."""
+
+    set_aside: int
 
     def offset(self, queue: int) -> int | None: ...
 

@@ -100,6 +100,11 @@ class StoreError(QueueAdapterError):
     """
 
 
+class LocalStoreDamagedError(StoreError):
+    """A Kafka worker's local state store was found damaged while in use: it has been set
+    aside and started empty, and the queues it held are to be rebuilt from the changelog."""
+
+
 class WorkerNameInUseError(HeadraceError):
     """Another live worker already goes by this name, or took it over from this one."""
 

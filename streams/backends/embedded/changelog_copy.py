@@ -15,14 +15,21 @@ rate anyway.
 file, and a worker restarted after a SIGKILL (the kernel lets go of a dead process's locks) takes
 its old slot back, with the states it left there. A file that SQLite cannot read or whose
 integrity check fails is moved out of the way and started empty: its queues are rebuilt from the
-changelog.
+changelog. Damage SQLite finds later, in a read or a write, is handled alike: the file is moved
+aside, an empty one started, and the call raises
+:class:`~streams.core.errors.LocalStoreDamagedError` for the changelog to rebuild from.
 
 **The check at open reads the whole file** (``PRAGMA quick_check``: about a second a million
 states), so it is made only when it can find something: a worker that closes its store leaves
 a note of the files' sizes and times (``closed-cleanly``, Kafka Streams' ``.checkpoint`` of a
 clean shutdown), taken away as the store is opened again. Files just as they were left (a
-restart after a clean stop) are opened at once; after a SIGKILL or a crash, or once anything
-has written to them, they are checked.
+restart after a clean stop) are opened at once. So are the files of a worker that died (a
+SIGKILL, a crash) while the machine stayed up: each open notes the kernel's boot id
+(``opened-on-boot``), and a process's death loses nothing the kernel was given, so SQLite's
+write-ahead log leaves the file whole. After a reboot (a power cut can lose what the disk had
+not stored) the file is checked. Damage from elsewhere (a failing disk, another program) that
+a skipped check would have found is found in use instead, as any read or write of a damaged
+page is (see :meth:`ChangelogCopy._guard`).
 
 >>> import anyio, tempfile
 >>> from streams.core.ids import SequenceToken
@@ -42,7 +49,8 @@ import logging
 import os
 import shutil
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -50,7 +58,7 @@ from streams.adapters.protocols import StateKey, StateRows
 from streams.backends.embedded.queue_tables import STATE_SCHEMA, read_states, saved_state, saved_states, write_states
 from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.clock import wall_time
-from streams.core.errors import StoreError, StoreLayoutError
+from streams.core.errors import LocalStoreDamagedError, StoreError, StoreLayoutError
 from streams.core.ids import SequenceToken
 
 log = logging.getLogger("headrace.kafka")
@@ -64,7 +72,10 @@ OFFSET_SCHEMA: Schema = [
 # backlog of expiries never makes one write that outlasts a request's timeout.
 EXPIRED_A_SWEEP = 10_000
 SLOTS = 1024  # workers of one changelog on one machine, at most
+DAMAGED = (11, 26)  # SQLite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB
 CLEAN = "closed-cleanly"  # a slot's note of the files as a clean close left them
+BOOT = "opened-on-boot"  # a slot's note of the boot its file was last opened in
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # Linux's id of this boot
 
 
 class ChangelogCopy:
@@ -75,6 +86,26 @@ class ChangelogCopy:
         self.store = store
         self.path = store.database
         self._lock = lock  # the slot's lock file, held while this worker lives
+        self.set_aside = 0  # files found damaged while in use, moved aside
+
+    @contextmanager
+    def _guard(self) -> Iterator[EmbeddedStore]:
+        """The store, for one call; damage SQLite finds meanwhile (a page that no longer
+        reads) sets the file aside as at open, starts an empty one, and raises
+        :class:`~streams.core.errors.LocalStoreDamagedError`: every queue's copy is gone."""
+        store = self.store
+        try:
+            yield store
+        except (StoreError, sqlite3.DatabaseError) as exc:
+            if not is_damage(exc):
+                raise
+            if store is self.store:  # not already set aside by a call that found it first
+                store.close()
+                self.store = _set_aside(self.path.parent, exc)
+                self.set_aside += 1
+            raise LocalStoreDamagedError(
+                f"the local state store {str(self.path)!r} was damaged ({exc}); set aside and started empty"
+            ) from exc
 
     def offset(self, queue: int) -> int | None:
         """The changelog offset ``queue``'s states reflect; ``None``: none recorded."""
@@ -84,7 +115,7 @@ class ChangelogCopy:
     def synced(self, queue: int) -> tuple[int, float] | None:
         """``(the changelog offset queue's states reflect, when the copy was brought there)``;
         ``None``: none recorded."""
-        with self.store.connection() as conn:
+        with self._guard() as store, store.connection() as conn:
             row = conn.execute(
                 "SELECT next_offset, COALESCE(synced, 0) FROM changelog_offsets WHERE queue = ?", (queue,)
             ).fetchone()
@@ -104,35 +135,39 @@ class ChangelogCopy:
         only if the store's is ``after``: a write with changelog records of others before it
         (a failed write's, another writer's) leaves the offset where it is, so a restart reads
         those records again."""
-        await self.store.write(partial(_apply, queue, rows, next_offset, after, written_at))
+        with self._guard() as store:
+            await store.write(partial(_apply, queue, rows, next_offset, after, written_at))
 
     async def forget(self, queue: int) -> int:
         """Drop ``queue``'s states and offset (before it is rebuilt); how many states went."""
-        return await self.store.write(partial(_forget, queue))
+        with self._guard() as store:
+            return await store.write(partial(_forget, queue))
 
     async def read_states(self, queue: int) -> dict[StateKey, tuple[SequenceToken, bytes]]:
         """The states a worker restores as their activations are made (every window state, the
         durable ones with a timer); the other durable ones stay here, read by key."""
-        return await self.store.read(partial(read_states, queue))
+        with self._guard() as store:
+            return await store.read(partial(read_states, queue))
 
     def saved_state(self, queue: int, key: StateKey) -> tuple[SequenceToken, bytes] | None:
         """One state, read now (a point read by primary key)."""
-        with self.store.connection() as conn:
+        with self._guard() as store, store.connection() as conn:
             return saved_state(queue, key, conn)
 
     def saved_states(self, queue: int, keys: Collection[StateKey]) -> dict[StateKey, tuple[SequenceToken, bytes]]:
         """The states of ``keys`` (a key without one left out), read now in a few queries."""
-        with self.store.connection() as conn:
+        with self._guard() as store, store.connection() as conn:
             return saved_states(queue, keys, conn)
 
     async def idle_keys(self, queue: int, consumer: str, before: float) -> list[StateKey]:
         """The keys of ``consumer``'s durable states on ``queue`` last written before ``before``
         (at most :data:`EXPIRED_A_SWEEP`)."""
-        return await self.store.read(partial(_idle_keys, queue, consumer, before))
+        with self._guard() as store:
+            return await store.read(partial(_idle_keys, queue, consumer, before))
 
     def count(self, queue: int) -> int:
         """How many states ``queue`` has here."""
-        with self.store.connection() as conn:
+        with self._guard() as store, store.connection() as conn:
             (found,) = conn.execute("SELECT count(*) FROM activation_states WHERE queue = ?", (queue,)).fetchone()
         return int(found)
 
@@ -173,12 +208,19 @@ def _locked(path: Path) -> int | None:
 
 
 def _checked(path: Path, lock: int) -> ChangelogCopy:
-    untouched = _closed_cleanly(path)  # read before the store is opened (which writes)
+    left = _clean_close(path)  # read before the store is opened (which writes)
+    untouched = left is True
+    boot = _boot()
+    # No note of a clean close: the last process died. A note that does not match: the
+    # files changed since, and are checked.
+    same_boot = left is None and boot is not None and _read(path / BOOT) == boot
     store: EmbeddedStore | None = None
     try:
         store = _store(path)
         if untouched:
             log.debug("the local state store %s is as a clean close left it: not checked", store.database)
+        elif same_boot:
+            log.debug("the local state store %s was last open in this boot: not checked", store.database)
         else:
             with store.connection() as conn:
                 (result,) = conn.execute("PRAGMA quick_check").fetchone()
@@ -189,17 +231,58 @@ def _checked(path: Path, lock: int) -> ChangelogCopy:
     except (StoreError, StoreLayoutError, sqlite3.Error) as exc:
         if store is not None:
             store.close()
-        damaged = path.with_name(path.name + ".damaged")
-        shutil.rmtree(damaged, ignore_errors=True)
-        path.rename(damaged)
-        log.warning(
-            "the local state store %s is damaged (%s): moved to %s; its queues are rebuilt from the changelog",
-            path / EmbeddedStore.FILE_NAME,
-            exc,
-            damaged,
-        )
-        store = _store(path)
+        store = _set_aside(path, exc)
+    if boot is not None:
+        try:
+            (path / BOOT).write_text(boot)
+        except OSError as exc:  # the next open checks the file: slower, never wrong
+            log.debug("no note of this boot in %s: %r", path, exc)
     return ChangelogCopy(store, lock)
+
+
+def _boot() -> str | None:
+    """This boot's id (Linux); ``None`` where the system gives none: every open is checked."""
+    return _read(BOOT_ID)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the SQLite error it wraps) says the file is damaged, not busy
+    or full: a copy to set aside.
+
+    >>> import pathlib, tempfile
+    >>> bad = pathlib.Path(tempfile.mkdtemp(), "headrace.db")
+    >>> _ = bad.write_bytes(b"not a database " * 300)
+    >>> try:
+    ...     sqlite3.connect(bad).execute("SELECT * FROM sqlite_master").fetchall()
+    ... except sqlite3.DatabaseError as exc:
+    ...     is_damage(exc), is_damage(sqlite3.OperationalError("database is locked"))
+    (True, False)
+    """
+    cause = exc if isinstance(exc, sqlite3.Error) else exc.__cause__
+    code = getattr(cause, "sqlite_errorcode", None)
+    return isinstance(cause, sqlite3.DatabaseError) and code is not None and code & 0xFF in DAMAGED
+
+
+def _set_aside(path: Path, why: BaseException) -> EmbeddedStore:
+    """Move the store's directory ``path`` aside (``<path>.damaged``, replacing an older one)
+    and start an empty store there; logged in one line."""
+    damaged = path.with_name(path.name + ".damaged")
+    shutil.rmtree(damaged, ignore_errors=True)
+    path.rename(damaged)
+    log.warning(
+        "the local state store %s is damaged (%s): moved to %s; its queues are rebuilt from the changelog",
+        path / EmbeddedStore.FILE_NAME,
+        why,
+        damaged,
+    )
+    return _store(path)
 
 
 def _files_now(path: Path) -> dict[str, list[int]]:
@@ -215,13 +298,15 @@ def _files_now(path: Path) -> dict[str, list[int]]:
     return found
 
 
-def _closed_cleanly(path: Path) -> bool:
-    """Whether the note of a clean close under ``path`` matches its files now; the note is
-    taken away either way (this opening may end in a crash)."""
+def _clean_close(path: Path) -> bool | None:
+    """Whether the note of a clean close under ``path`` matches its files now; ``None``:
+    there is none. The note is taken away either way (this opening may end in a crash)."""
     note = path / CLEAN
     try:
         left = json.loads(note.read_text())
         note.unlink()
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError):
         return False
     return bool(left) and left == _files_now(path)

@@ -39,6 +39,13 @@ store and restores the states a worker must hold (window states, durable ones wi
   trusted past it) or before its oldest retained record: the copy is rebuilt from the oldest
   retained record to the end, keeping the newest record of each key (a tombstone removes it).
 
+**Damage found in use** (SQLite reads a page of the local store as malformed) sets the file
+aside and starts an empty one (:mod:`streams.backends.embedded.changelog_copy`); every own
+queue's copy is then rebuilt from the changelog in its turn: by the write that found it (its
+records are in the changelog already), or before the queue's next read
+(:meth:`KafkaChangelog.mend`). A lookup of a parked state before that is answered from the
+partition as the changelog gives it (:meth:`KafkaChangelog.saved_states`).
+
 A worker that kept a standby copy of the queue (``standby_replicas``:
 :mod:`~streams.backends.kafka.standby`) has a local offset near the end: it reads the tail.
 Each load logs which, with the records read (:attr:`KafkaChangelog.records_read` counts
@@ -65,7 +72,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -86,10 +93,11 @@ from streams.backends.kafka.clients import (
     stop_client,
 )
 from streams.backends.kafka.ends import offset_bounds
+from streams.backends.kafka.own_copies import OwnCopies, SavedStates
 from streams.backends.kafka.repartition import BATCH_BYTES
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.clock import wall_time
-from streams.core.errors import ConfigurationError, QueueFailedError
+from streams.core.errors import ConfigurationError, LocalStoreDamagedError, QueueFailedError
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.retry import OutageLog, reason_of
 
@@ -105,7 +113,6 @@ CHANGELOG: Mapping[str, str] = {
     "delete.retention.ms": str(int(DELETE_RETENTION * 1000)),
 }
 
-SavedStates = dict[StateKey, tuple[SequenceToken, bytes]]
 # Opens a worker's local state store in a directory (the embedded store's changelog_copy).
 OpenLocalStates = Callable[[Path], LocalStates]
 
@@ -223,6 +230,7 @@ class KafkaChangelog:
         self.enqueueing = anyio.Lock()
         self._refused: set[QueueId] = set()  # queues whose last write Kafka refused (logged)
         self.standby: StandbyCopies | None = None  # the standby copies this worker keeps, if any
+        self.copies = OwnCopies()  # own queues' ends, "synced" times, copies lost to damage
 
     async def ensure_topic(self) -> None:
         """Create the topic unless it exists; refuse one without a partition per queue (the
@@ -250,8 +258,13 @@ class KafkaChangelog:
             return True
         records: list[tuple[bytes, bytes | None]] = [(state_key(queue.number, c, s), None) for c, s in deletes]
         records += [(state_key(queue.number, c, s), encode_state(seq, idx, state)) for c, s, seq, idx, state in upserts]
+        self.copies.writing(queue.number)  # records may land: the end is unsure until they have
         offsets = await self._sent(queue, records)
-        return offsets is not None and await self._kept_locally(queue, rows, offsets)
+        if offsets is None:
+            return False
+        if offsets:
+            self.copies.written(queue.number, max(offsets) + 1)
+        return await self._kept_locally(queue, rows, offsets)
 
     async def _sent(self, queue: QueueId, records: list[tuple[bytes, bytes | None]]) -> list[int] | None:
         """Send ``records``; their offsets once Kafka has every one, ``None`` if not."""
@@ -286,12 +299,18 @@ class KafkaChangelog:
         local = self.local
         if local is None or not offsets:
             return True
+        if self.lost(queue):  # the rows are in the changelog: the rebuild has them
+            return await self._rebuilt(queue, local)
         first, last = min(offsets), max(offsets)
         # Records of others between them (a retried send's copy): the store's offset stays.
         after = first if last - first + 1 == len(offsets) else -1
         try:
             await local.apply(queue.number, rows, next_offset=last + 1, after=after)
-        except Exception as exc:  # the disk: full, removed, damaged
+            self.copies.synced_at[queue.number] = wall_time()
+        except LocalStoreDamagedError:  # set aside: this queue's copy is rebuilt now
+            self.lost(queue)
+            return await self._rebuilt(queue, local, mark=True)
+        except Exception as exc:  # the disk: full, removed
             log.warning(
                 "%s: the local state store under %s cannot be written (%r); the queue's committed "
                 "offset stays where it is until it can",
@@ -328,6 +347,10 @@ class KafkaChangelog:
         local = await self.local_states()
         if local is not None:
             return await self._restore(queue, local)
+        return await self._read_whole(queue)
+
+    async def _read_whole(self, queue: QueueId) -> SavedStates:
+        """``queue``'s states as its whole changelog partition gives them, read into memory."""
         tp = TopicPartition(self.topic, queue.number)
         consumer = self.reader()
         await start_client(consumer, self.settings)
@@ -340,6 +363,57 @@ class KafkaChangelog:
         finally:
             await stop_client(consumer)
         return _states_of(queue, newest)
+
+    def lost(self, queue: QueueId) -> bool:
+        """Whether ``queue``'s copy went with a local store file set aside as damaged, and
+        is not rebuilt yet."""
+        return self.copies.is_lost(queue.number, self.local)
+
+    async def mend(self, queue: QueueId) -> None:
+        """Rebuild ``queue``'s copy from the changelog if it went with a damaged file (its
+        receiver calls this before each read, so the read's lookups find it whole)."""
+        local = self.local
+        if local is not None and self.lost(queue):
+            async with self.turn(queue):
+                if self.lost(queue):
+                    await self._rebuilt(queue, local)
+
+    async def _rebuilt(self, queue: QueueId, local: LocalStates, mark: bool = False) -> bool:
+        """In ``queue``'s turn: its copy rebuilt from the changelog (logged); ``False`` if it
+        cannot be now (logged; its next read or commit tries again). ``mark``: lost even if
+        not this worker's own queue."""
+        if mark:
+            self.copies.lost.add(queue.number)
+        try:
+            start, why, read, reached = await self._brought_up(queue, local)
+        except Exception as exc:  # the cluster away, the disk failing again
+            log.warning(
+                "%s: its copy in the local state store cannot be rebuilt from the changelog now (%s); "
+                "its next read or commit tries again",
+                queue,
+                reason_of(exc),
+            )
+            return False
+        self.copies.mended(queue.number)
+        self.records_read += read
+        log.info(
+            "%s: local state store rebuilt from the changelog (its file was set aside as damaged); "
+            "read %d changelog record(s) (offsets %d to %d)",
+            queue,
+            read,
+            start,
+            reached,
+        )
+        return True
+
+    def saved_states(self, queue: QueueId, keys: Collection[StateKey]) -> SavedStates:
+        """The states of ``keys`` of ``queue`` (a key without one left out), read now from the
+        local store; a copy that went with a damaged file answers from its states as the
+        changelog gives them until it is rebuilt."""
+        local = self.local
+        if local is None:  # the agent loads before it looks up
+            raise QueueFailedError(f"{queue}: no local state store is open (its states are not loaded)")
+        return self.copies.looked_up(local, queue, keys, self._read_whole)
 
     async def local_states(self) -> LocalStates | None:
         """The worker's local state store, opened now if it is not yet; ``None``: none."""
@@ -366,19 +440,17 @@ class KafkaChangelog:
         if self.standby is not None:
             self.standby.stop_following(queue)
         async with self.turn(queue):
-            tp = TopicPartition(self.topic, queue.number)
-            consumer = self.reader()
-            await start_client(consumer, self.settings)
             try:
-                consumer.assign([tp])
-                start, end, why = await self.start_of(consumer, tp, local, queue)
-                read, reached = await self._copy(consumer, tp, (start, end), local, queue)
-            finally:
-                await stop_client(consumer)
+                start, why, read, reached = await self._brought_up(queue, local)
+                # Only the states a worker holds are read (an index of them): a load costs
+                # the same however many parked states the queue has on disk.
+                states = await local.read_states(queue.number)
+            except LocalStoreDamagedError:  # set aside: once more, into the empty file
+                self.lost(queue)
+                start, why, read, reached = await self._brought_up(queue, local)
+                states = await local.read_states(queue.number)
+            self.copies.taken(queue.number)  # its receiver is the partition's one writer from now
         self.records_read += read
-        # Only the states a worker holds are read (an index of them): a load costs the same
-        # however many parked states the queue has on disk.
-        states = await local.read_states(queue.number)
         log.info(
             "%s: local state store %s; read %d changelog record(s) (offsets %d to %d); %d state(s) held",
             queue,
@@ -389,6 +461,45 @@ class KafkaChangelog:
             len(states),
         )
         return states
+
+    async def keep_synced(
+        self, queue: QueueId, at: int, asked: float, still: Callable[[], bool], every: float | None = None
+    ) -> None:
+        """Move the "synced" time of ``queue``'s copy on
+        (:meth:`~streams.backends.kafka.own_copies.OwnCopies.keep_synced`), in its turn."""
+        if self.local is not None:
+            await self.copies.keep_synced(self.local, queue, self.turn(queue), (at, asked), still, every)
+
+    async def keep_own_synced(self, queue: QueueId, every: float | None = None) -> None:
+        """:meth:`keep_synced` for a queue of this worker's own, at the end its last load or
+        write left: its receiver is the partition's one writer, so no write since means the
+        copy is still at the changelog's end. Its receiver calls it as it reads."""
+        number = queue.number
+        end = self.copies.end_of(number)
+        if end is not None:
+            await self.keep_synced(queue, end, wall_time(), lambda: self.copies.end_of(number) == end, every)
+
+    async def let_go(self, queue: QueueId) -> None:
+        """``queue`` is no longer this worker's (its receiver has shut down): its copy's
+        "synced" time is moved on a last time, if it is at the changelog's end."""
+        await self.keep_own_synced(queue, every=0.0)
+        self.copies.let_go(queue.number)
+
+    async def _brought_up(self, queue: QueueId, local: LocalStates) -> tuple[int, str | None, int, int]:
+        """In ``queue``'s turn: its copy in ``local`` brought to the changelog's end (its tail
+        read, or all of it); where the read began, why it was rebuilt (``None``: the tail),
+        the records read and the offset reached."""
+        tp = TopicPartition(self.topic, queue.number)
+        consumer = self.reader()
+        await start_client(consumer, self.settings)
+        try:
+            consumer.assign([tp])
+            start, end, why = await self.start_of(consumer, tp, local, queue)
+            read, reached = await self._copy(consumer, tp, (start, end), local, queue)
+        finally:
+            await stop_client(consumer)
+        self.copies.caught_up(queue.number, reached)
+        return start, why, read, reached
 
     def turn(self, queue: QueueId) -> anyio.Lock:
         """The lock of ``queue``'s rows in the local store: one writer at a time (a receiver's
@@ -407,6 +518,7 @@ class KafkaChangelog:
         stored = None if synced is None else synced[0]
         why = rebuild_reason(stored, first, end, 0.0 if synced is None else wall_time() - synced[1])
         if why is not None or stored is None:
+            self.copies.synced_at.pop(queue.number, None)
             await local.forget(queue.number)
             return first, end, why
         return stored, end, None
@@ -420,7 +532,12 @@ class KafkaChangelog:
         if local is None:
             return 0
         async with self.turn(queue):
-            keys = await local.idle_keys(queue.number, consumer, before)
+            if self.lost(queue) and not await self._rebuilt(queue, local):
+                return 0
+            try:
+                keys = await local.idle_keys(queue.number, consumer, before)
+            except LocalStoreDamagedError:  # set aside: rebuilt at the queue's next read
+                return 0
             return len(keys) if keys and await self._written(queue, ([], keys)) else 0
 
     async def _copy(

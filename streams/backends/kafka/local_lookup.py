@@ -36,11 +36,12 @@ class LocalLookup:
 
     def saved_state(self, key: StateKey) -> tuple[SequenceToken, bytes] | None:
         """One parked state, read now from the local store."""
-        return self._local().saved_state(self.queue.number, key)
+        return self.changelog.saved_states(self.queue, (key,)).get(key)
 
     def saved_states(self, keys: Collection[StateKey]) -> dict[StateKey, tuple[SequenceToken, bytes]]:
-        """The parked states of ``keys`` (a key without one left out), read now together."""
-        return self._local().saved_states(self.queue.number, keys)
+        """The parked states of ``keys`` (a key without one left out), read now together
+        (:meth:`~streams.backends.kafka.changelog.KafkaChangelog.saved_states`)."""
+        return self.changelog.saved_states(self.queue, keys)
 
     async def expire_states(self, consumer: str, before: float) -> int:
         """Delete ``consumer``'s durable states of this queue written before ``before``: a

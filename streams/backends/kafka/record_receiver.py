@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 import anyio
 from aiokafka import TopicPartition
 
-from streams.backends.kafka.changelog import KafkaCheckpointer, SavedStates
+from streams.backends.kafka.changelog import KafkaCheckpointer
 from streams.backends.kafka.clients import is_transient, log
 from streams.backends.kafka.fetched import Fetched
+from streams.backends.kafka.own_copies import SavedStates
 from streams.backends.kafka.receiver import KafkaQueueReceiver
 from streams.backends.kafka.repartition import SEEN, SENDS_IN_FLIGHT, Forward, Rekeying, Sends
 from streams.backends.kafka.state_receiver import KafkaStateReceiver
@@ -168,7 +169,7 @@ class KafkaRecordReceiver(KafkaStateReceiver):
         false until Kafka has them."""
         return 0 if self.hop is None else self.hop.forwarded
 
-    async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
+    async def _read(self, max_count: int) -> Sequence[QueueMessage]:
         if self.hop is None:
             return await self.reads.get_queue_messages(max_count)
         return await self.hop.read(max_count)
@@ -182,4 +183,4 @@ class KafkaRecordReceiver(KafkaStateReceiver):
         """Wait for the reads sent on through the hop, then as the receiver's."""
         if self.hop is not None:
             await self.hop.let_go()
-        await self.reads.shutdown()
+        await super().shutdown()

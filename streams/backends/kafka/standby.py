@@ -20,7 +20,7 @@ receiver moved on is started again from the local store.
 **Freshness.** A copy is trusted at a takeover only if it was brought to the changelog's end
 within ``delete.retention.ms`` (compaction may since have dropped a deletion it never read). A
 copy that is caught up (its offset at the end its last fetch reported) has its "synced" time
-moved on at most every :data:`REFRESH` seconds, one row written, so a standby queue that gets
+moved on at most every :data:`~streams.backends.kafka.own_copies.REFRESH` seconds, one row written, so a standby queue that gets
 no writes for days is still read on from its offset at a takeover.
 
 **A queue that stops being a standby here** (and is not this worker's own now) has its copy's
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from functools import partial
 
 import anyio
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -63,7 +64,6 @@ log = logging.getLogger("headrace.kafka")
 
 FETCH_WAIT = 0.5  # seconds a fetch of a caught-up copy waits for new records
 FETCH_RECORDS = 500
-REFRESH = 60.0  # seconds between moving a caught-up copy's "synced" time on (one row written)
 
 
 class StandbyReplicas:
@@ -88,7 +88,6 @@ class StandbyReplicas:
         self.positions: dict[int, int] = {}  # a followed queue -> the offset its copy is at
         self.owned: frozenset[int] = frozenset()  # this worker's own queues: their rows stay
         self.dropped: set[int] = set()  # queues no longer kept here: their copies to delete
-        self._refreshed: dict[int, float] = {}  # a followed queue -> when its "synced" time was last set
         self.records_read = 0
         self._backoff = backoff if backoff is not None else Backoff(0.5, 30.0)
         self._consumer: AIOKafkaConsumer | None = None
@@ -146,7 +145,7 @@ class StandbyReplicas:
         for tp, records in sorted(fetched.items()):
             if records:
                 await self._apply(local, tp.partition, records)
-        await self._refresh(consumer, local, asked)
+        await self._refresh(consumer, asked)
         if self._failing:
             self._failing = False
             self._backoff.reset()
@@ -195,20 +194,20 @@ class StandbyReplicas:
                 del self.positions[number]
                 return
             self.positions[number] = await apply_records(local, queue, records)
-            self._refreshed[number] = wall_time()  # the apply set its "synced" time
+            self.changelog.copies.synced_at[number] = wall_time()  # the apply set its "synced" time
         self.records_read += len(records)
 
-    async def _refresh(self, consumer: AIOKafkaConsumer, local: LocalStates, asked: float) -> None:
-        """Move the "synced" time of each copy at the end its last fetch reported on, at most
-        every :data:`REFRESH` seconds: with no writes to follow it is still in step."""
+    async def _refresh(self, consumer: AIOKafkaConsumer, asked: float) -> None:
+        """Move the "synced" time of each copy at the end its last fetch reported on
+        (:meth:`~streams.backends.kafka.changelog.KafkaChangelog.keep_synced`)."""
         for number, position in sorted(self.positions.items()):
             end = consumer.highwater(self._partition(number))
-            if end is None or position < end or asked - self._refreshed.get(number, 0.0) < REFRESH:
-                continue
-            async with self.changelog.turn(QueueId(number)):
-                if number in self.wanted and self.positions.get(number) == position == local.offset(number):
-                    await local.apply(number, ([], []), next_offset=position, after=position)
-                    self._refreshed[number] = asked
+            if end is not None and position >= end:
+                await self.changelog.keep_synced(QueueId(number), position, asked, partial(self._at, number, position))
+
+    def _at(self, number: int, position: int) -> bool:
+        """Queue ``number`` is still followed, its copy where this follower left it at ``position``."""
+        return number in self.wanted and self.positions.get(number) == position
 
     async def _delete_dropped(self, local: LocalStates) -> None:
         """Delete the copies of the queues no longer kept here (see the module), each in its
@@ -218,7 +217,7 @@ class StandbyReplicas:
                 if number not in self.dropped:
                     continue
                 self.dropped.discard(number)
-                self._refreshed.pop(number, None)
+                self.changelog.copies.synced_at.pop(number, None)
                 deleted = await local.forget(number)
             log.info(
                 "%s: no longer a standby here: its copy's %d state(s) deleted from the local store",

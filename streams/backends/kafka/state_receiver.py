@@ -60,6 +60,13 @@ class KafkaStateReceiver(CheckpointedState, ReceiverDefaults):
         await self.reads.initialize()
 
     async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
+        await self.changelog.mend(self.queue)  # a copy that went with a damaged file, rebuilt first
+        messages = await self._read(max_count)
+        # A queue with no writes keeps its local copy trusted (at most a row a minute).
+        await self.changelog.keep_own_synced(self.queue)
+        return messages
+
+    async def _read(self, max_count: int) -> Sequence[QueueMessage]:
         return await self.reads.get_queue_messages(max_count)
 
     async def read_range(self, start_sequence: int, max_count: int) -> list[QueueMessage]:
@@ -72,5 +79,7 @@ class KafkaStateReceiver(CheckpointedState, ReceiverDefaults):
         await self.reads.messages_delivered(tokens)
 
     async def shutdown(self) -> None:
-        """Commit the last acknowledged position (its states first) and disconnect."""
+        """Commit the last acknowledged position (its states first) and disconnect; the queue's
+        local copy is left marked in step with the changelog's end."""
         await self.reads.shutdown()
+        await self.changelog.let_go(self.queue)

@@ -18,7 +18,7 @@ from streams.backends.embedded.changelog_copy import EXPIRED_A_SWEEP, open_chang
 from streams.backends.embedded.store import LAYOUT
 from streams.backends.kafka.changelog import KafkaChangelog
 from streams.backends.kafka.settings import KafkaSettings
-from streams.core.errors import QueueFailedError
+from streams.core.errors import LocalStoreDamagedError, QueueFailedError
 from streams.core.ids import SequenceToken
 from streams.core.retry import OutageLog
 from streams.core.state import pack_unit
@@ -134,9 +134,13 @@ async def test_a_file_of_another_layout_is_set_aside_and_started_empty(
         reopened.close()
 
 
-async def test_the_full_check_at_open_is_skipped_only_for_files_as_a_clean_close_left_them(
+async def test_the_full_check_at_open_is_skipped_only_after_a_clean_close_or_a_death_in_this_boot(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Files as a clean close left them, or as a killed worker left them while the machine
+    stayed up, are opened unchecked; files a clean close did not leave so, or a killed
+    worker's after a reboot, are checked. Damage a skipped check would have found is found
+    by the first read of its page: the file is set aside then."""
     caplog.set_level(logging.DEBUG, "headrace.kafka")
     copy = open_changelog_copy(tmp_path)
     await copy.apply(3, ([("Counts", f"m/{i}", i, 0, b"s" * 100) for i in range(5000)], []), next_offset=1)
@@ -147,15 +151,40 @@ async def test_the_full_check_at_open_is_skipped_only_for_files_as_a_clean_close
     assert not note.exists()  # taken away while open: a crash from here leaves none
     assert "as a clean close left it: not checked" in caplog.text
     assert reopened.count(3) == 5000 and reopened.offset(3) == 1
-    reopened.store.close()  # gone without a close, as a SIGKILLed worker goes
-    os.close(reopened._lock)
+
+    def killed() -> None:  # gone without a close, as a SIGKILLed worker goes
+        reopened.store.close()
+        os.close(reopened._lock)
+
+    killed()
     caplog.clear()
-    killed = open_changelog_copy(tmp_path)
-    assert "not checked" not in caplog.text and killed.count(3) == 5000  # checked, and sound
-    killed.close()
-    with database.open("r+b") as file:  # a page in the middle overwritten, the size unchanged
-        file.seek(database.stat().st_size // 2 // 4096 * 4096)
-        file.write(b"\xff" * 4096)
+    reopened = open_changelog_copy(tmp_path)  # the same boot: not checked, and sound
+    assert "last open in this boot: not checked" in caplog.text and reopened.count(3) == 5000
+    killed()
+    (database.parent / "opened-on-boot").write_text("another boot")  # as after a reboot
+    caplog.clear()
+    reopened = open_changelog_copy(tmp_path)
+    assert "not checked" not in caplog.text and reopened.count(3) == 5000  # checked, and sound
+    killed()
+
+    def damage() -> None:  # a page in the middle overwritten, the size unchanged
+        with database.open("r+b") as file:
+            file.seek(database.stat().st_size // 2 // 4096 * 4096)
+            file.write(b"\xff" * 4096)
+
+    damage()
+    caplog.clear()
+    reopened = open_changelog_copy(tmp_path)  # not checked: found by the first read of the page
+    assert "not checked" in caplog.text and "is damaged" not in caplog.text
+    every = [("Counts", f"m/{i}") for i in range(5000)]
+    with pytest.raises(LocalStoreDamagedError, match="set aside and started empty"):
+        reopened.saved_states(3, every)
+    assert "is damaged" in caplog.text and reopened.set_aside == 1
+    assert reopened.count(3) == 0 and reopened.offset(3) is None  # its queues are rebuilt
+    await reopened.apply(3, ([ROW], []), next_offset=1)
+    reopened.close()
+
+    damage()  # after a clean close: the files are not as it left them
     caplog.clear()
     damaged = open_changelog_copy(tmp_path)
     try:

@@ -6,15 +6,23 @@ states are on disk only, read back by key."""
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import signal
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from streams import Durable, StreamId, StreamProvider
+from streams.backends.embedded import changelog_copy
+from streams.backends.kafka import changelog as changelog_module
+from streams.backends.kafka import own_copies
+from streams.backends.kafka.changelog import DELETE_RETENTION
 from tests.agents.delivery.conftest import drained
 from tests.end_to_end.durable.test_durable_state import Worker, client
 from tests.end_to_end.durable.test_parked_durable import counting_devices
@@ -269,3 +277,122 @@ async def test_an_idle_parked_state_expires_from_the_local_store_and_the_changel
         await gone.on_next(3)
         await drained(provider, 30)
     assert_started_over(seen, kept_count=13)
+
+
+@pytest.mark.parametrize("refreshed_by", ["reads", "unload"])
+async def test_an_own_queue_idle_past_the_deletion_retention_is_read_on_from_its_offset(
+    tmp_path: Path,
+    kafka_broker: str,
+    kafka_topic: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    refreshed_by: str,
+) -> None:
+    """A day and an hour pass with no write to a worker's own queue: its copy, at the end its
+    receiver last wrote, keeps a fresh "synced" time (moved on as the queue is read, or as it
+    is let go), and the restarted worker reads on from its offset, the counts exact."""
+    caplog.set_level(logging.INFO, "headrace.kafka")
+    ahead = [0.0]  # how far the wall clock is moved on
+    for module in (changelog_module, changelog_copy, own_copies):
+        monkeypatch.setattr(module, "wall_time", lambda: time.time() + ahead[0])
+    if refreshed_by == "unload":  # never while it is read: only as the queue is let go
+        monkeypatch.setattr(own_copies, "REFRESH", 1e9)
+    keys = [f"d{i}" for i in range(5)]
+    provider = parking_provider(kafka_broker, kafka_topic, tmp_path)
+    counts = counting_devices(provider)
+    async with provider:
+        for key in keys:
+            await provider.get_stream(StreamId("devices", key)).on_next(1)
+        await drained(provider, 30)
+        local = provider.agents[0].receiver.changelog.local
+        assert await wait_until_async(lambda: local.count(0) == len(keys), 15), local.count(0)
+        at = local.offset(0)
+        ahead[0] = DELETE_RETENTION + 3600.0
+        fresh = lambda: (local.synced(0) or (0, 0.0))[1] >= time.time() + ahead[0] - 60  # noqa: E731
+        assert await wait_until_async(fresh, 10) == (refreshed_by == "reads"), local.synced(0)
+    with sqlite3.connect(tmp_path / f"headrace.state.{kafka_topic}" / "worker-0" / "headrace.db") as conn:
+        next_offset, synced = conn.execute("SELECT next_offset, synced FROM changelog_offsets").fetchone()
+    assert next_offset == at and synced >= time.time() + ahead[0] - 60
+
+    provider = parking_provider(kafka_broker, kafka_topic, tmp_path)
+    counts = counting_devices(provider)
+    async with provider:
+        for key in keys:
+            await provider.get_stream(StreamId("devices", key)).on_next_batch([2, 3])
+        await drained(provider, 30)
+    assert counts == {key: [3] for key in keys}
+    assert f"queue-0: local state store at changelog offset {at}: read its tail; read 0 changelog record(s)" in (
+        caplog.text
+    )
+    assert "h old" not in caplog.text
+
+
+def damage_state_pages(database: Path) -> int:
+    """Overwrite the root page of every table and index of the local store's file (not the
+    schema's page), once its write-ahead log is folded in; then touch the schema's page
+    through the log, so that the worker's connections drop the pages they hold and read the
+    damaged ones. How many pages were damaged."""
+    with sqlite3.connect(database, isolation_level=None) as conn:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        roots = [row[0] for row in conn.execute("SELECT rootpage FROM sqlite_master WHERE rootpage > 1")]
+        while conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:  # a reader in the way
+            time.sleep(0.05)
+        with database.open("r+b") as file:
+            for page in roots:
+                file.seek((page - 1) * page_size)
+                file.write(b"\xff" * page_size)
+        conn.execute("PRAGMA user_version = 7")
+    return len(roots)
+
+
+@pytest.mark.parametrize("found_by", ["lookup", "write"])
+async def test_a_local_store_damaged_while_in_use_is_set_aside_and_its_states_stay_exact(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str, caplog: pytest.LogCaptureFixture, found_by: str
+) -> None:
+    """Pages of the running worker's local store are damaged: parked streams whose next
+    events look their states up there ("lookup"), or active ones whose next commit writes
+    there ("write"). The file is set aside (one line), the queue's states come from the
+    changelog, the worker goes on, and every count is exact, then and after a restart."""
+    caplog.set_level(logging.INFO, "headrace.kafka")
+    keys = [f"d{i}" for i in range(20)]
+    parked = found_by == "lookup"
+
+    def started() -> tuple[StreamProvider, dict[str, list[int]]]:
+        provider = StreamProvider.kafka(
+            kafka_broker,
+            kafka_topic,
+            queues=1,
+            kafka={"idempotent": False, "group_membership": False},
+            state_dir=tmp_path,
+            stream_inactivity_period=0.3 if parked else 600.0,
+        )
+        return provider, counting_devices(provider)
+
+    async def send(provider: StreamProvider, values: list[int]) -> None:
+        for key in keys:
+            await provider.get_stream(StreamId("devices", key)).on_next_batch(values)
+        await drained(provider, 30)
+
+    database = tmp_path / f"headrace.state.{kafka_topic}" / "worker-0" / "headrace.db"
+    provider, counts = started()
+    async with provider:
+        await send(provider, [1])
+        local = provider.agents[0].receiver.changelog.local
+        assert await wait_until_async(lambda: local.count(0) == len(keys), 15), local.count(0)
+        if parked:
+            assert await wait_until_async(lambda: not any(a.stream_ids() for a in provider.agents), 15)
+        assert damage_state_pages(database) >= 2
+        await send(provider, [2, 3])
+        assert await wait_until_async(lambda: "is damaged" in caplog.text, 15), caplog.text
+        await send(provider, [4])
+        assert await wait_until_async(lambda: local.count(0) == len(keys), 15), local.count(0)
+        assert local.set_aside == 1
+    assert counts == {key: [1, 3, 4] for key in keys}, counts
+    damaged = [line for line in caplog.text.splitlines() if "is damaged" in line]
+    assert len(damaged) == 1 and "worker-0.damaged" in damaged[0], damaged
+    assert database.parent.with_name("worker-0.damaged").is_dir()
+
+    provider, counts = started()  # the states the rebuilt file holds, read back
+    async with provider:
+        await send(provider, [5])
+    assert counts == {key: [5] for key in keys}, counts

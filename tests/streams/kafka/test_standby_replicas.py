@@ -23,6 +23,7 @@ from streams.adapters.protocols import LocalStates
 from streams.backends.embedded import changelog_copy
 from streams.backends.embedded.changelog_copy import open_changelog_copy
 from streams.backends.kafka import changelog as changelog_module
+from streams.backends.kafka import own_copies
 from streams.backends.kafka import standby as standby_module
 from streams.backends.kafka.changelog import DELETE_RETENTION, KafkaChangelog, changelog_topic
 from streams.backends.kafka.clients import kafka_outage_log
@@ -172,10 +173,10 @@ async def test_an_idle_caught_up_copy_is_read_on_from_after_the_deletion_retenti
 ) -> None:
     """A day and an hour pass with no write to a followed queue: its copy, caught up all the
     while, is read on from its offset at the takeover; a copy no one kept in step meanwhile
-    (an own queue's, idle as long) is rebuilt as too old."""
+    (a copy this worker keeps with no receiver reading its queue) is rebuilt as too old."""
     caplog.set_level(logging.INFO, "headrace.kafka")
     ahead = [0.0]  # how far the wall clock is moved on
-    for module in (changelog_module, changelog_copy, standby_module):
+    for module in (changelog_module, changelog_copy, own_copies, standby_module):
         monkeypatch.setattr(module, "wall_time", lambda: time.time() + ahead[0])
     async with changelogs(tmp_path, kafka_broker, kafka_topic) as follower:
         writer, changelog, local = follower.writer, follower.changelog, follower.local
