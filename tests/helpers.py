@@ -178,19 +178,28 @@ def collected(provider: StreamProvider, namespace: str) -> list[Any]:
 
 
 def wait_until(done: Callable[[], bool], seconds: float, poll: float = 0.05) -> bool:
-    """Polls ``done`` until it holds or ``seconds`` have passed; whether it holds."""
+    """Polls ``done`` until it holds or ``seconds`` have passed; whether it holds. Once it
+    holds it is not asked again (a ``done`` that runs a command costs seconds a call)."""
     deadline = time.monotonic() + seconds
-    while not done() and time.monotonic() < deadline:
+    while True:
+        late = time.monotonic() >= deadline  # before asking: the last look is after the deadline
+        if done():
+            return True
+        if late:
+            return False
         time.sleep(poll)
-    return done()
 
 
 async def wait_until_async(done: Callable[[], bool], seconds: float, poll: float = 0.05) -> bool:
     """``wait_until`` for a test whose own event loop must keep running meanwhile."""
     deadline = time.monotonic() + seconds
-    while not done() and time.monotonic() < deadline:
+    while True:
+        late = time.monotonic() >= deadline
+        if done():
+            return True
+        if late:
+            return False
         await anyio.sleep(poll)
-    return done()
 
 
 async def idle_past_ttl(provider: StreamProvider, settled: Callable[[], bool], rounds: int) -> Stream:

@@ -5,6 +5,7 @@
 free loopback port;
 tests keep out of each other's way by using their own topic names (``kafka_topic``).
 :func:`json_provider` reads a topic of JSON records on it, :func:`delete_topic` deletes one.
+``SHORT_SESSION`` is the group timing of workers that join a consumer group there.
 """
 
 from __future__ import annotations
@@ -25,11 +26,16 @@ from typing import Any
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
+from balancer import BalancerOptions
 from streams import StreamProvider
 from tests.kafka_broker import TansuBroker
 from tests.kafka_tls import Certificates, SecuredCluster
 
 _topic_numbers = itertools.count()
+
+# Tansu holds each JoinGroup for half the group's session timeout (the worker's default, 10 s,
+# has every start and rebalance wait 5 s); a 3 s session, a heartbeat a second, waits 1.5 s.
+SHORT_SESSION = BalancerOptions(3.0, renew_period=1.0, refresh_period=0.5)
 
 
 @contextmanager

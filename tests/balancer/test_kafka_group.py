@@ -40,7 +40,7 @@ async def test_a_consumer_group_balances_by_worker_name_and_takes_over(broker, k
             group_id="headrace-balancer-test",
             partition_assignment_strategy=(BestFitPartitionAssignor(name),),
             heartbeat_interval_ms=500,
-            session_timeout_ms=6000,
+            session_timeout_ms=3000,  # Tansu holds each join for half of it
         )
         for name in ("w1", "w0")  # w1 joins first and holds everything for a while
     ]
@@ -63,7 +63,13 @@ async def test_group_member_reads_who_the_consumer_is_in_its_group(broker, kafka
     await admin.start()
     await admin.create_topics([NewTopic(kafka_topic, num_partitions=2, replication_factor=1)])
     await admin.close()
-    consumer = AIOKafkaConsumer(kafka_topic, bootstrap_servers=broker, group_id="headrace-member-test")
+    consumer = AIOKafkaConsumer(
+        kafka_topic,
+        bootstrap_servers=broker,
+        group_id="headrace-member-test",
+        heartbeat_interval_ms=1000,
+        session_timeout_ms=3000,  # Tansu holds the join for half of it
+    )
     assert GroupMember.of(consumer) == GroupMember(None, None, -1)  # not started: in no group
     try:
         await consumer.start()

@@ -160,7 +160,7 @@ async def running_totals_under_kills(worker: Worker, *, events: int, kills: int,
         }
         return found == {k: v for k, v in expected.items() if v[1]}
 
-    await wait_until_async(done, 120, poll=1.0)
+    await wait_until_async(done, 120, poll=0.2)  # each look is a `headrace state` process
     worker.stop(signal.SIGTERM)
     found = {
         s["stream"].split("/")[1]: [s["fields"]["total"], s["fields"]["count"]] for s in worker.state("RunningTotal")

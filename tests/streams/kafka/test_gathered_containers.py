@@ -15,6 +15,7 @@ from streams.core.errors import DecodeError
 from streams.core.ids import QueueId
 from streams.core.record_batch import ContainerGroup, gathered
 from tests.agents.delivery.conftest import Recorder, drained
+from tests.kafka_fixtures import SHORT_SESSION
 
 A, B = StreamId("ns", "a"), StreamId("ns", "b")
 Q = QueueId(0)
@@ -66,7 +67,9 @@ async def test_a_worker_takes_one_event_records_in_batches_with_their_own_tokens
     first = {sid: Recorder() for sid in sids}
 
     def provider() -> StreamProvider:
-        return StreamProvider.kafka(kafka_broker, kafka_topic, queues=1, kafka={"idempotent": False})
+        return StreamProvider.kafka(
+            kafka_broker, kafka_topic, queues=1, kafka={"idempotent": False}, balancer_options=SHORT_SESSION
+        )
 
     async with provider().client() as client:  # written before the worker reads: one read gathers them
         for n in range(30):

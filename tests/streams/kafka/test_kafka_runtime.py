@@ -7,11 +7,14 @@ import anyio
 from streams import StreamId, StreamProvider
 from tests.agents.delivery.conftest import Recorder, drained
 from tests.kafka_broker import produce_raw
+from tests.kafka_fixtures import SHORT_SESSION
 
 
 def kafka_provider(bootstrap: str, topic: str, **options) -> StreamProvider:
     # The test broker (Tansu, memory storage) has no idempotent producer.
-    return StreamProvider.kafka(bootstrap, topic, queues=2, kafka={"idempotent": False}, **options)
+    return StreamProvider.kafka(
+        bootstrap, topic, queues=2, kafka={"idempotent": False}, balancer_options=SHORT_SESSION, **options
+    )
 
 
 async def test_events_reach_consumers_in_order_and_a_restart_resumes_after_commits(kafka_broker, kafka_topic):

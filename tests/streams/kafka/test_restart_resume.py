@@ -3,7 +3,8 @@ ListOffsets answer is short of the records: :mod:`streams.backends.kafka.ends`):
 clean stop nothing is read twice, after a SIGKILL only what was not committed; a topic
 deleted and recreated under the group still takes the documented fallback, with its warning;
 ``headrace status`` counts the lag from the records. The worker is ``headrace worker`` with
-a default-settings app, as a user runs it: it starts, serves and stops cleanly on SIGTERM."""
+a default-settings app, as a user runs it: it starts, serves and stops cleanly on SIGTERM.
+The tests that restart it shorten its group session (``SESSION``): each join waits less."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from tests.streams.kafka.test_foreign_records import make_topic
 FALLBACK = "is past the end of the partition"
 APP = ("--app", "tests.streams.kafka.orders_app:app")  # the worker of these tests
 STREAMS = 40  # many streams: records land in batches of several, whose end Tansu misreports
+SESSION = "3"  # seconds: a restarted worker's join waits half of it, a killed one's expiry all of it
 
 
 class Worker:
@@ -138,7 +140,9 @@ def assert_clean(worker: Worker, rc: int) -> None:
 async def read_and_stopped(tmp_path: Path, kafka_broker: str, kafka_topic: str, count: int) -> Orders:
     """``count`` orders on a new topic, read by a worker "w1" that then stopped cleanly
     (committing at its first acknowledgement and at the stop)."""
-    orders = Orders(tmp_path, kafka_broker, kafka_topic, HEADRACE_TEST_COMMIT_INTERVAL="600")
+    orders = Orders(
+        tmp_path, kafka_broker, kafka_topic, HEADRACE_TEST_COMMIT_INTERVAL="600", HEADRACE_TEST_SESSION=SESSION
+    )
     await make_topic(kafka_broker, kafka_topic, QUEUES)
     await orders.publish(count)
     worker = orders.worker("w1")
@@ -222,6 +226,7 @@ def test_aiokafkas_info_lines_show_only_at_debug(tmp_path, kafka_broker, kafka_t
             HEADRACE_TEST_TOPIC=f"{kafka_topic}-{level}",
             HEADRACE_TEST_GROUP=f"{kafka_topic}-{level}",
             HEADRACE_TEST_RECORDS=str(tmp_path / f"seen-{level}"),
+            HEADRACE_TEST_SESSION=SESSION,
         )
         processes[level] = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker", "--app", "tests.streams.kafka.orders_app:app"]
