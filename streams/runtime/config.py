@@ -4,8 +4,8 @@ Sections (every key is optional; docs/configuration.md has a full example)::
 
 [provider]            adapter (embedded | kafka | memory), queues, path, synchronous, file_mode
 [provider.kafka]      bootstrap_servers, topic, group, start, records, namespace, key_field,
-value_schema, subject, compression, dead_letter_topic, state_dir, standby_replicas, idempotent,
-security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname, sasl_mechanism,
+value_schema, subject, compression, dead_letter_topic, state_dir, standby_replicas, session_timeout,
+idempotent, security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname, sasl_mechanism,
 sasl_plain_username, sasl_plain_password, sasl_oauth_token_provider,
 client_options, consumer_options
 [provider.kafka.schema_registry]  url, username, password, token, ssl_cafile, timeout

@@ -350,6 +350,7 @@ SCHEMA: dict[str, dict[str, Parser]] = {
         "dead_letter_topic": _text,
         "state_dir": _path,
         "standby_replicas": _count(0),
+        "session_timeout": _positive_duration,
         "idempotent": _flag,
         "security_protocol": _named("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
         "ssl_cafile": _file,

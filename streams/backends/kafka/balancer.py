@@ -89,7 +89,8 @@ def group_balancer(
     of a Kafka consumer group, so one worker alone reads every partition and several share
     them. ``options.lease_length`` is the group's session timeout (how soon a dead worker's
     queues move), its heartbeat comes every ``renew_period`` (at most a third of that) and
-    it checks on the group every ``refresh_period``. ``None`` when ``group_membership`` is
+    it checks on the group every ``refresh_period``; without ``options`` the session timeout
+    is ``settings.session_timeout``. ``None`` when ``group_membership`` is
     off: each worker reads everything. ``standby``: the standby copies this worker keeps
     (``standby_replicas``), followed while the balancer runs; ``warm_up``: what the worker can
     do before it has queues (opening its local state store), done while the group's join waits.
@@ -99,12 +100,14 @@ def group_balancer(
     >>> balancer = group_balancer(settings, options)
     >>> balancer.session_timeout, balancer.heartbeat_interval, balancer.poll_period
     (9, 3.0, 1)
+    >>> group_balancer(KafkaSettings("localhost:9092", "sensors", session_timeout=6)).session_timeout
+    6
     >>> group_balancer(KafkaSettings("localhost:9092", "sensors", group_membership=False)) is None
     True
     """
     if not settings.group_membership:
         return None
-    if options is None:
+    if options is None:  # the settings' session timeout
         return KafkaGroupBalancer(settings, standby=standby, warm_up=warm_up)
     return KafkaGroupBalancer(
         settings,
@@ -122,6 +125,7 @@ class KafkaGroupBalancer:
 
     - ``session_timeout``: a worker silent this long (SIGKILL, a hung host) is out of the
       group and its queues move; the broker bounds it (Kafka: 6 s to 30 min by default).
+      By default the settings' ``session_timeout``.
     - ``heartbeat_interval``: by default a third of the session timeout.
     - ``rebalance_timeout``: how long the group waits for a worker to hand its queues back
       (drain and commit) during a rebalance; keep it above the provider's ``shutdown_timeout``.
@@ -141,13 +145,14 @@ class KafkaGroupBalancer:
         self,
         settings: KafkaSettings,
         *,
-        session_timeout: float = 10.0,
+        session_timeout: float | None = None,
         heartbeat_interval: float | None = None,
         rebalance_timeout: float = 30.0,
         poll_period: float = 1.0,
         standby: StandbyReplicas | None = None,
         warm_up: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
+        session_timeout = settings.session_timeout if session_timeout is None else session_timeout
         heartbeat_interval = session_timeout / 3 if heartbeat_interval is None else heartbeat_interval
         if not 0 < heartbeat_interval < session_timeout:
             raise ConfigurationError(

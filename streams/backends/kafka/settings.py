@@ -71,6 +71,12 @@ class KafkaSettings(KafkaConnection):
     # each worker reads every partition, for a worker known to run alone (it then starts
     # without waiting for the group's first rebalance, a few seconds).
     group_membership: bool = True
+    # The group's session timeout, seconds (Kafka's session.timeout.ms): a worker silent this
+    # long (SIGKILL, a hung host) is out of the group and its queues move; heartbeats go every
+    # third of it. A broker also holds each join for part of it (Tansu: half). Kafka's brokers
+    # refuse less than group.min.session.timeout.ms (6 s by default). balancer_options, when
+    # given to the provider, set it instead (lease_length; renew_period the heartbeat).
+    session_timeout: float = 10.0
     # Topics of the Spark handoff log start with this: <prefix>.handoff.<stream>, ... (the
     # DataSource's topicPrefix option names the same prefix).
     handoff_prefix: str = "headrace"
@@ -161,6 +167,10 @@ class KafkaSettings(KafkaConnection):
             raise ConfigurationError(f"dead_letter_topic is a non-empty str, not {self.dead_letter_topic!r}")
         if not isinstance(self.group_id, str) or not self.group_id:
             raise ConfigurationError(f"group_id is a non-empty str, not {self.group_id!r}")
+        self._check_durations()
+
+    def _check_durations(self) -> None:
+        """The settings in seconds: none negative; the session timeout above 0."""
         for name in (
             "commit_interval",
             "poll_timeout",
@@ -171,6 +181,11 @@ class KafkaSettings(KafkaConnection):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise ConfigurationError(f"{name} is seconds >= 0, not {value!r}")
+        timeout = self.session_timeout
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+            raise ConfigurationError(
+                f"session_timeout is seconds > 0 (how long a silent worker keeps its queues), not {timeout!r}"
+            )
 
     @classmethod
     def named(cls, bootstrap_servers: str | Sequence[str], topic: str | None = None, **settings: Any) -> KafkaSettings:

@@ -73,6 +73,7 @@ def test_the_documented_file_loads_as_it_is(tmp_path):
     assert kafka_settings["sasl_plain_password"].reveal() == "pass word"  # from $KAFKA_PASSWORD
     assert kafka_settings["consumer_options"] == {"max_partition_fetch_bytes": 8388608}
     assert kafka_settings["state_dir"] == Path("/var/lib/headrace/state")
+    assert kafka_settings["session_timeout"] == 10.0
     assert config.spark.read_options("avg") == {  # the handoff log is on Kafka too, as secured
         "kafka.bootstrap.servers": "kafka-1:9092,kafka-2:9092",
         "kafka.security.protocol": "SASL_SSL",
@@ -94,7 +95,11 @@ def test_the_kafka_provider_is_built_without_connecting(tmp_path):
             '[provider]\nadapter = "kafka"\nqueues = 4\n[provider.kafka]\n'
             'bootstrap_servers = ["k1:9092", "k2:9092"]\ntopic = "events"\ngroup = "app"\n',
         ),
-        environ={"HEADRACE_PROVIDER__KAFKA__START": "latest", "HEADRACE_PROVIDER__KAFKA__STATE_DIR": "state"},
+        environ={
+            "HEADRACE_PROVIDER__KAFKA__START": "latest",
+            "HEADRACE_PROVIDER__KAFKA__STATE_DIR": "state",
+            "HEADRACE_PROVIDER__KAFKA__SESSION_TIMEOUT": "4s",
+        },
     )
     provider = config.provider()
     assert isinstance(provider.factory, KafkaAdapterFactory)
@@ -103,6 +108,9 @@ def test_the_kafka_provider_is_built_without_connecting(tmp_path):
     assert settings.state_dir == Path.cwd() / "state"  # the local state stores, from the environment
     assert tuple(settings.bootstrap_servers) == ("k1:9092", "k2:9092")
     assert provider.store is None and not provider.running
+    balancer = provider.backend.queue_balancer(provider.balancer_options)
+    assert balancer is not None  # the group's members share the partitions
+    assert (balancer.session_timeout, balancer.heartbeat_interval) == (4.0, 4.0 / 3)
 
 
 def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
@@ -187,6 +195,12 @@ def test_environment_overrides_the_file_and_reads_toml_values(tmp_path):
             '[provider.kafka]\ntopic = "t"\n',
             {},
             "headrace.toml: provider.kafka.topic: [provider.kafka] applies to adapter = 'kafka', not 'embedded'",
+        ),
+        (
+            '[provider]\nadapter = "kafka"\n[provider.kafka]\nbootstrap_servers = "k:9092"\ntopic = "t"\n'
+            'session_timeout = "0s"\n',
+            {},
+            "headrace.toml: provider.kafka.session_timeout: must be more than 0, not '0s'",
         ),
         (
             '[provider]\nadapter = "memory"\npath = "s"\n',

@@ -140,6 +140,10 @@ def test_settings_are_checked_when_they_are_made() -> None:
         KafkaSettings("127.0.0.1:9", "t", start="middle")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="queues is a positive int, not 0"):
         KafkaSettings("127.0.0.1:9", "t", queues=0)
+    for bad in (0, -2.5, True, "6s"):  # seconds, a number above 0
+        with pytest.raises(ConfigurationError, match=rf"^session_timeout is seconds > 0 .*, not {bad!r}$"):
+            KafkaSettings("127.0.0.1:9", "t", session_timeout=bad)  # type: ignore[arg-type]
+    assert KafkaSettings("127.0.0.1:9", "t").session_timeout == 10.0
     with pytest.raises(ConfigurationError, match="commit_every"):
         KafkaSettings.named("127.0.0.1:9", "t", commit_every=3)
     with pytest.raises(

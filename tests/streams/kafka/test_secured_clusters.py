@@ -52,6 +52,7 @@ bootstrap_servers = "{cluster.bootstrap}"
 topic = "{topic}"
 group = "{topic}"
 idempotent = false
+session_timeout = "3s"
 security_protocol = "SSL"
 ssl_cafile = "certs/ca.pem"
 {lines}
@@ -132,6 +133,7 @@ def test_a_worker_configured_by_environment_variables_alone_reads_over_mutual_tl
         HEADRACE_PROVIDER__KAFKA__TOPIC=kafka_topic,
         HEADRACE_PROVIDER__KAFKA__GROUP=kafka_topic,
         HEADRACE_PROVIDER__KAFKA__IDEMPOTENT="false",
+        HEADRACE_PROVIDER__KAFKA__SESSION_TIMEOUT="3s",
         HEADRACE_PROVIDER__KAFKA__SECURITY_PROTOCOL="SSL",
         HEADRACE_PROVIDER__KAFKA__SSL_CAFILE=certificates["ca.pem"],
         HEADRACE_PROVIDER__KAFKA__SSL_CERTFILE=certificates["client.pem"],
