@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-SHORT = ("--duration", "8s", "--rate", "200", "--streams", "6", "--queues", "2")
+SHORT = ("--duration", "4s", "--rate", "200", "--streams", "6", "--queues", "2")
 CHECKS = (
     "published = kept + adjusted + dropped + dead-lettered",
     "every published event reached its consumer once",
@@ -58,9 +58,19 @@ def test_demo_with_spark_reconciles():
 
 
 def test_demo_on_kafka_reconciles(kafka_broker):
-    # The test broker has no producer ids: no idempotent producer.
+    # The test broker has no producer ids: no idempotent producer. A 3 s session: Tansu holds
+    # the worker's group join for half of it.
     result = headrace(
-        "demo", *SHORT, "--kafka", kafka_broker, "--kafka-option", "idempotent=false", "--no-spark", timeout=180
+        "demo",
+        *SHORT,
+        "--kafka",
+        kafka_broker,
+        "--kafka-option",
+        "idempotent=false",
+        "--kafka-option",
+        "session_timeout=3",
+        "--no-spark",
+        timeout=180,
     )
     assert f"queues on Kafka at {kafka_broker}" in result.stdout
     # The status page's address, printed while it runs
