@@ -157,7 +157,7 @@ def test_processing_time_query_stopped_mid_stream_loses_and_repeats_nothing(spar
     thirds = [results[: len(results) // 3], results[len(results) // 3 : 2 * len(results) // 3]]
     handoff.append_windows(thirds[0])
     running = to_parquet(
-        windows_of(handoff, spark, maxRecordsPerTrigger="40"),
+        windows_of(handoff, spark, maxRecordsPerTrigger="60"),  # three batches to a third of the ~500 rows
         out,
         checkpoint,
         processingTime="100 milliseconds",
