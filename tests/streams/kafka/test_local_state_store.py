@@ -21,9 +21,14 @@ import pytest
 
 from streams import Durable, StreamId, StreamProvider
 from streams.backends.embedded import changelog_copy
+from streams.backends.embedded.changelog_copy import open_changelog_copy
 from streams.backends.kafka import changelog as changelog_module
-from streams.backends.kafka import own_copies
-from streams.backends.kafka.changelog import DELETE_RETENTION
+from streams.backends.kafka import clients, own_copies
+from streams.backends.kafka.changelog import DELETE_RETENTION, KafkaChangelog
+from streams.backends.kafka.clients import kafka_outage_log
+from streams.backends.kafka.settings import KafkaSettings
+from streams.core.errors import LocalStoreDamagedError
+from streams.core.ids import QueueId, SequenceToken
 from tests.agents.delivery.conftest import drained
 from tests.end_to_end.durable.test_durable_state import Worker, client
 from tests.end_to_end.durable.test_parked_durable import counting_devices
@@ -402,3 +407,41 @@ async def test_a_local_store_damaged_while_in_use_is_set_aside_and_its_states_st
     async with provider:
         await send(provider, [5])
     assert counts == {key: [5] for key in keys}, counts
+
+
+async def test_a_load_cut_by_a_set_aside_of_the_local_store_rebuilds_its_copy_whole(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another call finds the local store damaged while a queue's copy is read in, between
+    two fetches: the file is set aside, and the load starts over into the empty one rather
+    than leave a copy holding the later fetches only, at the changelog's end."""
+    monkeypatch.setattr(clients, "_FETCH_RECORDS", 10)  # the 30 records in three fetches
+    settings = KafkaSettings(kafka_broker, kafka_topic, queues=2, idempotent=False, state_dir=tmp_path)
+    writer = KafkaChangelog(settings, kafka_outage_log(settings))
+    changelog = KafkaChangelog(settings, kafka_outage_log(settings), open_local=open_changelog_copy)
+    keys = [("Counts", f"m/{i}") for i in range(30)]
+    applied = changelog_module.apply_records
+
+    async def damaged_after_the_first_fetch(local: Any, queue: QueueId, records: Any) -> int:
+        reached = await applied(local, queue, records)
+        if local.set_aside == 0:  # another queue's lookup finds the damage meanwhile
+            damage_state_pages(local.path)
+            with pytest.raises(LocalStoreDamagedError):
+                local.count(1)
+        return reached
+
+    try:
+        await writer.ensure_topic()
+        for key in keys:
+            assert await writer.write(QueueId(0), ([(*key, 1, 0, b"kept")], []))
+        local = await changelog.local_states()
+        assert local is not None
+        monkeypatch.setattr(changelog_module, "apply_records", damaged_after_the_first_fetch)
+        await changelog.load(QueueId(0))
+        assert local.set_aside == 1
+        assert local.offset(0) == len(keys)
+        assert local.count(0) == len(keys), local.count(0)
+        assert local.saved_states(0, keys) == {key: (SequenceToken(1, 0), b"kept") for key in keys}
+    finally:
+        await changelog.close()
+        await writer.close()
