@@ -26,6 +26,7 @@ from streams.backends.kafka import changelog as changelog_module
 from streams.backends.kafka import clients, own_copies
 from streams.backends.kafka.changelog import DELETE_RETENTION, KafkaChangelog
 from streams.backends.kafka.clients import kafka_outage_log
+from streams.backends.kafka.own_copies import OwnCopies
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.errors import LocalStoreDamagedError
 from streams.core.ids import QueueId, SequenceToken
@@ -445,3 +446,30 @@ async def test_a_load_cut_by_a_set_aside_of_the_local_store_rebuilds_its_copy_wh
     finally:
         await changelog.close()
         await writer.close()
+
+
+async def test_a_synced_time_that_cannot_be_written_now_is_left_and_the_read_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Moving an idle copy's "synced" time on is a receiver's aside as it reads: a store that
+    cannot take the row now (its file system turned read-only, or full) leaves the time as it
+    was, in one line, rather than fail the read whose records are already fetched."""
+    local = open_changelog_copy(tmp_path)
+    try:
+        await local.apply(0, ([("Counts", "m/1", 1, 0, b"s")], []), next_offset=5)
+        before = local.synced(0)
+        with local.store.connection() as conn:  # the store's one connection, from now read-only
+            conn.execute("PRAGMA query_only = ON")
+        copies = OwnCopies()
+        await copies.keep_synced(local, QueueId(0), anyio.Lock(), (5, time.time() + 120), lambda: True, every=0.0)
+        await copies.keep_synced(local, QueueId(0), anyio.Lock(), (5, time.time() + 121), lambda: True)  # a read
+        with local.store.connection() as conn:
+            conn.execute("PRAGMA query_only = OFF")
+        assert local.synced(0) == before
+        # Once: the read after it waits its turn, REFRESH seconds on, as after a success.
+        assert caplog.text.count("synced time cannot be moved on now") == 1, caplog.text
+        await copies.keep_synced(local, QueueId(0), anyio.Lock(), (5, time.time() + 120), lambda: True, every=0.0)
+        synced = local.synced(0)
+        assert synced is not None and before is not None and synced[0] == 5 and synced[1] > before[1]
+    finally:
+        local.close()
