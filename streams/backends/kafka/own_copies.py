@@ -73,7 +73,10 @@ class OwnCopies:
         return self._ends.get(number)
 
     def writing(self, number: int) -> None:
+        """A write of queue ``number`` begins: its end is unsure, and a lost copy's stand-in
+        (read before the write) is read again at its next lookup."""
         self._ends.pop(number, None)
+        self._standins.pop(number, None)
 
     def written(self, number: int, end: int) -> None:
         """A write of queue ``number`` landed, the changelog's end ``end`` after it."""

@@ -473,3 +473,31 @@ async def test_a_synced_time_that_cannot_be_written_now_is_left_and_the_read_goe
         assert synced is not None and before is not None and synced[0] == 5 and synced[1] > before[1]
     finally:
         local.close()
+
+
+async def test_a_lost_copys_stand_in_is_read_again_after_a_write_its_rebuild_could_not_follow(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str
+) -> None:
+    """The local store was set aside: lookups of the queue's parked states come from its
+    changelog partition, read once. A write lands in Kafka but the rebuild after it fails
+    (the new file read-only): the next lookup answers with the written state, not the one
+    read before it."""
+    settings = KafkaSettings(kafka_broker, kafka_topic, queues=1, idempotent=False, state_dir=tmp_path)
+    changelog = KafkaChangelog(settings, kafka_outage_log(settings), open_local=open_changelog_copy)
+    key, queue = ("Counts", "m/1"), QueueId(0)
+    try:
+        await changelog.ensure_topic()
+        local = await changelog.local_states()
+        assert local is not None
+        await changelog.load(queue)
+        assert await changelog.write(queue, ([(*key, 1, 0, b"one")], []))
+        damage_state_pages(local.path)
+        assert changelog.saved_states(queue, [key]) == {key: (SequenceToken(1, 0), b"one")}  # from Kafka
+        assert local.set_aside == 1
+        with local.store.connection() as conn:  # the new file's one connection: writes fail
+            conn.execute("PRAGMA query_only = ON")
+        assert not await changelog.write(queue, ([(*key, 2, 0, b"two")], []))  # in Kafka, not rebuilt
+        assert changelog.lost(queue)
+        assert changelog.saved_states(queue, [key]) == {key: (SequenceToken(2, 0), b"two")}
+    finally:
+        await changelog.close()
