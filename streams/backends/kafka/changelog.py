@@ -441,14 +441,10 @@ class KafkaChangelog:
             self.standby.stop_following(queue)
         async with self.turn(queue):
             try:
-                start, why, read, reached = await self._brought_up(queue, local)
-                # Only the states a worker holds are read (an index of them): a load costs
-                # the same however many parked states the queue has on disk.
-                states = await local.read_states(queue.number)
+                start, why, read, reached, states = await self._loaded(queue, local)
             except LocalStoreDamagedError:  # set aside: once more, into the empty file
                 self.lost(queue)
-                start, why, read, reached = await self._brought_up(queue, local)
-                states = await local.read_states(queue.number)
+                start, why, read, reached, states = await self._loaded(queue, local)
             self.copies.taken(queue.number)  # its receiver is the partition's one writer from now
         self.records_read += read
         log.info(
@@ -461,6 +457,17 @@ class KafkaChangelog:
             len(states),
         )
         return states
+
+    async def _loaded(self, queue: QueueId, local: LocalStates) -> tuple[int, str | None, int, int, SavedStates]:
+        """In ``queue``'s turn: :meth:`_brought_up`, and the states a worker holds, read from
+        the same file (:class:`LocalStoreDamagedError` if it was set aside meanwhile)."""
+        seen = local.set_aside
+        start, why, read, reached = await self._brought_up(queue, local)
+        # Only the states a worker holds are read (an index of them): a load costs the same
+        # however many parked states the queue has on disk.
+        states = await local.read_states(queue.number)
+        _same_file(local, seen, queue)
+        return start, why, read, reached, states
 
     async def keep_synced(
         self, queue: QueueId, at: int, asked: float, still: Callable[[], bool], every: float | None = None
@@ -488,14 +495,16 @@ class KafkaChangelog:
     async def _brought_up(self, queue: QueueId, local: LocalStates) -> tuple[int, str | None, int, int]:
         """In ``queue``'s turn: its copy in ``local`` brought to the changelog's end (its tail
         read, or all of it); where the read began, why it was rebuilt (``None``: the tail),
-        the records read and the offset reached."""
+        the records read and the offset reached. :class:`LocalStoreDamagedError` if the file
+        was set aside meanwhile (by any call): the copy in the new one is not whole."""
+        seen = local.set_aside
         tp = TopicPartition(self.topic, queue.number)
         consumer = self.reader()
         await start_client(consumer, self.settings)
         try:
             consumer.assign([tp])
             start, end, why = await self.start_of(consumer, tp, local, queue)
-            read, reached = await self._copy(consumer, tp, (start, end), local, queue)
+            read, reached = await _copy(consumer, tp, (start, end), local, (queue, seen), self.settings)
         finally:
             await stop_client(consumer)
         self.copies.caught_up(queue.number, reached)
@@ -540,21 +549,6 @@ class KafkaChangelog:
                 return 0
             return len(keys) if keys and await self._written(queue, ([], keys)) else 0
 
-    async def _copy(
-        self, consumer: AIOKafkaConsumer, tp: TopicPartition, span: tuple[int, int], local: LocalStates, queue: QueueId
-    ) -> tuple[int, int]:
-        """Apply the records of ``tp`` from ``span``'s start to its end to the local store, a
-        fetch at a time (each with the offset after it: a load cut short goes on from there);
-        how many were read, and the offset reached."""
-        start, end = span
-        read, reached = 0, start
-        async for chunk in partition_chunks(consumer, tp, start, self.settings):
-            read += len(chunk)
-            reached = await apply_records(local, queue, chunk)
-        reached = max(reached, end)
-        await local.apply(queue.number, ([], []), next_offset=reached)
-        return read, reached
-
     def reader(self, fetch_wait: float | None = None) -> AIOKafkaConsumer:
         """A consumer of the changelog, of no group (nothing committed); a fetch at the end
         waits ``fetch_wait`` seconds for records (by default ``poll_timeout``)."""
@@ -584,6 +578,42 @@ class KafkaChangelog:
         local, self.local = self.local, None
         if local is not None:
             local.close()
+
+
+async def _copy(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    span: tuple[int, int],
+    local: LocalStates,
+    of: tuple[QueueId, int],
+    settings: KafkaSettings,
+) -> tuple[int, int]:
+    """Apply the records of ``tp`` from ``span``'s start to its end to the local store, a
+    fetch at a time (each with the offset after it: a load cut short goes on from there);
+    how many were read, and the offset reached. ``of``: the queue, and the local store's
+    count of files set aside as the copy began: a fetch is never applied to a file started
+    since (it would record the end with the earlier fetches' states missing)."""
+    (queue, seen), (start, end) = of, span
+    read, reached = 0, start
+    async for chunk in partition_chunks(consumer, tp, start, settings):
+        read += len(chunk)
+        _same_file(local, seen, queue)
+        reached = await apply_records(local, queue, chunk)
+    reached = max(reached, end)
+    _same_file(local, seen, queue)
+    await local.apply(queue.number, ([], []), next_offset=reached)
+    _same_file(local, seen, queue)
+    return read, reached
+
+
+def _same_file(local: LocalStates, seen: int, queue: QueueId) -> None:
+    """Raise :class:`LocalStoreDamagedError` if ``local`` set a file aside since its count
+    was ``seen``: what ``queue``'s copy wrote to the old file is gone."""
+    if local.set_aside != seen:
+        raise LocalStoreDamagedError(
+            f"{queue}: the local state store was set aside as damaged while its copy was read in; "
+            "it is read in again from the changelog"
+        )
 
 
 async def apply_records(local: LocalStates, queue: QueueId, records: Sequence[ConsumerRecord[bytes, bytes]]) -> int:

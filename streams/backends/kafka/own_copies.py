@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,9 +30,11 @@ import anyio
 
 from streams.adapters.protocols import LocalStates, StateKey
 from streams.core.clock import wall_time
-from streams.core.errors import LocalStoreDamagedError, QueueFailedError
+from streams.core.errors import LocalStoreDamagedError, QueueFailedError, StoreError
 from streams.core.ids import QueueId, SequenceToken
 from streams.core.retry import reason_of
+
+log = logging.getLogger("headrace.kafka")
 
 SavedStates = dict[StateKey, tuple[SequenceToken, bytes]]
 # Seconds between moving a caught-up copy's "synced" time on while it gets no writes (one row
@@ -46,7 +49,7 @@ class OwnCopies:
     def __init__(self) -> None:
         self.own: set[int] = set()
         self._ends: dict[int, int] = {}  # an own queue -> the changelog's end; absent while unsure
-        self.synced_at: dict[int, float] = {}  # a queue -> when its copy's "synced" time was last set
+        self.synced_at: dict[int, float] = {}  # a queue -> when its copy's "synced" time was last set (or tried)
         self.lost: set[int] = set()
         self._standins: dict[int, SavedStates] = {}
         self._set_aside_seen = 0  # the local store's count of files set aside, as last seen
@@ -70,7 +73,10 @@ class OwnCopies:
         return self._ends.get(number)
 
     def writing(self, number: int) -> None:
+        """A write of queue ``number`` begins: its end is unsure, and a lost copy's stand-in
+        (read before the write) is read again at its next lookup."""
         self._ends.pop(number, None)
+        self._standins.pop(number, None)
 
     def written(self, number: int, end: int) -> None:
         """A write of queue ``number`` landed, the changelog's end ``end`` after it."""
@@ -103,7 +109,8 @@ class OwnCopies:
         ``at``, the changelog's end at ``asked`` (``end``: both), and the time was last moved
         ``every`` seconds before or more (:data:`REFRESH` by default): with no writes to
         follow, the copy is still in step (one row written). In the queue's ``turn``, and only
-        while ``still()`` (the caller's knowledge of the end holds)."""
+        while ``still()`` (the caller's knowledge of the end holds). A store that cannot take
+        the row now is logged, not raised: its callers are reads and shutdowns."""
         (at, asked), number = end, queue.number
         if asked - self.synced_at.get(number, 0.0) < (REFRESH if every is None else every):
             return
@@ -114,6 +121,14 @@ class OwnCopies:
                     self.synced_at[number] = asked
             except LocalStoreDamagedError:  # set aside: the copy is rebuilt, synced then
                 pass
+            except StoreError as exc:  # full, read-only: a read must not fail for it
+                self.synced_at[number] = asked  # the next try as after a success, not at every read
+                log.warning(
+                    "%s: its local copy's synced time cannot be moved on now (%s); a later read tries again, "
+                    "and a copy left past the changelog's delete.retention.ms is rebuilt at its next load",
+                    queue,
+                    exc,
+                )
 
     def looked_up(
         self,

@@ -21,9 +21,15 @@ import pytest
 
 from streams import Durable, StreamId, StreamProvider
 from streams.backends.embedded import changelog_copy
+from streams.backends.embedded.changelog_copy import open_changelog_copy
 from streams.backends.kafka import changelog as changelog_module
-from streams.backends.kafka import own_copies
-from streams.backends.kafka.changelog import DELETE_RETENTION
+from streams.backends.kafka import clients, own_copies
+from streams.backends.kafka.changelog import DELETE_RETENTION, KafkaChangelog
+from streams.backends.kafka.clients import kafka_outage_log
+from streams.backends.kafka.own_copies import OwnCopies
+from streams.backends.kafka.settings import KafkaSettings
+from streams.core.errors import LocalStoreDamagedError
+from streams.core.ids import QueueId, SequenceToken
 from tests.agents.delivery.conftest import drained
 from tests.end_to_end.durable.test_durable_state import Worker, client
 from tests.end_to_end.durable.test_parked_durable import counting_devices
@@ -402,3 +408,96 @@ async def test_a_local_store_damaged_while_in_use_is_set_aside_and_its_states_st
     async with provider:
         await send(provider, [5])
     assert counts == {key: [5] for key in keys}, counts
+
+
+async def test_a_load_cut_by_a_set_aside_of_the_local_store_rebuilds_its_copy_whole(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another call finds the local store damaged while a queue's copy is read in, between
+    two fetches: the file is set aside, and the load starts over into the empty one rather
+    than leave a copy holding the later fetches only, at the changelog's end."""
+    monkeypatch.setattr(clients, "_FETCH_RECORDS", 10)  # the 30 records in three fetches
+    settings = KafkaSettings(kafka_broker, kafka_topic, queues=2, idempotent=False, state_dir=tmp_path)
+    writer = KafkaChangelog(settings, kafka_outage_log(settings))
+    changelog = KafkaChangelog(settings, kafka_outage_log(settings), open_local=open_changelog_copy)
+    keys = [("Counts", f"m/{i}") for i in range(30)]
+    applied = changelog_module.apply_records
+
+    async def damaged_after_the_first_fetch(local: Any, queue: QueueId, records: Any) -> int:
+        reached = await applied(local, queue, records)
+        if local.set_aside == 0:  # another queue's lookup finds the damage meanwhile
+            damage_state_pages(local.path)
+            with pytest.raises(LocalStoreDamagedError):
+                local.count(1)
+        return reached
+
+    try:
+        await writer.ensure_topic()
+        for key in keys:
+            assert await writer.write(QueueId(0), ([(*key, 1, 0, b"kept")], []))
+        local = await changelog.local_states()
+        assert local is not None
+        monkeypatch.setattr(changelog_module, "apply_records", damaged_after_the_first_fetch)
+        await changelog.load(QueueId(0))
+        assert local.set_aside == 1
+        assert local.offset(0) == len(keys)
+        assert local.count(0) == len(keys), local.count(0)
+        assert local.saved_states(0, keys) == {key: (SequenceToken(1, 0), b"kept") for key in keys}
+    finally:
+        await changelog.close()
+        await writer.close()
+
+
+async def test_a_synced_time_that_cannot_be_written_now_is_left_and_the_read_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Moving an idle copy's "synced" time on is a receiver's aside as it reads: a store that
+    cannot take the row now (its file system turned read-only, or full) leaves the time as it
+    was, in one line, rather than fail the read whose records are already fetched."""
+    local = open_changelog_copy(tmp_path)
+    try:
+        await local.apply(0, ([("Counts", "m/1", 1, 0, b"s")], []), next_offset=5)
+        before = local.synced(0)
+        with local.store.connection() as conn:  # the store's one connection, from now read-only
+            conn.execute("PRAGMA query_only = ON")
+        copies = OwnCopies()
+        await copies.keep_synced(local, QueueId(0), anyio.Lock(), (5, time.time() + 120), lambda: True, every=0.0)
+        await copies.keep_synced(local, QueueId(0), anyio.Lock(), (5, time.time() + 121), lambda: True)  # a read
+        with local.store.connection() as conn:
+            conn.execute("PRAGMA query_only = OFF")
+        assert local.synced(0) == before
+        # Once: the read after it waits its turn, REFRESH seconds on, as after a success.
+        assert caplog.text.count("synced time cannot be moved on now") == 1, caplog.text
+        await copies.keep_synced(local, QueueId(0), anyio.Lock(), (5, time.time() + 120), lambda: True, every=0.0)
+        synced = local.synced(0)
+        assert synced is not None and before is not None and synced[0] == 5 and synced[1] > before[1]
+    finally:
+        local.close()
+
+
+async def test_a_lost_copys_stand_in_is_read_again_after_a_write_its_rebuild_could_not_follow(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str
+) -> None:
+    """The local store was set aside: lookups of the queue's parked states come from its
+    changelog partition, read once. A write lands in Kafka but the rebuild after it fails
+    (the new file read-only): the next lookup answers with the written state, not the one
+    read before it."""
+    settings = KafkaSettings(kafka_broker, kafka_topic, queues=1, idempotent=False, state_dir=tmp_path)
+    changelog = KafkaChangelog(settings, kafka_outage_log(settings), open_local=open_changelog_copy)
+    key, queue = ("Counts", "m/1"), QueueId(0)
+    try:
+        await changelog.ensure_topic()
+        local = await changelog.local_states()
+        assert local is not None
+        await changelog.load(queue)
+        assert await changelog.write(queue, ([(*key, 1, 0, b"one")], []))
+        damage_state_pages(local.path)
+        assert changelog.saved_states(queue, [key]) == {key: (SequenceToken(1, 0), b"one")}  # from Kafka
+        assert local.set_aside == 1
+        with local.store.connection() as conn:  # the new file's one connection: writes fail
+            conn.execute("PRAGMA query_only = ON")
+        assert not await changelog.write(queue, ([(*key, 2, 0, b"two")], []))  # in Kafka, not rebuilt
+        assert changelog.lost(queue)
+        assert changelog.saved_states(queue, [key]) == {key: (SequenceToken(2, 0), b"two")}
+    finally:
+        await changelog.close()
