@@ -57,87 +57,95 @@ from streams.core.observer import EventFilter, is_coroutine_function, is_inline
 log = logging.getLogger("headrace.agent")
 
 
+class ConsumerKind:
+    """What a consumer shares with the others of its kind in one agent: the agent's context,
+    how it starts a task (in the agent's task group), the agent's set of consumers that have
+    a task now (its watchdog and drain look at these, not at every consumer), whether the
+    kind is a durable or an implicit subscription's, and the events-out tally of its
+    consumer type. One per agent and kind, not per stream: six slots fewer a consumer.
+    """
+
+    __slots__ = ("context", "spawn", "working", "durable", "implicit", "tally")
+
+    def __init__(
+        self,
+        context: AgentContext,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
+        working: set[StreamConsumer],
+        *,
+        durable: bool = False,
+        implicit: bool = False,
+        tally: Tally | None = None,
+    ) -> None:
+        self.context = context
+        self.spawn = spawn
+        self.working = working
+        self.durable = durable
+        self.implicit = implicit  # an implicit activation is never faulted (as in Orleans)
+        self.tally = tally if tally is not None else Tally()
+
+
 class StreamConsumer:
     """One subscription on one stream, in the agent that owns the stream's queue."""
 
     # Slots, and no event until a task waits: an agent may hold many thousands of these.
+    # What the consumers of a kind share is in their ConsumerKind, and the stream id is the
+    # cursor's.
     __slots__ = (
         "subscription_id",
-        "stream_id",
+        "kind",
         "observer",
         "cursor",
-        "durable",
         "delivered_batches",
         "delivered_events",
         "failures",
         "faulted",
         "detached",
-        "_context",
         "_start_token",
         "_closed",
-        "_delivering",
         "_scope",
         "deadline",
         "_timed_out",
-        "_spawn",
         "_has_task",
         "_call_now",
-        "_steps_inline",
         "_begun",
-        "implicit",
         "_log_fields",
-        "_working",
         "reporting",
         "_filter",
-        "tally",
     )
 
     def __init__(
         self,
         subscription_id: str,
-        stream_id: StreamId,
         observer: Activation,
         cursor: QueueCacheCursor,
-        context: AgentContext,
+        kind: ConsumerKind,
         *,
         start_token: SequenceToken | None = None,
-        durable: bool = False,
-        implicit: bool = False,
         log_fields: Mapping[str, Any] | None = None,
-        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
-        working: set[StreamConsumer] | None = None,
         event_filter: EventFilter | None = None,
-        tally: Tally | None = None,
     ) -> None:
         self.subscription_id = subscription_id
-        self.tally = tally if tally is not None else Tally()  # its consumer type's events out
-        self.stream_id = stream_id
+        self.kind = kind
         self.observer = observer
         self.cursor = cursor
-        self.durable = durable
-        self.implicit = implicit  # an implicit activation is never faulted (as in Orleans)
         self.delivered_batches = 0
         self.delivered_events = 0  # status: events out, per second
         self.failures = 0
         self.faulted = False
         self.detached = 0
-        self._context = context
         self._start_token = start_token
         self._closed = False
-        self._delivering = False
         self._scope: anyio.CancelScope | None = None
+        # When the delivery in flight runs out of max_event_delivery_time; 0.0 (shared) while
+        # none is in flight, which is what "delivering" means here.
         self.deadline = 0.0
         self._timed_out = False
-        self._spawn = spawn  # starts a task in the agent's task group
         self._has_task = False
-        # The agent's consumers that have a task now (the only ones with anything in flight):
-        # its watchdog and drain look at these, not at every consumer.
-        self._working: set[StreamConsumer] = set() if working is None else working
         # The subscription's filter (subscribe(..., filter=)): evaluated by the task, which
         # can await the letters of the events it fails on, so such a consumer is never
         # delivered to inline. One slot, None for most consumers.
         self._filter = None if event_filter is None else _Filter(event_filter)
-        self._steps_inline = False
         self._call_now: Callable[[EventBatch], Awaitable[object] | None] | None = None
         self._bind(observer)
         # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
@@ -148,12 +156,23 @@ class StreamConsumer:
         # the runtime's time, which the watchdog must not cut short halfway.
         self.reporting = False
 
+    @property
+    def stream_id(self) -> StreamId:
+        return self.cursor.stream_id
+
+    @property
+    def durable(self) -> bool:
+        return self.kind.durable
+
+    @property
+    def implicit(self) -> bool:
+        return self.kind.implicit
+
     def _bind(self, observer: Activation) -> None:
         self.observer = observer
-        self._steps_inline = steps_inline(observer)  # an event-time activation's steps
         # None: only the task calls on_next (or, stepping inline, the observer's own call,
         # bound when it is made: a bound method kept per consumer is 64 bytes a stream).
-        inline = not self._steps_inline and self._filter is None
+        inline = not steps_inline(observer) and self._filter is None
         self._call_now = inline_on_next(observer) if inline else None
 
     def replace_observer(self, observer: Activation) -> None:
@@ -161,6 +180,11 @@ class StreamConsumer:
         without a token): the cursor, and so the position, stay; a delivery in flight
         finishes with the observer it began with."""
         self._bind(observer)
+
+    @property
+    def _delivering(self) -> bool:
+        """A delivery is in flight (begun, not yet finished)."""
+        return self.deadline != 0.0
 
     @property
     def closed(self) -> bool:
@@ -186,8 +210,9 @@ class StreamConsumer:
 
     def _start_task(self) -> None:
         self._has_task = True
-        self._working.add(self)
-        self._spawn(self.run)
+        kind = self.kind
+        kind.working.add(self)
+        kind.spawn(self.run)
 
     def _resume(self) -> None:
         """Have a task deliver: the running one looks at the cursor (and at close) before it
@@ -199,7 +224,7 @@ class StreamConsumer:
         """The agent added batches of this consumer's stream to the cache: deliver them here
         and now if ``on_next`` cannot suspend and no task is busy with this consumer, else
         leave them to a task. The agent calls it with the stream's log context set."""
-        if (self._call_now is not None or self._steps_inline) and not self._has_task and self._deliver_now():
+        if (self._call_now is not None or steps_inline(self.observer)) and not self._has_task and self._deliver_now():
             return
         self._resume()
 
@@ -227,7 +252,7 @@ class StreamConsumer:
                     return False
             self.delivered_batches += 1
             self.delivered_events += len(batch)
-            self.tally.events += len(batch)
+            self.kind.tally.events += len(batch)
             cursor.advance()
         return True
 
@@ -240,10 +265,9 @@ class StreamConsumer:
     ) -> None:
         """Leave a delivery begun in the agent for a task to finish: it counts as in
         flight (for ``idle``, the watchdog and detaching) until the task is done with it."""
-        self.deadline = time.monotonic() + self._context.options.max_event_delivery_time
-        self._delivering = True
+        self.deadline = time.monotonic() + self.kind.context.options.max_event_delivery_time
         self._begun = (cursor, item, batch, pending)
-        if not isinstance(pending, Exception) and not self._steps_inline:
+        if not isinstance(pending, Exception) and not steps_inline(self.observer):
             self._call_now = None  # it returns awaitables: a task calls it from now on
 
     async def _finish_begun(self) -> None:
@@ -257,10 +281,10 @@ class StreamConsumer:
                 await pending
                 self.delivered_batches += 1
                 self.delivered_events += len(batch)
-                self.tally.events += len(batch)
+                self.kind.tally.events += len(batch)
             except Exception as exc:
                 await self._failures().retry(item, batch, exc)
-        self._delivering = False
+        self.deadline = 0.0  # delivered
         cursor.advance()
 
     def close(self) -> None:
@@ -277,11 +301,12 @@ class StreamConsumer:
 
         A watchdog instead of a timeout around every batch: a deadline costs one float per
         delivery, where a timer per batch cost a quarter of the agent's time."""
-        if self._delivering and now > self.deadline and self._scope is not None:
+        deadline = self.deadline
+        if deadline and now > deadline and self._scope is not None:
             if self.observer.waiting_on_handoff or self.reporting:
                 # The runtime's own append is riding out an outage with the checkpoint held:
                 # not the consumer's time. It gets a whole limit again once the append is in.
-                self.deadline = now + self._context.options.max_event_delivery_time
+                self.deadline = now + self.kind.context.options.max_event_delivery_time
                 return
             self._timed_out = True
             self._scope.cancel()
@@ -295,7 +320,8 @@ class StreamConsumer:
                     await self._deliver_all()
                 if not self._timed_out:
                     return  # closed, or caught up with the agent delivering from here on
-                self._timed_out = self._delivering = False
+                self._timed_out = False
+                self.deadline = 0.0  # cut short: not in flight any more
                 item = self.cursor.current()
                 if item is not None:
                     await self._failures().failed(
@@ -303,18 +329,18 @@ class StreamConsumer:
                         self._batch_of(item),
                         DeliveryTimeoutError(
                             f"consumer {self.subscription_id} on {self.stream_id} took longer than "
-                            f"max_event_delivery_time ({self._context.options.max_event_delivery_time}s)"
+                            f"max_event_delivery_time ({self.kind.context.options.max_event_delivery_time}s)"
                         ),
                     )
                     self.cursor.advance()
         finally:
             self._scope = None  # the watchdog has nothing to cancel until the next task
             self._has_task = False
-            self._working.discard(self)
+            self.kind.working.discard(self)
             LOG_CONTEXT.reset(fields)
 
     async def _deliver_all(self) -> None:
-        limit = self._context.options.max_event_delivery_time
+        limit = self.kind.context.options.max_event_delivery_time
         while not self._closed or self._begun is not None:
             if self._begun is not None:  # finished even after close(), as a delivery in flight is
                 await self._finish_begun()
@@ -334,9 +360,8 @@ class StreamConsumer:
                 self.deadline = 0.0
                 return
             self.deadline = time.monotonic() + limit
-            self._delivering = True
             await self._deliver(item)
-            self._delivering = False
+            self.deadline = 0.0  # delivered
             cursor.advance()
 
     def detach(self, make_cursor: Callable[[int], QueueCacheCursor]) -> None:
@@ -371,7 +396,7 @@ class StreamConsumer:
                 await observer.on_watermark(float(item.container.values[0]))
             self.delivered_batches += 1
             self.delivered_events += len(data or ())
-            self.tally.events += len(data or ())
+            self.kind.tally.events += len(data or ())
         except Exception as exc:  # a consumer's bug must not stop the agent
             if data:  # data: retried
                 await self._failures().retry(item, data, exc)
@@ -413,7 +438,7 @@ class StreamConsumer:
     def count_delivered(self, batch: EventBatch) -> None:
         self.delivered_batches += 1
         self.delivered_events += len(batch)
-        self.tally.events += len(batch)
+        self.kind.tally.events += len(batch)
 
     def fault(self) -> None:
         """Closed for good by a failure (``fault_on_error``)."""
@@ -421,7 +446,7 @@ class StreamConsumer:
         self.cursor.close()
 
     def _failures(self) -> DeliveryFailures:
-        return DeliveryFailures(self, self._context)
+        return DeliveryFailures(self, self.kind.context)
 
     async def report_error(self, error: Exception) -> None:
         """Tell the consumer and the failure handler of an error outside a delivery
