@@ -89,8 +89,8 @@ class StreamConsumer:
     """One subscription on one stream, in the agent that owns the stream's queue."""
 
     # Slots, and no event until a task waits: an agent may hold many thousands of these.
-    # What the consumers of a kind share is in their ConsumerKind, and the stream id is the
-    # cursor's.
+    # What the consumers of a kind share is in their ConsumerKind, the stream id is the
+    # cursor's, and whether it has a task is whether it is in the kind's working set.
     __slots__ = (
         "subscription_id",
         "kind",
@@ -98,20 +98,12 @@ class StreamConsumer:
         "cursor",
         "delivered_batches",
         "delivered_events",
-        "failures",
-        "faulted",
-        "detached",
-        "_start_token",
         "_closed",
         "_scope",
         "deadline",
-        "_timed_out",
-        "_has_task",
         "_call_now",
-        "_begun",
         "_log_fields",
-        "reporting",
-        "_filter",
+        "_extras",
     )
 
     def __init__(
@@ -131,30 +123,70 @@ class StreamConsumer:
         self.cursor = cursor
         self.delivered_batches = 0
         self.delivered_events = 0  # status: events out, per second
-        self.failures = 0
-        self.faulted = False
-        self.detached = 0
-        self._start_token = start_token
+        # What few consumers have (a token, a filter, a failure...): made on first need.
+        self._extras: _Extras | None = None
+        if start_token is not None:
+            self._more().start_token = start_token
         self._closed = False
         self._scope: anyio.CancelScope | None = None
         # When the delivery in flight runs out of max_event_delivery_time; 0.0 (shared) while
         # none is in flight, which is what "delivering" means here.
         self.deadline = 0.0
-        self._timed_out = False
-        self._has_task = False
-        # The subscription's filter (subscribe(..., filter=)): evaluated by the task, which
-        # can await the letters of the events it fails on, so such a consumer is never
-        # delivered to inline. One slot, None for most consumers.
-        self._filter = None if event_filter is None else _Filter(event_filter)
+        if event_filter is not None:
+            self._more().filter = _Filter(event_filter)
         self._call_now: Callable[[EventBatch], Awaitable[object] | None] | None = None
         self._bind(observer)
-        # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
-        self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
-        # Worker, queue and stream, for the consumer's own log lines.
-        self._log_fields = log_fields if log_fields is not None else {}
-        # Reporting a failure (letters, on_error within its own limit, the failure handler):
-        # the runtime's time, which the watchdog must not cut short halfway.
-        self.reporting = False
+        self._log_fields = log_fields if log_fields is not None else {}  # worker, queue, stream
+
+    def _more(self) -> _Extras:
+        extras = self._extras
+        if extras is None:
+            extras = self._extras = _Extras()
+        return extras
+
+    @property
+    def failures(self) -> int:
+        """Deliveries that failed for good (dead-lettered)."""
+        return 0 if self._extras is None else self._extras.failures
+
+    @failures.setter
+    def failures(self, value: int) -> None:
+        self._more().failures = value
+
+    @property
+    def faulted(self) -> bool:
+        """Closed for good by a failure (``fault_on_error``)."""
+        return self._extras is not None and self._extras.faulted
+
+    @faulted.setter
+    def faulted(self, value: bool) -> None:
+        self._more().faulted = value
+
+    @property
+    def reporting(self) -> bool:
+        """Reporting a failure: the runtime's time, which the watchdog leaves alone."""
+        return self._extras is not None and self._extras.reporting
+
+    @reporting.setter
+    def reporting(self, value: bool) -> None:
+        self._more().reporting = value
+
+    @property
+    def detached(self) -> int:
+        """Times moved off the cache onto the durable queue."""
+        return 0 if self._extras is None else self._extras.detached
+
+    @property
+    def _filter(self) -> _Filter | None:
+        return None if self._extras is None else self._extras.filter
+
+    @property
+    def _begun(self) -> tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None:
+        return None if self._extras is None else self._extras.begun
+
+    @property
+    def _has_task(self) -> bool:  # a task of its own delivers (or is about to): the agent leaves it be
+        return self in self.kind.working
 
     @property
     def stream_id(self) -> StreamId:
@@ -209,7 +241,6 @@ class StreamConsumer:
             self._start_task()
 
     def _start_task(self) -> None:
-        self._has_task = True
         kind = self.kind
         kind.working.add(self)
         kind.spawn(self.run)
@@ -266,14 +297,15 @@ class StreamConsumer:
         """Leave a delivery begun in the agent for a task to finish: it counts as in
         flight (for ``idle``, the watchdog and detaching) until the task is done with it."""
         self.deadline = time.monotonic() + self.kind.context.options.max_event_delivery_time
-        self._begun = (cursor, item, batch, pending)
+        self._more().begun = (cursor, item, batch, pending)
         if not isinstance(pending, Exception) and not steps_inline(self.observer):
             self._call_now = None  # it returns awaitables: a task calls it from now on
 
     async def _finish_begun(self) -> None:
-        assert self._begun is not None
-        cursor, item, batch, pending = self._begun
-        self._begun = None
+        extras = self._extras
+        assert extras is not None and extras.begun is not None
+        cursor, item, batch, pending = extras.begun
+        extras.begun = None
         if isinstance(pending, Exception):
             await self._failures().retry(item, batch, pending)
         else:
@@ -308,7 +340,7 @@ class StreamConsumer:
                 # not the consumer's time. It gets a whole limit again once the append is in.
                 self.deadline = now + self.kind.context.options.max_event_delivery_time
                 return
-            self._timed_out = True
+            self._more().timed_out = True
             self._scope.cancel()
 
     async def run(self) -> None:
@@ -318,9 +350,10 @@ class StreamConsumer:
                 with anyio.CancelScope() as scope:
                     self._scope = scope
                     await self._deliver_all()
-                if not self._timed_out:
+                extras = self._extras
+                if extras is None or not extras.timed_out:
                     return  # closed, or caught up with the agent delivering from here on
-                self._timed_out = False
+                extras.timed_out = False
                 self.deadline = 0.0  # cut short: not in flight any more
                 item = self.cursor.current()
                 if item is not None:
@@ -335,7 +368,6 @@ class StreamConsumer:
                     self.cursor.advance()
         finally:
             self._scope = None  # the watchdog has nothing to cancel until the next task
-            self._has_task = False
             self.kind.working.discard(self)
             LOG_CONTEXT.reset(fields)
 
@@ -376,7 +408,7 @@ class StreamConsumer:
         start = item.last + 1 if self._delivering else item.start
         old, self.cursor = self.cursor, make_cursor(start)
         old.close()
-        self.detached += 1
+        self._more().detached += 1
         self._resume()
 
     async def _deliver(self, item: CachedBatch) -> None:
@@ -428,9 +460,9 @@ class StreamConsumer:
 
     def _batch_of(self, item: CachedBatch) -> EventBatch:
         events = item.events
-        start = self._start_token
-        if start is not None:
-            self._start_token = None
+        extras = self._extras
+        if extras is not None and extras.start_token is not None:
+            start, extras.start_token = extras.start_token, None
             if start.sequence_number == item.sequence and start.event_index:
                 return events.from_index(start.event_index)
         return events
@@ -452,6 +484,29 @@ class StreamConsumer:
         """Tell the consumer and the failure handler of an error outside a delivery
         (a cache miss when its cursor was created)."""
         await self._failures().report_error(error)
+
+
+class _Extras:
+    """What only some consumers have (a filter, a token inside a batch) or have after a
+    rare event (a failure, a timeout, a detach, a delivery begun inline and left to a
+    task): one object made on first need, so the many quiet consumers carry one empty slot
+    for all of it."""
+
+    __slots__ = ("failures", "faulted", "detached", "reporting", "timed_out", "start_token", "filter", "begun")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.faulted = False
+        self.detached = 0
+        self.reporting = False
+        self.timed_out = False  # the watchdog cut the delivery in flight short
+        self.start_token: SequenceToken | None = None  # the subscription's, until its batch is delivered
+        # The subscription's filter (subscribe(..., filter=)): evaluated by the task, which
+        # can await the letters of the events it fails on, so such a consumer is never
+        # delivered to inline.
+        self.filter: _Filter | None = None
+        # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
+        self.begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
 
 
 class _Filter:
