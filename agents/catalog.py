@@ -207,7 +207,7 @@ class StreamConsumers:
         self,
         context: AgentContext,
         cursors: Cursors,
-        working: set[StreamConsumer],
+        working: dict[StreamConsumer, anyio.CancelScope | None],
         spawn: Spawn,
         types: ConsumerTypes,
         first: FirstContact,
@@ -340,7 +340,7 @@ class Catalog:
         queue: QueueId,
         context: AgentContext,
         cursors: Cursors,
-        working: set[StreamConsumer],
+        working: dict[StreamConsumer, anyio.CancelScope | None],
         spawn: Spawn,
         on_change: Callable[[TimedActivation], None],
     ) -> None:

@@ -63,6 +63,8 @@ class ConsumerKind:
     a task now (its watchdog and drain look at these, not at every consumer), whether the
     kind is a durable or an implicit subscription's, and the events-out tally of its
     consumer type. One per agent and kind, not per stream: six slots fewer a consumer.
+    The working consumers map to the cancel scope of their task's delivery (None until the
+    task has begun).
     """
 
     __slots__ = ("context", "spawn", "working", "durable", "implicit", "tally")
@@ -71,7 +73,7 @@ class ConsumerKind:
         self,
         context: AgentContext,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
-        working: set[StreamConsumer],
+        working: dict[StreamConsumer, anyio.CancelScope | None],
         *,
         durable: bool = False,
         implicit: bool = False,
@@ -90,7 +92,8 @@ class StreamConsumer:
 
     # Slots, and no event until a task waits: an agent may hold many thousands of these.
     # What the consumers of a kind share is in their ConsumerKind, the stream id is the
-    # cursor's, and whether it has a task is whether it is in the kind's working set.
+    # cursor's, whether it has a task is whether it is in the kind's working map (with the
+    # task's cancel scope), and whether it is closed is whether its cursor is.
     __slots__ = (
         "subscription_id",
         "kind",
@@ -98,8 +101,6 @@ class StreamConsumer:
         "cursor",
         "delivered_batches",
         "delivered_events",
-        "_closed",
-        "_scope",
         "deadline",
         "_call_now",
         "_log_fields",
@@ -127,8 +128,6 @@ class StreamConsumer:
         self._extras: _Extras | None = None
         if start_token is not None:
             self._more().start_token = start_token
-        self._closed = False
-        self._scope: anyio.CancelScope | None = None
         # When the delivery in flight runs out of max_event_delivery_time; 0.0 (shared) while
         # none is in flight, which is what "delivering" means here.
         self.deadline = 0.0
@@ -221,7 +220,7 @@ class StreamConsumer:
     @property
     def closed(self) -> bool:
         """Closed: unsubscribed, its stream deactivated, or faulted by a failure."""
-        return self._closed
+        return self.cursor.closed
 
     @property
     def idle(self) -> bool:
@@ -231,7 +230,7 @@ class StreamConsumer:
         if self._delivering:
             return False
         cursor = self.cursor
-        return self._closed or (cursor.current() is None and not cursor.needs_fill)
+        return cursor.closed or (cursor.current() is None and not cursor.needs_fill)
 
     def start(self) -> None:
         """Begin delivering: a task catches up with what the cursor holds (none is needed
@@ -242,13 +241,13 @@ class StreamConsumer:
 
     def _start_task(self) -> None:
         kind = self.kind
-        kind.working.add(self)
+        kind.working[self] = None  # its scope once the task has begun
         kind.spawn(self.run)
 
     def _resume(self) -> None:
         """Have a task deliver: the running one looks at the cursor (and at close) before it
         ends, so it needs no wake-up; else start one."""
-        if not self._has_task and not self._closed:
+        if not self._has_task and not self.cursor.closed:
             self._start_task()
 
     def data_arrived(self) -> None:
@@ -265,7 +264,7 @@ class StreamConsumer:
         cursor, call = self.cursor, self._call_now or inline_on_next(self.observer)
         assert call is not None
         # The log context is the agent's to set here: once per stream for all its consumers.
-        while not self._closed:
+        while not cursor.closed:
             item = cursor.current()
             if item is None:
                 return not cursor.needs_fill
@@ -321,12 +320,12 @@ class StreamConsumer:
 
     def close(self) -> None:
         """Stop delivering. An idle consumer stops at once; a busy one after its batch."""
-        if self._closed:
+        if self.cursor.closed:
             return
-        self._closed = True
         self.cursor.close()
-        if self._scope is not None and not self._delivering:
-            self._scope.cancel()
+        scope = self.kind.working.get(self)
+        if scope is not None and not self._delivering:
+            scope.cancel()
 
     def check_deadline(self, now: float) -> None:
         """Called by the agent's timer: cancel a delivery past ``max_event_delivery_time``.
@@ -334,21 +333,22 @@ class StreamConsumer:
         A watchdog instead of a timeout around every batch: a deadline costs one float per
         delivery, where a timer per batch cost a quarter of the agent's time."""
         deadline = self.deadline
-        if deadline and now > deadline and self._scope is not None:
+        scope = self.kind.working.get(self) if deadline else None
+        if deadline and now > deadline and scope is not None:
             if self.observer.waiting_on_handoff or self.reporting:
                 # The runtime's own append is riding out an outage with the checkpoint held:
                 # not the consumer's time. It gets a whole limit again once the append is in.
                 self.deadline = now + self.kind.context.options.max_event_delivery_time
                 return
             self._more().timed_out = True
-            self._scope.cancel()
+            scope.cancel()
 
     async def run(self) -> None:
         fields = LOG_CONTEXT.set(self._log_fields)  # the task's own context: for all it delivers
         try:
             while True:
                 with anyio.CancelScope() as scope:
-                    self._scope = scope
+                    self.kind.working[self] = scope
                     await self._deliver_all()
                 extras = self._extras
                 if extras is None or not extras.timed_out:
@@ -367,13 +367,12 @@ class StreamConsumer:
                     )
                     self.cursor.advance()
         finally:
-            self._scope = None  # the watchdog has nothing to cancel until the next task
-            self.kind.working.discard(self)
+            self.kind.working.pop(self, None)  # the watchdog has nothing to cancel until the next task
             LOG_CONTEXT.reset(fields)
 
     async def _deliver_all(self) -> None:
         limit = self.kind.context.options.max_event_delivery_time
-        while not self._closed or self._begun is not None:
+        while not self.cursor.closed or self._begun is not None:
             if self._begun is not None:  # finished even after close(), as a delivery in flight is
                 await self._finish_begun()
                 continue
@@ -400,7 +399,7 @@ class StreamConsumer:
         """Move this consumer off the cache onto a cursor of its own over the durable queue,
         from the batch it still needs (``make_cursor(sequence_number)``)."""
         item = self.cursor.current()
-        if item is None or self._closed:
+        if item is None or self.cursor.closed:
             return
         # Mid-delivery, the batch is being finished: the new cursor starts after it (after
         # its last record: a group of records holds several). A cursor that began inside a
@@ -474,7 +473,6 @@ class StreamConsumer:
 
     def fault(self) -> None:
         """Closed for good by a failure (``fault_on_error``)."""
-        self._closed = True
         self.cursor.close()
 
     def _failures(self) -> DeliveryFailures:

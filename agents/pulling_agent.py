@@ -154,7 +154,7 @@ class PullingAgent:
         self._gathers = receiver.gathers_containers
         # Kept proportional to the work at hand, not to the streams held: the consumers with
         # a task now, and the holds and next ticks of the event-time activations.
-        self._working: set[StreamConsumer] = set()
+        self._working: dict[StreamConsumer, anyio.CancelScope | None] = {}
         self._holds = Holds()
         self._cursors = Cursors(queue, receiver, cache, context.options)
         self._catalog = Catalog(queue, context, self._cursors, self._working, self._spawn, self._holds.on_change)
