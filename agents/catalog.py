@@ -27,7 +27,7 @@ from agents.checkpoint import ActivationStates, KeyedMinHeap, StateKey
 from agents.context import AgentContext
 from agents.counters import FateCounts
 from agents.cursors import Cursors
-from agents.delivery import StreamConsumer
+from agents.delivery import ConsumerKind, StreamConsumer
 from agents.durable import DurableActivation
 from agents.event_time_observer import EventTimeObserver, declared_event_time
 from agents.first_contact import ConsumerTypes, FirstContact
@@ -39,7 +39,7 @@ from streams.adapters.protocols import StateLookup
 from streams.core.deadletters import QueueDeadLetters
 from streams.core.errors import CacheMissError
 from streams.core.ids import QueueId, SequenceToken, StreamId
-from streams.core.logcontext import LOG_CONTEXT
+from streams.core.logcontext import LOG_CONTEXT, DeliveryFields
 from streams.core.observer import EventFilter, as_observer
 from streams.core.pubsub import SubscriptionRecord, SubscriptionState
 from streams.core.state import StateError, TimerTable, next_processing_timer, state_ttl, timers_of
@@ -56,19 +56,22 @@ class Spawn(Protocol):
     def __call__(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], /, *args: *Ts) -> None: ...
 
 
-class StreamState:
+class StreamState(DeliveryFields):
     """What the agent knows of one active stream: its consumers (by subscription id) and
     the activations they deliver to (by consumer type).
 
     A worker holds one per active stream, most with one consumer and one activation: those
     are kept in slots, and a dict is made only for a second (a dict of one entry was over
-    200 bytes a stream, and one more object for the collector to walk).
+    200 bytes a stream, and one more object for the collector to walk). It is also the log
+    context of the stream's deliveries (``worker``, ``queue``, ``stream``, read as a
+    mapping), set as :data:`~streams.core.logcontext.LOG_CONTEXT` around them: one object a
+    stream, not a second one of 64 bytes for its fields.
     """
 
-    __slots__ = ("_consumers", "_activation_type", "_activations", "last_activity", "opening", "log_fields")
+    __slots__ = ("_consumers", "_activation_type", "_activations", "last_activity", "opening")
 
-    def __init__(self, log_fields: Mapping[str, Any]) -> None:
-        self.log_fields = log_fields  # worker, queue, stream: the log context of its deliveries
+    def __init__(self, worker: str | None, queue: QueueId, stream: StreamId) -> None:
+        super().__init__(worker, queue, stream)
         self._consumers: StreamConsumer | dict[str, StreamConsumer] | None = None
         # consumer type -> what is delivered to: the one (its type in _activation_type), or a dict
         self._activation_type: type | None = None
@@ -77,6 +80,10 @@ class StreamState:
         # None once every consumer is attached: a plain attribute test on the hot path. An
         # event is made only for a batch that has to wait (True: opening, nobody waits).
         self.opening: anyio.Event | Literal[True] | None = True
+
+    # A stream's state is itself, not the fields it logs with (which a Mapping compares).
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     async def opened(self) -> None:
         """Return once every consumer is attached."""
@@ -194,13 +201,13 @@ class StreamConsumers:
     consumer of a stream as it becomes active (its implicit activations, the in-process
     observers, the durable subscriptions), and a subscription made while it is."""
 
-    __slots__ = ("_context", "_registry", "_cursors", "_working", "_spawn", "_types", "_first", "_activation")
+    __slots__ = ("_context", "_registry", "_cursors", "_working", "_spawn", "_types", "_first", "_activation", "_kinds")
 
     def __init__(
         self,
         context: AgentContext,
         cursors: Cursors,
-        working: set[StreamConsumer],
+        working: dict[StreamConsumer, anyio.CancelScope | None],
         spawn: Spawn,
         types: ConsumerTypes,
         first: FirstContact,
@@ -214,6 +221,8 @@ class StreamConsumers:
         self._types = types
         self._first = first  # the subscriptions of the read's new streams, read together
         self._activation = activation  # the activation of a stream and consumer type (made once)
+        # (consumer type, durable, implicit) -> what its consumers share, made once
+        self._kinds: dict[tuple[type | None, bool, bool], ConsumerKind] = {}
 
     async def attach_all(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
         """Attach every consumer of the newly active stream ``sid`` (but ``skip``, which the
@@ -295,23 +304,31 @@ class StreamConsumers:
         cursor, miss = self._cursors.open(sid, token)
         consumer = StreamConsumer(
             subscription_id,
-            sid,
             observer,
             cursor,
-            self._context,
+            self._kind(options.get("of_type"), options.get("durable", False), options.get("implicit", False)),
             start_token=None if miss else token,
-            durable=options.get("durable", False),
-            implicit=options.get("implicit", False),
-            log_fields=state.log_fields,
-            spawn=self._spawn,
-            working=self._working,
+            log_fields=state,
             event_filter=options.get("event_filter"),
-            tally=self._types.tally(options.get("of_type")),
         )
         state.add_consumer(consumer)
         if start:
             consumer.start()
         return consumer, miss
+
+    def _kind(self, of_type: type | None, durable: bool, implicit: bool) -> ConsumerKind:
+        key = (of_type, durable, implicit)
+        kind = self._kinds.get(key)
+        if kind is None:
+            kind = self._kinds[key] = ConsumerKind(
+                self._context,
+                self._spawn,
+                self._working,
+                durable=durable,
+                implicit=implicit,
+                tally=self._types.tally(of_type),
+            )
+        return kind
 
 
 class Catalog:
@@ -323,7 +340,7 @@ class Catalog:
         queue: QueueId,
         context: AgentContext,
         cursors: Cursors,
-        working: set[StreamConsumer],
+        working: dict[StreamConsumer, anyio.CancelScope | None],
         spawn: Spawn,
         on_change: Callable[[TimedActivation], None],
     ) -> None:
@@ -468,7 +485,7 @@ class Catalog:
             timed, instance = self._make(cls, sid)
             observer = timed if timed is not None else as_observer(instance)
         if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
-            self._spawn(call_hook, instance, "on_activate", state.log_fields)
+            self._spawn(call_hook, instance, "on_activate", state)
         return observer
 
     def first_contact(self, sids: Collection[StreamId]) -> AbstractAsyncContextManager[None]:
@@ -624,7 +641,7 @@ class Catalog:
                 gone.append(timed)
         for instance in ended:
             if hasattr(instance, "on_deactivate"):
-                self._spawn(call_hook, instance, "on_deactivate", state.log_fields)
+                self._spawn(call_hook, instance, "on_deactivate", state)
         return gone
 
     def _end(self, cls: type, timed: TimedActivation, state: StreamState, *, stopping: bool) -> None:

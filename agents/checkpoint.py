@@ -284,6 +284,9 @@ class Holds:
             if states is not None:
                 states.changed(activation)
             ticks.set(activation, activation.next_tick())
+        # Emptied by pop(), a set keeps its table: one that took a burst of thousands of
+        # streams would keep that room for good. clear() lets it go.
+        changed.clear()
 
     def oldest(self) -> float | None:
         """The oldest queue position an activation holds (None: none)."""

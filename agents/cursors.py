@@ -111,6 +111,10 @@ class RewindCursor:
         elif self._buffer:
             self._buffer.popleft()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         self._closed = True
         if self._joined is not None:

@@ -57,103 +57,153 @@ from streams.core.observer import EventFilter, is_coroutine_function, is_inline
 log = logging.getLogger("headrace.agent")
 
 
+class ConsumerKind:
+    """What a consumer shares with the others of its kind in one agent: the agent's context,
+    how it starts a task (in the agent's task group), the agent's set of consumers that have
+    a task now (its watchdog and drain look at these, not at every consumer), whether the
+    kind is a durable or an implicit subscription's, and the events-out tally of its
+    consumer type. One per agent and kind, not per stream: six slots fewer a consumer.
+    The working consumers map to the cancel scope of their task's delivery (None until the
+    task has begun).
+    """
+
+    __slots__ = ("context", "spawn", "working", "durable", "implicit", "tally")
+
+    def __init__(
+        self,
+        context: AgentContext,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
+        working: dict[StreamConsumer, anyio.CancelScope | None],
+        *,
+        durable: bool = False,
+        implicit: bool = False,
+        tally: Tally | None = None,
+    ) -> None:
+        self.context = context
+        self.spawn = spawn
+        self.working = working
+        self.durable = durable
+        self.implicit = implicit  # an implicit activation is never faulted (as in Orleans)
+        self.tally = tally if tally is not None else Tally()
+
+
 class StreamConsumer:
     """One subscription on one stream, in the agent that owns the stream's queue."""
 
     # Slots, and no event until a task waits: an agent may hold many thousands of these.
+    # What the consumers of a kind share is in their ConsumerKind, the stream id is the
+    # cursor's, whether it has a task is whether it is in the kind's working map (with the
+    # task's cancel scope), and whether it is closed is whether its cursor is.
     __slots__ = (
         "subscription_id",
-        "stream_id",
+        "kind",
         "observer",
         "cursor",
-        "durable",
         "delivered_batches",
         "delivered_events",
-        "failures",
-        "faulted",
-        "detached",
-        "_context",
-        "_start_token",
-        "_closed",
-        "_delivering",
-        "_scope",
         "deadline",
-        "_timed_out",
-        "_spawn",
-        "_has_task",
         "_call_now",
-        "_steps_inline",
-        "_begun",
-        "implicit",
         "_log_fields",
-        "_working",
-        "reporting",
-        "_filter",
-        "tally",
+        "_extras",
     )
 
     def __init__(
         self,
         subscription_id: str,
-        stream_id: StreamId,
         observer: Activation,
         cursor: QueueCacheCursor,
-        context: AgentContext,
+        kind: ConsumerKind,
         *,
         start_token: SequenceToken | None = None,
-        durable: bool = False,
-        implicit: bool = False,
         log_fields: Mapping[str, Any] | None = None,
-        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
-        working: set[StreamConsumer] | None = None,
         event_filter: EventFilter | None = None,
-        tally: Tally | None = None,
     ) -> None:
         self.subscription_id = subscription_id
-        self.tally = tally if tally is not None else Tally()  # its consumer type's events out
-        self.stream_id = stream_id
+        self.kind = kind
         self.observer = observer
         self.cursor = cursor
-        self.durable = durable
-        self.implicit = implicit  # an implicit activation is never faulted (as in Orleans)
         self.delivered_batches = 0
         self.delivered_events = 0  # status: events out, per second
-        self.failures = 0
-        self.faulted = False
-        self.detached = 0
-        self._context = context
-        self._start_token = start_token
-        self._closed = False
-        self._delivering = False
-        self._scope: anyio.CancelScope | None = None
+        # What few consumers have (a token, a filter, a failure...): made on first need.
+        self._extras: _Extras | None = None
+        if start_token is not None:
+            self._more().start_token = start_token
+        # When the delivery in flight runs out of max_event_delivery_time; 0.0 (shared) while
+        # none is in flight, which is what "delivering" means here.
         self.deadline = 0.0
-        self._timed_out = False
-        self._spawn = spawn  # starts a task in the agent's task group
-        self._has_task = False
-        # The agent's consumers that have a task now (the only ones with anything in flight):
-        # its watchdog and drain look at these, not at every consumer.
-        self._working: set[StreamConsumer] = set() if working is None else working
-        # The subscription's filter (subscribe(..., filter=)): evaluated by the task, which
-        # can await the letters of the events it fails on, so such a consumer is never
-        # delivered to inline. One slot, None for most consumers.
-        self._filter = None if event_filter is None else _Filter(event_filter)
-        self._steps_inline = False
+        if event_filter is not None:
+            self._more().filter = _Filter(event_filter)
         self._call_now: Callable[[EventBatch], Awaitable[object] | None] | None = None
         self._bind(observer)
-        # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
-        self._begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
-        # Worker, queue and stream, for the consumer's own log lines.
-        self._log_fields = log_fields if log_fields is not None else {}
-        # Reporting a failure (letters, on_error within its own limit, the failure handler):
-        # the runtime's time, which the watchdog must not cut short halfway.
-        self.reporting = False
+        self._log_fields = log_fields if log_fields is not None else {}  # worker, queue, stream
+
+    def _more(self) -> _Extras:
+        extras = self._extras
+        if extras is None:
+            extras = self._extras = _Extras()
+        return extras
+
+    @property
+    def failures(self) -> int:
+        """Deliveries that failed for good (dead-lettered)."""
+        return 0 if self._extras is None else self._extras.failures
+
+    @failures.setter
+    def failures(self, value: int) -> None:
+        self._more().failures = value
+
+    @property
+    def faulted(self) -> bool:
+        """Closed for good by a failure (``fault_on_error``)."""
+        return self._extras is not None and self._extras.faulted
+
+    @faulted.setter
+    def faulted(self, value: bool) -> None:
+        self._more().faulted = value
+
+    @property
+    def reporting(self) -> bool:
+        """Reporting a failure: the runtime's time, which the watchdog leaves alone."""
+        return self._extras is not None and self._extras.reporting
+
+    @reporting.setter
+    def reporting(self, value: bool) -> None:
+        self._more().reporting = value
+
+    @property
+    def detached(self) -> int:
+        """Times moved off the cache onto the durable queue."""
+        return 0 if self._extras is None else self._extras.detached
+
+    @property
+    def _filter(self) -> _Filter | None:
+        return None if self._extras is None else self._extras.filter
+
+    @property
+    def _begun(self) -> tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None:
+        return None if self._extras is None else self._extras.begun
+
+    @property
+    def _has_task(self) -> bool:  # a task of its own delivers (or is about to): the agent leaves it be
+        return self in self.kind.working
+
+    @property
+    def stream_id(self) -> StreamId:
+        return self.cursor.stream_id
+
+    @property
+    def durable(self) -> bool:
+        return self.kind.durable
+
+    @property
+    def implicit(self) -> bool:
+        return self.kind.implicit
 
     def _bind(self, observer: Activation) -> None:
         self.observer = observer
-        self._steps_inline = steps_inline(observer)  # an event-time activation's steps
         # None: only the task calls on_next (or, stepping inline, the observer's own call,
         # bound when it is made: a bound method kept per consumer is 64 bytes a stream).
-        inline = not self._steps_inline and self._filter is None
+        inline = not steps_inline(observer) and self._filter is None
         self._call_now = inline_on_next(observer) if inline else None
 
     def replace_observer(self, observer: Activation) -> None:
@@ -163,9 +213,14 @@ class StreamConsumer:
         self._bind(observer)
 
     @property
+    def _delivering(self) -> bool:
+        """A delivery is in flight (begun, not yet finished)."""
+        return self.deadline != 0.0
+
+    @property
     def closed(self) -> bool:
         """Closed: unsubscribed, its stream deactivated, or faulted by a failure."""
-        return self._closed
+        return self.cursor.closed
 
     @property
     def idle(self) -> bool:
@@ -175,7 +230,7 @@ class StreamConsumer:
         if self._delivering:
             return False
         cursor = self.cursor
-        return self._closed or (cursor.current() is None and not cursor.needs_fill)
+        return cursor.closed or (cursor.current() is None and not cursor.needs_fill)
 
     def start(self) -> None:
         """Begin delivering: a task catches up with what the cursor holds (none is needed
@@ -185,21 +240,21 @@ class StreamConsumer:
             self._start_task()
 
     def _start_task(self) -> None:
-        self._has_task = True
-        self._working.add(self)
-        self._spawn(self.run)
+        kind = self.kind
+        kind.working[self] = None  # its scope once the task has begun
+        kind.spawn(self.run)
 
     def _resume(self) -> None:
         """Have a task deliver: the running one looks at the cursor (and at close) before it
         ends, so it needs no wake-up; else start one."""
-        if not self._has_task and not self._closed:
+        if not self._has_task and not self.cursor.closed:
             self._start_task()
 
     def data_arrived(self) -> None:
         """The agent added batches of this consumer's stream to the cache: deliver them here
         and now if ``on_next`` cannot suspend and no task is busy with this consumer, else
         leave them to a task. The agent calls it with the stream's log context set."""
-        if (self._call_now is not None or self._steps_inline) and not self._has_task and self._deliver_now():
+        if (self._call_now is not None or steps_inline(self.observer)) and not self._has_task and self._deliver_now():
             return
         self._resume()
 
@@ -209,7 +264,7 @@ class StreamConsumer:
         cursor, call = self.cursor, self._call_now or inline_on_next(self.observer)
         assert call is not None
         # The log context is the agent's to set here: once per stream for all its consumers.
-        while not self._closed:
+        while not cursor.closed:
             item = cursor.current()
             if item is None:
                 return not cursor.needs_fill
@@ -227,7 +282,7 @@ class StreamConsumer:
                     return False
             self.delivered_batches += 1
             self.delivered_events += len(batch)
-            self.tally.events += len(batch)
+            self.kind.tally.events += len(batch)
             cursor.advance()
         return True
 
@@ -240,16 +295,16 @@ class StreamConsumer:
     ) -> None:
         """Leave a delivery begun in the agent for a task to finish: it counts as in
         flight (for ``idle``, the watchdog and detaching) until the task is done with it."""
-        self.deadline = time.monotonic() + self._context.options.max_event_delivery_time
-        self._delivering = True
-        self._begun = (cursor, item, batch, pending)
-        if not isinstance(pending, Exception) and not self._steps_inline:
+        self.deadline = time.monotonic() + self.kind.context.options.max_event_delivery_time
+        self._more().begun = (cursor, item, batch, pending)
+        if not isinstance(pending, Exception) and not steps_inline(self.observer):
             self._call_now = None  # it returns awaitables: a task calls it from now on
 
     async def _finish_begun(self) -> None:
-        assert self._begun is not None
-        cursor, item, batch, pending = self._begun
-        self._begun = None
+        extras = self._extras
+        assert extras is not None and extras.begun is not None
+        cursor, item, batch, pending = extras.begun
+        extras.begun = None
         if isinstance(pending, Exception):
             await self._failures().retry(item, batch, pending)
         else:
@@ -257,45 +312,49 @@ class StreamConsumer:
                 await pending
                 self.delivered_batches += 1
                 self.delivered_events += len(batch)
-                self.tally.events += len(batch)
+                self.kind.tally.events += len(batch)
             except Exception as exc:
                 await self._failures().retry(item, batch, exc)
-        self._delivering = False
+        self.deadline = 0.0  # delivered
         cursor.advance()
 
     def close(self) -> None:
         """Stop delivering. An idle consumer stops at once; a busy one after its batch."""
-        if self._closed:
+        if self.cursor.closed:
             return
-        self._closed = True
         self.cursor.close()
-        if self._scope is not None and not self._delivering:
-            self._scope.cancel()
+        scope = self.kind.working.get(self)
+        if scope is not None and not self._delivering:
+            scope.cancel()
 
     def check_deadline(self, now: float) -> None:
         """Called by the agent's timer: cancel a delivery past ``max_event_delivery_time``.
 
         A watchdog instead of a timeout around every batch: a deadline costs one float per
         delivery, where a timer per batch cost a quarter of the agent's time."""
-        if self._delivering and now > self.deadline and self._scope is not None:
+        deadline = self.deadline
+        scope = self.kind.working.get(self) if deadline else None
+        if deadline and now > deadline and scope is not None:
             if self.observer.waiting_on_handoff or self.reporting:
                 # The runtime's own append is riding out an outage with the checkpoint held:
                 # not the consumer's time. It gets a whole limit again once the append is in.
-                self.deadline = now + self._context.options.max_event_delivery_time
+                self.deadline = now + self.kind.context.options.max_event_delivery_time
                 return
-            self._timed_out = True
-            self._scope.cancel()
+            self._more().timed_out = True
+            scope.cancel()
 
     async def run(self) -> None:
         fields = LOG_CONTEXT.set(self._log_fields)  # the task's own context: for all it delivers
         try:
             while True:
                 with anyio.CancelScope() as scope:
-                    self._scope = scope
+                    self.kind.working[self] = scope
                     await self._deliver_all()
-                if not self._timed_out:
+                extras = self._extras
+                if extras is None or not extras.timed_out:
                     return  # closed, or caught up with the agent delivering from here on
-                self._timed_out = self._delivering = False
+                extras.timed_out = False
+                self.deadline = 0.0  # cut short: not in flight any more
                 item = self.cursor.current()
                 if item is not None:
                     await self._failures().failed(
@@ -303,19 +362,17 @@ class StreamConsumer:
                         self._batch_of(item),
                         DeliveryTimeoutError(
                             f"consumer {self.subscription_id} on {self.stream_id} took longer than "
-                            f"max_event_delivery_time ({self._context.options.max_event_delivery_time}s)"
+                            f"max_event_delivery_time ({self.kind.context.options.max_event_delivery_time}s)"
                         ),
                     )
                     self.cursor.advance()
         finally:
-            self._scope = None  # the watchdog has nothing to cancel until the next task
-            self._has_task = False
-            self._working.discard(self)
+            self.kind.working.pop(self, None)  # the watchdog has nothing to cancel until the next task
             LOG_CONTEXT.reset(fields)
 
     async def _deliver_all(self) -> None:
-        limit = self._context.options.max_event_delivery_time
-        while not self._closed or self._begun is not None:
+        limit = self.kind.context.options.max_event_delivery_time
+        while not self.cursor.closed or self._begun is not None:
             if self._begun is not None:  # finished even after close(), as a delivery in flight is
                 await self._finish_begun()
                 continue
@@ -334,16 +391,15 @@ class StreamConsumer:
                 self.deadline = 0.0
                 return
             self.deadline = time.monotonic() + limit
-            self._delivering = True
             await self._deliver(item)
-            self._delivering = False
+            self.deadline = 0.0  # delivered
             cursor.advance()
 
     def detach(self, make_cursor: Callable[[int], QueueCacheCursor]) -> None:
         """Move this consumer off the cache onto a cursor of its own over the durable queue,
         from the batch it still needs (``make_cursor(sequence_number)``)."""
         item = self.cursor.current()
-        if item is None or self._closed:
+        if item is None or self.cursor.closed:
             return
         # Mid-delivery, the batch is being finished: the new cursor starts after it (after
         # its last record: a group of records holds several). A cursor that began inside a
@@ -351,7 +407,7 @@ class StreamConsumer:
         start = item.last + 1 if self._delivering else item.start
         old, self.cursor = self.cursor, make_cursor(start)
         old.close()
-        self.detached += 1
+        self._more().detached += 1
         self._resume()
 
     async def _deliver(self, item: CachedBatch) -> None:
@@ -371,7 +427,7 @@ class StreamConsumer:
                 await observer.on_watermark(float(item.container.values[0]))
             self.delivered_batches += 1
             self.delivered_events += len(data or ())
-            self.tally.events += len(data or ())
+            self.kind.tally.events += len(data or ())
         except Exception as exc:  # a consumer's bug must not stop the agent
             if data:  # data: retried
                 await self._failures().retry(item, data, exc)
@@ -403,9 +459,9 @@ class StreamConsumer:
 
     def _batch_of(self, item: CachedBatch) -> EventBatch:
         events = item.events
-        start = self._start_token
-        if start is not None:
-            self._start_token = None
+        extras = self._extras
+        if extras is not None and extras.start_token is not None:
+            start, extras.start_token = extras.start_token, None
             if start.sequence_number == item.sequence and start.event_index:
                 return events.from_index(start.event_index)
         return events
@@ -413,20 +469,42 @@ class StreamConsumer:
     def count_delivered(self, batch: EventBatch) -> None:
         self.delivered_batches += 1
         self.delivered_events += len(batch)
-        self.tally.events += len(batch)
+        self.kind.tally.events += len(batch)
 
     def fault(self) -> None:
         """Closed for good by a failure (``fault_on_error``)."""
-        self._closed = True
         self.cursor.close()
 
     def _failures(self) -> DeliveryFailures:
-        return DeliveryFailures(self, self._context)
+        return DeliveryFailures(self, self.kind.context)
 
     async def report_error(self, error: Exception) -> None:
         """Tell the consumer and the failure handler of an error outside a delivery
         (a cache miss when its cursor was created)."""
         await self._failures().report_error(error)
+
+
+class _Extras:
+    """What only some consumers have (a filter, a token inside a batch) or have after a
+    rare event (a failure, a timeout, a detach, a delivery begun inline and left to a
+    task): one object made on first need, so the many quiet consumers carry one empty slot
+    for all of it."""
+
+    __slots__ = ("failures", "faulted", "detached", "reporting", "timed_out", "start_token", "filter", "begun")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.faulted = False
+        self.detached = 0
+        self.reporting = False
+        self.timed_out = False  # the watchdog cut the delivery in flight short
+        self.start_token: SequenceToken | None = None  # the subscription's, until its batch is delivered
+        # The subscription's filter (subscribe(..., filter=)): evaluated by the task, which
+        # can await the letters of the events it fails on, so such a consumer is never
+        # delivered to inline.
+        self.filter: _Filter | None = None
+        # A delivery the agent began and the task finishes: (cursor, item, batch, outcome).
+        self.begun: tuple[QueueCacheCursor, CachedBatch, EventBatch, Exception | Awaitable[object]] | None = None
 
 
 class _Filter:

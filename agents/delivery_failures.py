@@ -39,13 +39,19 @@ class FailingConsumer(Protocol):
     """What the failure path needs of the consumer it reports for (``agents.delivery``)."""
 
     subscription_id: str
-    stream_id: StreamId
-    durable: bool
-    implicit: bool
     failures: int
     faulted: bool
     reporting: bool  # reporting a failure: the runtime's time, which the watchdog leaves alone
     deadline: float  # when the delivery in flight runs out of max_event_delivery_time
+
+    @property
+    def stream_id(self) -> StreamId: ...
+
+    @property
+    def durable(self) -> bool: ...
+
+    @property
+    def implicit(self) -> bool: ...
 
     @property
     def observer(self) -> Activation: ...

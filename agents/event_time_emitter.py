@@ -16,6 +16,7 @@ no task, cancel scope or coroutine per window, which is most windows.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -52,7 +53,6 @@ class EventTimeEmitter(SavedUnit):
         "_on_window",
         "on_error",
         "_user_completed",
-        "_last_watermark",
         "on_change",
         "snapshots",
         "_taken",
@@ -79,6 +79,7 @@ class EventTimeEmitter(SavedUnit):
     _on_events: Callable[[list[EventOutcome]], Awaitable[None]] | None = None
     _user_on_events: Callable[..., Any] | None = None
     _user_watermark: Callable[[float], Awaitable[None]] | None = None
+    _last_watermark: float = -math.inf  # the last one on_watermark was told of (a type with one)
     _unfinished: SequenceToken | None = None
     _skip_to: SequenceToken | None = None
     # A type with durable fields or timers (streams.core.state): saved as one unit with its windows.
@@ -97,7 +98,6 @@ class EventTimeEmitter(SavedUnit):
     _on_window: SharedHook | None
     on_error: Callable[[BaseException], Awaitable[None]]
     _user_completed: SharedHook
-    _last_watermark: float
     on_change: Callable[[TimedActivation], None] | None
     snapshots: bool
     _taken: SequenceToken | None

@@ -105,7 +105,8 @@ class EventTimeObserver(EventTimeUnit):
         self._dead_letters = dead_letters
         self._lock = Turns()  # an activation may have several subscriptions
         self._bind_hooks(spec, limits)
-        self._last_watermark = self.processor.watermark
+        if self._user_watermark is not None:
+            self._last_watermark = self.processor.watermark
         # What the processor held before a step that is still being emitted: the processor
         # forgets a window as it closes it, but its events stay needed until the window is
         # handed off (and on_window has returned), or a crash in between would lose them.

@@ -95,7 +95,8 @@ class EventTimeUnit(EventTimeEmitter):
         if self._join_left is not None:  # every left event up to here is emitted, or held in the state
             self._join_seen = (position.sequence_number, position.event_index)
         self._skip_to = self._taken = position
-        self._last_watermark = self.processor.watermark
+        if self._user_watermark is not None:
+            self._last_watermark = self.processor.watermark
         self.stored = True
         self._changed()
 

@@ -51,7 +51,7 @@ from streams.core.codec import interned
 from streams.core.deadletters import DeadLetter
 from streams.core.errors import DecodeError, QueueFailedError, RecordTooLargeError
 from streams.core.ids import QueueId, StreamId
-from streams.core.logcontext import LOG_CONTEXT, delivery_fields
+from streams.core.logcontext import LOG_CONTEXT
 from streams.core.record_batch import gathered
 from streams.core.retry import Backoff, OutageLog, RetryStopped, retry
 from streams.eventtime.lateness import ObservedTimes
@@ -154,7 +154,7 @@ class PullingAgent:
         self._gathers = receiver.gathers_containers
         # Kept proportional to the work at hand, not to the streams held: the consumers with
         # a task now, and the holds and next ticks of the event-time activations.
-        self._working: set[StreamConsumer] = set()
+        self._working: dict[StreamConsumer, anyio.CancelScope | None] = {}
         self._holds = Holds()
         self._cursors = Cursors(queue, receiver, cache, context.options)
         self._catalog = Catalog(queue, context, self._cursors, self._working, self._spawn, self._holds.on_change)
@@ -420,7 +420,7 @@ class PullingAgent:
             for sid in self.cache.add(decoded):
                 state = streams[sid] = streams.pop(sid)  # streams stay in order of their last data
                 state.last_activity = now
-                entered = LOG_CONTEXT.set(state.log_fields)
+                entered = LOG_CONTEXT.set(state)
                 outer = outer or entered
                 for consumer in state.consumers:
                     consumer.data_arrived()
@@ -460,7 +460,7 @@ class PullingAgent:
     async def _open_stream(self, sid: StreamId, skip: str | None = None) -> StreamState:
         """Attach every consumer of a newly active stream (``skip`` is attached by the
         caller, from its own token)."""
-        state = self._streams[sid] = StreamState(delivery_fields(self.context.worker_name, self.queue, sid))
+        state = self._streams[sid] = StreamState(self.context.worker_name, self.queue, sid)
         if not self._catalog.consumers.attach_all_now(state, sid, skip):  # its subscriptions not read yet
             await self._catalog.consumers.attach_all(state, sid, skip)
         return state

@@ -55,6 +55,11 @@ class QueueCacheCursor(Protocol):
 
     def close(self) -> None: ...
 
+    @property
+    def closed(self) -> bool:
+        """Closed: its consumer has stopped, for good or for another cursor."""
+        ...
+
 
 class QueueCache(Protocol):
     max_size: int  # the bound the cache holds its batches to (status shows the fill against it)

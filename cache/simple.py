@@ -161,22 +161,25 @@ class _StartingAt:
 
 class SimpleCacheCursor:
     """A consumer's position on one stream. ``current()`` is ``None`` once caught up; the
-    cache moves a caught-up cursor onto its stream's next batch when that arrives."""
+    cache moves a caught-up cursor onto its stream's next batch when that arrives.
 
-    __slots__ = ("stream_id", "_cache", "_entry", "_item", "_min_sequence", "_closed")
+    Four slots (a worker holds one a consumer, quiet ones too): closed is ``_entry`` None,
+    and only a cursor from a token (:class:`_CursorFromToken`) has a position to skip to."""
+
+    __slots__ = ("stream_id", "_cache", "_entry", "_item")
 
     # It never reads the queue itself, unlike a RewindCursor (class attributes: the agent
     # reads them for every cursor, and a missing attribute is slow to look up).
     needs_fill: bool = False
     position: int | None = None
+    # Skip batches before this position (the subscription's token): none but a token's.
+    _min_sequence: int = -1
 
-    def __init__(self, cache: SimpleQueueCache, entry: _StreamEntry, stream_id: StreamId, min_sequence: int) -> None:
+    def __init__(self, cache: SimpleQueueCache, entry: _StreamEntry, stream_id: StreamId) -> None:
         self.stream_id = stream_id
         self._cache = cache
-        self._entry = entry  # its stream's entry, which lives while the stream has cursors
+        self._entry: _StreamEntry | None = entry  # its stream's entry, which lives while the stream has cursors
         self._item: SimpleCachedBatch | None = None
-        self._min_sequence = min_sequence  # skip batches before the subscription's token
-        self._closed = False
 
     def current(self) -> SimpleCachedBatch | _StartingAt | None:
         item = self._item
@@ -188,21 +191,32 @@ class SimpleCacheCursor:
 
     def advance(self) -> None:
         item = self._item
-        if item is None or self._closed:
+        if item is None or self._entry is None:
             return
         item.passed()
         self._cache._move(self, item.next)
 
     def close(self) -> None:
-        if not self._closed:
+        entry = self._entry
+        if entry is not None:
             self._cache._move(self, None, waiting=False)
-            self._entry.cursors -= 1
-            self._closed = True
-            self._cache._forget_if_unused(self.stream_id, self._entry)
+            entry.cursors -= 1
+            self._entry = None
+            self._cache._forget_if_unused(self.stream_id, entry)
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._entry is None
+
+
+class _CursorFromToken(SimpleCacheCursor):
+    """A cursor that skips its stream's batches before the subscription's token."""
+
+    __slots__ = ("_min_sequence",)
+
+    def __init__(self, cache: SimpleQueueCache, entry: _StreamEntry, stream_id: StreamId, min_sequence: int) -> None:
+        super().__init__(cache, entry, stream_id)
+        self._min_sequence = min_sequence
 
 
 class SimpleQueueCache:
@@ -300,14 +314,15 @@ class SimpleQueueCache:
                 f"(oldest cached position {self._purged_through + 1 if self._first_sequence is not None else '-'}); "
                 "resuming from the oldest data still available"
             )
-        min_sequence = -1 if token is None else token.sequence_number
         stream_id = interned(stream_id)
         entry = self._entry(stream_id)
-        cursor = SimpleCacheCursor(self, entry, stream_id, min_sequence)
         entry.cursors += 1
         if token is None:  # from the stream's next batch: caught up now
+            cursor = SimpleCacheCursor(self, entry, stream_id)
             entry.wait(cursor)
             return cursor
+        min_sequence = token.sequence_number
+        cursor = _CursorFromToken(self, entry, stream_id, min_sequence)
         start = entry.head
         while start is not None and start.last < min_sequence:
             start = start.next
@@ -346,14 +361,16 @@ class SimpleQueueCache:
         old, cursor._item = cursor._item, item
         if old is not None and item is not None and old.bucket == item.bucket:
             return  # the common step: within one bucket, no set to update
+        entry = cursor._entry
+        assert entry is not None, "a closed cursor does not move"
         if old is not None:
             self._buckets[old.bucket].discard(cursor)
         else:
-            cursor._entry.stop_waiting(cursor)
+            entry.stop_waiting(cursor)
         if item is not None:
             self._buckets.setdefault(item.bucket, set()).add(cursor)
         elif waiting:
-            cursor._entry.wait(cursor)
+            entry.wait(cursor)
 
     def _entry(self, stream_id: StreamId) -> _StreamEntry:
         entry = self._streams.get(stream_id)

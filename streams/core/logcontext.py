@@ -2,7 +2,7 @@
 
 A context variable, so it follows the code into the tasks and worker threads it starts.
 :class:`streams.runtime.logs.LogContextFilter` reads it; the runtime sets it around
-every delivery (:data:`LOG_CONTEXT`, to a stream's :func:`delivery_fields`), so any logger a
+every delivery (:data:`LOG_CONTEXT`, to a stream's :class:`DeliveryFields`), so any logger a
 consumer uses names them.
 """
 
@@ -23,7 +23,7 @@ LOG_CONTEXT: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "headrace_log_context",
     default=MappingProxyType({}),  # read-only: never mutated in place
 )
-"""The log fields in force. The delivery path sets a stream's :func:`delivery_fields` here
+"""The log fields in force. The delivery path sets a stream's :class:`DeliveryFields` here
 directly (``LOG_CONTEXT.set(fields)``, ``LOG_CONTEXT.reset(token)``: a call into C, once per
 batch), all of them at once, with none of :func:`log_context`'s merging or checking."""
 
@@ -46,7 +46,8 @@ def log_context(**fields: Any) -> Iterator[None]:
 
 class DeliveryFields(Mapping[str, Any]):
     """``worker``, ``queue`` and ``stream`` as a read-only mapping: three slots where a dict
-    was three times the size, and a worker keeps one per active stream.
+    was three times the size. A worker keeps one per active stream: the stream's
+    ``agents.catalog.StreamState`` is one.
 
     >>> fields = DeliveryFields("w1", QueueId(2), StreamId("ns", "k"))
     >>> dict(fields) == {"worker": "w1", "queue": QueueId(2), "stream": StreamId("ns", "k")}
@@ -76,18 +77,6 @@ class DeliveryFields(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(FIELDS)
-
-
-def delivery_fields(worker: str | None, queue: QueueId, stream: StreamId) -> Mapping[str, Any]:
-    """The fields of every record logged while a batch of ``stream`` is delivered: made once
-    per stream, set as :data:`LOG_CONTEXT` around each delivery.
-
-    >>> token = LOG_CONTEXT.set(delivery_fields("w1", QueueId(2), StreamId("ns", "k")))
-    >>> current_fields()["queue"]
-    QueueId(number=2)
-    >>> LOG_CONTEXT.reset(token)
-    """
-    return DeliveryFields(worker, queue, stream)
 
 
 def current_fields() -> Mapping[str, Any]:

@@ -101,7 +101,7 @@ class WatermarkFlow:
     (the merge of several, the substreams' lanes and their list of stores to close).
     """
 
-    __slots__ = ("inputs", "shape", "merged", "store", "lanes", "pending", "store_due", "counters", "dedup")
+    __slots__ = ("inputs", "shape", "merged", "store", "lanes", "pending", "counters", "dedup")
 
     def __init__(self, inputs: tuple[Input, ...], shape: FlowShape, counters: Counters) -> None:
         self.inputs = inputs
@@ -111,10 +111,9 @@ class WatermarkFlow:
         # Substream mode: key -> (watermark, store). Otherwise every input shares self.store
         # (and lanes is the one shared empty dict, never written: new_lane is for substreams).
         self.lanes: dict[Hashable, Lane] = {} if shape.substreams else _NO_LANES
-        # Stores whose watermark moved, for close_pending: the lanes' (substreams), or the
-        # shared store's (store_due).
+        # Stores whose watermark moved, for close_pending: the lanes' (substreams, appended
+        # to), or the shared store (a list of it, made when its watermark moves).
         self.pending: list[Store] = [] if shape.substreams else _NO_STORES
-        self.store_due = False
         self.counters = counters
         self.dedup: Deduplication | None = None  # the keys seen within the horizon (Dedup)
 
@@ -222,13 +221,13 @@ class WatermarkFlow:
         if merged is None:  # one input: its watermark closes the windows
             if self.store is not None:
                 self.store.watermark = value
-                self.store_due = True
+                self.pending = [self.store]
         elif merged.update(inp.name, value):
             if self.shape.trace:
                 out.trace.append(WatermarkAdvance(optional_seconds(arrival), None, None, to_seconds(merged.value)))
             if self.store is not None:
                 self.store.watermark = merged.value
-                self.store_due = True
+                self.pending = [self.store]
         for follower in inp.importers:
             self.advance(follower, None, follower.mark, value, arrival, out)
 
@@ -248,12 +247,8 @@ class WatermarkFlow:
         inp.floor_close = min((s.next_close for _, s in self.lanes.values() if s is not None), default=FOREVER)
 
     def close_pending(self, clock: float | None, out: Output) -> None:
-        if self.store_due:
-            self.store_due = False
-            assert self.store is not None
-            self.close([self.store], clock, out)
-        elif self.pending:
-            stores, self.pending = self.pending, []
+        if self.pending:
+            stores, self.pending = self.pending, [] if self.shape.substreams else _NO_STORES
             self.close(stores, clock, out)
 
     def close(self, stores: list[Store], clock: float | None, out: Output) -> None:

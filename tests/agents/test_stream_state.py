@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from agents.catalog import StreamState
 from streams.core.ids import QueueId, StreamId
-from streams.core.logcontext import delivery_fields
+from streams.core.logcontext import DeliveryFields
 
 
 def consumer(subscription_id: str) -> SimpleNamespace:
@@ -16,7 +16,7 @@ def consumer(subscription_id: str) -> SimpleNamespace:
 
 
 def test_consumers_are_kept_by_subscription_id_in_order_whatever_their_number():
-    state = StreamState(delivery_fields("w1", QueueId(0), StreamId("ns", "k")))
+    state = StreamState("w1", QueueId(0), StreamId("ns", "k"))
     a, b, c, a2 = consumer("a"), consumer("b"), consumer("c"), consumer("a")
     assert state.consumers == () and state.consumer("a") is None and state.remove_consumer("a") is None
     state.add_consumer(a)  # type: ignore[arg-type]
@@ -28,13 +28,13 @@ def test_consumers_are_kept_by_subscription_id_in_order_whatever_their_number():
     assert state.consumers == (a2, b, c) and state.consumer("b") is b
     assert state.remove_consumer("b") is b and state.remove_consumer("b") is None
     assert state.consumers == (a2, c)
-    single = StreamState(state.log_fields)
+    single = StreamState("w1", QueueId(0), StreamId("ns", "k"))
     single.add_consumer(b)  # type: ignore[arg-type]
     assert single.remove_consumer("a") is None and single.remove_consumer("b") is b and single.consumers == ()
 
 
 def test_activations_are_kept_by_consumer_type_in_order_whatever_their_number():
-    state = StreamState(delivery_fields(None, QueueId(1), StreamId("ns", "k")))
+    state = StreamState(None, QueueId(1), StreamId("ns", "k"))
     first, second, again = object(), object(), object()
     assert state.activations == [] and state.activation_of(int) is None
     state.set_activation(int, first)  # type: ignore[arg-type]
@@ -47,6 +47,13 @@ def test_activations_are_kept_by_consumer_type_in_order_whatever_their_number():
 
 
 def test_the_log_fields_of_a_stream_read_as_a_mapping():
-    fields = delivery_fields("w1", QueueId(3), StreamId("ns", "k"))
+    fields = DeliveryFields("w1", QueueId(3), StreamId("ns", "k"))
     assert dict(fields) == {"worker": "w1", "queue": QueueId(3), "stream": StreamId("ns", "k")}
     assert {**fields, "stream": "other"}["stream"] == "other" and "queue" in fields and "x" not in fields
+
+
+def test_a_stream_state_is_the_log_context_of_its_deliveries_and_equal_only_to_itself():
+    state = StreamState("w1", QueueId(3), StreamId("ns", "k"))
+    assert dict(state) == {"worker": "w1", "queue": QueueId(3), "stream": StreamId("ns", "k")}
+    twin = StreamState("w1", QueueId(3), StreamId("ns", "k"))
+    assert state != twin and state == state and len({state, twin}) == 2
