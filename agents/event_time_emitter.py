@@ -16,7 +16,6 @@ no task, cancel scope or coroutine per window, which is most windows.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,6 +34,7 @@ from streams.core.state import EVENT_TIME, Timer, TimerTable
 from streams.eventtime.processor import Processor
 from streams.eventtime.release import MergedRelease, TimestampOrder, position_of, replay_position_of
 from streams.eventtime.results import EventOutcome, JoinResult, Output, WindowResult
+from streams.eventtime.watermark import NEVER
 
 
 class EventTimeEmitter(SavedUnit):
@@ -79,7 +79,7 @@ class EventTimeEmitter(SavedUnit):
     _on_events: Callable[[list[EventOutcome]], Awaitable[None]] | None = None
     _user_on_events: Callable[..., Any] | None = None
     _user_watermark: Callable[[float], Awaitable[None]] | None = None
-    _last_watermark: float = -math.inf  # the last one on_watermark was told of (a type with one)
+    _last_watermark: float = NEVER  # the last one on_watermark was told of (a type with one)
     _unfinished: SequenceToken | None = None
     _skip_to: SequenceToken | None = None
     # A type with durable fields or timers (streams.core.state): saved as one unit with its windows.
