@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,12 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql.types import StructType
 
 from spark_sink.datasource import HeadraceDataSource
+from spark_sink.offsets import OffsetRange
 from spark_sink.options import ReadOptions
 from spark_sink.storage import HandoffStorage
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter
 from streams.backends.embedded.handoff_retention import compact
+from streams.backends.kafka import handoff_storage
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_records import HandoffTopics
 from streams.backends.kafka.handoff_storage import KafkaStorage
@@ -307,6 +310,44 @@ def test_kafka_storage_keeps_one_connection_until_closed_and_drops_it_on_a_failu
     assert storage.end_offsets(STREAM) == ends  # the next call connects anew
     storage.close()
     assert kafka_threads() == before
+
+
+def test_a_processs_splits_share_one_started_reader_and_a_split_left_part_way_closes_its_own(
+    kafka_handoff, events, monkeypatch
+):
+    results = window_results(events)
+    kafka_handoff.append_windows(results)
+    started: list[object] = []
+    start_client = handoff_storage.start_client
+
+    async def counted(client, connection):
+        started.append(client)
+        await start_client(client, connection)
+
+    monkeypatch.setattr(handoff_storage, "start_client", counted)
+    monkeypatch.setattr(handoff_storage._Readers, "_process", None)  # a Python process's first read
+    storage = KafkaStorage(KafkaConnection.of(kafka_handoff.bootstrap), kafka_handoff.prefix)
+    ends = storage.end_offsets(STREAM)
+    splits = storage.plan(STREAM, [OffsetRange(p, 0, end) for p, end in sorted(ends.items())])
+    storage.close()
+    assert len(splits) == 2 and all(end > 0 for end in ends.values())
+
+    def rows(split):
+        return sum(batch.num_rows for batch in split.batches())
+
+    first = [rows(split) for split in splits]
+    assert sum(first) == len(results)  # every row
+    assert len(started) == 1  # the second split read with the consumer the first started
+    assert rows(splits[1]) == first[1] and len(started) == 1  # and a third read, again
+    monkeypatch.setattr(handoff_storage, "BATCH_ROWS", 1)  # a batch a row: the first comes before the range is read
+    part_way = splits[0].batches()
+    assert next(part_way).num_rows == 1
+    part_way.close()  # left part-way: its consumer (the kept one) is closed, not kept
+    assert rows(splits[0]) > 0 and len(started) == 2
+    monkeypatch.setattr(handoff_storage, "READER_IDLE", 0.05)
+    assert rows(splits[1]) == first[1] and len(started) == 2
+    time.sleep(0.5)  # unused past READER_IDLE: the kept consumer is closed
+    assert rows(splits[1]) == first[1] and len(started) == 3
 
 
 def test_a_read_planned_on_the_declared_schema_reads_the_declaration_once(handoff, events, monkeypatch):

@@ -5,7 +5,8 @@ several rows each. The DataSource's methods are synchronous and run in Spark's P
 processes: :class:`KafkaStorage` connects at its first call, on an event loop of its own in a
 daemon thread, and stays connected until ``close()`` (the batch reader closes it once planned,
 the stream reader when Spark stops it; a process Spark ends takes the thread with it), and a
-:class:`KafkaSplit` reads in the executor on an event loop of its own, in a daemon thread.
+:class:`KafkaSplit` reads in the executor with a started consumer that the Python process
+keeps for its next split (:class:`_Readers`), on one event loop in a daemon thread.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import pyarrow as pa
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from spark_sink.offsets import OffsetRange, Offsets, admit_records
 from spark_sink.options import ReadOptions
@@ -34,14 +35,15 @@ from streams.core.clock import wall_time
 
 T = TypeVar("T")
 _SIZE_CHUNK = 500  # records read at a time while sizing a limited batch
+READER_IDLE = 60.0  # seconds a kept reader waits for the process's next split before it closes
 
 
 class _LoopThread:
     """An asyncio event loop in a daemon thread, for synchronous callers to run coroutines on."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "headrace-kafka") -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="headrace-kafka", daemon=True)
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
     def call(self, fn: Callable[[], Awaitable[T]]) -> T:
@@ -166,25 +168,24 @@ class KafkaSplit:
         return rebatch(self._record_batches(), BATCH_ROWS)
 
     def _record_batches(self) -> Iterator[pa.RecordBatch]:
-        loop = _LoopThread()
-        records = self._records()
+        readers = _Readers.of_process()
+        records = self._records(readers)
         decoder = RowsDecoder()
         try:
             while True:
                 try:
-                    chunk = loop.call(records.__anext__)
+                    chunk = readers.loop.call(records.__anext__)
                 except StopAsyncIteration:
                     return
                 for record in chunk:
                     yield from record.batches(decoder)
         finally:
-            loop.call(records.aclose)
-            loop.close()
+            readers.loop.call(records.aclose)
 
-    async def _records(self) -> AsyncGenerator[list[HandoffRecord], None]:
+    async def _records(self, readers: _Readers) -> AsyncGenerator[list[HandoffRecord], None]:
         """The valid records of the range, a fetch at a time."""
-        consumer = open_reader(self.connection)
-        await start_client(consumer, self.connection)
+        consumer = await readers.take(self.connection)
+        kept = False
         try:
             tp = TopicPartition(self.topic, self.range.partition)
             chunk: list[HandoffRecord] = []
@@ -197,8 +198,60 @@ class KafkaSplit:
                     chunk = []
             if chunk:
                 yield chunk
+            kept = True
         finally:
+            # A read that failed or was left part-way closes its consumer; one that read its
+            # range whole is kept for the process's next split.
+            await (readers.give_back(self.connection, consumer) if kept else stop_client(consumer))
+
+
+class _Readers:
+    """Started consumers kept between the splits a Spark Python process reads, one a cluster
+    connection, on one event loop in a daemon thread: Spark reuses its Python workers, so a
+    task's read begins with its fetch, not a client's start (Spark's own Kafka source keeps
+    its executors' consumers alike). Each is lent to one split at a time; one unused for
+    :data:`READER_IDLE` seconds is closed."""
+
+    _process: _Readers | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.loop = _LoopThread("headrace-kafka-readers")
+        self._idle: list[tuple[KafkaConnection, AIOKafkaConsumer, asyncio.TimerHandle]] = []
+        self._closing: set[asyncio.Task[None]] = set()  # held until done (the loop keeps weak references)
+
+    @classmethod
+    def of_process(cls) -> _Readers:
+        with cls._lock:
+            if cls._process is None:
+                cls._process = cls()
+            return cls._process
+
+    async def take(self, connection: KafkaConnection) -> AIOKafkaConsumer:
+        """A started consumer of ``connection``'s cluster: a kept one, else a new one."""
+        for i, (kept, consumer, closing) in enumerate(self._idle):
+            if kept == connection:
+                del self._idle[i]
+                closing.cancel()
+                return consumer
+        consumer = open_reader(connection)
+        await start_client(consumer, connection)
+        return consumer
+
+    async def give_back(self, connection: KafkaConnection, consumer: AIOKafkaConsumer) -> None:
+        """Keep ``consumer`` for the next split of ``connection``'s cluster (one a
+        connection: a second is closed)."""
+        if any(kept == connection for kept, _, _ in self._idle):
             await stop_client(consumer)
+            return
+        closing = asyncio.get_running_loop().call_later(READER_IDLE, self._expire, consumer)
+        self._idle.append((connection, consumer, closing))
+
+    def _expire(self, consumer: AIOKafkaConsumer) -> None:
+        self._idle = [entry for entry in self._idle if entry[1] is not consumer]
+        task = asyncio.ensure_future(stop_client(consumer))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
 
 def open_storage(options: ReadOptions) -> KafkaStorage:
