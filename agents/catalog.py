@@ -255,10 +255,10 @@ class StreamConsumers:
         registry = self._registry
         for cls in registry.implicit_types(sid.namespace):
             activation = self._activation(state, sid, cls)
-            self._consumer(state, sid, self._types.of(cls).subscription_id, activation, implicit=True, of_type=cls)
+            self.add(state, sid, self._types.of(cls).subscription_id, activation, implicit=True, of_type=cls)
         for sub in registry.observers(sid):
             if sub.subscription_id != skip:
-                self._consumer(state, sid, sub.subscription_id, as_observer(sub.observer), event_filter=sub.filter)
+                self.add(state, sid, sub.subscription_id, as_observer(sub.observer), event_filter=sub.filter)
 
     def _attach_durable(
         self, state: StreamState, sid: StreamId, skip: str | None, records: Iterable[SubscriptionRecord]
@@ -267,27 +267,16 @@ class StreamConsumers:
             if record.state is SubscriptionState.ACTIVE and record.subscription_id != skip:
                 cls = self._registry.get_type(record.consumer_type)
                 activation = self._activation(state, sid, cls)
-                self._consumer(state, sid, record.subscription_id, activation, durable=True, of_type=cls)
+                self.add(state, sid, record.subscription_id, activation, durable=True, of_type=cls)
 
-    async def attach(
-        self,
-        state: StreamState,
-        sid: StreamId,
-        subscription_id: str,
-        observer: Activation,
-        token: SequenceToken | None = None,
-        **options: Unpack[ConsumerOptions],
-    ) -> StreamConsumer:
-        """Attach a consumer of ``sid`` delivering to ``observer`` from ``token`` (None: from
-        the stream's next data) and start it (a position the cache no longer has is reported
-        to it first)."""
-        consumer, miss = self._consumer(state, sid, subscription_id, observer, token, start=False, **options)
+    async def start(self, consumer: StreamConsumer, miss: CacheMissError | None) -> None:
+        """Start ``consumer``, made by :meth:`add` with ``start=False``, reporting ``miss`` (its
+        token's position, which the cache no longer has) to it first."""
         if miss is not None:
             await consumer.report_error(miss)
         consumer.start()
-        return consumer
 
-    def _consumer(
+    def add(
         self,
         state: StreamState,
         sid: StreamId,

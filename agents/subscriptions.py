@@ -84,27 +84,31 @@ class QueueSubscriptions:
 
     async def _attach(self, state: StreamState, sid: StreamId, subscription: Subscription) -> None:
         """Attach ``subscription`` to the active stream ``sid``, from its token."""
+        consumers = self._catalog.consumers
         if isinstance(subscription, InProcessSubscription):
-            await self._catalog.consumers.attach(
+            consumer, miss = consumers.add(
                 state,
                 sid,
                 subscription.subscription_id,
                 as_observer(subscription.observer),
                 subscription.token,
+                start=False,
                 event_filter=subscription.filter,
             )
         else:
             cls = self._registry.get_type(subscription.consumer_type)
             activation = self._catalog.activation(state, sid, cls)
-            await self._catalog.consumers.attach(
+            consumer, miss = consumers.add(
                 state,
                 sid,
                 subscription.subscription_id,
                 activation,
                 subscription.start_token,
+                start=False,
                 durable=True,
                 of_type=cls,
             )
+        await consumers.start(consumer, miss)
 
     def _activation_of(self, state: StreamState, sid: StreamId, record: SubscriptionRecord) -> Activation:
         return self._catalog.activation(state, sid, self._registry.get_type(record.consumer_type))
