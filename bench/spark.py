@@ -2,8 +2,9 @@
 
 Both read the same rows into Spark's ``noop`` sink on the same session:
 
-* ``headrace``: the handoff log of an embedded store (SQLite index, one Arrow IPC segment per
-  append, two partitions), through :mod:`spark_sink.datasource`;
+* ``headrace``: the handoff log of an embedded store (SQLite index, an Arrow IPC segment per
+  append, joined by compaction into files of a Spark batch, two partitions), through
+  :mod:`spark_sink.datasource`;
 * ``minimal``: a bare Python DataSource that memory-maps one Arrow IPC file holding the same
   rows and yields its record batches, two partitions: the floor any Python source pays;
 * with ``--kafka``, also ``kafka``: the same appends in the Kafka handoff log on the test
@@ -48,6 +49,7 @@ from bench.timing import Report, best, coverage_line, figure, timed  # noqa: E40
 from spark_sink import HandoffSchema  # noqa: E402
 from spark_sink.storage import BATCH_ROWS  # noqa: E402
 from streams.backends.embedded.handoff_log import HandoffLog, HandoffWriter  # noqa: E402
+from streams.backends.embedded.handoff_retention import compact  # noqa: E402
 from streams.backends.embedded.store import EmbeddedStore  # noqa: E402
 from streams.backends.kafka.handoff_log import KafkaHandoffLog  # noqa: E402
 from tests.kafka_broker import TansuBroker  # noqa: E402
@@ -140,14 +142,20 @@ def make_rows(rows: int) -> pa.Table:
     )
 
 
-def build_store(path: str, table: pa.Table, segment_rows: int) -> None:
+def build_store(path: str, table: pa.Table, segment_rows: int) -> int:
     """Hand ``table`` off as the runtime would: one append per segment, alternating
-    partitions, each in its own transaction."""
+    partitions, each in its own transaction, and the appender's compaction, which joins small
+    files into files of a Spark batch each (run once at the end: the files come out the same
+    as when it runs every ``BATCH_ROWS`` rows). Returns how many files the log holds."""
     with EmbeddedStore(path) as store:
         writer = HandoffWriter(HandoffLog(store), STREAM, SCHEMA)
         for n, offset in enumerate(range(0, table.num_rows, segment_rows)):
             with store.transaction() as conn:
                 writer.append(conn, n % PARTITIONS, table.slice(offset, segment_rows))
+        for partition in range(PARTITIONS):
+            compact(writer.log, STREAM, partition, SCHEMA.arrow)
+        ends = writer.end_offsets()
+        return sum(len(writer.log.segments(STREAM, p, 0, end)) for p, end in ends.items())
 
 
 async def build_kafka_log(bootstrap: str, table: pa.Table, segment_rows: int) -> None:
@@ -245,7 +253,7 @@ def compare(spark: SparkSession, workdir: str, args: argparse.Namespace, broker:
     broker); print the read rates side by side."""
     table = make_rows(args.rows)
     store, ipc = os.path.join(workdir, "store"), os.path.join(workdir, "rows.arrow")
-    build_store(store, table, args.segment_rows)
+    files = build_store(store, table, args.segment_rows)
     write_ipc(ipc, table)
     if broker is not None:
         anyio.run(build_kafka_log, broker, table, args.segment_rows)
@@ -268,7 +276,7 @@ def compare(spark: SparkSession, workdir: str, args: argparse.Namespace, broker:
 
     print(
         f"{args.rows:,} rows ({table.nbytes / 2**20:.0f} MiB in Arrow), {PARTITIONS} partitions, "
-        f"handoff log of {segments} segments of {args.segment_rows:,} rows; "
+        f"handoff log of {segments} appends of {args.segment_rows:,} rows (compacted into {files} files); "
         f"best of {args.repeat} after a warm-up"
     )
     print(f"{'mode':<8} {'source':<9} {'rows/s':>12}")

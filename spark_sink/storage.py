@@ -81,25 +81,29 @@ class HandoffStorage(Protocol):
 def rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
     """Re-cut a stream of batches into batches of at most ``rows`` rows.
 
-    Large batches are sliced (no copy); runs of small ones, as many small appends leave, are
-    concatenated, so Spark gets a few sizeable batches instead of many tiny ones.
+    A batch of over half ``rows`` goes as it is (sliced if over ``rows``: no copy); runs of
+    smaller ones, as many small appends leave, are concatenated up to ``rows``, so Spark gets
+    a few sizeable batches instead of many tiny ones.
 
     >>> small = [pa.record_batch({"x": [i]}) for i in range(5)]
     >>> [b.num_rows for b in rebatch(small, 2)]
     [2, 2, 1]
+    >>> [b.num_rows for b in rebatch([pa.record_batch({"x": range(7)}), *small], 4)]
+    [4, 3, 4, 1]
     """
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
     for batch in batches:
-        offset = 0
-        while offset < batch.num_rows:
-            piece = batch.slice(offset, rows - pending_rows)
-            offset += piece.num_rows
-            pending.append(piece)
-            pending_rows += piece.num_rows
-            if pending_rows == rows:
-                yield _joined(pending)
-                pending, pending_rows = [], 0
+        large = batch.num_rows * 2 > rows
+        if pending and (large or pending_rows + batch.num_rows > rows):
+            yield _joined(pending)
+            pending, pending_rows = [], 0
+        if large:
+            for offset in range(0, batch.num_rows, rows):
+                yield batch.slice(offset, rows)
+        elif batch.num_rows:
+            pending.append(batch)
+            pending_rows += batch.num_rows
     if pending:
         yield _joined(pending)
 

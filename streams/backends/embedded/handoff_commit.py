@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import anyio
 import pyarrow as pa
 
+from spark_sink.storage import BATCH_ROWS
 from streams.adapters.retention import RetentionPolicy
 from streams.backends.embedded.group_commit import GroupCommitter
 from streams.backends.embedded.handoff_log import HandoffWriter, Segment
@@ -98,6 +99,7 @@ class GroupAppender:
         self.writes = 0  # write transactions so far (the bench divides appends by it)
         self._committer: GroupCommitter[_Waiter] = GroupCommitter(self._write_and_maintain)
         self._inline: dict[int, int] = {}  # inline bytes this appender wrote since the last compaction
+        self._small: dict[int, int] = {}  # rows in small segments since then, which compaction may join
 
     async def append(self, stage: Stage) -> Appended:
         """Stage rows into the next write and return once they are committed.
@@ -120,8 +122,11 @@ class GroupAppender:
         segments = await self.store.write(lambda conn: self._write(conn, batch))
         with anyio.CancelScope(shield=True):
             for segment in segments:
+                partition = segment.partition
                 if segment.data is not None:
-                    self._inline[segment.partition] = self._inline.get(segment.partition, 0) + len(segment.data)
+                    self._inline[partition] = self._inline.get(partition, 0) + len(segment.data)
+                if segment.row_count < BATCH_ROWS:
+                    self._small[partition] = self._small.get(partition, 0) + segment.row_count
             await self._compact_full()
             await self._retain()
 
@@ -153,18 +158,19 @@ class GroupAppender:
         return segments
 
     async def _compact_full(self) -> None:
-        """Merge the inline segments of partitions that gathered ``compact_bytes``; a failure
-        is logged and tried again after the next write (the rows are safe inline)."""
+        """Compact the partitions that gathered ``compact_bytes`` of inline rows or a Spark
+        batch of rows in small segments; a failure is logged and tried again after the next
+        write (the rows are safe where they are)."""
         writer = self.writer
-        for partition, size in list(self._inline.items()):
-            if size < self.compact_bytes:
+        for partition in sorted(self._small.keys() | self._inline.keys()):
+            if self._inline.get(partition, 0) < self.compact_bytes and self._small.get(partition, 0) < BATCH_ROWS:
                 continue
             try:
                 await anyio.to_thread.run_sync(compact, writer.log, writer.stream, partition, writer.schema.arrow)
             except Exception:
                 log.warning("compacting handoff stream %r partition %d failed", writer.stream, partition, exc_info=True)
                 continue
-            self._inline[partition] = 0
+            self._inline[partition] = self._small[partition] = 0
 
     async def _retain(self) -> None:
         """Apply the retention policy to the stream once every ``interval`` (after a write:

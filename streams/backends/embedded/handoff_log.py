@@ -563,22 +563,42 @@ class SegmentSplit:
         return rebatch(self._segment_batches(), BATCH_ROWS)
 
     def _segment_batches(self) -> Iterator[pa.RecordBatch]:
-        lo, hi = self.range.start, self.range.end
-        for file, first, count, data in self.segments:
-            skip = max(lo - first, 0)
-            take = min(hi, first + count) - max(lo, first)
-            if data is not None:
-                yield decode_rows(data, self.schema).slice(skip, take)
-                continue
+        start, hi = self.range.start, self.range.end
+        segments: Sequence[tuple[str, int, int, bytes | None]] = self.segments
+        while True:
             try:
-                yield from read_segment(os.path.join(self.root, file), skip, take)
+                for file, first, count, data in segments:
+                    skip, take = max(start - first, 0), min(hi, first + count) - max(start, first)
+                    if data is not None:
+                        yield decode_rows(data, self.schema).slice(skip, take)
+                    else:
+                        yield from read_segment(os.path.join(self.root, file), skip, take)
+                    start = first + count
+                return
             except FileNotFoundError:
-                raise HandoffDataLostError(
-                    f"segment {file!r} of handoff stream {self.stream!r} was trimmed before "
-                    "this read: another query committed past it with trimOnCommit (give each "
-                    "query but one trimOnCommit=false), or the store's retention policy removed "
-                    "it (keep more: [provider.retention])"
-                ) from None
+                # Compacted into a larger file after planning, or trimmed: the index says which.
+                refound = self._segments_now(start)
+                if [s[0] for s in refound] == [s[0] for s in segments if s[1] + s[2] > start]:
+                    raise self._trimmed(segments, start) from None
+                segments = refound
+
+    def _segments_now(self, start: int) -> list[tuple[str, int, int, bytes | None]]:
+        """The segments that hold ``[start, range.end)`` per the store's index now."""
+        log = HandoffLog.open(self.root)
+        try:
+            found = log.segments(self.stream, self.range.partition, start, self.range.end)
+        finally:
+            log.close()
+        return [(s.file, s.first_offset, s.row_count, s.data) for s in found]
+
+    def _trimmed(self, segments: Sequence[tuple[str, int, int, bytes | None]], start: int) -> HandoffDataLostError:
+        file = next(s[0] for s in segments if s[1] + s[2] > start)
+        return HandoffDataLostError(
+            f"segment {file!r} of handoff stream {self.stream!r} was trimmed before "
+            "this read: another query committed past it with trimOnCommit (give each "
+            "query but one trimOnCommit=false), or the store's retention policy removed "
+            "it (keep more: [provider.retention])"
+        )
 
 
 class EmbeddedStorage:

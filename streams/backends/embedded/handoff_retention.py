@@ -1,5 +1,5 @@
 """Keeping the embedded handoff log small: retention of what no Spark query trims, and
-compaction of inline segments into files.
+compaction of small segments into larger files.
 
 Retention of the embedded handoff log: what stays when no Spark query trims it.
 
@@ -16,25 +16,30 @@ Nobody tells the log what Spark has read, so either limit can delete rows a stop
 has not read yet; that query then fails with ``HandoffDataLostError`` (as a Kafka source
 does when the topic's retention passed it). The appender applies it every ``interval``.
 
-Merging a handoff partition's inline segments into segment files, invisibly to readers.
+Compaction: small segments merged into files, invisibly to readers.
 
 Small appends stay inline in the index (:mod:`streams.backends.embedded.handoff_log`); left so, a partition of a
-busy stream would keep one index row per append. A compaction reads a partition's inline
-segments, writes each run of consecutive ones as one Arrow file, and in the same write
-transaction replaces the run's index rows by the file's. A reader that resolved its range
-before the commit keeps the inline rows it was given, one after reads the file: the same
-rows at the same offsets either way, never a gap or a repeat. Files are never touched, so
-a compaction cannot pull a file from under a reader.
+busy stream would keep one index row per append. And a partition of many small files costs
+each reader a file open per few thousand rows, and a copy to join them into the batches it
+hands Spark. A compaction writes each run of consecutive inline segments as one Arrow file,
+and joins small files into files of one Spark batch (``BATCH_ROWS``), in the same write
+transaction replacing the merged segments' index rows by the file's. A reader that resolved
+its range before the commit reads what it was given: inline rows it holds, files still there
+or, once deleted, the same rows at the same offsets in the new file, which it looks up then.
+Never a gap or a repeat; a file is never rewritten in place.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Iterator
 
 import pyarrow as pa
 
+from spark_sink.storage import BATCH_ROWS
 from streams.adapters.retention import RetentionPolicy
-from streams.backends.embedded.handoff_log import HandoffLog, Segment, decode_rows
+from streams.backends.embedded.handoff_log import HandoffLog, Segment, decode_rows, read_segment
 
 log = logging.getLogger("headrace.handoff")
 
@@ -99,13 +104,23 @@ def expire(handoff: HandoffLog, stream: str, policy: RetentionPolicy, now: float
 COMPACT_BYTES = 256 * 1024
 
 
-def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema) -> int:
-    """Merge every run of two or more consecutive inline segments of ``stream``/``partition``
-    into one file; return how many segments were merged away.
+def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema, target_rows: int = BATCH_ROWS) -> int:
+    """Merge ``stream``/``partition``'s small segments; return how many were merged away.
+
+    Two merges, each of consecutive segments of fewer than ``target_rows`` rows:
+
+    - every run of two or more inline segments becomes one file (the index keeps a row per
+      file, not per append);
+    - small files, as large appends and the first merge leave them, are joined into files of
+      up to ``target_rows`` rows once there are enough to fill one (a reader then opens one
+      file per batch it hands Spark, and copies nothing to join them). A partial group waits
+      for more, so a row is rewritten at most twice.
 
     Blocking (one write transaction; the file is written and fsynced inside it, so that
     :meth:`HandoffLog.remove_orphans` never mistakes it for an orphan). A crash leaves
-    either the inline rows or the file indexed, and at most an unindexed file behind.
+    either the old segments or the new file indexed, and at most an unindexed file behind.
+    The merged files are deleted after the commit; a read planned before it finds their rows
+    in the new file (:class:`~streams.backends.embedded.handoff_log.SegmentSplit`).
 
     >>> import tempfile
     >>> from streams.backends.embedded.store import EmbeddedStore
@@ -121,29 +136,56 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema) -> 
     >>> [(s.first_offset, s.row_count, s.inline) for s in log.segments("s", 0, 0, 3)]
     [(0, 3, False)]
     """
-    merged = 0
+    merged: list[str] = []
     with log.store.transaction() as conn:
         rows = conn.execute(
-            "SELECT first_offset, row_count, data, appended FROM handoff_segments "
-            "WHERE stream = ? AND partition = ? AND data IS NOT NULL ORDER BY first_offset",
-            (stream, partition),
+            "SELECT first_offset, row_count, file, data, appended FROM handoff_segments "
+            "WHERE stream = ? AND partition = ? AND row_count < ? ORDER BY first_offset",
+            (stream, partition, target_rows),
         ).fetchall()
-        appended = {first: when for first, _, _, when in rows}
-        for run in _runs([Segment(partition, first, count, "", data) for first, count, data, _ in rows]):
-            if len(run) < 2:
-                continue
-            table = pa.Table.from_batches([decode_rows(s.data or b"", schema) for s in run], schema=schema)
-            first, last = run[0].first_offset, run[-1].first_offset
+        appended = {first: when for first, _, _, _, when in rows}
+        segments = [Segment(partition, first, count, file, data) for first, count, file, data, _ in rows]
+        for group in _merges(segments, target_rows):
+            table = pa.Table.from_batches([b for s in group for b in _batches(log, s, schema)], schema=schema)
+            first, last = group[0].first_offset, group[-1].first_offset
             file = log.write_file(stream, partition, first, table)
             conn.execute(
                 "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? AND first_offset BETWEEN ? AND ?",
                 (stream, partition, first, last),
             )
             # The file is as young as its newest row: retention by age never takes a row early.
-            newest = max((appended[s.first_offset] for s in run if appended[s.first_offset] is not None), default=None)
+            newest = max(
+                (appended[s.first_offset] for s in group if appended[s.first_offset] is not None), default=None
+            )
             log.index(conn, stream, Segment(partition, first, table.num_rows, file), newest)
-            merged += len(run)
-    return merged
+            merged += [s.file for s in group]
+    log.unlink(merged)
+    return len(merged)
+
+
+def _merges(segments: list[Segment], target_rows: int) -> list[list[Segment]]:
+    """The groups :func:`compact` merges, from small ``segments`` in offset order: within each
+    run of consecutive ones, greedy groups of up to ``target_rows`` rows that the next
+    segment would overflow, then, in the last (partial) group, the runs of inline ones."""
+    merges: list[list[Segment]] = []
+    for run in _runs(segments):
+        group: list[Segment] = []
+        rows = 0
+        for segment in run:
+            if group and rows + segment.row_count > target_rows:
+                merges.append(group)
+                group, rows = [], 0
+            group.append(segment)
+            rows += segment.row_count
+        merges += _runs([s for s in group if s.inline])
+    return [group for group in merges if len(group) > 1]
+
+
+def _batches(log: HandoffLog, segment: Segment, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    if segment.data is not None:
+        yield decode_rows(segment.data, schema)
+    else:
+        yield from read_segment(os.path.join(log.path, segment.file))
 
 
 def inline_bytes(log: HandoffLog, stream: str, partition: int) -> int:

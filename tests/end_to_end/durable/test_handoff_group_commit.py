@@ -27,6 +27,7 @@ from streams.backends.embedded.handoff_log import EmbeddedStorage, HandoffLog, H
 from streams.backends.embedded.handoff_retention import compact, expire
 from streams.backends.embedded.handoff_sink import EmbeddedHandoffSink
 from streams.backends.embedded.store import EmbeddedStore
+from streams.core.errors import HandoffDataLostError
 from streams.eventtime.results import WindowResult
 
 STREAM = "counts"
@@ -263,6 +264,59 @@ def test_compaction_merges_inline_runs_into_files_and_a_planned_read_is_unchange
     assert writer.trim(0, 6) == 1 and read(tmp_path, 0, 6) == before[6:]
     assert files(tmp_path) == indexed_files(store)
     storage.close()
+    store.close()
+
+
+def segment_sizes(log: HandoffLog, end: int) -> list[tuple[int, int, bool]]:
+    return [(s.first_offset, s.row_count, s.inline) for s in log.segments(STREAM, 0, 0, end)]
+
+
+def test_compaction_joins_small_files_into_batch_sized_ones_under_a_read_planned_before(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)  # every append a file of its own
+    for seq in range(7):
+        with store.transaction() as conn:
+            writer.append(conn, 0, rows_of(0, seq, 3))
+    log, before = writer.log, read(tmp_path, 0)
+    storage = EmbeddedStorage(str(tmp_path))
+    (whole,) = storage.plan(STREAM, [OffsetRange(0, 1, 21)])
+    (partly,) = storage.plan(STREAM, [OffsetRange(0, 2, 20)])
+    started = partly._segment_batches()
+    first = next(started)  # its first file is open: the rest are read after the compaction
+
+    # Groups of at most 10 rows that the next file would overflow; the last 3 rows wait.
+    assert compact(log, STREAM, 0, SCHEMA.arrow, target_rows=10) == 6
+    assert segment_sizes(log, 21) == [(0, 9, False), (9, 9, False), (18, 3, False)]
+    assert files(tmp_path) == indexed_files(store)  # the merged files are gone
+    assert [tuple(r.values()) for b in whole.batches() for r in b.to_pylist()] == before[1:]
+    rest = [first, *started]
+    assert [tuple(r.values()) for b in rest for r in b.to_pylist()] == before[2:20]
+    assert read(tmp_path, 0) == before
+    assert compact(log, STREAM, 0, SCHEMA.arrow, target_rows=10) == 0  # one small file: nothing to join
+
+    for seq in range(7, 10):
+        with store.transaction() as conn:
+            writer.append(conn, 0, rows_of(0, seq, 3))
+    assert compact(log, STREAM, 0, SCHEMA.arrow, target_rows=10) == 3
+    assert segment_sizes(log, 30) == [(0, 9, False), (9, 9, False), (18, 9, False), (27, 3, False)]
+    assert read(tmp_path, 0) == before + [(0, seq, i, 3) for seq in range(7, 10) for i in range(3)]
+
+    # A read planned before a trim that took its rows fails, not reads short.
+    (late,) = storage.plan(STREAM, [OffsetRange(0, 0, 30)])
+    assert writer.trim(0, 18) == 2
+    with pytest.raises(HandoffDataLostError, match="offsets 0..18 .* are not in the log"):
+        list(late.batches())
+    storage.close()
+    store.close()
+
+
+async def test_the_appender_joins_small_files_once_they_fill_a_spark_batch(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)
+    appender = GroupAppender(store, writer)
+    for seq in range(14):  # 5,000-row files: 13 fill a 65,536-row batch, the 14th waits
+        await appender.append(lambda conn, seq=seq: (0, rows_of(0, seq, 5000)))
+    assert segment_sizes(writer.log, 70_000) == [(0, 65_000, False), (65_000, 5_000, False)]
+    assert files(tmp_path) == indexed_files(store)
+    assert read(tmp_path, 0) == [(0, seq, i, 5000) for seq in range(14) for i in range(5000)]
     store.close()
 
 
