@@ -8,8 +8,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from balancer.protocols import QueueDistributionChange
 from streams.backends.kafka.assignor import BestFitPartitionAssignor
-from streams.backends.kafka.balancer import GroupMember
+from streams.backends.kafka.balancer import GroupMember, KafkaGroupBalancer
+from streams.backends.kafka.settings import KafkaSettings
+from streams.core.ids import QueueId
 
 
 @pytest.fixture
@@ -78,3 +81,50 @@ async def test_group_member_reads_who_the_consumer_is_in_its_group(broker, kafka
         assert isinstance(member.node, int) and member.member_id and member.generation >= 0
     finally:
         await consumer.stop()
+
+
+async def test_two_workers_started_under_one_name_never_own_the_same_queue(broker, kafka_topic):
+    # A worker's name is not its identity in the group (each join is a member of its own,
+    # no group_instance_id): a second process started under a live worker's name is one more
+    # member. The two share the queues; no queue is ever owned by both, even in the rebalance
+    # the second one's join starts.
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    await admin.create_topics([NewTopic(kafka_topic, num_partitions=4, replication_factor=1)])
+    await admin.close()
+    settings = KafkaSettings(broker, kafka_topic, queues=4, session_timeout=3)
+    queues = [QueueId(n) for n in range(4)]
+    balancers = [KafkaGroupBalancer(settings), KafkaGroupBalancer(settings)]
+    overlaps: list[frozenset[QueueId]] = []
+
+    def releasing(balancer: KafkaGroupBalancer):
+        async def listener(change: QueueDistributionChange) -> None:
+            for queue in change.removed | change.lost:
+                await balancer.release(queue)
+
+        return listener
+
+    async def watch() -> None:
+        while True:
+            both = balancers[0].get_my_queues() & balancers[1].get_my_queues()
+            if both:
+                overlaps.append(both)
+            await anyio.sleep(0.05)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        for balancer in balancers:
+            balancer.subscribe(releasing(balancer))
+            await balancer.initialize("w1", queues)
+            tg.start_soon(balancer.run)
+        owned: list[frozenset[QueueId]] = [frozenset(), frozenset()]
+        with anyio.move_on_after(30):
+            while not all(owned) or len(owned[0] | owned[1]) < 4:
+                await anyio.sleep(0.1)
+                owned = [balancer.get_my_queues() for balancer in balancers]
+        for balancer in balancers:
+            await balancer.shutdown()
+        tg.cancel_scope.cancel()
+    assert [len(share) for share in owned] == [2, 2]
+    assert owned[0] | owned[1] == frozenset(queues) and not owned[0] & owned[1]
+    assert overlaps == []

@@ -15,9 +15,12 @@ The hand-off is Kafka's own: aiokafka rebalances eagerly, so every member's
 a member that keeps a partition simply gets it back.
 
 The ideal distribution is over worker names, which survive restarts (member ids are new on
-every join), so a group that forms again lands where it was. To make the broker refuse a
-second consumer under a live worker's name, give each consumer
-``group_instance_id=<worker name>`` (static membership).
+every join), so a group that forms again lands where it was. Membership is dynamic (no
+``group_instance_id``): a second process started under a live worker's name is one more
+member (ranked by worker name, then member id) with a share of its own: never a partition
+the other holds. Static membership is not used: the test broker (Tansu 0.6) gives a second
+consumer under a live member's instance id that member's id and partitions, so both would
+read them (docs/kafka.md, "Several workers").
 
 **Standby replicas** (``standby_replicas`` N > 0, the leader's setting, as Kafka Streams'
 ``num.standby.replicas``): the leader also gives each partition to up to N members other
