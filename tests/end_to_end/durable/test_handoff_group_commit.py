@@ -444,6 +444,29 @@ def test_a_compaction_failing_midway_keeps_the_groups_before_and_leaves_no_file_
     store.close()
 
 
+def test_compaction_rewrites_a_row_at_most_twice(tmp_path: Path) -> None:
+    store, files_writer = open_log(tmp_path, inline_bytes=0)
+    inline = HandoffWriter(HandoffLog(store), STREAM, SCHEMA)
+    rng = random.Random(3)
+    holder: dict[int, str] = {}  # offset -> the file (or '' inline) that holds it now
+    rewrites: dict[int, int] = {}
+    for seq in range(400):
+        with store.transaction() as conn:  # appends of 1 to 25 rows, inline or files, a few at 20 or more
+            (inline if rng.random() < 0.5 else files_writer).append(conn, 0, rows_of(0, seq, rng.randint(1, 25)))
+        compact(files_writer.log, STREAM, 0, SCHEMA.arrow, target_rows=20)
+        if seq % 50 == 49:
+            files_writer.trim(0, files_writer.end_offsets()[0] // 2)
+        start, end = files_writer.log.start_offsets(STREAM)[0], files_writer.end_offsets()[0]
+        for s in files_writer.log.segments(STREAM, 0, start, end):
+            for offset in range(s.first_offset, s.end_offset):
+                if offset in holder and holder[offset] != s.file:
+                    rewrites[offset] = rewrites.get(offset, 0) + 1
+                holder[offset] = s.file
+    assert max(rewrites.values()) == 2  # inline, a file of inline rows, a file of a Spark batch
+    assert sum(rewrites.values()) < 2 * len(holder)
+    store.close()
+
+
 def test_readers_racing_appends_and_compactions_see_every_row_once(tmp_path: Path) -> None:
     store, writer = open_log(tmp_path)
     writer.log.declare(STREAM, SCHEMA)
