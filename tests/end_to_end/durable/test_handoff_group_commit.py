@@ -467,6 +467,48 @@ def test_compaction_rewrites_a_row_at_most_twice(tmp_path: Path) -> None:
     store.close()
 
 
+def test_files_a_compaction_left_unlinked_are_orphans_removed_under_a_reader_that_planned_on_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)
+    for seq in range(7):  # [0,9) and [9,18) are joined, [18,21) waits
+        with store.transaction() as conn:
+            writer.append(conn, 0, rows_of(0, seq, 3))
+    before, old = read(tmp_path, 0), files(tmp_path)
+    storage = EmbeddedStorage(str(tmp_path))
+    (split,) = storage.plan(STREAM, [OffsetRange(0, 4, 17)])
+    reading = split._segment_batches()
+    got = [next(reading)]  # rows 4..6 of the first old file
+    with monkeypatch.context() as patch:  # killed after the commit, before deleting the old files
+        patch.setattr(writer.log, "unlink", lambda files: None)
+        assert compact(writer.log, STREAM, 0, SCHEMA.arrow, target_rows=9) == 6
+    assert old < files(tmp_path) and len(indexed_files(store)) == 3  # two joined files and [18,21)
+    got.append(next(reading))  # an old file, still there
+    assert writer.log.remove_orphans(STREAM) == 6  # as after a Spark trim or at a writer's start
+    assert files(tmp_path) == indexed_files(store)
+    got += reading  # the rest, from the new file
+    assert [tuple(r.values()) for b in got for r in b.to_pylist()] == before[4:17]
+    storage.close()
+    store.close()
+
+
+async def test_an_appender_whose_compaction_fails_tries_again_after_another_batch_not_every_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)
+    appender = GroupAppender(store, writer)
+    for seq in range(13):
+        await appender.append(lambda conn, seq=seq: (0, rows_of(0, seq, 5000)))
+    (bad,) = [s.file for s in writer.log.segments(STREAM, 0, 0, 1)]
+    (tmp_path / bad).write_bytes(b"not an Arrow file")  # each try fails on it
+    for seq in range(13, 27):  # the 14th append fills a batch; the next 13 do not fill another
+        await appender.append(lambda conn, seq=seq: (0, rows_of(0, seq, 5000)))
+    tries = [r for r in caplog.records if r.getMessage().startswith("compacting handoff stream")]
+    assert len(tries) == 1  # not one a write, each re-reading the group under the write lock
+    assert files(tmp_path) == indexed_files(store)
+    store.close()
+
+
 def test_readers_racing_appends_and_compactions_see_every_row_once(tmp_path: Path) -> None:
     store, writer = open_log(tmp_path)
     writer.log.declare(STREAM, SCHEMA)
