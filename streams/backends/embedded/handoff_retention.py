@@ -156,7 +156,7 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema, tar
                 )
                 log.index(conn, stream, Segment(partition, first, table.num_rows, file), newest)
         except BaseException:
-            log.unlink([file])  # not committed: a retry after every write must not pile files up
+            log.unlink([file])  # not committed: each failed try would leave an orphan behind
             raise
         log.unlink([s.file for s in group])
         merged += len(group)
