@@ -101,6 +101,43 @@ def test_a_read_over_inline_file_and_compacted_segments_equals_spark_windows(
     assert sorted(seen) == expected
 
 
+def test_a_stream_trimming_on_commit_reads_every_window_once_while_its_files_are_compacted(
+    spark, file_handoff, events, expected, tmp_path
+):
+    results = window_results(events)
+    half = len(results) // 2
+    file_handoff.append_windows(results[:half])
+    stop, compacted = threading.Event(), [0]
+
+    def compacting() -> None:  # as the appender does, but into files of 40 rows and all the time
+        while not stop.is_set():
+            for partition in file_handoff.writer.end_offsets():
+                compacted[0] += compact(file_handoff.log, STREAM, partition, file_handoff.writer.schema.arrow, 40)
+
+    thread = threading.Thread(target=compacting)
+    thread.start()
+    try:
+        query = (
+            windows_of(file_handoff, spark, maxRecordsPerTrigger="30")  # trimOnCommit: the default
+            .writeStream.format("memory")
+            .queryName("compacted_under_a_stream")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(processingTime="50 milliseconds")
+            .start()
+        )
+        query.processAllAvailable()
+        file_handoff.append_windows(results[half:])
+        query.processAllAvailable()
+        query.stop()
+    finally:
+        stop.set()
+        thread.join()
+    assert compacted[0] > 0 and sum(file_handoff.log.start_offsets(STREAM).values()) > 0  # both happened
+    assert collect_windows(spark.table("compacted_under_a_stream")) == expected
+    file_handoff.log.remove_orphans(STREAM)
+    assert file_handoff.stream_files() == file_handoff.indexed_files()
+
+
 def test_stream_stopped_and_restarted_delivers_every_window_once(spark, any_handoff, events, expected, tmp_path):
     results = window_results(events)
     read_in_two(spark, any_handoff, results, len(results) // 3, tmp_path)

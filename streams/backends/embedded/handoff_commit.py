@@ -159,18 +159,18 @@ class GroupAppender:
 
     async def _compact_full(self) -> None:
         """Compact the partitions that gathered ``compact_bytes`` of inline rows or a Spark
-        batch of rows in small segments; a failure is logged and tried again after the next
-        write (the rows are safe where they are)."""
+        batch of rows in small segments; a failure is logged and tried again once as much
+        more has gathered (the rows are safe where they are; a try after every write would
+        re-read a batch under the write lock each time a bad file fails it)."""
         writer = self.writer
         for partition in sorted(self._small.keys() | self._inline.keys()):
             if self._inline.get(partition, 0) < self.compact_bytes and self._small.get(partition, 0) < BATCH_ROWS:
                 continue
+            self._inline[partition] = self._small[partition] = 0
             try:
                 await anyio.to_thread.run_sync(compact, writer.log, writer.stream, partition, writer.schema.arrow)
             except Exception:
                 log.warning("compacting handoff stream %r partition %d failed", writer.stream, partition, exc_info=True)
-                continue
-            self._inline[partition] = self._small[partition] = 0
 
     async def _retain(self) -> None:
         """Apply the retention policy to the stream once every ``interval`` (after a write:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -116,10 +117,12 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema, tar
       file per batch it hands Spark, and copies nothing to join them). A partial group waits
       for more, so a row is rewritten at most twice.
 
-    Blocking (one write transaction; the file is written and fsynced inside it, so that
+    Blocking (a write transaction a group, so that other writers wait for one file's write
+    at most; the file is written and fsynced inside it, so that
     :meth:`HandoffLog.remove_orphans` never mistakes it for an orphan). A crash leaves
-    either the old segments or the new file indexed, and at most an unindexed file behind.
-    The merged files are deleted after the commit; a read planned before it finds their rows
+    either a group's old segments or its new file indexed, and at most an unindexed file
+    behind; a failure removes its file and keeps the groups merged before it.
+    A group's merged files are deleted after its commit; a read planned before it finds their rows
     in the new file (:class:`~streams.backends.embedded.handoff_log.SegmentSplit`).
 
     >>> import tempfile
@@ -136,31 +139,46 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema, tar
     >>> [(s.first_offset, s.row_count, s.inline) for s in log.segments("s", 0, 0, 3)]
     [(0, 3, False)]
     """
-    merged: list[str] = []
-    with log.store.transaction() as conn:
-        rows = conn.execute(
-            "SELECT first_offset, row_count, file, data, appended FROM handoff_segments "
-            "WHERE stream = ? AND partition = ? AND row_count < ? ORDER BY first_offset",
-            (stream, partition, target_rows),
-        ).fetchall()
-        appended = {first: when for first, _, _, _, when in rows}
-        segments = [Segment(partition, first, count, file, data) for first, count, file, data, _ in rows]
-        for group in _merges(segments, target_rows):
-            table = pa.Table.from_batches([b for s in group for b in _batches(log, s, schema)], schema=schema)
-            first, last = group[0].first_offset, group[-1].first_offset
-            file = log.write_file(stream, partition, first, table)
-            conn.execute(
-                "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? AND first_offset BETWEEN ? AND ?",
-                (stream, partition, first, last),
-            )
-            # The file is as young as its newest row: retention by age never takes a row early.
-            newest = max(
-                (appended[s.first_offset] for s in group if appended[s.first_offset] is not None), default=None
-            )
-            log.index(conn, stream, Segment(partition, first, table.num_rows, file), newest)
-            merged += [s.file for s in group]
-    log.unlink(merged)
-    return len(merged)
+    merged = 0
+    while True:  # a transaction a group: the write lock is held for one file's write at a time
+        file = ""
+        try:
+            with log.store.transaction() as conn:
+                group, newest = _next_merge(conn, stream, partition, target_rows)
+                if not group:
+                    break
+                table = pa.Table.from_batches([b for s in group for b in _batches(log, s, schema)], schema=schema)
+                first, last = group[0].first_offset, group[-1].first_offset
+                file = log.write_file(stream, partition, first, table)
+                conn.execute(
+                    "DELETE FROM handoff_segments WHERE stream = ? AND partition = ? AND first_offset BETWEEN ? AND ?",
+                    (stream, partition, first, last),
+                )
+                log.index(conn, stream, Segment(partition, first, table.num_rows, file), newest)
+        except BaseException:
+            log.unlink([file])  # not committed: each failed try would leave an orphan behind
+            raise
+        log.unlink([s.file for s in group])
+        merged += len(group)
+    return merged
+
+
+def _next_merge(
+    conn: sqlite3.Connection, stream: str, partition: int, target_rows: int
+) -> tuple[list[Segment], float | None]:
+    """The first group :func:`_merges` finds in the index now, and when its newest row was
+    appended: the merged file is as young as that, so retention by age never takes a row early."""
+    rows = conn.execute(
+        "SELECT first_offset, row_count, file, data, appended FROM handoff_segments "
+        "WHERE stream = ? AND partition = ? AND row_count < ? ORDER BY first_offset",
+        (stream, partition, target_rows),
+    ).fetchall()
+    appended = {first: when for first, _, _, _, when in rows}
+    segments = [Segment(partition, first, count, file, data) for first, count, file, data, _ in rows]
+    for group in _merges(segments, target_rows):
+        times = [appended[s.first_offset] for s in group if appended[s.first_offset] is not None]
+        return group, max(times, default=None)
+    return [], None
 
 
 def _merges(segments: list[Segment], target_rows: int) -> list[list[Segment]]:

@@ -320,6 +320,205 @@ async def test_the_appender_joins_small_files_once_they_fill_a_spark_batch(tmp_p
     store.close()
 
 
+def test_every_range_planned_before_a_compaction_reads_its_rows_once_after_it(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)
+    inline = HandoffWriter(HandoffLog(store), STREAM, SCHEMA)  # the same stream, its appends inline
+    for seq, n in enumerate([3, 2, 3, 1, 3, 3, 2, 1, 3, 3]):
+        with store.transaction() as conn:
+            (inline if seq in (3, 6, 7) else writer).append(conn, 0, rows_of(0, seq, n))
+    before = read(tmp_path, 0)
+    end = len(before)
+    storage = EmbeddedStorage(str(tmp_path))
+    ranges = [OffsetRange(0, start, stop) for start in range(end) for stop in range(start + 1, end + 1)]
+    splits, trimmed = storage.plan(STREAM, ranges), storage.plan(STREAM, ranges)
+    # Half the reads have their first segment in hand when the compaction deletes the rest.
+    reads = [split._segment_batches() for split in splits]
+    got: list[list[pa.RecordBatch]] = [[next(r)] if n % 2 else [] for n, r in enumerate(reads)]
+
+    # Groups of at most 9 rows: [0,9) and [9,18) become files; the files of [18,24) wait for more.
+    assert compact(writer.log, STREAM, 0, SCHEMA.arrow, target_rows=9) == 8
+    assert segment_sizes(writer.log, end) == [(0, 9, False), (9, 9, False), (18, 3, False), (21, 3, False)]
+    for batches, rest in zip(got, reads, strict=True):
+        batches += rest
+    for r, batches in zip(ranges, got, strict=True):
+        assert [tuple(row.values()) for b in batches for row in b.to_pylist()] == before[r.start : r.end], r
+    assert files(tmp_path) == indexed_files(store)
+
+    # After a trim of [0,9) too: a read whose rows were trimmed fails; none reads short or twice.
+    assert writer.trim(0, 9) == 1
+    lost = 0
+    for r, split in zip(ranges, trimmed, strict=True):
+        try:
+            rows = [tuple(row.values()) for b in split.batches() for row in b.to_pylist()]
+        except HandoffDataLostError:
+            lost += 1
+            assert r.start < 9, r
+        else:
+            assert rows == before[r.start : r.end], r
+    assert lost == sum(r.start < 8 for r in ranges)  # [8,9) is inline: the read holds its row
+    storage.close()
+    store.close()
+
+
+def test_readers_racing_appends_and_compactions_of_files_see_every_row_once(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)  # every append a file of its own
+    stop, problems, spans = threading.Event(), list[str](), list[tuple[int, int]]()
+
+    def reader() -> None:
+        while not stop.is_set():
+            end = writer.end_offsets().get(0, 0)
+            start = random.randrange(end) if end else 0
+            seen = read(tmp_path, 0, start, end)
+            spans.append((start, end))
+            whole = read(tmp_path, 0, 0, end)
+            if seen != whole[start:]:
+                problems.append(f"[{start}, {end}) read {len(seen)} rows, not {len(whole) - start}")
+            seqs = [seq for _, seq, i, _ in whole if i == 0]
+            if seqs != list(range(len(seqs))) or len(whole) != sum(1 + s % 3 for s in seqs):
+                problems.append(f"appends {seqs[:20]}...: a gap or a repeat")
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for seq in range(300):
+            with store.transaction() as conn:
+                writer.append(conn, 0, rows_of(0, seq, 1 + seq % 3))
+            if seq % 4 == 3:  # files of 10 rows, then of 40: each compaction deletes files readers planned on
+                compact(writer.log, STREAM, 0, SCHEMA.arrow, target_rows=10 if seq % 8 == 3 else 40)
+    finally:
+        stop.set()
+        thread.join()
+    assert not problems, problems[:5]
+    assert len(spans) > 1
+    assert len(read(tmp_path, 0)) == sum(1 + seq % 3 for seq in range(300))
+    store.close()
+
+
+KILLED_COMPACTION = """
+import sys
+from pathlib import Path
+from tests.end_to_end.durable.test_handoff_group_commit import SCHEMA, STREAM, open_log, rows_of
+from streams.backends.embedded.handoff_retention import compact
+store, writer = open_log(Path(sys.argv[1]), inline_bytes=0)
+seq = writer.end_offsets().get(0, 0)
+while True:
+    with store.transaction() as conn:
+        writer.append(conn, 0, rows_of(0, seq, 1))
+    seq += 1
+    compact(writer.log, STREAM, 0, SCHEMA.arrow, target_rows=4)
+    print(seq, flush=True)
+"""
+
+
+def test_a_compaction_killed_midway_leaves_every_row_readable_once_and_its_files_orphans(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    root = Path(__file__).resolve().parents[3]
+    for _ in range(4):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_COMPACTION, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        assert proc.stdout is not None
+        for _ in range(20 + rng.randrange(40)):
+            proc.stdout.readline()
+        time.sleep(rng.random() / 50)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        store, writer = open_log(tmp_path, inline_bytes=0)  # removes the orphans
+        end = writer.end_offsets()[0]
+        assert read(tmp_path, 0) == [(0, seq, 0, 1) for seq in range(end)]
+        # New files left unindexed, old ones left unlinked: gone; only an append's file at the end waits.
+        assert {f for f in files(tmp_path) - indexed_files(store) if int(Path(f).name[:20]) < end} == set()
+        store.close()
+
+
+def test_a_compaction_failing_midway_keeps_the_groups_before_and_leaves_no_file_behind(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)
+    for seq in range(8):
+        with store.transaction() as conn:
+            writer.append(conn, 0, rows_of(0, seq, 3))
+    before = read(tmp_path, 0)
+    # A file of the second group [9,18) is unreadable (a bad disk, a stray write): each
+    # compaction fails there, and the appender tries it again after every write.
+    (bad,) = [s.file for s in writer.log.segments(STREAM, 0, 12, 13)]
+    (tmp_path / bad).write_bytes(b"not an Arrow file")
+    for _ in range(3):
+        with pytest.raises(pa.ArrowInvalid):
+            compact(writer.log, STREAM, 0, SCHEMA.arrow, target_rows=9)
+        assert segment_sizes(writer.log, 24)[0] == (0, 9, False)  # the group before it: merged, once
+        assert files(tmp_path) == indexed_files(store)  # no unindexed file piles up
+    assert read(tmp_path, 0, 0, 9) == before[:9]
+    store.close()
+
+
+def test_compaction_rewrites_a_row_at_most_twice(tmp_path: Path) -> None:
+    store, files_writer = open_log(tmp_path, inline_bytes=0)
+    inline = HandoffWriter(HandoffLog(store), STREAM, SCHEMA)
+    rng = random.Random(3)
+    holder: dict[int, str] = {}  # offset -> the file (or '' inline) that holds it now
+    rewrites: dict[int, int] = {}
+    for seq in range(400):
+        with store.transaction() as conn:  # appends of 1 to 25 rows, inline or files, a few at 20 or more
+            (inline if rng.random() < 0.5 else files_writer).append(conn, 0, rows_of(0, seq, rng.randint(1, 25)))
+        compact(files_writer.log, STREAM, 0, SCHEMA.arrow, target_rows=20)
+        if seq % 50 == 49:
+            files_writer.trim(0, files_writer.end_offsets()[0] // 2)
+        start, end = files_writer.log.start_offsets(STREAM)[0], files_writer.end_offsets()[0]
+        for s in files_writer.log.segments(STREAM, 0, start, end):
+            for offset in range(s.first_offset, s.end_offset):
+                if offset in holder and holder[offset] != s.file:
+                    rewrites[offset] = rewrites.get(offset, 0) + 1
+                holder[offset] = s.file
+    assert max(rewrites.values()) == 2  # inline, a file of inline rows, a file of a Spark batch
+    assert sum(rewrites.values()) < 2 * len(holder)
+    store.close()
+
+
+def test_files_a_compaction_left_unlinked_are_orphans_removed_under_a_reader_that_planned_on_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)
+    for seq in range(7):  # [0,9) and [9,18) are joined, [18,21) waits
+        with store.transaction() as conn:
+            writer.append(conn, 0, rows_of(0, seq, 3))
+    before, old = read(tmp_path, 0), files(tmp_path)
+    storage = EmbeddedStorage(str(tmp_path))
+    (split,) = storage.plan(STREAM, [OffsetRange(0, 4, 17)])
+    reading = split._segment_batches()
+    got = [next(reading)]  # rows 4..6 of the first old file
+    with monkeypatch.context() as patch:  # killed after the commit, before deleting the old files
+        patch.setattr(writer.log, "unlink", lambda files: None)
+        assert compact(writer.log, STREAM, 0, SCHEMA.arrow, target_rows=9) == 6
+    assert old < files(tmp_path) and len(indexed_files(store)) == 3  # two joined files and [18,21)
+    got.append(next(reading))  # an old file, still there
+    assert writer.log.remove_orphans(STREAM) == 6  # as after a Spark trim or at a writer's start
+    assert files(tmp_path) == indexed_files(store)
+    got += reading  # the rest, from the new file
+    assert [tuple(r.values()) for b in got for r in b.to_pylist()] == before[4:17]
+    storage.close()
+    store.close()
+
+
+async def test_an_appender_whose_compaction_fails_tries_again_after_another_batch_not_every_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)
+    appender = GroupAppender(store, writer)
+    for seq in range(13):
+        await appender.append(lambda conn, seq=seq: (0, rows_of(0, seq, 5000)))
+    (bad,) = [s.file for s in writer.log.segments(STREAM, 0, 0, 1)]
+    (tmp_path / bad).write_bytes(b"not an Arrow file")  # each try fails on it
+    for seq in range(13, 27):  # the 14th append fills a batch; the next 13 do not fill another
+        await appender.append(lambda conn, seq=seq: (0, rows_of(0, seq, 5000)))
+    tries = [r for r in caplog.records if r.getMessage().startswith("compacting handoff stream")]
+    assert len(tries) == 1  # not one a write, each re-reading the group under the write lock
+    assert files(tmp_path) == indexed_files(store)
+    store.close()
+
+
 def test_readers_racing_appends_and_compactions_see_every_row_once(tmp_path: Path) -> None:
     store, writer = open_log(tmp_path)
     writer.log.declare(STREAM, SCHEMA)
