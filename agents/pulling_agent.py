@@ -24,7 +24,7 @@ import math
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextvars import Token
 from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 
@@ -391,7 +391,9 @@ class PullingAgent:
 
     async def _add_slice(self, decoded: list[tuple[QueueMessage, BatchContainer]]) -> None:
         streams = self._streams
-        for sid in {c.stream_id: None for _, c in decoded}:
+        sids = {c.stream_id: None for _, c in decoded}
+        self._open_new(sids)
+        for sid in sids:
             state = streams.get(sid)
             if state is None:
                 state = await self._open_stream(sid)
@@ -464,6 +466,17 @@ class PullingAgent:
         if not self._catalog.consumers.attach_all_now(state, sid, skip):  # its subscriptions not read yet
             await self._catalog.consumers.attach_all(state, sid, skip)
         return state
+
+    def _open_new(self, sids: Iterable[StreamId]) -> None:
+        """Open the new streams among ``sids`` whose subscriptions the read brought, all in
+        one pass (``StreamConsumers.attach_new``); the others are opened one by one."""
+        streams = self._streams
+        worker, queue = self.context.worker_name, self.queue
+        fresh = [StreamState(worker, queue, sid) for sid in sids if sid not in streams]
+        for state in fresh:
+            streams[state.stream] = state
+        for state in self._catalog.consumers.attach_new(fresh):  # not read together: left alone
+            del streams[state.stream]
 
     def _spawn(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], *args: *Ts) -> None:
         assert self._tg is not None, "the agent is not running"
