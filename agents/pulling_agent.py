@@ -475,7 +475,14 @@ class PullingAgent:
         fresh = [StreamState(worker, queue, sid) for sid in sids if sid not in streams]
         for state in fresh:
             streams[state.stream] = state
-        for state in self._catalog.consumers.attach_new(fresh):  # not read together: left alone
+        try:
+            alone = self._catalog.consumers.attach_new(fresh)
+        except BaseException:  # (a durable subscription of a type not registered): as one by one,
+            for state in fresh:  # the streams after the one that raised are not opened
+                if state.opening is not None:
+                    del streams[state.stream]
+            raise
+        for state in alone:  # not read together: opened alone
             del streams[state.stream]
 
     def _spawn(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], *args: *Ts) -> None:
