@@ -251,6 +251,23 @@ class StreamConsumers:
             state.open()
         return True
 
+    def open_new(self, streams: dict[StreamId, StreamState], sids: Iterable[StreamId]) -> None:
+        """Open, in ``streams``, the new streams among ``sids`` whose subscriptions the read
+        brought, all in one pass (:meth:`attach_new`); the others are left to be opened one by one."""
+        worker, queue = self._context.worker_name, self._cursors.queue
+        fresh = [StreamState(worker, queue, sid) for sid in sids if sid not in streams]
+        for state in fresh:
+            streams[state.stream] = state
+        try:
+            alone = self.attach_new(fresh)
+        except BaseException:  # (a durable subscription of a type not registered): as one by one,
+            for state in fresh:  # the streams after the one that raised are not opened
+                if state.opening is not None:
+                    del streams[state.stream]
+            raise
+        for state in alone:  # not read together: opened alone
+            del streams[state.stream]
+
     def attach_new(self, states: list[StreamState]) -> list[StreamState]:
         """:meth:`attach_all_now` for the new streams of one slice of a read, in one pass:
         what they share (their namespace's implicit types, each one's subscription id and
@@ -673,20 +690,21 @@ class Catalog:
         gone: list[TimedActivation] = []
         for cls, observer in state.activations:
             timed = timed_of(observer)
-            if self._types.of(cls).namespaces:  # shared by the streams of a key
+            facts = self._types.of(cls)
+            if facts.namespaces:  # shared by the streams of a key
                 if timed is None or not any(timed.target is e for e in ended):
                     continue
             else:
                 ended.append(observer.target)
             if timed is not None:
-                self._end(cls, timed, state, stopping=stopping)
+                self._end(cls, timed, state, facts, stopping=stopping)
                 gone.append(timed)
         for instance in ended:
             if hasattr(instance, "on_deactivate"):
                 self._spawn(call_hook, instance, "on_deactivate", state)
         return gone
 
-    def _end(self, cls: type, timed: TimedActivation, state: StreamState, *, stopping: bool) -> None:
+    def _end(self, cls: type, timed: TimedActivation, state: StreamState, facts: TypeFacts, *, stopping: bool) -> None:
         """One event-time activation of a closed stream ends: parked with its state if its
         windows stay open (and the agent is not ``stopping``), else its saved state retired."""
         timed.on_change = None
@@ -696,7 +714,6 @@ class Catalog:
                 # Its windows stay open: the stored row stays, and its state waits
                 # here, compact, for the stream's next data (restored in _make);
                 # a durable one with a store to look it up in waits only there.
-                facts = self._types.of(type(timed.target))
                 parked = (facts.name, str(timed.stream_id))  # its state_key
                 if self._lookup is None or not facts.stateful:
                     self._saved[parked] = timed.park()
@@ -708,7 +725,7 @@ class Catalog:
             else:
                 self.states.retire(timed)
         if isinstance(timed, EventTimeObserver):
-            self.fates.ended(self.state_key(timed)[0], timed.processor.counters, parked)
+            self.fates.ended(facts.name, timed.processor.counters, parked)
 
 
 def event_time_activations(states: Iterable[StreamState]) -> list[EventTimeObserver]:

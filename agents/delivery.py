@@ -254,12 +254,8 @@ class StreamConsumer:
         """The agent added batches of this consumer's stream to the cache: deliver them here
         and now if ``on_next`` cannot suspend and no task is busy with this consumer, else
         leave them to a task. The agent calls it with the stream's log context set."""
-        # (steps_inline and _has_task, read in place: a fleet's first contact passes here a stream)
-        if (
-            (self._call_now is not None or self.observer.take_now is not None)
-            and self not in self.kind.working
-            and self._deliver_now()
-        ):
+        now = self._call_now is not None or self.observer.take_now is not None  # (or steps_inline)
+        if now and self not in self.kind.working and self._deliver_now():  # (not _has_task)
             return
         self._resume()
 

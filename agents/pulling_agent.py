@@ -24,7 +24,7 @@ import math
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import Token
 from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 
@@ -390,9 +390,8 @@ class PullingAgent:
                 await self._add_slice(decoded[start : start + _ADD_SLICE])
 
     async def _add_slice(self, decoded: list[tuple[QueueMessage, BatchContainer]]) -> None:
-        streams = self._streams
-        sids = {c.stream_id: None for _, c in decoded}
-        self._open_new(sids)
+        streams, sids = self._streams, {c.stream_id: None for _, c in decoded}
+        self._catalog.consumers.open_new(streams, sids)  # the new ones whose subscriptions the read brought
         for sid in sids:
             state = streams.get(sid)
             if state is None:
@@ -466,24 +465,6 @@ class PullingAgent:
         if not self._catalog.consumers.attach_all_now(state, sid, skip):  # its subscriptions not read yet
             await self._catalog.consumers.attach_all(state, sid, skip)
         return state
-
-    def _open_new(self, sids: Iterable[StreamId]) -> None:
-        """Open the new streams among ``sids`` whose subscriptions the read brought, all in
-        one pass (``StreamConsumers.attach_new``); the others are opened one by one."""
-        streams = self._streams
-        worker, queue = self.context.worker_name, self.queue
-        fresh = [StreamState(worker, queue, sid) for sid in sids if sid not in streams]
-        for state in fresh:
-            streams[state.stream] = state
-        try:
-            alone = self._catalog.consumers.attach_new(fresh)
-        except BaseException:  # (a durable subscription of a type not registered): as one by one,
-            for state in fresh:  # the streams after the one that raised are not opened
-                if state.opening is not None:
-                    del streams[state.stream]
-            raise
-        for state in alone:  # not read together: opened alone
-            del streams[state.stream]
 
     def _spawn(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], *args: *Ts) -> None:
         assert self._tg is not None, "the agent is not running"
