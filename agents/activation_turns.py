@@ -56,7 +56,12 @@ class Turns:
 
     def give_back(self) -> None:
         """End a turn :meth:`take_now` took: the next waiter, if any, goes on."""
-        self._pass_on()
+        waiters = self._waiters
+        if waiters:
+            waiters.popleft().set()
+        else:
+            self._held = False
+            self._waiters = None
 
     async def __aenter__(self) -> None:
         if not self._held:
@@ -70,7 +75,7 @@ class Turns:
             await turn.wait()  # the one leaving hands the turn over: _held stays True
         except BaseException:
             if turn.is_set():
-                self._pass_on()  # handed the turn while being cancelled: give it on
+                self.give_back()  # handed the turn while being cancelled: give it on
             else:
                 self._waiters.remove(turn)
             raise
@@ -78,12 +83,4 @@ class Turns:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._pass_on()
-
-    def _pass_on(self) -> None:
-        waiters = self._waiters
-        if waiters:
-            waiters.popleft().set()
-        else:
-            self._held = False
-            self._waiters = None
+        self.give_back()

@@ -30,7 +30,7 @@ from agents.cursors import Cursors
 from agents.delivery import ConsumerKind, StreamConsumer
 from agents.durable import DurableActivation
 from agents.event_time_observer import EventTimeObserver, declared_event_time
-from agents.first_contact import ConsumerTypes, FirstContact
+from agents.first_contact import ConsumerTypes, FirstContact, TypeFacts
 from agents.handoff_writes import HandoffTarget
 from agents.hook_calls import HookLimits
 from agents.keyed import KeyedActivations
@@ -251,12 +251,76 @@ class StreamConsumers:
             state.open()
         return True
 
+    def open_new(self, streams: dict[StreamId, StreamState], sids: Iterable[StreamId]) -> None:
+        """Open, in ``streams``, the new streams among ``sids`` whose subscriptions the read
+        brought, all in one pass (:meth:`attach_new`); the others are left to be opened one by one."""
+        worker, queue = self._context.worker_name, self._cursors.queue
+        fresh = [StreamState(worker, queue, sid) for sid in sids if sid not in streams]
+        for state in fresh:
+            streams[state.stream] = state
+        try:
+            alone = self.attach_new(fresh)
+        except BaseException:  # (a durable subscription of a type not registered): as one by one,
+            for state in fresh:  # the streams after the one that raised are not opened
+                if state.opening is not None:
+                    del streams[state.stream]
+            raise
+        for state in alone:  # not read together: opened alone
+            del streams[state.stream]
+
+    def attach_new(self, states: list[StreamState]) -> list[StreamState]:
+        """:meth:`attach_all_now` for the new streams of one slice of a read, in one pass:
+        what they share (their namespace's implicit types, each one's subscription id and
+        consumer kind) is asked once a namespace, not once a stream. The states whose
+        subscriptions were not read together are returned, untouched, to be attached alone."""
+        subscriptions = self._first.subscriptions
+        plans: dict[str, list[tuple[type, str, ConsumerKind]]] = {}
+        alone: list[StreamState] = []
+        for state in states:
+            sid = state.stream
+            records = subscriptions.pop(sid, None)
+            if records is None:
+                alone.append(state)
+                continue
+            plan = plans.get(sid.namespace)
+            if plan is None:
+                plan = plans[sid.namespace] = self._plan(sid.namespace)
+            try:
+                for cls, subscription_id, kind in plan:
+                    self._attach_new(state, subscription_id, self._activation(state, sid, cls), kind)
+                self._attach_observers(state, sid, None)
+                if records:
+                    self._attach_durable(state, sid, None, records)
+            finally:
+                state.open()
+        return alone
+
+    def _plan(self, namespace: str) -> list[tuple[type, str, ConsumerKind]]:
+        """``(type, subscription id, consumer kind)`` of each implicit type of ``namespace``."""
+        types = self._types
+        return [
+            (cls, types.of(cls).subscription_id, self._kind(cls, False, True))
+            for cls in self._registry.implicit_types(namespace)
+        ]
+
+    def _attach_new(self, state: StreamState, subscription_id: str, observer: Activation, kind: ConsumerKind) -> None:
+        """An implicit consumer of a new stream, from its next data (:meth:`add`'s case that
+        no cache misses)."""
+        consumer = StreamConsumer(
+            subscription_id, observer, self._cursors.cache.create_cursor(state.stream, None), kind, log_fields=state
+        )
+        state.add_consumer(consumer)
+        consumer.start()
+
     def _attach_local(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
         registry = self._registry
         for cls in registry.implicit_types(sid.namespace):
             activation = self._activation(state, sid, cls)
             self.add(state, sid, self._types.of(cls).subscription_id, activation, implicit=True, of_type=cls)
-        for sub in registry.observers(sid):
+        self._attach_observers(state, sid, skip)
+
+    def _attach_observers(self, state: StreamState, sid: StreamId, skip: str | None) -> None:
+        for sub in self._registry.observers(sid):
             if sub.subscription_id != skip:
                 self.add(state, sid, sub.subscription_id, as_observer(sub.observer), event_filter=sub.filter)
 
@@ -466,12 +530,12 @@ class Catalog:
         return observer
 
     def _activate(self, state: StreamState, sid: StreamId, cls: type) -> Activation:
-        namespaces = self._types.of(cls).namespaces
+        facts = self._types.of(cls)
         instance: object | None
-        if namespaces:
-            observer, instance = self.keyed.observer_for(cls, sid, namespaces[0], self._make)
+        if facts.namespaces:
+            observer, instance = self.keyed.observer_for(cls, sid, facts.namespaces[0], self._make)
         else:
-            timed, instance = self._make(cls, sid)
+            timed, instance = self._make(cls, sid, facts)
             observer = timed if timed is not None else as_observer(instance)
         if instance is not None and hasattr(instance, "on_activate"):  # a task only if it has one
             self._spawn(call_hook, instance, "on_activate", state)
@@ -484,17 +548,18 @@ class Catalog:
             return nullcontext()
         return self._first.reading(sids, self._lookup if self.states is not None else None)
 
-    def _durable(self, cls: type, sid: StreamId, instance: object, timers: TimerTable | None) -> DurableActivation:
+    def _durable(
+        self, cls: type, sid: StreamId, instance: object, timers: TimerTable | None, facts: TypeFacts
+    ) -> DurableActivation:
         """What a plain consumer's instance is delivered to when its type declares durable
         fields or timers (``timers``: its timer table): the adapted instance, wrapped so
         that they are saved."""
         self._note_ttl(cls)
-        inputs = self._types.of(cls).namespaces
         limits = self._hook_limits(cls)
-        durable = DurableActivation(as_observer(instance), sid, self._dead_letters, limits, inputs, timers)
+        durable = DurableActivation(as_observer(instance), sid, self._dead_letters, limits, facts.namespaces, timers)
         durable.on_change = self._on_change
         if self.states is not None and durable.enable_snapshots():
-            self._restore(durable)
+            self._restore(durable, facts)
         return durable
 
     def _hook_limits(self, cls: type) -> HookLimits:
@@ -510,17 +575,21 @@ class Catalog:
             )
         return limits
 
-    def _make(self, cls: type, sid: StreamId) -> tuple[EventTimeObserver | DurableActivation | None, object]:
+    def _make(
+        self, cls: type, sid: StreamId, facts: TypeFacts | None = None
+    ) -> tuple[EventTimeObserver | DurableActivation | None, object]:
         """``(its event-time or durable activation, or None; the user's instance)`` of a new
-        activation."""
+        activation (``facts``: its type's, if the caller has them)."""
         instance = cls(sid)
-        stateful = self._types.of(cls).stateful
+        if facts is None:
+            facts = self._types.of(cls)
+        stateful = facts.stateful
         timers = timers_of(instance) if stateful else None
         if timers is not None:
             timers.clock = self._context.clock  # what timers.now() reads
         spec = declared_event_time(instance)
         if spec is None:
-            return (self._durable(cls, sid, instance, timers) if stateful else None), instance
+            return (self._durable(cls, sid, instance, timers, facts) if stateful else None), instance
         limits = self._hook_limits(cls)
         self._note_ttl(cls)
         timed = EventTimeObserver(instance, spec, sid, self._dead_letters, self._handoff_for(cls, sid), limits)
@@ -534,7 +603,7 @@ class Catalog:
         )
         timed.processor.sample_times(sketch)
         if self.states is not None and timed.enable_snapshots():
-            self._restore(timed)
+            self._restore(timed, facts)
         return timed, instance
 
     def _handoff_for(self, cls: type, sid: StreamId) -> HandoffTarget | None:
@@ -576,8 +645,9 @@ class Catalog:
         """``(consumer type name, stream id)``: its saved state's key (and its name in ``headrace status``)."""
         return (self._types.of(type(activation.target)).name, str(activation.stream_id))
 
-    def _restore(self, activation: TimedActivation) -> None:
-        facts = self._types.of(type(activation.target))
+    def _restore(self, activation: TimedActivation, facts: TypeFacts | None = None) -> None:
+        if facts is None:
+            facts = self._types.of(type(activation.target))
         key = (facts.name, str(activation.stream_id))  # its state_key
         saved = self._saved.pop(key, None)
         self._expiring.pop(key, None)  # active again
@@ -620,20 +690,21 @@ class Catalog:
         gone: list[TimedActivation] = []
         for cls, observer in state.activations:
             timed = timed_of(observer)
-            if self._types.of(cls).namespaces:  # shared by the streams of a key
+            facts = self._types.of(cls)
+            if facts.namespaces:  # shared by the streams of a key
                 if timed is None or not any(timed.target is e for e in ended):
                     continue
             else:
                 ended.append(observer.target)
             if timed is not None:
-                self._end(cls, timed, state, stopping=stopping)
+                self._end(cls, timed, state, facts, stopping=stopping)
                 gone.append(timed)
         for instance in ended:
             if hasattr(instance, "on_deactivate"):
                 self._spawn(call_hook, instance, "on_deactivate", state)
         return gone
 
-    def _end(self, cls: type, timed: TimedActivation, state: StreamState, *, stopping: bool) -> None:
+    def _end(self, cls: type, timed: TimedActivation, state: StreamState, facts: TypeFacts, *, stopping: bool) -> None:
         """One event-time activation of a closed stream ends: parked with its state if its
         windows stay open (and the agent is not ``stopping``), else its saved state retired."""
         timed.on_change = None
@@ -643,7 +714,6 @@ class Catalog:
                 # Its windows stay open: the stored row stays, and its state waits
                 # here, compact, for the stream's next data (restored in _make);
                 # a durable one with a store to look it up in waits only there.
-                facts = self._types.of(type(timed.target))
                 parked = (facts.name, str(timed.stream_id))  # its state_key
                 if self._lookup is None or not facts.stateful:
                     self._saved[parked] = timed.park()
@@ -655,7 +725,7 @@ class Catalog:
             else:
                 self.states.retire(timed)
         if isinstance(timed, EventTimeObserver):
-            self.fates.ended(self.state_key(timed)[0], timed.processor.counters, parked)
+            self.fates.ended(facts.name, timed.processor.counters, parked)
 
 
 def event_time_activations(states: Iterable[StreamState]) -> list[EventTimeObserver]:

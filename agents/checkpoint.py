@@ -277,13 +277,23 @@ class Holds:
     def refresh(self) -> None:
         """Bring the holds and next ticks of the activations that stepped up to date."""
         changed, holds, ticks, states = self._changed, self._holds, self._ticks, self.states
+        # A value of None is KeyedMinHeap.set's pop, done here: most activations that
+        # stepped hold nothing and have no tick (a fleet's first contact steps thousands).
+        held, ticking = holds._values, ticks._values
         while changed:
             activation = changed.pop()
             hold = activation.checkpoint_hold()
-            holds.set(activation, None if hold is None else hold.sequence_number)
+            if hold is None:
+                held.pop(activation, None)
+            else:
+                holds.set(activation, hold.sequence_number)
             if states is not None:
                 states.changed(activation)
-            ticks.set(activation, activation.next_tick())
+            tick = activation.next_tick()
+            if tick is None:
+                ticking.pop(activation, None)
+            else:
+                ticks.set(activation, tick)
         # Emptied by pop(), a set keeps its table: one that took a burst of thousands of
         # streams would keep that room for good. clear() lets it go.
         changed.clear()

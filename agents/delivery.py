@@ -254,14 +254,15 @@ class StreamConsumer:
         """The agent added batches of this consumer's stream to the cache: deliver them here
         and now if ``on_next`` cannot suspend and no task is busy with this consumer, else
         leave them to a task. The agent calls it with the stream's log context set."""
-        if (self._call_now is not None or steps_inline(self.observer)) and not self._has_task and self._deliver_now():
+        now = self._call_now is not None or self.observer.take_now is not None  # (or steps_inline)
+        if now and self not in self.kind.working and self._deliver_now():  # (not _has_task)
             return
         self._resume()
 
     def _deliver_now(self) -> bool:
         """Deliver data batches from the cursor in the caller's task (the agent's); return
         whether the cursor is caught up with nothing left for the task to do."""
-        cursor, call = self.cursor, self._call_now or inline_on_next(self.observer)
+        cursor, call = self.cursor, self._call_now or self.observer.take_now or inline_on_next(self.observer)
         assert call is not None
         # The log context is the agent's to set here: once per stream for all its consumers.
         while not cursor.closed:
@@ -280,9 +281,10 @@ class StreamConsumer:
                 if pending is not None:
                     self._leave_to_task(cursor, item, batch, pending)
                     return False
+            events = len(batch)
             self.delivered_batches += 1
-            self.delivered_events += len(batch)
-            self.kind.tally.events += len(batch)
+            self.delivered_events += events
+            self.kind.tally.events += events
             cursor.advance()
         return True
 

@@ -390,8 +390,9 @@ class PullingAgent:
                 await self._add_slice(decoded[start : start + _ADD_SLICE])
 
     async def _add_slice(self, decoded: list[tuple[QueueMessage, BatchContainer]]) -> None:
-        streams = self._streams
-        for sid in {c.stream_id: None for _, c in decoded}:
+        streams, sids = self._streams, {c.stream_id: None for _, c in decoded}
+        self._catalog.consumers.open_new(streams, sids)  # the new ones whose subscriptions the read brought
+        for sid in sids:
             state = streams.get(sid)
             if state is None:
                 state = await self._open_stream(sid)

@@ -155,9 +155,9 @@ def timing_restores(into: list[float]) -> None:
     """Time each restore of a saved state (the catalog's, wrapped in place)."""
     restore = Catalog._restore
 
-    def timed(self: Catalog, activation: Any) -> None:
+    def timed(self: Catalog, activation: Any, *args: Any) -> None:
         began = time.perf_counter()
-        restore(self, activation)
+        restore(self, activation, *args)
         if activation.stored:  # there was a state to restore
             into.append(time.perf_counter() - began)
 

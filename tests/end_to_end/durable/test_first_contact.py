@@ -11,11 +11,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from streams import Durable, StreamId, StreamProvider
 from streams.backends.embedded.store import EmbeddedStore
-from tests.agents.delivery.conftest import drained
+from tests.agents.delivery.conftest import Recorder, drained
 from tests.helpers import saved_states
 
 FAST = {"max_event_delivery_time": 0.2, "delivery_retry_backoff": 0.01}
@@ -107,3 +108,60 @@ async def test_a_read_of_many_new_streams_looks_them_up_once_and_each_gets_its_o
     # and each new state (and each one changed) is written: 201 rows, the damaged one replaced
     rows = dict((stream, seq) for stream, seq, _ in saved_states(tmp_path))
     assert len(rows) == SAVED + NEW and "devices/bad" not in rows
+
+
+async def test_the_new_streams_of_one_read_get_every_kind_of_consumer_exactly_once_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streams new to the worker, attached in one pass for the read that brings them: each
+    gets its implicit activation (with its durable count saved), the durable subscriptions
+    its pub-sub record names and the in-process observers subscribed to it (whose streams
+    went quiet and were deactivated before), each taking exactly the stream's events, in
+    order; a stream with none of the extras gets none."""
+    audited = [StreamId("devices", f"a{i}") for i in range(10)]  # a durable subscription of Audit each
+    plain = [StreamId("devices", f"p{i}") for i in range(30)]
+    watched = [StreamId("lamps", f"w{i}") for i in range(10)]  # an in-process observer each
+    audit: dict[str, list[int]] = {}
+
+    def register(provider: StreamProvider, counts: dict[str, list[int]]) -> None:
+        devices(provider, counts, set())
+
+        @provider.consumer("Audit")
+        class Audit:
+            def __init__(self, stream_id: StreamId) -> None:
+                self.key = stream_id.key
+
+            def on_next(self, batch: Any) -> None:
+                audit.setdefault(self.key, []).extend(batch.values)
+
+    worker = StreamProvider.embedded(tmp_path, queues=1)
+    register(worker, {})
+    async with worker:
+        for sid in audited:
+            await worker.get_stream(sid).subscribe(worker.registry.get_type("Audit"))
+
+    statements = traced_statements(monkeypatch)
+    counts: dict[str, list[int]] = {}
+    observers = {sid.key: Recorder() for sid in watched}
+    worker = StreamProvider.embedded(tmp_path, queues=1, stream_inactivity_period=0.2)
+    register(worker, counts)
+    async with worker:
+        for sid in watched:  # (a subscribe activates its stream, which goes quiet)
+            await worker.get_stream(sid).subscribe(observers[sid.key])
+        with anyio.fail_after(10):
+            while any(agent.stream_ids() for agent in worker.agents):
+                await anyio.sleep(0.05)
+        statements.clear()
+        for sid in [*plain, *audited, *watched]:  # one write: the worker's next read brings every stream new
+            await worker.get_stream(sid).send_batch([1, 2])
+            await worker.get_stream(sid).send_batch([3])
+        await worker.flush()
+        await drained(worker, 30)
+
+    assert counts == {sid.key: [2, 3] for sid in [*plain, *audited]}
+    assert audit == {sid.key: [1, 2, 3] for sid in audited}
+    assert {key: observer.values for key, observer in observers.items()} == {sid.key: [1, 2, 3] for sid in watched}
+    assert [s for s, _, _ in saved_states(tmp_path)] == sorted(str(sid) for sid in [*plain, *audited])
+    # Their subscriptions were read together, not stream by stream.
+    assert count(statements, r"FROM pubsub_subscriptions WHERE namespace = \S+ AND key IN") >= 1
+    assert count(statements, r"FROM pubsub_subscriptions WHERE namespace = \S+ AND key =") == 0
