@@ -7,12 +7,19 @@ and the group keeps them in one, so a run starts one Spark session and one broke
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers import QUICK_JVM_OPTIONS
+
 pytest_plugins = ["tests.kafka_fixtures"]
+
+# Every Spark driver the suite starts (its session, the Connect server, the demo's, the
+# walkthrough's fresh Python) is a short-lived JVM: spark-submit adds SPARK_SUBMIT_OPTS to its options.
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [QUICK_JVM_OPTIONS, os.environ.get("SPARK_SUBMIT_OPTS")]))
 
 _MARKED_BY = {"spark": "spark", "spark_connect": "spark", "kafka_broker": "kafka"}
 

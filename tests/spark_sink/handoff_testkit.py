@@ -23,16 +23,14 @@ from streams.backends.kafka.handoff_sink import KafkaHandoffSink
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.ids import StreamId
 from streams.eventtime.results import WindowResult
+from tests.helpers import QUICK_JVM_OPTIONS
 
 WINDOW_SECONDS = 30
 STREAM = "sensor-totals"
 PARTITIONS = 2
 BASE = 1_700_000_000  # seconds; windows align with it (a multiple of 30)
-# Short-lived JVMs: C1 compiles enough for a few small jobs and starts them at about half the
-# CPU (measured 51-56 s against 97-153 s to a first job, on a loaded 2-core machine).
-QUICK_JVMS = {
-    f"spark.{side}.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" for side in ("driver", "executor")
-}
+# The drivers and executors of a session a test starts itself (tests.helpers.QUICK_JVM_OPTIONS).
+QUICK_JVMS = {f"spark.{side}.extraJavaOptions": QUICK_JVM_OPTIONS for side in ("driver", "executor")}
 
 # (event time in microseconds, key, value); values are whole numbers so sums are exact
 RawEvent = tuple[int, str, float]
