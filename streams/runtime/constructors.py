@@ -26,10 +26,8 @@ from streams.backends.embedded.backend import EmbeddedBackend, LocalStore
 from streams.backends.embedded.changelog_copy import open_changelog_copy
 from streams.backends.embedded.queue_tables import DEFAULT_QUEUES, stored_queue_count
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
-from streams.backends.kafka.backend import KafkaBackend
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.settings import KAFKA_SETTINGS, KafkaSettings
-from streams.backends.kafka.spark_options import spark_options
 from streams.backends.memory.adapter import GeneratorConfig
 from streams.backends.memory.backend import MemoryBackend
 from streams.core.errors import ConfigurationError
@@ -120,6 +118,8 @@ class BackendConstructors:
         rest = {k: v for k, v in options.items() if k not in KAFKA_SETTINGS}
         _check_provider_keywords("StreamProvider.kafka", cls, rest, KAFKA_SETTINGS)
         # Its workers keep their queues' states on local disk too, in the embedded store's files.
+        from streams.backends.kafka.backend import KafkaBackend  # here: only Kafka's users import aiokafka
+
         backend: Backend = KafkaBackend.open(
             KafkaSettings.named(bootstrap_servers, topic, **given), open_changelog_copy
         )
@@ -171,5 +171,7 @@ def kafka_read_options(kafka: Mapping[str, Any]) -> dict[str, str]:
     >>> kafka_read_options({"bootstrap_servers": "k:9093", "topic": "t", "security_protocol": "SSL"})
     {'kafka.bootstrap.servers': 'k:9093', 'kafka.security.protocol': 'SSL'}
     """
+    from streams.backends.kafka.spark_options import spark_options
+
     connection = {f.name for f in fields(KafkaConnection)}
     return spark_options(KafkaConnection(**{k: v for k, v in kafka.items() if k in connection}))

@@ -27,12 +27,13 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
-from typing import Literal, cast
-
-from aiokafka.abc import AbstractTokenProvider
+from typing import TYPE_CHECKING, Literal, cast
 
 from streams.core.errors import ConfigurationError, did_you_mean
 from streams.core.secret import Secret, secret
+
+if TYPE_CHECKING:
+    from aiokafka.abc import AbstractTokenProvider
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
@@ -248,6 +249,8 @@ class KafkaConnection:
 
     def token_provider(self) -> AbstractTokenProvider:
         """The OAUTHBEARER token provider, imported from its path when it is one."""
+        from aiokafka.abc import AbstractTokenProvider  # here: settings are read without aiokafka
+
         provider = self.sasl_oauth_token_provider
         if isinstance(provider, AbstractTokenProvider):
             return provider

@@ -9,15 +9,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
-
-from aiokafka import TopicPartition
+from typing import TYPE_CHECKING, Any, Literal
 
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.registry import REGISTRY_FORMATS, RegistryFormat, SchemaRegistry
 from streams.core.errors import ConfigurationError, did_you_mean
 from streams.core.ids import QueueId, StreamId
 from streams.core.records import HEADRACE, RecordFormat, record_format
+
+if TYPE_CHECKING:
+    from aiokafka import TopicPartition
 
 Start = Literal["earliest", "latest"]
 # What keys a record without a key: a field of its decoded value, or a function of it (a str
@@ -263,6 +264,8 @@ class KafkaSettings(KafkaConnection):
 
     def partitions_of(self, queue: QueueId) -> list[TopicPartition]:
         """What ``queue`` reads: partition ``queue.number`` of each topic, in a fixed order."""
+        from aiokafka import TopicPartition  # here: a worker on another backend never imports aiokafka
+
         self.check_queue(queue)
         return [TopicPartition(topic, queue.number) for topic in self.namespaces]
 
