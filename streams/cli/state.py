@@ -16,7 +16,7 @@ import json
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -25,9 +25,7 @@ from streams.cli.common import add_config_options, add_row, console, existing_st
 from streams.core.errors import ConfigurationError
 from streams.core.ids import SequenceToken
 from streams.core.state import StateError, durable_fields, unit_json
-
-if TYPE_CHECKING:
-    from streams.runtime.provider import StreamProvider
+from streams.runtime.provider import StreamProvider
 
 EXAMPLES = """examples:
   headrace state --app myapp:provider ThirdOrderAlert             # every saved activation of the type

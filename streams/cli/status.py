@@ -64,6 +64,7 @@ from streams.cli.common import (
     tls_files,
     utc_text,
 )
+from streams.cli.page import serve_page, store_options
 from streams.core.errors import ConfigurationError
 from streams.runtime.backends import Backend
 from streams.runtime.config import HeadraceConfig, load_config
@@ -150,8 +151,6 @@ def _serve(args: argparse.Namespace, config: HeadraceConfig, backend: Backend | 
     """``--serve``: the live page until Ctrl-C."""
     if args.json or args.advise or args.all:
         raise CliError("--serve shows everything on the page: leave out --json, --advise and --all")
-    from streams.cli.page import serve_page, store_options  # the page's modules only when served
-
     where = store_options(args.path, args.config, args.app)
     certfile, keyfile = args.certfile, args.keyfile
     if certfile is None and keyfile is None:  # the worker endpoint's, from the config

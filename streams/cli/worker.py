@@ -54,7 +54,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import anyio
 
@@ -63,6 +63,7 @@ from balancer.base import BalancerOptions
 from streams.adapters.status import StatusBoard
 from streams.cli import CliError
 from streams.cli.common import load_provider, port_number, tls_files
+from streams.cli.page import PageSource, store_options
 from streams.core.errors import StoreError
 from streams.observability import configure_logging, serve_metrics
 from streams.runtime.config import apply_options, load_config
@@ -72,9 +73,6 @@ from streams.runtime.history import StatusHistory
 from streams.runtime.logs import FORMATS, LEVELS, LogFormat
 from streams.runtime.provider import StreamProvider
 from streams.runtime.status import StatusReporter
-
-if TYPE_CHECKING:
-    from streams.cli.page import PageSource
 
 log = logging.getLogger("headrace.worker")
 
@@ -228,8 +226,6 @@ def _page_source(provider: StreamProvider, history: StatusHistory, app: str | No
     """What the worker's status page shows: its store's or cluster's status, as
     ``headrace status`` reads it, and its own history (on memory queues, that nothing
     can be read: no status is published there)."""
-    from streams.cli.page import PageSource, store_options  # status reads the CLI's common options: import here
-
     options = provider.balancer_options or BalancerOptions()
     path = None if provider.store is None else str(provider.store.path)
     config = None if path else os.environ.get(CONFIG_ENV)

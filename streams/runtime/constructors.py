@@ -28,6 +28,7 @@ from streams.backends.embedded.queue_tables import DEFAULT_QUEUES, stored_queue_
 from streams.backends.embedded.store import EmbeddedStore, Synchronous
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.settings import KAFKA_SETTINGS, KafkaSettings
+from streams.backends.kafka.spark_options import spark_options
 from streams.backends.memory.adapter import GeneratorConfig
 from streams.backends.memory.backend import MemoryBackend
 from streams.core.errors import ConfigurationError
@@ -171,7 +172,5 @@ def kafka_read_options(kafka: Mapping[str, Any]) -> dict[str, str]:
     >>> kafka_read_options({"bootstrap_servers": "k:9093", "topic": "t", "security_protocol": "SSL"})
     {'kafka.bootstrap.servers': 'k:9093', 'kafka.security.protocol': 'SSL'}
     """
-    from streams.backends.kafka.spark_options import spark_options
-
     connection = {f.name for f in fields(KafkaConnection)}
     return spark_options(KafkaConnection(**{k: v for k, v in kafka.items() if k in connection}))

@@ -24,13 +24,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import anyio.from_thread
 import anyio.lowlevel
 
-if TYPE_CHECKING:
-    from streams.runtime.provider import StreamProvider
+from streams.runtime.provider import StreamProvider
 
 log = logging.getLogger("headrace.health")
 

@@ -211,3 +211,18 @@ def test_no_class_is_over_400_lines() -> None:
     too_long = {name: n for name, n in lengths.items() if n > MAX_CLASS_LINES}
     assert too_long == {}
     assert f"none over {MAX_CLASS_LINES} lines" in (ROOT / "docs" / "architecture.md").read_text()
+
+
+def test_a_worker_on_the_embedded_store_loads_no_kafka_client(tmp_path: Path) -> None:
+    # Every CLI command and an embedded worker start without aiokafka (a fifth of a second a
+    # process): only a Kafka backend's user imports it, when the provider is made.
+    script = f"""
+import sys
+import streams.cli.worker, streams.cli.status, streams.cli.state, streams.cli.produce, streams.cli.dlq
+from streams import StreamProvider
+provider = StreamProvider.embedded({str(tmp_path)!r})
+assert "aiokafka" not in sys.modules, "loaded aiokafka"
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert run.stdout.strip() == "ok", run.stderr[-2000:]

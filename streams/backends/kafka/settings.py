@@ -296,6 +296,8 @@ class KafkaSettings(KafkaConnection):
         }
 
     def check_queue(self, queue: QueueId) -> TopicPartition:
+        from aiokafka import TopicPartition
+
         if not 0 <= queue.number < self.queues:
             raise ConfigurationError(f"{queue} is not one of the {self.queues} queues of Kafka topic {self.topic!r}")
         return TopicPartition(self.topic, queue.number)
