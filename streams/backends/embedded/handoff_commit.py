@@ -23,6 +23,7 @@ import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 import pyarrow as pa
@@ -159,18 +160,24 @@ class GroupAppender:
 
     async def _compact_full(self) -> None:
         """Compact the partitions that gathered ``compact_bytes`` of inline rows or a Spark
-        batch of rows in small segments; a failure is logged and tried again once as much
-        more has gathered (the rows are safe where they are; a try after every write would
-        re-read a batch under the write lock each time a bad file fails it)."""
+        batch of rows in small segments, one group each per write; a failure is logged and tried
+        again once as much more has gathered (the rows are safe where they are; a try after every
+        write would re-read a batch under the write lock each time a bad file fails it)."""
         writer = self.writer
         for partition in sorted(self._small.keys() | self._inline.keys()):
             if self._inline.get(partition, 0) < self.compact_bytes and self._small.get(partition, 0) < BATCH_ROWS:
                 continue
             self._inline[partition] = self._small[partition] = 0
             try:
-                await anyio.to_thread.run_sync(compact, writer.log, writer.stream, partition, writer.schema.arrow)
+                # One group a write: its callers wait for one file's merge, never a backlog's.
+                merged = await anyio.to_thread.run_sync(
+                    partial(compact, writer.log, writer.stream, partition, writer.schema.arrow, groups=1)
+                )
             except Exception:
                 log.warning("compacting handoff stream %r partition %d failed", writer.stream, partition, exc_info=True)
+                continue
+            if merged:  # perhaps more: the next write looks again
+                self._small[partition] = BATCH_ROWS
 
     async def _retain(self) -> None:
         """Apply the retention policy to the stream once every ``interval`` (after a write:

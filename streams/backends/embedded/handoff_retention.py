@@ -105,8 +105,16 @@ def expire(handoff: HandoffLog, stream: str, policy: RetentionPolicy, now: float
 COMPACT_BYTES = 256 * 1024
 
 
-def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema, target_rows: int = BATCH_ROWS) -> int:
-    """Merge ``stream``/``partition``'s small segments; return how many were merged away.
+def compact(
+    log: HandoffLog,
+    stream: str,
+    partition: int,
+    schema: pa.Schema,
+    target_rows: int = BATCH_ROWS,
+    groups: int | None = None,
+) -> int:
+    """Merge ``stream``/``partition``'s small segments, at most ``groups`` groups of them (all
+    when ``None``); return how many segments were merged away.
 
     Two merges, each of consecutive segments of fewer than ``target_rows`` rows:
 
@@ -139,8 +147,8 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema, tar
     >>> [(s.first_offset, s.row_count, s.inline) for s in log.segments("s", 0, 0, 3)]
     [(0, 3, False)]
     """
-    merged = 0
-    while True:  # a transaction a group: the write lock is held for one file's write at a time
+    merged = done = 0
+    while groups is None or done < groups:  # a transaction a group: the lock is held for one file's write
         file = ""
         try:
             with log.store.transaction() as conn:
@@ -160,6 +168,7 @@ def compact(log: HandoffLog, stream: str, partition: int, schema: pa.Schema, tar
             raise
         log.unlink([s.file for s in group])
         merged += len(group)
+        done += 1
     return merged
 
 

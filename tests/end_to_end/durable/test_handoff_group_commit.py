@@ -320,6 +320,25 @@ async def test_the_appender_joins_small_files_once_they_fill_a_spark_batch(tmp_p
     store.close()
 
 
+async def test_the_appender_works_a_backlog_off_one_group_a_write(tmp_path: Path) -> None:
+    store, writer = open_log(tmp_path, inline_bytes=0)
+    for seq in range(39):  # small files a writer left behind (a restart, an older version)
+        with store.transaction() as conn:
+            writer.append(conn, 0, rows_of(0, seq, 5000))
+    appender = GroupAppender(store, writer)
+    batches = []
+    for seq in range(39, 58):
+        await appender.append(lambda conn, seq=seq: (0, rows_of(0, seq, 5000)))
+        batches.append(sum(1 for _, rows, _ in segment_sizes(writer.log, 5000 * (seq + 1)) if rows == 65_000))
+    # Nothing until its own appends fill a batch (the 14th), then one group each write until
+    # the four full groups of 13 files are merged; the last six files wait for more.
+    assert batches == [0] * 13 + [1, 2, 3, 4] + [4, 4]
+    assert segment_sizes(writer.log, 290_000)[4:] == [(260_000 + 5000 * i, 5000, False) for i in range(6)]
+    assert files(tmp_path) == indexed_files(store)
+    assert read(tmp_path, 0) == [(0, seq, i, 5000) for seq in range(58) for i in range(5000)]
+    store.close()
+
+
 def test_every_range_planned_before_a_compaction_reads_its_rows_once_after_it(tmp_path: Path) -> None:
     store, writer = open_log(tmp_path, inline_bytes=0)
     inline = HandoffWriter(HandoffLog(store), STREAM, SCHEMA)  # the same stream, its appends inline
