@@ -261,10 +261,10 @@ class PullingAgent:
         (why, where and the fix) once it cannot be read on.
 
         Every read counts, the agent's own too (its timer's, a wake-up's), which take turns
-        with the drain's: counting only its own, a drain that began while the agent's read
-        was sending a queue's last records on through the re-keying hop found nothing left
-        and reported nothing read, and the worker's drain returned with those records unread
-        by their queue (:meth:`agents.manager.AgentManager.drain`).
+        with the drain's; records sent on count once they arrived in the queue they went to
+        (:attr:`~streams.adapters.protocols.ForwardingReceiver.arrived`): some sent on before
+        the drain began may arrive after the other queues' reads of this round found nothing,
+        and the worker reads again (:meth:`agents.manager.AgentManager.drain`).
 
         "Its end": a read that brought nothing, after which the receiver says it is
         :attr:`~streams.adapters.protocols.QueueAdapterReceiver.caught_up`; a read can bring
@@ -286,9 +286,9 @@ class PullingAgent:
 
     @property
     def _progress(self) -> int:
-        """Records read so far, and sent on to other queues (counted as read)."""
+        """Records read so far, and sent on to other queues and arrived there (counted as read)."""
         forwarding = self._forwarding
-        return self.read_messages + (forwarding.forwarded if forwarding is not None else 0)
+        return self.read_messages + (forwarding.arrived if forwarding is not None else 0)
 
     @property
     def read_failures(self) -> int:

@@ -106,13 +106,21 @@ class ForwardingReceiver(QueueAdapterReceiver, Protocol):
     it (Kafka's re-keying hop, :mod:`streams.backends.kafka.repartition`).
 
     The pulling agent counts those records as read: a read that sent everything on still
-    made progress (read again at once), and a worker's ``drain`` goes on until the queues
-    they went to have read them.
+    made progress (read again at once: :attr:`forwarded`), and a worker's ``drain`` goes on
+    until the queues they went to have read them (:attr:`arrived`: a record sent on before a
+    drain began but not there yet arrives during it, and counts in it).
     """
 
     @property
     def forwarded(self) -> int:
-        """Records read and sent on to another queue, since the receiver was made."""
+        """Records read and handed on to another queue, since the receiver was made."""
+        ...
+
+    @property
+    def arrived(self) -> int:
+        """Of :attr:`forwarded`, the records the queue they went to holds (its write
+        acknowledged), counted by the reads that learn it: a read of the other queue that
+        begins after this count grew finds them."""
         ...
 
 

@@ -53,9 +53,10 @@ class KafkaQueueReceiver(ReceiverDefaults):
     """Reads one partition for the pulling agent that owns the queue.
 
     ``initialize`` places the read position after the group's committed offset, or at the
-    configured start. ``get_queue_messages`` returns ``[]`` only once a fetch answered after
-    the call began shows nothing more to read (so an empty answer means "caught up", not "a
-    fetch is still on its way"), or while the broker is unreachable, after a back-off.
+    configured start. ``get_queue_messages`` returns ``[]`` only once a fetch asked after the
+    call began shows nothing more to read (so an empty answer means "caught up", not "a
+    fetch is still on its way", nor "nothing was there before the call"), or while the
+    broker is unreachable, after a back-off.
     Acknowledged positions are committed to Kafka at most every ``commit_interval`` seconds
     (also from ``get_queue_messages``, so an idle queue's last acknowledgement is not left
     behind) and on :meth:`shutdown`; after a crash, the records acknowledged since the last
@@ -176,6 +177,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
 
     async def get_queue_messages(self, max_count: int) -> Sequence[QueueMessage]:
         self.caught_up = False  # until a read shows it (an outage, a failure: not known)
+        asked_since = (time.monotonic(), wall_time() * 1000)  # (the read began)
         if max_count <= 0:
             return []
         consumer = self.require_consumer()
@@ -185,6 +187,13 @@ class KafkaQueueReceiver(ReceiverDefaults):
         tps = self._partitions
         if self._waiting_since is None:
             self._waiting_since = (time.monotonic(), wall_time() * 1000)
+        # "Caught up" rests only on answers to fetches asked after the read began. One asked
+        # before may be answered after it (a broker's long poll holds it; a loaded worker
+        # takes it in late) with the high-water mark of before: records written meanwhile
+        # (sent on through the re-keying hop by another queue, and acknowledged, before this
+        # read) would be missed. The consumer asks a partition's next fetch once its last was
+        # answered, so the answers that count come after the first ones since the read began.
+        asked_after = False
         began = time.monotonic()
         while time.monotonic() - began < self.settings.outage_after:
             try:
@@ -198,16 +207,17 @@ class KafkaQueueReceiver(ReceiverDefaults):
                 return []
             if batch:
                 return await self._took(consumer, batch)
-            since = answered_since(self._waiting_since)
+            since = answered_since(asked_since)
             answered = [consumer.last_poll_timestamp(tp) for tp in tps]
             silent = time.monotonic() - self._waiting_since[0]
             if all(a is not None and a >= since for a in answered):
                 self._answered()
-                if await at_highwater(consumer, self._partitions, unknown=True):
+                if asked_after and await at_highwater(consumer, self._partitions, unknown=True):
                     self.caught_up = True
                     await self._check_topics(consumer)
-                    return []  # caught up with what the partitions held at those answers
-                self._waiting_since = (time.monotonic(), wall_time() * 1000)  # more to come: wait for it
+                    return []  # caught up with what the partitions held when those fetches were asked
+                asked_after = True  # the next answers: to fetches asked after these came
+                asked_since = self._waiting_since = (time.monotonic(), wall_time() * 1000)
             elif silent >= self.settings.outage_after:
                 reason = f"no fetch answer for {self.queue} in {silent:.1f} s"
                 await self._back_off(reason, since=time.monotonic() - silent)

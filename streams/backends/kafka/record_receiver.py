@@ -46,6 +46,12 @@ class RekeyingHop:
         """Records sent on through the hop."""
         return self._sends.handed_on
 
+    @property
+    def arrived(self) -> int:
+        """Records sent on through the hop that Kafka has (their acknowledgement taken in by
+        a read, or by :meth:`settled`)."""
+        return self._sends.arrived
+
     async def read(self, max_count: int) -> Sequence[QueueMessage]:
         """A read of the receiver's; :attr:`caught_up` stays false until Kafka has what was
         sent on."""
@@ -168,6 +174,11 @@ class KafkaRecordReceiver(KafkaStateReceiver):
         :class:`~streams.adapters.protocols.ForwardingReceiver`); :attr:`caught_up` stays
         false until Kafka has them."""
         return 0 if self.hop is None else self.hop.forwarded
+
+    @property
+    def arrived(self) -> int:
+        """Of :attr:`forwarded`, the records Kafka has (a drain counts these)."""
+        return 0 if self.hop is None else self.hop.arrived
 
     async def _read(self, max_count: int) -> Sequence[QueueMessage]:
         if self.hop is None:

@@ -356,10 +356,11 @@ class Sends:
     ...         sent.append(records)
     ...     sends = Sends(send)
     ...     sends.add([("r1", b"k")]); sends.add([("r2", b"k")])
+    ...     handed_on = sends.handed_on, sends.arrived
     ...     await sends.settle(keep=0)
-    ...     return sent, len(sends), sends.handed_on
+    ...     return sent, len(sends), handed_on, sends.arrived
     >>> asyncio.run(demo())
-    ([[('r1', b'k')], [('r2', b'k')]], 0, 2)
+    ([[('r1', b'k')], [('r2', b'k')]], 0, (2, 0), 2)
     """
 
     def __init__(self, send: Callable[[Sequence[Forward]], Awaitable[None]]) -> None:
@@ -367,6 +368,7 @@ class Sends:
         # (the send under way, or None once it failed: to send again; its records)
         self._pending: deque[tuple[asyncio.Future[None] | None, Sequence[Forward]]] = deque()
         self.handed_on = 0  # records handed to a send, since made
+        self.arrived = 0  # of those, the records whose send was acknowledged and taken in
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -407,6 +409,7 @@ class Sends:
                         pending[n] = (None, later)
                     raise
             pending.popleft()
+            self.arrived += len(records)
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

@@ -65,7 +65,7 @@ class KafkaSettings(KafkaConnection):
     # every codec is read whatever this says). See docs/kafka.md for the trade-off.
     compression: Compression = "none"
     commit_interval: float = 1.0  # seconds between offset commits, at most
-    poll_timeout: float = 0.1  # how long an empty read waits for new records
+    poll_timeout: float = 0.1  # how long a fetch waits at the broker for new records (an empty read: two)
     outage_after: float = 3.0  # seconds without a fetch answer before calling it an outage
     give_up_after: float = 60.0  # seconds of failed attempts before an enqueue etc. raises
     # Workers share the partitions through a Kafka consumer group (KafkaGroupBalancer). Off:

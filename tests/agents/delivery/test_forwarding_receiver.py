@@ -7,6 +7,7 @@ still in the repartition topic.)"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import anyio
@@ -18,6 +19,7 @@ from streams.backends.memory.adapter import MemoryAdapterFactory, MemoryQueueAda
 from streams.backends.memory.backend import MemoryBackend
 from streams.core.batch import QueueMessage
 from streams.core.ids import QueueId, SequenceToken
+from streams.core.options import StreamProviderOptions
 from tests.agents.delivery.conftest import Recorder, drained
 
 SEND_TIME = 0.02  # how long a record takes to reach the other queue (Kafka: acks=all)
@@ -46,6 +48,10 @@ class HopReceiver(ReceiverDefaults):
             self.forwarded += 1
         return []
 
+    @property
+    def arrived(self) -> int:
+        return self.forwarded  # each read's sends arrive within it
+
     async def messages_delivered(self, tokens: Sequence[SequenceToken]) -> None:
         await self._inner.messages_delivered(tokens)
 
@@ -53,21 +59,53 @@ class HopReceiver(ReceiverDefaults):
         await self._inner.shutdown()
 
 
+class LateHopReceiver(HopReceiver):
+    """Hands each record on at once; it arrives in the other queue ``SEND_TIME`` later, taken
+    in by the first read after that, as Kafka's hop takes in its producer's acknowledgements
+    (caught up only once nothing handed on is still on its way)."""
+
+    def __init__(self, queue: QueueId, inner: MemoryQueueReceiver, adapter: HopAdapter, to: QueueId) -> None:
+        super().__init__(queue, inner, adapter, to)
+        self.landed = 0
+        self._on_the_way: list[tuple[float, QueueMessage]] = []  # (when it arrives, the record)
+
+    @property
+    def caught_up(self) -> bool:
+        return self._inner.caught_up and not self._on_the_way
+
+    @property
+    def arrived(self) -> int:
+        return self.landed
+
+    async def get_queue_messages(self, max_count: int) -> list[QueueMessage]:
+        now = time.monotonic()
+        while self._on_the_way and self._on_the_way[0][0] <= now:
+            _, message = self._on_the_way.pop(0)
+            await self._adapter.queue_message_batch(self._to, message.container().stream_id, message.payload)
+            self.landed += 1
+        for message in await self._inner.get_queue_messages(min(max_count, 1)):
+            self._on_the_way.append((now + SEND_TIME, message))
+            self.forwarded += 1
+            self.sending.set()
+        return []
+
+
 class HopAdapter(MemoryQueueAdapter):
     """Two queues: what is written to the first is read by the second, through the hop."""
 
-    def __init__(self) -> None:
+    def __init__(self, hop: type[HopReceiver] = HopReceiver) -> None:
         super().__init__(queues=2)
         self.source, self.target = self.mapper.get_all_queues()
+        self._hop = hop
 
     def create_receiver(self, queue: QueueId, max_record_size: int = 1 << 20) -> MemoryQueueReceiver | HopReceiver:  # type: ignore[override]
         inner = super().create_receiver(queue, max_record_size)
-        return HopReceiver(queue, inner, self, self.target) if queue == self.source else inner
+        return self._hop(queue, inner, self, self.target) if queue == self.source else inner
 
 
 class HopFactory(MemoryAdapterFactory):
-    def __init__(self) -> None:
-        self._adapter = HopAdapter()
+    def __init__(self, hop: type[HopReceiver] = HopReceiver) -> None:
+        self._adapter = HopAdapter(hop)
 
 
 def source_stream(adapter: HopAdapter) -> StreamId:
@@ -76,11 +114,26 @@ def source_stream(adapter: HopAdapter) -> StreamId:
     return next(s for s in streams if adapter.mapper.get_queue_for_stream(s) == adapter.source)
 
 
-def hop_worker() -> tuple[StreamProvider, HopAdapter, StreamId, Recorder]:
+def hop_worker(
+    hop: type[HopReceiver] = HopReceiver, options: StreamProviderOptions | None = None
+) -> tuple[StreamProvider, HopAdapter, StreamId, Recorder]:
     """A provider on the two queues of the hop, a stream of its source queue, a recorder."""
-    factory = HopFactory()
+    factory = HopFactory(hop)
     adapter = factory._adapter
-    return StreamProvider(MemoryBackend(factory)), adapter, source_stream(adapter), Recorder()
+    return StreamProvider(MemoryBackend(factory), options=options), adapter, source_stream(adapter), Recorder()
+
+
+async def sent_on_by_its_own_read(
+    provider: StreamProvider, adapter: HopAdapter, sid: StreamId, recorder: Recorder
+) -> HopReceiver:
+    """The hop's receiver, once the agent's own read (woken by a producer, not a drain's)
+    began sending record 0 of ``sid`` on; ``recorder`` subscribed to ``sid``."""
+    await provider.get_stream(sid).subscribe(recorder)
+    hop = next(a.receiver for a in provider.agents if a.queue == adapter.source)
+    assert isinstance(hop, HopReceiver)
+    await provider.get_stream(sid).on_next(0)  # wakes the agent: its own read sends it on
+    await hop.sending.wait()
+    return hop
 
 
 async def test_records_sent_on_count_as_read_and_drain_waits_for_their_delivery() -> None:
@@ -108,10 +161,23 @@ async def test_records_sent_on_by_the_agent_s_own_read_during_a_drain_hold_the_d
     # after a drain; tests/streams/kafka/test_rekeying.py.)
     provider, adapter, sid, recorder = hop_worker()
     async with provider:
-        await provider.get_stream(sid).subscribe(recorder)
-        hop = next(a.receiver for a in provider.agents if a.queue == adapter.source)
-        assert isinstance(hop, HopReceiver)
-        await provider.get_stream(sid).on_next(0)  # wakes the agent: its own read sends it on
-        await hop.sending.wait()
+        await sent_on_by_its_own_read(provider, adapter, sid, recorder)
         await drained(provider)
         assert recorder.values == [0]
+
+
+async def test_records_handed_on_before_a_drain_and_arriving_during_it_hold_the_drain() -> None:
+    # The agent's own read hands the record on before the drain begins; it arrives in the
+    # other queue while the drain's first round is under way, after that queue's read of the
+    # round found nothing. Counted when handed on, it counted before the drain: the round
+    # read nothing and the drain returned with the record undelivered. (The other queue
+    # reads only when asked: its timer is an hour.)
+    provider, adapter, sid, recorder = hop_worker(
+        LateHopReceiver, StreamProviderOptions(get_queue_msgs_timer_period=3600)
+    )
+    async with provider:
+        hop = await sent_on_by_its_own_read(provider, adapter, sid, recorder)
+        assert (hop.forwarded, hop.arrived) == (1, 0)
+        await drained(provider)
+        assert recorder.values == [0]
+        assert hop.arrived == 1 and adapter.depth(adapter.target) == 0

@@ -20,11 +20,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from streams import StreamId, StreamProvider
 from streams.adapters.mapper import kafka_partition
 from streams.adapters.protocols import QueueAdapterReceiver
+from streams.core.batch import QueueMessage
 from streams.eventtime import Count, EventTime, OrderingPolicy, Tumbling
 from tests.agents.delivery.conftest import drained
 from tests.helpers import python_env, start_worker
 from tests.sensor_workload import closed_window_counts, write_with_librdkafka
 from tests.streams.kafka.test_foreign_records import make_topic
+from tests.streams.kafka.test_kafka_adapter import Q0, kafka, publish, receiving, streams_on, values
 
 QUEUES = 4
 T0 = 1_700_000_000_000
@@ -247,6 +249,63 @@ async def test_drain_waits_for_what_a_queue_only_sent_on(kafka_broker, kafka_top
         forwarded = [agent.receiver.forwarded for agent in provider.agents]  # type: ignore[attr-defined]
         assert sorted(got) == list(range(total))  # all delivered when drain returned
     assert sorted(forwarded) == [0, 0, 0, total]  # all of them by queue 3, through the hop
+
+
+class HeldFetches:
+    """Holds a consumer's next fetch answers once the broker has given them: the first until
+    :attr:`release` is set (a fetch asked before a read began, taken in after it began: a
+    broker's long poll, a loaded worker's event loop), the second ``slow`` seconds more."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, slow: float = 0.3) -> None:
+        self._client = consumer._client
+        self._send = self._client.send
+        self.slow = slow
+        self.held = anyio.Event()  # the broker has answered the first, and the answer waits
+        self.release = anyio.Event()
+        self._answers = 0
+        self._client.send = self._sending  # the fetcher's requests go through the client's send
+
+    async def _sending(self, node_id, request, **kwargs):
+        answer = await self._send(node_id, request, **kwargs)
+        if request.API_KEY == 1:  # a Fetch
+            self._answers += 1
+            if self._answers == 1:
+                self.held.set()
+                await self.release.wait()
+            elif self._answers == 2:
+                await anyio.sleep(self.slow)
+        return answer
+
+    def __enter__(self) -> HeldFetches:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release.set()
+        self._client.send = self._send
+
+
+async def test_a_read_is_caught_up_only_by_a_fetch_asked_after_it_began(kafka_broker, kafka_topic):
+    """Records written and acknowledged before a read began (another queue's, sent on
+    through the hop) are in that read, however late the answer to a fetch asked before it
+    comes in: that answer's high-water mark is of before, and says nothing of them."""
+    async with kafka(kafka_broker, kafka_topic) as factory:
+        (sid,) = streams_on(factory, Q0, 1)
+        async with receiving(factory, Q0) as receiver:
+            with anyio.fail_after(10):
+                assert await receiver.get_queue_messages(10) == [] and receiver.caught_up  # empty
+            read: list[QueueMessage] = []
+
+            async def read_once() -> None:
+                read.extend(await receiver.get_queue_messages(10))
+
+            with HeldFetches(receiver.reads.require_consumer()) as fetches, anyio.fail_after(10):
+                await fetches.held.wait()  # answered empty: nothing written yet
+                await publish(factory, sid, [1, 2])  # written, acknowledged
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(read_once)
+                    await anyio.sleep(0.05)  # the read has begun
+                    fetches.release.set()  # the answer of before comes in; the next one slowly
+            assert values(read) == [1, 2]
 
 
 @pytest.mark.parametrize("commit_interval", [60.0, 0.2])
