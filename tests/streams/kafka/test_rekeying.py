@@ -303,7 +303,9 @@ async def test_a_read_is_caught_up_only_by_a_fetch_asked_after_it_began(kafka_br
                 await publish(factory, sid, [1, 2])  # written, acknowledged
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(read_once)
-                    await anyio.sleep(0.05)  # the read has begun
+                    while receiver.caught_up:  # until the read begins (it says "not yet")
+                        await anyio.sleep(0.001)
+                    await anyio.sleep(0.01)  # answers stamped from here on came after it began
                     fetches.release.set()  # the answer of before comes in; the next one slowly
             assert values(read) == [1, 2]
 
