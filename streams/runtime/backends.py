@@ -259,13 +259,13 @@ async def open_handoff_sinks(
         spark_sink.check_handoff(cls, handoff)
         if handoff.stream in sinks:
             continue
+        sink = await backend.open_handoff_sink(cls.__qualname__, handoff)
+        stack.push_async_callback(sink.close)
         if not sinks:
             # pyarrow imports pandas (where installed) the first time it builds an array
             # from Python values: seconds on a loaded machine. Paid here, before any queue is
             # read, not by the first write, whose transaction holds the store's write turn
             # while every read, checkpoint and lease renewal of the worker waits behind it.
             await anyio.to_thread.run_sync(handoff.schema().to_table, [])
-        sink = await backend.open_handoff_sink(cls.__qualname__, handoff)
-        stack.push_async_callback(sink.close)
         sinks[handoff.stream] = sink
     return sinks
