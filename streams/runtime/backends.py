@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
+import anyio
+
 import spark_sink
 from balancer.base import BalancerOptions
 from balancer.protocols import QueueBalancer
@@ -259,5 +261,11 @@ async def open_handoff_sinks(
             continue
         sink = await backend.open_handoff_sink(cls.__qualname__, handoff)
         stack.push_async_callback(sink.close)
+        if not sinks:
+            # pyarrow imports pandas (where installed) the first time it builds an array
+            # from Python values: seconds on a loaded machine. Paid here, before any queue is
+            # read, not by the first write, whose transaction holds the store's write turn
+            # while every read, checkpoint and lease renewal of the worker waits behind it.
+            await anyio.to_thread.run_sync(handoff.schema().to_table, [])
         sinks[handoff.stream] = sink
     return sinks

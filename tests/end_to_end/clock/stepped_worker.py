@@ -4,7 +4,8 @@ test through an offset file; its monotonic clock true): on the embedded store at
 - ``Counts`` (namespace ``meters``, values ``{"t": time}``): one-second tumbling counts,
   ``late_arrival=2``, handed off to ``counts``;
 - ``Reminder`` (namespace ``reminders``, values ``{"at": time}``): a processing-time timer
-  at that time, and ``set KEY MONOTONIC`` / ``fired KEY MONOTONIC`` lines in ``argv[2]``.
+  at that time, and ``set KEY MONOTONIC`` / ``fired KEY MONOTONIC`` lines in ``argv[2]``;
+  any other value (the test's mark) a ``mark KEY MONOTONIC`` line.
 
 Its log (warnings and up) goes to stderr."""
 
@@ -49,6 +50,9 @@ def main(path: str, out: str) -> None:
 
         def on_next(self, batch: Any) -> None:
             for value in batch.values:
+                if "at" not in value:  # the producer's mark, published once the timer is due
+                    write(f"mark {self.key} {time.monotonic()}")
+                    continue
                 self.timers.at_processing_time(value["at"], "ping")
                 write(f"set {self.key} {time.monotonic()}")
 

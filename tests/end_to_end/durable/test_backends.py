@@ -100,3 +100,46 @@ def test_importing_the_package_root_loads_no_provider_until_a_name_is_asked_for(
         "True",
         "module 'streams' has no attribute 'NoSuchName'",
     ]
+
+
+# A fresh interpreter (this one has imported pandas long ago): it opens the worker's handoff
+# sinks, then prints the modules the first write imported while its transaction held the store.
+FIRST_WRITE = """
+import contextlib, sys, anyio
+from streams.backends.embedded.backend import EmbeddedBackend
+from streams.eventtime.results import WindowResult
+from streams.runtime.backends import open_handoff_sinks
+from tests.end_to_end.durable.test_backends import Hands
+
+async def main():
+    backend = EmbeddedBackend.open(sys.argv[1], queues=1)
+    async with contextlib.AsyncExitStack() as stack:
+        sink = (await open_handoff_sinks(backend, [Hands], stack))["counts"]
+        store, imported = backend.store, []
+        write = store.write
+
+        async def watched(fn):
+            before = set(sys.modules)
+            try:
+                return await write(fn)
+            finally:
+                imported.extend(sorted(set(sys.modules) - before))
+
+        store.write = watched
+        written = await sink.write("meters/m", "Hands", 0, [WindowResult(None, 0.0, 10.0, 3, 12.0)])
+    await backend.factory.close()
+    print(written, imported)
+
+anyio.run(main)
+"""
+
+
+def test_a_workers_first_handoff_write_imports_nothing_while_it_holds_the_store(tmp_path) -> None:
+    """pyarrow imports pandas the first time it builds an array from Python values: seconds
+    on a loaded machine, during which every read, checkpoint and lease renewal of the worker
+    (and a producer's enqueue) waited for that write's transaction; a processing-time timer
+    fired that much later. Opening the sinks pays for it, before any queue is read."""
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_WRITE, str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.splitlines() == ["1 []"]
