@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import anyio
+import msgpack
 import pytest
 
 from streams.backends.embedded.changelog_copy import open_changelog_copy
@@ -24,6 +25,16 @@ from streams.backends.embedded.queue_tables import (
 from streams.backends.embedded.store import LAYOUT, EmbeddedStore
 from streams.core.errors import StoreError
 from streams.core.ids import SequenceToken
+from streams.core.state import (
+    PROCESSING_TIME,
+    Durable,
+    TimerTable,
+    _declares,
+    _next_timer,
+    decode,
+    pack_unit,
+    wake_and_declares,
+)
 
 # The SQL that made the state table in layout 1, as that headrace ran it.
 LAYOUT_1_STATES = [
@@ -165,3 +176,53 @@ def test_a_local_state_store_of_layout_1_is_upgraded_too(tmp_path: Path) -> None
             copy.close()
 
     anyio.run(main)
+
+
+class _Meter:
+    total = Durable(0)
+
+
+class _Plain:
+    pass
+
+
+def _units() -> list[bytes]:
+    meter = _Meter()
+    meter.total = 3
+    both = TimerTable(event_time=True)
+    both.at_event_time(5.0, "e")
+    both.at_processing_time(1_700_000_000.5, "p")
+    both.at_processing_time(1_700_000_009.0, "q")
+    event_only = TimerTable(event_time=True)
+    event_only.at_event_time(5.0)
+    return [
+        pack_unit(meter, None, None),  # durable fields
+        pack_unit(_Plain(), b"w" * 5000, None),  # windows only
+        pack_unit(_Plain(), b"w", None, held=b"h" * 300),  # windows and held events
+        pack_unit(meter, b"w" * 100, both),  # fields, windows, processing timers: woken
+        pack_unit(_Plain(), None, event_only),  # an event-time timer: no wake, declares
+        pack_unit(_Plain(), None, TimerTable(event_time=False)),  # an empty table
+        b"\xc1" + msgpack.packb([2, None, {"a": 1}, None]),  # four parts
+        b"\xc1" + msgpack.packb([1, None, {}, [[PROCESSING_TIME, "", 5.0, None]], None]),  # format 1
+        b"\x82\xa1a\x01\xa1b\x02",  # a window-only snapshot (a map)
+    ]
+
+
+@pytest.mark.parametrize("unit", _units())
+def test_what_a_store_keeps_beside_a_state_is_read_as_from_the_whole_unit(unit: bytes) -> None:
+    # wake_and_declares leaves windows and held events unread: the same answer as reading all
+    whole = decode(unit[1:]) if unit[:1] == b"\xc1" else None
+    expected = (_next_timer(whole), _declares(whole)) if whole is not None else (None, False)
+    assert wake_and_declares(unit) == expected
+
+
+def test_the_wake_of_a_unit_with_processing_timers_is_its_first(tmp_path: Path) -> None:
+    timers = TimerTable(event_time=False)
+    timers.at_processing_time(1_700_000_009.0, "q")
+    timers.at_processing_time(1_700_000_000.5, "p")
+    assert wake_and_declares(pack_unit(_Plain(), b"w" * 100, timers)) == (1_700_000_000.5, True)
+    with EmbeddedStore(tmp_path) as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.transaction() as conn:
+            write_states(0, ([("T", "s/1", 1, 0, pack_unit(_Plain(), None, timers))], []), conn)
+            assert conn.execute("SELECT wake, durable FROM activation_states").fetchall() == [(1_700_000_000.5, 1)]
