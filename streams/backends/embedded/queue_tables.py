@@ -298,9 +298,9 @@ def consumer_ids(names: Collection[str], conn: sqlite3.Connection) -> dict[str, 
     for name in names:
         row = conn.execute("SELECT id FROM state_consumers WHERE name = ?", (name,)).fetchone()
         if row is None:
-            ids[name] = int(conn.execute("INSERT INTO state_consumers(name) VALUES (?)", (name,)).lastrowid or 0)
-        else:
-            ids[name] = int(row[0])
+            conn.execute("INSERT INTO state_consumers(name) VALUES (?)", (name,))
+            row = conn.execute("SELECT id FROM state_consumers WHERE name = ?", (name,)).fetchone()
+        ids[name] = int(row[0])
     return ids
 
 
