@@ -245,9 +245,9 @@ def retain(queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Co
 
 
 # A state row names its consumer type by a small integer (``state_consumers``), not by its
-# name: the name was repeated in the row and in both indexes, a third of a durable stream's
-# bytes. The rows are clustered by key (WITHOUT ROWID): one B-tree where a rowid table kept
-# the rows and a second one for the key.
+# name, which would be repeated in every row and every index entry (a third of a durable
+# stream's bytes on disk). The rows are clustered by their key (WITHOUT ROWID): one B-tree,
+# where a rowid table needs two (its rows, and its key's index).
 STATE_LAYOUT = [
     "CREATE TABLE state_consumers(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
     "CREATE TABLE activation_states_by_id("
