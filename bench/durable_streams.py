@@ -6,16 +6,23 @@ fields (a count and a last value) is activated per stream. Phase 1 gives every o
 once idle for ``stream_inactivity_period`` (2 s here), is parked: deactivated, its state
 left in the store only. Phase 2 is "a minute" of traffic on ``--active`` of the streams (1 %
 by default), chosen at random, one event each: every one is a parked stream reactivated, its
-state read back from the store before its event is taken.
+state read back from the store before its event is taken. Last, the backlog: a replay (of a
+day of devices, say) into a new store, every one of ``--streams`` new streams' events
+published before its worker starts.
+
+The events are published by a process of their own, as devices and services publish (a
+client of the same store, or a producer to the same topic): started, its client open, before
+the worker's clock starts, so the worker's CPU time and RSS below are its own. Each count is
+checked: after phase 1 and the backlog every stream took its event exactly once, after phase
+2 each chosen stream's restored count is its two events.
 
 Printed:
 - ``phase 1``: its time, and the new streams a second from the first ``on_next`` to the last,
-  by wall clock and per CPU second (each stream's first contact: its record written and read,
-  its activation made, its pub-sub and state looked up, its event taken, its state saved and,
-  two seconds on, parked; the publisher shares the process);
+  by wall clock and per CPU second of the worker's process (each stream's first contact: its
+  record read, its activation made, its pub-sub and state looked up, its event taken, its state
+  saved and, two seconds on, parked), the publisher writing beside it;
 - ``rss``: the worker process's peak RSS above its RSS before the first stream, per stream
-  and in all (publisher and worker share the process; the publisher holds one batch of
-  records at a time);
+  and in all;
 - ``store``: the SQLite file's size per stream;
 - ``restore``: what reactivating a parked stream adds, the read of its state from the store
   and putting it into the new instance (the catalog's restore, timed around the call), median
@@ -26,10 +33,12 @@ Printed:
   latency under load, not a cost;
 - ``phase 2``: the phase's wall-clock and CPU time from the first ``on_next`` to the last
   (``bench/timing.py``'s Clock, stamped in the hook), and the share of its events the span
-  covers (a rate under 90 % is refused).
+  covers (a rate under 90 % is refused);
+- ``backlog``: the backlog's new streams a second from the first ``on_next`` to the last, by
+  wall clock and per CPU second of the worker's process, nothing else writing.
 
 With ``--kafka`` the same workload runs on a Kafka topic of 4 partitions (the test broker,
-Tansu), its states in the worker's local state store (``state_dir``) and the changelog; then
+Tansu; the backlog on a topic of its own), its states in the worker's local state store (``state_dir``) and the changelog; then
 two restarts, each timed from the provider's start to the first event of a parked stream
 taken on every queue, and the changelog read in it (``KafkaChangelog.load``, timed around
 the call, with the records it read):
@@ -56,13 +65,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import random
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -84,6 +95,15 @@ BATCH = 2000  # streams published per client call
 SESSION: list[float | None] = [None]  # --session-timeout: the Kafka group's (None: headrace's default)
 
 
+class Target(NamedTuple):
+    """Where a worker reads and a publisher writes: the store (on Kafka, the worker's
+    ``state_dir``), the broker (None: the embedded store) and the Kafka topic."""
+
+    path: Path
+    bootstrap: str | None = None
+    topic: str = "devices"
+
+
 class Hooks:
     """Stamps taken in the consumer's hooks (bench/timing.py's Clock for each phase)."""
 
@@ -94,16 +114,18 @@ class Hooks:
         self.clock = Clock(streams, freeze=False)
 
 
-def provider_for(path: Path, hooks: Hooks, bootstrap: str | None = None, standby_replicas: int = 0) -> StreamProvider:
+def provider_for(
+    path: Path, hooks: Hooks, bootstrap: str | None = None, standby_replicas: int = 0, topic: str = "devices"
+) -> StreamProvider:
     if bootstrap is None:
         provider = StreamProvider.embedded(path, queues=QUEUES, stream_inactivity_period=2.0)
     else:
         session = SESSION[0]
         provider = StreamProvider.kafka(
             bootstrap,
-            "devices",
+            topic,
             queues=QUEUES,
-            group_id="durable-bench",
+            group_id=f"durable-bench-{topic}",
             state_dir=path,
             standby_replicas=standby_replicas,
             stream_inactivity_period=2.0,
@@ -134,11 +156,55 @@ def provider_for(path: Path, hooks: Hooks, bootstrap: str | None = None, standby
     return provider
 
 
-async def publish(provider: StreamProvider, keys: list[int]) -> None:
+async def publish(provider: StreamProvider, keys: Sequence[int]) -> None:
     for i in range(0, len(keys), BATCH):
         for key in keys[i : i + BATCH]:
             await provider.get_stream(StreamId("devices", str(key))).send(key)
         await provider.flush()
+
+
+def publisher_main(target: Target, keys: Sequence[int], ready: Any, go: Any) -> None:
+    """The publisher process: opens a client of ``target`` (no pulling agents), says it is
+    ready, and on ``go`` sends one event to each stream of ``keys``."""
+
+    async def main() -> None:
+        provider = provider_for(target.path, Hooks(0), target.bootstrap, topic=target.topic)
+        async with provider.client():
+            ready.set()
+            await anyio.to_thread.run_sync(go.wait)
+            await publish(provider, keys)
+
+    anyio.run(main)
+
+
+class Publisher:
+    """A publisher in a process of its own (as devices and services publish), so the worker's
+    CPU time and RSS are its own: started, its client open, before :meth:`go`."""
+
+    def __init__(self, target: Target, keys: Sequence[int]) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.ready, self.go = context.Event(), context.Event()
+        self.process = context.Process(target=publisher_main, args=(target, keys, self.ready, self.go))
+
+    async def start(self) -> None:
+        self.process.start()
+        while not await anyio.to_thread.run_sync(self.ready.wait, 1.0):
+            if not self.process.is_alive():
+                raise RuntimeError(f"the publisher exited before it was ready (exit code {self.process.exitcode})")
+
+    async def done(self) -> None:
+        """Wait for every event to be written; a publisher that failed fails the run."""
+        await anyio.to_thread.run_sync(self.process.join)
+        if self.process.exitcode != 0:
+            raise RuntimeError(f"the publisher exited with code {self.process.exitcode}")
+
+
+async def published(target: Target, keys: Sequence[int]) -> Publisher:
+    """A publisher of ``keys`` started, its client open, and told to go."""
+    publisher = Publisher(target, keys)
+    await publisher.start()
+    publisher.go.set()
+    return publisher
 
 
 async def wait_taken(hooks: Hooks, seconds: float) -> None:
@@ -168,14 +234,19 @@ async def run(streams: int, active: float, path: Path, bootstrap: str | None, st
     hooks = Hooks(streams)
     restores: list[float] = []
     timing_restores(restores)
+    target = Target(path, bootstrap)
     provider = provider_for(path, hooks, bootstrap)
+    publisher = Publisher(target, range(streams))
+    await publisher.start()  # its client open before the worker starts
     base = rss_mb()
     async with provider:
         started = time.perf_counter()
-        await publish(provider, list(range(streams)))
+        publisher.go.set()
         await wait_taken(hooks, 3600)
         taken_in = time.perf_counter() - started
         phase1_report = hooks.clock.report()
+        await publisher.done()
+        assert len(hooks.counts) == streams and set(hooks.counts.values()) == {1}, "phase 1: not one event each"
         # Every stream goes quiet and is parked (its state in the store only).
         with anyio.fail_after(600):
             while active_streams(provider):
@@ -184,9 +255,12 @@ async def run(streams: int, active: float, path: Path, bootstrap: str | None, st
         parked_rss = rss_mb()
         chosen = random.Random(35).sample(range(streams), max(1, int(streams * active)))
         hooks.clock = Clock(len(chosen), freeze=False)
-        await publish(provider, chosen)
+        publisher = await published(target, chosen)
         await wait_taken(hooks, 600)
         report = hooks.clock.report()
+        await publisher.done()
+        # Each chosen stream's state restored exactly: its count is its two events.
+        assert [hooks.counts[str(k)] for k in chosen] == [2] * len(chosen), "phase 2: a state not restored exactly"
     peak = peak_rss_mb()
     size = sum(f.stat().st_size for f in path.rglob("headrace.db*"))
     reactivations = sorted(hooks.reactivations)
@@ -226,6 +300,26 @@ async def run(streams: int, active: float, path: Path, bootstrap: str | None, st
         await restart(bootstrap, path / "new-owner", given, "new owner")
         if standby:
             await standby_takeover(bootstrap, path, given)
+    await backlog(streams, Target(path / "backlog", bootstrap, "devices-backlog"))
+
+
+async def backlog(streams: int, target: Target) -> None:
+    """A replay: one event to each of ``streams`` new streams, all published (by a publisher
+    process) before the worker starts; timed from its first ``on_next`` to its last."""
+    publisher = await published(target, range(streams))
+    await publisher.done()
+    hooks = Hooks(streams)
+    async with provider_for(target.path, hooks, target.bootstrap, topic=target.topic):
+        await wait_taken(hooks, 3600)
+    report = hooks.clock.report()
+    assert len(hooks.counts) == streams and set(hooks.counts.values()) == {1}, "backlog: not one event each"
+    print(
+        f"backlog ({streams:,} streams' events published before the worker started; first to last on_next): "
+        f"{figure(report)} new streams/s, {cpu_figure(report)} per CPU second; "
+        f"{report.wall:.2f} s wall, {report.cpu:.2f} s CPU; {report.coverage:.0%} of them in the span"
+    )
+    timing.note("backlog, new streams/s", report.rate or math.nan)
+    timing.note("backlog, new streams per CPU s", report.cpu_rate or math.nan)
 
 
 def timing_loads(into: list[tuple[float, float, int]]) -> None:

@@ -39,9 +39,10 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar, cast, overload
 
 import msgpack
+import msgspec
 
 from streams.core.clock import WALL_CLOCK, Clock
-from streams.core.codec import pack
+from streams.core.codec import as_ext_type, pack
 from streams.core.errors import HeadraceError
 from streams.core.micros import bound_micros, to_seconds
 
@@ -489,8 +490,19 @@ def wake_and_declares(data: bytes) -> tuple[float | None, bool]:
     """
     if not data.startswith(_UNIT):
         return None, False
-    body = decode(data[1:])
-    return _next_timer(body), _declares(body)
+    try:  # the unit's five parts, its windows and held events (the bulk) left unread
+        fmt, _, fields, timers, _ = _unit_outline(data[1:])
+    except msgspec.MsgspecError:  # another shape (an older unit): read whole
+        body = decode(data[1:])
+        return _next_timer(body), _declares(body)
+    if timers:
+        return _next_timer([fmt, None, None, timers]), True
+    return None, bool(fields)
+
+
+# A unit read for what a store keeps beside it (wake_and_declares): the parts it needs decoded,
+# its windows and held events skipped as raw msgpack.
+_unit_outline = msgspec.msgpack.Decoder(tuple[Any, msgspec.Raw, Any, Any, msgspec.Raw], ext_hook=as_ext_type).decode
 
 
 def _declares(body: Any) -> bool:

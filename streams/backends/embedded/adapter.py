@@ -50,6 +50,7 @@ from streams.backends.embedded.queue_tables import (
     DEFAULT_QUEUES,
     NO_LEASE,
     QUEUE_SCHEMA,
+    STATE_AREA,
     STATE_SCHEMA,
     LeaseFence,
     QueuePositions,
@@ -108,7 +109,7 @@ class EmbeddedQueueAdapter(ContainerQueueAdapter):
                 f"an int >= 1, not {checkpoint_persist_interval!r} and {checkpoint_persist_every!r}"
             )
         store.require_schema("queue", QUEUE_SCHEMA)
-        store.require_schema("activation_state", STATE_SCHEMA)
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
         self.store = store
         self.mapper = mapper
         self.retention = retention if retention is not None else RetentionPolicy()

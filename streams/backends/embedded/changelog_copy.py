@@ -55,7 +55,15 @@ from functools import partial
 from pathlib import Path
 
 from streams.adapters.protocols import StateKey, StateRows
-from streams.backends.embedded.queue_tables import STATE_SCHEMA, read_states, saved_state, saved_states, write_states
+from streams.backends.embedded.queue_tables import (
+    CONSUMER_ID,
+    STATE_AREA,
+    STATE_SCHEMA,
+    read_states,
+    saved_state,
+    saved_states,
+    write_states,
+)
 from streams.backends.embedded.store import EmbeddedStore, Schema
 from streams.core.clock import wall_time
 from streams.core.errors import LocalStoreDamagedError, StoreError, StoreLayoutError
@@ -314,7 +322,7 @@ def _clean_close(path: Path) -> bool | None:
 
 def _store(path: Path) -> EmbeddedStore:
     store = EmbeddedStore(path)
-    store.require_schema("activation_state", STATE_SCHEMA)
+    store.require_schema(STATE_AREA, STATE_SCHEMA)
     store.require_schema("changelog_offset", OFFSET_SCHEMA)
     return store
 
@@ -341,8 +349,8 @@ def _forget(queue: int, conn: sqlite3.Connection) -> int:
 
 def _idle_keys(queue: int, consumer: str, before: float, conn: sqlite3.Connection) -> list[StateKey]:
     rows = conn.execute(
-        "SELECT stream FROM activation_states WHERE queue = ? AND consumer = ? AND durable AND COALESCE(touched, 0) < ?"
-        " LIMIT ?",
+        f"SELECT stream FROM activation_states WHERE queue = ? AND consumer = {CONSUMER_ID}"
+        " AND durable AND COALESCE(touched, 0) < ? LIMIT ?",
         (queue, consumer, before, EXPIRED_A_SWEEP),
     )
     return [(consumer, stream) for (stream,) in rows]

@@ -16,11 +16,11 @@ is set and nothing more is written: a stale owner never overwrites a newer one's
 >>> import anyio, tempfile
 >>> from streams.core.ids import QueueId, SequenceToken
 >>> from streams.backends.embedded.store import EmbeddedStore
->>> from streams.backends.embedded.queue_tables import QUEUE_SCHEMA, STATE_SCHEMA
+>>> from streams.backends.embedded.queue_tables import QUEUE_SCHEMA, STATE_AREA, STATE_SCHEMA
 >>> async def main():
 ...     with EmbeddedStore(tempfile.mkdtemp()) as store:
 ...         store.require_schema("queue", QUEUE_SCHEMA)
-...         store.require_schema("activation_state", STATE_SCHEMA)
+...         store.require_schema(STATE_AREA, STATE_SCHEMA)
 ...         checkpointer = EmbeddedCheckpointer(store, QueueId(0), persist_interval=0.0)
 ...         await checkpointer.acknowledge([SequenceToken(4, 0)])
 ...         return await EmbeddedCheckpointer(store, QueueId(0)).resume()

@@ -9,15 +9,16 @@ to the position of the last event it took and its serialized processor
 checkpoint (so a checkpoint that passes an open window always lands with the state of that
 window), and only while the writer's lease holds, as the checkpoint itself.
 
->>> import tempfile, pathlib, sqlite3
->>> conn = sqlite3.connect(":memory:")
->>> for sql in STATE_SCHEMA:
-...     _ = conn.execute(sql)
->>> write_states(3, ([("Counter", "ns/k", 7, 0, b"s")], []), conn)
->>> read_states(3, conn)
+>>> import tempfile
+>>> store = EmbeddedStore(tempfile.mkdtemp())
+>>> store.require_schema(STATE_AREA, STATE_SCHEMA)
+>>> with store.transaction() as conn:
+...     write_states(3, ([("Counter", "ns/k", 7, 0, b"s")], []), conn)
+...     read_states(3, conn)
+...     saved_state(3, ("Counter", "ns/k"), conn), saved_state(3, ("Counter", "ns/j"), conn)
 {('Counter', 'ns/k'): (SequenceToken(sequence_number=7, event_index=0), b's')}
->>> saved_state(3, ("Counter", "ns/k"), conn), saved_state(3, ("Counter", "ns/j"), conn)
 ((SequenceToken(sequence_number=7, event_index=0), b's'), None)
+>>> store.close()
 
 A consumer type's durable state (:mod:`streams.core.state`) is not read at start but looked
 up by key when its stream next has data, so a worker holds no bytes for the streams it does
@@ -243,42 +244,96 @@ def retain(queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Co
     return report
 
 
-STATE_SCHEMA: Schema = [
-    "CREATE TABLE activation_states("
-    " queue INTEGER NOT NULL, consumer TEXT NOT NULL, stream TEXT NOT NULL,"
+# A state row names its consumer type by a small integer (``state_consumers``), not by its
+# name, which would be repeated in every row and every index entry (a third of a durable
+# stream's bytes on disk). The rows are clustered by their key (WITHOUT ROWID): one B-tree,
+# where a rowid table needs two (its rows, and its key's index).
+STATE_LAYOUT = [
+    "CREATE TABLE state_consumers(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE activation_states_by_id("
+    " queue INTEGER NOT NULL, consumer INTEGER NOT NULL, stream TEXT NOT NULL,"
     " seq INTEGER NOT NULL, idx INTEGER NOT NULL, state BLOB NOT NULL,"
     # durable consumer state: when a row was written, and when its first processing timer is due
     " touched REAL, wake REAL, durable INTEGER NOT NULL DEFAULT 0,"
-    " PRIMARY KEY (queue, consumer, stream))",
+    " PRIMARY KEY (queue, consumer, stream)) WITHOUT ROWID",
+]
+STATE_INDEXES = [
     "CREATE INDEX activation_states_touched ON activation_states(queue, consumer, touched) WHERE durable",
     # What a worker reads at start (read_states), without a scan of the parked states.
     "CREATE INDEX activation_states_restored ON activation_states(queue) WHERE NOT durable OR wake IS NOT NULL",
 ]
+# The layout stores written before consumer types had ids hold their states in (store layout 1).
+NAMED_STATES = (
+    "CREATE TABLE IF NOT EXISTS activation_states("
+    " queue INTEGER NOT NULL, consumer TEXT NOT NULL, stream TEXT NOT NULL,"
+    " seq INTEGER NOT NULL, idx INTEGER NOT NULL, state BLOB NOT NULL,"
+    " touched REAL, wake REAL, durable INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (queue, consumer, stream))"
+)
+# Made in a new store, and in one of the named layout in place, every state copied exactly,
+# in the one transaction that creates the area: a store is in one layout or the other, never
+# between (the named table is made empty where there is none, so one list serves both).
+STATE_SCHEMA: Schema = [
+    NAMED_STATES,
+    *STATE_LAYOUT,
+    "INSERT INTO state_consumers(name) SELECT DISTINCT consumer FROM activation_states ORDER BY consumer",
+    "INSERT INTO activation_states_by_id(queue, consumer, stream, seq, idx, state, touched, wake, durable)"
+    " SELECT s.queue, c.id, s.stream, s.seq, s.idx, s.state, s.touched, s.wake, s.durable"
+    " FROM activation_states s JOIN state_consumers c ON c.name = s.consumer",
+    "DROP TABLE activation_states",  # and its indexes
+    "ALTER TABLE activation_states_by_id RENAME TO activation_states",
+    *STATE_INDEXES,
+    "DELETE FROM store_areas WHERE area = 'activation_state'",  # the named layout's area
+]
+STATE_AREA = "activation_state_ids"  # the area STATE_SCHEMA makes (see EmbeddedStore.require_schema)
+
+# A consumer type's id in a statement (NULL, matching no row, for a type with no states yet).
+CONSUMER_ID = "(SELECT id FROM state_consumers WHERE name = ?)"
+
+
+def consumer_ids(names: Collection[str], conn: sqlite3.Connection) -> dict[str, int]:
+    """The ids of consumer types ``names``, given to those that have none yet (in the
+    caller's write transaction: an id rolled back with it is never seen)."""
+    ids: dict[str, int] = {}
+    for name in names:
+        row = conn.execute("SELECT id FROM state_consumers WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            conn.execute("INSERT INTO state_consumers(name) VALUES (?)", (name,))
+            row = conn.execute("SELECT id FROM state_consumers WHERE name = ?", (name,)).fetchone()
+        ids[name] = int(row[0])
+    return ids
 
 
 def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection, written_at: float | None = None) -> None:
     """Upsert and delete ``rows`` of ``queue``; the upserts are stamped written now, or at
     ``written_at`` (a copy of states written elsewhere earlier: their time to live runs from then)."""
     upserts, deletes = rows
-    conn.executemany(
-        "DELETE FROM activation_states WHERE queue = ? AND consumer = ? AND stream = ?",
-        [(queue, consumer, stream) for consumer, stream in deletes],
-    )
+    if deletes:
+        conn.executemany(
+            f"DELETE FROM activation_states WHERE queue = ? AND consumer = {CONSUMER_ID} AND stream = ?",
+            [(queue, consumer, stream) for consumer, stream in deletes],
+        )
+    if not upserts:
+        return
     now = wall_time() if written_at is None else written_at
+    ids = consumer_ids({row[0] for row in upserts}, conn)
     conn.executemany(
         "INSERT INTO activation_states(queue, consumer, stream, seq, idx, state, touched, wake, durable)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(queue, consumer, stream) DO UPDATE"
         " SET seq = excluded.seq, idx = excluded.idx, state = excluded.state, touched = excluded.touched,"
         " wake = excluded.wake, durable = excluded.durable",
-        [(queue, *row, now, *wake_and_declares(row[4])) for row in upserts],
+        [
+            (queue, ids[consumer], stream, seq, idx, state, now, *wake_and_declares(state))
+            for consumer, stream, seq, idx, state in upserts
+        ],
     )
 
 
 def saved_state(queue: int, key: StateKey, conn: sqlite3.Connection) -> tuple[SequenceToken, bytes] | None:
     """The saved state of one activation, or None."""
     row = conn.execute(
-        "SELECT seq, idx, state FROM activation_states WHERE queue = ? AND consumer = ? AND stream = ?",
+        f"SELECT seq, idx, state FROM activation_states WHERE queue = ? AND consumer = {CONSUMER_ID} AND stream = ?",
         (queue, *key),
     ).fetchone()
     return None if row is None else (SequenceToken(row[0], row[1]), bytes(row[2]))
@@ -296,7 +351,7 @@ def saved_states(
         for marks, chunk in in_chunks(streams):
             rows = conn.execute(
                 "SELECT stream, seq, idx, state FROM activation_states"
-                f" WHERE queue = ? AND consumer = ? AND stream IN ({marks})",
+                f" WHERE queue = ? AND consumer = {CONSUMER_ID} AND stream IN ({marks})",
                 (queue, consumer, *chunk),
             )
             for stream, seq, idx, state in rows:
@@ -308,7 +363,8 @@ def expire_states(queue: int, consumer: str, before: float, conn: sqlite3.Connec
     """Delete the durable states of ``consumer`` on ``queue`` last written before ``before``
     (POSIX seconds); how many."""
     cursor = conn.execute(
-        "DELETE FROM activation_states WHERE queue = ? AND consumer = ? AND durable AND COALESCE(touched, 0) < ?",
+        f"DELETE FROM activation_states WHERE queue = ? AND consumer = {CONSUMER_ID}"
+        " AND durable AND COALESCE(touched, 0) < ?",
         (queue, consumer, before),
     )
     return cursor.rowcount
@@ -318,7 +374,8 @@ def every_state(conn: sqlite3.Connection) -> list[tuple[int, str, str, SequenceT
     """Every activation state the store holds, ``(queue, consumer, stream, position, state)``
     by consumer and stream (``headrace state``)."""
     rows = conn.execute(
-        "SELECT queue, consumer, stream, seq, idx, state FROM activation_states ORDER BY consumer, stream"
+        "SELECT s.queue, c.name, s.stream, s.seq, s.idx, s.state"
+        " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer ORDER BY c.name, s.stream"
     ).fetchall()
     return [(q, c, s, SequenceToken(seq, idx), bytes(state)) for q, c, s, seq, idx, state in rows]
 
@@ -327,8 +384,9 @@ def read_states(queue: int, conn: sqlite3.Connection) -> dict[StateKey, tuple[Se
     """The states a worker restores as their activations are made: every window state, and
     the durable units with a processing timer to fire (the others are looked up by key)."""
     rows = conn.execute(
-        "SELECT consumer, stream, seq, idx, state FROM activation_states"
-        " WHERE queue = ? AND (NOT durable OR wake IS NOT NULL)",
+        "SELECT c.name, s.stream, s.seq, s.idx, s.state"
+        " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer"
+        " WHERE s.queue = ? AND (NOT s.durable OR s.wake IS NOT NULL)",
         (queue,),
     ).fetchall()
     return {(c, s): (SequenceToken(seq, idx), bytes(state)) for c, s, seq, idx, state in rows}

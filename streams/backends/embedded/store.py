@@ -17,8 +17,12 @@ loss must not lose an acknowledged ``on_next``.
 Schemas: each area (``queue``, ``pubsub``, ``deadletter``, ...) declares the statements that
 create its tables as they are; the store runs an area's on its first use, in one write
 transaction (safe when processes race to create), and records the area in ``store_areas``.
-The file's layout is ``PRAGMA user_version`` (:data:`LAYOUT`): a file of another layout is
-refused with what to do, never read or changed.
+The file's layout is ``PRAGMA user_version`` (:data:`LAYOUT`). A file of an older layout
+this headrace reads (:data:`UPGRADED`) is brought up to date in place, area by area: a changed
+area is declared under a new name whose statements turn the old tables into the new ones (the
+old area is made empty first where there is none), so the upgrade is one transaction. A file
+of another layout is refused with what to do, never read or changed; so is this layout by an
+older headrace, which would misread an upgraded area.
 
 Writers of the embedded store take turns, across threads and processes.
 
@@ -65,7 +69,10 @@ T = TypeVar("T")
 
 Synchronous = Literal["NORMAL", "FULL"]
 Schema = Sequence[str]  # the SQL statements that create an area's tables, run in one transaction
-LAYOUT = 1  # the store file's layout (PRAGMA user_version); 0: a new, empty file
+LAYOUT = 2  # the store file's layout (PRAGMA user_version); 0: a new, empty file
+# Older layouts this headrace reads: their areas are brought to LAYOUT in place as they are
+# created in it (1: activation states named their consumer type in each row).
+UPGRADED = frozenset({1})
 
 
 PRIVATE = 0o600  # the store's files by default (its directories 0o700): its events are this user's alone
@@ -162,9 +169,10 @@ class EmbeddedStore:
             conn.execute("INSERT INTO store_areas(area) VALUES (?)", (area,))
 
     def check_layout(self, conn: sqlite3.Connection) -> None:
-        """Raise :class:`StoreLayoutError` unless the file is of :data:`LAYOUT` or new."""
+        """Raise :class:`StoreLayoutError` unless the file is of :data:`LAYOUT`, of one it
+        upgrades (:data:`UPGRADED`) or new."""
         (layout,) = conn.execute("PRAGMA user_version").fetchone()
-        if layout == LAYOUT:
+        if layout == LAYOUT or layout in UPGRADED:
             return
         if layout > LAYOUT:
             raise StoreLayoutError(

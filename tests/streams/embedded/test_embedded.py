@@ -81,8 +81,8 @@ async def test_every_area_is_created_once_in_a_file_of_the_current_layout(tmp_pa
             await factory.create_dead_letter_store().count()
             areas = await factory.store.read(lambda conn: [a for (a,) in conn.execute("SELECT area FROM store_areas")])
             (layout,) = await factory.store.read(lambda conn: conn.execute("PRAGMA user_version").fetchone())
-    assert sorted(areas) == ["activation_state", "deadletter", "pubsub", "queue"]
-    assert layout == LAYOUT == 1
+    assert sorted(areas) == ["activation_state_ids", "deadletter", "pubsub", "queue"]
+    assert layout == LAYOUT == 2
 
 
 def old_layout_store(path: Path) -> None:
