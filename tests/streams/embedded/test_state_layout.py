@@ -4,6 +4,7 @@ state read back exactly."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from streams.backends.embedded.changelog_copy import open_changelog_copy
 from streams.backends.embedded.queue_tables import (
+    QUEUE_SCHEMA,
     STATE_AREA,
     STATE_SCHEMA,
     every_state,
@@ -35,6 +37,7 @@ from streams.core.state import (
     pack_unit,
     wake_and_declares,
 )
+from tests.streams.cli.helpers import headrace
 
 # The SQL that made the state table in layout 1, as that headrace ran it.
 LAYOUT_1_STATES = [
@@ -77,7 +80,7 @@ def layout_1_store(path: Path, rows: list[tuple[object, ...]] = OLD_ROWS) -> Non
 def every_column(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
     return conn.execute(
         "SELECT s.queue, c.name, s.stream, s.seq, s.idx, s.state, s.touched, s.wake, s.durable"
-        " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer ORDER BY 1, 2, 3"
+        " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer_id ORDER BY 1, 2, 3"
     ).fetchall()
 
 
@@ -140,13 +143,90 @@ def test_an_upgrade_that_fails_leaves_the_store_in_layout_1(tmp_path: Path) -> N
     with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
         conn.execute("CREATE TABLE state_consumers(x)")
     with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema("queue", QUEUE_SCHEMA)  # made first, as a worker makes it
         store.require_schema(STATE_AREA, STATE_SCHEMA)
         with pytest.raises(StoreError, match="state_consumers already exists"), store.connection():
             pass
     with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (1,)
         assert conn.execute("SELECT * FROM activation_states ORDER BY 1, 2, 3").fetchall() == sorted(OLD_ROWS)
-        assert conn.execute("SELECT area FROM store_areas").fetchall() == [("activation_state",)]
+        # the build that wrote it still reads it: the areas it knows are as it made them
+        assert conn.execute("SELECT area FROM store_areas ORDER BY area").fetchall() == [
+            ("activation_state",),
+            ("queue",),
+        ]
+
+
+def test_a_process_that_leaves_the_states_as_they_are_leaves_the_store_in_layout_1(tmp_path: Path) -> None:
+    layout_1_store(tmp_path / "store")
+    with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema("queue", QUEUE_SCHEMA)  # a process that reads no states
+        with store.connection():
+            pass
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)  # an older build still reads it
+        assert conn.execute("SELECT * FROM activation_states ORDER BY 1, 2, 3").fetchall() == sorted(OLD_ROWS)
+    with EmbeddedStore(tmp_path / "store") as store:  # and a worker of this one upgrades it
+        store.require_schema("queue", QUEUE_SCHEMA)
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.snapshot() as conn:
+            assert conn.execute("PRAGMA user_version").fetchone() == (LAYOUT,)
+            assert every_column(conn) == sorted(OLD_ROWS)
+
+
+# What the build of layout 1 runs on the state table (its headrace state, its workers).
+LAYOUT_1_STATEMENTS = [
+    "SELECT queue, consumer, stream, seq, idx, state FROM activation_states ORDER BY consumer, stream",
+    "SELECT seq, idx, state FROM activation_states WHERE queue = 0 AND consumer = 'app.Meter' AND stream = 'devices/1'",
+    "INSERT INTO activation_states(queue, consumer, stream, seq, idx, state, touched, wake, durable)"
+    " VALUES (0, 'app.Meter', 'devices/1', 99, 0, x'00', NULL, NULL, 1)"
+    " ON CONFLICT(queue, consumer, stream) DO UPDATE SET seq = excluded.seq",
+    "DELETE FROM activation_states WHERE queue = 0 AND consumer = 'app.Meter' AND stream = 'devices/1'",
+]
+
+
+@pytest.mark.parametrize("statement", LAYOUT_1_STATEMENTS)
+def test_an_older_builds_statement_fails_on_an_upgraded_store_rather_than_misread_it(
+    tmp_path: Path, statement: str
+) -> None:
+    # An older build's `headrace state` does not check the layout, and its worker started
+    # before the upgrade has checked it already: each must fail, not read ids as names.
+    layout_1_store(tmp_path / "store")
+    with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.connection():
+            pass
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        with pytest.raises(sqlite3.OperationalError, match="(no such column: consumer|has no column named consumer)$"):
+            conn.execute(statement)
+        assert every_column(conn) == sorted(OLD_ROWS)
+
+
+def test_headrace_state_shows_a_store_of_layout_1_as_it_does_once_upgraded_and_changes_nothing(tmp_path: Path) -> None:
+    layout_1_store(tmp_path / "store")
+    before = headrace("state", "--path", tmp_path / "store", "app.Meter", "--json", cwd=tmp_path)
+    assert (before.returncode, before.stderr) == (0, "")
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)  # read, not upgraded
+    with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.connection():
+            pass
+    after = headrace("state", "--path", tmp_path / "store", "app.Meter", "--json", cwd=tmp_path)
+    assert (after.returncode, after.stderr) == (0, "")
+    shown = [(s["queue"], s["stream"], s["position"]) for s in map(json.loads, after.stdout.splitlines())]
+    assert shown == [(0, "devices/1", [41, 0]), (0, "devices/2", [42, 3]), (1, "devices/3", [9, 0])]
+    assert before.stdout == after.stdout
+
+
+def test_headrace_state_refuses_a_store_of_a_newer_layout_in_one_line(tmp_path: Path) -> None:
+    layout_1_store(tmp_path / "store")
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        conn.execute(f"PRAGMA user_version = {LAYOUT + 1}")
+    shown = headrace("state", "--path", tmp_path / "store", "app.Meter", cwd=tmp_path)
+    assert shown.returncode != 0 and "Traceback" not in shown.stderr, shown.stderr
+    (line,) = shown.stderr.strip().splitlines()
+    assert f"has layout {LAYOUT + 1}, newer than this headrace reads" in line, line
 
 
 def test_a_type_name_is_kept_once_however_many_streams_it_has(tmp_path: Path) -> None:
@@ -160,7 +240,7 @@ def test_a_type_name_is_kept_once_however_many_streams_it_has(tmp_path: Path) ->
             assert conn.execute("SELECT count(*) FROM state_consumers").fetchone() == (1,)
             assert conn.execute("SELECT count(*) FROM activation_states").fetchone() == (500,)
             (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'activation_states'").fetchone()
-            assert "consumer INTEGER" in sql and "WITHOUT ROWID" in sql
+            assert "consumer_id INTEGER" in sql and "WITHOUT ROWID" in sql
 
 
 def test_a_local_state_store_of_layout_1_is_upgraded_too(tmp_path: Path) -> None:
