@@ -35,6 +35,7 @@ from streams.core.state import (
     _next_timer,
     decode,
     pack_unit,
+    unpack_unit,
     wake_and_declares,
 )
 from tests.streams.cli.helpers import headrace
@@ -306,3 +307,19 @@ def test_the_wake_of_a_unit_with_processing_timers_is_its_first(tmp_path: Path) 
         with store.transaction() as conn:
             write_states(0, ([("T", "s/1", 1, 0, pack_unit(_Plain(), None, timers))], []), conn)
             assert conn.execute("SELECT wake, durable FROM activation_states").fetchall() == [(1_700_000_000.5, 1)]
+
+
+class _Grid:
+    cells = Durable(dict)
+
+
+def test_a_unit_the_store_takes_is_restored_with_the_keys_it_was_saved_with() -> None:
+    # A store takes a unit once it reads what it keeps beside it; the unit must then be
+    # restorable, tuple keys (msgpack arrays) included, not refused at the next activation.
+    grid = _Grid()
+    grid.cells = {(1, 2): "x", (3, 4): "y"}
+    unit = pack_unit(grid, b"w", None)
+    assert wake_and_declares(unit) == (None, True)
+    restored = _Grid()
+    assert unpack_unit(restored, unit, None) == (b"w", None)
+    assert restored.cells == {(1, 2): "x", (3, 4): "y"}
