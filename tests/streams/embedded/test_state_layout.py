@@ -323,3 +323,25 @@ def test_a_unit_the_store_takes_is_restored_with_the_keys_it_was_saved_with() ->
     restored = _Grid()
     assert unpack_unit(restored, unit, None) == (b"w", None)
     assert restored.cells == {(1, 2): "x", (3, 4): "y"}
+
+
+def test_a_worker_reads_the_states_it_restores_without_reading_the_parked_ones(tmp_path: Path) -> None:
+    # read_states goes through the index of what a worker restores: the work it does follows
+    # the 2 states it returns, not the 20,000 parked durable ones beside them.
+    meter = _Meter()
+    meter.total = 1
+    parked = [("app.Meter", f"devices/{n}", n, 0, pack_unit(meter, None, None)) for n in range(20_000)]
+    with EmbeddedStore(tmp_path) as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.transaction() as conn:
+            write_states(
+                0, ([*parked, ("app.Windows", "w/1", 1, 0, b"w"), ("app.Windows", "w/2", 2, 0, b"w")], []), conn
+            )
+        with store.snapshot() as conn:
+            steps: list[None] = []
+            conn.set_progress_handler(lambda: steps.append(None), 1000)  # every 1,000 VM steps
+            try:
+                assert sorted(read_states(0, conn)) == [("app.Windows", "w/1"), ("app.Windows", "w/2")]
+            finally:
+                conn.set_progress_handler(None, 0)
+            assert len(steps) < 5, f"{len(steps) * 1000:,} steps"
