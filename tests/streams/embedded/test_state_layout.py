@@ -345,3 +345,21 @@ def test_a_worker_reads_the_states_it_restores_without_reading_the_parked_ones(t
             finally:
                 conn.set_progress_handler(None, 0)
             assert len(steps) < 5, f"{len(steps) * 1000:,} steps"
+
+
+def test_headrace_state_shows_a_field_with_tuple_keys(tmp_path: Path) -> None:
+    grid = _Grid()
+    grid.cells = {(1, 2): "x", (3, 4): b"\x01"}
+    with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.transaction() as conn:
+            write_states(0, ([("app.Grid", "grids/1", 5, 0, pack_unit(grid, None, None))], []), conn)
+    listed = headrace("state", "--path", tmp_path / "store", "Grid", cwd=tmp_path)
+    assert (listed.returncode, listed.stderr) == (0, "")
+    assert '{"cells": {"(1, 2)": "x", "(3, 4)": "01"}}' in listed.stdout
+    for shown in (
+        headrace("state", "--path", tmp_path / "store", "Grid", "--json", cwd=tmp_path),
+        headrace("state", "--path", tmp_path / "store", "Grid", "grids/1", cwd=tmp_path),
+    ):
+        assert (shown.returncode, shown.stderr) == (0, "")
+        assert json.loads(shown.stdout)["fields"] == {"cells": {"(1, 2)": "x", "(3, 4)": "01"}}
