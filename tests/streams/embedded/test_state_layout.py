@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -38,7 +40,7 @@ from streams.core.state import (
     unpack_unit,
     wake_and_declares,
 )
-from tests.streams.cli.helpers import headrace
+from tests.streams.cli.helpers import clean_env, headrace
 
 # The SQL that made the state table in layout 1, as that headrace ran it.
 LAYOUT_1_STATES = [
@@ -253,6 +255,7 @@ def test_a_local_state_store_of_layout_1_is_upgraded_too(tmp_path: Path) -> None
             assert copy.saved_state(0, ("app.Meter", "devices/2")) == (SequenceToken(42, 3), b"\x00" * 300)
             assert copy.count(1) == 2
             assert await copy.idle_keys(0, "app.Meter", 1_700_000_050.0) == [("app.Meter", "devices/1")]
+            assert await copy.idle_keys(0, "app.Never", float("inf")) == []  # a type with no id
         finally:
             copy.close()
 
@@ -363,3 +366,58 @@ def test_headrace_state_shows_a_field_with_tuple_keys(tmp_path: Path) -> None:
     ):
         assert (shown.returncode, shown.stderr) == (0, "")
         assert json.loads(shown.stdout)["fields"] == {"cells": {"(1, 2)": "x", "(3, 4)": "01"}}
+
+
+def test_an_id_given_in_a_write_that_rolls_back_is_given_again_to_whoever_writes_next(tmp_path: Path) -> None:
+    with EmbeddedStore(tmp_path) as first, EmbeddedStore(tmp_path) as second:  # two writers, as two processes
+        first.require_schema(STATE_AREA, STATE_SCHEMA)
+        second.require_schema(STATE_AREA, STATE_SCHEMA)
+        with pytest.raises(RuntimeError), first.transaction() as conn:
+            write_states(0, ([("app.One", "s/1", 1, 0, b"one")], []), conn)
+            raise RuntimeError("the checkpoint fails after its states are written")
+        with second.transaction() as conn:
+            write_states(0, ([("app.Two", "s/1", 2, 0, b"two")], []), conn)
+        with first.transaction() as conn:
+            write_states(0, ([("app.One", "s/2", 3, 0, b"one again")], []), conn)
+            # a sweep of a type that has no id yet touches nothing
+            assert expire_states(0, "app.Never", float("inf"), conn) == 0
+        with first.snapshot() as conn:
+            assert [(c, s, state) for _, c, s, _, state in every_state(conn)] == [
+                ("app.One", "s/2", b"one again"),
+                ("app.Two", "s/1", b"two"),
+            ]
+            assert conn.execute("SELECT name FROM state_consumers ORDER BY id").fetchall() == [
+                ("app.Two",),
+                ("app.One",),
+            ]
+
+
+_OPEN_AND_READ = """
+import sys
+from streams.backends.embedded.queue_tables import QUEUE_SCHEMA, STATE_AREA, STATE_SCHEMA, saved_state
+from streams.backends.embedded.store import EmbeddedStore
+with EmbeddedStore(sys.argv[1]) as store:
+    store.require_schema("queue", QUEUE_SCHEMA)
+    store.require_schema(STATE_AREA, STATE_SCHEMA)
+    with store.snapshot() as conn:
+        found = sum(saved_state(2, ("app.Many", f"m/{n}"), conn) is not None for n in range(20_000))
+        print(conn.execute("PRAGMA user_version").fetchone()[0], found)
+"""
+
+
+def test_two_processes_opening_a_store_of_layout_1_at_once_upgrade_it_once(tmp_path: Path) -> None:
+    many = [(2, "app.Many", f"m/{n}", n, 0, b"x" * 40, 1.0, None, 1) for n in range(20_000)]
+    layout_1_store(tmp_path / "store", OLD_ROWS + many)
+    env = clean_env()
+    opened = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AND_READ, str(tmp_path / "store")], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=60)[0].split() for process in opened]
+    assert [process.returncode for process in opened] == [0, 0]
+    assert outputs == [[str(LAYOUT), "20000"]] * 2  # each reads every state, in the new layout
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        assert every_column(conn) == sorted(OLD_ROWS + many)
+        assert sorted(a for (a,) in conn.execute("SELECT area FROM store_areas")) == [STATE_AREA, "queue"]
