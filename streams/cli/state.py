@@ -93,16 +93,16 @@ def run(args: argparse.Namespace) -> int:
         if not found:
             raise CliError(f"no saved state of {args.type} for {args.stream} ({len(chosen)} saved for the type)")
         for saved in found:
-            print(json.dumps(saved.as_json(), indent=None if args.json else 2, default=_plain))
+            print(_json(saved.as_json(), indent=None if args.json else 2))
         return 0
     if args.json:
         for saved in chosen:
-            print(json.dumps(saved.as_json(), default=_plain))
+            print(_json(saved.as_json()))
         return 0
     rows = table(f"saved state of {args.type}: {len(chosen)} activation(s)", "stream", "queue", "position", "fields")
     for saved in chosen:
         unit = saved.as_json()
-        fields = json.dumps(unit.get("fields", unit.get("error")), default=_plain)
+        fields = _json(unit.get("fields", unit.get("error")))
         preview = fields if len(fields) <= _PREVIEW else fields[: _PREVIEW - 1] + "…"
         position = f"{saved.position.sequence_number}:{saved.position.event_index}"
         add_row(rows, saved.stream, str(saved.queue), position, preview)
@@ -190,6 +190,21 @@ async def _read(args: argparse.Namespace, app: StreamProvider | None) -> list[Sa
         with contextlib.closing(existing_store(config)) as store:
             rows = await store.saved_states()
     return [SavedState(*row) for row in rows]
+
+
+def _json(value: object, indent: int | None = None) -> str:
+    return json.dumps(_keyed(value), indent=indent, default=_plain)
+
+
+def _keyed(value: object) -> object:
+    """``value`` with each map key JSON has no form for (a tuple's) as its ``repr``.
+
+    >>> _keyed({(1, 2): [{None: 1}]})
+    {'(1, 2)': [{None: 1}]}
+    """
+    if isinstance(value, dict):
+        return {k if k is None or isinstance(k, str | int | float) else repr(k): _keyed(v) for k, v in value.items()}
+    return [_keyed(v) for v in value] if isinstance(value, list) else value
 
 
 def _plain(value: object) -> object:

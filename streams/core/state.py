@@ -42,7 +42,7 @@ import msgpack
 import msgspec
 
 from streams.core.clock import WALL_CLOCK, Clock
-from streams.core.codec import as_ext_type, pack
+from streams.core.codec import as_ext_type, pack, unpack
 from streams.core.errors import HeadraceError
 from streams.core.micros import bound_micros, to_seconds
 
@@ -184,8 +184,10 @@ def encode(value: Any, instance: object) -> bytes:
 
 
 def decode(data: bytes) -> Any:
+    # msgspec first (codec.unpack): it reads a map key saved as an array (a tuple's) back as
+    # a tuple, as wake_and_declares reads it when a store takes the state; msgpack refuses it.
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        return unpack(data)
     except Exception as exc:
         raise StateError(f"saved state is not readable: {exc}") from exc
 

@@ -5,6 +5,7 @@ balance its queues by leases. :class:`LocalStore` is such a store beside queues 
 from __future__ import annotations
 
 import os
+import sqlite3
 from functools import partial
 from pathlib import Path
 
@@ -164,7 +165,11 @@ class LocalStore:
         return await anyio.to_thread.run_sync(read)
 
     async def saved_states(self) -> list[SavedStateRow]:
-        return await self.store.read(every_state)
+        return await self.store.read(self._every_state)
+
+    def _every_state(self, conn: sqlite3.Connection) -> list[SavedStateRow]:
+        self.store.check_layout(conn)  # a newer layout's tables are not read as this one's
+        return every_state(conn)
 
     async def retained_records(self) -> StoreRecords:
         return StoreRecords(self.store)

@@ -349,7 +349,7 @@ def _forget(queue: int, conn: sqlite3.Connection) -> int:
 
 def _idle_keys(queue: int, consumer: str, before: float, conn: sqlite3.Connection) -> list[StateKey]:
     rows = conn.execute(
-        f"SELECT stream FROM activation_states WHERE queue = ? AND consumer = {CONSUMER_ID}"
+        f"SELECT stream FROM activation_states WHERE queue = ? AND consumer_id = {CONSUMER_ID}"
         " AND durable AND COALESCE(touched, 0) < ? LIMIT ?",
         (queue, consumer, before, EXPIRED_A_SWEEP),
     )

@@ -247,18 +247,20 @@ def retain(queue: QueueId, policy: RetentionPolicy, now: float, conn: sqlite3.Co
 # A state row names its consumer type by a small integer (``state_consumers``), not by its
 # name, which would be repeated in every row and every index entry (a third of a durable
 # stream's bytes on disk). The rows are clustered by their key (WITHOUT ROWID): one B-tree,
-# where a rowid table needs two (its rows, and its key's index).
+# where a rowid table needs two (its rows, and its key's index). The column is ``consumer_id``,
+# not the named layout's ``consumer``, so an older build's statement fails rather than take an
+# id for a name (its `headrace state`, which checks no layout; its worker started before the upgrade).
 STATE_LAYOUT = [
     "CREATE TABLE state_consumers(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
     "CREATE TABLE activation_states_by_id("
-    " queue INTEGER NOT NULL, consumer INTEGER NOT NULL, stream TEXT NOT NULL,"
+    " queue INTEGER NOT NULL, consumer_id INTEGER NOT NULL, stream TEXT NOT NULL,"
     " seq INTEGER NOT NULL, idx INTEGER NOT NULL, state BLOB NOT NULL,"
     # durable consumer state: when a row was written, and when its first processing timer is due
     " touched REAL, wake REAL, durable INTEGER NOT NULL DEFAULT 0,"
-    " PRIMARY KEY (queue, consumer, stream)) WITHOUT ROWID",
+    " PRIMARY KEY (queue, consumer_id, stream)) WITHOUT ROWID",
 ]
 STATE_INDEXES = [
-    "CREATE INDEX activation_states_touched ON activation_states(queue, consumer, touched) WHERE durable",
+    "CREATE INDEX activation_states_touched ON activation_states(queue, consumer_id, touched) WHERE durable",
     # What a worker reads at start (read_states), without a scan of the parked states.
     "CREATE INDEX activation_states_restored ON activation_states(queue) WHERE NOT durable OR wake IS NOT NULL",
 ]
@@ -277,7 +279,7 @@ STATE_SCHEMA: Schema = [
     NAMED_STATES,
     *STATE_LAYOUT,
     "INSERT INTO state_consumers(name) SELECT DISTINCT consumer FROM activation_states ORDER BY consumer",
-    "INSERT INTO activation_states_by_id(queue, consumer, stream, seq, idx, state, touched, wake, durable)"
+    "INSERT INTO activation_states_by_id(queue, consumer_id, stream, seq, idx, state, touched, wake, durable)"
     " SELECT s.queue, c.id, s.stream, s.seq, s.idx, s.state, s.touched, s.wake, s.durable"
     " FROM activation_states s JOIN state_consumers c ON c.name = s.consumer",
     "DROP TABLE activation_states",  # and its indexes
@@ -310,7 +312,7 @@ def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection, written_
     upserts, deletes = rows
     if deletes:
         conn.executemany(
-            f"DELETE FROM activation_states WHERE queue = ? AND consumer = {CONSUMER_ID} AND stream = ?",
+            f"DELETE FROM activation_states WHERE queue = ? AND consumer_id = {CONSUMER_ID} AND stream = ?",
             [(queue, consumer, stream) for consumer, stream in deletes],
         )
     if not upserts:
@@ -318,9 +320,9 @@ def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection, written_
     now = wall_time() if written_at is None else written_at
     ids = consumer_ids({row[0] for row in upserts}, conn)
     conn.executemany(
-        "INSERT INTO activation_states(queue, consumer, stream, seq, idx, state, touched, wake, durable)"
+        "INSERT INTO activation_states(queue, consumer_id, stream, seq, idx, state, touched, wake, durable)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT(queue, consumer, stream) DO UPDATE"
+        " ON CONFLICT(queue, consumer_id, stream) DO UPDATE"
         " SET seq = excluded.seq, idx = excluded.idx, state = excluded.state, touched = excluded.touched,"
         " wake = excluded.wake, durable = excluded.durable",
         [
@@ -333,7 +335,7 @@ def write_states(queue: int, rows: StateRows, conn: sqlite3.Connection, written_
 def saved_state(queue: int, key: StateKey, conn: sqlite3.Connection) -> tuple[SequenceToken, bytes] | None:
     """The saved state of one activation, or None."""
     row = conn.execute(
-        f"SELECT seq, idx, state FROM activation_states WHERE queue = ? AND consumer = {CONSUMER_ID} AND stream = ?",
+        f"SELECT seq, idx, state FROM activation_states WHERE queue = ? AND consumer_id = {CONSUMER_ID} AND stream = ?",
         (queue, *key),
     ).fetchone()
     return None if row is None else (SequenceToken(row[0], row[1]), bytes(row[2]))
@@ -351,7 +353,7 @@ def saved_states(
         for marks, chunk in in_chunks(streams):
             rows = conn.execute(
                 "SELECT stream, seq, idx, state FROM activation_states"
-                f" WHERE queue = ? AND consumer = {CONSUMER_ID} AND stream IN ({marks})",
+                f" WHERE queue = ? AND consumer_id = {CONSUMER_ID} AND stream IN ({marks})",
                 (queue, consumer, *chunk),
             )
             for stream, seq, idx, state in rows:
@@ -363,7 +365,7 @@ def expire_states(queue: int, consumer: str, before: float, conn: sqlite3.Connec
     """Delete the durable states of ``consumer`` on ``queue`` last written before ``before``
     (POSIX seconds); how many."""
     cursor = conn.execute(
-        f"DELETE FROM activation_states WHERE queue = ? AND consumer = {CONSUMER_ID}"
+        f"DELETE FROM activation_states WHERE queue = ? AND consumer_id = {CONSUMER_ID}"
         " AND durable AND COALESCE(touched, 0) < ?",
         (queue, consumer, before),
     )
@@ -372,10 +374,16 @@ def expire_states(queue: int, consumer: str, before: float, conn: sqlite3.Connec
 
 def every_state(conn: sqlite3.Connection) -> list[tuple[int, str, str, SequenceToken, bytes]]:
     """Every activation state the store holds, ``(queue, consumer, stream, position, state)``
-    by consumer and stream (``headrace state``)."""
+    by consumer and stream (``headrace state``): read in the layout the store has, as this
+    reads and never upgrades (a store of layout 1 no process of this version has opened)."""
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "activation_states" not in tables:
+        return []
     rows = conn.execute(
         "SELECT s.queue, c.name, s.stream, s.seq, s.idx, s.state"
-        " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer ORDER BY c.name, s.stream"
+        " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer_id ORDER BY c.name, s.stream"
+        if "state_consumers" in tables
+        else "SELECT queue, consumer, stream, seq, idx, state FROM activation_states ORDER BY consumer, stream"
     ).fetchall()
     return [(q, c, s, SequenceToken(seq, idx), bytes(state)) for q, c, s, seq, idx, state in rows]
 
@@ -384,8 +392,10 @@ def read_states(queue: int, conn: sqlite3.Connection) -> dict[StateKey, tuple[Se
     """The states a worker restores as their activations are made: every window state, and
     the durable units with a processing timer to fire (the others are looked up by key)."""
     rows = conn.execute(
+        # INDEXED BY: with its rows clustered by key, the table's own order (queue first) looks
+        # cheaper to SQLite than this small index, and it would read every parked state.
         "SELECT c.name, s.stream, s.seq, s.idx, s.state"
-        " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer"
+        " FROM activation_states s INDEXED BY activation_states_restored JOIN state_consumers c ON c.id = s.consumer_id"
         " WHERE s.queue = ? AND (NOT s.durable OR s.wake IS NOT NULL)",
         (queue,),
     ).fetchall()

@@ -20,7 +20,9 @@ transaction (safe when processes race to create), and records the area in ``stor
 The file's layout is ``PRAGMA user_version`` (:data:`LAYOUT`). A file of an older layout
 this headrace reads (:data:`UPGRADED`) is brought up to date in place, area by area: a changed
 area is declared under a new name whose statements turn the old tables into the new ones (the
-old area is made empty first where there is none), so the upgrade is one transaction. A file
+old area is made empty first where there is none), so the upgrade is one transaction; the file
+takes the new layout once no area it changes is left in the old one (a process that uses
+none of them leaves the file to the build that wrote it). A file
 of another layout is refused with what to do, never read or changed; so is this layout by an
 older headrace, which would misread an upgraded area.
 
@@ -70,9 +72,15 @@ T = TypeVar("T")
 Synchronous = Literal["NORMAL", "FULL"]
 Schema = Sequence[str]  # the SQL statements that create an area's tables, run in one transaction
 LAYOUT = 2  # the store file's layout (PRAGMA user_version); 0: a new, empty file
-# Older layouts this headrace reads: their areas are brought to LAYOUT in place as they are
-# created in it (1: activation states named their consumer type in each row).
-UPGRADED = frozenset({1})
+# Older layouts this headrace reads, each with its areas that LAYOUT changes: those are brought
+# to LAYOUT in place as their new areas are created, and the file is of LAYOUT once none is
+# left (until then the build that wrote it still reads it). 1: activation states named their
+# consumer type in each row.
+UPGRADED: dict[int, frozenset[str]] = {1: frozenset({"activation_state"})}
+
+
+def _has_area(conn: sqlite3.Connection, area: str) -> bool:
+    return conn.execute("SELECT 1 FROM store_areas WHERE area = ?", (area,)).fetchone() is not None
 
 
 PRIVATE = 0o600  # the store's files by default (its directories 0o700): its events are this user's alone
@@ -159,21 +167,22 @@ class EmbeddedStore:
 
     def _create(self, conn: sqlite3.Connection, area: str, schema: Schema) -> None:
         with self._transaction_on(conn):
-            self.check_layout(conn)
-            conn.execute(f"PRAGMA user_version = {LAYOUT}")
+            layout = self.check_layout(conn)
             conn.execute("CREATE TABLE IF NOT EXISTS store_areas(area TEXT PRIMARY KEY)")
-            if conn.execute("SELECT 1 FROM store_areas WHERE area = ?", (area,)).fetchone():
-                return
-            for statement in schema:
-                conn.execute(statement)
-            conn.execute("INSERT INTO store_areas(area) VALUES (?)", (area,))
+            if not _has_area(conn, area):
+                for statement in schema:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO store_areas(area) VALUES (?)", (area,))
+            old = UPGRADED.get(layout, ())
+            if layout != LAYOUT and not any(_has_area(conn, name) for name in old):
+                conn.execute(f"PRAGMA user_version = {LAYOUT}")
 
-    def check_layout(self, conn: sqlite3.Connection) -> None:
-        """Raise :class:`StoreLayoutError` unless the file is of :data:`LAYOUT`, of one it
-        upgrades (:data:`UPGRADED`) or new."""
+    def check_layout(self, conn: sqlite3.Connection) -> int:
+        """The file's layout; :class:`StoreLayoutError` unless it is :data:`LAYOUT`, one
+        this headrace upgrades (:data:`UPGRADED`) or new (0)."""
         (layout,) = conn.execute("PRAGMA user_version").fetchone()
         if layout == LAYOUT or layout in UPGRADED:
-            return
+            return int(layout)
         if layout > LAYOUT:
             raise StoreLayoutError(
                 f"the store {str(self.database)!r} has layout {layout}, newer than this headrace "
@@ -185,6 +194,7 @@ class EmbeddedStore:
                 "in an older layout, which this one does not read: move its directory aside "
                 f"({str(self.path)!r}) and start with an empty one"
             )
+        return 0
 
     # -- files ------------------------------------------------------------------------------
 

@@ -101,8 +101,8 @@ async def test_a_read_of_many_new_streams_looks_them_up_once_and_each_gets_its_o
     assert len(refused) == 1 and "devices/d7" in refused[0], refused
     # One read brought the 201 new streams: one query for their states, one for their
     # subscriptions, none stream by stream.
-    assert count(statements, r"FROM activation_states WHERE queue = \S+ AND consumer = \(.+?\) AND stream IN") == 1
-    assert count(statements, r"FROM activation_states WHERE queue = \S+ AND consumer = \(.+?\) AND stream =") == 0
+    assert count(statements, r"FROM activation_states WHERE queue = \S+ AND consumer_id = \(.+?\) AND stream IN") == 1
+    assert count(statements, r"FROM activation_states WHERE queue = \S+ AND consumer_id = \(.+?\) AND stream =") == 0
     assert count(statements, r"FROM pubsub_subscriptions WHERE namespace = \S+ AND key IN") == 1
     assert count(statements, r"FROM pubsub_subscriptions WHERE namespace = \S+ AND key =") == 0
     # and each new state (and each one changed) is written: 201 rows, the damaged one replaced

@@ -4,7 +4,10 @@ state read back exactly."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -13,6 +16,7 @@ import pytest
 
 from streams.backends.embedded.changelog_copy import open_changelog_copy
 from streams.backends.embedded.queue_tables import (
+    QUEUE_SCHEMA,
     STATE_AREA,
     STATE_SCHEMA,
     every_state,
@@ -33,8 +37,10 @@ from streams.core.state import (
     _next_timer,
     decode,
     pack_unit,
+    unpack_unit,
     wake_and_declares,
 )
+from tests.streams.cli.helpers import clean_env, headrace
 
 # The SQL that made the state table in layout 1, as that headrace ran it.
 LAYOUT_1_STATES = [
@@ -77,7 +83,7 @@ def layout_1_store(path: Path, rows: list[tuple[object, ...]] = OLD_ROWS) -> Non
 def every_column(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
     return conn.execute(
         "SELECT s.queue, c.name, s.stream, s.seq, s.idx, s.state, s.touched, s.wake, s.durable"
-        " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer ORDER BY 1, 2, 3"
+        " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer_id ORDER BY 1, 2, 3"
     ).fetchall()
 
 
@@ -140,13 +146,90 @@ def test_an_upgrade_that_fails_leaves_the_store_in_layout_1(tmp_path: Path) -> N
     with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
         conn.execute("CREATE TABLE state_consumers(x)")
     with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema("queue", QUEUE_SCHEMA)  # made first, as a worker makes it
         store.require_schema(STATE_AREA, STATE_SCHEMA)
         with pytest.raises(StoreError, match="state_consumers already exists"), store.connection():
             pass
     with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (1,)
         assert conn.execute("SELECT * FROM activation_states ORDER BY 1, 2, 3").fetchall() == sorted(OLD_ROWS)
-        assert conn.execute("SELECT area FROM store_areas").fetchall() == [("activation_state",)]
+        # the build that wrote it still reads it: the areas it knows are as it made them
+        assert conn.execute("SELECT area FROM store_areas ORDER BY area").fetchall() == [
+            ("activation_state",),
+            ("queue",),
+        ]
+
+
+def test_a_process_that_leaves_the_states_as_they_are_leaves_the_store_in_layout_1(tmp_path: Path) -> None:
+    layout_1_store(tmp_path / "store")
+    with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema("queue", QUEUE_SCHEMA)  # a process that reads no states
+        with store.connection():
+            pass
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)  # an older build still reads it
+        assert conn.execute("SELECT * FROM activation_states ORDER BY 1, 2, 3").fetchall() == sorted(OLD_ROWS)
+    with EmbeddedStore(tmp_path / "store") as store:  # and a worker of this one upgrades it
+        store.require_schema("queue", QUEUE_SCHEMA)
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.snapshot() as conn:
+            assert conn.execute("PRAGMA user_version").fetchone() == (LAYOUT,)
+            assert every_column(conn) == sorted(OLD_ROWS)
+
+
+# What the build of layout 1 runs on the state table (its headrace state, its workers).
+LAYOUT_1_STATEMENTS = [
+    "SELECT queue, consumer, stream, seq, idx, state FROM activation_states ORDER BY consumer, stream",
+    "SELECT seq, idx, state FROM activation_states WHERE queue = 0 AND consumer = 'app.Meter' AND stream = 'devices/1'",
+    "INSERT INTO activation_states(queue, consumer, stream, seq, idx, state, touched, wake, durable)"
+    " VALUES (0, 'app.Meter', 'devices/1', 99, 0, x'00', NULL, NULL, 1)"
+    " ON CONFLICT(queue, consumer, stream) DO UPDATE SET seq = excluded.seq",
+    "DELETE FROM activation_states WHERE queue = 0 AND consumer = 'app.Meter' AND stream = 'devices/1'",
+]
+
+
+@pytest.mark.parametrize("statement", LAYOUT_1_STATEMENTS)
+def test_an_older_builds_statement_fails_on_an_upgraded_store_rather_than_misread_it(
+    tmp_path: Path, statement: str
+) -> None:
+    # An older build's `headrace state` does not check the layout, and its worker started
+    # before the upgrade has checked it already: each must fail, not read ids as names.
+    layout_1_store(tmp_path / "store")
+    with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.connection():
+            pass
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        with pytest.raises(sqlite3.OperationalError, match="(no such column: consumer|has no column named consumer)$"):
+            conn.execute(statement)
+        assert every_column(conn) == sorted(OLD_ROWS)
+
+
+def test_headrace_state_shows_a_store_of_layout_1_as_it_does_once_upgraded_and_changes_nothing(tmp_path: Path) -> None:
+    layout_1_store(tmp_path / "store")
+    before = headrace("state", "--path", tmp_path / "store", "app.Meter", "--json", cwd=tmp_path)
+    assert (before.returncode, before.stderr) == (0, "")
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)  # read, not upgraded
+    with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.connection():
+            pass
+    after = headrace("state", "--path", tmp_path / "store", "app.Meter", "--json", cwd=tmp_path)
+    assert (after.returncode, after.stderr) == (0, "")
+    shown = [(s["queue"], s["stream"], s["position"]) for s in map(json.loads, after.stdout.splitlines())]
+    assert shown == [(0, "devices/1", [41, 0]), (0, "devices/2", [42, 3]), (1, "devices/3", [9, 0])]
+    assert before.stdout == after.stdout
+
+
+def test_headrace_state_refuses_a_store_of_a_newer_layout_in_one_line(tmp_path: Path) -> None:
+    layout_1_store(tmp_path / "store")
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        conn.execute(f"PRAGMA user_version = {LAYOUT + 1}")
+    shown = headrace("state", "--path", tmp_path / "store", "app.Meter", cwd=tmp_path)
+    assert shown.returncode != 0 and "Traceback" not in shown.stderr, shown.stderr
+    (line,) = shown.stderr.strip().splitlines()
+    assert f"has layout {LAYOUT + 1}, newer than this headrace reads" in line, line
 
 
 def test_a_type_name_is_kept_once_however_many_streams_it_has(tmp_path: Path) -> None:
@@ -160,7 +243,7 @@ def test_a_type_name_is_kept_once_however_many_streams_it_has(tmp_path: Path) ->
             assert conn.execute("SELECT count(*) FROM state_consumers").fetchone() == (1,)
             assert conn.execute("SELECT count(*) FROM activation_states").fetchone() == (500,)
             (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'activation_states'").fetchone()
-            assert "consumer INTEGER" in sql and "WITHOUT ROWID" in sql
+            assert "consumer_id INTEGER" in sql and "WITHOUT ROWID" in sql
 
 
 def test_a_local_state_store_of_layout_1_is_upgraded_too(tmp_path: Path) -> None:
@@ -172,6 +255,7 @@ def test_a_local_state_store_of_layout_1_is_upgraded_too(tmp_path: Path) -> None
             assert copy.saved_state(0, ("app.Meter", "devices/2")) == (SequenceToken(42, 3), b"\x00" * 300)
             assert copy.count(1) == 2
             assert await copy.idle_keys(0, "app.Meter", 1_700_000_050.0) == [("app.Meter", "devices/1")]
+            assert await copy.idle_keys(0, "app.Never", float("inf")) == []  # a type with no id
         finally:
             copy.close()
 
@@ -226,3 +310,114 @@ def test_the_wake_of_a_unit_with_processing_timers_is_its_first(tmp_path: Path) 
         with store.transaction() as conn:
             write_states(0, ([("T", "s/1", 1, 0, pack_unit(_Plain(), None, timers))], []), conn)
             assert conn.execute("SELECT wake, durable FROM activation_states").fetchall() == [(1_700_000_000.5, 1)]
+
+
+class _Grid:
+    cells = Durable(dict)
+
+
+def test_a_unit_the_store_takes_is_restored_with_the_keys_it_was_saved_with() -> None:
+    # A store takes a unit once it reads what it keeps beside it; the unit must then be
+    # restorable, tuple keys (msgpack arrays) included, not refused at the next activation.
+    grid = _Grid()
+    grid.cells = {(1, 2): "x", (3, 4): "y"}
+    unit = pack_unit(grid, b"w", None)
+    assert wake_and_declares(unit) == (None, True)
+    restored = _Grid()
+    assert unpack_unit(restored, unit, None) == (b"w", None)
+    assert restored.cells == {(1, 2): "x", (3, 4): "y"}
+
+
+def test_a_worker_reads_the_states_it_restores_without_reading_the_parked_ones(tmp_path: Path) -> None:
+    # read_states goes through the index of what a worker restores: the work it does follows
+    # the 2 states it returns, not the 20,000 parked durable ones beside them.
+    meter = _Meter()
+    meter.total = 1
+    parked = [("app.Meter", f"devices/{n}", n, 0, pack_unit(meter, None, None)) for n in range(20_000)]
+    with EmbeddedStore(tmp_path) as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.transaction() as conn:
+            write_states(
+                0, ([*parked, ("app.Windows", "w/1", 1, 0, b"w"), ("app.Windows", "w/2", 2, 0, b"w")], []), conn
+            )
+        with store.snapshot() as conn:
+            steps: list[None] = []
+            conn.set_progress_handler(lambda: steps.append(None), 1000)  # every 1,000 VM steps
+            try:
+                assert sorted(read_states(0, conn)) == [("app.Windows", "w/1"), ("app.Windows", "w/2")]
+            finally:
+                conn.set_progress_handler(None, 0)
+            assert len(steps) < 5, f"{len(steps) * 1000:,} steps"
+
+
+def test_headrace_state_shows_a_field_with_tuple_keys(tmp_path: Path) -> None:
+    grid = _Grid()
+    grid.cells = {(1, 2): "x", (3, 4): b"\x01"}
+    with EmbeddedStore(tmp_path / "store") as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.transaction() as conn:
+            write_states(0, ([("app.Grid", "grids/1", 5, 0, pack_unit(grid, None, None))], []), conn)
+    listed = headrace("state", "--path", tmp_path / "store", "Grid", cwd=tmp_path)
+    assert (listed.returncode, listed.stderr) == (0, "")
+    assert '{"cells": {"(1, 2)": "x", "(3, 4)": "01"}}' in listed.stdout
+    for shown in (
+        headrace("state", "--path", tmp_path / "store", "Grid", "--json", cwd=tmp_path),
+        headrace("state", "--path", tmp_path / "store", "Grid", "grids/1", cwd=tmp_path),
+    ):
+        assert (shown.returncode, shown.stderr) == (0, "")
+        assert json.loads(shown.stdout)["fields"] == {"cells": {"(1, 2)": "x", "(3, 4)": "01"}}
+
+
+def test_an_id_given_in_a_write_that_rolls_back_is_given_again_to_whoever_writes_next(tmp_path: Path) -> None:
+    with EmbeddedStore(tmp_path) as first, EmbeddedStore(tmp_path) as second:  # two writers, as two processes
+        first.require_schema(STATE_AREA, STATE_SCHEMA)
+        second.require_schema(STATE_AREA, STATE_SCHEMA)
+        with pytest.raises(RuntimeError), first.transaction() as conn:
+            write_states(0, ([("app.One", "s/1", 1, 0, b"one")], []), conn)
+            raise RuntimeError("the checkpoint fails after its states are written")
+        with second.transaction() as conn:
+            write_states(0, ([("app.Two", "s/1", 2, 0, b"two")], []), conn)
+        with first.transaction() as conn:
+            write_states(0, ([("app.One", "s/2", 3, 0, b"one again")], []), conn)
+            # a sweep of a type that has no id yet touches nothing
+            assert expire_states(0, "app.Never", float("inf"), conn) == 0
+        with first.snapshot() as conn:
+            assert [(c, s, state) for _, c, s, _, state in every_state(conn)] == [
+                ("app.One", "s/2", b"one again"),
+                ("app.Two", "s/1", b"two"),
+            ]
+            assert conn.execute("SELECT name FROM state_consumers ORDER BY id").fetchall() == [
+                ("app.Two",),
+                ("app.One",),
+            ]
+
+
+_OPEN_AND_READ = """
+import sys
+from streams.backends.embedded.queue_tables import QUEUE_SCHEMA, STATE_AREA, STATE_SCHEMA, saved_state
+from streams.backends.embedded.store import EmbeddedStore
+with EmbeddedStore(sys.argv[1]) as store:
+    store.require_schema("queue", QUEUE_SCHEMA)
+    store.require_schema(STATE_AREA, STATE_SCHEMA)
+    with store.snapshot() as conn:
+        found = sum(saved_state(2, ("app.Many", f"m/{n}"), conn) is not None for n in range(20_000))
+        print(conn.execute("PRAGMA user_version").fetchone()[0], found)
+"""
+
+
+def test_two_processes_opening_a_store_of_layout_1_at_once_upgrade_it_once(tmp_path: Path) -> None:
+    many = [(2, "app.Many", f"m/{n}", n, 0, b"x" * 40, 1.0, None, 1) for n in range(20_000)]
+    layout_1_store(tmp_path / "store", OLD_ROWS + many)
+    env = clean_env()
+    opened = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AND_READ, str(tmp_path / "store")], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=60)[0].split() for process in opened]
+    assert [process.returncode for process in opened] == [0, 0]
+    assert outputs == [[str(LAYOUT), "20000"]] * 2  # each reads every state, in the new layout
+    with sqlite3.connect(tmp_path / "store" / EmbeddedStore.FILE_NAME) as conn:
+        assert every_column(conn) == sorted(OLD_ROWS + many)
+        assert sorted(a for (a,) in conn.execute("SELECT area FROM store_areas")) == [STATE_AREA, "queue"]
