@@ -350,7 +350,7 @@ def _forget(queue: int, conn: sqlite3.Connection) -> int:
 def _idle_keys(queue: int, consumer: str, before: float, conn: sqlite3.Connection) -> list[StateKey]:
     rows = conn.execute(
         f"SELECT stream FROM activation_states WHERE queue = ? AND consumer_id = {CONSUMER_ID}"
-        " AND durable AND COALESCE(touched, 0) < ? LIMIT ?",
+        " AND durable AND touched < ? LIMIT ?",
         (queue, consumer, before, EXPIRED_A_SWEEP),
     )
     return [(consumer, stream) for (stream,) in rows]

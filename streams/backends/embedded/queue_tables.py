@@ -255,8 +255,9 @@ STATE_LAYOUT = [
     "CREATE TABLE activation_states_by_id("
     " queue INTEGER NOT NULL, consumer_id INTEGER NOT NULL, stream TEXT NOT NULL,"
     " seq INTEGER NOT NULL, idx INTEGER NOT NULL, state BLOB NOT NULL,"
-    # durable consumer state: when a row was written, and when its first processing timer is due
-    " touched REAL, wake REAL, durable INTEGER NOT NULL DEFAULT 0,"
+    # durable consumer state: when a row was written (always: a sweep's range on the index),
+    # and when its first processing timer is due
+    " touched REAL NOT NULL, wake REAL, durable INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY (queue, consumer_id, stream)) WITHOUT ROWID",
 ]
 STATE_INDEXES = [
@@ -280,7 +281,7 @@ STATE_SCHEMA: Schema = [
     *STATE_LAYOUT,
     "INSERT INTO state_consumers(name) SELECT DISTINCT consumer FROM activation_states ORDER BY consumer",
     "INSERT INTO activation_states_by_id(queue, consumer_id, stream, seq, idx, state, touched, wake, durable)"
-    " SELECT s.queue, c.id, s.stream, s.seq, s.idx, s.state, s.touched, s.wake, s.durable"
+    " SELECT s.queue, c.id, s.stream, s.seq, s.idx, s.state, COALESCE(s.touched, 0), s.wake, s.durable"
     " FROM activation_states s JOIN state_consumers c ON c.name = s.consumer",
     "DROP TABLE activation_states",  # and its indexes
     "ALTER TABLE activation_states_by_id RENAME TO activation_states",
@@ -366,7 +367,7 @@ def expire_states(queue: int, consumer: str, before: float, conn: sqlite3.Connec
     (POSIX seconds); how many."""
     cursor = conn.execute(
         f"DELETE FROM activation_states WHERE queue = ? AND consumer_id = {CONSUMER_ID}"
-        " AND durable AND COALESCE(touched, 0) < ?",
+        " AND durable AND touched < ?",  # a range on activation_states_touched
         (queue, consumer, before),
     )
     return cursor.rowcount

@@ -81,8 +81,10 @@ def layout_1_store(path: Path, rows: list[tuple[object, ...]] = OLD_ROWS) -> Non
 
 
 def every_column(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
+    """Every state row as ``OLD_ROWS`` has it; a row never touched reads as touched at 0 (the
+    upgrade's stand-in, which every sweep finds expired, as it found the NULL)."""
     return conn.execute(
-        "SELECT s.queue, c.name, s.stream, s.seq, s.idx, s.state, s.touched, s.wake, s.durable"
+        "SELECT s.queue, c.name, s.stream, s.seq, s.idx, s.state, NULLIF(s.touched, 0), s.wake, s.durable"
         " FROM activation_states s JOIN state_consumers c ON c.id = s.consumer_id ORDER BY 1, 2, 3"
     ).fetchall()
 
@@ -348,6 +350,30 @@ def test_a_worker_reads_the_states_it_restores_without_reading_the_parked_ones(t
             finally:
                 conn.set_progress_handler(None, 0)
             assert len(steps) < 5, f"{len(steps) * 1000:,} steps"
+
+
+def test_an_expiry_sweep_reads_the_expired_states_not_every_parked_one(tmp_path: Path) -> None:
+    # expire_states is a range on the index of when each durable state was written: its work
+    # follows the 2 states it deletes, not the 20,000 fresh ones of the same type and queue.
+    meter = _Meter()
+    meter.total = 1
+    fresh = [("app.Meter", f"devices/{n}", n, 0, pack_unit(meter, None, None)) for n in range(20_000)]
+    old = [("app.Meter", f"old/{n}", n, 0, pack_unit(meter, None, None)) for n in range(2)]
+    with EmbeddedStore(tmp_path) as store:
+        store.require_schema(STATE_AREA, STATE_SCHEMA)
+        with store.transaction() as conn:
+            write_states(0, (old, []), conn, written_at=1_000.0)
+            write_states(0, (fresh, []), conn, written_at=2_000.0)
+        with store.transaction() as conn:
+            steps: list[None] = []
+            conn.set_progress_handler(lambda: steps.append(None), 1000)  # every 1,000 VM steps
+            try:
+                assert expire_states(0, "app.Meter", 1_500.0, conn) == 2
+            finally:
+                conn.set_progress_handler(None, 0)
+            assert len(steps) < 5, f"{len(steps) * 1000:,} steps"
+            (left,) = conn.execute("SELECT count(*) FROM activation_states").fetchone()
+            assert left == 20_000
 
 
 def test_headrace_state_shows_a_field_with_tuple_keys(tmp_path: Path) -> None:
