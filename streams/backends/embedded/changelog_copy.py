@@ -179,6 +179,27 @@ class ChangelogCopy:
             (found,) = conn.execute("SELECT count(*) FROM activation_states WHERE queue = ?", (queue,)).fetchone()
         return int(found)
 
+    def read_note(self, name: str) -> bytes | None:
+        """The note ``name`` this slot keeps beside its store (a worker's own small facts,
+        such as its consumer group membership); ``None``: none."""
+        try:
+            return (self.path.parent / f"{name}.note").read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_note(self, name: str, data: bytes | None) -> None:
+        """Keep ``data`` as the note ``name`` (``None``: delete it), replaced whole. Only while
+        this worker holds the slot's lock: a note is then never another process's."""
+        if self._lock < 0:
+            raise StoreError(f"the local state store {str(self.path)!r} is closed: its notes are no longer this worker's")
+        note = self.path.parent / f"{name}.note"
+        if data is None:
+            note.unlink(missing_ok=True)
+            return
+        written = note.with_name(note.name + ".new")
+        written.write_bytes(data)
+        written.replace(note)  # a SIGKILL midway leaves the old note or the new one
+
     def close(self) -> None:
         """Close the store and leave a note of its files as they are now (see the module)."""
         self.store.close()
@@ -186,7 +207,8 @@ class ChangelogCopy:
             (self.path.parent / CLEAN).write_text(json.dumps(_files_now(self.path.parent)))
         except OSError as exc:  # the next open checks the file: slower, never wrong
             log.debug("no note of a clean close of %s: %r", self.path, exc)
-        os.close(self._lock)
+        lock, self._lock = self._lock, -1
+        os.close(lock)
 
 
 def open_changelog_copy(directory: str | os.PathLike[str]) -> ChangelogCopy:

@@ -212,9 +212,11 @@ class BestFitPartitionAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self.standby_replicas = standby_replicas
         self.owned: tuple[TopicPartition, ...] = ()
         self.standby: tuple[TopicPartition, ...] = ()
+        self.claimed: MemberClaim | None = None  # the claim of the last join (None: none yet)
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
         claim = MemberClaim(self.worker, self.owned, self.standby if self.standby_replicas else None)
+        self.claimed = claim
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), claim.encode())
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:

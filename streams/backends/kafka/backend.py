@@ -82,7 +82,8 @@ class KafkaBackend:
         keeps = settings.standby_replicas > 0 and changelog.open_local is not None
         # The local state store is opened (and checked) while the join waits, not after it.
         warm_up = changelog.local_states if changelog.open_local is not None else None
-        return group_balancer(settings, options, StandbyReplicas(changelog) if keeps else None, warm_up)
+        # The same store keeps this worker's membership, to rejoin as itself after a crash.
+        return group_balancer(settings, options, StandbyReplicas(changelog) if keeps else None, warm_up, warm_up)
 
     async def open_handoff_sink(
         self, owner: str, handoff: spark_sink.Handoff | spark_sink.EventHandoff

@@ -58,6 +58,7 @@ from balancer.base import BalancerOptions
 from balancer.protocols import QueueDistributionChange, QueueDistributionListener
 from streams.backends.kafka.assignor import BestFitPartitionAssignor
 from streams.backends.kafka.clients import is_transient, stop_client
+from streams.backends.kafka.rejoin import Incarnation, Notes, recall, rejoin_as, remember
 from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.standby import StandbyReplicas
 from streams.core.clock import WALL_CLOCK, StepWatch
@@ -84,6 +85,7 @@ def group_balancer(
     options: BalancerOptions | None = None,
     standby: StandbyReplicas | None = None,
     warm_up: Callable[[], Awaitable[object]] | None = None,
+    notes: Callable[[], Awaitable[Notes | None]] | None = None,
 ) -> KafkaGroupBalancer | None:
     """The balancer of the workers reading the topic of ``settings``: they are the members
     of a Kafka consumer group, so one worker alone reads every partition and several share
@@ -93,7 +95,9 @@ def group_balancer(
     is ``settings.session_timeout``. ``None`` when ``group_membership`` is
     off: each worker reads everything. ``standby``: the standby copies this worker keeps
     (``standby_replicas``), followed while the balancer runs; ``warm_up``: what the worker can
-    do before it has queues (opening its local state store), done while the group's join waits.
+    do before it has queues (opening its local state store), done while the group's join waits;
+    ``notes``: where this worker notes its membership to rejoin as the same member after a
+    crash (:mod:`~streams.backends.kafka.rejoin`).
 
     >>> settings = KafkaSettings("localhost:9092", "sensors")
     >>> options = BalancerOptions(lease_length=9, renew_period=4, refresh_period=1)
@@ -108,11 +112,12 @@ def group_balancer(
     if not settings.group_membership:
         return None
     if options is None:  # the settings' session timeout
-        return KafkaGroupBalancer(settings, standby=standby, warm_up=warm_up)
+        return KafkaGroupBalancer(settings, standby=standby, warm_up=warm_up, notes=notes)
     return KafkaGroupBalancer(
         settings,
         standby=standby,
         warm_up=warm_up,
+        notes=notes,
         session_timeout=options.lease_length,
         heartbeat_interval=min(options.renew_period, options.lease_length / 3),
         poll_period=options.refresh_period,
@@ -135,6 +140,9 @@ class KafkaGroupBalancer:
       :meth:`run` follows them.
     - ``warm_up``: run beside the first join (see :meth:`initialize`); a failure of it is
       logged and left to the queues' loads, which do the same work again.
+    - ``notes``: opens where this worker notes its membership (its local state store), before
+      the first join: a worker restarted after a crash rejoins as the member it was
+      (:mod:`~streams.backends.kafka.rejoin`).
 
     >>> balancer = KafkaGroupBalancer(KafkaSettings("localhost:9092", "sensors"), session_timeout=6)
     >>> balancer.group_id, balancer.heartbeat_interval
@@ -151,6 +159,7 @@ class KafkaGroupBalancer:
         poll_period: float = 1.0,
         standby: StandbyReplicas | None = None,
         warm_up: Callable[[], Awaitable[object]] | None = None,
+        notes: Callable[[], Awaitable[Notes | None]] | None = None,
     ) -> None:
         session_timeout = settings.session_timeout if session_timeout is None else session_timeout
         heartbeat_interval = session_timeout / 3 if heartbeat_interval is None else heartbeat_interval
@@ -171,6 +180,9 @@ class KafkaGroupBalancer:
         self.poll_period = poll_period
         self.standby = standby
         self.warm_up = warm_up
+        self.notes = notes
+        self._notes: Notes | None = None  # opened by initialize
+        self.rejoined: Incarnation | None = None  # the incarnation the first join claimed to be
         self._worker = ""
         self._consumer: AIOKafkaConsumer | None = None
         self._assignor: BestFitPartitionAssignor | None = None
@@ -220,8 +232,21 @@ class KafkaGroupBalancer:
             async with anyio.create_task_group() as tg:
                 if self.warm_up is not None:
                     tg.start_soon(self._warmed_up, self.warm_up)
+                was = await self._recall(worker)
                 await self._forget_if_empty()
                 await consumer.start()
+                if was is not None and rejoin_as(consumer, was.member_id):
+                    # The claim of its last join: the metadata the broker holds for the member.
+                    self._assignor.owned, self._assignor.standby = was.claimed, was.claimed_standby or ()
+                    self.rejoined = was
+                    log.info(
+                        "%s: rejoining group %s as member %s (generation %d, queues %s)",
+                        worker,
+                        self.group_id,
+                        was.member_id,
+                        was.generation,
+                        sorted(tp.partition for tp in was.owned),
+                    )
                 consumer.subscribe([self.settings.topic], listener=_Rebalance(self))
                 patience = self.settings.give_up_after + self.rebalance_timeout
                 with anyio.move_on_after(patience) as scope:
@@ -239,6 +264,18 @@ class KafkaGroupBalancer:
             with anyio.move_on_after(self.settings.request_timeout, shield=True):
                 await stop_client(consumer)
             raise
+
+    async def _recall(self, worker: str) -> Incarnation | None:
+        """Open the notes (before the join: the member id must go with it) and what they say
+        this worker was in the group; ``None``: join as a new member."""
+        if self.notes is None:
+            return None
+        try:
+            self._notes = await self.notes()
+            return None if self._notes is None else recall(self._notes, worker)
+        except Exception as exc:  # joins as new; the queues' loads say why the store fails
+            log.warning("%s: no note of this worker's group membership: %s", worker, exc)
+            return None
 
     async def _warmed_up(self, warm_up: Callable[[], Awaitable[object]]) -> None:
         try:
@@ -298,6 +335,8 @@ class KafkaGroupBalancer:
             await stop_client(consumer)  # leaves the group, from generation 1 on
             if member.generation == 0:
                 await self._leave(member.node, member.member_id)
+        if self._notes is not None:  # left: the next start joins as a new member
+            remember(self._notes, None)
 
     async def _leave(self, node: int | None, member_id: str | None) -> None:
         """Leave the group as ``member_id``: aiokafka does so only from generation 1 on
@@ -350,6 +389,7 @@ class KafkaGroupBalancer:
         self._generation = GroupMember.of(consumer).generation
         self._assignment = frozenset(QueueId(tp.partition) for tp in partitions if tp.topic == self.settings.topic)
         standby = self._standby_queues()
+        self._note_membership(consumer)
         log.info(
             "%s: group %s generation %d assigns queues %s%s",
             self._worker,
@@ -359,6 +399,23 @@ class KafkaGroupBalancer:
             f", standby copies of {sorted(q.number for q in standby)}" if standby else "",
         )
         self._changed.set()
+
+    def _note_membership(self, consumer: AIOKafkaConsumer) -> None:
+        """Note who this worker now is in the group, for a restart after a crash."""
+        member, assignor = GroupMember.of(consumer), self._assignor
+        if self._notes is None or assignor is None or assignor.claimed is None or member.member_id in (None, _NO_MEMBER):
+            return
+        claimed = assignor.claimed
+        incarnation = Incarnation(
+            self._worker,
+            str(member.member_id),
+            member.generation,
+            claimed.owned,
+            assignor.owned,
+            assignor.standby,
+            claimed.standby,
+        )
+        remember(self._notes, incarnation)
 
     def _standby_queues(self) -> frozenset[QueueId]:
         """Tell the standby copies the queues this assignment gives them (set with the
