@@ -1,7 +1,8 @@
 """The application the Kafka cluster tests run with
 ``headrace worker --app tests.end_to_end.cluster.kafka_worker_app:app``: the topic ``HEADRACE_TEST_TOPIC``
 (8 partitions) of the broker at ``HEADRACE_TEST_KAFKA``, workers sharing it through the Kafka
-consumer group (session timeout ``HEADRACE_TEST_LEASE`` seconds). It records deliveries and
+consumer group (session timeout ``HEADRACE_TEST_LEASE`` seconds), each with a local state
+store under ``HEADRACE_TEST_STATE_DIR`` if that is set. It records deliveries and
 receiver calls into ``HEADRACE_TEST_RECORDS`` as :mod:`tests.end_to_end.cluster.worker_app` does."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TextIO
 
 from balancer import BalancerOptions
 from streams import StreamProvider
+from streams.backends.embedded.changelog_copy import open_changelog_copy
 from streams.backends.kafka.adapter import KafkaAdapterFactory
 from streams.backends.kafka.backend import KafkaBackend
 from streams.backends.kafka.settings import KafkaSettings
@@ -29,9 +31,11 @@ class RecordingKafkaFactory(KafkaAdapterFactory):
 def app() -> StreamProvider:
     records = Path(os.environ["HEADRACE_TEST_RECORDS"])
     session = float(os.environ["HEADRACE_TEST_LEASE"])
-    factory = RecordingKafkaFactory(
-        KafkaSettings(os.environ["HEADRACE_TEST_KAFKA"], os.environ["HEADRACE_TEST_TOPIC"], QUEUES, idempotent=False)
+    state_dir = os.environ.get("HEADRACE_TEST_STATE_DIR")
+    settings = KafkaSettings(
+        os.environ["HEADRACE_TEST_KAFKA"], os.environ["HEADRACE_TEST_TOPIC"], QUEUES, idempotent=False, state_dir=state_dir
     )
+    factory = RecordingKafkaFactory(settings, open_changelog_copy if state_dir else None)
     provider = StreamProvider(
         KafkaBackend(factory),
         balancer_options=BalancerOptions(session, renew_period=session / 3, refresh_period=session / 6),
