@@ -191,7 +191,9 @@ class ChangelogCopy:
         """Keep ``data`` as the note ``name`` (``None``: delete it), replaced whole. Only while
         this worker holds the slot's lock: a note is then never another process's."""
         if self._lock < 0:
-            raise StoreError(f"the local state store {str(self.path)!r} is closed: its notes are no longer this worker's")
+            raise StoreError(
+                f"the local state store {str(self.path)!r} is closed: its notes are no longer this worker's"
+            )
         note = self.path.parent / f"{name}.note"
         if data is None:
             note.unlink(missing_ok=True)

@@ -183,6 +183,7 @@ class KafkaGroupBalancer:
         self.notes = notes
         self._notes: Notes | None = None  # opened by initialize
         self.rejoined: Incarnation | None = None  # the incarnation the first join claimed to be
+        self._announce_rejoin = True  # whether the first join's outcome is still to be logged
         self._worker = ""
         self._consumer: AIOKafkaConsumer | None = None
         self._assignor: BestFitPartitionAssignor | None = None
@@ -403,7 +404,15 @@ class KafkaGroupBalancer:
     def _note_membership(self, consumer: AIOKafkaConsumer) -> None:
         """Note who this worker now is in the group, for a restart after a crash."""
         member, assignor = GroupMember.of(consumer), self._assignor
-        if self._notes is None or assignor is None or assignor.claimed is None or member.member_id in (None, _NO_MEMBER):
+        was, self._announce_rejoin = self.rejoined if self._announce_rejoin else None, False
+        if was is not None and member.member_id != was.member_id:
+            log.info("%s: the broker no longer knew member %s: joined as a new member", self._worker, was.member_id)
+        if (
+            self._notes is None
+            or assignor is None
+            or assignor.claimed is None
+            or member.member_id in (None, _NO_MEMBER)
+        ):
             return
         claimed = assignor.claimed
         incarnation = Incarnation(

@@ -25,6 +25,8 @@ aiokafka that moves it joins as new, never wrongly (``tests/balancer/test_kafka_
 fails on it).
 
 >>> from aiokafka.structs import TopicPartition
+
+from streams.backends.kafka.assignor import _pairs, _partitions  # the claim's encoding of partitions
 >>> was = Incarnation("w1", "m-1", 3, (), (TopicPartition("t", 0),), (), None)
 >>> Incarnation.decode(was.encode()) == was
 True
@@ -36,13 +38,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.structs import TopicPartition
+
+from streams.backends.kafka.assignor import _pairs, _partitions  # the claim's encoding of partitions
 
 log = logging.getLogger("headrace.balancer")
 
@@ -102,14 +105,6 @@ class Incarnation:
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
         return found if found.member_id and found.member_id != JoinGroupRequest.UNKNOWN_MEMBER_ID else None
-
-
-def _pairs(partitions: Iterable[TopicPartition]) -> list[list[object]]:
-    return [[tp.topic, tp.partition] for tp in partitions]
-
-
-def _partitions(pairs: Iterable[Sequence[object]]) -> tuple[TopicPartition, ...]:
-    return tuple(TopicPartition(str(t), int(p)) for t, p in pairs)  # type: ignore[call-overload]
 
 
 def recall(notes: Notes, worker: str) -> Incarnation | None:

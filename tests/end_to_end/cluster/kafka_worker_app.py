@@ -33,7 +33,11 @@ def app() -> StreamProvider:
     session = float(os.environ["HEADRACE_TEST_LEASE"])
     state_dir = os.environ.get("HEADRACE_TEST_STATE_DIR")
     settings = KafkaSettings(
-        os.environ["HEADRACE_TEST_KAFKA"], os.environ["HEADRACE_TEST_TOPIC"], QUEUES, idempotent=False, state_dir=state_dir
+        os.environ["HEADRACE_TEST_KAFKA"],
+        os.environ["HEADRACE_TEST_TOPIC"],
+        QUEUES,
+        idempotent=False,
+        state_dir=state_dir,
     )
     factory = RecordingKafkaFactory(settings, open_changelog_copy if state_dir else None)
     provider = StreamProvider(
