@@ -25,8 +25,6 @@ aiokafka that moves it joins as new, never wrongly (``tests/balancer/test_kafka_
 fails on it).
 
 >>> from aiokafka.structs import TopicPartition
-
-from streams.backends.kafka.assignor import _pairs, _partitions  # the claim's encoding of partitions
 >>> was = Incarnation("w1", "m-1", 3, (), (TopicPartition("t", 0),), (), None)
 >>> Incarnation.decode(was.encode()) == was
 True
