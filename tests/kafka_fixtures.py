@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from balancer import BalancerOptions
 from streams import StreamProvider
@@ -141,6 +141,16 @@ def json_provider(
         kafka={"idempotent": False, "group_membership": False, **(kafka or {})},
         **options,
     )
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions, as an operator's admin client does."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    finally:
+        await admin.close()
 
 
 async def delete_topic(bootstrap: str, topic: str) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 
 import anyio
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from balancer.protocols import QueueDistributionChange
 from streams.backends.embedded.changelog_copy import open_changelog_copy
@@ -27,18 +26,10 @@ from streams.backends.kafka.rejoin import NOTE, Incarnation, Notes
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.ids import QueueId
 from tests.balancer.rejoin_member import SESSION
+from tests.kafka_fixtures import create_topic
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUES = [QueueId(n) for n in range(4)]
-
-
-async def make_topic(broker: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])
-    finally:
-        await admin.close()
 
 
 class Member:
@@ -92,7 +83,7 @@ def peer(broker: str, topic: str) -> tuple[KafkaGroupBalancer, list[QueueDistrib
 async def test_a_sigkilled_worker_restarted_on_its_state_dir_gets_its_queues_back_without_a_rebalance(
     kafka_broker, kafka_topic, tmp_path
 ):
-    await make_topic(kafka_broker, kafka_topic)
+    await create_topic(kafka_broker, kafka_topic, 4)
     live, changes = peer(kafka_broker, kafka_topic)
     first = Member(kafka_broker, kafka_topic, tmp_path, "w1")
     second: Member | None = None
@@ -128,7 +119,7 @@ async def test_a_sigkilled_worker_restarted_on_its_state_dir_gets_its_queues_bac
 async def test_a_second_process_on_the_same_state_dir_never_takes_the_live_ones_member_id(
     kafka_broker, kafka_topic, tmp_path
 ):
-    await make_topic(kafka_broker, kafka_topic)
+    await create_topic(kafka_broker, kafka_topic, 4)
     first = Member(kafka_broker, kafka_topic, tmp_path, "w1")
     second: Member | None = None
     try:
@@ -146,7 +137,7 @@ async def test_a_second_process_on_the_same_state_dir_never_takes_the_live_ones_
 
 
 async def test_a_note_of_a_member_the_broker_no_longer_knows_still_joins(kafka_broker, kafka_topic, tmp_path):
-    await make_topic(kafka_broker, kafka_topic)
+    await create_topic(kafka_broker, kafka_topic, 4)
     settings = KafkaSettings(kafka_broker, kafka_topic, queues=4, state_dir=tmp_path)
     store = open_changelog_copy(local_state_dir(settings))
     stale = Incarnation("w1", "aiokafka-0-long-gone", 7, (), tuple(), (), None)

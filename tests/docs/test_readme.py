@@ -35,8 +35,8 @@ def test_the_kafka_json_path_runs_as_written(kafka_broker, kafka_topic, tmp_path
     """The "I already have a Kafka topic of JSON events" example, on the test broker, over
     a topic a plain aiokafka producer wrote: it prints exactly the windows it closed."""
     import anyio
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+    from tests.kafka_fixtures import create_topic
     from tests.sensor_workload import closed_window_counts, readings, write_json
 
     text = README.read_text()
@@ -52,12 +52,7 @@ def test_the_kafka_json_path_runs_as_written(kafka_broker, kafka_topic, tmp_path
     items = list(readings(3000, sensors=10, spacing=0.1))  # 300 s of readings
 
     async def write() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(kafka_topic, num_partitions=8, replication_factor=1)])
-        finally:
-            await admin.close()
+        await create_topic(kafka_broker, kafka_topic, 8)
         await write_json(kafka_broker, kafka_topic, items)
 
     anyio.run(write)

@@ -10,9 +10,8 @@ import signal
 
 import anyio
 
-from streams import StreamProvider
-from tests.end_to_end.cluster.test_kafka_workers import SESSION, KafkaCluster
-from tests.end_to_end.cluster.test_workers import Producer, assert_nothing_lost_and_no_overlap, spread_over
+from tests.end_to_end.cluster.test_kafka_workers import SESSION, KafkaCluster, all_delivered, two_workers_producing
+from tests.end_to_end.cluster.test_workers import assert_nothing_lost_and_no_overlap
 from tests.end_to_end.cluster.worker_app import QUEUES
 
 
@@ -21,34 +20,19 @@ async def test_a_sigkilled_kafka_worker_restarted_on_its_state_dir_takes_its_que
 ):
     cluster = KafkaCluster(tmp_path, kafka_broker, kafka_topic)
     cluster.env["HEADRACE_TEST_STATE_DIR"] = str(tmp_path / "state")
-    client = StreamProvider.kafka(kafka_broker, kafka_topic, queues=QUEUES, kafka={"idempotent": False})
-    try:
-        async with client.client(), anyio.create_task_group() as tg:
-            producer = Producer(client)
-            tg.start_soon(producer.run)
-            for name in ("w1", "w2"):
-                cluster.start(name)
-            await cluster.until(spread_over({"w1", "w2"}), 30)
-            await producer.more(100)
-
-            kept, killed = cluster.owned_by("w1"), cluster.owned_by("w2")
-            tenures_of_w1 = {q: len(spans) for q, spans in cluster.tenures().items() if q in kept}
-            cluster.workers["w2"].send_signal(signal.SIGKILL)
-            cluster.workers["w2"].wait()
-            cluster.start("w2")  # same name, same state directory
-            # Its own queues again, within the dead member's session: nothing waited for it.
-            await cluster.until(lambda owners: cluster.owned_by("w2") == killed, SESSION)
-            await producer.more(100)
-            await anyio.sleep(SESSION)  # past the session: nothing else moves
-            assert cluster.owned_by("w1") == kept and cluster.owned_by("w2") == killed
-            assert {q: len(spans) for q, spans in cluster.tenures().items() if q in kept} == tenures_of_w1
-
-            await producer.stop()
-            with anyio.fail_after(20):
-                while {value for value, _ in cluster.deliveries()} < set(producer.published):
-                    await anyio.sleep(0.1)
-    finally:
-        cluster.stop_all()
+    async with two_workers_producing(cluster, kafka_broker, kafka_topic) as producer:
+        kept, killed = cluster.owned_by("w1"), cluster.owned_by("w2")
+        tenures_of_w1 = {q: len(spans) for q, spans in cluster.tenures().items() if q in kept}
+        cluster.workers["w2"].send_signal(signal.SIGKILL)
+        cluster.workers["w2"].wait()
+        cluster.start("w2")  # same name, same state directory
+        # Its own queues again, within the dead member's session: nothing waited for it.
+        await cluster.until(lambda owners: cluster.owned_by("w2") == killed, SESSION)
+        await producer.more(100)
+        await anyio.sleep(SESSION)  # past the session: nothing else moves
+        assert cluster.owned_by("w1") == kept and cluster.owned_by("w2") == killed
+        assert {q: len(spans) for q, spans in cluster.tenures().items() if q in kept} == tenures_of_w1
+        await all_delivered(cluster, producer)
 
     assert kept and killed and kept | killed == set(range(QUEUES))
     assert "rejoining group" in cluster.log("w2")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -46,9 +48,11 @@ class KafkaCluster(Cluster):
         }
 
 
-async def test_kafka_workers_share_partitions_through_a_join_a_leave_and_a_kill(tmp_path, kafka_broker, kafka_topic):
-    cluster = KafkaCluster(tmp_path, kafka_broker, kafka_topic)
-    client = StreamProvider.kafka(kafka_broker, kafka_topic, queues=QUEUES, kafka={"idempotent": False})
+@asynccontextmanager
+async def two_workers_producing(cluster: KafkaCluster, bootstrap: str, topic: str) -> AsyncIterator[Producer]:
+    """Workers ``w1`` and ``w2`` of ``cluster`` sharing ``topic``'s queues, a producer publishing
+    to it (its first 100 events in once they share); every worker stopped on the way out."""
+    client = StreamProvider.kafka(bootstrap, topic, queues=QUEUES, kafka={"idempotent": False})
     try:
         async with client.client(), anyio.create_task_group() as tg:
             producer = Producer(client)
@@ -57,29 +61,39 @@ async def test_kafka_workers_share_partitions_through_a_join_a_leave_and_a_kill(
                 cluster.start(name)
             await cluster.until(spread_over({"w1", "w2"}), 30)
             await producer.more(100)
-
-            cluster.start("w3")  # a newcomer gets a share
-            await cluster.until(spread_over({"w1", "w2", "w3"}), 30)
-            await producer.more(100)
-
-            leaving = cluster.owned_by("w1")
-            cluster.workers["w1"].send_signal(signal.SIGTERM)
-            assert cluster.workers["w1"].wait(timeout=30) == 0, cluster.log("w1")
-            await cluster.until(spread_over({"w2", "w3"}), 30)
-            await producer.more(100)
-
-            killed = cluster.owned_by("w2")
-            cluster.workers["w2"].send_signal(signal.SIGKILL)
-            cluster.workers["w2"].wait()
-            await cluster.until(lambda owners: len(owners) == QUEUES and set(owners.values()) == {"w3"}, 30)
-            await producer.more(100)
-
-            await producer.stop()
-            with anyio.fail_after(20):
-                while {value for value, _ in cluster.deliveries()} < set(producer.published):
-                    await anyio.sleep(0.1)
+            yield producer
     finally:
         cluster.stop_all()
+
+
+async def all_delivered(cluster: KafkaCluster, producer: Producer) -> None:
+    """Stop ``producer`` and wait until the workers have delivered all it published."""
+    await producer.stop()
+    with anyio.fail_after(20):
+        while {value for value, _ in cluster.deliveries()} < set(producer.published):
+            await anyio.sleep(0.1)
+
+
+async def test_kafka_workers_share_partitions_through_a_join_a_leave_and_a_kill(tmp_path, kafka_broker, kafka_topic):
+    cluster = KafkaCluster(tmp_path, kafka_broker, kafka_topic)
+    async with two_workers_producing(cluster, kafka_broker, kafka_topic) as producer:
+        cluster.start("w3")  # a newcomer gets a share
+        await cluster.until(spread_over({"w1", "w2", "w3"}), 30)
+        await producer.more(100)
+
+        leaving = cluster.owned_by("w1")
+        cluster.workers["w1"].send_signal(signal.SIGTERM)
+        assert cluster.workers["w1"].wait(timeout=30) == 0, cluster.log("w1")
+        await cluster.until(spread_over({"w2", "w3"}), 30)
+        await producer.more(100)
+
+        killed = cluster.owned_by("w2")
+        cluster.workers["w2"].send_signal(signal.SIGKILL)
+        cluster.workers["w2"].wait()
+        await cluster.until(lambda owners: len(owners) == QUEUES and set(owners.values()) == {"w3"}, 30)
+        await producer.more(100)
+
+        await all_delivered(cluster, producer)
 
     assert leaving and killed
     assert_nothing_lost_and_no_overlap(cluster, producer.published, moved=leaving | killed)

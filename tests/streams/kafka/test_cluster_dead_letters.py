@@ -14,7 +14,6 @@ import anyio
 import msgpack
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.backends.kafka.clients import read_partition
 from streams.backends.kafka.deadletters import KafkaDeadLetterStore, dead_letter_topic
@@ -22,6 +21,7 @@ from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.topic_log import LogRecord
 from streams.core.deadletters import DeadLetter, letter_fields
 from streams.core.errors import ConfigurationError
+from tests.kafka_fixtures import create_topic
 from tests.sensor_workload import readings, write_json
 from tests.streams.cli.helpers import clean_env, headrace, one_error_line
 
@@ -46,12 +46,7 @@ def _example(kafka_broker: str, kafka_topic: str) -> str:
 async def _write_topic(kafka_broker: str, kafka_topic: str) -> tuple[int, int]:
     """300 s of readings of 3 sensors, a record that is not JSON, then a reading of sensor-0
     whose time is no time; the partition and offset of the record that is not JSON."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(kafka_topic, num_partitions=8, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topic(kafka_broker, kafka_topic, 8)
     await write_json(kafka_broker, kafka_topic, list(readings(300, sensors=3, spacing=1.0, late_share=0.5, late=1)))
     producer = AIOKafkaProducer(bootstrap_servers=kafka_broker)
     await producer.start()
@@ -174,12 +169,7 @@ async def test_a_record_not_a_letter_is_skipped_and_a_topic_of_several_partition
     finally:
         await letters.close()
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(f"{kafka_topic}-wide.dlq", num_partitions=3, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topic(kafka_broker, f"{kafka_topic}-wide.dlq", 3)
     wide = KafkaDeadLetterStore(KafkaSettings(kafka_broker, f"{kafka_topic}-wide", idempotent=False))
     try:
         with pytest.raises(ConfigurationError, match=r"has 3 partitions: headrace keeps its records in one"):

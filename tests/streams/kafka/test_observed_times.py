@@ -9,7 +9,6 @@ import time
 
 import anyio
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.adapters.status import AgentStatus, observed_by_type
 from streams.backends.kafka.retained import KafkaRecords
@@ -17,6 +16,7 @@ from streams.backends.kafka.settings import KafkaSettings
 from streams.backends.kafka.status import KafkaStatusBoard, read_reports
 from streams.core.errors import ConfigurationError
 from streams.eventtime.lateness import LatenessSketch, advise
+from tests.kafka_fixtures import create_topic
 from tests.sensor_workload import T0_MS, readings, write_json
 from tests.streams.cli.helpers import headrace
 
@@ -78,12 +78,7 @@ unit = "ms"
 
 def test_export_reads_a_topic_of_json_records(kafka_broker, kafka_topic, tmp_path):
     async def write() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(kafka_topic, num_partitions=2, replication_factor=1)])
-        finally:
-            await admin.close()
+        await create_topic(kafka_broker, kafka_topic, 2)
         await write_json(kafka_broker, kafka_topic, items)
 
     items = list(readings(60, sensors=3, spacing=1.0, late_share=0.2, late=4.0))
