@@ -79,8 +79,10 @@ from typing import Any, Protocol
 import anyio
 import msgpack
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.errors import MessageSizeTooLargeError
 
 from streams.adapters.protocols import LocalStates, StateKey, StateRows, StateSource
+from streams.backends.kafka.batches import BATCH_BYTES, filled, record_count
 from streams.backends.kafka.clients import (
     Producers,
     ensure_topic,
@@ -94,7 +96,6 @@ from streams.backends.kafka.clients import (
 )
 from streams.backends.kafka.ends import offset_bounds
 from streams.backends.kafka.own_copies import OwnCopies, SavedStates
-from streams.backends.kafka.repartition import BATCH_BYTES
 from streams.backends.kafka.settings import KafkaSettings
 from streams.core.clock import wall_time
 from streams.core.errors import ConfigurationError, LocalStoreDamagedError, QueueFailedError
@@ -322,21 +323,34 @@ class KafkaChangelog:
         return True
 
     async def _send(self, queue: QueueId, records: list[tuple[bytes, bytes | None]]) -> list[int]:
-        """Send ``records`` in order and wait for all; their offsets. Raise the first failure."""
+        """Send ``records`` in order and wait for all; their offsets. Raise the first failure
+        (a record larger than :attr:`max_record_bytes` before any is sent)."""
         producer = await self._producer_started()
-        sending: list[asyncio.Future[Any]] = []
-        refused: Exception | None = None  # send() itself refused one: the rest wait
+        limit = self.max_record_bytes
         for key, value in records:
+            if len(key) + len(value or b"") > limit:
+                raise MessageSizeTooLargeError(
+                    f"a saved state of {len(key) + len(value or b'')} bytes is larger than the "
+                    f"changelog's record limit ({limit} bytes)"
+                )
+        no_headers: list[tuple[str, bytes]] = []
+        batches = filled(producer, ((None, key, value, no_headers) for key, value in records))
+        sending: list[tuple[asyncio.Future[Any], int]] = []
+        refused: Exception | None = None  # the producer refused a batch: the rest wait
+        for batch in batches:
             try:
-                sending.append(await producer.send(self.topic, value, key=key, partition=queue.number))
+                sending.append(
+                    (await producer.send_batch(batch, self.topic, partition=queue.number), record_count(batch))
+                )
             except Exception as exc:  # raised below, after what was sent has landed or failed
                 refused = exc
                 break
         offsets: list[int] = []
-        for result in await asyncio.gather(*sending, return_exceptions=True):
+        results = await asyncio.gather(*(sent for sent, _ in sending), return_exceptions=True)
+        for (_, count), result in zip(sending, results, strict=True):
             if isinstance(result, BaseException):
                 raise result
-            offsets.append(result.offset)
+            offsets += range(result.offset, result.offset + count)
         if refused is not None:
             raise refused
         return offsets

@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -57,6 +57,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from streams.adapters.mapper import KafkaPartitionMapper
+from streams.backends.kafka.batches import Outgoing, filled
 from streams.backends.kafka.fetched import Fetched, KafkaRecord
 from streams.backends.kafka.records import SOURCE_HEADER, key_of
 from streams.backends.kafka.settings import KafkaSettings, KeyField
@@ -64,12 +65,6 @@ from streams.core.records import JsonRecords, RecordFormat
 
 # The changelog rows of the hop: consumer name, and one "stream" per source partition.
 SEEN = "headrace.repartition"
-# The record batches of the producer the hop shares with the changelog: a read's records for
-# a partition in one batch, and its batches for every partition in one request (aiokafka
-# sends one batch a partition a request, one request at a time: at 16 KB, its default, a
-# request took ~1,100 records and the hop's acknowledgements queued behind each other).
-# A quarter of the largest batch a topic takes by default (1 MB).
-BATCH_BYTES = 256 << 10
 
 _Upsert = tuple[str, str, int, int, bytes]  # consumer, stream, sequence, index, state
 Forward = tuple[KafkaRecord, bytes]  # a source record and its stream key
@@ -431,15 +426,14 @@ async def _after(
 
 def _filled(producer: AIOKafkaProducer, records: Sequence[Forward], partition: int) -> list[BatchBuilder]:
     """The producer's record batches holding ``records`` of source ``partition`` (in order;
-    each closed), each record with a header naming its source record.
+    each closed), each record with a header naming its source record."""
+    return filled(producer, _outgoing(records, partition))
 
-    Appended through aiokafka's record batch builder itself (``BatchBuilder._builder``, with
-    the batch's record count set once it is full): ``BatchBuilder.append``'s keyword call
-    and per-record checks cost about as much as the record's encoding."""
-    batches = [producer.create_batch()]
-    append, count = batches[0]._builder.append, 0
+
+def _outgoing(records: Sequence[Forward], partition: int) -> Iterator[Outgoing]:
+    """``records`` as sent on: keyed by their streams, their source named in a header."""
     source = b"%d:%%d" % partition  # the header's value, b"<partition>:<offset>"
-    single: list[tuple[str, bytes]] = [(SOURCE_HEADER, b"")]  # the builder copies a record's headers in
+    single: list[tuple[str, bytes]] = [(SOURCE_HEADER, b"")]  # the batch copies a record's headers in
     for r, key in records:
         extra = r.headers
         if extra:
@@ -447,16 +441,7 @@ def _filled(producer: AIOKafkaProducer, records: Sequence[Forward], partition: i
         else:
             single[0] = (SOURCE_HEADER, source % r.offset)
             headers = single
-        if append(count, r.timestamp, key, r.value, headers) is None:  # full
-            batches[-1]._relative_offset = count
-            batches.append(producer.create_batch())
-            append, count = batches[-1]._builder.append, 0
-            append(count, r.timestamp, key, r.value, headers)  # a first always fits
-        count += 1
-    batches[-1]._relative_offset = count
-    for batch in batches:
-        batch.close()
-    return batches
+        yield r.timestamp, key, r.value, headers
 
 
 def _field_reader(key_field: KeyField) -> Callable[[bytes], Any] | None:
