@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from streams import Durable, StreamId, StreamProvider
 from streams.backends.embedded import changelog_copy
@@ -34,6 +35,7 @@ from tests.agents.delivery.conftest import drained
 from tests.end_to_end.durable.test_durable_state import Worker, client
 from tests.end_to_end.durable.test_parked_durable import counting_devices
 from tests.helpers import assert_started_over, idle_past_ttl, wait_until_async
+from tests.streams.kafka.test_saved_state import changelog_records
 from tests.streams.kafka.test_saved_state import saved_states as changelog_states
 
 KEYS = [f"k{i}" for i in range(10)]
@@ -501,3 +503,50 @@ async def test_a_lost_copys_stand_in_is_read_again_after_a_write_its_rebuild_cou
         assert changelog.saved_states(queue, [key]) == {key: (SequenceToken(2, 0), b"two")}
     finally:
         await changelog.close()
+
+
+async def test_a_commit_larger_than_a_record_batch_lands_whole_at_consecutive_offsets(
+    tmp_path: Path, kafka_broker: str, kafka_topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit's states go to Kafka in record batches of up to ``BATCH_BYTES``: a write of
+    three batches' worth lands in order, the local store records the changelog offset after
+    its last record, and a new owner reading the changelog finds every state, a later write
+    of the same keys winning."""
+    settings = KafkaSettings(kafka_broker, kafka_topic, queues=1, idempotent=False, state_dir=tmp_path / "one")
+    changelog = KafkaChangelog(settings, kafka_outage_log(settings), open_local=open_changelog_copy)
+    queue = QueueId(0)
+    keys = [("Counts", f"m/{i}") for i in range(600)]
+    value = b"v" * 1024  # 600 states of 1 KiB: more than two batches of 256 KiB
+    batches: list[int] = []
+    send_batch = AIOKafkaProducer.send_batch
+
+    async def counted(self: AIOKafkaProducer, batch: Any, topic: str, *, partition: int) -> Any:
+        batches.append(partition)
+        return await send_batch(self, batch, topic, partition=partition)
+
+    monkeypatch.setattr(AIOKafkaProducer, "send_batch", counted)
+    try:
+        await changelog.ensure_topic()
+        local = await changelog.local_states()
+        assert local is not None
+        await changelog.load(queue)
+        assert await changelog.write(queue, ([(*key, 1, 0, value) for key in keys], [("Counts", "m/gone")]))
+        assert local.offset(0) == 601  # a tombstone, then 600 states
+        assert batches == [0, 0, 0]
+        assert await changelog.write(queue, ([(*keys[7], 2, 0, b"newer")], []))
+        assert local.offset(0) == 602
+        assert local.count(0) == 600
+    finally:
+        await changelog.close()
+    fresh = KafkaSettings(kafka_broker, kafka_topic, queues=1, idempotent=False, state_dir=tmp_path / "two")
+    new_owner = KafkaChangelog(fresh, kafka_outage_log(fresh), open_local=open_changelog_copy)
+    try:
+        await new_owner.load(queue)
+        found = new_owner.saved_states(queue, keys)
+        assert len(found) == 600
+        assert found[keys[7]] == (SequenceToken(2, 0), b"newer")
+        assert all(found[key] == (SequenceToken(1, 0), value) for key in keys if key != keys[7])
+        in_order = [("m/gone", True), *((f"m/{i}", False) for i in range(600)), ("m/7", False)]
+        assert await changelog_records(kafka_broker, kafka_topic) == in_order
+    finally:
+        await new_owner.close()
