@@ -122,6 +122,10 @@ class KafkaQueueReceiver(ReceiverDefaults):
         self._taker = BatchTaker(consumer)
         positions = {tp: await self._start_position(consumer, tp) for tp in self._partitions}
         self.reader.start(positions)
+        # A worker's queues commit in turn, not all at once: while one waits for Kafka to take
+        # its states and offsets, the agents of the others go on taking their reads.
+        interval, queues = self.settings.commit_interval, self.settings.queues
+        self._last_commit = time.monotonic() - interval * (1 - self.queue.number % queues / queues)
 
     async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
         """Seek ``tp`` to where reading resumes, and note its committed offset."""
