@@ -27,7 +27,7 @@ from spark_sink.schema import HandoffSchema
 from spark_sink.storage import BATCH_ROWS, HandoffSplit, rebatch
 from streams.backends.kafka.clients import start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
-from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_range, open_reader
+from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_answers, open_reader
 from streams.backends.kafka.handoff_records import Declaration, HandoffRecord, HandoffTopics, RowsDecoder
 from streams.backends.kafka.spark_commits import SparkCommits, spark_group
 from streams.backends.kafka.spark_options import connection_from_spark
@@ -183,21 +183,13 @@ class KafkaSplit:
             readers.loop.call(records.aclose)
 
     async def _records(self, readers: _Readers) -> AsyncGenerator[list[HandoffRecord], None]:
-        """The valid records of the range, a fetch at a time."""
+        """The valid records of the range, a broker's answer at a time."""
         consumer = await readers.take(self.connection)
         kept = False
         try:
             tp = TopicPartition(self.topic, self.range.partition)
-            chunk: list[HandoffRecord] = []
-            async for raw in fetch_range(consumer, tp, self.range.start, self.range.end, 30.0):
-                record = HandoffRecord.decode(raw)
-                if record.valid:
-                    chunk.append(record)
-                if len(chunk) >= 64:
-                    yield chunk
-                    chunk = []
-            if chunk:
-                yield chunk
+            async for answer in fetch_answers(consumer, tp, self.range.start, self.range.end, 30.0):
+                yield [record for record in map(HandoffRecord.decode, answer) if record.valid]
             kept = True
         finally:
             # A read that failed or was left part-way closes its consumer; one that read its
