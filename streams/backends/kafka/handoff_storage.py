@@ -28,7 +28,7 @@ from spark_sink.storage import BATCH_ROWS, HandoffSplit, rebatch
 from streams.backends.kafka.clients import start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_answers, open_reader
-from streams.backends.kafka.handoff_records import Declaration, HandoffRecord, HandoffTopics, RowsDecoder
+from streams.backends.kafka.handoff_records import Declaration, HandoffRecord, HandoffTopics
 from streams.backends.kafka.spark_commits import SparkCommits, spark_group
 from streams.backends.kafka.spark_options import connection_from_spark
 from streams.core.clock import wall_time
@@ -170,7 +170,6 @@ class KafkaSplit:
     def _record_batches(self) -> Iterator[pa.RecordBatch]:
         readers = _Readers.of_process()
         records = self._records(readers)
-        decoder = RowsDecoder()
         try:
             while True:
                 try:
@@ -178,7 +177,7 @@ class KafkaSplit:
                 except StopAsyncIteration:
                     return
                 for record in chunk:
-                    yield from record.batches(decoder)
+                    yield from record.batches()
         finally:
             readers.loop.call(records.aclose)
 
