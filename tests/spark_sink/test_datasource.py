@@ -359,6 +359,27 @@ def test_kafka_storage_keeps_one_connection_until_closed_and_drops_it_on_a_failu
     assert kafka_threads() == before
 
 
+def test_a_processs_later_kafka_storages_take_the_declaration_it_read(kafka_handoff, events):
+    """Spark plans a query in Python processes it reuses, each call with a storage of its own:
+    a declaration read once in a process serves its later storages of that cluster and prefix."""
+    kafka_handoff.append_windows(window_results(events))
+    first = KafkaStorage(KafkaConnection.of(kafka_handoff.bootstrap), kafka_handoff.prefix)
+    schema = first.schema(STREAM)
+    first.close()
+    before = kafka_threads()
+    later = KafkaStorage(KafkaConnection.of(kafka_handoff.bootstrap), kafka_handoff.prefix)
+    assert later.schema(STREAM) == schema and kafka_threads() == before  # no connection made for it
+    starts, ends = later.offsets(STREAM)
+    assert (starts, ends) == (later.start_offsets(STREAM), later.end_offsets(STREAM))
+    assert sum(ends.values()) > 0
+    later.close()
+    elsewhere = KafkaStorage(KafkaConnection.of(kafka_handoff.bootstrap), f"{kafka_handoff.prefix}-other")
+    for _ in range(2):  # another prefix's streams are its own; an unknown stream is asked for again
+        with pytest.raises(UnknownHandoffStreamError, match="no handoff stream"):
+            elsewhere.schema(STREAM)
+    elsewhere.close()
+
+
 def test_a_processs_splits_share_one_started_reader_and_a_split_left_part_way_closes_its_own(
     kafka_handoff, events, monkeypatch
 ):
