@@ -107,7 +107,7 @@ class HeadraceBatchReader(_HandoffReading, DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         stream = self.options.stream
         try:
-            return self._partitions(self.storage.start_offsets(stream), self.storage.end_offsets(stream))
+            return self._partitions(*self.storage.offsets(stream))
         finally:  # planned: nothing of the storage stays open in Spark's planning process
             self._release()
 

@@ -58,6 +58,10 @@ class HandoffStorage(Protocol):
         """One past the last committed offset, per partition."""
         ...
 
+    def offsets(self, stream: str) -> tuple[dict[int, int], dict[int, int]]:
+        """:meth:`start_offsets` and :meth:`end_offsets` at once (on Kafka, one request)."""
+        ...
+
     def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
         """How far from ``start`` towards ``end`` a batch of at most ``max_rows`` rows goes."""
         ...

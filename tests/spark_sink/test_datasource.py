@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from pyspark.errors import AnalysisException, StreamingQueryException
@@ -24,9 +25,18 @@ from streams.backends.embedded.handoff_retention import compact
 from streams.backends.kafka import handoff_storage
 from streams.backends.kafka.connection import KafkaConnection
 from streams.backends.kafka.handoff_records import HandoffTopics
-from streams.backends.kafka.handoff_storage import KafkaStorage
+from streams.backends.kafka.handoff_storage import KafkaSplit, KafkaStorage
 from streams.core.errors import HandoffSchemaError, UnknownHandoffStreamError
-from tests.spark_sink.handoff_testkit import STREAM, Handoff, KafkaHandoff, by_closing, collect_windows, window_results
+from tests.spark_sink.handoff_testkit import (
+    PARTITIONS,
+    STREAM,
+    Handoff,
+    KafkaHandoff,
+    WindowRow,
+    by_closing,
+    collect_windows,
+    window_results,
+)
 
 
 def batch_of(handoff: Handoff | KafkaHandoff, spark):
@@ -349,6 +359,27 @@ def test_kafka_storage_keeps_one_connection_until_closed_and_drops_it_on_a_failu
     assert kafka_threads() == before
 
 
+def test_a_processs_later_kafka_storages_take_the_declaration_it_read(kafka_handoff, events):
+    """Spark plans a query in Python processes it reuses, each call with a storage of its own:
+    a declaration read once in a process serves its later storages of that cluster and prefix."""
+    kafka_handoff.append_windows(window_results(events))
+    first = KafkaStorage(KafkaConnection.of(kafka_handoff.bootstrap), kafka_handoff.prefix)
+    schema = first.schema(STREAM)
+    first.close()
+    before = kafka_threads()
+    later = KafkaStorage(KafkaConnection.of(kafka_handoff.bootstrap), kafka_handoff.prefix)
+    assert later.schema(STREAM) == schema and kafka_threads() == before  # no connection made for it
+    starts, ends = later.offsets(STREAM)
+    assert (starts, ends) == (later.start_offsets(STREAM), later.end_offsets(STREAM))
+    assert sum(ends.values()) > 0
+    later.close()
+    elsewhere = KafkaStorage(KafkaConnection.of(kafka_handoff.bootstrap), f"{kafka_handoff.prefix}-other")
+    for _ in range(2):  # another prefix's streams are its own; an unknown stream is asked for again
+        with pytest.raises(UnknownHandoffStreamError, match="no handoff stream"):
+            elsewhere.schema(STREAM)
+    elsewhere.close()
+
+
 def test_a_processs_splits_share_one_started_reader_and_a_split_left_part_way_closes_its_own(
     kafka_handoff, events, monkeypatch
 ):
@@ -385,6 +416,43 @@ def test_a_processs_splits_share_one_started_reader_and_a_split_left_part_way_cl
     assert rows(splits[1]) == first[1] and len(started) == 2
     time.sleep(0.5)  # unused past READER_IDLE: the kept consumer is closed
     assert rows(splits[1]) == first[1] and len(started) == 3
+
+
+def split_rows(split: KafkaSplit) -> list[WindowRow]:
+    table = pa.Table.from_batches(list(split.batches()))
+    starts, ends = (table[name].cast(pa.int64()).to_pylist() for name in ("window_start", "window_end"))
+    return list(zip(starts, ends, table["key"].to_pylist(), table["count"].to_pylist(), table["total"].to_pylist()))
+
+
+def test_a_kafka_split_answered_a_record_at_a_time_reads_its_ranges_rows_in_order_once(
+    kafka_handoff, events, monkeypatch
+):
+    """The broker answering each fetch with one record (``fetch_max_bytes`` of 1): whole and
+    inner ranges read exactly their appends' rows, in order; the answer holding a range's last
+    record comes with the partition already paused (nothing past the range is asked for)."""
+    results = window_results(events)
+    kafka_handoff.append_windows(results)
+    appends: list[list[list[WindowRow]]] = [[] for _ in range(PARTITIONS)]
+    for (_, partition), group in by_closing(results).items():
+        appends[partition].append(group)  # a record per group: a fresh log's appends all count
+    answers: list[tuple[int, int, bool]] = []  # (first offset, records, partition paused)
+    fetch_answers = handoff_storage.fetch_answers
+
+    async def seen(consumer, tp, start, end, timeout):
+        async for answer in fetch_answers(consumer, tp, start, end, timeout):
+            answers.append((answer[0].offset, len(answer), tp in consumer.paused()))
+            yield answer
+
+    monkeypatch.setattr(handoff_storage, "fetch_answers", seen)
+    a_record_an_answer = KafkaConnection(kafka_handoff.bootstrap, consumer_options={"fetch_max_bytes": 1})
+    topic = HandoffTopics(kafka_handoff.prefix).data(STREAM)
+    for partition, groups in enumerate(appends):
+        assert len(groups) > 4
+        for start, end in ((0, len(groups)), (1, len(groups) - 1), (2, 3)):
+            answers.clear()
+            split = KafkaSplit(a_record_an_answer, topic, OffsetRange(partition, start, end))
+            assert split_rows(split) == [row for group in groups[start:end] for row in group]
+            assert answers == [(offset, 1, offset == end - 1) for offset in range(start, end)]
 
 
 def test_a_read_planned_on_the_declared_schema_reads_the_declaration_once(handoff, events, monkeypatch):

@@ -623,6 +623,9 @@ class EmbeddedStorage:
     def end_offsets(self, stream: str) -> dict[int, int]:
         return self.log.end_offsets(stream)
 
+    def offsets(self, stream: str) -> tuple[dict[int, int], dict[int, int]]:
+        return self.log.start_offsets(stream), self.log.end_offsets(stream)
+
     def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
         return admit(start, end, max_rows)  # an offset is a row here
 

@@ -45,6 +45,7 @@ from streams.backends.kafka.handoff_records import (
 from streams.core.errors import ConfigurationError, HandoffDataLostError, HandoffSchemaError, UnknownHandoffStreamError
 
 _FETCH_RECORDS = 500  # records per fetch while reading a range
+_FETCH_BYTES = 1 << 20  # bytes the broker answers a fetch with, at most (but one record whole)
 
 
 class KafkaHandoffLog:
@@ -304,6 +305,10 @@ def open_reader(connection: KafkaConnection) -> AIOKafkaConsumer:
             auto_offset_reset="none",  # below the retained range: an error, never a silent skip
             fetch_max_wait_ms=50,
             max_partition_fetch_bytes=16 << 20,
+            # Answers of about 1 MiB (a record larger still comes whole, alone): a read's first
+            # rows arrive without waiting for a partition's worth, and the consumer fetches the
+            # next answer while the reader decodes this one.
+            fetch_max_bytes=_FETCH_BYTES,
         )
     )
 
@@ -313,13 +318,23 @@ async def fetch_range(
 ) -> AsyncIterator[ConsumerRecord[bytes, bytes]]:
     """The records at offsets ``[start, end)`` of ``tp``, in order (``end`` at most the
     partition's end). Offsets no longer retained raise :class:`HandoffDataLostError`."""
+    async for records in fetch_answers(consumer, tp, start, end, timeout):
+        for record in records:
+            yield record
+
+
+async def fetch_answers(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, timeout: float
+) -> AsyncIterator[list[ConsumerRecord[bytes, bytes]]]:
+    """:func:`fetch_range`'s records, a list per answer of the broker's as it comes: the
+    consumer fetches the next answer while the caller works on this one."""
     if start >= end:
         return
     consumer.assign([tp])
     consumer.seek(tp, start)
     try:
-        async for record in _fetch_assigned(consumer, tp, start, end, timeout):
-            yield record
+        async for records in _fetch_assigned(consumer, tp, start, end, timeout):
+            yield records
     finally:
         park(consumer)
 
@@ -336,7 +351,7 @@ def park(consumer: AIOKafkaConsumer) -> None:
 
 async def _fetch_assigned(
     consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, timeout: float
-) -> AsyncIterator[ConsumerRecord[bytes, bytes]]:
+) -> AsyncIterator[list[ConsumerRecord[bytes, bytes]]]:
     quiet_since = time.monotonic()
     while True:
         try:
@@ -348,14 +363,18 @@ async def _fetch_assigned(
                 "with a new checkpoint, or keep handoff topics longer (retention.ms)"
             ) from None
         records = fetched.get(tp, [])
-        for record in records:
-            if record.offset >= end:
-                return
-            yield record
+        if records and records[-1].offset + 1 >= end:
+            # Paused before the loop runs the fetcher again: it would otherwise ask for what
+            # follows the range, and the consumer's next read would wait for that answer
+            # (a long poll at a partition's end).
+            park(consumer)
+            within = [record for record in records if record.offset < end]
+            if within:
+                yield within
+            return
         if records:
             quiet_since = time.monotonic()
-            if records[-1].offset + 1 >= end:
-                return
+            yield records
         elif await consumer.position(tp) >= end:
             return
         elif time.monotonic() - quiet_since > timeout:

@@ -16,7 +16,7 @@ import contextlib
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import pyarrow as pa
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -27,8 +27,8 @@ from spark_sink.schema import HandoffSchema
 from spark_sink.storage import BATCH_ROWS, HandoffSplit, rebatch
 from streams.backends.kafka.clients import start_client, stop_client
 from streams.backends.kafka.connection import KafkaConnection
-from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_range, open_reader
-from streams.backends.kafka.handoff_records import Declaration, HandoffRecord, HandoffTopics, RowsDecoder
+from streams.backends.kafka.handoff_log import KafkaHandoffLog, fetch_answers, open_reader
+from streams.backends.kafka.handoff_records import Declaration, HandoffRecord, HandoffTopics
 from streams.backends.kafka.spark_commits import SparkCommits, spark_group
 from streams.backends.kafka.spark_options import connection_from_spark
 from streams.core.clock import wall_time
@@ -62,11 +62,15 @@ class _LoopThread:
 class KafkaStorage:
     """The handoff streams under ``prefix`` on the Kafka cluster of ``connection``."""
 
+    # A stream's first declaration stands (KafkaHandoffLog.declare): read once in a process,
+    # kept for its later storages of the same cluster and prefix. Spark plans each query in
+    # Python processes it reuses (the schema in one, the partitions in another), each call
+    # with a storage of its own: after the first, the schema costs no connection.
+    _declared: ClassVar[list[tuple[KafkaConnection, str, str, Declaration]]] = []
+
     def __init__(self, connection: KafkaConnection, prefix: str = "headrace") -> None:
         self.connection = connection
         self.prefix = prefix
-        # A stream's first declaration stands (KafkaHandoffLog.declare): read once, kept.
-        self._declared: dict[str, Declaration] = {}
         self._loop: _LoopThread | None = None  # the connection's event loop, in a daemon thread
         self._log: KafkaHandoffLog | None = None
         self._commits: dict[str, SparkCommits] = {}  # Spark's commits per stream, for headrace status
@@ -75,17 +79,22 @@ class KafkaStorage:
         return self._declaration(stream).schema
 
     def start_offsets(self, stream: str) -> dict[int, int]:
-        partitions = self._declaration(stream).partitions
-        return self._call(lambda log: log.listed_offsets(stream, partitions))[0]
+        return self.offsets(stream)[0]
 
     def end_offsets(self, stream: str) -> dict[int, int]:
+        return self.offsets(stream)[1]
+
+    def offsets(self, stream: str) -> tuple[dict[int, int], dict[int, int]]:
         partitions = self._declaration(stream).partitions
-        return self._call(lambda log: log.listed_offsets(stream, partitions))[1]
+        return self._call(lambda log: log.listed_offsets(stream, partitions))
 
     def _declaration(self, stream: str) -> Declaration:
-        if stream not in self._declared:
-            self._declared[stream] = self._call(lambda log: log.declaration(stream))
-        return self._declared[stream]
+        for connection, prefix, name, declaration in self._declared:
+            if (name, prefix, connection) == (stream, self.prefix, self.connection):
+                return declaration
+        declaration = self._call(lambda log: log.declaration(stream))
+        self._declared.append((self.connection, self.prefix, stream, declaration))
+        return declaration
 
     def admit(self, stream: str, start: Offsets, end: Offsets, max_rows: int) -> Offsets:
         """Whole appends, at most ``max_rows`` rows that count: their sizes are read from
@@ -170,7 +179,6 @@ class KafkaSplit:
     def _record_batches(self) -> Iterator[pa.RecordBatch]:
         readers = _Readers.of_process()
         records = self._records(readers)
-        decoder = RowsDecoder()
         try:
             while True:
                 try:
@@ -178,26 +186,18 @@ class KafkaSplit:
                 except StopAsyncIteration:
                     return
                 for record in chunk:
-                    yield from record.batches(decoder)
+                    yield from record.batches()
         finally:
             readers.loop.call(records.aclose)
 
     async def _records(self, readers: _Readers) -> AsyncGenerator[list[HandoffRecord], None]:
-        """The valid records of the range, a fetch at a time."""
+        """The valid records of the range, a broker's answer at a time."""
         consumer = await readers.take(self.connection)
         kept = False
         try:
             tp = TopicPartition(self.topic, self.range.partition)
-            chunk: list[HandoffRecord] = []
-            async for raw in fetch_range(consumer, tp, self.range.start, self.range.end, 30.0):
-                record = HandoffRecord.decode(raw)
-                if record.valid:
-                    chunk.append(record)
-                if len(chunk) >= 64:
-                    yield chunk
-                    chunk = []
-            if chunk:
-                yield chunk
+            async for answer in fetch_answers(consumer, tp, self.range.start, self.range.end, 30.0):
+                yield [record for record in map(HandoffRecord.decode, answer) if record.valid]
             kept = True
         finally:
             # A read that failed or was left part-way closes its consumer; one that read its
