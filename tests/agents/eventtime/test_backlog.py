@@ -33,6 +33,9 @@ from tests.agents.eventtime.backlog import (
 STREAM = StreamId(NAMESPACE, "busy")
 
 TICK = 0.001  # the agent's timer period: far shorter than reading the backlog
+# A backlog of this many records is five reads of the worker's cache (4096 records), each
+# hundreds of timer periods long: the timer falls due throughout the read.
+RECORDS = 20_000
 
 
 async def read_backlog(payloads, action: str, cache_size: int = 4096) -> tuple[dict[str, Seen], int]:
@@ -56,8 +59,8 @@ async def read_backlog(payloads, action: str, cache_size: int = 4096) -> tuple[d
 
 
 @pytest.mark.parametrize("action", ["adjust", "drop", "accept"])
-async def test_a_backlog_of_100000_records_an_hour_old_gives_what_the_records_alone_give(action):
-    rows = backlog_rows(100_000, HOUR)  # one event a record, 10 ms apart
+async def test_a_backlog_of_20000_records_an_hour_old_gives_what_the_records_alone_give(action):
+    rows = backlog_rows(RECORDS, HOUR)  # one event a record, 10 ms apart
     expected = reference(rows, action)
     seen, _ = await read_backlog(containers(rows), action)
     assert seen["busy"].fates == expected.fates
@@ -67,15 +70,15 @@ async def test_a_backlog_of_100000_records_an_hour_old_gives_what_the_records_al
     # adjusted, dropped, or accepted into their windows or dead-lettered.
     fates = expected.fates
     if action == "adjust":
-        assert fates["adjusted"] > 30_000, fates
+        assert fates["adjusted"] > 6_000, fates
     elif action == "drop":
-        assert fates["late_arrival_dropped"] > 20_000 and fates["out_of_order_dropped"] > 5_000, fates
+        assert fates["late_arrival_dropped"] > 4_000 and fates["out_of_order_dropped"] > 1_000, fates
     else:
-        assert fates["window_closed"] > 1000, fates
+        assert fates["window_closed"] > 200, fates
 
 
-async def test_a_backlog_a_year_old_of_100000_events_in_records_of_4_gives_what_the_records_alone_give():
-    rows = backlog_rows(100_000, YEAR, per_record=4, seed=5)  # 25,000 records of 4 events
+async def test_a_backlog_a_year_old_of_80000_events_in_records_of_4_gives_what_the_records_alone_give():
+    rows = backlog_rows(4 * RECORDS, YEAR, per_record=4, seed=5)  # RECORDS records of 4 events
     seen, _ = await read_backlog(containers(rows), "accept")
     assert seen["busy"].all() == reference(rows, "accept").all()
 

@@ -173,10 +173,12 @@ async def test_an_append_retried_past_the_delivery_limit_is_not_cut_short_by_the
     async with provider:
         (agent,) = provider.agents
         sinks = agent.context.handoff_sinks
-        flaky = sinks["counts"] = FlakySink(sinks["counts"], failures=8)  # type: ignore[index]
+        # Five failures: the append's back-off (0.05 s, doubling) retries it for over 1.5 s,
+        # three times max_event_delivery_time.
+        flaky = sinks["counts"] = FlakySink(sinks["counts"], failures=5)  # type: ignore[index]
         flaky.agent = agent
         stream = provider.get_stream(METER)
-        for t in [1.0, 2.0, 3.0, 12.0]:  # the last closes [0, 10): its append fails for ~2 s
+        for t in [1.0, 2.0, 3.0, 12.0]:  # the last closes [0, 10): its append fails for ~1.5 s
             await stream.on_next({"t": t})
         with anyio.fail_after(30):
             await flaky.failed.wait()

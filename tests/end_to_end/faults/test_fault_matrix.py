@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -75,11 +75,14 @@ def _provider(backend: str, path: Any) -> StreamProvider:
     return StreamProvider.embedded(path, queues=2, **m.FAST)
 
 
-async def _baseline(backend: str, hook: str, path: Any, caplog: Any) -> dict[str, list[Any]]:
-    """The good stream's output of a run where nothing fails (per backend and shape)."""
+async def baseline(
+    backend: str, hook: str, provider: Callable[[], StreamProvider], caplog: Any
+) -> dict[str, list[Any]]:
+    """The good stream's output of a run where nothing fails (per backend and shape: the
+    same events give the same output, so one run on a new ``provider()`` serves them all)."""
     shape = HOOKS[hook]
     if (backend, shape) not in _BASELINES:
-        found = await m.run(_provider(backend, path / "baseline"), None, "raises", caplog, shape=shape)
+        found = await m.run(provider(), None, "raises", caplog, shape=shape)
         assert not found.letters and found.counted == {"good": m.EVENTS, "bad": m.EVENTS}
         _BASELINES[backend, shape] = found.outputs
     return _BASELINES[backend, shape]
@@ -104,7 +107,7 @@ def _seen(found: m.Run, hook: str, failure: str) -> str:
 @pytest.mark.parametrize("hook", list(HOOKS))
 @pytest.mark.parametrize("backend", ["memory", "embedded"])
 async def test_a_failing_hook_costs_its_unit_alone(backend, hook, failure, tmp_path, caplog):
-    good_alone = await _baseline(backend, hook, tmp_path, caplog)
+    good_alone = await baseline(backend, hook, lambda: _provider(backend, tmp_path / "baseline"), caplog)
     caplog.clear()
     found = await m.run(_provider(backend, tmp_path / "run"), hook, failure, caplog)
     assert found.alive  # every agent still running, and a stream published after it consumed

@@ -17,7 +17,7 @@ from streams import StreamId, StreamProvider
 from streams.backends.kafka.clients import ensure_topic
 from streams.core.records import JsonRecords
 from tests.end_to_end.faults import matrix as m
-from tests.end_to_end.faults.test_fault_matrix import EXPECTED, _seen
+from tests.end_to_end.faults.test_fault_matrix import EXPECTED, _seen, baseline
 
 KAFKA = {"idempotent": False, "group_membership": False}
 SEEN: dict[tuple[str, str], str] = {}
@@ -26,10 +26,10 @@ SEEN: dict[tuple[str, str], str] = {}
 @pytest.mark.parametrize("failure", m.FAILURES)
 @pytest.mark.parametrize("hook", ["constructor", "on_window"])
 async def test_a_failing_hook_costs_its_unit_alone_on_kafka(hook, failure, kafka_broker, kafka_topic, caplog):
-    baseline = await m.run(
-        StreamProvider.kafka(kafka_broker, f"{kafka_topic}-base", queues=2, kafka=KAFKA, **m.FAST),
-        None,
-        "raises",
+    good_alone = await baseline(
+        "kafka",
+        hook,
+        lambda: StreamProvider.kafka(kafka_broker, f"{kafka_topic}-base", queues=2, kafka=KAFKA, **m.FAST),
         caplog,
     )
     caplog.clear()
@@ -37,7 +37,7 @@ async def test_a_failing_hook_costs_its_unit_alone_on_kafka(hook, failure, kafka
         StreamProvider.kafka(kafka_broker, kafka_topic, queues=2, kafka=KAFKA, **m.FAST), hook, failure, caplog
     )
     assert found.alive
-    assert found.outputs["good"] == baseline.outputs["good"]
+    assert found.outputs["good"] == good_alone["good"]
     assert found.other_letters == 0
     assert dict(found.letters) == EXPECTED[hook, failure]
     assert found.counted == {"good": m.EVENTS, "bad": m.EVENTS}

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams import StreamProvider
 from streams.backends.kafka.clients import ensure_topic
+from streams.eventtime import OrderingPolicy, Tumbling
 from streams.eventtime.replay import Row
 from tests.agents.delivery.conftest import drained
 from tests.agents.eventtime.backlog import (
@@ -27,9 +28,17 @@ from tests.agents.eventtime.backlog import (
     backlog_rows,
     collect,
     counting_type,
-    policy,
     reference,
 )
+
+# A tenth of the backlog helpers' times (their window is 10 s, their late arrival 5 s): once
+# caught up, the clock moves on from the last arrival read at the wall clock's pace, so the
+# windows left open close only after up to a window and a late arrival of it.
+WINDOW = Tumbling(1)
+
+
+def scaled(action: str) -> OrderingPolicy:
+    return OrderingPolicy(late_arrival=0.5, out_of_order=0.1, action=action)  # type: ignore[arg-type]
 
 
 async def write(bootstrap: str, topic: str, rows) -> None:
@@ -70,14 +79,17 @@ def kafka_provider(bootstrap: str, topic: str, cache_size: int) -> StreamProvide
 
 @pytest.mark.parametrize("action", ["adjust", "drop", "accept"])
 async def test_a_kafka_backlog_an_hour_old_gives_what_the_records_alone_give(kafka_broker, kafka_topic, action):
-    rows = backlog_rows(4_000, HOUR, quiet_every=40, seed=17)
+    rows = backlog_rows(4_000, HOUR, quiet_every=40, seed=17, lags=(0.3, 3.0))  # a third late
     rows = [replace(row, arrival_time=round(row.arrival_time * 1000) / 1000) for row in rows]  # Kafka's ms
     assert await ensure_topic(kafka_broker, kafka_topic, 1) == 1
     await write(kafka_broker, kafka_topic, rows)
     provider = kafka_provider(kafka_broker, kafka_topic, 300)  # reads of at most 300 records
-    seen = counting_type(provider, action, ordering=replace(policy(action), timestamp_by="t"), select="i")
+    ordering = scaled(action)
+    seen = counting_type(provider, action, ordering=replace(ordering, timestamp_by="t"), window=WINDOW, select="i")
     now = time.time()  # the backlog ended an hour before: any later tick closes the same
-    expected = {key: reference(rows, action, key, then=now) for key in ("busy", "quiet")}
+    expected = {
+        key: reference(rows, action, key, ordering=ordering, window=WINDOW, then=now) for key in ("busy", "quiet")
+    }
     async with provider:
         await drained(provider, 60)
         with anyio.fail_after(20):  # once caught up, the wall clock closes what is open
@@ -96,21 +108,23 @@ async def test_another_streams_record_between_two_of_a_read_moves_the_clock_for_
     kafka_broker, kafka_topic, cache_size
 ):
     # One read gathers busy's two records into one batch; quiet's record stood between them.
-    # Under accept busy's second event (18 s late) is judged at the clock quiet's record set
-    # (watermark base + 25): its window [base + 10, base + 20) had closed, so it is
+    # Under accept busy's second event (1.8 s late) is judged at the clock quiet's record set
+    # (watermark base + 2.5): its window [base + 1, base + 2) had closed, so it is
     # dead-lettered, whether the three records come in one read or one by one.
-    base = math.floor((time.time() - HOUR) / 10) * 10
-    rows = [Row(0, base, base, "busy"), Row(1, base + 30, base + 30, "quiet"), Row(2, base + 30.001, base + 12, "busy")]
+    base = math.floor(time.time() - HOUR)
+    rows = [Row(0, base, base, "busy"), Row(1, base + 3, base + 3, "quiet"), Row(2, base + 3.001, base + 1.2, "busy")]
     assert await ensure_topic(kafka_broker, kafka_topic, 1) == 1
     await write(kafka_broker, kafka_topic, rows)
     provider = kafka_provider(kafka_broker, kafka_topic, cache_size)
-    seen = counting_type(provider, "accept", ordering=replace(policy("accept"), timestamp_by="t"), select="i")
+    ordering = scaled("accept")
+    seen = counting_type(provider, "accept", ordering=replace(ordering, timestamp_by="t"), window=WINDOW, select="i")
     async with provider:
         await drained(provider, 60)
         with anyio.fail_after(20):  # caught up: the wall clock closes the open windows
             while len(seen.get("quiet", Seen()).windows) < 1:
                 await anyio.sleep(0.01)
         await collect(provider, seen)
-    assert seen["busy"].all() == reference(rows, "accept", "busy", then=time.time()).all()
-    assert (seen["busy"].windows, seen["busy"].letters) == ([(base, base + 10, (0,))], [(2, "window_closed")])
-    assert seen["quiet"].windows == [(base + 30, base + 40, (1,))]
+    expected = reference(rows, "accept", "busy", ordering=ordering, window=WINDOW, then=time.time())
+    assert seen["busy"].all() == expected.all()
+    assert (seen["busy"].windows, seen["busy"].letters) == ([(base, base + 1, (0,))], [(2, "window_closed")])
+    assert seen["quiet"].windows == [(base + 3, base + 4, (1,))]
