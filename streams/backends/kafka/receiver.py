@@ -74,9 +74,7 @@ class KafkaQueueReceiver(ReceiverDefaults):
     def __init__(
         self, settings: KafkaSettings, queue: QueueId, outage: OutageLog, max_record_size: int = 1 << 20
     ) -> None:
-        self.queue = queue
-        self.settings = settings
-        self.outage = outage
+        self.queue, self.settings, self.outage = queue, settings, outage
         self._partitions = settings.partitions_of(queue)  # one per topic
         self._partition = self._partitions[0]
         fmt = settings.record_format
@@ -122,10 +120,9 @@ class KafkaQueueReceiver(ReceiverDefaults):
         self._taker = BatchTaker(consumer)
         positions = {tp: await self._start_position(consumer, tp) for tp in self._partitions}
         self.reader.start(positions)
-        # A worker's queues commit in turn, not all at once: while one waits for Kafka to take
-        # its states and offsets, the agents of the others go on taking their reads.
-        interval, queues = self.settings.commit_interval, self.settings.queues
-        self._last_commit = time.monotonic() - interval * (1 - self.queue.number % queues / queues)
+        # A worker's queues commit in turn: while one waits on Kafka, the others' reads go on.
+        turn = self.queue.number % self.settings.queues / self.settings.queues
+        self._last_commit = time.monotonic() - self.settings.commit_interval * (1 - turn)
 
     async def _start_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
         """Seek ``tp`` to where reading resumes, and note its committed offset."""
