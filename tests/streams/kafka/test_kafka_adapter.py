@@ -269,6 +269,30 @@ async def test_commits_are_throttled_and_flushed_on_shutdown(kafka_broker: str, 
         assert await committed_in_kafka(kafka_broker, kafka_topic, group, Q0) == 5
 
 
+async def test_the_queues_of_a_worker_take_their_commits_in_turn(kafka_broker: str, kafka_topic: str) -> None:
+    """A commit interval is divided among the queues: queue 0 commits at its first
+    acknowledgement, queue 2 of 4 half an interval on, so that the queues of a worker do not
+    all wait on Kafka at once."""
+    group = f"{kafka_topic}-group"
+    async with kafka(kafka_broker, kafka_topic, group_id=group, queues=4, commit_interval=3600) as factory:
+        q2 = QueueId(2)
+        for queue in (Q0, q2):
+            (sid,) = streams_on(factory, queue, 1)
+            for n in range(3):
+                await publish(factory, sid, [n])
+        first = (await factory.create_adapter()).create_receiver(Q0)
+        third = (await factory.create_adapter()).create_receiver(q2)
+        for receiver in (first, third):
+            await receiver.initialize()
+            messages = await drain(receiver)
+            await receiver.messages_delivered([m.token for m in messages[:2]])
+        assert await committed_in_kafka(kafka_broker, kafka_topic, group, Q0) == 2
+        assert await committed_in_kafka(kafka_broker, kafka_topic, group, q2) is None  # its turn: in 30 min
+        for receiver in (first, third):
+            await receiver.shutdown()
+        assert await committed_in_kafka(kafka_broker, kafka_topic, group, q2) == 2
+
+
 @pytest.mark.parametrize(("start", "expected"), [("earliest", [0, 1, 2, 3]), ("latest", [2, 3])])
 async def test_with_no_committed_offset_reading_starts_as_configured(
     kafka_broker: str, kafka_topic: str, start: str, expected: list[int]
